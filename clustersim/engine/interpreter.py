@@ -1,0 +1,153 @@
+"""The SimPy interpreter of a Program.
+
+Each (device, lane) is one SimPy process that runs its ops in order — CUDA-stream-like:
+an op starts when the previous op on its lane has ended *and* every op it depends on has
+ended. Then:
+
+* ``compute`` holds the lane for its duration;
+* ``send`` asks the fabric to move its bytes to the peer device and holds the send lane
+  until the last byte arrived (as a blocking NCCL send does);
+* ``recv`` ends when its send's bytes have arrived; its span starts when both the recv
+  was posted and the send started;
+* ``collective`` waits until every member of its group reached it (rendezvous, as NCCL
+  does), then the collective runs as point-to-point steps on the fabric; each member's
+  span covers rendezvous → completion.
+
+Ties at equal simulated times follow SimPy's FIFO order of scheduling, which follows the
+Program's op order: the same Program always yields the same spans.
+
+Only ops that another lane waits on get a completion event, and the hot path appends
+plain tuples to the recorder — nothing else allocates per op.
+"""
+
+from __future__ import annotations
+
+import simpy
+
+from ..errors import SimulationStall
+from ..network.base import Fabric
+from ..program import COLLECTIVE, COMPUTE, RECV, SEND, Program
+from ..trace.recorder import Recorder
+from .memory import MemoryLedger
+
+
+class Engine:
+    """Runs a checked Program over a fabric; ``run()`` returns when every op has ended."""
+
+    def __init__(self, program: Program, env: simpy.Environment, fabric: Fabric, recorder: Recorder,
+                 memory_capacity: list[int], collective_options: dict | None = None):
+        self.program, self.env, self.fabric, self.recorder = program, env, fabric, recorder
+        self.memory = MemoryLedger(program.static_memory, memory_capacity, recorder)
+        self.collective_options = collective_options or {}
+        n = len(program.ops)
+        self.start = [-1.0] * n
+        self.finished = [False] * n
+        self.posted = [False] * n
+        ops = program.ops
+        lanes = program.lanes()
+        lane_of = {}
+        for key, lane_ops in lanes.items():
+            for op in lane_ops:
+                lane_of[op.id] = key
+        # Completion events only where another lane waits (cross-lane deps, recv on send).
+        need = set()
+        for op in ops:
+            for d in op.deps:
+                if lane_of[d] != lane_of[op.id]:
+                    need.add(d)
+            if op.kind == RECV:
+                need.add(op.peer)
+        self.done: list[simpy.Event | None] = [env.event() if i in need else None for i in range(n)]
+        self.waits: list[tuple[int, ...]] = [
+            tuple(d for d in op.deps if lane_of[d] != lane_of[op.id]) for op in ops
+        ]
+        self._rendezvous: dict[str, list] = {}
+        self.lanes = lanes
+        self.events = 0
+
+    def run(self) -> None:
+        """Start every lane, run the simulation to the end; raise SimulationStall on deadlock."""
+        for lane_ops in self.lanes.values():
+            self.env.process(self._lane(lane_ops))
+        self.env.run()
+        if not all(self.finished):
+            raise SimulationStall(self._stall_report())
+
+    def _lane(self, lane_ops):
+        env, done, rec, mem = self.env, self.done, self.recorder.spans, self.memory
+        start, finished, posted, waits = self.start, self.finished, self.posted, self.waits
+        for op in lane_ops:
+            posted[op.id] = True
+            for d in waits[op.id]:
+                if not finished[d]:
+                    yield done[d]
+            kind = op.kind
+            t0 = env.now
+            if op.mem_alloc:
+                mem.change(op.device, op.mem_alloc, t0)
+            if kind == COMPUTE:
+                start[op.id] = t0
+                if op.duration > 0:
+                    yield env.timeout(op.duration)
+            elif kind == SEND:
+                start[op.id] = t0
+                yield self.fabric.transfer(f"gpu{op.device}", f"gpu{self.program.ops[op.peer].device}",
+                                           op.nbytes, op.name)
+            elif kind == RECV:
+                if not finished[op.peer]:
+                    yield done[op.peer]
+                start[op.id] = max(t0, start[op.peer])
+            elif kind == COLLECTIVE:
+                yield from self._collective(op)
+            else:
+                raise ValueError(f"{op!r}: unknown op kind {kind!r}")
+            now = env.now
+            if op.mem_free:
+                mem.change(op.device, -op.mem_free, now)
+            finished[op.id] = True
+            self.events += 1
+            rec.append((f"gpu{op.device}", op.lane, kind if kind != COMPUTE or op.phase != "O" else "optimizer",
+                        op.name, op.stage, op.microbatch, start[op.id], now, op.nbytes, op.flops,
+                        op.phase, op.iteration))
+            ev = done[op.id]
+            if ev is not None:
+                ev.succeed()
+
+    def _collective(self, op):
+        state = self._rendezvous.get(op.tag)
+        if state is None:
+            state = self._rendezvous[op.tag] = [set(), self.env.event(), 0.0]
+        state[0].add(op.device)
+        if len(state[0]) == len(op.group):
+            state[2] = self.env.now
+            self.env.process(self._run_collective(op, state[1]))
+        yield state[1]
+        self.start[op.id] = state[2]
+
+    def _run_collective(self, op, finished: simpy.Event):
+        from ..collectives import run_collective
+
+        members = [f"gpu{d}" for d in op.group]
+        yield from run_collective(self.env, self.fabric, op.collective, members, op.nbytes,
+                                  algorithm=op.algorithm, label=op.tag, **self.collective_options)
+        finished.succeed()
+
+    def _stall_report(self) -> str:
+        ops, lines = self.program.ops, []
+        for (dev, lane), lane_ops in self.lanes.items():
+            op = next((o for o in lane_ops if not self.finished[o.id]), None)
+            if op is None:
+                continue
+            if not self.posted[op.id]:
+                continue  # blocked behind an earlier op of its own lane, reported there
+            why = [f"{ops[d]!r}" for d in op.deps if not self.finished[d]]
+            if op.kind == RECV and not self.finished[op.peer]:
+                why.append(f"its send {ops[op.peer]!r}")
+            if op.kind == COLLECTIVE:
+                arrived = self._rendezvous.get(op.tag, [set()])[0]
+                missing = [f"gpu{d}" for d in op.group if d not in arrived]
+                why.append(f"collective members that never arrived: {', '.join(missing)}")
+            lines.append(f"  {op!r} waits for {'; '.join(why) or 'nothing (engine bug)'}")
+        unfinished = self.finished.count(False)
+        return (f"simulation stalled at t={self.env.now:.9g} s with {unfinished} ops unfinished "
+                f"(deadlock). Stuck ops:\n" + "\n".join(lines))

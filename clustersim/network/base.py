@@ -1,0 +1,57 @@
+"""The fabric interface the engine and the collectives talk to.
+
+A fabric moves ``nbytes`` from one topology node to another and tells, by a SimPy event,
+when the last byte has arrived. Everything about *how* (routes, chunking, queueing,
+contention) stays behind :meth:`Fabric.transfer`, so schedules and collectives never
+change when the network model does.
+
+Node names are the topology's: GPU ``i`` of the cluster is ``"gpu{i}"``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import simpy
+
+from ..trace.recorder import Recorder
+
+
+class Fabric(ABC):
+    """Base class of network models.
+
+    Subclasses implement :meth:`transfer`. They may record link busy periods by appending
+    span tuples (``kind="link"``, ``lane="link"``, device = link name) to
+    ``self.recorder.spans``.
+    """
+
+    def __init__(self, env: simpy.Environment, recorder: Recorder):
+        self.env = env
+        self.recorder = recorder
+
+    @abstractmethod
+    def transfer(self, src: str, dst: str, nbytes: int, label: str = "") -> simpy.Event:
+        """Start moving ``nbytes`` from node ``src`` to node ``dst`` now.
+
+        Returns an event that succeeds when the last byte has arrived at ``dst``.
+        ``label`` names the flow in link spans (e.g. ``"send F3 s0->s1"``).
+        """
+
+
+class DirectFabric(Fabric):
+    """Every pair of GPUs joined by its own private link: ``latency + nbytes / bandwidth``.
+
+    No routes, no contention. It is the network of the walking skeleton and a reference
+    for tests: the packet and analytical models must agree with it on an idle network
+    of one hop.
+    """
+
+    def __init__(self, env: simpy.Environment, recorder: Recorder, bandwidth: float, latency: float):
+        super().__init__(env, recorder)
+        self.bandwidth = bandwidth
+        self.latency = latency
+
+    def transfer(self, src: str, dst: str, nbytes: int, label: str = "") -> simpy.Event:
+        if src == dst:
+            return self.env.timeout(0.0)
+        return self.env.timeout(self.latency + nbytes / self.bandwidth)

@@ -1,0 +1,130 @@
+"""The Program: clustersim's intermediate representation (in the spirit of Chakra traces).
+
+Everything upstream (schedules, parallel plans) *compiles* to a Program; the engine
+*interprets* one. A Program is, for every device, ordered lanes of ops. An op has a kind
+(``compute``, ``send``, ``recv``, ``collective``), runs on one lane of one device, and
+starts only after (a) the previous op on its lane ended and (b) every op in ``deps``
+ended (deps may sit on other devices). Compute ops carry their duration, fixed at compile
+time by the cost model; communication ops carry bytes and let the fabric decide.
+
+Ops of a lane run in the order they were added to the Program — that order is the
+schedule. ``Program.check()`` rejects malformed programs before they run: a missing
+dependency, a cycle (through deps and lane order, which would deadlock), or a send
+without its recv.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from .errors import ProgramError
+
+COMPUTE, SEND, RECV, COLLECTIVE = "compute", "send", "recv", "collective"
+
+
+class Op:
+    """One operation on one lane of one device. See the module docstring for semantics.
+
+    ``mem_alloc`` bytes are allocated on the device when the op starts and ``mem_free``
+    bytes released when it ends (activations: a forward allocates, its backward frees).
+    ``peer`` links a send to its recv (each holds the other's id); a recv ends when its
+    send's bytes have arrived. ``group`` lists the
+    devices of a collective; every member holds its own op with the same ``tag``.
+    """
+
+    __slots__ = (
+        "id", "device", "lane", "kind", "name", "stage", "microbatch", "phase", "iteration",
+        "duration", "nbytes", "flops", "deps", "peer", "mem_alloc", "mem_free",
+        "group", "collective", "algorithm", "tag", "version",
+    )
+
+    def __init__(self, id: int, device: int, lane: str, kind: str, name: str, *, stage: int = -1,
+                 microbatch: int = -1, phase: str = "", iteration: int = 0, duration: float = 0.0,
+                 nbytes: int = 0, flops: float = 0.0, deps: tuple[int, ...] = (), peer: int = -1,
+                 mem_alloc: int = 0, mem_free: int = 0, group: tuple[int, ...] = (),
+                 collective: str = "", algorithm: str = "auto", tag: str = "", version: int = -1):
+        self.id, self.device, self.lane, self.kind, self.name = id, device, lane, kind, name
+        self.stage, self.microbatch, self.phase, self.iteration = stage, microbatch, phase, iteration
+        self.duration, self.nbytes, self.flops = duration, nbytes, flops
+        self.deps, self.peer = tuple(deps), peer
+        self.mem_alloc, self.mem_free = mem_alloc, mem_free
+        self.group, self.collective, self.algorithm, self.tag = tuple(group), collective, algorithm, tag
+        self.version = version
+
+    def __repr__(self) -> str:
+        return f"Op#{self.id}({self.name!r} on gpu{self.device}/{self.lane})"
+
+
+class Program:
+    """Per-device ordered ops with dependencies, plus the static memory of each device."""
+
+    def __init__(self, num_devices: int):
+        self.num_devices = num_devices
+        self.ops: list[Op] = []
+        #: bytes resident on each device for the whole run (weights, grads, optimizer state)
+        self.static_memory: list[int] = [0] * num_devices
+
+    def add(self, device: int, lane: str, kind: str, name: str, **fields) -> Op:
+        """Append an op to ``device``'s ``lane`` (after every op already on that lane)."""
+        op = Op(len(self.ops), device, lane, kind, name, **fields)
+        self.ops.append(op)
+        return op
+
+    def lanes(self) -> dict[tuple[int, str], list[Op]]:
+        """Ops grouped by (device, lane), each list in execution order."""
+        out: dict[tuple[int, str], list[Op]] = defaultdict(list)
+        for op in self.ops:
+            out[(op.device, op.lane)].append(op)
+        return dict(out)
+
+    def check(self) -> None:
+        """Raise :class:`ProgramError` if a dependency is missing, a cycle exists, or a
+        send/recv is unmatched — naming the ops involved."""
+        n = len(self.ops)
+        for op in self.ops:
+            if not 0 <= op.device < self.num_devices:
+                raise ProgramError(f"{op!r} is on device {op.device}, outside 0..{self.num_devices - 1}")
+            for d in op.deps:
+                if not 0 <= d < n:
+                    raise ProgramError(f"{op!r} depends on op #{d}, which does not exist")
+        self._check_matching()
+        self._check_acyclic()
+
+    def _check_matching(self) -> None:
+        ops = self.ops
+        for op in ops:
+            if op.kind not in (SEND, RECV):
+                continue
+            other = ops[op.peer] if 0 <= op.peer < len(ops) else None
+            want = RECV if op.kind == SEND else SEND
+            if other is None or other.kind != want or other.peer != op.id:
+                raise ProgramError(f"{op!r} ({op.kind}) has no matching {want}")
+            if other.nbytes != op.nbytes:
+                raise ProgramError(f"{op!r} and {other!r} disagree on size ({op.nbytes} vs {other.nbytes} bytes)")
+
+    def _check_acyclic(self) -> None:
+        # Kahn's algorithm over explicit deps plus the implicit lane-order edges.
+        succ: list[list[int]] = [[] for _ in self.ops]
+        indeg = [0] * len(self.ops)
+        for lane_ops in self.lanes().values():
+            for a, b in zip(lane_ops, lane_ops[1:]):
+                succ[a.id].append(b.id)
+                indeg[b.id] += 1
+        for op in self.ops:
+            # a recv waits for its send to deliver, an implicit dependency
+            for d in op.deps + ((op.peer,) if op.kind == RECV else ()):
+                succ[d].append(op.id)
+                indeg[op.id] += 1
+        ready = [i for i, k in enumerate(indeg) if k == 0]
+        seen = 0
+        while ready:
+            i = ready.pop()
+            seen += 1
+            for j in succ[i]:
+                indeg[j] -= 1
+                if indeg[j] == 0:
+                    ready.append(j)
+        if seen < len(self.ops):
+            stuck = [self.ops[i] for i, k in enumerate(indeg) if k > 0]
+            names = ", ".join(repr(o) for o in stuck[:8]) + (" …" if len(stuck) > 8 else "")
+            raise ProgramError(f"dependency cycle (would deadlock) among {len(stuck)} ops: {names}")

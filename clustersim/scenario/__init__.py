@@ -1,0 +1,85 @@
+"""Scenarios: what a user asks clustersim to simulate, typed, validated and frozen.
+
+``load_scenario(path_or_dict)`` → :class:`Scenario`; ``Scenario.with_overrides`` makes
+variants; ``Scenario.resolved()`` is the full dict with every default filled, saved with
+every result.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import ScenarioError
+from .loader import apply_overrides, read_yaml, validate_spec
+from .presets import expand_cluster_preset
+from .rules import check_rules, resolve_dp
+from .schema import ScenarioSpec
+
+
+class Scenario:
+    """A validated, immutable scenario and the quantities derived from it.
+
+    Sections are available as typed attributes: ``cluster``, ``model``, ``training``,
+    ``parallel``, ``simulation``. Derived: ``num_gpus``, ``dp``, ``num_microbatches``.
+    """
+
+    __slots__ = ("_raw", "spec", "dp")
+
+    def __init__(self, raw: dict[str, Any]):
+        self._raw = raw
+        self.spec: ScenarioSpec = validate_spec(expand_cluster_preset(raw))
+        check_rules(self.spec)
+        self.dp: int = resolve_dp(self.spec)
+
+    name = property(lambda self: self.spec.name)
+    cluster = property(lambda self: self.spec.cluster)
+    model = property(lambda self: self.spec.model)
+    training = property(lambda self: self.spec.training)
+    parallel = property(lambda self: self.spec.parallel)
+    simulation = property(lambda self: self.spec.simulation)
+
+    @property
+    def num_gpus(self) -> int:
+        return self.spec.cluster.num_gpus
+
+    @property
+    def num_microbatches(self) -> int:
+        """m = global_batch / (micro_batch × dp)."""
+        tr = self.spec.training
+        return tr.global_batch // (tr.micro_batch * self.dp)
+
+    def with_overrides(self, overrides: dict[str, Any]) -> Scenario:
+        """A new Scenario with dotted keys replaced, e.g. ``{"parallel.pp": 4}``."""
+        return Scenario(apply_overrides(self._raw, overrides))
+
+    def resolved(self) -> dict[str, Any]:
+        """Every field with its value in base units, defaults filled, dp resolved."""
+        out = self.spec.model_dump(mode="json")
+        out["parallel"]["dp"] = self.dp
+        return out
+
+    def to_yaml(self) -> str:
+        """The resolved scenario as YAML (what ``res.save`` writes)."""
+        return yaml.safe_dump(self.resolved(), sort_keys=False)
+
+    def __repr__(self) -> str:
+        p = self.spec.parallel
+        return (f"Scenario({self.name!r}, gpus={self.num_gpus}, tp={p.tp}, pp={p.pp}, dp={self.dp}, "
+                f"schedule={p.schedule!r}, m={self.num_microbatches})")
+
+
+def load_scenario(source: str | Path | dict[str, Any] | Scenario) -> Scenario:
+    """Load and validate a scenario from a YAML path or a dict (or pass a Scenario through)."""
+    if isinstance(source, Scenario):
+        return source
+    if isinstance(source, dict):
+        return Scenario(source)
+    if isinstance(source, (str, Path)):
+        return Scenario(read_yaml(source))
+    raise ScenarioError("scenario", source, "expected a YAML file path or a dict")
+
+
+__all__ = ["Scenario", "load_scenario"]

@@ -1,0 +1,104 @@
+"""Scenario I/O: load YAML or a dict, apply dotted overrides, turn pydantic errors into ours.
+
+A validation failure becomes one :class:`ScenarioError` whose message names the field
+path (``parallel.schedule``), the bad value and what is accepted — one line per problem.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from ..errors import ScenarioError
+from .schema import ScenarioSpec
+
+# Pydantic appends the branch of a union it tried (e.g. 'int', "literal['auto']") to an
+# error's location; users know fields, not branches, so those parts are dropped.
+_BRANCH_TAGS = ("int", "float", "str", "bool", "none", "function-", "constrained-", "literal[", "union[")
+
+
+def _is_branch(part: object) -> bool:
+    return isinstance(part, str) and part.startswith(_BRANCH_TAGS) and not part.isidentifier() or part in (
+        "int", "float", "str", "bool", "none")
+
+
+def _fields_at(loc: tuple) -> list[str]:
+    """Field names accepted at the model that location ``loc`` points into."""
+    model: type[BaseModel] | None = ScenarioSpec
+    for part in loc:
+        if model is None or not isinstance(part, str) or part not in model.model_fields:
+            break
+        ann = model.model_fields[part].annotation
+        model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+        if model is None:
+            break
+    return sorted(model.model_fields) if model is not None else []
+
+
+def _to_scenario_error(exc: ValidationError) -> ScenarioError:
+    lines, first = [], None
+    for err in exc.errors():
+        loc = tuple(p for p in err["loc"] if not _is_branch(p))
+        path = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in loc).replace(".[", "[")
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = f"unknown field; accepted fields here: {', '.join(_fields_at(loc[:-1]))}"
+        elif err["type"] == "missing":
+            msg = "this field is required"
+        value = None if err["type"] == "missing" else err.get("input")
+        line = f"{path}: {msg}" if err["type"] == "missing" else f"{path}: {value!r} is invalid; {msg}"
+        if line not in lines:
+            lines.append(line)
+            first = first or (path, value, msg)
+    out = ScenarioError(*first)
+    out.args = ("\n".join(lines),)
+    return out
+
+
+def validate_spec(raw: dict[str, Any]) -> ScenarioSpec:
+    """Validate a raw scenario dict field by field; raise ScenarioError on the first problems."""
+    if not isinstance(raw, dict):
+        raise ScenarioError("scenario", raw, "expected a mapping with sections cluster, model, training, …")
+    try:
+        return ScenarioSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise _to_scenario_error(exc) from None
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a scenario file; a missing file or bad YAML is a ScenarioError naming the file."""
+    p = Path(path)
+    if not p.is_file():
+        raise ScenarioError("scenario", str(path), "expected the path of an existing YAML file")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        raise ScenarioError("scenario", str(path), f"not valid YAML: {exc}") from None
+    return data
+
+
+def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Return a copy of ``raw`` with dotted keys (``"parallel.pp"``) set to new values.
+
+    String values are read as YAML scalars, so ``"4"`` becomes 4 and ``"true"`` True, as
+    they arrive from the command line.
+    """
+    out = copy.deepcopy(raw)
+    for key, value in overrides.items():
+        if isinstance(value, str):
+            value = yaml.safe_load(value) if value.strip() else value
+        parts = key.split(".")
+        node = out
+        for part in parts[:-1]:
+            nxt = node.get(part)
+            if nxt is None:
+                nxt = node[part] = {}
+            if not isinstance(nxt, dict):
+                raise ScenarioError(key, value, f"{part!r} is not a section, so it has no field {parts[-1]!r}")
+            node = nxt
+        node[parts[-1]] = value
+    return out

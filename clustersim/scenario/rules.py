@@ -1,0 +1,63 @@
+"""Cross-field rules of a scenario: what must hold between sections.
+
+Field-level checks live in the schema; these need two or more fields at once (the plan
+must cover the GPUs exactly, the batch must split into micro-batches, the layers into
+stages). Each rule raises :class:`ScenarioError` naming the field a user should change.
+"""
+
+from __future__ import annotations
+
+from ..errors import ScenarioError
+from .schema import ScenarioSpec
+
+
+def resolve_dp(spec: ScenarioSpec) -> int:
+    """The data-parallel degree: explicit, or GPUs / (tp × pp) when ``auto``."""
+    n, tp, pp = spec.cluster.num_gpus, spec.parallel.tp, spec.parallel.pp
+    if spec.parallel.dp != "auto":
+        return spec.parallel.dp
+    if n % (tp * pp):
+        raise ScenarioError(
+            "parallel.dp", "auto",
+            f"the cluster's {n} GPUs do not divide by tp × pp = {tp} × {pp}; change tp/pp or the cluster",
+        )
+    return n // (tp * pp)
+
+
+def check_rules(spec: ScenarioSpec) -> None:
+    """Raise ScenarioError for the first cross-field rule the scenario breaks."""
+    n, par = spec.cluster.num_gpus, spec.parallel
+    dp = resolve_dp(spec)
+    if par.tp * par.pp * dp != n:
+        raise ScenarioError(
+            "parallel", f"tp={par.tp} pp={par.pp} dp={dp}",
+            f"tp × pp × dp must equal the cluster's {n} GPUs (nodes × gpus_per_node)",
+        )
+    if par.tp > 1 and spec.model.kind == "synthetic":
+        raise ScenarioError(
+            "parallel.tp", par.tp,
+            "a synthetic model has per-GPU layer times and cannot be split by tensor parallelism; accepted: 1",
+        )
+    layers = spec.model.layers
+    if layers % (par.pp * par.virtual_stages):
+        raise ScenarioError(
+            "parallel.pp", par.pp,
+            f"model.layers = {layers} must divide evenly into pp × virtual_stages = "
+            f"{par.pp * par.virtual_stages} stages; accepted: a divisor of {layers}",
+        )
+    tr = spec.training
+    if tr.global_batch % (tr.micro_batch * dp):
+        raise ScenarioError(
+            "training.global_batch", tr.global_batch,
+            f"must be a multiple of micro_batch × dp = {tr.micro_batch} × {dp} = {tr.micro_batch * dp}",
+        )
+    if spec.model.backward_weight > spec.model.backward:
+        raise ScenarioError(
+            "model.backward_weight", spec.model.backward_weight,
+            f"the weight-gradient part cannot exceed the whole backward ({spec.model.backward} s)",
+        )
+    if spec.cluster.nodes > 1 and spec.cluster.topology.get("kind") == "single_node":
+        raise ScenarioError(
+            "cluster.topology.kind", "single_node",
+            f"a cluster of {spec.cluster.nodes} nodes needs a multi-node topology (e.g. fat_tree)",
+        )

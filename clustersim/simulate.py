@@ -1,0 +1,104 @@
+"""``simulate(scenario) -> Result``: scenario → plan and costs → Program → engine → Result."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import simpy
+
+from .engine.interpreter import Engine
+from .engine.network_setup import build_network
+from .hardware.gpus import get_gpu
+from .parallel.plan import Plan
+from .program import Program
+from .scenario import Scenario, load_scenario
+from .schedules import SCHEDULES, compile_pipeline
+from .trace import metrics
+from .trace.recorder import Recorder
+from .trace.result import Result, spans_frame
+from .workload.stage_cost import stage_costs
+
+GIB = 2**30
+
+
+def plan_of(sc: Scenario) -> Plan:
+    """The parallel plan of a scenario."""
+    return Plan(tp=sc.parallel.tp, pp=sc.parallel.pp, dp=sc.dp, gpus_per_node=sc.cluster.gpus_per_node)
+
+
+def compile_scenario(sc: Scenario) -> Program:
+    """The checked Program a scenario compiles to (without running it)."""
+    plan = plan_of(sc)
+    prog = compile_pipeline(SCHEDULES[sc.parallel.schedule], plan, stage_costs(sc.model, plan.pp),
+                            sc.num_microbatches, sc.simulation.iterations)
+    prog.check()
+    return prog
+
+
+def simulate(scenario: Scenario | str | Path | dict[str, Any]) -> Result:
+    """Simulate a scenario (a Scenario, a YAML path or a dict) and return its Result."""
+    sc = load_scenario(scenario)
+    wall0 = time.perf_counter()
+    prog = compile_scenario(sc)
+    env, rec = simpy.Environment(), Recorder()
+    fabric = build_network(sc, env, rec)
+    capacity = [get_gpu(sc.cluster.gpu).memory_bytes] * prog.num_devices
+    engine = Engine(prog, env, fabric, rec, capacity)
+    engine.run()
+    wall = time.perf_counter() - wall0
+    return build_result(sc, engine, rec, wall)
+
+
+def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> Result:
+    """Assemble the Result tables and summary from what the run recorded."""
+    plan = plan_of(sc)
+    spans = spans_frame(rec.spans)
+    window = metrics.iteration_window(spans)
+    t0, t1 = window
+    iter_time = t1 - t0
+    bubbles = metrics.device_bubbles(spans, window)
+    comp = spans[spans["lane"] == "compute"]
+    busy_all = comp.groupby("device")["end_s"].sum() - comp.groupby("device")["start_s"].sum()
+    makespan = float(spans["end_s"].max())
+    rows = []
+    for dev in range(plan.num_devices):
+        stage, dp_rank, tp_rank = plan.coords(dev)
+        name = f"gpu{dev}"
+        rows.append({
+            "device": name, "node": plan.node(dev), "stage": stage, "tp_rank": tp_rank, "dp_rank": dp_rank,
+            "busy_fraction": float(busy_all.get(name, 0.0)) / makespan if makespan > 0 else 0.0,
+            "bubble_fraction": bubbles.get(name, 1.0),
+            "peak_memory_bytes": engine.memory.peak[dev],
+            "memory_capacity_bytes": engine.memory.capacity[dev],
+            "oom": engine.memory.oom(dev),
+        })
+    devices = pd.DataFrame(rows)
+    stage_bubble = devices.groupby("stage")["bubble_fraction"].mean()
+    samples = sc.training.global_batch
+    summary = {
+        "name": sc.name,
+        "iteration_time_s": iter_time,
+        "samples_per_s": samples / iter_time if iter_time > 0 else float("inf"),
+        "bubble_fraction": float(stage_bubble.mean()),
+        "bubble_fraction_max": float(stage_bubble.max()),
+        "exposed_comm_fraction": metrics.exposed_comm(spans, window),
+        "peak_memory_gib": float(devices["peak_memory_bytes"].max()) / GIB,
+        "oom": bool(devices["oom"].any()),
+        "num_gpus": plan.num_devices,
+        "tp": plan.tp, "pp": plan.pp, "dp": plan.dp,
+        "schedule": sc.parallel.schedule,
+        "num_microbatches": sc.num_microbatches,
+        "iterations": sc.simulation.iterations,
+        "network": sc.simulation.network,
+        "sim_events": engine.events,
+        "wall_time_s": wall_s,
+    }
+    memory = pd.DataFrame.from_records(rec.memory, columns=["device", "time_s", "allocated_bytes"])
+    memory["device"] = "gpu" + memory["device"].astype(str)
+    return Result(summary, spans, devices, memory, sc.resolved())
+
+
+__all__ = ["simulate", "compile_scenario", "plan_of"]

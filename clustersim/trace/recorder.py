@@ -1,0 +1,37 @@
+"""The trace recorder: the engine's and the fabric's only way to say what happened.
+
+The hot path appends one plain tuple per activity to ``Recorder.spans`` — no pandas,
+no formatting. The tuple's fields are :data:`SPAN_FIELDS`, in that order; the Result
+turns the list into the ``res.spans`` DataFrame once, at the end.
+
+Field meanings:
+  device      GPU name (``"gpu3"``) or link name (``"gpu3->nvswitch0"``)
+  lane        ``compute``, ``send``, ``recv``, ``comm`` … for GPUs; ``link`` for links
+  kind        ``compute``, ``send``, ``recv``, ``collective``, ``optimizer``, ``link`` …
+  name        human label (``"F3"``, ``"B3"``, ``"send F3"``, a flow label for links)
+  stage       pipeline stage, -1 where none
+  microbatch  micro-batch index, -1 where none
+  start_s, end_s   simulated seconds
+  bytes       bytes moved (0 for compute)
+  flops       FLOPs executed (0 for communication)
+  phase       ``F`` forward, ``B`` backward (input grad, or whole backward), ``W`` weight grad,
+              ``O`` optimizer, ``""`` for communication and links
+  iteration   training iteration index, -1 for links
+"""
+
+from __future__ import annotations
+
+SPAN_FIELDS = (
+    "device", "lane", "kind", "name", "stage", "microbatch", "start_s", "end_s", "bytes", "flops", "phase", "iteration",
+)
+
+
+class Recorder:
+    """Collects span tuples (see :data:`SPAN_FIELDS`) and memory samples during a run."""
+
+    __slots__ = ("spans", "memory")
+
+    def __init__(self) -> None:
+        self.spans: list[tuple] = []
+        #: (device, time_s, allocated_bytes) after every allocation change
+        self.memory: list[tuple] = []

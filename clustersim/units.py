@@ -1,0 +1,101 @@
+"""One parser for every quantity a scenario may hold.
+
+Quantities are numbers in base units (seconds, bytes, bytes/s, FLOP/s, FLOPs) or
+strings with a unit: ``"1.5 ms"``, ``"200 Gbit/s"``, ``"25 GB/s"``, ``"16 MiB"``,
+``"312 TFLOP/s"``. Units are converted here, at the edge, and nowhere else: inside
+clustersim time is float seconds, sizes are int bytes, rates are float bytes/s.
+
+Decimal prefixes (k, M, G, T, P) are powers of 1000; binary prefixes (Ki, Mi, Gi, Ti)
+are powers of 1024. ``b``/``bit`` means bits (divided by 8 into bytes); ``B`` means bytes.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import ScenarioError
+
+_DEC = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+_BIN = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
+_TIME = {"s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "min": 60.0, "h": 3600.0}
+
+_NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
+_RE = re.compile(rf"^\s*{_NUM}\s*([A-Za-zµ/]*)\s*$")
+
+#: what each kind of quantity is measured in, for error messages
+KIND_UNITS = {
+    "time": "a time such as 1.5 ms, 30 us, 2 s (bare numbers are seconds)",
+    "bytes": "a size such as 16 MiB, 80 GiB, 4096 B (bare numbers are bytes)",
+    "bandwidth": "a rate such as 200 Gbit/s, 25 GB/s (bare numbers are bytes/s)",
+    "flops": "a rate such as 312 TFLOP/s (bare numbers are FLOP/s)",
+}
+
+
+def _prefix(p: str) -> float | None:
+    if p in _BIN:
+        return _BIN[p]
+    return _DEC.get(p)
+
+
+def _convert(num: float, unit: str, kind: str) -> float | None:
+    if unit == "":
+        return num
+    if kind == "time":
+        return num * _TIME[unit] if unit in _TIME else None
+    if kind == "bytes":
+        m = re.fullmatch(r"(Ki|Mi|Gi|Ti|Pi|[kKMGTPE]?)(B|bit|b)", unit)
+        if not m:
+            return None
+        scale = _prefix(m.group(1))
+        return num * scale / (8.0 if m.group(2) in ("b", "bit") else 1.0)
+    if kind == "bandwidth":
+        m = re.fullmatch(r"(Ki|Mi|Gi|Ti|[kKMGTP]?)(B|bit|b)(/s|ps)", unit)
+        if not m:
+            return None
+        scale = _prefix(m.group(1))
+        return num * scale / (8.0 if m.group(2) in ("b", "bit") else 1.0)
+    if kind == "flops":
+        m = re.fullmatch(r"([kKMGTPE]?)(FLOP|FLOPS|flop|flops)(/s)?", unit)
+        if not m:
+            return None
+        return num * _DEC[m.group(1)]
+    raise ValueError(f"unknown quantity kind {kind!r}")
+
+
+def parse(value: object, kind: str, field: str = "value") -> float:
+    """Parse ``value`` as a quantity of ``kind`` ('time', 'bytes', 'bandwidth', 'flops').
+
+    Returns the value in base units as a float. Raises :class:`ScenarioError` naming
+    ``field`` when the value is not a quantity of that kind.
+    """
+    if isinstance(value, bool):
+        raise ScenarioError(field, value, f"expected {KIND_UNITS[kind]}")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        m = _RE.match(value)
+        if m:
+            out = _convert(float(m.group(1)), m.group(2), kind)
+            if out is not None:
+                return out
+    raise ScenarioError(field, value, f"expected {KIND_UNITS[kind]}")
+
+
+def parse_time(value: object, field: str = "value") -> float:
+    """Seconds from a time quantity ("1.5 ms" → 0.0015)."""
+    return parse(value, "time", field)
+
+
+def parse_bytes(value: object, field: str = "value") -> int:
+    """Whole bytes from a size quantity ("16 MiB" → 16777216)."""
+    return int(round(parse(value, "bytes", field)))
+
+
+def parse_bandwidth(value: object, field: str = "value") -> float:
+    """Bytes per second from a rate ("200 Gbit/s" → 2.5e10)."""
+    return parse(value, "bandwidth", field)
+
+
+def parse_flops(value: object, field: str = "value") -> float:
+    """FLOP/s from a compute rate ("312 TFLOP/s" → 3.12e14)."""
+    return parse(value, "flops", field)

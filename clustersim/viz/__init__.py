@@ -1,0 +1,1 @@
+"""Pictures of a Result: Gantt timelines and utilization (matplotlib), from spans only."""
