@@ -27,6 +27,11 @@ def resolve_dp(spec: ScenarioSpec) -> int:
 def check_rules(spec: ScenarioSpec) -> None:
     """Raise ScenarioError for the first cross-field rule the scenario breaks."""
     n, par = spec.cluster.num_gpus, spec.parallel
+    if spec.cluster.nodes > 1 and spec.cluster.topology.get("kind") == "single_node":
+        raise ScenarioError(
+            "cluster.topology.kind", "single_node",
+            f"a cluster of {spec.cluster.nodes} nodes needs a multi-node topology (e.g. fat_tree)",
+        )
     dp = resolve_dp(spec)
     if par.tp * par.pp * dp != n:
         raise ScenarioError(
@@ -55,9 +60,4 @@ def check_rules(spec: ScenarioSpec) -> None:
         raise ScenarioError(
             "model.backward_weight", spec.model.backward_weight,
             f"the weight-gradient part cannot exceed the whole backward ({spec.model.backward} s)",
-        )
-    if spec.cluster.nodes > 1 and spec.cluster.topology.get("kind") == "single_node":
-        raise ScenarioError(
-            "cluster.topology.kind", "single_node",
-            f"a cluster of {spec.cluster.nodes} nodes needs a multi-node topology (e.g. fat_tree)",
         )

@@ -117,12 +117,18 @@ class TrainingSpec(_Spec):
     micro_batch: int = Field(default=1, ge=1)
 
 
+def _dp_value(dp: object) -> int | str:
+    if dp == "auto" or (isinstance(dp, int) and not isinstance(dp, bool) and dp >= 1):
+        return dp
+    raise ValueError("expected a whole number ≥ 1 or 'auto' (GPUs / (tp × pp))")
+
+
 class ParallelSpec(_Spec):
     """The parallel plan: degrees of tensor, pipeline and data parallelism, and schedule."""
 
     tp: int = Field(default=1, ge=1)
     pp: int = Field(default=1, ge=1)
-    dp: int | Literal["auto"] = "auto"
+    dp: Annotated[int | str, BeforeValidator(_dp_value)] = "auto"
     schedule: str = "1f1b"
     virtual_stages: int = Field(default=1, ge=1)
 
@@ -134,13 +140,6 @@ class ParallelSpec(_Spec):
         if name not in SCHEDULES:
             raise ValueError(f"not a known schedule; known: {', '.join(sorted(SCHEDULES))}")
         return name
-
-    @field_validator("dp")
-    @classmethod
-    def _positive_dp(cls, dp: int | str) -> int | str:
-        if isinstance(dp, int) and dp < 1:
-            raise ValueError("expected a whole number ≥ 1 or 'auto'")
-        return dp
 
 
 class SimulationSpec(_Spec):

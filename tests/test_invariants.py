@@ -1,0 +1,95 @@
+"""Invariants on random pipeline scenarios (hypothesis).
+
+Every op runs exactly once; no op starts before its dependencies end (nor a recv before
+its send starts); no lane runs two ops at once; utilization stays in [0, 1]; memory never
+negative; the iteration time is at least the critical-path lower bound — and, on the
+contention-free direct network, equals it.
+"""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import clustersim as cs
+from tests.conftest import synthetic
+
+scenarios = st.builds(
+    lambda p, m, lps, f, b, c, sched, its, opt, act: synthetic(
+        p, m, f, b, layers_per_stage=lps, schedule=sched, latency=c, iterations=its, optimizer=opt,
+        activation=act, params=2**20),
+    p=st.integers(1, 6), m=st.integers(1, 10), lps=st.integers(1, 3),
+    f=st.floats(1e-5, 1e-2), b=st.floats(1e-5, 1e-2), c=st.sampled_from([0.0, 1e-5, 3e-4, 5e-3]),
+    sched=st.sampled_from(sorted(cs.SCHEDULES)), its=st.integers(1, 2), opt=st.sampled_from([0.0, 1e-3]),
+    act=st.sampled_from([0, 2**16]),
+)
+
+
+def critical_path(prog: cs.Program, transfer) -> float:
+    """Longest path through deps + lane order, ops weighted by their idle-network duration."""
+    end = [0.0] * len(prog.ops)
+    lane_end: dict = {}
+    # Program op ids respect every dependency except recv→send and later-added deps;
+    # iterate to a fixed point (DAG, so at most len(ops) rounds; in practice few).
+    changed = True
+    while changed:
+        changed = False
+        lane_end.clear()
+        for op in prog.ops:
+            ready = max([lane_end.get((op.device, op.lane), 0.0)] + [end[d] for d in op.deps])
+            if op.kind == "compute":
+                e = ready + op.duration
+            elif op.kind == "send":
+                e = ready + transfer(op.nbytes)
+            else:  # recv
+                e = max(ready, end[op.peer])
+            lane_end[(op.device, op.lane)] = e
+            if e != end[op.id]:
+                end[op.id], changed = e, True
+    return max(end)
+
+
+@settings(max_examples=60, deadline=None)
+@given(raw=scenarios)
+def test_invariants(raw):
+    sc = cs.load_scenario(raw)
+    prog = cs.compile_scenario(sc)
+    res = cs.simulate(sc)
+    spans = res.spans
+    # every op exactly once: spans ↔ ops one to one by (device, lane, name, iteration)
+    key = lambda d, lane, n, it: (d, lane, n, it)  # noqa: E731
+    span_at = {key(*r): (s, e) for *r, s, e in zip(spans["device"], spans["lane"], spans["name"],
+                                                  spans["iteration"], spans["start_s"], spans["end_s"])}
+    assert len(span_at) == len(spans) == len(prog.ops)
+    op_span = [span_at[(f"gpu{o.device}", o.lane, o.name, o.iteration)] for o in prog.ops]
+    for o in prog.ops:
+        s, _ = op_span[o.id]
+        for d in o.deps:
+            assert s >= op_span[d][1] - 1e-12, (o, prog.ops[d])
+        if o.kind == "recv":
+            assert s >= op_span[o.peer][0] - 1e-12
+            assert op_span[o.id][1] >= op_span[o.peer][1] - 1e-15  # ends once the bytes arrived
+    # no lane runs two ops at once
+    for _, df in spans.groupby(["device", "lane"]):
+        df = df.sort_values("start_s")
+        assert (df["start_s"].to_numpy()[1:] >= df["end_s"].to_numpy()[:-1] - 1e-12).all()
+    util = res.utilization()
+    assert ((util["busy_fraction"] >= 0) & (util["busy_fraction"] <= 1 + 1e-12)).all()
+    assert (res.memory["allocated_bytes"] >= 0).all()
+    assert 0 <= res.summary["bubble_fraction"] <= 1
+    lat = sc.cluster.intra_node.latency
+    bw = sc.cluster.intra_node.bandwidth
+    cp = critical_path(prog, lambda n: lat + n / bw)
+    makespan = spans["end_s"].max()
+    assert makespan >= cp - 1e-12
+    assert makespan == pytest.approx(cp, rel=1e-12)  # direct network: no contention, so equal
+    if sc.simulation.iterations == 1:
+        assert res.summary["iteration_time_s"] == pytest.approx(makespan, rel=1e-12)
+
+
+def test_same_scenario_twice_gives_identical_spans():
+    raw = synthetic(5, 9, 1.1e-3, 2.3e-3, latency=2e-4, activation=2**20, iterations=2)
+    a, b = cs.simulate(raw), cs.simulate(raw)
+    assert a.spans.equals(b.spans)
+    assert a.memory.equals(b.memory)
+    assert {k: v for k, v in a.summary.items() if k != "wall_time_s"} == \
+        {k: v for k, v in b.summary.items() if k != "wall_time_s"}

@@ -1,0 +1,110 @@
+"""Malformed Programs fail before running; stalled runs fail with the stuck ops named."""
+
+import pytest
+import simpy
+
+import clustersim as cs
+from clustersim.engine.interpreter import Engine
+from clustersim.network import DirectFabric
+from clustersim.trace.recorder import Recorder
+
+
+def _run(prog: cs.Program):
+    env, rec = simpy.Environment(), Recorder()
+    Engine(prog, env, DirectFabric(env, rec, 1e9, 0.0), rec, [10**12] * prog.num_devices).run()
+    return rec
+
+
+def _cycle() -> cs.Program:
+    prog = cs.Program(2)
+    a = prog.add(0, "compute", "compute", "A", duration=1.0)
+    b = prog.add(1, "compute", "compute", "B", duration=1.0, deps=(a.id,))
+    a.deps = (b.id,)
+    return prog
+
+
+def test_cycle_is_rejected_naming_ops():
+    with pytest.raises(cs.ProgramError, match=r"cycle.*'A' on gpu0.*'B' on gpu1"):
+        _cycle().check()
+
+
+def test_cycle_through_lane_order_is_rejected():
+    # B waits on D on the other device, but D's lane has C first, and C waits on B's successor.
+    prog = cs.Program(2)
+    b = prog.add(0, "compute", "compute", "B", duration=1.0)
+    b2 = prog.add(0, "compute", "compute", "B2", duration=1.0)
+    c = prog.add(1, "compute", "compute", "C", duration=1.0, deps=(b2.id,))
+    d = prog.add(1, "compute", "compute", "D", duration=1.0)
+    b.deps = (d.id,)
+    assert c.id < d.id
+    with pytest.raises(cs.ProgramError, match="cycle"):
+        prog.check()
+
+
+def test_unmatched_recv_is_rejected():
+    prog = cs.Program(2)
+    prog.add(1, "recv", "recv", "recv X", nbytes=10)
+    with pytest.raises(cs.ProgramError, match=r"'recv X' on gpu1/recv.*no matching send"):
+        prog.check()
+
+
+def test_send_recv_size_mismatch_is_rejected():
+    prog = cs.Program(2)
+    s = prog.add(0, "send", "send", "send X", nbytes=10)
+    r = prog.add(1, "recv", "recv", "recv X", nbytes=20, peer=s.id)
+    s.peer = r.id
+    with pytest.raises(cs.ProgramError, match="disagree on size"):
+        prog.check()
+
+
+def test_missing_dependency_is_rejected():
+    prog = cs.Program(1)
+    prog.add(0, "compute", "compute", "A", deps=(7,))
+    with pytest.raises(cs.ProgramError, match="depends on op #7, which does not exist"):
+        prog.check()
+
+
+def test_unchecked_deadlock_stalls_with_report():
+    with pytest.raises(cs.SimulationStall) as e:
+        _run(_cycle())
+    msg = str(e.value)
+    assert "2 ops unfinished" in msg
+    assert "'A' on gpu0/compute) waits for Op#1('B' on gpu1/compute)" in msg
+
+
+def test_collective_member_that_never_arrives_is_named():
+    prog = cs.Program(3)
+    for dev in (0, 1):  # gpu2 is in the group but has no op for it
+        prog.add(dev, "comm", "collective", "allreduce", nbytes=100, group=(0, 1, 2),
+                 collective="all_reduce", tag="ar0")
+    prog.check()
+    with pytest.raises(cs.SimulationStall, match="never arrived: gpu2"):
+        _run(prog)
+
+
+def test_bad_schedule_order_is_rejected():
+    @cs.register_schedule("test_broken", "drops a backward")
+    def broken(stage, p, m):
+        return [("F", j) for j in range(m)] + [("B", j) for j in range(m - 1)]
+
+    try:
+        sc = cs.load_scenario(__import__("tests.conftest", fromlist=["synthetic"]).synthetic(2, 3, schedule="test_broken"))
+        with pytest.raises(cs.ProgramError, match="'test_broken' stage 0: the order must hold F and B"):
+            cs.simulate(sc)
+    finally:
+        del cs.SCHEDULES["test_broken"]
+
+
+def test_custom_schedule_runs():
+    @cs.register_schedule("test_fifo", "GPipe with first-in-first-out backwards")
+    def fifo(stage, p, m):
+        return [("F", j) for j in range(m)] + [("B", j) for j in range(m)]
+
+    try:
+        from tests.conftest import synthetic
+
+        p, m, f, b = 3, 5, 1e-3, 2e-3
+        res = cs.simulate(synthetic(p, m, f, b, schedule="test_fifo"))
+        assert res.summary["iteration_time_s"] == pytest.approx((m + p - 1) * (f + b), rel=1e-12)
+    finally:
+        del cs.SCHEDULES["test_fifo"]
