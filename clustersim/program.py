@@ -15,11 +15,12 @@ without its recv.
 
 from __future__ import annotations
 
-from collections import defaultdict
+import sys
 
 from .errors import ProgramError
 
 COMPUTE, SEND, RECV, COLLECTIVE = "compute", "send", "recv", "collective"
+OP_KINDS = (COMPUTE, SEND, RECV, COLLECTIVE)
 
 
 class Op:
@@ -35,7 +36,7 @@ class Op:
     __slots__ = (
         "id", "device", "lane", "kind", "name", "stage", "microbatch", "phase", "iteration",
         "duration", "nbytes", "flops", "deps", "peer", "mem_alloc", "mem_free",
-        "group", "collective", "algorithm", "tag", "version",
+        "group", "collective", "algorithm", "tag", "version", "lane_id",
     )
 
     def __init__(self, id: int, device: int, lane: str, kind: str, name: str, *, stage: int = -1,
@@ -43,13 +44,15 @@ class Op:
                  nbytes: int = 0, flops: float = 0.0, deps: tuple[int, ...] = (), peer: int = -1,
                  mem_alloc: int = 0, mem_free: int = 0, group: tuple[int, ...] = (),
                  collective: str = "", algorithm: str = "auto", tag: str = "", version: int = -1):
-        self.id, self.device, self.lane, self.kind, self.name = id, device, lane, kind, name
+        # interned, so the engine's hot path can compare kinds by identity
+        self.id, self.device, self.lane, self.kind, self.name = id, device, lane, sys.intern(kind), name
         self.stage, self.microbatch, self.phase, self.iteration = stage, microbatch, phase, iteration
         self.duration, self.nbytes, self.flops = duration, nbytes, flops
         self.deps, self.peer = tuple(deps), peer
         self.mem_alloc, self.mem_free = mem_alloc, mem_free
         self.group, self.collective, self.algorithm, self.tag = tuple(group), collective, algorithm, tag
         self.version = version
+        self.lane_id = -1  # index of (device, lane) in Program.lanes(), set by Program.add
 
     def __repr__(self) -> str:
         return f"Op#{self.id}({self.name!r} on gpu{self.device}/{self.lane})"
@@ -61,21 +64,28 @@ class Program:
     def __init__(self, num_devices: int):
         self.num_devices = num_devices
         self.ops: list[Op] = []
+        self._lanes: dict[tuple[int, str], list[Op]] = {}
         #: bytes resident on each device for the whole run (weights, grads, optimizer state)
         self.static_memory: list[int] = [0] * num_devices
 
     def add(self, device: int, lane: str, kind: str, name: str, **fields) -> Op:
         """Append an op to ``device``'s ``lane`` (after every op already on that lane)."""
+        if kind not in OP_KINDS:
+            raise ProgramError(f"op {name!r}: kind {kind!r} is not one of {', '.join(OP_KINDS)}")
         op = Op(len(self.ops), device, lane, kind, name, **fields)
         self.ops.append(op)
+        lane_ops = self._lanes.get((device, lane))
+        if lane_ops is None:
+            lane_ops = self._lanes[(device, lane)] = []
+            op.lane_id = len(self._lanes) - 1
+        else:
+            op.lane_id = lane_ops[0].lane_id
+        lane_ops.append(op)
         return op
 
     def lanes(self) -> dict[tuple[int, str], list[Op]]:
-        """Ops grouped by (device, lane), each list in execution order."""
-        out: dict[tuple[int, str], list[Op]] = defaultdict(list)
-        for op in self.ops:
-            out[(op.device, op.lane)].append(op)
-        return dict(out)
+        """Ops grouped by (device, lane), each list in execution order (do not mutate)."""
+        return self._lanes
 
     def check(self) -> None:
         """Raise :class:`ProgramError` if a dependency is missing, a cycle exists, or a

@@ -55,7 +55,7 @@ def simulate(scenario: Scenario | str | Path | dict[str, Any]) -> Result:
 def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> Result:
     """Assemble the Result tables and summary from what the run recorded."""
     plan = plan_of(sc)
-    spans = spans_frame(rec.spans)
+    spans = spans_frame(engine.program, rec)
     window = metrics.iteration_window(spans)
     t0, t1 = window
     iter_time = t1 - t0

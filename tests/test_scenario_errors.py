@@ -21,7 +21,7 @@ def _error(overrides: dict, base: dict = BASE) -> str:
 
 @pytest.mark.parametrize("overrides,message", [
     ({"parallel.schedule": "gpip"}, "parallel.schedule: 'gpip' is invalid; not a known schedule; known: 1f1b, gpipe"),
-    ({"cluster.gpu": "A200"}, "cluster.gpu: 'A200' is invalid; not a known GPU; known: A100-SXM4-80GB"),
+    ({"cluster.gpu": "A200"}, "cluster.gpu: 'A200' is invalid; not a known GPU; known: A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB"),
     ({"model.forward": "-1 ms"}, "model.forward: '-1 ms' is invalid; Input should be greater than or equal to 0"),
     ({"model.backward": "5 GB"}, "model.backward: '5 GB' is invalid; expected a time such as 1.5 ms"),
     ({"cluster.intra_node.bandwidth": "10 ms"}, "cluster.intra_node.bandwidth: '10 ms' is invalid; expected a rate such as 200 Gbit/s"),

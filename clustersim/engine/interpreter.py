@@ -39,30 +39,27 @@ class Engine:
         self.program, self.env, self.fabric, self.recorder = program, env, fabric, recorder
         self.memory = MemoryLedger(program.static_memory, memory_capacity, recorder)
         self.collective_options = collective_options or {}
-        n = len(program.ops)
+        ops = program.ops
+        n = len(ops)
         self.start = [-1.0] * n
         self.finished = [False] * n
         self.posted = [False] * n
-        ops = program.ops
-        lanes = program.lanes()
-        lane_of = {}
-        for key, lane_ops in lanes.items():
-            for op in lane_ops:
-                lane_of[op.id] = key
         # Completion events only where another lane waits (cross-lane deps, recv on send).
-        need = set()
+        waits: list[tuple[int, ...]] = []
+        need = [False] * n
         for op in ops:
-            for d in op.deps:
-                if lane_of[d] != lane_of[op.id]:
-                    need.add(d)
+            lid = op.lane_id
+            w = tuple(d for d in op.deps if ops[d].lane_id != lid)
+            waits.append(w)
+            for d in w:
+                need[d] = True
             if op.kind == RECV:
-                need.add(op.peer)
-        self.done: list[simpy.Event | None] = [env.event() if i in need else None for i in range(n)]
-        self.waits: list[tuple[int, ...]] = [
-            tuple(d for d in op.deps if lane_of[d] != lane_of[op.id]) for op in ops
-        ]
+                need[op.peer] = True
+        self.waits = waits
+        self.done: list[simpy.Event | None] = [env.event() if x else None for x in need]
+        self.names = [f"gpu{d}" for d in range(program.num_devices)]
         self._rendezvous: dict[str, list] = {}
-        self.lanes = lanes
+        self.lanes = program.lanes()
         self.events = 0
 
     def run(self) -> None:
@@ -70,46 +67,51 @@ class Engine:
         for lane_ops in self.lanes.values():
             self.env.process(self._lane(lane_ops))
         self.env.run()
+        # SimPy numbers every scheduled event from an itertools.count; all were processed
+        # once run() returns, so this is the number of simulated events.
+        self.events = next(self.env._eid)
         if not all(self.finished):
             raise SimulationStall(self._stall_report())
 
     def _lane(self, lane_ops):
-        env, done, rec, mem = self.env, self.done, self.recorder.spans, self.memory
+        # The hot path: locals only, one tuple appended per op, no per-op allocation
+        # besides SimPy's own events.
+        env, done, mem, timeout = self.env, self.done, self.memory, self.env.timeout
         start, finished, posted, waits = self.start, self.finished, self.posted, self.waits
+        record, names, transfer, ops = self.recorder.ops.append, self.names, self.fabric.transfer, self.program.ops
         for op in lane_ops:
-            posted[op.id] = True
-            for d in waits[op.id]:
+            i = op.id
+            posted[i] = True
+            for d in waits[i]:
                 if not finished[d]:
                     yield done[d]
             kind = op.kind
-            t0 = env.now
+            t0 = env._now
             if op.mem_alloc:
                 mem.change(op.device, op.mem_alloc, t0)
-            if kind == COMPUTE:
-                start[op.id] = t0
+            if kind is COMPUTE:
+                start[i] = t0
                 if op.duration > 0:
-                    yield env.timeout(op.duration)
-            elif kind == SEND:
-                start[op.id] = t0
-                yield self.fabric.transfer(f"gpu{op.device}", f"gpu{self.program.ops[op.peer].device}",
-                                           op.nbytes, op.name)
-            elif kind == RECV:
-                if not finished[op.peer]:
-                    yield done[op.peer]
-                start[op.id] = max(t0, start[op.peer])
+                    yield timeout(op.duration)
+            elif kind is RECV:
+                peer = op.peer
+                if not finished[peer]:
+                    yield done[peer]
+                t_send = start[peer]
+                start[i] = t0 if t0 > t_send else t_send
+            elif kind is SEND:
+                start[i] = t0
+                yield transfer(names[op.device], names[ops[op.peer].device], op.nbytes, op.name)
             elif kind == COLLECTIVE:
                 yield from self._collective(op)
             else:
                 raise ValueError(f"{op!r}: unknown op kind {kind!r}")
-            now = env.now
+            now = env._now
             if op.mem_free:
                 mem.change(op.device, -op.mem_free, now)
-            finished[op.id] = True
-            self.events += 1
-            rec.append((f"gpu{op.device}", op.lane, kind if kind != COMPUTE or op.phase != "O" else "optimizer",
-                        op.name, op.stage, op.microbatch, start[op.id], now, op.nbytes, op.flops,
-                        op.phase, op.iteration))
-            ev = done[op.id]
+            finished[i] = True
+            record((i, start[i], now))
+            ev = done[i]
             if ev is not None:
                 ev.succeed()
 
@@ -134,7 +136,7 @@ class Engine:
 
     def _stall_report(self) -> str:
         ops, lines = self.program.ops, []
-        for (dev, lane), lane_ops in self.lanes.items():
+        for lane_ops in self.lanes.values():
             op = next((o for o in lane_ops if not self.finished[o.id]), None)
             if op is None:
                 continue

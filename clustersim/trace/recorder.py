@@ -1,8 +1,10 @@
 """The trace recorder: the engine's and the fabric's only way to say what happened.
 
-The hot path appends one plain tuple per activity to ``Recorder.spans`` — no pandas,
-no formatting. The tuple's fields are :data:`SPAN_FIELDS`, in that order; the Result
-turns the list into the ``res.spans`` DataFrame once, at the end.
+The hot path appends plain tuples — no pandas, no formatting. The engine appends
+``(op_id, start_s, end_s)`` per executed op to ``Recorder.ops`` (everything else about an
+op is static and comes from the Program afterwards); the fabric appends whole span tuples
+for link busy periods to ``Recorder.spans``, with the fields :data:`SPAN_FIELDS` in that
+order. The Result turns both into the ``res.spans`` DataFrame once, at the end.
 
 Field meanings:
   device      GPU name (``"gpu3"``) or link name (``"gpu3->nvswitch0"``)
@@ -27,11 +29,14 @@ SPAN_FIELDS = (
 
 
 class Recorder:
-    """Collects span tuples (see :data:`SPAN_FIELDS`) and memory samples during a run."""
+    """Collects op times, other span tuples (see :data:`SPAN_FIELDS`) and memory samples."""
 
-    __slots__ = ("spans", "memory")
+    __slots__ = ("ops", "spans", "memory")
 
     def __init__(self) -> None:
+        #: (op_id, start_s, end_s) per executed Program op
+        self.ops: list[tuple[int, float, float]] = []
+        #: full span tuples (SPAN_FIELDS) of everything that is not a Program op: link busy periods
         self.spans: list[tuple] = []
         #: (device, time_s, allocated_bytes) after every allocation change
         self.memory: list[tuple] = []

@@ -81,7 +81,15 @@ class Result:
                 f"num_gpus={s['num_gpus']}, oom={s['oom']})")
 
 
-def spans_frame(records: list[tuple]) -> pd.DataFrame:
-    """The spans DataFrame from recorder tuples, sorted by start time (stable)."""
-    df = pd.DataFrame.from_records(records, columns=list(SPAN_FIELDS))
+def spans_frame(program, recorder) -> pd.DataFrame:
+    """The spans DataFrame: executed Program ops (their static fields joined with the
+    recorded times) plus the fabric's link spans, sorted by start time (stable)."""
+    ops = program.ops
+    rows = []
+    for i, start, end in recorder.ops:
+        o = ops[i]
+        rows.append((f"gpu{o.device}", o.lane, o.kind, o.name, o.stage, o.microbatch, start, end,
+                     o.nbytes, o.flops, o.phase, o.iteration))
+    rows += recorder.spans
+    df = pd.DataFrame.from_records(rows, columns=list(SPAN_FIELDS))
     return df.sort_values(["start_s", "device", "lane"], kind="stable").reset_index(drop=True)

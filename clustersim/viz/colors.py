@@ -17,4 +17,4 @@ ACTIVITY_COLORS = {
 
 def activity(kind: str, phase: str) -> str:
     """The colour key of a span: its phase for compute, else its kind."""
-    return phase if kind in ("compute", "optimizer") and phase else kind
+    return phase if kind == "compute" and phase else kind

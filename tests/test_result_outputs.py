@@ -1,0 +1,94 @@
+"""Result tables, saved bundle, Chrome trace and CLI, on the shipped quickstart scenario."""
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+import clustersim as cs
+from tests.conftest import synthetic
+
+
+@pytest.fixture(scope="module")
+def result():
+    return cs.simulate(synthetic(4, 8, 1e-3, 2e-3, latency=1e-4, activation=2**20, params=2**20, optimizer=5e-4))
+
+
+def test_devices_table(result):
+    dev = result.devices
+    assert list(dev["device"]) == ["gpu0", "gpu1", "gpu2", "gpu3"]
+    assert list(dev["stage"]) == [0, 1, 2, 3]
+    assert ((dev["busy_fraction"] > 0) & (dev["busy_fraction"] <= 1)).all()
+    assert not dev["oom"].any()
+
+
+def test_utilization_matches_span_sums(result):
+    util = result.utilization().set_index(["device", "lane"])
+    spans = result.spans
+    makespan = spans["end_s"].max()
+    comp0 = spans[(spans["device"] == "gpu0") & (spans["lane"] == "compute")]
+    assert util.loc[("gpu0", "compute"), "busy_fraction"] == pytest.approx(
+        (comp0["end_s"] - comp0["start_s"]).sum() / makespan, rel=1e-12)
+
+
+def test_oom_is_reported_not_raised():
+    res = cs.simulate(synthetic(2, 4, params="60 GiB", activation="8 GiB"))
+    assert res.summary["oom"] is True
+    assert res.devices.loc[0, "oom"]
+    assert res.devices.loc[0, "peak_memory_bytes"] > res.devices.loc[0, "memory_capacity_bytes"]
+
+
+def test_chrome_trace(result, tmp_path):
+    path = result.to_chrome_trace(tmp_path / "t.json")
+    events = json.loads(path.read_text())["traceEvents"]
+    slices = [e for e in events if e["ph"] == "X"]
+    assert len(slices) == len(result.spans)
+    for e in slices:
+        assert e["dur"] >= 0 and e["ts"] >= 0
+    # µs: the last slice ends at the makespan in microseconds
+    assert max(e["ts"] + e["dur"] for e in slices) == pytest.approx(result.spans["end_s"].max() * 1e6)
+    # slices on one track never overlap
+    by_track = {}
+    for e in slices:
+        by_track.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    for iv in by_track.values():
+        iv.sort()
+        assert all(b[0] >= a[1] - 1e-6 for a, b in zip(iv, iv[1:]))
+
+
+def test_save_bundle(result, tmp_path):
+    out = result.save(tmp_path / "out")
+    for name in ("summary.json", "spans.csv", "devices.csv", "memory.csv", "gantt.png", "utilization.png",
+                 "trace.json", "scenario.resolved.yaml"):
+        assert (out / name).stat().st_size > 0, name
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["iteration_time_s"] == result.summary["iteration_time_s"]
+    spans = pd.read_csv(out / "spans.csv", keep_default_na=False)
+    assert len(spans) == len(result.spans)
+    resolved = cs.load_scenario(str(out / "scenario.resolved.yaml"))
+    assert cs.simulate(resolved).summary["iteration_time_s"] == result.summary["iteration_time_s"]
+
+
+def test_overrides_make_a_new_scenario():
+    sc = cs.load_scenario("scenarios/quickstart.yaml")
+    sc2 = sc.with_overrides({"parallel.schedule": "gpipe", "training.global_batch": 16})
+    assert sc.parallel.schedule == "1f1b" and sc2.parallel.schedule == "gpipe"
+    assert sc2.num_microbatches == 16
+    assert sc2.resolved()["parallel"]["dp"] == 1
+    assert sc2.resolved()["model"]["forward"] == pytest.approx(1e-3)
+
+
+def test_cli_run_and_list(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "clustersim.cli", "run", "scenarios/quickstart.yaml",
+                           "--out", str(out), "--set", "parallel.schedule=gpipe"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "iteration_time_s" in proc.stdout and "gpipe" in proc.stdout
+    assert (out / "gantt.png").exists()
+    proc = subprocess.run([sys.executable, "-m", "clustersim.cli", "list"], capture_output=True, text=True)
+    assert proc.returncode == 0
+    for word in ("schedules:", "1f1b", "gpipe", "GPUs:", "A100-SXM4-80GB", "network models:"):
+        assert word in proc.stdout
