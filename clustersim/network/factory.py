@@ -1,0 +1,37 @@
+"""Choosing a network model by name (``simulation.network`` in a scenario).
+
+``NETWORK_MODELS`` maps the scenario word to a fabric class; :func:`build_fabric` builds
+one on a topology graph. ``packet`` is the default.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+import simpy
+
+from ..errors import ScenarioError
+from ..trace.recorder import Recorder
+from .analytical import AnalyticalFabric
+from .base import Fabric
+from .packet import PacketFabric
+
+#: network model name → Fabric class taking ``(env, recorder, graph, …)``
+NETWORK_MODELS: dict[str, type[Fabric]] = {"packet": PacketFabric, "analytical": AnalyticalFabric}
+DEFAULT_NETWORK_MODEL = "packet"
+
+
+def build_fabric(
+    kind: str, env: simpy.Environment, recorder: Recorder, graph: nx.DiGraph, chunk_size: int | None = None
+) -> Fabric:
+    """Build the fabric ``kind`` over ``graph``.
+
+    ``kind`` None means the default (``packet``). ``chunk_size`` (bytes) applies to the
+    packet model only; None keeps its default. An unknown kind is a ScenarioError on
+    ``simulation.network`` listing the known ones.
+    """
+    kind = DEFAULT_NETWORK_MODEL if kind is None else kind
+    if kind not in NETWORK_MODELS:
+        raise ScenarioError("simulation.network", kind, f"known: {', '.join(NETWORK_MODELS)}")
+    if kind == "packet":
+        return PacketFabric(env, recorder, graph, chunk_size=chunk_size)
+    return NETWORK_MODELS[kind](env, recorder, graph)

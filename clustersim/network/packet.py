@@ -1,0 +1,202 @@
+"""The ``packet`` network model: messages move as chunks, hop by hop, through FIFO links.
+
+Timing assumptions (per directed link of the topology):
+
+* **store-and-forward per chunk** — a chunk must have fully arrived at a node before it
+  is sent on the next link;
+* **serialization** — a chunk of ``b`` bytes occupies the link for ``b / bandwidth``
+  seconds (bandwidth in *bytes*/s; ``"200 Gbit/s"`` was divided by 8 at load);
+* **propagation** — it arrives at the far end ``latency`` seconds after leaving; latency
+  does not occupy the link, so the next chunk may start at once;
+* **FIFO** — each link serves chunks in the order they arrive at it. The sender injects
+  a message's next chunk when the previous one has left the first link, so flows that
+  share a link interleave chunk by chunk and share its bandwidth.
+
+A message of ``S`` bytes is cut into chunks of ``chunk_size`` (the last one partial). On an
+idle route of ``h`` links of equal bandwidth ``B`` and latencies ``l_i``, the last byte
+arrives after exactly ``S/B + (h − 1)·c/B + Σ l_i`` where ``c = min(chunk_size, S)`` is the
+largest chunk (see ``docs/network.md`` for the derivation).
+
+Each link is a FIFO server computed by Lindley's recursion — a chunk arriving at ``t``
+starts at ``max(t, free_at)`` and the link is free again ``b / bandwidth`` later — which
+gives exactly the timing of a SimPy process draining a FIFO queue, with one scheduled
+event per chunk-hop instead of three or four (put, get, timeout, wake-up). Chunks that
+reach the destination before the last one cost no event at all.
+
+Links of infinite bandwidth and zero latency (free wires, e.g. GPU→NIC without PCIe)
+are skipped. Busy periods are appended to ``recorder.spans`` as
+``(link, "link", "link", label, -1, -1, start, end, bytes, 0.0, "", -1)``; back-to-back chunks of
+the same flow on a link extend one span instead of adding another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from heapq import heappush
+
+import networkx as nx
+import simpy
+from simpy.events import NORMAL, Event
+
+from ..errors import ScenarioError
+from ..topology.graph import is_wire
+from ..topology.routing import Router
+from ..trace.recorder import Recorder
+from .base import Fabric
+
+#: Default chunk size: 1 MiB. The pipeline error of store-and-forward is one chunk's
+#: serialization per extra hop (42 µs at 200 Gbit/s, 3.5 µs on 300 GB/s NVLink) and a
+#: GiB-sized gradient bucket costs ~1024 events per hop. It is also the order of NCCL's
+#: own pipelining unit (4 MiB buffers in 512 KiB slices).
+DEFAULT_CHUNK_SIZE = 1 << 20
+
+# Two span ends closer than this (relative) are "back to back": float rounding of
+# start + service + latency in different orders must not split a flow's span.
+_MERGE_RTOL = 1e-12
+
+
+class _Link:
+    """One directed link: its FIFO state (``free_at``) and its open trace span."""
+
+    __slots__ = ("name", "bandwidth", "latency", "free_at", "flow", "span_idx", "span_start", "span_end", "span_bytes")
+
+    def __init__(self, name: str, bandwidth: float, latency: float):
+        self.name, self.bandwidth, self.latency = name, bandwidth, latency
+        self.free_at = 0.0
+        self.flow = None
+        self.span_idx = -1
+        self.span_start = self.span_end = 0.0
+        self.span_bytes = 0
+
+
+class _Flow:
+    """One message in flight: its route, bytes not yet injected, and its done event."""
+
+    __slots__ = ("links", "last_hop", "remaining", "chunk", "done", "label")
+
+    def __init__(self, links: tuple, nbytes: int, chunk: int, done: Event, label: str):
+        self.links, self.last_hop = links, len(links) - 1
+        self.remaining, self.chunk, self.done, self.label = nbytes, chunk, done, label
+
+
+class _Hop(Event):
+    """A scheduled moment: chunk ``size`` reaches link ``hop`` of ``flow`` (or, with
+    ``inject``, the sender's next chunk enters link 0 — both when latency is zero)."""
+
+    __slots__ = ("fabric", "flow", "hop", "size", "last", "inject")
+
+    def __init__(self, fabric: PacketFabric, flow: _Flow, hop: int, size: int, last: bool, inject: bool, at: float):
+        env = fabric.env
+        self.env = env
+        self.callbacks = _FIRE  # shared and immutable: SimPy only iterates it
+        self._value = None
+        self._ok = True
+        self.fabric, self.flow, self.hop, self.size, self.last, self.inject = fabric, flow, hop, size, last, inject
+        # what Environment.schedule does, at absolute time ``at`` (no now + (at - now) rounding)
+        heappush(env._queue, (at, NORMAL, next(env._eid), self))
+
+
+def _fire(ev: _Hop) -> None:
+    if ev.inject:
+        ev.fabric._inject(ev.flow)
+    if ev.hop:
+        ev.fabric._serve(ev.flow, ev.hop, ev.size, ev.last)
+
+
+_FIRE = (_fire,)
+
+
+class PacketFabric(Fabric):
+    """Chunked store-and-forward over the links of a topology graph (module docstring).
+
+    ``graph`` is a topology from :func:`clustersim.topology.build_topology`; routes come
+    from a :class:`~clustersim.topology.Router` over it (ECMP by flow).
+    """
+
+    def __init__(self, env: simpy.Environment, recorder: Recorder, graph: nx.DiGraph, chunk_size: int | None = None):
+        super().__init__(env, recorder)
+        chunk = DEFAULT_CHUNK_SIZE if chunk_size is None else chunk_size
+        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+            raise ScenarioError("simulation.chunk_size", chunk_size, "a whole number of bytes ≥ 1, e.g. 1 MiB")
+        self.graph = graph
+        self.chunk_size = chunk
+        self.router = Router(graph)
+        self.links: dict[tuple[str, str], _Link] = {}
+        #: chunk services of the transfers started so far (chunks × links); for benchmarks
+        self.chunk_hops = 0
+        self._spans = recorder.spans
+        self._routes: dict[tuple, tuple[_Link, ...]] = {}
+
+    def route(self, src: str, dst: str, flow_key: Hashable = None) -> tuple[_Link, ...]:
+        """The links (free wires left out) a flow from ``src`` to ``dst`` crosses."""
+        key = (src, dst, flow_key)
+        links = self._routes.get(key)
+        if links is None:
+            out = []
+            for u, v in self.router.links(src, dst, flow_key):
+                data = self.graph.edges[u, v]
+                if is_wire(data):
+                    continue
+                link = self.links.get((u, v))
+                if link is None:
+                    link = self.links[u, v] = _Link(f"{u}->{v}", data["bandwidth"], data["latency"])
+                out.append(link)
+            links = self._routes[key] = tuple(out)
+        return links
+
+    def transfer(self, src: str, dst: str, nbytes: int, label: str = "", flow_key: Hashable = None) -> simpy.Event:
+        """Send ``nbytes`` from ``src`` to ``dst``; the event fires when the last byte lands.
+
+        ``flow_key`` (optional) separates flows between the same pair for ECMP; the label
+        is only a name in the trace and never changes timing.
+        """
+        if nbytes < 0:
+            raise ScenarioError("transfer.nbytes", nbytes, "a size ≥ 0 bytes")
+        links = self.route(src, dst, flow_key)
+        if not links:
+            return self.env.timeout(0.0)
+        done = Event(self.env)
+        flow = _Flow(links, int(nbytes), self.chunk_size, done, label)
+        self.chunk_hops += max(1, -(-flow.remaining // flow.chunk)) * len(links)
+        self._inject(flow)
+        return done
+
+    def _inject(self, flow: _Flow) -> None:
+        size = flow.chunk if flow.remaining > flow.chunk else flow.remaining
+        flow.remaining -= size
+        self._serve(flow, 0, size, flow.remaining == 0)
+
+    def _serve(self, flow: _Flow, hop: int, size: int, last: bool) -> None:
+        """Chunk ``size`` arrives at link ``hop`` now: queue it, record it, send it on."""
+        link = flow.links[hop]
+        env = self.env
+        now = env._now
+        start = link.free_at if link.free_at > now else now
+        end = start + size / link.bandwidth
+        link.free_at = end
+        if size:
+            if link.flow is flow and start - link.span_end <= start * _MERGE_RTOL:
+                link.span_end = end
+                link.span_bytes += size
+                self._spans[link.span_idx] = (
+                    link.name, "link", "link", flow.label, -1, -1, link.span_start, end, link.span_bytes, 0.0, "", -1
+                )
+            else:
+                spans = self._spans
+                link.flow, link.span_idx = flow, len(spans)
+                link.span_start, link.span_end, link.span_bytes = start, end, size
+                spans.append((link.name, "link", "link", flow.label, -1, -1, start, end, size, 0.0, "", -1))
+        inject = hop == 0 and not last
+        if hop == flow.last_hop:
+            if last:  # the message's last byte lands at end + latency
+                done = flow.done
+                done._ok, done._value = True, None
+                heappush(env._queue, (end + link.latency, NORMAL, next(env._eid), done))
+            if inject:
+                _Hop(self, flow, 0, 0, False, True, end)
+        elif inject and link.latency == 0.0:
+            _Hop(self, flow, hop + 1, size, last, True, end)
+        else:
+            if inject:
+                _Hop(self, flow, 0, 0, False, True, end)
+            _Hop(self, flow, hop + 1, size, last, False, end + link.latency)

@@ -1,0 +1,65 @@
+"""``fat_tree`` and ``leaf_spine``: a two-tier folded Clos of leaf and spine switches.
+
+Both names build the same network (papers use both words): every server's NICs connect
+to one leaf switch, ``nodes_per_leaf`` servers per leaf, and every leaf connects to every
+spine. Intra-node traffic stays on the node's NVSwitch; inter-node traffic leaves through
+the GPU's NIC.
+
+Fields (all optional):
+
+* ``nodes_per_leaf`` — servers under one leaf (default: as many as fill 32 leaf ports,
+  i.e. ``max(1, 32 // nic.per_node)``, at most ``nodes``);
+* ``spines`` — number of spine switches (default ``nic.per_node``);
+* ``oversubscription`` — leaf downlink capacity / uplink capacity (default 1: full
+  bisection; 2 means uplinks carry half of what the NICs below can inject). Each
+  leaf↔spine link gets ``nodes_per_leaf · nic.per_node · nic.bandwidth / (oversubscription · spines)``;
+* ``latency`` — latency of one leaf↔spine link (default: half of ``nic.latency``, the same
+  as one NIC↔leaf link).
+
+Switches are named ``leaf{j}`` and ``spine{s}``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import networkx as nx
+
+from ..errors import ScenarioError
+from .graph import add_link, check_fields, count_field, latency_field, positive_number
+from .servers import ServerSpec, add_server
+
+FIELDS = ("kind", "nodes_per_leaf", "spines", "oversubscription", "latency")
+
+
+def build_clos(cluster: dict, field: str = "cluster") -> nx.DiGraph:
+    """Build a leaf–spine (two-tier fat-tree) cluster; see the module docstring for fields."""
+    topo = cluster.get("topology") or {}
+    tf = f"{field}.topology"
+    check_fields(topo, FIELDS, tf)
+    spec = ServerSpec.from_cluster(cluster, field)
+    per_leaf = topo.get("nodes_per_leaf")
+    if per_leaf is None:
+        per_leaf = min(spec.nodes, max(1, 32 // spec.nics_per_node))
+    per_leaf = count_field(per_leaf, f"{tf}.nodes_per_leaf")
+    spines = count_field(topo.get("spines", spec.nics_per_node), f"{tf}.spines")
+    oversub = positive_number(topo.get("oversubscription", 1.0), f"{tf}.oversubscription")
+    if oversub < 1.0:
+        raise ScenarioError(f"{tf}.oversubscription", oversub, "expected a ratio ≥ 1 (1 = full bisection)")
+    uplink_lat = latency_field(topo.get("latency", spec.nic_latency / 2), f"{tf}.latency")
+    leaves = math.ceil(spec.nodes / per_leaf)
+    uplink_bw = per_leaf * spec.nics_per_node * spec.nic_bandwidth / (oversub * spines)
+
+    g = nx.DiGraph()
+    for s in range(spines):
+        g.add_node(f"spine{s}", kind="switch")
+    for j in range(leaves):
+        leaf = f"leaf{j}"
+        g.add_node(leaf, kind="switch")
+        for s in range(spines):
+            add_link(g, leaf, f"spine{s}", uplink_bw, uplink_lat, "fabric")
+    for n in range(spec.nodes):
+        for nic in add_server(g, spec, n):
+            add_link(g, nic, f"leaf{n // per_leaf}", spec.nic_bandwidth, spec.nic_latency / 2, "nic")
+    g.graph["border"] = [f"spine{s}" for s in range(spines)]
+    return g

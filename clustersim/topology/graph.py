@@ -1,0 +1,99 @@
+"""Shared pieces of every topology builder: links, field checks, the final validation.
+
+A topology is a :class:`networkx.DiGraph`. Nodes carry ``kind`` (one of
+:data:`NODE_KINDS`); GPUs also carry ``host`` (their server index). Every directed edge
+carries ``bandwidth`` (bytes/s, float), ``latency`` (seconds, float) and ``kind`` (what
+the link is: ``nvlink``, ``pcie``, ``nic``, ``fabric``, ``wan``, ``direct``, ``wire``,
+``custom``), and each physical link is added in both directions.
+
+A *wire* is a link with infinite bandwidth and zero latency: it joins two nodes for
+routing but costs nothing, so the fabrics skip it (e.g. GPU→NIC when no PCIe link is
+configured).
+"""
+
+from __future__ import annotations
+
+import math
+
+import networkx as nx
+
+from ..errors import ScenarioError
+from ..units import parse_bandwidth, parse_time
+
+NODE_KINDS = ("gpu", "nic", "switch", "host", "server")
+
+
+def add_link(g: nx.DiGraph, a: str, b: str, bandwidth: float, latency: float, kind: str) -> None:
+    """Add one physical link between ``a`` and ``b``: an edge in each direction."""
+    g.add_edge(a, b, bandwidth=bandwidth, latency=latency, kind=kind)
+    g.add_edge(b, a, bandwidth=bandwidth, latency=latency, kind=kind)
+
+
+def add_wire(g: nx.DiGraph, a: str, b: str) -> None:
+    """Join ``a`` and ``b`` by a free wire (infinite bandwidth, zero latency)."""
+    add_link(g, a, b, math.inf, 0.0, "wire")
+
+
+def is_wire(data: dict) -> bool:
+    """True when an edge's attributes describe a free wire the fabrics skip."""
+    return data["bandwidth"] == math.inf and data["latency"] == 0.0
+
+
+def bandwidth_field(value: object, field: str) -> float:
+    """A positive, finite bandwidth in bytes/s, or a ScenarioError naming ``field``."""
+    bw = parse_bandwidth(value, field)
+    if not (bw > 0 and math.isfinite(bw)):
+        raise ScenarioError(field, value, "a bandwidth must be positive and finite, e.g. 25 GB/s")
+    return bw
+
+
+def latency_field(value: object, field: str) -> float:
+    """A non-negative, finite latency in seconds, or a ScenarioError naming ``field``."""
+    lat = parse_time(value, field)
+    if not (lat >= 0 and math.isfinite(lat)):
+        raise ScenarioError(field, value, "a latency must be zero or positive, e.g. 1 us")
+    return lat
+
+
+def positive_number(value: object, field: str) -> float:
+    """A positive finite plain number (a ratio such as oversubscription or efficiency)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < math.inf):
+        raise ScenarioError(field, value, "expected a positive number")
+    return float(value)
+
+
+def count_field(value: object, field: str, minimum: int = 1) -> int:
+    """A whole number ≥ ``minimum``, or a ScenarioError naming ``field``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ScenarioError(field, value, f"expected a whole number ≥ {minimum}")
+    return value
+
+
+def check_fields(raw: dict, allowed: tuple[str, ...], field: str) -> None:
+    """Reject keys of ``raw`` not in ``allowed`` (a typo must not be silently ignored)."""
+    for key in raw:
+        if key not in allowed:
+            raise ScenarioError(f"{field}.{key}", raw[key], f"not a field here; known: {', '.join(allowed)}")
+
+
+def gpu_names(g: nx.DiGraph) -> list[str]:
+    """The GPU nodes of ``g``, in index order (``gpu0``, ``gpu1``, …)."""
+    gpus = [n for n, k in g.nodes(data="kind") if k == "gpu"]
+    return sorted(gpus, key=lambda n: int(n[3:]))
+
+
+def check_connected(g: nx.DiGraph, field: str) -> None:
+    """Every GPU must reach every other GPU along directed links.
+
+    Raises a ScenarioError naming ``field`` and the first GPU that cannot.
+    """
+    gpus = gpu_names(g)
+    if len(gpus) < 2:
+        return
+    reach = nx.descendants(g, gpus[0]) | {gpus[0]}
+    back = nx.ancestors(g, gpus[0]) | {gpus[0]}
+    for gpu in gpus[1:]:
+        if gpu not in reach or gpu not in back:
+            raise ScenarioError(
+                field, gpu, f"every GPU must be joined by links to every other GPU; {gpu} is cut off from {gpus[0]}"
+            )

@@ -1,0 +1,105 @@
+"""Routes: which links a flow from one node to another crosses.
+
+Paths are shortest by hop count. Where several next hops are equally short (the spines
+of a fat-tree, the two directions around a torus), the choice is made hop by hop, as an
+ECMP switch does, from a deterministic number of the flow:
+
+    flow number = index(dst) + host(src) + index(flow_key)
+
+where ``index(gpuN) = N`` and any other name or key maps through a stable BLAKE2b hash
+(never Python's salted ``hash``). A node with ``k`` equally short next hops (sorted by
+name) takes the one at ``flow number mod k``. This is the destination-mod-k rule of
+InfiniBand fat-trees, extended by the source server and a flow key: unlike a random
+hash (CRC32 or otherwise), it spreads permutation traffic evenly — 8 flows from one leaf
+to 8 consecutive GPUs land 2 per spine on 4 spines — while every flow still keeps one
+path, the same in every run and process. Flows between one pair of GPUs spread by giving
+them different ``flow_key`` values (e.g. channel indices 0, 1, 2, …).
+
+Distances to each destination are computed once (one reverse BFS per destination) and
+every path is cached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Hashable
+from itertools import pairwise
+
+import networkx as nx
+
+from ..errors import ScenarioError
+
+
+def _stable_hash(text: str) -> int:
+    """A 64-bit hash of ``text`` that is the same in every process and run."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+
+
+def _index(name: Hashable) -> int:
+    """``N`` for ``"gpuN"`` or an int, else a stable hash of the name's text."""
+    if isinstance(name, int) and not isinstance(name, bool):
+        return name
+    if isinstance(name, str) and name.startswith("gpu") and name[3:].isdigit():
+        return int(name[3:])
+    return _stable_hash(str(name))
+
+
+class Router:
+    """Shortest-path routing with ECMP over a topology graph (see the module docstring)."""
+
+    def __init__(self, graph: nx.DiGraph):
+        self.graph = graph
+        self._reverse = graph.reverse(copy=False)
+        self._next: dict[str, dict[str, tuple[str, ...]]] = {}
+        self._paths: dict[tuple, tuple[str, ...]] = {}
+
+    def _next_hops(self, dst: str) -> dict[str, tuple[str, ...]]:
+        """For every node that reaches ``dst``: its next hops on a shortest path, sorted."""
+        table = self._next.get(dst)
+        if table is None:
+            dist = nx.single_source_shortest_path_length(self._reverse, dst)
+            succ = self.graph.succ
+            table = {
+                node: tuple(sorted(v for v in succ[node] if dist.get(v, -1) == d - 1))
+                for node, d in dist.items()
+                if d > 0
+            }
+            self._next[dst] = table
+        return table
+
+    def flow_number(self, src: str, dst: str, flow_key: Hashable = None) -> int:
+        """The number ECMP choices are taken from (see the module docstring)."""
+        host = self.graph.nodes[src].get("host", 0)
+        return _index(dst) + host + (0 if flow_key is None else _index(flow_key))
+
+    def path(self, src: str, dst: str, flow_key: Hashable = None) -> tuple[str, ...]:
+        """The nodes a flow from ``src`` to ``dst`` visits, both ends included.
+
+        ``flow_key`` distinguishes flows between the same pair (e.g. a channel index);
+        flows with the same key take the same path.
+        """
+        key = (src, dst, flow_key)
+        cached = self._paths.get(key)
+        if cached is not None:
+            return cached
+        for end, name in (("src", src), ("dst", dst)):
+            if name not in self.graph:
+                raise ScenarioError(f"route.{end}", name, "a node of the topology (gpu0, gpu1, …)")
+        table = self._next_hops(dst)
+        if src != dst and src not in table:
+            raise ScenarioError("route.dst", dst, f"a node reachable from {src}; no links lead there")
+        nodes = [src]
+        node = src
+        flow = self.flow_number(src, dst, flow_key)
+        while node != dst:
+            cands = table[node]
+            node = cands[0] if len(cands) == 1 else cands[flow % len(cands)]
+            nodes.append(node)
+        path = tuple(nodes)
+        self._paths[key] = path
+        return path
+
+    def links(self, src: str, dst: str, flow_key: Hashable = None) -> tuple[tuple[str, str], ...]:
+        """The directed links ``(u, v)`` of :meth:`path`, in order."""
+        p = self.path(src, dst, flow_key)
+        return tuple(pairwise(p))

@@ -1,0 +1,100 @@
+"""The inside of a server (a "node" of the cluster): its GPUs, intra-node switch and NICs.
+
+Every multi-node builder starts here and then wires the NICs to its own network. Naming:
+
+* GPU ``i`` of the cluster is ``gpu{i}`` (``host = i // gpus_per_node``);
+* server ``n``'s intra-node switch is ``nvswitch{n}`` (or ``pcie{n}`` for a PCIe node);
+* server ``n``'s NIC ``k`` is ``node{n}.nic{k}``.
+
+Latency convention: ``intra_node.latency`` is the GPU→GPU latency through the intra-node
+switch, so each GPU↔switch link gets half of it; likewise ``nic.latency`` is NIC→NIC
+through one switch, so each NIC↔switch link gets half. ``efficiency`` multiplies the
+nominal bandwidth (protocol overhead). GPU ``j`` of a server uses NIC
+``j * per_node // gpus_per_node`` (one NIC per GPU "rail" when ``per_node == gpus_per_node``);
+the GPU↔NIC link is the configured PCIe link, or a free wire when ``cluster.pcie`` is unset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import networkx as nx
+
+from ..errors import ScenarioError
+from .graph import add_link, add_wire, bandwidth_field, count_field, latency_field, positive_number
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """The resolved per-server hardware of a cluster dict (all quantities in base units)."""
+
+    nodes: int
+    gpus_per_node: int
+    intra_kind: str
+    intra_bandwidth: float
+    intra_latency: float
+    nic_bandwidth: float
+    nic_latency: float
+    nics_per_node: int
+    pcie_bandwidth: float | None
+    pcie_latency: float
+
+    @property
+    def num_gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @classmethod
+    def from_cluster(cls, cluster: dict, field: str = "cluster") -> ServerSpec:
+        """Read and check ``nodes``, ``gpus_per_node``, ``intra_node``, ``nic`` and ``pcie``."""
+        nodes = count_field(cluster.get("nodes", 1), f"{field}.nodes")
+        gpn = count_field(cluster.get("gpus_per_node", 8), f"{field}.gpus_per_node")
+        intra = cluster.get("intra_node") or {}
+        nic = cluster.get("nic") or {}
+        kind = intra.get("kind", "nvswitch")
+        if kind not in ("nvswitch", "pcie"):
+            raise ScenarioError(f"{field}.intra_node.kind", kind, "known: nvswitch, pcie")
+        intra_eff = positive_number(intra.get("efficiency", 1.0), f"{field}.intra_node.efficiency")
+        nic_eff = positive_number(nic.get("efficiency", 1.0), f"{field}.nic.efficiency")
+        per_node = nic.get("per_node")
+        per_node = gpn if per_node is None else count_field(per_node, f"{field}.nic.per_node")
+        if per_node > gpn:
+            raise ScenarioError(f"{field}.nic.per_node", per_node, f"at most gpus_per_node ({gpn}) NICs per node")
+        pcie = cluster.get("pcie")
+        return cls(
+            nodes=nodes,
+            gpus_per_node=gpn,
+            intra_kind=kind,
+            intra_bandwidth=bandwidth_field(intra.get("bandwidth", 3.0e11), f"{field}.intra_node.bandwidth") * intra_eff,
+            intra_latency=latency_field(intra.get("latency", 1e-6), f"{field}.intra_node.latency"),
+            nic_bandwidth=bandwidth_field(nic.get("bandwidth", 2.5e10), f"{field}.nic.bandwidth") * nic_eff,
+            nic_latency=latency_field(nic.get("latency", 1e-6), f"{field}.nic.latency"),
+            nics_per_node=per_node,
+            pcie_bandwidth=None if pcie is None else bandwidth_field(pcie.get("bandwidth"), f"{field}.pcie.bandwidth"),
+            pcie_latency=0.0 if pcie is None else latency_field(pcie.get("latency", 0.0), f"{field}.pcie.latency"),
+        )
+
+
+def add_server(g: nx.DiGraph, spec: ServerSpec, n: int, with_nics: bool = True) -> list[str]:
+    """Add server ``n`` (GPUs, intra-node switch, NICs) to ``g``; return its NIC names."""
+    gpn = spec.gpus_per_node
+    gpus = [f"gpu{n * gpn + j}" for j in range(gpn)]
+    for gpu in gpus:
+        g.add_node(gpu, kind="gpu", host=n)
+    if gpn > 1:
+        switch = f"{'nvswitch' if spec.intra_kind == 'nvswitch' else 'pcie'}{n}"
+        g.add_node(switch, kind="switch", host=n)
+        link_kind = "nvlink" if spec.intra_kind == "nvswitch" else "pcie"
+        for gpu in gpus:
+            add_link(g, gpu, switch, spec.intra_bandwidth, spec.intra_latency / 2, link_kind)
+    if not with_nics:
+        return []
+    nics = [f"node{n}.nic{k}" for k in range(spec.nics_per_node)]
+    for nic in nics:
+        g.add_node(nic, kind="nic", host=n)
+    for j, gpu in enumerate(gpus):
+        nic = nics[j * spec.nics_per_node // gpn]
+        if spec.pcie_bandwidth is None:
+            add_wire(g, gpu, nic)
+        else:
+            add_link(g, gpu, nic, spec.pcie_bandwidth, spec.pcie_latency, "pcie")
+    return nics

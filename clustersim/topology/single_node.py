@@ -1,0 +1,32 @@
+"""``single_node``: all GPUs of one server on its NVSwitch (or PCIe switch).
+
+Each GPU↔switch link runs at the intra-node bandwidth. The server's NICs are built too
+(joined to their GPUs) so the node can be a site of a ``wan`` topology; inside one node no
+route uses them. More than one node with this kind is an error.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from ..errors import ScenarioError
+from .graph import check_fields
+from .servers import ServerSpec, add_server
+
+FIELDS = ("kind",)
+
+
+def build_single_node(cluster: dict, field: str = "cluster") -> nx.DiGraph:
+    """Build one server: ``gpu0..gpu{G-1}`` around ``nvswitch0`` (or ``pcie0``)."""
+    topo = cluster.get("topology") or {}
+    check_fields(topo, FIELDS, f"{field}.topology")
+    spec = ServerSpec.from_cluster(cluster, field)
+    if spec.nodes != 1:
+        raise ScenarioError(
+            f"{field}.topology.kind",
+            "single_node",
+            f"a cluster of {spec.nodes} nodes needs a multi-node topology (e.g. fat_tree)",
+        )
+    g = nx.DiGraph()
+    g.graph["border"] = add_server(g, spec, 0)
+    return g

@@ -1,0 +1,43 @@
+"""``star``: workers around one central ``server`` node.
+
+The shape of a parameter server, or of edge devices around a cloud. The centre is a node
+named ``server`` of kind ``server`` — not a GPU, so ``gpu0..gpu{N-1}`` are all workers and
+a parameter-server collective sends to and receives from ``"server"``. Each server's
+NICs (built as for any multi-node cluster, with the NVSwitch inside the node) link
+straight to the centre.
+
+Fields (all optional): ``bandwidth`` — each NIC↔server link, both directions (default
+``nic.bandwidth``); ``uplink`` / ``downlink`` — worker→server and server→worker
+bandwidths when they differ (edge uplinks are often slower); ``latency`` — one way
+(default ``nic.latency``).
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from .graph import bandwidth_field, check_fields, latency_field
+from .servers import ServerSpec, add_server
+
+FIELDS = ("kind", "bandwidth", "uplink", "downlink", "latency")
+SERVER = "server"
+
+
+def build_star(cluster: dict, field: str = "cluster") -> nx.DiGraph:
+    """Build a star: every node's NICs joined to the central ``server`` node."""
+    topo = cluster.get("topology") or {}
+    tf = f"{field}.topology"
+    check_fields(topo, FIELDS, tf)
+    spec = ServerSpec.from_cluster(cluster, field)
+    bw = bandwidth_field(topo.get("bandwidth", spec.nic_bandwidth), f"{tf}.bandwidth")
+    up = bandwidth_field(topo.get("uplink", bw), f"{tf}.uplink")
+    down = bandwidth_field(topo.get("downlink", bw), f"{tf}.downlink")
+    lat = latency_field(topo.get("latency", spec.nic_latency), f"{tf}.latency")
+    g = nx.DiGraph()
+    g.add_node(SERVER, kind="server")
+    for n in range(spec.nodes):
+        for nic in add_server(g, spec, n):
+            g.add_edge(nic, SERVER, bandwidth=up, latency=lat, kind="nic")
+            g.add_edge(SERVER, nic, bandwidth=down, latency=lat, kind="nic")
+    g.graph["border"] = [SERVER]
+    return g

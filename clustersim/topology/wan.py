@@ -1,0 +1,118 @@
+"""``wan``: several sites (data centres, campuses), each a cluster of any other kind,
+joined by long-haul links.
+
+Fields:
+
+* ``sites`` — a list; each item is a partial cluster dict (``nodes``, ``gpus_per_node``,
+  ``intra_node``, ``nic``, ``pcie``, ``topology``) whose missing keys are inherited from
+  the enclosing cluster (``topology`` defaults to ``auto``);
+* ``bandwidth``, ``latency`` — of every long-haul link, e.g. ``"1 Gbit/s"``, ``"30 ms"``;
+* ``links`` — optional list of ``{src: site index, dst: site index, bandwidth?, latency?}``;
+  when absent every pair of sites is joined (full mesh).
+
+GPUs are numbered across sites in order (site 0's first, then site 1's …), and so are
+servers (the ``host`` attribute). Every other node of site ``k`` is renamed
+``site{k}.<name>``. Each site gets a gateway router ``site{k}.gw`` joined by free wires to
+the site's border (its spines, its star centre, its NICs for a single node, its first
+GPU for a ring or torus, the ``border: true`` nodes of a custom site), so the long-haul
+links are the only cost of leaving a site beyond the site's own network.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from ..errors import ScenarioError
+from .graph import add_link, add_wire, bandwidth_field, check_fields, latency_field
+
+FIELDS = ("kind", "sites", "bandwidth", "latency", "links")
+_INHERITED = ("gpus_per_node", "intra_node", "nic", "pcie")
+
+
+def _site_cluster(parent: dict, site: object, field: str) -> dict:
+    if not isinstance(site, dict):
+        raise ScenarioError(field, site, "a site is a mapping such as {nodes: 2, topology: {kind: fat_tree}}")
+    merged = {k: parent[k] for k in _INHERITED if k in parent}
+    merged.update(site)
+    merged.setdefault("nodes", 1)
+    merged.setdefault("topology", {"kind": "auto"})
+    kind = (merged["topology"] or {}).get("kind")
+    if kind == "wan":
+        raise ScenarioError(f"{field}.topology.kind", kind, "a site cannot itself be a wan")
+    return merged
+
+
+def build_wan(cluster: dict, field: str = "cluster") -> nx.DiGraph:
+    """Build a multi-site cluster; see the module docstring for fields."""
+    from .registry import build_site  # registry imports this module
+
+    topo = cluster.get("topology") or {}
+    tf = f"{field}.topology"
+    check_fields(topo, FIELDS, tf)
+    sites = topo.get("sites")
+    if not isinstance(sites, list) or not sites:
+        raise ScenarioError(f"{tf}.sites", sites, "a non-empty list of sites, each a cluster such as {nodes: 2}")
+    bw = None if "bandwidth" not in topo else bandwidth_field(topo["bandwidth"], f"{tf}.bandwidth")
+    lat = latency_field(topo.get("latency", 0.0), f"{tf}.latency")
+
+    g = nx.DiGraph()
+    gpu_off = host_off = 0
+    for k, site in enumerate(sites):
+        sf = f"{tf}.sites[{k}]"
+        sub_cluster = _site_cluster(cluster, site, sf)
+        sub = build_site(sub_cluster, sf)
+        n_gpus = sum(1 for _, kd in sub.nodes(data="kind") if kd == "gpu")
+
+        def rename(name: str, k: int = k, off: int = gpu_off, sub: nx.DiGraph = sub) -> str:
+            if sub.nodes[name].get("kind") == "gpu":
+                return f"gpu{int(name[3:]) + off}"
+            return f"site{k}.{name}"
+
+        border = [rename(b) for b in sub.graph.get("border", [])]
+        sub = nx.relabel_nodes(sub, rename, copy=True)
+        for _, data in sub.nodes(data=True):
+            if "host" in data:
+                data["host"] += host_off
+            data["site"] = k
+        g.update(sub)
+        gw = f"site{k}.gw"
+        g.add_node(gw, kind="switch", site=k)
+        for b in border:
+            add_wire(g, gw, b)
+        gpu_off += n_gpus
+        host_off += sub_cluster["nodes"]
+
+    links = topo.get("links")
+    if links is None:
+        pairs = [({}, a, b) for a in range(len(sites)) for b in range(a + 1, len(sites))]
+    else:
+        if not isinstance(links, list):
+            raise ScenarioError(f"{tf}.links", links, "a list of {src: site, dst: site} links")
+        pairs = []
+        for i, link in enumerate(links):
+            lf = f"{tf}.links[{i}]"
+            ends = []
+            for end in ("src", "dst"):
+                v = link.get(end) if isinstance(link, dict) else None
+                if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < len(sites):
+                    raise ScenarioError(f"{lf}.{end}", v, f"a site index 0..{len(sites) - 1}")
+                ends.append(v)
+            pairs.append((link, ends[0], ends[1]))
+    for i, (link, a, b) in enumerate(pairs):
+        lf = f"{tf}.links[{i}]"
+        if "bandwidth" in link:
+            link_bw = bandwidth_field(link["bandwidth"], f"{lf}.bandwidth")
+        elif bw is not None:
+            link_bw = bw
+        else:
+            raise ScenarioError(f"{tf}.bandwidth", None, "the long-haul bandwidth, e.g. 1 Gbit/s")
+        add_link(
+            g,
+            f"site{a}.gw",
+            f"site{b}.gw",
+            link_bw,
+            latency_field(link.get("latency", lat), f"{lf}.latency"),
+            "wan",
+        )
+    g.graph["sites"] = len(sites)
+    return g
