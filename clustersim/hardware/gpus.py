@@ -1,0 +1,47 @@
+"""GPU catalog: memory, peak dense bf16/fp16 tensor FLOP/s and HBM bandwidth per model.
+
+Numbers come from ``hardware_specs.csv`` (copied to ``tests/data/``), whose ``source``
+column names the datasheet or spec page; each :class:`GPUSpec` keeps that source. Memory
+is the marketed capacity in decimal GB (10^9 bytes), as the datasheets state it.
+The compute cost model and the memory ledger read this catalog through :func:`get_gpu`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ScenarioError
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """One GPU model. Units: ``memory_bytes`` bytes, ``peak_flops`` dense bf16/fp16
+    tensor FLOP/s, ``hbm_bandwidth`` bytes/s; ``source`` says where they come from."""
+
+    name: str
+    memory_bytes: int
+    peak_flops: float
+    hbm_bandwidth: float
+    source: str = ""
+
+
+_A100 = "NVIDIA A100 datasheet / Ampere whitepaper via glennklockwood.com (hardware_specs.csv)"
+_HOPPER = "NVIDIA Hopper whitepaper via glennklockwood.com (hardware_specs.csv)"
+
+#: GPU name (the ``cluster.gpu`` word) → spec
+GPUS: dict[str, GPUSpec] = {g.name: g for g in (
+    GPUSpec("V100-SXM2-32GB", 32 * 10**9, 125e12, 900e9,
+            "NVIDIA V100 datasheet: 125 TFLOP/s tensor, 900 GB/s (hardware_specs.csv, UNVERIFIED)"),
+    GPUSpec("A100-SXM4-40GB", 40 * 10**9, 312e12, 1555e9, _A100),
+    GPUSpec("A100-SXM4-80GB", 80 * 10**9, 312e12, 2039e9, _A100),
+    GPUSpec("H100-SXM5-80GB", 80 * 10**9, 989.4e12, 3350e9, _HOPPER),
+    GPUSpec("H200-SXM-141GB", 141 * 10**9, 989.4e12, 4800e9,
+            "H200 spec pages (same GH100 compute as H100; 141 GB HBM3e, 4.8 TB/s) (hardware_specs.csv)"),
+)}
+
+
+def get_gpu(name: str) -> GPUSpec:
+    """The spec of GPU ``name``; a ScenarioError on ``cluster.gpu`` listing known names."""
+    if name not in GPUS:
+        raise ScenarioError("cluster.gpu", name, f"known GPUs: {', '.join(sorted(GPUS))}")
+    return GPUS[name]
