@@ -1,23 +1,41 @@
 """Per-stage costs of a model, the input the schedules compile into a Program.
 
-A :class:`StageCost` is what one pipeline stage costs per micro-batch (forward,
-backward-input, backward-weight times; activation bytes sent downstream and kept in
-memory) and per iteration (optimizer time; parameter bytes). The synthetic model maps
-onto it directly; real models (transformers, CNNs) will compute it from their layers.
+A :class:`StageCost` is what one pipeline stage costs per micro-batch on each of its GPUs
+(forward, backward-input, backward-weight passes; activation bytes sent downstream and
+kept in memory) and per iteration (optimizer time; parameter bytes). A pass is a sequence
+of :class:`Segment` s — compute kernels and, for tensor parallelism, collectives over the
+stage's TP group — so a real model's layer (GEMM, all-reduce, GEMM, all-reduce) compiles
+to the ops Megatron-LM would run. The synthetic model has one compute segment per pass.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One step of a pass: ``compute`` for ``duration`` s (``flops`` ride along for
+    metrics), or a ``collective`` (``all_reduce``, ``all_gather``, ``reduce_scatter``) of
+    ``nbytes`` over the stage's tensor-parallel group."""
+
+    kind: str
+    duration: float = 0.0
+    flops: float = 0.0
+    nbytes: int = 0
+    collective: str = ""
+    name: str = ""
 
 
 @dataclass(frozen=True)
 class StageCost:
-    """Costs of one pipeline stage on its GPU.
+    """Costs of one pipeline stage on each of its GPUs.
 
     ``backward`` is the whole backward time (B + W); ``backward_weight`` its W part.
     ``activation_bytes`` is sent to the next stage per micro-batch (and the same gradient
     size comes back); ``activation_memory`` is kept per in-flight micro-batch.
+    ``passes`` optionally maps a phase (``"F"``, ``"B"``, ``"W"``) to its segments; a
+    phase without an entry is one compute segment of its time.
     """
 
     forward: float
@@ -29,6 +47,27 @@ class StageCost:
     optimizer: float
     forward_flops: float = 0.0
     backward_flops: float = 0.0
+    grad_bytes: int | None = None
+    passes: dict[str, tuple[Segment, ...]] = field(default_factory=dict)
+
+    def segments(self, phase: str, split_backward: bool = False) -> tuple[Segment, ...]:
+        """The segments of ``phase``. With ``split_backward``, ``"B"`` is the input-gradient
+        part only (backward − backward_weight) and ``"W"`` the weight-gradient part."""
+        if phase in self.passes:
+            return self.passes[phase]
+        if phase == "F":
+            return (Segment("compute", self.forward, self.forward_flops),)
+        w_share = self.backward_weight / self.backward if self.backward > 0 else 0.0
+        if phase == "W":
+            return (Segment("compute", self.backward_weight, self.backward_flops * w_share),)
+        if split_backward:
+            return (Segment("compute", self.backward - self.backward_weight, self.backward_flops * (1 - w_share)),)
+        return (Segment("compute", self.backward, self.backward_flops),)
+
+    @property
+    def gradient_bytes(self) -> int:
+        """Bytes of the data-parallel gradient all-reduce (default: the parameter bytes)."""
+        return self.param_bytes if self.grad_bytes is None else self.grad_bytes
 
 
 def stage_costs(model, pp: int) -> list[StageCost]:
