@@ -19,7 +19,7 @@ from .schedules import SCHEDULES, compile_pipeline
 from .trace import metrics
 from .trace.recorder import Recorder
 from .trace.result import Result, spans_frame
-from .workload.stage_cost import stage_costs
+from .workload.stage_cost import chunk_costs
 
 GIB = 2**30
 
@@ -32,7 +32,7 @@ def plan_of(sc: Scenario) -> Plan:
 def compile_scenario(sc: Scenario) -> Program:
     """The checked Program a scenario compiles to (without running it)."""
     plan = plan_of(sc)
-    prog = compile_pipeline(SCHEDULES[sc.parallel.schedule], plan, stage_costs(sc.model, plan.pp),
+    prog = compile_pipeline(SCHEDULES[sc.parallel.schedule], plan, chunk_costs(sc, plan.pp * sc.parallel.virtual_stages),
                             sc.num_microbatches, sc.simulation.iterations)
     prog.check()
     return prog

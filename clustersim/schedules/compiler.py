@@ -43,6 +43,9 @@ def compile_pipeline(schedule: Schedule, plan: Plan, costs: list[StageCost], m: 
                      iterations: int = 1) -> Program:
     """The Program of ``iterations`` training iterations of ``schedule`` under ``plan``."""
     p = plan.pp
+    if len(costs) != p:
+        raise ProgramError(f"schedule {schedule.name!r} runs one model chunk per stage; got {len(costs)} chunks "
+                           f"for {p} stages (parallel.virtual_stages must be 1)")
     orders = [schedule.order(s, p, m) for s in range(p)]
     for s, order in enumerate(orders):
         _check_order(schedule, s, order, m)

@@ -70,18 +70,31 @@ class StageCost:
         return self.param_bytes if self.grad_bytes is None else self.grad_bytes
 
 
-def stage_costs(model, pp: int) -> list[StageCost]:
-    """Split ``model`` into ``pp`` equal stages of consecutive layers and cost each one."""
+def even_partition(layers: int, chunks: int) -> list[int]:
+    """Layers per chunk when ``layers`` split evenly into ``chunks`` consecutive chunks."""
+    return [layers // chunks] * chunks
+
+
+def chunk_costs(scenario, chunks: int, partition: list[int] | None = None) -> list[StageCost]:
+    """Costs of the scenario's model cut into ``chunks`` consecutive model chunks.
+
+    ``partition`` gives the layers of each chunk (default: even). With ``v`` virtual
+    stages a schedule places chunk ``k`` on pipeline stage ``k % pp``; with one, chunk
+    ``k`` *is* stage ``k``. Every model kind implements this one entry point.
+    """
+    model = scenario.model
     if model.kind != "synthetic":
         raise NotImplementedError(f"model kind {model.kind!r}")
-    per = model.layers // pp
-    stage = StageCost(
-        forward=per * model.forward,
-        backward=per * model.backward,
-        backward_weight=per * model.backward_weight,
-        activation_bytes=int(model.activation),
-        activation_memory=int(per * model.activation),
-        param_bytes=int(per * model.params),
-        optimizer=model.optimizer,
-    )
-    return [stage] * pp
+    partition = partition or even_partition(model.layers, chunks)
+    return [
+        StageCost(
+            forward=n * model.forward,
+            backward=n * model.backward,
+            backward_weight=n * model.backward_weight,
+            activation_bytes=int(model.activation),
+            activation_memory=int(n * model.activation),
+            param_bytes=int(n * model.params),
+            optimizer=model.optimizer,
+        )
+        for n in partition
+    ]
