@@ -1,0 +1,14 @@
+"""Collective communication as point-to-point steps on a fabric.
+
+Each algorithm (ring, tree, halving_doubling, hierarchical, direct, parameter_server)
+compiles a collective into per-rank send schedules (:mod:`.schedule`); the executor runs
+them on the fabric, so bus bandwidth emerges from the links and contention is real. The
+engine calls :func:`run_collective` once every member has reached the op.
+"""
+
+from .api import ALGORITHMS, KINDS, Algorithm, choose_algorithm, run_collective
+from .cost import estimate_time
+from .group import DEFAULT_ALPHA, Group, resolve_alpha
+
+__all__ = ["ALGORITHMS", "DEFAULT_ALPHA", "KINDS", "Algorithm", "Group", "choose_algorithm",
+           "estimate_time", "resolve_alpha", "run_collective"]

@@ -1,0 +1,85 @@
+"""nccl-tests style measurement of one collective on an idle simulated cluster.
+
+:func:`measure` builds the cluster's topology and fabric, runs one collective among all
+GPUs and reports time, algorithm bandwidth and bus bandwidth with the nccl-tests
+definitions (``algbw = S / t``; ``busbw = algbw × factor``, see :func:`busbw_factor`).
+Used by ``benchmarks/bench_collectives.py``, the preset calibration tests and the
+calibration table in ``docs/collectives.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import simpy
+
+from ..trace.recorder import Recorder
+from .api import run_collective
+
+#: packet-fabric chunks per message at most; chunk = max(MIN_CHUNK, S / (n · this))
+CHUNKS_PER_MESSAGE = 64
+MIN_CHUNK = 256 * 1024
+
+
+def busbw_factor(kind: str, n: int) -> float:
+    """nccl-tests bus-bandwidth factor: 2(n−1)/n all-reduce, (n−1)/n gather/scatter/a2a, 1 else."""
+    if n <= 1:
+        return 1.0
+    if kind == "all_reduce":
+        return 2 * (n - 1) / n
+    if kind in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One row of an nccl-tests table: size (bytes), time (s), algbw and busbw (bytes/s)."""
+
+    nbytes: int
+    time_s: float
+    algbw: float
+    busbw: float
+    algorithm: str
+
+
+def chunk_size_for(nbytes: int, n: int) -> int:
+    """Packet chunk that keeps ~CHUNKS_PER_MESSAGE chunks per ring message (bounded events)."""
+    return max(MIN_CHUNK, int(nbytes) // (max(1, n) * CHUNKS_PER_MESSAGE))
+
+
+def measure(cluster: dict, kind: str, nbytes: int, algorithm: str = "auto", network: str = "packet",
+            chunk_size: int | None = None, alpha=None) -> Measurement:
+    """Run ``kind`` of ``nbytes`` among every GPU of ``cluster`` (a resolved cluster dict)."""
+    from ..network.factory import build_fabric
+    from ..topology import build_topology
+
+    graph = build_topology(cluster)
+    members = sorted((x for x, k in graph.nodes(data="kind") if k == "gpu"), key=lambda x: int(x[3:]))
+    n = len(members)
+    env = simpy.Environment()
+    chunk = chunk_size or chunk_size_for(nbytes, n)
+    fabric = build_fabric(network, env, Recorder(), graph, chunk_size=chunk if network == "packet" else None)
+    if alpha is None:
+        alpha = cluster.get("collective_alpha")
+    from .api import check_group, choose_algorithm
+
+    name = algorithm
+    if algorithm == "auto":
+        name = choose_algorithm(check_group(env, fabric, kind, members, nbytes, "auto", alpha, None), kind, nbytes)
+    proc = env.process(run_collective(env, fabric, kind, members, nbytes, name, alpha))
+    env.run(proc)
+    t = env.now
+    algbw = nbytes / t if t > 0 else float("inf")
+    return Measurement(int(nbytes), t, algbw, algbw * busbw_factor(kind, n), name)
+
+
+def preset_cluster(preset: str, nodes: int) -> dict:
+    """The resolved cluster dict of ``preset`` with ``nodes`` nodes (single_node when 1)."""
+    from ..hardware.presets import expand_preset
+
+    cluster = expand_preset(preset)
+    cluster["nodes"] = nodes
+    if nodes == 1:
+        cluster["topology"] = {"kind": "single_node"}
+    return cluster

@@ -1,0 +1,135 @@
+"""What a collective needs to know about its group: hosts, step latency α, link speeds.
+
+:class:`Group` reads the fabric's topology graph (``fabric.graph``, nodes with a ``host``
+attribute and edges with ``bandwidth``/``latency``) when there is one; a fabric without a
+graph (e.g. :class:`~clustersim.network.base.DirectFabric`) is one host whose every pair
+is joined at ``fabric.bandwidth``/``fabric.latency``.
+
+α defaults (seconds per step, on top of the fabric's own link latency) are NCCL's
+``hwLat`` for the Ring algorithm and the Simple protocol — the protocol NCCL uses for the
+large messages this simulator cares about — from ``src/graph/tuning.cc`` (NCCL 2.19+):
+NVLink 3.4 µs, PCIe 5.7 µs, network 14.0 µs. See ``docs/collectives.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from weakref import WeakKeyDictionary
+
+import networkx as nx
+
+from ..errors import ScenarioError
+
+#: α per link technology, seconds (NCCL tuning.cc hwLat[.][RING][SIMPLE])
+DEFAULT_ALPHA: dict[str, float] = {"nvlink": 3.4e-6, "pcie": 5.7e-6, "net": 14.0e-6}
+#: α per link kind a user sets (``cluster.collective_alpha``): same host vs different hosts
+ALPHA_KEYS = ("intra_node", "inter_node")
+
+# path memo per topology graph: (src, dst) -> (bottleneck bandwidth, latency, path)
+_PATHS: WeakKeyDictionary = WeakKeyDictionary()
+
+
+def resolve_alpha(alpha: float | Mapping[str, float] | None, intra_kind: str = "nvlink") -> dict[str, float]:
+    """Return ``{"intra_node": s, "inter_node": s}`` from a number, a partial mapping or None."""
+    out = {"intra_node": DEFAULT_ALPHA["pcie" if intra_kind == "pcie" else "nvlink"],
+           "inter_node": DEFAULT_ALPHA["net"]}
+    if alpha is None:
+        return out
+    if isinstance(alpha, Mapping):
+        for key, value in alpha.items():
+            if key not in ALPHA_KEYS:
+                raise ScenarioError(f"collective.alpha.{key}", value, f"known keys: {', '.join(ALPHA_KEYS)}")
+            out[key] = _non_negative(f"collective.alpha.{key}", value)
+        return out
+    value = _non_negative("collective.alpha", alpha)
+    return {"intra_node": value, "inter_node": value}
+
+
+def _non_negative(field: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ScenarioError(field, value, "expected a time in seconds >= 0")
+    return float(value)
+
+
+class Group:
+    """A validated group of members on a fabric, with per-pair α and link-speed lookups."""
+
+    def __init__(self, env, fabric, members: list[str], alpha=None):
+        self.env, self.fabric, self.members = env, fabric, list(members)
+        self.graph = getattr(fabric, "graph", None)
+        if self.graph is not None:
+            self.host = {m: self.graph.nodes[m].get("host", m) for m in self.members}
+        else:
+            self.host = dict.fromkeys(self.members, 0)
+        self.alpha = resolve_alpha(alpha, self._intra_kind())
+        # hosts in order of first appearance, each with its members in group order
+        self.hosts: dict[object, list[str]] = {}
+        for m in self.members:
+            self.hosts.setdefault(self.host[m], []).append(m)
+
+    def _intra_kind(self) -> str:
+        g = self.graph
+        if g is None or not self.members:
+            return "nvlink"
+        first = self.members[0]
+        for _, nbr in g.out_edges(first):
+            if "pcie" in str(g.nodes[nbr].get("kind", "")) or "pcie" in str(nbr):
+                return "pcie"
+        return "nvlink"
+
+    # ---- per-pair lookups used by the executor -------------------------------------------
+    def alpha_of(self, src: str, dst: str) -> float:
+        """Step latency α of a message ``src → dst``."""
+        return self.alpha["intra_node" if self.host[src] == self.host.get(dst, None) else "inter_node"]
+
+    def path(self, src: str, dst: str) -> tuple[float, float, list]:
+        """(bottleneck bandwidth B/s, summed latency s, nodes) of the route ``src → dst``."""
+        g = self.graph
+        if g is None:
+            return float(self.fabric.bandwidth), float(self.fabric.latency), [src, dst]
+        memo = _PATHS.setdefault(g, {})
+        key = (src, dst)
+        if key not in memo:
+            route = self._route(src, dst)
+            edges = [g.edges[a, b] for a, b in zip(route, route[1:], strict=False)]
+            bw = min((e.get("bandwidth", float("inf")) for e in edges), default=float("inf"))
+            memo[key] = (bw, sum(e.get("latency", 0.0) for e in edges), route)
+        return memo[key]
+
+    def _route(self, src: str, dst: str) -> list:
+        router = getattr(self.fabric, "router", None)
+        if router is not None and hasattr(router, "path"):
+            return list(router.path(src, dst))
+        return nx.shortest_path(self.graph, src, dst)
+
+    def pace_of(self, src: str, dst: str) -> float | None:
+        """Injection bandwidth of ``src → dst`` (bytes/s), or None when unknown."""
+        bw = self.path(src, dst)[0]
+        return bw if 0 < bw < float("inf") else None
+
+    def shape(self) -> dict:
+        """α-β parameters of this group for :func:`~clustersim.collectives.cost.estimate_time`.
+
+        ``bw``/``alpha``: a step between two members of one host (α includes the path
+        latency); ``bw_inter``: the network bandwidth one rank gets while every rank of
+        its host sends (path bottleneck × distinct NICs used / ranks per host)."""
+        groups = list(self.hosts.values())
+        first = groups[0]
+        if len(first) > 1:
+            bw, lat, _ = self.path(first[0], first[1])
+        elif self.graph is None:
+            bw, lat = float(self.fabric.bandwidth), float(self.fabric.latency)
+        else:
+            bw, lat = float("inf"), 0.0
+        out = {"bw": bw, "alpha": self.alpha["intra_node"] + lat, "nodes": len(groups)}
+        if len(groups) > 1:
+            other = groups[1]
+            paths = [self.path(a, other[i % len(other)]) for i, a in enumerate(first)]
+            nics = {next((x for x in p[2] if self.graph.nodes[x].get("kind") == "nic"), None) for p in paths}
+            nics.discard(None)
+            share = (len(nics) or len(first)) / len(first)
+            out["bw_inter"] = min(p[0] for p in paths) * share
+            out["alpha_inter"] = self.alpha["inter_node"] + max(p[1] for p in paths)
+            if out["bw"] == float("inf"):
+                out["bw"] = out["bw_inter"]
+        return out

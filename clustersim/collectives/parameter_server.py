@@ -1,0 +1,40 @@
+"""Parameter-server push/pull (Li et al., OSDI 2014): workers → server(s) → workers.
+
+Every member is a worker. The servers are ``servers`` (any topology nodes, e.g. a CPU
+host), else ``[root]``, else the first member. With k servers the buffer is sharded:
+each worker pushes S/k to every server; a server, once it has every worker's shard,
+sends the reduced shard back to every worker (pull). Idle time with w workers, server
+bandwidth B_s and worker bandwidth B_w:
+``T ≈ 2·α + S/B_w + 2·w·S/(k·B_s)`` — the server links are the bottleneck, which is the
+point of simulating it. Kinds: all_reduce (push + pull), reduce (push only, result on the
+servers), broadcast (pull only, from the servers).
+"""
+
+from __future__ import annotations
+
+from .schedule import Msg, split
+
+
+def build_parameter_server(env, kind: str, order: list[str], nbytes: int, ready: dict, root=None,
+                           chunks=None, servers=None):
+    """Push/pull schedule; returns (engines, done events per rank)."""
+    servers = list(servers) if servers else [root if root is not None else order[0]]
+    shards = split(nbytes, len(servers))
+    have = {m: tuple(ready.get(m, ())) for m in {*order, *servers}}
+    engines = []
+    pushed = {s: list(have[s]) for s in servers}
+    if kind in ("all_reduce", "reduce"):
+        for w in order:
+            prog = [Msg(env, w, s, size, have[w]) for s, size in zip(servers, shards, strict=True) if s != w]
+            for msg in prog:
+                pushed[msg.dst].append(msg.done)
+            engines.append(prog)
+        if kind == "reduce":
+            return engines, {**have, **{s: tuple(pushed[s]) for s in servers}}
+    got = {w: list(have[w]) for w in order}
+    for s, size in zip(servers, shards, strict=True):
+        prog = [Msg(env, s, w, size, tuple(pushed[s])) for w in order if w != s]
+        for msg in prog:
+            got[msg.dst].append(msg.done)
+        engines.append(prog)
+    return engines, {**have, **{w: tuple(got[w]) for w in order}}

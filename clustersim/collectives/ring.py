@@ -1,0 +1,106 @@
+"""Ring algorithms (NCCL's ``RING``): reduce-scatter, all-gather, all-reduce, and the
+pipelined chain used for broadcast and reduce.
+
+All-reduce of S bytes over n ranks runs 2(n−1) steps; in each, every rank sends one
+S/n chunk to its successor — reduce-scatter for the first n−1 steps, all-gather for the
+rest. A rank's step k waits for its predecessor's step k−1 to arrive (data flow, no
+global barrier), so on an idle ring of bandwidth B and step latency α:
+``T = 2(n−1)·α + 2(n−1)/n · S/B``.
+
+Across several hosts the ring is split into *channels* (as NCCL does): one ring per
+local rank, each visiting every host with its intra-host order rotated, so each channel
+leaves a host through a different GPU (and NIC). Each channel carries 1/C of the data.
+Broadcast and reduce run as a chain along the ring, pipelined in chunks.
+"""
+
+from __future__ import annotations
+
+from .schedule import Msg, split
+
+#: chunking of pipelined chains and trees: at most this many chunks, none below MIN
+MAX_PIPELINE_CHUNKS = 64
+MIN_PIPELINE_CHUNK = 32 * 1024
+
+
+def pipeline_chunks(nbytes: int, chunks: int | None = None) -> int:
+    """Number of pipeline chunks for a ``nbytes`` message (an explicit ``chunks`` wins)."""
+    if chunks:
+        return max(1, int(chunks))
+    return max(1, min(MAX_PIPELINE_CHUNKS, -(-int(nbytes) // MIN_PIPELINE_CHUNK)))
+
+
+def ring_orders(hosts: dict[object, list[str]], channels: int | None = None) -> list[list[str]]:
+    """Ring orders, one per channel: hosts in turn, each host's members rotated by channel."""
+    locals_ = list(hosts.values())
+    if channels is None:
+        channels = 1 if len(locals_) == 1 else max(len(m) for m in locals_)
+    orders = []
+    for c in range(max(1, channels)):
+        orders.append([m for grp in locals_ for m in grp[c % len(grp):] + grp[:c % len(grp)]])
+    return orders
+
+
+def _chain(env, order, nsteps, size_of, ready):
+    """Ring steps 0..nsteps-1: rank i sends ``size_of(step, i)`` bytes to i+1.
+
+    Returns (engines, last arrival event per rank)."""
+    n = len(order)
+    engines = [[] for _ in range(n)]
+    prev = [None] * n  # message that arrived at rank i in the previous step
+    for s in range(nsteps):
+        cur = [None] * n
+        for i, src in enumerate(order):
+            deps = ready.get(src, ()) if s == 0 else (prev[i].done,)
+            msg = Msg(env, src, order[(i + 1) % n], size_of(s, i), deps)
+            engines[i].append(msg)
+            cur[(i + 1) % n] = msg
+        prev = cur
+    done = {m: ((prev[i].done,) if prev[i] else tuple(ready.get(m, ()))) for i, m in enumerate(order)}
+    return engines, done
+
+
+def build_ring(env, kind: str, orders: list[list[str]], nbytes: int, ready: dict, root=None, chunks=None):
+    """Ring schedule for ``kind`` over one or more channel ``orders``; see module doc."""
+    engines, done = [], {}
+    for order, part in zip(orders, split(nbytes, len(orders)), strict=True):
+        n = len(order)
+        if n == 1:
+            continue
+        sizes = split(part, n)
+        if kind == "all_reduce":
+            e, d = _chain(env, order, 2 * (n - 1), lambda s, i, z=sizes, n=n: z[(i - s) % n], ready)
+        elif kind in ("reduce_scatter", "all_gather"):
+            e, d = _chain(env, order, n - 1, lambda s, i, z=sizes, n=n: z[(i - s) % n], ready)
+        elif kind in ("broadcast", "reduce"):
+            e, d = pipelined_chain(env, kind, order, part, ready, root, chunks)
+        else:
+            raise ValueError(kind)
+        engines.extend(e)
+        for m, evs in d.items():
+            done[m] = done.get(m, ()) + tuple(evs)
+    return engines, done
+
+
+def pipelined_chain(env, kind, order, nbytes, ready, root, chunks=None):
+    """Broadcast (from ``root`` down the chain) or reduce (up the chain into ``root``).
+
+    The chain is cut into k chunks; rank p forwards chunk j once it has it. Idle time:
+    ``(n−1)·α + S/B + (n−2)·S/(k·B)``."""
+    root = root if root is not None else order[0]
+    r = order.index(root)
+    # broadcast: root first; reduce: root last
+    chain = order[r:] + order[:r] if kind == "broadcast" else order[r + 1:] + order[:r + 1]
+    n, sizes = len(chain), split(nbytes, pipeline_chunks(nbytes, chunks))
+    engines = [[] for _ in range(n)]
+    last = [None] * n
+    arrived = [[None] * len(sizes) for _ in range(n)]
+    for j, size in enumerate(sizes):
+        for p in range(n - 1):
+            deps = tuple(ready.get(chain[p], ())) if p == 0 else (arrived[p][j].done,)
+            if kind == "reduce" and p > 0:
+                deps += tuple(ready.get(chain[p], ()))
+            msg = Msg(env, chain[p], chain[p + 1], size, deps)
+            engines[p].append(msg)
+            arrived[p + 1][j] = last[p + 1] = msg
+    done = {m: ((last[p].done,) if last[p] else tuple(ready.get(m, ()))) for p, m in enumerate(chain)}
+    return engines, done

@@ -1,0 +1,106 @@
+"""Send schedules: the point-to-point form every collective algorithm compiles into.
+
+An algorithm does not move bytes itself. It builds, for every *engine* (one in-order
+sender on one rank, like one NCCL channel's thread block), an ordered list of
+:class:`Msg`. A message waits for the arrival of the messages it depends on (the data it
+forwards or reduces), then for its engine to be free, then for the per-step latency α,
+then travels on the fabric. :func:`execute` runs the engines as SimPy processes.
+
+Timing assumptions (stated once, here):
+
+* α is a *delay* between issuing a message and its first byte entering the fabric
+  (software + protocol handshake, NCCL's ``hwLat``). It does not occupy the link, so the
+  α of consecutive chunks in a pipeline overlap; a dependent step pays it again.
+* An engine issues its next message once the previous one has been *injected*, i.e.
+  ``nbytes / pace_bandwidth`` after it was issued. On a contended fabric that pace is
+  optimistic and the fabric's FIFO links do the queueing; on a fabric without a known
+  bandwidth the engine waits for arrival.
+* Reductions are free (they run at HBM speed, far above link speed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import simpy
+
+__all__ = ["Msg", "execute", "split"]
+
+
+class Msg:
+    """One point-to-point message of a schedule: ``nbytes`` from ``src`` to ``dst``.
+
+    ``deps`` are events (usually other messages' ``done``) that must have fired before
+    it is issued; ``done`` fires when its last byte has arrived at ``dst``. ``share`` is
+    the fraction of the sender's port its engine paces itself at (algorithms that run
+    several engines on one port at once give each its part).
+    """
+
+    __slots__ = ("src", "dst", "nbytes", "deps", "done", "share")
+
+    def __init__(self, env: simpy.Environment, src: str, dst: str, nbytes: int, deps: Sequence = (),
+                 share: float = 1.0):
+        self.src, self.dst, self.nbytes, self.share = src, dst, int(nbytes), share
+        self.deps = tuple(d for d in deps if d is not None)
+        self.done = env.event()
+
+
+def split(total: int, parts: int) -> list[int]:
+    """``total`` bytes cut into ``parts`` near-equal integer pieces (larger ones first)."""
+    base, rem = divmod(int(total), parts)
+    return [base + (1 if i < rem else 0) for i in range(parts)]
+
+
+def execute(env: simpy.Environment, fabric, engines: Sequence[Sequence[Msg]], alpha_of: Callable,
+            pace_of: Callable, label: str, finish: dict[str, float]):
+    """SimPy generator: run every engine's messages; return when all have arrived.
+
+    ``alpha_of(src, dst)`` gives the step latency α in seconds, ``pace_of(src, dst)``
+    the injection bandwidth in bytes/s (or ``None`` to wait for arrival). ``finish``
+    (member → seconds) is raised to the arrival time of every message a member sends or
+    receives, so afterwards it holds each member's own completion time.
+    """
+    dones = []
+    procs = []
+    for prog in engines:
+        if prog:
+            procs.append(env.process(_engine(env, fabric, prog, alpha_of, pace_of, label, finish)))
+            dones.extend(m.done for m in prog)
+    if procs:
+        yield env.all_of(procs)
+    if dones:
+        yield env.all_of(dones)
+
+
+def _engine(env, fabric, prog, alpha_of, pace_of, label, finish):
+    free_at = env.now
+    for m in prog:
+        for dep in m.deps:
+            if not dep.processed:
+                yield dep
+        if free_at > env.now:
+            yield env.timeout(free_at - env.now)
+        _issue(env, fabric, m, alpha_of(m.src, m.dst), label, finish)
+        bw = pace_of(m.src, m.dst)
+        if bw:
+            free_at = env.now + m.nbytes / (bw * m.share)
+        else:
+            yield m.done
+
+
+def _issue(env, fabric, m: Msg, alpha: float, label: str, finish: dict[str, float]) -> None:
+    def arrived(_event) -> None:
+        now = env.now
+        if finish.get(m.src, 0.0) < now:
+            finish[m.src] = now
+        if finish.get(m.dst, 0.0) < now:
+            finish[m.dst] = now
+        m.done.succeed(now)
+
+    def start(_event=None) -> None:
+        fabric.transfer(m.src, m.dst, m.nbytes, label).callbacks.append(arrived)
+
+    if alpha > 0:
+        env.timeout(alpha).callbacks.append(start)
+    else:
+        start()

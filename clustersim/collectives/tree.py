@@ -1,0 +1,119 @@
+"""Double binary tree all-reduce (NCCL's ``TREE``; Sanders, Speck & Träff 2009).
+
+Two binary trees span the group; a rank that is a leaf in one is (mostly) an inner node
+in the other. Each tree carries half the buffer, cut into k chunks: the chunks are reduced up
+the tree (pipelined), then broadcast back down (pipelined). Both trees run at once, so
+every rank's port carries two flows of S/2 in each phase, each at B/2. The idle-fabric
+time is the textbook pipelined-tree form, twice (reduce, then broadcast):
+``T = 2·[d·α + (k + d − 1)·S/(k·B)]`` with d = ⌊log2 n⌋ the depth in hops and k chunks
+per tree — for large k, ``2·d·α + 2·S/B``, NCCL's tree model (algbw = busbw / 2).
+"""
+
+from __future__ import annotations
+
+from .ring import pipeline_chunks
+from .schedule import Msg, split
+
+
+def binary_tree(n: int) -> list[int]:
+    """Parent position of each of ``n`` positions in an in-order binary tree (root: -1).
+
+    Position i is node x = i+1; x's height is its lowest set bit. A node whose parent
+    would lie beyond n hangs from the nearest existing ancestor instead."""
+    parent = [-1] * n
+    for i in range(n):
+        x, low = i + 1, (i + 1) & -(i + 1)
+        while True:
+            q = x - low if x & (2 * low) else x + low
+            if low * 2 > n and q > n:
+                break  # x is the root
+            x, low = q, low * 2
+            if q <= n:
+                parent[i] = q - 1
+                break
+    return parent
+
+
+def double_trees(order: list[str]) -> list[dict[str, list]]:
+    """Two trees over ``order``: ``{"parent": {rank: parent|None}, "children": {...}}``.
+
+    The second is the first shifted by one rank, so leaves and inner nodes swap (n even)."""
+    n = len(order)
+    par = binary_tree(n)
+    trees = []
+    for shift in (0, 1):
+        rank = [order[(q + shift) % n] for q in range(n)]
+        parent = {rank[q]: (rank[par[q]] if par[q] >= 0 else None) for q in range(n)}
+        children = {r: [] for r in rank}
+        for r, p in parent.items():
+            if p is not None:
+                children[p].append(r)
+        trees.append({"parent": parent, "children": children})
+    return trees
+
+
+def build_tree(env, kind: str, order: list[str], nbytes: int, ready: dict, root=None, chunks=None):
+    """Double-binary-tree all-reduce schedule; returns (engines, done events per rank)."""
+    if kind != "all_reduce":
+        raise ValueError(kind)
+    done = {m: () for m in order}
+    if len(order) == 1:
+        return [], {m: tuple(ready.get(m, ())) for m in order}
+    # one engine per rank, tree and phase. In the reduce phase a rank sends up both trees
+    # at once, so each up-engine paces itself at half its port (``share``): a flow that
+    # injects at full rate floods the FIFO ahead of the other tree's critical path.
+    ups = {m: [] for m in order}
+    downs = {m: [] for m in order}
+    for tree, half in zip(double_trees(order), split(nbytes, 2), strict=True):
+        parent, children = tree["parent"], tree["children"]
+        top = next(r for r, p in parent.items() if p is None)
+        sizes = split(half, pipeline_chunks(half, chunks))
+        up = {m: [] for m in order}     # up[m][j]: message m -> parent carrying chunk j
+        down = {m: [] for m in order}   # down[m][j]: message parent -> m carrying chunk j
+        for m in _post_order(children, top):  # children's messages exist before parents'
+            if parent[m] is None:
+                continue
+            for j, size in enumerate(sizes):
+                deps = tuple(ready.get(m, ())) + tuple(up[c][j].done for c in children[m])
+                up[m].append(Msg(env, m, parent[m], size, deps, share=0.5))
+        reduced = tuple(up[c][-1].done for c in children[top]) + tuple(ready.get(top, ()))
+        for m in _pre_order(children, top):
+            for j, size in enumerate(sizes):
+                # the root broadcasts once its whole half is reduced
+                have = reduced if m == top else (down[m][j].done,)
+                for c in children[m]:
+                    down[c].append(Msg(env, m, c, size, have))
+        for m in order:
+            ups[m].append(up[m])
+            downs[m].append(_interleave(down, children[m], len(sizes)))
+            # a rank has its half when the last chunk came down (the root: came up)
+            done[m] += reduced if m == top else (down[m][-1].done,)
+    engines = [prog for m in order for prog in ups[m]]
+    engines += [[msg for group in prog for msg in group] for m in order for prog in downs[m]]
+    return engines, done
+
+
+def _interleave(down, kids, k):
+    """Down-messages of one parent, one list entry per chunk: [chunk j to each child]."""
+    return [[down[c][j] for c in kids] for j in range(k)] if kids else []
+
+
+def _post_order(children, top):
+    out, stack = [], [(top, False)]
+    while stack:
+        node, seen = stack.pop()
+        if seen:
+            out.append(node)
+        else:
+            stack.append((node, True))
+            stack.extend((c, False) for c in children[node])
+    return out
+
+
+def _pre_order(children, top):
+    out, stack = [], [top]
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(children[node])
+    return out

@@ -1,0 +1,1 @@
+"""Hardware catalog: GPU specs (:mod:`.gpus`) and cluster presets (:mod:`.presets`)."""

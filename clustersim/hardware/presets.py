@@ -1,0 +1,96 @@
+"""Cluster presets: ready-made ``cluster`` sections for common servers.
+
+Each preset is a partial cluster dict in the exact shape of the scenario's ``cluster``
+section (``nodes`` comes from the user). Bandwidths are nominal line rates per GPU per
+direction; ``efficiency`` turns them into what the link delivers to NCCL payload, by
+ONE rule per link technology, never fitted to the busbw a test compares against:
+
+* NVLink: NCCL's own effective per-link NVLink bandwidth over the link's line rate —
+  ``topo.h`` SM80_NVLINK_BW 20.0 GB/s and SM90_NVLINK_BW 20.6 GB/s of 25 GB/s per link
+  per direction (``hardware_specs.csv`` column ``nccl_effective_GBps_per_link``):
+  0.80 for A100, 0.824 for H100/H200. The maintainer's note on nccl-tests #149 gives the
+  same reason (128-byte payload units: 25 → ~20 GB/s).
+* InfiniBand: 0.94 for both HDR and NDR — the midpoint of the 46–48 GB/s per 400 Gbit/s
+  ConnectX-7 NVIDIA's engineers quote as achievable (nccl-tests #290 and #319 notes),
+  i.e. the transport's payload fraction, applied unchanged to HDR.
+* PCIe Gen4 x16: 0.80 (128b/130b coding, TLP headers on 256-byte payloads and flow
+  control leave ~80 % — the usual rule of thumb; no busbw row was fitted).
+
+``collective_alpha`` holds the per-step latency of collectives (NCCL ``tuning.cc``
+hwLat, Ring/Simple); ``comm_compute_slowdown`` the compute slowdown while a collective
+runs on the GPU (1.0 = off; a what-if knob, no measured default). The measured busbw
+rows each preset is checked against are listed in :data:`PRESET_SOURCES` and the
+calibration table in ``docs/collectives.md``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from ..collectives.group import DEFAULT_ALPHA
+from ..errors import ScenarioError
+
+NVLINK_LINE_RATE = 25e9          # bytes/s per NVLink3/NVLink4 link per direction
+NVLINK_EFF_A100 = 20.0e9 / NVLINK_LINE_RATE   # NCCL topo.h SM80_NVLINK_BW
+NVLINK_EFF_H100 = 20.6e9 / NVLINK_LINE_RATE   # NCCL topo.h SM90_NVLINK_BW
+IB_EFFICIENCY = 0.94             # 47 of 50 GB/s per NDR NIC (nccl-tests #290, #319)
+PCIE_EFFICIENCY = 0.80           # PCIe Gen4 protocol overhead rule of thumb
+
+_ALPHA_NVLINK = {"intra_node": DEFAULT_ALPHA["nvlink"], "inter_node": DEFAULT_ALPHA["net"]}
+_ALPHA_PCIE = {"intra_node": DEFAULT_ALPHA["pcie"], "inter_node": DEFAULT_ALPHA["net"]}
+
+
+def _dgx(gpu: str, nvlink_links: int, nvlink_eff: float, nic_gbit: float) -> dict[str, Any]:
+    return {
+        "gpus_per_node": 8,
+        "gpu": gpu,
+        "intra_node": {"kind": "nvswitch", "bandwidth": nvlink_links * NVLINK_LINE_RATE, "latency": 1e-6,
+                       "efficiency": nvlink_eff},
+        "nic": {"bandwidth": nic_gbit * 1e9 / 8, "latency": 1e-6, "per_node": 8, "efficiency": IB_EFFICIENCY},
+        "pcie": None,
+        "topology": {"kind": "fat_tree"},
+        "collective_alpha": dict(_ALPHA_NVLINK),
+        "comm_compute_slowdown": 1.0,
+    }
+
+
+#: preset name → partial cluster dict (see module doc for every number's source)
+CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
+    # DGX A100: 12 NVLink3 links = 300 GB/s per GPU per direction, 8x HDR 200 Gbit/s
+    "dgx_a100": _dgx("A100-SXM4-80GB", 12, NVLINK_EFF_A100, 200),
+    # DGX H100: 18 NVLink4 links = 450 GB/s per GPU per direction, 8x NDR 400 Gbit/s
+    "dgx_h100": _dgx("H100-SXM5-80GB", 18, NVLINK_EFF_H100, 400),
+    # HGX H200: same NVLink4/NVSwitch and 8x NDR 400 Gbit/s as HGX H100, 141 GB HBM3e
+    "hgx_h200": _dgx("H200-SXM-141GB", 18, NVLINK_EFF_H100, 400),
+    # a PCIe server: 8 GPUs behind a PCIe Gen4 x16 switch (32 GB/s per direction),
+    # 2x 100 Gbit/s NICs
+    "pcie_node": {
+        "gpus_per_node": 8,
+        "gpu": "A100-SXM4-40GB",
+        "intra_node": {"kind": "pcie", "bandwidth": 32e9, "latency": 2e-6, "efficiency": PCIE_EFFICIENCY},
+        "nic": {"bandwidth": 100e9 / 8, "latency": 2e-6, "per_node": 2, "efficiency": IB_EFFICIENCY},
+        "pcie": None,
+        "topology": {"kind": "fat_tree"},
+        "collective_alpha": dict(_ALPHA_PCIE),
+        "comm_compute_slowdown": 1.0,
+    },
+}
+
+#: preset name → the nccl_busbw.csv rows (by ``source``) it is validated against
+PRESET_SOURCES: dict[str, list[str]] = {
+    "dgx_a100": ["NVIDIA/nccl-tests issue #149 (8x A100 NVSwitch, ~230 GB/s)",
+                 "NVIDIA/nccl issue #812 (DGX A100 8x HDR multi-node, 192 GB/s)"],
+    "dgx_h100": ["NVIDIA/nccl-tests issue #212 (8x H100 ring, ~370 GB/s)",
+                 "NVIDIA/nccl-tests issue #319 (HGX H100 CX7 400G ring, up to ~396 GB/s)",
+                 "NVIDIA/nccl-tests issue #309 (4x HGX H100 8x400G, 365.84 GB/s)"],
+    "hgx_h200": ["NVIDIA/nccl-tests issue #283 (248 nodes x 8 H200, ~350 GB/s; directional)"],
+    "pcie_node": [],
+}
+
+
+def expand_preset(name: str) -> dict[str, Any]:
+    """A fresh copy of preset ``name``; ScenarioError on ``cluster.preset`` if unknown."""
+    if name not in CLUSTER_PRESETS:
+        raise ScenarioError("cluster.preset", name, f"known presets: {', '.join(sorted(CLUSTER_PRESETS))}")
+    return copy.deepcopy(CLUSTER_PRESETS[name])

@@ -1,0 +1,56 @@
+"""Collectives on multi-node topologies: hierarchy, the auto choice, real contention."""
+
+from __future__ import annotations
+
+import pytest
+import simpy
+
+from clustersim.collectives import run_collective
+from clustersim.collectives.bench import measure
+from clustersim.network import PacketFabric
+from clustersim.topology import build_topology
+from clustersim.trace.recorder import Recorder
+
+MiB = 1 << 20
+
+
+def cluster(nodes, nic_bw=12.5e9, per_node=1, gpn=8):
+    return {"nodes": nodes, "gpus_per_node": gpn, "pcie": None, "topology": {"kind": "fat_tree"},
+            "intra_node": {"kind": "nvswitch", "bandwidth": 300e9, "latency": 1e-6, "efficiency": 1.0},
+            "nic": {"bandwidth": nic_bw, "latency": 1e-6, "per_node": per_node, "efficiency": 1.0}}
+
+
+@pytest.mark.parametrize("nbytes", [1 * MiB, 64 * MiB])
+def test_hierarchical_beats_flat_ring_on_slow_nics(nbytes):
+    c = cluster(4)  # one 100 Gbit/s NIC per node vs 300 GB/s NVSwitch
+    ring = measure(c, "all_reduce", nbytes, "ring").time_s
+    hier = measure(c, "all_reduce", nbytes, "hierarchical").time_s
+    assert hier < ring
+
+
+@pytest.mark.parametrize("c", [cluster(4), cluster(2, nic_bw=25e9, per_node=8)], ids=["slow-nic-4n", "rail-2n"])
+@pytest.mark.parametrize("nbytes", [1 * MiB, 16 * MiB, 128 * MiB])
+def test_auto_is_within_5_percent_of_the_best(c, nbytes):
+    times = {a: measure(c, "all_reduce", nbytes, a).time_s
+             for a in ("ring", "tree", "halving_doubling", "hierarchical", "direct")}
+    auto = measure(c, "all_reduce", nbytes, "auto")
+    assert auto.time_s <= 1.05 * min(times.values()), (auto.algorithm, times)
+
+
+def test_all_reduce_sharing_a_nic_with_other_traffic_is_slower():
+    graph = build_topology(cluster(2, nic_bw=25e9, per_node=1))
+    nbytes = 64 * MiB
+
+    def run(with_collective: bool, with_background: bool) -> float:
+        env = simpy.Environment()
+        fabric = PacketFabric(env, Recorder(), graph, chunk_size=256 * 1024)
+        events = []
+        if with_collective:  # DP all-reduce between the two nodes (one NIC each)
+            events.append(env.process(run_collective(env, fabric, "all_reduce", ["gpu0", "gpu8"], nbytes, "ring")))
+        if with_background:  # e.g. a pipeline send crossing the same NIC
+            events.append(fabric.transfer("gpu1", "gpu9", nbytes, "pp send"))
+        env.run(env.all_of(events))
+        return env.now
+
+    alone, other, both = run(True, False), run(False, True), run(True, True)
+    assert both > alone * 1.2 and both > other * 1.2
