@@ -46,7 +46,9 @@ def simulate(scenario: Scenario | str | Path | dict[str, Any]) -> Result:
     env, rec = simpy.Environment(), Recorder()
     fabric = build_network(sc, env, rec)
     capacity = [get_gpu(sc.cluster.gpu).memory_bytes] * prog.num_devices
-    engine = Engine(prog, env, fabric, rec, capacity)
+    cl = sc.cluster
+    engine = Engine(prog, env, fabric, rec, capacity, alpha=cl.collective_alpha,
+                    algorithms=sc.simulation.collectives, comm_compute_slowdown=cl.comm_compute_slowdown)
     engine.run()
     wall = time.perf_counter() - wall0
     return build_result(sc, engine, rec, wall)

@@ -14,20 +14,26 @@ import clustersim as cs
 from tests.conftest import synthetic
 
 scenarios = st.builds(
-    lambda p, m, lps, f, b, c, sched, its, opt, act: synthetic(
+    lambda p, m, lps, f, b, c, sched, its, opt, act, dp: synthetic(
         p, m, f, b, layers_per_stage=lps, schedule=sched, latency=c, iterations=its, optimizer=opt,
-        activation=act, params=2**20),
+        activation=act, params=2**20, dp=dp),
     p=st.integers(1, 6), m=st.integers(1, 10), lps=st.integers(1, 3),
     f=st.floats(1e-5, 1e-2), b=st.floats(1e-5, 1e-2), c=st.sampled_from([0.0, 1e-5, 3e-4, 5e-3]),
     sched=st.sampled_from(sorted(cs.SCHEDULES)), its=st.integers(1, 2), opt=st.sampled_from([0.0, 1e-3]),
-    act=st.sampled_from([0, 2**16]),
+    act=st.sampled_from([0, 2**16]), dp=st.sampled_from([1, 1, 2, 3]),
 )
 
 
 def critical_path(prog: cs.Program, transfer) -> float:
-    """Longest path through deps + lane order, ops weighted by their idle-network duration."""
+    """Longest path through deps + lane order, ops weighted by their idle-network duration;
+    a collective counts as a zero-time rendezvous of its members (a lower bound)."""
     end = [0.0] * len(prog.ops)
     lane_end: dict = {}
+    members: dict = {}
+    for op in prog.ops:
+        if op.kind == "collective":
+            members.setdefault(op.tag, []).append(op.id)
+    ready_at = [0.0] * len(prog.ops)
     # Program op ids respect every dependency except recv→send and later-added deps;
     # iterate to a fixed point (DAG, so at most len(ops) rounds; in practice few).
     changed = True
@@ -36,8 +42,11 @@ def critical_path(prog: cs.Program, transfer) -> float:
         lane_end.clear()
         for op in prog.ops:
             ready = max([lane_end.get((op.device, op.lane), 0.0)] + [end[d] for d in op.deps])
+            ready_at[op.id] = ready
             if op.kind == "compute":
                 e = ready + op.duration
+            elif op.kind == "collective":
+                e = max(ready_at[i] for i in members[op.tag])
             elif op.kind == "send":
                 e = ready + transfer(op.nbytes)
             else:  # recv
@@ -81,7 +90,11 @@ def test_invariants(raw):
     cp = critical_path(prog, lambda n: lat + n / bw)
     makespan = spans["end_s"].max()
     assert makespan >= cp - 1e-12
-    assert makespan == pytest.approx(cp, rel=1e-12)  # direct network: no contention, so equal
+    if sc.dp == 1:
+        assert makespan == pytest.approx(cp, rel=1e-12)  # direct network, no collectives: equal
+    # collective members' spans start together, after the last member arrived
+    for _, g in spans[spans["kind"] == "collective"].groupby(["stage", "iteration"]):
+        assert g["start_s"].nunique() == 1
     if sc.simulation.iterations == 1:
         assert res.summary["iteration_time_s"] == pytest.approx(makespan, rel=1e-12)
 

@@ -35,10 +35,19 @@ class Engine:
     """Runs a checked Program over a fabric; ``run()`` returns when every op has ended."""
 
     def __init__(self, program: Program, env: simpy.Environment, fabric: Fabric, recorder: Recorder,
-                 memory_capacity: list[int], collective_options: dict | None = None):
+                 memory_capacity: list[int], *, alpha: float | dict | None = None,
+                 algorithms: dict[str, str] | None = None, comm_compute_slowdown: float = 1.0):
+        """``alpha``: per-step collective latency (see :func:`clustersim.collectives.run_collective`);
+        ``algorithms``: collective kind → algorithm for ops that say ``auto``;
+        ``comm_compute_slowdown``: compute runs this many times slower while a collective
+        is in progress on its GPU (NCCL kernels take SMs); 1.0 turns it off."""
         self.program, self.env, self.fabric, self.recorder = program, env, fabric, recorder
         self.memory = MemoryLedger(program.static_memory, memory_capacity, recorder)
-        self.collective_options = collective_options or {}
+        self.alpha, self.algorithms = alpha, algorithms or {}
+        self.slowdown = comm_compute_slowdown
+        # collectives in progress per device, and an event that fires when that changes
+        self.active_collectives = [0] * program.num_devices
+        self.collectives_changed = [env.event() for _ in range(program.num_devices)]
         ops = program.ops
         n = len(ops)
         self.start = [-1.0] * n
@@ -79,6 +88,7 @@ class Engine:
         env, done, mem, timeout = self.env, self.done, self.memory, self.env.timeout
         start, finished, posted, waits = self.start, self.finished, self.posted, self.waits
         record, names, transfer, ops = self.recorder.ops.append, self.names, self.fabric.transfer, self.program.ops
+        slow = self.slowdown != 1.0
         for op in lane_ops:
             i = op.id
             posted[i] = True
@@ -92,7 +102,10 @@ class Engine:
             if kind is COMPUTE:
                 start[i] = t0
                 if op.duration > 0:
-                    yield timeout(op.duration)
+                    if slow:
+                        yield from self._slowed_compute(op)
+                    else:
+                        yield timeout(op.duration)
             elif kind is RECV:
                 peer = op.peer
                 if not finished[peer]:
@@ -115,6 +128,24 @@ class Engine:
             if ev is not None:
                 ev.succeed()
 
+    def _slowed_compute(self, op):
+        """Run a compute op at 1/slowdown speed while any collective is active on its GPU,
+        re-evaluating the rate whenever a collective starts or ends there."""
+        env, dev, work = self.env, op.device, op.duration
+        while True:
+            rate = 1.0 / self.slowdown if self.active_collectives[dev] else 1.0
+            t, timer = env.now, env.timeout(work / rate)
+            yield timer | self.collectives_changed[dev]
+            if timer.processed:
+                return
+            work -= (env.now - t) * rate
+
+    def _collectives_change(self, group: tuple[int, ...], delta: int) -> None:
+        for dev in group:
+            self.active_collectives[dev] += delta
+            ev, self.collectives_changed[dev] = self.collectives_changed[dev], self.env.event()
+            ev.succeed()
+
     def _collective(self, op):
         state = self._rendezvous.get(op.tag)
         if state is None:
@@ -129,9 +160,12 @@ class Engine:
     def _run_collective(self, op, finished: simpy.Event):
         from ..collectives import run_collective
 
-        members = [f"gpu{d}" for d in op.group]
+        members = [self.names[d] for d in op.group]
+        algorithm = op.algorithm if op.algorithm != "auto" else self.algorithms.get(op.collective, "auto")
+        self._collectives_change(op.group, +1)
         yield from run_collective(self.env, self.fabric, op.collective, members, op.nbytes,
-                                  algorithm=op.algorithm, label=op.tag, **self.collective_options)
+                                  algorithm=algorithm, alpha=self.alpha, label=op.tag)
+        self._collectives_change(op.group, -1)
         finished.succeed()
 
     def _stall_report(self) -> str:

@@ -71,8 +71,8 @@ class ClusterSpec(_Spec):
     nic: NicSpec = NicSpec()
     pcie: PcieSpec | None = None
     topology: dict[str, Any] = Field(default_factory=lambda: {"kind": "auto"})
-    #: per-step software latency of collectives; None = the preset's or NCCL-derived default
-    collective_alpha: dict[str, Time] | None = None
+    #: per-step software latency of collectives ({intra_node, inter_node}); None = NCCL-derived defaults
+    collective_alpha: dict[Literal["intra_node", "inter_node"], Time] | None = None
     #: compute slowdown while a collective runs on the same GPU (1.0 = no interference)
     comm_compute_slowdown: float = Field(default=1.0, ge=1.0)
 
@@ -149,6 +149,21 @@ class SimulationSpec(_Spec):
     network: str = "packet"
     chunk_size: Bytes | None = None
     seed: int = 0
+    #: collective kind → algorithm (``auto`` = the fastest by the α-β model, as NCCL's tuner)
+    collectives: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("collectives")
+    @classmethod
+    def _known_algorithms(cls, mapping: dict[str, str]) -> dict[str, str]:
+        from ..collectives import ALGORITHMS, KINDS
+
+        for kind, algo in mapping.items():
+            if kind not in KINDS:
+                raise ValueError(f"{kind!r} is not a collective kind; known: {', '.join(KINDS)}")
+            if algo != "auto" and (algo not in ALGORITHMS or kind not in ALGORITHMS[algo].kinds):
+                fits = sorted(a for a, spec in ALGORITHMS.items() if kind in spec.kinds)
+                raise ValueError(f"{algo!r} is not an algorithm for {kind}; known: auto, {', '.join(fits)}")
+        return mapping
 
     @field_validator("network")
     @classmethod
