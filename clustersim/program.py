@@ -29,21 +29,29 @@ class Op:
     ``mem_alloc`` bytes are allocated on the device when the op starts and ``mem_free``
     bytes released when it ends (activations: a forward allocates, its backward frees).
     ``peer`` links a send to its recv (each holds the other's id); a recv ends when its
-    send's bytes have arrived. ``group`` lists the
-    devices of a collective; every member holds its own op with the same ``tag``.
+    send's bytes have arrived. ``group`` lists the devices of a collective; every member
+    holds its own op with the same ``tag``.
+
+    Symmetry folding (only some ranks simulated, see ``docs/performance.md``) uses two
+    more fields: ``arrivals``, how many members hold an op for the collective (0 = all of
+    ``group``; the others are folded away and arrive with them by symmetry), and
+    ``shadows``, the traffic of folded-away twins that still loads the fabric: for a send,
+    (src, dst) device pairs; for a collective, further device groups running the same
+    collective at the same time.
     """
 
     __slots__ = (
         "id", "device", "lane", "kind", "name", "stage", "microbatch", "phase", "iteration",
         "duration", "nbytes", "flops", "deps", "peer", "mem_alloc", "mem_free",
-        "group", "collective", "algorithm", "tag", "version", "lane_id",
+        "group", "collective", "algorithm", "tag", "version", "lane_id", "arrivals", "shadows",
     )
 
     def __init__(self, id: int, device: int, lane: str, kind: str, name: str, *, stage: int = -1,
                  microbatch: int = -1, phase: str = "", iteration: int = 0, duration: float = 0.0,
                  nbytes: int = 0, flops: float = 0.0, deps: tuple[int, ...] = (), peer: int = -1,
                  mem_alloc: int = 0, mem_free: int = 0, group: tuple[int, ...] = (),
-                 collective: str = "", algorithm: str = "auto", tag: str = "", version: int = -1):
+                 collective: str = "", algorithm: str = "auto", tag: str = "", version: int = -1,
+                 arrivals: int = 0, shadows: tuple = ()):
         # interned, so the engine's hot path can compare kinds by identity
         self.id, self.device, self.lane, self.kind, self.name = id, device, lane, sys.intern(kind), name
         self.stage, self.microbatch, self.phase, self.iteration = stage, microbatch, phase, iteration
@@ -52,6 +60,7 @@ class Op:
         self.mem_alloc, self.mem_free = mem_alloc, mem_free
         self.group, self.collective, self.algorithm, self.tag = tuple(group), collective, algorithm, tag
         self.version = version
+        self.arrivals, self.shadows = arrivals, tuple(shadows)
         self.lane_id = -1  # index of (device, lane) in Program.lanes(), set by Program.add
 
     def __repr__(self) -> str:
@@ -98,6 +107,7 @@ class Program:
                 if not 0 <= d < n:
                     raise ProgramError(f"{op!r} depends on op #{d}, which does not exist")
         self._check_matching()
+        self._check_collectives()
         self._check_acyclic()
 
     def _check_matching(self) -> None:
@@ -112,18 +122,65 @@ class Program:
             if other.nbytes != op.nbytes:
                 raise ProgramError(f"{op!r} and {other!r} disagree on size ({op.nbytes} vs {other.nbytes} bytes)")
 
+    def collective_members(self) -> dict[str, list[Op]]:
+        """Collective ops grouped by tag (one entry per collective instance)."""
+        out: dict[str, list[Op]] = {}
+        for op in self.ops:
+            if op.kind == COLLECTIVE:
+                out.setdefault(op.tag, []).append(op)
+        return out
+
+    def _check_collectives(self) -> None:
+        for tag, members in self.collective_members().items():
+            first = members[0]
+            group = first.group
+            if len(set(group)) != len(group):
+                dup = next(d for d in group if group.count(d) > 1)
+                raise ProgramError(f"collective {tag!r}: gpu{dup} appears twice in its group {list(group)}")
+            for d in group:
+                if not 0 <= d < self.num_devices:
+                    raise ProgramError(f"collective {tag!r}: group member {d} is not a device (0..{self.num_devices - 1})")
+            for op in members:
+                if (op.group, op.collective, op.nbytes) != (group, first.collective, first.nbytes):
+                    raise ProgramError(
+                        f"collective {tag!r}: members disagree — {first!r} has {first.collective} of "
+                        f"{first.nbytes} bytes over {list(group)}, {op!r} has {op.collective} of "
+                        f"{op.nbytes} bytes over {list(op.group)}")
+                if op.device not in group:
+                    raise ProgramError(f"collective {tag!r}: {op!r} is not in its group {list(group)}")
+            want = first.arrivals or len(group)
+            present = {op.device for op in members}
+            if len(members) != len(present):
+                raise ProgramError(f"collective {tag!r}: a device holds two ops for it")
+            if len(present) < want:
+                missing = [f"gpu{d}" for d in group if d not in present]
+                raise ProgramError(f"collective {tag!r}: members that never reach it: {', '.join(missing)}")
+
     def _check_acyclic(self) -> None:
-        # Kahn's algorithm over explicit deps plus the implicit lane-order edges.
-        succ: list[list[int]] = [[] for _ in self.ops]
-        indeg = [0] * len(self.ops)
+        # Kahn's algorithm over explicit deps, the implicit lane-order edges, and one virtual
+        # node per collective that every member's start feeds and every member's end needs
+        # (the rendezvous), so crossed collective orders are caught as cycles too.
+        n = len(self.ops)
+        tags = {tag: n + k for k, tag in enumerate(self.collective_members())}
+        succ: list[list[int]] = [[] for _ in range(n + len(tags))]
+        indeg = [0] * (n + len(tags))
+        before: dict[int, int] = {}
         for lane_ops in self.lanes().values():
             for a, b in zip(lane_ops, lane_ops[1:]):
                 succ[a.id].append(b.id)
                 indeg[b.id] += 1
+                before[b.id] = a.id
         for op in self.ops:
             # a recv waits for its send to deliver, an implicit dependency
             for d in op.deps + ((op.peer,) if op.kind == RECV else ()):
                 succ[d].append(op.id)
+                indeg[op.id] += 1
+            if op.kind == COLLECTIVE:  # whatever the member waits on, the rendezvous waits on
+                r = tags[op.tag]
+                for d in op.deps + ((before[op.id],) if op.id in before else ()):
+                    succ[d].append(r)
+                    indeg[r] += 1
+                succ[r].append(op.id)
                 indeg[op.id] += 1
         ready = [i for i, k in enumerate(indeg) if k == 0]
         seen = 0
@@ -134,7 +191,7 @@ class Program:
                 indeg[j] -= 1
                 if indeg[j] == 0:
                     ready.append(j)
-        if seen < len(self.ops):
-            stuck = [self.ops[i] for i, k in enumerate(indeg) if k > 0]
+        if seen < len(indeg):
+            stuck = [self.ops[i] for i, k in enumerate(indeg[:n]) if k > 0]
             names = ", ".join(repr(o) for o in stuck[:8]) + (" …" if len(stuck) > 8 else "")
             raise ProgramError(f"dependency cycle (would deadlock) among {len(stuck)} ops: {names}")

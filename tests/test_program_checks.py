@@ -72,14 +72,44 @@ def test_unchecked_deadlock_stalls_with_report():
     assert "'A' on gpu0/compute) waits for Op#1('B' on gpu1/compute)" in msg
 
 
-def test_collective_member_that_never_arrives_is_named():
+def _missing_member() -> cs.Program:
     prog = cs.Program(3)
     for dev in (0, 1):  # gpu2 is in the group but has no op for it
         prog.add(dev, "comm", "collective", "allreduce", nbytes=100, group=(0, 1, 2),
                  collective="all_reduce", tag="ar0")
-    prog.check()
-    with pytest.raises(cs.SimulationStall, match="never arrived: gpu2"):
+    return prog
+
+
+def test_collective_member_that_never_arrives_is_named():
+    with pytest.raises(cs.ProgramError, match="collective 'ar0': members that never reach it: gpu2"):
+        _missing_member().check()
+    with pytest.raises(cs.SimulationStall, match="never arrived: gpu2"):  # and if run unchecked
+        _run(_missing_member())
+
+
+def test_crossed_collective_order_is_a_cycle():
+    prog = cs.Program(2)
+    for dev, order in ((0, ("a", "b")), (1, ("b", "a"))):
+        for tag in order:
+            prog.add(dev, "comm", "collective", tag, nbytes=8, group=(0, 1), collective="all_reduce", tag=tag)
+    with pytest.raises(cs.ProgramError, match="cycle"):
+        prog.check()
+    with pytest.raises(cs.SimulationStall, match="never arrived"):
         _run(prog)
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda ops: setattr(ops[1], "nbytes", 200), "members disagree"),
+    (lambda ops: [setattr(o, "group", (0, 0, 1)) for o in ops], "gpu0 appears twice"),
+    (lambda ops: [setattr(o, "group", (0, 1, 5)) for o in ops], "group member 5 is not a device"),
+])
+def test_bad_collective_groups(edit, message):
+    prog = cs.Program(2)
+    ops = [prog.add(d, "comm", "collective", "ar", nbytes=100, group=(0, 1), collective="all_reduce", tag="ar")
+           for d in (0, 1)]
+    edit(ops)
+    with pytest.raises(cs.ProgramError, match=message):
+        prog.check()
 
 
 def test_bad_schedule_order_is_rejected():

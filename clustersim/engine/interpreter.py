@@ -36,15 +36,21 @@ class Engine:
 
     def __init__(self, program: Program, env: simpy.Environment, fabric: Fabric, recorder: Recorder,
                  memory_capacity: list[int], *, alpha: float | dict | None = None,
-                 algorithms: dict[str, str] | None = None, comm_compute_slowdown: float = 1.0):
+                 algorithms: dict[str, str] | None = None, comm_compute_slowdown: float = 1.0,
+                 collective_model: str = "fabric"):
         """``alpha``: per-step collective latency (see :func:`clustersim.collectives.run_collective`);
         ``algorithms``: collective kind → algorithm for ops that say ``auto``;
         ``comm_compute_slowdown``: compute runs this many times slower while a collective
-        is in progress on its GPU (NCCL kernels take SMs); 1.0 turns it off."""
+        is in progress on its GPU (NCCL kernels take SMs); 1.0 turns it off;
+        ``collective_model``: ``fabric`` runs collectives as point-to-point steps on the
+        fabric; ``analytical`` holds the members for the algorithm's α-β time on the
+        group's links (no contention, one event — for large sweeps)."""
         self.program, self.env, self.fabric, self.recorder = program, env, fabric, recorder
         self.memory = MemoryLedger(program.static_memory, memory_capacity, recorder)
         self.alpha, self.algorithms = alpha, algorithms or {}
         self.slowdown = comm_compute_slowdown
+        self.collective_model = collective_model
+        self._estimates: dict[tuple, float] = {}
         # collectives in progress per device, and an event that fires when that changes
         self.active_collectives = [0] * program.num_devices
         self.collectives_changed = [env.event() for _ in range(program.num_devices)]
@@ -114,6 +120,8 @@ class Engine:
                 start[i] = t0 if t0 > t_send else t_send
             elif kind is SEND:
                 start[i] = t0
+                for src, dst in op.shadows:  # folded-away twins' traffic loads the fabric too
+                    transfer(names[src], names[dst], op.nbytes, op.name)
                 yield transfer(names[op.device], names[ops[op.peer].device], op.nbytes, op.name)
             elif kind == COLLECTIVE:
                 yield from self._collective(op)
@@ -151,7 +159,7 @@ class Engine:
         if state is None:
             state = self._rendezvous[op.tag] = [set(), self.env.event(), 0.0]
         state[0].add(op.device)
-        if len(state[0]) == len(op.group):
+        if len(state[0]) == (op.arrivals or len(op.group)):
             state[2] = self.env.now
             self.env.process(self._run_collective(op, state[1]))
         yield state[1]
@@ -160,13 +168,32 @@ class Engine:
     def _run_collective(self, op, finished: simpy.Event):
         from ..collectives import run_collective
 
-        members = [self.names[d] for d in op.group]
+        names = self.names
         algorithm = op.algorithm if op.algorithm != "auto" else self.algorithms.get(op.collective, "auto")
         self._collectives_change(op.group, +1)
-        yield from run_collective(self.env, self.fabric, op.collective, members, op.nbytes,
-                                  algorithm=algorithm, alpha=self.alpha, label=op.tag)
+        if self.collective_model == "analytical":
+            yield self.env.timeout(self._estimate(op, algorithm))
+        else:
+            for group in op.shadows:  # folded-away twin groups run the same collective now
+                self.env.process(run_collective(self.env, self.fabric, op.collective, [names[d] for d in group],
+                                                op.nbytes, algorithm=algorithm, alpha=self.alpha, label=op.tag))
+            yield from run_collective(self.env, self.fabric, op.collective, [names[d] for d in op.group],
+                                      op.nbytes, algorithm=algorithm, alpha=self.alpha, label=op.tag)
         self._collectives_change(op.group, -1)
         finished.succeed()
+
+    def _estimate(self, op, algorithm: str) -> float:
+        """α-β time of ``op``'s collective on its group's links, cached per shape."""
+        key = (op.collective, op.group, op.nbytes, algorithm)
+        t = self._estimates.get(key)
+        if t is None:
+            from ..collectives import choose_algorithm, estimate_time
+            from ..collectives.group import Group
+
+            group = Group(self.env, self.fabric, [self.names[d] for d in op.group], self.alpha)
+            name = choose_algorithm(group, op.collective, op.nbytes) if algorithm == "auto" else algorithm
+            t = self._estimates[key] = estimate_time(op.collective, name, len(op.group), op.nbytes, **group.shape())
+        return t
 
     def _stall_report(self) -> str:
         ops, lines = self.program.ops, []
