@@ -1,8 +1,7 @@
 """The SimPy interpreter of a Program.
 
-Each (device, lane) is one SimPy process that runs its ops in order — CUDA-stream-like:
-an op starts when the previous op on its lane has ended *and* every op it depends on has
-ended. Then:
+Each (device, lane) runs its ops in order — CUDA-stream-like: an op starts when the
+previous op on its lane has ended *and* every op it depends on has ended. Then:
 
 * ``compute`` holds the lane for its duration;
 * ``send`` asks the fabric to move its bytes to the peer device and holds the send lane
@@ -13,22 +12,43 @@ ended. Then:
   does), then the collective runs as point-to-point steps on the fabric; each member's
   span covers rendezvous → completion.
 
-Ties at equal simulated times follow SimPy's FIFO order of scheduling, which follows the
-Program's op order: the same Program always yields the same spans.
+A lane is a small state machine driven by SimPy event callbacks rather than a SimPy
+process: a running op's timeout (or transfer, or collective) calls the lane back when it
+ends, and a lane blocked on another lane's op is put on that op's waiter list. This
+costs one SimPy event per timed op and none per dependency, about what a bare SimPy
+timeout loop costs.
 
-Only ops that another lane waits on get a completion event, and the hot path appends
-plain tuples to the recorder — nothing else allocates per op.
+Ties at equal simulated times: SimPy processes events in (time, FIFO) order; when an op
+ends, the lanes waiting on it are resumed right after, in the order they started waiting.
+Nothing random or wall-clock enters, so the same Program always yields the same spans.
 """
 
 from __future__ import annotations
+
+from collections import deque
 
 import simpy
 
 from ..errors import SimulationStall
 from ..network.base import Fabric
-from ..program import COLLECTIVE, COMPUTE, RECV, SEND, Program
+from ..program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program
 from ..trace.recorder import Recorder
 from .memory import MemoryLedger
+
+
+class _Lane:
+    """Execution state of one (device, lane): its ops, the next op's index, and whether
+    that op is running (waiting for its end event) or blocked on a dependency."""
+
+    __slots__ = ("engine", "ops", "n", "idx", "running", "on_event")
+
+    def __init__(self, engine: Engine, ops: list[Op]):
+        self.engine, self.ops, self.n, self.idx, self.running = engine, ops, len(ops), 0, False
+        self.on_event = self._on_event  # one bound method, reused as the SimPy callback
+
+    def _on_event(self, _event) -> None:
+        self.engine._advance(self)
+        self.engine._drain()
 
 
 class Engine:
@@ -58,20 +78,15 @@ class Engine:
         n = len(ops)
         self.start = [-1.0] * n
         self.finished = [False] * n
-        self.posted = [False] * n
-        # Completion events only where another lane waits (cross-lane deps, recv on send).
-        waits: list[tuple[int, ...]] = []
-        need = [False] * n
-        for op in ops:
-            lid = op.lane_id
-            w = tuple(d for d in op.deps if ops[d].lane_id != lid)
-            waits.append(w)
-            for d in w:
-                need[d] = True
-            if op.kind == RECV:
-                need[op.peer] = True
-        self.waits = waits
-        self.done: list[simpy.Event | None] = [env.event() if x else None for x in need]
+        # Another lane may wait on an op only through a cross-lane dep or a recv's send.
+        self.waits: list[tuple[int, ...]] = [
+            tuple(d for d in op.deps if ops[d].lane_id != op.lane_id) + ((op.peer,) if op.kind is RECV else ())
+            for op in ops
+        ]
+        self.waiters: list[list[_Lane] | None] = [None] * n
+        self._record = recorder.ops.append
+        self._ready: deque[_Lane] = deque()
+        self._draining = False
         self.names = [f"gpu{d}" for d in range(program.num_devices)]
         self._rendezvous: dict[str, list] = {}
         self.lanes = program.lanes()
@@ -79,8 +94,9 @@ class Engine:
 
     def run(self) -> None:
         """Start every lane, run the simulation to the end; raise SimulationStall on deadlock."""
-        for lane_ops in self.lanes.values():
-            self.env.process(self._lane(lane_ops))
+        self._lane_states = [_Lane(self, lane_ops) for lane_ops in self.lanes.values()]
+        self._ready.extend(self._lane_states)
+        self._drain()
         self.env.run()
         # SimPy numbers every scheduled event from an itertools.count; all were processed
         # once run() returns, so this is the number of simulated events.
@@ -88,53 +104,83 @@ class Engine:
         if not all(self.finished):
             raise SimulationStall(self._stall_report())
 
-    def _lane(self, lane_ops):
-        # The hot path: locals only, one tuple appended per op, no per-op allocation
-        # besides SimPy's own events.
-        env, done, mem, timeout = self.env, self.done, self.memory, self.env.timeout
-        start, finished, posted, waits = self.start, self.finished, self.posted, self.waits
-        record, names, transfer, ops = self.recorder.ops.append, self.names, self.fabric.transfer, self.program.ops
-        slow = self.slowdown != 1.0
-        for op in lane_ops:
+    def _drain(self) -> None:
+        """Advance the lanes that became ready (woken by an op's end) until none is left."""
+        if self._draining:
+            return
+        self._draining = True
+        ready, advance = self._ready, self._advance
+        while ready:
+            advance(ready.popleft())
+        self._draining = False
+
+    def _advance(self, lane: _Lane) -> None:
+        # The hot path: finish the lane's running op (its end event just fired), then start
+        # ops until one must wait for time to pass or for another lane. Locals only; the
+        # finishing code is written once, inline, as it runs once per op.
+        env, start, finished, waiters, waits = self.env, self.start, self.finished, self.waiters, self.waits
+        ops, idx, n = lane.ops, lane.idx, lane.n
+        now = env._now
+        done = lane.running
+        lane.running = False
+        while True:
+            if done:
+                op = ops[idx]
+                i = op.id
+                if op.mem_free:
+                    self.memory.change(op.device, -op.mem_free, now)
+                finished[i] = True
+                self._record((i, start[i], now))
+                w = waiters[i]
+                if w is not None:
+                    waiters[i] = None
+                    self._ready.extend(w)
+                idx += 1
+            if idx == n:
+                lane.idx = idx
+                return
+            op = ops[idx]
             i = op.id
-            posted[i] = True
             for d in waits[i]:
                 if not finished[d]:
-                    yield done[d]
-            kind = op.kind
-            t0 = env._now
-            if op.mem_alloc:
-                mem.change(op.device, op.mem_alloc, t0)
-            if kind is COMPUTE:
-                start[i] = t0
-                if op.duration > 0:
-                    if slow:
-                        yield from self._slowed_compute(op)
+                    w = waiters[d]
+                    if w is None:
+                        waiters[d] = [lane]
                     else:
-                        yield timeout(op.duration)
+                        w.append(lane)
+                    lane.idx = idx
+                    return
+            if op.mem_alloc:
+                self.memory.change(op.device, op.mem_alloc, now)
+            kind = op.kind
+            done = True
+            if kind is COMPUTE:
+                start[i] = now
+                if op.duration > 0:
+                    ev = env.timeout(op.duration) if self.slowdown == 1.0 else env.process(self._slowed_compute(op))
+                    ev.callbacks.append(lane.on_event)
+                    lane.running, lane.idx = True, idx
+                    return
             elif kind is RECV:
-                peer = op.peer
-                if not finished[peer]:
-                    yield done[peer]
-                t_send = start[peer]
-                start[i] = t0 if t0 > t_send else t_send
-            elif kind is SEND:
-                start[i] = t0
-                for src, dst in op.shadows:  # folded-away twins' traffic loads the fabric too
-                    transfer(names[src], names[dst], op.nbytes, op.name)
-                yield transfer(names[op.device], names[ops[op.peer].device], op.nbytes, op.name)
-            elif kind == COLLECTIVE:
-                yield from self._collective(op)
+                t_send = start[op.peer]
+                start[i] = now if now > t_send else t_send
             else:
-                raise ValueError(f"{op!r}: unknown op kind {kind!r}")
-            now = env._now
-            if op.mem_free:
-                mem.change(op.device, -op.mem_free, now)
-            finished[i] = True
-            record((i, start[i], now))
-            ev = done[i]
-            if ev is not None:
-                ev.succeed()
+                if kind is SEND:
+                    start[i] = now
+                    ev = self._send(op)
+                elif kind is COLLECTIVE:
+                    ev = self._arrive(op)
+                else:
+                    raise ValueError(f"{op!r}: unknown op kind {kind!r}")
+                ev.callbacks.append(lane.on_event)
+                lane.running, lane.idx = True, idx
+                return
+
+    def _send(self, op: Op) -> simpy.Event:
+        names, transfer = self.names, self.fabric.transfer
+        for src, dst in op.shadows:  # folded-away twins' traffic loads the fabric too
+            transfer(names[src], names[dst], op.nbytes, op.name)
+        return transfer(names[op.device], names[self.program.ops[op.peer].device], op.nbytes, op.name)
 
     def _slowed_compute(self, op):
         """Run a compute op at 1/slowdown speed while any collective is active on its GPU,
@@ -154,16 +200,19 @@ class Engine:
             ev, self.collectives_changed[dev] = self.collectives_changed[dev], self.env.event()
             ev.succeed()
 
-    def _collective(self, op):
+    def _arrive(self, op: Op) -> simpy.Event:
+        """Register ``op``'s member at its collective's rendezvous; return the event that
+        fires when the collective completes. The last arrival starts it."""
         state = self._rendezvous.get(op.tag)
         if state is None:
-            state = self._rendezvous[op.tag] = [set(), self.env.event(), 0.0]
+            state = self._rendezvous[op.tag] = [set(), self.env.event(), []]
         state[0].add(op.device)
+        state[2].append(op.id)
         if len(state[0]) == (op.arrivals or len(op.group)):
-            state[2] = self.env.now
+            for i in state[2]:
+                self.start[i] = self.env._now
             self.env.process(self._run_collective(op, state[1]))
-        yield state[1]
-        self.start[op.id] = state[2]
+        return state[1]
 
     def _run_collective(self, op, finished: simpy.Event):
         from ..collectives import run_collective
@@ -197,12 +246,10 @@ class Engine:
 
     def _stall_report(self) -> str:
         ops, lines = self.program.ops, []
-        for lane_ops in self.lanes.values():
-            op = next((o for o in lane_ops if not self.finished[o.id]), None)
-            if op is None:
+        for lane in self._lane_states:
+            if lane.idx == len(lane.ops):
                 continue
-            if not self.posted[op.id]:
-                continue  # blocked behind an earlier op of its own lane, reported there
+            op = lane.ops[lane.idx]  # the lane's first unfinished op; the rest queue behind it
             why = [f"{ops[d]!r}" for d in op.deps if not self.finished[d]]
             if op.kind == RECV and not self.finished[op.peer]:
                 why.append(f"its send {ops[op.peer]!r}")
