@@ -57,14 +57,16 @@ class Engine:
     def __init__(self, program: Program, env: simpy.Environment, fabric: Fabric, recorder: Recorder,
                  memory_capacity: list[int], *, alpha: float | dict | None = None,
                  algorithms: dict[str, str] | None = None, comm_compute_slowdown: float = 1.0,
-                 collective_model: str = "fabric"):
+                 collective_model: str = "fabric", compute_scale: list[float] | None = None):
         """``alpha``: per-step collective latency (see :func:`clustersim.collectives.run_collective`);
         ``algorithms``: collective kind → algorithm for ops that say ``auto``;
         ``comm_compute_slowdown``: compute runs this many times slower while a collective
         is in progress on its GPU (NCCL kernels take SMs); 1.0 turns it off;
         ``collective_model``: ``fabric`` runs collectives as point-to-point steps on the
         fabric; ``analytical`` holds the members for the algorithm's α-β time on the
-        group's links (no contention, one event — for large sweeps)."""
+        group's links (no contention, one event — for large sweeps);
+        ``compute_scale``: per-op factors on compute durations (stragglers, noise; see
+        :mod:`clustersim.engine.variability`)."""
         self.program, self.env, self.fabric, self.recorder = program, env, fabric, recorder
         self.memory = MemoryLedger(program.static_memory, memory_capacity, recorder)
         self.alpha, self.algorithms = alpha, algorithms or {}
@@ -84,6 +86,8 @@ class Engine:
             for op in ops
         ]
         self.waiters: list[list[_Lane] | None] = [None] * n
+        self.durations = [op.duration for op in ops] if compute_scale is None else \
+            [op.duration * f for op, f in zip(ops, compute_scale)]
         self._record = recorder.ops.append
         self._ready: deque[_Lane] = deque()
         self._draining = False
@@ -156,8 +160,9 @@ class Engine:
             done = True
             if kind is COMPUTE:
                 start[i] = now
-                if op.duration > 0:
-                    ev = env.timeout(op.duration) if self.slowdown == 1.0 else env.process(self._slowed_compute(op))
+                if self.durations[i] > 0:
+                    ev = env.timeout(self.durations[i]) if self.slowdown == 1.0 else \
+                        env.process(self._slowed_compute(op))
                     ev.callbacks.append(lane.on_event)
                     lane.running, lane.idx = True, idx
                     return
@@ -185,7 +190,7 @@ class Engine:
     def _slowed_compute(self, op):
         """Run a compute op at 1/slowdown speed while any collective is active on its GPU,
         re-evaluating the rate whenever a collective starts or ends there."""
-        env, dev, work = self.env, op.device, op.duration
+        env, dev, work = self.env, op.device, self.durations[op.id]
         while True:
             rate = 1.0 / self.slowdown if self.active_collectives[dev] else 1.0
             t, timer = env.now, env.timeout(work / rate)
