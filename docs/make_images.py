@@ -1,8 +1,10 @@
-"""Regenerate the pictures the README shows: ``python docs/make_images.py``."""
+"""Regenerate the pictures the README shows: ``python docs/make_images.py``.
+
+Writes docs/img/quickstart-{gantt,utilization,breakdown,memory}.png from the quickstart
+scenario; look at them after every change to clustersim/viz.
+"""
 
 from pathlib import Path
-
-import matplotlib.pyplot as plt
 
 import clustersim as cs
 
@@ -10,10 +12,11 @@ HERE = Path(__file__).parent
 
 
 def main() -> None:
-    res = cs.simulate(cs.load_scenario(HERE.parent / "scenarios" / "quickstart.yaml"))
-    for name, fig in (("quickstart-gantt.png", res.plot_gantt()), ("quickstart-utilization.png", res.plot_utilization())):
+    res = cs.simulate(cs.load_scenario(HERE.parent / "scenarios" / "quickstart.yaml"), progress=False)
+    pictures = {"quickstart-gantt.png": res.plot_gantt(), "quickstart-utilization.png": res.plot_utilization(),
+                "quickstart-breakdown.png": res.plot_breakdown(), "quickstart-memory.png": res.plot_memory()}
+    for name, fig in pictures.items():
         fig.savefig(HERE / "img" / name, dpi=90, bbox_inches="tight")
-        plt.close(fig)
 
 
 if __name__ == "__main__":

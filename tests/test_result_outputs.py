@@ -60,12 +60,13 @@ def test_chrome_trace(result, tmp_path):
 
 def test_save_bundle(result, tmp_path):
     out = result.save(tmp_path / "out")
-    for name in ("summary.json", "spans.csv", "devices.csv", "memory.csv", "gantt.png", "utilization.png",
-                 "trace.json", "scenario.resolved.yaml"):
+    ext = "parquet" if (out / "spans.parquet").exists() else "csv"
+    for name in ("summary.json", f"spans.{ext}", "devices.csv", f"memory.{ext}", "gantt.png", "utilization.png",
+                 "memory.png", "trace.json", "scenario.resolved.yaml"):
         assert (out / name).stat().st_size > 0, name
     summary = json.loads((out / "summary.json").read_text())
     assert summary["iteration_time_s"] == result.summary["iteration_time_s"]
-    spans = pd.read_csv(out / "spans.csv", keep_default_na=False)
+    spans = pd.read_parquet(out / "spans.parquet") if ext == "parquet" else pd.read_csv(out / "spans.csv")
     assert len(spans) == len(result.spans)
     resolved = cs.load_scenario(str(out / "scenario.resolved.yaml"))
     assert cs.simulate(resolved).summary["iteration_time_s"] == result.summary["iteration_time_s"]

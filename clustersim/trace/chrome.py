@@ -1,36 +1,172 @@
-"""Chrome / Perfetto trace export: pid per device or link, tid per lane, µs timestamps."""
+"""Chrome / Perfetto trace export (JSON trace-event format; open in ui.perfetto.dev).
+
+Layout: one process per node (``node 0`` …, from ``res.devices``; GPUs of unknown node
+get ``gpus``) with one thread per GPU lane (``gpu3 compute``, ``gpu3 send`` …), and one
+process ``links`` with a thread per link, all named and sorted naturally. Every span is
+an ``X`` slice (``ts``/``dur`` in µs) whose ``args`` carry stage, micro-batch, bytes,
+FLOPs, phase and iteration and whose ``cat`` is its activity (see
+:mod:`clustersim.viz.colors`; ``cname`` gives chrome://tracing the same colour family,
+Perfetto colours by name with digits stripped). A flow arrow joins every send to its recv
+(``"send F3 s0->s1"`` ↔ ``"recv F3 s0->s1"`` of the same iteration and data-/tensor-parallel
+replica). Counter tracks show each GPU's allocated memory (GiB) and the busy fraction of
+the busiest links per time bin.
+
+Slices of one track never overlap (Perfetto would hide them); a lane's spans never do,
+and any that would (a foreign span source) move to an overflow track ``<lane> +1``.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
+from ..viz.binning import busy_fraction_over_time, default_window
+from ..viz.colors import activities, cname_of
+from ..viz.layout import LANE_ORDER, busiest_links, natural_key
 
-def chrome_events(spans: pd.DataFrame) -> list[dict]:
-    """Trace events ("X" slices plus process/thread names) for ``spans``."""
-    events: list[dict] = []
-    pids: dict[str, int] = {}
-    tids: dict[tuple[str, str], int] = {}
-    for dev, lane in sorted({(d, lane) for d, lane in zip(spans["device"], spans["lane"])}):
-        pid = pids.setdefault(dev, len(pids) + 1)
-        tid = tids.setdefault((dev, lane), len([k for k in tids if k[0] == dev]) + 1)
-        if tid == 1:
-            events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": dev}})
-        events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": lane}})
-    for r in spans.itertuples(index=False):
-        events.append({
-            "ph": "X", "name": r.name, "cat": r.kind, "pid": pids[r.device], "tid": tids[(r.device, r.lane)],
-            "ts": r.start_s * 1e6, "dur": (r.end_s - r.start_s) * 1e6,
-            "args": {"stage": int(r.stage), "microbatch": int(r.microbatch), "bytes": int(r.bytes),
-                     "flops": float(r.flops), "phase": r.phase, "iteration": int(r.iteration)},
-        })
-    return events
+US = 1e6
+GIB = 2**30
+LINK_COUNTERS = 64
 
 
-def write_chrome_trace(spans: pd.DataFrame, path: Path) -> Path:
-    """Write ``{"traceEvents": [...]}`` to ``path`` and return it."""
+def _meta(kind: str, pid: int, tid: int, value) -> dict:
+    return {"ph": "M", "name": kind, "pid": pid, "tid": tid, "args": {"name" if kind.endswith("name") else
+                                                                        "sort_index": value}}
+
+
+def _tracks(spans: pd.DataFrame, devices: pd.DataFrame | None) -> tuple[np.ndarray, list[dict], dict]:
+    """Assign (pid, tid) to every span; returns (track index per span, metadata, tracks)."""
+    node = {}
+    if devices is not None and len(devices) and "node" in devices.columns:
+        node = dict(zip(devices["device"], devices["node"].astype(int)))
+    dev = spans["device"].astype(str).to_numpy()
+    lane = spans["lane"].astype(str).to_numpy()
+    pairs = sorted(set(zip(dev, lane)), key=lambda p: (p[1] == "link", natural_key(p[0]),
+                                                        LANE_ORDER.get(p[1], 9), p[1]))
+    procs: dict[str, int] = {}
+    tracks: dict[tuple[str, str], tuple[int, int]] = {}
+    meta: list[dict] = []
+    for d, ln in pairs:
+        proc = "links" if ln == "link" else (f"node {node[d]}" if d in node else "gpus")
+        if proc not in procs:
+            procs[proc] = pid = len(procs) + 1
+            meta += [_meta("process_name", pid, 0, proc), _meta("process_sort_index", pid, 0, pid)]
+        pid = procs[proc]
+        tid = sum(1 for p, _ in tracks.values() if p == pid) + 1
+        tracks[(d, ln)] = (pid, tid)
+        meta += [_meta("thread_name", pid, tid, d if ln == "link" else f"{d} {ln}"),
+                 _meta("thread_sort_index", pid, tid, tid)]
+    return procs, tracks, meta
+
+
+def _no_overlap(slices: list[dict], names: dict[tuple[int, int], str], meta: list[dict]) -> None:
+    """Move slices that overlap the previous one of their track to an overflow track."""
+    by_track: dict[tuple[int, int], list[dict]] = {}
+    for e in slices:
+        by_track.setdefault((e["pid"], e["tid"]), []).append(e)
+    next_tid = {pid: max(t for p, t in by_track if p == pid) + 1 for pid, _ in by_track}
+    for (pid, tid), evs in list(by_track.items()):
+        evs.sort(key=lambda e: (e["ts"], e["dur"]))
+        ends: list[tuple[float, int]] = [(-1.0, tid)]  # (end, tid) of each track of this lane
+        for e in evs:
+            slot = next((k for k, (end, _) in enumerate(ends) if e["ts"] >= end - 1e-6), None)
+            if slot is None:
+                new = next_tid[pid]
+                next_tid[pid] += 1
+                meta.append(_meta("thread_name", pid, new, f"{names[(pid, tid)]} +{len(ends)}"))
+                ends.append((-1.0, new))
+                slot = len(ends) - 1
+            e["tid"] = ends[slot][1]
+            ends[slot] = (e["ts"] + e["dur"], ends[slot][1])
+
+
+def _flows(spans: pd.DataFrame, devices: pd.DataFrame | None, slices: list[dict]) -> list[dict]:
+    """Flow arrows for matched send/recv pairs. Both ends sit at the middle of their slice,
+    never on a boundary that touches a neighbour, so each binds to the right slice."""
+    coord = {}
+    if devices is not None and {"dp_rank", "tp_rank"} <= set(devices.columns):
+        coord = {d: (int(r), int(t)) for d, r, t in zip(devices["device"], devices["dp_rank"], devices["tp_rank"])}
+    pending: dict[tuple, list[int]] = {}
+    names = spans["name"].astype(str).to_numpy()
+    kinds = spans["kind"].to_numpy()
+    iters, devs = spans["iteration"].to_numpy(), spans["device"].to_numpy()
+    order = np.argsort(spans["start_s"].to_numpy(), kind="stable")
+    for i in order:
+        if kinds[i] == "send" and names[i].startswith("send "):
+            key = (names[i][5:], int(iters[i]), coord.get(devs[i]))
+            pending.setdefault(key, []).append(i)
+    flows = []
+    for i in order:
+        if kinds[i] == "recv" and names[i].startswith("recv "):
+            key = (names[i][5:], int(iters[i]), coord.get(devs[i]))
+            queue = pending.get(key)
+            if not queue:
+                continue
+            j = queue.pop(0)
+            s, r = slices[j], slices[i]
+            fid = len(flows) // 2 + 1
+            flows.append({"ph": "s", "id": fid, "name": "activation", "cat": "flow", "pid": s["pid"],
+                          "tid": s["tid"], "ts": s["ts"] + s["dur"] / 2})
+            flows.append({"ph": "f", "bp": "e", "id": fid, "name": "activation", "cat": "flow",
+                          "pid": r["pid"], "tid": r["tid"], "ts": r["ts"] + r["dur"] / 2})
+    return flows
+
+
+def _counters(spans: pd.DataFrame, memory: pd.DataFrame | None, devices, procs, bins: int) -> list[dict]:
+    """Memory (GiB) per GPU in its node's process; busy fraction of the busiest links."""
+    out = []
+    node = {}
+    if devices is not None and "node" in devices.columns:
+        node = dict(zip(devices["device"], devices["node"].astype(int)))
+    if memory is not None and len(memory):
+        for (dev, t), b in memory.groupby(["device", "time_s"], sort=True)["allocated_bytes"].last().items():
+            pid = procs.get(f"node {node[dev]}" if dev in node else "gpus", 1)
+            out.append({"ph": "C", "name": f"memory {dev}", "pid": pid, "ts": float(t) * US,
+                        "args": {"GiB": float(b) / GIB}})
+    links = busiest_links(spans, LINK_COUNTERS)
+    if links:
+        t0, t1 = default_window(spans, None)
+        sub = spans[spans["lane"] == "link"]
+        frac = busy_fraction_over_time(sub, links, sub["device"], (t0, t1), bins)
+        edges = t0 + np.arange(bins + 1) * (t1 - t0) / bins
+        for name, row in zip(links, frac):
+            vals = np.append(row, 0.0)
+            keep = np.r_[True, vals[1:] != vals[:-1]]
+            for t, v in zip(edges[keep], vals[keep]):
+                out.append({"ph": "C", "name": f"util {name}", "pid": procs["links"], "ts": float(t) * US,
+                            "args": {"busy": round(float(v), 4)}})
+    return out
+
+
+def chrome_events(spans: pd.DataFrame, devices: pd.DataFrame | None = None,
+                  memory: pd.DataFrame | None = None, counter_bins: int = 200) -> list[dict]:
+    """All trace events: metadata, one ``X`` slice per span (in ``spans`` order), flow
+    arrows and counters."""
+    procs, tracks, meta = _tracks(spans, devices)
+    acts = activities(spans)
+    cols = [spans[c].to_numpy() for c in ("device", "lane", "kind", "name", "stage", "microbatch", "start_s", "end_s",
+                                          "bytes", "flops", "phase", "iteration")]
+    slices = []
+    for (d, ln, k, name, st, mb, s, e, nb, fl, ph, it), act in zip(zip(*cols), acts):
+        pid, tid = tracks[(d, ln)]
+        slices.append({"ph": "X", "name": str(name), "cat": str(act), "cname": cname_of(act), "pid": pid,
+                       "tid": tid, "ts": float(s) * US, "dur": max(float(e) - float(s), 0.0) * US,
+                       "args": {"stage": int(st), "microbatch": int(mb), "bytes": int(nb), "flops": float(fl),
+                                "phase": str(ph), "iteration": int(it), "kind": str(k), "device": str(d), "lane": str(ln)}})
+    names = {v: (k[0] if k[1] == "link" else f"{k[0]} {k[1]}") for k, v in tracks.items()}
+    _no_overlap(slices, names, meta)
+    return meta + slices + _flows(spans, devices, slices) + _counters(spans, memory, devices, procs, counter_bins)
+
+
+def write_chrome_trace(spans: pd.DataFrame, path: Path, devices: pd.DataFrame | None = None,
+                       memory: pd.DataFrame | None = None) -> Path:
+    """Write ``{"traceEvents": [...], "displayTimeUnit": "ms"}`` to ``path`` and return it."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"traceEvents": chrome_events(spans), "displayTimeUnit": "ms"}))
+    events = chrome_events(spans, devices, memory)
+    with path.open("w") as fh:
+        json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, fh, separators=(",", ":"))
     return path

@@ -6,12 +6,10 @@ engine internals — so a saved and reloaded result draws and reports the same.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
 from . import metrics
 from .recorder import SPAN_FIELDS
@@ -38,42 +36,68 @@ class Result:
             window = (0.0, float(self.spans["end_s"].max()))
         return metrics.lane_utilization(self.spans, window)
 
-    def plot_gantt(self, ax=None, devices=None, window=None, links: bool = False):
-        """Gantt timeline, one row per GPU lane (and per link with ``links=True``)."""
+    def plot_gantt(self, ax=None, devices=None, window=None, links: bool = False, aggregate: bool | None = None):
+        """Gantt timeline: one row per GPU lane (and per busy link with ``links=True``);
+        above 32 GPUs one row pair per stage unless ``devices`` picks a subset or
+        ``aggregate=False``. ``window`` = (t0, t1) seconds zooms in. Returns the Figure."""
         from ..viz.gantt import plot_gantt
 
-        return plot_gantt(self.spans, ax=ax, devices=devices, window=window, links=links,
-                          title=self.scenario.get("name", ""))
+        return plot_gantt(self.spans, ax=ax, devices=devices, window=window, links=links, aggregate=aggregate,
+                          title=self.scenario.get("name", ""), device_table=self.devices)
 
-    def plot_utilization(self, ax=None):
-        """Bar chart of the busy fraction of every GPU lane (and the busiest links)."""
+    def plot_utilization(self, ax=None, window=None, bins: int = 60, top_links: int = 8):
+        """Busy fraction over time (binned) of every GPU's compute lane (per stage above 8
+        GPUs) and of the ``top_links`` busiest links, plus those links' overall busy bars."""
         from ..viz.utilization import plot_utilization
 
-        return plot_utilization(self.utilization(), ax=ax)
+        return plot_utilization(self.spans, ax=ax, window=window, device_table=self.devices, bins=bins,
+                                top_links=top_links)
+
+    def plot_heatmap(self, ax=None, window=None, lane: str = "compute", links: bool = False, bins: int = 400):
+        """Busy-fraction heatmap: one row per GPU (``lane``) or per busy link, one column per
+        time bin — the view for large clusters."""
+        from ..viz.aggregate import plot_heatmap
+
+        return plot_heatmap(self.spans, ax=ax, window=window, lane=lane, device_table=self.devices, bins=bins,
+                            links=links)
+
+    def plot_memory(self, ax=None, window=None):
+        """Allocated memory over time per GPU with the capacity (dashed)."""
+        from ..viz.memory import plot_memory
+
+        return plot_memory(self.memory, self.devices, ax=ax, window=window, end_s=self._end())
+
+    def plot_breakdown(self, ax=None):
+        """Per stage, a stacked bar of compute / exposed communication / bubble / idle in the
+        reported iteration (definitions in clustersim/viz/breakdown.py)."""
+        from ..viz.breakdown import plot_breakdown
+
+        return plot_breakdown(self.spans, self.devices, ax=ax, title=f"{self.scenario.get('name', '')}: "
+                              "where each stage's iteration goes")
+
+    def breakdown(self) -> pd.DataFrame:
+        """The numbers behind :meth:`plot_breakdown`: per stage, compute / exposed_comm /
+        bubble / idle fractions of the reported iteration (they sum to 1)."""
+        from ..viz.breakdown import stage_breakdown
+
+        return stage_breakdown(self.spans, self.devices)
 
     def to_chrome_trace(self, path: str | Path) -> Path:
-        """Write a Chrome/Perfetto trace (open it in ui.perfetto.dev)."""
+        """Write a Chrome/Perfetto trace (open it in ui.perfetto.dev): a process per node, a
+        track per GPU lane and link, flow arrows send → recv, memory and link counters."""
         from .chrome import write_chrome_trace
 
-        return write_chrome_trace(self.spans, Path(path))
+        return write_chrome_trace(self.spans, Path(path), devices=self.devices, memory=self.memory)
 
-    def save(self, directory: str | Path) -> Path:
-        """Write summary.json, spans.csv, devices.csv, memory.csv, gantt.png,
-        utilization.png, trace.json and scenario.resolved.yaml into ``directory``."""
-        import matplotlib.pyplot as plt
+    def save(self, directory: str | Path, plots: bool = True) -> Path:
+        """Write the result bundle into ``directory`` (see :func:`clustersim.trace.bundle.save_result`);
+        ``cs.load_result(directory)`` reads it back."""
+        from .bundle import save_result
 
-        out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps(self.summary, indent=2) + "\n")
-        self.spans.to_csv(out / "spans.csv", index=False)
-        self.devices.to_csv(out / "devices.csv", index=False)
-        self.memory.to_csv(out / "memory.csv", index=False)
-        (out / "scenario.resolved.yaml").write_text(yaml.safe_dump(self.scenario, sort_keys=False))
-        self.to_chrome_trace(out / "trace.json")
-        for name, fig in (("gantt.png", self.plot_gantt()), ("utilization.png", self.plot_utilization())):
-            fig.savefig(out / name, dpi=110, bbox_inches="tight")
-            plt.close(fig)
-        return out
+        return save_result(self, directory, plots=plots)
+
+    def _end(self) -> float:
+        return float(self.spans["end_s"].max()) if len(self.spans) else 0.0
 
     def __repr__(self) -> str:
         s = self.summary
