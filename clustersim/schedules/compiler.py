@@ -1,20 +1,28 @@
 """Compile per-stage schedule orders into a Program (the IR the engine interprets).
 
-For every data-parallel replica r, tensor-parallel rank t and iteration it emits, on the
-device of (stage s, r, t):
-  * each pass of the schedule's order as its segments: compute segments on the
-    ``compute`` lane, tensor-parallel collectives on the ``tp`` lane over the stage's TP
-    group, chained so each waits for the previous (as kernels on one stream would); a
-    forward allocates the stage's activation memory for its micro-batch and the
+The schedule's orders (see :mod:`.orders`) cover the whole run. For every data-parallel
+replica r and tensor-parallel rank t, on the device of (stage s, r, t), the compiler emits:
+
+  * each pass (F, B, W of a micro-batch on a model chunk) as its segments: compute
+    segments on the ``compute`` lane, tensor-parallel collectives on the ``tp`` lane over
+    the stage's TP group, chained so each waits for the previous (kernels on one stream).
+    A forward allocates the chunk's activation memory; the backward frees it (with a
+    split backward, at the end of B — the W-held remainder is not modelled). With
+    ``weights="stash"`` a forward also allocates a stashed weight version and the
     backward frees it;
-  * a send after each pass whose output another stage consumes (activations downstream
-    after F, gradients upstream after B) to the same TP rank of that stage, in producer
-    order on the ``send`` lane;
+  * a send after each pass whose output another stage consumes (activations to the
+    stage of chunk k+1 after F, gradients to the stage of chunk k−1 after B) to the same
+    TP rank of that stage, in producer order on the ``send`` lane — or a plain dependency
+    when both chunks sit on the same stage;
   * a recv before each pass that consumes another stage's output, in consumer order on
     the ``recv`` lane, and a dependency of that pass on its recv;
-  * with dp > 1, a gradient all-reduce per (stage, TP rank) over its data-parallel group
-    on the ``comm`` lane after the stage's last backward;
-  * the optimizer step, which ends the stage's iteration.
+  * at every optimizer step ``("O", i)``: with dp > 1, a gradient all-reduce over the
+    stage's data-parallel group on the ``comm`` lane after the stage's last pass, then
+    the optimizer op (after the all-reduce), which creates the next weight version.
+
+Weight versions: every op of a pass carries ``version`` = the number of optimizer steps
+its stage ran before the pass's forward (backward and W use their forward's version —
+weight stashing); an optimizer op carries the version it creates.
 """
 
 from __future__ import annotations
@@ -23,111 +31,137 @@ from ..errors import ProgramError
 from ..parallel.plan import Plan
 from ..program import COLLECTIVE, COMPUTE, Op, Program
 from ..workload.stage_cost import StageCost
+from .orders import run_orders, stage_chunks
 from .registry import Schedule
-
-
-def _check_order(schedule: Schedule, stage: int, order: list[tuple[str, int]], m: int) -> None:
-    want = sorted([("F", j) for j in range(m)] + [("B", j) for j in range(m)])
-    if sorted(order) != want:
-        raise ProgramError(
-            f"schedule {schedule.name!r} stage {stage}: the order must hold F and B of every micro-batch "
-            f"0..{m - 1} exactly once; got {order[:12]}{' …' if len(order) > 12 else ''}"
-        )
-    pos = {item: i for i, item in enumerate(order)}
-    late = [j for j in range(m) if pos[("B", j)] < pos[("F", j)]]
-    if late:
-        raise ProgramError(f"schedule {schedule.name!r} stage {stage}: B{late[0]} comes before F{late[0]}")
 
 
 def compile_pipeline(schedule: Schedule, plan: Plan, costs: list[StageCost], m: int,
                      iterations: int = 1) -> Program:
-    """The Program of ``iterations`` training iterations of ``schedule`` under ``plan``."""
+    """The Program of ``iterations`` training iterations of ``schedule`` under ``plan``.
+
+    ``costs`` holds one entry per model chunk (p·v of them, in model order)."""
     p = plan.pp
-    if len(costs) != p:
-        raise ProgramError(f"schedule {schedule.name!r} runs one model chunk per stage; got {len(costs)} chunks "
-                           f"for {p} stages (parallel.virtual_stages must be 1)")
-    orders = [schedule.order(s, p, m) for s in range(p)]
-    for s, order in enumerate(orders):
-        _check_order(schedule, s, order, m)
+    if len(costs) % p:
+        raise ProgramError(f"schedule {schedule.name!r}: {len(costs)} model chunks do not divide over {p} stages")
+    v = len(costs) // p
+    if schedule.chunks is not None and v != schedule.chunks:
+        raise ProgramError(f"schedule {schedule.name!r} runs {schedule.chunks} model chunk(s) per stage; got "
+                           f"{len(costs)} chunks for {p} stages (parallel.virtual_stages must be {schedule.chunks})")
+    schedule.validate(p, m, v)
+    orders = run_orders(schedule, p, m, v, iterations)
     prog = Program(plan.num_devices)
+    copies = 2 if schedule.weights == "double" else 1
     for dev in range(plan.num_devices):
-        prog.static_memory[dev] = costs[plan.coords(dev)[0]].param_bytes
-    for it in range(iterations):
-        last_backward: dict[int, int] = {}
-        optimizers: dict[int, Op] = {}
-        for r in range(plan.dp):
-            _emit_replica(prog, plan, costs, orders, r, it, last_backward, optimizers)
-        for s in range(p):
-            for t in range(plan.tp):
-                group = plan.dp_group(s, t)
-                if len(group) < 2:
-                    continue
-                for dev in group:
-                    op = prog.add(dev, "comm", COLLECTIVE, f"dp all-reduce s{s}", stage=s, iteration=it,
-                                  nbytes=costs[s].gradient_bytes, deps=(last_backward[dev],), group=group,
-                                  collective="all_reduce", tag=f"dp-allreduce it{it} s{s} t{t}")
-                    opt = optimizers[dev]
-                    opt.deps = opt.deps + (op.id,)
+        s = plan.coords(dev)[0]
+        prog.static_memory[dev] = copies * sum(costs[k].param_bytes for k in stage_chunks(schedule, s, p, v))
+    for r in range(plan.dp):
+        _emit_replica(prog, plan, schedule, costs, orders, m, v, r)
     return prog
 
 
 def emit_pass(prog: Program, plan: Plan, cost: StageCost, phase: str, stage: int, r: int, t: int,
-              mb: int, it: int) -> tuple[Op, Op]:
-    """Emit one pass (its segments) on the device of (stage, r, t); return (first, last) op."""
+              mb: int, it: int, *, split: bool = False, name: str | None = None, version: int = -1,
+              alloc: int | None = None, free: int | None = None) -> tuple[Op, Op]:
+    """Emit one pass (its segments) on the device of (stage, r, t); return (first, last) op.
+
+    ``split``: the backward is the input-gradient part only (a W pass follows). ``alloc``
+    bytes are allocated when the first segment starts and ``free`` released when the last
+    ends (default: a forward allocates and a backward frees the activation memory)."""
     dev = plan.device(stage, r, t)
-    segments = cost.segments(phase)
+    name = name or f"{phase}{mb}"
     first = last = None
-    for k, seg in enumerate(segments):
+    for k, seg in enumerate(cost.segments(phase, split_backward=split)):
         deps = (last.id,) if last is not None else ()
         if seg.kind == "compute":
-            op = prog.add(dev, "compute", COMPUTE, f"{phase}{mb}", stage=stage, microbatch=mb, phase=phase,
-                          iteration=it, duration=seg.duration, flops=seg.flops, deps=deps)
+            op = prog.add(dev, "compute", COMPUTE, name, stage=stage, microbatch=mb, phase=phase, iteration=it,
+                          duration=seg.duration, flops=seg.flops, deps=deps, version=version)
         else:
             group = tuple(plan.device(stage, r, q) for q in range(plan.tp))
-            op = prog.add(dev, "tp", COLLECTIVE, seg.name or f"tp {seg.collective}", stage=stage,
-                          microbatch=mb, phase=phase, iteration=it, nbytes=seg.nbytes, deps=deps, group=group,
-                          collective=seg.collective, tag=f"tp it{it} s{stage} r{r} {phase}{mb} #{k}")
+            op = prog.add(dev, "tp", COLLECTIVE, seg.name or f"tp {seg.collective}", stage=stage, microbatch=mb,
+                          phase=phase, iteration=it, nbytes=seg.nbytes, deps=deps, group=group,
+                          collective=seg.collective, tag=f"tp it{it} s{stage} r{r} {name} #{k}", version=version)
         first = first or op
         last = op
-    if phase == "F":
-        first.mem_alloc = cost.activation_memory
-    elif phase == "B":
-        last.mem_free = cost.activation_memory
+    if alloc is None:
+        alloc = cost.activation_memory if phase == "F" else 0
+    if free is None:
+        free = cost.activation_memory if phase == "B" else 0
+    first.mem_alloc += alloc
+    last.mem_free += free
     return first, last
 
 
-def _emit_replica(prog: Program, plan: Plan, costs: list[StageCost], orders, r: int, it: int,
-                  last_backward: dict[int, int], optimizers: dict) -> None:
-    p = plan.pp
-    passes: dict[tuple[int, int, str, int], tuple[Op, Op]] = {}
+def _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes) -> None:
+    dev = plan.device(s, r, t)
+    has_w = {(j, k) for ph, j, k in order if ph == "W"}
+    stash = schedule.weights == "stash"
+    version, fwd_version, last, last_it = 0, {}, None, 0
+    for ph, j, k in order:
+        if ph == "O":
+            deps = (last.id,) if last is not None else ()
+            if plan.dp > 1:
+                grad = sum(costs[c].gradient_bytes for c in stage_chunks(schedule, s, plan.pp, v))
+                label = "" if schedule.flush else f" u{j}"
+                ar = prog.add(dev, "comm", COLLECTIVE, f"dp all-reduce s{s}{label}", stage=s, iteration=last_it,
+                              nbytes=grad, deps=deps, group=plan.dp_group(s, t), collective="all_reduce",
+                              tag=f"dp-allreduce it{last_it} u{j} s{s} t{t}")
+                deps = (ar.id,)
+            opt = sum(costs[c].optimizer for c in stage_chunks(schedule, s, plan.pp, v))
+            last = prog.add(dev, "compute", COMPUTE, "optimizer" if schedule.flush else f"optimizer u{j}", stage=s,
+                            phase="O", iteration=last_it, duration=opt, deps=deps, version=version + 1)
+            version += 1
+            continue
+        cost, mb, last_it = costs[k], j % m, j // m
+        weights = cost.memory_parts.get("params", cost.param_bytes) if stash else 0
+        split = (j, k) in has_w
+        if ph == "F":
+            fwd_version[(j, k)] = version
+            alloc, free = cost.activation_memory + weights, 0
+        elif ph == "B":
+            alloc, free = 0, cost.activation_memory + (0 if split else weights)
+        else:
+            alloc, free = 0, weights
+        name = f"{ph}{mb}" + (f"c{k}" if v > 1 else "")
+        passes[(s, t, ph, j, k)] = first_last = emit_pass(
+            prog, plan, cost, ph, s, r, t, mb, last_it, split=split and ph == "B", name=name,
+            version=fwd_version[(j, k)], alloc=alloc, free=free)
+        last = first_last[1]
+
+
+def _emit_replica(prog: Program, plan: Plan, schedule: Schedule, costs: list[StageCost], orders, m: int, v: int,
+                  r: int) -> None:
+    p, n_chunks = plan.pp, len(costs)
+    passes: dict[tuple, tuple[Op, Op]] = {}
+    for s, order in enumerate(orders):
+        for t in range(plan.tp):
+            _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes)
+    sends: dict[tuple, Op] = {}
+    for s, order in enumerate(orders):
+        for t in range(plan.tp):
+            for ph, j, k in order:
+                nxt = k + 1 if ph == "F" else k - 1
+                if ph not in ("F", "B") or not 0 <= nxt < n_chunks:
+                    continue
+                to = schedule.stage_of(nxt, p)
+                src = passes[(s, t, ph, j, k)][1]
+                if to == s:  # both chunks on this stage: a plain dependency, no transfer
+                    consumer = passes[(s, t, ph, j, nxt)][0]
+                    consumer.deps = consumer.deps + (src.id,)
+                    continue
+                size = costs[k].activation_bytes if ph == "F" else costs[nxt].activation_bytes
+                label = f"{ph}{j % m}" + (f"c{k}" if v > 1 else "")
+                sends[(to, t, ph, j, nxt)] = prog.add(
+                    src.device, "send", "send", f"send {label} s{s}->s{to}", stage=s, microbatch=j % m,
+                    iteration=j // m, nbytes=size, deps=(src.id,))
     for s, order in enumerate(orders):
         for t in range(plan.tp):
             dev = plan.device(s, r, t)
-            for ph, j in order:
-                passes[(s, t, ph, j)] = emit_pass(prog, plan, costs[s], ph, s, r, t, j, it)
-                if ph == "B":
-                    last_backward[dev] = passes[(s, t, ph, j)][1].id
-            optimizers[dev] = prog.add(dev, "compute", COMPUTE, "optimizer", stage=s, phase="O", iteration=it,
-                                       duration=costs[s].optimizer)
-    sends: dict[tuple[int, int, str, int], Op] = {}
-    for s, order in enumerate(orders):
-        for t in range(plan.tp):
-            for ph, j in order:
-                to = s + 1 if ph == "F" else s - 1
-                if 0 <= to < p:
-                    src = passes[(s, t, ph, j)][1]
-                    sends[(to, t, ph, j)] = prog.add(
-                        src.device, "send", "send", f"send {ph}{j} s{s}->s{to}", stage=s, microbatch=j,
-                        iteration=it, nbytes=costs[s].activation_bytes, deps=(src.id,))
-    for s, order in enumerate(orders):
-        for t in range(plan.tp):
-            dev = plan.device(s, r, t)
-            for ph, j in order:
-                send = sends.get((s, t, ph, j))
+            for ph, j, k in order:
+                send = sends.get((s, t, ph, j, k))
                 if send is None:
                     continue
-                recv = prog.add(dev, "recv", "recv", f"recv {ph}{j} s{send.stage}->s{s}", stage=s,
-                                microbatch=j, iteration=it, nbytes=send.nbytes, peer=send.id)
+                recv = prog.add(dev, "recv", "recv", "recv" + send.name[4:], stage=s, microbatch=j % m,
+                                iteration=j // m, nbytes=send.nbytes, peer=send.id)
                 send.peer = recv.id
-                consumer = passes[(s, t, ph, j)][0]
+                consumer = passes[(s, t, ph, j, k)][0]
                 consumer.deps = consumer.deps + (recv.id,)

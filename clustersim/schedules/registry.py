@@ -1,10 +1,20 @@
 """The schedule registry: the names users type in ``parallel.schedule``.
 
 A schedule is, for each pipeline stage, the order in which that stage runs its
-micro-batches' forward (``"F"``) and backward (``"B"``) passes — a function
-``order(stage, p, m) -> list[(phase, microbatch)]``. The pipeline compiler turns those
-orders into a Program (sends, receives, memory, optimizer step); the engine never knows
-which schedule produced it. Register your own with :func:`register_schedule`.
+micro-batches' passes — a function ``order(stage, p, m) -> list of items``. An item is
+
+* ``("F", j)`` / ``("B", j)``: forward / backward of micro-batch ``j`` (the basic
+  vocabulary; a backward without a ``W`` item is the whole backward, B + W);
+* ``("W", j)``: the weight-gradient part of micro-batch ``j``'s backward — when an
+  order holds it, that micro-batch's ``B`` is the input-gradient part only;
+* ``(phase, j, k)``: the same on model chunk ``k`` (for schedules with several model
+  chunks per stage; a 2-item form means the stage's only chunk);
+* ``("O", i)``: an optimizer step (only in flush-free schedules, which place their own
+  updates; flushing schedules get one step appended after every iteration).
+
+The pipeline compiler turns those orders into a Program (sends, receives, memory,
+weight versions, optimizer steps); the engine never knows which schedule produced it.
+Register your own with :func:`register_schedule` (see ``docs/schedules.md``).
 """
 
 from __future__ import annotations
@@ -12,34 +22,79 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-OrderFn = Callable[[int, int, int], list[tuple[str, int]]]
+from ..errors import ScenarioError
+
+Item = tuple
+OrderFn = Callable[..., list[Item]]
+
+#: how model chunk k (of p·v) maps to a pipeline stage
+PLACEMENTS = ("loop", "vee")
 
 
 @dataclass(frozen=True)
 class Schedule:
-    """A registered schedule: its name, per-stage order function and one-line description."""
+    """A registered schedule and the rules the compiler follows for it.
+
+    ``chunks``: model chunks per stage — an int, or ``None`` for ``parallel.virtual_stages``
+    (the order function then receives ``v=`` as a keyword). ``placement``: ``"loop"`` puts
+    chunk ``k`` on stage ``k % p`` (Megatron-LM); ``"vee"`` puts chunk ``k < p`` on stage
+    ``k`` and chunk ``k ≥ p`` on stage ``2p − 1 − k``. ``flush``: False for asynchronous
+    schedules, whose order function receives ``iterations=`` and returns the whole run
+    (micro-batches ``0 .. m·iterations − 1``) with its own ``("O", i)`` steps. ``weights``:
+    ``"single"`` (one copy), ``"stash"`` (one stashed version per in-flight micro-batch,
+    PipeDream) or ``"double"`` (two buffers, PipeDream-2BW). ``check(p, m, v)`` raises
+    :class:`ScenarioError` when the schedule cannot run that shape.
+    """
 
     name: str
     order: OrderFn
     description: str
+    chunks: int | None = 1
+    placement: str = "loop"
+    flush: bool = True
+    weights: str = "single"
+    check: Callable[[int, int, int], None] | None = None
+
+    def stage_of(self, chunk: int, p: int) -> int:
+        """The pipeline stage that holds model chunk ``chunk``."""
+        if self.placement == "vee":
+            return chunk if chunk < p else 2 * p - 1 - chunk
+        return chunk % p
+
+    def validate(self, p: int, m: int, v: int) -> None:
+        """Raise ScenarioError if this schedule cannot run p stages, m micro-batches, v chunks."""
+        if self.chunks is not None and v != self.chunks:
+            raise ScenarioError(
+                "parallel.virtual_stages", v,
+                f"schedule {self.name!r} runs {self.chunks} model chunk(s) per stage; accepted: {self.chunks}",
+            )
+        if self.check is not None:
+            self.check(p, m, v)
 
 
 SCHEDULES: dict[str, Schedule] = {}
 
 
-def register_schedule(name: str, description: str = "") -> Callable[[OrderFn], OrderFn]:
+def register_schedule(name: str, description: str = "", *, chunks: int | None = 1, placement: str = "loop",
+                      flush: bool = True, weights: str = "single",
+                      check: Callable[[int, int, int], None] | None = None) -> Callable[[OrderFn], OrderFn]:
     """Decorator: register ``order(stage, p, m)`` under ``name`` (replacing any same name).
 
-    Example — a schedule that runs all forwards, then backwards in the same order::
+    The keyword options are the :class:`Schedule` fields. Example — a schedule that runs
+    all forwards, then backwards in the same order::
 
         @cs.register_schedule("gpipe_fifo", "GPipe with first-in-first-out backwards")
         def gpipe_fifo(stage, p, m):
             return [("F", j) for j in range(m)] + [("B", j) for j in range(m)]
     """
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement {placement!r}: accepted {', '.join(PLACEMENTS)}")
+    if weights not in ("single", "stash", "double"):
+        raise ValueError(f"weights {weights!r}: accepted single, stash, double")
 
     def wrap(fn: OrderFn) -> OrderFn:
-        doc = description or (fn.__doc__ or "").strip().splitlines()[0:1]
-        SCHEDULES[name] = Schedule(name, fn, doc if isinstance(doc, str) else "".join(doc))
+        doc = description or "".join((fn.__doc__ or "").strip().splitlines()[0:1])
+        SCHEDULES[name] = Schedule(name, fn, doc, chunks, placement, flush, weights, check)
         return fn
 
     return wrap

@@ -1,0 +1,38 @@
+"""Partition planning: how to cut a model into pipeline stages.
+
+``parallel.partition`` picks the layers of each model chunk: ``even`` (the model's
+default split), ``balanced`` (contiguous, minimising the slowest chunk's compute),
+``pipedream`` (PipeDream's optimizer, :mod:`.pipedream`, with the scenario's uniform
+dp), or an explicit list. :func:`plan_scenario` runs the full optimizer (stages with
+their own replication) and the best uniform plan for ``clustersim plan``.
+"""
+
+from __future__ import annotations
+
+from .pipedream import Optimizer, PipelinePlan, Stage, data_parallel_time, uniform_partition
+from .profiles import LayerProfile, Network, layer_profiles, network_of
+from .report import PlanReport, plan_scenario
+
+
+def resolve_partition(sc, chunks: int) -> list[int] | None:
+    """The layers per chunk ``parallel.partition`` asks for (None: the model's default)."""
+    part = sc.parallel.partition
+    if isinstance(part, list):
+        return list(part)
+    if part == "even":
+        return None
+    profiles = layer_profiles(sc)
+    if part == "balanced":
+        from ..workload.stage_builder import balanced_partition
+
+        return balanced_partition([lp.compute for lp in profiles], chunks)
+    if sc.parallel.virtual_stages != 1:
+        from ..errors import ScenarioError
+
+        raise ScenarioError("parallel.partition", part, "the PipeDream planner cuts one chunk per stage; "
+                            "accepted with virtual_stages > 1: even, balanced or a list")
+    return uniform_partition(profiles, network_of(sc), sc.parallel.pp, sc.dp)
+
+
+__all__ = ["LayerProfile", "Network", "Optimizer", "PipelinePlan", "PlanReport", "Stage", "data_parallel_time",
+           "layer_profiles", "network_of", "plan_scenario", "resolve_partition", "uniform_partition"]

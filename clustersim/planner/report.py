@@ -1,0 +1,64 @@
+"""``plan_scenario``: PipeDream's optimizer on a scenario, and the plan clustersim can run.
+
+The full optimizer may give every stage its own replication (e.g. VGG-16's ``15-1``);
+clustersim's Plan replicates every stage equally, so the report also holds the best
+*uniform* plan (pp stages × dp replicas, over every divisor pp of the GPU count), whose
+:meth:`PlanReport.overrides` make a runnable scenario. The non-uniform plan is reported
+as a recommendation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .pipedream import Optimizer, PipelinePlan, data_parallel_time
+from .profiles import layer_profiles, network_of
+
+
+@dataclass(frozen=True)
+class PlanReport:
+    """What the planner found for a scenario (times are per minibatch, the model's estimate)."""
+
+    gpus: int
+    best: PipelinePlan
+    uniform: PipelinePlan
+    uniform_pp: int
+    data_parallel_s: float
+
+    @property
+    def speedup_over_dp(self) -> float:
+        return self.data_parallel_s / self.best.time_per_minibatch_s
+
+    def overrides(self, schedule: str = "pipedream") -> dict:
+        """Scenario overrides that run the best uniform plan."""
+        return {"parallel.pp": self.uniform_pp, "parallel.dp": self.gpus // self.uniform_pp,
+                "parallel.partition": self.uniform.partition, "parallel.schedule": schedule}
+
+    def table(self) -> str:
+        """A human-readable summary (what ``clustersim plan`` prints)."""
+        lines = [f"PipeDream planner on {self.gpus} GPUs (model estimates, per minibatch):",
+                 f"  data parallel             {self.data_parallel_s * 1e3:10.3f} ms",
+                 f"  best pipeline {self.best.config:<11} {self.best.time_per_minibatch_s * 1e3:10.3f} ms  "
+                 f"({self.speedup_over_dp:.2f}x over DP; layers per stage {self.best.partition})",
+                 f"  best uniform  pp={self.uniform_pp:<2} dp={self.gpus // self.uniform_pp:<3}"
+                 f"{self.uniform.time_per_minibatch_s * 1e3:10.3f} ms  (layers per stage {self.uniform.partition})",
+                 "run the uniform plan with: " + " ".join(
+                     f"--set {k}={str(v).replace(' ', '')}" for k, v in self.overrides().items())]
+        return "\n".join(lines)
+
+
+def plan_scenario(sc) -> PlanReport:
+    """Run the planner on ``sc``'s model, cluster and GPU count."""
+    from ..hardware.gpus import get_gpu
+
+    layers, net, n = layer_profiles(sc), network_of(sc), sc.num_gpus
+    opt = Optimizer(layers, net, get_gpu(sc.cluster.gpu).memory_bytes)
+    best = opt.best(n)
+    uniform, upp = None, 1
+    for pp in range(1, min(n, len(layers)) + 1):
+        if n % pp:
+            continue
+        cand = opt.uniform(pp, n // pp)
+        if uniform is None or cand.time_per_minibatch_s < uniform.time_per_minibatch_s:
+            uniform, upp = cand, pp
+    return PlanReport(n, best, uniform, upp, data_parallel_time(layers, net, n))

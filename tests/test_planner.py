@@ -1,0 +1,113 @@
+"""PipeDream's planner (SOSP'19 §3.1): the dynamic programme against brute force, the
+partition options of a scenario, and the paper's VGG-16 setting."""
+
+import itertools
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+import clustersim as cs
+from clustersim.cli import main
+from clustersim.planner import LayerProfile, Network, Optimizer, plan_scenario, uniform_partition
+from tests.conftest import synthetic
+
+VGG = Path(__file__).parents[1] / "scenarios" / "pipedream-vgg16-16xV100-10GbE.yaml"
+
+
+def _random_layers(rng, n):
+    return [LayerProfile(rng.uniform(1e-3, 5e-3), rng.uniform(2e-3, 9e-3), rng.choice([1e5, 1e6, 2e7]),
+                         rng.choice([0.0, 1e6, 5e7, 3e8]), rng.uniform(0, 1e8)) for _ in range(n)]
+
+
+def _compositions(n_layers, n_stages):
+    for cuts in itertools.combinations(range(1, n_layers), n_stages - 1):
+        bounds = (0,) + cuts + (n_layers,)
+        yield [(bounds[k], bounds[k + 1] - 1) for k in range(n_stages)]
+
+
+def _brute_force(opt, n_layers, gpus):
+    best = math.inf
+    for k in range(1, min(n_layers, gpus) + 1):
+        for stages in _compositions(n_layers, k):
+            for reps in itertools.product(range(1, gpus + 1), repeat=k):
+                if sum(reps) != gpus:
+                    continue
+                # the optimiser's memory check sees ceil(gpus / replicas) in flight per stage
+                t = max(opt.stage_time(i, j, r, math.ceil(gpus / r)) for (i, j), r in zip(stages, reps))
+                t = max([t] + [opt.transfer(j, gpus) for i, j in stages[:-1]])
+                best = min(best, t)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_dynamic_programme_matches_brute_force(seed):
+    rng = random.Random(seed)
+    layers = _random_layers(rng, rng.randint(1, 5))
+    net = Network(intra=rng.choice([1e9, 3e10]), inter=rng.choice([1.25e9, 1e10]), gpus_per_node=2)
+    opt = Optimizer(layers, net, memory_bytes=rng.choice([math.inf, 2e9]))
+    gpus = rng.randint(1, 4)
+    plan = opt.best(gpus)
+    assert plan.time_per_minibatch_s == pytest.approx(_brute_force(opt, len(layers), gpus), rel=1e-12)
+    if math.isfinite(plan.time_per_minibatch_s):
+        assert sum(s.replicas for s in plan.stages) == gpus
+        assert sum(plan.partition) == len(layers)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_uniform_partition_is_the_best_contiguous_split(seed):
+    rng = random.Random(100 + seed)
+    layers = _random_layers(rng, 6)
+    net = Network(1e10, 1.25e9, 4)
+    opt = Optimizer(layers, net)
+    pp, dp = rng.randint(1, 4), rng.randint(1, 3)
+    got = opt.uniform(pp, dp)
+    want = min(max([opt.stage_time(i, j, dp, pp - k) for k, (i, j) in enumerate(st)] +
+                   [opt.transfer(j, pp * dp) for _, j in st[:-1]]) for st in _compositions(6, pp))
+    assert got.time_per_minibatch_s == pytest.approx(want, rel=1e-12)
+    assert uniform_partition(layers, net, pp, dp) == got.partition
+
+
+def test_compute_bound_model_stays_data_parallel_and_heavy_weights_pipeline():
+    net = Network(1e10, 1e9, 4)
+    light = [LayerProfile(1e-2, 2e-2, 1e6, 0.0)] * 4
+    assert Optimizer(light, net).best(8).config == "8"
+    heavy = [LayerProfile(1e-2, 2e-2, 1e5, 0.0)] * 3 + [LayerProfile(1e-4, 2e-4, 1e5, 4e9)]
+    plan = Optimizer(heavy, net).best(8)
+    assert plan.stages[-1].replicas == 1 and plan.stages[-1].first == 3
+
+
+def test_vgg16_planner_finds_pipedreams_15_1():
+    rep = plan_scenario(cs.load_scenario(VGG))
+    assert rep.best.config == "15-1"           # PipeDream's published configuration
+    assert rep.best.partition == [13, 3]       # the 13 convs replicated, the 3 FC layers alone
+    assert rep.speedup_over_dp > 3.0           # paper: 5.28x (epoch time); ours in docs/schedules.md
+
+
+def test_partition_options():
+    raw = synthetic(2, 4, 1e-3, 2e-3, layers_per_stage=3)
+    even = cs.simulate(raw, progress=False).summary["iteration_time_s"]
+    raw["parallel"]["partition"] = "balanced"
+    assert cs.simulate(raw, progress=False).summary["iteration_time_s"] == pytest.approx(even, rel=1e-12)
+    raw["parallel"]["partition"] = [1, 5]  # slow second stage: 5 layers of 3 ms
+    res = cs.simulate(raw, progress=False)
+    assert res.summary["iteration_time_s"] == pytest.approx(1e-3 / 3 * 1 + 4 * 5e-3 + 2e-3 / 3, rel=1e-9)
+    raw["parallel"]["partition"] = "pipedream"
+    assert cs.simulate(raw, progress=False).summary["iteration_time_s"] == pytest.approx(even, rel=1e-12)
+
+
+@pytest.mark.parametrize("bad,match", [([1, 2], "parallel.partition.*summing to the model's 6 layers"),
+                                       ([3, 2, 1], "parallel.partition.*2 model chunks"),
+                                       ("fastest", "parallel.partition.*expected even, balanced, pipedream")])
+def test_bad_partition_is_named(bad, match):
+    raw = synthetic(2, 4, layers_per_stage=3)
+    raw["parallel"]["partition"] = bad
+    with pytest.raises(cs.ScenarioError, match=match):
+        cs.load_scenario(raw)
+
+
+def test_cli_plan(capsys):
+    assert main(["plan", str(VGG)]) == 0
+    out = capsys.readouterr().out
+    assert "best pipeline 15-1" in out and "--set parallel.pp=" in out
