@@ -9,15 +9,18 @@ Public API::
 """
 
 from .errors import ClusterSimError, ProgramError, ScenarioError, SimulationStall
+from .experiments import SearchResult, search, sweep
 from .program import Op, Program
 from .scenario import Scenario, load_scenario
 from .schedules import SCHEDULES, register_schedule
 from .simulate import compile_scenario, simulate
+from .trace.bundle import load_result
 from .trace.result import Result
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ClusterSimError", "Op", "Program", "ProgramError", "Result", "SCHEDULES", "Scenario", "ScenarioError",
-    "SimulationStall", "compile_scenario", "load_scenario", "register_schedule", "simulate",
+    "SimulationStall", "compile_scenario", "load_result", "load_scenario", "register_schedule", "simulate",
+    "SearchResult", "search", "sweep",
 ]

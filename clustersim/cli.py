@@ -1,4 +1,5 @@
-"""Command line: ``clustersim run SCENARIO [--out DIR] [--set key=value ...]`` and ``clustersim list``.
+"""Command line: ``clustersim run SCENARIO [--out DIR] [--set key=value ...] [--quiet]``,
+``clustersim plot DIR`` (re-draw a saved bundle's pictures) and ``clustersim list``.
 
 User errors (a bad scenario, a deadlocked program) print one clear message and exit 2 —
 never a traceback.
@@ -41,11 +42,56 @@ def cmd_run(args) -> int:
     sc = load_scenario(args.scenario)
     if args.set:
         sc = sc.with_overrides(_parse_sets(args.set))
-    res = simulate(sc)
+    res = simulate(sc, progress=not args.quiet and "auto")
     print(summary_table(res.summary))
     if args.out:
         out = res.save(args.out)
         print(f"\nresult written to {out}/ (gantt.png, trace.json for ui.perfetto.dev, …)")
+    return 0
+
+
+def cmd_plot(args) -> int:
+    from .trace.bundle import load_result, redraw
+
+    try:
+        res = load_result(args.bundle)
+    except FileNotFoundError as exc:
+        raise ClusterSimError(str(exc)) from None
+    out = args.out or args.bundle
+    from pathlib import Path
+
+    Path(out).mkdir(parents=True, exist_ok=True)
+    files = redraw(res, out)
+    if args.trace:
+        files.append(res.to_chrome_trace(Path(out) / "trace.json"))
+    print("\n".join(str(f) for f in files))
+    return 0
+
+
+def cmd_plan(args) -> int:
+    from .planner import plan_scenario
+    from .scenario import load_scenario
+
+    sc = load_scenario(args.scenario)
+    if args.set:
+        sc = sc.with_overrides(_parse_sets(args.set))
+    print(plan_scenario(sc).table())
+    return 0
+
+
+def cmd_validate(args) -> int:
+    from .validation.report import run_validation
+
+    rows = [int(x) for x in args.rows.split(",")] if args.rows else None
+    md, results = run_validation(rows, progress=lambda r: print(
+        f"  {r['model']:<12} predicted {r['predicted']:6.1f} published {r['published']:5.0f} TFLOP/s "
+        f"({r['error']:+.1%}, {r['wall_s']:.0f} s)", flush=True))
+    print(md)
+    if args.out:
+        from pathlib import Path
+
+        Path(args.out).write_text(md + "\n")
+        print(f"\nwritten to {args.out}")
     return 0
 
 
@@ -59,6 +105,9 @@ def cmd_list(args) -> int:
         "schedules": [(s.name, s.description) for s in SCHEDULES.values()],
         "network models": [(n, "") for n in NETWORK_MODEL_NAMES],
     }
+    from .workload.model_presets import model_preset_table
+
+    sections["model presets"] = model_preset_table()
     for extra in _optional_registries():
         sections.update(extra)
     for title, items in sections.items():
@@ -94,9 +143,26 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", help="directory for the result bundle (summary, spans, gantt, trace)")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a scenario field, e.g. --set parallel.pp=4 (repeatable)")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.set_defaults(func=cmd_run)
+    plot = sub.add_parser("plot", help="re-draw the pictures of a saved result bundle")
+    plot.add_argument("bundle", help="directory written by `clustersim run --out DIR` or res.save(DIR)")
+    plot.add_argument("--out", help="directory for the pictures (default: the bundle itself)")
+    plot.add_argument("--trace", action="store_true", help="also rewrite trace.json")
+    plot.set_defaults(func=cmd_plot)
+    pln = sub.add_parser("plan", help="PipeDream's planner: partition and replicate the model's layers")
+    pln.add_argument("scenario", help="scenario YAML file (its model, cluster and GPU count are used)")
+    pln.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario field")
+    pln.set_defaults(func=cmd_plan)
+    val = sub.add_parser("validate", help="compare predictions with published Megatron-LM / Korthikanti numbers")
+    val.add_argument("--rows", help="comma-separated Table 1 row indices (default: all; big rows take minutes)")
+    val.add_argument("--out", help="write the Markdown report here (e.g. docs/validation.md)")
+    val.set_defaults(func=cmd_validate)
     lst = sub.add_parser("list", help="list GPUs, schedules, network models, topologies, …")
     lst.set_defaults(func=cmd_list)
+    from .experiments.cli import add_commands as add_experiment_commands  # sweep, search
+
+    add_experiment_commands(sub)
     return parser
 
 

@@ -11,9 +11,11 @@ import simpy
 
 from .engine.interpreter import Engine
 from .engine.network_setup import build_network
+from .engine.variability import compute_scales
 from .hardware.gpus import get_gpu
 from .parallel.plan import Plan
 from .program import Program
+from .progress import SimProgress, wanted
 from .scenario import Scenario, load_scenario
 from .schedules import SCHEDULES, compile_pipeline
 from .trace import metrics
@@ -31,15 +33,22 @@ def plan_of(sc: Scenario) -> Plan:
 
 def compile_scenario(sc: Scenario) -> Program:
     """The checked Program a scenario compiles to (without running it)."""
+    from .planner import resolve_partition
+
     plan = plan_of(sc)
-    prog = compile_pipeline(SCHEDULES[sc.parallel.schedule], plan, chunk_costs(sc, plan.pp * sc.parallel.virtual_stages),
-                            sc.num_microbatches, sc.simulation.iterations)
+    chunks = plan.pp * sc.parallel.virtual_stages
+    costs = chunk_costs(sc, chunks, resolve_partition(sc, chunks))
+    prog = compile_pipeline(SCHEDULES[sc.parallel.schedule], plan, costs, sc.num_microbatches,
+                            sc.simulation.iterations)
     prog.check()
     return prog
 
 
-def simulate(scenario: Scenario | str | Path | dict[str, Any]) -> Result:
-    """Simulate a scenario (a Scenario, a YAML path or a dict) and return its Result."""
+def simulate(scenario: Scenario | str | Path | dict[str, Any], progress: bool | str = "auto") -> Result:
+    """Simulate a scenario (a Scenario, a YAML path or a dict) and return its Result.
+
+    ``progress``: show a bar of finished ops on a terminal or in Jupyter (``"auto"``),
+    always (True) or never (False); see :mod:`clustersim.progress`."""
     sc = load_scenario(scenario)
     wall0 = time.perf_counter()
     prog = compile_scenario(sc)
@@ -48,8 +57,18 @@ def simulate(scenario: Scenario | str | Path | dict[str, Any]) -> Result:
     capacity = [get_gpu(sc.cluster.gpu).memory_bytes] * prog.num_devices
     cl = sc.cluster
     engine = Engine(prog, env, fabric, rec, capacity, alpha=cl.collective_alpha,
-                    algorithms=sc.simulation.collectives, comm_compute_slowdown=cl.comm_compute_slowdown)
-    engine.run()
+                    algorithms=sc.simulation.collectives, comm_compute_slowdown=cl.comm_compute_slowdown,
+                    collective_model=sc.simulation.collective_model, compute_scale=compute_scales(sc, prog))
+    bar = SimProgress(len(prog.ops), desc=sc.name) if wanted(progress) else None
+    if bar is not None:
+        bar.attach(env, rec)
+    try:
+        engine.run()
+    finally:
+        if bar is not None:
+            bar.close()
+    if bar is not None:
+        engine.events -= bar.events  # the bar's own wake-ups are not simulated events
     wall = time.perf_counter() - wall0
     return build_result(sc, engine, rec, wall)
 
@@ -59,6 +78,12 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> 
     plan = plan_of(sc)
     spans = spans_frame(engine.program, rec)
     window = metrics.iteration_window(spans)
+    n_it = sc.simulation.iterations
+    if not SCHEDULES[sc.parallel.schedule].flush and n_it > 1:
+        # flush-free schedules overlap iterations: report the period between the ends of two
+        # iterations, before the final drain when there are three or more (docs/schedules.md)
+        k = n_it - 2 if n_it >= 3 else n_it - 1
+        window = (metrics.iteration_window(spans, k - 1)[1], metrics.iteration_window(spans, k)[1])
     t0, t1 = window
     iter_time = t1 - t0
     bubbles = metrics.device_bubbles(spans, window)
@@ -78,6 +103,13 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> 
             "oom": engine.memory.oom(dev),
         })
     devices = pd.DataFrame(rows)
+    oom_hint = ""
+    if sc.model.kind != "synthetic":  # real models: memory by kind, and why it does not fit
+        from .workload.memory_model import memory_columns
+
+        cols, oom_hint = memory_columns(sc, devices)
+        for key, values in cols.items():
+            devices[key] = values
     stage_bubble = devices.groupby("stage")["bubble_fraction"].mean()
     samples = sc.training.global_batch
     summary = {
@@ -89,10 +121,12 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> 
         "exposed_comm_fraction": metrics.exposed_comm(spans, window),
         "peak_memory_gib": float(devices["peak_memory_bytes"].max()) / GIB,
         "oom": bool(devices["oom"].any()),
+        **({"oom_hint": oom_hint} if oom_hint else {}),
         "num_gpus": plan.num_devices,
         "tp": plan.tp, "pp": plan.pp, "dp": plan.dp,
         "schedule": sc.parallel.schedule,
         "num_microbatches": sc.num_microbatches,
+        "weight_staleness_max": _max_staleness(engine.program),
         "iterations": sc.simulation.iterations,
         "network": sc.simulation.network,
         "sim_events": engine.events,
@@ -101,6 +135,13 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> 
     memory = pd.DataFrame.from_records(rec.memory, columns=["device", "time_s", "allocated_bytes"])
     memory["device"] = "gpu" + memory["device"].astype(str)
     return Result(summary, spans, devices, memory, sc.resolved())
+
+
+def _max_staleness(prog: Program) -> int:
+    from .schedules import update_staleness
+
+    st = update_staleness(prog)
+    return int(st["staleness"].max()) if len(st) else 0
 
 
 __all__ = ["simulate", "compile_scenario", "plan_of"]

@@ -59,3 +59,19 @@ def test_intra_node_pipeline_stays_on_nvswitch():
     res = cs.simulate(raw)
     used = set(res.spans.loc[res.spans["lane"] == "link", "device"])
     assert used and all("nvswitch" in name for name in used)
+
+
+def test_max_chunks_caps_events_within_the_stated_bound():
+    # A 64 MiB message over h links with at most K chunks: the extra store-and-forward
+    # delay is (h − 1)·c/B with c = S/K, so the time grows by at most (h − 1)/K of S/B.
+    base = _two_node_pipeline("packet", chunk=256 * 1024, act=64 * MiB)
+    fine = cs.simulate(base)
+    base["simulation"]["max_chunks"] = 8
+    coarse = cs.simulate(base)
+    links = _route(cs.load_scenario(base))
+    h, B = len(links), min(lk.bandwidth for lk in links)
+    S = 64 * MiB
+    extra = coarse.summary["iteration_time_s"] - fine.summary["iteration_time_s"]
+    # two transfers per iteration (activation and gradient), equal-bandwidth links
+    assert extra == pytest.approx(2 * (h - 1) * (S / 8 - 256 * 1024) / B, rel=1e-6)
+    assert coarse.summary["sim_events"] < fine.summary["sim_events"] / 10

@@ -145,6 +145,8 @@ class Engine:
                 return
             op = ops[idx]
             i = op.id
+            if start[i] < 0.0:
+                start[i] = now  # posted: a recv's span starts here or when its send started
             for d in waits[i]:
                 if not finished[d]:
                     w = waiters[d]
@@ -168,7 +170,8 @@ class Engine:
                     return
             elif kind is RECV:
                 t_send = start[op.peer]
-                start[i] = now if now > t_send else t_send
+                if t_send > start[i]:
+                    start[i] = t_send
             else:
                 if kind is SEND:
                     start[i] = now

@@ -36,4 +36,5 @@ def build_network(scenario, env: simpy.Environment, recorder: Recorder) -> Fabri
 
     graph = build_topology(cluster_dict(scenario.cluster))
     chunk = scenario.simulation.chunk_size
-    return build_fabric(kind, env, recorder, graph, chunk_size=int(chunk) if chunk else None)
+    return build_fabric(kind, env, recorder, graph, chunk_size=int(chunk) if chunk else None,
+                        max_chunks=scenario.simulation.max_chunks)

@@ -21,17 +21,18 @@ DEFAULT_NETWORK_MODEL = "packet"
 
 
 def build_fabric(
-    kind: str, env: simpy.Environment, recorder: Recorder, graph: nx.DiGraph, chunk_size: int | None = None
+    kind: str, env: simpy.Environment, recorder: Recorder, graph: nx.DiGraph, chunk_size: int | None = None,
+    max_chunks: int | None = None,
 ) -> Fabric:
     """Build the fabric ``kind`` over ``graph``.
 
-    ``kind`` None means the default (``packet``). ``chunk_size`` (bytes) applies to the
-    packet model only; None keeps its default. An unknown kind is a ScenarioError on
+    ``kind`` None means the default (``packet``). ``chunk_size`` (bytes) and
+    ``max_chunks`` (per message) apply to the packet model only; None keeps the defaults. An unknown kind is a ScenarioError on
     ``simulation.network`` listing the known ones.
     """
     kind = DEFAULT_NETWORK_MODEL if kind is None else kind
     if kind not in NETWORK_MODELS:
         raise ScenarioError("simulation.network", kind, f"known: {', '.join(NETWORK_MODELS)}")
     if kind == "packet":
-        return PacketFabric(env, recorder, graph, chunk_size=chunk_size)
+        return PacketFabric(env, recorder, graph, chunk_size=chunk_size, max_chunks=max_chunks)
     return NETWORK_MODELS[kind](env, recorder, graph)

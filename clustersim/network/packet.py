@@ -113,8 +113,17 @@ class PacketFabric(Fabric):
     from a :class:`~clustersim.topology.Router` over it (ECMP by flow).
     """
 
-    def __init__(self, env: simpy.Environment, recorder: Recorder, graph: nx.DiGraph, chunk_size: int | None = None):
+    def __init__(self, env: simpy.Environment, recorder: Recorder, graph: nx.DiGraph, chunk_size: int | None = None,
+                 max_chunks: int | None = None):
+        """``max_chunks`` caps the chunks of one message: a message larger than
+        ``chunk_size × max_chunks`` moves in ``max_chunks`` equal chunks instead, which
+        bounds the events per message at the cost of up to (hops − 1)/max_chunks of its
+        serialization time in extra store-and-forward delay (docs/network.md)."""
         super().__init__(env, recorder)
+        if max_chunks is not None and (isinstance(max_chunks, bool) or not isinstance(max_chunks, int)
+                                       or max_chunks < 1):
+            raise ScenarioError("simulation.max_chunks", max_chunks, "a whole number ≥ 1, or null for no cap")
+        self.max_chunks = max_chunks
         chunk = DEFAULT_CHUNK_SIZE if chunk_size is None else chunk_size
         if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
             raise ScenarioError("simulation.chunk_size", chunk_size, "a whole number of bytes ≥ 1, e.g. 1 MiB")
@@ -156,7 +165,10 @@ class PacketFabric(Fabric):
         if not links:
             return self.env.timeout(0.0)
         done = Event(self.env)
-        flow = _Flow(links, int(nbytes), self.chunk_size, done, label)
+        chunk = self.chunk_size
+        if self.max_chunks is not None and nbytes > chunk * self.max_chunks:
+            chunk = -(-int(nbytes) // self.max_chunks)
+        flow = _Flow(links, int(nbytes), chunk, done, label)
         self.chunk_hops += max(1, -(-flow.remaining // flow.chunk)) * len(links)
         self._inject(flow)
         return done

@@ -27,6 +27,10 @@ def resolve_dp(spec: ScenarioSpec) -> int:
 def check_rules(spec: ScenarioSpec) -> None:
     """Raise ScenarioError for the first cross-field rule the scenario breaks."""
     n, par = spec.cluster.num_gpus, spec.parallel
+    for k, straggler in enumerate(spec.cluster.stragglers):
+        for g in straggler.gpus:
+            if not 0 <= g < n:
+                raise ScenarioError(f"cluster.stragglers[{k}].gpus", g, f"GPU indices run from 0 to {n - 1}")
     if spec.cluster.nodes > 1 and spec.cluster.topology.get("kind") == "single_node":
         raise ScenarioError(
             "cluster.topology.kind", "single_node",
@@ -43,8 +47,26 @@ def check_rules(spec: ScenarioSpec) -> None:
             "parallel.tp", par.tp,
             "a synthetic model has per-GPU layer times and cannot be split by tensor parallelism; accepted: 1",
         )
-    layers = spec.model.layers
-    if layers % (par.pp * par.virtual_stages):
+    if par.tp > 1 and spec.model.kind == "cnn":
+        raise ScenarioError("parallel.tp", par.tp, "CNN models run data and pipeline parallel only; accepted: 1")
+    from ..workload.rules import check_model_rules, model_layers
+
+    check_model_rules(spec)
+    layers = model_layers(spec.model)
+    if spec.model.kind == "cnn" and layers < par.pp * par.virtual_stages:
+        raise ScenarioError("parallel.pp", par.pp, f"model {spec.model.preset} has {layers} partitionable "
+                            f"layers; accepted: pp × virtual_stages ≤ {layers}")
+    chunks = par.pp * par.virtual_stages
+    if isinstance(par.partition, list) and (len(par.partition) != chunks or sum(par.partition) != layers):
+        raise ScenarioError(
+            "parallel.partition", par.partition,
+            f"give the layers of each of the pp × virtual_stages = {chunks} model chunks, summing to the "
+            f"model's {layers} layers",
+        )
+    if par.partition != "even" and layers < chunks:
+        raise ScenarioError("parallel.pp", par.pp, f"the model has {layers} layers; accepted: pp × virtual_stages "
+                            f"≤ {layers}")
+    if spec.model.kind != "cnn" and par.partition == "even" and layers % (par.pp * par.virtual_stages):
         raise ScenarioError(
             "parallel.pp", par.pp,
             f"model.layers = {layers} must divide evenly into pp × virtual_stages = "
@@ -56,7 +78,11 @@ def check_rules(spec: ScenarioSpec) -> None:
             "training.global_batch", tr.global_batch,
             f"must be a multiple of micro_batch × dp = {tr.micro_batch} × {dp} = {tr.micro_batch * dp}",
         )
-    if spec.model.backward_weight > spec.model.backward:
+    from ..schedules import SCHEDULES
+
+    m = tr.global_batch // (tr.micro_batch * dp)
+    SCHEDULES[par.schedule].validate(par.pp, m, par.virtual_stages)  # e.g. interleaved: m % pp == 0
+    if spec.model.kind == "synthetic" and spec.model.backward_weight > spec.model.backward:
         raise ScenarioError(
             "model.backward_weight", spec.model.backward_weight,
             f"the weight-gradient part cannot exceed the whole backward ({spec.model.backward} s)",

@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
 from .. import units
 from ..errors import ScenarioError
@@ -60,6 +69,13 @@ class PcieSpec(_Spec):
     latency: Time = 0.0
 
 
+class StragglerSpec(_Spec):
+    """Devices (indices 0..GPUs−1) whose every compute op takes ``slowdown`` × its time."""
+
+    gpus: list[int] = Field(min_length=1)
+    slowdown: float = Field(gt=0)
+
+
 class ClusterSpec(_Spec):
     """GPUs, nodes, links and topology. ``preset`` fills defaults from a hardware preset."""
 
@@ -75,6 +91,8 @@ class ClusterSpec(_Spec):
     collective_alpha: dict[Literal["intra_node", "inter_node"], Time] | None = None
     #: compute slowdown while a collective runs on the same GPU (1.0 = no interference)
     comm_compute_slowdown: float = Field(default=1.0, ge=1.0)
+    #: GPUs whose compute runs ``slowdown`` times longer (thermal throttling, a bad node, …)
+    stragglers: list[StragglerSpec] = Field(default_factory=list)
 
     @field_validator("gpu")
     @classmethod
@@ -90,7 +108,22 @@ class ClusterSpec(_Spec):
         return self.nodes * self.gpus_per_node
 
 
-class SyntheticModel(_Spec):
+class _ModelSection(_Spec):
+    """Base of the ``model`` branches: an unknown key is named with the accepted ones here,
+    since the loader cannot look inside the model union for them."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_fields(cls, raw: Any) -> Any:
+        if isinstance(raw, dict):
+            unknown = [k for k in raw if k not in cls.model_fields]
+            if unknown:
+                raise ValueError(f"unknown field {unknown[0]!r}; accepted fields for kind "
+                                 f"{cls.model_fields['kind'].default}: {', '.join(sorted(cls.model_fields))}")
+        return raw
+
+
+class SyntheticModel(_ModelSection):
     """A model described by per-layer, per-micro-batch costs — for exact tests and what-ifs.
 
     ``forward``/``backward`` are times per layer per micro-batch (``backward`` is the whole
@@ -110,17 +143,109 @@ class SyntheticModel(_Spec):
     optimizer: Time = 0.0
 
 
+class TransformerModel(_ModelSection):
+    """A decoder transformer: ``preset`` or ``hf_config`` (a config.json path), with any
+    field below overriding it — or every required field (layers, hidden, heads, vocab,
+    seq_len) given alone. Resolved by :mod:`clustersim.workload.resolve`."""
+
+    kind: Literal["transformer"] = "transformer"
+    preset: str | None = None
+    hf_config: str | None = None
+    name: str | None = None
+    layers: int | None = Field(default=None, ge=1)
+    hidden: int | None = Field(default=None, ge=1)
+    heads: int | None = Field(default=None, ge=1)
+    ffn_hidden: int | None = Field(default=None, ge=1)
+    vocab: int | None = Field(default=None, ge=1)
+    seq_len: int | None = Field(default=None, ge=1)
+    kv_heads: int | None = Field(default=None, ge=1)
+    gated_mlp: bool | None = None
+    norm: Literal["layernorm", "rmsnorm"] | None = None
+    position: Literal["learned", "rope"] | None = None
+    max_position: int | None = Field(default=None, ge=1)
+    tied_embeddings: bool | None = None
+    bias: bool | None = None
+    dropout: bool | None = None
+    experts: int | None = Field(default=None, ge=1)
+    experts_per_token: int | None = Field(default=None, ge=1)
+    #: CSV of measured op times overriding the cost model (op,phase,m,n,k,time_us)
+    profile: str | None = None
+
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, name: str | None) -> str | None:
+        from ..workload.model_presets import TRANSFORMER_PRESETS, model_preset_names
+
+        if name is not None and name not in TRANSFORMER_PRESETS:
+            raise ValueError(f"not a known transformer preset; known model presets: {', '.join(model_preset_names())}")
+        return name
+
+
+class CNNModel(_ModelSection):
+    """A CNN preset (``vgg16``, ``resnet50``) at an image size and class count."""
+
+    kind: Literal["cnn"] = "cnn"
+    preset: str
+    image_size: int = Field(default=224, ge=32)
+    classes: int = Field(default=1000, ge=1)
+    profile: str | None = None
+
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, name: str) -> str:
+        from ..workload.model_presets import CNN_PRESETS
+
+        if name not in CNN_PRESETS:
+            raise ValueError(f"not a known CNN preset; known: {', '.join(CNN_PRESETS)}")
+        return name
+
+
+def _model_kind(raw: Any) -> str:
+    """The union branch of a ``model`` section: its ``kind``, else cnn for a CNN preset,
+    else transformer. Tags are spelled like pydantic's own branch tags (``literal[...]``)
+    so the loader drops them from error paths (``model.layers``, not ``model.<tag>.layers``)."""
+    from ..workload.model_presets import CNN_PRESETS
+
+    if isinstance(raw, BaseModel):
+        kind = raw.kind
+    elif isinstance(raw, dict):
+        kind = raw.get("kind") or ("cnn" if raw.get("preset") in CNN_PRESETS else "transformer")
+    else:
+        return "literal['transformer']"
+    return f"literal['{kind}']" if kind in ("synthetic", "transformer", "cnn") else "literal['transformer']"
+
+
+ModelSpec = Annotated[
+    Annotated[SyntheticModel, Tag("literal['synthetic']")]
+    | Annotated[TransformerModel, Tag("literal['transformer']")]
+    | Annotated[CNNModel, Tag("literal['cnn']")],
+    Discriminator(_model_kind),
+]
+
+
 class TrainingSpec(_Spec):
-    """Batch sizes, in samples. Micro-batches per iteration m = global / (micro × dp)."""
+    """Batch sizes (samples; m = global / (micro × dp)), precision, recompute, optimizer."""
 
     global_batch: int = Field(ge=1)
     micro_batch: int = Field(default=1, ge=1)
+    precision: Literal["bf16", "fp16", "fp32"] = "bf16"
+    recompute: Literal["none", "selective", "full"] = "none"
+    optimizer: Literal["adam", "sgd"] = "adam"
 
 
 def _dp_value(dp: object) -> int | str:
     if dp == "auto" or (isinstance(dp, int) and not isinstance(dp, bool) and dp >= 1):
         return dp
     raise ValueError("expected a whole number ≥ 1 or 'auto' (GPUs / (tp × pp))")
+
+
+def _partition_value(value: object) -> str | list[int]:
+    if value in ("even", "balanced", "pipedream"):
+        return value
+    if isinstance(value, list) and value and all(isinstance(n, int) and not isinstance(n, bool) and n >= 1
+                                                 for n in value):
+        return value
+    raise ValueError("expected even, balanced, pipedream or a list of layers per model chunk (each ≥ 1)")
 
 
 class ParallelSpec(_Spec):
@@ -131,6 +256,10 @@ class ParallelSpec(_Spec):
     dp: Annotated[int | str, BeforeValidator(_dp_value)] = "auto"
     schedule: str = "1f1b"
     virtual_stages: int = Field(default=1, ge=1)
+    #: layers per model chunk: even | balanced (by compute) | pipedream (planner) | [l0, l1, ...]
+    partition: Annotated[str | list[int], BeforeValidator(_partition_value)] = "even"
+    sequence_parallel: bool = False
+    zero: int = Field(default=0, ge=0, le=3)
 
     @field_validator("schedule")
     @classmethod
@@ -142,15 +271,35 @@ class ParallelSpec(_Spec):
         return name
 
 
+class NoiseSpec(_Spec):
+    """Multiplicative noise on every compute op's time: ``lognormal`` with mean 1 and
+    log-space standard deviation ``sigma``, or ``normal`` with mean 1 and standard
+    deviation ``sigma`` (clipped at 0.05 so time never runs backwards)."""
+
+    distribution: Literal["lognormal", "normal"] = "lognormal"
+    sigma: float = Field(ge=0)
+
+
 class SimulationSpec(_Spec):
     """How to simulate: iterations, network model, packet chunk size, seed."""
 
     iterations: int = Field(default=1, ge=1)
     network: str = "packet"
     chunk_size: Bytes | None = None
+    #: cap on chunks per message (packet model): bigger messages use bigger chunks — fewer
+    #: events, up to (hops − 1)/max_chunks of a message's time in extra pipelining delay
+    max_chunks: int | None = Field(default=None, ge=1)
     seed: int = 0
+    #: random per-op compute time factors (mean 1), drawn from ``seed``: stragglers by chance
+    compute_noise: NoiseSpec | None = None
+    #: real models: ``layer`` = segments per layer (TP collectives as run); ``stage`` = one
+    #: compute segment + one summed collective per pass (fewer events, for huge runs)
+    detail: Literal["layer", "stage"] = "layer"
     #: collective kind → algorithm (``auto`` = the fastest by the α-β model, as NCCL's tuner)
     collectives: dict[str, str] = Field(default_factory=dict)
+    #: ``fabric``: collectives as point-to-point steps on the network model (contention is
+    #: real); ``analytical``: the algorithm's α-β time on the group's links, one event each
+    collective_model: Literal["fabric", "analytical"] = "fabric"
 
     @field_validator("collectives")
     @classmethod
@@ -180,7 +329,7 @@ class ScenarioSpec(_Spec):
 
     name: str = "unnamed"
     cluster: ClusterSpec = ClusterSpec()
-    model: SyntheticModel
+    model: ModelSpec
     training: TrainingSpec
     parallel: ParallelSpec = ParallelSpec()
     simulation: SimulationSpec = SimulationSpec()

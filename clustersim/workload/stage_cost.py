@@ -34,8 +34,9 @@ class StageCost:
     ``backward`` is the whole backward time (B + W); ``backward_weight`` its W part.
     ``activation_bytes`` is sent to the next stage per micro-batch (and the same gradient
     size comes back); ``activation_memory`` is kept per in-flight micro-batch.
-    ``passes`` optionally maps a phase (``"F"``, ``"B"``, ``"W"``) to its segments; a
-    phase without an entry is one compute segment of its time.
+    ``passes`` optionally maps a phase (``"F"``, ``"B"``, ``"W"``; ``"Bi"`` the input-
+    gradient part of ``"B"``) to its segments; a phase without an entry is one compute
+    segment of its time.
     """
 
     forward: float
@@ -49,10 +50,14 @@ class StageCost:
     backward_flops: float = 0.0
     grad_bytes: int | None = None
     passes: dict[str, tuple[Segment, ...]] = field(default_factory=dict)
+    #: static memory by kind (params, grads, optimizer, buffers; bytes) — real models only
+    memory_parts: dict[str, float] = field(default_factory=dict)
 
     def segments(self, phase: str, split_backward: bool = False) -> tuple[Segment, ...]:
         """The segments of ``phase``. With ``split_backward``, ``"B"`` is the input-gradient
         part only (backward − backward_weight) and ``"W"`` the weight-gradient part."""
+        if split_backward and phase == "B" and "Bi" in self.passes:
+            return self.passes["Bi"]  # the input-gradient part of a real model's backward
         if phase in self.passes:
             return self.passes[phase]
         if phase == "F":
@@ -83,8 +88,14 @@ def chunk_costs(scenario, chunks: int, partition: list[int] | None = None) -> li
     ``k`` *is* stage ``k``. Every model kind implements this one entry point.
     """
     model = scenario.model
-    if model.kind != "synthetic":
-        raise NotImplementedError(f"model kind {model.kind!r}")
+    if model.kind == "transformer":
+        from .stage_builder import transformer_chunk_costs
+
+        return transformer_chunk_costs(scenario, chunks, partition)
+    if model.kind == "cnn":
+        from .stage_builder import cnn_chunk_costs
+
+        return cnn_chunk_costs(scenario, chunks, partition)
     partition = partition or even_partition(model.layers, chunks)
     return [
         StageCost(

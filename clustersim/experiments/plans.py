@@ -1,0 +1,151 @@
+"""The space of parallel plans for N GPUs: every valid (tp, pp, dp, micro-batch, schedule, …).
+
+A plan is a dict of scenario overrides. Rules (Megatron-LM's, and the project's Plan):
+
+* ``tp × pp × dp = N``; TP groups sit inside a node (Megatron order: TP fastest, then DP,
+  then PP), so ``tp`` divides ``gpus_per_node`` — a TP group never spans nodes;
+* ``tp`` divides the attention heads (and key/value heads) of a transformer; a synthetic
+  model has per-GPU layer costs and no heads, so it gets ``tp = 1`` only;
+* ``pp × virtual_stages`` divides the layers; ``micro_batch × dp`` divides the global batch;
+* micro-batch sizes vary only for models whose costs scale with them (not synthetic:
+  its costs are per micro-batch as given), and other knobs (recompute, ZeRO, sequence
+  parallelism) only where the scenario schema has them — so the space grows as the
+  workload package grows, without changes here.
+
+:func:`placement` describes where a plan's groups land on nodes (what the network sees).
+"""
+
+from __future__ import annotations
+
+import itertools
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..errors import ScenarioError
+from ..parallel.plan import Plan
+from ..scenario import Scenario
+from ..scenario.schema import ScenarioSpec
+from ..schedules import SCHEDULES
+
+#: knobs searched when the schema has the field and the model is not synthetic:
+#: dotted key → candidate values (None: the field's Literal values)
+OPTIONAL_KNOBS: dict[str, Sequence[Any] | None] = {
+    "training.recompute": None,
+    "parallel.zero": (0, 1, 2, 3),
+    "parallel.sequence_parallel": (False, True),
+}
+DEFAULT_MICRO_BATCHES = (1, 2, 4, 8)
+BUILTIN_SCHEDULES = ("1f1b", "gpipe")
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _schema_values(dotted: str, default: Sequence[Any] | None) -> list[Any] | None:
+    """Candidate values of a schema field, or None when the schema has no such field."""
+    section, _, name = dotted.partition(".")
+    sec = ScenarioSpec.model_fields.get(section)
+    model = sec.annotation if sec is not None else None
+    if model is None or not hasattr(model, "model_fields") or name not in model.model_fields:
+        return None
+    if default is not None:
+        return list(default)
+    ann = model.model_fields[name].annotation
+    if typing.get_origin(ann) is typing.Literal:
+        return list(typing.get_args(ann))
+    return [False, True] if ann is bool else None
+
+
+def model_shape(sc: Scenario) -> tuple[int | None, tuple[int, ...]]:
+    """(layers, head counts tp must divide) of the scenario's model, where known."""
+    model = sc.model
+    layers = getattr(model, "layers", None)
+    heads = tuple(h for h in (getattr(model, "heads", None), getattr(model, "kv_heads", None)) if h)
+    preset = getattr(model, "preset", None)
+    if preset and (layers is None or not heads):
+        from ..workload.model_presets import TRANSFORMER_PRESETS
+
+        cfg = TRANSFORMER_PRESETS.get(preset, (None,))[0]
+        if cfg is not None:
+            layers = layers or cfg.layers
+            heads = heads or (cfg.heads, cfg.n_kv)
+    return layers, heads
+
+
+def cluster_overrides(sc: Scenario, gpus: int) -> dict[str, Any]:
+    """Overrides that resize the scenario's cluster to ``gpus`` GPUs (whole nodes)."""
+    gpn, nodes = sc.cluster.gpus_per_node, sc.cluster.nodes
+    if not isinstance(gpus, int) or gpus < 1:
+        raise ScenarioError("gpus", gpus, "expected a whole number of GPUs ≥ 1")
+    if gpus % gpn == 0:
+        return {} if gpus // gpn == nodes else {"cluster.nodes": gpus // gpn}
+    if gpus < gpn and nodes == 1:
+        return {"cluster.gpus_per_node": gpus}
+    raise ScenarioError("gpus", gpus, f"expected a multiple of cluster.gpus_per_node = {gpn} (whole nodes)")
+
+
+def plan_space(sc: Scenario, gpus: int, *, micro_batches: Sequence[int] | None = None,
+               schedules: Sequence[str] | None = None,
+               vary: Mapping[str, Sequence[Any]] | None = None) -> list[dict[str, Any]]:
+    """Every plan for ``gpus`` GPUs as override dicts (cluster resize included)."""
+    cluster = cluster_overrides(sc, gpus)
+    gpn = cluster.get("cluster.gpus_per_node", sc.cluster.gpus_per_node)
+    synthetic = sc.model.kind == "synthetic"
+    layers, heads = model_shape(sc)
+    v = sc.parallel.virtual_stages
+    tps = [1] if synthetic else [t for t in divisors(gpn) if gpus % t == 0 and all(h % t == 0 for h in heads)]
+    mbs = list(micro_batches or ([sc.training.micro_batch] if synthetic else DEFAULT_MICRO_BATCHES))
+    scheds = list(schedules or [s for s in BUILTIN_SCHEDULES if s in SCHEDULES])
+    unknown = [s for s in scheds if s not in SCHEDULES]
+    if unknown:
+        raise ScenarioError("schedules", unknown[0], f"not a known schedule; known: {', '.join(sorted(SCHEDULES))}")
+    extra = {} if synthetic else {k: vals for k, d in OPTIONAL_KNOBS.items()
+                                  if (vals := _schema_values(k, d)) is not None}
+    extra.update({k: list(vals) for k, vals in (vary or {}).items()})
+    gb = sc.training.global_batch
+    plans = []
+    for tp in tps:
+        for pp in divisors(gpus // tp):
+            if layers is not None and layers % (pp * v):
+                continue
+            dp = gpus // (tp * pp)
+            for mb, sched in itertools.product(mbs, scheds):
+                if gb % (mb * dp):
+                    continue
+                core = {**cluster, "parallel.tp": tp, "parallel.pp": pp, "parallel.dp": dp,
+                        "training.micro_batch": mb, "parallel.schedule": sched}
+                for combo in itertools.product(*extra.values()):
+                    plan = {**core, **dict(zip(extra, combo))}
+                    if not _redundant(plan, dp, tp):
+                        plans.append(plan)
+    return plans
+
+
+def _redundant(plan: Mapping[str, Any], dp: int, tp: int) -> bool:
+    """Knob settings that are the same plan as another one: ZeRO shards over dp (nothing
+    to shard at dp = 1), sequence parallelism splits over tp (nothing at tp = 1)."""
+    return (dp == 1 and plan.get("parallel.zero", 0) > 0) or (
+        tp == 1 and plan.get("parallel.sequence_parallel", False) is True)
+
+
+def label(plan: Mapping[str, Any]) -> str:
+    """A short name of a plan: ``tp8 pp4 dp2 mb1 1f1b`` (+ other knobs as key=value)."""
+    short = {"parallel.tp": "tp", "parallel.pp": "pp", "parallel.dp": "dp", "training.micro_batch": "mb"}
+    parts = [f"{short[k]}{plan[k]}" for k in short if k in plan]
+    parts += [str(plan["parallel.schedule"])] if "parallel.schedule" in plan else []
+    parts += [f"{k.rpartition('.')[2]}={v}" for k, v in plan.items()
+              if k not in short and k != "parallel.schedule" and not k.startswith("cluster.")]
+    return " ".join(parts)
+
+
+def placement(tp: int, pp: int, dp: int, gpus_per_node: int) -> dict[str, int]:
+    """Where the plan's groups land (Megatron order): nodes spanned by one TP group and by
+    one DP group, and how many of the pp − 1 stage-to-stage hops cross a node boundary."""
+    plan = Plan(tp=tp, pp=pp, dp=dp, gpus_per_node=gpus_per_node)
+    tp_group = [plan.device(0, 0, t) for t in range(tp)]
+    hops = sum(plan.node(plan.device(s)) != plan.node(plan.device(s + 1)) for s in range(pp - 1))
+    return {"tp_nodes": len({plan.node(d) for d in tp_group}),
+            "dp_nodes": len({plan.node(d) for d in plan.dp_group(0)}),
+            "pp_node_hops": int(hops)}

@@ -1,0 +1,90 @@
+"""The text a search prints: the top plans, why the winner wins, what was pruned.
+
+"Why" is the iteration time split the simulator measured: a GPU's iteration is compute
+plus idle time (the bubble), part of which is exposed (not overlapped) communication, so
+comparing the winner's seconds with the runner-up's says where the difference comes from; memory headroom says how close each plan is to not fitting.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _placement(row: dict[str, Any]) -> str:
+    parts = []
+    if row.get("tp", 1) > 1:
+        parts.append("tp in node" if row.get("tp_nodes", 1) == 1 else f"tp over {row['tp_nodes']} nodes")
+    if row.get("dp", 1) > 1:
+        parts.append(f"dp over {int(row['dp_nodes'])} node{'s' * (row['dp_nodes'] > 1)}")
+    if row.get("pp", 1) > 1:
+        parts.append(f"{int(row['pp_node_hops'])}/{int(row['pp']) - 1} pp hops cross nodes")
+    return ", ".join(parts) or "one GPU"
+
+
+def top_table(ranked: pd.DataFrame, unit: str, n: int) -> str:
+    """Aligned table of the ``n`` best plans."""
+    head = f"{'rank':>4}  {'plan':<28} {'gpus':>4} {unit + '/s':>12} {'iter s':>9} {'bubble':>7} " \
+           f"{'exp.comm':>8} {'peak GiB':>8} {'headroom':>8}  placement"
+    lines = [head]
+    for row in ranked.head(n).to_dict("records"):
+        lines.append(
+            f"{int(row['rank']):>4}  {row['plan']:<28} {int(row['gpus']):>4} {row['throughput']:>12.4g} "
+            f"{row['iteration_time_s']:>9.4g} {_pct(row['bubble_fraction']):>7} "
+            f"{_pct(row['exposed_comm_fraction']):>8} {row['peak_memory_gib']:>8.1f} "
+            f"{row['memory_headroom_gib']:>8.1f}  {_placement(row)}")
+    return "\n".join(lines)
+
+
+def why(best: dict[str, Any], other: dict[str, Any], unit: str) -> str:
+    """One paragraph: how much better ``best`` is than ``other`` and where it comes from.
+
+    Per GPU, an iteration is compute-lane busy time plus idle time (the bubble fraction,
+    docs/metrics.md); part of the idle time is exposed communication (a communication
+    lane busy while compute waits). Seconds are fraction × iteration time."""
+    gain = best["throughput"] / other["throughput"] - 1 if other["throughput"] else float("inf")
+    tb, to = best["iteration_time_s"], other["iteration_time_s"]
+
+    def split(row, t):
+        return t * (1 - row["bubble_fraction"]), t * row["bubble_fraction"], t * row["exposed_comm_fraction"]
+
+    (cb, ib, eb), (co, io, eo) = split(best, tb), split(other, to)
+    return (f"#{int(best['rank'])} {best['plan']} beats #{int(other['rank'])} {other['plan']} by "
+            f"{100 * gain:.1f}% {unit}/s: per iteration {tb:.4g} s vs {to:.4g} s = compute {cb:.4g} s vs "
+            f"{co:.4g} s + idle (bubble) {ib:.3g} s vs {io:.3g} s ({_pct(best['bubble_fraction'])} vs "
+            f"{_pct(other['bubble_fraction'])}), of which exposed communication {eb:.3g} s vs {eo:.3g} s. "
+            f"Memory headroom {best['memory_headroom_gib']:.1f} GiB vs {other['memory_headroom_gib']:.1f} GiB.")
+
+
+def explain(result, n: int = 5) -> str:
+    """The full search report (what ``clustersim search`` prints)."""
+    t = result.table
+    counts = t["status"].value_counts().to_dict()
+    simulated = sum(counts.get(s, 0) for s in ("ok", "oom", "error"))
+    lines = [f"{len(t)} plans: {counts.get('pruned', 0)} pruned by the memory estimate, {simulated} simulated "
+             f"({counts.get('ok', 0)} ok) in {result.wall_s:.1f} s; objective: {result.objective}"]
+    ranked = result.ranked
+    if ranked.empty:
+        lines.append("no plan fits in memory and simulates")
+    else:
+        lines += ["", top_table(ranked, result.unit, n), ""]
+        rows = ranked.to_dict("records")
+        if len(rows) > 1:
+            lines.append("Why: " + why(rows[0], rows[1], result.unit))
+            if len(rows) > 2:
+                lines.append("And vs the slowest: " + why(rows[0], rows[-1], result.unit))
+    failed = t[t["status"].isin(["oom", "error"])]
+    for row in failed.head(5).to_dict("records"):
+        lines.append(f"{row['status']}: {row['plan']} {row.get('error', '')}".rstrip())
+    pruned = result.pruned
+    if len(pruned):
+        shown = ", ".join(f"{r['plan']} ({r['est_memory_gib']:.1f} GiB)" for r in pruned.head(6).to_dict("records"))
+        more = f" and {len(pruned) - 6} more" if len(pruned) > 6 else ""
+        cap = pruned["capacity_gib"].iloc[0]
+        lines.append(f"Pruned (estimated peak memory > {cap:.1f} GiB per GPU): {shown}{more}")
+    return "\n".join(lines)

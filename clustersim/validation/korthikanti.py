@@ -1,0 +1,96 @@
+"""Korthikanti et al. 2022: one 22B layer's times (Table 4) and per-GPU memory (Figs. 1, 7).
+
+:func:`layer_times` runs one layer's forward and backward segments — compute kernels from
+the cost model, TP collectives on the DGX-A100 preset's NVSwitch fabric through
+:func:`clustersim.collectives.run_collective` — back to back, as one CUDA stream runs them.
+:func:`memory_check` evaluates the memory model for the configurations of Korthikanti's
+Table 3 (t = 8; 22B p = 1, b = 4; 175B p = 8, 530B p = 35, 1T p = 64, b = 1; the
+interleaved schedule with v = 3 for 175B and 530B — the ratio of their published
+activation bars to the 1F1B formula is exactly 1 + (p − 1)/(p·v) with v = 3).
+"""
+
+from __future__ import annotations
+
+import simpy
+
+from ..workload.cost_model import CostModel
+from ..workload.memory_model import interleaved_factor, static_bytes
+from ..workload.model_presets import TRANSFORMER_PRESETS
+from ..workload.segments import backward_items, forward_items
+from ..workload.transformer_ops import layer_ops
+from .data import read_table
+
+GIB = 2**30
+#: Korthikanti Table 4 setting: 22B model, t = 8, b = 4, s = 2048 (h = 6144, a = 64)
+TABLE4 = {"preset": "gpt-22b", "tp": 8, "micro_batch": 4}
+#: Korthikanti Table 3: (preset, pipeline stages, micro-batch, interleaving chunks v)
+TABLE3 = {"22B": ("gpt-22b", 1, 4, 1), "175B": ("gpt3-175b", 8, 1, 3),
+          "530B": ("gpt-529.6b", 35, 1, 3), "1T": ("gpt-1t", 64, 1, 1)}
+
+
+def _fabric(tp: int):
+    from ..engine.network_setup import build_network
+    from ..scenario import load_scenario
+    from ..trace.recorder import Recorder
+
+    sc = load_scenario({"cluster": {"preset": "dgx_a100", "nodes": 1},
+                        "model": {"kind": "synthetic", "layers": 1, "forward": 0, "backward": 0},
+                        "training": {"global_batch": 8}, "parallel": {"pp": 1, "dp": 8},
+                        "simulation": {"network": "packet"}})
+    env = simpy.Environment()
+    return env, build_network(sc, env, Recorder()), [f"gpu{i}" for i in range(tp)]
+
+
+def _run(items: list[tuple], tp: int) -> float:
+    from ..collectives import run_collective
+
+    env, fabric, members = _fabric(tp)
+
+    def proc():
+        for it in items:
+            if it[0] == "c":
+                yield env.timeout(it[1])
+            else:
+                yield from run_collective(env, fabric, it[1], members, it[2])
+
+    env.process(proc())
+    env.run()
+    return env.now
+
+
+def layer_times(recompute: str = "none", sequence_parallel: bool = False, gpu: str = "A100-SXM4-80GB",
+                preset: str = TABLE4["preset"], tp: int = TABLE4["tp"], micro_batch: int = TABLE4["micro_batch"]
+                ) -> tuple[float, float]:
+    """(forward, backward) seconds of one transformer layer with its TP collectives."""
+    cfg = TRANSFORMER_PRESETS[preset][0]
+    cm = CostModel.for_gpu(gpu)
+    ops = layer_ops(cfg, micro_batch, tp, sequence_parallel, 2)
+    f = forward_items(ops, cm)
+    rec = {"none": [], "full": f, "selective": forward_items(ops, cm, core_only=True)}[recompute]
+    return _run(f, tp), _run(rec + backward_items(ops, cm), tp)
+
+
+def memory_check() -> list[dict]:
+    """Predicted vs published per-GPU memory (GiB) for each Korthikanti figure row."""
+    out = []
+    for row in read_table("korthikanti_fig1_fig7_memory"):
+        key = row["model"]
+        if key not in TABLE3 or row["unit"] != "GiB":
+            continue
+        preset, p, b, v = TABLE3[key]
+        cfg = TRANSFORMER_PRESETS[preset][0]
+        q = row["quantity"]
+        if q.startswith("params"):
+            layer_params = sum(op.params for op in layer_ops(cfg, b, 8, False, 2) if hasattr(op, "params"))
+            pred = sum(static_bytes(layer_params * cfg.layers / p, "bf16", "adam", 0, 1))
+        else:
+            sp = "seq-par" in q or q.endswith("seqsel")
+            selective = "selective" in q or q.endswith("seqsel")
+            ops = layer_ops(cfg, b, 8, sp, 2)
+            acts = [op.activation for op in ops if hasattr(op, "activation") and not (selective and op.attention_core)]
+            # 1F1B first stage: p micro-batches × L/p layers = L layers' worth (Korthikanti §4.2.3)
+            pred = sum(acts) * cfg.layers * interleaved_factor(p, v)
+        pub = float(row["value"]) * GIB
+        out.append({"model": key, "quantity": q, "published_gib": pub / GIB, "predicted_gib": pred / GIB,
+                    "error": pred / pub - 1})
+    return out

@@ -1,0 +1,63 @@
+"""Read a Hugging Face ``config.json`` into a :class:`TransformerConfig` (no hub access).
+
+GPT-2 names (``n_layer``, ``n_embd``, ``n_head``, ``n_inner``, ``n_positions``) and
+LLaMA/Mistral/Mixtral names (``num_hidden_layers``, ``hidden_size``,
+``num_attention_heads``, ``num_key_value_heads``, ``intermediate_size``,
+``max_position_embeddings``, ``num_local_experts``, ``num_experts_per_tok``). A relative
+path is looked up from the working directory, then in the package's ``data/hf/``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import ScenarioError
+from .transformer import TransformerConfig
+
+DATA_HF = Path(__file__).resolve().parent.parent / "data" / "hf"
+_GPT2_TYPES = ("gpt2", "gpt_neo", "gptj", "gpt_bigcode")
+
+
+def find_config(path: str) -> Path:
+    """The config file ``path`` names; ScenarioError on ``model.hf_config`` if missing."""
+    for cand in (Path(path), DATA_HF / path, DATA_HF / f"{path}.json"):
+        if cand.is_file():
+            return cand
+    shipped = ", ".join(sorted(p.stem for p in DATA_HF.glob("*.json")))
+    raise ScenarioError("model.hf_config", path, f"expected a config.json path; shipped examples: {shipped}")
+
+
+def load_hf_config(path: str, seq_len: int | None = None) -> TransformerConfig:
+    """The transformer a config.json describes; ``seq_len`` defaults to its max positions."""
+    file = find_config(path)
+    try:
+        cfg = json.loads(file.read_text())
+    except json.JSONDecodeError as exc:
+        raise ScenarioError("model.hf_config", path, f"not valid JSON: {exc}") from None
+    kind = cfg.get("model_type", "")
+
+    def need(*names):
+        for n in names:
+            if cfg.get(n) is not None:
+                return int(cfg[n])
+        raise ScenarioError("model.hf_config", path, f"config.json lacks {' or '.join(names)}")
+
+    if kind in _GPT2_TYPES or "n_embd" in cfg:
+        h = need("n_embd", "hidden_size")
+        max_pos = need("n_positions", "max_position_embeddings")
+        return TransformerConfig(
+            name=file.stem, layers=need("n_layer", "num_hidden_layers"), hidden=h,
+            heads=need("n_head", "num_attention_heads"), ffn_hidden=int(cfg.get("n_inner") or 4 * h),
+            vocab=need("vocab_size"), seq_len=seq_len or max_pos, max_position=max_pos,
+            tied_embeddings=bool(cfg.get("tie_word_embeddings", True)))
+    heads = need("num_attention_heads")
+    return TransformerConfig(
+        name=file.stem, layers=need("num_hidden_layers"), hidden=need("hidden_size"), heads=heads,
+        ffn_hidden=need("intermediate_size"), vocab=need("vocab_size"),
+        seq_len=seq_len or need("max_position_embeddings"), kv_heads=int(cfg.get("num_key_value_heads") or heads),
+        gated_mlp=cfg.get("hidden_act", "silu") in ("silu", "swiglu", "gelu_pytorch_tanh") or kind in (
+            "llama", "mistral", "mixtral"),
+        norm="rmsnorm", position="rope", tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        bias=bool(cfg.get("attention_bias", False)), dropout=False,
+        experts=int(cfg.get("num_local_experts") or 1), experts_per_token=int(cfg.get("num_experts_per_tok") or 1))

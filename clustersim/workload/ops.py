@@ -1,0 +1,86 @@
+"""The per-operation description every real model compiles to.
+
+A :class:`LayerOp` is one kernel-level operation of a layer on ONE GPU (after tensor
+parallelism has split it): its forward, backward-input and backward-weight work
+(:class:`Work`: FLOPs, HBM bytes, GEMM shape), parameters it holds and activation bytes
+it keeps for the backward pass. A :class:`TPComm` marks a tensor-parallel collective
+between ops (Megatron's ``f``/``g`` operators). The cost model (:mod:`.cost_model`) turns
+Work into seconds; :mod:`.stage_builder` turns op sequences into StageCost segments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Work:
+    """FLOPs and HBM bytes of one kernel; ``gemm`` = (M, N, K) for ``batch`` GEMMs, or None."""
+
+    flops: float = 0.0
+    bytes: float = 0.0
+    gemm: tuple[int, int, int] | None = None
+    batch: int = 1
+
+    def __add__(self, other: Work) -> Work:  # used for summaries only (shape dropped)
+        return Work(self.flops + other.flops, self.bytes + other.bytes)
+
+
+NO_WORK = Work()
+
+
+@dataclass(frozen=True)
+class LayerOp:
+    """One operation on one GPU: forward / backward-input / backward-weight work.
+
+    ``params`` counts parameters held on this GPU; ``activation`` the bytes this op keeps
+    from forward to backward for one micro-batch; ``attention_core`` marks the ops
+    selective recompute recomputes (Korthikanti et al. 2022 §4.2).
+    """
+
+    name: str
+    fwd: Work
+    bwd_input: Work
+    bwd_weight: Work = NO_WORK
+    params: float = 0.0
+    activation: float = 0.0
+    attention_core: bool = False
+
+    @property
+    def phases(self) -> dict[str, Work]:
+        return {"F": self.fwd, "B": self.bwd_input, "W": self.bwd_weight}
+
+
+@dataclass(frozen=True)
+class TPComm:
+    """A tensor-parallel collective point: ``fwd``/``bwd`` kind (or "") of ``nbytes``."""
+
+    name: str
+    fwd: str
+    bwd: str
+    nbytes: int
+
+
+def gemm(name: str, m: int, n: int, k: int, e: int, *, weight: bool = True, activation: float = 0.0,
+         batch: int = 1, attention_core: bool = False) -> LayerOp:
+    """Y[m×n] = X[m×k] · W[k×n], ``batch`` times, elements of ``e`` bytes.
+
+    Backward: dX = dY·Wᵀ (m×k from n) and, for a weight, dW = Xᵀ·dY (k×n from m); for an
+    activation–activation product (attention), both operand gradients are input work.
+    """
+    def w(mm, nn, kk):
+        return Work(2.0 * mm * nn * kk * batch, float(e) * (mm * kk + kk * nn + mm * nn) * batch, (mm, nn, kk), batch)
+
+    fwd, dx, dw = w(m, n, k), w(m, k, n), w(k, n, m)
+    if weight:
+        return LayerOp(name, fwd, dx, dw, params=float(k * n * batch), activation=activation,
+                       attention_core=attention_core)
+    both = Work(dx.flops + dw.flops, dx.bytes + dw.bytes, dx.gemm, 2 * batch)
+    return LayerOp(name, fwd, both, activation=activation, attention_core=attention_core)
+
+
+def elementwise(name: str, elements: float, fwd_bytes_per_el: float, bwd_bytes_per_el: float, *,
+                params: float = 0.0, activation: float = 0.0, attention_core: bool = False) -> LayerOp:
+    """A memory-bound kernel touching ``elements`` values (bytes per element per pass)."""
+    return LayerOp(name, Work(0.0, elements * fwd_bytes_per_el), Work(0.0, elements * bwd_bytes_per_el),
+                   params=params, activation=activation, attention_core=attention_core)

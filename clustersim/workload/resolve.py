@@ -1,0 +1,69 @@
+"""Resolve a scenario's ``model`` section into a concrete model description.
+
+``{preset: name}`` → the preset; ``{hf_config: path}`` → the config.json; explicit fields
+(``layers``, ``hidden``, …) override either, or describe the model alone. Unknown presets
+and impossible shapes are :class:`ScenarioError` s naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import lru_cache
+
+from ..errors import ScenarioError
+from .hf_config import load_hf_config
+from .model_presets import CNN_PRESETS, TRANSFORMER_PRESETS, model_preset_names
+from .transformer import TransformerConfig
+
+#: scenario field → TransformerConfig field (same names, listed for the override step)
+OVERRIDABLE = ("layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len", "kv_heads", "gated_mlp", "norm",
+               "position", "max_position", "tied_embeddings", "bias", "dropout", "experts", "experts_per_token")
+REQUIRED = ("layers", "hidden", "heads", "vocab", "seq_len")
+
+
+def check_preset(name: str) -> str:
+    """``name`` if it is a model preset; else a ScenarioError listing the known ones."""
+    if name not in TRANSFORMER_PRESETS and name not in CNN_PRESETS:
+        raise ScenarioError("model.preset", name, f"known model presets: {', '.join(model_preset_names())}")
+    return name
+
+
+@lru_cache(maxsize=256)
+def resolve_transformer(spec) -> TransformerConfig:
+    """The TransformerConfig of a transformer ``model`` section (cached per spec)."""
+    base = None
+    if spec.preset:
+        check_preset(spec.preset)
+        if spec.preset in CNN_PRESETS:
+            raise ScenarioError("model.preset", spec.preset, "is a CNN preset; use model.kind: cnn")
+        base = TRANSFORMER_PRESETS[spec.preset][0]
+    elif spec.hf_config:
+        base = load_hf_config(spec.hf_config, spec.seq_len)
+    given = {k: getattr(spec, k) for k in OVERRIDABLE if getattr(spec, k) is not None}
+    if base is None:
+        missing = [k for k in REQUIRED if k not in given]
+        if missing:
+            raise ScenarioError(f"model.{missing[0]}", None, "required when neither model.preset nor "
+                                f"model.hf_config is given (required: {', '.join(REQUIRED)})")
+        given.setdefault("ffn_hidden", 4 * given["hidden"])
+        cfg = TransformerConfig(name=spec.name or "custom", **given)
+    else:
+        if spec.name:
+            given["name"] = spec.name
+        cfg = dataclasses.replace(base, **given)
+    _check_shape(cfg)
+    return cfg
+
+
+def _check_shape(cfg: TransformerConfig) -> None:
+    if cfg.hidden % cfg.heads:
+        raise ScenarioError("model.heads", cfg.heads, f"must divide model.hidden = {cfg.hidden}")
+    if cfg.heads % cfg.n_kv:
+        raise ScenarioError("model.kv_heads", cfg.kv_heads, f"must divide model.heads = {cfg.heads}")
+    if cfg.experts_per_token > cfg.experts:
+        raise ScenarioError("model.experts_per_token", cfg.experts_per_token,
+                            f"at most model.experts = {cfg.experts}")
+    if cfg.norm not in ("layernorm", "rmsnorm"):
+        raise ScenarioError("model.norm", cfg.norm, "accepted: layernorm, rmsnorm")
+    if cfg.position not in ("learned", "rope"):
+        raise ScenarioError("model.position", cfg.position, "accepted: learned, rope")

@@ -1,0 +1,36 @@
+"""Scenario rules that need the resolved model (called from :mod:`clustersim.scenario.rules`).
+
+Tensor parallelism splits attention heads, key/value heads and the MLP's hidden width
+across the TP group (Megatron-LM), so each must divide by ``tp``.
+"""
+
+from __future__ import annotations
+
+from ..errors import ScenarioError
+from .resolve import resolve_transformer
+
+
+def model_layers(model) -> int:
+    """Partitionable layers of a model section (transformer layers, CNN units, synthetic layers)."""
+    if model.kind == "transformer":
+        return resolve_transformer(model).layers
+    if model.kind == "cnn":
+        from .cnn import cnn_layers
+
+        return len(cnn_layers(model.preset, 1, 2, model.image_size, model.classes))
+    return model.layers
+
+
+def check_model_rules(spec) -> None:
+    """Raise ScenarioError when the plan cannot split the model (heads, kv heads, MLP by tp)."""
+    if spec.model.kind != "transformer":
+        return
+    cfg = resolve_transformer(spec.model)
+    tp = spec.parallel.tp
+    if cfg.heads % tp:
+        raise ScenarioError("parallel.tp", tp, f"model.heads = {cfg.heads} must divide by tp; "
+                            f"accepted: a divisor of {cfg.heads}")
+    if cfg.n_kv % tp and tp % cfg.n_kv:
+        raise ScenarioError("parallel.tp", tp, f"model.kv_heads = {cfg.n_kv} and tp must divide one another")
+    if cfg.ffn_hidden % tp:
+        raise ScenarioError("parallel.tp", tp, f"model.ffn_hidden = {cfg.ffn_hidden} must divide by tp")

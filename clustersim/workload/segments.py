@@ -1,0 +1,88 @@
+"""Turn op sequences into pass segments: compute kernels merged, TP collectives between.
+
+A pass is built from a list of *items*: ``("c", seconds, flops)`` for a kernel and
+``("x", kind, nbytes, name)`` for a tensor-parallel collective. Consecutive kernels merge
+into one compute :class:`Segment` (they run back to back on one stream); each collective
+becomes a collective Segment the compiler places on the ``tp`` lane over the stage's TP
+group. With ``detail="stage"`` a pass is one collective per kind carrying the summed bytes
+between the two halves of its compute — far fewer simulated events for huge validation
+runs, at the price of the per-collective latency terms (negligible for these sizes).
+"""
+
+from __future__ import annotations
+
+from .cost_model import CostModel
+from .ops import LayerOp, TPComm
+from .stage_cost import Segment
+
+
+def forward_items(ops: list, cm: CostModel, *, core_only: bool = False) -> list[tuple]:
+    """Items of running ``ops`` forward (``core_only``: just the attention-core kernels,
+    as selective recompute re-runs them; no collectives then)."""
+    out = []
+    for op in ops:
+        if isinstance(op, TPComm):
+            if op.fwd and not core_only:
+                out.append(("x", op.fwd, op.nbytes, op.name))
+        elif not core_only or op.attention_core:
+            out.append(("c", cm.time(op.fwd, op.name, "F"), op.fwd.flops))
+    return out
+
+
+def backward_items(ops: list, cm: CostModel, *, weight: bool = True, inputs: bool = True) -> list[tuple]:
+    """Items of the backward of ``ops`` (in reverse): input- and/or weight-gradient work."""
+    out = []
+    for op in reversed(ops):
+        if isinstance(op, TPComm):
+            if op.bwd and inputs:
+                out.append(("x", op.bwd, op.nbytes, op.name))
+            continue
+        assert isinstance(op, LayerOp)
+        t = flops = 0.0
+        if inputs:
+            t += cm.time(op.bwd_input, op.name, "B")
+            flops += op.bwd_input.flops
+        if weight:
+            t += cm.time(op.bwd_weight, op.name, "W")
+            flops += op.bwd_weight.flops
+        if t or flops:
+            out.append(("c", t, flops))
+    return out
+
+
+def to_segments(items: list[tuple], detail: str = "layer") -> tuple[Segment, ...]:
+    """Segments of a pass from its items (see module doc)."""
+    if detail == "stage":
+        t = sum(i[1] for i in items if i[0] == "c")
+        f = sum(i[2] for i in items if i[0] == "c")
+        sums: dict[str, int] = {}
+        for i in items:
+            if i[0] == "x":
+                sums[i[1]] = sums.get(i[1], 0) + i[2]
+        if not sums:
+            return (Segment("compute", t, f),)
+        # compute halves around the collectives: the pass still ends on the compute lane,
+        # so the next pass cannot overlap its collectives (one CUDA stream in Megatron)
+        half = (Segment("compute", t / 2, f / 2),)
+        colls = tuple(Segment("collective", nbytes=n, collective=k, name=f"tp {k}") for k, n in sums.items())
+        return half + colls + half
+    segs: list[Segment] = []
+    t = f = 0.0
+    for i in items:
+        if i[0] == "c":
+            t += i[1]
+            f += i[2]
+            continue
+        if t or f:
+            segs.append(Segment("compute", t, f))
+            t = f = 0.0
+        segs.append(Segment("collective", nbytes=i[2], collective=i[1], name=i[3]))
+    if t or f or not segs:
+        segs.append(Segment("compute", t, f))
+    return tuple(segs)
+
+
+def compute_time(segments: tuple[Segment, ...]) -> tuple[float, float]:
+    """(seconds, FLOPs) of the compute segments of a pass."""
+    return (sum(s.duration for s in segments if s.kind == "compute"),
+            sum(s.flops for s in segments if s.kind == "compute"))

@@ -1,0 +1,174 @@
+"""Real models → per-chunk :class:`StageCost` s: the parallel plan compiled into segments.
+
+For each model chunk (a pipeline stage, or a virtual stage) on each of its GPUs:
+
+* **TP** — the ops of :mod:`.transformer_ops` are per-GPU shards; their TP collectives
+  (2 all-reduces forward and 2 backward per layer, or all-gather/reduce-scatter with
+  sequence parallelism) become collective segments between compute segments;
+* **PP** — layers split evenly (Megatron) unless a partition is given; the embedding
+  runs on the first chunk, the output layer and loss on the last; each chunk sends
+  ``b·s·h/t`` elements per TP rank downstream (Megatron's scatter/gather optimisation);
+* **recompute** — ``full`` re-runs each layer's forward (with its collectives) before
+  its backward and keeps only the layer input; ``selective`` re-runs the attention core;
+* **DP / ZeRO** — ``grad_bytes`` is the per-GPU data-parallel volume as one all-reduce:
+  the fp32 gradients (Megatron reduces its fp32 ``main_grad``) for ZeRO 0–2 (reduce-scatter + all-gather move what an
+  all-reduce moves), 1.5× that for ZeRO-3 (Rajbhandari et al. 2020 §7.2.2);
+* **memory** — static bytes from :mod:`.memory_model`; ``activation_memory`` per
+  micro-batch, which the compiler allocates per forward and frees per backward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .cnn import cnn_layers
+from .cost_model import CostModel, ProfileTable
+from .memory_model import ELEMENT_BYTES, static_bytes
+from .resolve import resolve_transformer
+from .segments import backward_items, compute_time, forward_items, to_segments
+from .stage_cost import StageCost, even_partition
+from .transformer_ops import embedding_ops, layer_ops, output_ops
+
+#: bytes per gradient element on the data-parallel wire: Megatron accumulates and
+#: all-reduces fp32 ``main_grad`` (``--accumulate-allreduce-grads-in-fp32``) — the same
+#: fp32 gradients the 18 bytes/param memory model counts — for every precision
+GRAD_COMM_BYTES = {"bf16": 4, "fp32": 4, "fp16": 4}
+ZERO3_COMM_FACTOR = 1.5  # ZeRO-3: reduce-scatter grads + all-gather params in F and B
+
+
+@dataclass(frozen=True)
+class TrainSetup:
+    """What the scenario says about one GPU's share of the training step."""
+
+    micro_batch: int
+    tp: int
+    dp: int
+    sp: bool
+    zero: int
+    precision: str
+    optimizer: str
+    recompute: str
+    detail: str
+    gpu: str
+
+    @classmethod
+    def of(cls, sc) -> TrainSetup:
+        tr, par = sc.training, sc.parallel
+        return cls(tr.micro_batch, par.tp, sc.dp, par.sequence_parallel and par.tp > 1, par.zero, tr.precision,
+                   tr.optimizer, tr.recompute, sc.simulation.detail, sc.cluster.gpu)
+
+    @property
+    def e(self) -> int:
+        return ELEMENT_BYTES[self.precision]
+
+
+def _cost_model(sc, st: TrainSetup) -> CostModel:
+    profile = getattr(sc.model, "profile", None)
+    return CostModel.for_gpu(st.gpu, ProfileTable.read(profile) if profile else None)
+
+
+def _static(st: TrainSetup, params: float) -> dict[str, float]:
+    w, g, o = static_bytes(params, st.precision, st.optimizer, st.zero, st.dp)
+    return {"params": w, "grads": g, "optimizer": o}
+
+
+def _grad_bytes(st: TrainSetup, params: float) -> int:
+    return int(params * GRAD_COMM_BYTES[st.precision] * (ZERO3_COMM_FACTOR if st.zero >= 3 else 1.0))
+
+
+def _stage(st: TrainSetup, cm: CostModel, f_items, b_items, bi_items, w_items, params: float, act_mem: float,
+           send_bytes: float, work_buffer: float) -> StageCost:
+    passes = {"F": to_segments(f_items, st.detail), "B": to_segments(b_items, st.detail),
+              "Bi": to_segments(bi_items, st.detail), "W": to_segments(w_items, st.detail)}
+    (tf, ff), (tb, fb), (tw, _) = (compute_time(passes[k]) for k in ("F", "B", "W"))
+    parts = _static(st, params)
+    parts["buffers"] = work_buffer + 2 * send_bytes  # recompute working set + p2p send/recv buffers
+    shard = st.dp if st.zero >= 1 else 1
+    return StageCost(
+        forward=tf, backward=tb, backward_weight=tw, activation_bytes=int(send_bytes),
+        activation_memory=int(act_mem), param_bytes=int(sum(parts.values())),
+        optimizer=cm.optimizer_time(params / shard), forward_flops=ff, backward_flops=fb,
+        grad_bytes=_grad_bytes(st, params), passes=passes, memory_parts=parts)
+
+
+def transformer_chunk_costs(sc, chunks: int, partition: list[int] | None = None) -> list[StageCost]:
+    """Per-chunk StageCosts of a transformer scenario (see module doc)."""
+    cfg = resolve_transformer(sc.model)
+    st = TrainSetup.of(sc)
+    cm = _cost_model(sc, st)
+    b, tp, sp, e = st.micro_batch, st.tp, st.sp, st.e
+    layer, emb, out = layer_ops(cfg, b, tp, sp, e), embedding_ops(cfg, b, tp, sp, e), output_ops(cfg, b, tp, sp, e)
+    lf, lb = forward_items(layer, cm), backward_items(layer, cm)
+    lbi, lw = backward_items(layer, cm, weight=False), backward_items(layer, cm, inputs=False)
+    rec = {"full": lf, "selective": forward_items(layer, cm, core_only=True), "none": []}[st.recompute]
+    full_act = sum(op.activation for op in layer if hasattr(op, "activation"))
+    rep = b * cfg.seq_len * cfg.hidden / (tp if sp else 1)
+    act = {"none": full_act, "full": rep * e,
+           "selective": sum(op.activation for op in layer if hasattr(op, "activation") and not op.attention_core)
+           }[st.recompute]
+    work = {"none": 0.0, "full": full_act, "selective": full_act - act}[st.recompute]
+    layer_params = sum(op.params for op in layer if hasattr(op, "params"))
+    send = b * cfg.seq_len * cfg.hidden * e / tp
+    partition = partition or even_partition(cfg.layers, chunks)
+    costs = []
+    for k, n in enumerate(partition):
+        first, last = k == 0, k == len(partition) - 1
+        pre, post = (emb if first else []), (out if last else [])
+        f = forward_items(pre, cm) + lf * n + forward_items(post, cm)
+        b_all = backward_items(post, cm) + (rec + lb) * n + backward_items(pre, cm)
+        bi = backward_items(post, cm, weight=False) + (rec + lbi) * n + backward_items(pre, cm, weight=False)
+        w = backward_items(post, cm, inputs=False) + lw * n + backward_items(pre, cm, inputs=False)
+        extra = [op for op in pre + post if hasattr(op, "params")]
+        params = n * layer_params + sum(op.params for op in extra)
+        act_mem = n * act + sum(op.activation for op in extra)
+        costs.append(_stage(st, cm, f, b_all, bi, w, params, act_mem, 0 if last else send, work))
+    return costs
+
+
+def balanced_partition(costs: list[float], chunks: int) -> list[int]:
+    """Contiguous split of ``costs`` into ``chunks`` non-empty parts minimising the
+    largest part's sum (dynamic programme; PipeDream's optimiser does the same per stage)."""
+    n = len(costs)
+    prefix = [0.0]
+    for c in costs:
+        prefix.append(prefix[-1] + c)
+    inf = float("inf")
+    best = [[inf] * (n + 1) for _ in range(chunks + 1)]
+    cut = [[0] * (n + 1) for _ in range(chunks + 1)]
+    best[0][0] = 0.0
+    for k in range(1, chunks + 1):
+        for i in range(k, n - (chunks - k) + 1):
+            for j in range(k - 1, i):
+                v = max(best[k - 1][j], prefix[i] - prefix[j])
+                if v < best[k][i]:
+                    best[k][i], cut[k][i] = v, j
+    sizes, i = [], n
+    for k in range(chunks, 0, -1):
+        sizes.append(i - cut[k][i])
+        i = cut[k][i]
+    return sizes[::-1]
+
+
+def cnn_chunk_costs(sc, chunks: int, partition: list[int] | None = None) -> list[StageCost]:
+    """Per-chunk StageCosts of a CNN (data + pipeline parallel; balanced partition)."""
+    st = TrainSetup.of(sc)
+    cm = _cost_model(sc, st)
+    layers = cnn_layers(sc.model.preset, st.micro_batch, st.e, sc.model.image_size, sc.model.classes)
+    per_layer = [sum(i[1] for i in forward_items(list(L.ops), cm) + backward_items(list(L.ops), cm))
+                 for L in layers]
+    partition = partition or balanced_partition(per_layer, chunks)
+    costs, start = [], 0
+    for n in partition:
+        chunk = layers[start:start + n]
+        ops = [op for L in chunk for op in L.ops]
+        start += n
+        full_act = sum(op.activation for op in ops)
+        first_in = chunk[0].ops[0].activation
+        act = {"none": full_act, "selective": full_act, "full": first_in}[st.recompute]
+        rec = forward_items(ops, cm) if st.recompute == "full" else []
+        costs.append(_stage(
+            st, cm, forward_items(ops, cm), rec + backward_items(ops, cm),
+            rec + backward_items(ops, cm, weight=False), backward_items(ops, cm, inputs=False),
+            sum(op.params for op in ops), act, 0 if start == len(layers) else chunk[-1].output_bytes,
+            full_act if st.recompute == "full" else 0.0))
+    return costs

@@ -1,0 +1,115 @@
+"""Per-GPU operations of a transformer layer, embedding and output under TP (+ SP).
+
+Megatron-LM's tensor parallelism (Shoeybi et al. 2019): QKV and MLP-up are column-
+parallel, output projection and MLP-down row-parallel, so a layer has two TP regions;
+each region is entered by ``f`` (identity forward, all-reduce backward) and left by ``g``
+(all-reduce forward, identity backward). With sequence parallelism (Korthikanti et al.
+2022) ``f``/``g`` become all-gather/reduce-scatter and the norms and dropouts run on
+``s/t`` tokens.
+
+Activation bytes follow Korthikanti et al. 2022 §4.1 term by term (16-bit elements):
+attention 11sbh + 5as²b, MLP 19sbh, norms 4sbh — 34sbh + 5as²b per layer, with the
+24sbh + 5as²b inside TP regions divided by t (and the other 10sbh too with SP).
+Elementwise kernels are fused as in Megatron (bias-GeLU, bias-dropout-add, scale-mask-
+softmax); their bytes per element are the reads and writes of those fused kernels.
+"""
+
+from __future__ import annotations
+
+from .ops import LayerOp, TPComm, elementwise, gemm
+from .transformer import TransformerConfig
+
+MASK_BYTES = 1  # dropout masks are uint8 (Megatron fused dropout; Korthikanti §4.1)
+
+
+def _tp_points(sp: bool, nbytes: int) -> tuple[TPComm, TPComm]:
+    """(enter, exit) collectives of a TP region for a [b, s, h] activation of ``nbytes``."""
+    if sp:
+        return (TPComm("tp all-gather", "all_gather", "reduce_scatter", nbytes),
+                TPComm("tp reduce-scatter", "reduce_scatter", "all_gather", nbytes))
+    return TPComm("tp f", "", "all_reduce", nbytes), TPComm("tp g", "all_reduce", "", nbytes)
+
+
+def layer_ops(cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int) -> list:
+    """One transformer layer on one GPU: LayerOps and TPComm points in forward order."""
+    s, h, a, d, f = cfg.seq_len, cfg.hidden, cfg.heads, cfg.head_dim, cfg.ffn_hidden
+    at, kvt = a // tp, max(1, cfg.n_kv // tp)
+    bsh = b * s * h
+    rep = bsh / tp if sp else bsh            # tokens × h held outside TP regions
+    drop = cfg.dropout
+    enter, leave = _tp_points(sp and tp > 1, int(bsh * e)) if tp > 1 else (None, None)
+    ops: list = []
+
+    def norm(name):
+        return elementwise(name, rep, 2 * e, 3 * e, params=cfg.norm_params(), activation=rep * e)
+
+    def residual(name):
+        per = (3 * e + MASK_BYTES) if drop else 3 * e
+        return elementwise(name, rep, per, 2 * e + (MASK_BYTES if drop else 0),
+                           activation=rep * MASK_BYTES if drop else 0.0)
+
+    # --- attention ------------------------------------------------------------------
+    ops.append(norm("norm1"))
+    ops += [enter] if enter else []
+    qkv_n = (at + 2 * kvt) * d
+    ops.append(gemm("qkv", b * s, qkv_n, h, e, activation=rep * e))  # SP keeps the shard
+    ops.append(gemm("attn_scores", s, s, d, e, weight=False, batch=b * at,
+                    activation=b * s * (at + 2 * kvt) * d * e))      # Q, K (and V, for the context) kept
+    ops.append(elementwise("softmax", b * at * s * s, 2 * e, 3 * e,
+                           activation=b * at * s * s * e, attention_core=True))
+    if drop:
+        ops.append(elementwise("attn_dropout", b * at * s * s, 2 * e + MASK_BYTES, 2 * e + MASK_BYTES,
+                               activation=b * at * s * s * MASK_BYTES, attention_core=True))
+    ops.append(gemm("attn_context", s, d, s, e, weight=False, batch=b * at,
+                    activation=b * at * s * s * e * (1 if drop else 0), attention_core=True))
+    ops.append(gemm("attn_out", b * s, h, at * d, e, activation=b * s * at * d * e))
+    ops += [leave] if leave else []
+    ops.append(residual("residual1"))
+    # --- MLP ---------------------------------------------------------------------------
+    ops.append(norm("norm2"))
+    ops += [enter] if enter else []
+    ft, k = f // tp, cfg.experts_per_token
+    up_n = ft * (2 if cfg.gated_mlp else 1)
+    ops.append(gemm("mlp_up", b * s * k, up_n, h, e, activation=rep * e))
+    act_in = b * s * k * up_n
+    ops.append(elementwise("mlp_act", act_in, 1.5 * e if cfg.gated_mlp else 2 * e, 3 * e, activation=act_in * e))
+    ops.append(gemm("mlp_down", b * s * k, h, ft, e, activation=b * s * k * ft * e))
+    ops += [leave] if leave else []
+    ops.append(residual("residual2"))
+    if cfg.experts > 1:  # the experts not chosen still hold parameters; the router is tiny
+        ops.append(elementwise("moe_router", b * s * cfg.experts, 2 * e, 3 * e,
+                               params=(cfg.experts - 1) * cfg.mlp_params() / tp + h * cfg.experts))
+    if cfg.bias:  # biases of the four linears (column-parallel split, row-parallel replicated)
+        i = next(i for i, op in enumerate(ops) if getattr(op, "name", "") == "qkv")
+        q = ops[i]
+        ops[i] = LayerOp(q.name, q.fwd, q.bwd_input, q.bwd_weight, q.params + (at + 2 * kvt) * d + h + up_n + h,
+                         q.activation)
+    return ops
+
+
+def embedding_ops(cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int) -> list:
+    """Vocab-parallel input embedding (+ learned positions) and its TP all-reduce."""
+    bsh = b * cfg.seq_len * cfg.hidden
+    params = cfg.vocab * cfg.hidden / tp + cfg.positions * cfg.hidden
+    drop = MASK_BYTES * (bsh / tp if sp else bsh) if cfg.dropout else 0.0
+    ops = [elementwise("embedding", bsh, 3 * e, 3 * e, params=params, activation=drop)]
+    if tp > 1:
+        kind = "reduce_scatter" if sp else "all_reduce"
+        ops.append(TPComm("tp embedding", kind, "", int(bsh * e)))
+    return ops
+
+
+def output_ops(cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int) -> list:
+    """Final norm, vocab-parallel logits GEMM and cross-entropy (fp32 logits)."""
+    s, h, v = cfg.seq_len, cfg.hidden, cfg.vocab
+    bsh = b * s * h
+    rep = bsh / tp if sp else bsh
+    enter, _ = _tp_points(sp and tp > 1, int(bsh * e)) if tp > 1 else (None, None)
+    logits = gemm("logits", b * s, v // tp, h, e, activation=bsh * e)
+    if cfg.tied_embeddings:  # the matrix lives in the embedding op; only its gradient work is here
+        logits = LayerOp("logits", logits.fwd, logits.bwd_input, logits.bwd_weight, 0.0, logits.activation)
+    ops = [elementwise("final_norm", rep, 2 * e, 3 * e, params=cfg.norm_params(), activation=rep * e)]
+    ops += [enter] if enter else []
+    ops.append(logits)
+    ops.append(elementwise("cross_entropy", b * s * v / tp, 2 * e + 4, 4 + 2 * e, activation=b * s * v / tp * 4))
+    return ops

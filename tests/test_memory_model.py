@@ -1,0 +1,85 @@
+"""Memory model: Korthikanti's figures, static bytes, schedule-driven activations, OOM."""
+
+from __future__ import annotations
+
+import pytest
+
+import clustersim as cs
+from clustersim.validation.korthikanti import memory_check
+from clustersim.workload.memory_model import in_flight, static_bytes
+from clustersim.workload.model_presets import TRANSFORMER_PRESETS
+from clustersim.workload.transformer_ops import layer_ops
+
+
+@pytest.mark.parametrize("row", memory_check(), ids=lambda r: f"{r['model']}-{r['quantity']}")
+def test_memory_within_10_percent_of_korthikanti(row):
+    assert row["predicted_gib"] == pytest.approx(row["published_gib"], rel=0.10)
+
+
+@pytest.mark.parametrize("t,sp,selective,formula", [
+    (1, False, False, lambda a, s, h, t: 34 + 5 * a * s / h),
+    (8, False, False, lambda a, s, h, t: 10 + 24 / t + 5 * a * s / (h * t)),
+    (8, True, False, lambda a, s, h, t: (34 + 5 * a * s / h) / t),
+    (8, True, True, lambda a, s, h, t: 34 / t),
+])
+def test_layer_activations_are_korthikanti_formulas(t, sp, selective, formula):
+    c = TRANSFORMER_PRESETS["gpt3-175b"][0]
+    b, s, h, a = 1, c.seq_len, c.hidden, c.heads
+    ops = layer_ops(c, b, t, sp, 2)
+    kept = sum(op.activation for op in ops if hasattr(op, "activation") and not (selective and op.attention_core))
+    assert kept == pytest.approx(s * b * h * formula(a, s, h, t), rel=1e-9)
+
+
+def test_static_bytes_by_zero_stage():
+    assert sum(static_bytes(1.0, "bf16", "adam", 0, 8)) == 18          # 2 + 4 + 12
+    assert static_bytes(8.0, "bf16", "adam", 1, 8) == (16, 32, 12)     # optimizer sharded
+    assert static_bytes(8.0, "bf16", "adam", 2, 8) == (16, 4, 12)
+    assert static_bytes(8.0, "bf16", "adam", 3, 8) == (2, 4, 12)
+
+
+def test_in_flight_follows_the_schedule():
+    from clustersim.schedules import SCHEDULES
+
+    assert in_flight(SCHEDULES["1f1b"].order(0, 4, 8)) == 4
+    assert in_flight(SCHEDULES["1f1b"].order(3, 4, 8)) == 1
+    assert in_flight(SCHEDULES["gpipe"].order(0, 4, 8)) == 8
+
+
+@pytest.fixture(scope="module")
+def base():
+    return cs.load_scenario("scenarios/gpt-1.3b-2xdgx-a100.yaml").with_overrides(
+        {"simulation.network": "analytical", "simulation.detail": "stage"})
+
+
+def _run(sc, **over):
+    return cs.simulate(sc.with_overrides(over) if over else sc, progress=False)
+
+
+def test_devices_carry_the_breakdown_and_1f1b_keeps_p_microbatches(base):
+    from clustersim.workload.stage_cost import chunk_costs
+
+    res = _run(base)
+    d = res.devices
+    for col in ("params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes"):
+        assert (d[col] > 0).all()
+    act = chunk_costs(base, 4)[1].activation_memory
+    stage1 = d[d["stage"] == 1]["activations_bytes"]
+    assert stage1.iloc[0] == pytest.approx(3 * act, rel=1e-6)      # 1F1B: p − s = 3 in flight
+
+
+def test_recompute_and_microbatch_move_memory_and_time_the_published_way(base):
+    none, full = _run(base), _run(base, **{"training.recompute": "full"})
+    assert full.summary["peak_memory_gib"] < none.summary["peak_memory_gib"]
+    assert full.summary["iteration_time_s"] > 1.2 * none.summary["iteration_time_s"]
+    bigger = _run(base, **{"training.micro_batch": 4})
+    assert bigger.devices["activations_bytes"].max() > 1.9 * none.devices["activations_bytes"].max()
+    more_pp = _run(base, **{"parallel.pp": 8, "parallel.dp": 1})
+    assert more_pp.devices["params_bytes"].max() < none.devices["params_bytes"].max()
+
+
+def test_oom_is_reported_not_raised(base):
+    res = _run(base, **{"model.preset": "gpt-18.4b"})
+    assert res.summary["oom"] is True
+    hint = res.summary["oom_hint"]
+    assert "optimizer" in hint and "activations" in hint and "recompute" in hint
+    assert res.devices["oom"].any()

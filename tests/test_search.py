@@ -1,0 +1,195 @@
+"""Plan search: the plan space, memory pruning checked against simulation, ranking, the
+best plan vs a Megatron-style hand-picked list, the CLI."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+import clustersim as cs
+from clustersim.experiments import estimate_peak_memory, plan_space, search
+from clustersim.experiments.plans import placement
+from tests.conftest import synthetic
+
+REPO = Path(__file__).resolve().parent.parent
+GPT13B_LIKE = REPO / "scenarios/sweeps/gpt13b-like-synthetic-64gpu.yaml"
+GIB = 2**30
+
+
+def transformer_base(**model) -> dict:
+    return {"name": "t", "cluster": {"nodes": 2, "gpus_per_node": 8},
+            "model": {"kind": "transformer", "layers": 8, "hidden": 1024, "heads": 16, "vocab": 32000,
+                      "seq_len": 512, **model},
+            "training": {"global_batch": 16, "micro_batch": 1}, "parallel": {"tp": 1, "pp": 1},
+            "simulation": {"network": "analytical"}}
+
+
+def test_synthetic_plan_space_is_every_valid_pp_dp_schedule():
+    sc = cs.load_scenario(GPT13B_LIKE)
+    plans = plan_space(sc, 64)
+    want = {(pp, s) for pp in (1, 2, 4, 8) for s in ("1f1b", "gpipe")}  # pp | 40 and pp | 64
+    assert {(p["parallel.pp"], p["parallel.schedule"]) for p in plans} == want
+    for p in plans:
+        assert p["parallel.tp"] == 1 and p["parallel.pp"] * p["parallel.dp"] == 64
+        assert p["training.micro_batch"] == 1  # synthetic costs are per micro-batch: not a knob
+
+
+def test_transformer_plan_space_respects_heads_nodes_layers_and_knobs():
+    sc = cs.load_scenario(transformer_base(heads=12, hidden=768))
+    plans = plan_space(sc, 16)
+    assert plans
+    for p in plans:
+        tp, pp, dp = p["parallel.tp"], p["parallel.pp"], p["parallel.dp"]
+        assert tp * pp * dp == 16 and tp <= 8 and 12 % tp == 0 and 8 % pp == 0
+        assert 16 % (p["training.micro_batch"] * dp) == 0
+        assert not (dp == 1 and p["parallel.zero"] > 0) and not (tp == 1 and p["parallel.sequence_parallel"])
+    assert {p["parallel.tp"] for p in plans} == {1, 2, 4}  # 8 does not divide 12 heads; 16 > a node
+    assert {p["training.recompute"] for p in plans} == {"none", "selective", "full"}
+    assert {p["parallel.zero"] for p in plans} == {0, 1, 2, 3}
+    assert all(cs.load_scenario(transformer_base(heads=12, hidden=768)).with_overrides(
+        {k: v for k, v in p.items()}) for p in plans[:: max(1, len(plans) // 20)])
+
+
+def test_placement_follows_megatron_order():
+    assert placement(tp=8, pp=8, dp=1, gpus_per_node=8) == {"tp_nodes": 1, "dp_nodes": 1, "pp_node_hops": 7}
+    assert placement(tp=2, pp=2, dp=8, gpus_per_node=8) == {"tp_nodes": 1, "dp_nodes": 2, "pp_node_hops": 1}
+    assert placement(tp=1, pp=8, dp=8, gpus_per_node=8)["dp_nodes"] == 1
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+@pytest.mark.parametrize("p, m", [(1, 4), (2, 3), (4, 8), (4, 2)])
+def test_memory_estimate_equals_simulated_peak(schedule, p, m):
+    sc = cs.load_scenario(synthetic(p=p, m=m, layers_per_stage=2, schedule=schedule, activation=3 * 2**20,
+                                    params=5 * 2**20))
+    est = estimate_peak_memory(sc)
+    assert est == cs.simulate(sc).devices["peak_memory_bytes"].max()
+    in_flight = {"1f1b": min(p, m), "gpipe": m}[schedule]  # stage 0 holds the most
+    assert est == 2 * 5 * 2**20 + in_flight * 2 * 3 * 2**20
+
+
+def test_memory_estimate_equals_simulated_peak_for_a_transformer():
+    sc = cs.load_scenario(transformer_base()).with_overrides(
+        {"cluster.nodes": 1, "cluster.gpus_per_node": 4, "parallel.tp": 2, "parallel.pp": 2,
+         "training.global_batch": 4})
+    assert estimate_peak_memory(sc) == pytest.approx(cs.simulate(sc).summary["peak_memory_gib"] * GIB, rel=1e-9)
+
+
+@pytest.fixture(scope="module")
+def gpt13b_like():
+    t0 = time.perf_counter()
+    res = search(GPT13B_LIKE, 64, workers=2)
+    return res, time.perf_counter() - t0
+
+
+def test_search_64_gpus_is_fast_and_beats_a_hand_picked_list(gpt13b_like):
+    res, wall = gpt13b_like
+    assert wall < 120
+    best = res.best
+    assert best["status"] == "ok" and best["rank"] == 1
+    base = cs.load_scenario(GPT13B_LIKE)
+    megatron_style = [(8, 8, "1f1b"), (4, 16, "1f1b"), (2, 32, "1f1b"), (8, 8, "gpipe")]  # (pp, dp, schedule)
+    for pp, dp, sched in megatron_style:
+        hand = cs.simulate(base.with_overrides({"parallel.pp": pp, "parallel.dp": dp, "parallel.schedule": sched}))
+        if not hand.summary["oom"]:
+            assert best["samples_per_s"] >= hand.summary["samples_per_s"] * (1 - 1e-12), (pp, dp, sched)
+    ranked = res.ranked
+    assert list(ranked["rank"]) == list(range(1, len(ranked) + 1))
+    assert ranked["samples_per_s"].is_monotonic_decreasing
+    assert (ranked["memory_headroom_gib"] >= 0).all()
+
+
+def test_pruned_plans_would_not_have_fit(gpt13b_like):
+    res, _ = gpt13b_like
+    pruned, fits = res.pruned, res.ranked
+    assert len(pruned) >= 2 and len(fits) >= 2
+    base = cs.load_scenario(GPT13B_LIKE)
+    for row in pruned.to_dict("records"):
+        over = {k: row[k] for k in row if k.startswith("parallel.") or k.startswith("training.")}
+        assert cs.simulate(base.with_overrides(over)).summary["oom"], row["plan"]
+    # and the estimate is the simulated peak for every plan that ran
+    assert fits["est_memory_gib"].tolist() == pytest.approx(fits["peak_memory_gib"].tolist(), rel=1e-9)
+
+
+def test_explanation_names_winner_bubble_comm_and_pruned(gpt13b_like):
+    res, _ = gpt13b_like
+    text = res.explain(3)
+    assert res.best["plan"] in text and "bubble" in text and "exposed communication" in text
+    assert "headroom" in text and "Pruned" in text
+    for plan in res.pruned["plan"]:
+        assert plan in text
+
+
+def test_objectives_time_and_cost():
+    base = synthetic(p=2, m=4, activation=2**20, params=2**24)
+    base["cluster"]["gpus_per_node"] = 4
+    base["parallel"]["dp"] = "auto"
+    base["training"]["global_batch"] = 8
+    res = search(base, [2, 4], objective="time", budget=1e4, workers=1)
+    ranked = res.ranked
+    assert set(ranked["gpus"]) == {2, 4}
+    assert ranked["time_to_train_s"].is_monotonic_increasing
+    assert ranked.iloc[0]["time_to_train_s"] == pytest.approx(1e4 / ranked.iloc[0]["samples_per_s"])
+    cost = search(base, [2, 4], objective="cost", budget=1e4, price_per_gpu_hour=2.0, workers=1).ranked
+    assert cost["cost"].is_monotonic_increasing
+    assert cost.iloc[0]["cost"] == pytest.approx(cost.iloc[0]["gpus"] * 2.0 * cost.iloc[0]["time_to_train_s"] / 3600)
+    with pytest.raises(cs.ScenarioError, match="objective"):
+        search(base, 4, objective="speed")
+    with pytest.raises(cs.ScenarioError, match="gpus: 6"):
+        search(base, 6)
+
+
+def test_search_cli_prints_ranked_plans(tmp_path, capsys):
+    from clustersim.cli import main
+
+    base = tmp_path / "b.yaml"
+    sc = synthetic(p=2, m=4, activation=2**20, params=2**24)
+    sc["cluster"]["gpus_per_node"] = 4
+    sc["parallel"]["dp"] = "auto"
+    base.write_text(str(sc).replace("'", '"'))
+    out = tmp_path / "plans.csv"
+    assert main(["search", str(base), "--gpus", "4", "--workers", "1", "--out", str(out), "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert "rank" in text and "Why:" in text and out.exists()
+
+
+def _has_transformers() -> bool:
+    try:
+        cs.load_scenario(REPO / "scenarios/megatron-162b-64gpu-search.yaml")
+        return True
+    except cs.ScenarioError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _has_transformers(), reason="needs the transformer model (real-model presets)")
+def test_megatron_162b_prefers_pp8_tp8():
+    """Narayanan et al. 2021 Fig. 13: (pp, tp) = (8, 8) beats the extremes. ~2 min."""
+    res = search(REPO / "scenarios/megatron-162b-64gpu-search.yaml", 64, micro_batches=[1], schedules=["1f1b"],
+                 vary={"training.recompute": ["full"], "parallel.zero": [0], "parallel.sequence_parallel": [False]},
+                 workers=2)
+    best = res.best
+    assert (best["parallel.pp"], best["parallel.tp"]) == (8, 8)
+    assert {(r["parallel.pp"], r["parallel.tp"]) for r in res.ranked.to_dict("records")} >= {(16, 4), (32, 2)}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _has_transformers(), reason="needs the transformer model (real-model presets)")
+def test_gpt13b_transformer_search_beats_megatron_hand_picked():
+    """GPT-3 13B (40 layers, h 5120, 40 heads) on 64 GPUs, batch 32: the best plan is at
+    least as good as Megatron-style hand-picked (tp, pp) plans."""
+    base = {"name": "gpt3-13b-64", "cluster": {"nodes": 8, "gpus_per_node": 8, "topology": {"kind": "fat_tree"},
+                                               "nic": {"bandwidth": "200 Gbit/s", "per_node": 8}},
+            "model": {"kind": "transformer", "layers": 40, "hidden": 5120, "heads": 40, "vocab": 51200,
+                      "seq_len": 2048},
+            "training": {"global_batch": 32, "micro_batch": 1, "recompute": "full"},
+            "parallel": {"tp": 8, "pp": 8}, "simulation": {"network": "analytical"}}
+    res = search(base, 64, micro_batches=[1], schedules=["1f1b"],
+                 vary={"training.recompute": ["full"], "parallel.zero": [0], "parallel.sequence_parallel": [False]},
+                 workers=2)
+    sc = cs.load_scenario(base)
+    for tp, pp in [(8, 8), (8, 4), (4, 8), (8, 2)]:
+        hand = cs.simulate(sc.with_overrides({"parallel.tp": tp, "parallel.pp": pp}))
+        if not hand.summary["oom"]:
+            assert res.best["samples_per_s"] >= hand.summary["samples_per_s"] * (1 - 1e-12)
