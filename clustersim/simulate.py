@@ -9,10 +9,12 @@ from typing import Any
 import pandas as pd
 import simpy
 
+from .coarsen import coarsen
 from .engine.interpreter import Engine
 from .engine.network_setup import build_network
 from .engine.variability import compute_scales
 from .hardware.gpus import get_gpu
+from .parallel.fold import decide_fold, representative
 from .parallel.plan import Plan
 from .program import Program
 from .progress import SimProgress, wanted
@@ -39,8 +41,10 @@ def compile_scenario(sc: Scenario) -> Program:
     chunks = plan.pp * sc.parallel.virtual_stages
     costs = chunk_costs(sc, chunks, resolve_partition(sc, chunks))
     prog = compile_pipeline(SCHEDULES[sc.parallel.schedule], plan, costs, sc.num_microbatches,
-                            sc.simulation.iterations)
+                            sc.simulation.iterations, fold=decide_fold(sc).enabled)
     prog.check()
+    if sc.simulation.detail == "stage":
+        prog = coarsen(prog)
     return prog
 
 
@@ -90,17 +94,19 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> 
     comp = spans[spans["lane"] == "compute"]
     busy_all = comp.groupby("device")["end_s"].sum() - comp.groupby("device")["start_s"].sum()
     makespan = float(spans["end_s"].max())
+    fold = decide_fold(sc)
     rows = []
     for dev in range(plan.num_devices):
         stage, dp_rank, tp_rank = plan.coords(dev)
-        name = f"gpu{dev}"
+        rep = representative(plan, dev) if fold.enabled else dev  # a folded GPU shows its twin's row
+        name = f"gpu{rep}"
         rows.append({
-            "device": name, "node": plan.node(dev), "stage": stage, "tp_rank": tp_rank, "dp_rank": dp_rank,
+            "device": f"gpu{dev}", "node": plan.node(dev), "stage": stage, "tp_rank": tp_rank, "dp_rank": dp_rank,
             "busy_fraction": float(busy_all.get(name, 0.0)) / makespan if makespan > 0 else 0.0,
             "bubble_fraction": bubbles.get(name, 1.0),
-            "peak_memory_bytes": engine.memory.peak[dev],
-            "memory_capacity_bytes": engine.memory.capacity[dev],
-            "oom": engine.memory.oom(dev),
+            "peak_memory_bytes": engine.memory.peak[rep],
+            "memory_capacity_bytes": engine.memory.capacity[rep],
+            "oom": engine.memory.oom(rep),
         })
     devices = pd.DataFrame(rows)
     oom_hint = ""
@@ -129,6 +135,7 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> 
         "weight_staleness_max": _max_staleness(engine.program),
         "iterations": sc.simulation.iterations,
         "network": sc.simulation.network,
+        "folded": fold.note,
         "sim_events": engine.events,
         "wall_time_s": wall_s,
     }

@@ -186,9 +186,12 @@ class Engine:
 
     def _send(self, op: Op) -> simpy.Event:
         names, transfer = self.names, self.fabric.transfer
-        for src, dst in op.shadows:  # folded-away twins' traffic loads the fabric too
-            transfer(names[src], names[dst], op.nbytes, op.name)
-        return transfer(names[op.device], names[self.program.ops[op.peer].device], op.nbytes, op.name)
+        # the representative's own flow first: it is replica 0, first in line in the unfolded run
+        done = transfer(names[op.device], names[self.program.ops[op.peer].device], op.nbytes, op.name)
+        if self.fabric.shares_links:
+            for src, dst in op.shadows:  # folded-away twins' traffic loads the fabric too
+                transfer(names[src], names[dst], op.nbytes, op.name)
+        return done
 
     def _slowed_compute(self, op):
         """Run a compute op at 1/slowdown speed while any collective is active on its GPU,
@@ -231,11 +234,13 @@ class Engine:
         if self.collective_model == "analytical":
             yield self.env.timeout(self._estimate(op, algorithm))
         else:
-            for group in op.shadows:  # folded-away twin groups run the same collective now
+            own = run_collective(self.env, self.fabric, op.collective, [names[d] for d in op.group],
+                                 op.nbytes, algorithm=algorithm, alpha=self.alpha, label=op.tag)
+            own_done = self.env.process(own)  # first, as replica 0 would be in the unfolded run
+            for group in op.shadows if self.fabric.shares_links else ():  # folded twins' collectives
                 self.env.process(run_collective(self.env, self.fabric, op.collective, [names[d] for d in group],
                                                 op.nbytes, algorithm=algorithm, alpha=self.alpha, label=op.tag))
-            yield from run_collective(self.env, self.fabric, op.collective, [names[d] for d in op.group],
-                                      op.nbytes, algorithm=algorithm, alpha=self.alpha, label=op.tag)
+            yield own_done
         self._collectives_change(op.group, -1)
         finished.succeed()
 

@@ -29,6 +29,8 @@ from .base import Fabric
 class AnalyticalFabric(Fabric):
     """Contention-free α–β transfers over the routes of a topology graph (module docstring)."""
 
+    shares_links = False
+
     def __init__(self, env: simpy.Environment, recorder: Recorder, graph: nx.DiGraph):
         super().__init__(env, recorder)
         self.graph = graph

@@ -25,6 +25,10 @@ class Fabric(ABC):
     ``self.recorder.spans``.
     """
 
+    #: whether concurrent transfers slow each other (False: every transfer takes its idle
+    #: time, so traffic that only loads the network — folding's shadows — can be skipped)
+    shares_links = True
+
     def __init__(self, env: simpy.Environment, recorder: Recorder):
         self.env = env
         self.recorder = recorder
@@ -45,6 +49,8 @@ class DirectFabric(Fabric):
     for tests: the packet and analytical models must agree with it on an idle network
     of one hop.
     """
+
+    shares_links = False
 
     def __init__(self, env: simpy.Environment, recorder: Recorder, bandwidth: float, latency: float):
         super().__init__(env, recorder)

@@ -286,6 +286,9 @@ class SimulationSpec(_Spec):
     iterations: int = Field(default=1, ge=1)
     network: str = "packet"
     chunk_size: Bytes | None = None
+    #: simulate one GPU per stage and mirror it to its TP/DP twins (clustersim.parallel.fold);
+    #: ``auto`` folds large uniform jobs
+    fold: bool | Literal["auto"] = "auto"
     #: cap on chunks per message (packet model): bigger messages use bigger chunks — fewer
     #: events, up to (hops − 1)/max_chunks of a message's time in extra pipelining delay
     max_chunks: int | None = Field(default=None, ge=1)

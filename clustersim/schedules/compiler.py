@@ -20,6 +20,12 @@ replica r and tensor-parallel rank t, on the device of (stage s, r, t), the comp
     stage's data-parallel group on the ``comm`` lane after the stage's last pass, then
     the optimizer op (after the all-reduce), which creates the next weight version.
 
+Folding (``fold=True``, see :mod:`clustersim.parallel.fold`): only replica 0, TP rank 0
+is emitted — one representative per stage. Its collectives name the whole group but
+expect one arrival (the folded twins arrive with it by symmetry); its sends and its DP
+all-reduces carry the twins' traffic as ``shadows``, so shared links stay loaded. TP
+collectives of other replicas are dropped: their groups sit inside other nodes.
+
 Weight versions: every op of a pass carries ``version`` = the number of optimizer steps
 its stage ran before the pass's forward (backward and W use their forward's version —
 weight stashing); an optimizer op carries the version it creates.
@@ -36,10 +42,11 @@ from .registry import Schedule
 
 
 def compile_pipeline(schedule: Schedule, plan: Plan, costs: list[StageCost], m: int,
-                     iterations: int = 1) -> Program:
+                     iterations: int = 1, fold: bool = False) -> Program:
     """The Program of ``iterations`` training iterations of ``schedule`` under ``plan``.
 
-    ``costs`` holds one entry per model chunk (p·v of them, in model order)."""
+    ``costs`` holds one entry per model chunk (p·v of them, in model order). ``fold``
+    emits one representative per stage (module docstring)."""
     p = plan.pp
     if len(costs) % p:
         raise ProgramError(f"schedule {schedule.name!r}: {len(costs)} model chunks do not divide over {p} stages")
@@ -54,22 +61,25 @@ def compile_pipeline(schedule: Schedule, plan: Plan, costs: list[StageCost], m: 
     for dev in range(plan.num_devices):
         s = plan.coords(dev)[0]
         prog.static_memory[dev] = copies * sum(costs[k].param_bytes for k in stage_chunks(schedule, s, p, v))
-    for r in range(plan.dp):
-        _emit_replica(prog, plan, schedule, costs, orders, m, v, r)
+    for r in range(1 if fold else plan.dp):
+        _emit_replica(prog, plan, schedule, costs, orders, m, v, r, fold)
     return prog
 
 
 def emit_pass(prog: Program, plan: Plan, cost: StageCost, phase: str, stage: int, r: int, t: int,
               mb: int, it: int, *, split: bool = False, name: str | None = None, version: int = -1,
-              alloc: int | None = None, free: int | None = None) -> tuple[Op, Op]:
+              alloc: int | None = None, free: int | None = None, fold: bool = False,
+              after: Op | None = None) -> tuple[Op, Op]:
     """Emit one pass (its segments) on the device of (stage, r, t); return (first, last) op.
 
-    ``split``: the backward is the input-gradient part only (a W pass follows). ``alloc``
+    ``split``: the backward is the input-gradient part only (a W pass follows). ``after``:
+    the previous pass's last op on this GPU, which the first segment waits for (kernels and
+    TP collectives share one stream in Megatron-LM). ``alloc``
     bytes are allocated when the first segment starts and ``free`` released when the last
     ends (default: a forward allocates and a backward frees the activation memory)."""
     dev = plan.device(stage, r, t)
     name = name or f"{phase}{mb}"
-    first = last = None
+    first, last = None, after  # a pass starts after the previous pass on this GPU, its collectives included
     for k, seg in enumerate(cost.segments(phase, split_backward=split)):
         deps = (last.id,) if last is not None else ()
         if seg.kind == "compute":
@@ -79,7 +89,8 @@ def emit_pass(prog: Program, plan: Plan, cost: StageCost, phase: str, stage: int
             group = tuple(plan.device(stage, r, q) for q in range(plan.tp))
             op = prog.add(dev, "tp", COLLECTIVE, seg.name or f"tp {seg.collective}", stage=stage, microbatch=mb,
                           phase=phase, iteration=it, nbytes=seg.nbytes, deps=deps, group=group,
-                          collective=seg.collective, tag=f"tp it{it} s{stage} r{r} {name} #{k}", version=version)
+                          collective=seg.collective, tag=f"tp it{it} s{stage} r{r} {name} #{k}", version=version,
+                          arrivals=1 if fold else 0)
         first = first or op
         last = op
     if alloc is None:
@@ -91,7 +102,7 @@ def emit_pass(prog: Program, plan: Plan, cost: StageCost, phase: str, stage: int
     return first, last
 
 
-def _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes) -> None:
+def _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold) -> None:
     dev = plan.device(s, r, t)
     has_w = {(j, k) for ph, j, k in order if ph == "W"}
     stash = schedule.weights == "stash"
@@ -102,9 +113,11 @@ def _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes) -> No
             if plan.dp > 1:
                 grad = sum(costs[c].gradient_bytes for c in stage_chunks(schedule, s, plan.pp, v))
                 label = "" if schedule.flush else f" u{j}"
+                twins = tuple(plan.dp_group(s, q) for q in range(1, plan.tp)) if fold else ()
                 ar = prog.add(dev, "comm", COLLECTIVE, f"dp all-reduce s{s}{label}", stage=s, iteration=last_it,
                               nbytes=grad, deps=deps, group=plan.dp_group(s, t), collective="all_reduce",
-                              tag=f"dp-allreduce it{last_it} u{j} s{s} t{t}")
+                              tag=f"dp-allreduce it{last_it} u{j} s{s} t{t}", arrivals=1 if fold else 0,
+                              shadows=twins)
                 deps = (ar.id,)
             opt = sum(costs[c].optimizer for c in stage_chunks(schedule, s, plan.pp, v))
             last = prog.add(dev, "compute", COMPUTE, "optimizer" if schedule.flush else f"optimizer u{j}", stage=s,
@@ -124,20 +137,21 @@ def _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes) -> No
         name = f"{ph}{mb}" + (f"c{k}" if v > 1 else "")
         passes[(s, t, ph, j, k)] = first_last = emit_pass(
             prog, plan, cost, ph, s, r, t, mb, last_it, split=split and ph == "B", name=name,
-            version=fwd_version[(j, k)], alloc=alloc, free=free)
+            version=fwd_version[(j, k)], alloc=alloc, free=free, fold=fold, after=last)
         last = first_last[1]
 
 
 def _emit_replica(prog: Program, plan: Plan, schedule: Schedule, costs: list[StageCost], orders, m: int, v: int,
-                  r: int) -> None:
+                  r: int, fold: bool = False) -> None:
     p, n_chunks = plan.pp, len(costs)
+    tp_ranks = range(1 if fold else plan.tp)
     passes: dict[tuple, tuple[Op, Op]] = {}
     for s, order in enumerate(orders):
-        for t in range(plan.tp):
-            _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes)
+        for t in tp_ranks:
+            _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold)
     sends: dict[tuple, Op] = {}
     for s, order in enumerate(orders):
-        for t in range(plan.tp):
+        for t in tp_ranks:
             for ph, j, k in order:
                 nxt = k + 1 if ph == "F" else k - 1
                 if ph not in ("F", "B") or not 0 <= nxt < n_chunks:
@@ -150,11 +164,13 @@ def _emit_replica(prog: Program, plan: Plan, schedule: Schedule, costs: list[Sta
                     continue
                 size = costs[k].activation_bytes if ph == "F" else costs[nxt].activation_bytes
                 label = f"{ph}{j % m}" + (f"c{k}" if v > 1 else "")
+                twins = tuple((plan.device(s, rr, tt), plan.device(to, rr, tt)) for rr in range(plan.dp)
+                              for tt in range(plan.tp) if (rr, tt) != (0, 0)) if fold else ()
                 sends[(to, t, ph, j, nxt)] = prog.add(
                     src.device, "send", "send", f"send {label} s{s}->s{to}", stage=s, microbatch=j % m,
-                    iteration=j // m, nbytes=size, deps=(src.id,))
+                    iteration=j // m, nbytes=size, deps=(src.id,), shadows=twins)
     for s, order in enumerate(orders):
-        for t in range(plan.tp):
+        for t in tp_ranks:
             dev = plan.device(s, r, t)
             for ph, j, k in order:
                 send = sends.get((s, t, ph, j, k))

@@ -1,0 +1,74 @@
+"""Symmetry folding: simulate one representative GPU per pipeline stage.
+
+In a TP × PP × DP job every data-parallel replica and every tensor-parallel rank of a
+stage runs the same ops at the same times, when the hardware is uniform. Folding keeps
+replica 0, TP rank 0 of each stage and drops the others' ops, which divides the op count
+by tp × dp. What the dropped twins do to *shared* resources is kept: their pipeline
+sends and data-parallel all-reduces still load the fabric as shadow traffic (see
+:mod:`clustersim.schedules.compiler`). Results are reported for every GPU: a folded GPU
+shows its representative's row.
+
+Folding is exact when the twins really are twins: one GPU type, no stragglers or noise,
+and TP groups inside one node (so the dropped TP collectives use links no one else
+does). It is refused otherwise — an explicit ``simulation.fold: true`` is an error naming
+the reason; ``auto`` quietly runs unfolded and says why in the summary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ScenarioError
+from .plan import Plan
+
+#: ``fold: auto`` folds jobs of at least this many GPUs (below it, unfolded runs are quick
+#: and show every GPU's own spans)
+AUTO_FOLD_MIN_GPUS = 256
+
+
+@dataclass(frozen=True)
+class FoldDecision:
+    """Whether to fold, and a one-line account for ``res.summary["folded"]``."""
+
+    enabled: bool
+    note: str
+
+
+def _obstacle(sc) -> str | None:
+    cl, par = sc.cluster, sc.parallel
+    if cl.stragglers:
+        return "stragglers make replicas differ"
+    if sc.simulation.compute_noise is not None:
+        return "compute noise makes replicas differ"
+    if par.tp > cl.gpus_per_node or cl.gpus_per_node % par.tp:
+        return f"tp = {par.tp} does not fit inside a {cl.gpus_per_node}-GPU node"
+    if sc.dp * par.tp == 1:
+        return "nothing to fold (dp = tp = 1)"
+    return None
+
+
+def decide_fold(sc) -> FoldDecision:
+    """Apply ``simulation.fold`` (true | false | auto) to a scenario."""
+    want = sc.simulation.fold
+    if want is False or want == "false":
+        return FoldDecision(False, "no")
+    why = _obstacle(sc)
+    if want is True or want == "true":
+        if why is not None:
+            raise ScenarioError("simulation.fold", True, f"cannot fold this scenario: {why}; use false or auto")
+        return FoldDecision(True, _describe(sc))
+    if why is not None:
+        return FoldDecision(False, f"no ({why})")
+    if sc.num_gpus < AUTO_FOLD_MIN_GPUS:
+        return FoldDecision(False, f"no (auto folds from {AUTO_FOLD_MIN_GPUS} GPUs)")
+    return FoldDecision(True, _describe(sc))
+
+
+def _describe(sc) -> str:
+    return (f"yes: 1 of {sc.parallel.tp * sc.dp} GPUs per stage simulated "
+            f"(tp {sc.parallel.tp} × dp {sc.dp} twins; their sends and DP all-reduces kept as shadow traffic)")
+
+
+def representative(plan: Plan, device: int) -> int:
+    """The simulated GPU whose row stands for ``device`` in a folded run."""
+    return plan.device(plan.coords(device)[0], 0, 0)

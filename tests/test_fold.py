@@ -1,0 +1,90 @@
+"""Symmetry folding: one simulated GPU per stage stands for its TP/DP twins."""
+
+import pytest
+
+import clustersim as cs
+from clustersim.parallel.fold import AUTO_FOLD_MIN_GPUS
+
+
+def _job(nodes: int, pp: int, oversubscription: float = 1, fold=False, m: int = 8, network: str = "packet") -> dict:
+    return {
+        "name": f"fold-{nodes * 8}gpu-pp{pp}",
+        "cluster": {"preset": "dgx_a100", "nodes": nodes,
+                    "topology": {"kind": "fat_tree", "oversubscription": oversubscription}},
+        "model": {"kind": "synthetic", "layers": 2 * pp, "forward": "2 ms", "backward": "4 ms",
+                  "activation": "64 MiB", "params": "512 MiB"},
+        "training": {"global_batch": m * nodes * 8 // pp},
+        "parallel": {"pp": pp},
+        "simulation": {"network": network, "fold": fold, "max_chunks": 16},
+    }
+
+
+@pytest.mark.parametrize("nodes,pp,over", [
+    (8, 4, 1),   # 64 GPUs, dp 16, DP all-reduces across the fat tree
+    (8, 8, 2),   # 64 GPUs, 2:1 oversubscribed: twins' shadow traffic shares the spines
+    pytest.param(16, 4, 2, marks=pytest.mark.slow),  # 128 GPUs
+])
+def test_folded_agrees_with_unfolded(nodes, pp, over):
+    full = cs.simulate(_job(nodes, pp, over, fold=False), progress=False)
+    folded = cs.simulate(_job(nodes, pp, over, fold=True), progress=False)
+    assert folded.summary["iteration_time_s"] == pytest.approx(full.summary["iteration_time_s"], rel=0.02)
+    assert abs(folded.summary["bubble_fraction"] - full.summary["bubble_fraction"]) < 0.01
+    assert folded.summary["num_gpus"] == full.summary["num_gpus"] == nodes * 8
+    assert folded.summary["folded"].startswith("yes")
+    # every GPU has a row; twins mirror their representative
+    assert len(folded.devices) == nodes * 8
+    rows = folded.devices.set_index("device")
+    assert rows.loc["gpu1", "bubble_fraction"] == rows.loc["gpu0", "bubble_fraction"]
+    assert rows.loc["gpu1", "peak_memory_bytes"] == rows.loc["gpu0", "peak_memory_bytes"]
+    # only one GPU per stage was simulated
+    gpus = folded.spans.loc[folded.spans["lane"] != "link", "device"].unique()
+    assert len(gpus) == pp
+
+
+def _shared_nic_job(fold) -> dict:
+    # 2 nodes × 4 GPUs with ONE NIC each; pp 2 across the nodes, dp 4: all four replicas'
+    # activations squeeze through the same NIC pair.
+    return {
+        "cluster": {"nodes": 2, "gpus_per_node": 4, "nic": {"bandwidth": "100 Gbit/s", "per_node": 1},
+                    "topology": {"kind": "fat_tree"}},
+        "model": {"kind": "synthetic", "layers": 2, "forward": "1 ms", "backward": "2 ms",
+                  "activation": "256 MiB"},
+        "training": {"global_batch": 16}, "parallel": {"pp": 2, "dp": 4},
+        "simulation": {"network": "packet", "fold": fold, "max_chunks": 32},
+    }
+
+
+def test_shadow_traffic_is_what_keeps_folding_honest():
+    import simpy
+
+    from clustersim.engine.interpreter import Engine
+    from clustersim.engine.network_setup import build_network
+    from clustersim.trace.recorder import Recorder
+
+    full = cs.simulate(_shared_nic_job(False), progress=False).summary["iteration_time_s"]
+    folded = cs.simulate(_shared_nic_job(True), progress=False).summary["iteration_time_s"]
+    assert folded == pytest.approx(full, rel=0.02)
+    sc = cs.load_scenario(_shared_nic_job(True))
+    prog = cs.compile_scenario(sc)
+    for op in prog.ops:  # the same folded program without the twins' traffic
+        op.shadows = ()
+    env, rec = simpy.Environment(), Recorder()
+    Engine(prog, env, build_network(sc, env, rec), rec, [2**40] * prog.num_devices).run()
+    assert max(e for _, _, e in rec.ops) < 0.5 * full  # would be far too optimistic
+
+
+def test_fold_true_is_refused_with_the_reason():
+    raw = _job(2, 2, fold=True)
+    raw["cluster"]["stragglers"] = [{"gpus": [3], "slowdown": 1.5}]
+    with pytest.raises(cs.ScenarioError, match="simulation.fold: True is invalid; cannot fold this scenario: stragglers"):
+        cs.simulate(raw, progress=False)
+    raw["simulation"]["fold"] = "auto"
+    res = cs.simulate(raw, progress=False)
+    assert res.summary["folded"] == "no (stragglers make replicas differ)"
+
+
+def test_auto_folds_large_jobs_only():
+    small = cs.simulate(_job(2, 2, fold="auto", network="analytical"), progress=False)
+    assert small.summary["folded"].startswith("no (auto folds from")
+    big = cs.simulate(_job(AUTO_FOLD_MIN_GPUS // 8, 8, fold="auto", m=2, network="analytical"), progress=False)
+    assert big.summary["folded"].startswith("yes")
