@@ -69,6 +69,21 @@ def test_memory_estimate_equals_simulated_peak(schedule, p, m):
     assert est == 2 * 5 * 2**20 + in_flight * 2 * 3 * 2**20
 
 
+@pytest.mark.parametrize("schedule", sorted(cs.SCHEDULES))
+def test_memory_estimate_never_exceeds_the_simulated_peak(schedule):
+    """Exact for one-weight-copy flushing schedules; a lower bound (safe for pruning) else."""
+    spec = cs.SCHEDULES[schedule]
+    d = synthetic(p=4, m=8, layers_per_stage=2, schedule=schedule, activation=3 * 2**20, params=5 * 2**20,
+                  optimizer=1e-4)
+    d["parallel"]["virtual_stages"] = spec.chunks or 2
+    d["model"]["backward_weight"] = 0.5e-3
+    sc = cs.load_scenario(d)
+    est, peak = estimate_peak_memory(sc), cs.simulate(sc).devices["peak_memory_bytes"].max()
+    assert est <= peak
+    if spec.flush and spec.weights == "single":
+        assert est == peak
+
+
 def test_memory_estimate_equals_simulated_peak_for_a_transformer():
     sc = cs.load_scenario(transformer_base()).with_overrides(
         {"cluster.nodes": 1, "cluster.gpus_per_node": 4, "parallel.tp": 2, "parallel.pp": 2,

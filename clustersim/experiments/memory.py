@@ -30,28 +30,46 @@ _PROVIDERS = (
 )
 
 
-def max_in_flight(order: list[tuple[str, int]]) -> int:
+def max_in_flight(order: list[tuple]) -> int:
     """The most micro-batches whose forward has started and backward not ended, over a
     stage's order of ``("F", j)`` / ``("B", j)`` passes."""
     live = peak = 0
-    for phase, _ in order:
-        live += 1 if phase == "F" else -1 if phase == "B" else 0
+    for item in order:
+        live += 1 if item[0] == "F" else -1 if item[0] == "B" else 0
         peak = max(peak, live)
     return peak
 
 
+def _order(schedule, stage: int, p: int, m: int, v: int) -> list[tuple]:
+    # the arguments the pipeline compiler passes (clustersim.schedules.orders)
+    kwargs: dict[str, int] = {}
+    if schedule.chunks != 1:
+        kwargs["v"] = v
+    if not schedule.flush:
+        kwargs["iterations"] = 1
+    return list(schedule.order(stage, p, m, **kwargs))
+
+
 def ledger_peak_memory(sc: Scenario) -> int:
-    """Peak bytes on the fullest GPU as the engine's ledger will count them (exact)."""
+    """Peak bytes on the fullest GPU as the engine's ledger counts them: exact for
+    schedules that keep one weight version and free a micro-batch's activations at its
+    backward (GPipe, 1F1B, interleaved); a lower bound for the others (weight stashing,
+    split backward), so pruning with it never drops a plan that fits."""
     p, v = sc.parallel.pp, sc.parallel.virtual_stages
     m = sc.num_microbatches
     costs = chunk_costs(sc, p * v)
     schedule = SCHEDULES[sc.parallel.schedule]
     peak = 0
     for s in range(p):
-        in_flight = max_in_flight(schedule.order(s, p, m))
-        mine = costs[s::p]  # with virtual stages, stage s holds chunks s, s + p, … (an upper bound then)
-        static = sum(int(c.param_bytes) for c in mine)
-        peak = max(peak, static + in_flight * max(int(c.activation_memory) for c in mine))
+        mine = [k for k in range(len(costs)) if schedule.stage_of(k, p) == s]
+        static = sum(int(costs[k].param_bytes) for k in mine)
+        live = top = 0
+        for item in _order(schedule, s, p, m, v):
+            k = item[2] if len(item) > 2 else mine[0]
+            if item[0] in ("F", "B"):
+                live += int(costs[k].activation_memory) * (1 if item[0] == "F" else -1)
+                top = max(top, live)
+        peak = max(peak, static + top)
     return peak
 
 
