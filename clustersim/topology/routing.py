@@ -15,8 +15,8 @@ to 8 consecutive GPUs land 2 per spine on 4 spines — while every flow still ke
 path, the same in every run and process. Flows between one pair of GPUs spread by giving
 them different ``flow_key`` values (e.g. channel indices 0, 1, 2, …).
 
-Distances to each destination are computed once (one reverse BFS per destination) and
-every path is cached.
+Distances to each destination are computed once (one reverse BFS per destination); next
+hops only for the nodes a path visits; every path is cached.
 """
 
 from __future__ import annotations
@@ -50,22 +50,25 @@ class Router:
     def __init__(self, graph: nx.DiGraph):
         self.graph = graph
         self._reverse = graph.reverse(copy=False)
-        self._next: dict[str, dict[str, tuple[str, ...]]] = {}
+        self._dist: dict[str, dict[str, int]] = {}
+        self._next: dict[tuple[str, str], tuple[str, ...]] = {}
         self._paths: dict[tuple, tuple[str, ...]] = {}
 
-    def _next_hops(self, dst: str) -> dict[str, tuple[str, ...]]:
-        """For every node that reaches ``dst``: its next hops on a shortest path, sorted."""
-        table = self._next.get(dst)
-        if table is None:
-            dist = nx.single_source_shortest_path_length(self._reverse, dst)
-            succ = self.graph.succ
-            table = {
-                node: tuple(sorted(v for v in succ[node] if dist.get(v, -1) == d - 1))
-                for node, d in dist.items()
-                if d > 0
-            }
-            self._next[dst] = table
-        return table
+    def _distances(self, dst: str) -> dict[str, int]:
+        """Hop count from every node that reaches ``dst`` (one reverse BFS, cached)."""
+        dist = self._dist.get(dst)
+        if dist is None:
+            dist = self._dist[dst] = nx.single_source_shortest_path_length(self._reverse, dst)
+        return dist
+
+    def _next_hops(self, node: str, dst: str, dist: dict[str, int]) -> tuple[str, ...]:
+        """``node``'s next hops on a shortest path to ``dst``, sorted by name (cached)."""
+        key = (node, dst)
+        hops = self._next.get(key)
+        if hops is None:
+            d = dist[node]
+            hops = self._next[key] = tuple(sorted(v for v in self.graph.succ[node] if dist.get(v, -1) == d - 1))
+        return hops
 
     def flow_number(self, src: str, dst: str, flow_key: Hashable = None) -> int:
         """The number ECMP choices are taken from (see the module docstring)."""
@@ -85,14 +88,14 @@ class Router:
         for end, name in (("src", src), ("dst", dst)):
             if name not in self.graph:
                 raise ScenarioError(f"route.{end}", name, "a node of the topology (gpu0, gpu1, …)")
-        table = self._next_hops(dst)
-        if src != dst and src not in table:
+        dist = self._distances(dst)
+        if src not in dist:
             raise ScenarioError("route.dst", dst, f"a node reachable from {src}; no links lead there")
         nodes = [src]
         node = src
         flow = self.flow_number(src, dst, flow_key)
         while node != dst:
-            cands = table[node]
+            cands = self._next_hops(node, dst, dist)
             node = cands[0] if len(cands) == 1 else cands[flow % len(cands)]
             nodes.append(node)
         path = tuple(nodes)
