@@ -23,6 +23,7 @@ from .schedules import SCHEDULES, compile_pipeline
 from .trace import metrics
 from .trace.recorder import Recorder
 from .trace.result import Result, spans_frame
+from .trace.throughput import throughput_metrics
 from .workload.stage_cost import chunk_costs
 
 GIB = 2**30
@@ -122,6 +123,7 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> 
         "name": sc.name,
         "iteration_time_s": iter_time,
         "samples_per_s": samples / iter_time if iter_time > 0 else float("inf"),
+        **throughput_metrics(sc, iter_time),
         "bubble_fraction": float(stage_bubble.mean()),
         "bubble_fraction_max": float(stage_bubble.max()),
         "exposed_comm_fraction": metrics.exposed_comm(spans, window),

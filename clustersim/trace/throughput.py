@@ -1,0 +1,33 @@
+"""Throughput metrics that need the model: tokens/s, TFLOP/s per GPU, MFU and HFU.
+
+Definitions (docs/metrics.md): model FLOPs are the matmul FLOPs of forward + backward
+(3 × forward) without recompute; hardware FLOPs add the recomputed forward under full
+recompute (Megatron-LM's convention for its TFLOP/s). MFU = model FLOPs per second /
+(GPUs × peak); HFU the same with hardware FLOPs; ``tflops_per_gpu`` is hardware FLOP/s
+per GPU, comparable with Megatron's published numbers. Synthetic models carry no FLOPs,
+so these are None for them.
+"""
+
+from __future__ import annotations
+
+from ..hardware.gpus import get_gpu
+
+
+def throughput_metrics(sc, iteration_time_s: float) -> dict:
+    """``tokens_per_s``, ``tflops_per_gpu``, ``mfu``, ``hfu`` for the summary."""
+    none = {"tokens_per_s": None, "tflops_per_gpu": None, "mfu": None, "hfu": None}
+    if sc.model.kind != "transformer" or iteration_time_s <= 0:
+        return none
+    from ..workload.resolve import resolve_transformer
+
+    cfg = resolve_transformer(sc.model)
+    batch, n = sc.training.global_batch, sc.num_gpus
+    model_flops = cfg.iteration_flops(batch, recompute=False)
+    hw_flops = cfg.iteration_flops(batch, recompute=sc.training.recompute == "full")
+    peak = get_gpu(sc.cluster.gpu).peak_flops
+    return {
+        "tokens_per_s": batch * cfg.seq_len / iteration_time_s,
+        "tflops_per_gpu": hw_flops / iteration_time_s / n / 1e12,
+        "mfu": model_flops / iteration_time_s / (n * peak),
+        "hfu": hw_flops / iteration_time_s / (n * peak),
+    }
