@@ -76,11 +76,12 @@ def activities(spans: pd.DataFrame) -> np.ndarray:
     """:func:`activity` of every row of ``spans`` (vectorised over the unique triples)."""
     if spans.empty:
         return np.array([], dtype=object)
-    key = spans["kind"].astype(str) + "\x00" + spans["phase"].astype(str) + "\x00"
+    # tab-separated: pandas' pyarrow-less string dtype drops NUL characters
+    key = spans["kind"].astype(str) + "\t" + spans["phase"].astype(str) + "\t"
     coll = spans["kind"].to_numpy() == "collective"
     key = key.where(~coll, key + spans["name"].astype(str))
     codes, uniques = pd.factorize(key)
-    mapped = np.array([activity(*(u.split("\x00") + [""])[:3]) for u in uniques], dtype=object)
+    mapped = np.array([activity(*(u.split("\t") + [""])[:3]) for u in uniques], dtype=object)
     return mapped[codes]
 
 
