@@ -88,3 +88,29 @@ def test_auto_folds_large_jobs_only():
     assert small.summary["folded"].startswith("no (auto folds from")
     big = cs.simulate(_job(AUTO_FOLD_MIN_GPUS // 8, 8, fold="auto", m=2, network="analytical"), progress=False)
     assert big.summary["folded"].startswith("yes")
+
+
+def _gpt(nodes: int, tp: int, pp: int, oversubscription: float, fold) -> dict:
+    dp = nodes * 8 // (tp * pp)
+    return {
+        "name": f"gpt-1.3b-{nodes * 8}gpu-tp{tp}-pp{pp}-dp{dp}",
+        "cluster": {"preset": "dgx_a100", "nodes": nodes,
+                    "topology": {"kind": "fat_tree", "oversubscription": oversubscription}},
+        "model": {"kind": "transformer", "preset": "gpt-1.3b"},
+        "training": {"global_batch": 8 * dp, "micro_batch": 1},
+        "parallel": {"tp": tp, "pp": pp, "dp": dp},
+        "simulation": {"network": "packet", "fold": fold, "detail": "stage", "max_chunks": 8},
+    }
+
+
+@pytest.mark.parametrize("nodes,tp,pp,over", [
+    (8, 2, 4, 1),    # 64 GPUs: TP collectives on NVSwitch, DP all-reduces over the fat tree
+    (16, 4, 4, 2),   # 128 GPUs, 2:1 oversubscribed spines
+    pytest.param(64, 8, 8, 2, marks=pytest.mark.slow),  # 512 GPUs
+])
+def test_folded_agrees_with_unfolded_with_tensor_parallelism(nodes, tp, pp, over):
+    full = cs.simulate(_gpt(nodes, tp, pp, over, False), progress=False).summary
+    folded = cs.simulate(_gpt(nodes, tp, pp, over, True), progress=False).summary
+    assert folded["iteration_time_s"] == pytest.approx(full["iteration_time_s"], rel=0.02)
+    assert abs(folded["bubble_fraction"] - full["bubble_fraction"]) < 0.01
+    assert folded["tflops_per_gpu"] == pytest.approx(full["tflops_per_gpu"], rel=0.02)
