@@ -47,7 +47,7 @@ def test_in_flight_follows_the_schedule():
 
 @pytest.fixture(scope="module")
 def base():
-    return cs.load_scenario("scenarios/gpt-1.3b-2xdgx-a100.yaml").with_overrides(
+    return cs.load_scenario("scenarios/quickstart.yaml").with_overrides(
         {"simulation.network": "analytical", "simulation.detail": "stage"})
 
 

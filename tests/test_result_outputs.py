@@ -73,7 +73,7 @@ def test_save_bundle(result, tmp_path):
 
 
 def test_overrides_make_a_new_scenario():
-    sc = cs.load_scenario("scenarios/quickstart.yaml")
+    sc = cs.load_scenario("scenarios/synthetic-4stage-1f1b.yaml")
     sc2 = sc.with_overrides({"parallel.schedule": "gpipe", "training.global_batch": 16})
     assert sc.parallel.schedule == "1f1b" and sc2.parallel.schedule == "gpipe"
     assert sc2.num_microbatches == 16
@@ -83,7 +83,7 @@ def test_overrides_make_a_new_scenario():
 
 def test_cli_run_and_list(tmp_path):
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "clustersim.cli", "run", "scenarios/quickstart.yaml",
+    proc = subprocess.run([sys.executable, "-m", "clustersim.cli", "run", "scenarios/synthetic-4stage-1f1b.yaml",
                            "--out", str(out), "--set", "parallel.schedule=gpipe"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

@@ -89,6 +89,6 @@ def test_cli_prints_error_without_traceback(tmp_path):
 
 
 def test_cli_bad_set_option():
-    proc = subprocess.run([sys.executable, "-m", "clustersim.cli", "run", "scenarios/quickstart.yaml",
+    proc = subprocess.run([sys.executable, "-m", "clustersim.cli", "run", "scenarios/synthetic-4stage-1f1b.yaml",
                            "--set", "parallel.pp"], capture_output=True, text=True)
     assert proc.returncode == 2 and "expected key=value" in proc.stderr and "Traceback" not in proc.stderr

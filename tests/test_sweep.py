@@ -193,6 +193,6 @@ def test_sweep_file_and_cli(tmp_path, capsys):
 def test_cli_bad_grid_is_one_clear_error(capsys):
     from clustersim.cli import main
 
-    assert main(["sweep", str(REPO / "scenarios/quickstart.yaml"), "--grid", "parallel.pp=1,x"]) == 2
+    assert main(["sweep", str(REPO / "scenarios/synthetic-4stage-1f1b.yaml"), "--grid", "parallel.pp=1,x"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: parallel.pp: 'x'") and "Traceback" not in err

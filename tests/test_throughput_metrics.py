@@ -8,7 +8,7 @@ from clustersim.workload.transformer import megatron_flops
 
 @pytest.fixture(scope="module")
 def run():
-    sc = cs.load_scenario("scenarios/gpt-1.3b-2xdgx-a100.yaml").with_overrides({"training.recompute": "full"})
+    sc = cs.load_scenario("scenarios/quickstart.yaml").with_overrides({"training.recompute": "full"})
     return sc, cs.simulate(sc, progress=False).summary
 
 
@@ -31,5 +31,5 @@ def test_mfu_excludes_recompute_and_hfu_includes_it(run):
 
 
 def test_synthetic_models_report_none():
-    s = cs.simulate("scenarios/quickstart.yaml", progress=False).summary
+    s = cs.simulate("scenarios/synthetic-4stage-1f1b.yaml", progress=False).summary
     assert s["mfu"] is None and s["tflops_per_gpu"] is None
