@@ -104,3 +104,41 @@ def test_no_slowdown_by_default():
     env, rec = simpy.Environment(), Recorder()
     Engine(prog, env, DirectFabric(env, rec, 25e9, 0.0), rec, [2**40] * 2).run()
     assert {i: e for i, _, e in rec.ops}[0] == pytest.approx(D, rel=1e-15)
+
+
+def _nic_contention(with_allreduce: bool, with_send: bool):
+    from clustersim.engine.network_setup import build_network
+
+    sc = cs.load_scenario({
+        "cluster": {"nodes": 2, "gpus_per_node": 2, "nic": {"bandwidth": "100 Gbit/s", "per_node": 1},
+                    "topology": {"kind": "fat_tree"}},
+        "model": {"kind": "synthetic", "layers": 4, "forward": 1e-3, "backward": 1e-3},
+        "training": {"global_batch": 1}, "parallel": {"pp": 4},
+        "simulation": {"network": "packet", "max_chunks": 64},
+    })
+    prog = cs.Program(4)
+    ar = []
+    if with_allreduce:  # the DP gradient all-reduce of gpu0 and gpu2, across the nodes
+        ar = [prog.add(d, "comm", "collective", "dp all-reduce", nbytes=2**26, group=(0, 2),
+                       collective="all_reduce", tag="dp", algorithm="ring") for d in (0, 2)]
+    recv = None
+    if with_send:  # a pipeline send gpu1 → gpu3 through the same NICs
+        s = prog.add(1, "send", "send", "send F0 s0->s1", nbytes=2**26)
+        recv = prog.add(3, "recv", "recv", "recv F0 s0->s1", nbytes=2**26, peer=s.id)
+        s.peer = recv.id
+    prog.check()
+    env, rec = simpy.Environment(), Recorder()
+    Engine(prog, env, build_network(sc, env, rec), rec, [2**40] * 4).run()
+    ends = {i: e for i, _, e in rec.ops}
+    return (ends[ar[0].id] if ar else None), (ends[recv.id] if recv else None), rec.spans
+
+
+def test_dp_allreduce_and_pipeline_send_contend_on_the_nic():
+    ar_alone, _, _ = _nic_contention(True, False)
+    _, send_alone, _ = _nic_contention(False, True)
+    ar_both, send_both, link_spans = _nic_contention(True, True)
+    assert ar_both > ar_alone * 1.2 and send_both > send_alone * 1.2
+    # the NIC uplink of node 0 carries both flows, and its utilization shows both
+    nic_up = [sp for sp in link_spans if sp[0].startswith("node0.nic") and "leaf" in sp[0]]
+    labels = {sp[3] for sp in nic_up}
+    assert "dp" in labels and "send F0 s0->s1" in labels
