@@ -40,6 +40,14 @@ Bytes = Annotated[float, _quantity("bytes"), Field(ge=0)]
 Bandwidth = Annotated[float, _quantity("bandwidth"), Field(gt=0)]
 
 
+def known(name, registry, what: str, listed=None):
+    """``name`` if ``registry`` holds it, else the ValueError the loader turns into a
+    ScenarioError: "not a known <what>; known: …" (``listed`` overrides the list shown)."""
+    if name not in registry:
+        raise ValueError(f"not a known {what}; known: {', '.join(listed or sorted(registry))}")
+    return name
+
+
 class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -99,9 +107,7 @@ class ClusterSpec(_Spec):
     def _known_gpu(cls, name: str) -> str:
         from ..hardware.gpus import GPUS
 
-        if name not in GPUS:
-            raise ValueError(f"not a known GPU; known: {', '.join(sorted(GPUS))}")
-        return name
+        return known(name, GPUS, "GPU")
 
     @property
     def num_gpus(self) -> int:
@@ -176,9 +182,7 @@ class TransformerModel(_ModelSection):
     def _known_preset(cls, name: str | None) -> str | None:
         from ..workload.model_presets import TRANSFORMER_PRESETS, model_preset_names
 
-        if name is not None and name not in TRANSFORMER_PRESETS:
-            raise ValueError(f"not a known transformer preset; known model presets: {', '.join(model_preset_names())}")
-        return name
+        return name if name is None else known(name, TRANSFORMER_PRESETS, "transformer preset", model_preset_names())
 
 
 class CNNModel(_ModelSection):
@@ -195,9 +199,7 @@ class CNNModel(_ModelSection):
     def _known_preset(cls, name: str) -> str:
         from ..workload.model_presets import CNN_PRESETS
 
-        if name not in CNN_PRESETS:
-            raise ValueError(f"not a known CNN preset; known: {', '.join(CNN_PRESETS)}")
-        return name
+        return known(name, CNN_PRESETS, "CNN preset", list(CNN_PRESETS))
 
 
 def _model_kind(raw: Any) -> str:
@@ -266,9 +268,7 @@ class ParallelSpec(_Spec):
     def _known_schedule(cls, name: str) -> str:
         from ..schedules import SCHEDULES
 
-        if name not in SCHEDULES:
-            raise ValueError(f"not a known schedule; known: {', '.join(sorted(SCHEDULES))}")
-        return name
+        return known(name, SCHEDULES, "schedule")
 
 
 class NoiseSpec(_Spec):
@@ -322,9 +322,7 @@ class SimulationSpec(_Spec):
     def _known_network(cls, name: str) -> str:
         from ..engine.network_setup import NETWORK_MODEL_NAMES
 
-        if name not in NETWORK_MODEL_NAMES:
-            raise ValueError(f"not a known network model; known: {', '.join(NETWORK_MODEL_NAMES)}")
-        return name
+        return known(name, NETWORK_MODEL_NAMES, "network model", NETWORK_MODEL_NAMES)
 
 
 class ScenarioSpec(_Spec):
