@@ -26,8 +26,11 @@ Nothing random or wall-clock enters, so the same Program always yields the same 
 from __future__ import annotations
 
 from collections import deque
+from functools import partial
+from heapq import heappush
 
 import simpy
+from simpy.events import NORMAL, Event
 
 from ..errors import SimulationStall
 from ..network.base import Fabric
@@ -40,15 +43,11 @@ class _Lane:
     """Execution state of one (device, lane): its ops, the next op's index, and whether
     that op is running (waiting for its end event) or blocked on a dependency."""
 
-    __slots__ = ("engine", "ops", "n", "idx", "running", "on_event")
+    __slots__ = ("ops", "n", "idx", "running", "on_event")
 
-    def __init__(self, engine: Engine, ops: list[Op]):
-        self.engine, self.ops, self.n, self.idx, self.running = engine, ops, len(ops), 0, False
-        self.on_event = self._on_event  # one bound method, reused as the SimPy callback
-
-    def _on_event(self, _event) -> None:
-        self.engine._advance(self)
-        self.engine._drain()
+    def __init__(self, ops: list[Op], on_event):
+        self.ops, self.n, self.idx, self.running = ops, len(ops), 0, False
+        self.on_event = partial(on_event, self)  # the SimPy callback of this lane's timed ops
 
 
 class Engine:
@@ -90,7 +89,6 @@ class Engine:
             [op.duration * f for op, f in zip(ops, compute_scale)]
         self._record = recorder.ops.append
         self._ready: deque[_Lane] = deque()
-        self._draining = False
         self.names = [f"gpu{d}" for d in range(program.num_devices)]
         self._rendezvous: dict[str, list] = {}
         self.lanes = program.lanes()
@@ -98,9 +96,10 @@ class Engine:
 
     def run(self) -> None:
         """Start every lane, run the simulation to the end; raise SimulationStall on deadlock."""
-        self._lane_states = [_Lane(self, lane_ops) for lane_ops in self.lanes.values()]
+        advance, drain, on_event = self._hot_path()
+        self._lane_states = [_Lane(lane_ops, on_event) for lane_ops in self.lanes.values()]
         self._ready.extend(self._lane_states)
-        self._drain()
+        drain()
         self.env.run()
         # SimPy numbers every scheduled event from an itertools.count; all were processed
         # once run() returns, so this is the number of simulated events.
@@ -108,81 +107,97 @@ class Engine:
         if not all(self.finished):
             raise SimulationStall(self._stall_report())
 
-    def _drain(self) -> None:
-        """Advance the lanes that became ready (woken by an op's end) until none is left."""
-        if self._draining:
-            return
-        self._draining = True
-        ready, advance = self._ready, self._advance
-        while ready:
-            advance(ready.popleft())
-        self._draining = False
-
-    def _advance(self, lane: _Lane) -> None:
-        # The hot path: finish the lane's running op (its end event just fired), then start
-        # ops until one must wait for time to pass or for another lane. Locals only; the
-        # finishing code is written once, inline, as it runs once per op.
+    def _hot_path(self):
+        """The interpreter loop as closures over the engine's tables (free variables are as
+        cheap as locals, and no call sets them up again): ``advance(lane)`` finishes the
+        lane's running op (its end event just fired), then starts ops until one must wait
+        for time to pass or for another lane; ``drain()`` advances the lanes an op's end
+        woke; ``on_event(lane, event)`` is every timed op's SimPy callback."""
         env, start, finished, waiters, waits = self.env, self.start, self.finished, self.waiters, self.waits
-        ops, idx, n = lane.ops, lane.idx, lane.n
-        now = env._now
-        done = lane.running
-        lane.running = False
-        while True:
-            if done:
+        record, ready, change, durations = self._record, self._ready, self.memory.change, self.durations
+        wake, popleft = ready.extend, ready.popleft
+        send, arrive, slowed, process = self._send, self._arrive, self._slowed_compute, env.process
+        slow = self.slowdown != 1.0
+        # A compute op's end is a bare SimPy event pushed on the queue directly (what
+        # env.timeout does, minus two Python frames): it is the hottest allocation.
+        queue, eid, new_event = env._queue, env._eid, Event.__new__
+
+        def advance(lane: _Lane, event=None) -> None:
+            ops, idx, n = lane.ops, lane.idx, lane.n
+            now = env._now
+            done = lane.running
+            lane.running = False
+            while True:
+                if done:  # the op at idx has ended
+                    op = ops[idx]
+                    i = op.id
+                    if op.mem_free:
+                        change(op.device, -op.mem_free, now)
+                    finished[i] = True
+                    record((i, start[i], now))
+                    w = waiters[i]
+                    if w is not None:
+                        waiters[i] = None
+                        wake(w)
+                    idx += 1
+                if idx == n:
+                    break
                 op = ops[idx]
                 i = op.id
-                if op.mem_free:
-                    self.memory.change(op.device, -op.mem_free, now)
-                finished[i] = True
-                self._record((i, start[i], now))
-                w = waiters[i]
-                if w is not None:
-                    waiters[i] = None
-                    self._ready.extend(w)
-                idx += 1
-            if idx == n:
-                lane.idx = idx
-                return
-            op = ops[idx]
-            i = op.id
-            if start[i] < 0.0:
-                start[i] = now  # posted: a recv's span starts here or when its send started
-            for d in waits[i]:
-                if not finished[d]:
-                    w = waiters[d]
-                    if w is None:
-                        waiters[d] = [lane]
-                    else:
-                        w.append(lane)
-                    lane.idx = idx
-                    return
-            if op.mem_alloc:
-                self.memory.change(op.device, op.mem_alloc, now)
-            kind = op.kind
-            done = True
-            if kind is COMPUTE:
-                start[i] = now
-                if self.durations[i] > 0:
-                    ev = env.timeout(self.durations[i]) if self.slowdown == 1.0 else \
-                        env.process(self._slowed_compute(op))
-                    ev.callbacks.append(lane.on_event)
-                    lane.running, lane.idx = True, idx
-                    return
-            elif kind is RECV:
-                t_send = start[op.peer]
-                if t_send > start[i]:
-                    start[i] = t_send
-            else:
-                if kind is SEND:
+                if start[i] < 0.0:
+                    start[i] = now  # posted: a recv's span starts here or when its send started
+                blocked = False
+                for d in waits[i]:
+                    if not finished[d]:
+                        w = waiters[d]
+                        if w is None:
+                            waiters[d] = [lane]
+                        else:
+                            w.append(lane)
+                        blocked = True
+                        break
+                if blocked:
+                    break
+                if op.mem_alloc:
+                    change(op.device, op.mem_alloc, now)
+                kind = op.kind
+                done = True
+                if kind is COMPUTE:
                     start[i] = now
-                    ev = self._send(op)
-                elif kind is COLLECTIVE:
-                    ev = self._arrive(op)
+                    d = durations[i]
+                    if d > 0:
+                        if slow:
+                            process(slowed(op)).callbacks.append(lane.on_event)
+                        else:
+                            ev = new_event(Event)
+                            ev.env, ev.callbacks, ev._value, ev._ok = env, [lane.on_event], None, True
+                            heappush(queue, (now + d, NORMAL, next(eid), ev))
+                        lane.running = True
+                        break
+                elif kind is RECV:
+                    t_send = start[op.peer]
+                    if t_send > start[i]:
+                        start[i] = t_send
                 else:
-                    raise ValueError(f"{op!r}: unknown op kind {kind!r}")
-                ev.callbacks.append(lane.on_event)
-                lane.running, lane.idx = True, idx
-                return
+                    if kind is SEND:
+                        start[i] = now
+                        ev = send(op)
+                    elif kind is COLLECTIVE:
+                        ev = arrive(op)
+                    else:
+                        raise ValueError(f"{op!r}: unknown op kind {kind!r}")
+                    ev.callbacks.append(lane.on_event)
+                    lane.running = True
+                    break
+            lane.idx = idx
+            if event is not None and ready:  # called back by SimPy: run the lanes it woke
+                drain()
+
+        def drain() -> None:
+            while ready:
+                advance(popleft())
+
+        return advance, drain, advance
 
     def _send(self, op: Op) -> simpy.Event:
         names, transfer = self.names, self.fabric.transfer
