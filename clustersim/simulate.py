@@ -20,6 +20,7 @@ from .program import Program
 from .progress import SimProgress, wanted
 from .scenario import Scenario, load_scenario
 from .schedules import SCHEDULES, compile_pipeline
+from .schedules.replicated import ReplicaLayout, compile_replicated
 from .trace import metrics
 from .trace.recorder import Recorder
 from .trace.result import Result, spans_frame
@@ -34,6 +35,16 @@ def plan_of(sc: Scenario) -> Plan:
     return Plan(tp=sc.parallel.tp, pp=sc.parallel.pp, dp=sc.dp, gpus_per_node=sc.cluster.gpus_per_node)
 
 
+def device_layout(sc: Scenario) -> Plan | ReplicaLayout:
+    """Where each device sits: ``coords(device) -> (stage, dp_rank, tp_rank)`` and ``node``.
+
+    The uniform Plan, or with ``parallel.stage_replicas`` the per-stage ReplicaLayout
+    (dp_rank = the device's replica index within its stage)."""
+    if sc.parallel.stage_replicas is not None:
+        return ReplicaLayout(sc.parallel.stage_replicas, sc.cluster.gpus_per_node)
+    return plan_of(sc)
+
+
 def compile_scenario(sc: Scenario) -> Program:
     """The checked Program a scenario compiles to (without running it)."""
     from .planner import resolve_partition
@@ -41,8 +52,12 @@ def compile_scenario(sc: Scenario) -> Program:
     plan = plan_of(sc)
     chunks = plan.pp * sc.parallel.virtual_stages
     costs = chunk_costs(sc, chunks, resolve_partition(sc, chunks))
-    prog = compile_pipeline(SCHEDULES[sc.parallel.schedule], plan, costs, sc.num_microbatches,
-                            sc.simulation.iterations, fold=decide_fold(sc).enabled)
+    schedule = SCHEDULES[sc.parallel.schedule]
+    if sc.parallel.stage_replicas is not None:
+        prog = compile_replicated(schedule, device_layout(sc), costs, sc.num_microbatches, sc.simulation.iterations)
+    else:
+        prog = compile_pipeline(schedule, plan, costs, sc.num_microbatches, sc.simulation.iterations,
+                                fold=decide_fold(sc).enabled)
     prog.check()
     if sc.simulation.detail == "stage":
         prog = coarsen(prog)
@@ -80,7 +95,7 @@ def simulate(scenario: Scenario | str | Path | dict[str, Any], progress: bool | 
 
 def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> Result:
     """Assemble the Result tables and summary from what the run recorded."""
-    plan = plan_of(sc)
+    plan, layout = plan_of(sc), device_layout(sc)
     spans = spans_frame(engine.program, rec)
     window = metrics.iteration_window(spans)
     n_it = sc.simulation.iterations
@@ -97,12 +112,12 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> 
     makespan = float(spans["end_s"].max())
     fold = decide_fold(sc)
     rows = []
-    for dev in range(plan.num_devices):
-        stage, dp_rank, tp_rank = plan.coords(dev)
+    for dev in range(layout.num_devices):
+        stage, dp_rank, tp_rank = layout.coords(dev)
         rep = representative(plan, dev) if fold.enabled else dev  # a folded GPU shows its twin's row
         name = f"gpu{rep}"
         rows.append({
-            "device": f"gpu{dev}", "node": plan.node(dev), "stage": stage, "tp_rank": tp_rank, "dp_rank": dp_rank,
+            "device": f"gpu{dev}", "node": layout.node(dev), "stage": stage, "tp_rank": tp_rank, "dp_rank": dp_rank,
             "busy_fraction": float(busy_all.get(name, 0.0)) / makespan if makespan > 0 else 0.0,
             "bubble_fraction": bubbles.get(name, 1.0),
             "peak_memory_bytes": engine.memory.peak[rep],
@@ -130,8 +145,9 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> 
         "peak_memory_gib": float(devices["peak_memory_bytes"].max()) / GIB,
         "oom": bool(devices["oom"].any()),
         **({"oom_hint": oom_hint} if oom_hint else {}),
-        "num_gpus": plan.num_devices,
+        "num_gpus": layout.num_devices,
         "tp": plan.tp, "pp": plan.pp, "dp": plan.dp,
+        **({"stage_replicas": list(sc.parallel.stage_replicas)} if sc.parallel.stage_replicas else {}),
         "schedule": sc.parallel.schedule,
         "num_microbatches": sc.num_microbatches,
         "weight_staleness_max": _max_staleness(engine.program),
@@ -153,4 +169,4 @@ def _max_staleness(prog: Program) -> int:
     return int(st["staleness"].max()) if len(st) else 0
 
 
-__all__ = ["simulate", "compile_scenario", "plan_of"]
+__all__ = ["simulate", "compile_scenario", "device_layout", "plan_of"]

@@ -36,6 +36,8 @@ class FoldDecision:
 
 def _obstacle(sc) -> str | None:
     cl, par = sc.cluster, sc.parallel
+    if par.stage_replicas is not None:
+        return "stage_replicas makes stages differ"
     if cl.stragglers:
         return "stragglers make replicas differ"
     if sc.simulation.compute_noise is not None:

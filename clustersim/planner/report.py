@@ -1,10 +1,10 @@
 """``plan_scenario``: PipeDream's optimizer on a scenario, and the plan clustersim can run.
 
 The full optimizer may give every stage its own replication (e.g. VGG-16's ``15-1``);
-clustersim's Plan replicates every stage equally, so the report also holds the best
-*uniform* plan (pp stages × dp replicas, over every divisor pp of the GPU count), whose
-:meth:`PlanReport.overrides` make a runnable scenario. The non-uniform plan is reported
-as a recommendation.
+:meth:`PlanReport.best_overrides` runs it through ``parallel.stage_replicas`` (see
+:mod:`clustersim.schedules.replicated`). The report also holds the best *uniform* plan
+(pp stages × dp replicas, over every divisor pp of the GPU count), whose
+:meth:`PlanReport.overrides` run it with the uniform Plan.
 """
 
 from __future__ import annotations
@@ -34,6 +34,12 @@ class PlanReport:
         return {"parallel.pp": self.uniform_pp, "parallel.dp": self.gpus // self.uniform_pp,
                 "parallel.partition": self.uniform.partition, "parallel.schedule": schedule}
 
+    def best_overrides(self, schedule: str = "pipedream") -> dict:
+        """Scenario overrides that run the planner's best plan (per-stage replication)."""
+        return {"parallel.pp": len(self.best.stages), "parallel.dp": 1,
+                "parallel.stage_replicas": [s.replicas for s in self.best.stages],
+                "parallel.partition": self.best.partition, "parallel.schedule": schedule}
+
     def table(self) -> str:
         """A human-readable summary (what ``clustersim plan`` prints)."""
         lines = [f"PipeDream planner on {self.gpus} GPUs (model estimates, per minibatch):",
@@ -42,9 +48,13 @@ class PlanReport:
                  f"({self.speedup_over_dp:.2f}x over DP; layers per stage {self.best.partition})",
                  f"  best uniform  pp={self.uniform_pp:<2} dp={self.gpus // self.uniform_pp:<3}"
                  f"{self.uniform.time_per_minibatch_s * 1e3:10.3f} ms  (layers per stage {self.uniform.partition})",
-                 "run the uniform plan with: " + " ".join(
-                     f"--set {k}={str(v).replace(' ', '')}" for k, v in self.overrides().items())]
+                 "run the planner's plan with: " + _sets(self.best_overrides()),
+                 "run the uniform plan with: " + _sets(self.overrides())]
         return "\n".join(lines)
+
+
+def _sets(overrides: dict) -> str:
+    return " ".join(f"--set {k}={str(v).replace(' ', '')}" for k, v in overrides.items())
 
 
 def plan_scenario(sc) -> PlanReport:

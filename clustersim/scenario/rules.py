@@ -14,6 +14,8 @@ from .schema import ScenarioSpec
 def resolve_dp(spec: ScenarioSpec) -> int:
     """The data-parallel degree: explicit, or GPUs / (tp × pp) when ``auto``."""
     n, tp, pp = spec.cluster.num_gpus, spec.parallel.tp, spec.parallel.pp
+    if spec.parallel.stage_replicas is not None:  # replication is per stage: no uniform dp
+        return 1
     if spec.parallel.dp != "auto":
         return spec.parallel.dp
     if n % (tp * pp):
@@ -36,8 +38,10 @@ def check_rules(spec: ScenarioSpec) -> None:
             "cluster.topology.kind", "single_node",
             f"a cluster of {spec.cluster.nodes} nodes needs a multi-node topology (e.g. fat_tree)",
         )
+    if par.stage_replicas is not None:
+        check_stage_replicas(spec)
     dp = resolve_dp(spec)
-    if par.tp * par.pp * dp != n:
+    if par.stage_replicas is None and par.tp * par.pp * dp != n:
         raise ScenarioError(
             "parallel", f"tp={par.tp} pp={par.pp} dp={dp}",
             f"tp × pp × dp must equal the cluster's {n} GPUs (nodes × gpus_per_node)",
@@ -87,3 +91,32 @@ def check_rules(spec: ScenarioSpec) -> None:
             "model.backward_weight", spec.model.backward_weight,
             f"the weight-gradient part cannot exceed the whole backward ({spec.model.backward} s)",
         )
+
+
+def check_stage_replicas(spec: ScenarioSpec) -> None:
+    """Rules of ``parallel.stage_replicas`` (PipeDream's per-stage replication, e.g. 15-1)."""
+    n, par = spec.cluster.num_gpus, spec.parallel
+    reps = par.stage_replicas
+    if len(reps) != par.pp or sum(reps) != n:
+        raise ScenarioError("parallel.stage_replicas", reps,
+                            f"give the GPUs of each of the pp = {par.pp} stages, summing to the cluster's {n} GPUs")
+    if par.dp not in ("auto", 1):
+        raise ScenarioError("parallel.dp", par.dp, "stage_replicas sets each stage's replication; accepted: auto or 1")
+    if par.tp != 1:
+        raise ScenarioError("parallel.tp", par.tp, "stage_replicas runs without tensor parallelism; accepted: 1")
+    if par.virtual_stages != 1:
+        raise ScenarioError("parallel.virtual_stages", par.virtual_stages,
+                            "stage_replicas runs one model chunk per stage; accepted: 1")
+    if par.zero:
+        raise ScenarioError("parallel.zero", par.zero, "stage_replicas runs plain replicas; accepted: 0")
+    if par.partition == "pipedream":
+        raise ScenarioError("parallel.partition", "pipedream", "with stage_replicas, accepted: even, balanced or a "
+                            "list (`clustersim plan` prints the planner's partition and replication)")
+    from ..schedules import SCHEDULES
+    from ..schedules.replicated import replicable_schedules
+
+    sch = SCHEDULES[par.schedule]
+    if sch.chunks != 1 or sch.placement != "loop":
+        raise ScenarioError("parallel.schedule", par.schedule,
+                            f"stage_replicas needs a schedule with one model chunk per stage; accepted: "
+                            f"{', '.join(replicable_schedules())}")

@@ -250,6 +250,13 @@ def _partition_value(value: object) -> str | list[int]:
     raise ValueError("expected even, balanced, pipedream or a list of layers per model chunk (each ≥ 1)")
 
 
+def _replicas_value(value: object) -> list[int] | None:
+    if value is None or (isinstance(value, list) and value and all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in value)):
+        return value
+    raise ValueError("expected a list of GPUs per pipeline stage (each ≥ 1), e.g. [15, 1]")
+
+
 class ParallelSpec(_Spec):
     """The parallel plan: degrees of tensor, pipeline and data parallelism, and schedule."""
 
@@ -260,6 +267,9 @@ class ParallelSpec(_Spec):
     virtual_stages: int = Field(default=1, ge=1)
     #: layers per model chunk: even | balanced (by compute) | pipedream (planner) | [l0, l1, ...]
     partition: Annotated[str | list[int], BeforeValidator(_partition_value)] = "even"
+    #: GPUs per pipeline stage, PipeDream-style (e.g. [15, 1]); stage s's replicas take
+    #: micro-batches round robin (clustersim.schedules.replicated). Needs tp = 1, dp = 1/auto
+    stage_replicas: Annotated[list[int] | None, BeforeValidator(_replicas_value)] = None
     sequence_parallel: bool = False
     zero: int = Field(default=0, ge=0, le=3)
 

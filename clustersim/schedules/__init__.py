@@ -2,7 +2,8 @@
 
 Registered here: ``gpipe``, ``1f1b`` (flushing, :mod:`.flush`); ``interleaved``
 (:mod:`.interleaved`); ``zb_h1``, ``zb_h2`` (:mod:`.zero_bubble`); ``pipedream``,
-``pipedream_2bw`` (:mod:`.pipedream`). See ``docs/schedules.md``.
+``pipedream_2bw`` (:mod:`.pipedream`). Per-stage replication (``parallel.stage_replicas``)
+compiles through :mod:`.replicated`. See ``docs/schedules.md``.
 """
 
 from . import flush, interleaved, pipedream, zero_bubble  # noqa: F401  (register the schedules)

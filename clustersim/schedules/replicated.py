@@ -1,0 +1,186 @@
+"""Pipelines whose stages have their own replication (PipeDream's "15-1" plans).
+
+``parallel.stage_replicas = [r_0, r_1, ...]`` gives stage s its own r_s GPUs, numbered
+consecutively (stage 0 on devices 0..r_0−1, stage 1 on the next r_1, …). As in PipeDream
+(SOSP'19 §3.2, "1F1B-RR"), micro-batch j runs on replica ``j % r_s`` of stage s, so its
+activations go from replica ``j % r_s`` of stage s to replica ``j % r_{s+1}`` of stage
+s+1 and its gradients come back the same way.
+
+Each replica runs the schedule's order for its stage (:func:`.orders.run_orders`, the
+same orders the uniform compiler uses) filtered to its own micro-batches, and every pass
+is emitted by :func:`.compiler.emit_pass`. Filtering keeps each replica's order a
+subsequence of the stage's order, so a deadlock-free schedule stays deadlock-free.
+
+Weight updates: a flushing schedule's optimizer step (one per iteration) runs on every
+replica, after a gradient all-reduce over the stage's r_s replicas (when r_s > 1), on
+the ``comm`` lane as the uniform data-parallel all-reduce. A flush-free schedule's
+updates are merged so that each update holds a micro-batch of every replica (PipeDream's
+replicated stages synchronise as data parallelism does): ``pipedream``'s per-micro-batch
+steps become one step per r_s micro-batches; each replica takes the merged step where the
+stage's order has its last update, together with the others (the run's last update also
+closes any remainder).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from itertools import accumulate
+
+from ..errors import ProgramError
+from ..program import COLLECTIVE, COMPUTE, Op, Program
+from ..workload.stage_cost import StageCost
+from .compiler import emit_pass
+from .orders import run_orders
+from .registry import SCHEDULES, Schedule
+
+
+def replicable_schedules() -> list[str]:
+    """Registered schedules that can run with ``stage_replicas`` (one chunk per stage)."""
+    return sorted(n for n, s in SCHEDULES.items() if s.chunks == 1 and s.placement == "loop")
+
+
+class ReplicaLayout:
+    """Device numbering of a pipeline with ``replicas[s]`` GPUs on stage s (tp = 1).
+
+    Offers the part of :class:`~clustersim.parallel.plan.Plan`'s interface that
+    :func:`.compiler.emit_pass` and result building use (``device``, ``coords``, ``node``,
+    ``tp``, ``pp``, ``num_devices``)."""
+
+    tp = 1
+
+    def __init__(self, replicas: list[int] | tuple[int, ...], gpus_per_node: int):
+        self.replicas = tuple(replicas)
+        self.pp = len(self.replicas)
+        self.gpus_per_node = gpus_per_node
+        self.first = (0, *accumulate(self.replicas))  # first device of each stage, and the total
+
+    @property
+    def num_devices(self) -> int:
+        return self.first[-1]
+
+    def device(self, stage: int, replica: int = 0, tp_rank: int = 0) -> int:
+        """The device of ``replica`` of ``stage``."""
+        return self.first[stage] + replica
+
+    def coords(self, device: int) -> tuple[int, int, int]:
+        """(stage, replica, tp_rank = 0) of a device."""
+        stage = bisect_right(self.first, device) - 1
+        return stage, device - self.first[stage], 0
+
+    def node(self, device: int) -> int:
+        return device // self.gpus_per_node
+
+    def replica_of(self, stage: int, j: int) -> int:
+        """The replica of ``stage`` that runs (run-wide) micro-batch ``j``: round robin."""
+        return j % self.replicas[stage]
+
+    def group(self, stage: int) -> tuple[int, ...]:
+        """The stage's replicas: its gradient all-reduce group."""
+        return tuple(range(self.first[stage], self.first[stage + 1]))
+
+
+def merged_updates(schedule: Schedule, order: list[tuple[str, int, int]], r: int, m: int) -> dict[int, tuple]:
+    """Positions of the stage order's ``O`` items that stay, each → (update index, iteration).
+
+    Flushing: every step stays. Flush-free: a step stays once the backwards since the
+    last kept one cover all r replicas, or when it is the run's last (module docstring).
+    The iteration is that of the stage's last pass before the step."""
+    kept, covered, it, last_o = {}, set(), 0, max(i for i, x in enumerate(order) if x[0] == "O")
+    for pos, (ph, j, _) in enumerate(order):
+        if ph != "O":
+            if ph != "F":  # gradients computed
+                covered.add(j % r)
+            it = j // m
+        elif schedule.flush or len(covered) == r or pos == last_o:
+            kept[pos] = (len(kept), it)
+            covered = set()
+    return kept
+
+
+def compile_replicated(schedule: Schedule, layout: ReplicaLayout, costs: list[StageCost], m: int,
+                       iterations: int = 1) -> Program:
+    """The Program of ``iterations`` iterations of ``schedule`` with per-stage replication.
+
+    ``costs`` holds one entry per stage (one model chunk each)."""
+    p = layout.pp
+    if len(costs) != p or schedule.chunks != 1 or schedule.placement != "loop":
+        raise ProgramError(f"schedule {schedule.name!r} with stage replicas {list(layout.replicas)}: needs one "
+                           f"model chunk per stage (got {len(costs)} chunks); accepted schedules: "
+                           f"{', '.join(replicable_schedules())}")
+    schedule.validate(p, m, 1)
+    orders = run_orders(schedule, p, m, 1, iterations)
+    prog = Program(layout.num_devices)
+    copies = 2 if schedule.weights == "double" else 1
+    for dev in range(layout.num_devices):
+        prog.static_memory[dev] = copies * costs[layout.coords(dev)[0]].param_bytes
+    passes: dict[tuple, tuple[Op, Op]] = {}
+    for s, order in enumerate(orders):
+        updates = merged_updates(schedule, order, layout.replicas[s], m)
+        for i in range(layout.replicas[s]):
+            _emit_replica_stage(prog, layout, schedule, costs[s], order, updates, m, s, i, passes)
+    _wire_transfers(prog, layout, costs, orders, m, passes)
+    return prog
+
+
+def _emit_replica_stage(prog: Program, layout: ReplicaLayout, schedule: Schedule, cost: StageCost, order: list,
+                        updates: dict, m: int, s: int, i: int, passes: dict) -> None:
+    """Replica ``i`` of stage ``s``: its micro-batches' passes and the stage's kept updates."""
+    r, dev = layout.replicas[s], layout.device(s, i)
+    has_w = {j for ph, j, _ in order if ph == "W"}
+    weights = cost.memory_parts.get("params", cost.param_bytes) if schedule.weights == "stash" else 0
+    version, fwd_version, last = 0, {}, None
+    for pos, (ph, j, _) in enumerate(order):
+        if ph == "O":
+            if pos not in updates:
+                continue
+            u, it = updates[pos]
+            deps = (last.id,) if last is not None else ()
+            label = "" if schedule.flush else f" u{u}"
+            if r > 1:
+                ar = prog.add(dev, "comm", COLLECTIVE, f"dp all-reduce s{s}{label}", stage=s, iteration=it,
+                              nbytes=cost.gradient_bytes, deps=deps, group=layout.group(s),
+                              collective="all_reduce", tag=f"replica-allreduce it{it} u{u} s{s}")
+                deps = (ar.id,)
+            last = prog.add(dev, "compute", COMPUTE, f"optimizer{label}", stage=s, phase="O", iteration=it,
+                            duration=cost.optimizer, deps=deps, version=version + 1)
+            version += 1
+            continue
+        if j % r != i:
+            continue
+        split = j in has_w
+        if ph == "F":
+            fwd_version[j] = version
+            alloc, free = cost.activation_memory + weights, 0
+        elif ph == "B":
+            alloc, free = 0, cost.activation_memory + (0 if split else weights)
+        else:
+            alloc, free = 0, weights
+        passes[(s, ph, j)] = emit_pass(prog, layout, cost, ph, s, i, 0, j % m, j // m, split=split and ph == "B",
+                                       name=f"{ph}{j % m}", version=fwd_version[j], alloc=alloc, free=free,
+                                       after=last)
+        last = passes[(s, ph, j)][1]
+
+
+def _wire_transfers(prog: Program, layout: ReplicaLayout, costs: list[StageCost], orders: list, m: int,
+                    passes: dict) -> None:
+    """Sends in producer order and recvs in consumer order, replica to replica."""
+    sends: dict[tuple, Op] = {}
+    for s, order in enumerate(orders):
+        for ph, j, _ in order:
+            to = s + 1 if ph == "F" else s - 1
+            if ph not in ("F", "B") or not 0 <= to < layout.pp:
+                continue
+            src = passes[(s, ph, j)][1]
+            size = costs[s].activation_bytes if ph == "F" else costs[to].activation_bytes
+            sends[(to, ph, j)] = prog.add(src.device, "send", "send", f"send {ph}{j % m} s{s}->s{to}", stage=s,
+                                          microbatch=j % m, iteration=j // m, nbytes=size, deps=(src.id,))
+    for s, order in enumerate(orders):
+        for ph, j, _ in order:
+            send = sends.get((s, ph, j))
+            if send is None:
+                continue
+            recv = prog.add(layout.device(s, layout.replica_of(s, j)), "recv", "recv", "recv" + send.name[4:],
+                            stage=s, microbatch=j % m, iteration=j // m, nbytes=send.nbytes, peer=send.id)
+            send.peer = recv.id
+            consumer = passes[(s, ph, j)][0]
+            consumer.deps = consumer.deps + (recv.id,)
