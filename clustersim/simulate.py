@@ -56,8 +56,10 @@ def compile_scenario(sc: Scenario) -> Program:
     if sc.parallel.stage_replicas is not None:
         prog = compile_replicated(schedule, device_layout(sc), costs, sc.num_microbatches, sc.simulation.iterations)
     else:
+        gc = sc.parallel.gradient_compression
         prog = compile_pipeline(schedule, plan, costs, sc.num_microbatches, sc.simulation.iterations,
-                                fold=decide_fold(sc).enabled)
+                                fold=decide_fold(sc).enabled,
+                                compression=(gc.ratio, gc.time_per_gib / 2**30) if gc else None)
     prog.check()
     if sc.simulation.detail == "stage":
         prog = coarsen(prog)

@@ -235,6 +235,15 @@ class TrainingSpec(_Spec):
     optimizer: Literal["adam", "sgd"] = "adam"
 
 
+class CompressionSpec(_Spec):
+    """Gradient compression for the data-parallel all-reduce: bytes shrink ``ratio``
+    times; compressing and decompressing cost ``time_per_gib`` of GPU time per GiB of
+    uncompressed gradient (half before the all-reduce, half after)."""
+
+    ratio: float = Field(ge=1)
+    time_per_gib: Time = 0.0
+
+
 def _dp_value(dp: object) -> int | str:
     if dp == "auto" or (isinstance(dp, int) and not isinstance(dp, bool) and dp >= 1):
         return dp
@@ -272,6 +281,8 @@ class ParallelSpec(_Spec):
     stage_replicas: Annotated[list[int] | None, BeforeValidator(_replicas_value)] = None
     sequence_parallel: bool = False
     zero: int = Field(default=0, ge=0, le=3)
+    #: compress data-parallel gradients before their all-reduce (e.g. over WAN links)
+    gradient_compression: CompressionSpec | None = None
 
     @field_validator("schedule")
     @classmethod

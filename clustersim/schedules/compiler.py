@@ -42,11 +42,14 @@ from .registry import Schedule
 
 
 def compile_pipeline(schedule: Schedule, plan: Plan, costs: list[StageCost], m: int,
-                     iterations: int = 1, fold: bool = False) -> Program:
+                     iterations: int = 1, fold: bool = False,
+                     compression: tuple[float, float] | None = None) -> Program:
     """The Program of ``iterations`` training iterations of ``schedule`` under ``plan``.
 
     ``costs`` holds one entry per model chunk (p·v of them, in model order). ``fold``
-    emits one representative per stage (module docstring)."""
+    emits one representative per stage (module docstring). ``compression`` = (ratio,
+    seconds per uncompressed byte): DP gradients shrink ``ratio`` times for their
+    all-reduce, between a ``compress`` and a ``decompress`` compute op of half the time each."""
     p = plan.pp
     if len(costs) % p:
         raise ProgramError(f"schedule {schedule.name!r}: {len(costs)} model chunks do not divide over {p} stages")
@@ -62,7 +65,7 @@ def compile_pipeline(schedule: Schedule, plan: Plan, costs: list[StageCost], m: 
         s = plan.coords(dev)[0]
         prog.static_memory[dev] = copies * sum(costs[k].param_bytes for k in stage_chunks(schedule, s, p, v))
     for r in range(1 if fold else plan.dp):
-        _emit_replica(prog, plan, schedule, costs, orders, m, v, r, fold)
+        _emit_replica(prog, plan, schedule, costs, orders, m, v, r, fold, compression)
     return prog
 
 
@@ -102,7 +105,7 @@ def emit_pass(prog: Program, plan: Plan, cost: StageCost, phase: str, stage: int
     return first, last
 
 
-def _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold) -> None:
+def _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold, compression) -> None:
     dev = plan.device(s, r, t)
     has_w = {(j, k) for ph, j, k in order if ph == "W"}
     stash = schedule.weights == "stash"
@@ -114,11 +117,16 @@ def _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold)
                 grad = sum(costs[c].gradient_bytes for c in stage_chunks(schedule, s, plan.pp, v))
                 label = "" if schedule.flush else f" u{j}"
                 twins = tuple(plan.dp_group(s, q) for q in range(1, plan.tp)) if fold else ()
+                if compression:
+                    deps = _codec(prog, dev, "compress", grad * compression[1] / 2, s, last_it, deps)
                 ar = prog.add(dev, "comm", COLLECTIVE, f"dp all-reduce s{s}{label}", stage=s, iteration=last_it,
-                              nbytes=grad, deps=deps, group=plan.dp_group(s, t), collective="all_reduce",
+                              nbytes=int(grad / compression[0]) if compression else grad, deps=deps,
+                              group=plan.dp_group(s, t), collective="all_reduce",
                               tag=f"dp-allreduce it{last_it} u{j} s{s} t{t}", arrivals=1 if fold else 0,
                               shadows=twins)
                 deps = (ar.id,)
+                if compression:
+                    deps = _codec(prog, dev, "decompress", grad * compression[1] / 2, s, last_it, deps)
             opt = sum(costs[c].optimizer for c in stage_chunks(schedule, s, plan.pp, v))
             last = prog.add(dev, "compute", COMPUTE, "optimizer" if schedule.flush else f"optimizer u{j}", stage=s,
                             phase="O", iteration=last_it, duration=opt, deps=deps, version=version + 1)
@@ -141,14 +149,20 @@ def _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold)
         last = first_last[1]
 
 
+def _codec(prog: Program, dev: int, name: str, seconds: float, s: int, it: int, deps: tuple) -> tuple[int]:
+    """A gradient (de)compression kernel on the compute lane; returns the deps that follow it."""
+    op = prog.add(dev, "compute", COMPUTE, name, stage=s, phase="O", iteration=it, duration=seconds, deps=deps)
+    return (op.id,)
+
+
 def _emit_replica(prog: Program, plan: Plan, schedule: Schedule, costs: list[StageCost], orders, m: int, v: int,
-                  r: int, fold: bool = False) -> None:
+                  r: int, fold: bool = False, compression: tuple[float, float] | None = None) -> None:
     p, n_chunks = plan.pp, len(costs)
     tp_ranks = range(1 if fold else plan.tp)
     passes: dict[tuple, tuple[Op, Op]] = {}
     for s, order in enumerate(orders):
         for t in tp_ranks:
-            _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold)
+            _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold, compression)
     sends: dict[tuple, Op] = {}
     for s, order in enumerate(orders):
         for t in tp_ranks:

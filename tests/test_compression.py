@@ -1,0 +1,71 @@
+"""Gradient compression for data-parallel all-reduces (e.g. training across data centres)."""
+
+import pytest
+
+import clustersim as cs
+from tests.conftest import synthetic
+
+GIB = 2**30
+
+
+def test_compression_closed_form_on_a_private_link():
+    # p = 1, dp = 2, ring over a private link (B, latency l, step α):
+    # T = m(f + b) + c/2 + [2(n−1)(α + l) + 2(n−1)/n · (S/k)/B] + c/2 + optimizer,
+    # with c = S/GiB × time_per_gib the (de)compression time and k the ratio.
+    m, f, b, opt, S, B, lat, alpha, n, k, per_gib = 4, 1e-3, 2e-3, 1e-4, GIB, 10e9, 1e-6, 4e-6, 2, 8.0, 0.02
+    raw = synthetic(1, m, f, b, dp=n, params=S, optimizer=opt, bandwidth=B, latency=lat)
+    raw["cluster"]["collective_alpha"] = {"intra_node": alpha, "inter_node": alpha}
+    raw["simulation"]["collectives"] = {"all_reduce": "ring"}
+    raw["parallel"]["gradient_compression"] = {"ratio": k, "time_per_gib": per_gib}
+    res = cs.simulate(raw, progress=False)
+    c = S / GIB * per_gib
+    t_ar = 2 * (n - 1) * (alpha + lat) + 2 * (n - 1) / n * (S / k) / B
+    assert res.summary["iteration_time_s"] == pytest.approx(m * (f + b) + c + t_ar + opt, rel=0.02)
+    ar = res.spans[res.spans["kind"] == "collective"]
+    assert (ar["bytes"] == int(S / k)).all()
+    names = set(res.spans["name"])
+    assert {"compress", "decompress"} <= names
+
+
+def _two_sites(wan_bandwidth: str, compressed: bool) -> dict:
+    # Two sites of one 8-GPU node each, joined by one WAN link; pp 1 × dp 16: the gradient
+    # all-reduce crosses the WAN.
+    raw = {
+        "name": f"2 sites over {wan_bandwidth}",
+        "cluster": {"nodes": 2, "gpus_per_node": 8, "nic": {"bandwidth": "200 Gbit/s", "per_node": 8},
+                    "topology": {"kind": "wan", "bandwidth": wan_bandwidth, "latency": "20 ms",
+                                 "sites": [{"nodes": 1, "topology": {"kind": "single_node"}},
+                                           {"nodes": 1, "topology": {"kind": "single_node"}}]}},
+        "model": {"kind": "synthetic", "layers": 4, "forward": "5 ms", "backward": "10 ms", "params": "256 MiB"},
+        "training": {"global_batch": 64},
+        "parallel": {"pp": 1, "dp": 16},
+        "simulation": {"network": "analytical", "collective_model": "analytical"},
+    }
+    if compressed:
+        raw["parallel"]["gradient_compression"] = {"ratio": 10, "time_per_gib": "100 ms"}
+    return raw
+
+
+def test_compression_pays_on_slow_wan_and_costs_on_fast_links():
+    def times(bw):
+        plain = cs.simulate(_two_sites(bw, False), progress=False).summary["iteration_time_s"]
+        packed = cs.simulate(_two_sites(bw, True), progress=False).summary["iteration_time_s"]
+        return plain, packed
+
+    compute = 4 * 4 * 15e-3  # m = 4 micro-batches of 4 layers × (5 + 10) ms
+    codec = 1.0 * 0.1  # 1 GiB of gradients at 100 ms per GiB
+    slow_plain, slow_packed = times("100 Mbit/s")
+    comm_plain, comm_packed = slow_plain - compute, slow_packed - compute - codec
+    # 1 GiB over 100 Mbit/s is bandwidth-bound: the all-reduce shrinks by about the ratio
+    # (its latency terms do not shrink, hence the tolerance)
+    assert comm_plain > 10 * compute
+    assert comm_plain / comm_packed == pytest.approx(10, rel=0.05)
+    fast_plain, fast_packed = times("400 Gbit/s")
+    assert fast_packed > fast_plain  # compute dominates: the codec time is pure cost
+
+
+def test_compression_ratio_below_one_is_an_error():
+    raw = synthetic(1, 2, dp=2)
+    raw["parallel"]["gradient_compression"] = {"ratio": 0.5}
+    with pytest.raises(cs.ScenarioError, match=r"parallel.gradient_compression.ratio: 0.5 is invalid"):
+        cs.load_scenario(raw)
