@@ -13,7 +13,9 @@ count and the end-to-end ``simulate()`` wall time.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import simpy
 
@@ -22,18 +24,8 @@ from clustersim.engine.interpreter import Engine
 from clustersim.engine.network_setup import build_network
 from clustersim.trace.recorder import Recorder
 
-
-def bare_simpy_rate(n: int) -> float:
-    env = simpy.Environment()
-
-    def loop():
-        for _ in range(n):
-            yield env.timeout(1.0)
-
-    env.process(loop())
-    t0 = time.process_time()
-    env.run()
-    return n / (time.process_time() - t0)
+sys.path.insert(0, str(Path(__file__).parent))
+from baseline import bare_simpy_rate  # noqa: E402, I001
 
 
 def pipeline_scenario(p: int, m: int) -> dict:

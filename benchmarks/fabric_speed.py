@@ -15,8 +15,10 @@ CPU time (``time.process_time``) so other load on the machine disturbs less.
 
 from __future__ import annotations
 
+import sys
 import time
 from itertools import pairwise
+from pathlib import Path
 
 import simpy
 
@@ -24,22 +26,11 @@ from clustersim.network.packet import PacketFabric
 from clustersim.topology import build_topology
 from clustersim.trace.recorder import Recorder
 
+sys.path.insert(0, str(Path(__file__).parent))
+from baseline import bare_simpy_rate  # noqa: E402
+
 MiB = 1 << 20
 REPEATS = 3
-
-
-def bare_timeout_loop(n: int = 200_000) -> float:
-    """Events per second of one process doing ``n`` timeouts."""
-    env = simpy.Environment()
-
-    def proc():
-        for _ in range(n):
-            yield env.timeout(1.0)
-
-    env.process(proc())
-    t0 = time.process_time()
-    env.run()
-    return n / (time.process_time() - t0)
 
 
 def bare_timeout_loop_parallel(processes: int = 512, n: int = 200) -> float:
@@ -101,7 +92,7 @@ def fat_tree_case(nbytes: int = 64 * MiB) -> tuple[float, int]:
 
 
 def main() -> None:
-    bare = max(bare_timeout_loop() for _ in range(REPEATS))
+    bare = max(bare_simpy_rate() for _ in range(REPEATS))
     a_rate, a_hops = max(chain_case() for _ in range(REPEATS))
     b_rate, b_hops = max(fat_tree_case() for _ in range(REPEATS))
     par = max(bare_timeout_loop_parallel() for _ in range(REPEATS))

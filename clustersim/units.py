@@ -19,6 +19,11 @@ _DEC = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "
 _BIN = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
 _TIME = {"s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "min": 60.0, "h": 3600.0}
 
+_SIZE_UNITS = {
+    "bytes": re.compile(r"(Ki|Mi|Gi|Ti|Pi|[kKMGTPE]?)(B|bit|b)"),
+    "bandwidth": re.compile(r"(Ki|Mi|Gi|Ti|[kKMGTP]?)(B|bit|b)(/s|ps)"),
+}
+
 _NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
 _RE = re.compile(rf"^\s*{_NUM}\s*([A-Za-zµ/]*)\s*$")
 
@@ -42,18 +47,11 @@ def _convert(num: float, unit: str, kind: str) -> float | None:
         return num
     if kind == "time":
         return num * _TIME[unit] if unit in _TIME else None
-    if kind == "bytes":
-        m = re.fullmatch(r"(Ki|Mi|Gi|Ti|Pi|[kKMGTPE]?)(B|bit|b)", unit)
+    if kind in _SIZE_UNITS:  # bytes and bandwidth: a prefix, then B (bytes) or b/bit (bits)
+        m = _SIZE_UNITS[kind].fullmatch(unit)
         if not m:
             return None
-        scale = _prefix(m.group(1))
-        return num * scale / (8.0 if m.group(2) in ("b", "bit") else 1.0)
-    if kind == "bandwidth":
-        m = re.fullmatch(r"(Ki|Mi|Gi|Ti|[kKMGTP]?)(B|bit|b)(/s|ps)", unit)
-        if not m:
-            return None
-        scale = _prefix(m.group(1))
-        return num * scale / (8.0 if m.group(2) in ("b", "bit") else 1.0)
+        return num * _prefix(m.group(1)) / (8.0 if m.group(2) in ("b", "bit") else 1.0)
     if kind == "flops":
         m = re.fullmatch(r"([kKMGTPE]?)(FLOP|FLOPS|flop|flops)(/s)?", unit)
         if not m:
