@@ -83,3 +83,14 @@ def test_oom_is_reported_not_raised(base):
     hint = res.summary["oom_hint"]
     assert "optimizer" in hint and "activations" in hint and "recompute" in hint
     assert res.devices["oom"].any()
+
+
+def test_breakdown_follows_an_explicit_partition():
+    # 24 layers split [4, 8, 8, 4] instead of evenly: stage 1 holds twice stage 0's layers
+    sc = cs.load_scenario("scenarios/quickstart.yaml").with_overrides(
+        {"parallel.partition": [4, 8, 8, 4], "simulation.network": "analytical"})
+    dev = cs.simulate(sc, progress=False).devices.groupby("stage")["params_bytes"].first()
+    even = cs.simulate(sc.with_overrides({"parallel.partition": "even"}), progress=False).devices
+    per_layer = (even.groupby("stage")["params_bytes"].first()[1]) / 6  # stage 1: 6 layers when even
+    assert dev[1] == pytest.approx(8 * per_layer, rel=1e-9)
+    assert dev[2] == pytest.approx(8 * per_layer, rel=1e-9)

@@ -102,9 +102,11 @@ def memory_columns(sc, devices) -> tuple[dict[str, list[float]], str]:
     Static parts come from the stages' :class:`StageCost` ``memory_parts``; activations are
     the simulated peak minus the static bytes (what the schedule really kept in flight).
     """
+    from ..planner import resolve_partition
     from .stage_cost import chunk_costs
 
-    costs = chunk_costs(sc, sc.parallel.pp * sc.parallel.virtual_stages)
+    chunks = sc.parallel.pp * sc.parallel.virtual_stages
+    costs = chunk_costs(sc, chunks, resolve_partition(sc, chunks))  # the partition the run used
     p = sc.parallel.pp
     cols: dict[str, list[float]] = {k: [] for k in ("params_bytes", "grads_bytes", "optimizer_bytes",
                                                     "buffers_bytes", "activations_bytes")}
