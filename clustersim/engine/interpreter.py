@@ -32,6 +32,8 @@ from heapq import heappush
 import simpy
 from simpy.events import NORMAL, Event
 
+from ..collectives import choose_algorithm, estimate_time, run_collective
+from ..collectives.group import Group
 from ..errors import SimulationStall
 from ..network.base import Fabric
 from ..program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program
@@ -96,7 +98,7 @@ class Engine:
 
     def run(self) -> None:
         """Start every lane, run the simulation to the end; raise SimulationStall on deadlock."""
-        advance, drain, on_event = self._hot_path()
+        drain, on_event = self._hot_path()
         self._lane_states = [_Lane(lane_ops, on_event) for lane_ops in self.lanes.values()]
         self._ready.extend(self._lane_states)
         drain()
@@ -109,10 +111,11 @@ class Engine:
 
     def _hot_path(self):
         """The interpreter loop as closures over the engine's tables (free variables are as
-        cheap as locals, and no call sets them up again): ``advance(lane)`` finishes the
-        lane's running op (its end event just fired), then starts ops until one must wait
-        for time to pass or for another lane; ``drain()`` advances the lanes an op's end
-        woke; ``on_event(lane, event)`` is every timed op's SimPy callback."""
+        cheap as locals, and no call sets them up again). Returns ``drain()``, which
+        advances the lanes an op's end woke, and ``advance(lane, event=None)``, which
+        finishes the lane's running op (its end event just fired), starts ops until one
+        must wait for time to pass or for another lane, and — when SimPy calls it back
+        with the event — drains the lanes it woke."""
         env, start, finished, waiters, waits = self.env, self.start, self.finished, self.waiters, self.waits
         record, ready, change, durations = self._record, self._ready, self.memory.change, self.durations
         wake, popleft = ready.extend, ready.popleft
@@ -197,7 +200,7 @@ class Engine:
             while ready:
                 advance(popleft())
 
-        return advance, drain, advance
+        return drain, advance
 
     def _send(self, op: Op) -> simpy.Event:
         names, transfer = self.names, self.fabric.transfer
@@ -241,8 +244,6 @@ class Engine:
         return state[1]
 
     def _run_collective(self, op, finished: simpy.Event):
-        from ..collectives import run_collective
-
         names = self.names
         algorithm = op.algorithm if op.algorithm != "auto" else self.algorithms.get(op.collective, "auto")
         self._collectives_change(op.group, +1)
@@ -264,9 +265,6 @@ class Engine:
         key = (op.collective, op.group, op.nbytes, algorithm)
         t = self._estimates.get(key)
         if t is None:
-            from ..collectives import choose_algorithm, estimate_time
-            from ..collectives.group import Group
-
             group = Group(self.env, self.fabric, [self.names[d] for d in op.group], self.alpha)
             name = choose_algorithm(group, op.collective, op.nbytes) if algorithm == "auto" else algorithm
             t = self._estimates[key] = estimate_time(op.collective, name, len(op.group), op.nbytes, **group.shape())

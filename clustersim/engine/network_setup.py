@@ -5,24 +5,19 @@ from __future__ import annotations
 import simpy
 
 from ..network.base import DirectFabric, Fabric
+from ..network.factory import NETWORK_MODELS, build_fabric
+from ..topology import build_topology
 from ..trace.recorder import Recorder
 
-#: ``direct``: a private link per GPU pair at the intra-node bandwidth (the skeleton's model);
-#: ``packet``: chunked store-and-forward over the topology (default);
-#: ``analytical``: route latency + bytes / bottleneck bandwidth, no queueing.
-NETWORK_MODEL_NAMES = ("packet", "analytical", "direct")
+#: the topology-based models of the fabric registry (``packet`` default, ``analytical``),
+#: plus ``direct``: a private link per GPU pair at the intra-node bandwidth, no topology.
+NETWORK_MODEL_NAMES = (*NETWORK_MODELS, "direct")
 
 
 def cluster_dict(cluster) -> dict:
-    """The resolved cluster section as the plain dict the topology builders take.
-
-    ``topology.kind: auto`` (the default) means one NVSwitch node for a single node and a
-    fat tree for several.
-    """
-    out = cluster.model_dump()
-    if out["topology"].get("kind", "auto") == "auto":
-        out["topology"] = {**out["topology"], "kind": "single_node" if cluster.nodes == 1 else "fat_tree"}
-    return out
+    """The resolved cluster section as the plain dict the topology builders take
+    (``topology.kind: auto`` is resolved by :func:`clustersim.topology.build_topology`)."""
+    return cluster.model_dump()
 
 
 def build_network(scenario, env: simpy.Environment, recorder: Recorder) -> Fabric:
@@ -31,9 +26,6 @@ def build_network(scenario, env: simpy.Environment, recorder: Recorder) -> Fabri
     if kind == "direct":
         intra = scenario.cluster.intra_node
         return DirectFabric(env, recorder, intra.bandwidth * intra.efficiency, intra.latency)
-    from ..network.factory import build_fabric
-    from ..topology import build_topology
-
     graph = build_topology(cluster_dict(scenario.cluster))
     chunk = scenario.simulation.chunk_size
     return build_fabric(kind, env, recorder, graph, chunk_size=int(chunk) if chunk else None,

@@ -52,10 +52,10 @@ def _obstacle(sc) -> str | None:
 def decide_fold(sc) -> FoldDecision:
     """Apply ``simulation.fold`` (true | false | auto) to a scenario."""
     want = sc.simulation.fold
-    if want is False or want == "false":
+    if want is False:
         return FoldDecision(False, "no")
     why = _obstacle(sc)
-    if want is True or want == "true":
+    if want is True:
         if why is not None:
             raise ScenarioError("simulation.fold", True, f"cannot fold this scenario: {why}; use false or auto")
         return FoldDecision(True, _describe(sc))
