@@ -21,42 +21,33 @@ from __future__ import annotations
 from .registry import register_schedule
 
 
-@register_schedule("zb_h1", "ZB-H1: split backward (B, W), W deferred into the bubbles; 1F1B's memory")
-def zb_h1(stage: int, p: int, m: int) -> list[tuple[str, int]]:
-    nf = min(p - stage, m)
+def _split_backward(m: int, warmup: int, w_before_f, w_after_b) -> list[tuple[str, int]]:
+    """The shape both ZB schedules share: ``warmup`` forwards, then a B per step followed
+    by a forward while forwards remain, W after the last B. ``w_before_f(k, nw)`` and
+    ``w_after_b(k, nw)`` say how many pending W (``nw`` done so far) run after the k-th B
+    while forwards remain, respectively once they are done."""
+    nf, nw = min(warmup, m), 0
     out = [("F", j) for j in range(nf)]
-    nw = 0
     for k in range(m):
         out.append(("B", k))
         if k == m - 1:
-            out += [("W", j) for j in range(nw, m)]
-        elif nf < m:
-            if k + 1 - nw >= p:  # keep at most p − 1 weight gradients pending
-                out.append(("W", nw))
-                nw += 1
+            return out + [("W", j) for j in range(nw, m)]
+        n = w_before_f(k, nw) if nf < m else w_after_b(k, nw)
+        out += [("W", j) for j in range(nw, nw + n)]
+        nw += n
+        if nf < m:
             out.append(("F", nf))
             nf += 1
-        else:
-            for _ in range(2):
-                if nw <= k:
-                    out.append(("W", nw))
-                    nw += 1
     return out
+
+
+@register_schedule("zb_h1", "ZB-H1: split backward (B, W), W deferred into the bubbles; 1F1B's memory")
+def zb_h1(stage: int, p: int, m: int) -> list[tuple[str, int]]:
+    # keep at most p − 1 weight gradients pending; once forwards are done, up to two W per B
+    return _split_backward(m, p - stage, lambda k, nw: int(k + 1 - nw >= p), lambda k, nw: min(2, k + 1 - nw))
 
 
 @register_schedule("zb_h2", "ZB-H2: split backward, extra warm-up forwards, W at the tail; (2p-1) in flight")
 def zb_h2(stage: int, p: int, m: int) -> list[tuple[str, int]]:
-    nf = min(2 * p - 1 - 2 * stage, m)
-    out = [("F", j) for j in range(nf)]
-    nw = 0
-    for k in range(m):
-        out.append(("B", k))
-        if k == m - 1:
-            out += [("W", j) for j in range(nw, m)]
-        elif nf < m:
-            out.append(("F", nf))
-            nf += 1
-        elif nw < k:
-            out.append(("W", nw))
-            nw += 1
-    return out
+    # no W while forwards remain (the parallelogram), then one W per B
+    return _split_backward(m, 2 * p - 1 - 2 * stage, lambda k, nw: 0, lambda k, nw: int(nw < k))

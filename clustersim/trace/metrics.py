@@ -40,18 +40,10 @@ def busy_time(starts: np.ndarray, ends: np.ndarray, t0: float, t1: float) -> flo
         return 0.0
     order = np.argsort(s, kind="stable")
     s, e = s[order], e[order]
-    total, cur_s, cur_e = 0.0, s[0], e[0]
-    for a, b in zip(s[1:], e[1:]):
-        if a > cur_e:
-            total += cur_e - cur_s
-            cur_s, cur_e = a, b
-        elif b > cur_e:
-            cur_e = b
-    return float(total + cur_e - cur_s)
-
-
-def _intervals(df: pd.DataFrame) -> list[tuple[float, float]]:
-    return list(zip(df["start_s"].to_numpy(), df["end_s"].to_numpy()))
+    # each interval adds only what reaches past every earlier interval's end
+    reach = np.maximum.accumulate(e)
+    prev = np.r_[s[0], reach[:-1]]
+    return float(np.clip(e - np.maximum(s, prev), 0.0, None).sum())
 
 
 def device_bubbles(spans: pd.DataFrame, window: tuple[float, float]) -> dict[str, float]:
@@ -75,10 +67,8 @@ def exposed_comm(spans: pd.DataFrame, window: tuple[float, float]) -> float:
         return 0.0
     fractions = []
     for _dev, df in g.groupby("device", sort=False):
-        comm = df[df["lane"] != "compute"]
         comp = df[df["lane"] == "compute"]
-        both = pd.concat([comm, comp])
-        union = busy_time(both["start_s"].to_numpy(), both["end_s"].to_numpy(), t0, t1)
+        union = busy_time(df["start_s"].to_numpy(), df["end_s"].to_numpy(), t0, t1)
         compute = busy_time(comp["start_s"].to_numpy(), comp["end_s"].to_numpy(), t0, t1)
         fractions.append((union - compute) / length)
     return float(np.mean(fractions))
