@@ -54,10 +54,7 @@ def compile_pipeline(schedule: Schedule, plan: Plan, costs: list[StageCost], m: 
     if len(costs) % p:
         raise ProgramError(f"schedule {schedule.name!r}: {len(costs)} model chunks do not divide over {p} stages")
     v = len(costs) // p
-    if schedule.chunks is not None and v != schedule.chunks:
-        raise ProgramError(f"schedule {schedule.name!r} runs {schedule.chunks} model chunk(s) per stage; got "
-                           f"{len(costs)} chunks for {p} stages (parallel.virtual_stages must be {schedule.chunks})")
-    schedule.validate(p, m, v)
+    schedule.validate(p, m, v)  # chunks per stage and the schedule's own constraints
     orders = run_orders(schedule, p, m, v, iterations)
     prog = Program(plan.num_devices)
     copies = 2 if schedule.weights == "double" else 1
@@ -67,6 +64,18 @@ def compile_pipeline(schedule: Schedule, plan: Plan, costs: list[StageCost], m: 
     for r in range(1 if fold else plan.dp):
         _emit_replica(prog, plan, schedule, costs, orders, m, v, r, fold, compression)
     return prog
+
+
+def pass_memory(cost: StageCost, phase: str, split: bool, stash: bool) -> tuple[int, int]:
+    """(bytes allocated at the pass's start, bytes freed at its end): a forward takes the
+    chunk's activations (and, with weight stashing, a weight version); the backward frees
+    them — the stashed version only once its W is done when the backward is split."""
+    weights = cost.memory_parts.get("params", cost.param_bytes) if stash else 0
+    if phase == "F":
+        return cost.activation_memory + weights, 0
+    if phase == "B":
+        return 0, cost.activation_memory + (0 if split else weights)
+    return 0, weights
 
 
 def emit_pass(prog: Program, plan: Plan, cost: StageCost, phase: str, stage: int, r: int, t: int,
@@ -133,15 +142,10 @@ def _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold,
             version += 1
             continue
         cost, mb, last_it = costs[k], j % m, j // m
-        weights = cost.memory_parts.get("params", cost.param_bytes) if stash else 0
         split = (j, k) in has_w
         if ph == "F":
             fwd_version[(j, k)] = version
-            alloc, free = cost.activation_memory + weights, 0
-        elif ph == "B":
-            alloc, free = 0, cost.activation_memory + (0 if split else weights)
-        else:
-            alloc, free = 0, weights
+        alloc, free = pass_memory(cost, ph, split, stash)
         name = f"{ph}{mb}" + (f"c{k}" if v > 1 else "")
         passes[(s, t, ph, j, k)] = first_last = emit_pass(
             prog, plan, cost, ph, s, r, t, mb, last_it, split=split and ph == "B", name=name,

@@ -29,7 +29,7 @@ from itertools import accumulate
 from ..errors import ProgramError
 from ..program import COLLECTIVE, COMPUTE, Op, Program
 from ..workload.stage_cost import StageCost
-from .compiler import emit_pass
+from .compiler import emit_pass, pass_memory
 from .orders import run_orders
 from .registry import SCHEDULES, Schedule
 
@@ -127,7 +127,6 @@ def _emit_replica_stage(prog: Program, layout: ReplicaLayout, schedule: Schedule
     """Replica ``i`` of stage ``s``: its micro-batches' passes and the stage's kept updates."""
     r, dev = layout.replicas[s], layout.device(s, i)
     has_w = {j for ph, j, _ in order if ph == "W"}
-    weights = cost.memory_parts.get("params", cost.param_bytes) if schedule.weights == "stash" else 0
     version, fwd_version, last = 0, {}, None
     for pos, (ph, j, _) in enumerate(order):
         if ph == "O":
@@ -150,11 +149,7 @@ def _emit_replica_stage(prog: Program, layout: ReplicaLayout, schedule: Schedule
         split = j in has_w
         if ph == "F":
             fwd_version[j] = version
-            alloc, free = cost.activation_memory + weights, 0
-        elif ph == "B":
-            alloc, free = 0, cost.activation_memory + (0 if split else weights)
-        else:
-            alloc, free = 0, weights
+        alloc, free = pass_memory(cost, ph, split, schedule.weights == "stash")
         passes[(s, ph, j)] = emit_pass(prog, layout, cost, ph, s, i, 0, j % m, j // m, split=split and ph == "B",
                                        name=f"{ph}{j % m}", version=fwd_version[j], alloc=alloc, free=free,
                                        after=last)

@@ -9,7 +9,7 @@ Files::
     scenario.resolved.yaml   the scenario with every default filled in
     trace.json               Chrome/Perfetto trace (ui.perfetto.dev)
     gantt.png, utilization.png, memory.png, breakdown.png   pictures (plots=True)
-    heatmap.png              busy heatmap, for runs above 32 GPUs
+    heatmap.png              busy heatmap, for runs above AGGREGATE_ABOVE (32) GPUs
 
 Every picture is drawn from spans, devices and memory only, so :func:`redraw` on a
 reloaded bundle draws the same pictures as the live Result.
@@ -75,7 +75,9 @@ def redraw(res, directory: str | Path, dpi: int = 110) -> list[Path]:
     out = Path(directory)
     figs = {"gantt.png": res.plot_gantt, "utilization.png": res.plot_utilization, "memory.png": res.plot_memory,
             "breakdown.png": res.plot_breakdown}
-    if res.spans.loc[res.spans["lane"] != "link", "device"].nunique() > 32:
+    from ..viz.layout import AGGREGATE_ABOVE, num_gpus
+
+    if num_gpus(res.spans) > AGGREGATE_ABOVE:
         figs["heatmap.png"] = res.plot_heatmap
     written = []
     for name, draw in figs.items():

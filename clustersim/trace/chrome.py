@@ -48,6 +48,7 @@ def _tracks(spans: pd.DataFrame, devices: pd.DataFrame | None) -> tuple[np.ndarr
                                                         LANE_ORDER.get(p[1], 9), p[1]))
     procs: dict[str, int] = {}
     tracks: dict[tuple[str, str], tuple[int, int]] = {}
+    per_proc: dict[int, int] = {}  # tracks so far in each process
     meta: list[dict] = []
     for d, ln in pairs:
         proc = "links" if ln == "link" else (f"node {node[d]}" if d in node else "gpus")
@@ -55,7 +56,7 @@ def _tracks(spans: pd.DataFrame, devices: pd.DataFrame | None) -> tuple[np.ndarr
             procs[proc] = pid = len(procs) + 1
             meta += [_meta("process_name", pid, 0, proc), _meta("process_sort_index", pid, 0, pid)]
         pid = procs[proc]
-        tid = sum(1 for p, _ in tracks.values() if p == pid) + 1
+        tid = per_proc[pid] = per_proc.get(pid, 0) + 1
         tracks[(d, ln)] = (pid, tid)
         meta += [_meta("thread_name", pid, tid, d if ln == "link" else f"{d} {ln}"),
                  _meta("thread_sort_index", pid, tid, tid)]

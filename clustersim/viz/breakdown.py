@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..trace.metrics import busy_time, iteration_window
+from ..trace.metrics import busy_time, gpu_spans, iteration_window
 from .colors import IDLE_COLOR
-from .layout import device_info, gpu_spans, new_figure
+from .layout import device_info, new_figure
 
 PARTS = ("compute", "exposed_comm", "bubble", "idle")
 PART_COLORS = {"compute": "#4C72B0", "exposed_comm": "#C44E52", "bubble": "#CCB974", "idle": IDLE_COLOR}

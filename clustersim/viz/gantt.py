@@ -15,7 +15,7 @@ import numpy as np
 from matplotlib.patches import Patch
 
 from .colors import IDLE_COLOR, activities, color_of, label_of, legend_order
-from .layout import AGGREGATE_ABOVE, busiest_links, device_info, device_names, lane_rows, new_figure
+from .layout import AGGREGATE_ABOVE, busiest_links, device_info, device_names, lane_rows, new_figure, num_gpus
 
 MAX_LABELS = 3000
 
@@ -31,7 +31,7 @@ def plot_gantt(spans, ax=None, devices=None, window=None, links=False, title="",
     ``devices``) supplies stage and node labels.
     """
     names = device_names(devices)
-    n_gpus = spans.loc[spans["lane"] != "link", "device"].nunique()
+    n_gpus = num_gpus(spans)
     if aggregate is None:
         aggregate = names is None and n_gpus > AGGREGATE_ABOVE
     if aggregate:

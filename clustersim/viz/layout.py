@@ -14,6 +14,8 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from ..trace.metrics import gpu_spans
+
 #: GPU lanes top to bottom inside one device's block of rows
 LANE_ORDER = {"compute": 0, "tp": 1, "comm": 2, "send": 3, "recv": 4}
 #: above this many GPUs the Gantt draws one aggregated row per stage (or node) instead
@@ -34,9 +36,9 @@ def device_names(devices) -> set[str] | None:
     return {f"gpu{int(d)}" if isinstance(d, (int, np.integer)) else str(d) for d in devices}
 
 
-def gpu_spans(spans: pd.DataFrame) -> pd.DataFrame:
-    """Spans of GPU lanes (not links)."""
-    return spans[spans["lane"] != "link"]
+def num_gpus(spans: pd.DataFrame) -> int:
+    """How many GPUs have spans (what decides the aggregated views)."""
+    return gpu_spans(spans)["device"].nunique()
 
 
 def device_info(spans: pd.DataFrame, devices: pd.DataFrame | None = None) -> pd.DataFrame:
