@@ -14,7 +14,7 @@ from .engine.interpreter import Engine
 from .engine.network_setup import build_network
 from .engine.variability import compute_scales
 from .hardware.gpus import get_gpu
-from .parallel.fold import decide_fold, representative
+from .parallel.fold import can_fold, decide_fold, representative
 from .parallel.plan import Plan
 from .program import Program
 from .progress import SimProgress, wanted
@@ -45,8 +45,11 @@ def device_layout(sc: Scenario) -> Plan | ReplicaLayout:
     return plan_of(sc)
 
 
-def compile_scenario(sc: Scenario) -> Program:
-    """The checked Program a scenario compiles to (without running it)."""
+def compile_scenario(sc: Scenario, fold: bool | None = None) -> Program:
+    """The checked Program a scenario compiles to (without running it).
+
+    ``fold``: None applies ``simulation.fold``; True folds whenever folding is exact
+    (tools that only need one GPU per stage, e.g. the memory estimate)."""
     from .planner import resolve_partition
 
     plan = plan_of(sc)
@@ -58,7 +61,7 @@ def compile_scenario(sc: Scenario) -> Program:
     else:
         gc = sc.parallel.gradient_compression
         prog = compile_pipeline(schedule, plan, costs, sc.num_microbatches, sc.simulation.iterations,
-                                fold=decide_fold(sc).enabled,
+                                fold=decide_fold(sc).enabled if fold is None else fold and can_fold(sc),
                                 compression=(gc.ratio, gc.time_per_gib / 2**30) if gc else None)
     prog.check()
     if sc.simulation.detail == "stage":

@@ -49,6 +49,11 @@ def _obstacle(sc) -> str | None:
     return None
 
 
+def can_fold(sc) -> bool:
+    """Whether folding this scenario is exact (see the module docstring)."""
+    return _obstacle(sc) is None
+
+
 def decide_fold(sc) -> FoldDecision:
     """Apply ``simulation.fold`` (true | false | auto) to a scenario."""
     want = sc.simulation.fold
