@@ -7,7 +7,7 @@ import math
 import pytest
 import simpy
 
-from clustersim.collectives import ALGORITHMS, KINDS, estimate_time, run_collective
+from clustersim.collectives import ALGORITHMS, estimate_time, run_collective
 from clustersim.network import DirectFabric, PacketFabric
 from clustersim.topology import build_topology
 from clustersim.trace.recorder import Recorder
@@ -119,6 +119,3 @@ def test_single_member_and_barrier_are_cheap():
     assert 0 < t < 1e-4
 
 
-def test_kinds_are_all_served():
-    for kind in KINDS:
-        assert any(kind in a.kinds for a in ALGORITHMS.values()), kind

@@ -46,6 +46,9 @@ def test_iteration_flops_match_megatron_eq3(name, tp, pp):
     costs = chunk_costs(sc, pp)
     per_gpu = sum(k.forward_flops + k.backward_flops for k in costs) * sc.num_microbatches
     assert per_gpu * tp == pytest.approx(megatron_flops(4, c.seq_len, c.layers, c.hidden, c.vocab), rel=0.01)
+    # the count behind summary["tflops_per_gpu"] / MFU: 4·l·(24bsh² + 4bs²h) + 6·bshV = eq. (3)
+    assert c.iteration_flops(4) == pytest.approx(megatron_flops(4, c.seq_len, c.layers, c.hidden, c.vocab),
+                                                 rel=1e-12)
 
 
 def test_hf_configs():

@@ -66,11 +66,12 @@ def static_bytes(params: float, precision: str, optimizer: str, zero: int, dp: i
             params * o / (shard if zero >= 1 else 1))
 
 
-def in_flight(order: list[tuple[str, int]]) -> int:
-    """Most micro-batches whose forward ran and backward has not, along a stage's order."""
+def in_flight(order: list[tuple]) -> int:
+    """Most micro-batches whose forward ran and backward has not, along a stage's order
+    (items ``(phase, mb)`` or ``(phase, mb, chunk)``)."""
     live = peak = 0
-    for phase, _mb in order:
-        live += 1 if phase == "F" else -1 if phase == "B" else 0
+    for item in order:
+        live += 1 if item[0] == "F" else -1 if item[0] == "B" else 0
         peak = max(peak, live)
     return peak
 
