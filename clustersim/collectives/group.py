@@ -14,19 +14,14 @@ NVLink 3.4 µs, PCIe 5.7 µs, network 14.0 µs. See ``docs/collectives.md``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from weakref import WeakKeyDictionary
-
-import networkx as nx
 
 from ..errors import ScenarioError
+from ..topology.routing import Router
 
 #: α per link technology, seconds (NCCL tuning.cc hwLat[.][RING][SIMPLE])
 DEFAULT_ALPHA: dict[str, float] = {"nvlink": 3.4e-6, "pcie": 5.7e-6, "net": 14.0e-6}
 #: α per link kind a user sets (``cluster.collective_alpha``): same host vs different hosts
 ALPHA_KEYS = ("intra_node", "inter_node")
-
-# path memo per topology graph: (src, dst) -> (bottleneck bandwidth, latency, path)
-_PATHS: WeakKeyDictionary = WeakKeyDictionary()
 
 
 def resolve_alpha(alpha: float | Mapping[str, float] | None, intra_kind: str = "nvlink") -> dict[str, float]:
@@ -57,6 +52,9 @@ class Group:
     def __init__(self, env, fabric, members: list[str], alpha=None):
         self.env, self.fabric, self.members = env, fabric, list(members)
         self.graph = getattr(fabric, "graph", None)
+        # the fabric's router (its routes and costs are cached there), or one of our own
+        self.router = None if self.graph is None else getattr(fabric, "router", None) or Router(self.graph)
+        self._paths: dict[tuple[str, str], tuple[float, float, tuple]] = {}
         if self.graph is not None:
             self.host = {m: self.graph.nodes[m].get("host", m) for m in self.members}
         else:
@@ -82,25 +80,15 @@ class Group:
         """Step latency α of a message ``src → dst``."""
         return self.alpha["intra_node" if self.host[src] == self.host.get(dst, None) else "inter_node"]
 
-    def path(self, src: str, dst: str) -> tuple[float, float, list]:
+    def path(self, src: str, dst: str) -> tuple[float, float, tuple]:
         """(bottleneck bandwidth B/s, summed latency s, nodes) of the route ``src → dst``."""
-        g = self.graph
-        if g is None:
-            return float(self.fabric.bandwidth), float(self.fabric.latency), [src, dst]
-        memo = _PATHS.setdefault(g, {})
-        key = (src, dst)
-        if key not in memo:
-            route = self._route(src, dst)
-            edges = [g.edges[a, b] for a, b in zip(route, route[1:], strict=False)]
-            bw = min((e.get("bandwidth", float("inf")) for e in edges), default=float("inf"))
-            memo[key] = (bw, sum(e.get("latency", 0.0) for e in edges), route)
-        return memo[key]
-
-    def _route(self, src: str, dst: str) -> list:
-        router = getattr(self.fabric, "router", None)
-        if router is not None and hasattr(router, "path"):
-            return list(router.path(src, dst))
-        return nx.shortest_path(self.graph, src, dst)
+        if self.graph is None:
+            return float(self.fabric.bandwidth), float(self.fabric.latency), (src, dst)
+        out = self._paths.get((src, dst))
+        if out is None:
+            latency, bottleneck = self.router.cost(src, dst)
+            out = self._paths[(src, dst)] = (bottleneck, latency, self.router.path(src, dst))
+        return out
 
     def pace_of(self, src: str, dst: str) -> float | None:
         """Injection bandwidth of ``src → dst`` (bytes/s), or None when unknown."""

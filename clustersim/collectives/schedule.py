@@ -60,16 +60,24 @@ def execute(env: simpy.Environment, fabric, engines: Sequence[Sequence[Msg]], al
     (member → seconds) is raised to the arrival time of every message a member sends or
     receives, so afterwards it holds each member's own completion time.
     """
-    dones = []
-    procs = []
+    # one countdown over every message: when the last one lands the collective is done
+    # (every engine has issued its last message by then, so nothing else needs waiting for)
+    left = [sum(len(prog) for prog in engines)]
+    if not left[0]:
+        return
+    all_done = env.event()
+
+    def landed(_event) -> None:
+        left[0] -= 1
+        if not left[0]:
+            all_done.succeed()
+
     for prog in engines:
+        for m in prog:
+            m.done.callbacks.append(landed)
         if prog:
-            procs.append(env.process(_engine(env, fabric, prog, alpha_of, pace_of, label, finish)))
-            dones.extend(m.done for m in prog)
-    if procs:
-        yield env.all_of(procs)
-    if dones:
-        yield env.all_of(dones)
+            env.process(_engine(env, fabric, prog, alpha_of, pace_of, label, finish))
+    yield all_done
 
 
 def _engine(env, fabric, prog, alpha_of, pace_of, label, finish):

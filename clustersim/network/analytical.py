@@ -13,14 +13,12 @@ are skipped. No link spans are recorded (there is no per-link occupancy to repor
 
 from __future__ import annotations
 
-import math
 from collections.abc import Hashable
 
 import networkx as nx
 import simpy
 
 from ..errors import ScenarioError
-from ..topology.graph import is_wire
 from ..topology.routing import Router
 from ..trace.recorder import Recorder
 from .base import Fabric
@@ -35,21 +33,10 @@ class AnalyticalFabric(Fabric):
         super().__init__(env, recorder)
         self.graph = graph
         self.router = Router(graph)
-        self._cost: dict[tuple, tuple[float, float]] = {}
 
     def route_cost(self, src: str, dst: str, flow_key: Hashable = None) -> tuple[float, float]:
         """``(latency sum, bottleneck bandwidth)`` of the route from ``src`` to ``dst``."""
-        key = (src, dst, flow_key)
-        cost = self._cost.get(key)
-        if cost is None:
-            latency, bottleneck = 0.0, math.inf
-            for u, v in self.router.links(src, dst, flow_key):
-                data = self.graph.edges[u, v]
-                if not is_wire(data):
-                    latency += data["latency"]
-                    bottleneck = min(bottleneck, data["bandwidth"])
-            cost = self._cost[key] = (latency, bottleneck)
-        return cost
+        return self.router.cost(src, dst, flow_key)
 
     def transfer(self, src: str, dst: str, nbytes: int, label: str = "", flow_key: Hashable = None) -> simpy.Event:
         """Fire after ``Σ latency + nbytes / bottleneck bandwidth`` of the route."""

@@ -22,6 +22,7 @@ hops only for the nodes a path visits; every path is cached.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Hashable
 from itertools import pairwise
 
@@ -53,6 +54,7 @@ class Router:
         self._dist: dict[str, dict[str, int]] = {}
         self._next: dict[tuple[str, str], tuple[str, ...]] = {}
         self._paths: dict[tuple, tuple[str, ...]] = {}
+        self._costs: dict[tuple, tuple[float, float]] = {}
 
     def _distances(self, dst: str) -> dict[str, int]:
         """Hop count from every node that reaches ``dst`` (one reverse BFS, cached)."""
@@ -106,3 +108,17 @@ class Router:
         """The directed links ``(u, v)`` of :meth:`path`, in order."""
         p = self.path(src, dst, flow_key)
         return tuple(pairwise(p))
+
+    def cost(self, src: str, dst: str, flow_key: Hashable = None) -> tuple[float, float]:
+        """``(summed latency s, bottleneck bandwidth bytes/s)`` of :meth:`path` (cached);
+        free wires add nothing (zero latency, infinite bandwidth)."""
+        key = (src, dst, flow_key)
+        cost = self._costs.get(key)
+        if cost is None:
+            latency, bottleneck = 0.0, math.inf
+            for u, v in self.links(src, dst, flow_key):
+                data = self.graph.edges[u, v]
+                latency += data["latency"]
+                bottleneck = min(bottleneck, data["bandwidth"])
+            cost = self._costs[key] = (latency, bottleneck)
+        return cost
