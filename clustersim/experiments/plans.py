@@ -18,20 +18,21 @@ A plan is a dict of scenario overrides. Rules (Megatron-LM's, and the project's 
 from __future__ import annotations
 
 import itertools
-import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ScenarioError
 from ..parallel.plan import Plan
 from ..scenario import Scenario
-from ..scenario.schema import ScenarioSpec
 from ..schedules import SCHEDULES
+from ..workload.resolve import resolve_transformer
+from ..workload.rules import model_layers, tp_obstacle
 
 #: knobs searched when the schema has the field and the model is not synthetic:
 #: dotted key → candidate values (None: the field's Literal values)
-OPTIONAL_KNOBS: dict[str, Sequence[Any] | None] = {
-    "training.recompute": None,
+#: memory/time knobs a real model's plans vary over (synthetic models have none)
+KNOBS: dict[str, tuple[Any, ...]] = {
+    "training.recompute": ("none", "selective", "full"),
     "parallel.zero": (0, 1, 2, 3),
     "parallel.sequence_parallel": (False, True),
 }
@@ -41,37 +42,6 @@ BUILTIN_SCHEDULES = ("1f1b", "gpipe")
 
 def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def _schema_values(dotted: str, default: Sequence[Any] | None) -> list[Any] | None:
-    """Candidate values of a schema field, or None when the schema has no such field."""
-    section, _, name = dotted.partition(".")
-    sec = ScenarioSpec.model_fields.get(section)
-    model = sec.annotation if sec is not None else None
-    if model is None or not hasattr(model, "model_fields") or name not in model.model_fields:
-        return None
-    if default is not None:
-        return list(default)
-    ann = model.model_fields[name].annotation
-    if typing.get_origin(ann) is typing.Literal:
-        return list(typing.get_args(ann))
-    return [False, True] if ann is bool else None
-
-
-def model_shape(sc: Scenario) -> tuple[int | None, tuple[int, ...]]:
-    """(layers, head counts tp must divide) of the scenario's model, where known."""
-    model = sc.model
-    layers = getattr(model, "layers", None)
-    heads = tuple(h for h in (getattr(model, "heads", None), getattr(model, "kv_heads", None)) if h)
-    preset = getattr(model, "preset", None)
-    if preset and (layers is None or not heads):
-        from ..workload.model_presets import TRANSFORMER_PRESETS
-
-        cfg = TRANSFORMER_PRESETS.get(preset, (None,))[0]
-        if cfg is not None:
-            layers = layers or cfg.layers
-            heads = heads or (cfg.heads, cfg.n_kv)
-    return layers, heads
 
 
 def cluster_overrides(sc: Scenario, gpus: int) -> dict[str, Any]:
@@ -93,22 +63,25 @@ def plan_space(sc: Scenario, gpus: int, *, micro_batches: Sequence[int] | None =
     cluster = cluster_overrides(sc, gpus)
     gpn = cluster.get("cluster.gpus_per_node", sc.cluster.gpus_per_node)
     synthetic = sc.model.kind == "synthetic"
-    layers, heads = model_shape(sc)
+    layers = model_layers(sc.model)
     v = sc.parallel.virtual_stages
-    tps = [1] if synthetic else [t for t in divisors(gpn) if gpus % t == 0 and all(h % t == 0 for h in heads)]
+    if sc.model.kind == "transformer":  # the same rule the scenario check applies
+        cfg = resolve_transformer(sc.model)
+        tps = [t for t in divisors(gpn) if gpus % t == 0 and tp_obstacle(cfg, t) is None]
+    else:
+        tps = [1]
     mbs = list(micro_batches or ([sc.training.micro_batch] if synthetic else DEFAULT_MICRO_BATCHES))
     scheds = list(schedules or [s for s in BUILTIN_SCHEDULES if s in SCHEDULES])
     unknown = [s for s in scheds if s not in SCHEDULES]
     if unknown:
         raise ScenarioError("schedules", unknown[0], f"not a known schedule; known: {', '.join(sorted(SCHEDULES))}")
-    extra = {} if synthetic else {k: vals for k, d in OPTIONAL_KNOBS.items()
-                                  if (vals := _schema_values(k, d)) is not None}
+    extra = {} if synthetic else {k: list(vals) for k, vals in KNOBS.items()}
     extra.update({k: list(vals) for k, vals in (vary or {}).items()})
     gb = sc.training.global_batch
     plans = []
     for tp in tps:
         for pp in divisors(gpus // tp):
-            if layers is not None and layers % (pp * v):
+            if layers % (pp * v):
                 continue
             dp = gpus // (tp * pp)
             for mb, sched in itertools.product(mbs, scheds):

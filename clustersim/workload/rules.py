@@ -21,16 +21,21 @@ def model_layers(model) -> int:
     return model.layers
 
 
+def tp_obstacle(cfg, tp: int) -> str | None:
+    """Why tensor parallelism ``tp`` cannot split transformer ``cfg`` (None if it can)."""
+    if cfg.heads % tp:
+        return f"model.heads = {cfg.heads} must divide by tp; accepted: a divisor of {cfg.heads}"
+    if cfg.n_kv % tp and tp % cfg.n_kv:
+        return f"model.kv_heads = {cfg.n_kv} and tp must divide one another"
+    if cfg.ffn_hidden % tp:
+        return f"model.ffn_hidden = {cfg.ffn_hidden} must divide by tp"
+    return None
+
+
 def check_model_rules(spec) -> None:
     """Raise ScenarioError when the plan cannot split the model (heads, kv heads, MLP by tp)."""
     if spec.model.kind != "transformer":
         return
-    cfg = resolve_transformer(spec.model)
-    tp = spec.parallel.tp
-    if cfg.heads % tp:
-        raise ScenarioError("parallel.tp", tp, f"model.heads = {cfg.heads} must divide by tp; "
-                            f"accepted: a divisor of {cfg.heads}")
-    if cfg.n_kv % tp and tp % cfg.n_kv:
-        raise ScenarioError("parallel.tp", tp, f"model.kv_heads = {cfg.n_kv} and tp must divide one another")
-    if cfg.ffn_hidden % tp:
-        raise ScenarioError("parallel.tp", tp, f"model.ffn_hidden = {cfg.ffn_hidden} must divide by tp")
+    why = tp_obstacle(resolve_transformer(spec.model), spec.parallel.tp)
+    if why is not None:
+        raise ScenarioError("parallel.tp", spec.parallel.tp, why)
