@@ -14,7 +14,7 @@ matched by their backward), so GPipe keeps m and 1F1B keeps p − s on stage s.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 #: (precision, optimizer) → bytes per parameter of (weights, gradients, optimizer states)
 BYTES_PER_PARAM: dict[tuple[str, str], tuple[int, int, int]] = {
@@ -53,8 +53,6 @@ class MemoryBreakdown:
     def fits(self) -> bool:
         return self.total <= self.capacity
 
-    def as_dict(self) -> dict[str, float]:
-        return {**asdict(self), "total": self.total}
 
 
 def static_bytes(params: float, precision: str, optimizer: str, zero: int, dp: int) -> tuple[float, float, float]:

@@ -15,15 +15,12 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Work:
-    """FLOPs and HBM bytes of one kernel; ``gemm`` = (M, N, K) for ``batch`` GEMMs, or None."""
+    """FLOPs and HBM bytes of one kernel; ``gemm`` = the (M, N, K) shape its efficiency
+    depends on, or None for memory-bound kernels."""
 
     flops: float = 0.0
     bytes: float = 0.0
     gemm: tuple[int, int, int] | None = None
-    batch: int = 1
-
-    def __add__(self, other: Work) -> Work:  # used for summaries only (shape dropped)
-        return Work(self.flops + other.flops, self.bytes + other.bytes)
 
 
 NO_WORK = Work()
@@ -69,13 +66,13 @@ def gemm(name: str, m: int, n: int, k: int, e: int, *, weight: bool = True, acti
     activation–activation product (attention), both operand gradients are input work.
     """
     def w(mm, nn, kk):
-        return Work(2.0 * mm * nn * kk * batch, float(e) * (mm * kk + kk * nn + mm * nn) * batch, (mm, nn, kk), batch)
+        return Work(2.0 * mm * nn * kk * batch, float(e) * (mm * kk + kk * nn + mm * nn) * batch, (mm, nn, kk))
 
     fwd, dx, dw = w(m, n, k), w(m, k, n), w(k, n, m)
     if weight:
         return LayerOp(name, fwd, dx, dw, params=float(k * n * batch), activation=activation,
                        attention_core=attention_core)
-    both = Work(dx.flops + dw.flops, dx.bytes + dw.bytes, dx.gemm, 2 * batch)
+    both = Work(dx.flops + dw.flops, dx.bytes + dw.bytes, dx.gemm)
     return LayerOp(name, fwd, both, activation=activation, attention_core=attention_core)
 
 
