@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import simpy
 
+from ..schedules import SCHEDULES
 from ..workload.cost_model import CostModel
-from ..workload.memory_model import interleaved_factor, static_bytes
+from ..workload.memory_model import in_flight, static_bytes
 from ..workload.model_presets import TRANSFORMER_PRESETS
 from ..workload.segments import backward_items, forward_items
 from ..workload.transformer_ops import layer_ops
@@ -88,8 +89,11 @@ def memory_check() -> list[dict]:
             selective = "selective" in q or q.endswith("seqsel")
             ops = layer_ops(cfg, b, 8, sp, 2)
             acts = [op.activation for op in ops if hasattr(op, "activation") and not (selective and op.attention_core)]
-            # 1F1B first stage: p micro-batches × L/p layers = L layers' worth (Korthikanti §4.2.3)
-            pred = sum(acts) * cfg.layers * interleaved_factor(p, v)
+            # the first stage keeps, at its peak, as many chunk-micro-batches as the shipped
+            # schedule's order holds in flight, each L/(p·v) layers (1F1B: p × L/p = L layers;
+            # interleaved: L·(1 + (p − 1)/(p·v)), Korthikanti §4.2.3)
+            order = SCHEDULES["interleaved"].order(0, p, 4 * p, v=v) if v > 1 else SCHEDULES["1f1b"].order(0, p, 4 * p)
+            pred = sum(acts) * cfg.layers / (p * v) * in_flight(order)
         pub = float(row["value"]) * GIB
         out.append({"model": key, "quantity": q, "published_gib": pub / GIB, "predicted_gib": pred / GIB,
                     "error": pred / pub - 1})

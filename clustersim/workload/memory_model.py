@@ -74,12 +74,6 @@ def in_flight(order: list[tuple]) -> int:
     return peak
 
 
-def interleaved_factor(p: int, v: int) -> float:
-    """Korthikanti et al. 2022 §4.2.3: the interleaved schedule keeps (1 + (p − 1)/(p·v))
-    times the activations of 1F1B on its first stage."""
-    return 1.0 + (p - 1) / (p * v) if v > 1 else 1.0
-
-
 def oom_hint(b: MemoryBreakdown, recompute: str, zero: int, tp: int, pp: int) -> str:
     """A one-line suggestion for a plan that does not fit, naming the biggest consumer."""
     gib = 2**30
