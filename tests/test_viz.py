@@ -135,6 +135,7 @@ def test_utilization_over_time_matches_totals(result):
     fig = result.plot_utilization(bins=40)
     lines = fig.axes[0].get_lines()
     util = result.utilization().set_index(["device", "lane"])["busy_fraction"]
+    assert len(lines) == len(result.devices)  # one line per GPU, so the loop below checks them all
     for line in lines:
         dev = line.get_label()
         assert np.mean(line.get_ydata()) == pytest.approx(util[(dev, "compute")], abs=1e-9)

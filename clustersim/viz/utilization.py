@@ -13,7 +13,7 @@ from __future__ import annotations
 import matplotlib
 import numpy as np
 
-from .binning import bin_busy, busy_fraction_over_time, default_window
+from .binning import busy_fraction_over_time, default_window
 from .layout import busiest_links, device_info, natural_key, new_figure
 
 
@@ -86,13 +86,8 @@ def plot_utilization(spans, ax=None, window=None, device_table=None, bins: int =
 
 def _link_bars(ax, link_spans, links, window) -> None:
     """Horizontal bars: busy fraction of each link over the whole window."""
-    t0, t1 = window
-    rows = {k: i for i, k in enumerate(links)}
-    idx = link_spans["device"].map(rows)
-    ok = idx.notna().to_numpy()
-    busy = bin_busy(idx.to_numpy()[ok].astype(np.int64), link_spans["start_s"].to_numpy()[ok],
-                    link_spans["end_s"].to_numpy()[ok], len(links), window, 1)[:, 0] / (t1 - t0)
-    ax.barh(range(len(links)), np.clip(busy, 0, 1), color="#937860")
+    busy = busy_fraction_over_time(link_spans, links, link_spans["device"], window, 1)[:, 0]
+    ax.barh(range(len(links)), busy, color="#937860")
     ax.set_yticks(range(len(links)))
     ax.set_yticklabels(links, fontsize=7)
     ax.invert_yaxis()
