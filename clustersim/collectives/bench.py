@@ -53,13 +53,14 @@ def measure(cluster: dict, kind: str, nbytes: int, algorithm: str = "auto", netw
     """Run ``kind`` of ``nbytes`` among every GPU of ``cluster`` (a resolved cluster dict)."""
     from ..network.factory import build_fabric
     from ..topology import build_topology
+    from ..topology.graph import gpu_names
 
     graph = build_topology(cluster)
-    members = sorted((x for x, k in graph.nodes(data="kind") if k == "gpu"), key=lambda x: int(x[3:]))
+    members = gpu_names(graph)
     n = len(members)
     env = simpy.Environment()
     chunk = chunk_size or chunk_size_for(nbytes, n)
-    fabric = build_fabric(network, env, Recorder(), graph, chunk_size=chunk if network == "packet" else None)
+    fabric = build_fabric(network, env, Recorder(), graph, chunk_size=chunk)  # the analytical model ignores it
     if alpha is None:
         alpha = cluster.get("collective_alpha")
     from .api import check_group, choose_algorithm

@@ -23,7 +23,7 @@ from __future__ import annotations
 import networkx as nx
 
 from ..errors import ScenarioError
-from .graph import add_link, add_wire, bandwidth_field, check_fields, latency_field
+from .graph import add_link, add_wire, bandwidth_field, check_fields, gpu_names, latency_field
 
 FIELDS = ("kind", "sites", "bandwidth", "latency", "links")
 _INHERITED = ("gpus_per_node", "intra_node", "nic", "pcie")
@@ -61,7 +61,7 @@ def build_wan(cluster: dict, field: str = "cluster") -> nx.DiGraph:
         sf = f"{tf}.sites[{k}]"
         sub_cluster = _site_cluster(cluster, site, sf)
         sub = build_site(sub_cluster, sf)
-        n_gpus = sum(1 for _, kd in sub.nodes(data="kind") if kd == "gpu")
+        n_gpus = len(gpu_names(sub))
 
         def rename(name: str, k: int = k, off: int = gpu_off, sub: nx.DiGraph = sub) -> str:
             if sub.nodes[name].get("kind") == "gpu":
