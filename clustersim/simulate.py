@@ -25,6 +25,7 @@ from .trace import metrics
 from .trace.recorder import Recorder
 from .trace.result import Result, spans_frame
 from .trace.throughput import throughput_metrics
+from .trace.waits import wait_table
 from .workload.stage_cost import chunk_costs
 
 GIB = 2**30
@@ -164,7 +165,8 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> 
     }
     memory = pd.DataFrame.from_records(rec.memory, columns=["device", "time_s", "allocated_bytes"])
     memory["device"] = "gpu" + memory["device"].astype(str)
-    return Result(summary, spans, devices, memory, sc.resolved())
+    recorded = rec.ops
+    return Result(summary, spans, devices, memory, sc.resolved(), waits=lambda: wait_table(engine.program, recorded))
 
 
 def _max_staleness(prog: Program) -> int:

@@ -83,6 +83,13 @@ def test_fold_true_is_refused_with_the_reason():
     assert res.summary["folded"] == "no (stragglers make replicas differ)"
 
 
+def test_fold_is_refused_when_a_window_degrades_some_links():
+    raw = _job(2, 2, fold=True)
+    raw["cluster"]["link_degradations"] = [{"between": ["gpu9", "nvswitch1"], "start": 0, "end": 1, "factor": 0.5}]
+    with pytest.raises(cs.ScenarioError, match="cannot fold this scenario: link degradation windows"):
+        cs.simulate(raw, progress=False)
+
+
 def test_auto_folds_large_jobs_only():
     small = cs.simulate(_job(2, 2, fold="auto", network="analytical"), progress=False)
     assert small.summary["folded"].startswith("no (auto folds from")

@@ -56,3 +56,58 @@ def test_bad_straggler_is_a_clear_error():
     raw["cluster"]["stragglers"] = [{"gpus": [1], "slowdown": -1}]
     with pytest.raises(cs.ScenarioError, match=r"cluster.stragglers\[0\].slowdown: -1 is invalid; Input should be greater than 0"):
         cs.load_scenario(raw)
+
+
+def test_waits_name_the_straggler_at_the_allreduce():
+    # gpu0 is ready at m(f + b) and waits for gpu1 (slowed k×) until m·k(f + b)
+    f, b, m, k = 1e-3, 2e-3, 4, 1.5
+    raw = synthetic(1, m, f, b, dp=2, params=2**20)
+    raw["cluster"]["stragglers"] = [{"gpus": [1], "slowdown": k}]
+    waits = cs.simulate(raw).waits
+    rv = waits[waits["reason"] == "rendezvous"]
+    assert list(rv["device"]) == ["gpu0"] and list(rv["waited_for_device"]) == ["gpu1"]
+    assert rv["waited_s"].iloc[0] == pytest.approx(m * (k - 1) * (f + b), rel=1e-12)
+    assert rv["waited_for_op"].iloc[0].startswith("dp all-reduce")
+
+
+def test_waits_follow_the_pipeline_fill_and_the_slow_stage():
+    # GPipe, slow stage s: stage s + 1 waits for gpu{s} before every forward after the
+    # first by (k − 1)·f, and its first forward waits for the fill, Σ_{q ≤ s} forward times.
+    p, m, f, b, s, k = 4, 6, 1e-3, 2e-3, 1, 2.0
+    raw = synthetic(p, m, f, b, schedule="gpipe")
+    raw["cluster"]["stragglers"] = [{"gpus": [s], "slowdown": k}]
+    res = cs.simulate(raw)
+    w = res.waits[(res.waits["device"] == f"gpu{s + 1}") & (res.waits["op"].str.startswith("F"))]
+    assert set(w["waited_for_device"]) == {f"gpu{s}"}
+    first = w[w["microbatch"] == 0]["waited_s"].iloc[0]
+    assert first == pytest.approx(s * f + k * f, rel=1e-12)
+    later = w[w["microbatch"] > 0]["waited_s"]
+    assert len(later) == m - 1 and later.to_numpy() == pytest.approx((k - 1) * f, rel=1e-9)
+    # nobody waits for the fast stage before the slow one on the forward wave
+    assert not ((res.waits["waited_for_device"] == "gpu0") & (res.waits["device"] == "gpu1")
+                & (res.waits["microbatch"] > 0) & res.waits["op"].str.startswith("F")).any()
+
+
+def test_waits_survive_save_and_load(tmp_path):
+    raw = synthetic(2, 2, dp=2, params=2**20)
+    raw["cluster"]["stragglers"] = [{"gpus": [3], "slowdown": 2.0}]
+    res = cs.simulate(raw)
+    res.save(tmp_path, plots=False)
+    back = cs.load_result(tmp_path)
+    assert back.waits[["device", "waited_for_device", "reason"]].equals(
+        res.waits[["device", "waited_for_device", "reason"]])
+    assert back.waits["waited_s"].to_numpy() == pytest.approx(res.waits["waited_s"].to_numpy(), rel=1e-12)
+
+
+def test_a_flaky_straggler_is_random_per_op_on_its_gpus_only_and_seeded():
+    raw = synthetic(2, 64, 1e-3, 2e-3)
+    raw["cluster"]["stragglers"] = [{"gpus": [1], "slowdown": 2.0, "noise": {"sigma": 0.3}}]
+    a, b = cs.simulate(raw), cs.simulate(raw)
+    assert a.spans.equals(b.spans)
+    comp = a.spans[(a.spans["lane"] == "compute") & (a.spans["phase"] == "F")]
+    ratio = (comp["end_s"] - comp["start_s"]) / 1e-3
+    on0, on1 = ratio[comp["device"] == "gpu0"], ratio[comp["device"] == "gpu1"]
+    assert on0.to_numpy() == pytest.approx(1.0, rel=1e-12)  # the healthy GPU keeps its exact time
+    assert on1.std() > 0.2 and on1.mean() == pytest.approx(2.0, abs=0.25)
+    raw["simulation"]["seed"] = 5
+    assert not cs.simulate(raw).spans.equals(a.spans)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import simpy
 
 from ..network.base import DirectFabric, Fabric
+from ..network.degradation import apply_degradations
 from ..network.factory import NETWORK_MODELS, build_fabric
 from ..topology import build_topology
 from ..trace.recorder import Recorder
@@ -27,6 +28,7 @@ def build_network(scenario, env: simpy.Environment, recorder: Recorder) -> Fabri
         intra = scenario.cluster.intra_node
         return DirectFabric(env, recorder, intra.bandwidth * intra.efficiency, intra.latency)
     graph = build_topology(cluster_dict(scenario.cluster))
+    apply_degradations(graph, scenario.cluster.link_degradations)
     chunk = scenario.simulation.chunk_size
     return build_fabric(kind, env, recorder, graph, chunk_size=int(chunk) if chunk else None,
                         max_chunks=scenario.simulation.max_chunks)

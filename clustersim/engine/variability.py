@@ -1,4 +1,5 @@
-"""Device-level compute variability: straggler GPUs and random per-op noise.
+"""Device-level compute variability: straggler GPUs (constant or random per op) and
+random per-op noise on every GPU.
 
 Both become one multiplicative factor per compute op, fixed before the run from the
 scenario and ``simulation.seed`` (a generator owned by this call — no global RNG), so the
@@ -19,16 +20,26 @@ def compute_scales(scenario, program: Program) -> list[float] | None:
         for g in straggler.gpus:
             if g < program.num_devices:
                 per_device[g] *= straggler.slowdown
-    noise = scenario.simulation.compute_noise
-    if noise is None and (per_device == 1.0).all():
+    noise, seed = scenario.simulation.compute_noise, scenario.simulation.seed
+    noisy = [s for s in scenario.cluster.stragglers if s.noise is not None]
+    if noise is None and not noisy and (per_device == 1.0).all():
         return None
-    factors = per_device[[op.device for op in program.ops]]
-    if noise is not None and noise.sigma > 0:
-        rng = np.random.default_rng(scenario.simulation.seed)
-        if noise.distribution == "lognormal":
-            draw = rng.lognormal(-noise.sigma**2 / 2, noise.sigma, len(program.ops))
-        else:
-            draw = np.maximum(rng.normal(1.0, noise.sigma, len(program.ops)), 0.05)
-        factors = factors * draw
+    devices = np.array([op.device for op in program.ops], dtype=int)
+    factors = per_device[devices]
+    if noise is not None:
+        factors = factors * _draw(noise, np.random.default_rng(seed), len(devices))
+    for k, straggler in enumerate(scenario.cluster.stragglers):
+        if straggler.noise is not None:  # its own stream per entry: adding one never reshuffles another
+            mine = np.isin(devices, straggler.gpus)
+            factors[mine] *= _draw(straggler.noise, np.random.default_rng([seed, k + 1]), int(mine.sum()))
     compute = np.array([op.kind == COMPUTE for op in program.ops])
     return np.where(compute, factors, 1.0).tolist()
+
+
+def _draw(noise, rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` per-op factors of mean 1 (see NoiseSpec)."""
+    if noise.sigma == 0:
+        return np.ones(n)
+    if noise.distribution == "lognormal":
+        return rng.lognormal(-noise.sigma**2 / 2, noise.sigma, n)
+    return np.maximum(rng.normal(1.0, noise.sigma, n), 0.05)

@@ -9,10 +9,13 @@ store-and-forward pipeline term, ``(h − 1)·c/B`` for ``h`` equal links and ch
 
 Routes are the same as the packet model's (shortest by hops, ECMP by flow); free wires
 are skipped. No link spans are recorded (there is no per-link occupancy to report).
+Inside a link degradation window the route's rate at each moment is its smallest
+(degraded) bandwidth, integrated exactly over time (:mod:`clustersim.network.degradation`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable
 
 import networkx as nx
@@ -22,6 +25,7 @@ from ..errors import ScenarioError
 from ..topology.routing import Router
 from ..trace.recorder import Recorder
 from .base import Fabric
+from .degradation import finish_time, min_profile, rate_profile
 
 
 class AnalyticalFabric(Fabric):
@@ -33,6 +37,7 @@ class AnalyticalFabric(Fabric):
         super().__init__(env, recorder)
         self.graph = graph
         self.router = Router(graph)
+        self._profiles: dict[tuple, list | None] = {}
 
     def route_cost(self, src: str, dst: str, flow_key: Hashable = None) -> tuple[float, float]:
         """``(latency sum, bottleneck bandwidth)`` of the route from ``src`` to ``dst``."""
@@ -43,4 +48,18 @@ class AnalyticalFabric(Fabric):
         if nbytes < 0:
             raise ScenarioError("transfer.nbytes", nbytes, "a size ≥ 0 bytes")
         latency, bottleneck = self.route_cost(src, dst, flow_key)
-        return self.env.timeout(latency + nbytes / bottleneck)
+        profile = self._profile(src, dst, flow_key)
+        if profile is None:
+            return self.env.timeout(latency + nbytes / bottleneck)
+        now = self.env.now
+        return self.env.timeout(finish_time(profile, now, nbytes) - now + latency)
+
+    def _profile(self, src: str, dst: str, flow_key: Hashable) -> list | None:
+        """The route's bottleneck bandwidth over time when a degradation window touches it."""
+        key = (src, dst, flow_key)
+        if key not in self._profiles:
+            edges = [self.graph.edges[u, v] for u, v in self.router.links(src, dst, flow_key)]
+            hit = any(e.get("windows") for e in edges)
+            self._profiles[key] = min_profile([rate_profile(e["bandwidth"], e.get("windows", ())) for e in edges
+                                               if e["bandwidth"] != math.inf]) if hit else None
+        return self._profiles[key]

@@ -5,7 +5,9 @@ Timing assumptions (per directed link of the topology):
 * **store-and-forward per chunk** — a chunk must have fully arrived at a node before it
   is sent on the next link;
 * **serialization** — a chunk of ``b`` bytes occupies the link for ``b / bandwidth``
-  seconds (bandwidth in *bytes*/s; ``"200 Gbit/s"`` was divided by 8 at load);
+  seconds (bandwidth in *bytes*/s; ``"200 Gbit/s"`` was divided by 8 at load); inside a
+  degradation window the bandwidth is scaled, exactly over time
+  (:mod:`clustersim.network.degradation`);
 * **propagation** — it arrives at the far end ``latency`` seconds after leaving; latency
   does not occupy the link, so the next chunk may start at once;
 * **FIFO** — each link serves chunks in the order they arrive at it. The sender injects
@@ -43,6 +45,7 @@ from ..topology.graph import is_wire
 from ..topology.routing import Router
 from ..trace.recorder import Recorder
 from .base import Fabric
+from .degradation import Windows, finish_time, rate_profile
 
 #: Default chunk size: 1 MiB. The pipeline error of store-and-forward is one chunk's
 #: serialization per extra hop (42 µs at 200 Gbit/s, 3.5 µs on 300 GB/s NVLink) and a
@@ -58,10 +61,13 @@ _MERGE_RTOL = 1e-12
 class _Link:
     """One directed link: its FIFO state (``free_at``) and its open trace span."""
 
-    __slots__ = ("name", "bandwidth", "latency", "free_at", "flow", "span_idx", "span_start", "span_end", "span_bytes")
+    __slots__ = ("name", "bandwidth", "latency", "profile", "free_at", "flow", "span_idx", "span_start", "span_end",
+                 "span_bytes")
 
-    def __init__(self, name: str, bandwidth: float, latency: float):
+    def __init__(self, name: str, bandwidth: float, latency: float, windows: Windows = ()):
         self.name, self.bandwidth, self.latency = name, bandwidth, latency
+        #: bandwidth steps over time when degradation windows apply, else None (the fast path)
+        self.profile = rate_profile(bandwidth, windows) if windows else None
         self.free_at = 0.0
         self.flow = None
         self.span_idx = -1
@@ -148,7 +154,8 @@ class PacketFabric(Fabric):
                     continue
                 link = self.links.get((u, v))
                 if link is None:
-                    link = self.links[u, v] = _Link(f"{u}->{v}", data["bandwidth"], data["latency"])
+                    link = self.links[u, v] = _Link(f"{u}->{v}", data["bandwidth"], data["latency"],
+                                                    data.get("windows", ()))
                 out.append(link)
             links = self._routes[key] = tuple(out)
         return links
@@ -184,7 +191,7 @@ class PacketFabric(Fabric):
         env = self.env
         now = env._now
         start = link.free_at if link.free_at > now else now
-        end = start + size / link.bandwidth
+        end = start + size / link.bandwidth if link.profile is None else finish_time(link.profile, start, size)
         link.free_at = end
         if size:
             if link.flow is flow and start - link.span_end <= start * _MERGE_RTOL:

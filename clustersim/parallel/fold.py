@@ -9,7 +9,7 @@ sends and data-parallel all-reduces still load the fabric as shadow traffic (see
 shows its representative's row.
 
 Folding is exact when the twins really are twins: one GPU type, no stragglers or noise,
-and TP groups inside one node (so the dropped TP collectives use links no one else
+no link degradation windows, and TP groups inside one node (so the dropped TP collectives use links no one else
 does). It is refused otherwise — an explicit ``simulation.fold: true`` is an error naming
 the reason; ``auto`` quietly runs unfolded and says why in the summary.
 """
@@ -42,6 +42,8 @@ def _obstacle(sc) -> str | None:
         return "stragglers make replicas differ"
     if sc.simulation.compute_noise is not None:
         return "compute noise makes replicas differ"
+    if cl.link_degradations:
+        return "link degradation windows slow some replicas' links only"
     if par.tp > cl.gpus_per_node or cl.gpus_per_node % par.tp:
         return f"tp = {par.tp} does not fit inside a {cl.gpus_per_node}-GPU node"
     if sc.dp * par.tp == 1:

@@ -36,6 +36,11 @@ def check_rules(spec: ScenarioSpec) -> None:
         for g in straggler.gpus:
             if not 0 <= g < n:
                 raise ScenarioError(f"cluster.stragglers[{k}].gpus", g, f"GPU indices run from 0 to {n - 1}")
+    if spec.cluster.link_degradations and (spec.simulation.network == "direct"
+                                           or spec.simulation.collective_model == "analytical"):
+        raise ScenarioError("cluster.link_degradations", len(spec.cluster.link_degradations),
+                            "windows act on topology links in time: they need simulation.network packet or "
+                            "analytical and simulation.collective_model fabric")
     if spec.cluster.nodes > 1 and spec.cluster.topology.get("kind") == "single_node":
         raise ScenarioError(
             "cluster.topology.kind", "single_node",

@@ -77,11 +77,39 @@ class PcieSpec(_Spec):
     latency: Time = 0.0
 
 
+class NoiseSpec(_Spec):
+    """Multiplicative noise on every compute op's time: ``lognormal`` with mean 1 and
+    log-space standard deviation ``sigma``, or ``normal`` with mean 1 and standard
+    deviation ``sigma`` (clipped at 0.05 so time never runs backwards)."""
+
+    distribution: Literal["lognormal", "normal"] = "lognormal"
+    sigma: float = Field(ge=0)
+
+
 class StragglerSpec(_Spec):
-    """Devices (indices 0..GPUs−1) whose every compute op takes ``slowdown`` × its time."""
+    """Devices (indices 0..GPUs−1) whose every compute op takes ``slowdown`` × its time,
+    times a random per-op factor of mean 1 when ``noise`` is given (a flaky GPU)."""
 
     gpus: list[int] = Field(min_length=1)
-    slowdown: float = Field(gt=0)
+    slowdown: float = Field(default=1.0, gt=0)
+    noise: NoiseSpec | None = None
+
+
+class LinkDegradationSpec(_Spec):
+    """From ``start`` to ``end`` the link between topology nodes ``between`` (both
+    directions) carries ``factor`` × its bandwidth; 0 = down for the window
+    (:mod:`clustersim.network.degradation`)."""
+
+    between: tuple[str, str]
+    start: Time
+    end: Time
+    factor: float = Field(ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if self.end <= self.start:
+            raise ValueError(f"end ({self.end} s) must come after start ({self.start} s)")
+        return self
 
 
 class ClusterSpec(_Spec):
@@ -101,6 +129,8 @@ class ClusterSpec(_Spec):
     comm_compute_slowdown: float = Field(default=1.0, ge=1.0)
     #: GPUs whose compute runs ``slowdown`` times longer (thermal throttling, a bad node, …)
     stragglers: list[StragglerSpec] = Field(default_factory=list)
+    #: windows of time in which a link runs at a fraction of its bandwidth
+    link_degradations: list[LinkDegradationSpec] = Field(default_factory=list)
 
     @field_validator("gpu")
     @classmethod
@@ -290,15 +320,6 @@ class ParallelSpec(_Spec):
         from ..schedules import SCHEDULES
 
         return known(name, SCHEDULES, "schedule")
-
-
-class NoiseSpec(_Spec):
-    """Multiplicative noise on every compute op's time: ``lognormal`` with mean 1 and
-    log-space standard deviation ``sigma``, or ``normal`` with mean 1 and standard
-    deviation ``sigma`` (clipped at 0.05 so time never runs backwards)."""
-
-    distribution: Literal["lognormal", "normal"] = "lognormal"
-    sigma: float = Field(ge=0)
 
 
 class SimulationSpec(_Spec):

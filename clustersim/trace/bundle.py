@@ -5,6 +5,7 @@ Files::
     summary.json             headline metrics (res.summary)
     spans.parquet|spans.csv  res.spans (Parquet when pyarrow is installed)
     devices.csv              res.devices
+    waits.csv                res.waits (who waited for whom)
     memory.parquet|memory.csv res.memory
     scenario.resolved.yaml   the scenario with every default filled in
     trace.json               Chrome/Perfetto trace (ui.perfetto.dev)
@@ -62,6 +63,7 @@ def save_result(res, directory: str | Path, plots: bool = True) -> Path:
     (out / "summary.json").write_text(json.dumps(res.summary, indent=2) + "\n")
     _write_table(res.spans, out, "spans", parquet)
     res.devices.to_csv(out / "devices.csv", index=False)
+    res.waits.to_csv(out / "waits.csv", index=False)
     _write_table(res.memory, out, "memory", parquet)
     (out / "scenario.resolved.yaml").write_text(yaml.safe_dump(res.scenario, sort_keys=False))
     res.to_chrome_trace(out / "trace.json")
@@ -102,4 +104,5 @@ def load_result(directory: str | Path):
     memory = _read_table(d, "memory", {"device": str, "time_s": float, "allocated_bytes": "int64"})
     scenario_path = d / "scenario.resolved.yaml"
     scenario = yaml.safe_load(scenario_path.read_text()) if scenario_path.exists() else {}
-    return Result(summary, spans, devices, memory, scenario or {})
+    waits = pd.read_csv(d / "waits.csv", keep_default_na=False) if (d / "waits.csv").exists() else None
+    return Result(summary, spans, devices, memory, scenario or {}, waits=waits)

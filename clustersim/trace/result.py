@@ -6,6 +6,7 @@ engine internals — so a saved and reloaded result draws and reports the same.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +25,26 @@ class Result:
         devices: DataFrame, one row per GPU (stage, ranks, busy/bubble fractions, memory, oom).
         memory: DataFrame of (device, time_s, allocated_bytes) after every change.
         scenario: the resolved scenario dict (every default filled).
+        waits: DataFrame, who waited for whom (:mod:`clustersim.trace.waits`), built on first use.
     """
 
     def __init__(self, summary: dict[str, Any], spans: pd.DataFrame, devices: pd.DataFrame,
-                 memory: pd.DataFrame, scenario: dict[str, Any]):
+                 memory: pd.DataFrame, scenario: dict[str, Any],
+                 waits: pd.DataFrame | Callable[[], pd.DataFrame] | None = None):
         self.summary, self.spans, self.devices, self.memory, self.scenario = summary, spans, devices, memory, scenario
+        self._waits = waits
+
+    @property
+    def waits(self) -> pd.DataFrame:
+        """Every op that started later than its lane was free, and the op and GPU it waited
+        for (a dependency, or the last member of a collective); see :mod:`clustersim.trace.waits`."""
+        if callable(self._waits):
+            self._waits = self._waits()
+        if self._waits is None:
+            from .waits import COLUMNS
+
+            self._waits = pd.DataFrame(columns=COLUMNS)
+        return self._waits
 
     def utilization(self, window: tuple[float, float] | None = None) -> pd.DataFrame:
         """Busy fraction of every GPU lane and link over ``window`` (default: the whole run)."""

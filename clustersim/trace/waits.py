@@ -1,0 +1,67 @@
+"""Who waited for whom: for every op that started later than its lane was free, the op
+(and the GPU) it waited for.
+
+An op may start when its lane is free (the previous op on the lane ended) and every
+dependency has ended. When the last dependency ends after the lane became free, the lane
+sat idle for ``waited_s`` = (that dependency's end − lane free time), *waiting for* that
+dependency — its immediate cause, the edge a critical-path walk would follow (sends and
+recvs are left out: a send lane idles until its data exists by design). For a
+dependency that is a ``recv``, the GPU waited for is the sender. A collective starts
+when its last member arrives (rendezvous): every other member waited for the last one,
+``waited_s`` = start − the member's own ready time.
+
+Rows (``res.waits``): device, lane, op, stage, microbatch, iteration, start_s, waited_s,
+waited_for_device, waited_for_op, reason (``data`` or ``rendezvous``). Sum ``waited_s``
+over (device, waited_for_device) for a who-waited-for-whom matrix.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ..program import COLLECTIVE, RECV, SEND, Program
+
+COLUMNS = ["device", "lane", "op", "stage", "microbatch", "iteration", "start_s", "waited_s",
+           "waited_for_device", "waited_for_op", "reason"]
+
+
+def wait_table(program: Program, recorded: list[tuple[int, float, float]]) -> pd.DataFrame:
+    """The waits of a run from its Program and ``Recorder.ops`` (module docstring)."""
+    ops = program.ops
+    start, end = {}, {}
+    for i, s, e in recorded:
+        start[i], end[i] = s, e
+    ready = {}  # op id → (time it could have started, the op it waited for or None, lane free time)
+    for lane_ops in program.lanes().values():
+        free = 0.0
+        for op in lane_ops:
+            if op.id not in end:
+                break  # a stalled run: the rest of the lane never ran
+            last = max(op.deps, key=lambda d: end.get(d, -1.0), default=None)
+            t_dep = end.get(last, 0.0) if last is not None else 0.0
+            ready[op.id] = (t_dep, last, free) if t_dep > free else (free, None, free)
+            free = end[op.id]
+    rows = []
+    by_tag: dict[str, list[int]] = {}
+    for op in ops:
+        if op.id not in ready:
+            continue
+        if op.kind is COLLECTIVE:
+            by_tag.setdefault(op.tag, []).append(op.id)
+        t_ready, dep, lane_free = ready[op.id]
+        if dep is not None and op.kind is not RECV and op.kind is not SEND:  # a send waiting for its data is no wait
+            who = ops[ops[dep].peer].device if ops[dep].kind is RECV else ops[dep].device
+            rows.append(_row(op, start[op.id], t_ready - lane_free, who, ops[dep].name, "data"))
+    for members in by_tag.values():
+        last = max(members, key=lambda i: ready[i][0])
+        for i in members:
+            gap = start[i] - ready[i][0]
+            if i != last and gap > 0:
+                rows.append(_row(ops[i], start[i], gap, ops[last].device, ops[last].name, "rendezvous"))
+    df = pd.DataFrame.from_records(rows, columns=COLUMNS)
+    return df.sort_values(["start_s", "device"], kind="stable").reset_index(drop=True)
+
+
+def _row(op, start_s: float, waited_s: float, who: int, what: str, reason: str) -> tuple:
+    return (f"gpu{op.device}", op.lane, op.name, op.stage, op.microbatch, op.iteration, start_s, waited_s,
+            f"gpu{who}", what, reason)
