@@ -111,3 +111,12 @@ def test_a_flaky_straggler_is_random_per_op_on_its_gpus_only_and_seeded():
     assert on1.std() > 0.2 and on1.mean() == pytest.approx(2.0, abs=0.25)
     raw["simulation"]["seed"] = 5
     assert not cs.simulate(raw).spans.equals(a.spans)
+
+
+def test_shipped_pipedream_straggler_scenario_is_slower_and_blames_the_straggler():
+    sc = cs.load_scenario("scenarios/pipedream-vgg16-10GbE-straggler.yaml")
+    slow = cs.simulate(sc, progress=False)
+    healthy = cs.simulate(sc.with_overrides({"cluster.stragglers": []}), progress=False)
+    assert slow.summary["iteration_time_s"] > 1.05 * healthy.summary["iteration_time_s"]
+    blame = slow.waits.groupby("waited_for_device")["waited_s"].sum()
+    assert blame.idxmax() == "gpu3"
