@@ -11,7 +11,7 @@ Zisserman 2015); ResNet-50 v1.5 25.56M params, 4.1 GMAC/image (He et al. 2016; t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import ScenarioError
 from .ops import LayerOp, elementwise, gemm
@@ -34,8 +34,7 @@ def _conv(name, b, hw_in, cin, cout, k, stride, e, bn):
         ops.append(elementwise(f"{name}_bn", m * n, 2 * e, 3 * e, params=2 * cout, activation=m * n * e))
     ops.append(elementwise(f"{name}_relu", m * n, 2 * e, 3 * e, activation=m * n * e))
     if not bn:  # VGG convs carry a bias
-        ops[0] = LayerOp(name, ops[0].fwd, ops[0].bwd_input, ops[0].bwd_weight, ops[0].params + cout,
-                         ops[0].activation)
+        ops[0] = replace(ops[0], params=ops[0].params + cout)
     return ops, hw
 
 
@@ -55,7 +54,7 @@ def vgg16(b: int, e: int, image: int = 224, classes: int = 1000) -> list[CNNLaye
     dims = [cin * hw * hw, 4096, 4096, classes]
     for j in range(3):
         fc = gemm(f"fc{j + 6}", b, dims[j + 1], dims[j], e, activation=b * dims[j] * e)
-        fc = LayerOp(fc.name, fc.fwd, fc.bwd_input, fc.bwd_weight, fc.params + dims[j + 1], fc.activation)
+        fc = replace(fc, params=fc.params + dims[j + 1])  # + bias
         layers.append(CNNLayer(fc.name, (fc,), b * dims[j + 1] * e))
     return layers
 
@@ -84,7 +83,7 @@ def resnet50(b: int, e: int, image: int = 224, classes: int = 1000) -> list[CNNL
             hw, cin = hw_out, cout
     pool = elementwise("avgpool", b * hw * hw * cin, 1.0 * e, 2.0 * e)
     fc = gemm("fc", b, classes, cin, e, activation=b * cin * e)
-    fc = LayerOp(fc.name, fc.fwd, fc.bwd_input, fc.bwd_weight, fc.params + classes, fc.activation)
+    fc = replace(fc, params=fc.params + classes)  # + bias
     layers.append(CNNLayer("classifier", (pool, fc), b * classes * e))
     return layers
 

@@ -16,7 +16,9 @@ softmax); their bytes per element are the reads and writes of those fused kernel
 
 from __future__ import annotations
 
-from .ops import LayerOp, TPComm, elementwise, gemm
+from dataclasses import replace
+
+from .ops import TPComm, elementwise, gemm
 from .transformer import TransformerConfig
 
 MASK_BYTES = 1  # dropout masks are uint8 (Megatron fused dropout; Korthikanti §4.1)
@@ -82,8 +84,7 @@ def layer_ops(cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int) -> list
     if cfg.bias:  # biases of the four linears (column-parallel split, row-parallel replicated)
         i = next(i for i, op in enumerate(ops) if getattr(op, "name", "") == "qkv")
         q = ops[i]
-        ops[i] = LayerOp(q.name, q.fwd, q.bwd_input, q.bwd_weight, q.params + (at + 2 * kvt) * d + h + up_n + h,
-                         q.activation)
+        ops[i] = replace(q, params=q.params + (at + 2 * kvt) * d + h + up_n + h)
     return ops
 
 
@@ -107,7 +108,7 @@ def output_ops(cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int) -> lis
     enter, _ = _tp_points(sp and tp > 1, int(bsh * e)) if tp > 1 else (None, None)
     logits = gemm("logits", b * s, v // tp, h, e, activation=bsh * e)
     if cfg.tied_embeddings:  # the matrix lives in the embedding op; only its gradient work is here
-        logits = LayerOp("logits", logits.fwd, logits.bwd_input, logits.bwd_weight, 0.0, logits.activation)
+        logits = replace(logits, params=0.0)
     ops = [elementwise("final_norm", rep, 2 * e, 3 * e, params=cfg.norm_params(), activation=rep * e)]
     ops += [enter] if enter else []
     ops.append(logits)
