@@ -112,7 +112,8 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> 
         window = (metrics.iteration_window(spans, k - 1)[1], metrics.iteration_window(spans, k)[1])
     t0, t1 = window
     iter_time = t1 - t0
-    bubbles = metrics.device_bubbles(spans, window)
+    parts = metrics.device_breakdown(spans, window).set_index("device")
+    bubbles = 1.0 - parts["compute"]
     comp = spans[spans["lane"] == "compute"]
     busy_all = comp.groupby("device")["end_s"].sum() - comp.groupby("device")["start_s"].sum()
     makespan = float(spans["end_s"].max())
@@ -147,7 +148,7 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> 
         **throughput_metrics(sc, iter_time),
         "bubble_fraction": float(stage_bubble.mean()),
         "bubble_fraction_max": float(stage_bubble.max()),
-        "exposed_comm_fraction": metrics.exposed_comm(spans, window),
+        "exposed_comm_fraction": float(parts["exposed_comm"].mean()) if len(parts) else 0.0,
         "peak_memory_gib": float(devices["peak_memory_bytes"].max()) / GIB,
         "oom": bool(devices["oom"].any()),
         **({"oom_hint": oom_hint} if oom_hint else {}),

@@ -10,6 +10,8 @@
 * exposed communication fraction: time inside the iteration when a device's compute
   lane is idle while one of its communication lanes is busy, / iteration time, averaged
   over devices.
+
+Both come from one per-GPU :func:`device_breakdown` of the iteration.
 """
 
 from __future__ import annotations
@@ -46,32 +48,29 @@ def busy_time(starts: np.ndarray, ends: np.ndarray, t0: float, t1: float) -> flo
     return float(np.clip(e - np.maximum(s, prev), 0.0, None).sum())
 
 
-def device_bubbles(spans: pd.DataFrame, window: tuple[float, float]) -> dict[str, float]:
-    """Per GPU: compute-lane idle fraction inside ``window``."""
-    t0, t1 = window
-    length = t1 - t0
-    comp = spans[spans["lane"] == "compute"]
-    out = {}
-    for dev, df in comp.groupby("device", sort=False):
-        busy = busy_time(df["start_s"].to_numpy(), df["end_s"].to_numpy(), t0, t1)
-        out[dev] = 1.0 - busy / length if length > 0 else 0.0
-    return out
+#: where a GPU's time inside the iteration goes (fractions summing to 1)
+PARTS = ("compute", "exposed_comm", "bubble", "idle")
 
 
-def exposed_comm(spans: pd.DataFrame, window: tuple[float, float]) -> float:
-    """Mean over GPUs of (comm busy ∧ compute idle) time / window length."""
-    t0, t1 = window
+def device_breakdown(spans: pd.DataFrame, window: tuple[float, float] | None = None) -> pd.DataFrame:
+    """One row per GPU, the fractions of :data:`PARTS` inside ``window`` (default: the
+    reported iteration): ``compute`` — compute-lane busy; ``exposed_comm`` — a
+    communication lane busy while compute is idle; ``bubble`` — neither, before the GPU's
+    last span ends; ``idle`` — after it. ``1 − compute`` is the GPU's bubble fraction."""
+    t0, t1 = window if window is not None else iteration_window(spans)
     length = t1 - t0
-    g = gpu_spans(spans)
-    if length <= 0 or g.empty:
-        return 0.0
-    fractions = []
-    for _dev, df in g.groupby("device", sort=False):
+    rows = []
+    for dev, df in gpu_spans(spans).groupby("device", sort=False):
+        if length <= 0:  # an empty iteration has no idle time
+            rows.append((dev, 1.0, 0.0, 0.0, 0.0))
+            continue
         comp = df[df["lane"] == "compute"]
-        union = busy_time(df["start_s"].to_numpy(), df["end_s"].to_numpy(), t0, t1)
         compute = busy_time(comp["start_s"].to_numpy(), comp["end_s"].to_numpy(), t0, t1)
-        fractions.append((union - compute) / length)
-    return float(np.mean(fractions))
+        union = busy_time(df["start_s"].to_numpy(), df["end_s"].to_numpy(), t0, t1)
+        idle = t1 - min(max(float(df["end_s"].max()), t0), t1)
+        bubble = max(length - union - idle, 0.0)
+        rows.append((dev, compute / length, (union - compute) / length, bubble / length, idle / length))
+    return pd.DataFrame(rows, columns=["device", *PARTS])
 
 
 def lane_utilization(spans: pd.DataFrame, window: tuple[float, float]) -> pd.DataFrame:

@@ -1,6 +1,7 @@
 """Where each stage's iteration time goes: compute / exposed communication / bubble / idle.
 
-For every GPU, inside the reported iteration's window ``[t0, t1]`` (see docs/metrics.md):
+The numbers are :func:`clustersim.trace.metrics.device_breakdown`'s. For every GPU, inside
+the reported iteration's window ``[t0, t1]`` (see docs/metrics.md):
 
 * ``compute``  — compute-lane busy time;
 * ``exposed_comm`` — a communication lane (send, recv, tp, comm) busy while compute is idle;
@@ -17,31 +18,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..trace.metrics import busy_time, gpu_spans, iteration_window
+from ..trace.metrics import PARTS, device_breakdown
 from .colors import IDLE_COLOR
 from .layout import device_info, new_figure
 
-PARTS = ("compute", "exposed_comm", "bubble", "idle")
 PART_COLORS = {"compute": "#4C72B0", "exposed_comm": "#C44E52", "bubble": "#CCB974", "idle": IDLE_COLOR}
-
-
-def device_breakdown(spans: pd.DataFrame, window: tuple[float, float] | None = None) -> pd.DataFrame:
-    """One row per GPU: the four fractions of :data:`PARTS` inside ``window`` (default: the
-    reported iteration)."""
-    t0, t1 = window if window is not None else iteration_window(spans)
-    length = t1 - t0
-    rows = []
-    g = gpu_spans(spans)
-    g = g[(g["end_s"] >= t0) & (g["start_s"] <= t1)]
-    for dev, df in g.groupby("device", sort=False):
-        comp = df[df["lane"] == "compute"]
-        compute = busy_time(comp["start_s"].to_numpy(), comp["end_s"].to_numpy(), t0, t1)
-        union = busy_time(df["start_s"].to_numpy(), df["end_s"].to_numpy(), t0, t1)
-        last = min(float(df["end_s"].max()), t1)
-        idle = t1 - last
-        bubble = max(length - union - idle, 0.0)
-        rows.append((dev, compute / length, (union - compute) / length, bubble / length, idle / length))
-    return pd.DataFrame(rows, columns=["device", *PARTS])
 
 
 def stage_breakdown(spans: pd.DataFrame, device_table: pd.DataFrame | None = None,
