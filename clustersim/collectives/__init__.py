@@ -6,9 +6,9 @@ them on the fabric, so bus bandwidth emerges from the links and contention is re
 engine calls :func:`run_collective` once every member has reached the op.
 """
 
-from .api import ALGORITHMS, KINDS, Algorithm, choose_algorithm, run_collective
-from .cost import estimate_time
+from .api import run_collective
 from .group import DEFAULT_ALPHA, Group, resolve_alpha
+from .registry import ALGORITHMS, KINDS, Algorithm, choose_algorithm, estimate_time
 
 __all__ = ["ALGORITHMS", "DEFAULT_ALPHA", "KINDS", "Algorithm", "Group", "choose_algorithm",
            "estimate_time", "resolve_alpha", "run_collective"]

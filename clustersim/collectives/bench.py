@@ -63,7 +63,8 @@ def measure(cluster: dict, kind: str, nbytes: int, algorithm: str = "auto", netw
     fabric = build_fabric(network, env, Recorder(), graph, chunk_size=chunk)  # the analytical model ignores it
     if alpha is None:
         alpha = cluster.get("collective_alpha")
-    from .api import check_group, choose_algorithm
+    from .api import check_group
+    from .registry import choose_algorithm
 
     name = algorithm
     if algorithm == "auto":

@@ -1,4 +1,5 @@
-"""α-β cost model of every algorithm, and the ``auto`` choice built on it.
+"""α-β cost model of every algorithm: one closed form each, ``(shape, kind, S, servers)
+-> seconds``, registered in :data:`clustersim.collectives.registry.ALGORITHMS`.
 
 Like NCCL's tuner (``src/graph/tuning.cc``), ``auto`` does not try the algorithms: it
 evaluates a closed form ``latency + bytes / bandwidth`` per algorithm for the group's
@@ -43,24 +44,7 @@ class Shape:
                 self.bw if self.bw_inter is None else self.bw_inter)
 
 
-def estimate_time(kind: str, algorithm: str, n: int, nbytes: float, bw: float, alpha: float, *,
-                  nodes: int = 1, bw_inter: float | None = None, alpha_inter: float | None = None,
-                  servers: int = 1) -> float:
-    """Idle-network time (s) of ``kind`` by ``algorithm`` over ``n`` ranks; see module doc.
-
-    ``bw`` is bytes/s per rank, ``alpha`` seconds per step. ``nodes``/``bw_inter``/
-    ``alpha_inter`` describe a group spread over hosts. Raises ``KeyError`` for a
-    (kind, algorithm) pair the model has no form for.
-    """
-    sh = Shape(n, bw, alpha, nodes, bw_inter, alpha_inter)
-    if n <= 1:
-        return 0.0
-    if kind == "barrier":
-        kind, nbytes = "all_reduce", 0
-    return _FORMS[algorithm](sh, kind, float(nbytes), servers)
-
-
-def _ring(sh: Shape, kind: str, s: float, _servers: int) -> float:
+def ring(sh: Shape, kind: str, s: float, _servers: int) -> float:
     n, m = sh.n, sh.m
     a, b = sh.alpha, sh.bw
     if kind in ("broadcast", "reduce"):
@@ -81,7 +65,7 @@ def _ring(sh: Shape, kind: str, s: float, _servers: int) -> float:
     return steps * max(a_step + t_hop, s / (n * m * b_n), (m - 1) * s / (m * n * b))
 
 
-def _halving_doubling(sh: Shape, kind: str, s: float, _servers: int) -> float:
+def halving_doubling(sh: Shape, kind: str, s: float, _servers: int) -> float:
     n = sh.n
     p = 1 << (n.bit_length() - 1)
     a_n, b_n = sh.net
@@ -101,7 +85,7 @@ def _halving_doubling(sh: Shape, kind: str, s: float, _servers: int) -> float:
     return t
 
 
-def _tree(sh: Shape, kind: str, s: float, _servers: int) -> float:
+def tree(sh: Shape, kind: str, s: float, _servers: int) -> float:
     depth = max(1, int(math.log2(sh.n)))
     a_n, b_n = sh.net
     a = max(sh.alpha, a_n)
@@ -110,13 +94,13 @@ def _tree(sh: Shape, kind: str, s: float, _servers: int) -> float:
     return 2 * (depth * a + (k + depth - 1) * s / (k * b))
 
 
-def _hierarchical(sh: Shape, kind: str, s: float, _servers: int) -> float:
+def hierarchical(sh: Shape, kind: str, s: float, _servers: int) -> float:
     m, nodes = sh.m, sh.nodes
     a_n, b_n = sh.net
     return 2 * (m - 1) * (sh.alpha + s / (m * sh.bw)) + 2 * (nodes - 1) * (a_n + s / (m * nodes * b_n))
 
 
-def _direct(sh: Shape, kind: str, s: float, _servers: int) -> float:
+def direct(sh: Shape, kind: str, s: float, _servers: int) -> float:
     n, m = sh.n, sh.m
     a_n, b_n = sh.net
     if kind in ("broadcast", "reduce"):
@@ -125,12 +109,8 @@ def _direct(sh: Shape, kind: str, s: float, _servers: int) -> float:
     return 2 * one if kind == "all_reduce" else one
 
 
-def _parameter_server(sh: Shape, kind: str, s: float, servers: int) -> float:
+def parameter_server(sh: Shape, kind: str, s: float, servers: int) -> float:
     a = max(sh.net[0], sh.alpha)
     b = min(sh.bw, sh.net[1] * sh.m) if sh.nodes > 1 else sh.bw
     one = a + (sh.n - 1) * s / (servers * b)
     return 2 * one if kind == "all_reduce" else one
-
-
-_FORMS = {"ring": _ring, "tree": _tree, "halving_doubling": _halving_doubling,
-          "hierarchical": _hierarchical, "direct": _direct, "parameter_server": _parameter_server}
