@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..program import COMPUTE, Program
+from ..program import ARRIVAL_LANE, COMPUTE, Program
 
 
 def compute_scales(scenario, program: Program) -> list[float] | None:
@@ -30,5 +30,5 @@ def compute_scales(scenario, program: Program) -> list[float] | None:
         else:
             draw = np.maximum(rng.normal(1.0, noise.sigma, len(program.ops)), 0.05)
         factors = factors * draw
-    compute = np.array([op.kind == COMPUTE for op in program.ops])
+    compute = np.array([op.kind == COMPUTE and op.lane != ARRIVAL_LANE for op in program.ops])
     return np.where(compute, factors, 1.0).tolist()
