@@ -42,7 +42,8 @@ def check_inference(spec: ScenarioSpec) -> None:
                             "inference runs one model chunk per stage; accepted: 1")
     if par.stage_replicas is not None:
         raise ScenarioError("parallel.stage_replicas", par.stage_replicas,
-                            "not supported with inference; use dp for replicas serving disjoint requests")
+                            "not supported with inference; accepted: none (use dp for replicas serving "
+                            "disjoint requests)")
     if spec.simulation.iterations != 1:
         raise ScenarioError("simulation.iterations", spec.simulation.iterations,
                             "inference serves global_batch / micro_batch requests once; accepted: 1")
