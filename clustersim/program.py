@@ -21,6 +21,9 @@ from .errors import ProgramError
 
 COMPUTE, SEND, RECV, COLLECTIVE = "compute", "send", "recv", "collective"
 OP_KINDS = (COMPUTE, SEND, RECV, COLLECTIVE)
+#: lane of compute ops that stand for waiting, not GPU work (inference request arrivals,
+#: :mod:`clustersim.schedules.inference`): no speed factor applies to them
+ARRIVAL_LANE = "arrival"
 
 
 class Op:

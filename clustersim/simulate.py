@@ -20,9 +20,11 @@ from .program import Program
 from .progress import SimProgress, wanted
 from .scenario import Scenario, load_scenario
 from .schedules import SCHEDULES, compile_pipeline
+from .schedules.inference import arrival_times, compile_inference
 from .schedules.replicated import ReplicaLayout, compile_replicated
 from .trace import metrics
 from .trace.recorder import Recorder
+from .trace.requests import request_metrics, split_requests
 from .trace.result import Result, spans_frame
 from .trace.throughput import throughput_metrics
 from .trace.waits import wait_table
@@ -57,7 +59,10 @@ def compile_scenario(sc: Scenario, fold: bool | None = None) -> Program:
     chunks = plan.pp * sc.parallel.virtual_stages
     costs = chunk_costs(sc, chunks, resolve_partition(sc, chunks))
     schedule = SCHEDULES[sc.parallel.schedule]
-    if sc.parallel.stage_replicas is not None:
+    if sc.training.mode == "inference":
+        times = arrival_times(sc.training.arrival, sc.num_microbatches * plan.dp, sc.simulation.seed)
+        prog = compile_inference(plan, costs, sc.num_microbatches, times)
+    elif sc.parallel.stage_replicas is not None:
         prog = compile_replicated(schedule, device_layout(sc), costs, sc.num_microbatches, sc.simulation.iterations)
     else:
         gc = sc.parallel.gradient_compression
@@ -103,9 +108,15 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> 
     """Assemble the Result tables and summary from what the run recorded."""
     plan, layout = plan_of(sc), device_layout(sc)
     spans = spans_frame(engine.program, rec)
-    window = metrics.iteration_window(spans)
+    inference = sc.training.mode == "inference"
     n_it = sc.simulation.iterations
-    if not SCHEDULES[sc.parallel.schedule].flush and n_it > 1:
+    if inference:  # the "iteration" is serving every request: from t = 0 to the last one's end
+        requests, spans = split_requests(spans, layout)
+        window = (0.0, float(requests["end_s"].max()))
+    else:
+        requests = None
+        window = metrics.iteration_window(spans)
+    if not inference and not SCHEDULES[sc.parallel.schedule].flush and n_it > 1:
         # flush-free schedules overlap iterations: report the period between the ends of two
         # iterations, before the final drain when there are three or more (docs/schedules.md)
         k = n_it - 2 if n_it >= 3 else n_it - 1
@@ -133,7 +144,7 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> 
         })
     devices = pd.DataFrame(rows)
     oom_hint = ""
-    if sc.model.kind != "synthetic":  # real models: memory by kind, and why it does not fit
+    if sc.model.kind != "synthetic" and not inference:  # real models: memory by kind, and why it does not fit
         from .workload.memory_model import memory_columns
 
         cols, oom_hint = memory_columns(sc, devices)
@@ -158,6 +169,7 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> 
         "schedule": sc.parallel.schedule,
         "num_microbatches": sc.num_microbatches,
         "weight_staleness_max": _max_staleness(engine.program),
+        **(request_metrics(requests) if inference else {}),
         "iterations": sc.simulation.iterations,
         "network": sc.simulation.network,
         "folded": fold.note,
@@ -167,7 +179,8 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> 
     memory = pd.DataFrame.from_records(rec.memory, columns=["device", "time_s", "allocated_bytes"])
     memory["device"] = "gpu" + memory["device"].astype(str)
     recorded = rec.ops
-    return Result(summary, spans, devices, memory, sc.resolved(), waits=lambda: wait_table(engine.program, recorded))
+    return Result(summary, spans, devices, memory, sc.resolved(), requests=requests,
+                  waits=lambda: wait_table(engine.program, recorded))
 
 
 def _max_staleness(prog: Program) -> int:

@@ -31,8 +31,20 @@ def test_catalog_matches_hardware_specs(name, row):
     assert gpu.hbm_bandwidth == pytest.approx(first_number(spec["hbm_bw_GBps"]) * 1e9)
 
 
+#: edge/inference GPUs, from their datasheets (not in hardware_specs.csv): memory GB, dense FP16 TFLOP/s, GB/s
+EDGE = {"T4-16GB": (16, 65, 320)}
+
+
+@pytest.mark.parametrize("name,spec", EDGE.items())
+def test_edge_gpus_match_their_datasheets(name, spec):
+    gpu = get_gpu(name)
+    assert (gpu.memory_bytes, gpu.peak_flops, gpu.hbm_bandwidth) == pytest.approx((spec[0] * 1e9, spec[1] * 1e12,
+                                                                                   spec[2] * 1e9))
+    assert "datasheet" in gpu.source
+
+
 def test_catalog_has_exactly_the_listed_gpus():
-    assert set(GPUS) == set(ROWS)
+    assert set(GPUS) == set(ROWS) | set(EDGE)
 
 
 def test_unknown_gpu_lists_known():

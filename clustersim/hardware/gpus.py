@@ -37,6 +37,10 @@ GPUS: dict[str, GPUSpec] = {g.name: g for g in (
     GPUSpec("H100-SXM5-80GB", 80 * 10**9, 989.4e12, 3350e9, _HOPPER),
     GPUSpec("H200-SXM-141GB", 141 * 10**9, 989.4e12, 4800e9,
             "H200 spec pages (same GH100 compute as H100; 141 GB HBM3e, 4.8 TB/s) (hardware_specs.csv)"),
+    # edge and inference accelerators (inference pipelines, docs/inference.md); not in hardware_specs.csv
+    GPUSpec("T4-16GB", 16 * 10**9, 65e12, 320e9,
+            "NVIDIA T4 datasheet: 65 TFLOP/s mixed-precision FP16/FP32 tensor, 16 GB GDDR6, 320 GB/s "
+            "(TechPowerUp T4 page: 65.13 TFLOP/s FP16, 320.0 GB/s)"),
 )}
 
 

@@ -29,6 +29,9 @@ def resolve_dp(spec: ScenarioSpec) -> int:
 def check_rules(spec: ScenarioSpec) -> None:
     """Raise ScenarioError for the first cross-field rule the scenario breaks."""
     n, par = spec.cluster.num_gpus, spec.parallel
+    from .inference import check_inference
+
+    check_inference(spec)
     if par.gradient_compression is not None and par.stage_replicas is not None:
         raise ScenarioError("parallel.gradient_compression", par.gradient_compression.model_dump(),
                             "not supported with parallel.stage_replicas yet; remove one of them")

@@ -255,14 +255,37 @@ ModelSpec = Annotated[
 ]
 
 
+class ArrivalSpec(_Spec):
+    """When inference requests arrive (``training.mode: inference``): ``constant`` — request
+    i at i × ``interval``; ``poisson`` — request 0 at 0, then exponential gaps of mean
+    1 / ``rate`` (requests per second) drawn from ``simulation.seed``."""
+
+    process: Literal["constant", "poisson"] = "constant"
+    interval: Time | None = None
+    rate: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_parameter(self) -> ArrivalSpec:
+        want, other = ("interval", "rate") if self.process == "constant" else ("rate", "interval")
+        if getattr(self, want) is None or getattr(self, other) is not None:
+            raise ValueError(f"a {self.process} arrival process takes {want} (and not {other})")
+        return self
+
+
 class TrainingSpec(_Spec):
-    """Batch sizes (samples; m = global / (micro × dp)), precision, recompute, optimizer."""
+    """Batch sizes (samples; m = global / (micro × dp)), precision, recompute, optimizer.
+
+    ``mode: inference`` runs forward passes only: every micro-batch is one request
+    (global_batch / micro_batch requests), arriving as ``arrival`` says (default: all at
+    t = 0). See ``docs/inference.md``."""
 
     global_batch: int = Field(ge=1)
     micro_batch: int = Field(default=1, ge=1)
     precision: Literal["bf16", "fp16", "fp32"] = "bf16"
     recompute: Literal["none", "selective", "full"] = "none"
     optimizer: Literal["adam", "sgd"] = "adam"
+    mode: Literal["train", "inference"] = "train"
+    arrival: ArrivalSpec | None = None
 
 
 class CompressionSpec(_Spec):

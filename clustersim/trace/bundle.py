@@ -8,6 +8,7 @@ Files::
     waits.csv                res.waits (who waited for whom)
     memory.parquet|memory.csv res.memory
     scenario.resolved.yaml   the scenario with every default filled in
+    requests.csv             res.requests (inference runs only)
     trace.json               Chrome/Perfetto trace (ui.perfetto.dev)
     gantt.png, utilization.png, memory.png, breakdown.png   pictures (plots=True)
     heatmap.png              busy heatmap, for runs above AGGREGATE_ABOVE (32) GPUs
@@ -66,6 +67,9 @@ def save_result(res, directory: str | Path, plots: bool = True) -> Path:
     res.waits.to_csv(out / "waits.csv", index=False)
     _write_table(res.memory, out, "memory", parquet)
     (out / "scenario.resolved.yaml").write_text(yaml.safe_dump(res.scenario, sort_keys=False))
+    (out / "requests.csv").unlink(missing_ok=True)
+    if res.requests is not None:
+        res.requests.to_csv(out / "requests.csv", index=False)
     res.to_chrome_trace(out / "trace.json")
     if plots:
         redraw(res, out)
@@ -105,4 +109,5 @@ def load_result(directory: str | Path):
     scenario_path = d / "scenario.resolved.yaml"
     scenario = yaml.safe_load(scenario_path.read_text()) if scenario_path.exists() else {}
     waits = pd.read_csv(d / "waits.csv", keep_default_na=False) if (d / "waits.csv").exists() else None
-    return Result(summary, spans, devices, memory, scenario or {}, waits=waits)
+    requests = pd.read_csv(d / "requests.csv") if (d / "requests.csv").exists() else None
+    return Result(summary, spans, devices, memory, scenario or {}, requests=requests, waits=waits)

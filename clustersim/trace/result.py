@@ -25,13 +25,16 @@ class Result:
         devices: DataFrame, one row per GPU (stage, ranks, busy/bubble fractions, memory, oom).
         memory: DataFrame of (device, time_s, allocated_bytes) after every change.
         scenario: the resolved scenario dict (every default filled).
+        requests: inference only (else None): one row per request — request, replica,
+            arrival_s, start_s, end_s, queue_s, latency_s (see docs/inference.md).
         waits: DataFrame, who waited for whom (:mod:`clustersim.trace.waits`), built on first use.
     """
 
     def __init__(self, summary: dict[str, Any], spans: pd.DataFrame, devices: pd.DataFrame,
-                 memory: pd.DataFrame, scenario: dict[str, Any],
+                 memory: pd.DataFrame, scenario: dict[str, Any], requests: pd.DataFrame | None = None,
                  waits: pd.DataFrame | Callable[[], pd.DataFrame] | None = None):
         self.summary, self.spans, self.devices, self.memory, self.scenario = summary, spans, devices, memory, scenario
+        self.requests = requests
         self._waits = waits
 
     @property

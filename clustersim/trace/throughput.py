@@ -1,7 +1,7 @@
 """Throughput metrics that need the model: tokens/s, TFLOP/s per GPU, MFU and HFU.
 
 Definitions (docs/metrics.md): model FLOPs are the matmul FLOPs of forward + backward
-(3 × forward) without recompute; hardware FLOPs add the recomputed forward under full
+(3 × forward) without recompute — forward only (1 ×) for inference; hardware FLOPs add the recomputed forward under full
 recompute (Megatron-LM's convention for its TFLOP/s). MFU = model FLOPs per second /
 (GPUs × peak); HFU the same with hardware FLOPs; ``tflops_per_gpu`` is hardware FLOP/s
 per GPU, comparable with Megatron's published numbers. Synthetic models carry no FLOPs,
@@ -24,6 +24,8 @@ def throughput_metrics(sc, iteration_time_s: float) -> dict:
     batch, n = sc.training.global_batch, sc.num_gpus
     model_flops = cfg.iteration_flops(batch, recompute=False)
     hw_flops = cfg.iteration_flops(batch, recompute=sc.training.recompute == "full")
+    if sc.training.mode == "inference":  # forward passes only: a third of forward + backward
+        model_flops = hw_flops = model_flops / 3
     peak = get_gpu(sc.cluster.gpu).peak_flops
     return {
         "tokens_per_s": batch * cfg.seq_len / iteration_time_s,
