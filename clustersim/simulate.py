@@ -52,6 +52,12 @@ def compile_scenario(sc: Scenario, fold: bool | None = None) -> Program:
     (tools that only need one GPU per stage, e.g. the memory estimate)."""
     from .planner import resolve_partition
 
+    if sc.parallel.parameter_server is not None:
+        from .schedules.parameter_server import parameter_server_program
+
+        prog = parameter_server_program(sc)
+        prog.check()
+        return prog
     plan = plan_of(sc)
     chunks = plan.pp * sc.parallel.virtual_stages
     costs = chunk_costs(sc, chunks, resolve_partition(sc, chunks))
@@ -111,6 +117,12 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> 
         window = (metrics.iteration_window(spans, k - 1)[1], metrics.iteration_window(spans, k)[1])
     t0, t1 = window
     iter_time = t1 - t0
+    ps = sc.parallel.parameter_server is not None
+    if ps:  # workers run at their own pace: the harmonic mean of their periods (docs/metrics.md)
+        from .trace.ps_metrics import iteration_time, ps_summary
+
+        iter_time = iteration_time(spans)
+        ps_entries, ps_workers = ps_summary(spans)
     bubbles = metrics.device_bubbles(spans, window)
     comp = spans[spans["lane"] == "compute"]
     busy_all = comp.groupby("device")["end_s"].sum() - comp.groupby("device")["start_s"].sum()
@@ -130,6 +142,8 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> 
             "oom": engine.memory.oom(rep),
         })
     devices = pd.DataFrame(rows)
+    if ps:
+        devices = devices.join(ps_workers, on="device")
     oom_hint = ""
     if sc.model.kind != "synthetic":  # real models: memory by kind, and why it does not fit
         from .workload.memory_model import memory_columns
@@ -156,6 +170,7 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> 
         "schedule": sc.parallel.schedule,
         "num_microbatches": sc.num_microbatches,
         "weight_staleness_max": _max_staleness(engine.program),
+        **({"ps_mode": sc.parallel.parameter_server.mode, **ps_entries} if ps else {}),
         "iterations": sc.simulation.iterations,
         "network": sc.simulation.network,
         "folded": fold.note,
@@ -163,7 +178,7 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> 
         "wall_time_s": wall_s,
     }
     memory = pd.DataFrame.from_records(rec.memory, columns=["device", "time_s", "allocated_bytes"])
-    memory["device"] = "gpu" + memory["device"].astype(str)
+    memory["device"] = memory["device"].map(dict(enumerate(engine.program.device_names)))
     return Result(summary, spans, devices, memory, sc.resolved())
 
 

@@ -38,6 +38,8 @@ def _obstacle(sc) -> str | None:
     cl, par = sc.cluster, sc.parallel
     if par.stage_replicas is not None:
         return "stage_replicas makes stages differ"
+    if par.parameter_server is not None:
+        return "parameter-server workers are simulated one by one"
     if cl.stragglers:
         return "stragglers make replicas differ"
     if sc.simulation.compute_noise is not None:
