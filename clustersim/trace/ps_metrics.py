@@ -11,8 +11,9 @@
   w its parameters for iteration i) and the start of the update that applies w's
   gradient; an update counts when it ends in (read, apply start]. A sync update counts
   once and applies every worker's gradient to the version they all read: staleness 0.
-  In async mode w's own previous update is always in its read, so with n workers
-  updating in turn the staleness is about n − 1, bounded by (s + 1)·n − 1 for bound s.
+  In async mode w's own previous update is always in its read; with staleness bound s
+  the others' updates in between are of their iterations i − s … i + s, so at most
+  (2s + 1)·(n − 1) for n workers.
 """
 
 from __future__ import annotations
