@@ -210,3 +210,12 @@ def test_bad_parameter_server_settings_name_the_field(ps, extra, field):
     with pytest.raises(ScenarioError) as err:
         cs.load_scenario(base).with_overrides(extra) if extra else cs.load_scenario(base)
     assert str(err.value).startswith(field)
+
+
+def test_shipped_edge_scenario_async_beats_sync():
+    # 16 edge workers, two throttled: the sync server waits for them every iteration
+    sc = cs.load_scenario("scenarios/ps-edge-16workers-20mbit.yaml").with_overrides({"simulation.iterations": 5})
+    sync = run(sc)
+    asyn = run(sc.with_overrides({"parallel.parameter_server": {"mode": "async", "staleness": 2}}))
+    assert asyn.summary["samples_per_s"] > sync.summary["samples_per_s"]
+    assert sync.summary["staleness_max"] == 0 < asyn.summary["staleness_max"] <= (2 * 2 + 1) * 15

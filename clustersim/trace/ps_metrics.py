@@ -49,14 +49,14 @@ def gradient_staleness(spans: pd.DataFrame) -> pd.DataFrame:
     lane = spans["lane"].astype(str)
     reads = spans[lane.str.startswith("pull.w")]
     updates = spans[lane.str.startswith("apply.w") | (lane == "update")]
+    reads_of = {key: df for key, df in reads.groupby(["device", "stage"], sort=False)}
     rows = []
     for (server, tensor), ups in updates.groupby(["device", "stage"], sort=False):
         ends = np.sort(ups["end_s"].to_numpy())
         sync = ups[ups["lane"] == "update"].set_index("iteration")["start_s"]
         own = {(int(ln[7:]), it): (s, e) for ln, it, s, e in
                ups.loc[ups["lane"] != "update", ["lane", "iteration", "start_s", "end_s"]].itertuples(index=False)}
-        mine = reads[(reads["device"] == server) & (reads["stage"] == tensor)]
-        for ln, it, read in mine[["lane", "iteration", "start_s"]].itertuples(index=False):
+        for ln, it, read in reads_of[server, tensor][["lane", "iteration", "start_s"]].itertuples(index=False):
             w = int(ln[6:])
             start, end = (sync[it], None) if it in sync.index else own[w, it]
             n = np.searchsorted(ends, start, "right") - np.searchsorted(ends, read, "right")
