@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import clustersim as cs
-from clustersim.errors import ScenarioError
+from clustersim.errors import ProgramError, ScenarioError
+from clustersim.program import Program
 from clustersim.trace.ps_metrics import gradient_staleness
 
 LAT = 10e-6
@@ -195,6 +196,13 @@ def test_result_names_the_server_and_reports_workers():
     assert res.summary["ps_mode"] == "sync"
 
 
+def test_program_device_names_default_to_gpus_and_must_cover_every_device():
+    assert Program(2).device_names == ["gpu0", "gpu1"]
+    assert Program(2, ["gpu0", "server"]).device_names == ["gpu0", "server"]
+    with pytest.raises(ProgramError, match="1 device names for 2 devices"):
+        Program(2, ["server"])
+
+
 @pytest.mark.parametrize(("ps", "extra", "field"), [
     ({"mode": "sync", "staleness": 2}, {}, "parallel.parameter_server.staleness: 2"),
     ({"mode": "hybrid"}, {}, "parallel.parameter_server.sync_after: None"),
@@ -204,6 +212,8 @@ def test_result_names_the_server_and_reports_workers():
     ({"mode": "eventually"}, {}, "parallel.parameter_server.mode"),
     ({}, {"simulation.network": "direct"}, "simulation.network: 'direct'"),
     ({}, {"parallel.pp": 2, "training.global_batch": 4}, "parallel.pp: 2"),
+    ({}, {"parallel.zero": 1}, "parallel.zero: 1 is invalid; not supported with parallel.parameter_server; "
+                               "accepted: 0"),
 ])
 def test_bad_parameter_server_settings_name_the_field(ps, extra, field):
     base = scenario(ps=ps)

@@ -141,9 +141,10 @@ def check_parameter_server(spec) -> None:
         if getattr(par, name) != 1:
             raise ScenarioError(f"parallel.{name}", getattr(par, name), "parameter-server workers each run the "
                                 "whole model (data parallel only); accepted: 1")
-    for name, off in (("stage_replicas", None), ("gradient_compression", None), ("zero", 0)):
+    for name, off, accepted in (("stage_replicas", None, "unset"), ("gradient_compression", None, "unset"),
+                                ("zero", 0, "0")):
         if getattr(par, name) != off:
-            raise ScenarioError(f"parallel.{name}", getattr(par, name), f"not supported with {f}; accepted: {off}")
+            raise ScenarioError(f"parallel.{name}", getattr(par, name), f"not supported with {f}; accepted: {accepted}")
     if ps.mode == SYNC and ps.staleness is not None:
         raise ScenarioError(f"{f}.staleness", ps.staleness, "bounds async iterations; leave it unset with mode sync")
     if (ps.mode == HYBRID) != (ps.sync_after is not None):
