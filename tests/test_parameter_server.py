@@ -229,3 +229,21 @@ def test_shipped_edge_scenario_async_beats_sync():
     asyn = run(sc.with_overrides({"parallel.parameter_server": {"mode": "async", "staleness": 2}}))
     assert asyn.summary["samples_per_s"] > sync.summary["samples_per_s"]
     assert sync.summary["staleness_max"] == 0 < asyn.summary["staleness_max"] <= (2 * 2 + 1) * 15
+
+
+def test_real_model_pulls_weights_pushes_gradients_and_leaves_the_optimizer_on_the_server():
+    from clustersim.workload.rules import model_layers
+    from clustersim.workload.stage_cost import chunk_costs
+
+    sc = cs.load_scenario({
+        "name": "ps-resnet50", "cluster": {"nodes": 2, "gpus_per_node": 1, "gpu": "V100-SXM2-32GB",
+                                           "topology": {"kind": "star"}},
+        "model": {"preset": "resnet50"}, "training": {"global_batch": 16, "micro_batch": 8},
+        "parallel": {"parameter_server": {"mode": "sync"}}, "simulation": {"iterations": 1, "network": "analytical"}})
+    layers = model_layers(sc.model)
+    costs = chunk_costs(sc, layers, [1] * layers)
+    res = run(sc)
+    sp = res.spans[res.spans["device"] == "gpu0"]
+    assert sp.loc[sp["lane"] == "pull", "bytes"].sum() == sum(int(c.memory_parts["params"]) for c in costs)
+    assert sp.loc[sp["lane"] == "push", "bytes"].sum() == sum(c.gradient_bytes for c in costs)
+    assert (res.devices["optimizer_bytes"] == 0).all() and (res.devices["params_bytes"] > 0).all()

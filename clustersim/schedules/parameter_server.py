@@ -78,14 +78,27 @@ def tensors_of(layers: int, per_layer: bool) -> list[list[int]]:
     return [[layer] for layer in range(layers)] if per_layer else [list(range(layers))]
 
 
+def weight_bytes(cost: StageCost) -> int:
+    """The bytes a pull moves for a layer: its weights (a real model's ``param_bytes`` also
+    counts gradients, optimizer state and buffers; a synthetic model's is the weights)."""
+    return int(cost.memory_parts.get("params", cost.param_bytes))
+
+
+def worker_static_bytes(cost: StageCost) -> int:
+    """What a worker keeps of a layer for the whole run: everything but the optimizer
+    state, which lives on the servers."""
+    return int(cost.param_bytes - cost.memory_parts.get("optimizer", 0))
+
+
 def make_keys(costs: list[StageCost], tensors: list[list[int]], servers: list[int], partition: bool,
               optimizer_s: float) -> list[list[Key]]:
-    """The keys of every tensor: sharded over all ``servers`` or on server ``t mod k``."""
-    total = sum(c.param_bytes for c in costs)
+    """The keys of every tensor: sharded over all ``servers`` or on server ``t mod k``;
+    a key pushes its share of the gradient bytes and pulls its share of the weights."""
+    total = sum(weight_bytes(c) for c in costs)
     out = []
     for t, layers in enumerate(tensors):
         grad = sum(costs[layer].gradient_bytes for layer in layers)
-        params = sum(costs[layer].param_bytes for layer in layers)
+        params = sum(weight_bytes(costs[layer]) for layer in layers)
         share = params / total if total else len(layers) / len(costs)
         homes = servers if partition else [servers[t % len(servers)]]
         k = len(homes)
@@ -106,7 +119,7 @@ def compile_parameter_server(cfg: PSConfig, costs: list[StageCost], m: int, iter
     keys = make_keys(costs, tensors, servers, cfg.partition, optimizer_s)
     first = {layers[0]: t for t, layers in enumerate(tensors)}  # a tensor's first layer in forward order
     for w in range(workers):
-        prog.static_memory[w] = sum(c.param_bytes for c in costs)
+        prog.static_memory[w] = sum(worker_static_bytes(c) for c in costs)
     # Workers first, servers after: a worker's op ids do not depend on the mode, so
     # compute noise (drawn per op id) is the same in sync and async runs of a scenario.
     pulls, pushes = {}, {}
