@@ -181,6 +181,17 @@ def test_one_tensor_per_model_when_not_per_layer():
     assert res.summary["iteration_time_s"] == pytest.approx(period, rel=1e-9)
 
 
+def test_buckets_group_layers_into_tensors():
+    # DynaComm-style segments: layers [0, 1] and [2, 3] travel as one tensor each; the
+    # bucket of layers 2–3 hides under the backward of 1–0, the last one is exposed
+    layers, opt = 4, 0.4e-3
+    res = run(scenario(layers=layers, opt=opt, ps={"mode": "sync", "buckets": [2, 2]}))
+    period = layers * 3e-3 + (LAT + 200e3 / UP) + opt / 2 + (LAT + 200e3 / DOWN)
+    assert res.summary["iteration_time_s"] == pytest.approx(period, rel=1e-9)
+    pushes = res.spans[(res.spans["lane"] == "push") & (res.spans["device"] == "gpu0")]
+    assert list(pushes.loc[pushes["iteration"] == 0, "stage"]) == [1, 0]
+
+
 def test_same_scenario_same_spans():
     sc = scenario(stragglers=[(2, 1.7)], noise=0.2, ps={"mode": "async", "staleness": 1}, iterations=4)
     a, b = run(sc), run(sc)
@@ -212,6 +223,9 @@ def test_program_device_names_default_to_gpus_and_must_cover_every_device():
     ({"mode": "eventually"}, {}, "parallel.parameter_server.mode"),
     ({}, {"simulation.network": "direct"}, "simulation.network: 'direct'"),
     ({}, {"parallel.pp": 2, "training.global_batch": 4}, "parallel.pp: 2"),
+    ({"buckets": [1, 1]}, {}, "parallel.parameter_server.buckets: [1, 1] is invalid; layers per tensor"),
+    ({"buckets": [2, 1], "per_layer": False}, {}, "parallel.parameter_server.buckets"),
+    ({"buckets": [0, 3]}, {}, "parallel.parameter_server.buckets[0]: 0 is invalid"),
     ({}, {"parallel.zero": 1}, "parallel.zero: 1 is invalid; not supported with parallel.parameter_server; "
                                "accepted: 0"),
 ])

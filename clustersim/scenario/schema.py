@@ -275,7 +275,8 @@ class ParameterServerSpec(_Spec):
     ``hybrid`` (async for ``sync_after`` iterations, then sync). ``servers``: topology
     nodes holding the parameters (the star's ``server`` by default); ``partition``
     shards every tensor over all servers, else tensors go round robin; ``per_layer``:
-    one tensor per layer (push/pull overlap compute), else the whole model is one."""
+    one tensor per layer (push/pull overlap compute), else the whole model is one;
+    ``buckets``: layers per tensor instead (DynaComm-style transmission segments)."""
 
     mode: Literal["sync", "async", "hybrid"] = "sync"
     staleness: int | None = Field(default=None, ge=0)
@@ -283,6 +284,7 @@ class ParameterServerSpec(_Spec):
     servers: list[str] = Field(default_factory=lambda: ["server"], min_length=1)
     partition: bool = False
     per_layer: bool = True
+    buckets: list[Annotated[int, Field(ge=1)]] | None = Field(default=None, min_length=1)
 
 
 class ParallelSpec(_Spec):

@@ -2,8 +2,9 @@
 
 Every GPU is a data-parallel *worker*; the parameters live on *servers*, topology nodes
 that become extra devices of the Program (named after their node, e.g. the star's
-``server``). The model is cut into *tensors* (one per layer with ``per_layer``, else one
-for the whole model); a tensor sits on one server (round robin) or, with ``partition``,
+``server``). The model is cut into *tensors*: one per layer with ``per_layer``, else one
+for the whole model, or ``buckets`` of consecutive layers (DynaComm's transmission
+segments: fewer, larger messages pay the link latency fewer times but overlap less); a tensor sits on one server (round robin) or, with ``partition``,
 is sharded evenly over every server. A (tensor, server) pair is a *key*.
 
 Per worker and iteration, in this order:
@@ -38,6 +39,7 @@ times the key's share of the parameter bytes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
 
 from ..collectives.schedule import split
 from ..errors import ScenarioError
@@ -67,15 +69,19 @@ class PSConfig:
     sync_after: int | None = None
     partition: bool = False
     per_layer: bool = True
+    buckets: tuple[int, ...] | None = None
 
     def is_sync(self, iteration: int) -> bool:
         """Whether ``iteration`` is aggregated synchronously."""
         return self.mode == SYNC or (self.mode == HYBRID and iteration >= (self.sync_after or 0))
 
 
-def tensors_of(layers: int, per_layer: bool) -> list[list[int]]:
-    """The layers of each tensor, in forward order."""
-    return [[layer] for layer in range(layers)] if per_layer else [list(range(layers))]
+def tensors_of(layers: int, per_layer: bool, buckets: tuple[int, ...] | None = None) -> list[list[int]]:
+    """The layers of each tensor, in forward order: ``buckets`` layers each when given."""
+    if buckets is None:
+        buckets = (1,) * layers if per_layer else (layers,)
+    bounds = [0, *accumulate(buckets)]
+    return [list(range(a, b)) for a, b in zip(bounds, bounds[1:])]
 
 
 def weight_bytes(cost: StageCost) -> int:
@@ -115,7 +121,7 @@ def compile_parameter_server(cfg: PSConfig, costs: list[StageCost], m: int, iter
     the keys by parameter bytes. See the module docstring."""
     servers = list(range(workers, workers + len(server_names)))
     prog = Program(workers + len(servers), [f"gpu{d}" for d in range(workers)] + list(server_names))
-    tensors = tensors_of(len(costs), cfg.per_layer)
+    tensors = tensors_of(len(costs), cfg.per_layer, cfg.buckets)
     keys = make_keys(costs, tensors, servers, cfg.partition, optimizer_s)
     first = {layers[0]: t for t, layers in enumerate(tensors)}  # a tensor's first layer in forward order
     for w in range(workers):
@@ -137,7 +143,8 @@ def parameter_server_program(sc) -> Program:
 
     ps = sc.parallel.parameter_server
     layers = model_layers(sc.model)
-    cfg = PSConfig(ps.mode, ps.staleness, ps.sync_after, ps.partition, ps.per_layer)
+    cfg = PSConfig(ps.mode, ps.staleness, ps.sync_after, ps.partition, ps.per_layer,
+                   tuple(ps.buckets) if ps.buckets else None)
     return compile_parameter_server(cfg, chunk_costs(sc, layers, [1] * layers), sc.num_microbatches,
                                     sc.simulation.iterations, sc.num_gpus, ps.servers,
                                     chunk_costs(sc, 1)[0].optimizer)
@@ -166,6 +173,13 @@ def check_parameter_server(spec) -> None:
     if spec.simulation.network == "direct":
         raise ScenarioError("simulation.network", "direct", f"{f} needs a topology for its servers; accepted: "
                             "packet or analytical")
+    if ps.buckets is not None:
+        from ..workload.rules import model_layers
+
+        layers = model_layers(spec.model)
+        if not ps.per_layer or sum(ps.buckets) != layers:
+            raise ScenarioError(f"{f}.buckets", ps.buckets, f"layers per tensor in forward order, summing to the "
+                                f"model's {layers} layers, with per_layer true")
     if len(set(ps.servers)) != len(ps.servers):
         raise ScenarioError(f"{f}.servers", ps.servers, "each server once")
     graph = build_topology(cluster_dict(spec.cluster))
