@@ -39,7 +39,7 @@ def coarsen(prog: Program) -> Program:
         for a, b in zip(lane_ops, lane_ops[1:]):
             if _joins(a, b, dependents) and a.mem_free == 0:
                 head_of[b.id] = head_of.get(a.id, a.id)
-    out = Program(prog.num_devices)
+    out = Program(prog.num_devices, prog.device_names)
     out.static_memory = list(prog.static_memory)
     new_id: dict[int, int] = {}
     for op in prog.ops:

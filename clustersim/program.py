@@ -73,8 +73,13 @@ class Op:
 class Program:
     """Per-device ordered ops with dependencies, plus the static memory of each device."""
 
-    def __init__(self, num_devices: int):
+    def __init__(self, num_devices: int, device_names: list[str] | None = None):
+        """``device_names``: the topology node of each device (default ``gpu{i}``); a
+        parameter server adds non-GPU devices such as the star's ``server``."""
         self.num_devices = num_devices
+        self.device_names = list(device_names) if device_names else [f"gpu{d}" for d in range(num_devices)]
+        if len(self.device_names) != num_devices:
+            raise ProgramError(f"{len(self.device_names)} device names for {num_devices} devices")
         self.ops: list[Op] = []
         self._lanes: dict[tuple[int, str], list[Op]] = {}
         #: bytes resident on each device for the whole run (weights, grads, optimizer state)

@@ -55,6 +55,12 @@ def compile_scenario(sc: Scenario, fold: bool | None = None) -> Program:
     (tools that only need one GPU per stage, e.g. the memory estimate)."""
     from .planner import resolve_partition
 
+    if sc.parallel.parameter_server is not None:
+        from .schedules.parameter_server import parameter_server_program
+
+        prog = parameter_server_program(sc)
+        prog.check()
+        return prog
     plan = plan_of(sc)
     chunks = plan.pp * sc.parallel.virtual_stages
     costs = chunk_costs(sc, chunks, resolve_partition(sc, chunks))
@@ -123,6 +129,12 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> 
         window = (metrics.iteration_window(spans, k - 1)[1], metrics.iteration_window(spans, k)[1])
     t0, t1 = window
     iter_time = t1 - t0
+    ps = sc.parallel.parameter_server is not None
+    if ps:  # workers run at their own pace: the harmonic mean of their periods (docs/metrics.md)
+        from .trace.ps_metrics import iteration_time, ps_summary
+
+        iter_time = iteration_time(spans)
+        ps_entries, ps_workers = ps_summary(spans)
     parts = metrics.device_breakdown(spans, window).set_index("device")
     bubbles = 1.0 - parts["compute"]
     comp = spans[spans["lane"] == "compute"]
@@ -143,6 +155,8 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> 
             "oom": engine.memory.oom(rep),
         })
     devices = pd.DataFrame(rows)
+    if ps:
+        devices = devices.join(ps_workers, on="device")
     oom_hint = ""
     if sc.model.kind != "synthetic" and not inference:  # real models: memory by kind, and why it does not fit
         from .workload.memory_model import memory_columns
@@ -170,6 +184,7 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> 
         "num_microbatches": sc.num_microbatches,
         "weight_staleness_max": _max_staleness(engine.program),
         **(request_metrics(requests) if inference else {}),
+        **({"ps_mode": sc.parallel.parameter_server.mode, **ps_entries} if ps else {}),
         "iterations": sc.simulation.iterations,
         "network": sc.simulation.network,
         "folded": fold.note,
@@ -177,7 +192,7 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> 
         "wall_time_s": wall_s,
     }
     memory = pd.DataFrame.from_records(rec.memory, columns=["device", "time_s", "allocated_bytes"])
-    memory["device"] = "gpu" + memory["device"].astype(str)
+    memory["device"] = memory["device"].map(dict(enumerate(engine.program.device_names)))
     recorded = rec.ops
     return Result(summary, spans, devices, memory, sc.resolved(), requests=requests,
                   waits=lambda: wait_table(engine.program, recorded))

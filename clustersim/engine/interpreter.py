@@ -91,7 +91,7 @@ class Engine:
             [op.duration * f for op, f in zip(ops, compute_scale)]
         self._record = recorder.ops.append
         self._ready: deque[_Lane] = deque()
-        self.names = [f"gpu{d}" for d in range(program.num_devices)]
+        self.names = program.device_names
         self._rendezvous: dict[str, list] = {}
         self.lanes = program.lanes()
         self.events = 0

@@ -40,6 +40,8 @@ def _obstacle(sc) -> str | None:
         return "stage_replicas makes stages differ"
     if sc.training.mode == "inference":
         return "inference replicas serve different requests"
+    if par.parameter_server is not None:
+        return "parameter-server workers are simulated one by one"
     if cl.stragglers:
         return "stragglers make replicas differ"
     if sc.simulation.compute_noise is not None:

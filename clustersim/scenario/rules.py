@@ -51,6 +51,10 @@ def check_rules(spec: ScenarioSpec) -> None:
         )
     if par.stage_replicas is not None:
         check_stage_replicas(spec)
+    if par.parameter_server is not None:
+        from ..schedules.parameter_server import check_parameter_server
+
+        check_parameter_server(spec)
     dp = resolve_dp(spec)
     if par.stage_replicas is None and par.tp * par.pp * dp != n:
         raise ScenarioError(

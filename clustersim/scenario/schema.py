@@ -319,6 +319,27 @@ def _replicas_value(value: object) -> list[int] | None:
     raise ValueError("expected a list of GPUs per pipeline stage (each ≥ 1), e.g. [15, 1]")
 
 
+class ParameterServerSpec(_Spec):
+    """Parameter-server training (docs/parameter_server.md): every GPU is a worker; it
+    pulls each tensor from its server(s) before using it and pushes its gradient as soon
+    as the backward produced it. ``mode``: ``sync`` (the server aggregates every worker's
+    push, then updates), ``async`` (each push applied on arrival; ``staleness`` s bounds
+    how many iterations a worker may run ahead of the slowest, unset = unbounded) or
+    ``hybrid`` (async for ``sync_after`` iterations, then sync). ``servers``: topology
+    nodes holding the parameters (the star's ``server`` by default); ``partition``
+    shards every tensor over all servers, else tensors go round robin; ``per_layer``:
+    one tensor per layer (push/pull overlap compute), else the whole model is one;
+    ``buckets``: layers per tensor instead (DynaComm-style transmission segments)."""
+
+    mode: Literal["sync", "async", "hybrid"] = "sync"
+    staleness: int | None = Field(default=None, ge=0)
+    sync_after: int | None = Field(default=None, ge=1)
+    servers: list[str] = Field(default_factory=lambda: ["server"], min_length=1)
+    partition: bool = False
+    per_layer: bool = True
+    buckets: list[Annotated[int, Field(ge=1)]] | None = Field(default=None, min_length=1)
+
+
 class ParallelSpec(_Spec):
     """The parallel plan: degrees of tensor, pipeline and data parallelism, and schedule."""
 
@@ -336,6 +357,8 @@ class ParallelSpec(_Spec):
     zero: int = Field(default=0, ge=0, le=3)
     #: compress data-parallel gradients before their all-reduce (e.g. over WAN links)
     gradient_compression: CompressionSpec | None = None
+    #: train with parameter server(s) instead of all-reduce (clustersim.schedules.parameter_server)
+    parameter_server: ParameterServerSpec | None = None
 
     @field_validator("schedule")
     @classmethod

@@ -45,7 +45,7 @@ def _tracks(spans: pd.DataFrame, devices: pd.DataFrame | None) -> tuple[np.ndarr
     dev = spans["device"].astype(str).to_numpy()
     lane = spans["lane"].astype(str).to_numpy()
     pairs = sorted(set(zip(dev, lane)), key=lambda p: (p[1] == "link", natural_key(p[0]),
-                                                        LANE_ORDER.get(p[1], 9), p[1]))
+                                                        LANE_ORDER.get(p[1], 9), natural_key(p[1])))
     procs: dict[str, int] = {}
     tracks: dict[tuple[str, str], tuple[int, int]] = {}
     per_proc: dict[int, int] = {}  # tracks so far in each process

@@ -127,11 +127,11 @@ class Result:
 def spans_frame(program, recorder) -> pd.DataFrame:
     """The spans DataFrame: executed Program ops (their static fields joined with the
     recorded times) plus the fabric's link spans, sorted by start time (stable)."""
-    ops = program.ops
+    ops, names = program.ops, program.device_names
     rows = []
     for i, start, end in recorder.ops:
         o = ops[i]
-        rows.append((f"gpu{o.device}", o.lane, o.kind, o.name, o.stage, o.microbatch, start, end,
+        rows.append((names[o.device], o.lane, o.kind, o.name, o.stage, o.microbatch, start, end,
                      o.nbytes, o.flops, o.phase, o.iteration))
     rows += recorder.spans
     df = pd.DataFrame.from_records(rows, columns=list(SPAN_FIELDS))

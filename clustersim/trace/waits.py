@@ -41,6 +41,7 @@ def wait_table(program: Program, recorded: list[tuple[int, float, float]]) -> pd
             t_dep = end.get(last, 0.0) if last is not None else 0.0
             ready[op.id] = (t_dep, last, free) if t_dep > free else (free, None, free)
             free = end[op.id]
+    names = program.device_names
     rows = []
     by_tag: dict[str, list[int]] = {}
     for op in ops:
@@ -51,17 +52,17 @@ def wait_table(program: Program, recorded: list[tuple[int, float, float]]) -> pd
         t_ready, dep, lane_free = ready[op.id]
         if dep is not None and op.kind is not RECV and op.kind is not SEND:  # a send waiting for its data is no wait
             who = ops[ops[dep].peer].device if ops[dep].kind is RECV else ops[dep].device
-            rows.append(_row(op, start[op.id], t_ready - lane_free, who, ops[dep].name, "data"))
+            rows.append(_row(names, op, start[op.id], t_ready - lane_free, who, ops[dep].name, "data"))
     for members in by_tag.values():
         last = max(members, key=lambda i: ready[i][0])
         for i in members:
             gap = start[i] - ready[i][0]
             if i != last and gap > 0:
-                rows.append(_row(ops[i], start[i], gap, ops[last].device, ops[last].name, "rendezvous"))
+                rows.append(_row(names, ops[i], start[i], gap, ops[last].device, ops[last].name, "rendezvous"))
     df = pd.DataFrame.from_records(rows, columns=COLUMNS)
     return df.sort_values(["start_s", "device"], kind="stable").reset_index(drop=True)
 
 
-def _row(op, start_s: float, waited_s: float, who: int, what: str, reason: str) -> tuple:
-    return (f"gpu{op.device}", op.lane, op.name, op.stage, op.microbatch, op.iteration, start_s, waited_s,
-            f"gpu{who}", what, reason)
+def _row(names, op, start_s: float, waited_s: float, who: int, what: str, reason: str) -> tuple:
+    return (names[op.device], op.lane, op.name, op.stage, op.microbatch, op.iteration, start_s, waited_s,
+            names[who], what, reason)

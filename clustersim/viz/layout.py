@@ -63,7 +63,7 @@ def lane_rows(spans: pd.DataFrame) -> list[tuple[str, str]]:
     """(device, lane) pairs of GPU lanes, device by device, lanes in :data:`LANE_ORDER`."""
     g = gpu_spans(spans)
     pairs = set(zip(g["device"], g["lane"]))
-    return sorted(pairs, key=lambda r: (natural_key(r[0]), LANE_ORDER.get(r[1], 9), r[1]))
+    return sorted(pairs, key=lambda r: (natural_key(r[0]), LANE_ORDER.get(r[1], 9), natural_key(r[1])))
 
 
 def busiest_links(spans: pd.DataFrame, top: int | None) -> list[str]:

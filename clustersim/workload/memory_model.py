@@ -109,6 +109,8 @@ def memory_columns(sc, devices) -> tuple[dict[str, list[float]], str]:
         for k in range(stage, len(costs), p):  # every model chunk placed on this stage
             for key, v in costs[k].memory_parts.items():
                 parts[key] += v
+        if sc.parallel.parameter_server is not None:
+            parts["optimizer"] = 0.0  # the optimizer state lives on the parameter servers
         static = sum(parts.values())
         act = max(0.0, float(peak) - static)
         for key in parts:

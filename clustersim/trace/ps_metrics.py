@@ -1,0 +1,75 @@
+"""Parameter-server metrics, from the spans alone (definitions in docs/metrics.md).
+
+* A worker's iteration i ends when its last push of iteration i has arrived at the
+  server; its *period* is the mean time between the ends of its first and its last
+  iteration ((T(I−1) − T(0)) / (I − 1); with one iteration, T(0) − its first op's start).
+* Throughput: every worker contributes its batch share per period, so samples/s =
+  Σ_w (global_batch / workers) / period_w; ``iteration_time_s`` = global_batch / that,
+  the harmonic mean of the periods (every period alike in sync mode).
+* Staleness of a gradient (worker w, key, iteration i): how many updates of that key
+  (server, tensor) the server applied between the read (the start of the pull that sent
+  w its parameters for iteration i) and the start of the update that applies w's
+  gradient; an update counts when it ends in (read, apply start]. A sync update counts
+  once and applies every worker's gradient to the version they all read: staleness 0.
+  In async mode w's own previous update is always in its read; with staleness bound s
+  the others' updates in between are of their iterations i − s … i + s, so at most
+  (2s + 1)·(n − 1) for n workers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+STALENESS_COLUMNS = ["worker", "server", "tensor", "iteration", "staleness"]
+
+
+def worker_periods(spans: pd.DataFrame) -> pd.Series:
+    """Per worker device (``gpu{w}``): its period in seconds (module docstring)."""
+    pushes = spans[spans["lane"] == "push"]
+    ends = pushes.groupby(["device", "iteration"])["end_s"].max()
+    out = {}
+    for dev, per_it in ends.groupby(level="device"):
+        t = per_it.droplevel("device").sort_index()
+        if len(t) > 1:
+            out[dev] = (t.iloc[-1] - t.iloc[0]) / (len(t) - 1)
+        else:
+            out[dev] = t.iloc[0] - float(spans.loc[spans["device"] == dev, "start_s"].min())
+    return pd.Series(out, name="period_s")
+
+
+def iteration_time(spans: pd.DataFrame) -> float:
+    """The harmonic mean of the workers' periods (global_batch / samples per second)."""
+    periods = worker_periods(spans).to_numpy()
+    return float(len(periods) / np.sum(1.0 / periods))
+
+
+def gradient_staleness(spans: pd.DataFrame) -> pd.DataFrame:
+    """One row per (worker, key, iteration): its staleness (module docstring)."""
+    lane = spans["lane"].astype(str)
+    reads = spans[lane.str.startswith("pull.w")]
+    updates = spans[lane.str.startswith("apply.w") | (lane == "update")]
+    reads_of = {key: df for key, df in reads.groupby(["device", "stage"], sort=False)}
+    rows = []
+    for (server, tensor), ups in updates.groupby(["device", "stage"], sort=False):
+        ends = np.sort(ups["end_s"].to_numpy())
+        sync = ups[ups["lane"] == "update"].set_index("iteration")["start_s"]
+        own = {(int(ln[7:]), it): (s, e) for ln, it, s, e in
+               ups.loc[ups["lane"] != "update", ["lane", "iteration", "start_s", "end_s"]].itertuples(index=False)}
+        for ln, it, read in reads_of[server, tensor][["lane", "iteration", "start_s"]].itertuples(index=False):
+            w = int(ln[6:])
+            start, end = (sync[it], None) if it in sync.index else own[w, it]
+            n = np.searchsorted(ends, start, "right") - np.searchsorted(ends, read, "right")
+            if end is not None and read < end <= start:  # a zero-length update ends where it starts
+                n -= 1
+            rows.append((f"gpu{w}", server, int(tensor), int(it), int(n)))
+    return pd.DataFrame(rows, columns=STALENESS_COLUMNS)
+
+
+def ps_summary(spans: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
+    """Summary entries (staleness mean and max) and per-worker rows (period, staleness)."""
+    st = gradient_staleness(spans)
+    per = st.groupby("worker")["staleness"].agg(["mean", "max"])
+    table = pd.DataFrame({"period_s": worker_periods(spans),
+                          "staleness_mean": per["mean"], "staleness_max": per["max"]})
+    return {"staleness_mean": float(st["staleness"].mean()), "staleness_max": int(st["staleness"].max())}, table
