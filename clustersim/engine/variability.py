@@ -1,6 +1,6 @@
-"""Device-level compute variability: straggler GPUs and random per-op noise.
+"""Device-level compute variability: straggler GPUs, node-group speed factors, random noise.
 
-Both become one multiplicative factor per compute op, fixed before the run from the
+All become one multiplicative factor per compute op, fixed before the run from the
 scenario and ``simulation.seed`` (a generator owned by this call — no global RNG), so the
 same scenario and seed always give the same times.
 """
@@ -12,13 +12,21 @@ import numpy as np
 from ..program import COMPUTE, Program
 
 
+def device_factors(cluster, num_devices: int) -> np.ndarray:
+    """Per-device compute time factors: straggler slowdowns ÷ node-group speed factors."""
+    from ..hardware.node_groups import device_speeds
+
+    per_device = 1.0 / np.array(device_speeds(cluster)[:num_devices], dtype=float)
+    for straggler in cluster.stragglers:
+        for g in straggler.gpus:
+            if g < num_devices:
+                per_device[g] *= straggler.slowdown
+    return per_device
+
+
 def compute_scales(scenario, program: Program) -> list[float] | None:
     """Per-op duration factors (index = op id), or None when every factor is 1."""
-    per_device = np.ones(program.num_devices)
-    for straggler in scenario.cluster.stragglers:
-        for g in straggler.gpus:
-            if g < program.num_devices:
-                per_device[g] *= straggler.slowdown
+    per_device = device_factors(scenario.cluster, program.num_devices)
     noise = scenario.simulation.compute_noise
     if noise is None and (per_device == 1.0).all():
         return None
