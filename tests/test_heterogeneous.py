@@ -227,3 +227,20 @@ def test_hap_scenario_runs():
     assert res.summary["num_gpus"] == 32 and not res.summary["oom"]
     even = cs.simulate(sc.with_overrides({"parallel.dp_split": "even"}), progress=False)
     assert res.summary["iteration_time_s"] < even.summary["iteration_time_s"]
+
+
+def test_unsupported_combinations_are_refused():
+    from clustersim.planner import plan_scenario
+
+    sc = cs.load_scenario(_mixed([1.0, 0.5]))
+    with pytest.raises(cs.ScenarioError, match=r"cluster.node_groups: 'mixed GPU types .*' is invalid; the full "
+                                               r"PipeDream optimizer plans one GPU type"):
+        plan_scenario(sc)
+    with pytest.raises(cs.ScenarioError, match=r"parallel.stage_replicas: \[1, 1\] is invalid; stage replication "
+                                               r"runs one GPU type"):
+        sc.with_overrides({"parallel.pp": 2, "model.layers": 2, "parallel.stage_replicas": [1, 1]})
+
+
+def test_same_scenario_same_spans():
+    raw = _mixed([1.0, 0.5, 0.8], split="speed")
+    assert cs.simulate(raw, progress=False).spans.equals(cs.simulate(raw, progress=False).spans)
