@@ -13,8 +13,9 @@ from .coarsen import coarsen
 from .engine.interpreter import Engine
 from .engine.network_setup import build_network
 from .engine.variability import compute_scales
-from .hardware.gpus import get_gpu
+from .hardware.node_groups import describe, device_gpus, device_specs
 from .parallel.fold import can_fold, decide_fold, representative
+from .parallel.hetero import needs_replica_work, replica_microbatches, replica_work
 from .parallel.plan import Plan
 from .program import Program
 from .progress import SimProgress, wanted
@@ -63,7 +64,8 @@ def compile_scenario(sc: Scenario, fold: bool | None = None) -> Program:
         return prog
     plan = plan_of(sc)
     chunks = plan.pp * sc.parallel.virtual_stages
-    costs = chunk_costs(sc, chunks, resolve_partition(sc, chunks))
+    partition = resolve_partition(sc, chunks)
+    costs = chunk_costs(sc, chunks, partition)
     schedule = SCHEDULES[sc.parallel.schedule]
     if sc.training.mode == "inference":
         times = arrival_times(sc.training.arrival, sc.num_microbatches * plan.dp, sc.simulation.seed)
@@ -72,9 +74,11 @@ def compile_scenario(sc: Scenario, fold: bool | None = None) -> Program:
         prog = compile_replicated(schedule, device_layout(sc), costs, sc.num_microbatches, sc.simulation.iterations)
     else:
         gc = sc.parallel.gradient_compression
+        replicas = replica_work(sc, plan, schedule, partition) if needs_replica_work(sc) else None
         prog = compile_pipeline(schedule, plan, costs, sc.num_microbatches, sc.simulation.iterations,
                                 fold=decide_fold(sc).enabled if fold is None else fold and can_fold(sc),
-                                compression=(gc.ratio, gc.time_per_gib / 2**30) if gc else None)
+                                compression=(gc.ratio, gc.time_per_gib / 2**30) if gc else None,
+                                replicas=replicas)
     prog.check()
     if sc.simulation.detail == "stage":
         prog = coarsen(prog)
@@ -91,7 +95,7 @@ def simulate(scenario: Scenario | str | Path | dict[str, Any], progress: bool | 
     prog = compile_scenario(sc)
     env, rec = simpy.Environment(), Recorder()
     fabric = build_network(sc, env, rec)
-    capacity = [get_gpu(sc.cluster.gpu).memory_bytes] * prog.num_devices
+    capacity = [gpu.memory_bytes for gpu in device_specs(sc.cluster)][:prog.num_devices]
     cl = sc.cluster
     engine = Engine(prog, env, fabric, rec, capacity, alpha=cl.collective_alpha,
                     algorithms=sc.simulation.collectives, comm_compute_slowdown=cl.comm_compute_slowdown,
@@ -141,13 +145,15 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> 
     busy_all = comp.groupby("device")["end_s"].sum() - comp.groupby("device")["start_s"].sum()
     makespan = float(spans["end_s"].max())
     fold = decide_fold(sc)
+    gpus = device_gpus(sc.cluster)
     rows = []
     for dev in range(layout.num_devices):
         stage, dp_rank, tp_rank = layout.coords(dev)
         rep = representative(plan, dev) if fold.enabled else dev  # a folded GPU shows its twin's row
         name = f"gpu{rep}"
         rows.append({
-            "device": f"gpu{dev}", "node": layout.node(dev), "stage": stage, "tp_rank": tp_rank, "dp_rank": dp_rank,
+            "device": f"gpu{dev}", "node": layout.node(dev), "gpu": gpus[dev], "stage": stage, "tp_rank": tp_rank,
+            "dp_rank": dp_rank,
             "busy_fraction": float(busy_all.get(name, 0.0)) / makespan if makespan > 0 else 0.0,
             "bubble_fraction": bubbles.get(name, 1.0),
             "peak_memory_bytes": engine.memory.peak[rep],
@@ -182,6 +188,9 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> 
         **({"stage_replicas": list(sc.parallel.stage_replicas)} if sc.parallel.stage_replicas else {}),
         "schedule": sc.parallel.schedule,
         "num_microbatches": sc.num_microbatches,
+        **({"microbatches_per_replica": replica_microbatches(engine.program, plan)}
+           if sc.parallel.dp_split != "even" else {}),
+        **({"gpus": describe(sc.cluster)} if sc.cluster.node_groups is not None else {}),
         "weight_staleness_max": _max_staleness(engine.program),
         **(request_metrics(requests) if inference else {}),
         **({"ps_mode": sc.parallel.parameter_server.mode, **ps_entries} if ps else {}),

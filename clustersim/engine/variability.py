@@ -1,7 +1,7 @@
-"""Device-level compute variability: straggler GPUs (constant or random per op) and
-random per-op noise on every GPU.
+"""Device-level compute variability: straggler GPUs (constant or random per op),
+node-group speed factors, and random per-op noise on every GPU.
 
-Both become one multiplicative factor per compute op, fixed before the run from the
+All become one multiplicative factor per compute op, fixed before the run from the
 scenario and ``simulation.seed`` (a generator owned by this call — no global RNG), so the
 same scenario and seed always give the same times.
 """
@@ -13,13 +13,21 @@ import numpy as np
 from ..program import ARRIVAL_LANE, COMPUTE, Program
 
 
+def device_factors(cluster, num_devices: int) -> np.ndarray:
+    """Per-device compute time factors: straggler slowdowns ÷ node-group speed factors."""
+    from ..hardware.node_groups import device_speeds
+
+    per_device = 1.0 / np.array(device_speeds(cluster)[:num_devices], dtype=float)
+    for straggler in cluster.stragglers:
+        for g in straggler.gpus:
+            if g < num_devices:
+                per_device[g] *= straggler.slowdown
+    return per_device
+
+
 def compute_scales(scenario, program: Program) -> list[float] | None:
     """Per-op duration factors (index = op id), or None when every factor is 1."""
-    per_device = np.ones(program.num_devices)
-    for straggler in scenario.cluster.stragglers:
-        for g in straggler.gpus:
-            if g < program.num_devices:
-                per_device[g] *= straggler.slowdown
+    per_device = device_factors(scenario.cluster, program.num_devices)
     noise, seed = scenario.simulation.compute_noise, scenario.simulation.seed
     noisy = [s for s in scenario.cluster.stragglers if s.noise is not None]
     if noise is None and not noisy and (per_device == 1.0).all():

@@ -11,12 +11,16 @@ for every schedule and partition — without running the engine.
 
 from __future__ import annotations
 
-from ..hardware.gpus import get_gpu
 from ..scenario import Scenario
 
 
 def estimate_peak_memory(sc: Scenario) -> int:
     """Peak bytes on the fullest GPU of scenario ``sc``, as the simulation would report."""
+    return max(device_peak_memory(sc))
+
+
+def device_peak_memory(sc: Scenario) -> list[int]:
+    """Peak bytes of every device (index = device; a folded twin shows 0: see its representative)."""
     from ..simulate import compile_scenario
 
     prog = compile_scenario(sc, fold=True)
@@ -27,9 +31,15 @@ def estimate_peak_memory(sc: Scenario) -> int:
             live[op.device] += op.mem_alloc
             peak[op.device] = max(peak[op.device], live[op.device])
         live[op.device] -= op.mem_free
-    return max(peak)
+    return peak
 
 
-def memory_capacity(sc: Scenario) -> int:
-    """Bytes of memory on one of the scenario's GPUs (the catalog's marketed capacity)."""
-    return get_gpu(sc.cluster.gpu).memory_bytes
+def tightest_fit(sc: Scenario) -> tuple[int, int]:
+    """(estimated peak bytes, memory capacity) of the device fullest relative to its own
+    GPU's memory — on a uniform cluster the fullest GPU; with ``node_groups`` a small GPU
+    may be tighter than a fuller big one."""
+    from ..hardware.node_groups import device_specs
+
+    peaks, caps = device_peak_memory(sc), [gpu.memory_bytes for gpu in device_specs(sc.cluster)]
+    worst = max(range(len(peaks)), key=lambda d: (peaks[d] / caps[d], peaks[d]))
+    return peaks[worst], caps[worst]

@@ -2,7 +2,7 @@
 
 1. enumerate every valid plan for the GPU count(s) (:mod:`.plans`);
 2. prune the plans whose estimated peak memory per GPU exceeds the GPU's capacity
-   (:func:`.memory.estimate_peak_memory`) — before simulating anything;
+   (:func:`.memory.tightest_fit`; each GPU against its own memory) — before simulating anything;
 3. simulate the rest as one sweep (any executor; resumable with ``out``);
 4. rank by the objective: ``throughput`` (samples/s, or tokens/s where the summary has
    it), ``time`` to train on ``budget`` samples/tokens, or ``cost`` (GPU-hours × price);
@@ -23,7 +23,7 @@ from ..errors import ScenarioError
 from ..scenario import Scenario, load_scenario
 from ..scenario.loader import apply_overrides
 from . import grid as grids
-from .memory import estimate_peak_memory, memory_capacity
+from .memory import tightest_fit
 from .plans import label, placement, plan_space
 from .store import save_table
 from .sweeper import base_raw, run_sweep
@@ -88,7 +88,7 @@ def _candidates(sc: Scenario, raw: dict[str, Any], counts: Sequence[int], knobs:
             except ScenarioError as exc:
                 rows.append({**row, "status": "invalid", "error": str(exc)})
                 continue
-            est, cap = estimate_peak_memory(cand), memory_capacity(cand)
+            est, cap = tightest_fit(cand)
             p = cand.parallel
             row.update(placement(p.tp, p.pp, cand.dp, cand.cluster.gpus_per_node))
             fits = est <= cap * memory_fraction

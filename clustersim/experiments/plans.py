@@ -10,7 +10,10 @@ A plan is a dict of scenario overrides. Rules (Megatron-LM's, and the project's 
 * micro-batch sizes vary only for models whose costs scale with them (not synthetic:
   its costs are per micro-batch as given), and other knobs (recompute, ZeRO, sequence
   parallelism) only where the scenario schema has them — so the space grows as the
-  workload package grows, without changes here.
+  workload package grows, without changes here;
+* on a heterogeneous cluster (``cluster.node_groups``) every plan balances its stages on
+  their GPUs and splits micro-batches by replica speed (:func:`hetero_knobs`); the GPU
+  count is the cluster's own.
 
 :func:`placement` describes where a plan's groups land on nodes (what the network sees).
 """
@@ -49,6 +52,9 @@ def cluster_overrides(sc: Scenario, gpus: int) -> dict[str, Any]:
     gpn, nodes = sc.cluster.gpus_per_node, sc.cluster.nodes
     if not isinstance(gpus, int) or gpus < 1:
         raise ScenarioError("gpus", gpus, "expected a whole number of GPUs ≥ 1")
+    if sc.cluster.node_groups is not None and gpus != sc.num_gpus:
+        raise ScenarioError("gpus", gpus, f"a cluster of node_groups is searched at its own size; accepted: "
+                            f"{sc.num_gpus} (or edit cluster.node_groups)")
     if gpus % gpn == 0:
         return {} if gpus // gpn == nodes else {"cluster.nodes": gpus // gpn}
     if gpus < gpn and nodes == 1:
@@ -88,12 +94,26 @@ def plan_space(sc: Scenario, gpus: int, *, micro_batches: Sequence[int] | None =
                 if gb % (mb * dp):
                     continue
                 core = {**cluster, "parallel.tp": tp, "parallel.pp": pp, "parallel.dp": dp,
-                        "training.micro_batch": mb, "parallel.schedule": sched}
+                        "training.micro_batch": mb, "parallel.schedule": sched,
+                        **hetero_knobs(sc, pp, dp, sched)}
                 for combo in itertools.product(*extra.values()):
                     plan = {**core, **dict(zip(extra, combo))}
                     if not _redundant(plan, dp, tp):
                         plans.append(plan)
     return plans
+
+
+def hetero_knobs(sc: Scenario, pp: int, dp: int, schedule: str) -> dict[str, Any]:
+    """On a heterogeneous cluster, size each plan to its GPUs: stages balanced on their
+    GPUs (pp > 1) and micro-batches split by replica speed (dp > 1, flushing schedules)."""
+    from ..hardware.node_groups import heterogeneity
+
+    if heterogeneity(sc.cluster) is None:
+        return {}
+    out: dict[str, Any] = {"parallel.partition": "balanced"} if pp > 1 else {}
+    if dp > 1 and SCHEDULES[schedule].flush:
+        out["parallel.dp_split"] = "speed"
+    return out
 
 
 def _redundant(plan: Mapping[str, Any], dp: int, tp: int) -> bool:

@@ -8,8 +8,9 @@ sends and data-parallel all-reduces still load the fabric as shadow traffic (see
 :mod:`clustersim.schedules.compiler`). Results are reported for every GPU: a folded GPU
 shows its representative's row.
 
-Folding is exact when the twins really are twins: one GPU type, no stragglers or noise,
-no link degradation windows, and TP groups inside one node (so the dropped TP collectives use links no one else
+Folding is exact when the twins really are twins: one GPU type at one speed, an even
+dp_split, no stragglers or noise, no link degradation windows, and TP groups inside one
+node (so the dropped TP collectives use links no one else
 does). It is refused otherwise — an explicit ``simulation.fold: true`` is an error naming
 the reason; ``auto`` quietly runs unfolded and says why in the summary.
 """
@@ -44,6 +45,13 @@ def _obstacle(sc) -> str | None:
         return "parameter-server workers are simulated one by one"
     if cl.stragglers:
         return "stragglers make replicas differ"
+    from ..hardware.node_groups import heterogeneity
+
+    mixed = heterogeneity(cl)
+    if mixed is not None:
+        return f"{mixed} make replicas differ"
+    if par.dp_split != "even":
+        return "an uneven dp_split makes replicas differ"
     if sc.simulation.compute_noise is not None:
         return "compute noise makes replicas differ"
     if cl.link_degradations:

@@ -15,12 +15,23 @@ from .report import PlanReport, plan_scenario
 
 
 def resolve_partition(sc, chunks: int) -> list[int] | None:
-    """The layers per chunk ``parallel.partition`` asks for (None: the model's default)."""
+    """The layers per chunk ``parallel.partition`` asks for (None: the model's default).
+
+    On a heterogeneous cluster (``cluster.node_groups``) ``balanced`` and ``pipedream``
+    price each stage on its own GPUs (:mod:`.hetero`), and a CNN's default split — balanced
+    — does too, so every GPU type prices the same layers."""
+    from ..hardware.node_groups import gpu_types, heterogeneity
+
     part = sc.parallel.partition
     if isinstance(part, list):
         return list(part)
-    if part == "even":
+    mixed = heterogeneity(sc.cluster) is not None
+    if part == "even" and not (sc.model.kind == "cnn" and len(gpu_types(sc.cluster)) > 1):
         return None
+    if mixed and part in ("even", "balanced"):
+        from .hetero import balanced_by_stage
+
+        return balanced_by_stage(sc, chunks)
     profiles = layer_profiles(sc)
     if part == "balanced":
         from ..workload.stage_builder import balanced_partition
@@ -31,6 +42,14 @@ def resolve_partition(sc, chunks: int) -> list[int] | None:
 
         raise ScenarioError("parallel.partition", part, "the PipeDream planner cuts one chunk per stage; "
                             "accepted with virtual_stages > 1: even, balanced or a list")
+    if mixed:
+        from .hetero import stage_factors, stage_memory
+
+        factors = stage_factors(sc)
+        fitting = uniform_partition(profiles, network_of(sc), sc.parallel.pp, sc.dp, stage_factors=factors,
+                                    stage_memory=stage_memory(sc))
+        # nothing fits: split by time alone, and let the simulation report the OOM
+        return fitting or uniform_partition(profiles, network_of(sc), sc.parallel.pp, sc.dp, stage_factors=factors)
     return uniform_partition(profiles, network_of(sc), sc.parallel.pp, sc.dp)
 
 

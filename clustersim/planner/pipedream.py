@@ -71,14 +71,16 @@ class Optimizer:
             self.prefix_w.append(self.prefix_w[-1] + lp.param_bytes)
             self.prefix_m.append(self.prefix_m[-1] + lp.activation_memory)
 
-    def stage_time(self, i: int, j: int, r: int, in_flight: int = 1) -> float:
-        """T(i→j, r), or infinity when the stage does not fit in memory."""
+    def stage_time(self, i: int, j: int, r: int, in_flight: int = 1, factor: float = 1.0,
+                   memory: float | None = None) -> float:
+        """T(i→j, r), or infinity when the stage does not fit in memory. ``factor`` scales
+        the compute (a stage on slower GPUs); ``memory`` replaces the optimizer's capacity."""
         w = self.prefix_w[j + 1] - self.prefix_w[i]
         mem = (self.prefix_s[j + 1] - self.prefix_s[i]) + (w + self.prefix_m[j + 1] - self.prefix_m[i]) * in_flight
-        if mem > self.memory:
+        if mem > (self.memory if memory is None else memory):
             return math.inf
         sync = 4 * (r - 1) * w / (r * self.net.bandwidth(r)) if r > 1 else 0.0
-        return max(self.prefix_t[j + 1] - self.prefix_t[i], sync) / r
+        return max(factor * (self.prefix_t[j + 1] - self.prefix_t[i]), sync) / r
 
     def transfer(self, i: int, gpus: int) -> float:
         """2·C_i: layer i's output forward plus its gradient back."""
@@ -104,20 +106,26 @@ class Optimizer:
         t, stages = a(n_layers - 1, gpus)
         return PipelinePlan(stages, t)
 
-    def uniform(self, pp: int, dp: int) -> PipelinePlan:
-        """The best split into ``pp`` stages, each replicated ``dp`` times."""
+    def uniform(self, pp: int, dp: int, stage_factors: list[float] | None = None,
+                stage_memory: list[float] | None = None) -> PipelinePlan:
+        """The best split into ``pp`` stages, each replicated ``dp`` times. On a
+        heterogeneous cluster ``stage_factors[s]`` scales stage s's compute and
+        ``stage_memory[s]`` is its GPUs' memory (:mod:`.hetero`)."""
         n_layers, gpus = len(self.layers), pp * dp
         inf = (math.inf, ())
+        factors = stage_factors or [1.0] * pp
+        memory = stage_memory or [None] * pp
 
         @cache
         def b(j: int, s: int) -> tuple[float, tuple[Stage, ...]]:
             depth = pp - s + 1  # in-flight minibatches on stage s (1F1B): stages from here on
             if s == 1:
-                return self.stage_time(0, j, dp, pp), (Stage(0, j, dp),)
+                return self.stage_time(0, j, dp, pp, factors[0], memory[0]), (Stage(0, j, dp),)
             best = inf
             for i in range(s - 2, j):
                 head, stages = b(i, s - 1)
-                t = max(head, self.transfer(i, gpus), self.stage_time(i + 1, j, dp, depth))
+                t = max(head, self.transfer(i, gpus),
+                        self.stage_time(i + 1, j, dp, depth, factors[s - 1], memory[s - 1]))
                 if t < best[0]:
                     best = (t, stages + (Stage(i + 1, j, dp),))
             return best
@@ -132,6 +140,8 @@ def data_parallel_time(layers: list[LayerProfile], net: Network, gpus: int) -> f
 
 
 def uniform_partition(layers: list[LayerProfile], net: Network, pp: int, dp: int,
-                      memory_bytes: float = math.inf) -> list[int]:
-    """Layers per stage of the best ``pp``-stage pipeline with every stage on ``dp`` replicas."""
-    return Optimizer(layers, net, memory_bytes).uniform(pp, dp).partition
+                      memory_bytes: float = math.inf, stage_factors: list[float] | None = None,
+                      stage_memory: list[float] | None = None) -> list[int]:
+    """Layers per stage of the best ``pp``-stage pipeline with every stage on ``dp`` replicas
+    (per-stage compute factors and memory on a heterogeneous cluster)."""
+    return Optimizer(layers, net, memory_bytes).uniform(pp, dp, stage_factors, stage_memory).partition

@@ -58,8 +58,16 @@ def _sets(overrides: dict) -> str:
 
 
 def plan_scenario(sc) -> PlanReport:
-    """Run the planner on ``sc``'s model, cluster and GPU count."""
+    """Run the planner on ``sc``'s model, cluster and GPU count (one GPU type at one speed)."""
+    from ..errors import ScenarioError
     from ..hardware.gpus import get_gpu
+    from ..hardware.node_groups import heterogeneity
+
+    why = heterogeneity(sc.cluster)
+    if why is not None:  # its per-stage replication would have to choose which GPUs each stage gets
+        raise ScenarioError("cluster.node_groups", why, "the full PipeDream optimizer plans one GPU type at one "
+                            "speed; on this cluster use parallel.partition: pipedream or balanced (each stage "
+                            "priced on its own GPUs) or `clustersim search`")
 
     layers, net, n = layer_profiles(sc), network_of(sc), sc.num_gpus
     opt = Optimizer(layers, net, get_gpu(sc.cluster.gpu).memory_bytes)

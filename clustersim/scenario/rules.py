@@ -8,6 +8,7 @@ stages). Each rule raises :class:`ScenarioError` naming the field a user should 
 from __future__ import annotations
 
 from ..errors import ScenarioError
+from .hetero_rules import check_dp_split, check_node_groups
 from .schema import ScenarioSpec
 
 
@@ -29,6 +30,7 @@ def resolve_dp(spec: ScenarioSpec) -> int:
 def check_rules(spec: ScenarioSpec) -> None:
     """Raise ScenarioError for the first cross-field rule the scenario breaks."""
     n, par = spec.cluster.num_gpus, spec.parallel
+    check_node_groups(spec)  # first: the GPU count below depends on it
     from .inference import check_inference
 
     check_inference(spec)
@@ -92,15 +94,19 @@ def check_rules(spec: ScenarioSpec) -> None:
             f"{par.pp * par.virtual_stages} stages; accepted: a divisor of {layers}",
         )
     tr = spec.training
-    if tr.global_batch % (tr.micro_batch * dp):
-        raise ScenarioError(
-            "training.global_batch", tr.global_batch,
-            f"must be a multiple of micro_batch × dp = {tr.micro_batch} × {dp} = {tr.micro_batch * dp}",
-        )
+    if par.dp_split == "even":
+        if tr.global_batch % (tr.micro_batch * dp):
+            raise ScenarioError(
+                "training.global_batch", tr.global_batch,
+                f"must be a multiple of micro_batch × dp = {tr.micro_batch} × {dp} = {tr.micro_batch * dp}",
+            )
+        counts = [tr.global_batch // (tr.micro_batch * dp)]
+    else:
+        counts = check_dp_split(spec, dp)  # micro-batches per replica (``speed``: checked when split)
     from ..schedules import SCHEDULES
 
-    m = tr.global_batch // (tr.micro_batch * dp)
-    SCHEDULES[par.schedule].validate(par.pp, m, par.virtual_stages)  # e.g. interleaved: m % pp == 0
+    for m in counts:
+        SCHEDULES[par.schedule].validate(par.pp, m, par.virtual_stages)  # e.g. interleaved: m % pp == 0
     if spec.model.kind == "synthetic" and spec.model.backward_weight > spec.model.backward:
         raise ScenarioError(
             "model.backward_weight", spec.model.backward_weight,

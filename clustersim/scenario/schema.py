@@ -112,6 +112,23 @@ class LinkDegradationSpec(_Spec):
         return self
 
 
+class NodeGroupSpec(_Spec):
+    """Consecutive nodes of one GPU type in a heterogeneous cluster (``cluster.node_groups``):
+    ``gpu`` defaults to ``cluster.gpu``; ``speed`` divides every compute op's time on
+    these GPUs (0.8 = 20 % slower than the cost model says; see docs/heterogeneous.md)."""
+
+    nodes: int = Field(ge=1)
+    gpu: str | None = None
+    speed: float = Field(default=1.0, gt=0)
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, name: str | None) -> str | None:
+        from ..hardware.gpus import GPUS
+
+        return name if name is None else known(name, GPUS, "GPU")
+
+
 class ClusterSpec(_Spec):
     """GPUs, nodes, links and topology. ``preset`` fills defaults from a hardware preset."""
 
@@ -131,6 +148,18 @@ class ClusterSpec(_Spec):
     stragglers: list[StragglerSpec] = Field(default_factory=list)
     #: windows of time in which a link runs at a fraction of its bandwidth
     link_degradations: list[LinkDegradationSpec] = Field(default_factory=list)
+    #: mixed GPU types / speeds, in node order; ``nodes`` defaults to their sum (hardware.node_groups)
+    node_groups: list[NodeGroupSpec] | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nodes_from_groups(cls, raw: Any) -> Any:
+        if not isinstance(raw, dict) or "nodes" in raw or not isinstance(raw.get("node_groups"), list):
+            return raw
+        groups = raw["node_groups"]
+        if all(isinstance(g, dict) and isinstance(g.get("nodes"), int) for g in groups):
+            return {**raw, "nodes": sum(g["nodes"] for g in groups)}
+        return raw  # field validation names the bad group
 
     @field_validator("gpu")
     @classmethod
@@ -312,6 +341,13 @@ def _partition_value(value: object) -> str | list[int]:
     raise ValueError("expected even, balanced, pipedream or a list of layers per model chunk (each ≥ 1)")
 
 
+def _dp_split_value(value: object) -> str | list[int]:
+    if value in ("even", "speed") or (isinstance(value, list) and value and all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in value)):
+        return value
+    raise ValueError("expected even, speed or a list of micro-batches per data-parallel replica (each ≥ 1)")
+
+
 def _replicas_value(value: object) -> list[int] | None:
     if value is None or (isinstance(value, list) and value and all(
             isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in value)):
@@ -350,6 +386,8 @@ class ParallelSpec(_Spec):
     virtual_stages: int = Field(default=1, ge=1)
     #: layers per model chunk: even | balanced (by compute) | pipedream (planner) | [l0, l1, ...]
     partition: Annotated[str | list[int], BeforeValidator(_partition_value)] = "even"
+    #: micro-batches per data-parallel replica: even | speed (by each replica's GPUs) | [m0, m1, ...]
+    dp_split: Annotated[str | list[int], BeforeValidator(_dp_split_value)] = "even"
     #: GPUs per pipeline stage, PipeDream-style (e.g. [15, 1]); stage s's replicas take
     #: micro-batches round robin (clustersim.schedules.replicated). Needs tp = 1, dp = 1/auto
     stage_replicas: Annotated[list[int] | None, BeforeValidator(_replicas_value)] = None

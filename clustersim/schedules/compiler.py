@@ -43,26 +43,34 @@ from .registry import Schedule
 
 def compile_pipeline(schedule: Schedule, plan: Plan, costs: list[StageCost], m: int,
                      iterations: int = 1, fold: bool = False,
-                     compression: tuple[float, float] | None = None) -> Program:
+                     compression: tuple[float, float] | None = None, replicas: list | None = None) -> Program:
     """The Program of ``iterations`` training iterations of ``schedule`` under ``plan``.
 
     ``costs`` holds one entry per model chunk (p·v of them, in model order). ``fold``
     emits one representative per stage (module docstring). ``compression`` = (ratio,
     seconds per uncompressed byte): DP gradients shrink ``ratio`` times for their
-    all-reduce, between a ``compress`` and a ``decompress`` compute op of half the time each."""
+    all-reduce, between a ``compress`` and a ``decompress`` compute op of half the time each.
+    ``replicas`` (heterogeneous clusters): per data-parallel replica a
+    :class:`~clustersim.parallel.hetero.ReplicaWork` — its own chunk costs and micro-batch
+    count, used instead of ``costs`` and ``m``; replicas meet at the gradient all-reduce."""
     p = plan.pp
     if len(costs) % p:
         raise ProgramError(f"schedule {schedule.name!r}: {len(costs)} model chunks do not divide over {p} stages")
     v = len(costs) // p
-    schedule.validate(p, m, v)  # chunks per stage and the schedule's own constraints
-    orders = run_orders(schedule, p, m, v, iterations)
+    work = [(w.costs, w.microbatches) for w in replicas] if replicas else [(costs, m)] * plan.dp
+    orders = {}  # micro-batch count → the run's orders
+    for _, mr in work:
+        if mr not in orders:
+            schedule.validate(p, mr, v)  # chunks per stage and the schedule's own constraints
+            orders[mr] = run_orders(schedule, p, mr, v, iterations)
     prog = Program(plan.num_devices)
     copies = 2 if schedule.weights == "double" else 1
     for dev in range(plan.num_devices):
         s = plan.coords(dev)[0]
         prog.static_memory[dev] = copies * sum(costs[k].param_bytes for k in stage_chunks(schedule, s, p, v))
     for r in range(1 if fold else plan.dp):
-        _emit_replica(prog, plan, schedule, costs, orders, m, v, r, fold, compression)
+        cr, mr = work[r]
+        _emit_replica(prog, plan, schedule, cr, orders[mr], mr, v, r, fold, compression)
     return prog
 
 

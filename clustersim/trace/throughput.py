@@ -1,16 +1,18 @@
 """Throughput metrics that need the model: tokens/s, TFLOP/s per GPU, MFU and HFU.
 
 Definitions (docs/metrics.md): model FLOPs are the matmul FLOPs of forward + backward
-(3 × forward) without recompute — forward only (1 ×) for inference; hardware FLOPs add the recomputed forward under full
-recompute (Megatron-LM's convention for its TFLOP/s). MFU = model FLOPs per second /
-(GPUs × peak); HFU the same with hardware FLOPs; ``tflops_per_gpu`` is hardware FLOP/s
-per GPU, comparable with Megatron's published numbers. Synthetic models carry no FLOPs,
+(3 × forward) without recompute — forward only (1 ×) for inference; hardware FLOPs add
+the recomputed forward under full recompute (Megatron-LM's convention for its TFLOP/s).
+MFU = model FLOPs per second / (Σ over the GPUs of their peak — each GPU type's catalog
+peak on a heterogeneous cluster, before node-group speed factors); HFU the same with
+hardware FLOPs; ``tflops_per_gpu`` is hardware FLOP/s per GPU, comparable with
+Megatron's published numbers. Synthetic models carry no FLOPs,
 so these are None for them.
 """
 
 from __future__ import annotations
 
-from ..hardware.gpus import get_gpu
+from ..hardware.node_groups import device_specs
 
 
 def throughput_metrics(sc, iteration_time_s: float) -> dict:
@@ -26,10 +28,10 @@ def throughput_metrics(sc, iteration_time_s: float) -> dict:
     hw_flops = cfg.iteration_flops(batch, recompute=sc.training.recompute == "full")
     if sc.training.mode == "inference":  # forward passes only: a third of forward + backward
         model_flops = hw_flops = model_flops / 3
-    peak = get_gpu(sc.cluster.gpu).peak_flops
+    peak = sum(gpu.peak_flops for gpu in device_specs(sc.cluster))  # all GPUs together
     return {
         "tokens_per_s": batch * cfg.seq_len / iteration_time_s,
         "tflops_per_gpu": hw_flops / iteration_time_s / n / 1e12,
-        "mfu": model_flops / iteration_time_s / (n * peak),
-        "hfu": hw_flops / iteration_time_s / (n * peak),
+        "mfu": model_flops / iteration_time_s / peak,
+        "hfu": hw_flops / iteration_time_s / peak,
     }

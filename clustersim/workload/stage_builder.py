@@ -19,6 +19,7 @@ For each model chunk (a pipeline stage, or a virtual stage) on each of its GPUs:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .cnn import cnn_layers
@@ -52,10 +53,11 @@ class TrainSetup:
     gpu: str
 
     @classmethod
-    def of(cls, sc) -> TrainSetup:
+    def of(cls, sc, gpu: str | None = None) -> TrainSetup:
+        """The setup of scenario ``sc`` on GPU type ``gpu`` (default ``cluster.gpu``)."""
         tr, par = sc.training, sc.parallel
         return cls(tr.micro_batch, par.tp, sc.dp, par.sequence_parallel and par.tp > 1, par.zero, tr.precision,
-                   tr.optimizer, tr.recompute, sc.simulation.detail, sc.cluster.gpu)
+                   tr.optimizer, tr.recompute, sc.simulation.detail, gpu or sc.cluster.gpu)
 
     @property
     def e(self) -> int:
@@ -91,10 +93,11 @@ def _stage(st: TrainSetup, cm: CostModel, f_items, b_items, bi_items, w_items, p
         grad_bytes=_grad_bytes(st, params), passes=passes, memory_parts=parts)
 
 
-def transformer_chunk_costs(sc, chunks: int, partition: list[int] | None = None) -> list[StageCost]:
-    """Per-chunk StageCosts of a transformer scenario (see module doc)."""
+def transformer_chunk_costs(sc, chunks: int, partition: list[int] | None = None, gpu: str | None = None
+                            ) -> list[StageCost]:
+    """Per-chunk StageCosts of a transformer scenario on GPU type ``gpu`` (see module doc)."""
     cfg = resolve_transformer(sc.model)
-    st = TrainSetup.of(sc)
+    st = TrainSetup.of(sc, gpu)
     cm = _cost_model(sc, st)
     b, tp, sp, e = st.micro_batch, st.tp, st.sp, st.e
     layer, emb, out = layer_ops(cfg, b, tp, sp, e), embedding_ops(cfg, b, tp, sp, e), output_ops(cfg, b, tp, sp, e)
@@ -127,21 +130,32 @@ def transformer_chunk_costs(sc, chunks: int, partition: list[int] | None = None)
 
 def balanced_partition(costs: list[float], chunks: int) -> list[int]:
     """Contiguous split of ``costs`` into ``chunks`` non-empty parts minimising the
-    largest part's sum (dynamic programme; PipeDream's optimiser does the same per stage)."""
-    n = len(costs)
-    prefix = [0.0]
-    for c in costs:
-        prefix.append(prefix[-1] + c)
-    inf = float("inf")
-    best = [[inf] * (n + 1) for _ in range(chunks + 1)]
+    largest part's sum (PipeDream's optimiser does the same per stage)."""
+    return contiguous_min_max([costs] * chunks, lambda k, i, j: True)
+
+
+def contiguous_min_max(rows: list[list[float]], fits) -> list[int] | None:
+    """Split items 0..n−1 into ``len(rows)`` contiguous non-empty parts, part k costing
+    ``Σ rows[k][i..j)``, minimising the largest part's cost among splits where every
+    ``fits(k, i, j)``; None if none fits (dynamic programme, O(chunks · n²))."""
+    chunks, n = len(rows), len(rows[0])
+    prefix = [[0.0] for _ in rows]
+    for k, row in enumerate(rows):
+        for c in row:
+            prefix[k].append(prefix[k][-1] + c)
+    best = [[math.inf] * (n + 1) for _ in range(chunks + 1)]
     cut = [[0] * (n + 1) for _ in range(chunks + 1)]
     best[0][0] = 0.0
     for k in range(1, chunks + 1):
         for i in range(k, n - (chunks - k) + 1):
             for j in range(k - 1, i):
-                v = max(best[k - 1][j], prefix[i] - prefix[j])
+                if best[k - 1][j] == math.inf or not fits(k - 1, j, i):
+                    continue
+                v = max(best[k - 1][j], prefix[k - 1][i] - prefix[k - 1][j])
                 if v < best[k][i]:
                     best[k][i], cut[k][i] = v, j
+    if best[chunks][n] == math.inf:
+        return None
     sizes, i = [], n
     for k in range(chunks, 0, -1):
         sizes.append(i - cut[k][i])
@@ -149,9 +163,10 @@ def balanced_partition(costs: list[float], chunks: int) -> list[int]:
     return sizes[::-1]
 
 
-def cnn_chunk_costs(sc, chunks: int, partition: list[int] | None = None) -> list[StageCost]:
-    """Per-chunk StageCosts of a CNN (data + pipeline parallel; balanced partition)."""
-    st = TrainSetup.of(sc)
+def cnn_chunk_costs(sc, chunks: int, partition: list[int] | None = None, gpu: str | None = None
+                    ) -> list[StageCost]:
+    """Per-chunk StageCosts of a CNN on GPU type ``gpu`` (data + pipeline parallel; balanced partition)."""
+    st = TrainSetup.of(sc, gpu)
     cm = _cost_model(sc, st)
     layers = cnn_layers(sc.model.preset, st.micro_batch, st.e, sc.model.image_size, sc.model.classes)
     per_layer = [sum(i[1] for i in forward_items(list(L.ops), cm) + backward_items(list(L.ops), cm))

@@ -80,22 +80,25 @@ def even_partition(layers: int, chunks: int) -> list[int]:
     return [layers // chunks] * chunks
 
 
-def chunk_costs(scenario, chunks: int, partition: list[int] | None = None) -> list[StageCost]:
+def chunk_costs(scenario, chunks: int, partition: list[int] | None = None, gpu: str | None = None
+                ) -> list[StageCost]:
     """Costs of the scenario's model cut into ``chunks`` consecutive model chunks.
 
     ``partition`` gives the layers of each chunk (default: even). With ``v`` virtual
     stages a schedule places chunk ``k`` on pipeline stage ``k % pp``; with one, chunk
-    ``k`` *is* stage ``k``. Every model kind implements this one entry point.
+    ``k`` *is* stage ``k``. ``gpu`` prices the chunks on that GPU type instead of
+    ``cluster.gpu`` (heterogeneous clusters; a synthetic model's times are the same on
+    every GPU). Every model kind implements this one entry point.
     """
     model = scenario.model
     if model.kind == "transformer":
         from .stage_builder import transformer_chunk_costs
 
-        return transformer_chunk_costs(scenario, chunks, partition)
+        return transformer_chunk_costs(scenario, chunks, partition, gpu)
     if model.kind == "cnn":
         from .stage_builder import cnn_chunk_costs
 
-        return cnn_chunk_costs(scenario, chunks, partition)
+        return cnn_chunk_costs(scenario, chunks, partition, gpu)
     partition = partition or even_partition(model.layers, chunks)
     return [
         StageCost(

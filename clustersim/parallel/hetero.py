@@ -1,0 +1,90 @@
+"""Heterogeneous data-parallel replicas: each prices its chunks on its own GPUs and runs
+its own share of the micro-batches.
+
+On a uniform cluster every replica runs the same chunk costs and ``m`` micro-batches. On
+a cluster of mixed GPU types (``cluster.node_groups``) the device of (stage s, replica r)
+may be an A100 or a V100, so a replica's chunk k is priced by the cost model on the GPU
+type of the stage holding it (all TP ranks of a stage-replica sit in one node, hence one
+type — :mod:`clustersim.scenario.hetero_rules`). ``parallel.dp_split`` gives replica r
+its ``m_r`` micro-batches (Σ m_r = global_batch / micro_batch); all replicas meet at the
+gradient all-reduce of each stage, whose bytes are the same for every replica.
+
+``speed`` split: micro-batches go one at a time to the replica whose pipeline would end
+first by the estimate ``T_r(m) = Σ_s t_sr + (m − 1)·max_s t_sr`` (a flow shop of equal
+jobs; exact for GPipe and 1F1B with free transfers), where ``t_sr`` is the forward +
+backward time of stage s's chunks on replica r's slowest GPU of that stage, times its
+straggler slowdown, ÷ its node-group speed. Ties go to the lower replica. For ``pp = 1``
+this is the integer split minimising ``max_r m_r·t_r``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..workload.stage_cost import StageCost, chunk_costs
+from .plan import Plan
+
+
+@dataclass(frozen=True)
+class ReplicaWork:
+    """What one data-parallel replica runs: chunk costs on its GPUs (model order) and its micro-batches."""
+
+    costs: list[StageCost]
+    microbatches: int
+
+
+def needs_replica_work(sc) -> bool:
+    """Whether replicas differ at compile time (GPU types or micro-batch shares)."""
+    from ..hardware.node_groups import gpu_types
+
+    return sc.parallel.dp_split != "even" or len(gpu_types(sc.cluster)) > 1
+
+
+def replica_work(sc, plan: Plan, schedule, partition: list[int] | None) -> list[ReplicaWork]:
+    """Per replica, its :class:`ReplicaWork` (see the module docstring)."""
+    from ..engine.variability import device_factors
+    from ..hardware.node_groups import device_gpus
+
+    chunks = plan.pp * sc.parallel.virtual_stages
+    gpus = device_gpus(sc.cluster)
+    by_gpu = {g: chunk_costs(sc, chunks, partition, gpu=g) for g in dict.fromkeys(gpus)}
+    costs = [[by_gpu[gpus[plan.device(schedule.stage_of(k, plan.pp), r)]][k] for k in range(chunks)]
+             for r in range(plan.dp)]
+    factors = device_factors(sc.cluster, plan.num_devices)
+    step = [[max(factors[plan.device(s, r, t)] for t in range(plan.tp))
+             * sum(c.forward + c.backward for k, c in enumerate(costs[r]) if schedule.stage_of(k, plan.pp) == s)
+             for s in range(plan.pp)] for r in range(plan.dp)]
+    split = sc.parallel.dp_split
+    if split == "even":
+        counts = [sc.num_microbatches] * plan.dp
+    elif split == "speed":
+        counts = speed_split(step, sc.training.global_batch // sc.training.micro_batch)
+        for m in set(counts):
+            schedule.validate(plan.pp, m, sc.parallel.virtual_stages)
+    else:
+        counts = list(split)
+    return [ReplicaWork(c, m) for c, m in zip(costs, counts)]
+
+
+def pipeline_estimate(stage_times: list[float], m: int) -> float:
+    """Flow-shop time of ``m`` equal micro-batches through stages of these per-micro-batch times."""
+    return sum(stage_times) + (m - 1) * max(stage_times)
+
+
+def speed_split(stage_times: list[list[float]], total: int) -> list[int]:
+    """Micro-batches per replica (each ≥ 1, Σ = ``total``) minimising the slowest replica's
+    :func:`pipeline_estimate`; ``stage_times[r]`` are replica r's per-stage times."""
+    counts = [1] * len(stage_times)
+    for _ in range(total - len(stage_times)):
+        r = min(range(len(counts)), key=lambda i: (pipeline_estimate(stage_times[i], counts[i] + 1), i))
+        counts[r] += 1
+    return counts
+
+
+def replica_microbatches(program, plan: Plan) -> list[int]:
+    """Micro-batches each replica ran in its first iteration (read back from the Program)."""
+    first = {plan.device(0, r): set() for r in range(plan.dp)}
+    for op in program.ops:
+        if op.phase == "F" and op.iteration == 0 and op.device in first:
+            first[op.device].add(op.microbatch)
+    return [len(first[plan.device(0, r)]) for r in range(plan.dp)]

@@ -1,0 +1,92 @@
+"""Stage sizing on heterogeneous clusters: each pipeline stage priced on its own GPUs.
+
+With ``cluster.node_groups`` the stages of a pipeline may sit on different GPU types and
+speeds (devices are numbered stage-major, so with ``pp = 2`` on 2 A100 nodes + 2 V100
+nodes stage 0 holds the A100s). A stage runs at the pace of its slowest device, so the
+time of layer ``i`` on stage ``s`` is ``max`` over the stage's devices of the layer's
+cost-model time on that device's GPU type × its straggler slowdown ÷ its speed factor.
+
+* ``partition: balanced`` — :func:`balanced_by_stage` splits the layers into contiguous
+  chunks minimising the slowest chunk's time, each chunk priced on its stage, and keeps
+  chunk ``k`` within the memory of its stage's smallest GPU: resident bytes (weights,
+  gradients, optimizer state, buffers) plus the activations of the ``pp − s`` micro-batches
+  1F1B keeps in flight on stage ``s``. If no split fits, memory is ignored (the simulation
+  then reports the OOM).
+* ``partition: pipedream`` — PipeDream's uniform recursion with a per-stage time factor
+  and per-stage memory (:func:`stage_factors`, :func:`stage_memory`).
+"""
+
+from __future__ import annotations
+
+from ..parallel.plan import Plan
+from ..workload.stage_builder import contiguous_min_max
+
+
+def _plan(sc) -> Plan:
+    return Plan(sc.parallel.tp, sc.parallel.pp, sc.dp, sc.cluster.gpus_per_node)
+
+
+def _stage_hardware(sc) -> list[tuple[set[tuple[str, float]], int]]:
+    """Per stage: its distinct (GPU type, time factor) pairs and its smallest GPU memory."""
+    from ..engine.variability import device_factors
+    from ..hardware.node_groups import device_gpus, device_specs
+
+    plan = _plan(sc)
+    gpus, specs = device_gpus(sc.cluster), device_specs(sc.cluster)
+    factors = device_factors(sc.cluster, plan.num_devices)
+    out = []
+    for s in range(plan.pp):
+        devs = [plan.device(s, r, t) for r in range(plan.dp) for t in range(plan.tp)]
+        out.append(({(gpus[d], float(factors[d])) for d in devs}, min(specs[d].memory_bytes for d in devs)))
+    return out
+
+
+def _layer_costs(sc, gpu: str) -> list:
+    from ..workload.rules import model_layers
+    from ..workload.stage_cost import chunk_costs
+
+    n = model_layers(sc.model)
+    return chunk_costs(sc, n, [1] * n, gpu=gpu)
+
+
+def stage_layer_times(sc) -> list[list[float]]:
+    """``[s][i]``: forward + backward time of layer i on stage s's slowest device."""
+    hw = _stage_hardware(sc)
+    per_gpu = {g: [c.forward + c.backward for c in _layer_costs(sc, g)] for pairs, _ in hw for g, _ in pairs}
+    n = len(next(iter(per_gpu.values())))
+    return [[max(per_gpu[g][i] * f for g, f in pairs) for i in range(n)] for pairs, _ in hw]
+
+
+def balanced_by_stage(sc, chunks: int) -> list[int]:
+    """Layers per model chunk, balanced on each chunk's stage hardware (module docstring)."""
+    from ..schedules import SCHEDULES
+
+    schedule, pp = SCHEDULES[sc.parallel.schedule], sc.parallel.pp
+    times = stage_layer_times(sc)
+    costs = _layer_costs(sc, sc.cluster.gpu)
+    resident, act = [0.0], [0.0]  # prefix sums
+    for c in costs:
+        resident.append(resident[-1] + c.param_bytes)
+        act.append(act[-1] + c.activation_memory)
+    hw = _stage_hardware(sc)
+    stage = [schedule.stage_of(k, pp) for k in range(chunks)]
+    rows = [times[s] for s in stage]
+
+    def memory(k: int, i: int, j: int) -> float:
+        return resident[j] - resident[i] + (pp - stage[k]) * (act[j] - act[i])
+
+    caps = [hw[s][1] for s in stage]
+    fitting = contiguous_min_max(rows, lambda k, i, j: memory(k, i, j) <= caps[k])
+    return fitting or contiguous_min_max(rows, lambda k, i, j: True)
+
+
+def stage_factors(sc) -> list[float]:
+    """Per stage, its time for the whole model over the time on ``cluster.gpu`` (the GPU
+    the planner's profiles are priced on): PipeDream's per-stage slowdown."""
+    ref = sum(c.forward + c.backward for c in _layer_costs(sc, sc.cluster.gpu))
+    return [sum(row) / ref if ref > 0 else 1.0 for row in stage_layer_times(sc)]
+
+
+def stage_memory(sc) -> list[float]:
+    """Per stage, the memory of its smallest GPU (bytes)."""
+    return [float(cap) for _, cap in _stage_hardware(sc)]

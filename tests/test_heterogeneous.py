@@ -1,0 +1,246 @@
+"""Heterogeneous clusters: node groups of mixed GPU types and speeds, uneven data-parallel
+shares (``parallel.dp_split``) and stages sized to their GPUs (docs/heterogeneous.md)."""
+
+import itertools
+
+import pytest
+
+import clustersim as cs
+from clustersim.hardware.gpus import get_gpu
+from clustersim.planner import resolve_partition
+from clustersim.workload.resolve import resolve_transformer
+from clustersim.workload.stage_cost import chunk_costs
+
+A100, V100 = "A100-SXM4-80GB", "V100-SXM2-32GB"
+
+
+def _mixed(speeds: list[float], p: int = 1, total_mb: int = 12, split="even", schedule: str = "1f1b",
+           f: float = 1e-3, b: float = 2e-3, optimizer: float = 0.0, layers_per_stage: int = 1) -> dict:
+    """A synthetic job on one-GPU nodes whose speeds are ``speeds`` (node order), dp = len / p,
+    free transfers and collectives (zero bytes, zero latency), so only compute takes time."""
+    dp = len(speeds) // p
+    return {
+        "name": "mixed",
+        "cluster": {"gpus_per_node": 1, "gpu": A100,
+                    "node_groups": [{"nodes": 1, "gpu": A100 if s == 1 else V100, "speed": s} for s in speeds],
+                    "intra_node": {"latency": 0}, "nic": {"latency": 0}, "topology": {"kind": "fat_tree"},
+                    "collective_alpha": {"intra_node": 0, "inter_node": 0}},
+        "model": {"kind": "synthetic", "layers": p * layers_per_stage, "forward": f / layers_per_stage,
+                  "backward": b / layers_per_stage, "optimizer": optimizer},
+        "training": {"global_batch": total_mb, "micro_batch": 1},
+        "parallel": {"pp": p, "dp": dp, "schedule": schedule, "dp_split": split},
+        "simulation": {"network": "analytical"},
+    }
+
+
+@pytest.mark.parametrize("p,speeds,schedule,split", [
+    (1, [1.0, 0.5], "1f1b", "speed"),
+    (1, [1.0, 0.5, 0.8], "gpipe", [5, 3, 4]),
+    (2, [1.0, 0.5, 1.0, 0.5], "1f1b", "speed"),   # stage 0 = nodes 0, 1; stage 1 = nodes 2, 3
+    (2, [1.0, 0.5, 1.0, 0.5], "gpipe", "even"),
+    (2, [1.0, 0.8, 1.0, 0.8], "1f1b", [7, 5]),
+])
+def test_iteration_is_the_slowest_replica_pipeline_plus_allreduce_and_optimizer(p, speeds, schedule, split):
+    # Replicas run their pipelines independently and meet at the (here free) gradient
+    # all-reduce: T = max_r (m_r + p − 1)(f + b) / speed_r (a flow shop of equal jobs) + the
+    # optimizer step, which the slowest GPU of stage 0 (the last to finish) runs at its speed.
+    f, b, opt = 1e-3, 2e-3, 5e-4
+    res = cs.simulate(_mixed(speeds, p, split=split, schedule=schedule, optimizer=opt), progress=False)
+    dp = len(speeds) // p
+    counts = res.summary.get("microbatches_per_replica", [12 // dp] * dp)
+    assert sum(counts) == 12
+    if isinstance(split, list):
+        assert counts == split
+    expected = max((m + p - 1) * (f + b) / speeds[r] for r, m in enumerate(counts)) + opt / min(speeds[:dp])
+    assert res.summary["iteration_time_s"] == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("p", [1, 2])
+def test_speed_split_beats_even_and_is_optimal(p):
+    speeds = [1.0, 0.5] * p
+    even = cs.simulate(_mixed(speeds, p, split="even"), progress=False).summary
+    fast = cs.simulate(_mixed(speeds, p, split="speed"), progress=False).summary
+    assert fast["iteration_time_s"] < even["iteration_time_s"]
+    # no integer split of the 12 micro-batches does better (brute force over all of them)
+    best = min(max((m0 + p - 1) * 3e-3, (12 - m0 + p - 1) * 3e-3 / 0.5) for m0 in range(1, 12))
+    assert fast["iteration_time_s"] == pytest.approx(best, rel=1e-9)
+
+
+def _gpt_on_a100_and_v100(global_batch: int, split: str) -> dict:
+    """A 2-layer GPT-1.3B on 1 A100 node + 1 V100 node of 2 GPUs each, pp 1, dp 4."""
+    return {
+        "cluster": {"gpus_per_node": 2, "node_groups": [{"nodes": 1, "gpu": A100}, {"nodes": 1, "gpu": V100}],
+                    "topology": {"kind": "fat_tree"}},
+        "model": {"preset": "gpt-1.3b", "layers": 2, "seq_len": 512},
+        "training": {"global_batch": global_batch, "precision": "fp16"},
+        "parallel": {"pp": 1, "dp_split": split},
+        "simulation": {"network": "analytical"},
+    }
+
+
+def test_mixed_gpu_types_are_priced_memory_and_peak_per_device():
+    # 1 A100 node + 1 V100 node of 2 GPUs, pp 1, dp 4: each GPU runs the cost model of its own type
+    sc = cs.load_scenario(_gpt_on_a100_and_v100(8, "even"))
+    res = cs.simulate(sc, progress=False)
+    assert res.summary["num_gpus"] == 4 and res.summary["gpus"] == f"2× {A100} + 2× {V100}"
+    dev = res.devices.set_index("device")
+    assert list(dev["gpu"]) == [A100, A100, V100, V100]
+    assert list(dev["memory_capacity_bytes"]) == [get_gpu(g).memory_bytes for g in (A100, A100, V100, V100)]
+    comp = res.spans[(res.spans["lane"] == "compute") & (res.spans["phase"] == "F")]
+    fwd = comp.groupby("device").apply(lambda d: (d["end_s"] - d["start_s"]).sum() / d["microbatch"].nunique(),
+                                       include_groups=False)
+    for device, gpu in [("gpu0", A100), ("gpu3", V100)]:
+        assert fwd[device] == pytest.approx(chunk_costs(sc, 1, gpu=gpu)[0].forward, rel=1e-9)
+    assert fwd["gpu3"] > 1.5 * fwd["gpu0"]  # a V100 is slower than an A100 on the same layer
+    # MFU divides the model FLOP/s by the sum of the GPUs' own peaks
+    peak = 2 * get_gpu(A100).peak_flops + 2 * get_gpu(V100).peak_flops
+    flops = resolve_transformer(sc.model).iteration_flops(8, recompute=False)
+    assert res.summary["mfu"] == pytest.approx(flops / res.summary["iteration_time_s"] / peak, rel=1e-12)
+
+
+def test_speed_split_on_mixed_types_beats_even():
+    even = cs.simulate(_gpt_on_a100_and_v100(32, "even"), progress=False).summary
+    fast = cs.simulate(_gpt_on_a100_and_v100(32, "speed"), progress=False).summary
+    counts = fast["microbatches_per_replica"]
+    assert counts[0] == counts[1] > counts[2] == counts[3] and sum(counts) == 32
+    assert fast["iteration_time_s"] < even["iteration_time_s"]
+
+
+def test_folding_refuses_heterogeneous_clusters():
+    raw = _mixed([1.0, 0.5])
+    raw["simulation"]["fold"] = True
+    with pytest.raises(cs.ScenarioError, match=r"simulation.fold: True is invalid; cannot fold this scenario: "
+                                               r"mixed GPU types \(A100-SXM4-80GB, V100-SXM2-32GB\) make replicas"):
+        cs.simulate(raw, progress=False)
+    raw["simulation"]["fold"] = "auto"
+    assert cs.simulate(raw, progress=False).summary["folded"].startswith("no (mixed GPU types")
+    same_type = _mixed([1.0, 1.0])
+    same_type["cluster"]["node_groups"] = [{"nodes": 1}, {"nodes": 1, "speed": 0.9}]
+    same_type["simulation"]["fold"] = True
+    with pytest.raises(cs.ScenarioError, match="node_groups speed factors make replicas differ"):
+        cs.simulate(same_type, progress=False)
+    uneven = _mixed([1.0, 1.0], split=[7, 5])
+    uneven["simulation"]["fold"] = True
+    with pytest.raises(cs.ScenarioError, match="an uneven dp_split makes replicas differ"):
+        cs.simulate(uneven, progress=False)
+
+
+def _balanced(speeds, layers, params=0.0, partition="balanced"):
+    raw = _mixed(speeds, p=len(speeds), layers_per_stage=1)
+    raw["model"].update(layers=layers, forward=1e-3, backward=2e-3, params=params)
+    raw["training"]["global_batch"] = 8
+    raw["parallel"].update(partition=partition, dp="auto")
+    return cs.load_scenario(raw)
+
+
+def _brute_force(times, layers, fits=lambda k, n: True):
+    best = None
+    for cut in itertools.combinations(range(1, layers), len(times) - 1):
+        sizes = [e - s for s, e in zip((0, *cut), (*cut, layers))]
+        if all(fits(k, n) for k, n in enumerate(sizes)):
+            t = max(n * t for n, t in zip(sizes, times))
+            best = t if best is None else min(best, t)
+    return best
+
+
+def test_balanced_partition_gives_slower_gpus_fewer_layers():
+    sc = _balanced([1.0, 0.5], 9)
+    part = resolve_partition(sc, 2)
+    assert part == [6, 3]
+    assert max(6 * 3e-3, 3 * 6e-3) == pytest.approx(_brute_force([3e-3, 6e-3], 9))
+    # the simulation runs that split: two equal 18 ms stages, 1F1B with m = 8 takes (m + p − 1)·18 ms
+    res = cs.simulate(sc, progress=False)
+    assert res.summary["iteration_time_s"] == pytest.approx((8 + 2 - 1) * 18e-3, rel=1e-9)
+
+
+def test_balanced_partition_respects_each_stage_memory():
+    # the V100 stage is twice as fast here, so time alone would put 6 of 9 layers on it, but
+    # each layer holds 10 GB of weights and the V100 has 32 GB: at most 3 layers fit there
+    gb = 10 * 10**9
+    sc = _balanced([1.0, 2.0], 9, params=gb)
+    part = resolve_partition(sc, 2)
+    cap = [get_gpu(A100).memory_bytes, get_gpu(V100).memory_bytes]
+    assert part == [6, 3]
+    assert _brute_force([3e-3, 1.5e-3], 9, lambda k, n: n * gb <= cap[k]) == pytest.approx(18e-3)
+    no_memory = _brute_force([3e-3, 1.5e-3], 9)
+    assert no_memory == pytest.approx(9e-3)  # [3, 6] without the memory limit
+
+
+def test_pipedream_planner_gives_slower_gpus_fewer_layers():
+    part = resolve_partition(_balanced([1.0, 0.5], 9, partition="pipedream"), 2)
+    assert part == [6, 3]
+    part = resolve_partition(_balanced([0.5, 1.0], 9, partition="pipedream"), 2)
+    assert part == [3, 6]
+
+
+def test_search_balances_stages_and_splits_batches_on_mixed_clusters():
+    from clustersim.experiments import search
+
+    raw = _mixed([1.0, 1.0, 0.5, 0.5], p=1, total_mb=8)  # 2 fast nodes, then 2 half-speed ones
+    raw["model"]["layers"] = 6  # 1 ms forward + 2 ms backward per layer on a fast GPU
+    result = search(raw, schedules=["1f1b"], progress=False)
+    table = result.table.set_index("parallel.pp")
+    assert table.loc[2, "parallel.partition"] == "balanced" and table.loc[2, "parallel.dp_split"] == "speed"
+    assert table.loc[1, "parallel.dp_split"] == "speed" and (table["status"] == "ok").all()
+    # pp 2 × dp 2: stage 0 on the fast nodes, stage 1 on the slow ones; balanced gives the slow
+    # stage fewer layers, [4, 2]: 12 ms per stage, (m + p − 1)·12 ms = 60 ms at m = 4 (an even
+    # [3, 3] would pace at 18 ms: 90 ms).
+    assert table.loc[2, "iteration_time_s"] == pytest.approx(60e-3, rel=1e-9)
+    # pp 1 × dp 4 over 18 ms and 36 ms replicas: 3 + 3 + 1 + 1 micro-batches, 54 ms — the winner
+    assert table.loc[1, "iteration_time_s"] == pytest.approx(54e-3, rel=1e-9)
+    assert result.best["parallel.pp"] == 1
+
+
+@pytest.mark.parametrize("change,match", [
+    ({"cluster.nodes": 3}, r"cluster.nodes: 3 is invalid; node_groups hold 2 nodes; accepted: 2"),
+    ({"cluster.node_groups": [{"nodes": 1, "gpu": "V99"}, {"nodes": 1}]},
+     r"cluster.node_groups\[0\].gpu: 'V99' is invalid; not a known GPU; known: "),
+    ({"cluster.node_groups": [{"nodes": 1, "speed": 0}, {"nodes": 1}]},
+     r"cluster.node_groups\[0\].speed: 0 is invalid; Input should be greater than 0"),
+    ({"parallel.dp_split": [5, 5]},
+     r"parallel.dp_split: \[5, 5\] is invalid; give the micro-batches of each of the dp = 2 replicas, summing to "
+     r"global_batch / micro_batch = 12"),
+    ({"parallel.dp_split": "fast"}, r"parallel.dp_split: 'fast' is invalid; expected even, speed or a list"),
+    ({"parallel.dp_split": "speed", "parallel.schedule": "pipedream"},
+     r"parallel.schedule: 'pipedream' is invalid; an uneven dp_split needs a flushing schedule"),
+    ({"parallel.dp_split": "speed", "training.global_batch": 1},
+     r"training.global_batch: 1 is invalid; dp_split needs at least one micro-batch per replica"),
+])
+def test_bad_heterogeneous_settings_are_clear_errors(change, match):
+    sc = cs.load_scenario(_mixed([1.0, 0.5]))
+    with pytest.raises(cs.ScenarioError, match=match):
+        sc.with_overrides(change)
+
+
+def test_tp_group_must_not_mix_gpu_types():
+    raw = {"cluster": {"gpus_per_node": 2, "node_groups": [{"nodes": 1}, {"nodes": 1, "gpu": V100}],
+                       "topology": {"kind": "fat_tree"}},
+           "model": {"preset": "gpt-1.3b", "layers": 2}, "training": {"global_batch": 4}, "parallel": {"tp": 4}}
+    with pytest.raises(cs.ScenarioError, match=r"parallel.tp: 4 is invalid; with mixed GPU types .* must sit inside "
+                                               r"one node"):
+        cs.load_scenario(raw)
+
+
+def test_hap_scenario_runs():
+    sc = cs.load_scenario("scenarios/hap-mixed-a100-v100.yaml")
+    res = cs.simulate(sc, progress=False)
+    assert res.summary["num_gpus"] == 32 and not res.summary["oom"]
+    even = cs.simulate(sc.with_overrides({"parallel.dp_split": "even"}), progress=False)
+    assert res.summary["iteration_time_s"] < even.summary["iteration_time_s"]
+
+
+def test_unsupported_combinations_are_refused():
+    from clustersim.planner import plan_scenario
+
+    sc = cs.load_scenario(_mixed([1.0, 0.5]))
+    with pytest.raises(cs.ScenarioError, match=r"cluster.node_groups: 'mixed GPU types .*' is invalid; the full "
+                                               r"PipeDream optimizer plans one GPU type"):
+        plan_scenario(sc)
+    with pytest.raises(cs.ScenarioError, match=r"parallel.stage_replicas: \[1, 1\] is invalid; stage replication "
+                                               r"runs one GPU type"):
+        sc.with_overrides({"parallel.pp": 2, "model.layers": 2, "parallel.stage_replicas": [1, 1]})
+
+
+def test_same_scenario_same_spans():
+    raw = _mixed([1.0, 0.5, 0.8], split="speed")
+    assert cs.simulate(raw, progress=False).spans.equals(cs.simulate(raw, progress=False).spans)
