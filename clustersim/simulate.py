@@ -20,6 +20,7 @@ from .program import Program
 from .progress import SimProgress, wanted
 from .scenario import Scenario, load_scenario
 from .schedules import SCHEDULES, compile_pipeline
+from .schedules.gradient_sync import gradient_compression
 from .schedules.replicated import ReplicaLayout, compile_replicated
 from .trace import metrics
 from .trace.recorder import Recorder
@@ -59,10 +60,9 @@ def compile_scenario(sc: Scenario, fold: bool | None = None) -> Program:
     if sc.parallel.stage_replicas is not None:
         prog = compile_replicated(schedule, device_layout(sc), costs, sc.num_microbatches, sc.simulation.iterations)
     else:
-        gc = sc.parallel.gradient_compression
         prog = compile_pipeline(schedule, plan, costs, sc.num_microbatches, sc.simulation.iterations,
                                 fold=decide_fold(sc).enabled if fold is None else fold and can_fold(sc),
-                                compression=(gc.ratio, gc.time_per_gib / 2**30) if gc else None)
+                                compression=gradient_compression(sc))
     prog.check()
     if sc.simulation.detail == "stage":
         prog = coarsen(prog)

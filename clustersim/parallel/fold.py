@@ -44,6 +44,8 @@ def _obstacle(sc) -> str | None:
         return "compute noise makes replicas differ"
     if par.tp > cl.gpus_per_node or cl.gpus_per_node % par.tp:
         return f"tp = {par.tp} does not fit inside a {cl.gpus_per_node}-GPU node"
+    if par.gradient_compression is not None and par.gradient_compression.links != "all":
+        return f"gradient compression on {par.gradient_compression.links} links splits the DP all-reduce by place"
     if sc.dp * par.tp == 1:
         return "nothing to fold (dp = tp = 1)"
     return None

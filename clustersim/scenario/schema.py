@@ -238,10 +238,13 @@ class TrainingSpec(_Spec):
 class CompressionSpec(_Spec):
     """Gradient compression for the data-parallel all-reduce: bytes shrink ``ratio``
     times; compressing and decompressing cost ``time_per_gib`` of GPU time per GiB of
-    uncompressed gradient (half before the all-reduce, half after)."""
+    uncompressed gradient (half before the all-reduce, half after). ``links``: where —
+    ``all`` (the whole all-reduce), ``inter_site`` or ``inter_node`` (only the part that
+    crosses sites / servers; clustersim.schedules.gradient_sync)."""
 
     ratio: float = Field(ge=1)
     time_per_gib: Time = 0.0
+    links: Literal["all", "inter_site", "inter_node"] = "all"
 
 
 def _dp_value(dp: object) -> int | str:

@@ -17,8 +17,9 @@ replica r and tensor-parallel rank t, on the device of (stage s, r, t), the comp
   * a recv before each pass that consumes another stage's output, in consumer order on
     the ``recv`` lane, and a dependency of that pass on its recv;
   * at every optimizer step ``("O", i)``: with dp > 1, a gradient all-reduce over the
-    stage's data-parallel group on the ``comm`` lane after the stage's last pass, then
-    the optimizer op (after the all-reduce), which creates the next weight version.
+    stage's data-parallel group on the ``comm`` lane after the stage's last pass (with
+    gradient compression, the ops of :mod:`.gradient_sync`), then the optimizer op
+    (after the all-reduce), which creates the next weight version.
 
 Folding (``fold=True``, see :mod:`clustersim.parallel.fold`): only replica 0, TP rank 0
 is emitted — one representative per stage. Its collectives name the whole group but
@@ -37,19 +38,19 @@ from ..errors import ProgramError
 from ..parallel.plan import Plan
 from ..program import COLLECTIVE, COMPUTE, Op, Program
 from ..workload.stage_cost import StageCost
+from .gradient_sync import GradientCompression, emit_gradient_allreduce
 from .orders import run_orders, stage_chunks
 from .registry import Schedule
 
 
 def compile_pipeline(schedule: Schedule, plan: Plan, costs: list[StageCost], m: int,
                      iterations: int = 1, fold: bool = False,
-                     compression: tuple[float, float] | None = None) -> Program:
+                     compression: GradientCompression | None = None) -> Program:
     """The Program of ``iterations`` training iterations of ``schedule`` under ``plan``.
 
     ``costs`` holds one entry per model chunk (p·v of them, in model order). ``fold``
-    emits one representative per stage (module docstring). ``compression`` = (ratio,
-    seconds per uncompressed byte): DP gradients shrink ``ratio`` times for their
-    all-reduce, between a ``compress`` and a ``decompress`` compute op of half the time each."""
+    emits one representative per stage (module docstring). ``compression``: DP gradients
+    are compressed for their all-reduce, on all or on chosen links (:mod:`.gradient_sync`)."""
     p = plan.pp
     if len(costs) % p:
         raise ProgramError(f"schedule {schedule.name!r}: {len(costs)} model chunks do not divide over {p} stages")
@@ -126,16 +127,9 @@ def _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold,
                 grad = sum(costs[c].gradient_bytes for c in stage_chunks(schedule, s, plan.pp, v))
                 label = "" if schedule.flush else f" u{j}"
                 twins = tuple(plan.dp_group(s, q) for q in range(1, plan.tp)) if fold else ()
-                if compression:
-                    deps = _codec(prog, dev, "compress", grad * compression[1] / 2, s, last_it, deps)
-                ar = prog.add(dev, "comm", COLLECTIVE, f"dp all-reduce s{s}{label}", stage=s, iteration=last_it,
-                              nbytes=int(grad / compression[0]) if compression else grad, deps=deps,
-                              group=plan.dp_group(s, t), collective="all_reduce",
-                              tag=f"dp-allreduce it{last_it} u{j} s{s} t{t}", arrivals=1 if fold else 0,
-                              shadows=twins)
-                deps = (ar.id,)
-                if compression:
-                    deps = _codec(prog, dev, "decompress", grad * compression[1] / 2, s, last_it, deps)
+                deps = emit_gradient_allreduce(prog, dev, plan.dp_group(s, t), grad, stage=s, iteration=last_it,
+                                               label=label, tag=f"dp-allreduce it{last_it} u{j} s{s} t{t}",
+                                               deps=deps, compression=compression, fold=fold, shadows=twins)
             opt = sum(costs[c].optimizer for c in stage_chunks(schedule, s, plan.pp, v))
             last = prog.add(dev, "compute", COMPUTE, "optimizer" if schedule.flush else f"optimizer u{j}", stage=s,
                             phase="O", iteration=last_it, duration=opt, deps=deps, version=version + 1)
@@ -153,14 +147,8 @@ def _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold,
         last = first_last[1]
 
 
-def _codec(prog: Program, dev: int, name: str, seconds: float, s: int, it: int, deps: tuple) -> tuple[int]:
-    """A gradient (de)compression kernel on the compute lane; returns the deps that follow it."""
-    op = prog.add(dev, "compute", COMPUTE, name, stage=s, phase="O", iteration=it, duration=seconds, deps=deps)
-    return (op.id,)
-
-
 def _emit_replica(prog: Program, plan: Plan, schedule: Schedule, costs: list[StageCost], orders, m: int, v: int,
-                  r: int, fold: bool = False, compression: tuple[float, float] | None = None) -> None:
+                  r: int, fold: bool = False, compression: GradientCompression | None = None) -> None:
     p, n_chunks = plan.pp, len(costs)
     tp_ranks = range(1 if fold else plan.tp)
     passes: dict[tuple, tuple[Op, Op]] = {}
