@@ -2,10 +2,13 @@
 ``inter_site`` / ``inter_node`` compress only the all-reduce step that crosses sites /
 servers (clustersim.schedules.gradient_sync)."""
 
+from pathlib import Path
+
 import pytest
 
 import clustersim as cs
 
+SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "fusionllm-gpt-1.3b-48gpu-3sites-wan.yaml"
 GIB = 2**30
 B_INTRA, LAT_INTRA = 300e9, 1e-6  # NVSwitch: GPU→switch→GPU path latency = intra_node.latency
 B_WAN, LAT_WAN = 125e6, 20e-3  # 1 Gbit/s, 20 ms
@@ -149,3 +152,25 @@ def test_folding_is_refused_with_the_reason():
         cs.simulate(raw, progress=False)
     raw["simulation"]["fold"] = "auto"
     assert "gradient compression on inter_site" in cs.simulate(raw, progress=False).summary["folded"]
+
+
+def test_shipped_fusionllm_scenario_compresses_only_between_sites():
+    from clustersim.simulate import compile_scenario
+    from clustersim.topology import build_topology
+    from clustersim.topology.wan import gpu_sites
+
+    sc = cs.load_scenario(SCENARIO)
+    site = gpu_sites(build_topology(sc.cluster.model_dump()))
+    assert site == [g // 16 for g in range(48)]  # 3 sites × 2 nodes × 8 GPUs
+    for op in compile_scenario(sc).ops:
+        if op.name.startswith("dp all-reduce"):  # one GPU per site: the only traffic leaving a site
+            assert sorted(site[d] for d in op.group) == [0, 1, 2]
+        elif op.name.startswith(("dp reduce-scatter", "dp all-gather")):
+            assert len({site[d] for d in op.group}) == 1 and len(op.group) == 2
+    res = cs.simulate(sc, progress=False)
+    assert not res.summary["oom"]
+    coll = res.spans[res.spans["kind"] == "collective"]
+    grad = coll.loc[coll["name"].str.startswith("dp reduce-scatter"), "bytes"].unique()
+    assert len(grad) == 1  # every GPU holds the same 1/8 (tp) of the gradients
+    ar = coll.loc[coll["name"].str.startswith("dp all-reduce"), "bytes"]
+    assert (ar == int(grad[0] / 2 / 50)).all()  # half of it (2 per site), compressed 50×
