@@ -20,7 +20,7 @@ from .program import Program
 from .progress import SimProgress, wanted
 from .scenario import Scenario, load_scenario
 from .schedules import SCHEDULES, compile_pipeline
-from .schedules.gradient_sync import gradient_compression
+from .schedules.compression import compression_of
 from .schedules.replicated import ReplicaLayout, compile_replicated
 from .trace import metrics
 from .trace.recorder import Recorder
@@ -62,7 +62,8 @@ def compile_scenario(sc: Scenario, fold: bool | None = None) -> Program:
     else:
         prog = compile_pipeline(schedule, plan, costs, sc.num_microbatches, sc.simulation.iterations,
                                 fold=decide_fold(sc).enabled if fold is None else fold and can_fold(sc),
-                                compression=gradient_compression(sc))
+                                compression=compression_of(sc.parallel.gradient_compression, sc.cluster),
+                                activations=compression_of(sc.parallel.activation_compression, sc.cluster))
     prog.check()
     if sc.simulation.detail == "stage":
         prog = coarsen(prog)

@@ -148,10 +148,10 @@ def test_unknown_links_value_is_an_error():
 def test_folding_is_refused_with_the_reason():
     raw = _sites("inter_site")
     raw["simulation"]["fold"] = True
-    with pytest.raises(cs.ScenarioError, match="cannot fold this scenario: gradient compression on inter_site"):
+    with pytest.raises(cs.ScenarioError, match="cannot fold this scenario: gradient_compression on inter_site"):
         cs.simulate(raw, progress=False)
     raw["simulation"]["fold"] = "auto"
-    assert "gradient compression on inter_site" in cs.simulate(raw, progress=False).summary["folded"]
+    assert "gradient_compression on inter_site" in cs.simulate(raw, progress=False).summary["folded"]
 
 
 def test_shipped_fusionllm_scenario_compresses_only_between_sites():

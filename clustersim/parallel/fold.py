@@ -44,8 +44,9 @@ def _obstacle(sc) -> str | None:
         return "compute noise makes replicas differ"
     if par.tp > cl.gpus_per_node or cl.gpus_per_node % par.tp:
         return f"tp = {par.tp} does not fit inside a {cl.gpus_per_node}-GPU node"
-    if par.gradient_compression is not None and par.gradient_compression.links != "all":
-        return f"gradient compression on {par.gradient_compression.links} links splits the DP all-reduce by place"
+    for field in ("gradient_compression", "activation_compression"):
+        if getattr(par, field) is not None and getattr(par, field).links != "all":
+            return f"{field} on {getattr(par, field).links} links differs between replicas"
     if sc.dp * par.tp == 1:
         return "nothing to fold (dp = tp = 1)"
     return None

@@ -29,9 +29,10 @@ def resolve_dp(spec: ScenarioSpec) -> int:
 def check_rules(spec: ScenarioSpec) -> None:
     """Raise ScenarioError for the first cross-field rule the scenario breaks."""
     n, par = spec.cluster.num_gpus, spec.parallel
-    if par.gradient_compression is not None and par.stage_replicas is not None:
-        raise ScenarioError("parallel.gradient_compression", par.gradient_compression.model_dump(),
-                            "not supported with parallel.stage_replicas yet; remove one of them")
+    for field in ("gradient_compression", "activation_compression"):
+        if getattr(par, field) is not None and par.stage_replicas is not None:
+            raise ScenarioError(f"parallel.{field}", getattr(par, field).model_dump(),
+                                "not supported with parallel.stage_replicas yet; remove one of them")
     for k, straggler in enumerate(spec.cluster.stragglers):
         for g in straggler.gpus:
             if not 0 <= g < n:

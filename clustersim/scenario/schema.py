@@ -236,11 +236,11 @@ class TrainingSpec(_Spec):
 
 
 class CompressionSpec(_Spec):
-    """Gradient compression for the data-parallel all-reduce: bytes shrink ``ratio``
-    times; compressing and decompressing cost ``time_per_gib`` of GPU time per GiB of
-    uncompressed gradient (half before the all-reduce, half after). ``links``: where —
-    ``all`` (the whole all-reduce), ``inter_site`` or ``inter_node`` (only the part that
-    crosses sites / servers; clustersim.schedules.gradient_sync)."""
+    """Compression of gradients (for the data-parallel all-reduce) or of pipeline
+    activations: bytes shrink ``ratio`` times; compressing and decompressing cost
+    ``time_per_gib`` of GPU time per GiB of uncompressed data (half before the transfer,
+    half after). ``links``: where — ``all``, ``inter_site`` or ``inter_node`` (only what
+    crosses sites / servers; clustersim.schedules.compression and .gradient_sync)."""
 
     ratio: float = Field(ge=1)
     time_per_gib: Time = 0.0
@@ -286,6 +286,8 @@ class ParallelSpec(_Spec):
     zero: int = Field(default=0, ge=0, le=3)
     #: compress data-parallel gradients before their all-reduce (e.g. over WAN links)
     gradient_compression: CompressionSpec | None = None
+    #: compress pipeline activations and their gradients on the chosen links' sends
+    activation_compression: CompressionSpec | None = None
 
     @field_validator("schedule")
     @classmethod

@@ -38,19 +38,21 @@ from ..errors import ProgramError
 from ..parallel.plan import Plan
 from ..program import COLLECTIVE, COMPUTE, Op, Program
 from ..workload.stage_cost import StageCost
-from .gradient_sync import GradientCompression, emit_gradient_allreduce
+from .compression import Compression, coded_activation_bytes, emit_codec
+from .gradient_sync import emit_gradient_allreduce
 from .orders import run_orders, stage_chunks
 from .registry import Schedule
 
 
 def compile_pipeline(schedule: Schedule, plan: Plan, costs: list[StageCost], m: int,
                      iterations: int = 1, fold: bool = False,
-                     compression: GradientCompression | None = None) -> Program:
+                     compression: Compression | None = None, activations: Compression | None = None) -> Program:
     """The Program of ``iterations`` training iterations of ``schedule`` under ``plan``.
 
     ``costs`` holds one entry per model chunk (p·v of them, in model order). ``fold``
     emits one representative per stage (module docstring). ``compression``: DP gradients
-    are compressed for their all-reduce, on all or on chosen links (:mod:`.gradient_sync`)."""
+    are compressed for their all-reduce, on all or on chosen links (:mod:`.gradient_sync`);
+    ``activations``: pipeline sends across compressed links are (:mod:`.compression`)."""
     p = plan.pp
     if len(costs) % p:
         raise ProgramError(f"schedule {schedule.name!r}: {len(costs)} model chunks do not divide over {p} stages")
@@ -63,7 +65,7 @@ def compile_pipeline(schedule: Schedule, plan: Plan, costs: list[StageCost], m: 
         s = plan.coords(dev)[0]
         prog.static_memory[dev] = copies * sum(costs[k].param_bytes for k in stage_chunks(schedule, s, p, v))
     for r in range(1 if fold else plan.dp):
-        _emit_replica(prog, plan, schedule, costs, orders, m, v, r, fold, compression)
+        _emit_replica(prog, plan, schedule, costs, orders, m, v, r, fold, compression, activations)
     return prog
 
 
@@ -115,7 +117,7 @@ def emit_pass(prog: Program, plan: Plan, cost: StageCost, phase: str, stage: int
     return first, last
 
 
-def _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold, compression) -> None:
+def _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold, compression, activations) -> None:
     dev = plan.device(s, r, t)
     has_w = {(j, k) for ph, j, k in order if ph == "W"}
     stash = schedule.weights == "stash"
@@ -141,20 +143,29 @@ def _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold,
             fwd_version[(j, k)] = version
         alloc, free = pass_memory(cost, ph, split, stash)
         name = f"{ph}{mb}" + (f"c{k}" if v > 1 else "")
-        passes[(s, t, ph, j, k)] = first_last = emit_pass(
-            prog, plan, cost, ph, s, r, t, mb, last_it, split=split and ph == "B", name=name,
-            version=fwd_version[(j, k)], alloc=alloc, free=free, fold=fold, after=last)
-        last = first_last[1]
+        coded_in, coded_out = coded_activation_bytes(activations, schedule, plan, costs, s, r, t, ph, k)
+        labels = {"stage": s, "microbatch": mb, "phase": ph, "iteration": last_it}
+        decoded = None
+        if coded_in:  # received over a compressed link: decoded before the pass (its recv waits here)
+            decoded = last = emit_codec(prog, dev, f"decompress {name}", coded_in * activations.seconds_per_byte / 2,
+                                        (last.id,) if last is not None else (), **labels)
+        first, last = emit_pass(prog, plan, cost, ph, s, r, t, mb, last_it, split=split and ph == "B", name=name,
+                                version=fwd_version[(j, k)], alloc=alloc, free=free, fold=fold, after=last)
+        if coded_out:  # coded before its send (which waits on the pass's last op)
+            last = emit_codec(prog, dev, f"compress {name}", coded_out * activations.seconds_per_byte / 2,
+                              (last.id,), **labels)
+        passes[(s, t, ph, j, k)] = (decoded or first, last)
 
 
 def _emit_replica(prog: Program, plan: Plan, schedule: Schedule, costs: list[StageCost], orders, m: int, v: int,
-                  r: int, fold: bool = False, compression: GradientCompression | None = None) -> None:
+                  r: int, fold: bool = False, compression: Compression | None = None,
+                  activations: Compression | None = None) -> None:
     p, n_chunks = plan.pp, len(costs)
     tp_ranks = range(1 if fold else plan.tp)
     passes: dict[tuple, tuple[Op, Op]] = {}
     for s, order in enumerate(orders):
         for t in tp_ranks:
-            _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold, compression)
+            _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold, compression, activations)
     sends: dict[tuple, Op] = {}
     for s, order in enumerate(orders):
         for t in tp_ranks:
@@ -169,6 +180,8 @@ def _emit_replica(prog: Program, plan: Plan, schedule: Schedule, costs: list[Sta
                     consumer.deps = consumer.deps + (src.id,)
                     continue
                 size = costs[k].activation_bytes if ph == "F" else costs[nxt].activation_bytes
+                if activations is not None and activations.crosses(src.device, plan.device(to, r, t)):
+                    size = int(size / activations.ratio)
                 label = f"{ph}{j % m}" + (f"c{k}" if v > 1 else "")
                 twins = tuple((plan.device(s, rr, tt), plan.device(to, rr, tt)) for rr in range(plan.dp)
                               for tt in range(plan.tp) if (rr, tt) != (0, 0)) if fold else ()

@@ -2,7 +2,7 @@
 
 The compiler (:mod:`.compiler`) calls :func:`emit_gradient_allreduce` at every optimizer
 step of a stage with dp > 1. What it emits on the device, in order, depends on
-``parallel.gradient_compression`` (a :class:`GradientCompression`):
+``parallel.gradient_compression`` (a :class:`~.compression.Compression`):
 
 * none: one all-reduce of the gradient bytes S over the stage's DP group;
 * ``links: all``: ``compress`` (compute lane, S·c/2) → all-reduce of S/k → ``decompress``
@@ -29,44 +29,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ProgramError, ScenarioError
-from ..program import COLLECTIVE, COMPUTE, Program
-from ..topology import build_topology
-from ..topology.graph import gpu_names
-from ..topology.wan import gpu_sites
-
-GIB = 2**30
-
-
-@dataclass(frozen=True)
-class GradientCompression:
-    """Compression of DP gradients: bytes shrink ``ratio`` times, coding costs
-    ``seconds_per_byte`` of compute per uncompressed byte (half to compress, half to
-    decompress). ``domains``: per device, the site or server index when only traffic
-    between domains is compressed (``links`` names which); None compresses everything."""
-
-    ratio: float
-    seconds_per_byte: float
-    links: str = "all"
-    domains: tuple[int, ...] | None = None
-
-
-def gradient_compression(sc) -> GradientCompression | None:
-    """The :class:`GradientCompression` of a scenario's ``parallel.gradient_compression``
-    (None without one); sites and servers come from the cluster's topology graph."""
-    gc = sc.parallel.gradient_compression
-    if gc is None:
-        return None
-    per_byte = gc.time_per_gib / GIB
-    if gc.links == "all":
-        return GradientCompression(gc.ratio, per_byte)
-    g = build_topology(sc.cluster.model_dump())
-    domains = gpu_sites(g) if gc.links == "inter_site" else [g.nodes[n]["host"] for n in gpu_names(g)]
-    return GradientCompression(gc.ratio, per_byte, gc.links, tuple(domains))
+from ..program import COLLECTIVE, Program
+from .compression import Compression, emit_codec
 
 
 def emit_gradient_allreduce(prog: Program, dev: int, group: tuple[int, ...], grad: int, *, stage: int,
                             iteration: int, label: str, tag: str, deps: tuple[int, ...],
-                            compression: GradientCompression | None, fold: bool = False,
+                            compression: Compression | None, fold: bool = False,
                             shadows: tuple = ()) -> tuple[int, ...]:
     """Emit ``dev``'s ops of the gradient all-reduce of ``grad`` bytes over ``group``
     (module docstring); return the deps the optimizer op waits on. ``tag`` names this
@@ -128,6 +97,5 @@ class _Emitter:
         return (op.id,)
 
     def codec(self, name: str, seconds: float, deps: tuple[int, ...]) -> tuple[int]:
-        op = self.prog.add(self.dev, "compute", COMPUTE, name, stage=self.stage, phase="O",
-                           iteration=self.iteration, duration=seconds, deps=deps)
-        return (op.id,)
+        return (emit_codec(self.prog, self.dev, name, seconds, deps, stage=self.stage, phase="O",
+                           iteration=self.iteration).id,)
