@@ -15,7 +15,10 @@ replica r and tensor-parallel rank t, on the device of (stage s, r, t), the comp
     TP rank of that stage, in producer order on the ``send`` lane — or a plain dependency
     when both chunks sit on the same stage;
   * a recv before each pass that consumes another stage's output, in consumer order on
-    the ``recv`` lane, and a dependency of that pass on its recv;
+    the ``recv`` lane, and a dependency of that pass on its recv. With activation
+    compression, a send across a compressed link carries bytes/ratio, a ``compress`` op
+    follows the producing pass and a ``decompress`` op (which the recv feeds) precedes
+    the consuming one (:mod:`.compression`);
   * at every optimizer step ``("O", i)``: with dp > 1, a gradient all-reduce over the
     stage's data-parallel group on the ``comm`` lane after the stage's last pass (with
     gradient compression, the ops of :mod:`.gradient_sync`), then the optimizer op
