@@ -21,6 +21,7 @@ from .program import Program
 from .progress import SimProgress, wanted
 from .scenario import Scenario, load_scenario
 from .schedules import SCHEDULES, compile_pipeline
+from .schedules.compression import compression_of
 from .schedules.inference import arrival_times, compile_inference
 from .schedules.replicated import ReplicaLayout, compile_replicated
 from .trace import metrics
@@ -73,11 +74,11 @@ def compile_scenario(sc: Scenario, fold: bool | None = None) -> Program:
     elif sc.parallel.stage_replicas is not None:
         prog = compile_replicated(schedule, device_layout(sc), costs, sc.num_microbatches, sc.simulation.iterations)
     else:
-        gc = sc.parallel.gradient_compression
         replicas = replica_work(sc, plan, schedule, partition) if needs_replica_work(sc) else None
         prog = compile_pipeline(schedule, plan, costs, sc.num_microbatches, sc.simulation.iterations,
                                 fold=decide_fold(sc).enabled if fold is None else fold and can_fold(sc),
-                                compression=(gc.ratio, gc.time_per_gib / 2**30) if gc else None,
+                                compression=compression_of(sc.parallel.gradient_compression, sc.cluster),
+                                activations=compression_of(sc.parallel.activation_compression, sc.cluster),
                                 replicas=replicas)
     prog.check()
     if sc.simulation.detail == "stage":

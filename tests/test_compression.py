@@ -27,9 +27,10 @@ def test_compression_closed_form_on_a_private_link():
     assert {"compress", "decompress"} <= names
 
 
-def _two_sites(wan_bandwidth: str, compressed: bool) -> dict:
+def _two_sites(wan_bandwidth: str, compressed: bool, links: str = "all", network: str = "analytical") -> dict:
     # Two sites of one 8-GPU node each, joined by one WAN link; pp 1 × dp 16: the gradient
-    # all-reduce crosses the WAN.
+    # all-reduce crosses the WAN. The analytical models give every flow the whole WAN link;
+    # the packet model shares it.
     raw = {
         "name": f"2 sites over {wan_bandwidth}",
         "cluster": {"nodes": 2, "gpus_per_node": 8, "nic": {"bandwidth": "200 Gbit/s", "per_node": 8},
@@ -39,28 +40,37 @@ def _two_sites(wan_bandwidth: str, compressed: bool) -> dict:
         "model": {"kind": "synthetic", "layers": 4, "forward": "5 ms", "backward": "10 ms", "params": "256 MiB"},
         "training": {"global_batch": 64},
         "parallel": {"pp": 1, "dp": 16},
-        "simulation": {"network": "analytical", "collective_model": "analytical"},
+        "simulation": {"network": network, "collective_model": "analytical" if network == "analytical" else "fabric"},
     }
     if compressed:
-        raw["parallel"]["gradient_compression"] = {"ratio": 10, "time_per_gib": "100 ms"}
+        raw["parallel"]["gradient_compression"] = {"ratio": 10, "time_per_gib": "100 ms", "links": links}
     return raw
 
 
-def test_compression_pays_on_slow_wan_and_costs_on_fast_links():
-    def times(bw):
-        plain = cs.simulate(_two_sites(bw, False), progress=False).summary["iteration_time_s"]
-        packed = cs.simulate(_two_sites(bw, True), progress=False).summary["iteration_time_s"]
-        return plain, packed
+def _times(bw: str, links: str = "all", network: str = "analytical") -> tuple[float, float]:
+    plain = cs.simulate(_two_sites(bw, False, network=network), progress=False).summary["iteration_time_s"]
+    packed = cs.simulate(_two_sites(bw, True, links, network), progress=False).summary["iteration_time_s"]
+    return plain, packed
 
-    compute = 4 * 4 * 15e-3  # m = 4 micro-batches of 4 layers × (5 + 10) ms
-    codec = 1.0 * 0.1  # 1 GiB of gradients at 100 ms per GiB
-    slow_plain, slow_packed = times("100 Mbit/s")
-    comm_plain, comm_packed = slow_plain - compute, slow_packed - compute - codec
+
+COMPUTE = 4 * 4 * 15e-3  # m = 4 micro-batches of 4 layers × (5 + 10) ms
+
+
+@pytest.mark.parametrize("links, network", [("all", "analytical"), ("all", "packet"), ("inter_site", "packet")])
+def test_compression_pays_on_slow_wan(links, network):
+    # 1 GiB of gradients at 100 ms per GiB; with inter_site each GPU codes its 1/8 shard only
+    codec = 1.0 * 0.1 / (8 if links == "inter_site" else 1)
+    slow_plain, slow_packed = _times("100 Mbit/s", links, network)
+    comm_plain, comm_packed = slow_plain - COMPUTE, slow_packed - COMPUTE - codec
     # 1 GiB over 100 Mbit/s is bandwidth-bound: the all-reduce shrinks by about the ratio
-    # (its latency terms do not shrink, hence the tolerance)
-    assert comm_plain > 10 * compute
+    # (its latency terms and, for inter_site, the intra-site steps do not shrink, hence the tolerance)
+    assert comm_plain > 10 * COMPUTE
     assert comm_plain / comm_packed == pytest.approx(10, rel=0.05)
-    fast_plain, fast_packed = times("400 Gbit/s")
+
+
+@pytest.mark.parametrize("network", ["analytical", "packet"])
+def test_compression_costs_on_fast_links(network):
+    fast_plain, fast_packed = _times("400 Gbit/s", network=network)
     assert fast_packed > fast_plain  # compute dominates: the codec time is pure cost
 
 

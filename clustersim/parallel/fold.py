@@ -58,6 +58,9 @@ def _obstacle(sc) -> str | None:
         return "link degradation windows slow some replicas' links only"
     if par.tp > cl.gpus_per_node or cl.gpus_per_node % par.tp:
         return f"tp = {par.tp} does not fit inside a {cl.gpus_per_node}-GPU node"
+    for field in ("gradient_compression", "activation_compression"):
+        if getattr(par, field) is not None and getattr(par, field).links != "all":
+            return f"{field} on {getattr(par, field).links} links differs between replicas"
     if sc.dp * par.tp == 1:
         return "nothing to fold (dp = tp = 1)"
     return None

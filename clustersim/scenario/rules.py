@@ -34,9 +34,10 @@ def check_rules(spec: ScenarioSpec) -> None:
     from .inference import check_inference
 
     check_inference(spec)
-    if par.gradient_compression is not None and par.stage_replicas is not None:
-        raise ScenarioError("parallel.gradient_compression", par.gradient_compression.model_dump(),
-                            "not supported with parallel.stage_replicas yet; remove one of them")
+    for field in ("gradient_compression", "activation_compression"):
+        if getattr(par, field) is not None and par.stage_replicas is not None:
+            raise ScenarioError(f"parallel.{field}", getattr(par, field).model_dump(),
+                                "not supported with parallel.stage_replicas yet; remove one of them")
     for k, straggler in enumerate(spec.cluster.stragglers):
         for g in straggler.gpus:
             if not 0 <= g < n:

@@ -318,12 +318,15 @@ class TrainingSpec(_Spec):
 
 
 class CompressionSpec(_Spec):
-    """Gradient compression for the data-parallel all-reduce: bytes shrink ``ratio``
-    times; compressing and decompressing cost ``time_per_gib`` of GPU time per GiB of
-    uncompressed gradient (half before the all-reduce, half after)."""
+    """Compression of gradients (for the data-parallel all-reduce) or of pipeline
+    activations: bytes shrink ``ratio`` times; compressing and decompressing cost
+    ``time_per_gib`` of GPU time per GiB of uncompressed data (half before the transfer,
+    half after). ``links``: where — ``all``, ``inter_site`` or ``inter_node`` (only what
+    crosses sites / servers; clustersim.schedules.compression and .gradient_sync)."""
 
     ratio: float = Field(ge=1)
     time_per_gib: Time = 0.0
+    links: Literal["all", "inter_site", "inter_node"] = "all"
 
 
 def _dp_value(dp: object) -> int | str:
@@ -397,6 +400,8 @@ class ParallelSpec(_Spec):
     gradient_compression: CompressionSpec | None = None
     #: train with parameter server(s) instead of all-reduce (clustersim.schedules.parameter_server)
     parameter_server: ParameterServerSpec | None = None
+    #: compress pipeline activations and their gradients on the chosen links' sends
+    activation_compression: CompressionSpec | None = None
 
     @field_validator("schedule")
     @classmethod

@@ -15,10 +15,14 @@ replica r and tensor-parallel rank t, on the device of (stage s, r, t), the comp
     TP rank of that stage, in producer order on the ``send`` lane — or a plain dependency
     when both chunks sit on the same stage;
   * a recv before each pass that consumes another stage's output, in consumer order on
-    the ``recv`` lane, and a dependency of that pass on its recv;
+    the ``recv`` lane, and a dependency of that pass on its recv. With activation
+    compression, a send across a compressed link carries bytes/ratio, a ``compress`` op
+    follows the producing pass and a ``decompress`` op (which the recv feeds) precedes
+    the consuming one (:mod:`.compression`);
   * at every optimizer step ``("O", i)``: with dp > 1, a gradient all-reduce over the
-    stage's data-parallel group on the ``comm`` lane after the stage's last pass, then
-    the optimizer op (after the all-reduce), which creates the next weight version.
+    stage's data-parallel group on the ``comm`` lane after the stage's last pass (with
+    gradient compression, the ops of :mod:`.gradient_sync`), then the optimizer op
+    (after the all-reduce), which creates the next weight version.
 
 Folding (``fold=True``, see :mod:`clustersim.parallel.fold`): only replica 0, TP rank 0
 is emitted — one representative per stage. Its collectives name the whole group but
@@ -37,19 +41,22 @@ from ..errors import ProgramError
 from ..parallel.plan import Plan
 from ..program import COLLECTIVE, COMPUTE, Op, Program
 from ..workload.stage_cost import StageCost
+from .compression import Compression, coded_activation_bytes, emit_codec
+from .gradient_sync import emit_gradient_allreduce
 from .orders import run_orders, stage_chunks
 from .registry import Schedule
 
 
 def compile_pipeline(schedule: Schedule, plan: Plan, costs: list[StageCost], m: int,
                      iterations: int = 1, fold: bool = False,
-                     compression: tuple[float, float] | None = None, replicas: list | None = None) -> Program:
+                     compression: Compression | None = None, activations: Compression | None = None,
+                     replicas: list | None = None) -> Program:
     """The Program of ``iterations`` training iterations of ``schedule`` under ``plan``.
 
     ``costs`` holds one entry per model chunk (p·v of them, in model order). ``fold``
-    emits one representative per stage (module docstring). ``compression`` = (ratio,
-    seconds per uncompressed byte): DP gradients shrink ``ratio`` times for their
-    all-reduce, between a ``compress`` and a ``decompress`` compute op of half the time each.
+    emits one representative per stage (module docstring). ``compression``: DP gradients
+    are compressed for their all-reduce, on all or on chosen links (:mod:`.gradient_sync`);
+    ``activations``: pipeline sends across compressed links are (:mod:`.compression`).
     ``replicas`` (heterogeneous clusters): per data-parallel replica a
     :class:`~clustersim.parallel.hetero.ReplicaWork` — its own chunk costs and micro-batch
     count, used instead of ``costs`` and ``m``; replicas meet at the gradient all-reduce."""
@@ -70,7 +77,7 @@ def compile_pipeline(schedule: Schedule, plan: Plan, costs: list[StageCost], m: 
         prog.static_memory[dev] = copies * sum(costs[k].param_bytes for k in stage_chunks(schedule, s, p, v))
     for r in range(1 if fold else plan.dp):
         cr, mr = work[r]
-        _emit_replica(prog, plan, schedule, cr, orders[mr], mr, v, r, fold, compression)
+        _emit_replica(prog, plan, schedule, cr, orders[mr], mr, v, r, fold, compression, activations)
     return prog
 
 
@@ -122,7 +129,7 @@ def emit_pass(prog: Program, plan: Plan, cost: StageCost, phase: str, stage: int
     return first, last
 
 
-def _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold, compression) -> None:
+def _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold, compression, activations) -> None:
     dev = plan.device(s, r, t)
     has_w = {(j, k) for ph, j, k in order if ph == "W"}
     stash = schedule.weights == "stash"
@@ -134,16 +141,9 @@ def _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold,
                 grad = sum(costs[c].gradient_bytes for c in stage_chunks(schedule, s, plan.pp, v))
                 label = "" if schedule.flush else f" u{j}"
                 twins = tuple(plan.dp_group(s, q) for q in range(1, plan.tp)) if fold else ()
-                if compression:
-                    deps = _codec(prog, dev, "compress", grad * compression[1] / 2, s, last_it, deps)
-                ar = prog.add(dev, "comm", COLLECTIVE, f"dp all-reduce s{s}{label}", stage=s, iteration=last_it,
-                              nbytes=int(grad / compression[0]) if compression else grad, deps=deps,
-                              group=plan.dp_group(s, t), collective="all_reduce",
-                              tag=f"dp-allreduce it{last_it} u{j} s{s} t{t}", arrivals=1 if fold else 0,
-                              shadows=twins)
-                deps = (ar.id,)
-                if compression:
-                    deps = _codec(prog, dev, "decompress", grad * compression[1] / 2, s, last_it, deps)
+                deps = emit_gradient_allreduce(prog, dev, plan.dp_group(s, t), grad, stage=s, iteration=last_it,
+                                               label=label, tag=f"dp-allreduce it{last_it} u{j} s{s} t{t}",
+                                               deps=deps, compression=compression, fold=fold, shadows=twins)
             opt = sum(costs[c].optimizer for c in stage_chunks(schedule, s, plan.pp, v))
             last = prog.add(dev, "compute", COMPUTE, "optimizer" if schedule.flush else f"optimizer u{j}", stage=s,
                             phase="O", iteration=last_it, duration=opt, deps=deps, version=version + 1)
@@ -155,26 +155,29 @@ def _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold,
             fwd_version[(j, k)] = version
         alloc, free = pass_memory(cost, ph, split, stash)
         name = f"{ph}{mb}" + (f"c{k}" if v > 1 else "")
-        passes[(s, t, ph, j, k)] = first_last = emit_pass(
-            prog, plan, cost, ph, s, r, t, mb, last_it, split=split and ph == "B", name=name,
-            version=fwd_version[(j, k)], alloc=alloc, free=free, fold=fold, after=last)
-        last = first_last[1]
-
-
-def _codec(prog: Program, dev: int, name: str, seconds: float, s: int, it: int, deps: tuple) -> tuple[int]:
-    """A gradient (de)compression kernel on the compute lane; returns the deps that follow it."""
-    op = prog.add(dev, "compute", COMPUTE, name, stage=s, phase="O", iteration=it, duration=seconds, deps=deps)
-    return (op.id,)
+        coded_in, coded_out = coded_activation_bytes(activations, schedule, plan, costs, s, r, t, ph, k)
+        labels = {"stage": s, "microbatch": mb, "phase": ph, "iteration": last_it}
+        decoded = None
+        if coded_in:  # received over a compressed link: decoded before the pass (its recv waits here)
+            decoded = last = emit_codec(prog, dev, f"decompress {name}", coded_in * activations.seconds_per_byte / 2,
+                                        (last.id,) if last is not None else (), **labels)
+        first, last = emit_pass(prog, plan, cost, ph, s, r, t, mb, last_it, split=split and ph == "B", name=name,
+                                version=fwd_version[(j, k)], alloc=alloc, free=free, fold=fold, after=last)
+        if coded_out:  # coded before its send (which waits on the pass's last op)
+            last = emit_codec(prog, dev, f"compress {name}", coded_out * activations.seconds_per_byte / 2,
+                              (last.id,), **labels)
+        passes[(s, t, ph, j, k)] = (decoded or first, last)
 
 
 def _emit_replica(prog: Program, plan: Plan, schedule: Schedule, costs: list[StageCost], orders, m: int, v: int,
-                  r: int, fold: bool = False, compression: tuple[float, float] | None = None) -> None:
+                  r: int, fold: bool = False, compression: Compression | None = None,
+                  activations: Compression | None = None) -> None:
     p, n_chunks = plan.pp, len(costs)
     tp_ranks = range(1 if fold else plan.tp)
     passes: dict[tuple, tuple[Op, Op]] = {}
     for s, order in enumerate(orders):
         for t in tp_ranks:
-            _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold, compression)
+            _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold, compression, activations)
     sends: dict[tuple, Op] = {}
     for s, order in enumerate(orders):
         for t in tp_ranks:
@@ -189,6 +192,8 @@ def _emit_replica(prog: Program, plan: Plan, schedule: Schedule, costs: list[Sta
                     consumer.deps = consumer.deps + (src.id,)
                     continue
                 size = costs[k].activation_bytes if ph == "F" else costs[nxt].activation_bytes
+                if activations is not None and activations.crosses(src.device, plan.device(to, r, t)):
+                    size = int(size / activations.ratio)
                 label = f"{ph}{j % m}" + (f"c{k}" if v > 1 else "")
                 twins = tuple((plan.device(s, rr, tt), plan.device(to, rr, tt)) for rr in range(plan.dp)
                               for tt in range(plan.tp) if (rr, tt) != (0, 0)) if fold else ()

@@ -116,3 +116,9 @@ def build_wan(cluster: dict, field: str = "cluster") -> nx.DiGraph:
         )
     g.graph["sites"] = len(sites)
     return g
+
+
+def gpu_sites(g: nx.DiGraph) -> list[int]:
+    """The site of every GPU of a built topology, in GPU index order (all 0 when ``g`` is
+    not a wan: one site)."""
+    return [g.nodes[n].get("site", 0) for n in gpu_names(g)]

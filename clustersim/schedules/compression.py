@@ -1,0 +1,81 @@
+"""Compression of traffic on chosen links: what a scenario's ``gradient_compression`` and
+``activation_compression`` sections mean to the compiler.
+
+A :class:`Compression` says by how much bytes shrink, what coding costs in GPU time, and
+which transfers it applies to: all of them (``links: all``), or only those between two
+GPUs in different sites of a ``wan`` topology (``inter_site``) or different servers
+(``inter_node``). Gradients: :mod:`.gradient_sync`. Activations: a pipeline send that
+crosses a compressed link carries bytes/ratio; the producing GPU runs a ``compress`` op
+(bytes·c/2) on its compute lane right after the pass, the consuming GPU a ``decompress``
+op (bytes·c/2) right before the pass that uses them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..program import COMPUTE, Op, Program
+from ..topology import build_topology
+from ..topology.graph import gpu_names
+from ..topology.wan import gpu_sites
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Compression:
+    """Bytes shrink ``ratio`` times; coding costs ``seconds_per_byte`` of compute per
+    uncompressed byte (half to compress, half to decompress). ``domains``: per device,
+    its site or server index when only traffic between domains is compressed (``links``
+    names which); None compresses everything."""
+
+    ratio: float
+    seconds_per_byte: float
+    links: str = "all"
+    domains: tuple[int, ...] | None = None
+
+    def crosses(self, a: int, b: int) -> bool:
+        """Whether a transfer between devices ``a`` and ``b`` is compressed."""
+        return self.domains is None or self.domains[a] != self.domains[b]
+
+
+def compression_of(spec, cluster) -> Compression | None:
+    """The :class:`Compression` of a ``CompressionSpec`` (None for None); sites and
+    servers come from the topology graph of the scenario's ``cluster`` section."""
+    if spec is None:
+        return None
+    per_byte = spec.time_per_gib / GIB
+    if spec.links == "all":
+        return Compression(spec.ratio, per_byte)
+    g = build_topology(cluster.model_dump())
+    domains = gpu_sites(g) if spec.links == "inter_site" else [g.nodes[n]["host"] for n in gpu_names(g)]
+    return Compression(spec.ratio, per_byte, spec.links, tuple(domains))
+
+
+def coded_activation_bytes(codec: Compression | None, schedule, plan, costs, s: int, r: int, t: int,
+                           phase: str, k: int) -> tuple[int, int]:
+    """(bytes received, bytes sent) by pass ``phase`` of chunk ``k`` on the device of
+    (s, r, t) over compressed links — the bytes its decompress / compress ops code; 0
+    where the neighbour chunk is on the same stage, absent, or not across a compressed link.
+    A forward receives chunk k−1's activations and sends its own; a backward receives the
+    gradient of its output and sends that of its input."""
+    if codec is None or phase not in ("F", "B"):
+        return 0, 0
+    here = plan.device(s, r, t)
+
+    def across(chunk: int, nbytes: int) -> int:
+        if not 0 <= chunk < len(costs):
+            return 0
+        to = schedule.stage_of(chunk, plan.pp)
+        return nbytes if to != s and codec.crosses(here, plan.device(to, r, t)) else 0
+
+    own = costs[k].activation_bytes
+    before = costs[k - 1].activation_bytes if k > 0 else 0
+    if phase == "F":
+        return across(k - 1, before), across(k + 1, own)
+    return across(k + 1, own), across(k - 1, before)
+
+
+def emit_codec(prog: Program, dev: int, name: str, seconds: float, deps: tuple[int, ...], **labels) -> Op:
+    """A (de)compression kernel of ``seconds`` on ``dev``'s compute lane, after ``deps``."""
+    return prog.add(dev, "compute", COMPUTE, name, duration=seconds, deps=deps, **labels)

@@ -1,0 +1,101 @@
+"""The data-parallel gradient all-reduce of one stage, optionally with gradient compression.
+
+The compiler (:mod:`.compiler`) calls :func:`emit_gradient_allreduce` at every optimizer
+step of a stage with dp > 1. What it emits on the device, in order, depends on
+``parallel.gradient_compression`` (a :class:`~.compression.Compression`):
+
+* none: one all-reduce of the gradient bytes S over the stage's DP group;
+* ``links: all``: ``compress`` (compute lane, S·c/2) → all-reduce of S/k → ``decompress``
+  (S·c/2), with k the ratio and c the codec time per uncompressed byte;
+* ``links: inter_site`` / ``inter_node``: the group is split into its *domains* (sites of
+  a ``wan`` topology, or servers) in group order. A group inside one domain runs the plain
+  all-reduce, uncompressed. A group over D domains of L members each runs the exact
+  hierarchical decomposition of an all-reduce: reduce-scatter of S inside each domain
+  (uncompressed; member i keeps shard i of S/L bytes) → ``compress`` (S/L·c/2) →
+  all-reduce of the compressed shard S/(L·k) among the D members holding shard i, one
+  per domain → ``decompress`` (S/L·c/2) → all-gather of S inside each domain. Only the
+  cross-domain step is compressed, and each GPU codes only its own shard. With L = 1 the
+  intra-domain steps vanish. Domains holding different numbers of the group's members
+  are an error (the shards would not line up).
+
+The cross-domain collectives are tagged per shard index, the intra-domain ones per
+domain, so every member of a sub-group meets the same rendezvous. Folding (one
+representative per stage) keeps only the plain and ``all`` forms; ``inter_site`` and
+``inter_node`` are refused by :mod:`clustersim.parallel.fold`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ProgramError, ScenarioError
+from ..program import COLLECTIVE, Program
+from .compression import Compression, emit_codec
+
+
+def emit_gradient_allreduce(prog: Program, dev: int, group: tuple[int, ...], grad: int, *, stage: int,
+                            iteration: int, label: str, tag: str, deps: tuple[int, ...],
+                            compression: Compression | None, fold: bool = False,
+                            shadows: tuple = ()) -> tuple[int, ...]:
+    """Emit ``dev``'s ops of the gradient all-reduce of ``grad`` bytes over ``group``
+    (module docstring); return the deps the optimizer op waits on. ``tag`` names this
+    all-reduce (sub-collectives extend it); ``fold``/``shadows`` as in the compiler."""
+    emit = _Emitter(prog, dev, stage, iteration, label, fold, shadows)
+    if compression is None:
+        return emit.collective("all-reduce", "all_reduce", group, grad, tag, deps)
+    if compression.domains is None:
+        deps = emit.codec("compress", grad * compression.seconds_per_byte / 2, deps)
+        deps = emit.collective("all-reduce", "all_reduce", group, int(grad / compression.ratio), tag, deps)
+        return emit.codec("decompress", grad * compression.seconds_per_byte / 2, deps)
+    if fold:
+        raise ProgramError(f"gradient compression on {compression.links} links cannot be folded")
+    parts: dict[int, list[int]] = {}
+    for d in group:
+        parts.setdefault(compression.domains[d], []).append(d)
+    if len(parts) == 1:  # the group stays inside one site / server: nothing crosses a compressed link
+        return emit.collective("all-reduce", "all_reduce", group, grad, tag, deps)
+    counts = {k: len(members) for k, members in parts.items()}
+    if len(set(counts.values())) > 1:
+        where = "site" if compression.links == "inter_site" else "server"
+        raise ScenarioError(
+            "parallel.gradient_compression.links", compression.links,
+            f"stage {stage}'s data-parallel group holds {counts} GPUs per {where}; the hierarchical compressed "
+            f"all-reduce needs the same number in each {where}; accepted: all, or a plan/cluster that does")
+    domain = compression.domains[dev]
+    local = parts[domain]
+    width = len(local)
+    shard = grad / width
+    if width > 1:
+        deps = emit.collective("reduce-scatter", "reduce_scatter", tuple(local), grad, f"{tag} rs d{domain}", deps)
+    deps = emit.codec("compress", shard * compression.seconds_per_byte / 2, deps)
+    i = local.index(dev)
+    across = tuple(members[i] for members in parts.values())
+    deps = emit.collective("all-reduce", "all_reduce", across, int(shard / compression.ratio), f"{tag} x{i}", deps)
+    deps = emit.codec("decompress", shard * compression.seconds_per_byte / 2, deps)
+    if width > 1:
+        deps = emit.collective("all-gather", "all_gather", tuple(local), grad, f"{tag} ag d{domain}", deps)
+    return deps
+
+
+@dataclass(frozen=True)
+class _Emitter:
+    """The ops of one device's gradient all-reduce: collectives on ``comm``, codecs on ``compute``."""
+
+    prog: Program
+    dev: int
+    stage: int
+    iteration: int
+    label: str
+    fold: bool
+    shadows: tuple
+
+    def collective(self, what: str, kind: str, group: tuple[int, ...], nbytes: int, tag: str,
+                   deps: tuple[int, ...]) -> tuple[int]:
+        op = self.prog.add(self.dev, "comm", COLLECTIVE, f"dp {what} s{self.stage}{self.label}", stage=self.stage,
+                           iteration=self.iteration, nbytes=nbytes, deps=deps, group=group, collective=kind,
+                           tag=tag, arrivals=1 if self.fold else 0, shadows=self.shadows)
+        return (op.id,)
+
+    def codec(self, name: str, seconds: float, deps: tuple[int, ...]) -> tuple[int]:
+        return (emit_codec(self.prog, self.dev, name, seconds, deps, stage=self.stage, phase="O",
+                           iteration=self.iteration).id,)
