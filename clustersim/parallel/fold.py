@@ -40,6 +40,8 @@ def _obstacle(sc) -> str | None:
         return "stage_replicas makes stages differ"
     if cl.stragglers:
         return "stragglers make replicas differ"
+    if cl.failed_links:
+        return "failed links make replicas' routes differ"
     if sc.simulation.compute_noise is not None:
         return "compute noise makes replicas differ"
     if par.tp > cl.gpus_per_node or cl.gpus_per_node % par.tp:

@@ -36,6 +36,9 @@ def check_rules(spec: ScenarioSpec) -> None:
         for g in straggler.gpus:
             if not 0 <= g < n:
                 raise ScenarioError(f"cluster.stragglers[{k}].gpus", g, f"GPU indices run from 0 to {n - 1}")
+    from ..faults.rules import check_fault_rules
+
+    check_fault_rules(spec)
     if spec.cluster.nodes > 1 and spec.cluster.topology.get("kind") == "single_node":
         raise ScenarioError(
             "cluster.topology.kind", "single_node",

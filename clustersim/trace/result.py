@@ -24,11 +24,15 @@ class Result:
         devices: DataFrame, one row per GPU (stage, ranks, busy/bubble fractions, memory, oom).
         memory: DataFrame of (device, time_s, allocated_bytes) after every change.
         scenario: the resolved scenario dict (every default filled).
+        job: DataFrame of the job timeline (one row per iteration, checkpoint, failure,
+            restart, migration; docs/faults.md) when the scenario has ``faults`` or
+            ``recovery``; None otherwise.
     """
 
     def __init__(self, summary: dict[str, Any], spans: pd.DataFrame, devices: pd.DataFrame,
                  memory: pd.DataFrame, scenario: dict[str, Any]):
         self.summary, self.spans, self.devices, self.memory, self.scenario = summary, spans, devices, memory, scenario
+        self.job: pd.DataFrame | None = None
 
     def utilization(self, window: tuple[float, float] | None = None) -> pd.DataFrame:
         """Busy fraction of every GPU lane and link over ``window`` (default: the whole run)."""
