@@ -79,6 +79,7 @@ def goodput_summary(job: pd.DataFrame, samples_per_iteration: int, samples_per_s
         "lost_work_s": float(dur[job["lost"]].sum()),
         "checkpoint_time_s": float(dur[(job["kind"] == "checkpoint") & ~job["lost"]].sum()),
         "restart_time_s": float(dur[job["kind"] == "restart"].sum()),
+        "replan_time_s": float(dur[job["kind"] == "replan"].sum()),
         "migration_time_s": float(dur[job["kind"] == "migration"].sum()),
         "checkpoint_bytes": ckpt_bytes,
         "faults_applied": applied,

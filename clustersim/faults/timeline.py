@@ -15,7 +15,7 @@ interrupts the segment under way:
   checkpoint: it restarts from scratch) and resumes at the checkpointed iteration on a
   spare node, in the same configuration. Job time = N·T + K·C + lost + restarts.
 * ``elastic``: only the partial segment is lost (finished iterations live on in the
-  surviving replicas); the job pauses ``restart_time`` to re-form, migrates state
+  surviving replicas); the job pauses ``replan_time`` to re-form, migrates state
   (:mod:`.replan`) and continues in the new configuration.
 
 A ``node_join`` and a ``link_fail`` that only re-routes take effect at the next segment
@@ -171,7 +171,7 @@ class JobTimeline:
             raise ScenarioError(field, value, "an elastic re-plan while links are down is not modelled (the "
                                 "re-planned cluster is a fresh one); use checkpoint_restart")
         new, mig_s, moved = self.m.replan(self.cfg, available, field, value)
-        self._pause("restart", self.rec.restart_time, f"re-form the job: {new.label()}")
+        self._pause("replan", self.rec.replan_time, f"re-form the job: {new.label()}")
         self.cfg = new
         self._pause("migration", mig_s, f"{moved / 2**30:.3g} GiB of state moved over the fabric")
 

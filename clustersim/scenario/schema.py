@@ -382,14 +382,16 @@ class RecoverySpec(_Spec):
     (docs/faults.md): ``checkpoint_restart`` (restart on a spare from the last checkpoint)
     or ``elastic`` (re-plan onto the GPUs there are, moving state over the fabric).
     Checkpoints are written every ``checkpoint_every`` iterations (None: never) at the
-    aggregate ``storage_bandwidth``; ``restart_time`` is the pause to relaunch (restart)
-    or re-form (elastic) the job, before any checkpoint load or state migration."""
+    aggregate ``storage_bandwidth`` (all GPUs' writes together). ``restart_time`` is the
+    pause to relaunch the job on a spare before the checkpoint is read back; ``replan_time``
+    the pause to re-form an elastic job on the GPUs there are, before state migration."""
 
     policy: Literal["checkpoint_restart", "elastic"] = "checkpoint_restart"
     job_iterations: int = Field(ge=1)
     checkpoint_every: int | None = Field(default=None, ge=1)
     storage_bandwidth: Bandwidth = 10e9
     restart_time: Time = 0.0
+    replan_time: Time = 0.0
 
 
 class ScenarioSpec(_Spec):
