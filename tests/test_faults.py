@@ -7,6 +7,7 @@ the job time exactly.
 
 import math
 
+import pandas as pd
 import pytest
 
 import clustersim as cs
@@ -164,6 +165,13 @@ def test_link_fail_that_only_reroutes_changes_the_iteration_time_from_the_next_b
     check_invariants(res, 12)
 
 
+def test_job_timeline_is_saved_and_loaded_back(tmp_path):
+    res = cs.simulate(job(faults=[{"kind": "gpu_fail", "gpu": 5, "at_iteration": 5.5}]), progress=False)
+    back = cs.load_result(res.save(tmp_path, plots=False))
+    pd.testing.assert_frame_equal(back.job, res.job, rtol=1e-15)
+    assert back.summary["job_time_s"] == res.summary["job_time_s"]
+
+
 def test_same_scenario_same_timeline():
     raw = job("elastic", [{"kind": "gpu_fail", "gpu": 2, "at": 0.05}])
     a, b = cs.simulate(raw, progress=False), cs.simulate(raw, progress=False)
@@ -238,3 +246,13 @@ def test_shipped_scenario_restart_vs_elastic():
     for res in (restart, elastic):
         check_invariants(res, n)
         assert res.summary["goodput_samples_per_s"] < res.summary["samples_per_s"]
+
+
+def test_plot_job_draws_one_row_per_job():
+    from clustersim.viz.job import plot_job
+
+    res = cs.simulate(job("elastic", [{"kind": "gpu_fail", "gpu": 2, "at_iteration": 5.5}]), progress=False)
+    fig = plot_job({"elastic": res.job, "again": res.job})
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["elastic", "again"]
+    assert ax.get_xlim()[1] >= res.summary["job_time_s"]

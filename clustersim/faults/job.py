@@ -2,10 +2,13 @@
 
 The Result is the first configuration's own (spans, devices, memory of one simulated
 iteration window), with ``res.job`` (the timeline, one row per segment) and goodput
-fields added to ``res.summary``. Each configuration is simulated once, fault-free.
+fields added to ``res.summary`` (``sim_events`` and ``wall_time_s`` then count every
+configuration's run). Each configuration is simulated once, fault-free.
 """
 
 from __future__ import annotations
+
+import time
 
 import networkx as nx
 import pandas as pd
@@ -25,6 +28,7 @@ def simulate_job(sc, progress=False):
     """Simulate every configuration the job of ``sc`` runs in and lay the job out."""
     from ..simulate import simulate
 
+    wall0 = time.perf_counter()
     check_fault_links(sc)
     runs: dict[Config, object] = {}
     cuts: dict[tuple, set[int]] = {}
@@ -57,8 +61,11 @@ def simulate_job(sc, progress=False):
         gpus_per_node=sc.cluster.gpus_per_node,
     )
     job = pd.DataFrame(JobTimeline(rec, sc.faults, model, start, sc.cluster.nodes).run(), columns=COLUMNS)
+    job["iteration"] = job["iteration"].astype("Int64")  # None on checkpoint, failure, restart… rows
     first.job = job
     first.scenario = sc.resolved()
+    first.summary["sim_events"] = sum(r.summary["sim_events"] for r in runs.values())
+    first.summary["wall_time_s"] = time.perf_counter() - wall0
     first.summary.update(goodput_summary(job, sc.training.global_batch, first.summary["samples_per_s"], ckpt,
                                          applied=int((job["kind"].isin(["failure", "join", "reroute"])).sum())))
     return first

@@ -9,7 +9,7 @@ sends and data-parallel all-reduces still load the fabric as shadow traffic (see
 shows its representative's row.
 
 Folding is exact when the twins really are twins: one GPU type, no stragglers or noise,
-and TP groups inside one node (so the dropped TP collectives use links no one else
+no failed links (they re-route some replicas' traffic only), and TP groups inside one node (so the dropped TP collectives use links no one else
 does). It is refused otherwise — an explicit ``simulation.fold: true`` is an error naming
 the reason; ``auto`` quietly runs unfolded and says why in the summary.
 """

@@ -7,6 +7,7 @@ Files::
     devices.csv              res.devices
     memory.parquet|memory.csv res.memory
     scenario.resolved.yaml   the scenario with every default filled in
+    job.csv                  res.job, the job timeline (scenarios with faults/recovery only)
     trace.json               Chrome/Perfetto trace (ui.perfetto.dev)
     gantt.png, utilization.png, memory.png, breakdown.png   pictures (plots=True)
     heatmap.png              busy heatmap, for runs above AGGREGATE_ABOVE (32) GPUs
@@ -64,6 +65,9 @@ def save_result(res, directory: str | Path, plots: bool = True) -> Path:
     res.devices.to_csv(out / "devices.csv", index=False)
     _write_table(res.memory, out, "memory", parquet)
     (out / "scenario.resolved.yaml").write_text(yaml.safe_dump(res.scenario, sort_keys=False))
+    (out / "job.csv").unlink(missing_ok=True)
+    if res.job is not None:  # the job timeline of a scenario with faults/recovery
+        res.job.to_csv(out / "job.csv", index=False)
     res.to_chrome_trace(out / "trace.json")
     if plots:
         redraw(res, out)
@@ -102,4 +106,8 @@ def load_result(directory: str | Path):
     memory = _read_table(d, "memory", {"device": str, "time_s": float, "allocated_bytes": "int64"})
     scenario_path = d / "scenario.resolved.yaml"
     scenario = yaml.safe_load(scenario_path.read_text()) if scenario_path.exists() else {}
-    return Result(summary, spans, devices, memory, scenario or {})
+    res = Result(summary, spans, devices, memory, scenario or {})
+    if (d / "job.csv").exists():
+        res.job = pd.read_csv(d / "job.csv", keep_default_na=False, na_values={"iteration": [""]},
+                              dtype={"iteration": "Int64"})
+    return res
