@@ -9,9 +9,14 @@ import math
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import clustersim as cs
+from clustersim.faults.config import Config
 from clustersim.faults.state import checkpoint_bytes
+from clustersim.faults.timeline import JobModel, JobTimeline
+from clustersim.scenario.schema import FaultSpec
 
 LAYER_PARAMS = 1e9  # bytes of state per layer (synthetic: the whole state)
 BW, LAT = 1e11, 1e-6  # the direct fabric: every transfer takes LAT + bytes / BW
@@ -256,3 +261,32 @@ def test_plot_job_draws_one_row_per_job():
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["elastic", "again"]
     assert ax.get_xlim()[1] >= res.summary["job_time_s"]
+
+
+def test_elastic_replan_that_runs_out_of_memory_is_refused():
+    # GPipe keeps all m micro-batches' activations: m = 3 fits in 80 GiB, m = 4 after dp 4 → 3 does not
+    raw = job("elastic", [{"kind": "gpu_fail", "gpu": 2, "at": 0.0}])
+    raw["model"]["activation"], raw["parallel"]["schedule"] = 25e9, "gpipe"
+    assert not cs.simulate({**raw, "faults": [], "recovery": None}, progress=False).summary["oom"]
+    with pytest.raises(cs.ScenarioError, match="after a re-plan to 3 nodes, dp 3 the GPUs cannot hold the model"):
+        cs.simulate(raw, progress=False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 60), k=st.integers(1, 12), t=st.floats(1e-3, 10), c=st.floats(0, 10),
+       r=st.floats(0, 100), frac=st.floats(0, 1, exclude_max=True), quarter=st.integers(0, 3))
+def test_restart_closed_form_holds_for_any_fault_position(n, k, t, c, r, frac, quarter):
+    """N·T + K·C + lost + R for one failure anywhere in the job (timeline alone, stub times)."""
+    x = frac * n if quarter else math.floor(frac * n)  # also exactly at iteration starts
+    rec = cs.load_scenario(job()).recovery.model_copy(update={"job_iterations": n, "checkpoint_every": k,
+                                                              "restart_time": r})
+    fault = FaultSpec(kind="gpu_fail", gpu=0, at_iteration=x)
+    model = JobModel(iteration_time=lambda cfg: t, replan=None, cut_off=None, checkpoint_write_s=c,
+                     checkpoint_read_s=c, gpus_per_node=2)
+    rows = pd.DataFrame(JobTimeline(rec, [fault], model, Config(phys=(0, 1), dp=1), 2).run())
+    last = k * math.floor(x / k)  # iterations the last checkpoint before the fault covers
+    lost, restart = (x - last) * t, r + (c if last else 0.0)
+    assert sorted(rows.loc[rows["useful"], "iteration"]) == list(range(n))
+    assert rows["end_s"].iloc[-1] == pytest.approx(n * t + (n - 1) // k * c + lost + restart, rel=1e-9, abs=1e-12)
+    dur = rows["end_s"] - rows["start_s"]
+    assert dur[rows["lost"]].sum() == pytest.approx(lost, rel=1e-9, abs=1e-12)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..errors import ScenarioError
 from .config import Config
@@ -48,6 +49,16 @@ class JobModel:
     checkpoint_write_s: float
     checkpoint_read_s: float
     gpus_per_node: int
+
+
+class Hit(NamedTuple):
+    """A fault that strikes within the segment about to run."""
+
+    index: int  # in the scenario's faults list
+    when: float
+    fault: object
+    interrupts: bool  # False: a join or re-route, applied at a segment boundary
+    cut: set[int]  # physical nodes that leave (gpu_fail, or a link_fail that cuts them off)
 
 
 class JobTimeline:
@@ -76,17 +87,16 @@ class JobTimeline:
             it_time = self.m.iteration_time(self.cfg)
             kind, dur = ("checkpoint", self.m.checkpoint_write_s) if self.ckpt_due else ("iteration", it_time)
             hit = self._next_fault(kind, dur, it_time)
-            if hit is not None and hit[1] == self.t and not hit[3]:  # a boundary event, due now
-                self._boundary(hit[0], hit[2])
-                continue
-            if hit is not None and hit[3]:
-                self._interrupt(kind, hit[0], hit[1], hit[2], hit[4])
-                continue
-            self._complete(kind, dur)
+            if hit is None:
+                self._complete(kind, dur)
+            elif hit.interrupts:
+                self._interrupt(kind, hit)
+            else:  # a boundary event, due now
+                self._boundary(hit.index, hit.fault)
         return self.rows
 
-    def _next_fault(self, kind, dur, it_time):
-        """(index, time, fault, interrupts, cut nodes) of the first fault within this segment."""
+    def _next_fault(self, kind, dur, it_time) -> Hit | None:
+        """The first fault that strikes within the segment about to run (ties: list order)."""
         best = None
         for k, f in self.pending:
             if f.at is not None:
@@ -101,8 +111,8 @@ class JobTimeline:
             interrupts = f.kind == "gpu_fail" or bool(cut)
             if not interrupts and when > self.t:  # joins and re-routes wait for the next boundary
                 continue
-            if best is None or when < best[1]:
-                best = (k, when, f, interrupts, cut)
+            if best is None or when < best.when:
+                best = Hit(k, when, f, interrupts, cut)
         return best
 
     def _cut(self, k, f) -> set[int]:
@@ -128,7 +138,8 @@ class JobTimeline:
     def _consume(self, k):
         self.pending = [(j, f) for j, f in self.pending if j != k]
 
-    def _interrupt(self, kind, k, when, f, nodes):
+    def _interrupt(self, kind, hit: Hit):
+        k, when, f, nodes = hit.index, hit.when, hit.fault, hit.cut
         self._consume(k)
         if when > self.t:  # the segment under way is cut short and its work lost
             self._row(kind, self.t, when, iteration=self.done if kind == "iteration" else None, lost=True,
