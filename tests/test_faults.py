@@ -290,3 +290,16 @@ def test_restart_closed_form_holds_for_any_fault_position(n, k, t, c, r, frac, q
     assert rows["end_s"].iloc[-1] == pytest.approx(n * t + (n - 1) // k * c + lost + restart, rel=1e-9, abs=1e-12)
     dur = rows["end_s"] - rows["start_s"]
     assert dur[rows["lost"]].sum() == pytest.approx(lost, rel=1e-9, abs=1e-12)
+
+
+def test_fault_during_a_restart_strikes_when_the_restart_ends():
+    t = iteration_time(job())
+    first = {"kind": "gpu_fail", "gpu": 5, "at_iteration": 5.5}
+    during = {"kind": "gpu_fail", "gpu": 1, "at": 5.5 * t + 2.0 + 1.0}  # 1 s into the 5 s restart
+    res = cs.simulate(job(faults=[first, during]), progress=False)
+    restart = 3.0 + 2.0
+    assert res.summary["restart_time_s"] == pytest.approx(2 * restart, rel=1e-12)  # nothing more is lost
+    assert res.summary["job_time_s"] == pytest.approx(12 * t + 2 * 2.0 + 1.5 * t + 2 * restart, rel=1e-9)
+    failures = res.job[res.job["kind"] == "failure"]
+    assert failures["start_s"].iloc[1] == pytest.approx(5.5 * t + 2.0 + restart, rel=1e-12)
+    check_invariants(res, 12)
