@@ -92,6 +92,10 @@ def simulate(scenario: Scenario | str | Path | dict[str, Any], progress: bool | 
     ``progress``: show a bar of finished ops on a terminal or in Jupyter (``"auto"``),
     always (True) or never (False); see :mod:`clustersim.progress`."""
     sc = load_scenario(scenario)
+    if sc.faults or sc.recovery is not None:  # a whole job: one run per configuration (docs/faults.md)
+        from .faults import simulate_job
+
+        return simulate_job(sc, progress)
     wall0 = time.perf_counter()
     prog = compile_scenario(sc)
     env, rec = simpy.Environment(), Recorder()

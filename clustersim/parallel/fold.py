@@ -9,8 +9,9 @@ sends and data-parallel all-reduces still load the fabric as shadow traffic (see
 shows its representative's row.
 
 Folding is exact when the twins really are twins: one GPU type at one speed, an even
-dp_split, no stragglers or noise, no link degradation windows, and TP groups inside one
-node (so the dropped TP collectives use links no one else
+dp_split, no stragglers or noise, no link degradation windows or failed links (they
+touch some replicas' routes only), and TP groups inside one node (so the dropped TP
+collectives use links no one else
 does). It is refused otherwise — an explicit ``simulation.fold: true`` is an error naming
 the reason; ``auto`` quietly runs unfolded and says why in the summary.
 """
@@ -52,6 +53,8 @@ def _obstacle(sc) -> str | None:
         return f"{mixed} make replicas differ"
     if par.dp_split != "even":
         return "an uneven dp_split makes replicas differ"
+    if cl.failed_links:
+        return "failed links make replicas' routes differ"
     if sc.simulation.compute_noise is not None:
         return "compute noise makes replicas differ"
     if cl.link_degradations:

@@ -23,7 +23,7 @@ class Scenario:
     """A validated, immutable scenario and the quantities derived from it.
 
     Sections are available as typed attributes: ``cluster``, ``model``, ``training``,
-    ``parallel``, ``simulation``. Derived: ``num_gpus``, ``dp``, ``num_microbatches``.
+    ``parallel``, ``simulation``, ``faults``, ``recovery``. Derived: ``num_gpus``, ``dp``, ``num_microbatches``.
     """
 
     __slots__ = ("_raw", "spec", "dp")
@@ -40,6 +40,8 @@ class Scenario:
     training = property(lambda self: self.spec.training)
     parallel = property(lambda self: self.spec.parallel)
     simulation = property(lambda self: self.spec.simulation)
+    faults = property(lambda self: self.spec.faults)
+    recovery = property(lambda self: self.spec.recovery)
 
     @property
     def num_gpus(self) -> int:

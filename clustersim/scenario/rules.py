@@ -47,6 +47,9 @@ def check_rules(spec: ScenarioSpec) -> None:
         raise ScenarioError("cluster.link_degradations", len(spec.cluster.link_degradations),
                             "windows act on topology links in time: they need simulation.network packet or "
                             "analytical and simulation.collective_model fabric")
+    from ..faults.rules import check_fault_rules
+
+    check_fault_rules(spec)
     if spec.cluster.nodes > 1 and spec.cluster.topology.get("kind") == "single_node":
         raise ScenarioError(
             "cluster.topology.kind", "single_node",

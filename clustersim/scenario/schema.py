@@ -148,6 +148,9 @@ class ClusterSpec(_Spec):
     stragglers: list[StragglerSpec] = Field(default_factory=list)
     #: windows of time in which a link runs at a fraction of its bandwidth
     link_degradations: list[LinkDegradationSpec] = Field(default_factory=list)
+    #: cables that are down: each [a, b] names two topology nodes (e.g. [nic3, leaf0]); both
+    #: directions are removed and routes go around them (set by ``link_fail`` faults)
+    failed_links: list[tuple[str, str]] = Field(default_factory=list)
     #: mixed GPU types / speeds, in node order; ``nodes`` defaults to their sum (hardware.node_groups)
     node_groups: list[NodeGroupSpec] | None = Field(default=None, min_length=1)
 
@@ -456,6 +459,51 @@ class SimulationSpec(_Spec):
         return known(name, NETWORK_MODEL_NAMES, "network model", NETWORK_MODEL_NAMES)
 
 
+class FaultSpec(_Spec):
+    """One event of the job (docs/faults.md): ``gpu_fail`` (``gpu``: the failed GPU's
+    index; its node leaves the job), ``link_fail`` (``link``: [a, b] topology nodes) or
+    ``node_join`` (``nodes``: how many nodes join). It strikes ``at`` a job time or
+    ``at_iteration`` x: when the running job has done x iterations (5.5 = half-way
+    through iteration 5; 5 = as iteration 5 starts)."""
+
+    kind: Literal["gpu_fail", "link_fail", "node_join"]
+    gpu: int | None = Field(default=None, ge=0)
+    link: tuple[str, str] | None = None
+    nodes: int | None = Field(default=None, ge=1)
+    at: Time | None = None
+    at_iteration: float | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _fields_of_kind(self) -> FaultSpec:
+        if (self.at is None) == (self.at_iteration is None):
+            raise ValueError("give exactly one of at (a job time, e.g. '30 min') or at_iteration (e.g. 5)")
+        needs = {"gpu_fail": "gpu", "link_fail": "link", "node_join": "nodes"}
+        for kind, name in needs.items():
+            given = getattr(self, name) is not None
+            if kind == self.kind and not given:
+                raise ValueError(f"a {kind} fault needs {name}")
+            if kind != self.kind and given:
+                raise ValueError(f"{name} belongs to {kind} faults; a {self.kind} fault takes {needs[self.kind]}")
+        return self
+
+
+class RecoverySpec(_Spec):
+    """How the job of ``job_iterations`` iterations survives its ``faults``
+    (docs/faults.md): ``checkpoint_restart`` (restart on a spare from the last checkpoint)
+    or ``elastic`` (re-plan onto the GPUs there are, moving state over the fabric).
+    Checkpoints are written every ``checkpoint_every`` iterations (None: never) at the
+    aggregate ``storage_bandwidth`` (all GPUs' writes together). ``restart_time`` is the
+    pause to relaunch the job on a spare before the checkpoint is read back; ``replan_time``
+    the pause to re-form an elastic job on the GPUs there are, before state migration."""
+
+    policy: Literal["checkpoint_restart", "elastic"] = "checkpoint_restart"
+    job_iterations: int = Field(ge=1)
+    checkpoint_every: int | None = Field(default=None, ge=1)
+    storage_bandwidth: Bandwidth = 10e9
+    restart_time: Time = 0.0
+    replan_time: Time = 0.0
+
+
 class ScenarioSpec(_Spec):
     """A whole scenario as validated field by field (before cross-field rules)."""
 
@@ -465,3 +513,6 @@ class ScenarioSpec(_Spec):
     training: TrainingSpec
     parallel: ParallelSpec = ParallelSpec()
     simulation: SimulationSpec = SimulationSpec()
+    #: events of a multi-iteration job (docs/faults.md); they need ``recovery``
+    faults: list[FaultSpec] = Field(default_factory=list)
+    recovery: RecoverySpec | None = None

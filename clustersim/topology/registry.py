@@ -68,6 +68,7 @@ def build_topology(cluster: dict) -> nx.DiGraph:
     kind, a bad quantity, a link to a missing node, or a GPU cut off from the others.
     """
     g = build_site(cluster, "cluster")
+    remove_failed_links(g, cluster.get("failed_links") or [])
     gpus = gpu_names(g)
     g.graph["num_gpus"] = len(gpus)
     if g.graph["kind"] == "wan":
@@ -78,5 +79,17 @@ def build_topology(cluster: dict) -> nx.DiGraph:
                 f"nodes × gpus_per_node must equal the {len(gpus)} GPUs the wan sites hold",
             )
     field = "cluster.topology.links" if g.graph["kind"] == "custom" else "cluster.topology"
-    check_connected(g, field)
+    check_connected(g, "cluster.failed_links" if cluster.get("failed_links") else field)
     return g
+
+
+def remove_failed_links(g: nx.DiGraph, links) -> None:
+    """Remove both directions of every failed cable ``[a, b]`` (``cluster.failed_links``)."""
+    for k, (a, b) in enumerate(links):
+        if not (g.has_edge(a, b) or g.has_edge(b, a)):
+            example = next(iter(g.edges), None)
+            raise ScenarioError(f"cluster.failed_links[{k}]", [a, b],
+                                f"no link joins these topology nodes; give two linked nodes, e.g. {list(example)}")
+        for u, v in ((a, b), (b, a)):
+            if g.has_edge(u, v):
+                g.remove_edge(u, v)

@@ -9,6 +9,7 @@ Files::
     memory.parquet|memory.csv res.memory
     scenario.resolved.yaml   the scenario with every default filled in
     requests.csv             res.requests (inference runs only)
+    job.csv                  res.job, the job timeline (scenarios with faults/recovery only)
     trace.json               Chrome/Perfetto trace (ui.perfetto.dev)
     gantt.png, utilization.png, memory.png, breakdown.png   pictures (plots=True)
     heatmap.png              busy heatmap, for runs above AGGREGATE_ABOVE (32) GPUs
@@ -70,6 +71,9 @@ def save_result(res, directory: str | Path, plots: bool = True) -> Path:
     (out / "requests.csv").unlink(missing_ok=True)
     if res.requests is not None:
         res.requests.to_csv(out / "requests.csv", index=False)
+    (out / "job.csv").unlink(missing_ok=True)
+    if res.job is not None:  # the job timeline of a scenario with faults/recovery
+        res.job.to_csv(out / "job.csv", index=False)
     res.to_chrome_trace(out / "trace.json")
     if plots:
         redraw(res, out)
@@ -110,4 +114,8 @@ def load_result(directory: str | Path):
     scenario = yaml.safe_load(scenario_path.read_text()) if scenario_path.exists() else {}
     waits = pd.read_csv(d / "waits.csv", keep_default_na=False) if (d / "waits.csv").exists() else None
     requests = pd.read_csv(d / "requests.csv") if (d / "requests.csv").exists() else None
-    return Result(summary, spans, devices, memory, scenario or {}, requests=requests, waits=waits)
+    res = Result(summary, spans, devices, memory, scenario or {}, requests=requests, waits=waits)
+    if (d / "job.csv").exists():
+        res.job = pd.read_csv(d / "job.csv", keep_default_na=False, na_values={"iteration": [""]},
+                              dtype={"iteration": "Int64"})
+    return res

@@ -28,6 +28,9 @@ class Result:
         requests: inference only (else None): one row per request — request, replica,
             arrival_s, start_s, end_s, queue_s, latency_s (see docs/inference.md).
         waits: DataFrame, who waited for whom (:mod:`clustersim.trace.waits`), built on first use.
+        job: DataFrame of the job timeline (one row per iteration, checkpoint, failure,
+            restart, migration; docs/faults.md) when the scenario has ``faults`` or
+            ``recovery``; None otherwise.
     """
 
     def __init__(self, summary: dict[str, Any], spans: pd.DataFrame, devices: pd.DataFrame,
@@ -35,6 +38,7 @@ class Result:
                  waits: pd.DataFrame | Callable[[], pd.DataFrame] | None = None):
         self.summary, self.spans, self.devices, self.memory, self.scenario = summary, spans, devices, memory, scenario
         self.requests = requests
+        self.job: pd.DataFrame | None = None
         self._waits = waits
 
     @property

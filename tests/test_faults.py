@@ -1,0 +1,305 @@
+"""Failures and elasticity (docs/faults.md): the job timeline against closed forms.
+
+Iteration times come from simulating each configuration fault-free (what the timeline is
+built on); everything else — checkpoint, restart, lost work, migration — must add up to
+the job time exactly.
+"""
+
+import math
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import clustersim as cs
+from clustersim.faults.config import Config
+from clustersim.faults.state import checkpoint_bytes
+from clustersim.faults.timeline import JobModel, JobTimeline
+from clustersim.scenario.schema import FaultSpec
+
+LAYER_PARAMS = 1e9  # bytes of state per layer (synthetic: the whole state)
+BW, LAT = 1e11, 1e-6  # the direct fabric: every transfer takes LAT + bytes / BW
+
+
+def job(policy="checkpoint_restart", faults=(), batch=12, **recovery) -> dict:
+    """4 nodes × 2 GPUs, pp 2 × dp 4 (stage 0 on nodes 0-1, stage 1 on nodes 2-3)."""
+    return {
+        "name": "faulty-synthetic",
+        "cluster": {"nodes": 4, "gpus_per_node": 2, "intra_node": {"bandwidth": BW, "latency": LAT}},
+        "model": {"kind": "synthetic", "layers": 2, "forward": 1e-3, "backward": 2e-3, "params": LAYER_PARAMS,
+                  "activation": 1e6},
+        "training": {"global_batch": batch},
+        "parallel": {"pp": 2, "dp": 4},
+        "simulation": {"network": "direct"},
+        "faults": list(faults),
+        "recovery": {"policy": policy, "job_iterations": 12, "checkpoint_every": 4, "storage_bandwidth": "1 GB/s",
+                     "restart_time": 3.0, "replan_time": 0.5, **recovery},
+    }
+
+
+def iteration_time(raw: dict, **overrides) -> float:
+    sc = cs.load_scenario(raw).with_overrides({"faults": [], "recovery": None, **overrides})
+    return cs.simulate(sc, progress=False).summary["iteration_time_s"]
+
+
+def durations(res, kind):
+    rows = res.job[res.job["kind"] == kind]
+    return list(rows["end_s"] - rows["start_s"])
+
+
+def check_invariants(res, n: int):
+    """Every useful iteration once; rows back to back; job time = their sum."""
+    j = res.job
+    assert sorted(j.loc[j["useful"], "iteration"].astype(int)) == list(range(n))
+    assert not (j["useful"] & j["lost"]).any()
+    assert list(j["start_s"].iloc[1:]) == list(j["end_s"].iloc[:-1])
+    assert res.summary["job_time_s"] == pytest.approx(float((j["end_s"] - j["start_s"]).sum()), rel=1e-12)
+    assert res.summary["useful_iterations"] == n
+
+
+def test_checkpoint_bytes_of_a_synthetic_model_are_its_params():
+    assert checkpoint_bytes(cs.load_scenario(job())) == 2 * LAYER_PARAMS
+
+
+def test_fault_free_job_is_iterations_plus_checkpoints():
+    res = cs.simulate(job(), progress=False)
+    t, c, n = iteration_time(job()), 2 * LAYER_PARAMS / 1e9, 12
+    k = math.floor((n - 1) / 4)  # after iterations 4 and 8; none after the last
+    assert durations(res, "checkpoint") == [pytest.approx(c, rel=1e-12)] * k
+    assert res.summary["job_time_s"] == pytest.approx(n * t + k * c, rel=1e-9)
+    assert res.summary["goodput_samples_per_s"] == pytest.approx(n * 12 / (n * t + k * c), rel=1e-9)
+    assert res.summary["samples_per_s"] == pytest.approx(12 / t, rel=1e-12)
+    check_invariants(res, n)
+
+
+@pytest.mark.parametrize("x", [5.5, 4.0, 7.25])
+def test_restart_loses_exactly_the_work_since_the_last_checkpoint(x):
+    res = cs.simulate(job(faults=[{"kind": "gpu_fail", "gpu": 5, "at_iteration": x}]), progress=False)
+    t, c, n = iteration_time(job()), 2.0, 12
+    lost = (x - 4) * t  # the checkpoint after iteration 3 covers 4 iterations
+    restart = 3.0 + c  # relaunch, then read the checkpoint back
+    s = res.summary
+    assert s["lost_work_s"] == pytest.approx(lost, rel=1e-9, abs=1e-15)
+    assert s["restart_time_s"] == pytest.approx(restart, rel=1e-12)
+    assert s["job_time_s"] == pytest.approx(n * t + 2 * c + lost + restart, rel=1e-9)
+    assert s["goodput_samples_per_s"] == pytest.approx(n * 12 / s["job_time_s"], rel=1e-12)
+    check_invariants(res, n)
+
+
+def test_failure_before_the_first_checkpoint_restarts_from_scratch():
+    res = cs.simulate(job(faults=[{"kind": "gpu_fail", "gpu": 0, "at_iteration": 2.5}]), progress=False)
+    t = iteration_time(job())
+    assert res.summary["lost_work_s"] == pytest.approx(2.5 * t, rel=1e-9)
+    assert res.summary["restart_time_s"] == 3.0  # nothing to read back
+    assert res.summary["job_time_s"] == pytest.approx(12 * t + 2 * 2.0 + 2.5 * t + 3.0, rel=1e-9)
+    check_invariants(res, 12)
+
+
+def test_failure_during_a_checkpoint_write_loses_the_partial_write():
+    t = iteration_time(job())
+    at = 8 * t + 2.0 + 0.75  # 0.75 s into the second checkpoint (after iteration 7)
+    res = cs.simulate(job(faults=[{"kind": "gpu_fail", "gpu": 1, "at": at}]), progress=False)
+    lost = 4 * t + 0.75
+    assert res.summary["lost_work_s"] == pytest.approx(lost, rel=1e-9)
+    assert res.summary["checkpoint_time_s"] == pytest.approx(2 * 2.0, rel=1e-12)  # completed ones only
+    assert res.summary["job_time_s"] == pytest.approx(12 * t + 2 * 2.0 + lost + 3.0 + 2.0, rel=1e-9)
+    check_invariants(res, 12)
+
+
+def test_elastic_loses_the_partial_iteration_and_migrates_over_the_fabric():
+    # GPU 2 is on node 1 (stage 0). 3 nodes stay: dp 3 fills them and splits batch 12.
+    # New plan: logical node 1 holds one stage-0 and one stage-1 GPU; it goes to node 2,
+    # whose first GPU must receive stage 0's state (1 layer) from GPU 0.
+    res = cs.simulate(job("elastic", [{"kind": "gpu_fail", "gpu": 2, "at_iteration": 5.5}]), progress=False)
+    t4, t3 = iteration_time(job()), iteration_time(job(), **{"cluster.nodes": 3, "parallel.dp": 3})
+    migration = LAT + LAYER_PARAMS / BW
+    s = res.summary
+    assert s["dp"] == 4 and s["migration_time_s"] == pytest.approx(migration, rel=1e-12)
+    assert s["lost_work_s"] == pytest.approx(0.5 * t4, rel=1e-9)
+    assert s["replan_time_s"] == 0.5 and s["restart_time_s"] == 0.0
+    expected = 5.5 * t4 + 1 * 2.0 + 0.5 + migration + 7 * t3 + 1 * 2.0  # checkpoints after iterations 4 and 8
+    assert s["job_time_s"] == pytest.approx(expected, rel=1e-9)
+    j = res.job
+    assert set(j.loc[j["useful"] & (j["iteration"] >= 5), "config"]) == {"3 nodes, dp 3"}
+    check_invariants(res, 12)
+
+
+def test_elastic_node_join_grows_dp_at_the_next_boundary():
+    base = job("elastic", [{"kind": "node_join", "nodes": 1, "at_iteration": 2.5}])
+    base["cluster"]["nodes"], base["parallel"]["dp"] = 3, 3
+    res = cs.simulate(base, progress=False)
+    t3, t4 = iteration_time(base), iteration_time(base, **{"cluster.nodes": 4, "parallel.dp": 4})
+    # dp 3 on nodes 0-2 holds stages [0 0 | 0 1 | 1 1]; dp 4 wants [0 0 | 0 0 | 1 1 | 1 1]:
+    # GPU 3 receives stage 0, the joined GPUs 6 and 7 stage 1 — three 1-layer transfers at once
+    mig = res.summary["migration_time_s"]
+    assert mig == pytest.approx(LAT + LAYER_PARAMS / BW, rel=1e-12)
+    assert "2.79 GiB" in res.job.loc[res.job["kind"] == "migration", "note"].item()  # 3 × 1e9 B
+    assert res.summary["lost_work_s"] == 0.0
+    assert res.summary["job_time_s"] == pytest.approx(3 * t3 + 9 * t4 + 2 * 2.0 + 0.5 + mig, rel=1e-9)
+    check_invariants(res, 12)
+
+
+def test_node_join_under_checkpoint_restart_waits_as_a_spare():
+    res = cs.simulate(job(faults=[{"kind": "node_join", "nodes": 2, "at": 0.0}]), progress=False)
+    assert res.summary["job_time_s"] == pytest.approx(12 * iteration_time(job()) + 2 * 2.0, rel=1e-9)
+    assert "spares" in res.job.loc[res.job["kind"] == "join", "note"].item()
+
+
+def test_link_fail_that_cuts_a_node_off_is_that_node_failing():
+    one_nic = {"cluster": {**job()["cluster"], "nic": {"per_node": 1}}}
+    cut = cs.simulate({**job(faults=[{"kind": "link_fail", "link": ["node1.nic0", "leaf0"], "at_iteration": 5.5}]),
+                       **one_nic}, progress=False)
+    gpu = cs.simulate({**job(faults=[{"kind": "gpu_fail", "gpu": 3, "at_iteration": 5.5}]), **one_nic},
+                      progress=False)
+    for key in ("job_time_s", "lost_work_s", "restart_time_s"):
+        assert cut.summary[key] == gpu.summary[key]
+    assert "cut off node(s) [1]" in cut.job.loc[cut.job["kind"] == "failure", "note"].item()
+
+
+def test_link_fail_that_only_reroutes_changes_the_iteration_time_from_the_next_boundary():
+    topo = {"kind": "fat_tree", "nodes_per_leaf": 2}
+    base = job(faults=[{"kind": "link_fail", "link": ["leaf0", "spine0"], "at_iteration": 2.5}])
+    base["cluster"]["topology"] = topo
+    base["simulation"]["network"] = "analytical"
+    t = iteration_time(base)
+    t_down = iteration_time(base, **{"cluster.failed_links": [["leaf0", "spine0"]]})
+    res = cs.simulate(base, progress=False)
+    assert res.summary["lost_work_s"] == 0.0
+    assert res.summary["job_time_s"] == pytest.approx(3 * t + 9 * t_down + 2 * 2.0, rel=1e-9)
+    check_invariants(res, 12)
+
+
+def test_job_timeline_is_saved_and_loaded_back(tmp_path):
+    res = cs.simulate(job(faults=[{"kind": "gpu_fail", "gpu": 5, "at_iteration": 5.5}]), progress=False)
+    back = cs.load_result(res.save(tmp_path, plots=False))
+    pd.testing.assert_frame_equal(back.job, res.job, rtol=1e-15)
+    assert back.summary["job_time_s"] == res.summary["job_time_s"]
+
+
+def test_same_scenario_same_timeline():
+    raw = job("elastic", [{"kind": "gpu_fail", "gpu": 2, "at": 0.05}])
+    a, b = cs.simulate(raw, progress=False), cs.simulate(raw, progress=False)
+    assert a.job.equals(b.job) and a.summary["job_time_s"] == b.summary["job_time_s"]
+
+
+@pytest.mark.parametrize("raw_update,message", [
+    ({"faults": [{"kind": "gpu_fail", "gpu": 8, "at": 1.0}]},
+     "faults[0].gpu: 8 is invalid; GPU indices run from 0 to 7"),
+    ({"recovery": None, "faults": [{"kind": "gpu_fail", "gpu": 1, "at": 1.0}]},
+     "recovery: None is invalid; faults need a recovery section"),
+    ({"faults": [{"kind": "gpu_fail", "gpu": 1, "at": 1.0, "at_iteration": 2}]},
+     "give exactly one of at (a job time, e.g. '30 min') or at_iteration"),
+    ({"faults": [{"kind": "gpu_fail", "link": ["a", "b"], "at": 1.0}]}, "a gpu_fail fault needs gpu"),
+    ({"faults": [{"kind": "node_join", "nodes": 1, "gpu": 3, "at": 1.0}]},
+     "gpu belongs to gpu_fail faults; a node_join fault takes nodes"),
+    ({"faults": [{"kind": "disk_fail", "gpu": 1, "at": 1.0}]}, "faults[0].kind"),
+])
+def test_bad_faults_are_named(raw_update, message):
+    with pytest.raises(cs.ScenarioError) as e:
+        cs.load_scenario({**job(), **raw_update})
+    assert message in str(e.value)
+
+
+def test_elastic_with_zero_is_refused():
+    raw = job("elastic")
+    raw["parallel"]["zero"] = 1
+    with pytest.raises(cs.ScenarioError, match="recovery.policy: 'elastic' is invalid; with parallel.zero = 1"):
+        cs.load_scenario(raw)
+
+
+def test_elastic_without_a_holder_of_a_stage_is_refused():
+    raw = job("elastic", [{"kind": "gpu_fail", "gpu": 0, "at": 0.0}])
+    raw["cluster"]["gpus_per_node"], raw["cluster"]["nodes"] = 4, 2  # node 0 holds all of stage 0
+    with pytest.raises(cs.ScenarioError, match=r"faults\[0\].*no surviving GPU holds the state of stage 0"):
+        cs.simulate(raw, progress=False)
+
+
+def test_elastic_without_a_fitting_dp_is_refused():
+    raw = job("elastic", [{"kind": "gpu_fail", "gpu": 5, "at": 0.0}], batch=6)
+    raw["cluster"]["nodes"], raw["parallel"] = 3, {"pp": 3, "dp": 2}  # 4 GPUs left: no dp fills whole nodes
+    raw["model"]["layers"] = 3
+    with pytest.raises(cs.ScenarioError, match="elastic re-plan impossible: on 2 node"):
+        cs.simulate(raw, progress=False)
+
+
+def test_unknown_link_is_named():
+    raw = job(faults=[{"kind": "link_fail", "link": ["leaf0", "moon"], "at": 0.0}])
+    with pytest.raises(cs.ScenarioError, match=r"faults\[0\].link: \['leaf0', 'moon'\] is invalid; no link joins"):
+        cs.simulate(raw, progress=False)
+
+
+def test_folding_refuses_failed_links():
+    raw = job()
+    raw["cluster"]["failed_links"] = [["leaf0", "spine0"]]
+    raw["cluster"]["topology"] = {"kind": "fat_tree", "nodes_per_leaf": 2}
+    raw["simulation"] = {"network": "analytical", "fold": True}
+    with pytest.raises(cs.ScenarioError, match="cannot fold this scenario: failed links make replicas' routes differ"):
+        cs.simulate(raw, progress=False)
+
+
+def test_shipped_scenario_restart_vs_elastic():
+    sc = cs.load_scenario("scenarios/gpt-7.5b-32gpu-gpu-fail.yaml")
+    restart = cs.simulate(sc, progress=False)
+    elastic = cs.simulate(sc.with_overrides({"recovery.policy": "elastic"}), progress=False)
+    s, t, n = restart.summary, restart.summary["iteration_time_s"], 40
+    c = s["checkpoint_bytes"] / 50e9
+    assert s["checkpoint_bytes"] == pytest.approx(7.5e9 * 14, rel=0.01)  # bf16 weights + fp32 Adam: 14 B/param
+    assert s["job_time_s"] == pytest.approx(n * t + 9 * c + 1.5 * t + 300 + c, rel=1e-9)
+    assert elastic.summary["lost_work_s"] == pytest.approx(0.5 * t, rel=1e-9)
+    assert elastic.summary["migration_time_s"] > 0
+    for res in (restart, elastic):
+        check_invariants(res, n)
+        assert res.summary["goodput_samples_per_s"] < res.summary["samples_per_s"]
+
+
+def test_plot_job_draws_one_row_per_job():
+    from clustersim.viz.job import plot_job
+
+    res = cs.simulate(job("elastic", [{"kind": "gpu_fail", "gpu": 2, "at_iteration": 5.5}]), progress=False)
+    fig = plot_job({"elastic": res.job, "again": res.job})
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["elastic", "again"]
+    assert ax.get_xlim()[1] >= res.summary["job_time_s"]
+
+
+def test_elastic_replan_that_runs_out_of_memory_is_refused():
+    # GPipe keeps all m micro-batches' activations: m = 3 fits in 80 GiB, m = 4 after dp 4 → 3 does not
+    raw = job("elastic", [{"kind": "gpu_fail", "gpu": 2, "at": 0.0}])
+    raw["model"]["activation"], raw["parallel"]["schedule"] = 25e9, "gpipe"
+    assert not cs.simulate({**raw, "faults": [], "recovery": None}, progress=False).summary["oom"]
+    with pytest.raises(cs.ScenarioError, match="after a re-plan to 3 nodes, dp 3 the GPUs cannot hold the model"):
+        cs.simulate(raw, progress=False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 60), k=st.integers(1, 12), t=st.floats(1e-3, 10), c=st.floats(0, 10),
+       r=st.floats(0, 100), frac=st.floats(0, 1, exclude_max=True), quarter=st.integers(0, 3))
+def test_restart_closed_form_holds_for_any_fault_position(n, k, t, c, r, frac, quarter):
+    """N·T + K·C + lost + R for one failure anywhere in the job (timeline alone, stub times)."""
+    x = frac * n if quarter else math.floor(frac * n)  # also exactly at iteration starts
+    rec = cs.load_scenario(job()).recovery.model_copy(update={"job_iterations": n, "checkpoint_every": k,
+                                                              "restart_time": r})
+    fault = FaultSpec(kind="gpu_fail", gpu=0, at_iteration=x)
+    model = JobModel(iteration_time=lambda cfg: t, replan=None, cut_off=None, checkpoint_write_s=c,
+                     checkpoint_read_s=c, gpus_per_node=2)
+    rows = pd.DataFrame(JobTimeline(rec, [fault], model, Config(phys=(0, 1), dp=1), 2).run())
+    last = k * math.floor(x / k)  # iterations the last checkpoint before the fault covers
+    lost, restart = (x - last) * t, r + (c if last else 0.0)
+    assert sorted(rows.loc[rows["useful"], "iteration"]) == list(range(n))
+    assert rows["end_s"].iloc[-1] == pytest.approx(n * t + (n - 1) // k * c + lost + restart, rel=1e-9, abs=1e-12)
+    dur = rows["end_s"] - rows["start_s"]
+    assert dur[rows["lost"]].sum() == pytest.approx(lost, rel=1e-9, abs=1e-12)
+
+
+def test_fault_during_a_restart_strikes_when_the_restart_ends():
+    t = iteration_time(job())
+    first = {"kind": "gpu_fail", "gpu": 5, "at_iteration": 5.5}
+    during = {"kind": "gpu_fail", "gpu": 1, "at": 5.5 * t + 2.0 + 1.0}  # 1 s into the 5 s restart
+    res = cs.simulate(job(faults=[first, during]), progress=False)
+    restart = 3.0 + 2.0
+    assert res.summary["restart_time_s"] == pytest.approx(2 * restart, rel=1e-12)  # nothing more is lost
+    assert res.summary["job_time_s"] == pytest.approx(12 * t + 2 * 2.0 + 1.5 * t + 2 * restart, rel=1e-9)
+    failures = res.job[res.job["kind"] == "failure"]
+    assert failures["start_s"].iloc[1] == pytest.approx(5.5 * t + 2.0 + restart, rel=1e-12)
+    check_invariants(res, 12)
