@@ -70,7 +70,8 @@ def compile_scenario(sc: Scenario, fold: bool | None = None) -> Program:
     schedule = SCHEDULES[sc.parallel.schedule]
     if sc.training.mode == "inference":
         times = arrival_times(sc.training.arrival, sc.num_microbatches * plan.dp, sc.simulation.seed)
-        prog = compile_inference(plan, costs, sc.num_microbatches, times)
+        replicas = replica_work(sc, plan, schedule, partition) if needs_replica_work(sc) else None
+        prog = compile_inference(plan, costs, sc.num_microbatches, times, replicas)
     elif sc.parallel.stage_replicas is not None:
         prog = compile_replicated(schedule, device_layout(sc), costs, sc.num_microbatches, sc.simulation.iterations)
     else:

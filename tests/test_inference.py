@@ -18,6 +18,7 @@ from clustersim.hardware.gpus import get_gpu
 from clustersim.scenario.schema import ArrivalSpec
 from clustersim.schedules.inference import arrival_times
 from clustersim.workload.resolve import resolve_transformer
+from clustersim.workload.stage_cost import chunk_costs
 from tests.conftest import synthetic
 
 
@@ -162,6 +163,8 @@ def test_same_seed_same_result_and_bundle_keeps_requests(tmp_path):
     ({"training.recompute": "full"}, "training.recompute", "full"),
     ({"simulation.iterations": 2}, "simulation.iterations", 2),
     ({"parallel.stage_replicas": [1, 1]}, "parallel.stage_replicas", [1, 1]),
+    ({"parallel.activation_compression": {"ratio": 4}}, "parallel.activation_compression", None),
+    ({"parallel.dp_split": [2, 2]}, "parallel.dp_split", [2, 2]),
 ])
 def test_training_only_options_are_refused(overrides, field, value):
     sc = cs.load_scenario(inference(2, 4, 1e-3))
@@ -193,3 +196,27 @@ def test_edgepipe_scenario_runs_and_is_network_bound():
     assert busiest["d"].max() < 5e-3
     assert req["latency_s"].to_numpy() == pytest.approx(s["first_request_latency_s"], rel=1e-9)
     assert s["iteration_time_s"] == pytest.approx(63 * 5e-3 + s["first_request_latency_s"], rel=1e-9)
+
+
+def test_edge_pipeline_over_mixed_gpus_prices_each_stage_on_its_own_gpu():
+    # EdgePipe's setting: a 2-stage forward pipeline, stage 0 on an A100 box, stage 1 on a
+    # T4 box. Each stage runs its own GPU's forward time; with every request at t = 0 the
+    # slow stage paces the line: request i ends at S + i·max(f0, f1) (free transfers).
+    raw = {"name": "mixed-edge", "cluster": {"gpus_per_node": 1, "topology": {"kind": "star"},
+                                              "node_groups": [{"nodes": 1, "gpu": "A100-SXM4-80GB"},
+                                                              {"nodes": 1, "gpu": "T4-16GB"}]},
+           "model": {"layers": 4, "hidden": 1024, "heads": 16, "vocab": 1000, "seq_len": 256},
+           "training": {"mode": "inference", "global_batch": 6, "micro_batch": 1},
+           "parallel": {"pp": 2, "schedule": "gpipe"}, "simulation": {"network": "analytical"}}
+    raw["cluster"]["nic"] = {"bandwidth": 1e18, "latency": 0.0}
+    sc = cs.load_scenario(raw)
+    res = cs.simulate(sc, progress=False)
+    f = [chunk_costs(sc, 2, gpu=g)[s].forward for s, g in enumerate(("A100-SXM4-80GB", "T4-16GB"))]
+    assert f[1] > 2 * f[0]
+    comp = res.spans[res.spans["lane"] == "compute"].groupby("device")
+    assert (comp["end_s"].sum() - comp["start_s"].sum()).to_numpy() == pytest.approx([6 * f[0], 6 * f[1]],
+                                                                                        rel=1e-9)
+    act = chunk_costs(sc, 2)[0].activation_bytes
+    hop = 2 * act / 1e18  # NIC → centre → NIC, nothing on the wire
+    ends = res.requests["end_s"].to_numpy()
+    assert ends == pytest.approx([f[0] + hop + f[1] + i * f[1] for i in range(6)], rel=1e-9)

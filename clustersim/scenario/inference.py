@@ -31,6 +31,14 @@ def check_inference(spec: ScenarioSpec) -> None:
     if par.gradient_compression is not None:
         raise ScenarioError("parallel.gradient_compression", par.gradient_compression.model_dump(),
                             f"{why}, without gradients; remove it")
+    if par.activation_compression is not None:
+        raise ScenarioError("parallel.activation_compression", par.activation_compression.model_dump(),
+                            "not supported with inference yet; remove it")
+    if par.parameter_server is not None:
+        raise ScenarioError("parallel.parameter_server", par.parameter_server.model_dump(), f"{why}; remove it")
+    if par.dp_split != "even":
+        raise ScenarioError("parallel.dp_split", par.dp_split, "inference replicas take requests round robin; "
+                            "accepted: even")
     if par.zero:
         raise ScenarioError("parallel.zero", par.zero, f"ZeRO shards optimizer state and gradients, which {why}; "
                             f"accepted: 0")

@@ -54,9 +54,12 @@ def arrival_times(arrival, n: int, seed: int) -> list[float]:
     return times
 
 
-def compile_inference(plan: Plan, costs: list[StageCost], m: int, arrivals: list[float]) -> Program:
+def compile_inference(plan: Plan, costs: list[StageCost], m: int, arrivals: list[float],
+                      replicas: list | None = None) -> Program:
     """The Program serving ``m`` requests per replica (``plan.dp`` replicas, one model chunk
-    per stage, ``costs`` per stage); ``arrivals`` holds all m·dp requests' arrival times."""
+    per stage, ``costs`` per stage); ``arrivals`` holds all m·dp requests' arrival times.
+    ``replicas`` (mixed GPU types): per replica a :class:`~clustersim.parallel.hetero.ReplicaWork`
+    whose costs price each stage on its own GPUs, used instead of ``costs``."""
     p = plan.pp
     prog = Program(plan.num_devices)
     for dev in range(plan.num_devices):
@@ -65,8 +68,9 @@ def compile_inference(plan: Plan, costs: list[StageCost], m: int, arrivals: list
     orders = [[("F", j, s) for j in range(m)] for s in range(p)]
     for r in range(plan.dp):
         begin = len(prog.ops)
-        _emit_replica(prog, plan, FORWARD_ONLY, costs, orders, m, 1, r)
-        firsts = _set_memory(prog.ops[begin:], costs, p)
+        mine = replicas[r].costs if replicas else costs
+        _emit_replica(prog, plan, FORWARD_ONLY, mine, orders, m, 1, r)
+        firsts = _set_memory(prog.ops[begin:], mine, p)
         _emit_arrivals(prog, plan, r, [arrivals[j * plan.dp + r] for j in range(m)], firsts)
     return prog
 
