@@ -303,3 +303,22 @@ def test_fault_during_a_restart_strikes_when_the_restart_ends():
     failures = res.job[res.job["kind"] == "failure"]
     assert failures["start_s"].iloc[1] == pytest.approx(5.5 * t + 2.0 + restart, rel=1e-12)
     check_invariants(res, 12)
+
+
+@pytest.mark.parametrize("override,match", [
+    ({"cluster.node_groups": [{"nodes": 2}, {"nodes": 2, "speed": 0.8}]}, "with mixed node groups"),
+    ({"cluster.stragglers": [{"gpus": [3], "slowdown": 2}]}, "with stragglers"),
+    ({"cluster.link_degradations": [{"between": ["gpu0", "nvswitch0"], "start": 0, "end": 1, "factor": 0.5}],
+      "simulation.collective_model": "fabric"}, "with link degradation windows"),
+])
+def test_elastic_refuses_settings_tied_to_the_original_cluster(override, match):
+    sc = cs.load_scenario("scenarios/gpt-7.5b-32gpu-gpu-fail.yaml")
+    with pytest.raises(cs.ScenarioError, match=f"recovery.policy: 'elastic' is invalid; elastic re-planning is not "
+                                               f"supported {match}.*accepted: checkpoint_restart"):
+        sc.with_overrides({"recovery.policy": "elastic", **override})
+
+
+def test_inference_takes_no_faults():
+    sc = cs.load_scenario("scenarios/edgepipe-vit-large-4xT4-1GbE.yaml")
+    with pytest.raises(cs.ScenarioError, match="faults and recovery model training jobs"):
+        sc.with_overrides({"recovery": {"policy": "checkpoint_restart", "job_iterations": 10}})

@@ -28,3 +28,20 @@ def check_fault_rules(spec) -> None:
         if spec.parallel.zero:
             raise ScenarioError("recovery.policy", "elastic", f"with parallel.zero = {spec.parallel.zero} a failed "
                                 "GPU's optimizer shard exists nowhere else; accepted: checkpoint_restart (or zero: 0)")
+        # a re-plan builds a smaller (or larger) uniform cluster: settings that name GPUs or
+        # nodes of the original one, or that split work unevenly, have no meaning on it
+        par, cl = spec.parallel, spec.cluster
+        for field, value, why in (
+                ("cluster.node_groups", cl.node_groups, "mixed node groups"),
+                ("parallel.dp_split", None if par.dp_split == "even" else par.dp_split, "an uneven dp_split"),
+                ("cluster.stragglers", cl.stragglers or None, "stragglers (they name GPUs of the original cluster)"),
+                ("cluster.link_degradations", cl.link_degradations or None,
+                 "link degradation windows (they name links of the original cluster)"),
+                ("parallel.parameter_server", par.parameter_server, "parameter-server training")):
+            if value is not None:
+                raise ScenarioError("recovery.policy", "elastic", f"elastic re-planning is not supported with {why} "
+                                    f"({field}); accepted: checkpoint_restart")
+    if (spec.faults or spec.recovery is not None) and spec.training.mode == "inference":
+        raise ScenarioError("recovery", spec.recovery.model_dump() if spec.recovery else None,
+                            "faults and recovery model training jobs (checkpoints, lost iterations); "
+                            "inference scenarios take neither")
