@@ -261,3 +261,27 @@ def test_real_model_pulls_weights_pushes_gradients_and_leaves_the_optimizer_on_t
     assert sp.loc[sp["lane"] == "pull", "bytes"].sum() == sum(int(c.memory_parts["params"]) for c in costs)
     assert sp.loc[sp["lane"] == "push", "bytes"].sum() == sum(c.gradient_bytes for c in costs)
     assert (res.devices["optimizer_bytes"] == 0).all() and (res.devices["params_bytes"] > 0).all()
+
+
+def test_workers_of_mixed_gpu_types_each_run_their_own_gpus_costs():
+    # one V100 worker, one T4 worker: each worker's per-layer compute is its own GPU's cost
+    # model, and the same bytes move (weights and gradients do not depend on the GPU)
+    from clustersim.workload.rules import model_layers
+    from clustersim.workload.stage_cost import chunk_costs
+
+    sc = cs.load_scenario({
+        "name": "ps-mixed", "cluster": {"gpus_per_node": 1, "topology": {"kind": "star"},
+                                        "node_groups": [{"nodes": 1, "gpu": "V100-SXM2-32GB"},
+                                                        {"nodes": 1, "gpu": "T4-16GB"}]},
+        "model": {"preset": "resnet50"}, "training": {"global_batch": 16, "micro_batch": 8},
+        "parallel": {"parameter_server": {"mode": "async"}}, "simulation": {"iterations": 1, "network": "analytical"}})
+    layers = model_layers(sc.model)
+    res = run(sc)
+    comp = res.spans[res.spans["lane"] == "compute"]
+    for dev, gpu in (("gpu0", "V100-SXM2-32GB"), ("gpu1", "T4-16GB")):
+        costs = chunk_costs(sc, layers, [1] * layers, gpu=gpu)
+        mine = comp[comp["device"] == dev]
+        assert (mine["end_s"] - mine["start_s"]).sum() == pytest.approx(sum(c.forward + c.backward for c in costs),
+                                                                          rel=1e-9)
+    pushed = res.spans[res.spans["lane"] == "push"].groupby("device")["bytes"].sum()
+    assert pushed["gpu0"] == pushed["gpu1"]

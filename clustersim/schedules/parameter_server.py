@@ -114,11 +114,13 @@ def make_keys(costs: list[StageCost], tensors: list[list[int]], servers: list[in
 
 
 def compile_parameter_server(cfg: PSConfig, costs: list[StageCost], m: int, iterations: int, workers: int,
-                             server_names: list[str], optimizer_s: float) -> Program:
+                             server_names: list[str], optimizer_s: float,
+                             worker_costs: list[list[StageCost]] | None = None) -> Program:
     """The Program of ``iterations`` PS iterations: ``workers`` GPUs (devices 0..w−1, one
     cost per layer in ``costs``, ``m`` micro-batches each) and the servers (devices w..,
     named ``server_names``); ``optimizer_s`` is the whole model's update time, split over
-    the keys by parameter bytes. See the module docstring."""
+    the keys by parameter bytes. ``worker_costs`` (mixed GPU types): worker w's per-layer
+    costs on its own GPU, instead of ``costs``. See the module docstring."""
     servers = list(range(workers, workers + len(server_names)))
     prog = Program(workers + len(servers), [f"gpu{d}" for d in range(workers)] + list(server_names))
     tensors = tensors_of(len(costs), cfg.per_layer, cfg.buckets)
@@ -131,7 +133,7 @@ def compile_parameter_server(cfg: PSConfig, costs: list[StageCost], m: int, iter
     pulls, pushes = {}, {}
     for w in range(workers):
         for i in range(iterations):
-            _emit_worker(prog, w, i, costs, keys, first, m, pulls, pushes)
+            _emit_worker(prog, w, i, worker_costs[w] if worker_costs else costs, keys, first, m, pulls, pushes)
     _emit_servers(prog, cfg, workers, iterations, keys, pulls, pushes)
     return prog
 
@@ -145,9 +147,16 @@ def parameter_server_program(sc) -> Program:
     layers = model_layers(sc.model)
     cfg = PSConfig(ps.mode, ps.staleness, ps.sync_after, ps.partition, ps.per_layer,
                    tuple(ps.buckets) if ps.buckets else None)
+    from ..hardware.node_groups import device_gpus, gpu_types
+
+    per_worker = None
+    if len(gpu_types(sc.cluster)) > 1:  # each worker prices the model on its own GPU type
+        gpus = device_gpus(sc.cluster)
+        by_gpu = {g: chunk_costs(sc, layers, [1] * layers, gpu=g) for g in dict.fromkeys(gpus)}
+        per_worker = [by_gpu[g] for g in gpus]
     return compile_parameter_server(cfg, chunk_costs(sc, layers, [1] * layers), sc.num_microbatches,
                                     sc.simulation.iterations, sc.num_gpus, ps.servers,
-                                    chunk_costs(sc, 1)[0].optimizer)
+                                    chunk_costs(sc, 1)[0].optimizer, per_worker)
 
 
 def check_parameter_server(spec) -> None:
@@ -162,7 +171,8 @@ def check_parameter_server(spec) -> None:
             raise ScenarioError(f"parallel.{name}", getattr(par, name), "parameter-server workers each run the "
                                 "whole model (data parallel only); accepted: 1")
     for name, off, accepted in (("stage_replicas", None, "unset"), ("gradient_compression", None, "unset"),
-                                ("zero", 0, "0")):
+                                ("activation_compression", None, "unset"), ("zero", 0, "0"),
+                                ("dp_split", "even", "even")):
         if getattr(par, name) != off:
             raise ScenarioError(f"parallel.{name}", getattr(par, name), f"not supported with {f}; accepted: {accepted}")
     if ps.mode == SYNC and ps.staleness is not None:
