@@ -229,13 +229,26 @@ def test_hap_scenario_runs():
     assert res.summary["iteration_time_s"] < even.summary["iteration_time_s"]
 
 
-def test_unsupported_combinations_are_refused():
+def test_clustersim_plan_on_mixed_gpus_proposes_the_best_uniform_plan():
+    # a fast node and a half-speed one, 9 layers of 3 ms: data parallelism runs at the slow
+    # GPU's pace, 9 · 3 ms / 2 replicas × 2 = 27 ms per minibatch; two stages sized to their
+    # GPUs, [6, 3], take max(6 · 3, 3 · 3 · 2) = 18 ms
     from clustersim.planner import plan_scenario
 
+    raw = _mixed([1.0, 0.5])
+    raw["model"]["layers"] = 9
+    report = plan_scenario(cs.load_scenario(raw))
+    assert report.mixed and report.uniform_pp == 2 and report.best.partition == [6, 3]
+    assert report.best.time_per_minibatch_s == pytest.approx(18e-3, rel=1e-9)
+    assert report.data_parallel_s == pytest.approx(27e-3, rel=1e-9)
+    assert "parallel.stage_replicas" not in report.best_overrides()
+    assert "mixed GPUs: uniform pp × dp plans only" in report.table()
+    res = cs.simulate(cs.load_scenario(raw).with_overrides(report.best_overrides()), progress=False)
+    assert res.summary["pp"] == 2
+
+
+def test_unsupported_combinations_are_refused():
     sc = cs.load_scenario(_mixed([1.0, 0.5]))
-    with pytest.raises(cs.ScenarioError, match=r"cluster.node_groups: 'mixed GPU types .*' is invalid; the full "
-                                               r"PipeDream optimizer plans one GPU type"):
-        plan_scenario(sc)
     with pytest.raises(cs.ScenarioError, match=r"parallel.stage_replicas: \[1, 1\] is invalid; stage replication "
                                                r"runs one GPU type"):
         sc.with_overrides({"parallel.pp": 2, "model.layers": 2, "parallel.stage_replicas": [1, 1]})

@@ -24,6 +24,8 @@ class PlanReport:
     uniform: PipelinePlan
     uniform_pp: int
     data_parallel_s: float
+    #: planned on mixed GPUs: the best plan is the best uniform one (no per-stage replication)
+    mixed: bool = False
 
     @property
     def speedup_over_dp(self) -> float:
@@ -36,6 +38,8 @@ class PlanReport:
 
     def best_overrides(self, schedule: str = "pipedream") -> dict:
         """Scenario overrides that run the planner's best plan (per-stage replication)."""
+        if self.mixed:
+            return self.overrides(schedule)
         return {"parallel.pp": len(self.best.stages), "parallel.dp": 1,
                 "parallel.stage_replicas": [s.replicas for s in self.best.stages],
                 "parallel.partition": self.best.partition, "parallel.schedule": schedule}
@@ -50,6 +54,8 @@ class PlanReport:
                  f"{self.uniform.time_per_minibatch_s * 1e3:10.3f} ms  (layers per stage {self.uniform.partition})",
                  "run the planner's plan with: " + _sets(self.best_overrides()),
                  "run the uniform plan with: " + _sets(self.overrides())]
+        if self.mixed:
+            lines.insert(1, "  (mixed GPUs: uniform pp × dp plans only, each stage priced on its own GPUs)")
         return "\n".join(lines)
 
 
@@ -58,18 +64,18 @@ def _sets(overrides: dict) -> str:
 
 
 def plan_scenario(sc) -> PlanReport:
-    """Run the planner on ``sc``'s model, cluster and GPU count (one GPU type at one speed)."""
-    from ..errors import ScenarioError
+    """Run the planner on ``sc``'s model, cluster and GPU count.
+
+    On a heterogeneous cluster (``cluster.node_groups``) stage replication would have to
+    choose which GPUs each stage gets, so the planner searches the uniform plans only —
+    pp stages × dp replicas, each stage priced on its own GPUs (:mod:`.hetero`) — and the
+    best of them is the plan it proposes."""
     from ..hardware.gpus import get_gpu
     from ..hardware.node_groups import heterogeneity
 
-    why = heterogeneity(sc.cluster)
-    if why is not None:  # its per-stage replication would have to choose which GPUs each stage gets
-        raise ScenarioError("cluster.node_groups", why, "the full PipeDream optimizer plans one GPU type at one "
-                            "speed; on this cluster use parallel.partition: pipedream or balanced (each stage "
-                            "priced on its own GPUs) or `clustersim search`")
-
     layers, net, n = layer_profiles(sc), network_of(sc), sc.num_gpus
+    if heterogeneity(sc.cluster) is not None:
+        return _plan_mixed(sc, layers, net, n // sc.parallel.tp)
     opt = Optimizer(layers, net, get_gpu(sc.cluster.gpu).memory_bytes)
     best = opt.best(n)
     uniform, upp = None, 1
@@ -80,3 +86,28 @@ def plan_scenario(sc) -> PlanReport:
         if uniform is None or cand.time_per_minibatch_s < uniform.time_per_minibatch_s:
             uniform, upp = cand, pp
     return PlanReport(n, best, uniform, upp, data_parallel_time(layers, net, n))
+
+
+def _plan_mixed(sc, layers, net, workers: int) -> PlanReport:
+    """The best uniform plan on mixed GPUs: per pp, the stage placement of that plan gives
+    each stage its compute factor and memory (its slowest, smallest GPU)."""
+    from ..errors import ScenarioError
+    from .hetero import stage_factors, stage_memory
+
+    opt = Optimizer(layers, net)
+    plans = {}
+    for pp in range(1, min(workers, len(layers)) + 1):
+        if workers % pp:
+            continue
+        try:
+            placed = sc.with_overrides({"parallel.pp": pp, "parallel.dp": workers // pp, "parallel.virtual_stages": 1,
+                                        "parallel.partition": "balanced", "parallel.dp_split": "even"})
+        except ScenarioError:  # e.g. the global batch does not split over this dp
+            continue
+        plans[pp] = opt.uniform(pp, workers // pp, stage_factors(placed), stage_memory(placed))
+    if not plans:
+        raise ScenarioError("parallel.pp", sc.parallel.pp, "no pp × dp plan of this cluster accepts the scenario's "
+                            "batch and model; check training.global_batch")
+    upp = min(plans, key=lambda pp: plans[pp].time_per_minibatch_s)
+    dp_time = plans[1].time_per_minibatch_s if 1 in plans else data_parallel_time(layers, net, workers)
+    return PlanReport(workers, plans[upp], plans[upp], upp, dp_time, mixed=True)
