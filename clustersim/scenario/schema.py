@@ -4,287 +4,34 @@ Quantities accept base-unit numbers or unit strings (see :mod:`clustersim.units`
 are stored in base units (s, bytes, bytes/s). Every model forbids unknown fields, so a
 typo is an error, not a silently ignored setting. Cross-field rules (``tp × pp × dp`` =
 GPUs, divisibility of layers and batch) live in :mod:`clustersim.scenario.rules`.
+
+The cluster and model sections live in :mod:`.cluster_spec` and :mod:`.model_spec`;
+quantity types and the base model in :mod:`.fields`.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import (
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
-    Discriminator,
     Field,
-    Tag,
     field_validator,
     model_validator,
 )
 
-from .. import units
-from ..errors import ScenarioError
-
-
-def _quantity(kind: str):
-    def check(value: object) -> float:
-        try:
-            return units.parse(value, kind)
-        except ScenarioError as exc:  # pydantic adds the field path
-            raise ValueError(exc.expected) from None
-
-    return BeforeValidator(check)
-
-
-Time = Annotated[float, _quantity("time"), Field(ge=0)]
-Bytes = Annotated[float, _quantity("bytes"), Field(ge=0)]
-Bandwidth = Annotated[float, _quantity("bandwidth"), Field(gt=0)]
-
-
-def known(name, registry, what: str, listed=None):
-    """``name`` if ``registry`` holds it, else the ValueError the loader turns into a
-    ScenarioError: "not a known <what>; known: …" (``listed`` overrides the list shown)."""
-    if name not in registry:
-        raise ValueError(f"not a known {what}; known: {', '.join(listed or sorted(registry))}")
-    return name
-
-
-class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class IntraNodeSpec(_Spec):
-    """How GPUs inside one node are joined (NVSwitch or PCIe), per GPU per direction."""
-
-    kind: Literal["nvswitch", "pcie"] = "nvswitch"
-    bandwidth: Bandwidth = 300e9
-    latency: Time = 1e-6
-    efficiency: float = Field(default=1.0, gt=0, le=1)
-
-
-class NicSpec(_Spec):
-    """The network interface(s) of a node: bandwidth per NIC per direction."""
-
-    bandwidth: Bandwidth = 25e9
-    latency: Time = 1e-6
-    per_node: int | None = Field(default=None, ge=1)
-    efficiency: float = Field(default=1.0, gt=0, le=1)
-
-
-class PcieSpec(_Spec):
-    """Optional PCIe link between a GPU and its NIC (an end-host bottleneck)."""
-
-    bandwidth: Bandwidth
-    latency: Time = 0.0
-
-
-class NoiseSpec(_Spec):
-    """Multiplicative noise on every compute op's time: ``lognormal`` with mean 1 and
-    log-space standard deviation ``sigma``, or ``normal`` with mean 1 and standard
-    deviation ``sigma`` (clipped at 0.05 so time never runs backwards)."""
-
-    distribution: Literal["lognormal", "normal"] = "lognormal"
-    sigma: float = Field(ge=0)
-
-
-class StragglerSpec(_Spec):
-    """Devices (indices 0..GPUs−1) whose every compute op takes ``slowdown`` × its time,
-    times a random per-op factor of mean 1 when ``noise`` is given (a flaky GPU)."""
-
-    gpus: list[int] = Field(min_length=1)
-    slowdown: float = Field(default=1.0, gt=0)
-    noise: NoiseSpec | None = None
-
-
-class LinkDegradationSpec(_Spec):
-    """From ``start`` to ``end`` the link between topology nodes ``between`` (both
-    directions) carries ``factor`` × its bandwidth; 0 = down for the window
-    (:mod:`clustersim.network.degradation`)."""
-
-    between: tuple[str, str]
-    start: Time
-    end: Time
-    factor: float = Field(ge=0, le=1)
-
-    @model_validator(mode="after")
-    def _ordered(self):
-        if self.end <= self.start:
-            raise ValueError(f"end ({self.end} s) must come after start ({self.start} s)")
-        return self
-
-
-class NodeGroupSpec(_Spec):
-    """Consecutive nodes of one GPU type in a heterogeneous cluster (``cluster.node_groups``):
-    ``gpu`` defaults to ``cluster.gpu``; ``speed`` divides every compute op's time on
-    these GPUs (0.8 = 20 % slower than the cost model says; see docs/heterogeneous.md)."""
-
-    nodes: int = Field(ge=1)
-    gpu: str | None = None
-    speed: float = Field(default=1.0, gt=0)
-
-    @field_validator("gpu")
-    @classmethod
-    def _known_gpu(cls, name: str | None) -> str | None:
-        from ..hardware.gpus import GPUS
-
-        return name if name is None else known(name, GPUS, "GPU")
-
-
-class ClusterSpec(_Spec):
-    """GPUs, nodes, links and topology. ``preset`` fills defaults from a hardware preset."""
-
-    preset: str | None = None
-    nodes: int = Field(default=1, ge=1)
-    gpus_per_node: int = Field(default=8, ge=1)
-    gpu: str = "A100-SXM4-80GB"
-    intra_node: IntraNodeSpec = IntraNodeSpec()
-    nic: NicSpec = NicSpec()
-    pcie: PcieSpec | None = None
-    topology: dict[str, Any] = Field(default_factory=lambda: {"kind": "auto"})
-    #: per-step software latency of collectives ({intra_node, inter_node}); None = NCCL-derived defaults
-    collective_alpha: dict[Literal["intra_node", "inter_node"], Time] | None = None
-    #: compute slowdown while a collective runs on the same GPU (1.0 = no interference)
-    comm_compute_slowdown: float = Field(default=1.0, ge=1.0)
-    #: GPUs whose compute runs ``slowdown`` times longer (thermal throttling, a bad node, …)
-    stragglers: list[StragglerSpec] = Field(default_factory=list)
-    #: windows of time in which a link runs at a fraction of its bandwidth
-    link_degradations: list[LinkDegradationSpec] = Field(default_factory=list)
-    #: cables that are down: each [a, b] names two topology nodes (e.g. [nic3, leaf0]); both
-    #: directions are removed and routes go around them (set by ``link_fail`` faults)
-    failed_links: list[tuple[str, str]] = Field(default_factory=list)
-    #: mixed GPU types / speeds, in node order; ``nodes`` defaults to their sum (hardware.node_groups)
-    node_groups: list[NodeGroupSpec] | None = Field(default=None, min_length=1)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _nodes_from_groups(cls, raw: Any) -> Any:
-        if not isinstance(raw, dict) or "nodes" in raw or not isinstance(raw.get("node_groups"), list):
-            return raw
-        groups = raw["node_groups"]
-        if all(isinstance(g, dict) and isinstance(g.get("nodes"), int) for g in groups):
-            return {**raw, "nodes": sum(g["nodes"] for g in groups)}
-        return raw  # field validation names the bad group
-
-    @field_validator("gpu")
-    @classmethod
-    def _known_gpu(cls, name: str) -> str:
-        from ..hardware.gpus import GPUS
-
-        return known(name, GPUS, "GPU")
-
-    @property
-    def num_gpus(self) -> int:
-        return self.nodes * self.gpus_per_node
-
-
-class _ModelSection(_Spec):
-    """Base of the ``model`` branches: an unknown key is named with the accepted ones here,
-    since the loader cannot look inside the model union for them."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _known_fields(cls, raw: Any) -> Any:
-        if isinstance(raw, dict):
-            unknown = [k for k in raw if k not in cls.model_fields]
-            if unknown:
-                raise ValueError(f"unknown field {unknown[0]!r}; accepted fields for kind "
-                                 f"{cls.model_fields['kind'].default}: {', '.join(sorted(cls.model_fields))}")
-        return raw
-
-
-class SyntheticModel(_ModelSection):
-    """A model described by per-layer, per-micro-batch costs — for exact tests and what-ifs.
-
-    ``forward``/``backward`` are times per layer per micro-batch (``backward`` is the whole
-    backward, B + W; ``backward_weight`` is its weight-gradient part W). ``activation`` is
-    the bytes sent between consecutive stages per micro-batch and also the activation
-    memory a layer keeps per in-flight micro-batch. ``params`` is parameter bytes per
-    layer (the static memory of the layer). ``optimizer`` is time per stage per iteration.
-    """
-
-    kind: Literal["synthetic"] = "synthetic"
-    layers: int = Field(ge=1)
-    forward: Time
-    backward: Time
-    backward_weight: Time = 0.0
-    activation: Bytes = 0.0
-    params: Bytes = 0.0
-    optimizer: Time = 0.0
-
-
-class TransformerModel(_ModelSection):
-    """A decoder transformer: ``preset`` or ``hf_config`` (a config.json path), with any
-    field below overriding it — or every required field (layers, hidden, heads, vocab,
-    seq_len) given alone. Resolved by :mod:`clustersim.workload.resolve`."""
-
-    kind: Literal["transformer"] = "transformer"
-    preset: str | None = None
-    hf_config: str | None = None
-    name: str | None = None
-    layers: int | None = Field(default=None, ge=1)
-    hidden: int | None = Field(default=None, ge=1)
-    heads: int | None = Field(default=None, ge=1)
-    ffn_hidden: int | None = Field(default=None, ge=1)
-    vocab: int | None = Field(default=None, ge=1)
-    seq_len: int | None = Field(default=None, ge=1)
-    kv_heads: int | None = Field(default=None, ge=1)
-    gated_mlp: bool | None = None
-    norm: Literal["layernorm", "rmsnorm"] | None = None
-    position: Literal["learned", "rope"] | None = None
-    max_position: int | None = Field(default=None, ge=1)
-    tied_embeddings: bool | None = None
-    bias: bool | None = None
-    dropout: bool | None = None
-    experts: int | None = Field(default=None, ge=1)
-    experts_per_token: int | None = Field(default=None, ge=1)
-    #: CSV of measured op times overriding the cost model (op,phase,m,n,k,time_us)
-    profile: str | None = None
-
-    @field_validator("preset")
-    @classmethod
-    def _known_preset(cls, name: str | None) -> str | None:
-        from ..workload.model_presets import TRANSFORMER_PRESETS, model_preset_names
-
-        return name if name is None else known(name, TRANSFORMER_PRESETS, "transformer preset", model_preset_names())
-
-
-class CNNModel(_ModelSection):
-    """A CNN preset (``vgg16``, ``resnet50``) at an image size and class count."""
-
-    kind: Literal["cnn"] = "cnn"
-    preset: str
-    image_size: int = Field(default=224, ge=32)
-    classes: int = Field(default=1000, ge=1)
-    profile: str | None = None
-
-    @field_validator("preset")
-    @classmethod
-    def _known_preset(cls, name: str) -> str:
-        from ..workload.model_presets import CNN_PRESETS
-
-        return known(name, CNN_PRESETS, "CNN preset", list(CNN_PRESETS))
-
-
-def _model_kind(raw: Any) -> str:
-    """The union branch of a ``model`` section: its ``kind``, else cnn for a CNN preset,
-    else transformer. Tags are spelled like pydantic's own branch tags (``literal[...]``)
-    so the loader drops them from error paths (``model.layers``, not ``model.<tag>.layers``)."""
-    from ..workload.model_presets import CNN_PRESETS
-
-    if isinstance(raw, BaseModel):
-        kind = raw.kind
-    elif isinstance(raw, dict):
-        kind = raw.get("kind") or ("cnn" if raw.get("preset") in CNN_PRESETS else "transformer")
-    else:
-        return "literal['transformer']"
-    return f"literal['{kind}']" if kind in ("synthetic", "transformer", "cnn") else "literal['transformer']"
-
-
-ModelSpec = Annotated[
-    Annotated[SyntheticModel, Tag("literal['synthetic']")]
-    | Annotated[TransformerModel, Tag("literal['transformer']")]
-    | Annotated[CNNModel, Tag("literal['cnn']")],
-    Discriminator(_model_kind),
-]
+from .cluster_spec import (  # noqa: F401  (re-exported: the schema's public names)
+    ClusterSpec,
+    IntraNodeSpec,
+    LinkDegradationSpec,
+    NicSpec,
+    NodeGroupSpec,
+    NoiseSpec,
+    PcieSpec,
+    StragglerSpec,
+)
+from .fields import Bandwidth, Bytes, Time, _Spec, known
+from .model_spec import CNNModel, ModelSpec, SyntheticModel, TransformerModel  # noqa: F401
 
 
 class ArrivalSpec(_Spec):

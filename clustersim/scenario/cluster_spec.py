@@ -1,0 +1,138 @@
+"""The ``cluster`` section of a scenario: GPUs, nodes, links, topology, and what makes
+devices differ (stragglers, degraded links, node groups of other GPU types)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import (
+    Field,
+    field_validator,
+    model_validator,
+)
+
+from .fields import Bandwidth, Time, _Spec, known
+
+
+class IntraNodeSpec(_Spec):
+    """How GPUs inside one node are joined (NVSwitch or PCIe), per GPU per direction."""
+
+    kind: Literal["nvswitch", "pcie"] = "nvswitch"
+    bandwidth: Bandwidth = 300e9
+    latency: Time = 1e-6
+    efficiency: float = Field(default=1.0, gt=0, le=1)
+
+
+class NicSpec(_Spec):
+    """The network interface(s) of a node: bandwidth per NIC per direction."""
+
+    bandwidth: Bandwidth = 25e9
+    latency: Time = 1e-6
+    per_node: int | None = Field(default=None, ge=1)
+    efficiency: float = Field(default=1.0, gt=0, le=1)
+
+
+class PcieSpec(_Spec):
+    """Optional PCIe link between a GPU and its NIC (an end-host bottleneck)."""
+
+    bandwidth: Bandwidth
+    latency: Time = 0.0
+
+
+class NoiseSpec(_Spec):
+    """Multiplicative noise on every compute op's time: ``lognormal`` with mean 1 and
+    log-space standard deviation ``sigma``, or ``normal`` with mean 1 and standard
+    deviation ``sigma`` (clipped at 0.05 so time never runs backwards)."""
+
+    distribution: Literal["lognormal", "normal"] = "lognormal"
+    sigma: float = Field(ge=0)
+
+
+class StragglerSpec(_Spec):
+    """Devices (indices 0..GPUs−1) whose every compute op takes ``slowdown`` × its time,
+    times a random per-op factor of mean 1 when ``noise`` is given (a flaky GPU)."""
+
+    gpus: list[int] = Field(min_length=1)
+    slowdown: float = Field(default=1.0, gt=0)
+    noise: NoiseSpec | None = None
+
+
+class LinkDegradationSpec(_Spec):
+    """From ``start`` to ``end`` the link between topology nodes ``between`` (both
+    directions) carries ``factor`` × its bandwidth; 0 = down for the window
+    (:mod:`clustersim.network.degradation`)."""
+
+    between: tuple[str, str]
+    start: Time
+    end: Time
+    factor: float = Field(ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if self.end <= self.start:
+            raise ValueError(f"end ({self.end} s) must come after start ({self.start} s)")
+        return self
+
+
+class NodeGroupSpec(_Spec):
+    """Consecutive nodes of one GPU type in a heterogeneous cluster (``cluster.node_groups``):
+    ``gpu`` defaults to ``cluster.gpu``; ``speed`` divides every compute op's time on
+    these GPUs (0.8 = 20 % slower than the cost model says; see docs/heterogeneous.md)."""
+
+    nodes: int = Field(ge=1)
+    gpu: str | None = None
+    speed: float = Field(default=1.0, gt=0)
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, name: str | None) -> str | None:
+        from ..hardware.gpus import GPUS
+
+        return name if name is None else known(name, GPUS, "GPU")
+
+
+class ClusterSpec(_Spec):
+    """GPUs, nodes, links and topology. ``preset`` fills defaults from a hardware preset."""
+
+    preset: str | None = None
+    nodes: int = Field(default=1, ge=1)
+    gpus_per_node: int = Field(default=8, ge=1)
+    gpu: str = "A100-SXM4-80GB"
+    intra_node: IntraNodeSpec = IntraNodeSpec()
+    nic: NicSpec = NicSpec()
+    pcie: PcieSpec | None = None
+    topology: dict[str, Any] = Field(default_factory=lambda: {"kind": "auto"})
+    #: per-step software latency of collectives ({intra_node, inter_node}); None = NCCL-derived defaults
+    collective_alpha: dict[Literal["intra_node", "inter_node"], Time] | None = None
+    #: compute slowdown while a collective runs on the same GPU (1.0 = no interference)
+    comm_compute_slowdown: float = Field(default=1.0, ge=1.0)
+    #: GPUs whose compute runs ``slowdown`` times longer (thermal throttling, a bad node, …)
+    stragglers: list[StragglerSpec] = Field(default_factory=list)
+    #: windows of time in which a link runs at a fraction of its bandwidth
+    link_degradations: list[LinkDegradationSpec] = Field(default_factory=list)
+    #: cables that are down: each [a, b] names two topology nodes (e.g. [nic3, leaf0]); both
+    #: directions are removed and routes go around them (set by ``link_fail`` faults)
+    failed_links: list[tuple[str, str]] = Field(default_factory=list)
+    #: mixed GPU types / speeds, in node order; ``nodes`` defaults to their sum (hardware.node_groups)
+    node_groups: list[NodeGroupSpec] | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nodes_from_groups(cls, raw: Any) -> Any:
+        if not isinstance(raw, dict) or "nodes" in raw or not isinstance(raw.get("node_groups"), list):
+            return raw
+        groups = raw["node_groups"]
+        if all(isinstance(g, dict) and isinstance(g.get("nodes"), int) for g in groups):
+            return {**raw, "nodes": sum(g["nodes"] for g in groups)}
+        return raw  # field validation names the bad group
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, name: str) -> str:
+        from ..hardware.gpus import GPUS
+
+        return known(name, GPUS, "GPU")
+
+    @property
+    def num_gpus(self) -> int:
+        return self.nodes * self.gpus_per_node

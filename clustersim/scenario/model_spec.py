@@ -1,0 +1,128 @@
+"""The ``model`` section of a scenario: a synthetic model, a transformer (preset, HF
+config or explicit sizes) or a CNN preset — one pydantic union chosen by ``kind``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
+
+from .fields import Bytes, Time, _Spec, known
+
+
+class _ModelSection(_Spec):
+    """Base of the ``model`` branches: an unknown key is named with the accepted ones here,
+    since the loader cannot look inside the model union for them."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_fields(cls, raw: Any) -> Any:
+        if isinstance(raw, dict):
+            unknown = [k for k in raw if k not in cls.model_fields]
+            if unknown:
+                raise ValueError(f"unknown field {unknown[0]!r}; accepted fields for kind "
+                                 f"{cls.model_fields['kind'].default}: {', '.join(sorted(cls.model_fields))}")
+        return raw
+
+
+class SyntheticModel(_ModelSection):
+    """A model described by per-layer, per-micro-batch costs — for exact tests and what-ifs.
+
+    ``forward``/``backward`` are times per layer per micro-batch (``backward`` is the whole
+    backward, B + W; ``backward_weight`` is its weight-gradient part W). ``activation`` is
+    the bytes sent between consecutive stages per micro-batch and also the activation
+    memory a layer keeps per in-flight micro-batch. ``params`` is parameter bytes per
+    layer (the static memory of the layer). ``optimizer`` is time per stage per iteration.
+    """
+
+    kind: Literal["synthetic"] = "synthetic"
+    layers: int = Field(ge=1)
+    forward: Time
+    backward: Time
+    backward_weight: Time = 0.0
+    activation: Bytes = 0.0
+    params: Bytes = 0.0
+    optimizer: Time = 0.0
+
+
+class TransformerModel(_ModelSection):
+    """A decoder transformer: ``preset`` or ``hf_config`` (a config.json path), with any
+    field below overriding it — or every required field (layers, hidden, heads, vocab,
+    seq_len) given alone. Resolved by :mod:`clustersim.workload.resolve`."""
+
+    kind: Literal["transformer"] = "transformer"
+    preset: str | None = None
+    hf_config: str | None = None
+    name: str | None = None
+    layers: int | None = Field(default=None, ge=1)
+    hidden: int | None = Field(default=None, ge=1)
+    heads: int | None = Field(default=None, ge=1)
+    ffn_hidden: int | None = Field(default=None, ge=1)
+    vocab: int | None = Field(default=None, ge=1)
+    seq_len: int | None = Field(default=None, ge=1)
+    kv_heads: int | None = Field(default=None, ge=1)
+    gated_mlp: bool | None = None
+    norm: Literal["layernorm", "rmsnorm"] | None = None
+    position: Literal["learned", "rope"] | None = None
+    max_position: int | None = Field(default=None, ge=1)
+    tied_embeddings: bool | None = None
+    bias: bool | None = None
+    dropout: bool | None = None
+    experts: int | None = Field(default=None, ge=1)
+    experts_per_token: int | None = Field(default=None, ge=1)
+    #: CSV of measured op times overriding the cost model (op,phase,m,n,k,time_us)
+    profile: str | None = None
+
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, name: str | None) -> str | None:
+        from ..workload.model_presets import TRANSFORMER_PRESETS, model_preset_names
+
+        return name if name is None else known(name, TRANSFORMER_PRESETS, "transformer preset", model_preset_names())
+
+
+class CNNModel(_ModelSection):
+    """A CNN preset (``vgg16``, ``resnet50``) at an image size and class count."""
+
+    kind: Literal["cnn"] = "cnn"
+    preset: str
+    image_size: int = Field(default=224, ge=32)
+    classes: int = Field(default=1000, ge=1)
+    profile: str | None = None
+
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, name: str) -> str:
+        from ..workload.model_presets import CNN_PRESETS
+
+        return known(name, CNN_PRESETS, "CNN preset", list(CNN_PRESETS))
+
+
+def _model_kind(raw: Any) -> str:
+    """The union branch of a ``model`` section: its ``kind``, else cnn for a CNN preset,
+    else transformer. Tags are spelled like pydantic's own branch tags (``literal[...]``)
+    so the loader drops them from error paths (``model.layers``, not ``model.<tag>.layers``)."""
+    from ..workload.model_presets import CNN_PRESETS
+
+    if isinstance(raw, BaseModel):
+        kind = raw.kind
+    elif isinstance(raw, dict):
+        kind = raw.get("kind") or ("cnn" if raw.get("preset") in CNN_PRESETS else "transformer")
+    else:
+        return "literal['transformer']"
+    return f"literal['{kind}']" if kind in ("synthetic", "transformer", "cnn") else "literal['transformer']"
+
+
+ModelSpec = Annotated[
+    Annotated[SyntheticModel, Tag("literal['synthetic']")]
+    | Annotated[TransformerModel, Tag("literal['transformer']")]
+    | Annotated[CNNModel, Tag("literal['cnn']")],
+    Discriminator(_model_kind),
+]
