@@ -34,22 +34,55 @@ from simpy.events import NORMAL, Event
 
 from ..collectives import choose_algorithm, estimate_time, run_collective
 from ..collectives.group import Group
-from ..errors import SimulationStall
+from ..errors import ProgramError, SimulationStall
 from ..network.base import Fabric
 from ..program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program
 from ..trace.recorder import Recorder
 from .memory import MemoryLedger
 
 
+# What the hot path does with an op, decided once per op before the run (Engine._plan_of)
+HOLD = 0     # holds its lane for a known time: a compute op, or a send whose fabric knows its time
+INSTANT = 1  # a zero-time compute op: ends when it starts
+POSTED = 2   # a recv: ends once its send delivered (a wait of the op); its span starts at max(posted, send start)
+SLOWED = 3   # a compute op that slows while a collective runs on its GPU (a process)
+SENT = 4     # a send the fabric times (contention): fabric.transfer
+JOINED = 5   # a collective member: rendezvous, then the collective
+END = 6      # past the lane's last op (a sentinel closing every lane's plan)
+
+
+#: ``Engine.waiters`` entry of an op that has ended
+DONE = True
+#: the plan tuple after a lane's last op
+_LANE_END = (-1, END, None, -1, None, 0, 0, -1)
+
+
+class _End(Event):
+    """The end of the op a lane holds for a known time: a SimPy event that is scheduled
+    when armed (as a Timeout is) and always succeeds, with value None. Each lane owns one
+    and re-arms it for each such op — a lane holds at most one op at a time, and only
+    SimPy's event loop (which pops it and calls the lane back) ever sees it, so it
+    carries nothing else, not even ``env``."""
+
+    __slots__ = ("callbacks",)
+    _ok = True
+    _value = None
+
+
 class _Lane:
-    """Execution state of one (device, lane): its ops, the next op's index, and whether
-    that op is running (waiting for its end event) or blocked on a dependency."""
+    """Execution state of one (device, lane): its ops, their hot-path tuples (see
+    ``Engine._plan_of``) and the index of the op it runs or waits to start. A lane is
+    called back (``on_event``) only by the end event of its running op."""
 
-    __slots__ = ("ops", "n", "idx", "running", "on_event")
+    __slots__ = ("ops", "plan", "idx", "on_event", "calls", "end")
 
-    def __init__(self, ops: list[Op], on_event):
-        self.ops, self.n, self.idx, self.running = ops, len(ops), 0, False
+    def __init__(self, ops: list[Op], plan: list[tuple], on_event):
+        self.ops, self.plan, self.idx = ops, plan, 0
         self.on_event = partial(on_event, self)  # the SimPy callback of this lane's timed ops
+        # the callbacks of every _End of this lane: SimPy only reads an event's callback
+        # list (it sets the attribute to None), and nothing else sees an _End, so one list serves all
+        self.calls = [self.on_event]
+        self.end = _End.__new__(_End)
 
 
 class Engine:
@@ -80,127 +113,162 @@ class Engine:
         ops = program.ops
         n = len(ops)
         self.start = [-1.0] * n
-        self.finished = [False] * n
-        # Another lane may wait on an op only through a cross-lane dep or a recv's send.
-        self.waits: list[tuple[int, ...]] = [
-            tuple(d for d in op.deps if ops[d].lane_id != op.lane_id) + ((op.peer,) if op.kind is RECV else ())
-            for op in ops
-        ]
-        self.waiters: list[list[_Lane] | None] = [None] * n
+        # Per op: None while it has not ended and no lane waits on it, the list of lanes
+        # waiting on it (in the order they started waiting), or DONE once it has ended.
+        self.waiters: list[list[_Lane] | bool | None] = [None] * n
         self.durations = [op.duration for op in ops] if compute_scale is None else \
             [op.duration * f for op, f in zip(ops, compute_scale)]
-        self._record = recorder.ops.append
         self._ready: deque[_Lane] = deque()
         self.names = [f"gpu{d}" for d in range(program.num_devices)]
         self._rendezvous: dict[str, list] = {}
         self.lanes = program.lanes()
+        self._plans = [[*map(self._plan_of, lane_ops), _LANE_END] for lane_ops in self.lanes.values()]
         self.events = 0
+
+    @property
+    def finished(self) -> list[bool]:
+        """Whether each op (by id) has ended."""
+        return [w is DONE for w in self.waiters]
+
+    def _plan_of(self, op: Op) -> tuple:
+        """``(id, what, arg, wait, more, mem_alloc, mem_free, device)``: all the hot path
+        reads about ``op``, in one tuple. ``what`` is one of the codes above; ``arg`` is the
+        time a HOLD op holds its lane, the send of a POSTED recv, else None. The ops on
+        other lanes it waits for (cross-lane deps, a recv's send) are ``wait`` (the first;
+        -1 if none) and the tuple ``more`` (the others; None if none): most ops wait for one,
+        and testing one needs no iterator."""
+        i, kind, arg = op.id, op.kind, None
+        ops = self.program.ops
+        if op.mem_alloc < 0 or op.mem_free < 0:
+            raise ProgramError(f"{op!r}: memory to allocate or free must be ≥ 0 bytes "
+                               f"(mem_alloc={op.mem_alloc}, mem_free={op.mem_free})")
+        if kind is COMPUTE:
+            arg = self.durations[i]
+            what = INSTANT if arg <= 0 else SLOWED if self.slowdown != 1.0 else HOLD
+        elif kind is SEND:
+            arg = self.fabric.fixed_time(self.names[op.device], self.names[ops[op.peer].device], op.nbytes)
+            what = SENT if arg is None else HOLD
+        elif kind is RECV:
+            what, arg = POSTED, op.peer
+        elif kind is COLLECTIVE:
+            what = JOINED
+        else:
+            raise ValueError(f"{op!r}: unknown op kind {kind!r}")
+        waits = tuple(d for d in op.deps if ops[d].lane_id != op.lane_id) + ((op.peer,) if kind is RECV else ())
+        return (i, what, arg, waits[0] if waits else -1, waits[1:] or None, op.mem_alloc, op.mem_free, op.device)
 
     def run(self) -> None:
         """Start every lane, run the simulation to the end; raise SimulationStall on deadlock."""
-        drain, on_event = self._hot_path()
-        self._lane_states = [_Lane(lane_ops, on_event) for lane_ops in self.lanes.values()]
+        step = self._hot_path()
+        self._lane_states = [_Lane(lane_ops, plan, step) for lane_ops, plan in zip(self.lanes.values(), self._plans)]
         self._ready.extend(self._lane_states)
-        drain()
+        if self._ready:
+            step(self._ready.popleft())
         self.env.run()
         # SimPy numbers every scheduled event from an itertools.count; all were processed
         # once run() returns, so this is the number of simulated events.
         self.events = next(self.env._eid)
-        if not all(self.finished):
+        if self.waiters.count(DONE) < len(self.waiters):
             raise SimulationStall(self._stall_report())
 
     def _hot_path(self):
-        """The interpreter loop as closures over the engine's tables (free variables are as
-        cheap as locals, and no call sets them up again). Returns ``drain()``, which
-        advances the lanes an op's end woke, and ``advance(lane, event=None)``, which
-        finishes the lane's running op (its end event just fired), starts ops until one
-        must wait for time to pass or for another lane, and — when SimPy calls it back
-        with the event — drains the lanes it woke."""
-        env, start, finished, waiters, waits = self.env, self.start, self.finished, self.waiters, self.waits
-        record, ready, change, durations = self._record, self._ready, self.memory.change, self.durations
-        wake, popleft = ready.extend, ready.popleft
-        send, arrive, slowed, process = self._send, self._arrive, self._slowed_compute, env.process
-        slow = self.slowdown != 1.0
-        # A compute op's end is a bare SimPy event pushed on the queue directly (what
-        # env.timeout does, minus two Python frames): it is the hottest allocation.
-        queue, eid, new_event = env._queue, env._eid, Event.__new__
+        """The interpreter loop as a closure over the engine's tables (free variables are as
+        cheap as locals, and no call sets them up again). Returns ``step(lane, event=None)``:
+        SimPy calls it back with a lane's running op's end ``event``; it finishes that op,
+        starts the lane's next ops until one must wait for time to pass or for another
+        lane, then does the same, in the same frame, for each lane the ends woke (FIFO)."""
+        env, start, waiters, begin = self.env, self.start, self.waiters, self._begin
+        # lists are called by method (rec.append(x), not a bound append): CPython 3.11
+        # specializes that call into an inline append
+        rec, ready, samples = self.recorder.ops, self._ready, self.recorder.memory
+        # the memory ledger's change(), inlined; it is still called to report a Program bug
+        held, peak, change = self.memory.current, self.memory.peak, self.memory.change
+        # A held op's end is its lane's _End pushed on the queue directly (what env.timeout
+        # does, minus two Python frames and an allocation).
+        queue, eid = env._queue, env._eid
 
-        def advance(lane: _Lane, event=None) -> None:
-            ops, idx, n = lane.ops, lane.idx, lane.n
+        def step(lane: _Lane, event=None) -> None:
             now = env._now
-            done = lane.running
-            lane.running = False
-            while True:
-                if done:  # the op at idx has ended
-                    op = ops[idx]
-                    i = op.id
-                    if op.mem_free:
-                        change(op.device, -op.mem_free, now)
-                    finished[i] = True
-                    record((i, start[i], now))
-                    w = waiters[i]
-                    if w is not None:
-                        waiters[i] = None
-                        wake(w)
-                    idx += 1
-                if idx == n:
-                    break
-                op = ops[idx]
-                i = op.id
-                if start[i] < 0.0:
-                    start[i] = now  # posted: a recv's span starts here or when its send started
-                blocked = False
-                for d in waits[i]:
-                    if not finished[d]:
+            done = event is not None  # the op at lane.idx has ended
+            while True:  # over the lanes to advance: this one, then those woken
+                plan, idx = lane.plan, lane.idx
+                if done:
+                    i, what, arg, wait, more, alloc, free, dev = plan[idx]
+                while True:  # over the lane's ops
+                    if done:  # op i has ended
+                        if free:
+                            cur = held[dev] - free
+                            if cur < 0:
+                                change(dev, -free, now)  # raises, naming the bug
+                            held[dev] = cur
+                            samples.append((dev, now, cur))
+                        rec.append((i, start[i], now))
+                        w = waiters[i]
+                        waiters[i] = DONE
+                        if w is not None:
+                            ready.extend(w)
+                        idx += 1
+                    i, what, arg, wait, more, alloc, free, dev = plan[idx]
+                    d = wait  # the first op i waits for that has not ended, or -1
+                    if d >= 0 and waiters[d] is DONE:
+                        d = -1
+                        if more is not None:
+                            for w in more:
+                                if waiters[w] is not DONE:
+                                    d = w
+                                    break
+                    if d >= 0:  # blocked: wait on op d
                         w = waiters[d]
                         if w is None:
                             waiters[d] = [lane]
                         else:
                             w.append(lane)
-                        blocked = True
+                        if what == POSTED and start[i] < 0.0:
+                            start[i] = now  # posted: the recv's span starts here or when its send started
                         break
-                if blocked:
-                    break
-                if op.mem_alloc:
-                    change(op.device, op.mem_alloc, now)
-                kind = op.kind
-                done = True
-                if kind is COMPUTE:
-                    start[i] = now
-                    d = durations[i]
-                    if d > 0:
-                        if slow:
-                            process(slowed(op)).callbacks.append(lane.on_event)
-                        else:
-                            ev = new_event(Event)
-                            ev.env, ev.callbacks, ev._value, ev._ok = env, [lane.on_event], None, True
-                            heappush(queue, (now + d, NORMAL, next(eid), ev))
-                        lane.running = True
-                        break
-                elif kind is RECV:
-                    t_send = start[op.peer]
-                    if t_send > start[i]:
-                        start[i] = t_send
-                else:
-                    if kind is SEND:
+                    if alloc:
+                        cur = held[dev] + alloc
+                        held[dev] = cur
+                        if cur > peak[dev]:
+                            peak[dev] = cur
+                        samples.append((dev, now, cur))
+                    done = True
+                    if what == HOLD:
                         start[i] = now
-                        ev = send(op)
-                    elif kind is COLLECTIVE:
-                        ev = arrive(op)
+                        ev = lane.end
+                        ev.callbacks = lane.calls
+                        heappush(queue, (now + arg, NORMAL, next(eid), ev))
+                        break
+                    if what == POSTED:
+                        posted, t_send = start[i], start[arg]
+                        if posted < 0.0:
+                            posted = now
+                        start[i] = t_send if t_send > posted else posted
+                    elif what == INSTANT:
+                        start[i] = now
                     else:
-                        raise ValueError(f"{op!r}: unknown op kind {kind!r}")
-                    ev.callbacks.append(lane.on_event)
-                    lane.running = True
-                    break
-            lane.idx = idx
-            if event is not None and ready:  # called back by SimPy: run the lanes it woke
-                drain()
+                        if what == END:
+                            break
+                        begin(what, i).callbacks.append(lane.on_event)
+                        break
+                lane.idx = idx
+                if not ready:
+                    return
+                lane = ready.popleft()
+                done = False
 
-        def drain() -> None:
-            while ready:
-                advance(popleft())
+        return step
 
-        return drain, advance
+    def _begin(self, what: int, i: int) -> simpy.Event:
+        """Start op ``i`` (SLOWED, SENT or JOINED), which ends with an event of a process,
+        the fabric or a collective; return that event."""
+        op = self.program.ops[i]
+        if what == JOINED:
+            return self._arrive(op)
+        self.start[i] = self.env._now
+        if what == SLOWED:
+            return self.env.process(self._slowed_compute(op))
+        return self._send(op)
 
     def _send(self, op: Op) -> simpy.Event:
         names, transfer = self.names, self.fabric.transfer
@@ -271,19 +339,19 @@ class Engine:
         return t
 
     def _stall_report(self) -> str:
-        ops, lines = self.program.ops, []
+        ops, lines, finished = self.program.ops, [], self.finished
         for lane in self._lane_states:
             if lane.idx == len(lane.ops):
                 continue
             op = lane.ops[lane.idx]  # the lane's first unfinished op; the rest queue behind it
-            why = [f"{ops[d]!r}" for d in op.deps if not self.finished[d]]
-            if op.kind == RECV and not self.finished[op.peer]:
+            why = [f"{ops[d]!r}" for d in op.deps if not finished[d]]
+            if op.kind == RECV and not finished[op.peer]:
                 why.append(f"its send {ops[op.peer]!r}")
             if op.kind == COLLECTIVE:
                 arrived = self._rendezvous.get(op.tag, [set()])[0]
                 missing = [f"gpu{d}" for d in op.group if d not in arrived]
                 why.append(f"collective members that never arrived: {', '.join(missing)}")
             lines.append(f"  {op!r} waits for {'; '.join(why) or 'nothing (engine bug)'}")
-        unfinished = self.finished.count(False)
+        unfinished = finished.count(False)
         return (f"simulation stalled at t={self.env.now:.9g} s with {unfinished} ops unfinished "
                 f"(deadlock). Stuck ops:\n" + "\n".join(lines))

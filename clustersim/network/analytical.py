@@ -38,9 +38,13 @@ class AnalyticalFabric(Fabric):
         """``(latency sum, bottleneck bandwidth)`` of the route from ``src`` to ``dst``."""
         return self.router.cost(src, dst, flow_key)
 
-    def transfer(self, src: str, dst: str, nbytes: int, label: str = "", flow_key: Hashable = None) -> simpy.Event:
-        """Fire after ``Σ latency + nbytes / bottleneck bandwidth`` of the route."""
+    def fixed_time(self, src: str, dst: str, nbytes: int, flow_key: Hashable = None) -> float:
+        """``Σ latency + nbytes / bottleneck bandwidth`` of the route."""
         if nbytes < 0:
             raise ScenarioError("transfer.nbytes", nbytes, "a size ≥ 0 bytes")
         latency, bottleneck = self.route_cost(src, dst, flow_key)
-        return self.env.timeout(latency + nbytes / bottleneck)
+        return latency + nbytes / bottleneck
+
+    def transfer(self, src: str, dst: str, nbytes: int, label: str = "", flow_key: Hashable = None) -> simpy.Event:
+        """Fire after :meth:`fixed_time`."""
+        return self.env.timeout(self.fixed_time(src, dst, nbytes, flow_key))
