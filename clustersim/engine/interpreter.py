@@ -26,63 +26,19 @@ Nothing random or wall-clock enters, so the same Program always yields the same 
 from __future__ import annotations
 
 from collections import deque
-from functools import partial
 from heapq import heappush
 
 import simpy
-from simpy.events import NORMAL, Event
+from simpy.events import NORMAL
 
 from ..collectives import choose_algorithm, estimate_time, run_collective
 from ..collectives.group import Group
-from ..errors import ProgramError, SimulationStall
+from ..errors import SimulationStall
 from ..network.base import Fabric
-from ..program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program
+from ..program import COLLECTIVE, RECV, Op, Program
 from ..trace.recorder import Recorder
+from .lanes import DONE, END, HOLD, INSTANT, JOINED, POSTED, SLOWED, Lane, compile_lane, waiter_table
 from .memory import MemoryLedger
-
-
-# What the hot path does with an op, decided once per op before the run (Engine._plan_of)
-HOLD = 0     # holds its lane for a known time: a compute op, or a send whose fabric knows its time
-INSTANT = 1  # a zero-time compute op: ends when it starts
-POSTED = 2   # a recv: ends once its send delivered (a wait of the op); its span starts at max(posted, send start)
-SLOWED = 3   # a compute op that slows while a collective runs on its GPU (a process)
-SENT = 4     # a send the fabric times (contention): fabric.transfer
-JOINED = 5   # a collective member: rendezvous, then the collective
-END = 6      # past the lane's last op (a sentinel closing every lane's plan)
-
-
-#: ``Engine.waiters`` entry of an op that has ended
-DONE = True
-#: the plan tuple after a lane's last op
-_LANE_END = (-1, END, None, -1, None, 0, 0, -1)
-
-
-class _End(Event):
-    """The end of the op a lane holds for a known time: a SimPy event that is scheduled
-    when armed (as a Timeout is) and always succeeds, with value None. Each lane owns one
-    and re-arms it for each such op — a lane holds at most one op at a time, and only
-    SimPy's event loop (which pops it and calls the lane back) ever sees it, so it
-    carries nothing else, not even ``env``."""
-
-    __slots__ = ("callbacks",)
-    _ok = True
-    _value = None
-
-
-class _Lane:
-    """Execution state of one (device, lane): its ops, their hot-path tuples (see
-    ``Engine._plan_of``) and the index of the op it runs or waits to start. A lane is
-    called back (``on_event``) only by the end event of its running op."""
-
-    __slots__ = ("ops", "plan", "idx", "on_event", "calls", "end")
-
-    def __init__(self, ops: list[Op], plan: list[tuple], on_event):
-        self.ops, self.plan, self.idx = ops, plan, 0
-        self.on_event = partial(on_event, self)  # the SimPy callback of this lane's timed ops
-        # the callbacks of every _End of this lane: SimPy only reads an event's callback
-        # list (it sets the attribute to None), and nothing else sees an _End, so one list serves all
-        self.calls = [self.on_event]
-        self.end = _End.__new__(_End)
 
 
 class Engine:
@@ -113,54 +69,32 @@ class Engine:
         ops = program.ops
         n = len(ops)
         self.start = [-1.0] * n
-        # Per op: None while it has not ended and no lane waits on it, the list of lanes
-        # waiting on it (in the order they started waiting), or DONE once it has ended.
-        self.waiters: list[list[_Lane] | bool | None] = [None] * n
+        self.waiters = waiter_table(n)  # who waits on each op, or DONE (clustersim.engine.lanes)
         self.durations = [op.duration for op in ops] if compute_scale is None else \
             [op.duration * f for op, f in zip(ops, compute_scale)]
-        self._ready: deque[_Lane] = deque()
+        self._ready: deque[Lane] = deque()
         self.names = [f"gpu{d}" for d in range(program.num_devices)]
         self._rendezvous: dict[str, list] = {}
         self.lanes = program.lanes()
-        self._plans = [[*map(self._plan_of, lane_ops), _LANE_END] for lane_ops in self.lanes.values()]
+        names, slowed = self.names, self.slowdown != 1.0
+
+        def send_time(op: Op) -> float | None:
+            return fabric.fixed_time(names[op.device], names[ops[op.peer].device], op.nbytes)
+
+        self._plans = [compile_lane(program, lane_ops, self.durations, slowed, send_time)
+                       for lane_ops in self.lanes.values()]
         self.events = 0
 
     @property
     def finished(self) -> list[bool]:
         """Whether each op (by id) has ended."""
-        return [w is DONE for w in self.waiters]
-
-    def _plan_of(self, op: Op) -> tuple:
-        """``(id, what, arg, wait, more, mem_alloc, mem_free, device)``: all the hot path
-        reads about ``op``, in one tuple. ``what`` is one of the codes above; ``arg`` is the
-        time a HOLD op holds its lane, the send of a POSTED recv, else None. The ops on
-        other lanes it waits for (cross-lane deps, a recv's send) are ``wait`` (the first;
-        -1 if none) and the tuple ``more`` (the others; None if none): most ops wait for one,
-        and testing one needs no iterator."""
-        i, kind, arg = op.id, op.kind, None
-        ops = self.program.ops
-        if op.mem_alloc < 0 or op.mem_free < 0:
-            raise ProgramError(f"{op!r}: memory to allocate or free must be ≥ 0 bytes "
-                               f"(mem_alloc={op.mem_alloc}, mem_free={op.mem_free})")
-        if kind is COMPUTE:
-            arg = self.durations[i]
-            what = INSTANT if arg <= 0 else SLOWED if self.slowdown != 1.0 else HOLD
-        elif kind is SEND:
-            arg = self.fabric.fixed_time(self.names[op.device], self.names[ops[op.peer].device], op.nbytes)
-            what = SENT if arg is None else HOLD
-        elif kind is RECV:
-            what, arg = POSTED, op.peer
-        elif kind is COLLECTIVE:
-            what = JOINED
-        else:
-            raise ValueError(f"{op!r}: unknown op kind {kind!r}")
-        waits = tuple(d for d in op.deps if ops[d].lane_id != op.lane_id) + ((op.peer,) if kind is RECV else ())
-        return (i, what, arg, waits[0] if waits else -1, waits[1:] or None, op.mem_alloc, op.mem_free, op.device)
+        return [w is DONE for w in self.waiters[:-1]]
 
     def run(self) -> None:
         """Start every lane, run the simulation to the end; raise SimulationStall on deadlock."""
         step = self._hot_path()
-        self._lane_states = [_Lane(lane_ops, plan, step) for lane_ops, plan in zip(self.lanes.values(), self._plans)]
+        self._lane_states = [Lane(lane_ops, firsts, plan, step, self.env)
+                             for lane_ops, (firsts, plan) in zip(self.lanes.values(), self._plans)]
         self._ready.extend(self._lane_states)
         if self._ready:
             step(self._ready.popleft())
@@ -183,17 +117,17 @@ class Engine:
         rec, ready, samples = self.recorder.ops, self._ready, self.recorder.memory
         # the memory ledger's change(), inlined; it is still called to report a Program bug
         held, peak, change = self.memory.current, self.memory.peak, self.memory.change
-        # A held op's end is its lane's _End pushed on the queue directly (what env.timeout
+        # A held op's end is its lane's LaneEnd pushed on the queue directly (what env.timeout
         # does, minus two Python frames and an allocation).
         queue, eid = env._queue, env._eid
 
-        def step(lane: _Lane, event=None) -> None:
+        def step(lane: Lane, event=None) -> None:
             now = env._now
             done = event is not None  # the op at lane.idx has ended
             while True:  # over the lanes to advance: this one, then those woken
-                plan, idx = lane.plan, lane.idx
+                plan, firsts, idx = lane.plan, lane.firsts, lane.idx
                 if done:
-                    i, what, arg, wait, more, alloc, free, dev = plan[idx]
+                    i, what, arg, more, alloc, free, dev = plan[idx]
                 while True:  # over the lane's ops
                     if done:  # op i has ended
                         if free:
@@ -205,26 +139,29 @@ class Engine:
                         rec.append((i, start[i], now))
                         w = waiters[i]
                         waiters[i] = DONE
-                        if w is not None:
-                            ready.extend(w)
+                        if w is not None:  # wake the lanes waiting on op i
+                            if w.__class__ is list:
+                                ready.extend(w)
+                            else:
+                                ready.append(w)
                         idx += 1
-                    i, what, arg, wait, more, alloc, free, dev = plan[idx]
-                    d = wait  # the first op i waits for that has not ended, or -1
-                    if d >= 0 and waiters[d] is DONE:
-                        d = -1
+                        lane.t = now  # the lane reaches its next op
+                    d = firsts[idx]  # find the first op d that op idx waits for and has not ended
+                    w = waiters[d]
+                    if w is DONE:
+                        i, what, arg, more, alloc, free, dev = plan[idx]
                         if more is not None:
-                            for w in more:
-                                if waiters[w] is not DONE:
-                                    d = w
+                            for d in more:
+                                w = waiters[d]
+                                if w is not DONE:
                                     break
-                    if d >= 0:  # blocked: wait on op d
-                        w = waiters[d]
+                    if w is not DONE:  # blocked: wait on op d
                         if w is None:
-                            waiters[d] = [lane]
-                        else:
+                            waiters[d] = lane
+                        elif w.__class__ is list:
                             w.append(lane)
-                        if what == POSTED and start[i] < 0.0:
-                            start[i] = now  # posted: the recv's span starts here or when its send started
+                        else:
+                            waiters[d] = [w, lane]
                         break
                     if alloc:
                         cur = held[dev] + alloc
@@ -239,10 +176,8 @@ class Engine:
                         ev.callbacks = lane.calls
                         heappush(queue, (now + arg, NORMAL, next(eid), ev))
                         break
-                    if what == POSTED:
-                        posted, t_send = start[i], start[arg]
-                        if posted < 0.0:
-                            posted = now
+                    if what == POSTED:  # the span starts when the recv was posted or its send started
+                        posted, t_send = lane.t, start[arg]
                         start[i] = t_send if t_send > posted else posted
                     elif what == INSTANT:
                         start[i] = now
