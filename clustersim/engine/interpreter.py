@@ -121,13 +121,23 @@ class Engine:
         # does, minus two Python frames and an allocation).
         queue, eid = env._queue, env._eid
 
+        def wait_more(lane: Lane, more: tuple[int, ...]) -> bool:
+            """Put ``lane`` on the waiter list of the first of ``more`` that has not ended
+            (the waits of an op after its first, rare); False if all have ended."""
+            for d in more:
+                w = waiters[d]
+                if w is not DONE:
+                    waiters[d] = lane if w is None else w + [lane] if w.__class__ is list else [w, lane]
+                    return True
+            return False
+
         def step(lane: Lane, event=None) -> None:
             now = env._now
-            done = event is not None  # the op at lane.idx has ended
+            plan, firsts, idx = lane.plan, lane.firsts, lane.idx
+            done = event is not None  # the op at idx has ended
+            if done:
+                i, what, arg, more, alloc, free, dev = plan[idx]
             while True:  # over the lanes to advance: this one, then those woken
-                plan, firsts, idx = lane.plan, lane.firsts, lane.idx
-                if done:
-                    i, what, arg, more, alloc, free, dev = plan[idx]
                 while True:  # over the lane's ops
                     if done:  # op i has ended
                         if free:
@@ -146,22 +156,13 @@ class Engine:
                                 ready.append(w)
                         idx += 1
                         lane.t = now  # the lane reaches its next op
-                    d = firsts[idx]  # find the first op d that op idx waits for and has not ended
+                    d = firsts[idx]  # the first op that op idx waits for
                     w = waiters[d]
-                    if w is DONE:
-                        i, what, arg, more, alloc, free, dev = plan[idx]
-                        if more is not None:
-                            for d in more:
-                                w = waiters[d]
-                                if w is not DONE:
-                                    break
                     if w is not DONE:  # blocked: wait on op d
-                        if w is None:
-                            waiters[d] = lane
-                        elif w.__class__ is list:
-                            w.append(lane)
-                        else:
-                            waiters[d] = [w, lane]
+                        waiters[d] = lane if w is None else w + [lane] if w.__class__ is list else [w, lane]
+                        break
+                    i, what, arg, more, alloc, free, dev = plan[idx]
+                    if more is not None and wait_more(lane, more):
                         break
                     if alloc:
                         cur = held[dev] + alloc
@@ -190,6 +191,7 @@ class Engine:
                 if not ready:
                     return
                 lane = ready.popleft()
+                plan, firsts, idx = lane.plan, lane.firsts, lane.idx
                 done = False
 
         return step
