@@ -15,8 +15,10 @@ previous op on its lane has ended *and* every op it depends on has ended. Then:
 A lane is a small state machine driven by SimPy event callbacks rather than a SimPy
 process: a running op's timeout (or transfer, or collective) calls the lane back when it
 ends, and a lane blocked on another lane's op is put on that op's waiter list. This
-costs one SimPy event per timed op and none per dependency, about what a bare SimPy
-timeout loop costs.
+costs one SimPy event per timed op and none per dependency. A send whose fabric knows
+its time up front (``Fabric.fixed_time``: the direct and analytical models) is held by
+its lane like a compute op — the same single event, without a call into the fabric.
+What the loop reads per op is laid out before the run (:mod:`clustersim.engine.lanes`).
 
 Ties at equal simulated times: SimPy processes events in (time, FIFO) order; when an op
 ends, the lanes waiting on it are resumed right after, in the order they started waiting.

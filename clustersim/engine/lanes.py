@@ -71,9 +71,12 @@ def compile_lane(program: Program, lane_ops: list[Op], durations: list[float], s
         if op.mem_alloc < 0 or op.mem_free < 0:
             raise ProgramError(f"{op!r}: memory to allocate or free must be ≥ 0 bytes "
                                f"(mem_alloc={op.mem_alloc}, mem_free={op.mem_free})")
-        waits = tuple(d for d in op.deps if ops[d].lane_id != op.lane_id) + ((op.peer,) if kind is RECV else ())
+        lane_id = op.lane_id
+        waits = [d for d in op.deps if ops[d].lane_id != lane_id]
+        if kind is RECV:
+            waits.append(op.peer)
         firsts.append(waits[0] if waits else -1)
-        plan.append((op.id, what, arg, waits[1:] or None, op.mem_alloc, op.mem_free, op.device))
+        plan.append((op.id, what, arg, tuple(waits[1:]) or None, op.mem_alloc, op.mem_free, op.device))
     firsts.append(-1)
     plan.append(_LANE_END)
     return firsts, plan
