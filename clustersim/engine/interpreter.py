@@ -15,8 +15,10 @@ previous op on its lane has ended *and* every op it depends on has ended. Then:
 A lane is a small state machine driven by SimPy event callbacks rather than a SimPy
 process: a running op's timeout (or transfer, or collective) calls the lane back when it
 ends, and a lane blocked on another lane's op is put on that op's waiter list. This
-costs one SimPy event per timed op and none per dependency, about what a bare SimPy
-timeout loop costs.
+costs one SimPy event per timed op and none per dependency. A send whose fabric knows
+its time up front (``Fabric.fixed_time``: the direct and analytical models) is held by
+its lane like a compute op — the same single event, without a call into the fabric.
+What the loop reads per op is laid out before the run (:mod:`clustersim.engine.lanes`).
 
 Ties at equal simulated times: SimPy processes events in (time, FIFO) order; when an op
 ends, the lanes waiting on it are resumed right after, in the order they started waiting.
@@ -26,30 +28,19 @@ Nothing random or wall-clock enters, so the same Program always yields the same 
 from __future__ import annotations
 
 from collections import deque
-from functools import partial
 from heapq import heappush
 
 import simpy
-from simpy.events import NORMAL, Event
+from simpy.events import NORMAL
 
 from ..collectives import choose_algorithm, estimate_time, run_collective
 from ..collectives.group import Group
 from ..errors import SimulationStall
 from ..network.base import Fabric
-from ..program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program
+from ..program import COLLECTIVE, RECV, Op, Program
 from ..trace.recorder import Recorder
+from .lanes import DONE, END, HOLD, INSTANT, JOINED, POSTED, SLOWED, Lane, compile_lane, waiter_table
 from .memory import MemoryLedger
-
-
-class _Lane:
-    """Execution state of one (device, lane): its ops, the next op's index, and whether
-    that op is running (waiting for its end event) or blocked on a dependency."""
-
-    __slots__ = ("ops", "n", "idx", "running", "on_event")
-
-    def __init__(self, ops: list[Op], on_event):
-        self.ops, self.n, self.idx, self.running = ops, len(ops), 0, False
-        self.on_event = partial(on_event, self)  # the SimPy callback of this lane's timed ops
 
 
 class Engine:
@@ -80,127 +71,143 @@ class Engine:
         ops = program.ops
         n = len(ops)
         self.start = [-1.0] * n
-        self.finished = [False] * n
-        # Another lane may wait on an op only through a cross-lane dep or a recv's send.
-        self.waits: list[tuple[int, ...]] = [
-            tuple(d for d in op.deps if ops[d].lane_id != op.lane_id) + ((op.peer,) if op.kind is RECV else ())
-            for op in ops
-        ]
-        self.waiters: list[list[_Lane] | None] = [None] * n
+        self.waiters = waiter_table(n)  # who waits on each op, or DONE (clustersim.engine.lanes)
         self.durations = [op.duration for op in ops] if compute_scale is None else \
             [op.duration * f for op, f in zip(ops, compute_scale)]
-        self._record = recorder.ops.append
-        self._ready: deque[_Lane] = deque()
+        self._ready: deque[Lane] = deque()
         self.names = program.device_names
         self._rendezvous: dict[str, list] = {}
         self.lanes = program.lanes()
+        names, slowed = self.names, self.slowdown != 1.0
+
+        def send_time(op: Op) -> float | None:
+            return fabric.fixed_time(names[op.device], names[ops[op.peer].device], op.nbytes)
+
+        self._plans = [compile_lane(program, lane_ops, self.durations, slowed, send_time)
+                       for lane_ops in self.lanes.values()]
         self.events = 0
+
+    @property
+    def finished(self) -> list[bool]:
+        """Whether each op (by id) has ended."""
+        return [w is DONE for w in self.waiters[:-1]]
 
     def run(self) -> None:
         """Start every lane, run the simulation to the end; raise SimulationStall on deadlock."""
-        drain, on_event = self._hot_path()
-        self._lane_states = [_Lane(lane_ops, on_event) for lane_ops in self.lanes.values()]
+        step = self._hot_path()
+        self._lane_states = [Lane(lane_ops, firsts, plan, step, self.env)
+                             for lane_ops, (firsts, plan) in zip(self.lanes.values(), self._plans)]
         self._ready.extend(self._lane_states)
-        drain()
+        if self._ready:
+            step(self._ready.popleft())
         self.env.run()
         # SimPy numbers every scheduled event from an itertools.count; all were processed
         # once run() returns, so this is the number of simulated events.
         self.events = next(self.env._eid)
-        if not all(self.finished):
+        if self.waiters.count(DONE) < len(self.waiters):
             raise SimulationStall(self._stall_report())
 
     def _hot_path(self):
-        """The interpreter loop as closures over the engine's tables (free variables are as
-        cheap as locals, and no call sets them up again). Returns ``drain()``, which
-        advances the lanes an op's end woke, and ``advance(lane, event=None)``, which
-        finishes the lane's running op (its end event just fired), starts ops until one
-        must wait for time to pass or for another lane, and — when SimPy calls it back
-        with the event — drains the lanes it woke."""
-        env, start, finished, waiters, waits = self.env, self.start, self.finished, self.waiters, self.waits
-        record, ready, change, durations = self._record, self._ready, self.memory.change, self.durations
-        wake, popleft = ready.extend, ready.popleft
-        send, arrive, slowed, process = self._send, self._arrive, self._slowed_compute, env.process
-        slow = self.slowdown != 1.0
-        # A compute op's end is a bare SimPy event pushed on the queue directly (what
-        # env.timeout does, minus two Python frames): it is the hottest allocation.
-        queue, eid, new_event = env._queue, env._eid, Event.__new__
+        """The interpreter loop as a closure over the engine's tables (free variables are as
+        cheap as locals, and no call sets them up again). Returns ``step(lane, event=None)``:
+        SimPy calls it back with a lane's running op's end ``event``; it finishes that op,
+        starts the lane's next ops until one must wait for time to pass or for another
+        lane, then does the same, in the same frame, for each lane the ends woke (FIFO)."""
+        env, start, waiters, begin = self.env, self.start, self.waiters, self._begin
+        # lists are called by method (rec.append(x), not a bound append): CPython 3.11
+        # specializes that call into an inline append
+        rec, ready, samples = self.recorder.ops, self._ready, self.recorder.memory
+        # the memory ledger's change(), inlined; it is still called to report a Program bug
+        held, peak, change = self.memory.current, self.memory.peak, self.memory.change
+        # A held op's end is its lane's LaneEnd pushed on the queue directly (what env.timeout
+        # does, minus two Python frames and an allocation).
+        queue, eid = env._queue, env._eid
 
-        def advance(lane: _Lane, event=None) -> None:
-            ops, idx, n = lane.ops, lane.idx, lane.n
+        def wait_more(lane: Lane, more: tuple[int, ...]) -> bool:
+            """Put ``lane`` on the waiter list of the first of ``more`` that has not ended
+            (the waits of an op after its first, rare); False if all have ended."""
+            for d in more:
+                w = waiters[d]
+                if w is not DONE:
+                    waiters[d] = lane if w is None else w + [lane] if w.__class__ is list else [w, lane]
+                    return True
+            return False
+
+        def step(lane: Lane, event=None) -> None:
             now = env._now
-            done = lane.running
-            lane.running = False
-            while True:
-                if done:  # the op at idx has ended
-                    op = ops[idx]
-                    i = op.id
-                    if op.mem_free:
-                        change(op.device, -op.mem_free, now)
-                    finished[i] = True
-                    record((i, start[i], now))
-                    w = waiters[i]
-                    if w is not None:
-                        waiters[i] = None
-                        wake(w)
-                    idx += 1
-                if idx == n:
-                    break
-                op = ops[idx]
-                i = op.id
-                if start[i] < 0.0:
-                    start[i] = now  # posted: a recv's span starts here or when its send started
-                blocked = False
-                for d in waits[i]:
-                    if not finished[d]:
-                        w = waiters[d]
-                        if w is None:
-                            waiters[d] = [lane]
-                        else:
-                            w.append(lane)
-                        blocked = True
+            plan, firsts, idx = lane.plan, lane.firsts, lane.idx
+            done = event is not None  # the op at idx has ended
+            if done:
+                i, what, arg, more, alloc, free, dev = plan[idx]
+            while True:  # over the lanes to advance: this one, then those woken
+                while True:  # over the lane's ops
+                    if done:  # op i has ended
+                        if free:
+                            cur = held[dev] - free
+                            if cur < 0:
+                                change(dev, -free, now)  # raises, naming the bug
+                            held[dev] = cur
+                            samples.append((dev, now, cur))
+                        rec.append((i, start[i], now))
+                        w = waiters[i]
+                        waiters[i] = DONE
+                        if w is not None:  # wake the lanes waiting on op i
+                            if w.__class__ is list:
+                                ready.extend(w)
+                            else:
+                                ready.append(w)
+                        idx += 1
+                        lane.t = now  # the lane reaches its next op
+                    d = firsts[idx]  # the first op that op idx waits for
+                    w = waiters[d]
+                    if w is not DONE:  # blocked: wait on op d
+                        waiters[d] = lane if w is None else w + [lane] if w.__class__ is list else [w, lane]
                         break
-                if blocked:
-                    break
-                if op.mem_alloc:
-                    change(op.device, op.mem_alloc, now)
-                kind = op.kind
-                done = True
-                if kind is COMPUTE:
-                    start[i] = now
-                    d = durations[i]
-                    if d > 0:
-                        if slow:
-                            process(slowed(op)).callbacks.append(lane.on_event)
-                        else:
-                            ev = new_event(Event)
-                            ev.env, ev.callbacks, ev._value, ev._ok = env, [lane.on_event], None, True
-                            heappush(queue, (now + d, NORMAL, next(eid), ev))
-                        lane.running = True
+                    i, what, arg, more, alloc, free, dev = plan[idx]
+                    if more is not None and wait_more(lane, more):
                         break
-                elif kind is RECV:
-                    t_send = start[op.peer]
-                    if t_send > start[i]:
-                        start[i] = t_send
-                else:
-                    if kind is SEND:
+                    if alloc:
+                        cur = held[dev] + alloc
+                        held[dev] = cur
+                        if cur > peak[dev]:
+                            peak[dev] = cur
+                        samples.append((dev, now, cur))
+                    done = True
+                    if what == HOLD:
                         start[i] = now
-                        ev = send(op)
-                    elif kind is COLLECTIVE:
-                        ev = arrive(op)
+                        ev = lane.end
+                        ev.callbacks = lane.calls
+                        heappush(queue, (now + arg, NORMAL, next(eid), ev))
+                        break
+                    if what == POSTED:  # the span starts when the recv was posted or its send started
+                        posted, t_send = lane.t, start[arg]
+                        start[i] = t_send if t_send > posted else posted
+                    elif what == INSTANT:
+                        start[i] = now
                     else:
-                        raise ValueError(f"{op!r}: unknown op kind {kind!r}")
-                    ev.callbacks.append(lane.on_event)
-                    lane.running = True
-                    break
-            lane.idx = idx
-            if event is not None and ready:  # called back by SimPy: run the lanes it woke
-                drain()
+                        if what == END:
+                            break
+                        begin(what, i).callbacks.append(lane.on_event)
+                        break
+                lane.idx = idx
+                if not ready:
+                    return
+                lane = ready.popleft()
+                plan, firsts, idx = lane.plan, lane.firsts, lane.idx
+                done = False
 
-        def drain() -> None:
-            while ready:
-                advance(popleft())
+        return step
 
-        return drain, advance
+    def _begin(self, what: int, i: int) -> simpy.Event:
+        """Start op ``i`` (SLOWED, SENT or JOINED), which ends with an event of a process,
+        the fabric or a collective; return that event."""
+        op = self.program.ops[i]
+        if what == JOINED:
+            return self._arrive(op)
+        self.start[i] = self.env._now
+        if what == SLOWED:
+            return self.env.process(self._slowed_compute(op))
+        return self._send(op)
 
     def _send(self, op: Op) -> simpy.Event:
         names, transfer = self.names, self.fabric.transfer
@@ -271,19 +278,19 @@ class Engine:
         return t
 
     def _stall_report(self) -> str:
-        ops, lines = self.program.ops, []
+        ops, lines, finished = self.program.ops, [], self.finished
         for lane in self._lane_states:
             if lane.idx == len(lane.ops):
                 continue
             op = lane.ops[lane.idx]  # the lane's first unfinished op; the rest queue behind it
-            why = [f"{ops[d]!r}" for d in op.deps if not self.finished[d]]
-            if op.kind == RECV and not self.finished[op.peer]:
+            why = [f"{ops[d]!r}" for d in op.deps if not finished[d]]
+            if op.kind == RECV and not finished[op.peer]:
                 why.append(f"its send {ops[op.peer]!r}")
             if op.kind == COLLECTIVE:
                 arrived = self._rendezvous.get(op.tag, [set()])[0]
                 missing = [f"gpu{d}" for d in op.group if d not in arrived]
                 why.append(f"collective members that never arrived: {', '.join(missing)}")
             lines.append(f"  {op!r} waits for {'; '.join(why) or 'nothing (engine bug)'}")
-        unfinished = self.finished.count(False)
+        unfinished = finished.count(False)
         return (f"simulation stalled at t={self.env.now:.9g} s with {unfinished} ops unfinished "
                 f"(deadlock). Stuck ops:\n" + "\n".join(lines))

@@ -43,16 +43,25 @@ class AnalyticalFabric(Fabric):
         """``(latency sum, bottleneck bandwidth)`` of the route from ``src`` to ``dst``."""
         return self.router.cost(src, dst, flow_key)
 
-    def transfer(self, src: str, dst: str, nbytes: int, label: str = "", flow_key: Hashable = None) -> simpy.Event:
-        """Fire after ``Σ latency + nbytes / bottleneck bandwidth`` of the route."""
+    def fixed_time(self, src: str, dst: str, nbytes: int, flow_key: Hashable = None) -> float | None:
+        """``Σ latency + nbytes / bottleneck bandwidth`` of the route; None when a
+        degradation window touches the route (the time then depends on the start)."""
         if nbytes < 0:
             raise ScenarioError("transfer.nbytes", nbytes, "a size ≥ 0 bytes")
         latency, bottleneck = self.route_cost(src, dst, flow_key)
-        profile = self._profile(src, dst, flow_key)
-        if profile is None:
-            return self.env.timeout(latency + nbytes / bottleneck)
-        now = self.env.now
-        return self.env.timeout(finish_time(profile, now, nbytes) - now + latency)
+        if self._profile(src, dst, flow_key) is not None:
+            return None
+        return latency + nbytes / bottleneck
+
+    def transfer(self, src: str, dst: str, nbytes: int, label: str = "", flow_key: Hashable = None) -> simpy.Event:
+        """Fire after :meth:`fixed_time`, or — inside degradation windows — when the route's
+        bottleneck profile has carried the bytes."""
+        t = self.fixed_time(src, dst, nbytes, flow_key)
+        if t is None:
+            latency, _ = self.route_cost(src, dst, flow_key)
+            now = self.env.now
+            t = finish_time(self._profile(src, dst, flow_key), now, nbytes) - now + latency
+        return self.env.timeout(t)
 
     def _profile(self, src: str, dst: str, flow_key: Hashable) -> list | None:
         """The route's bottleneck bandwidth over time when a degradation window touches it."""

@@ -41,6 +41,13 @@ class Fabric(ABC):
         ``label`` names the flow in link spans (e.g. ``"send F3 s0->s1"``).
         """
 
+    def fixed_time(self, src: str, dst: str, nbytes: int) -> float | None:
+        """The time :meth:`transfer` would take, when it is known before the run (the
+        transfer sees no other traffic and schedules exactly one timeout of that delay);
+        None when it depends on what else is in flight. The engine then holds a send lane
+        for that time itself — the same single event, without a call into the fabric."""
+        return None
+
 
 class DirectFabric(Fabric):
     """Every pair of GPUs joined by its own private link: ``latency + nbytes / bandwidth``.
@@ -57,7 +64,8 @@ class DirectFabric(Fabric):
         self.bandwidth = bandwidth
         self.latency = latency
 
+    def fixed_time(self, src: str, dst: str, nbytes: int) -> float:
+        return 0.0 if src == dst else self.latency + nbytes / self.bandwidth
+
     def transfer(self, src: str, dst: str, nbytes: int, label: str = "") -> simpy.Event:
-        if src == dst:
-            return self.env.timeout(0.0)
-        return self.env.timeout(self.latency + nbytes / self.bandwidth)
+        return self.env.timeout(self.fixed_time(src, dst, nbytes))

@@ -1,0 +1,111 @@
+"""What the engine's hot path reads about each lane and op, laid out before the run.
+
+The interpreter (:mod:`clustersim.engine.interpreter`) steps lanes op by op in Python;
+what it does per op is fixed before the run, so each op is compiled here into one plain
+tuple (a *plan* entry) and each lane into a :class:`Lane`: its plan, the first op each
+entry waits for, its position, and the one SimPy event it re-arms for every op it holds
+for a known time. Nothing here changes what is simulated; it only saves attribute
+lookups, branches and allocations in the loop that runs once per op.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from simpy.events import Event
+
+from ..errors import ProgramError
+from ..program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program
+
+# What the hot path does with an op (``what`` in a plan entry)
+HOLD = 0     # holds its lane for a known time: a compute op, or a send whose fabric knows its time
+INSTANT = 1  # a zero-time compute op: ends when it starts
+POSTED = 2   # a recv: ends once its send delivered (a wait of the op); span from max(posted, send start)
+SLOWED = 3   # a compute op that slows while a collective runs on its GPU (a process)
+SENT = 4     # a send the fabric times (contention): fabric.transfer
+JOINED = 5   # a collective member: rendezvous, then the collective
+END = 6      # past the lane's last op (a sentinel closing every lane's plan)
+
+#: an op waited for that has ended; also what "no op" (index -1, see :func:`waiter_table`) reads
+DONE = True
+#: the plan entry after a lane's last op
+_LANE_END = (-1, END, None, None, 0, 0, -1)
+
+
+def waiter_table(n: int) -> list:
+    """Per op: None while it has not ended and no lane waits on it, the lane waiting on
+    it, a list of lanes waiting on it (in the order they started waiting), or DONE once
+    it has ended. One more entry, DONE for good, is what "no op" (-1) reads."""
+    return [None] * n + [DONE]
+
+
+def compile_lane(program: Program, lane_ops: list[Op], durations: list[float], slowed: bool,
+                 send_time) -> tuple[list[int], list[tuple]]:
+    """The ``(firsts, plan)`` of one lane, both closed by an END sentinel: per op, the
+    first op on another lane it waits for (a cross-lane dep, a recv's send; -1 if none)
+    and its plan entry ``(id, what, arg, more, mem_alloc, mem_free, device)``.
+
+    ``what`` is one of the codes above; ``arg`` is the time a HOLD op holds its lane,
+    the send of a POSTED recv, else None; ``more`` the ops it waits for after the first
+    (None if none). The first wait is kept apart so a lane blocked on it stops without
+    reading the rest. ``durations``: compute time per op id; ``slowed``: compute slows
+    during collectives (comm–compute interference), so compute ops run as processes;
+    ``send_time(op)``: the fabric's fixed time for a send, or None when the fabric must
+    time it."""
+    ops = program.ops
+    firsts, plan = [], []
+    for op in lane_ops:
+        kind, arg = op.kind, None
+        if kind is COMPUTE:
+            arg = durations[op.id]
+            what = INSTANT if arg <= 0 else SLOWED if slowed else HOLD
+        elif kind is SEND:
+            arg = send_time(op)
+            what = SENT if arg is None else HOLD
+        elif kind is RECV:
+            what, arg = POSTED, op.peer
+        elif kind is COLLECTIVE:
+            what = JOINED
+        else:
+            raise ValueError(f"{op!r}: unknown op kind {kind!r}")
+        if op.mem_alloc < 0 or op.mem_free < 0:
+            raise ProgramError(f"{op!r}: memory to allocate or free must be ≥ 0 bytes "
+                               f"(mem_alloc={op.mem_alloc}, mem_free={op.mem_free})")
+        lane_id = op.lane_id
+        waits = [d for d in op.deps if ops[d].lane_id != lane_id]
+        if kind is RECV:
+            waits.append(op.peer)
+        firsts.append(waits[0] if waits else -1)
+        plan.append((op.id, what, arg, tuple(waits[1:]) or None, op.mem_alloc, op.mem_free, op.device))
+    firsts.append(-1)
+    plan.append(_LANE_END)
+    return firsts, plan
+
+
+class LaneEnd(Event):
+    """The end of the op a lane holds for a known time: a SimPy event that is scheduled
+    when armed (as a Timeout is) and always succeeds, with value None. Each lane owns one
+    and re-arms it for each such op: a lane holds at most one op at a time, and only
+    SimPy's event loop (which pops it and calls the lane back) ever sees it."""
+
+    __slots__ = ("callbacks", "env", "_ok", "_value")
+
+    def __init__(self, env):
+        self.env, self._ok, self._value, self.callbacks = env, True, None, None
+
+
+class Lane:
+    """Execution state of one (device, lane): its ops, ``firsts`` and ``plan`` (see
+    :func:`compile_lane`), the index ``idx`` of the op it runs or waits to start, and
+    ``t``, the time it reached that op (when the op before it ended). It is called back
+    (``on_event``) only by the end event of its running op."""
+
+    __slots__ = ("ops", "firsts", "plan", "idx", "t", "on_event", "calls", "end")
+
+    def __init__(self, ops: list[Op], firsts: list[int], plan: list[tuple], step, env):
+        self.ops, self.firsts, self.plan, self.idx, self.t = ops, firsts, plan, 0, env.now
+        self.on_event = partial(step, self)  # the SimPy callback of this lane's timed ops
+        # the callbacks of every arming of ``end``: SimPy only reads an event's callback
+        # list (it sets the attribute to None), so one list serves them all
+        self.calls = [self.on_event]
+        self.end = LaneEnd(env)

@@ -1,0 +1,67 @@
+"""Sends on a fabric that knows their time up front (``Fabric.fixed_time``) are held by the
+engine itself, in one SimPy event each: the same times, in the same order, as asking
+the fabric for a transfer."""
+
+import pytest
+import simpy
+
+import clustersim as cs
+from clustersim.engine.interpreter import Engine
+from clustersim.engine.network_setup import build_network
+from clustersim.network import DirectFabric
+from clustersim.trace.recorder import Recorder
+from tests.conftest import synthetic
+
+
+class _Asked:
+    """A fabric that hides its fixed times: the engine asks it for every transfer."""
+
+    def __init__(self, fabric):
+        self.fabric = fabric
+
+    def __getattr__(self, name):
+        return getattr(self.fabric, name)
+
+    def fixed_time(self, src, dst, nbytes):
+        return None
+
+
+def _run(sc, timed_by_fabric: bool):
+    prog = cs.compile_scenario(sc)
+    env, rec = simpy.Environment(), Recorder()
+    fabric = build_network(sc, env, rec)
+    engine = Engine(prog, env, _Asked(fabric) if timed_by_fabric else fabric, rec, [2**40] * prog.num_devices)
+    engine.run()
+    return rec, engine.events
+
+
+@pytest.mark.parametrize("network", ["direct", "analytical"])
+@pytest.mark.parametrize("schedule", ["1f1b", "interleaved", "zb_h1"])
+def test_held_sends_match_fabric_transfers(network, schedule):
+    raw = synthetic(4, 8, 1e-3, 2e-3, schedule=schedule, activation=2**22, params=2**20, latency=3e-6,
+                    iterations=2, dp=2, network=network, layers_per_stage=2)
+    raw["parallel"]["virtual_stages"] = 2 if schedule == "interleaved" else 1
+    sc = cs.load_scenario(raw)
+    held, held_events = _run(sc, timed_by_fabric=False)
+    asked, asked_events = _run(sc, timed_by_fabric=True)
+    assert held.ops == asked.ops  # every (op, start, end), in the order the ops ended
+    assert held.memory == asked.memory
+    assert held_events == asked_events  # one event per send either way
+
+
+def test_direct_fixed_time_is_latency_plus_bytes_over_bandwidth():
+    env = simpy.Environment()
+    fabric = DirectFabric(env, Recorder(), 2.5e10, 3e-6)
+    assert fabric.fixed_time("gpu0", "gpu1", 10**9) == pytest.approx(3e-6 + 10**9 / 2.5e10, rel=1e-15)
+    assert fabric.fixed_time("gpu1", "gpu1", 10**9) == 0.0
+    done = fabric.transfer("gpu0", "gpu1", 10**9)
+    env.run(done)
+    assert env.now == fabric.fixed_time("gpu0", "gpu1", 10**9)
+
+
+def test_negative_memory_is_a_program_error():
+    prog = cs.Program(1)
+    prog.add(0, "compute", "compute", "F", duration=1.0, mem_free=-5)
+    env, rec = simpy.Environment(), Recorder()
+    with pytest.raises(cs.ProgramError, match=r"'F' on gpu0.*must be ≥ 0 bytes.*mem_free=-5"):
+        Engine(prog, env, DirectFabric(env, rec, 1e9, 0.0), rec, [2**40])
