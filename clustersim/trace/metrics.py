@@ -65,8 +65,9 @@ def device_breakdown(spans: pd.DataFrame, window: tuple[float, float] | None = N
             rows.append((dev, 1.0, 0.0, 0.0, 0.0))
             continue
         comp = df[df["lane"] == "compute"]
-        compute = busy_time(comp["start_s"].to_numpy(), comp["end_s"].to_numpy(), t0, t1)
-        union = busy_time(df["start_s"].to_numpy(), df["end_s"].to_numpy(), t0, t1)
+        # busy sums may exceed the window by float rounding (a GPU busy all the time)
+        compute = min(busy_time(comp["start_s"].to_numpy(), comp["end_s"].to_numpy(), t0, t1), length)
+        union = min(max(busy_time(df["start_s"].to_numpy(), df["end_s"].to_numpy(), t0, t1), compute), length)
         idle = t1 - min(max(float(df["end_s"].max()), t0), t1)
         bubble = max(length - union - idle, 0.0)
         rows.append((dev, compute / length, (union - compute) / length, bubble / length, idle / length))
