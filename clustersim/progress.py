@@ -2,7 +2,7 @@
 
 ``simulate(sc, progress=...)`` attaches a :class:`SimProgress` to the SimPy environment:
 a side process that wakes every ``dt`` simulated seconds and moves a bar to the number
-of ops finished so far (``len(recorder.ops)``). It never touches the engine's hot path;
+of ops finished so far (``Engine.finished_count()``). It never touches the engine's hot path;
 ``dt`` adapts so the bar costs a few hundred extra events per run, and the wake-ups never
 reorder the engine's own events (SimPy orders same-time events by creation, and the
 waker creates only its own). tqdm's ``delay`` keeps runs under half a second silent.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -66,17 +66,18 @@ class SimProgress:
         """SimPy events this bar scheduled (0 until attached)."""
         return self.wakes + 2 if self.bar is not None else 0
 
-    def attach(self, env, recorder) -> None:
+    def attach(self, env, finished: Callable[[], int]) -> None:
+        """Show ``finished()`` (ops ended so far) as the simulation runs in ``env``."""
         self.bar = _tqdm()(total=self.total, desc=self.desc, unit="op", delay=DELAY_S, leave=False,
                            dynamic_ncols=True)
-        env.process(self._watch(env, recorder.ops))
+        env.process(self._watch(env, finished))
 
-    def _watch(self, env, done_ops: list):
+    def _watch(self, env, finished: Callable[[], int]):
         dt, last_wall = 1e-6, time.perf_counter()
         while True:
             yield env.timeout(dt)
             self.wakes += 1
-            n = len(done_ops)
+            n = finished()
             self.bar.set_postfix_str(f"t={env.now:.4g} s", refresh=False)
             self.bar.update(n - self.bar.n)  # respects tqdm's delay and refresh interval
             if n >= self.total or env.peek() == float("inf"):

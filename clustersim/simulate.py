@@ -108,7 +108,7 @@ def simulate(scenario: Scenario | str | Path | dict[str, Any], progress: bool | 
                     collective_model=sc.simulation.collective_model, compute_scale=compute_scales(sc, prog))
     bar = SimProgress(len(prog.ops), desc=sc.name) if wanted(progress) else None
     if bar is not None:
-        bar.attach(env, rec)
+        bar.attach(env, engine.finished_count)
     try:
         engine.run()
     finally:

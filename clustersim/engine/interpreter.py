@@ -71,6 +71,7 @@ class Engine:
         ops = program.ops
         n = len(ops)
         self.start = [-1.0] * n
+        self.end = [-1.0] * n  # end time per op id; Recorder.ops is filled from it after the run
         self.waiters = waiter_table(n)  # who waits on each op, or DONE (clustersim.engine.lanes)
         self.durations = [op.duration for op in ops] if compute_scale is None else \
             [op.duration * f for op, f in zip(ops, compute_scale)]
@@ -86,6 +87,10 @@ class Engine:
         self._plans = [compile_lane(program, lane_ops, self.durations, slowed, send_time)
                        for lane_ops in self.lanes.values()]
         self.events = 0
+
+    def finished_count(self) -> int:
+        """How many ops have ended so far (for a progress bar; O(ops))."""
+        return self.waiters.count(DONE) - 1  # the "no op" sentinel is DONE for good
 
     @property
     def finished(self) -> list[bool]:
@@ -104,6 +109,8 @@ class Engine:
         # SimPy numbers every scheduled event from an itertools.count; all were processed
         # once run() returns, so this is the number of simulated events.
         self.events = next(self.env._eid)
+        start, end = self.start, self.end
+        self.recorder.ops.extend((i, start[i], t) for i, t in enumerate(end) if t >= 0.0)
         if self.waiters.count(DONE) < len(self.waiters):
             raise SimulationStall(self._stall_report())
 
@@ -116,7 +123,7 @@ class Engine:
         env, start, waiters, begin = self.env, self.start, self.waiters, self._begin
         # lists are called by method (rec.append(x), not a bound append): CPython 3.11
         # specializes that call into an inline append
-        rec, ready, samples = self.recorder.ops, self._ready, self.recorder.memory
+        end, ready, samples = self.end, self._ready, self.recorder.memory
         # the memory ledger's change(), inlined; it is still called to report a Program bug
         held, peak, change = self.memory.current, self.memory.peak, self.memory.change
         # A held op's end is its lane's LaneEnd pushed on the queue directly (what env.timeout
@@ -148,7 +155,7 @@ class Engine:
                                 change(dev, -free, now)  # raises, naming the bug
                             held[dev] = cur
                             samples.append((dev, now, cur))
-                        rec.append((i, start[i], now))
+                        end[i] = now
                         w = waiters[i]
                         waiters[i] = DONE
                         if w is not None:  # wake the lanes waiting on op i

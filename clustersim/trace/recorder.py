@@ -1,8 +1,9 @@
 """The trace recorder: the engine's and the fabric's only way to say what happened.
 
-The hot path appends plain tuples — no pandas, no formatting. The engine appends
-``(op_id, start_s, end_s)`` per executed op to ``Recorder.ops`` (everything else about an
-op is static and comes from the Program afterwards); the fabric appends whole span tuples
+The hot path appends plain tuples — no pandas, no formatting. The engine keeps each op's
+start and end in arrays and, after the run, fills ``Recorder.ops`` with
+``(op_id, start_s, end_s)`` per executed op in op-id order (everything else about an op
+is static and comes from the Program afterwards); the fabric appends whole span tuples
 for link busy periods to ``Recorder.spans``, with the fields :data:`SPAN_FIELDS` in that
 order. The Result turns both into the ``res.spans`` DataFrame once, at the end.
 
@@ -34,7 +35,7 @@ class Recorder:
     __slots__ = ("ops", "spans", "memory")
 
     def __init__(self) -> None:
-        #: (op_id, start_s, end_s) per executed Program op
+        #: (op_id, start_s, end_s) per executed Program op, by op id (filled after the run)
         self.ops: list[tuple[int, float, float]] = []
         #: full span tuples (SPAN_FIELDS) of everything that is not a Program op: link busy periods
         self.spans: list[tuple] = []
