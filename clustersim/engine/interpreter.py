@@ -65,6 +65,7 @@ class Engine:
         self.slowdown = comm_compute_slowdown
         self.collective_model = collective_model
         self._estimates: dict[tuple, float] = {}
+        self._chosen: dict[tuple, str] = {}  # auto algorithm per (kind, group, bytes)
         # collectives in progress per device, and an event that fires when that changes
         self.active_collectives = [0] * program.num_devices
         self.collectives_changed = [env.event() for _ in range(program.num_devices)]
@@ -259,7 +260,7 @@ class Engine:
 
     def _run_collective(self, op, finished: simpy.Event):
         names = self.names
-        algorithm = op.algorithm if op.algorithm != "auto" else self.algorithms.get(op.collective, "auto")
+        algorithm = self._algorithm(op)
         self._collectives_change(op.group, +1)
         if self.collective_model == "analytical":
             yield self.env.timeout(self._estimate(op, algorithm))
@@ -274,14 +275,29 @@ class Engine:
         self._collectives_change(op.group, -1)
         finished.succeed()
 
+    def _algorithm(self, op) -> str:
+        """The algorithm of ``op``'s collective: its own, the scenario's for its kind, or the
+        ``auto`` choice (the α-β model's fastest), chosen once per (kind, group, size)."""
+        algorithm = op.algorithm if op.algorithm != "auto" else self.algorithms.get(op.collective, "auto")
+        if algorithm != "auto":
+            return algorithm
+        key = (op.collective, op.group, op.nbytes)
+        name = self._chosen.get(key)
+        if name is None:
+            kind, nbytes = ("all_reduce", 0) if op.collective == "barrier" else (op.collective, op.nbytes)
+            name = self._chosen[key] = choose_algorithm(self._group(op), kind, nbytes)
+        return name
+
+    def _group(self, op) -> Group:
+        return Group(self.env, self.fabric, [self.names[d] for d in op.group], self.alpha)
+
     def _estimate(self, op, algorithm: str) -> float:
         """α-β time of ``op``'s collective on its group's links, cached per shape."""
         key = (op.collective, op.group, op.nbytes, algorithm)
         t = self._estimates.get(key)
         if t is None:
-            group = Group(self.env, self.fabric, [self.names[d] for d in op.group], self.alpha)
-            name = choose_algorithm(group, op.collective, op.nbytes) if algorithm == "auto" else algorithm
-            t = self._estimates[key] = estimate_time(op.collective, name, len(op.group), op.nbytes, **group.shape())
+            shape = self._group(op).shape()
+            t = self._estimates[key] = estimate_time(op.collective, algorithm, len(op.group), op.nbytes, **shape)
         return t
 
     def _stall_report(self) -> str:
