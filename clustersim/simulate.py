@@ -68,14 +68,13 @@ def compile_scenario(sc: Scenario, fold: bool | None = None) -> Program:
     partition = resolve_partition(sc, chunks)
     costs = chunk_costs(sc, chunks, partition)
     schedule = SCHEDULES[sc.parallel.schedule]
+    replicas = replica_work(sc, plan, schedule, partition) if needs_replica_work(sc) else None
     if sc.training.mode == "inference":
         times = arrival_times(sc.training.arrival, sc.num_microbatches * plan.dp, sc.simulation.seed)
-        replicas = replica_work(sc, plan, schedule, partition) if needs_replica_work(sc) else None
         prog = compile_inference(plan, costs, sc.num_microbatches, times, replicas)
     elif sc.parallel.stage_replicas is not None:
         prog = compile_replicated(schedule, device_layout(sc), costs, sc.num_microbatches, sc.simulation.iterations)
     else:
-        replicas = replica_work(sc, plan, schedule, partition) if needs_replica_work(sc) else None
         prog = compile_pipeline(schedule, plan, costs, sc.num_microbatches, sc.simulation.iterations,
                                 fold=decide_fold(sc).enabled if fold is None else fold and can_fold(sc),
                                 compression=compression_of(sc.parallel.gradient_compression, sc.cluster),
@@ -208,9 +207,8 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> 
     }
     memory = pd.DataFrame.from_records(rec.memory, columns=["device", "time_s", "allocated_bytes"])
     memory["device"] = memory["device"].map(dict(enumerate(engine.program.device_names)))
-    recorded = rec.ops
     return Result(summary, spans, devices, memory, sc.resolved(), requests=requests,
-                  waits=lambda: wait_table(engine.program, recorded))
+                  waits=lambda: wait_table(engine.program, rec.ops))
 
 
 def _max_staleness(prog: Program) -> int:

@@ -31,32 +31,36 @@ def wait_table(program: Program, recorded: list[tuple[int, float, float]]) -> pd
     start, end = {}, {}
     for i, s, e in recorded:
         start[i], end[i] = s, e
-    ready = {}  # op id → (time it could have started, the op it waited for or None, lane free time)
+    lane_free, blocker = {}, {}  # op id → when its lane was free; the dep that ended after that, if any
     for lane_ops in program.lanes().values():
         free = 0.0
         for op in lane_ops:
             if op.id not in end:
                 break  # a stalled run: the rest of the lane never ran
             last = max(op.deps, key=lambda d: end.get(d, -1.0), default=None)
-            t_dep = end.get(last, 0.0) if last is not None else 0.0
-            ready[op.id] = (t_dep, last, free) if t_dep > free else (free, None, free)
+            lane_free[op.id] = free
+            blocker[op.id] = last if last is not None and end.get(last, 0.0) > free else None
             free = end[op.id]
+
+    def ready(i: int) -> float:  # when op i could have started
+        return end[blocker[i]] if blocker[i] is not None else lane_free[i]
+
     names = program.device_names
     rows = []
     by_tag: dict[str, list[int]] = {}
     for op in ops:
-        if op.id not in ready:
+        if op.id not in lane_free:
             continue
         if op.kind is COLLECTIVE:
             by_tag.setdefault(op.tag, []).append(op.id)
-        t_ready, dep, lane_free = ready[op.id]
+        dep = blocker[op.id]
         if dep is not None and op.kind is not RECV and op.kind is not SEND:  # a send waiting for its data is no wait
             who = ops[ops[dep].peer].device if ops[dep].kind is RECV else ops[dep].device
-            rows.append(_row(names, op, start[op.id], t_ready - lane_free, who, ops[dep].name, "data"))
+            rows.append(_row(names, op, start[op.id], end[dep] - lane_free[op.id], who, ops[dep].name, "data"))
     for members in by_tag.values():
-        last = max(members, key=lambda i: ready[i][0])
+        last = max(members, key=ready)
         for i in members:
-            gap = start[i] - ready[i][0]
+            gap = start[i] - ready(i)
             if i != last and gap > 0:
                 rows.append(_row(names, ops[i], start[i], gap, ops[last].device, ops[last].name, "rendezvous"))
     df = pd.DataFrame.from_records(rows, columns=COLUMNS)
