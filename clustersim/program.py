@@ -22,8 +22,14 @@ from .errors import ProgramError
 COMPUTE, SEND, RECV, COLLECTIVE = "compute", "send", "recv", "collective"
 OP_KINDS = (COMPUTE, SEND, RECV, COLLECTIVE)
 #: lane of compute ops that stand for waiting, not GPU work (inference request arrivals,
-#: :mod:`clustersim.schedules.inference`): no speed factor applies to them
+#: :mod:`clustersim.schedules.inference`): no speed factor or interference applies to them
 ARRIVAL_LANE = "arrival"
+
+
+def is_gpu_work(op: Op) -> bool:
+    """Whether ``op`` is work a GPU does (a compute op not on the arrival lane): what
+    stragglers, noise, speed factors and comm–compute slowdown act on."""
+    return op.kind == COMPUTE and op.lane != ARRIVAL_LANE
 
 
 class Op:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from .coarsen import coarsen
 from .engine.interpreter import Engine
 from .engine.network_setup import build_network
 from .engine.variability import compute_scales
-from .hardware.node_groups import describe, device_gpus, device_specs
+from .hardware.node_groups import describe, device_gpus, device_memory
 from .parallel.fold import can_fold, decide_fold, representative
 from .parallel.hetero import needs_replica_work, replica_microbatches, replica_work
 from .parallel.plan import Plan
@@ -60,9 +61,7 @@ def compile_scenario(sc: Scenario, fold: bool | None = None) -> Program:
     if sc.parallel.parameter_server is not None:
         from .schedules.parameter_server import parameter_server_program
 
-        prog = parameter_server_program(sc)
-        prog.check()
-        return prog
+        return _finish(sc, parameter_server_program(sc))
     plan = plan_of(sc)
     chunks = plan.pp * sc.parallel.virtual_stages
     partition = resolve_partition(sc, chunks)
@@ -80,10 +79,13 @@ def compile_scenario(sc: Scenario, fold: bool | None = None) -> Program:
                                 compression=compression_of(sc.parallel.gradient_compression, sc.cluster),
                                 activations=compression_of(sc.parallel.activation_compression, sc.cluster),
                                 replicas=replicas)
+    return _finish(sc, prog)
+
+
+def _finish(sc: Scenario, prog: Program) -> Program:
+    """Check ``prog``, then coarsen it when ``simulation.detail`` is ``stage``."""
     prog.check()
-    if sc.simulation.detail == "stage":
-        prog = coarsen(prog)
-    return prog
+    return coarsen(prog) if sc.simulation.detail == "stage" else prog
 
 
 def simulate(scenario: Scenario | str | Path | dict[str, Any], progress: bool | str = "auto") -> Result:
@@ -100,7 +102,7 @@ def simulate(scenario: Scenario | str | Path | dict[str, Any], progress: bool | 
     prog = compile_scenario(sc)
     env, rec = simpy.Environment(), Recorder()
     fabric = build_network(sc, env, rec)
-    capacity = [gpu.memory_bytes for gpu in device_specs(sc.cluster)][:prog.num_devices]
+    capacity = device_memory(sc.cluster, prog.num_devices)
     cl = sc.cluster
     engine = Engine(prog, env, fabric, rec, capacity, alpha=cl.collective_alpha,
                     algorithms=sc.simulation.collectives, comm_compute_slowdown=cl.comm_compute_slowdown,
@@ -140,10 +142,10 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> 
     iter_time = t1 - t0
     ps = sc.parallel.parameter_server is not None
     if ps:  # workers run at their own pace: the harmonic mean of their periods (docs/metrics.md)
-        from .trace.ps_metrics import iteration_time, ps_summary
+        from .trace.ps_metrics import harmonic_period, ps_summary
 
-        iter_time = iteration_time(spans)
         ps_entries, ps_workers = ps_summary(spans)
+        iter_time = harmonic_period(ps_workers["period_s"])
     parts = metrics.device_breakdown(spans, window).set_index("device")
     bubbles = 1.0 - parts["compute"]
     comp = spans[spans["lane"] == "compute"]
@@ -208,7 +210,7 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> 
     memory = pd.DataFrame.from_records(rec.memory, columns=["device", "time_s", "allocated_bytes"])
     memory["device"] = memory["device"].map(dict(enumerate(engine.program.device_names)))
     return Result(summary, spans, devices, memory, sc.resolved(), requests=requests,
-                  waits=lambda: wait_table(engine.program, rec.ops))
+                  waits=partial(wait_table, engine.program, rec.ops))
 
 
 def _max_staleness(prog: Program) -> int:

@@ -108,7 +108,10 @@ def estimate_time(kind: str, algorithm: str, n: int, nbytes: float, bw: float, a
 
 
 def choose_algorithm(group: Group, kind: str, nbytes: int) -> str:
-    """The ``auto`` choice: the smallest α-β estimate among algorithms able to run."""
+    """The ``auto`` choice: the smallest α-β estimate among algorithms able to run (a
+    barrier is chosen as the zero-byte all-reduce it runs as)."""
+    if kind == "barrier":
+        kind, nbytes = "all_reduce", 0
     shape = group.shape()
     best, best_t = None, float("inf")
     for algo in ALGORITHMS.values():

@@ -90,8 +90,9 @@ class Engine:
         self.events = 0
 
     def finished_count(self) -> int:
-        """How many ops have ended so far (for a progress bar; O(ops))."""
-        return self.waiters.count(DONE) - 1  # the "no op" sentinel is DONE for good
+        """How many ops have ended so far (for a progress bar): a lane's ops before the one
+        it runs or waits for have ended."""
+        return sum(lane.idx for lane in getattr(self, "_lane_states", ()))
 
     @property
     def finished(self) -> list[bool]:
@@ -284,8 +285,7 @@ class Engine:
         key = (op.collective, op.group, op.nbytes)
         name = self._chosen.get(key)
         if name is None:
-            kind, nbytes = ("all_reduce", 0) if op.collective == "barrier" else (op.collective, op.nbytes)
-            name = self._chosen[key] = choose_algorithm(self._group(op), kind, nbytes)
+            name = self._chosen[key] = choose_algorithm(self._group(op), op.collective, op.nbytes)
         return name
 
     def _group(self, op) -> Group:
@@ -311,7 +311,7 @@ class Engine:
                 why.append(f"its send {ops[op.peer]!r}")
             if op.kind == COLLECTIVE:
                 arrived = self._rendezvous.get(op.tag, [set()])[0]
-                missing = [f"gpu{d}" for d in op.group if d not in arrived]
+                missing = [self.names[d] for d in op.group if d not in arrived]
                 why.append(f"collective members that never arrived: {', '.join(missing)}")
             lines.append(f"  {op!r} waits for {'; '.join(why) or 'nothing (engine bug)'}")
         unfinished = finished.count(False)

@@ -15,7 +15,7 @@ from functools import partial
 from simpy.events import Event
 
 from ..errors import ProgramError
-from ..program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program
+from ..program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program, is_gpu_work
 
 # What the hot path does with an op (``what`` in a plan entry)
 HOLD = 0     # holds its lane for a known time: a compute op, or a send whose fabric knows its time
@@ -58,7 +58,7 @@ def compile_lane(program: Program, lane_ops: list[Op], durations: list[float], s
         kind, arg = op.kind, None
         if kind is COMPUTE:
             arg = durations[op.id]
-            what = INSTANT if arg <= 0 else SLOWED if slowed else HOLD
+            what = INSTANT if arg <= 0 else SLOWED if slowed and is_gpu_work(op) else HOLD
         elif kind is SEND:
             arg = send_time(op)
             what = SENT if arg is None else HOLD

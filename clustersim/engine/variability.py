@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..program import ARRIVAL_LANE, COMPUTE, Program
+from ..program import Program, is_gpu_work
 
 
 def device_factors(cluster, num_devices: int) -> np.ndarray:
@@ -42,7 +42,7 @@ def compute_scales(scenario, program: Program) -> list[float] | None:
         if straggler.noise is not None:  # its own stream per entry: adding one never reshuffles another
             mine = np.isin(devices, straggler.gpus)
             factors[mine] *= _draw(straggler.noise, np.random.default_rng([seed, k + 1]), int(mine.sum()))
-    compute = np.array([op.kind == COMPUTE and op.lane != ARRIVAL_LANE for op in program.ops])
+    compute = np.array([is_gpu_work(op) for op in program.ops])
     return np.where(compute, factors, 1.0).tolist()
 
 

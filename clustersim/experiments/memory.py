@@ -38,8 +38,9 @@ def tightest_fit(sc: Scenario) -> tuple[int, int]:
     """(estimated peak bytes, memory capacity) of the device fullest relative to its own
     GPU's memory — on a uniform cluster the fullest GPU; with ``node_groups`` a small GPU
     may be tighter than a fuller big one."""
-    from ..hardware.node_groups import device_specs
+    from ..hardware.node_groups import device_memory
 
-    peaks, caps = device_peak_memory(sc), [gpu.memory_bytes for gpu in device_specs(sc.cluster)]
+    peaks = device_peak_memory(sc)
+    caps = device_memory(sc.cluster, len(peaks))
     worst = max(range(len(peaks)), key=lambda d: (peaks[d] / caps[d], peaks[d]))
     return peaks[worst], caps[worst]

@@ -101,11 +101,13 @@ class JobTimeline:
         for k, f in self.pending:
             if f.at is not None:
                 when = max(f.at, self.t)
-            elif kind == "iteration":
-                when = self.t + max(0.0, f.at_iteration - self.done) * it_time if f.at_iteration < self.done + 1 else None
+                strikes = when < self.t + dur or when == self.t
+            elif kind == "iteration":  # by the index: the float time may round onto the iteration's end
+                when = self.t + max(0.0, f.at_iteration - self.done) * it_time
+                strikes = f.at_iteration < self.done + 1
             else:  # a checkpoint after iteration done − 1: at_iteration = done strikes after it
-                when = self.t if f.at_iteration < self.done else None
-            if when is None or not (when < self.t + dur or when == self.t):
+                when, strikes = self.t, f.at_iteration < self.done
+            if not strikes:
                 continue
             cut = self._cut(k, f) if f.kind != "node_join" else set()
             interrupts = f.kind == "gpu_fail" or bool(cut)
@@ -122,7 +124,15 @@ class JobTimeline:
                 raise ScenarioError(f"faults[{k}].gpu", f.gpu, f"GPU {f.gpu} is not in the job when this fault "
                                     f"strikes (its nodes then: {sorted(self.cfg.phys)})")
             return {node}
+        self._check_link_fault(k, f)
         return self.m.cut_off(self.cfg, tuple(f.link))
+
+    def _check_link_fault(self, k, f) -> None:
+        """A link fault names physical links; once an elastic re-plan has re-formed the job
+        the simulated cluster is a fresh one, so neither a cut nor a re-route is modelled."""
+        if self.cfg.phys != tuple(range(self.cfg.nodes)):
+            raise ScenarioError(f"faults[{k}].link", list(f.link), "a link_fail after an elastic re-plan is not "
+                                "modelled (the re-planned cluster is a fresh one); use checkpoint_restart")
 
     def _complete(self, kind, dur):
         start, self.t = self.t, self.t + dur
@@ -163,9 +173,7 @@ class JobTimeline:
     def _boundary(self, k, f):
         self._consume(k)
         if f.kind == "link_fail":
-            if self.cfg.phys != tuple(range(self.cfg.nodes)):
-                raise ScenarioError(f"faults[{k}].link", list(f.link), "a link_fail after an elastic re-plan is not "
-                                    "modelled (the re-planned cluster is a fresh one); use checkpoint_restart")
+            self._check_link_fault(k, f)
             self.cfg = Config(self.cfg.phys, self.cfg.dp, (*self.cfg.failed_links, tuple(f.link)))
             self._row("reroute", self.t, self.t, note=f"faults[{k}]: link {list(f.link)} down; routes avoid it")
             return

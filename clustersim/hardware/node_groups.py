@@ -12,6 +12,8 @@ peak FLOP/s for MFU, the devices table, the speed factors of the engine) reads i
 
 from __future__ import annotations
 
+import math
+
 from .gpus import GPUSpec, get_gpu
 
 
@@ -35,6 +37,14 @@ def device_speeds(cluster) -> list[float]:
 def device_specs(cluster) -> list[GPUSpec]:
     """The catalog spec of every device's GPU."""
     return [get_gpu(name) for name in device_gpus(cluster)]
+
+
+def device_memory(cluster, num_devices: int) -> list[float]:
+    """Memory capacity (bytes) of each of a Program's ``num_devices`` devices: its GPU's,
+    and unbounded for devices past the GPUs (parameter servers, whose memory is not
+    modelled)."""
+    caps = [float(gpu.memory_bytes) for gpu in device_specs(cluster)]
+    return caps[:num_devices] + [math.inf] * (num_devices - len(caps))
 
 
 def gpu_types(cluster) -> list[str]:

@@ -26,7 +26,7 @@ from ..errors import ScenarioError
 Windows = tuple[tuple[float, float, float], ...]
 
 
-def apply_degradations(graph: nx.DiGraph, windows, field: str = "cluster.link_degradations") -> None:
+def apply_degradations(graph: nx.DiGraph, windows) -> None:
     """Attach each window to both directions of its link as the edge attribute ``windows``.
 
     ``windows`` are validated LinkDegradation specs; a node or link missing from the
@@ -36,16 +36,16 @@ def apply_degradations(graph: nx.DiGraph, windows, field: str = "cluster.link_de
         for node in (a, b):
             if node not in graph:
                 near = ", ".join(sorted(graph)[:12])
-                raise ScenarioError(f"{field}[{i}].between", list(w.between),
+                raise ScenarioError(f"cluster.link_degradations[{i}].between", list(w.between),
                                     f"{node!r} is not a node of this topology; nodes include: {near}, …")
         if not graph.has_edge(a, b):
-            raise ScenarioError(f"{field}[{i}].between", list(w.between),
+            raise ScenarioError(f"cluster.link_degradations[{i}].between", list(w.between),
                                 f"no link joins {a} and {b}; {a} links to: {', '.join(sorted(graph.successors(a)))}")
         for u, v in ((a, b), (b, a)):
             if graph.has_edge(u, v):
                 data = graph.edges[u, v]
                 if data["bandwidth"] == math.inf:
-                    raise ScenarioError(f"{field}[{i}].between", list(w.between),
+                    raise ScenarioError(f"cluster.link_degradations[{i}].between", list(w.between),
                                         "this is a free wire (infinite bandwidth); degrade a real link")
                 data["windows"] = tuple(sorted((*data.get("windows", ()), (w.start, w.end, w.factor))))
 

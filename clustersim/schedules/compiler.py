@@ -85,7 +85,7 @@ def pass_memory(cost: StageCost, phase: str, split: bool, stash: bool) -> tuple[
     """(bytes allocated at the pass's start, bytes freed at its end): a forward takes the
     chunk's activations (and, with weight stashing, a weight version); the backward frees
     them — the stashed version only once its W is done when the backward is split."""
-    weights = cost.memory_parts.get("params", cost.param_bytes) if stash else 0
+    weights = cost.weight_bytes if stash else 0
     if phase == "F":
         return cost.activation_memory + weights, 0
     if phase == "B":

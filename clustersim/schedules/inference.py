@@ -41,13 +41,14 @@ FORWARD_ONLY = Schedule("forward_only", lambda stage, p, m: [("F", j) for j in r
 def arrival_times(arrival, n: int, seed: int) -> list[float]:
     """Arrival time (s) of each of ``n`` requests under a ``training.arrival`` spec (None:
     all at 0). Request 0 arrives at 0; gaps are ``interval`` (constant) or exponential of
-    mean 1/``rate`` drawn from ``default_rng(seed)`` (poisson)."""
+    mean 1/``rate`` drawn from ``default_rng([seed, 0])`` (poisson)."""
     if arrival is None or n == 0:
         return [0.0] * n
     if arrival.process == "constant":
         gaps = [arrival.interval] * (n - 1)
     else:
-        gaps = np.random.default_rng(seed).exponential(1.0 / arrival.rate, n - 1).tolist()
+        # a stream of its own: compute noise draws from default_rng(seed), stragglers from [seed, k + 1]
+        gaps = np.random.default_rng([seed, 0]).exponential(1.0 / arrival.rate, n - 1).tolist()
     times = [0.0]
     for g in gaps:  # summed one by one, as the engine advances the arrival lane
         times.append(times[-1] + g)
@@ -64,8 +65,8 @@ def compile_inference(plan: Plan, costs: list[StageCost], m: int, arrivals: list
     prog = Program(plan.num_devices)
     for dev in range(plan.num_devices):
         cost = costs[plan.coords(dev)[0]]
-        prog.static_memory[dev] = int(cost.memory_parts.get("params", cost.param_bytes))
-    orders = [[("F", j, s) for j in range(m)] for s in range(p)]
+        prog.static_memory[dev] = cost.weight_bytes
+    orders = [[(ph, j, s) for ph, j in FORWARD_ONLY.order(s, p, m)] for s in range(p)]
     for r in range(plan.dp):
         begin = len(prog.ops)
         mine = replicas[r].costs if replicas else costs

@@ -84,12 +84,6 @@ def tensors_of(layers: int, per_layer: bool, buckets: tuple[int, ...] | None = N
     return [list(range(a, b)) for a, b in zip(bounds, bounds[1:])]
 
 
-def weight_bytes(cost: StageCost) -> int:
-    """The bytes a pull moves for a layer: its weights (a real model's ``param_bytes`` also
-    counts gradients, optimizer state and buffers; a synthetic model's is the weights)."""
-    return int(cost.memory_parts.get("params", cost.param_bytes))
-
-
 def worker_static_bytes(cost: StageCost) -> int:
     """What a worker keeps of a layer for the whole run: everything but the optimizer
     state, which lives on the servers."""
@@ -100,11 +94,11 @@ def make_keys(costs: list[StageCost], tensors: list[list[int]], servers: list[in
               optimizer_s: float) -> list[list[Key]]:
     """The keys of every tensor: sharded over all ``servers`` or on server ``t mod k``;
     a key pushes its share of the gradient bytes and pulls its share of the weights."""
-    total = sum(weight_bytes(c) for c in costs)
+    total = sum(c.weight_bytes for c in costs)
     out = []
     for t, layers in enumerate(tensors):
         grad = sum(costs[layer].gradient_bytes for layer in layers)
-        params = sum(weight_bytes(costs[layer]) for layer in layers)
+        params = sum(costs[layer].weight_bytes for layer in layers)
         share = params / total if total else len(layers) / len(costs)
         homes = servers if partition else [servers[t % len(servers)]]
         k = len(homes)

@@ -38,10 +38,10 @@ def worker_periods(spans: pd.DataFrame) -> pd.Series:
     return pd.Series(out, name="period_s")
 
 
-def iteration_time(spans: pd.DataFrame) -> float:
-    """The harmonic mean of the workers' periods (global_batch / samples per second)."""
-    periods = worker_periods(spans).to_numpy()
-    return float(len(periods) / np.sum(1.0 / periods))
+def harmonic_period(periods: pd.Series) -> float:
+    """The harmonic mean of the workers' periods: the PS iteration time
+    (global_batch / samples per second)."""
+    return float(len(periods) / np.sum(1.0 / periods.to_numpy()))
 
 
 def gradient_staleness(spans: pd.DataFrame) -> pd.DataFrame:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..program import COLLECTIVE, RECV, SEND, Program
+from ..program import RECV, SEND, Program
 
 COLUMNS = ["device", "lane", "op", "stage", "microbatch", "iteration", "start_s", "waited_s",
            "waited_for_device", "waited_for_op", "reason"]
@@ -47,17 +47,17 @@ def wait_table(program: Program, recorded: list[tuple[int, float, float]]) -> pd
 
     names = program.device_names
     rows = []
-    by_tag: dict[str, list[int]] = {}
     for op in ops:
         if op.id not in lane_free:
             continue
-        if op.kind is COLLECTIVE:
-            by_tag.setdefault(op.tag, []).append(op.id)
         dep = blocker[op.id]
         if dep is not None and op.kind is not RECV and op.kind is not SEND:  # a send waiting for its data is no wait
             who = ops[ops[dep].peer].device if ops[dep].kind is RECV else ops[dep].device
             rows.append(_row(names, op, start[op.id], end[dep] - lane_free[op.id], who, ops[dep].name, "data"))
-    for members in by_tag.values():
+    for group in program.collective_members().values():
+        members = [op.id for op in group if op.id in lane_free]
+        if not members:
+            continue
         last = max(members, key=ready)
         for i in members:
             gap = start[i] - ready(i)

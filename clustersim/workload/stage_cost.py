@@ -70,6 +70,12 @@ class StageCost:
         return (Segment("compute", self.backward, self.backward_flops),)
 
     @property
+    def weight_bytes(self) -> int:
+        """Bytes of the weights alone (``param_bytes`` of a real model also counts gradients,
+        optimizer state and buffers; a synthetic model's is the weights)."""
+        return int(self.memory_parts.get("params", self.param_bytes))
+
+    @property
     def gradient_bytes(self) -> int:
         """Bytes of the data-parallel gradient all-reduce (default: the parameter bytes)."""
         return self.param_bytes if self.grad_bytes is None else self.grad_bytes
