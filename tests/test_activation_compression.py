@@ -64,7 +64,11 @@ def test_links_all_folds_exactly():
     times = {}
     for fold in (False, True):
         raw["simulation"]["fold"] = fold
-        times[fold] = cs.simulate(raw, progress=False).summary["iteration_time_s"]
+        res = cs.simulate(raw, progress=False)
+        times[fold] = res.summary["iteration_time_s"]
+        # links "all": every activation and gradient send carries A / ratio bytes
+        sends = res.spans[res.spans["kind"] == "send"]
+        assert len(sends) > 0 and (sends["bytes"] == A // 8).all()
     assert times[True] == pytest.approx(times[False], rel=1e-12)
 
 

@@ -7,6 +7,7 @@ import simpy
 
 import clustersim as cs
 from clustersim.engine.interpreter import Engine
+from clustersim.engine.lanes import HOLD
 from clustersim.engine.network_setup import build_network
 from clustersim.network import DirectFabric
 from clustersim.trace.recorder import Recorder
@@ -32,7 +33,14 @@ def _run(sc, timed_by_fabric: bool):
     fabric = build_network(sc, env, rec)
     engine = Engine(prog, env, _Asked(fabric) if timed_by_fabric else fabric, rec, [2**40] * prog.num_devices)
     engine.run()
-    return rec, engine.events
+    return rec, engine.events, engine
+
+
+def _send_plans(engine) -> list[int]:
+    """The plan codes (``what``) of the engine's send ops: plan entries are (id, what, ...);
+    each lane's plan ends with a sentinel of id -1."""
+    ops = engine.program.ops
+    return [what for _, plan in engine._plans for op_id, what, *_ in plan if op_id >= 0 and ops[op_id].kind == "send"]
 
 
 @pytest.mark.parametrize("network", ["direct", "analytical"])
@@ -42,9 +50,14 @@ def test_held_sends_match_fabric_transfers(network, schedule):
                     iterations=2, dp=2, network=network, layers_per_stage=2)
     raw["parallel"]["virtual_stages"] = 2 if schedule == "interleaved" else 1
     sc = cs.load_scenario(raw)
-    held, held_events = _run(sc, timed_by_fabric=False)
-    asked, asked_events = _run(sc, timed_by_fabric=True)
-    assert held.ops == asked.ops  # every (op, start, end), in the order the ops ended
+    held, held_events, held_engine = _run(sc, timed_by_fabric=False)
+    asked, asked_events, asked_engine = _run(sc, timed_by_fabric=True)
+    # the fixed-time path really is taken: the engine holds every send itself (HOLD, a known
+    # time), while a fabric that hides its times has none held
+    held_sends, asked_sends = _send_plans(held_engine), _send_plans(asked_engine)
+    assert held_sends and all(what == HOLD for what in held_sends)
+    assert len(asked_sends) == len(held_sends) and HOLD not in asked_sends
+    assert held.ops == asked.ops  # every (op, start, end), in op-id order
     assert held.memory == asked.memory
     assert held_events == asked_events  # one event per send either way
 

@@ -13,10 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import clustersim as cs
+from clustersim.engine.network_setup import cluster_dict
 from clustersim.faults.config import Config
-from clustersim.faults.state import checkpoint_bytes
+from clustersim.faults.state import checkpoint_bytes, stage_state_bytes
 from clustersim.faults.timeline import JobModel, JobTimeline
 from clustersim.scenario.schema import FaultSpec
+from clustersim.topology import build_topology
+from clustersim.topology.routing import Router
 
 LAYER_PARAMS = 1e9  # bytes of state per layer (synthetic: the whole state)
 BW, LAT = 1e11, 1e-6  # the direct fabric: every transfer takes LAT + bytes / BW
@@ -161,9 +164,12 @@ def test_link_fail_that_only_reroutes_changes_the_iteration_time_from_the_next_b
     topo = {"kind": "fat_tree", "nodes_per_leaf": 2}
     base = job(faults=[{"kind": "link_fail", "link": ["leaf0", "spine0"], "at_iteration": 2.5}])
     base["cluster"]["topology"] = topo
-    base["simulation"]["network"] = "analytical"
+    # packet network: flows share the surviving spine, so losing leaf0–spine0 slows the
+    # all-reduce (an analytical network prices each route alone and would not notice)
+    base["simulation"]["network"] = "packet"
     t = iteration_time(base)
     t_down = iteration_time(base, **{"cluster.failed_links": [["leaf0", "spine0"]]})
+    assert t_down > t
     res = cs.simulate(base, progress=False)
     assert res.summary["lost_work_s"] == 0.0
     assert res.summary["job_time_s"] == pytest.approx(3 * t + 9 * t_down + 2 * 2.0, rel=1e-9)
@@ -247,7 +253,21 @@ def test_shipped_scenario_restart_vs_elastic():
     assert s["checkpoint_bytes"] == pytest.approx(7.5e9 * 14, rel=0.01)  # bf16 weights + fp32 Adam: 14 B/param
     assert s["job_time_s"] == pytest.approx(n * t + 9 * c + 1.5 * t + 300 + c, rel=1e-9)
     assert elastic.summary["lost_work_s"] == pytest.approx(0.5 * t, rel=1e-9)
-    assert elastic.summary["migration_time_s"] > 0
+    # Stage 0 (tp 4 × dp 4) is nodes 0-1, stage 1 nodes 2-3; node 1 leaves. dp 3 on 3 nodes puts
+    # stage 0 on logical GPUs 0-11, stage 1 on 12-23: logical node 0 → node 0, logical node 1
+    # (stage 0 ranks 0-3, then stage 1 ranks 0-3) → node 2 (its GPUs 20-23 already hold stage 1
+    # ranks 0-3; node 3 ties, the lower index wins), logical node 2 → node 3. So GPUs 16-19 receive
+    # stage 0's tp ranks 0-3 from GPUs 0-3, all at once: on the analytical network each takes
+    # its route's latency + bytes / bottleneck bandwidth, independent of the others.
+    three = sc.with_overrides({"cluster.nodes": 3, "parallel.dp": 3, "faults": [], "recovery": None})
+    stage0 = stage_state_bytes(three)[0]
+    assert 4 * sum(stage_state_bytes(three)) == pytest.approx(s["checkpoint_bytes"], rel=1e-12)  # tp 4 shards
+    router = Router(build_topology(cluster_dict(sc.cluster)))
+    routes = [router.cost(f"gpu{src}", f"gpu{src + 16}") for src in range(4)]
+    migration = max(lat + stage0 / bw for lat, bw in routes)
+    assert elastic.summary["migration_time_s"] == pytest.approx(migration, rel=1e-12)
+    moved = elastic.job.loc[elastic.job["kind"] == "migration", "note"].item()
+    assert f"{4 * stage0 / 2**30:.3g} GiB" in moved
     for res in (restart, elastic):
         check_invariants(res, n)
         assert res.summary["goodput_samples_per_s"] < res.summary["samples_per_s"]
@@ -322,3 +342,13 @@ def test_inference_takes_no_faults():
     sc = cs.load_scenario("scenarios/edgepipe-vit-large-4xT4-1GbE.yaml")
     with pytest.raises(cs.ScenarioError, match="faults and recovery model training jobs"):
         sc.with_overrides({"recovery": {"policy": "checkpoint_restart", "job_iterations": 10}})
+
+
+@pytest.mark.parametrize("link", [["node1.nic0", "leaf0"], ["node3.nic0", "leaf0"]])
+def test_a_link_fault_after_an_elastic_replan_is_refused_whether_it_cuts_or_reroutes(link):
+    sc = cs.load_scenario("scenarios/gpt-7.5b-32gpu-gpu-fail.yaml")
+    faults = [{"kind": "gpu_fail", "gpu": 2, "at_iteration": 2.5}, {"kind": "link_fail", "link": link,
+                                                                      "at_iteration": 5.5}]
+    with pytest.raises(cs.ScenarioError, match=r"faults\[1\].link: .* a link_fail after an elastic re-plan is "
+                                               r"not modelled"):
+        cs.simulate(sc.with_overrides({"recovery.policy": "elastic", "faults": faults}), progress=False)

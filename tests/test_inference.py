@@ -14,9 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import clustersim as cs
+from clustersim.engine.network_setup import cluster_dict
 from clustersim.hardware.gpus import get_gpu
 from clustersim.scenario.schema import ArrivalSpec
 from clustersim.schedules.inference import arrival_times
+from clustersim.topology import build_topology
+from clustersim.topology.routing import Router
 from clustersim.workload.resolve import resolve_transformer
 from clustersim.workload.stage_cost import chunk_costs
 from tests.conftest import synthetic
@@ -194,8 +197,26 @@ def test_edgepipe_scenario_runs_and_is_network_bound():
     # arrivals (5 ms apart) are slower than every stage and every hop: no request waits
     busiest = res.spans[res.spans["lane"].isin(["compute", "send"])].assign(d=lambda x: x["end_s"] - x["start_s"])
     assert busiest["d"].max() < 5e-3
-    assert req["latency_s"].to_numpy() == pytest.approx(s["first_request_latency_s"], rel=1e-9)
-    assert s["iteration_time_s"] == pytest.approx(63 * 5e-3 + s["first_request_latency_s"], rel=1e-9)
+    # network-bound: the longest hop outlasts the longest stage forward
+    longest = busiest.groupby("lane")["d"].max()
+    assert longest["send"] > longest["compute"]
+    # empty-pipeline latency S = Σ stage forwards on the T4 + 3 hops. A hop is gpu → NIC (free
+    # wire) → star centre → NIC → gpu: two 1 Gbit/s links, each carrying the star's one-way
+    # latency (default nic.latency, 50 µs: clustersim.topology.star), and the packet model's
+    # idle-route time (docs/network.md) for A = 197 × 1024 × 2 bytes (fp16 activations) in
+    # 64 KiB chunks over h = 2 equal links: A/B + (h − 1)·chunk/B + Σ l.
+    sc = cs.load_scenario("scenarios/edgepipe-vit-large-4xT4-1GbE.yaml")
+    A, B, chunk = 197 * 1024 * 2, 1e9 / 8, 64 * 1024
+    router = Router(build_topology(cluster_dict(sc.cluster)))
+    assert [router.cost(f"gpu{k}", f"gpu{k + 1}") for k in range(3)] == [pytest.approx((2 * 50e-6, B))] * 3
+    hop = A / B + chunk / B + 2 * 50e-6
+    forwards = [c.forward for c in chunk_costs(sc, 4, gpu="T4-16GB")]
+    assert [c.activation_bytes for c in chunk_costs(sc, 4, gpu="T4-16GB")][:3] == [A] * 3
+    assert hop > max(forwards)  # ~3.9 ms per hop against ~1.8 ms per stage
+    S = sum(forwards) + 3 * hop
+    assert s["first_request_latency_s"] == pytest.approx(S, rel=1e-9)
+    assert req["latency_s"].to_numpy() == pytest.approx(S, rel=1e-9)
+    assert s["iteration_time_s"] == pytest.approx(63 * 5e-3 + S, rel=1e-9)
 
 
 def test_edge_pipeline_over_mixed_gpus_prices_each_stage_on_its_own_gpu():

@@ -67,6 +67,12 @@ def check_rules(spec: ScenarioSpec) -> None:
             "parallel", f"tp={par.tp} pp={par.pp} dp={dp}",
             f"tp × pp × dp must equal the cluster's {n} GPUs (nodes × gpus_per_node)",
         )
+    gc = par.gradient_compression
+    if gc is not None and gc.links != "all" and par.stage_replicas is None and par.parameter_server is None:
+        from ..parallel.plan import Plan
+        from ..schedules.compression import check_even_domains
+
+        check_even_domains(gc, spec.cluster, Plan(par.tp, par.pp, dp, spec.cluster.gpus_per_node))
     if par.tp > 1 and spec.model.kind == "synthetic":
         raise ScenarioError(
             "parallel.tp", par.tp,

@@ -12,8 +12,11 @@ op (bytes·c/2) right before the pass that uses them.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
+from ..engine.network_setup import cluster_dict
+from ..errors import ScenarioError
 from ..program import COMPUTE, Op, Program
 from ..topology import build_topology
 from ..topology.graph import gpu_names
@@ -47,9 +50,26 @@ def compression_of(spec, cluster) -> Compression | None:
     per_byte = spec.time_per_gib / GIB
     if spec.links == "all":
         return Compression(spec.ratio, per_byte)
-    g = build_topology(cluster.model_dump())
+    g = build_topology(cluster_dict(cluster))
     domains = gpu_sites(g) if spec.links == "inter_site" else [g.nodes[n]["host"] for n in gpu_names(g)]
     return Compression(spec.ratio, per_byte, spec.links, tuple(domains))
+
+
+def check_even_domains(spec, cluster, plan) -> None:
+    """Raise ScenarioError unless every data-parallel group holds as many GPUs in each site
+    (``inter_site``) or server (``inter_node``): the hierarchical compressed all-reduce
+    (:mod:`.gradient_sync`) needs it."""
+    domains = compression_of(spec, cluster).domains
+    where = "site" if spec.links == "inter_site" else "server"
+    for s in range(plan.pp):
+        for t in range(plan.tp):
+            counts = Counter(domains[d] for d in plan.dp_group(s, t))
+            if len(counts) > 1 and len(set(counts.values())) > 1:
+                raise ScenarioError(
+                    "parallel.gradient_compression.links", spec.links,
+                    f"stage {s}'s data-parallel group holds {dict(counts)} GPUs per {where}; the hierarchical "
+                    f"compressed all-reduce needs the same number in each {where}; accepted: all, or a "
+                    f"plan/cluster that does")
 
 
 def coded_activation_bytes(codec: Compression | None, schedule, plan, costs, s: int, r: int, t: int,
