@@ -18,20 +18,16 @@ cost-model time on that device's GPU type × its straggler slowdown ÷ its speed
 
 from __future__ import annotations
 
-from ..parallel.plan import Plan
 from ..workload.stage_builder import contiguous_min_max
-
-
-def _plan(sc) -> Plan:
-    return Plan(sc.parallel.tp, sc.parallel.pp, sc.dp, sc.cluster.gpus_per_node)
 
 
 def _stage_hardware(sc) -> list[tuple[set[tuple[str, float]], int]]:
     """Per stage: its distinct (GPU type, time factor) pairs and its smallest GPU memory."""
     from ..engine.variability import device_factors
     from ..hardware.node_groups import device_gpus, device_specs
+    from ..simulate import plan_of
 
-    plan = _plan(sc)
+    plan = plan_of(sc)
     gpus, specs = device_gpus(sc.cluster), device_specs(sc.cluster)
     factors = device_factors(sc.cluster, plan.num_devices)
     out = []

@@ -3,15 +3,25 @@ devices differ (stragglers, degraded links, node groups of other GPU types)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     Field,
-    field_validator,
     model_validator,
 )
 
 from .fields import Bandwidth, Time, _Spec, known
+
+
+def _known_gpu(name: str) -> str:
+    from ..hardware.gpus import GPUS
+
+    return known(name, GPUS, "GPU")
+
+
+#: a GPU of the catalog (``clustersim list``); an unknown name lists the known ones
+GpuName = Annotated[str, AfterValidator(_known_gpu)]
 
 
 class IntraNodeSpec(_Spec):
@@ -80,15 +90,8 @@ class NodeGroupSpec(_Spec):
     these GPUs (0.8 = 20 % slower than the cost model says; see docs/heterogeneous.md)."""
 
     nodes: int = Field(ge=1)
-    gpu: str | None = None
+    gpu: GpuName | None = None
     speed: float = Field(default=1.0, gt=0)
-
-    @field_validator("gpu")
-    @classmethod
-    def _known_gpu(cls, name: str | None) -> str | None:
-        from ..hardware.gpus import GPUS
-
-        return name if name is None else known(name, GPUS, "GPU")
 
 
 class ClusterSpec(_Spec):
@@ -97,7 +100,7 @@ class ClusterSpec(_Spec):
     preset: str | None = None
     nodes: int = Field(default=1, ge=1)
     gpus_per_node: int = Field(default=8, ge=1)
-    gpu: str = "A100-SXM4-80GB"
+    gpu: GpuName = "A100-SXM4-80GB"
     intra_node: IntraNodeSpec = IntraNodeSpec()
     nic: NicSpec = NicSpec()
     pcie: PcieSpec | None = None
@@ -125,13 +128,6 @@ class ClusterSpec(_Spec):
         if all(isinstance(g, dict) and isinstance(g.get("nodes"), int) for g in groups):
             return {**raw, "nodes": sum(g["nodes"] for g in groups)}
         return raw  # field validation names the bad group
-
-    @field_validator("gpu")
-    @classmethod
-    def _known_gpu(cls, name: str) -> str:
-        from ..hardware.gpus import GPUS
-
-        return known(name, GPUS, "GPU")
 
     @property
     def num_gpus(self) -> int:

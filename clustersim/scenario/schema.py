@@ -85,27 +85,22 @@ def _dp_value(dp: object) -> int | str:
     raise ValueError("expected a whole number ≥ 1 or 'auto' (GPUs / (tp × pp))")
 
 
-def _partition_value(value: object) -> str | list[int]:
-    if value in ("even", "balanced", "pipedream"):
-        return value
-    if isinstance(value, list) and value and all(isinstance(n, int) and not isinstance(n, bool) and n >= 1
-                                                 for n in value):
-        return value
-    raise ValueError("expected even, balanced, pipedream or a list of layers per model chunk (each ≥ 1)")
+def _words_or_counts(words: tuple, expected: str):
+    """A validator accepting one of ``words`` or a non-empty list of whole numbers ≥ 1."""
+    def check(value: object):
+        if value in words or (isinstance(value, list) and value and all(
+                isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in value)):
+            return value
+        raise ValueError(f"expected {expected}")
+
+    return BeforeValidator(check)
 
 
-def _dp_split_value(value: object) -> str | list[int]:
-    if value in ("even", "speed") or (isinstance(value, list) and value and all(
-            isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in value)):
-        return value
-    raise ValueError("expected even, speed or a list of micro-batches per data-parallel replica (each ≥ 1)")
-
-
-def _replicas_value(value: object) -> list[int] | None:
-    if value is None or (isinstance(value, list) and value and all(
-            isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in value)):
-        return value
-    raise ValueError("expected a list of GPUs per pipeline stage (each ≥ 1), e.g. [15, 1]")
+_partition_value = _words_or_counts(("even", "balanced", "pipedream"),
+                                    "even, balanced, pipedream or a list of layers per model chunk (each ≥ 1)")
+_dp_split_value = _words_or_counts(("even", "speed"),
+                                   "even, speed or a list of micro-batches per data-parallel replica (each ≥ 1)")
+_replicas_value = _words_or_counts((None,), "a list of GPUs per pipeline stage (each ≥ 1), e.g. [15, 1]")
 
 
 class ParameterServerSpec(_Spec):
@@ -138,12 +133,12 @@ class ParallelSpec(_Spec):
     schedule: str = "1f1b"
     virtual_stages: int = Field(default=1, ge=1)
     #: layers per model chunk: even | balanced (by compute) | pipedream (planner) | [l0, l1, ...]
-    partition: Annotated[str | list[int], BeforeValidator(_partition_value)] = "even"
+    partition: Annotated[str | list[int], _partition_value] = "even"
     #: micro-batches per data-parallel replica: even | speed (by each replica's GPUs) | [m0, m1, ...]
-    dp_split: Annotated[str | list[int], BeforeValidator(_dp_split_value)] = "even"
+    dp_split: Annotated[str | list[int], _dp_split_value] = "even"
     #: GPUs per pipeline stage, PipeDream-style (e.g. [15, 1]); stage s's replicas take
     #: micro-batches round robin (clustersim.schedules.replicated). Needs tp = 1, dp = 1/auto
-    stage_replicas: Annotated[list[int] | None, BeforeValidator(_replicas_value)] = None
+    stage_replicas: Annotated[list[int] | None, _replicas_value] = None
     sequence_parallel: bool = False
     zero: int = Field(default=0, ge=0, le=3)
     #: compress data-parallel gradients before their all-reduce (e.g. over WAN links)

@@ -114,8 +114,6 @@ def load_result(directory: str | Path):
     scenario = yaml.safe_load(scenario_path.read_text()) if scenario_path.exists() else {}
     waits = pd.read_csv(d / "waits.csv", keep_default_na=False) if (d / "waits.csv").exists() else None
     requests = pd.read_csv(d / "requests.csv") if (d / "requests.csv").exists() else None
-    res = Result(summary, spans, devices, memory, scenario or {}, requests=requests, waits=waits)
-    if (d / "job.csv").exists():
-        res.job = pd.read_csv(d / "job.csv", keep_default_na=False, na_values={"iteration": [""]},
-                              dtype={"iteration": "Int64"})
-    return res
+    job = pd.read_csv(d / "job.csv", keep_default_na=False, na_values={"iteration": [""]},
+                      dtype={"iteration": "Int64"}) if (d / "job.csv").exists() else None
+    return Result(summary, spans, devices, memory, scenario or {}, requests=requests, waits=waits, job=job)

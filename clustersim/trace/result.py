@@ -35,10 +35,10 @@ class Result:
 
     def __init__(self, summary: dict[str, Any], spans: pd.DataFrame, devices: pd.DataFrame,
                  memory: pd.DataFrame, scenario: dict[str, Any], requests: pd.DataFrame | None = None,
-                 waits: pd.DataFrame | Callable[[], pd.DataFrame] | None = None):
+                 waits: pd.DataFrame | Callable[[], pd.DataFrame] | None = None, job: pd.DataFrame | None = None):
         self.summary, self.spans, self.devices, self.memory, self.scenario = summary, spans, devices, memory, scenario
         self.requests = requests
-        self.job: pd.DataFrame | None = None
+        self.job = job
         self._waits = waits
 
     @property
