@@ -12,13 +12,16 @@ previous op on its lane has ended *and* every op it depends on has ended. Then:
   does), then the collective runs as point-to-point steps on the fabric; each member's
   span covers rendezvous → completion.
 
-A lane is a small state machine driven by SimPy event callbacks rather than a SimPy
-process: a running op's timeout (or transfer, or collective) calls the lane back when it
-ends, and a lane blocked on another lane's op is put on that op's waiter list. This
-costs one SimPy event per timed op and none per dependency. A send whose fabric knows
-its time up front (``Fabric.fixed_time``: the direct and analytical models) is held by
-its lane like a compute op — the same single event, without a call into the fabric.
-What the loop reads per op is laid out before the run (:mod:`clustersim.engine.lanes`).
+A lane is a small state machine, not a SimPy process: a lane blocked on another lane's
+op is put on that op's waiter list, and a running op's end (its timeout, transfer or
+collective) hands the lane back to the run loop. This costs one SimPy event per timed op
+and none per dependency. A send whose fabric knows its time up front
+(``Fabric.fixed_time``: the direct and analytical models) is held by its lane like a
+compute op — the same single event, without a call into the fabric. The run loop pops
+SimPy's event queue itself: the end of a held op (the lane's :class:`LaneEnd`) is
+handled in place, in the loop's own frame; every other event goes through SimPy's
+``env.step()``. What the loop reads per op is laid out before the run
+(:mod:`clustersim.engine.lanes`).
 
 Ties at equal simulated times: SimPy processes events in (time, FIFO) order; when an op
 ends, the lanes waiting on it are resumed right after, in the order they started waiting.
@@ -28,7 +31,7 @@ Nothing random or wall-clock enters, so the same Program always yields the same 
 from __future__ import annotations
 
 from collections import deque
-from heapq import heappush
+from heapq import heappop, heappush
 
 import simpy
 from simpy.events import NORMAL
@@ -39,7 +42,7 @@ from ..errors import SimulationStall
 from ..network.base import Fabric
 from ..program import COLLECTIVE, RECV, Op, Program
 from ..trace.recorder import Recorder
-from .lanes import DONE, END, HOLD, INSTANT, JOINED, POSTED, SLOWED, Lane, compile_lane, waiter_table
+from .lanes import DONE, END, HOLD, INSTANT, JOINED, POSTED, SLOWED, Lane, LaneEnd, compile_lane, waiter_table
 from .memory import MemoryLedger
 
 
@@ -76,7 +79,8 @@ class Engine:
         self.waiters = waiter_table(n)  # who waits on each op, or DONE (clustersim.engine.lanes)
         self.durations = [op.duration for op in ops] if compute_scale is None else \
             [op.duration * f for op, f in zip(ops, compute_scale)]
-        self._ready: deque[Lane] = deque()
+        self._ready: deque[Lane] = deque()  # lanes to advance at the current time, in order
+        self._woken: deque[Lane] = deque()  # lanes whose running op an event of SimPy's ended
         self.names = program.device_names
         self._rendezvous: dict[str, list] = {}
         self.lanes = program.lanes()
@@ -101,36 +105,39 @@ class Engine:
 
     def run(self) -> None:
         """Start every lane, run the simulation to the end; raise SimulationStall on deadlock."""
-        step = self._hot_path()
-        self._lane_states = [Lane(lane_ops, firsts, plan, step, self.env)
+        self._lane_states = [Lane(lane_ops, firsts, plan, self._woken, self.env)
                              for lane_ops, (firsts, plan) in zip(self.lanes.values(), self._plans)]
         self._ready.extend(self._lane_states)
-        if self._ready:
-            step(self._ready.popleft())
-        self.env.run()
+        self._run_loop()()
         # SimPy numbers every scheduled event from an itertools.count; all were processed
-        # once run() returns, so this is the number of simulated events.
+        # once the loop returns, so this is the number of simulated events.
         self.events = next(self.env._eid)
-        start, end = self.start, self.end
-        self.recorder.ops.extend((i, start[i], t) for i, t in enumerate(end) if t >= 0.0)
-        if self.waiters.count(DONE) < len(self.waiters):
+        start, end, ops = self.start, self.end, self.recorder.ops
+        if self.waiters.count(DONE) == len(self.waiters):
+            ops.extend(zip(range(len(end)), start, end))
+        else:
+            ops.extend((i, start[i], t) for i, t in enumerate(end) if t >= 0.0)
             raise SimulationStall(self._stall_report())
 
-    def _hot_path(self):
-        """The interpreter loop as a closure over the engine's tables (free variables are as
-        cheap as locals, and no call sets them up again). Returns ``step(lane, event=None)``:
-        SimPy calls it back with a lane's running op's end ``event``; it finishes that op,
-        starts the lane's next ops until one must wait for time to pass or for another
-        lane, then does the same, in the same frame, for each lane the ends woke (FIFO)."""
+    def _run_loop(self):
+        """The simulation loop as a closure over the engine's tables (free variables are as
+        cheap as locals). It drives SimPy's event queue itself: a lane's held op ends with
+        the lane's :class:`LaneEnd` on the queue, which the loop pops and handles in place
+        (no SimPy callback, no call per op); every other event — fabric, collectives,
+        processes, a progress bar — goes through ``env.step()`` exactly as ``env.run()``
+        would, and the lanes whose ops it ended come back through ``woken``. Time order and
+        SimPy's FIFO order among equal times are kept: after an event, the lane it ended
+        runs until it must wait for time or for another lane, then each lane that woke
+        (FIFO), all in one frame."""
         env, start, waiters, begin = self.env, self.start, self.waiters, self._begin
         # lists are called by method (rec.append(x), not a bound append): CPython 3.11
         # specializes that call into an inline append
-        end, ready, samples = self.end, self._ready, self.recorder.memory
+        end, ready, woken, samples = self.end, self._ready, self._woken, self.recorder.memory
         # the memory ledger's change(), inlined; it is still called to report a Program bug
         held, peak, change = self.memory.current, self.memory.peak, self.memory.change
         # A held op's end is its lane's LaneEnd pushed on the queue directly (what env.timeout
         # does, minus two Python frames and an allocation).
-        queue, eid = env._queue, env._eid
+        queue, eid, env_step = env._queue, env._eid, env.step
 
         def wait_more(lane: Lane, more: tuple[int, ...]) -> bool:
             """Put ``lane`` on the waiter list of the first of ``more`` that has not ended
@@ -142,13 +149,34 @@ class Engine:
                     return True
             return False
 
-        def step(lane: Lane, event=None) -> None:
+        def run_loop() -> None:
             now = env._now
-            plan, firsts, idx = lane.plan, lane.firsts, lane.idx
-            done = event is not None  # the op at idx has ended
-            if done:
-                i, what, arg, more, alloc, free, dev = plan[idx]
-            while True:  # over the lanes to advance: this one, then those woken
+            while True:  # over the lanes to advance
+                if ready:  # a lane woken at `now` by an op that ended: it may start its op
+                    lane = ready.popleft()
+                    plan, firsts, idx = lane.plan, lane.firsts, lane.idx
+                    done = False
+                else:  # a lane whose running op has ended
+                    if woken:
+                        lane = woken.popleft()
+                    else:
+                        while True:  # let simulated time pass: the next event
+                            if not queue:
+                                return
+                            ev = queue[0][3]
+                            if ev.__class__ is LaneEnd:
+                                now = heappop(queue)[0]
+                                env._now = now
+                                lane = ev.lane
+                                break
+                            env_step()
+                            if woken:
+                                now = env._now
+                                lane = woken.popleft()
+                                break
+                    plan, firsts, idx = lane.plan, lane.firsts, lane.idx
+                    i, what, arg, more, alloc, free, dev = plan[idx]
+                    done = True
                 while True:  # over the lane's ops
                     if done:  # op i has ended
                         if free:
@@ -184,9 +212,7 @@ class Engine:
                     done = True
                     if what == HOLD:
                         start[i] = now
-                        ev = lane.end
-                        ev.callbacks = lane.calls
-                        heappush(queue, (now + arg, NORMAL, next(eid), ev))
+                        heappush(queue, (now + arg, NORMAL, next(eid), lane.end))
                         break
                     if what == POSTED:  # the span starts when the recv was posted or its send started
                         posted, t_send = lane.t, start[arg]
@@ -196,16 +222,11 @@ class Engine:
                     else:
                         if what == END:
                             break
-                        begin(what, i).callbacks.append(lane.on_event)
+                        begin(what, i).callbacks.append(lane.wake)
                         break
                 lane.idx = idx
-                if not ready:
-                    return
-                lane = ready.popleft()
-                plan, firsts, idx = lane.plan, lane.firsts, lane.idx
-                done = False
 
-        return step
+        return run_loop
 
     def _begin(self, what: int, i: int) -> simpy.Event:
         """Start op ``i`` (SLOWED, SENT or JOINED), which ends with an event of a process,

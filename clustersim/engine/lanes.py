@@ -10,8 +10,6 @@ lookups, branches and allocations in the loop that runs once per op.
 
 from __future__ import annotations
 
-from functools import partial
-
 from simpy.events import Event
 
 from ..errors import ProgramError
@@ -83,29 +81,32 @@ def compile_lane(program: Program, lane_ops: list[Op], durations: list[float], s
 
 
 class LaneEnd(Event):
-    """The end of the op a lane holds for a known time: a SimPy event that is scheduled
-    when armed (as a Timeout is) and always succeeds, with value None. Each lane owns one
-    and re-arms it for each such op: a lane holds at most one op at a time, and only
-    SimPy's event loop (which pops it and calls the lane back) ever sees it."""
+    """The end of the op a lane holds for a known time: a SimPy event on SimPy's queue,
+    scheduled when armed (as a Timeout is). Each lane owns one and re-arms it for each
+    such op (a lane holds at most one op at a time). The engine's run loop pops it from
+    the queue itself and advances its ``lane`` in place, so SimPy never calls it back:
+    it has no callbacks and always succeeds, with value None."""
 
-    __slots__ = ("callbacks", "env", "_ok", "_value")
+    __slots__ = ("callbacks", "env", "_ok", "_value", "lane")
 
-    def __init__(self, env):
-        self.env, self._ok, self._value, self.callbacks = env, True, None, None
+    def __init__(self, env, lane):
+        self.env, self._ok, self._value, self.callbacks, self.lane = env, True, None, None, lane
 
 
 class Lane:
     """Execution state of one (device, lane): its ops, ``firsts`` and ``plan`` (see
     :func:`compile_lane`), the index ``idx`` of the op it runs or waits to start, and
-    ``t``, the time it reached that op (when the op before it ended). It is called back
-    (``on_event``) only by the end event of its running op."""
+    ``t``, the time it reached that op (when the op before it ended). A running op that
+    ends with an event of a process, the fabric or a collective calls :meth:`wake`,
+    which hands the lane to the run loop's ``woken`` queue."""
 
-    __slots__ = ("ops", "firsts", "plan", "idx", "t", "on_event", "calls", "end")
+    __slots__ = ("ops", "firsts", "plan", "idx", "t", "woken", "end")
 
-    def __init__(self, ops: list[Op], firsts: list[int], plan: list[tuple], step, env):
+    def __init__(self, ops: list[Op], firsts: list[int], plan: list[tuple], woken, env):
         self.ops, self.firsts, self.plan, self.idx, self.t = ops, firsts, plan, 0, env.now
-        self.on_event = partial(step, self)  # the SimPy callback of this lane's timed ops
-        # the callbacks of every arming of ``end``: SimPy only reads an event's callback
-        # list (it sets the attribute to None), so one list serves them all
-        self.calls = [self.on_event]
-        self.end = LaneEnd(env)
+        self.woken = woken
+        self.end = LaneEnd(env, self)
+
+    def wake(self, event) -> None:
+        """SimPy callback of the event that ends this lane's running op."""
+        self.woken.append(self)
