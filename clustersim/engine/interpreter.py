@@ -67,8 +67,7 @@ class Engine:
         self.alpha, self.algorithms = alpha, algorithms or {}
         self.slowdown = comm_compute_slowdown
         self.collective_model = collective_model
-        self._estimates: dict[tuple, float] = {}
-        self._chosen: dict[tuple, str] = {}  # auto algorithm per (kind, group, bytes)
+        self._collectives: dict[tuple, tuple[str, float | None]] = {}  # see _collective_plan
         # collectives in progress per device, and an event that fires when that changes
         self.active_collectives = [0] * program.num_devices
         self.collectives_changed = [env.event() for _ in range(program.num_devices)]
@@ -282,10 +281,10 @@ class Engine:
 
     def _run_collective(self, op, finished: simpy.Event):
         names = self.names
-        algorithm = self._algorithm(op)
+        algorithm, analytical_time = self._collective_plan(op)
         self._collectives_change(op.group, +1)
-        if self.collective_model == "analytical":
-            yield self.env.timeout(self._estimate(op, algorithm))
+        if analytical_time is not None:
+            yield self.env.timeout(analytical_time)
         else:
             own = run_collective(self.env, self.fabric, op.collective, [names[d] for d in op.group],
                                  op.nbytes, algorithm=algorithm, alpha=self.alpha, label=op.tag)
@@ -297,29 +296,22 @@ class Engine:
         self._collectives_change(op.group, -1)
         finished.succeed()
 
-    def _algorithm(self, op) -> str:
-        """The algorithm of ``op``'s collective: its own, the scenario's for its kind, or the
-        ``auto`` choice (the α-β model's fastest), chosen once per (kind, group, size)."""
-        algorithm = op.algorithm if op.algorithm != "auto" else self.algorithms.get(op.collective, "auto")
-        if algorithm != "auto":
-            return algorithm
-        key = (op.collective, op.group, op.nbytes)
-        name = self._chosen.get(key)
-        if name is None:
-            name = self._chosen[key] = choose_algorithm(self._group(op), op.collective, op.nbytes)
-        return name
-
-    def _group(self, op) -> Group:
-        return Group(self.env, self.fabric, [self.names[d] for d in op.group], self.alpha)
-
-    def _estimate(self, op, algorithm: str) -> float:
-        """α-β time of ``op``'s collective on its group's links, cached per shape."""
-        key = (op.collective, op.group, op.nbytes, algorithm)
-        t = self._estimates.get(key)
-        if t is None:
-            shape = self._group(op).shape()
-            t = self._estimates[key] = estimate_time(op.collective, algorithm, len(op.group), op.nbytes, **shape)
-        return t
+    def _collective_plan(self, op) -> tuple[str, float | None]:
+        """``(algorithm, time)`` of ``op``'s collective, worked out once per (kind, group,
+        size, requested algorithm): the algorithm is the op's own, else the scenario's for
+        its kind, else the ``auto`` choice (the α-β model's fastest); the time is its α-β
+        time on the group's links under ``collective_model: analytical``, else None (the
+        fabric times it)."""
+        requested = op.algorithm if op.algorithm != "auto" else self.algorithms.get(op.collective, "auto")
+        key = (op.collective, op.group, op.nbytes, requested)
+        known = self._collectives.get(key)
+        if known is None:
+            group = Group(self.env, self.fabric, [self.names[d] for d in op.group], self.alpha)
+            algorithm = requested if requested != "auto" else choose_algorithm(group, op.collective, op.nbytes)
+            t = None if self.collective_model != "analytical" else \
+                estimate_time(op.collective, algorithm, len(op.group), op.nbytes, **group.shape())
+            known = self._collectives[key] = (algorithm, t)
+        return known
 
     def _stall_report(self) -> str:
         ops, lines, finished = self.program.ops, [], self.finished
