@@ -10,7 +10,7 @@ Prints a table:
   (c) wall time against GPU count (64 → 16,384) and against micro-batches per iteration;
   (d) engine events per second against a bare SimPy loop (benchmarks/engine_speed.py).
 Every run is a fresh subprocess so its peak RSS is its own. Fidelity for (a)–(c):
-``network: analytical``, ``collective_model: analytical``, ``detail: stage`` — the fastest
+``network: analytical``, ``collective_model: analytical``, ``granularity: stage`` — the fastest
 that keeps Megatron's Table 1 within its stated error (docs/validation.md).
 """
 
@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 
-FAST = {"network": "analytical", "collective_model": "analytical", "detail": "stage"}
+FAST = {"network": "analytical", "collective_model": "analytical", "granularity": "stage"}
 
 
 def gpt3_175b(fold: bool) -> dict:

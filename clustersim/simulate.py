@@ -83,9 +83,9 @@ def compile_scenario(sc: Scenario, fold: bool | None = None) -> Program:
 
 
 def _finish(sc: Scenario, prog: Program) -> Program:
-    """Check ``prog``, then coarsen it when ``simulation.detail`` is ``stage``."""
+    """Check ``prog``, then coarsen it when ``simulation.granularity`` is ``stage``."""
     prog.check()
-    return coarsen(prog) if sc.simulation.detail == "stage" else prog
+    return coarsen(prog) if sc.simulation.granularity == "stage" else prog
 
 
 def simulate(scenario: Scenario | str | Path | dict[str, Any], progress: bool | str = "auto") -> Result:

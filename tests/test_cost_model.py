@@ -50,13 +50,13 @@ def test_profile_table_overrides_matching_ops(tmp_path):
     assert table.lookup("mlp_up", "F", (9, 9, 9)) is None
 
 
-def _costs(tp=8, sp=False, recompute="none", detail="layer", zero=0, dp=1, precision="bf16", layers=2):
+def _costs(tp=8, sp=False, recompute="none", granularity="layer", zero=0, dp=1, precision="bf16", layers=2):
     sc = cs.load_scenario({
         "cluster": {"preset": "dgx_a100", "nodes": dp}, "model": {"preset": "gpt-22b", "layers": layers},
         "training": {"global_batch": 4 * dp, "micro_batch": 4, "recompute": recompute, "precision": precision},
         "parallel": {"tp": tp, "pp": 8 // tp, "dp": dp, "sequence_parallel": sp, "zero": zero,
                      **({"pp": 2} if tp == 4 else {})},
-        "simulation": {"detail": detail}})
+        "simulation": {"granularity": granularity}})
     return chunk_costs(sc, sc.parallel.pp)
 
 
@@ -84,8 +84,8 @@ def test_sequence_parallel_uses_all_gather_and_reduce_scatter():
     assert "all_reduce" not in f
 
 
-def test_stage_detail_keeps_time_and_ends_on_compute():
-    layer, stage = _costs()[0], _costs(detail="stage")[0]
+def test_stage_granularity_keeps_time_and_ends_on_compute():
+    layer, stage = _costs()[0], _costs(granularity="stage")[0]
     assert stage.forward == pytest.approx(layer.forward)
     assert sum(s.nbytes for s in stage.segments("F")) == sum(s.nbytes for s in layer.segments("F"))
     assert stage.segments("F")[-1].kind == "compute" and len(stage.segments("F")) == 3

@@ -106,7 +106,7 @@ def _gpt(nodes: int, tp: int, pp: int, oversubscription: float, fold) -> dict:
         "model": {"kind": "transformer", "preset": "gpt-1.3b"},
         "training": {"global_batch": 8 * dp, "micro_batch": 1},
         "parallel": {"tp": tp, "pp": pp, "dp": dp},
-        "simulation": {"network": "packet", "fold": fold, "detail": "stage", "max_chunks": 8},
+        "simulation": {"network": "packet", "fold": fold, "granularity": "stage", "max_chunks": 8},
     }
 
 

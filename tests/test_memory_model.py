@@ -48,7 +48,7 @@ def test_in_flight_follows_the_schedule():
 @pytest.fixture(scope="module")
 def base():
     return cs.load_scenario("scenarios/quickstart.yaml").with_overrides(
-        {"simulation.network": "analytical", "simulation.detail": "stage"})
+        {"simulation.network": "analytical", "simulation.granularity": "stage"})
 
 
 def _run(sc, **over):

@@ -30,6 +30,7 @@ def _error(overrides: dict, base: dict = BASE) -> str:
     ({"cluster.nic.speed": 2}, "cluster.nic.speed: 2 is invalid; unknown field; accepted fields here: bandwidth, efficiency, latency, per_node"),
     ({"parallel.dp": "many"}, "parallel.dp: 'many' is invalid; expected a whole number ≥ 1 or 'auto'"),
     ({"parallel.dp": 0}, "parallel.dp: 0 is invalid; expected a whole number ≥ 1 or 'auto'"),
+    ({"simulation.granularity": "op"}, "simulation.granularity: 'op' is invalid; Input should be 'layer' or 'stage'"),
     ({"simulation.network": "wifi"}, "simulation.network: 'wifi' is invalid; not a known network model; known: packet, analytical, direct"),
     ({"parallel.pp": 3}, "parallel: 'tp=1 pp=3 dp=1' is invalid; tp × pp × dp must equal the cluster's 4 GPUs"),
     ({"parallel.tp": 2, "parallel.pp": 2}, "parallel.tp: 2 is invalid; a synthetic model has per-GPU layer times"),

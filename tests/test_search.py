@@ -204,7 +204,7 @@ def test_gpt13b_transformer_search_beats_megatron_hand_picked():
             "model": {"kind": "transformer", "layers": 40, "hidden": 5120, "heads": 40, "vocab": 51200,
                       "seq_len": 2048},
             "training": {"global_batch": 32, "micro_batch": 1, "recompute": "full"},
-            "parallel": {"tp": 8, "pp": 8}, "simulation": {"network": "analytical", "collective_model": "analytical", "detail": "stage"}}
+            "parallel": {"tp": 8, "pp": 8}, "simulation": {"network": "analytical", "collective_model": "analytical", "granularity": "stage"}}
     res = search(base, 64, micro_batches=[1], schedules=["1f1b"],
                  vary={"training.recompute": ["full"], "parallel.zero": [0], "parallel.sequence_parallel": [False]},
                  workers=2)

@@ -53,7 +53,7 @@ def _fig13(pp: int, tp: int) -> float:
     raw = {"cluster": {"preset": "dgx_a100", "nodes": 8}, "model": {"preset": "gpt3-175b"},
            "training": {"global_batch": 32, "micro_batch": 1, "recompute": "full"},
            "parallel": {"tp": tp, "pp": pp, "dp": 1},
-           "simulation": {"network": "analytical", "detail": "stage", "collective_model": "analytical"}}
+           "simulation": {"network": "analytical", "granularity": "stage", "collective_model": "analytical"}}
     res = cs.simulate(raw, progress=False)
     assert not res.summary["oom"]
     return res.summary["iteration_time_s"]

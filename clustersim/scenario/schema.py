@@ -173,7 +173,7 @@ class SimulationSpec(_Spec):
     compute_noise: NoiseSpec | None = None
     #: real models: ``layer`` = segments per layer (TP collectives as run); ``stage`` = one
     #: compute segment + one summed collective per pass (fewer events, for huge runs)
-    detail: Literal["layer", "stage"] = "layer"
+    granularity: Literal["layer", "stage"] = "layer"
     #: collective kind → algorithm (``auto`` = the fastest by the α-β model, as NCCL's tuner)
     collectives: dict[str, str] = Field(default_factory=dict)
     #: ``fabric``: collectives as point-to-point steps on the network model (contention is

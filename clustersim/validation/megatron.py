@@ -8,7 +8,7 @@ used for some rows is not registered in clustersim; 1F1B is used for every row).
 
 Fidelity: one iteration (no warm-up effects exist in the simulator), ``analytical``
 network (route latency + bytes / bottleneck bandwidth; agrees with ``packet`` on an idle
-network) and ``detail: stage`` (one compute segment and one summed TP collective per
+network) and ``granularity: stage`` (one compute segment and one summed TP collective per
 pass). Predicted TFLOP/s uses Megatron's own count, eq. (3): 96·B·s·l·h²(1 + s/(6h) +
 V/(16lh)) FLOPs per iteration (recompute included) / (iteration time × GPUs).
 """
@@ -53,7 +53,7 @@ def megatron_rows() -> list[dict]:
     return rows
 
 
-def megatron_scenario(row: dict, network: str = "analytical", detail: str = "stage") -> dict:
+def megatron_scenario(row: dict, network: str = "analytical", granularity: str = "stage") -> dict:
     """The scenario dict of one Table 1 row (see module doc)."""
     b = micro_batch(row["global_batch"], row["dp"], row["pp"])
     return {
@@ -63,7 +63,7 @@ def megatron_scenario(row: dict, network: str = "analytical", detail: str = "sta
         "training": {"global_batch": row["global_batch"], "micro_batch": b, "precision": "fp16",
                      "recompute": "full", "optimizer": "adam"},
         "parallel": {"tp": row["tp"], "pp": row["pp"], "dp": row["dp"], "schedule": "1f1b"},
-        "simulation": {"iterations": 1, "network": network, "detail": detail, "collective_model": "analytical"},
+        "simulation": {"iterations": 1, "network": network, "granularity": granularity, "collective_model": "analytical"},
     }
 
 
@@ -73,14 +73,14 @@ def predicted_tflops(row: dict, iteration_time_s: float) -> float:
     return f / iteration_time_s / row["gpus"] / 1e12
 
 
-def run_rows(rows: list[dict] | None = None, network: str = "analytical", detail: str = "stage",
+def run_rows(rows: list[dict] | None = None, network: str = "analytical", granularity: str = "stage",
              progress=None) -> list[dict]:
     """Simulate each row; return published vs predicted TFLOP/s, error and memory."""
     from ..simulate import simulate
 
     out = []
     for row in rows if rows is not None else megatron_rows():
-        sc = megatron_scenario(row, network, detail)
+        sc = megatron_scenario(row, network, granularity)
         t0 = time.perf_counter()
         res = simulate(sc)
         pred = predicted_tflops(row, res.summary["iteration_time_s"])

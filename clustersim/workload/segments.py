@@ -4,7 +4,7 @@ A pass is built from a list of *items*: ``("c", seconds, flops)`` for a kernel a
 ``("x", kind, nbytes, name)`` for a tensor-parallel collective. Consecutive kernels merge
 into one compute :class:`Segment` (they run back to back on one stream); each collective
 becomes a collective Segment the compiler places on the ``tp`` lane over the stage's TP
-group. With ``detail="stage"`` a pass is one collective per kind carrying the summed bytes
+group. With ``granularity="stage"`` a pass is one collective per kind carrying the summed bytes
 between the two halves of its compute — far fewer simulated events for huge validation
 runs, at the price of the per-collective latency terms (negligible for these sizes).
 """
@@ -50,9 +50,9 @@ def backward_items(ops: list, cm: CostModel, *, weight: bool = True, inputs: boo
     return out
 
 
-def to_segments(items: list[tuple], detail: str = "layer") -> tuple[Segment, ...]:
+def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment, ...]:
     """Segments of a pass from its items (see module doc)."""
-    if detail == "stage":
+    if granularity == "stage":
         t = sum(i[1] for i in items if i[0] == "c")
         f = sum(i[2] for i in items if i[0] == "c")
         sums: dict[str, int] = {}

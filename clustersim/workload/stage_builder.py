@@ -49,7 +49,7 @@ class TrainSetup:
     precision: str
     optimizer: str
     recompute: str
-    detail: str
+    granularity: str
     gpu: str
 
     @classmethod
@@ -57,7 +57,7 @@ class TrainSetup:
         """The setup of scenario ``sc`` on GPU type ``gpu`` (default ``cluster.gpu``)."""
         tr, par = sc.training, sc.parallel
         return cls(tr.micro_batch, par.tp, sc.dp, par.sequence_parallel and par.tp > 1, par.zero, tr.precision,
-                   tr.optimizer, tr.recompute, sc.simulation.detail, gpu or sc.cluster.gpu)
+                   tr.optimizer, tr.recompute, sc.simulation.granularity, gpu or sc.cluster.gpu)
 
     @property
     def e(self) -> int:
@@ -80,8 +80,8 @@ def _grad_bytes(st: TrainSetup, params: float) -> int:
 
 def _stage(st: TrainSetup, cm: CostModel, f_items, b_items, bi_items, w_items, params: float, act_mem: float,
            send_bytes: float, work_buffer: float) -> StageCost:
-    passes = {"F": to_segments(f_items, st.detail), "B": to_segments(b_items, st.detail),
-              "Bi": to_segments(bi_items, st.detail), "W": to_segments(w_items, st.detail)}
+    passes = {"F": to_segments(f_items, st.granularity), "B": to_segments(b_items, st.granularity),
+              "Bi": to_segments(bi_items, st.granularity), "W": to_segments(w_items, st.granularity)}
     (tf, ff), (tb, fb), (tw, _) = (compute_time(passes[k]) for k in ("F", "B", "W"))
     parts = _static(st, params)
     parts["buffers"] = work_buffer + 2 * send_bytes  # recompute working set + p2p send/recv buffers
