@@ -16,7 +16,7 @@ from .engine.network_setup import build_network
 from .engine.variability import compute_scales
 from .hardware.node_groups import describe, device_gpus, device_memory
 from .parallel.fold import can_fold, decide_fold, representative
-from .parallel.hetero import needs_replica_work, replica_microbatches, replica_work
+from .parallel.hetero import ReplicaWork, needs_replica_work, replica_work
 from .parallel.plan import Plan
 from .program import Program
 from .progress import SimProgress, wanted
@@ -56,12 +56,18 @@ def compile_scenario(sc: Scenario, fold: bool | None = None) -> Program:
 
     ``fold``: None applies ``simulation.fold``; True folds whenever folding is exact
     (tools that only need one GPU per stage, e.g. the memory estimate)."""
+    return _compile(sc, fold)[0]
+
+
+def _compile(sc: Scenario, fold: bool | None) -> tuple[Program, list[ReplicaWork] | None]:
+    """:func:`compile_scenario`'s Program, and the work each data-parallel replica was
+    compiled with (None when replicas do not differ, :func:`needs_replica_work`)."""
     from .planner import resolve_partition
 
     if sc.parallel.parameter_server is not None:
         from .schedules.parameter_server import parameter_server_program
 
-        return _finish(sc, parameter_server_program(sc))
+        return _finish(sc, parameter_server_program(sc)), None
     plan = plan_of(sc)
     chunks = plan.pp * sc.parallel.virtual_stages
     partition = resolve_partition(sc, chunks)
@@ -79,7 +85,7 @@ def compile_scenario(sc: Scenario, fold: bool | None = None) -> Program:
                                 compression=compression_of(sc.parallel.gradient_compression, sc.cluster),
                                 activations=compression_of(sc.parallel.activation_compression, sc.cluster),
                                 replicas=replicas)
-    return _finish(sc, prog)
+    return _finish(sc, prog), replicas
 
 
 def _finish(sc: Scenario, prog: Program) -> Program:
@@ -99,7 +105,7 @@ def simulate(scenario: Scenario | str | Path | dict[str, Any], progress: bool | 
 
         return simulate_job(sc, progress)
     wall0 = time.perf_counter()
-    prog = compile_scenario(sc)
+    prog, replicas = _compile(sc, None)
     env, rec = simpy.Environment(), Recorder()
     fabric = build_network(sc, env, rec)
     capacity = device_memory(sc.cluster, prog.num_devices)
@@ -118,11 +124,13 @@ def simulate(scenario: Scenario | str | Path | dict[str, Any], progress: bool | 
     if bar is not None:
         engine.events -= bar.events  # the bar's own wake-ups are not simulated events
     wall = time.perf_counter() - wall0
-    return build_result(sc, engine, rec, wall)
+    return build_result(sc, engine, rec, wall, replicas)
 
 
-def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> Result:
-    """Assemble the Result tables and summary from what the run recorded."""
+def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float,
+                 replicas: list[ReplicaWork] | None) -> Result:
+    """Assemble the Result tables and summary from what the run recorded; ``replicas``: the
+    per-replica work the Program was compiled with (its micro-batch counts are reported)."""
     plan, layout = plan_of(sc), device_layout(sc)
     spans = spans_frame(engine.program, rec)
     inference = sc.training.mode == "inference"
@@ -195,7 +203,7 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float) -> 
         **({"stage_replicas": list(sc.parallel.stage_replicas)} if sc.parallel.stage_replicas else {}),
         "schedule": sc.parallel.schedule,
         "num_microbatches": sc.num_microbatches,
-        **({"microbatches_per_replica": replica_microbatches(engine.program, plan)}
+        **({"microbatches_per_replica": [r.microbatches for r in replicas]}
            if sc.parallel.dp_split != "even" else {}),
         **({"gpus": describe(sc.cluster)} if sc.cluster.node_groups is not None else {}),
         "weight_staleness_max": _max_staleness(engine.program),

@@ -65,6 +65,19 @@ def test_checkpoint_bytes_of_a_synthetic_model_are_its_params():
     assert checkpoint_bytes(cs.load_scenario(job())) == 2 * LAYER_PARAMS
 
 
+@pytest.mark.parametrize("zero", [1, 2, 3])
+def test_checkpoint_holds_one_copy_of_zero_sharded_state(zero):
+    # bf16 + Adam keep 2 B/param of weights and 12 of optimizer states (gradients are not
+    # state); ZeRO 1 and 2 shard the 12 over dp, ZeRO 3 also the 2 (Rajbhandari et al. 2020).
+    base = cs.load_scenario("scenarios/gpt-7.5b-32gpu-gpu-fail.yaml").with_overrides({"faults": [], "recovery": None})
+    sharded = base.with_overrides({"parallel.zero": zero})
+    dp = base.dp
+    per_gpu = (2 / dp if zero >= 3 else 2) + 12 / dp
+    for whole, part in zip(stage_state_bytes(base), stage_state_bytes(sharded), strict=True):
+        assert part == pytest.approx(whole * per_gpu / 14, rel=1e-12)
+    assert checkpoint_bytes(sharded) == pytest.approx(checkpoint_bytes(base), rel=1e-12)  # the shards add up to one copy
+
+
 def test_fault_free_job_is_iterations_plus_checkpoints():
     res = cs.simulate(job(), progress=False)
     t, c, n = iteration_time(job()), 2 * LAYER_PARAMS / 1e9, 12

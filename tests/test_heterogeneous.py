@@ -57,6 +57,10 @@ def test_iteration_is_the_slowest_replica_pipeline_plus_allreduce_and_optimizer(
     dp = len(speeds) // p
     if split != "even":
         assert res.summary["microbatches_per_replica"] == counts
+    sp = res.spans
+    first = sp[(sp["phase"] == "F") & (sp["stage"] == 0) & (sp["iteration"] == 0)]
+    ran = first.groupby(first["device"].map(res.devices.set_index("device")["dp_rank"]))["microbatch"].nunique()
+    assert list(ran) == counts  # each replica's pipeline ran the micro-batches the summary reports
     expected = max((m + p - 1) * (f + b) / speeds[r] for r, m in enumerate(counts)) + opt / min(speeds[:dp])
     assert res.summary["iteration_time_s"] == pytest.approx(expected, rel=1e-9)
 

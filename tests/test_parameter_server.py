@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 import clustersim as cs
 from clustersim.errors import ProgramError, ScenarioError
 from clustersim.program import Program
+from clustersim.schedules.parameter_server import APPLY, PULL, PUSH, server_lane, server_lane_worker
 from clustersim.trace.ps_metrics import gradient_staleness
 
 LAT = 10e-6
@@ -153,6 +154,16 @@ def test_hybrid_switches_from_async_to_sync():
     assert all_equal(gaps.loc[:, k + 2:], sync_period)
     st_ = gradient_staleness(sp)
     assert (st_.loc[st_["iteration"] > k, "staleness"] == 0).all()
+
+
+def test_server_lanes_are_per_worker_and_parse_back():
+    res = run(scenario(iterations=2, ps={"mode": "async", "staleness": 1}))
+    lanes = set(res.spans.loc[res.spans["device"] == "server", "lane"])
+    assert lanes == {f"{kind}.w{w}" for kind in ("pull", "push", "apply") for w in range(4)}  # docs/parameter_server.md
+    for kind in (PULL, PUSH, APPLY):
+        assert {server_lane_worker(ln, kind) for ln in lanes} == {*range(4), None}  # None: another kind's lane
+        assert all(server_lane_worker(server_lane(kind, w), kind) == w for w in (0, 12))
+    assert server_lane_worker(PULL, PULL) is None  # a worker's own pull lane
 
 
 def test_partitioned_tensors_split_over_servers():

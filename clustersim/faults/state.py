@@ -2,19 +2,13 @@
 
 State is the weights and the optimizer states (gradients are rebuilt by the next
 iteration). Real models take the per-GPU bytes of the memory model
-(:mod:`clustersim.workload.memory_model`); a synthetic model's ``params`` bytes are its
-whole state.
+(:mod:`clustersim.workload.memory_model`), which also says how ZeRO shards them; a
+synthetic model's ``params`` bytes are its whole state.
 """
 
 from __future__ import annotations
 
-from ..planner import resolve_partition
-from ..workload.stage_cost import chunk_costs
-
-
-def _chunk_costs(sc):
-    chunks = sc.parallel.pp * sc.parallel.virtual_stages
-    return chunk_costs(sc, chunks, resolve_partition(sc, chunks))
+from ..workload.memory_model import run_chunk_costs, zero_shards
 
 
 def _gpu_state(cost, zero: int, dp: int) -> tuple[float, float]:
@@ -22,20 +16,20 @@ def _gpu_state(cost, zero: int, dp: int) -> tuple[float, float]:
     if not cost.memory_parts:  # synthetic: params is the whole static state
         return cost.param_bytes, cost.param_bytes
     w, o = cost.memory_parts["params"], cost.memory_parts["optimizer"]
-    return w + o, w * (dp if zero >= 3 else 1) + o * (dp if zero >= 1 else 1)
+    return w + o, w * zero_shards("params", zero, dp) + o * zero_shards("optimizer", zero, dp)
 
 
 def checkpoint_bytes(sc) -> float:
     """Bytes of one checkpoint: every stage's weights and optimizer states, once (ZeRO
     shards add up to one copy; data-parallel replicas are not written twice)."""
     tp, zero, dp = sc.parallel.tp, sc.parallel.zero, sc.dp
-    return float(sum(tp * _gpu_state(c, zero, dp)[1] for c in _chunk_costs(sc)))
+    return float(sum(tp * _gpu_state(c, zero, dp)[1] for c in run_chunk_costs(sc)))
 
 
 def stage_state_bytes(sc) -> list[float]:
     """Per pipeline stage, the state bytes one of its GPUs holds (all its model chunks)."""
     pp = sc.parallel.pp
     out = [0.0] * pp
-    for k, cost in enumerate(_chunk_costs(sc)):
+    for k, cost in enumerate(run_chunk_costs(sc)):
         out[k % pp] += _gpu_state(cost, sc.parallel.zero, sc.dp)[0]
     return out

@@ -79,12 +79,3 @@ def speed_split(stage_times: list[list[float]], total: int) -> list[int]:
         r = min(range(len(counts)), key=lambda i: (pipeline_estimate(stage_times[i], counts[i] + 1), i))
         counts[r] += 1
     return counts
-
-
-def replica_microbatches(program, plan: Plan) -> list[int]:
-    """Micro-batches each replica ran in its first iteration (read back from the Program)."""
-    first = {plan.device(0, r): set() for r in range(plan.dp)}
-    for op in program.ops:
-        if op.phase == "F" and op.iteration == 0 and op.device in first:
-            first[op.device].add(op.microbatch)
-    return [len(first[plan.device(0, r)]) for r in range(plan.dp)]

@@ -48,6 +48,24 @@ from ..workload.stage_cost import StageCost
 
 SYNC, ASYNC, HYBRID = "sync", "async", "hybrid"
 
+#: lane names, the one place they are spelled (the metrics of :mod:`clustersim.trace.ps_metrics`
+#: find ops by them): a worker's ``PULL`` (recvs), ``compute`` and ``PUSH`` (sends) lanes; a
+#: server's per-worker ``PULL``, ``PUSH`` and ``APPLY`` lanes (:func:`server_lane`) and its
+#: one ``UPDATE`` lane of sync updates
+PULL, PUSH, APPLY, UPDATE = "pull", "push", "apply", "update"
+_OF_WORKER = ".w"  # a server lane's kind and worker: ``pull.w3``
+
+
+def server_lane(kind: str, worker: int) -> str:
+    """The name of a server's ``kind`` lane (``PULL``, ``PUSH`` or ``APPLY``) for ``worker``."""
+    return f"{kind}{_OF_WORKER}{worker}"
+
+
+def server_lane_worker(lane: str, kind: str) -> int | None:
+    """The worker of ``lane`` when it is a server's ``kind`` lane (:func:`server_lane`), else None."""
+    head, sep, worker = lane.partition(_OF_WORKER)
+    return int(worker) if sep and head == kind else None
+
 
 @dataclass(frozen=True)
 class Key:
@@ -199,7 +217,7 @@ def _emit_worker(prog: Program, w: int, i: int, costs: list[StageCost], keys: li
     names = prog.device_names
     for t, tensor_keys in enumerate(keys):
         for key in tensor_keys:
-            pulls[w, key, i] = prog.add(w, "pull", RECV, f"pull T{t} {names[key.server]}", stage=t, iteration=i,
+            pulls[w, key, i] = prog.add(w, PULL, RECV, f"pull T{t} {names[key.server]}", stage=t, iteration=i,
                                         nbytes=key.pull_bytes)
     last = len(costs) - 1
     for j in range(m):
@@ -215,7 +233,7 @@ def _emit_worker(prog: Program, w: int, i: int, costs: list[StageCost], keys: li
             t = first.get(layer)
             if j == m - 1 and t is not None:
                 for key in keys[t]:
-                    pushes[w, key, i] = prog.add(w, "push", SEND, f"push T{t} {names[key.server]}", stage=t,
+                    pushes[w, key, i] = prog.add(w, PUSH, SEND, f"push T{t} {names[key.server]}", stage=t,
                                                  iteration=i, nbytes=key.push_bytes, deps=(b.id,))
 
 
@@ -228,21 +246,22 @@ def _emit_servers(prog: Program, cfg: PSConfig, workers: int, iterations: int, k
         for key in flat:
             for w in range(workers):
                 deps = _pull_deps(cfg, w, key, i, workers, updates)
-                _pair(prog, prog.add(key.server, f"pull.w{w}", SEND, f"pull T{key.tensor} w{w}", stage=key.tensor,
-                                     iteration=i, nbytes=key.pull_bytes, deps=deps), pulls[w, key, i])
+                send = prog.add(key.server, server_lane(PULL, w), SEND, f"pull T{key.tensor} w{w}", stage=key.tensor,
+                                iteration=i, nbytes=key.pull_bytes, deps=deps)
+                _pair(prog, send, pulls[w, key, i])
         for key in pushed:
             recvs = []
             for w in range(workers):
-                r = prog.add(key.server, f"push.w{w}", RECV, f"push T{key.tensor} w{w}", stage=key.tensor,
+                r = prog.add(key.server, server_lane(PUSH, w), RECV, f"push T{key.tensor} w{w}", stage=key.tensor,
                              iteration=i, nbytes=key.push_bytes)
                 _pair(prog, pushes[w, key, i], r)
                 recvs.append(r.id)
                 if not cfg.is_sync(i):
-                    updates[w, key, i] = prog.add(key.server, f"apply.w{w}", COMPUTE, f"apply T{key.tensor} w{w}",
-                                                  stage=key.tensor, phase="O", iteration=i, duration=key.update_s,
-                                                  deps=(r.id,))
+                    updates[w, key, i] = prog.add(key.server, server_lane(APPLY, w), COMPUTE,
+                                                  f"apply T{key.tensor} w{w}", stage=key.tensor, phase="O",
+                                                  iteration=i, duration=key.update_s, deps=(r.id,))
             if cfg.is_sync(i):
-                u = prog.add(key.server, "update", COMPUTE, f"update T{key.tensor}", stage=key.tensor, phase="O",
+                u = prog.add(key.server, UPDATE, COMPUTE, f"update T{key.tensor}", stage=key.tensor, phase="O",
                              iteration=i, duration=key.update_s, deps=tuple(recvs))
                 for w in range(workers):
                     updates[w, key, i] = u

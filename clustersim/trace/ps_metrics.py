@@ -21,12 +21,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..schedules.parameter_server import APPLY, PULL, PUSH, UPDATE, server_lane_worker
+
 STALENESS_COLUMNS = ["worker", "server", "tensor", "iteration", "staleness"]
 
 
 def worker_periods(spans: pd.DataFrame) -> pd.Series:
     """Per worker device (``gpu{w}``): its period in seconds (module docstring)."""
-    pushes = spans[spans["lane"] == "push"]
+    pushes = spans[spans["lane"] == PUSH]
     ends = pushes.groupby(["device", "iteration"])["end_s"].max()
     out = {}
     for dev, per_it in ends.groupby(level="device"):
@@ -47,17 +49,20 @@ def harmonic_period(periods: pd.Series) -> float:
 def gradient_staleness(spans: pd.DataFrame) -> pd.DataFrame:
     """One row per (worker, key, iteration): its staleness (module docstring)."""
     lane = spans["lane"].astype(str)
-    reads = spans[lane.str.startswith("pull.w")]
-    updates = spans[lane.str.startswith("apply.w") | (lane == "update")]
+    names = lane.unique()
+    reader = {ln: server_lane_worker(ln, PULL) for ln in names}  # a server's pull lane → the worker it sends to
+    applier = {ln: server_lane_worker(ln, APPLY) for ln in names}  # an async update lane → whose gradients
+    reads = spans[lane.map(reader).notna()]
+    updates = spans[lane.map(applier).notna() | (lane == UPDATE)]
     reads_of = {key: df for key, df in reads.groupby(["device", "stage"], sort=False)}
     rows = []
     for (server, tensor), ups in updates.groupby(["device", "stage"], sort=False):
         ends = np.sort(ups["end_s"].to_numpy())
-        sync = ups[ups["lane"] == "update"].set_index("iteration")["start_s"]
-        own = {(int(ln[7:]), it): (s, e) for ln, it, s, e in
-               ups.loc[ups["lane"] != "update", ["lane", "iteration", "start_s", "end_s"]].itertuples(index=False)}
+        sync = ups[ups["lane"] == UPDATE].set_index("iteration")["start_s"]
+        own = {(applier[ln], it): (s, e) for ln, it, s, e in
+               ups.loc[ups["lane"] != UPDATE, ["lane", "iteration", "start_s", "end_s"]].itertuples(index=False)}
         for ln, it, read in reads_of[server, tensor][["lane", "iteration", "start_s"]].itertuples(index=False):
-            w = int(ln[6:])
+            w = reader[ln]
             start, end = (sync[it], None) if it in sync.index else own[w, it]
             n = np.searchsorted(ends, start, "right") - np.searchsorted(ends, read, "right")
             if end is not None and read < end <= start:  # a zero-length update ends where it starts

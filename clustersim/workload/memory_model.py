@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .stage_cost import StageCost, chunk_costs
+
 #: (precision, optimizer) → bytes per parameter of (weights, gradients, optimizer states)
 BYTES_PER_PARAM: dict[tuple[str, str], tuple[int, int, int]] = {
     ("bf16", "adam"): (2, 4, 12),   # Megatron: 16-bit weights, fp32 main_grad, fp32 master + m + v
@@ -55,13 +57,24 @@ class MemoryBreakdown:
 
 
 
+#: kind of static bytes → the ZeRO stage from which they are sharded over the data-parallel
+#: group (Rajbhandari et al. 2020: stage 1 the optimizer states, 2 also gradients, 3 also weights)
+ZERO_STAGE = {"optimizer": 1, "grads": 2, "params": 3}
+
+
+def zero_shards(kind: str, zero: int, dp: int) -> int:
+    """Over how many GPUs ZeRO stage ``zero`` divides the ``kind`` bytes (``"params"``,
+    ``"grads"`` or ``"optimizer"``) of a data-parallel group of ``dp``: all ``dp`` from the
+    kind's :data:`ZERO_STAGE` on, else 1 (every GPU holds a whole copy)."""
+    return max(1, dp) if zero >= ZERO_STAGE[kind] else 1
+
+
 def static_bytes(params: float, precision: str, optimizer: str, zero: int, dp: int) -> tuple[float, float, float]:
     """(weights, gradients, optimizer states) bytes for ``params`` held on one GPU."""
     w, g, o = BYTES_PER_PARAM[(precision, optimizer)]
-    shard = max(1, dp)
-    return (params * w / (shard if zero >= 3 else 1),
-            params * g / (shard if zero >= 2 else 1),
-            params * o / (shard if zero >= 1 else 1))
+    return (params * w / zero_shards("params", zero, dp),
+            params * g / zero_shards("grads", zero, dp),
+            params * o / zero_shards("optimizer", zero, dp))
 
 
 def in_flight(order: list[tuple]) -> int:
@@ -89,17 +102,22 @@ def oom_hint(b: MemoryBreakdown, recompute: str, zero: int, tp: int, pp: int) ->
     return f"out of memory: {parts}; try {', or '.join(tips)}"
 
 
+def run_chunk_costs(sc) -> list[StageCost]:
+    """The StageCost of every model chunk (``pp × virtual_stages`` of them), cut by the
+    partition the run uses (``parallel.partition`` resolved): what a GPU of each stage holds."""
+    from ..planner import resolve_partition
+
+    chunks = sc.parallel.pp * sc.parallel.virtual_stages
+    return chunk_costs(sc, chunks, resolve_partition(sc, chunks))
+
+
 def memory_columns(sc, devices) -> tuple[dict[str, list[float]], str]:
     """Per-device memory breakdown columns for ``res.devices`` and an OOM hint ("" if all fit).
 
     Static parts come from the stages' :class:`StageCost` ``memory_parts``; activations are
     the simulated peak minus the static bytes (what the schedule really kept in flight).
     """
-    from ..planner import resolve_partition
-    from .stage_cost import chunk_costs
-
-    chunks = sc.parallel.pp * sc.parallel.virtual_stages
-    costs = chunk_costs(sc, chunks, resolve_partition(sc, chunks))  # the partition the run used
+    costs = run_chunk_costs(sc)
     p = sc.parallel.pp
     cols: dict[str, list[float]] = {k: [] for k in ("params_bytes", "grads_bytes", "optimizer_bytes",
                                                     "buffers_bytes", "activations_bytes")}

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from .cnn import cnn_layers
 from .cost_model import CostModel, ProfileTable
-from .memory_model import ELEMENT_BYTES, static_bytes
+from .memory_model import ELEMENT_BYTES, static_bytes, zero_shards
 from .resolve import resolve_transformer
 from .segments import backward_items, compute_time, forward_items, to_segments
 from .stage_cost import StageCost, even_partition
@@ -85,11 +85,10 @@ def _stage(st: TrainSetup, cm: CostModel, f_items, b_items, bi_items, w_items, p
     (tf, ff), (tb, fb), (tw, _) = (compute_time(passes[k]) for k in ("F", "B", "W"))
     parts = _static(st, params)
     parts["buffers"] = work_buffer + 2 * send_bytes  # recompute working set + p2p send/recv buffers
-    shard = st.dp if st.zero >= 1 else 1
     return StageCost(
         forward=tf, backward=tb, backward_weight=tw, activation_bytes=int(send_bytes),
         activation_memory=int(act_mem), param_bytes=int(sum(parts.values())),
-        optimizer=cm.optimizer_time(params / shard), forward_flops=ff, backward_flops=fb,
+        optimizer=cm.optimizer_time(params / zero_shards("optimizer", st.zero, st.dp)), forward_flops=ff, backward_flops=fb,
         grad_bytes=_grad_bytes(st, params), passes=passes, memory_parts=parts)
 
 
