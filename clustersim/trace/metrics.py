@@ -52,6 +52,12 @@ def busy_time(starts: np.ndarray, ends: np.ndarray, t0: float, t1: float) -> flo
 PARTS = ("compute", "exposed_comm", "bubble", "idle")
 
 
+def _groups(df: pd.DataFrame, keys: list[str]):
+    """``(key, row positions)`` of each group of ``df`` by ``keys``, in order of first
+    appearance — the positions index NumPy columns, so no DataFrame is built per group."""
+    return df.groupby(keys if len(keys) > 1 else keys[0], sort=False).indices.items()
+
+
 def device_breakdown(spans: pd.DataFrame, window: tuple[float, float] | None = None) -> pd.DataFrame:
     """One row per GPU, the fractions of :data:`PARTS` inside ``window`` (default: the
     reported iteration): ``compute`` — compute-lane busy; ``exposed_comm`` — a
@@ -59,16 +65,19 @@ def device_breakdown(spans: pd.DataFrame, window: tuple[float, float] | None = N
     last span ends; ``idle`` — after it. ``1 − compute`` is the GPU's bubble fraction."""
     t0, t1 = window if window is not None else iteration_window(spans)
     length = t1 - t0
+    g = gpu_spans(spans)
+    starts, ends = g["start_s"].to_numpy(), g["end_s"].to_numpy()
+    on_compute = (g["lane"] == "compute").to_numpy()
     rows = []
-    for dev, df in gpu_spans(spans).groupby("device", sort=False):
+    for dev, at in _groups(g, ["device"]):
         if length <= 0:  # an empty iteration has no idle time
             rows.append((dev, 1.0, 0.0, 0.0, 0.0))
             continue
-        comp = df[df["lane"] == "compute"]
+        s, e, comp = starts[at], ends[at], on_compute[at]
         # busy sums may exceed the window by float rounding (a GPU busy all the time)
-        compute = min(busy_time(comp["start_s"].to_numpy(), comp["end_s"].to_numpy(), t0, t1), length)
-        union = min(max(busy_time(df["start_s"].to_numpy(), df["end_s"].to_numpy(), t0, t1), compute), length)
-        idle = t1 - min(max(float(df["end_s"].max()), t0), t1)
+        compute = min(busy_time(s[comp], e[comp], t0, t1), length)
+        union = min(max(busy_time(s, e, t0, t1), compute), length)
+        idle = t1 - min(max(float(e.max()), t0), t1)
         bubble = max(length - union - idle, 0.0)
         rows.append((dev, compute / length, (union - compute) / length, bubble / length, idle / length))
     return pd.DataFrame(rows, columns=["device", *PARTS])
@@ -77,8 +86,9 @@ def device_breakdown(spans: pd.DataFrame, window: tuple[float, float] | None = N
 def lane_utilization(spans: pd.DataFrame, window: tuple[float, float]) -> pd.DataFrame:
     """Time-weighted busy fraction of every (device, lane), links included, in ``window``."""
     t0, t1 = window
+    starts, ends, nbytes = spans["start_s"].to_numpy(), spans["end_s"].to_numpy(), spans["bytes"].to_numpy()
     rows = []
-    for (dev, lane), df in spans.groupby(["device", "lane"], sort=False):
-        busy = busy_time(df["start_s"].to_numpy(), df["end_s"].to_numpy(), t0, t1)
-        rows.append((dev, lane, busy, busy / (t1 - t0) if t1 > t0 else 0.0, int(df["bytes"].sum())))
+    for (dev, lane), at in _groups(spans, ["device", "lane"]):
+        busy = busy_time(starts[at], ends[at], t0, t1)
+        rows.append((dev, lane, busy, busy / (t1 - t0) if t1 > t0 else 0.0, int(nbytes[at].sum())))
     return pd.DataFrame(rows, columns=["device", "lane", "busy_s", "busy_fraction", "bytes"])
