@@ -27,19 +27,20 @@ def test_compression_closed_form_on_a_private_link():
     assert {"compress", "decompress"} <= names
 
 
-def _two_sites(wan_bandwidth: str, compressed: bool, links: str = "all", network: str = "analytical") -> dict:
-    # Two sites of one 8-GPU node each, joined by one WAN link; pp 1 × dp 16: the gradient
-    # all-reduce crosses the WAN. The analytical models give every flow the whole WAN link;
-    # the packet model shares it.
+def _two_sites(wan_bandwidth: str, compressed: bool, links: str = "all", network: str = "analytical",
+               per_site: int = 8) -> dict:
+    # Two sites of one ``per_site``-GPU node each, joined by one WAN link; pp 1 × dp 2·per_site:
+    # the gradient all-reduce crosses the WAN. The analytical models give every flow the whole
+    # WAN link; the packet model shares it.
     raw = {
         "name": f"2 sites over {wan_bandwidth}",
-        "cluster": {"nodes": 2, "gpus_per_node": 8, "nic": {"bandwidth": "200 Gbit/s", "per_node": 8},
+        "cluster": {"nodes": 2, "gpus_per_node": per_site, "nic": {"bandwidth": "200 Gbit/s", "per_node": per_site},
                     "topology": {"kind": "wan", "bandwidth": wan_bandwidth, "latency": "20 ms",
                                  "sites": [{"nodes": 1, "topology": {"kind": "single_node"}},
                                            {"nodes": 1, "topology": {"kind": "single_node"}}]}},
         "model": {"kind": "synthetic", "layers": 4, "forward": "5 ms", "backward": "10 ms", "params": "256 MiB"},
         "training": {"global_batch": 64},
-        "parallel": {"pp": 1, "dp": 16},
+        "parallel": {"pp": 1, "dp": 2 * per_site},
         "simulation": {"network": network, "collective_model": "analytical" if network == "analytical" else "fabric"},
     }
     if compressed:
@@ -47,10 +48,10 @@ def _two_sites(wan_bandwidth: str, compressed: bool, links: str = "all", network
     return raw
 
 
-def _times(bw: str, links: str = "all", network: str = "analytical") -> tuple[float, float]:
-    plain = cs.simulate(_two_sites(bw, False, network=network), progress=False).summary["iteration_time_s"]
-    packed = cs.simulate(_two_sites(bw, True, links, network), progress=False).summary["iteration_time_s"]
-    return plain, packed
+def _times(bw: str, links: str = "all", network: str = "analytical", per_site: int = 8) -> tuple[float, float]:
+    plain = cs.simulate(_two_sites(bw, False, network=network, per_site=per_site), progress=False)
+    packed = cs.simulate(_two_sites(bw, True, links, network, per_site), progress=False)
+    return plain.summary["iteration_time_s"], packed.summary["iteration_time_s"]
 
 
 COMPUTE = 4 * 4 * 15e-3  # m = 4 micro-batches of 4 layers × (5 + 10) ms
@@ -70,8 +71,14 @@ def test_compression_pays_on_slow_wan(links, network):
 
 @pytest.mark.parametrize("network", ["analytical", "packet"])
 def test_compression_costs_on_fast_links(network):
-    fast_plain, fast_packed = _times("400 Gbit/s", network=network)
-    assert fast_packed > fast_plain  # compute dominates: the codec time is pure cost
+    # One GPU per site, dp 2: the all-reduce of S gradient bytes sends S/2 each way over the
+    # WAN link twice, a size-independent latency part plus S/B; compressed, it carries int(S/k)
+    # bytes, after S·c/2 of compress and before S·c/2 of decompress, all on the critical path
+    # after the last backward. So compression adds S·c − (S − int(S/k))/B: at 400 Gbit/s,
+    # 100 ms/GiB, k = 10 the codec time (100 ms) outweighs the saved transfer (19 ms).
+    S, B, k, c = 4 * 256 * 2**20, 400e9 / 8, 10, 0.1 / GIB  # 4 layers of 256 MiB; B in bytes/s; c per byte
+    fast_plain, fast_packed = _times("400 Gbit/s", network=network, per_site=1)
+    assert fast_packed - fast_plain == pytest.approx(S * c - (S - int(S / k)) / B, rel=1e-9)
 
 
 def test_compression_ratio_below_one_is_an_error():

@@ -81,6 +81,20 @@ def compile_pipeline(schedule: Schedule, plan: Plan, costs: list[StageCost], m: 
     return prog
 
 
+def pass_transfers(costs: list[StageCost], phase: str, k: int) -> tuple[tuple[int, int] | None, ...]:
+    """(received, sent) by pass ``phase`` of model chunk ``k``, each (the neighbour chunk, its
+    bytes before compression) or None where the phase moves nothing that way (W, O) or that
+    chunk does not exist. A forward receives chunk k−1's activations and sends its own to
+    chunk k+1; a backward receives the gradient of its output from chunk k+1 and sends that of
+    its input to chunk k−1: between chunks c and c+1, ``costs[c].activation_bytes`` move either
+    way. Whether the two chunks share a stage (no transfer) is the caller's; activation
+    compression shrinks what crosses a compressed link (:mod:`.compression`)."""
+    if phase not in ("F", "B"):
+        return None, None
+    src, dst = (k - 1, k + 1) if phase == "F" else (k + 1, k - 1)
+    return tuple((c, costs[min(k, c)].activation_bytes) if 0 <= c < len(costs) else None for c in (src, dst))
+
+
 def pass_memory(cost: StageCost, phase: str, split: bool, stash: bool) -> tuple[int, int]:
     """(bytes allocated at the pass's start, bytes freed at its end): a forward takes the
     chunk's activations (and, with weight stashing, a weight version); the backward frees
@@ -155,16 +169,17 @@ def _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold,
             fwd_version[(j, k)] = version
         alloc, free = pass_memory(cost, ph, split, stash)
         name = f"{ph}{mb}" + (f"c{k}" if v > 1 else "")
-        coded_in, coded_out = coded_activation_bytes(activations, schedule, plan, costs, s, r, t, ph, k)
+        transfers = pass_transfers(costs, ph, k)
+        coded_in, coded_out = coded_activation_bytes(activations, schedule, plan, s, r, t, transfers)
         labels = {"stage": s, "microbatch": mb, "phase": ph, "iteration": last_it}
         decoded = None
         if coded_in:  # received over a compressed link: decoded before the pass (its recv waits here)
-            decoded = last = emit_codec(prog, dev, f"decompress {name}", coded_in * activations.seconds_per_byte / 2,
+            decoded = last = emit_codec(prog, dev, f"decompress {name}", activations.half_seconds(coded_in),
                                         (last.id,) if last is not None else (), **labels)
         first, last = emit_pass(prog, plan, cost, ph, s, r, t, mb, last_it, split=split and ph == "B", name=name,
                                 version=fwd_version[(j, k)], alloc=alloc, free=free, fold=fold, after=last)
         if coded_out:  # coded before its send (which waits on the pass's last op)
-            last = emit_codec(prog, dev, f"compress {name}", coded_out * activations.seconds_per_byte / 2,
+            last = emit_codec(prog, dev, f"compress {name}", activations.half_seconds(coded_out),
                               (last.id,), **labels)
         passes[(s, t, ph, j, k)] = (decoded or first, last)
 
@@ -172,7 +187,7 @@ def _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold,
 def _emit_replica(prog: Program, plan: Plan, schedule: Schedule, costs: list[StageCost], orders, m: int, v: int,
                   r: int, fold: bool = False, compression: Compression | None = None,
                   activations: Compression | None = None) -> None:
-    p, n_chunks = plan.pp, len(costs)
+    p = plan.pp
     tp_ranks = range(1 if fold else plan.tp)
     passes: dict[tuple, tuple[Op, Op]] = {}
     for s, order in enumerate(orders):
@@ -182,18 +197,18 @@ def _emit_replica(prog: Program, plan: Plan, schedule: Schedule, costs: list[Sta
     for s, order in enumerate(orders):
         for t in tp_ranks:
             for ph, j, k in order:
-                nxt = k + 1 if ph == "F" else k - 1
-                if ph not in ("F", "B") or not 0 <= nxt < n_chunks:
+                sent = pass_transfers(costs, ph, k)[1]
+                if sent is None:
                     continue
+                nxt, size = sent
                 to = schedule.stage_of(nxt, p)
                 src = passes[(s, t, ph, j, k)][1]
                 if to == s:  # both chunks on this stage: a plain dependency, no transfer
                     consumer = passes[(s, t, ph, j, nxt)][0]
                     consumer.deps = consumer.deps + (src.id,)
                     continue
-                size = costs[k].activation_bytes if ph == "F" else costs[nxt].activation_bytes
                 if activations is not None and activations.crosses(src.device, plan.device(to, r, t)):
-                    size = int(size / activations.ratio)
+                    size = activations.shrunk(size)
                 label = f"{ph}{j % m}" + (f"c{k}" if v > 1 else "")
                 twins = tuple((plan.device(s, rr, tt), plan.device(to, rr, tt)) for rr in range(plan.dp)
                               for tt in range(plan.tp) if (rr, tt) != (0, 0)) if fold else ()

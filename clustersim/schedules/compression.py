@@ -41,6 +41,15 @@ class Compression:
         """Whether a transfer between devices ``a`` and ``b`` is compressed."""
         return self.domains is None or self.domains[a] != self.domains[b]
 
+    def half_seconds(self, nbytes: float) -> float:
+        """GPU seconds to compress (or to decompress) ``nbytes`` of uncompressed data: half the
+        codec time of those bytes."""
+        return nbytes * self.seconds_per_byte / 2
+
+    def shrunk(self, nbytes: float) -> int:
+        """The bytes that ``nbytes`` of uncompressed data take once compressed."""
+        return int(nbytes / self.ratio)
+
 
 def compression_of(spec, cluster) -> Compression | None:
     """The :class:`Compression` of a ``CompressionSpec`` (None for None); sites and
@@ -72,28 +81,24 @@ def check_even_domains(spec, cluster, plan) -> None:
                     f"plan/cluster that does")
 
 
-def coded_activation_bytes(codec: Compression | None, schedule, plan, costs, s: int, r: int, t: int,
-                           phase: str, k: int) -> tuple[int, int]:
-    """(bytes received, bytes sent) by pass ``phase`` of chunk ``k`` on the device of
-    (s, r, t) over compressed links — the bytes its decompress / compress ops code; 0
-    where the neighbour chunk is on the same stage, absent, or not across a compressed link.
-    A forward receives chunk k−1's activations and sends its own; a backward receives the
-    gradient of its output and sends that of its input."""
-    if codec is None or phase not in ("F", "B"):
+def coded_activation_bytes(codec: Compression | None, schedule, plan, s: int, r: int, t: int,
+                           transfers: tuple[tuple[int, int] | None, ...]) -> tuple[int, int]:
+    """(bytes decompressed before, bytes compressed after) a pass on the device of (s, r, t)
+    whose (received, sent) are ``transfers`` (:func:`.compiler.pass_transfers`): a transfer's
+    bytes where its neighbour chunk sits on another stage across a compressed link, else 0."""
+    if codec is None:
         return 0, 0
     here = plan.device(s, r, t)
 
-    def across(chunk: int, nbytes: int) -> int:
-        if not 0 <= chunk < len(costs):
+    def coded(transfer: tuple[int, int] | None) -> int:
+        if transfer is None:
             return 0
+        chunk, nbytes = transfer
         to = schedule.stage_of(chunk, plan.pp)
         return nbytes if to != s and codec.crosses(here, plan.device(to, r, t)) else 0
 
-    own = costs[k].activation_bytes
-    before = costs[k - 1].activation_bytes if k > 0 else 0
-    if phase == "F":
-        return across(k - 1, before), across(k + 1, own)
-    return across(k + 1, own), across(k - 1, before)
+    received, sent = transfers
+    return coded(received), coded(sent)
 
 
 def emit_codec(prog: Program, dev: int, name: str, seconds: float, deps: tuple[int, ...], **labels) -> Op:

@@ -44,9 +44,9 @@ def emit_gradient_allreduce(prog: Program, dev: int, group: tuple[int, ...], gra
     if compression is None:
         return emit.collective("all-reduce", "all_reduce", group, grad, tag, deps)
     if compression.domains is None:
-        deps = emit.codec("compress", grad * compression.seconds_per_byte / 2, deps)
-        deps = emit.collective("all-reduce", "all_reduce", group, int(grad / compression.ratio), tag, deps)
-        return emit.codec("decompress", grad * compression.seconds_per_byte / 2, deps)
+        deps = emit.codec("compress", compression.half_seconds(grad), deps)
+        deps = emit.collective("all-reduce", "all_reduce", group, compression.shrunk(grad), tag, deps)
+        return emit.codec("decompress", compression.half_seconds(grad), deps)
     if fold:
         raise ProgramError(f"gradient compression on {compression.links} links cannot be folded")
     parts: dict[int, list[int]] = {}
@@ -62,11 +62,11 @@ def emit_gradient_allreduce(prog: Program, dev: int, group: tuple[int, ...], gra
     shard = grad / width
     if width > 1:
         deps = emit.collective("reduce-scatter", "reduce_scatter", tuple(local), grad, f"{tag} rs d{domain}", deps)
-    deps = emit.codec("compress", shard * compression.seconds_per_byte / 2, deps)
+    deps = emit.codec("compress", compression.half_seconds(shard), deps)
     i = local.index(dev)
     across = tuple(members[i] for members in parts.values())
-    deps = emit.collective("all-reduce", "all_reduce", across, int(shard / compression.ratio), f"{tag} x{i}", deps)
-    deps = emit.codec("decompress", shard * compression.seconds_per_byte / 2, deps)
+    deps = emit.collective("all-reduce", "all_reduce", across, compression.shrunk(shard), f"{tag} x{i}", deps)
+    deps = emit.codec("decompress", compression.half_seconds(shard), deps)
     if width > 1:
         deps = emit.collective("all-gather", "all_gather", tuple(local), grad, f"{tag} ag d{domain}", deps)
     return deps

@@ -29,7 +29,7 @@ from itertools import accumulate
 from ..errors import ProgramError
 from ..program import COLLECTIVE, COMPUTE, Op, Program
 from ..workload.stage_cost import StageCost
-from .compiler import emit_pass, pass_memory
+from .compiler import emit_pass, pass_memory, pass_transfers
 from .orders import run_orders
 from .registry import SCHEDULES, Schedule
 
@@ -162,11 +162,11 @@ def _wire_transfers(prog: Program, layout: ReplicaLayout, costs: list[StageCost]
     sends: dict[tuple, Op] = {}
     for s, order in enumerate(orders):
         for ph, j, _ in order:
-            to = s + 1 if ph == "F" else s - 1
-            if ph not in ("F", "B") or not 0 <= to < layout.pp:
+            sent = pass_transfers(costs, ph, s)[1]  # one chunk per stage: the neighbour chunk is its stage
+            if sent is None:
                 continue
+            to, size = sent
             src = passes[(s, ph, j)][1]
-            size = costs[s].activation_bytes if ph == "F" else costs[to].activation_bytes
             sends[(to, ph, j)] = prog.add(src.device, "send", "send", f"send {ph}{j % m} s{s}->s{to}", stage=s,
                                           microbatch=j % m, iteration=j // m, nbytes=size, deps=(src.id,))
     for s, order in enumerate(orders):
