@@ -8,19 +8,28 @@ from tests.conftest import synthetic
 GIB = 2**30
 
 
-def test_compression_closed_form_on_a_private_link():
+@pytest.mark.parametrize("network,rel", [
+    ("direct", 1e-9),
+    ("analytical", 1e-9),
+    # the packet model also pipelines each ring step's chunks store-and-forward over the
+    # route's hops, which the closed form leaves out (0.46 % here)
+    ("packet", 0.01),
+])
+def test_compression_closed_form_on_a_private_link(network, rel):
     # p = 1, dp = 2, ring over a private link (B, latency l, step α):
     # T = m(f + b) + c/2 + [2(n−1)(α + l) + 2(n−1)/n · (S/k)/B] + c/2 + optimizer,
     # with c = S/GiB × time_per_gib the (de)compression time and k the ratio.
     m, f, b, opt, S, B, lat, alpha, n, k, per_gib = 4, 1e-3, 2e-3, 1e-4, GIB, 10e9, 1e-6, 4e-6, 2, 8.0, 0.02
-    raw = synthetic(1, m, f, b, dp=n, params=S, optimizer=opt, bandwidth=B, latency=lat)
+    raw = synthetic(1, m, f, b, dp=n, params=S, optimizer=opt, bandwidth=B, latency=lat, network=network)
     raw["cluster"]["collective_alpha"] = {"intra_node": alpha, "inter_node": alpha}
     raw["simulation"]["collectives"] = {"all_reduce": "ring"}
     raw["parallel"]["gradient_compression"] = {"ratio": k, "time_per_gib": per_gib}
     res = cs.simulate(raw, progress=False)
     c = S / GIB * per_gib
     t_ar = 2 * (n - 1) * (alpha + lat) + 2 * (n - 1) / n * (S / k) / B
-    assert res.summary["iteration_time_s"] == pytest.approx(m * (f + b) + c + t_ar + opt, rel=0.02)
+    expected = m * (f + b) + c + t_ar + opt
+    assert expected <= res.summary["iteration_time_s"] * (1 + 1e-12)
+    assert res.summary["iteration_time_s"] == pytest.approx(expected, rel=rel)
     ar = res.spans[res.spans["kind"] == "collective"]
     assert (ar["bytes"] == int(S / k)).all()
     names = set(res.spans["name"])
