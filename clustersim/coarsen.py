@@ -14,31 +14,42 @@ from __future__ import annotations
 from .program import COMPUTE, RECV, Op, Program
 
 
-def _dependents(prog: Program) -> list[set[int]]:
-    out: list[set[int]] = [set() for _ in prog.ops]
+#: in :func:`_sole_dependents`: no op waits on this one / more than one op does
+_NONE, _MANY = -1, -2
+
+
+def _sole_dependents(prog: Program) -> list[int]:
+    """Per op: the id of the one op that waits on it (a dep, or a recv on its send),
+    _NONE if none does, _MANY if several do."""
+    sole = [_NONE] * len(prog.ops)
     for op in prog.ops:
-        for d in op.deps:
-            out[d].add(op.id)
-        if op.kind == RECV:
-            out[op.peer].add(op.id)
-    return out
+        i = op.id
+        waits = (*op.deps, op.peer) if op.kind == RECV else op.deps
+        for d in waits:
+            s = sole[d]
+            sole[d] = i if s == _NONE or s == i else _MANY
+    return sole
 
 
-def _joins(a: Op, b: Op, dependents: list[set[int]]) -> bool:
+def _joins(a: Op, b: Op, sole: list[int]) -> bool:
     return (a.kind == COMPUTE and b.kind == COMPUTE
             and (a.stage, a.microbatch, a.phase, a.iteration) == (b.stage, b.microbatch, b.phase, b.iteration)
-            and set(b.deps) <= {a.id} and dependents[a.id] <= {b.id}
+            and all(d == a.id for d in b.deps) and sole[a.id] in (_NONE, b.id)
             and a.mem_free == 0 and b.mem_alloc == 0)
 
 
 def coarsen(prog: Program) -> Program:
-    """A new Program with every mergeable run of compute ops merged into one op."""
-    dependents = _dependents(prog)
+    """A new Program with every mergeable run of compute ops merged into one op, or
+    ``prog`` itself when no two ops merge (e.g. a real model's per-stage cost model,
+    which already gives each pass one compute op)."""
+    sole = _sole_dependents(prog)
     head_of: dict[int, int] = {}  # old op id → old id of the run's first op
     for lane_ops in prog.lanes().values():
         for a, b in zip(lane_ops, lane_ops[1:]):
-            if _joins(a, b, dependents) and a.mem_free == 0:
+            if _joins(a, b, sole):
                 head_of[b.id] = head_of.get(a.id, a.id)
+    if not head_of:
+        return prog
     out = Program(prog.num_devices, prog.device_names)
     out.static_memory = list(prog.static_memory)
     new_id: dict[int, int] = {}
