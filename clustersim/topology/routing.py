@@ -50,7 +50,7 @@ class Router:
 
     def __init__(self, graph: nx.DiGraph):
         self.graph = graph
-        self._reverse = graph.reverse(copy=False)
+        self._pred = {v: tuple(graph.pred[v]) for v in graph}  # who links into each node
         self._dist: dict[str, dict[str, int]] = {}
         self._next: dict[tuple[str, str], tuple[str, ...]] = {}
         self._paths: dict[tuple, tuple[str, ...]] = {}
@@ -60,7 +60,19 @@ class Router:
         """Hop count from every node that reaches ``dst`` (one reverse BFS, cached)."""
         dist = self._dist.get(dst)
         if dist is None:
-            dist = self._dist[dst] = nx.single_source_shortest_path_length(self._reverse, dst)
+            # a plain level-by-level BFS over the predecessor lists: networkx's generic one
+            # costs most of building a 1,000-GPU job's routes
+            pred, dist, level, hops = self._pred, {dst: 0}, [dst], 0
+            while level:
+                hops += 1
+                reached = []
+                for v in level:
+                    for u in pred[v]:
+                        if u not in dist:
+                            dist[u] = hops
+                            reached.append(u)
+                level = reached
+            self._dist[dst] = dist
         return dist
 
     def _next_hops(self, node: str, dst: str, dist: dict[str, int]) -> tuple[str, ...]:
