@@ -235,6 +235,32 @@ def test_unknown_link_is_named():
         cs.simulate(raw, progress=False)
 
 
+def one_gpu_on_a_switch() -> dict:
+    """gpu0 – sw0, that cable already down: a one-GPU job on a graph with no links."""
+    raw = job()
+    raw["cluster"].update(nodes=1, gpus_per_node=1, failed_links=[["gpu0", "sw0"]],
+                          topology={"kind": "custom", "nodes": [{"name": "sw0", "kind": "switch"}],
+                                    "links": [{"src": "gpu0", "dst": "sw0", "bandwidth": BW}]})
+    raw["parallel"], raw["model"]["layers"], raw["training"]["global_batch"] = {"pp": 1, "dp": 1}, 1, 1
+    return raw
+
+
+@pytest.mark.parametrize("earlier,where", [
+    ([], "cluster.failed_links[0]"),
+    ([{"kind": "link_fail", "link": ["sw0", "gpu0"], "at_iteration": 0.5}], "faults[0]"),
+])
+def test_link_fail_on_a_link_already_down_is_named(earlier, where):
+    raw = one_gpu_on_a_switch()
+    if earlier:
+        raw["cluster"]["failed_links"] = []
+    k = len(earlier)
+    raw["faults"] = [*earlier, {"kind": "link_fail", "link": ["gpu0", "sw0"], "at_iteration": 1.5}]
+    with pytest.raises(cs.ScenarioError) as e:
+        cs.simulate(raw, progress=False)
+    assert e.value.field == f"faults[{k}].link" and e.value.value == ["gpu0", "sw0"]
+    assert str(e.value).endswith(f"the link is already down ({where}); a link fails once")
+
+
 def test_folding_refuses_failed_links():
     raw = job()
     raw["cluster"]["failed_links"] = [["leaf0", "spine0"]]
