@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from matplotlib.collections import LineCollection, PolyCollection
 
 import clustersim as cs
 from clustersim.engine.network_setup import cluster_dict
@@ -307,6 +308,17 @@ def test_plot_job_draws_one_row_per_job():
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["elastic", "again"]
     assert ax.get_xlim()[1] >= res.summary["job_time_s"]
+    # one collection per row and segment kind: together they hold every timed segment of each row once
+    j = res.job[res.job["end_s"] > res.job["start_s"]]
+    bars = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert len(bars) == 2 * j["kind"].where(~j["lost"], "lost").nunique()
+    # (row, start, end) of each drawn bar; a bar is 0.6 high, centred on its row
+    spans = sorted((p.vertices[:, 1].min() + 0.3, p.vertices[:, 0].min(), p.vertices[:, 0].max())
+                   for c in bars for p in c.get_paths())
+    rows = sorted((y, a, b) for y in (0, 1) for a, b in zip(j["start_s"], j["end_s"], strict=True))
+    assert [x for s in spans for x in s] == pytest.approx([x for r in rows for x in r], rel=1e-12, abs=1e-12)
+    ticks, = [c for c in ax.collections if isinstance(c, LineCollection)]
+    assert len(ticks.get_segments()) == 2 * res.job["kind"].isin(["failure", "join", "reroute"]).sum()
 
 
 def test_elastic_replan_that_runs_out_of_memory_is_refused():
