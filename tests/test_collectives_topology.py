@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import simpy
 
-from clustersim.collectives import run_collective
+from clustersim.collectives import ALGORITHMS, Group, estimate_time, run_collective
 from clustersim.collectives.bench import measure
 from clustersim.network import PacketFabric
 from clustersim.topology import build_topology
@@ -35,6 +37,20 @@ def test_auto_is_within_5_percent_of_the_best(c, nbytes):
              for a in ("ring", "tree", "halving_doubling", "hierarchical", "direct")}
     auto = measure(c, "all_reduce", nbytes, "auto")
     assert auto.time_s <= 1.05 * min(times.values()), (auto.algorithm, times)
+
+
+def test_auto_considers_hierarchical_only_across_hosts():
+    def group(nodes):
+        graph = build_topology(cluster(nodes))
+        return Group(simpy.Environment(), SimpleNamespace(graph=graph), [f"gpu{i}" for i in range(8 * nodes)])
+
+    one, two = group(1), group(2)
+    assert not ALGORITHMS["hierarchical"].in_auto(one) and ALGORITHMS["hierarchical"].in_auto(two)
+    assert not ALGORITHMS["parameter_server"].in_auto(one) and not ALGORITHMS["parameter_server"].in_auto(two)
+    # why: with one host, 2(m−1)(α + S/(mB)) is the ring's 2(n−1)α + 2(n−1)/n·S/B (m = n)
+    shape = one.shape()
+    assert estimate_time("all_reduce", "hierarchical", 8, 64 * MiB, **shape) == pytest.approx(
+        estimate_time("all_reduce", "ring", 8, 64 * MiB, **shape), rel=1e-12)
 
 
 def test_all_reduce_sharing_a_nic_with_other_traffic_is_slower():

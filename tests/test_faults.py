@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from matplotlib.collections import LineCollection, PolyCollection
 
 import clustersim as cs
 from clustersim.engine.network_setup import cluster_dict
@@ -248,6 +249,32 @@ def test_unknown_link_is_named():
         cs.simulate(raw, progress=False)
 
 
+def one_gpu_on_a_switch() -> dict:
+    """gpu0 – sw0, that cable already down: a one-GPU job on a graph with no links."""
+    raw = job()
+    raw["cluster"].update(nodes=1, gpus_per_node=1, failed_links=[["gpu0", "sw0"]],
+                          topology={"kind": "custom", "nodes": [{"name": "sw0", "kind": "switch"}],
+                                    "links": [{"src": "gpu0", "dst": "sw0", "bandwidth": BW}]})
+    raw["parallel"], raw["model"]["layers"], raw["training"]["global_batch"] = {"pp": 1, "dp": 1}, 1, 1
+    return raw
+
+
+@pytest.mark.parametrize("earlier,where", [
+    ([], "cluster.failed_links[0]"),
+    ([{"kind": "link_fail", "link": ["sw0", "gpu0"], "at_iteration": 0.5}], "faults[0]"),
+])
+def test_link_fail_on_a_link_already_down_is_named(earlier, where):
+    raw = one_gpu_on_a_switch()
+    if earlier:
+        raw["cluster"]["failed_links"] = []
+    k = len(earlier)
+    raw["faults"] = [*earlier, {"kind": "link_fail", "link": ["gpu0", "sw0"], "at_iteration": 1.5}]
+    with pytest.raises(cs.ScenarioError) as e:
+        cs.simulate(raw, progress=False)
+    assert e.value.field == f"faults[{k}].link" and e.value.value == ["gpu0", "sw0"]
+    assert str(e.value).endswith(f"the link is already down ({where}); a link fails once")
+
+
 def test_folding_refuses_failed_links():
     raw = job()
     raw["cluster"]["failed_links"] = [["leaf0", "spine0"]]
@@ -294,6 +321,17 @@ def test_plot_job_draws_one_row_per_job():
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["elastic", "again"]
     assert ax.get_xlim()[1] >= res.summary["job_time_s"]
+    # one collection per row and segment kind: together they hold every timed segment of each row once
+    j = res.job[res.job["end_s"] > res.job["start_s"]]
+    bars = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert len(bars) == 2 * j["kind"].where(~j["lost"], "lost").nunique()
+    # (row, start, end) of each drawn bar; a bar is 0.6 high, centred on its row
+    spans = sorted((p.vertices[:, 1].min() + 0.3, p.vertices[:, 0].min(), p.vertices[:, 0].max())
+                   for c in bars for p in c.get_paths())
+    rows = sorted((y, a, b) for y in (0, 1) for a, b in zip(j["start_s"], j["end_s"], strict=True))
+    assert [x for s in spans for x in s] == pytest.approx([x for r in rows for x in r], rel=1e-12, abs=1e-12)
+    ticks, = [c for c in ax.collections if isinstance(c, LineCollection)]
+    assert len(ticks.get_segments()) == 2 * res.job["kind"].isin(["failure", "join", "reroute"]).sum()
 
 
 def test_elastic_replan_that_runs_out_of_memory_is_refused():

@@ -221,6 +221,14 @@ def test_one_way_link_leaves_gpu_unreachable():
     assert err.value == "gpu1" and "cut off" in str(err)
 
 
+def test_failed_link_on_a_graph_left_without_links_is_named():
+    spec = chain(1)  # gpu0 – gpu1: one cable, gone after the first entry
+    spec["failed_links"] = [["gpu0", "gpu1"], ["gpu0", "gpu1"]]
+    err = _error(spec)
+    assert err.field == "cluster.failed_links[1]" and err.value == ["gpu0", "gpu1"]
+    assert str(err).endswith("no link joins these topology nodes; the topology has no links left")
+
+
 def test_oversubscription_below_one():
     err = _error(cluster(4, 8, {"kind": "fat_tree", "oversubscription": 0.5}))
     assert err.field == "cluster.topology.oversubscription" and "≥ 1" in str(err)

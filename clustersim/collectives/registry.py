@@ -3,8 +3,8 @@ built into send schedules, its α-β cost, and when it cannot run on a group.
 
 One row per algorithm, so adding one is adding a row: :data:`ALGORITHMS` maps the name a
 scenario uses (``simulation.collectives``) to an :class:`Algorithm`. ``auto`` picks the
-smallest ``cost`` among rows that implement the kind, are ``in_auto`` and ``fit`` the group
-(:func:`choose_algorithm`), as NCCL's tuner does.
+smallest ``cost`` among rows that implement the kind, fit the group and whose ``in_auto``
+admits the group (:func:`choose_algorithm`), as NCCL's tuner does.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ class Algorithm:
     """A registered algorithm: its name, the kinds it implements, a one-line summary,
     ``build(group, kind, nbytes, options) -> (engines, done)`` (see :mod:`.schedule`),
     ``cost(shape, kind, nbytes, servers) -> seconds`` on an idle network (:mod:`.cost`),
-    ``misfit(group, kind) -> reason | None`` for group shapes it cannot run, and whether
-    ``auto`` may choose it."""
+    ``misfit(group, kind) -> reason | None`` for group shapes it cannot run, and
+    ``in_auto(group) -> bool``: whether ``auto`` may choose it for that group."""
 
     name: str
     kinds: frozenset
@@ -50,7 +50,7 @@ class Algorithm:
     build: Callable
     cost: Callable
     misfit: Callable[[Group, str], str | None] = lambda group, kind: None
-    in_auto: bool = True
+    in_auto: Callable[[Group], bool] = lambda group: True
 
 
 def _halving_doubling_misfit(group: Group, kind: str) -> str | None:
@@ -67,6 +67,16 @@ def _hierarchical_misfit(group: Group, kind: str) -> str | None:
     return None
 
 
+def _spans_hosts(group: Group) -> bool:
+    # on one host hierarchical is a plain ring with extra steps
+    return len(group.hosts) > 1
+
+
+def _never(group: Group) -> bool:
+    # a parameter server needs a server node, which only the caller can name
+    return False
+
+
 ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
     Algorithm("ring", frozenset(KINDS) - {"all_to_all"}, "NCCL ring, multi-channel across hosts",
               lambda g, k, s, o: build_ring(g.env, k, ring_orders(g.hosts, o.channels), s, {}, o.root, o.chunks),
@@ -80,13 +90,13 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
     Algorithm("hierarchical", frozenset({"all_reduce", "barrier"}),
               "intra-host reduce-scatter, inter-host all-reduce, intra-host all-gather",
               lambda g, k, s, o: build_hierarchical(g.env, k, g.hosts, s, {}), cost.hierarchical,
-              _hierarchical_misfit),
+              _hierarchical_misfit, _spans_hosts),
     Algorithm("direct", frozenset(KINDS), "every rank sends straight to every receiver",
               lambda g, k, s, o: build_direct(g.env, k, g.members, s, {}, o.root), cost.direct),
     Algorithm("parameter_server", frozenset({"all_reduce", "reduce", "broadcast", "barrier"}),
               "workers push to server(s), servers push back",
               lambda g, k, s, o: build_parameter_server(g.env, k, g.members, s, {}, o.root, servers=o.servers),
-              cost.parameter_server, in_auto=False),
+              cost.parameter_server, in_auto=_never),
 )}
 
 
@@ -115,10 +125,8 @@ def choose_algorithm(group: Group, kind: str, nbytes: int) -> str:
     shape = group.shape()
     best, best_t = None, float("inf")
     for algo in ALGORITHMS.values():
-        if not algo.in_auto or kind not in algo.kinds or algo.misfit(group, kind) is not None:
+        if kind not in algo.kinds or not algo.in_auto(group) or algo.misfit(group, kind) is not None:
             continue
-        if algo.name == "hierarchical" and shape["nodes"] <= 1:
-            continue  # one host: it is a plain ring with extra steps
         t = estimate_time(kind, algo.name, len(group.members), nbytes, **shape)
         if t < best_t:
             best, best_t = algo.name, t

@@ -17,7 +17,7 @@ from ..engine.network_setup import cluster_dict
 from ..errors import ScenarioError
 from ..topology import build_topology
 from ..topology.graph import gpu_names
-from ..topology.registry import build_site, remove_failed_links
+from ..topology.registry import build_site, no_link_reason, remove_failed_links
 from .config import Config, scenario_of
 from .replan import replan
 from .state import checkpoint_bytes
@@ -108,12 +108,20 @@ def cut_off(sc, cfg: Config, link: tuple[str, str]) -> set[int]:
 
 
 def check_fault_links(sc) -> None:
-    """Every ``link_fail`` must name a link of the healthy cluster (both ends linked)."""
+    """Every ``link_fail`` must name a link of the healthy cluster (both ends linked) that
+    neither ``cluster.failed_links`` nor another ``link_fail`` already takes down."""
     g = build_topology(cluster_dict(sc.cluster.model_copy(update={"failed_links": []})))
+    down = {frozenset(link): f"cluster.failed_links[{i}]" for i, link in enumerate(sc.cluster.failed_links)}
     for k, f in enumerate(sc.faults):
-        if f.kind == "link_fail" and not (g.has_edge(*f.link) or g.has_edge(*f.link[::-1])):
-            raise ScenarioError(f"faults[{k}].link", list(f.link), f"no link joins these topology nodes; give two "
-                                f"linked nodes, e.g. {list(next(iter(g.edges)))}")
+        if f.kind != "link_fail":
+            continue
+        if not (g.has_edge(*f.link) or g.has_edge(*f.link[::-1])):
+            raise ScenarioError(f"faults[{k}].link", list(f.link), no_link_reason(g))
+        cable = frozenset(f.link)
+        if cable in down:
+            raise ScenarioError(f"faults[{k}].link", list(f.link),
+                                f"the link is already down ({down[cable]}); a link fails once")
+        down[cable] = f"faults[{k}]"
 
 
 __all__ = ["simulate_job", "goodput_summary", "cut_off", "check_fault_links"]

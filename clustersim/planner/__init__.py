@@ -43,11 +43,11 @@ def resolve_partition(sc, chunks: int) -> list[int] | None:
         raise ScenarioError("parallel.partition", part, "the PipeDream planner cuts one chunk per stage; "
                             "accepted with virtual_stages > 1: even, balanced or a list")
     if mixed:
-        from .hetero import stage_factors, stage_memory
+        from .hetero import stage_limits
 
-        factors = stage_factors(sc)
+        factors, memory = stage_limits(sc)
         fitting = uniform_partition(profiles, network_of(sc), sc.parallel.pp, sc.dp, stage_factors=factors,
-                                    stage_memory=stage_memory(sc))
+                                    stage_memory=memory)
         # nothing fits: split by time alone, and let the simulation report the OOM
         return fitting or uniform_partition(profiles, network_of(sc), sc.parallel.pp, sc.dp, stage_factors=factors)
     return uniform_partition(profiles, network_of(sc), sc.parallel.pp, sc.dp)

@@ -13,7 +13,7 @@ cost-model time on that device's GPU type × its straggler slowdown ÷ its speed
   1F1B keeps in flight on stage ``s``. If no split fits, memory is ignored (the simulation
   then reports the OOM).
 * ``partition: pipedream`` — PipeDream's uniform recursion with a per-stage time factor
-  and per-stage memory (:func:`stage_factors`, :func:`stage_memory`).
+  and per-stage memory (:func:`stage_limits`).
 """
 
 from __future__ import annotations
@@ -45,10 +45,18 @@ def _layer_costs(sc, gpu: str) -> list:
     return chunk_costs(sc, n, [1] * n, gpu=gpu)
 
 
-def stage_layer_times(sc) -> list[list[float]]:
-    """``[s][i]``: forward + backward time of layer i on stage s's slowest device."""
+def _priced(sc) -> tuple[list[tuple[set[tuple[str, float]], int]], dict[str, list]]:
+    """The stage hardware (:func:`_stage_hardware`) and the per-layer costs on every GPU
+    type the stages use and on ``cluster.gpu`` (the planner's reference), each priced once:
+    the layer costs of a GPU type are the slow part, and most types serve several stages."""
     hw = _stage_hardware(sc)
-    per_gpu = {g: [c.forward + c.backward for c in _layer_costs(sc, g)] for pairs, _ in hw for g, _ in pairs}
+    types = {g for pairs, _ in hw for g, _ in pairs} | {sc.cluster.gpu}
+    return hw, {g: _layer_costs(sc, g) for g in types}
+
+
+def _layer_times(hw, costs: dict[str, list]) -> list[list[float]]:
+    """``[s][i]``: forward + backward time of layer i on stage s's slowest device."""
+    per_gpu = {g: [c.forward + c.backward for c in layer_costs] for g, layer_costs in costs.items()}
     n = len(next(iter(per_gpu.values())))
     return [[max(per_gpu[g][i] * f for g, f in pairs) for i in range(n)] for pairs, _ in hw]
 
@@ -58,13 +66,12 @@ def balanced_by_stage(sc, chunks: int) -> list[int]:
     from ..schedules import SCHEDULES
 
     schedule, pp = SCHEDULES[sc.parallel.schedule], sc.parallel.pp
-    times = stage_layer_times(sc)
-    costs = _layer_costs(sc, sc.cluster.gpu)
+    hw, costs = _priced(sc)
+    times = _layer_times(hw, costs)
     resident, act = [0.0], [0.0]  # prefix sums
-    for c in costs:
+    for c in costs[sc.cluster.gpu]:
         resident.append(resident[-1] + c.param_bytes)
         act.append(act[-1] + c.activation_memory)
-    hw = _stage_hardware(sc)
     stage = [schedule.stage_of(k, pp) for k in range(chunks)]
     rows = [times[s] for s in stage]
 
@@ -76,13 +83,11 @@ def balanced_by_stage(sc, chunks: int) -> list[int]:
     return fitting or contiguous_min_max(rows, lambda k, i, j: True)
 
 
-def stage_factors(sc) -> list[float]:
-    """Per stage, its time for the whole model over the time on ``cluster.gpu`` (the GPU
-    the planner's profiles are priced on): PipeDream's per-stage slowdown."""
-    ref = sum(c.forward + c.backward for c in _layer_costs(sc, sc.cluster.gpu))
-    return [sum(row) / ref if ref > 0 else 1.0 for row in stage_layer_times(sc)]
-
-
-def stage_memory(sc) -> list[float]:
-    """Per stage, the memory of its smallest GPU (bytes)."""
-    return [float(cap) for _, cap in _stage_hardware(sc)]
+def stage_limits(sc) -> tuple[list[float], list[float]]:
+    """PipeDream's per-stage inputs: per stage, its time for the whole model over the time
+    on ``cluster.gpu`` (the GPU the planner's profiles are priced on) — its slowdown — and
+    the memory of its smallest GPU (bytes)."""
+    hw, costs = _priced(sc)
+    ref = sum(c.forward + c.backward for c in costs[sc.cluster.gpu])
+    factors = [sum(row) / ref if ref > 0 else 1.0 for row in _layer_times(hw, costs)]
+    return factors, [float(cap) for _, cap in hw]

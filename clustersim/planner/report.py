@@ -92,7 +92,7 @@ def _plan_mixed(sc, layers, net, workers: int) -> PlanReport:
     """The best uniform plan on mixed GPUs: per pp, the stage placement of that plan gives
     each stage its compute factor and memory (its slowest, smallest GPU)."""
     from ..errors import ScenarioError
-    from .hetero import stage_factors, stage_memory
+    from .hetero import stage_limits
 
     opt = Optimizer(layers, net)
     plans = {}
@@ -104,7 +104,7 @@ def _plan_mixed(sc, layers, net, workers: int) -> PlanReport:
                                         "parallel.partition": "balanced", "parallel.dp_split": "even"})
         except ScenarioError:  # e.g. the global batch does not split over this dp
             continue
-        plans[pp] = opt.uniform(pp, workers // pp, stage_factors(placed), stage_memory(placed))
+        plans[pp] = opt.uniform(pp, workers // pp, *stage_limits(placed))
     if not plans:
         raise ScenarioError("parallel.pp", sc.parallel.pp, "no pp × dp plan of this cluster accepts the scenario's "
                             "batch and model; check training.global_batch")

@@ -83,13 +83,20 @@ def build_topology(cluster: dict) -> nx.DiGraph:
     return g
 
 
+def no_link_reason(g: nx.DiGraph) -> str:
+    """Why a pair of nodes named as a link was refused, with a link of ``g`` to copy (a graph
+    whose links have all failed has none to offer)."""
+    example = next(iter(g.edges), None)
+    if example is None:
+        return "no link joins these topology nodes; the topology has no links left"
+    return f"no link joins these topology nodes; give two linked nodes, e.g. {list(example)}"
+
+
 def remove_failed_links(g: nx.DiGraph, links) -> None:
     """Remove both directions of every failed cable ``[a, b]`` (``cluster.failed_links``)."""
     for k, (a, b) in enumerate(links):
         if not (g.has_edge(a, b) or g.has_edge(b, a)):
-            example = next(iter(g.edges), None)
-            raise ScenarioError(f"cluster.failed_links[{k}]", [a, b],
-                                f"no link joins these topology nodes; give two linked nodes, e.g. {list(example)}")
+            raise ScenarioError(f"cluster.failed_links[{k}]", [a, b], no_link_reason(g))
         for u, v in ((a, b), (b, a)):
             if g.has_edge(u, v):
                 g.remove_edge(u, v)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.collections import LineCollection
 
 #: segment → (legend label, colour); lost work is drawn by its ``lost`` flag, whatever its kind
 SEGMENT_COLORS = {
@@ -19,22 +20,29 @@ SEGMENT_COLORS = {
 
 
 def plot_job(jobs: dict[str, pd.DataFrame] | pd.DataFrame, ax=None):
-    """Draw job timelines (``{label: res.job}`` or one ``res.job``); returns the Figure."""
+    """Draw job timelines (``{label: res.job}`` or one ``res.job``); returns the Figure.
+
+    Each row's segments of one kind are one ``broken_barh`` collection and all fault ticks
+    one line collection, so a long timeline costs a few artists, not one per segment."""
     if isinstance(jobs, pd.DataFrame):
         jobs = {"job": jobs}
     if ax is None:
         _, ax = plt.subplots(figsize=(11, 0.9 + 0.6 * len(jobs)))
-    seen = set()
+    seen, ticks = set(), []
     for y, job in enumerate(jobs.values()):
-        for row in job.itertuples():
-            key = "lost" if row.lost else row.kind
-            if key in SEGMENT_COLORS and row.end_s > row.start_s:
-                name, color = SEGMENT_COLORS[key]
-                ax.barh(y, row.end_s - row.start_s, left=row.start_s, color=color, height=0.6,
-                        label=None if key in seen else name)
-                seen.add(key)
-            elif row.kind in ("failure", "join", "reroute"):
-                ax.plot([row.start_s] * 2, [y - 0.4, y + 0.4], color="black", lw=1.5)
+        key = job["kind"].where(~job["lost"].astype(bool), "lost")
+        is_bar = key.isin(list(SEGMENT_COLORS)) & (job["end_s"] > job["start_s"])
+        for k in dict.fromkeys(key[is_bar]):  # kinds in order of first appearance: the legend's order
+            part = job[is_bar & (key == k)]
+            name, color = SEGMENT_COLORS[k]
+            spans = ax.broken_barh(list(zip(part["start_s"], part["end_s"] - part["start_s"], strict=True)),
+                                   (y - 0.3, 0.6), facecolors=color, label=None if k in seen else name)
+            spans.sticky_edges.x.extend(part["start_s"])  # as barh does: no margin left of a bar's start
+            seen.add(k)
+        faults = job.loc[job["kind"].isin(["failure", "join", "reroute"]) & ~is_bar, "start_s"]
+        ticks += [[(x, y - 0.4), (x, y + 0.4)] for x in faults]
+    if ticks:
+        ax.add_collection(LineCollection(ticks, colors="black", linewidths=1.5, capstyle="projecting"))
     ax.set_yticks(range(len(jobs)), list(jobs))
     ax.invert_yaxis()
     ax.set_xlabel("job time (s)")
