@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from .program import COMPUTE, RECV, Op, Program
 
-
 #: in :func:`_sole_dependents`: no op waits on this one / more than one op does
 _NONE, _MANY = -1, -2
 
