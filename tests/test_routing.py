@@ -108,3 +108,22 @@ def test_unknown_node_and_unreachable_node():
     with pytest.raises(ScenarioError) as info:
         Router(g).path("gpu0", "island")
     assert info.value.field == "route.dst" and "no links lead there" in str(info.value)
+
+
+@pytest.mark.parametrize("kind,nodes", [("single_node", 1), ("fat_tree", 2)])
+@pytest.mark.parametrize("nics", [1, 2])
+def test_gpus_sharing_a_nic_talk_through_their_switch_not_the_nic(kind, nodes, nics):
+    # A NIC joined to several GPUs by free wires is as few hops away as the intra-node
+    # switch; a route between two GPUs of one server must still take the switch, at its
+    # latency and bandwidth, never the free wires through the NIC.
+    c = cluster(nodes, 4, {"kind": kind})
+    c["nic"] = dict(c["nic"], per_node=nics)
+    g = build_topology(c)
+    router = Router(g)
+    for host in range(nodes):
+        gpus = [f"gpu{4 * host + j}" for j in range(4)]
+        for a in gpus:
+            for b in gpus:
+                if a != b:
+                    assert router.path(a, b) == (a, f"nvswitch{host}" if kind == "fat_tree" else "nvswitch0", b)
+                    assert router.cost(a, b) == (c["intra_node"]["latency"], c["intra_node"]["bandwidth"])
