@@ -15,7 +15,7 @@ from .engine.interpreter import Engine
 from .engine.network_setup import build_network
 from .engine.variability import compute_scales
 from .hardware.node_groups import describe, device_gpus, device_memory
-from .parallel.fold import can_fold, decide_fold, representative
+from .parallel.fold import FoldDecision, can_fold, decide_fold, representative
 from .parallel.hetero import ReplicaWork, needs_replica_work, replica_work
 from .parallel.plan import Plan
 from .program import Program
@@ -56,12 +56,13 @@ def compile_scenario(sc: Scenario, fold: bool | None = None) -> Program:
 
     ``fold``: None applies ``simulation.fold``; True folds whenever folding is exact
     (tools that only need one GPU per stage, e.g. the memory estimate)."""
-    return _compile(sc, fold)[0]
+    return _compile(sc, decide_fold(sc).enabled if fold is None else fold and can_fold(sc))[0]
 
 
-def _compile(sc: Scenario, fold: bool | None) -> tuple[Program, list[ReplicaWork] | None]:
-    """:func:`compile_scenario`'s Program, and the work each data-parallel replica was
-    compiled with (None when replicas do not differ, :func:`needs_replica_work`)."""
+def _compile(sc: Scenario, fold: bool) -> tuple[Program, list[ReplicaWork] | None]:
+    """:func:`compile_scenario`'s Program (folded if ``fold``, a decision already checked),
+    and the work each data-parallel replica was compiled with (None when replicas do not
+    differ, :func:`needs_replica_work`)."""
     from .planner import resolve_partition
 
     if sc.parallel.parameter_server is not None:
@@ -81,7 +82,7 @@ def _compile(sc: Scenario, fold: bool | None) -> tuple[Program, list[ReplicaWork
         prog = compile_replicated(schedule, device_layout(sc), costs, sc.num_microbatches, sc.simulation.iterations)
     else:
         prog = compile_pipeline(schedule, plan, costs, sc.num_microbatches, sc.simulation.iterations,
-                                fold=decide_fold(sc).enabled if fold is None else fold and can_fold(sc),
+                                fold=fold,
                                 compression=compression_of(sc.parallel.gradient_compression, sc.cluster),
                                 activations=compression_of(sc.parallel.activation_compression, sc.cluster),
                                 replicas=replicas)
@@ -105,7 +106,8 @@ def simulate(scenario: Scenario | str | Path | dict[str, Any], progress: bool | 
 
         return simulate_job(sc, progress)
     wall0 = time.perf_counter()
-    prog, replicas = _compile(sc, None)
+    fold = decide_fold(sc)
+    prog, replicas = _compile(sc, fold.enabled)
     env, rec = simpy.Environment(), Recorder()
     fabric = build_network(sc, env, rec)
     capacity = device_memory(sc.cluster, prog.num_devices)
@@ -124,13 +126,14 @@ def simulate(scenario: Scenario | str | Path | dict[str, Any], progress: bool | 
     if bar is not None:
         engine.events -= bar.events  # the bar's own wake-ups are not simulated events
     wall = time.perf_counter() - wall0
-    return build_result(sc, engine, rec, wall, replicas)
+    return build_result(sc, engine, rec, wall, replicas, fold)
 
 
 def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float,
-                 replicas: list[ReplicaWork] | None) -> Result:
+                 replicas: list[ReplicaWork] | None, fold: FoldDecision) -> Result:
     """Assemble the Result tables and summary from what the run recorded; ``replicas``: the
-    per-replica work the Program was compiled with (its micro-batch counts are reported)."""
+    per-replica work the Program was compiled with (its micro-batch counts are reported);
+    ``fold``: whether it was folded."""
     plan, layout = plan_of(sc), device_layout(sc)
     spans = spans_frame(engine.program, rec)
     inference = sc.training.mode == "inference"
@@ -159,7 +162,6 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float,
     comp = spans[spans["lane"] == "compute"]
     busy_all = comp.groupby("device")["end_s"].sum() - comp.groupby("device")["start_s"].sum()
     makespan = float(spans["end_s"].max())
-    fold = decide_fold(sc)
     gpus = device_gpus(sc.cluster)
     rows = []
     for dev in range(layout.num_devices):

@@ -3,7 +3,9 @@
 import pytest
 
 import clustersim as cs
+from clustersim.engine.network_setup import cluster_dict
 from clustersim.parallel.fold import AUTO_FOLD_MIN_GPUS
+from clustersim.topology import Router, build_topology
 
 
 def _job(nodes: int, pp: int, oversubscription: float = 1, fold=False, m: int = 8, network: str = "packet") -> dict:
@@ -121,3 +123,51 @@ def test_folded_agrees_with_unfolded_with_tensor_parallelism(nodes, tp, pp, over
     assert folded["iteration_time_s"] == pytest.approx(full["iteration_time_s"], rel=0.02)
     assert abs(folded["bubble_fraction"] - full["bubble_fraction"]) < 0.01
     assert folded["tflops_per_gpu"] == pytest.approx(full["tflops_per_gpu"], rel=0.02)
+
+
+def _straddling(topology: dict, nodes: int, gpus_per_node: int, pp: int) -> dict:
+    # stage s holds GPUs [s·n, (s+1)·n), n = GPUs / pp: a stage whose GPUs straddle a leaf or
+    # site border sends to the next stage across it from some replicas only
+    return {
+        "name": "straddling", "cluster": {
+            "nodes": nodes, "gpus_per_node": gpus_per_node, "intra_node": {"bandwidth": "300 GB/s", "latency": "2 us"},
+            "nic": {"bandwidth": "100 Gbit/s", "latency": "4 us", "per_node": 1}, "topology": topology},
+        "model": {"kind": "synthetic", "layers": pp, "forward": "2 ms", "backward": "4 ms", "activation": "64 MiB"},
+        "training": {"global_batch": nodes * gpus_per_node}, "parallel": {"pp": pp},
+        "simulation": {"network": "analytical", "fold": True},
+    }
+
+
+@pytest.mark.parametrize("raw,straddler,level,rep_level", [
+    # 6 servers, 3 per leaf, 2 per stage: stage 1 = server 2 (leaf 0) + server 3 (leaf 1)
+    (_straddling({"kind": "fat_tree", "nodes_per_leaf": 3}, 6, 8, 3), 8, "one site", "one leaf switch"),
+    # two sites of one 6-GPU server, 4 GPUs per stage: stage 1 = GPUs 4, 5 (site 0) + 6, 7 (site 1)
+    (_straddling({"kind": "wan", "bandwidth": "1 Gbit/s", "latency": "20 ms",
+                  "sites": [{"nodes": 1}, {"nodes": 1}]}, 2, 6, 3), 2, "two sites", "one server"),
+])
+def test_fold_is_refused_when_a_replica_crosses_a_border_the_representative_does_not(raw, straddler, level,
+                                                                                       rep_level):
+    with pytest.raises(cs.ScenarioError, match=f"stage 0's replica {straddler}, TP rank 0 sends to stage 1 "
+                                                f"within {level}, replica 0 within {rep_level}"):
+        cs.simulate(raw, progress=False)
+    # and the refusal is real: unfolded, the straddling replica's first send takes longer
+    raw["simulation"]["fold"] = False
+    spans = cs.simulate(raw, progress=False).spans
+    sends = spans[spans["name"] == "send F0 s0->s1"].set_index("device")
+    took = sends["end_s"] - sends["start_s"]
+    sc = cs.load_scenario(raw)
+    router = Router(build_topology(cluster_dict(sc.cluster)))
+    n = sc.num_gpus // sc.parallel.pp  # GPUs per stage: replica r of stage 1 is GPU n + r
+    expected = {r: router.cost(f"gpu{r}", f"gpu{n + r}") for r in (0, straddler)}
+    for r, (latency, bandwidth) in expected.items():  # idle α–β time of the 64 MiB send
+        assert took[f"gpu{r}"] == pytest.approx(latency + 64 * 2**20 / bandwidth, rel=1e-9)
+    assert expected[straddler] != expected[0]
+
+
+def test_fold_is_refused_where_routes_depend_on_position():
+    raw = _straddling({"kind": "ring"}, 4, 1, 2)
+    with pytest.raises(cs.ScenarioError, match="routes on a ring topology depend on where a GPU sits"):
+        cs.simulate(raw, progress=False)
+    raw["simulation"]["fold"] = "auto"
+    raw["training"]["global_batch"] = 4
+    assert cs.simulate(raw, progress=False).summary["folded"].startswith("no (auto folds from")

@@ -10,9 +10,10 @@ shows its representative's row.
 
 Folding is exact when the twins really are twins: one GPU type at one speed, an even
 dp_split, no stragglers or noise, no link degradation windows or failed links (they
-touch some replicas' routes only), and TP groups inside one node (so the dropped TP
-collectives use links no one else
-does). It is refused otherwise — an explicit ``simulation.fold: true`` is an error naming
+touch some replicas' routes only), TP groups inside one node (so the dropped TP
+collectives use links no one else does), and every twin's sends and data-parallel ring
+crossing the same kinds of links as its representative's
+(:mod:`clustersim.parallel.fold_routes`). It is refused otherwise — an explicit ``simulation.fold: true`` is an error naming
 the reason; ``auto`` quietly runs unfolded and says why in the summary.
 """
 
@@ -69,9 +70,20 @@ def _obstacle(sc) -> str | None:
     return None
 
 
+def _why_not(sc) -> str | None:
+    """Why folding ``sc`` would not be exact; the routes are compared last (it builds the
+    topology graph)."""
+    why = _obstacle(sc)
+    if why is None:
+        from .fold_routes import route_obstacle
+
+        why = route_obstacle(sc, Plan(sc.parallel.tp, sc.parallel.pp, sc.dp, sc.cluster.gpus_per_node))
+    return why
+
+
 def can_fold(sc) -> bool:
     """Whether folding this scenario is exact (see the module docstring)."""
-    return _obstacle(sc) is None
+    return _why_not(sc) is None
 
 
 def decide_fold(sc) -> FoldDecision:
@@ -79,15 +91,17 @@ def decide_fold(sc) -> FoldDecision:
     want = sc.simulation.fold
     if want is False:
         return FoldDecision(False, "no")
-    why = _obstacle(sc)
     if want is True:
+        why = _why_not(sc)
         if why is not None:
             raise ScenarioError("simulation.fold", True, f"cannot fold this scenario: {why}; use false or auto")
         return FoldDecision(True, _describe(sc))
+    why = _obstacle(sc)
+    if why is None and sc.num_gpus < AUTO_FOLD_MIN_GPUS:
+        return FoldDecision(False, f"no (auto folds from {AUTO_FOLD_MIN_GPUS} GPUs)")
+    why = why or _why_not(sc)
     if why is not None:
         return FoldDecision(False, f"no ({why})")
-    if sc.num_gpus < AUTO_FOLD_MIN_GPUS:
-        return FoldDecision(False, f"no (auto folds from {AUTO_FOLD_MIN_GPUS} GPUs)")
     return FoldDecision(True, _describe(sc))
 
 
