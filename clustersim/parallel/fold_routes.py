@@ -14,6 +14,9 @@ do not. Topologies whose routes depend on position (``ring``, ``torus_2d``, ``st
 
 from __future__ import annotations
 
+import json
+from functools import lru_cache
+
 from .plan import Plan
 
 #: topology kinds whose routes depend only on the levels two GPUs share
@@ -36,6 +39,15 @@ def _topology_obstacle(topology: dict) -> str | None:
     return _topology_obstacle((sites[0] or {}).get("topology") or {}) if sites else None
 
 
+@lru_cache(maxsize=4)
+def _placement(cluster_json: str) -> dict[str, tuple]:
+    """:func:`_levels` of a cluster (its resolved section as JSON): built once per cluster,
+    as a plan search asks for many plans on one cluster."""
+    from ..topology import build_topology
+
+    return _levels(build_topology(json.loads(cluster_json)))
+
+
 def _levels(graph) -> dict[str, tuple]:
     """Per GPU node: (site, switches its server's NICs link to, server)."""
     leaves: dict[int, set] = {}
@@ -55,12 +67,11 @@ def _level(where: dict[str, tuple], a: int, b: int) -> int:
 def route_obstacle(sc, plan: Plan) -> str | None:
     """Why twins' routes differ from their representative's (None if they do not)."""
     from ..engine.network_setup import cluster_dict
-    from ..topology import build_topology
 
     why = _topology_obstacle(sc.cluster.topology)
     if why is not None:
         return why
-    where = _levels(build_topology(cluster_dict(sc.cluster)))
+    where = _placement(json.dumps(cluster_dict(sc.cluster), sort_keys=True))
     hops = [(s, s + 1) for s in range(plan.pp - 1)]
     if sc.parallel.virtual_stages > 1 and plan.pp > 1:
         hops.append((plan.pp - 1, 0))  # an interleaved schedule's chunks wrap around
