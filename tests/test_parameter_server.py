@@ -179,6 +179,10 @@ def test_partitioned_tensors_split_over_servers():
     assert sorted(pushes.groupby("iteration").size()) == [8] * 3  # 2 workers × 2 layers × 2 shards
     assert pushes.groupby(["device", "iteration"])["bytes"].sum().eq(2002).all()
     assert set(sp.loc[sp["lane"] == "update", "device"]) == {"ps0", "ps1"}
+    # each server holds its halves of the weights and of the gradient buffer (no optimizer
+    # state in a synthetic model): 2 layers × (1001 + 1001) bytes between them
+    held = res.memory[res.memory["device"].isin(["ps0", "ps1"])].groupby("device")["allocated_bytes"].max()
+    assert held.sum() == 2 * 2 * 1001 and held.max() - held.min() <= 4
     # without partition the layers go round robin, each whole
     res2 = run(cs.load_scenario(sc).with_overrides({"parallel.parameter_server.partition": False}))
     up2 = res2.spans[res2.spans["lane"] == "update"]
@@ -273,6 +277,11 @@ def test_real_model_pulls_weights_pushes_gradients_and_leaves_the_optimizer_on_t
     assert sp.loc[sp["lane"] == "pull", "bytes"].sum() == sum(int(c.memory_parts["params"]) for c in costs)
     assert sp.loc[sp["lane"] == "push", "bytes"].sum() == sum(c.gradient_bytes for c in costs)
     assert (res.devices["optimizer_bytes"] == 0).all() and (res.devices["params_bytes"] > 0).all()
+    # the server holds, for the whole run, the weights it serves, their optimizer state and
+    # one buffer the pushed gradients land in
+    server = res.memory[res.memory["device"] == "server"]
+    held = sum(int(c.memory_parts["params"]) + int(c.memory_parts["optimizer"]) + c.gradient_bytes for c in costs)
+    assert server["allocated_bytes"].max() == server["allocated_bytes"].iloc[0] == held
 
 
 def test_workers_of_mixed_gpu_types_each_run_their_own_gpus_costs():

@@ -41,8 +41,8 @@ def device_specs(cluster) -> list[GPUSpec]:
 
 def device_memory(cluster, num_devices: int) -> list[float]:
     """Memory capacity (bytes) of each of a Program's ``num_devices`` devices: its GPU's,
-    and unbounded for devices past the GPUs (parameter servers, whose memory is not
-    modelled)."""
+    and unbounded for devices past the GPUs (parameter servers: hosts, whose memory the
+    ledger tracks but no GPU capacity bounds)."""
     caps = [float(gpu.memory_bytes) for gpu in device_specs(cluster)]
     return caps[:num_devices] + [math.inf] * (num_devices - len(caps))
 

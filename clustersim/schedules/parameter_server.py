@@ -39,7 +39,7 @@ times the key's share of the parameter bytes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import accumulate
+from itertools import accumulate, chain
 
 from ..collectives.schedule import split
 from ..errors import ScenarioError
@@ -69,13 +69,22 @@ def server_lane_worker(lane: str, kind: str) -> int | None:
 
 @dataclass(frozen=True)
 class Key:
-    """One server's part of one tensor: bytes pushed and pulled, and its update time."""
+    """One server's part of one tensor: bytes pushed and pulled, its update time, and the
+    optimizer state the server keeps for it."""
 
     tensor: int
     server: int  # device index of the server in the Program
     push_bytes: int
     pull_bytes: int
     update_s: float
+    state_bytes: int = 0
+
+    @property
+    def server_bytes(self) -> int:
+        """What the server holds for this key for the whole run: the weights it serves, its
+        optimizer state, and one buffer the pushed gradients are received into (and, in
+        sync and hybrid iterations, summed into)."""
+        return self.pull_bytes + self.state_bytes + self.push_bytes
 
 
 @dataclass(frozen=True)
@@ -111,17 +120,19 @@ def worker_static_bytes(cost: StageCost) -> int:
 def make_keys(costs: list[StageCost], tensors: list[list[int]], servers: list[int], partition: bool,
               optimizer_s: float) -> list[list[Key]]:
     """The keys of every tensor: sharded over all ``servers`` or on server ``t mod k``;
-    a key pushes its share of the gradient bytes and pulls its share of the weights."""
+    a key pushes its share of the gradient bytes, pulls its share of the weights and keeps
+    its share of the optimizer state on its server."""
     total = sum(c.weight_bytes for c in costs)
     out = []
     for t, layers in enumerate(tensors):
         grad = sum(costs[layer].gradient_bytes for layer in layers)
         params = sum(costs[layer].weight_bytes for layer in layers)
+        state = sum(int(costs[layer].memory_parts.get("optimizer", 0)) for layer in layers)
         share = params / total if total else len(layers) / len(costs)
         homes = servers if partition else [servers[t % len(servers)]]
         k = len(homes)
-        out.append([Key(t, s, g, p, optimizer_s * share / k)
-                    for s, g, p in zip(homes, split(grad, k), split(params, k), strict=True)])
+        out.append([Key(t, s, g, p, optimizer_s * share / k, o)
+                    for s, g, p, o in zip(homes, split(grad, k), split(params, k), split(state, k), strict=True)])
     return out
 
 
@@ -140,6 +151,8 @@ def compile_parameter_server(cfg: PSConfig, costs: list[StageCost], m: int, iter
     first = {layers[0]: t for t, layers in enumerate(tensors)}  # a tensor's first layer in forward order
     for w in range(workers):
         prog.static_memory[w] = sum(worker_static_bytes(c) for c in costs)
+    for key in chain.from_iterable(keys):
+        prog.static_memory[key.server] += key.server_bytes
     # Workers first, servers after: a worker's op ids do not depend on the mode, so
     # compute noise (drawn per op id) is the same in sync and async runs of a scenario.
     pulls, pushes = {}, {}
