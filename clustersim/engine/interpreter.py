@@ -107,7 +107,7 @@ class Engine:
         self._lane_states = [Lane(lane_ops, firsts, plan, self._woken, self.env)
                              for lane_ops, (firsts, plan) in zip(self.lanes.values(), self._plans)]
         self._ready.extend(self._lane_states)
-        self._run_loop()()
+        self._run_loop()
         # SimPy numbers every scheduled event from an itertools.count; all were processed
         # once the loop returns, so this is the number of simulated events.
         self.events = next(self.env._eid)
@@ -118,11 +118,11 @@ class Engine:
             ops.extend((i, start[i], t) for i, t in enumerate(end) if t >= 0.0)
             raise SimulationStall(self._stall_report())
 
-    def _run_loop(self):
-        """The simulation loop as a closure over the engine's tables (free variables are as
-        cheap as locals). It drives SimPy's event queue itself: a lane's held op ends with
-        the lane's :class:`LaneEnd` on the queue, which the loop pops and handles in place
-        (no SimPy callback, no call per op); every other event — fabric, collectives,
+    def _run_loop(self) -> None:
+        """The simulation loop, over the engine's tables held in locals. It drives SimPy's
+        event queue itself: a lane's held op ends with the lane's :class:`LaneEnd` on the
+        queue, which the loop pops and handles in place (no SimPy callback, no call per
+        op); every other event — fabric, collectives,
         processes, a progress bar — goes through ``env.step()`` exactly as ``env.run()``
         would, and the lanes whose ops it ended come back through ``woken``. Time order and
         SimPy's FIFO order among equal times are kept: after an event, the lane it ended
@@ -148,84 +148,81 @@ class Engine:
                     return True
             return False
 
-        def run_loop() -> None:
-            now = env._now
-            while True:  # over the lanes to advance
-                if ready:  # a lane woken at `now` by an op that ended: it may start its op
-                    lane = ready.popleft()
-                    plan, firsts, idx = lane.plan, lane.firsts, lane.idx
-                    done = False
-                else:  # a lane whose running op has ended
-                    if woken:
-                        lane = woken.popleft()
-                    else:
-                        while True:  # let simulated time pass: the next event
-                            if not queue:
-                                return
-                            ev = queue[0][3]
-                            if ev.__class__ is LaneEnd:
-                                now = heappop(queue)[0]
-                                env._now = now
-                                lane = ev.lane
-                                break
-                            env_step()
-                            if woken:
-                                now = env._now
-                                lane = woken.popleft()
-                                break
-                    plan, firsts, idx = lane.plan, lane.firsts, lane.idx
-                    i, what, arg, more, alloc, free, dev = plan[idx]
-                    done = True
-                while True:  # over the lane's ops
-                    if done:  # op i has ended
-                        if free:
-                            cur = held[dev] - free
-                            if cur < 0:
-                                change(dev, -free, now)  # raises, naming the bug
-                            held[dev] = cur
-                            samples.append((dev, now, cur))
-                        end[i] = now
-                        w = waiters[i]
-                        waiters[i] = DONE
-                        if w is not None:  # wake the lanes waiting on op i
-                            if w.__class__ is list:
-                                ready.extend(w)
-                            else:
-                                ready.append(w)
-                        idx += 1
-                        lane.t = now  # the lane reaches its next op
-                    d = firsts[idx]  # the first op that op idx waits for
-                    w = waiters[d]
-                    if w is not DONE:  # blocked: wait on op d
-                        waiters[d] = lane if w is None else w + [lane] if w.__class__ is list else [w, lane]
-                        break
-                    i, what, arg, more, alloc, free, dev = plan[idx]
-                    if more is not None and wait_more(lane, more):
-                        break
-                    if alloc:
-                        cur = held[dev] + alloc
-                        held[dev] = cur
-                        if cur > peak[dev]:
-                            peak[dev] = cur
-                        samples.append((dev, now, cur))
-                    done = True
-                    if what == HOLD:
-                        start[i] = now
-                        heappush(queue, (now + arg, NORMAL, next(eid), lane.end))
-                        break
-                    if what == POSTED:  # the span starts when the recv was posted or its send started
-                        posted, t_send = lane.t, start[arg]
-                        start[i] = t_send if t_send > posted else posted
-                    elif what == INSTANT:
-                        start[i] = now
-                    else:
-                        if what == END:
+        now = env._now
+        while True:  # over the lanes to advance
+            if ready:  # a lane woken at `now` by an op that ended: it may start its op
+                lane = ready.popleft()
+                plan, firsts, idx = lane.plan, lane.firsts, lane.idx
+                done = False
+            else:  # a lane whose running op has ended
+                if woken:
+                    lane = woken.popleft()
+                else:
+                    while True:  # let simulated time pass: the next event
+                        if not queue:
+                            return
+                        ev = queue[0][3]
+                        if ev.__class__ is LaneEnd:
+                            now = heappop(queue)[0]
+                            env._now = now
+                            lane = ev.lane
                             break
-                        begin(what, i).callbacks.append(lane.wake)
+                        env_step()
+                        if woken:
+                            now = env._now
+                            lane = woken.popleft()
+                            break
+                plan, firsts, idx = lane.plan, lane.firsts, lane.idx
+                i, what, arg, more, alloc, free, dev = plan[idx]
+                done = True
+            while True:  # over the lane's ops
+                if done:  # op i has ended
+                    if free:
+                        cur = held[dev] - free
+                        if cur < 0:
+                            change(dev, -free, now)  # raises, naming the bug
+                        held[dev] = cur
+                        samples.append((dev, now, cur))
+                    end[i] = now
+                    w = waiters[i]
+                    waiters[i] = DONE
+                    if w is not None:  # wake the lanes waiting on op i
+                        if w.__class__ is list:
+                            ready.extend(w)
+                        else:
+                            ready.append(w)
+                    idx += 1
+                    lane.t = now  # the lane reaches its next op
+                d = firsts[idx]  # the first op that op idx waits for
+                w = waiters[d]
+                if w is not DONE:  # blocked: wait on op d
+                    waiters[d] = lane if w is None else w + [lane] if w.__class__ is list else [w, lane]
+                    break
+                i, what, arg, more, alloc, free, dev = plan[idx]
+                if more is not None and wait_more(lane, more):
+                    break
+                if alloc:
+                    cur = held[dev] + alloc
+                    held[dev] = cur
+                    if cur > peak[dev]:
+                        peak[dev] = cur
+                    samples.append((dev, now, cur))
+                done = True
+                if what == HOLD:
+                    start[i] = now
+                    heappush(queue, (now + arg, NORMAL, next(eid), lane.end))
+                    break
+                if what == POSTED:  # the span starts when the recv was posted or its send started
+                    posted, t_send = lane.t, start[arg]
+                    start[i] = t_send if t_send > posted else posted
+                elif what == INSTANT:
+                    start[i] = now
+                else:
+                    if what == END:
                         break
-                lane.idx = idx
-
-        return run_loop
+                    begin(what, i).callbacks.append(lane.wake)
+                    break
+            lane.idx = idx
 
     def _begin(self, what: int, i: int) -> simpy.Event:
         """Start op ``i`` (SLOWED, SENT or JOINED), which ends with an event of a process,
