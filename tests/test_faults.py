@@ -379,14 +379,25 @@ def test_fault_during_a_restart_strikes_when_the_restart_ends():
 @pytest.mark.parametrize("override,match", [
     ({"cluster.node_groups": [{"nodes": 2}, {"nodes": 2, "speed": 0.8}]}, "with mixed node groups"),
     ({"cluster.stragglers": [{"gpus": [3], "slowdown": 2}]}, "with stragglers"),
-    ({"cluster.link_degradations": [{"between": ["gpu0", "nvswitch0"], "start": 0, "end": 1, "factor": 0.5}],
-      "simulation.collective_model": "fabric"}, "with link degradation windows"),
+    ({"cluster.failed_links": [["node1.nic0", "leaf0"]]}, "with failed links"),
 ])
 def test_elastic_refuses_settings_tied_to_the_original_cluster(override, match):
     sc = cs.load_scenario("scenarios/gpt-7.5b-32gpu-gpu-fail.yaml")
     with pytest.raises(cs.ScenarioError, match=f"recovery.policy: 'elastic' is invalid; elastic re-planning is not "
                                                f"supported {match}.*accepted: checkpoint_restart"):
         sc.with_overrides({"recovery.policy": "elastic", **override})
+
+
+@pytest.mark.parametrize("policy", ["checkpoint_restart", "elastic"])
+def test_degradation_windows_are_refused_in_a_job(policy):
+    # a job runs each configuration from t = 0: a window's absolute times would strike
+    # every configuration's first iterations, not the job's clock
+    sc = cs.load_scenario("scenarios/gpt-7.5b-32gpu-gpu-fail.yaml")
+    window = [{"between": ["gpu0", "nvswitch0"], "start": 0, "end": 1, "factor": 0.5}]
+    with pytest.raises(cs.ScenarioError, match="cluster.link_degradations: .* is invalid; degradation windows are "
+                                               "times of one simulation"):
+        sc.with_overrides({"recovery.policy": policy, "cluster.link_degradations": window,
+                           "simulation.collective_model": "fabric"})
 
 
 def test_inference_takes_no_faults():

@@ -21,6 +21,13 @@ def check_fault_rules(spec) -> None:
         if fault.kind == "gpu_fail" and fault.gpu >= total:
             raise ScenarioError(f"faults[{k}].gpu", fault.gpu,
                                 f"GPU indices run from 0 to {total - 1} (the cluster's GPUs, then joined nodes')")
+    if (spec.faults or spec.recovery is not None) and cl.link_degradations:
+        # a job is simulated one configuration at a time, each from t = 0, and its iteration
+        # times are laid end to end: windows in absolute simulated seconds would strike
+        # every configuration's first iterations instead of the job's clock
+        raise ScenarioError("cluster.link_degradations", [w.model_dump() for w in cl.link_degradations],
+                            "degradation windows are times of one simulation; a job with faults or recovery "
+                            "runs several — use cluster.failed_links or a link_fail fault instead")
     if spec.recovery is not None and spec.recovery.policy == "elastic":
         if spec.parallel.stage_replicas is not None:
             raise ScenarioError("recovery.policy", "elastic", "elastic re-planning keeps tp × pp and changes dp; "
@@ -35,8 +42,8 @@ def check_fault_rules(spec) -> None:
                 ("cluster.node_groups", cl.node_groups, "mixed node groups"),
                 ("parallel.dp_split", None if par.dp_split == "even" else par.dp_split, "an uneven dp_split"),
                 ("cluster.stragglers", cl.stragglers or None, "stragglers (they name GPUs of the original cluster)"),
-                ("cluster.link_degradations", cl.link_degradations or None,
-                 "link degradation windows (they name links of the original cluster)"),
+                ("cluster.failed_links", cl.failed_links or None,
+                 "failed links (they name links of the original cluster)"),
                 ("parallel.parameter_server", par.parameter_server, "parameter-server training")):
             if value is not None:
                 raise ScenarioError("recovery.policy", "elastic", f"elastic re-planning is not supported with {why} "
