@@ -68,6 +68,7 @@ class JobTimeline:
         self.rec, self.m = recovery, model
         self.pending = list(enumerate(faults))
         self.cfg = start
+        self.replanned = False  # an elastic re-plan has re-formed the job on a fresh cluster
         self.next_node = joined_base  # physical index of the next joining node
         self.rows: list[dict] = []
         self.t = 0.0
@@ -130,7 +131,7 @@ class JobTimeline:
     def _check_link_fault(self, k, f) -> None:
         """A link fault names physical links; once an elastic re-plan has re-formed the job
         the simulated cluster is a fresh one, so neither a cut nor a re-route is modelled."""
-        if self.cfg.phys != tuple(range(self.cfg.nodes)):
+        if self.replanned:
             raise ScenarioError(f"faults[{k}].link", list(f.link), "a link_fail after an elastic re-plan is not "
                                 "modelled (the re-planned cluster is a fresh one); use checkpoint_restart")
 
@@ -191,7 +192,7 @@ class JobTimeline:
                                 "re-planned cluster is a fresh one); use checkpoint_restart")
         new, mig_s, moved = self.m.replan(self.cfg, available, field, value)
         self._pause("replan", self.rec.replan_time, f"re-form the job: {new.label()}")
-        self.cfg = new
+        self.cfg, self.replanned = new, True
         self._pause("migration", mig_s, f"{moved / 2**30:.3g} GiB of state moved over the fabric")
 
     def _pause(self, kind, dur, note):
