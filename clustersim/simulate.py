@@ -36,11 +36,6 @@ from .workload.stage_cost import chunk_costs
 GIB = 2**30
 
 
-def plan_of(sc: Scenario) -> Plan:
-    """The parallel plan of a scenario."""
-    return Plan(tp=sc.parallel.tp, pp=sc.parallel.pp, dp=sc.dp, gpus_per_node=sc.cluster.gpus_per_node)
-
-
 def device_layout(sc: Scenario) -> Plan | ReplicaLayout:
     """Where each device sits: ``coords(device) -> (stage, dp_rank, tp_rank)`` and ``node``.
 
@@ -48,7 +43,7 @@ def device_layout(sc: Scenario) -> Plan | ReplicaLayout:
     (dp_rank = the device's replica index within its stage)."""
     if sc.parallel.stage_replicas is not None:
         return ReplicaLayout(sc.parallel.stage_replicas, sc.cluster.gpus_per_node)
-    return plan_of(sc)
+    return Plan.of(sc)
 
 
 def compile_scenario(sc: Scenario, fold: bool | None = None) -> Program:
@@ -69,7 +64,7 @@ def _compile(sc: Scenario, fold: bool) -> tuple[Program, list[ReplicaWork] | Non
         from .schedules.parameter_server import parameter_server_program
 
         return _finish(sc, parameter_server_program(sc)), None
-    plan = plan_of(sc)
+    plan = Plan.of(sc)
     chunks = plan.pp * sc.parallel.virtual_stages
     partition = resolve_partition(sc, chunks)
     costs = chunk_costs(sc, chunks, partition)
@@ -134,7 +129,7 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float,
     """Assemble the Result tables and summary from what the run recorded; ``replicas``: the
     per-replica work the Program was compiled with (its micro-batch counts are reported);
     ``fold``: whether it was folded."""
-    plan, layout = plan_of(sc), device_layout(sc)
+    plan, layout = Plan.of(sc), device_layout(sc)
     spans = spans_frame(engine.program, rec)
     inference = sc.training.mode == "inference"
     n_it = sc.simulation.iterations
@@ -230,4 +225,4 @@ def _max_staleness(prog: Program) -> int:
     return int(st["staleness"].max()) if len(st) else 0
 
 
-__all__ = ["simulate", "compile_scenario", "device_layout", "plan_of"]
+__all__ = ["simulate", "compile_scenario", "device_layout"]

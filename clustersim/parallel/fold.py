@@ -73,12 +73,9 @@ def _obstacle(sc) -> str | None:
 def _why_not(sc) -> str | None:
     """Why folding ``sc`` would not be exact; the routes are compared last (it builds the
     topology graph)."""
-    why = _obstacle(sc)
-    if why is None:
-        from .fold_routes import route_obstacle
+    from .fold_routes import route_obstacle
 
-        why = route_obstacle(sc, Plan(sc.parallel.tp, sc.parallel.pp, sc.dp, sc.cluster.gpus_per_node))
-    return why
+    return _obstacle(sc) or route_obstacle(sc)
 
 
 def can_fold(sc) -> bool:
@@ -96,10 +93,9 @@ def decide_fold(sc) -> FoldDecision:
         if why is not None:
             raise ScenarioError("simulation.fold", True, f"cannot fold this scenario: {why}; use false or auto")
         return FoldDecision(True, _describe(sc))
-    why = _obstacle(sc)
-    if why is None and sc.num_gpus < AUTO_FOLD_MIN_GPUS:
+    if _obstacle(sc) is None and sc.num_gpus < AUTO_FOLD_MIN_GPUS:
         return FoldDecision(False, f"no (auto folds from {AUTO_FOLD_MIN_GPUS} GPUs)")
-    why = why or _why_not(sc)
+    why = _why_not(sc)
     if why is not None:
         return FoldDecision(False, f"no ({why})")
     return FoldDecision(True, _describe(sc))

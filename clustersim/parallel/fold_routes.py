@@ -64,13 +64,14 @@ def _level(where: dict[str, tuple], a: int, b: int) -> int:
     return 0 if host_a == host_b else 1 if leaf_a == leaf_b else 2 if site_a == site_b else 3
 
 
-def route_obstacle(sc, plan: Plan) -> str | None:
+def route_obstacle(sc) -> str | None:
     """Why twins' routes differ from their representative's (None if they do not)."""
     from ..engine.network_setup import cluster_dict
 
     why = _topology_obstacle(sc.cluster.topology)
     if why is not None:
         return why
+    plan = Plan.of(sc)
     where = _placement(json.dumps(cluster_dict(sc.cluster), sort_keys=True))
     hops = [(s, s + 1) for s in range(plan.pp - 1)]
     if sc.parallel.virtual_stages > 1 and plan.pp > 1:

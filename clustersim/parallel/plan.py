@@ -20,6 +20,11 @@ class Plan:
     dp: int
     gpus_per_node: int
 
+    @classmethod
+    def of(cls, sc) -> Plan:
+        """The parallel plan of scenario ``sc``."""
+        return cls(tp=sc.parallel.tp, pp=sc.parallel.pp, dp=sc.dp, gpus_per_node=sc.cluster.gpus_per_node)
+
     @property
     def num_devices(self) -> int:
         return self.tp * self.pp * self.dp

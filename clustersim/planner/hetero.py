@@ -25,9 +25,9 @@ def _stage_hardware(sc) -> list[tuple[set[tuple[str, float]], int]]:
     """Per stage: its distinct (GPU type, time factor) pairs and its smallest GPU memory."""
     from ..engine.variability import device_factors
     from ..hardware.node_groups import device_gpus, device_specs
-    from ..simulate import plan_of
+    from ..parallel.plan import Plan
 
-    plan = plan_of(sc)
+    plan = Plan.of(sc)
     gpus, specs = device_gpus(sc.cluster), device_specs(sc.cluster)
     factors = device_factors(sc.cluster, plan.num_devices)
     out = []
