@@ -129,7 +129,7 @@ def _optional_registries():
         from .collectives import ALGORITHMS
         from .hardware.presets import CLUSTER_PRESETS
 
-        yield {"collective algorithms": [(n, "") for n in ALGORITHMS],
+        yield {"collective algorithms": [(n, a.doc) for n, a in ALGORITHMS.items()],
                "cluster presets": [(n, "") for n in CLUSTER_PRESETS]}
     except ImportError:
         pass

@@ -77,7 +77,7 @@ class Key:
     push_bytes: int
     pull_bytes: int
     update_s: float
-    state_bytes: int = 0
+    state_bytes: int
 
     @property
     def server_bytes(self) -> int:
