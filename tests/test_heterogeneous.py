@@ -259,13 +259,32 @@ def test_clustersim_plan_on_mixed_gpus_proposes_the_best_uniform_plan():
     raw = _mixed([1.0, 0.5])
     raw["model"]["layers"] = 9
     report = plan_scenario(cs.load_scenario(raw))
-    assert report.mixed and report.uniform_pp == 2 and report.best.partition == [6, 3]
+    assert report.uniform_only.startswith("mixed GPU types") and report.uniform_pp == 2
+    assert report.best.partition == [6, 3]
     assert report.best.time_per_minibatch_s == pytest.approx(18e-3, rel=1e-9)
     assert report.data_parallel_s == pytest.approx(27e-3, rel=1e-9)
     assert "parallel.stage_replicas" not in report.best_overrides()
-    assert "mixed GPUs: uniform pp × dp plans only" in report.table()
+    assert "uniform pp × dp plans only — mixed GPU types" in report.table()
     res = cs.simulate(cs.load_scenario(raw).with_overrides(report.best_overrides()), progress=False)
     assert res.summary["pp"] == 2
+    # 3 micro-batches do not split over 2 replicas, so pp = 1 is not a plan; the data-parallel
+    # baseline is still priced at the slow GPU's pace, 27 ms
+    raw["training"]["global_batch"] = 3
+    raw["parallel"].update(pp=2, dp=1, partition="balanced")
+    assert plan_scenario(cs.load_scenario(raw)).data_parallel_s == pytest.approx(27e-3, rel=1e-9)
+
+
+def test_clustersim_plan_with_tensor_parallelism_plans_tp_groups():
+    # 16 GPUs at tp 2 are 8 workers; stage replication runs without tp, so only uniform
+    # plans are searched, and the plan printed runs on the cluster as it is
+    from clustersim.planner import plan_scenario
+
+    sc = cs.load_scenario("scenarios/quickstart.yaml").with_overrides({"parallel.tp": 2})
+    report = plan_scenario(sc)
+    assert report.gpus == 8 and report.tp == 2 and report.uniform_only.startswith("tp = 2")
+    planned = sc.with_overrides(report.best_overrides())
+    assert planned.parallel.tp * planned.parallel.pp * planned.dp == 16
+    assert report.table().startswith("PipeDream planner on 8 tensor-parallel groups of 2 GPUs")
 
 
 def test_unsupported_combinations_are_refused():

@@ -19,13 +19,15 @@ from .profiles import layer_profiles, network_of
 class PlanReport:
     """What the planner found for a scenario (times are per minibatch, the model's estimate)."""
 
-    gpus: int
+    gpus: int  # the planner's workers: GPUs, or tensor-parallel groups of ``tp`` GPUs
     best: PipelinePlan
     uniform: PipelinePlan
     uniform_pp: int
     data_parallel_s: float
-    #: planned on mixed GPUs: the best plan is the best uniform one (no per-stage replication)
-    mixed: bool = False
+    #: why only uniform pp × dp plans were searched (then the best plan is the best uniform
+    #: one); empty when per-stage replication was searched too
+    uniform_only: str = ""
+    tp: int = 1
 
     @property
     def speedup_over_dp(self) -> float:
@@ -38,7 +40,7 @@ class PlanReport:
 
     def best_overrides(self, schedule: str = "pipedream") -> dict:
         """Scenario overrides that run the planner's best plan (per-stage replication)."""
-        if self.mixed:
+        if self.uniform_only:
             return self.overrides(schedule)
         return {"parallel.pp": len(self.best.stages), "parallel.dp": 1,
                 "parallel.stage_replicas": [s.replicas for s in self.best.stages],
@@ -46,7 +48,8 @@ class PlanReport:
 
     def table(self) -> str:
         """A human-readable summary (what ``clustersim plan`` prints)."""
-        lines = [f"PipeDream planner on {self.gpus} GPUs (model estimates, per minibatch):",
+        on = f"{self.gpus} GPUs" if self.tp == 1 else f"{self.gpus} tensor-parallel groups of {self.tp} GPUs"
+        lines = [f"PipeDream planner on {on} (model estimates, per minibatch):",
                  f"  data parallel             {self.data_parallel_s * 1e3:10.3f} ms",
                  f"  best pipeline {self.best.config:<11} {self.best.time_per_minibatch_s * 1e3:10.3f} ms  "
                  f"({self.speedup_over_dp:.2f}x over DP; layers per stage {self.best.partition})",
@@ -54,8 +57,10 @@ class PlanReport:
                  f"{self.uniform.time_per_minibatch_s * 1e3:10.3f} ms  (layers per stage {self.uniform.partition})",
                  "run the planner's plan with: " + _sets(self.best_overrides()),
                  "run the uniform plan with: " + _sets(self.overrides())]
-        if self.mixed:
-            lines.insert(1, "  (mixed GPUs: uniform pp × dp plans only, each stage priced on its own GPUs)")
+        if self.uniform_only:  # the planner's plan is the uniform one: say it once
+            del lines[-1]
+        if self.uniform_only:
+            lines.insert(1, f"  (uniform pp × dp plans only — {self.uniform_only}; each stage priced on its own GPUs)")
         return "\n".join(lines)
 
 
@@ -73,9 +78,13 @@ def plan_scenario(sc) -> PlanReport:
     from ..hardware.gpus import get_gpu
     from ..hardware.node_groups import heterogeneity
 
-    layers, net, n = layer_profiles(sc), network_of(sc), sc.num_gpus
-    if heterogeneity(sc.cluster) is not None:
-        return _plan_mixed(sc, layers, net, n // sc.parallel.tp)
+    layers, net, tp = layer_profiles(sc), network_of(sc), sc.parallel.tp
+    n = sc.num_gpus // tp  # workers: a tensor-parallel group is one
+    why = heterogeneity(sc.cluster)
+    if why is None and tp > 1:
+        why = f"tp = {tp}, and stage_replicas run without tensor parallelism"
+    if why is not None:
+        return _plan_uniform_only(sc, layers, net, n, why)
     opt = Optimizer(layers, net, get_gpu(sc.cluster.gpu).memory_bytes)
     best = opt.best(n)
     uniform, upp = None, 1
@@ -88,14 +97,15 @@ def plan_scenario(sc) -> PlanReport:
     return PlanReport(n, best, uniform, upp, data_parallel_time(layers, net, n))
 
 
-def _plan_mixed(sc, layers, net, workers: int) -> PlanReport:
-    """The best uniform plan on mixed GPUs: per pp, the stage placement of that plan gives
-    each stage its compute factor and memory (its slowest, smallest GPU)."""
+def _plan_uniform_only(sc, layers, net, workers: int, why: str) -> PlanReport:
+    """The best uniform plan (searched alone for reason ``why``): per pp, the stage
+    placement of that plan gives each stage its compute factor and memory (its slowest,
+    smallest GPU)."""
     from ..errors import ScenarioError
     from .hetero import stage_limits
 
     opt = Optimizer(layers, net)
-    plans = {}
+    plans, slowest = {}, 1.0
     for pp in range(1, min(workers, len(layers)) + 1):
         if workers % pp:
             continue
@@ -104,10 +114,13 @@ def _plan_mixed(sc, layers, net, workers: int) -> PlanReport:
                                         "parallel.partition": "balanced", "parallel.dp_split": "even"})
         except ScenarioError:  # e.g. the global batch does not split over this dp
             continue
-        plans[pp] = opt.uniform(pp, workers // pp, *stage_limits(placed))
+        factors, memory = stage_limits(placed)
+        plans[pp], slowest = opt.uniform(pp, workers // pp, factors, memory), max(slowest, *factors)
     if not plans:
         raise ScenarioError("parallel.pp", sc.parallel.pp, "no pp × dp plan of this cluster accepts the scenario's "
                             "batch and model; check training.global_batch")
     upp = min(plans, key=lambda pp: plans[pp].time_per_minibatch_s)
-    dp_time = plans[1].time_per_minibatch_s if 1 in plans else data_parallel_time(layers, net, workers)
-    return PlanReport(workers, plans[upp], plans[upp], upp, dp_time, mixed=True)
+    # data parallelism runs at the pace of the slowest GPU (every placement has it in a stage)
+    dp_time = plans[1].time_per_minibatch_s if 1 in plans else \
+        opt.stage_time(0, len(layers) - 1, workers, factor=slowest)
+    return PlanReport(workers, plans[upp], plans[upp], upp, dp_time, why, sc.parallel.tp)
