@@ -243,6 +243,20 @@ def test_elastic_without_a_fitting_dp_is_refused():
         cs.simulate(raw, progress=False)
 
 
+def test_elastic_replan_takes_the_largest_dp_the_schedule_accepts():
+    # 6 one-GPU nodes, pp 2 × dp 3, interleaved (2 chunks per GPU), 6 micro-batches. One GPU
+    # fails: 5 nodes take dp 2 at most, but 6 / 2 = 3 micro-batches is no multiple of pp = 2,
+    # which the interleaved schedule refuses; dp 1 (6 micro-batches) runs
+    raw = job("elastic", [{"kind": "gpu_fail", "gpu": 5, "at_iteration": 1.5}], batch=6)
+    raw["cluster"].update(nodes=6, gpus_per_node=1)
+    raw["model"]["layers"] = 4
+    raw["parallel"] = {"pp": 2, "dp": 3, "schedule": "interleaved", "virtual_stages": 2}
+    with pytest.raises(cs.ScenarioError):
+        cs.load_scenario(raw).with_overrides({"faults": [], "recovery": None, "parallel.dp": 2, "cluster.nodes": 4})
+    res = cs.simulate(raw, progress=False)
+    assert res.job.loc[res.job["kind"] == "replan", "note"].iloc[0].endswith("dp 1")
+
+
 def test_unknown_link_is_named():
     raw = job(faults=[{"kind": "link_fail", "link": ["leaf0", "moon"], "at": 0.0}])
     with pytest.raises(cs.ScenarioError, match=r"faults\[0\].link: \['leaf0', 'moon'\] is invalid; no link joins"):

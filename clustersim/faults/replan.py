@@ -25,16 +25,22 @@ from .state import stage_state_bytes
 
 
 def new_dp(base, nodes: int, field: str, value) -> int:
-    """The largest dp that fills whole nodes among ``nodes`` and splits the global batch."""
+    """The largest dp that fills whole nodes among ``nodes`` and that the scenario's rules
+    accept (the global batch splits into micro-batches, the schedule takes their count)."""
     gpn, tp, pp = base.cluster.gpus_per_node, base.parallel.tp, base.parallel.pp
     tr = base.training
     for dp in range(nodes * gpn // (tp * pp), 0, -1):
-        if (dp * tp * pp) % gpn == 0 and tr.global_batch % (tr.micro_batch * dp) == 0:
-            return dp
+        if (dp * tp * pp) % gpn:
+            continue
+        try:
+            scenario_of(base, Config(phys=tuple(range(dp * tp * pp // gpn)), dp=dp))
+        except ScenarioError:
+            continue
+        return dp
     raise ScenarioError(field, value, f"elastic re-plan impossible: on {nodes} node(s) of {gpn} GPUs no data-parallel "
-                        f"degree with tp × pp = {tp} × {pp} fills whole nodes and divides training.global_batch = "
-                        f"{tr.global_batch} into micro-batches of {tr.micro_batch}; use recovery.policy: "
-                        "checkpoint_restart")
+                        f"degree with tp × pp = {tp} × {pp} fills whole nodes and runs the scenario (training."
+                        f"global_batch = {tr.global_batch} in micro-batches of {tr.micro_batch}, schedule "
+                        f"{base.parallel.schedule}); use recovery.policy: checkpoint_restart")
 
 
 def replan(base, old: Config, available: list[int], field: str, value) -> tuple[Config, float, float]:
