@@ -111,8 +111,8 @@ class Program:
         return self._lanes
 
     def check(self) -> None:
-        """Raise :class:`ProgramError` if a dependency is missing, a cycle exists, or a
-        send/recv is unmatched — naming the ops involved."""
+        """Raise :class:`ProgramError` if a dependency is missing, a cycle exists, a
+        send/recv is unmatched or an op moves negative memory — naming the ops involved."""
         n = len(self.ops)
         for op in self.ops:
             if not 0 <= op.device < self.num_devices:
@@ -120,6 +120,9 @@ class Program:
             for d in op.deps:
                 if not 0 <= d < n:
                     raise ProgramError(f"{op!r} depends on op #{d}, which does not exist")
+            if op.mem_alloc < 0 or op.mem_free < 0:
+                raise ProgramError(f"{op!r}: memory to allocate or free must be ≥ 0 bytes "
+                                   f"(mem_alloc={op.mem_alloc}, mem_free={op.mem_free})")
         self._check_matching()
         self._check_collectives()
         self._check_acyclic()

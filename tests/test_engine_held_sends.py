@@ -70,11 +70,3 @@ def test_direct_fixed_time_is_latency_plus_bytes_over_bandwidth():
     done = fabric.transfer("gpu0", "gpu1", 10**9)
     env.run(done)
     assert env.now == fabric.fixed_time("gpu0", "gpu1", 10**9)
-
-
-def test_negative_memory_is_a_program_error():
-    prog = cs.Program(1)
-    prog.add(0, "compute", "compute", "F", duration=1.0, mem_free=-5)
-    env, rec = simpy.Environment(), Recorder()
-    with pytest.raises(cs.ProgramError, match=r"'F' on gpu0.*must be ≥ 0 bytes.*mem_free=-5"):
-        Engine(prog, env, DirectFabric(env, rec, 1e9, 0.0), rec, [2**40])

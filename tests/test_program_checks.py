@@ -138,3 +138,10 @@ def test_custom_schedule_runs():
         assert res.summary["iteration_time_s"] == pytest.approx((m + p - 1) * (f + b), rel=1e-12)
     finally:
         del cs.SCHEDULES["test_fifo"]
+
+
+def test_negative_memory_is_rejected():
+    prog = cs.Program(1)
+    prog.add(0, "compute", "compute", "F", duration=1.0, mem_free=-5)
+    with pytest.raises(cs.ProgramError, match=r"'F' on gpu0.*must be ≥ 0 bytes.*mem_free=-5"):
+        prog.check()

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from simpy.events import Event
 
-from ..errors import ProgramError
-from ..program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program, is_gpu_work
+from ..program import COMPUTE, RECV, SEND, Op, Program, is_gpu_work
 
 # What the hot path does with an op (``what`` in a plan entry)
 HOLD = 0     # holds its lane for a known time: a compute op, or a send whose fabric knows its time
@@ -62,13 +61,8 @@ def compile_lane(program: Program, lane_ops: list[Op], durations: list[float], s
             what = SENT if arg is None else HOLD
         elif kind is RECV:
             what, arg = POSTED, op.peer
-        elif kind is COLLECTIVE:
+        else:  # COLLECTIVE (Program.add admits no other kind)
             what = JOINED
-        else:
-            raise ValueError(f"{op!r}: unknown op kind {kind!r}")
-        if op.mem_alloc < 0 or op.mem_free < 0:
-            raise ProgramError(f"{op!r}: memory to allocate or free must be ≥ 0 bytes "
-                               f"(mem_alloc={op.mem_alloc}, mem_free={op.mem_free})")
         lane_id = op.lane_id
         waits = [d for d in op.deps if ops[d].lane_id != lane_id]
         if kind is RECV:
