@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..errors import ScenarioError
 from .group import Group
-from .registry import ALGORITHMS, KINDS, Options, choose_algorithm
+from .registry import ALGORITHMS, KINDS, Options, as_run, choose_algorithm
 from .schedule import execute
 
 
@@ -26,8 +26,7 @@ def run_collective(env, fabric, kind: str, members: list[str], nbytes: int, algo
     pipeline chunks and parameter servers. Returns ``{member: finish time (s)}``.
     """
     group = check_group(env, fabric, kind, members, nbytes, algorithm, alpha, root, servers)
-    if kind == "barrier":
-        kind, nbytes = "all_reduce", 0
+    kind, nbytes = as_run(kind, nbytes)
     name = choose_algorithm(group, kind, nbytes) if algorithm == "auto" else algorithm
     engines, _ = build_schedule(group, kind, name, int(nbytes), root, channels, chunks, servers)
     start = env.now

@@ -111,17 +111,20 @@ def estimate_time(kind: str, algorithm: str, n: int, nbytes: float, bw: float, a
     """
     if n <= 1:
         return 0.0
-    if kind == "barrier":
-        kind, nbytes = "all_reduce", 0
+    kind, nbytes = as_run(kind, nbytes)
     shape = cost.Shape(n, bw, alpha, nodes, bw_inter, alpha_inter)
     return ALGORITHMS[algorithm].cost(shape, kind, float(nbytes), servers)
+
+
+def as_run(kind: str, nbytes: float) -> tuple[str, float]:
+    """The collective that runs for ``kind``: a barrier runs as a zero-byte all-reduce."""
+    return ("all_reduce", 0) if kind == "barrier" else (kind, nbytes)
 
 
 def choose_algorithm(group: Group, kind: str, nbytes: int) -> str:
     """The ``auto`` choice: the smallest α-β estimate among algorithms able to run (a
     barrier is chosen as the zero-byte all-reduce it runs as)."""
-    if kind == "barrier":
-        kind, nbytes = "all_reduce", 0
+    kind, nbytes = as_run(kind, nbytes)
     shape = group.shape()
     best, best_t = None, float("inf")
     for algo in ALGORITHMS.values():

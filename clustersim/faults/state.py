@@ -8,6 +8,7 @@ synthetic model's ``params`` bytes are its whole state.
 
 from __future__ import annotations
 
+from ..schedules import SCHEDULES
 from ..workload.memory_model import run_chunk_costs, zero_shards
 
 
@@ -28,8 +29,8 @@ def checkpoint_bytes(sc) -> float:
 
 def stage_state_bytes(sc) -> list[float]:
     """Per pipeline stage, the state bytes one of its GPUs holds (all its model chunks)."""
-    pp = sc.parallel.pp
+    pp, schedule = sc.parallel.pp, SCHEDULES[sc.parallel.schedule]
     out = [0.0] * pp
     for k, cost in enumerate(run_chunk_costs(sc)):
-        out[k % pp] += _gpu_state(cost, sc.parallel.zero, sc.dp)[0]
+        out[schedule.stage_of(k, pp)] += _gpu_state(cost, sc.parallel.zero, sc.dp)[0]
     return out

@@ -117,14 +117,17 @@ def memory_columns(sc, devices) -> tuple[dict[str, list[float]], str]:
     Static parts come from the stages' :class:`StageCost` ``memory_parts``; activations are
     the simulated peak minus the static bytes (what the schedule really kept in flight).
     """
+    from ..schedules import SCHEDULES
+
     costs = run_chunk_costs(sc)
-    p = sc.parallel.pp
+    p, schedule = sc.parallel.pp, SCHEDULES[sc.parallel.schedule]
+    chunks_of = [[k for k in range(len(costs)) if schedule.stage_of(k, p) == s] for s in range(p)]
     cols: dict[str, list[float]] = {k: [] for k in ("params_bytes", "grads_bytes", "optimizer_bytes",
                                                     "buffers_bytes", "activations_bytes")}
     hint = ""
     for stage, peak, cap in zip(devices["stage"], devices["peak_memory_bytes"], devices["memory_capacity_bytes"]):
         parts = {k: 0.0 for k in ("params", "grads", "optimizer", "buffers")}
-        for k in range(stage, len(costs), p):  # every model chunk placed on this stage
+        for k in chunks_of[stage]:  # every model chunk placed on this stage
             for key, v in costs[k].memory_parts.items():
                 parts[key] += v
         if sc.parallel.parameter_server is not None:
