@@ -197,7 +197,8 @@ def _emit_replica(prog: Program, plan: Plan, schedule: Schedule, costs: list[Sta
     for s, order in enumerate(orders):
         for t in tp_ranks:
             for ph, j, k in order:
-                sent = pass_transfers(costs, ph, k)[1]
+                transfers = pass_transfers(costs, ph, k)
+                sent = transfers[1]
                 if sent is None:
                     continue
                 nxt, size = sent
@@ -207,8 +208,8 @@ def _emit_replica(prog: Program, plan: Plan, schedule: Schedule, costs: list[Sta
                     consumer = passes[(s, t, ph, j, nxt)][0]
                     consumer.deps = consumer.deps + (src.id,)
                     continue
-                if activations is not None and activations.crosses(src.device, plan.device(to, r, t)):
-                    size = activations.shrunk(size)
+                if coded_activation_bytes(activations, schedule, plan, s, r, t, transfers)[1]:
+                    size = activations.shrunk(size)  # the pass compressed what it sends
                 label = f"{ph}{j % m}" + (f"c{k}" if v > 1 else "")
                 twins = tuple((plan.device(s, rr, tt), plan.device(to, rr, tt)) for rr in range(plan.dp)
                               for tt in range(plan.tp) if (rr, tt) != (0, 0)) if fold else ()
