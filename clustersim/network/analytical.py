@@ -56,11 +56,11 @@ class AnalyticalFabric(Fabric):
     def transfer(self, src: str, dst: str, nbytes: int, label: str = "", flow_key: Hashable = None) -> simpy.Event:
         """Fire after :meth:`fixed_time`, or — inside degradation windows — when the route's
         bottleneck profile has carried the bytes."""
-        profile = self._profile(src, dst, flow_key)
-        if profile is None:
-            return self.env.timeout(self.fixed_time(src, dst, nbytes, flow_key))
-        now = self.env.now
-        return self.env.timeout(finish_time(profile, now, nbytes) - now + self.route_cost(src, dst, flow_key)[0])
+        t = self.fixed_time(src, dst, nbytes, flow_key)
+        if t is None:  # a degradation window touches the route
+            now = self.env.now
+            t = finish_time(self._profile(src, dst, flow_key), now, nbytes) - now + self.route_cost(src, dst, flow_key)[0]
+        return self.env.timeout(t)
 
     def _profile(self, src: str, dst: str, flow_key: Hashable) -> list | None:
         """The route's bottleneck bandwidth over time when a degradation window touches it."""
