@@ -35,16 +35,20 @@ def main(argv: list[str] | None = None) -> None:
 
     cluster = preset_cluster(args.preset, args.nodes)
     n = args.nodes * cluster["gpus_per_node"]
-    print(f"# {args.collective} on {args.preset} x{args.nodes} ({n} GPUs), {args.network} fabric, "
-          f"algorithm {args.algorithm}")
+    print(
+        f"# {args.collective} on {args.preset} x{args.nodes} ({n} GPUs), {args.network} fabric, "
+        f"algorithm {args.algorithm}"
+    )
     print(f"# {'size':>12} {'time':>10} {'algbw':>8} {'busbw':>8}  algorithm")
     print(f"# {'(B)':>12} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8}")
     rows, size, t0 = [], args.min_bytes, time.perf_counter()
     while size <= args.max_bytes:
         m = measure(cluster, args.collective, size, args.algorithm, args.network)
         rows.append(m)
-        print(f"  {m.nbytes:>12} {m.time_s * 1e6:>10.1f} {m.algbw / 1e9:>8.2f} {m.busbw / 1e9:>8.2f}  {m.algorithm}",
-              flush=True)
+        print(
+            f"  {m.nbytes:>12} {m.time_s * 1e6:>10.1f} {m.algbw / 1e9:>8.2f} {m.busbw / 1e9:>8.2f}  {m.algorithm}",
+            flush=True,
+        )
         size *= 2
     print(f"# wall time {time.perf_counter() - t0:.1f} s")
     if args.plot:

@@ -41,9 +41,19 @@ from baseline import bare_simpy_rate  # noqa: E402, I001
 def pipeline_scenario(p: int, m: int) -> dict:
     return {
         "name": f"bench-p{p}-m{m}",
-        "cluster": {"nodes": 1, "gpus_per_node": p, "intra_node": {"bandwidth": "300 GB/s", "latency": "2 us"}},
-        "model": {"kind": "synthetic", "layers": p, "forward": "1 ms", "backward": "2 ms",
-                  "activation": "16 MiB", "params": "100 MiB"},
+        "cluster": {
+            "nodes": 1,
+            "gpus_per_node": p,
+            "intra_node": {"bandwidth": "300 GB/s", "latency": "2 us"},
+        },
+        "model": {
+            "kind": "synthetic",
+            "layers": p,
+            "forward": "1 ms",
+            "backward": "2 ms",
+            "activation": "16 MiB",
+            "params": "100 MiB",
+        },
         "training": {"global_batch": m},
         "parallel": {"pp": p, "schedule": "1f1b"},
         "simulation": {"network": "direct"},
@@ -81,13 +91,19 @@ def main() -> None:
     print(f"pipeline p={args.stages} m={args.microbatches}: {ops} ops, {events} SimPy events")
     print(f"  clustersim engine : {rate:12,.0f} events/s  (Engine.run alone, best of {args.repeat})")
     print(f"  bare SimPy loop   : {bare:12,.0f} events/s  (best of {args.repeat})")
-    print(f"  ratio             : {statistics.median(ratios):.2f}  median of {args.repeat} back-to-back pairs "
-          f"(range {ratios[0]:.2f}–{ratios[-1]:.2f}; target ≥ 0.5)")
-    print(f"  ratio, {args.stages} loops  : {concurrent:.2f}  (context only: against {args.stages} concurrent bare "
-          "timeout processes, the heap depth of the pipeline's busy lanes)")
+    print(
+        f"  ratio             : {statistics.median(ratios):.2f}  median of {args.repeat} back-to-back pairs "
+        f"(range {ratios[0]:.2f}–{ratios[-1]:.2f}; target ≥ 0.5)"
+    )
+    print(
+        f"  ratio, {args.stages} loops  : {concurrent:.2f}  (context only: against {args.stages} concurrent bare "
+        "timeout processes, the heap depth of the pipeline's busy lanes)"
+    )
     ops_rate = rate * ops / events
-    print(f"  ops per second    : {ops_rate:12,.0f}  ({ops_rate / bare:.2f} × the bare loop's best events/s;"
-          " an op needs no SimPy event unless time passes)")
+    print(
+        f"  ops per second    : {ops_rate:12,.0f}  ({ops_rate / bare:.2f} × the bare loop's best events/s;"
+        " an op needs no SimPy event unless time passes)"
+    )
     print(f"  simulate() wall   : {wall:.2f} s  (compile + check + run + result tables)")
 
 

@@ -82,8 +82,12 @@ def main() -> None:
     b_rate, b_hops = max(fat_tree_case() for _ in range(REPEATS))
     par = max(bare_simpy_rate(512 * 200, processes=512) for _ in range(REPEATS))  # a heap as full as case b's
     print(f"bare SimPy timeout loop      : {bare:12,.0f} events/s")
-    print(f"(a) 1 message, 4 hops        : {a_rate:12,.0f} chunk-hops/s  ({a_hops:,} chunk-hops)  ratio {a_rate / bare:.2f}")
-    print(f"(b) 128-GPU fat-tree, 64 MiB : {b_rate:12,.0f} chunk-hops/s  ({b_hops:,} chunk-hops)  ratio {b_rate / bare:.2f}")
+    print(
+        f"(a) 1 message, 4 hops        : {a_rate:12,.0f} chunk-hops/s  ({a_hops:,} chunk-hops)  ratio {a_rate / bare:.2f}"
+    )
+    print(
+        f"(b) 128-GPU fat-tree, 64 MiB : {b_rate:12,.0f} chunk-hops/s  ({b_hops:,} chunk-hops)  ratio {b_rate / bare:.2f}"
+    )
     print(f"    vs 512 concurrent bare loops ({par:,.0f} events/s): ratio {b_rate / par:.2f}")
 
 

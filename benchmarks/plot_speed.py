@@ -26,11 +26,22 @@ def scenario(pp: int, dp: int, m: int) -> dict:
     n = pp * dp
     return {
         "name": f"plot-speed pp{pp} x dp{dp} ({n} GPUs)",
-        "cluster": {"nodes": n // 8, "gpus_per_node": 8, "gpu": "A100-SXM4-80GB",
-                    "intra_node": {"bandwidth": "300 GB/s", "latency": "2 us"},
-                    "nic": {"bandwidth": "200 Gbit/s", "per_node": 8}},
-        "model": {"kind": "synthetic", "layers": pp, "forward": "1 ms", "backward": "2 ms",
-                  "activation": "16 MiB", "params": "256 MiB", "optimizer": "0.5 ms"},
+        "cluster": {
+            "nodes": n // 8,
+            "gpus_per_node": 8,
+            "gpu": "A100-SXM4-80GB",
+            "intra_node": {"bandwidth": "300 GB/s", "latency": "2 us"},
+            "nic": {"bandwidth": "200 Gbit/s", "per_node": 8},
+        },
+        "model": {
+            "kind": "synthetic",
+            "layers": pp,
+            "forward": "1 ms",
+            "backward": "2 ms",
+            "activation": "16 MiB",
+            "params": "256 MiB",
+            "optimizer": "0.5 ms",
+        },
         "training": {"global_batch": m * dp, "micro_batch": 1},
         "parallel": {"pp": pp, "dp": dp, "schedule": "1f1b"},
         "simulation": {"network": "direct"},
@@ -53,15 +64,23 @@ def main() -> None:
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    res = timed("simulate", lambda: cs.simulate(scenario(args.pp, args.dp, args.microbatches), progress=False))
+    res = timed(
+        "simulate", lambda: cs.simulate(scenario(args.pp, args.dp, args.microbatches), progress=False)
+    )
     print(f"{res.summary['num_gpus']} GPUs, {len(res.spans)} spans, {len(res.memory)} memory samples")
-    for name, draw in (("gantt", res.plot_gantt), ("heatmap", res.plot_heatmap),
-                       ("utilization", res.plot_utilization), ("memory", res.plot_memory),
-                       ("breakdown", res.plot_breakdown)):
+    for name, draw in (
+        ("gantt", res.plot_gantt),
+        ("heatmap", res.plot_heatmap),
+        ("utilization", res.plot_utilization),
+        ("memory", res.plot_memory),
+        ("breakdown", res.plot_breakdown),
+    ):
+
         def render(draw=draw, name=name):
             fig = draw()
             fig.savefig(out / f"{name}.png", dpi=110, bbox_inches="tight")
             plt.close(fig)
+
         timed(f"{name} (draw + save png)", render)
     timed("chrome trace", lambda: res.to_chrome_trace(out / "trace.json"))
     timed("gantt, 8-GPU subset", lambda: plt.close(res.plot_gantt(devices=range(8), window=(0, 0.02))))

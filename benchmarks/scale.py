@@ -27,30 +27,46 @@ FAST = {"network": "analytical", "collective_model": "analytical", "granularity"
 
 
 def gpt3_175b(fold: bool) -> dict:
-    return {"name": "gpt3-175b-1024xA100", "cluster": {"preset": "dgx_a100", "nodes": 128},
-            "model": {"kind": "transformer", "preset": "gpt3-175b"},
-            "training": {"global_batch": 1536, "micro_batch": 1, "recompute": "full"},
-            "parallel": {"tp": 8, "pp": 16, "dp": 8, "schedule": "1f1b"},
-            "simulation": {**FAST, "fold": fold}}
+    return {
+        "name": "gpt3-175b-1024xA100",
+        "cluster": {"preset": "dgx_a100", "nodes": 128},
+        "model": {"kind": "transformer", "preset": "gpt3-175b"},
+        "training": {"global_batch": 1536, "micro_batch": 1, "recompute": "full"},
+        "parallel": {"tp": 8, "pp": 16, "dp": 8, "schedule": "1f1b"},
+        "simulation": {**FAST, "fold": fold},
+    }
 
 
 def llama3_405b() -> dict:
-    return {"name": "llama3-405b-16384xH100", "cluster": {"preset": "dgx_h100", "nodes": 2048},
-            "model": {"kind": "transformer", "preset": "llama3-405b"},
-            "training": {"global_batch": 2048, "micro_batch": 1, "recompute": "full"},
-            "parallel": {"tp": 8, "pp": 16, "dp": 128, "schedule": "1f1b", "partition": "balanced",
-                         "sequence_parallel": True, "zero": 1},
-            "simulation": {**FAST, "fold": True}}
+    return {
+        "name": "llama3-405b-16384xH100",
+        "cluster": {"preset": "dgx_h100", "nodes": 2048},
+        "model": {"kind": "transformer", "preset": "llama3-405b"},
+        "training": {"global_batch": 2048, "micro_batch": 1, "recompute": "full"},
+        "parallel": {
+            "tp": 8,
+            "pp": 16,
+            "dp": 128,
+            "schedule": "1f1b",
+            "partition": "balanced",
+            "sequence_parallel": True,
+            "zero": 1,
+        },
+        "simulation": {**FAST, "fold": True},
+    }
 
 
 def gpus_sweep(gpus: int, m: int = 8) -> dict:
     """GPT 18.4B (Megatron Table 1) with TP 8 × PP 8 and as many DP replicas as fit."""
     dp = gpus // 64
-    return {"name": f"gpt-18.4b-{gpus}gpu-m{m}", "cluster": {"preset": "dgx_a100", "nodes": gpus // 8},
-            "model": {"kind": "transformer", "preset": "gpt-18.4b"},
-            "training": {"global_batch": m * dp, "micro_batch": 1, "recompute": "full"},
-            "parallel": {"tp": 8, "pp": 8, "dp": dp, "schedule": "1f1b"},
-            "simulation": {**FAST, "fold": "auto"}}
+    return {
+        "name": f"gpt-18.4b-{gpus}gpu-m{m}",
+        "cluster": {"preset": "dgx_a100", "nodes": gpus // 8},
+        "model": {"kind": "transformer", "preset": "gpt-18.4b"},
+        "training": {"global_batch": m * dp, "micro_batch": 1, "recompute": "full"},
+        "parallel": {"tp": 8, "pp": 8, "dp": dp, "schedule": "1f1b"},
+        "simulation": {**FAST, "fold": "auto"},
+    }
 
 
 def run_one(raw: dict) -> dict:
@@ -61,10 +77,17 @@ def run_one(raw: dict) -> dict:
     res = cs.simulate(raw, progress=False)
     wall = time.perf_counter() - t0
     s = res.summary
-    return {"name": raw["name"], "gpus": s["num_gpus"], "folded": s["folded"].split(":")[0].split(" (")[0],
-            "wall_s": wall, "rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
-            "iteration_s": s["iteration_time_s"], "events": s["sim_events"],
-            "tflops_per_gpu": s.get("tflops_per_gpu"), "m": s["num_microbatches"]}
+    return {
+        "name": raw["name"],
+        "gpus": s["num_gpus"],
+        "folded": s["folded"].split(":")[0].split(" (")[0],
+        "wall_s": wall,
+        "rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        "iteration_s": s["iteration_time_s"],
+        "events": s["sim_events"],
+        "tflops_per_gpu": s.get("tflops_per_gpu"),
+        "m": s["num_microbatches"],
+    }
 
 
 def in_subprocess(raw: dict) -> dict:
@@ -76,8 +99,10 @@ def in_subprocess(raw: dict) -> dict:
 
 def row(label: str, r: dict, target: str = "") -> str:
     tf = f"{r['tflops_per_gpu']:.0f}" if r.get("tflops_per_gpu") else "-"
-    return (f"{label:<34} {r['gpus']:>6} {r['m']:>5} {r['folded']:>7} {r['wall_s']:>9.2f} {r['rss_gib']:>8.2f} "
-            f"{r['iteration_s']:>10.3f} {tf:>7} {r['events']:>10}  {target}")
+    return (
+        f"{label:<34} {r['gpus']:>6} {r['m']:>5} {r['folded']:>7} {r['wall_s']:>9.2f} {r['rss_gib']:>8.2f} "
+        f"{r['iteration_s']:>10.3f} {tf:>7} {r['events']:>10}  {target}"
+    )
 
 
 def main() -> None:
@@ -88,8 +113,10 @@ def main() -> None:
     if args.one:
         print(json.dumps(run_one(json.loads(args.one))))
         return
-    print(f"{'case':<34} {'GPUs':>6} {'m':>5} {'folded':>7} {'wall s':>9} {'RSS GiB':>8} {'iter s':>10} "
-          f"{'TFLOP/s':>7} {'events':>10}  target")
+    print(
+        f"{'case':<34} {'GPUs':>6} {'m':>5} {'folded':>7} {'wall s':>9} {'RSS GiB':>8} {'iter s':>10} "
+        f"{'TFLOP/s':>7} {'events':>10}  target"
+    )
     print(row("(a) GPT-3 175B folded", in_subprocess(gpt3_175b(True)), "≤ 5 s"), flush=True)
     if not args.quick:
         print(row("(a) GPT-3 175B unfolded", in_subprocess(gpt3_175b(False)), "≤ 600 s"), flush=True)

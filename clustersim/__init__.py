@@ -20,7 +20,21 @@ from .trace.result import Result
 __version__ = "0.1.0"
 
 __all__ = [
-    "ClusterSimError", "Op", "Program", "ProgramError", "Result", "SCHEDULES", "Scenario", "ScenarioError",
-    "SimulationStall", "compile_scenario", "load_result", "load_scenario", "register_schedule", "simulate",
-    "SearchResult", "search", "sweep",
+    "ClusterSimError",
+    "Op",
+    "Program",
+    "ProgramError",
+    "Result",
+    "SCHEDULES",
+    "Scenario",
+    "ScenarioError",
+    "SimulationStall",
+    "compile_scenario",
+    "load_result",
+    "load_scenario",
+    "register_schedule",
+    "simulate",
+    "SearchResult",
+    "search",
+    "sweep",
 ]

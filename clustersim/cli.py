@@ -83,9 +83,14 @@ def cmd_validate(args) -> int:
     from .validation.report import run_validation
 
     rows = [int(x) for x in args.rows.split(",")] if args.rows else None
-    md, results = run_validation(rows, progress=lambda r: print(
-        f"  {r['model']:<12} predicted {r['predicted']:6.1f} published {r['published']:5.0f} TFLOP/s "
-        f"({r['error']:+.1%}, {r['wall_s']:.0f} s)", flush=True))
+    md, results = run_validation(
+        rows,
+        progress=lambda r: print(
+            f"  {r['model']:<12} predicted {r['predicted']:6.1f} published {r['published']:5.0f} TFLOP/s "
+            f"({r['error']:+.1%}, {r['wall_s']:.0f} s)",
+            flush=True,
+        ),
+    )
     print(md)
     if args.out:
         from pathlib import Path
@@ -129,20 +134,29 @@ def _optional_registries():
         from .collectives import ALGORITHMS
         from .hardware.presets import CLUSTER_PRESETS
 
-        yield {"collective algorithms": [(n, a.doc) for n, a in ALGORITHMS.items()],
-               "cluster presets": [(n, "") for n in CLUSTER_PRESETS]}
+        yield {
+            "collective algorithms": [(n, a.doc) for n, a in ALGORITHMS.items()],
+            "cluster presets": [(n, "") for n in CLUSTER_PRESETS],
+        }
     except ImportError:
         pass
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="clustersim", description="Simulate distributed DNN training clusters.")
+    parser = argparse.ArgumentParser(
+        prog="clustersim", description="Simulate distributed DNN training clusters."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="simulate a scenario and print its summary")
     run.add_argument("scenario", help="scenario YAML file")
     run.add_argument("--out", help="directory for the result bundle (summary, spans, gantt, trace)")
-    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a scenario field, e.g. --set parallel.pp=4 (repeatable)")
+    run.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a scenario field, e.g. --set parallel.pp=4 (repeatable)",
+    )
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.set_defaults(func=cmd_run)
     plot = sub.add_parser("plot", help="re-draw the pictures of a saved result bundle")
@@ -152,10 +166,16 @@ def build_parser() -> argparse.ArgumentParser:
     plot.set_defaults(func=cmd_plot)
     pln = sub.add_parser("plan", help="PipeDream's planner: partition and replicate the model's layers")
     pln.add_argument("scenario", help="scenario YAML file (its model, cluster and GPU count are used)")
-    pln.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario field")
+    pln.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario field"
+    )
     pln.set_defaults(func=cmd_plan)
-    val = sub.add_parser("validate", help="compare predictions with published Megatron-LM / Korthikanti numbers")
-    val.add_argument("--rows", help="comma-separated Table 1 row indices (default: all; big rows take minutes)")
+    val = sub.add_parser(
+        "validate", help="compare predictions with published Megatron-LM / Korthikanti numbers"
+    )
+    val.add_argument(
+        "--rows", help="comma-separated Table 1 row indices (default: all; big rows take minutes)"
+    )
     val.add_argument("--out", help="write the Markdown report here (e.g. docs/validation.md)")
     val.set_defaults(func=cmd_validate)
     lst = sub.add_parser("list", help="list GPUs, schedules, network models, topologies, …")

@@ -31,10 +31,15 @@ def _sole_dependents(prog: Program) -> list[int]:
 
 
 def _joins(a: Op, b: Op, sole: list[int]) -> bool:
-    return (a.kind == COMPUTE and b.kind == COMPUTE
-            and (a.stage, a.microbatch, a.phase, a.iteration) == (b.stage, b.microbatch, b.phase, b.iteration)
-            and all(d == a.id for d in b.deps) and sole[a.id] in (_NONE, b.id)
-            and a.mem_free == 0 and b.mem_alloc == 0)
+    return (
+        a.kind == COMPUTE
+        and b.kind == COMPUTE
+        and (a.stage, a.microbatch, a.phase, a.iteration) == (b.stage, b.microbatch, b.phase, b.iteration)
+        and all(d == a.id for d in b.deps)
+        and sole[a.id] in (_NONE, b.id)
+        and a.mem_free == 0
+        and b.mem_alloc == 0
+    )
 
 
 def coarsen(prog: Program) -> Program:
@@ -61,11 +66,30 @@ def coarsen(prog: Program) -> Program:
             merged.mem_free += op.mem_free
             new_id[op.id] = merged.id
             continue
-        copy = out.add(op.device, op.lane, op.kind, op.name, stage=op.stage, microbatch=op.microbatch,
-                       phase=op.phase, iteration=op.iteration, duration=op.duration, nbytes=op.nbytes,
-                       flops=op.flops, deps=op.deps, peer=op.peer, mem_alloc=op.mem_alloc, mem_free=op.mem_free,
-                       group=op.group, collective=op.collective, algorithm=op.algorithm, tag=op.tag,
-                       version=op.version, arrivals=op.arrivals, shadows=op.shadows)
+        copy = out.add(
+            op.device,
+            op.lane,
+            op.kind,
+            op.name,
+            stage=op.stage,
+            microbatch=op.microbatch,
+            phase=op.phase,
+            iteration=op.iteration,
+            duration=op.duration,
+            nbytes=op.nbytes,
+            flops=op.flops,
+            deps=op.deps,
+            peer=op.peer,
+            mem_alloc=op.mem_alloc,
+            mem_free=op.mem_free,
+            group=op.group,
+            collective=op.collective,
+            algorithm=op.algorithm,
+            tag=op.tag,
+            version=op.version,
+            arrivals=op.arrivals,
+            shadows=op.shadows,
+        )
         new_id[op.id] = copy.id
     for op in out.ops:
         op.deps = tuple(dict.fromkeys(new_id[d] for d in op.deps if new_id[d] != op.id))

@@ -50,17 +50,59 @@ class Op:
     """
 
     __slots__ = (
-        "id", "device", "lane", "kind", "name", "stage", "microbatch", "phase", "iteration",
-        "duration", "nbytes", "flops", "deps", "peer", "mem_alloc", "mem_free",
-        "group", "collective", "algorithm", "tag", "version", "lane_id", "arrivals", "shadows",
+        "id",
+        "device",
+        "lane",
+        "kind",
+        "name",
+        "stage",
+        "microbatch",
+        "phase",
+        "iteration",
+        "duration",
+        "nbytes",
+        "flops",
+        "deps",
+        "peer",
+        "mem_alloc",
+        "mem_free",
+        "group",
+        "collective",
+        "algorithm",
+        "tag",
+        "version",
+        "lane_id",
+        "arrivals",
+        "shadows",
     )
 
-    def __init__(self, id: int, device: int, lane: str, kind: str, name: str, *, stage: int = -1,
-                 microbatch: int = -1, phase: str = "", iteration: int = 0, duration: float = 0.0,
-                 nbytes: int = 0, flops: float = 0.0, deps: tuple[int, ...] = (), peer: int = -1,
-                 mem_alloc: int = 0, mem_free: int = 0, group: tuple[int, ...] = (),
-                 collective: str = "", algorithm: str = "auto", tag: str = "", version: int = -1,
-                 arrivals: int = 0, shadows: tuple = ()):
+    def __init__(
+        self,
+        id: int,
+        device: int,
+        lane: str,
+        kind: str,
+        name: str,
+        *,
+        stage: int = -1,
+        microbatch: int = -1,
+        phase: str = "",
+        iteration: int = 0,
+        duration: float = 0.0,
+        nbytes: int = 0,
+        flops: float = 0.0,
+        deps: tuple[int, ...] = (),
+        peer: int = -1,
+        mem_alloc: int = 0,
+        mem_free: int = 0,
+        group: tuple[int, ...] = (),
+        collective: str = "",
+        algorithm: str = "auto",
+        tag: str = "",
+        version: int = -1,
+        arrivals: int = 0,
+        shadows: tuple = (),
+    ):
         # interned, so the engine's hot path can compare kinds by identity
         self.id, self.device, self.lane, self.kind, self.name = id, device, lane, sys.intern(kind), name
         self.stage, self.microbatch, self.phase, self.iteration = stage, microbatch, phase, iteration
@@ -121,8 +163,10 @@ class Program:
                 if not 0 <= d < n:
                     raise ProgramError(f"{op!r} depends on op #{d}, which does not exist")
             if op.mem_alloc < 0 or op.mem_free < 0:
-                raise ProgramError(f"{op!r}: memory to allocate or free must be ≥ 0 bytes "
-                                   f"(mem_alloc={op.mem_alloc}, mem_free={op.mem_free})")
+                raise ProgramError(
+                    f"{op!r}: memory to allocate or free must be ≥ 0 bytes "
+                    f"(mem_alloc={op.mem_alloc}, mem_free={op.mem_free})"
+                )
         self._check_matching()
         self._check_collectives()
         self._check_acyclic()
@@ -137,7 +181,9 @@ class Program:
             if other is None or other.kind != want or other.peer != op.id:
                 raise ProgramError(f"{op!r} ({op.kind}) has no matching {want}")
             if other.nbytes != op.nbytes:
-                raise ProgramError(f"{op!r} and {other!r} disagree on size ({op.nbytes} vs {other.nbytes} bytes)")
+                raise ProgramError(
+                    f"{op!r} and {other!r} disagree on size ({op.nbytes} vs {other.nbytes} bytes)"
+                )
 
     def collective_members(self) -> dict[str, list[Op]]:
         """Collective ops grouped by tag (one entry per collective instance)."""
@@ -156,13 +202,16 @@ class Program:
                 raise ProgramError(f"collective {tag!r}: gpu{dup} appears twice in its group {list(group)}")
             for d in group:
                 if not 0 <= d < self.num_devices:
-                    raise ProgramError(f"collective {tag!r}: group member {d} is not a device (0..{self.num_devices - 1})")
+                    raise ProgramError(
+                        f"collective {tag!r}: group member {d} is not a device (0..{self.num_devices - 1})"
+                    )
             for op in members:
                 if (op.group, op.collective, op.nbytes) != (group, first.collective, first.nbytes):
                     raise ProgramError(
                         f"collective {tag!r}: members disagree — {first!r} has {first.collective} of "
                         f"{first.nbytes} bytes over {list(group)}, {op!r} has {op.collective} of "
-                        f"{op.nbytes} bytes over {list(op.group)}")
+                        f"{op.nbytes} bytes over {list(op.group)}"
+                    )
                 if op.device not in group:
                     raise ProgramError(f"collective {tag!r}: {op!r} is not in its group {list(group)}")
             want = first.arrivals or len(group)

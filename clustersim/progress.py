@@ -68,8 +68,9 @@ class SimProgress:
 
     def attach(self, env, finished: Callable[[], int]) -> None:
         """Show ``finished()`` (ops ended so far) as the simulation runs in ``env``."""
-        self.bar = _tqdm()(total=self.total, desc=self.desc, unit="op", delay=DELAY_S, leave=False,
-                           dynamic_ncols=True)
+        self.bar = _tqdm()(
+            total=self.total, desc=self.desc, unit="op", delay=DELAY_S, leave=False, dynamic_ncols=True
+        )
         env.process(self._watch(env, finished))
 
     def _watch(self, env, finished: Callable[[], int]):
@@ -91,8 +92,9 @@ class SimProgress:
             self.bar.close()
 
 
-def iterate(items: Iterable[T], total: int | None = None, desc: str = "runs",
-            progress: bool | str = "auto") -> Iterator[T]:
+def iterate(
+    items: Iterable[T], total: int | None = None, desc: str = "runs", progress: bool | str = "auto"
+) -> Iterator[T]:
     """``items`` with a bar of completed runs (for sweeps); plain iteration when silent."""
     if not wanted(progress):
         yield from items

@@ -74,13 +74,21 @@ def _compile(sc: Scenario, fold: bool) -> tuple[Program, list[ReplicaWork] | Non
         times = arrival_times(sc.training.arrival, sc.num_microbatches * plan.dp, sc.simulation.seed)
         prog = compile_inference(plan, costs, sc.num_microbatches, times, replicas)
     elif sc.parallel.stage_replicas is not None:
-        prog = compile_replicated(schedule, device_layout(sc), costs, sc.num_microbatches, sc.simulation.iterations)
+        prog = compile_replicated(
+            schedule, device_layout(sc), costs, sc.num_microbatches, sc.simulation.iterations
+        )
     else:
-        prog = compile_pipeline(schedule, plan, costs, sc.num_microbatches, sc.simulation.iterations,
-                                fold=fold,
-                                compression=compression_of(sc.parallel.gradient_compression, sc.cluster),
-                                activations=compression_of(sc.parallel.activation_compression, sc.cluster),
-                                replicas=replicas)
+        prog = compile_pipeline(
+            schedule,
+            plan,
+            costs,
+            sc.num_microbatches,
+            sc.simulation.iterations,
+            fold=fold,
+            compression=compression_of(sc.parallel.gradient_compression, sc.cluster),
+            activations=compression_of(sc.parallel.activation_compression, sc.cluster),
+            replicas=replicas,
+        )
     return _finish(sc, prog), replicas
 
 
@@ -107,9 +115,18 @@ def simulate(scenario: Scenario | str | Path | dict[str, Any], progress: bool | 
     fabric = build_network(sc, env, rec)
     capacity = device_memory(sc.cluster, prog.num_devices)
     cl = sc.cluster
-    engine = Engine(prog, env, fabric, rec, capacity, alpha=cl.collective_alpha,
-                    algorithms=sc.simulation.collectives, comm_compute_slowdown=cl.comm_compute_slowdown,
-                    collective_model=sc.simulation.collective_model, compute_scale=compute_scales(sc, prog))
+    engine = Engine(
+        prog,
+        env,
+        fabric,
+        rec,
+        capacity,
+        alpha=cl.collective_alpha,
+        algorithms=sc.simulation.collectives,
+        comm_compute_slowdown=cl.comm_compute_slowdown,
+        collective_model=sc.simulation.collective_model,
+        compute_scale=compute_scales(sc, prog),
+    )
     bar = SimProgress(len(prog.ops), desc=sc.name) if wanted(progress) else None
     if bar is not None:
         bar.attach(env, engine.finished_count)
@@ -124,8 +141,14 @@ def simulate(scenario: Scenario | str | Path | dict[str, Any], progress: bool | 
     return build_result(sc, engine, rec, wall, replicas, fold)
 
 
-def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float,
-                 replicas: list[ReplicaWork] | None, fold: FoldDecision) -> Result:
+def build_result(
+    sc: Scenario,
+    engine: Engine,
+    rec: Recorder,
+    wall_s: float,
+    replicas: list[ReplicaWork] | None,
+    fold: FoldDecision,
+) -> Result:
     """Assemble the Result tables and summary from what the run recorded; ``replicas``: the
     per-replica work the Program was compiled with (its micro-batch counts are reported);
     ``fold``: whether it was folded."""
@@ -163,15 +186,21 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float,
         stage, dp_rank, tp_rank = layout.coords(dev)
         rep = representative(plan, dev) if fold.enabled else dev  # a folded GPU shows its twin's row
         name = f"gpu{rep}"
-        rows.append({
-            "device": f"gpu{dev}", "node": layout.node(dev), "gpu": gpus[dev], "stage": stage, "tp_rank": tp_rank,
-            "dp_rank": dp_rank,
-            "busy_fraction": float(busy_all.get(name, 0.0)) / makespan if makespan > 0 else 0.0,
-            "bubble_fraction": bubbles.get(name, 1.0),
-            "peak_memory_bytes": engine.memory.peak[rep],
-            "memory_capacity_bytes": engine.memory.capacity[rep],
-            "oom": engine.memory.oom(rep),
-        })
+        rows.append(
+            {
+                "device": f"gpu{dev}",
+                "node": layout.node(dev),
+                "gpu": gpus[dev],
+                "stage": stage,
+                "tp_rank": tp_rank,
+                "dp_rank": dp_rank,
+                "busy_fraction": float(busy_all.get(name, 0.0)) / makespan if makespan > 0 else 0.0,
+                "bubble_fraction": bubbles.get(name, 1.0),
+                "peak_memory_bytes": engine.memory.peak[rep],
+                "memory_capacity_bytes": engine.memory.capacity[rep],
+                "oom": engine.memory.oom(rep),
+            }
+        )
     devices = pd.DataFrame(rows)
     if ps:
         devices = devices.join(ps_workers, on="device")
@@ -196,12 +225,17 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float,
         "oom": bool(devices["oom"].any()),
         **({"oom_hint": oom_hint} if oom_hint else {}),
         "num_gpus": layout.num_devices,
-        "tp": plan.tp, "pp": plan.pp, "dp": plan.dp,
+        "tp": plan.tp,
+        "pp": plan.pp,
+        "dp": plan.dp,
         **({"stage_replicas": list(sc.parallel.stage_replicas)} if sc.parallel.stage_replicas else {}),
         "schedule": sc.parallel.schedule,
         "num_microbatches": sc.num_microbatches,
-        **({"microbatches_per_replica": [r.microbatches for r in replicas]}
-           if sc.parallel.dp_split != "even" else {}),
+        **(
+            {"microbatches_per_replica": [r.microbatches for r in replicas]}
+            if sc.parallel.dp_split != "even"
+            else {}
+        ),
         **({"gpus": describe(sc.cluster)} if sc.cluster.node_groups is not None else {}),
         "weight_staleness_max": _max_staleness(engine.program),
         **(request_metrics(requests) if inference else {}),
@@ -214,8 +248,15 @@ def build_result(sc: Scenario, engine: Engine, rec: Recorder, wall_s: float,
     }
     memory = pd.DataFrame.from_records(rec.memory, columns=["device", "time_s", "allocated_bytes"])
     memory["device"] = memory["device"].map(dict(enumerate(engine.program.device_names)))
-    return Result(summary, spans, devices, memory, sc.resolved(), requests=requests,
-                  waits=partial(wait_table, engine.program, rec.ops))
+    return Result(
+        summary,
+        spans,
+        devices,
+        memory,
+        sc.resolved(),
+        requests=requests,
+        waits=partial(wait_table, engine.program, rec.ops),
+    )
 
 
 def _max_staleness(prog: Program) -> int:

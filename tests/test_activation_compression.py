@@ -10,18 +10,34 @@ F, B, A = 4e-3, 8e-3, 64 * MIB  # per layer; activation bytes per micro-batch
 B_WAN, LAT_WAN = 125e6, 20e-3
 
 
-def _pipeline(links: str | None, *, sites: int = 2, per_site: int = 1, m: int = 1, dp: int = 1,
-              network: str = "analytical", ratio: float = 8, per_gib: float = 0.05) -> dict:
+def _pipeline(
+    links: str | None,
+    *,
+    sites: int = 2,
+    per_site: int = 1,
+    m: int = 1,
+    dp: int = 1,
+    network: str = "analytical",
+    ratio: float = 8,
+    per_gib: float = 0.05,
+) -> dict:
     """A synthetic pipeline of one layer per stage over ``sites`` single-server sites of
     ``per_site`` GPUs each, joined by 1 Gbit/s, 20 ms WAN links."""
     n = sites * per_site
     raw = {
         "name": f"pipeline over {sites} sites",
-        "cluster": {"nodes": sites, "gpus_per_node": per_site,
-                    "nic": {"bandwidth": "200 Gbit/s", "per_node": per_site, "latency": 0},
-                    "intra_node": {"bandwidth": "300 GB/s", "latency": 0},
-                    "topology": {"kind": "wan", "bandwidth": B_WAN, "latency": LAT_WAN,
-                                 "sites": [{"nodes": 1, "topology": {"kind": "single_node"}}] * sites}},
+        "cluster": {
+            "nodes": sites,
+            "gpus_per_node": per_site,
+            "nic": {"bandwidth": "200 Gbit/s", "per_node": per_site, "latency": 0},
+            "intra_node": {"bandwidth": "300 GB/s", "latency": 0},
+            "topology": {
+                "kind": "wan",
+                "bandwidth": B_WAN,
+                "latency": LAT_WAN,
+                "sites": [{"nodes": 1, "topology": {"kind": "single_node"}}] * sites,
+            },
+        },
         "model": {"kind": "synthetic", "layers": n // dp, "forward": F, "backward": B, "activation": A},
         "training": {"global_batch": m * dp},
         "parallel": {"pp": n // dp, "dp": dp},
@@ -62,9 +78,12 @@ def test_compression_saves_the_wan_transfer_less_the_codec_time(network):
     # and once backward (their gradient); each crossing then moves A/k instead of A over the
     # WAN (same latency) and adds A·c/2 of compress and A·c/2 of decompress.
     k, per_gib = 8, 0.05
-    plain = cs.simulate(_pipeline(None, per_site=2, network=network), progress=False).summary["iteration_time_s"]
-    packed = cs.simulate(_pipeline("inter_site", per_site=2, network=network, ratio=k, per_gib=per_gib),
-                         progress=False).summary["iteration_time_s"]
+    plain = cs.simulate(_pipeline(None, per_site=2, network=network), progress=False).summary[
+        "iteration_time_s"
+    ]
+    packed = cs.simulate(
+        _pipeline("inter_site", per_site=2, network=network, ratio=k, per_gib=per_gib), progress=False
+    ).summary["iteration_time_s"]
     saved_per_crossing = (A - A // k) / B_WAN - A * per_gib / 2**30
     assert plain - packed == pytest.approx(2 * saved_per_crossing, rel=1e-9)
 
@@ -94,5 +113,7 @@ def test_stage_replicas_refuse_activation_compression():
 def test_folding_is_refused_on_chosen_links():
     raw = _pipeline("inter_site", per_site=2, dp=2, m=2)
     raw["simulation"]["fold"] = True
-    with pytest.raises(cs.ScenarioError, match="cannot fold this scenario: activation_compression on inter_site"):
+    with pytest.raises(
+        cs.ScenarioError, match="cannot fold this scenario: activation_compression on inter_site"
+    ):
         cs.simulate(raw, progress=False)

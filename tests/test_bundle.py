@@ -20,8 +20,21 @@ from tests.conftest import synthetic  # noqa: E402
 
 @pytest.fixture(scope="module")
 def result():
-    return cs.simulate(synthetic(3, 5, 1e-3, 2e-3, latency=1e-5, activation=2**22, params=2**22,
-                                 optimizer=1e-4, dp=2, network="packet"), progress=False)
+    return cs.simulate(
+        synthetic(
+            3,
+            5,
+            1e-3,
+            2e-3,
+            latency=1e-5,
+            activation=2**22,
+            params=2**22,
+            optimizer=1e-4,
+            dp=2,
+            network="packet",
+        ),
+        progress=False,
+    )
 
 
 def _pixels(fig) -> np.ndarray:
@@ -45,7 +58,9 @@ def test_roundtrip_same_tables_and_pictures(result, tmp_path, monkeypatch, parqu
     pd.testing.assert_frame_equal(back.memory, result.memory, check_dtype=False)
     assert back.summary == json.loads(json.dumps(result.summary))
     assert back.scenario["parallel"] == result.scenario["parallel"]
-    pictures = ("plot_gantt", "plot_utilization", "plot_memory", "plot_breakdown") if parquet else ("plot_gantt",)
+    pictures = (
+        ("plot_gantt", "plot_utilization", "plot_memory", "plot_breakdown") if parquet else ("plot_gantt",)
+    )
     for draw in pictures:
         np.testing.assert_array_equal(_pixels(getattr(back, draw)()), _pixels(getattr(result, draw)()), draw)
     assert back.breakdown().equals(result.breakdown())
@@ -58,19 +73,26 @@ def test_load_rejects_a_non_bundle(tmp_path):
 
 def test_cli_plot_redraws_a_bundle(result, tmp_path):
     out = result.save(tmp_path / "b", plots=False)
-    proc = subprocess.run([sys.executable, "-m", "clustersim.cli", "plot", str(out), "--out", str(tmp_path / "p")],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "clustersim.cli", "plot", str(out), "--out", str(tmp_path / "p")],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     for name in ("gantt.png", "utilization.png", "memory.png", "breakdown.png"):
         assert (tmp_path / "p" / name).stat().st_size > 1000, name
-    proc = subprocess.run([sys.executable, "-m", "clustersim.cli", "plot", str(tmp_path / "nothing")],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "clustersim.cli", "plot", str(tmp_path / "nothing")],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2 and "not a clustersim result bundle" in proc.stderr
 
 
 def test_progress_changes_nothing_but_the_screen(result, capsys):
-    sc = synthetic(3, 5, 1e-3, 2e-3, latency=1e-5, activation=2**22, params=2**22, optimizer=1e-4, dp=2,
-                   network="packet")
+    sc = synthetic(
+        3, 5, 1e-3, 2e-3, latency=1e-5, activation=2**22, params=2**22, optimizer=1e-4, dp=2, network="packet"
+    )
     shown = cs.simulate(sc, progress=True)
     pd.testing.assert_frame_equal(shown.spans, result.spans)
     assert shown.summary["sim_events"] == result.summary["sim_events"]

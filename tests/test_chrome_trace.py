@@ -136,8 +136,10 @@ def test_counters_for_memory_and_links(result, trace):
 
 
 def test_overlapping_spans_go_to_an_overflow_track():
-    rows = [("gpu0", "comm", "collective", f"c{i}", 0, -1, s, e, 8, 0.0, "", 0)
-            for i, (s, e) in enumerate([(0.0, 2.0), (1.0, 3.0), (2.0, 2.5), (3.0, 3.0)])]
+    rows = [
+        ("gpu0", "comm", "collective", f"c{i}", 0, -1, s, e, 8, 0.0, "", 0)
+        for i, (s, e) in enumerate([(0.0, 2.0), (1.0, 3.0), (2.0, 2.5), (3.0, 3.0)])
+    ]
     spans = pd.DataFrame(rows, columns=list(SPAN_FIELDS))
     doc = {"traceEvents": chrome_events(spans)}
     tracks = validate_trace(doc)

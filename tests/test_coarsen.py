@@ -14,8 +14,10 @@ from clustersim.workload import Segment, StageCost
 
 
 def _per_layer_costs(p: int, layers: int, f: float, b: float, act: int) -> list[StageCost]:
-    passes = {"F": tuple(Segment("compute", f, 2.0) for _ in range(layers)),
-              "B": tuple(Segment("compute", b, 4.0) for _ in range(layers))}
+    passes = {
+        "F": tuple(Segment("compute", f, 2.0) for _ in range(layers)),
+        "B": tuple(Segment("compute", b, 4.0) for _ in range(layers)),
+    }
     return [StageCost(layers * f, layers * b, 0.0, act, act, 2**20, 1e-4, passes=passes)] * p
 
 
@@ -29,8 +31,9 @@ def _run(prog: cs.Program):
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
 @pytest.mark.parametrize("p,m,layers", [(1, 3, 4), (4, 8, 3), (3, 5, 1)])
 def test_coarsened_equals_per_layer(schedule, p, m, layers):
-    prog = compile_pipeline(SCHEDULES[schedule], Plan(1, p, 1, 8), _per_layer_costs(p, layers, 1e-3, 2e-3, 2**22),
-                            m, iterations=2)
+    prog = compile_pipeline(
+        SCHEDULES[schedule], Plan(1, p, 1, 8), _per_layer_costs(p, layers, 1e-3, 2e-3, 2**22), m, iterations=2
+    )
     prog.check()
     fine = coarsen(prog)
     fine.check()
@@ -38,7 +41,9 @@ def test_coarsened_equals_per_layer(schedule, p, m, layers):
     rec_b, eng_b = _run(fine)
     end_a = max(e for _, _, e in rec_a.ops)
     end_b = max(e for _, _, e in rec_b.ops)
-    assert end_b == pytest.approx(end_a, rel=1e-12)  # exact up to float rounding of (t + a) + b vs t + (a + b)
+    assert end_b == pytest.approx(
+        end_a, rel=1e-12
+    )  # exact up to float rounding of (t + a) + b vs t + (a + b)
     assert eng_a.memory.peak == eng_b.memory.peak
     # one compute op per pass (+ optimizer) after merging
     compute = [o for o in fine.ops if o.kind == "compute"]

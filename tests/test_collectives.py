@@ -16,9 +16,14 @@ MiB = 1 << 20
 
 
 def single_node(n: int, bw: float, latency: float = 0.0) -> dict:
-    return {"nodes": 1, "gpus_per_node": n, "pcie": None, "topology": {"kind": "single_node"},
-            "intra_node": {"kind": "nvswitch", "bandwidth": bw, "latency": latency, "efficiency": 1.0},
-            "nic": {"bandwidth": 25e9, "latency": 1e-6, "efficiency": 1.0}}
+    return {
+        "nodes": 1,
+        "gpus_per_node": n,
+        "pcie": None,
+        "topology": {"kind": "single_node"},
+        "intra_node": {"kind": "nvswitch", "bandwidth": bw, "latency": latency, "efficiency": 1.0},
+        "nic": {"bandwidth": 25e9, "latency": 1e-6, "efficiency": 1.0},
+    }
 
 
 def run(fabric_of, kind, n, nbytes, algorithm, alpha, **kw):
@@ -77,8 +82,10 @@ def test_tree_matches_pipelined_tree_form(n, nbytes):
         assert t == pytest.approx(2 * math.log2(n) * alpha + 2 * nbytes / bw, rel=0.05)
 
 
-@pytest.mark.parametrize("algorithm,kind", [("direct", "all_to_all"), ("direct", "all_gather"),
-                                            ("ring", "broadcast"), ("ring", "reduce")])
+@pytest.mark.parametrize(
+    "algorithm,kind",
+    [("direct", "all_to_all"), ("direct", "all_gather"), ("ring", "broadcast"), ("ring", "reduce")],
+)
 def test_other_schedules_match_their_forms(algorithm, kind):
     n, bw, alpha, nbytes = 8, 100e9, 5e-6, 16 * MiB
     t, _ = run(packet(n, bw, nbytes), kind, n, nbytes, algorithm, alpha)
@@ -125,5 +132,3 @@ def test_single_member_and_barrier_are_cheap():
     assert t == 0 and finish == {"gpu0": 0}
     t, _ = run(packet(4, 100e9, MiB), "barrier", 4, 0, "auto", 5e-6)
     assert 0 < t < 1e-4
-
-

@@ -13,10 +13,14 @@ from clustersim.trace.recorder import Recorder
 
 
 def packet_fabric(env, n=4, nodes=1):
-    cluster = {"nodes": nodes, "gpus_per_node": n, "pcie": None,
-               "topology": {"kind": "single_node" if nodes == 1 else "fat_tree"},
-               "intra_node": {"kind": "nvswitch", "bandwidth": 1e11, "latency": 1e-6, "efficiency": 1.0},
-               "nic": {"bandwidth": 25e9, "latency": 1e-6, "efficiency": 1.0}}
+    cluster = {
+        "nodes": nodes,
+        "gpus_per_node": n,
+        "pcie": None,
+        "topology": {"kind": "single_node" if nodes == 1 else "fat_tree"},
+        "intra_node": {"kind": "nvswitch", "bandwidth": 1e11, "latency": 1e-6, "efficiency": 1.0},
+        "nic": {"bandwidth": 25e9, "latency": 1e-6, "efficiency": 1.0},
+    }
     return PacketFabric(env, Recorder(), build_topology(cluster))
 
 
@@ -76,7 +80,9 @@ def test_halving_doubling_reduce_scatter_needs_power_of_two():
 
 
 def test_hierarchical_needs_equal_hosts():
-    err = error_of(["gpu0", "gpu1", "gpu4"], algorithm="hierarchical", fabric=lambda env: packet_fabric(env, 4, 2))
+    err = error_of(
+        ["gpu0", "gpu1", "gpu4"], algorithm="hierarchical", fabric=lambda env: packet_fabric(env, 4, 2)
+    )
     assert err.field == "collective.algorithm"
     assert "same number of members on every host; got [1, 2]" in str(err)
 

@@ -17,9 +17,14 @@ MiB = 1 << 20
 
 
 def cluster(nodes, nic_bw=12.5e9, per_node=1, gpn=8):
-    return {"nodes": nodes, "gpus_per_node": gpn, "pcie": None, "topology": {"kind": "fat_tree"},
-            "intra_node": {"kind": "nvswitch", "bandwidth": 300e9, "latency": 1e-6, "efficiency": 1.0},
-            "nic": {"bandwidth": nic_bw, "latency": 1e-6, "per_node": per_node, "efficiency": 1.0}}
+    return {
+        "nodes": nodes,
+        "gpus_per_node": gpn,
+        "pcie": None,
+        "topology": {"kind": "fat_tree"},
+        "intra_node": {"kind": "nvswitch", "bandwidth": 300e9, "latency": 1e-6, "efficiency": 1.0},
+        "nic": {"bandwidth": nic_bw, "latency": 1e-6, "per_node": per_node, "efficiency": 1.0},
+    }
 
 
 @pytest.mark.parametrize("nbytes", [1 * MiB, 64 * MiB])
@@ -30,11 +35,15 @@ def test_hierarchical_beats_flat_ring_on_slow_nics(nbytes):
     assert hier < ring
 
 
-@pytest.mark.parametrize("c", [cluster(4), cluster(2, nic_bw=25e9, per_node=8)], ids=["slow-nic-4n", "rail-2n"])
+@pytest.mark.parametrize(
+    "c", [cluster(4), cluster(2, nic_bw=25e9, per_node=8)], ids=["slow-nic-4n", "rail-2n"]
+)
 @pytest.mark.parametrize("nbytes", [1 * MiB, 16 * MiB, 128 * MiB])
 def test_auto_is_within_5_percent_of_the_best(c, nbytes):
-    times = {a: measure(c, "all_reduce", nbytes, a).time_s
-             for a in ("ring", "tree", "halving_doubling", "hierarchical", "direct")}
+    times = {
+        a: measure(c, "all_reduce", nbytes, a).time_s
+        for a in ("ring", "tree", "halving_doubling", "hierarchical", "direct")
+    }
     auto = measure(c, "all_reduce", nbytes, "auto")
     assert auto.time_s <= 1.05 * min(times.values()), (auto.algorithm, times)
 
@@ -50,7 +59,8 @@ def test_auto_considers_hierarchical_only_across_hosts():
     # why: with one host, 2(m−1)(α + S/(mB)) is the ring's 2(n−1)α + 2(n−1)/n·S/B (m = n)
     shape = one.shape()
     assert estimate_time("all_reduce", "hierarchical", 8, 64 * MiB, **shape) == pytest.approx(
-        estimate_time("all_reduce", "ring", 8, 64 * MiB, **shape), rel=1e-12)
+        estimate_time("all_reduce", "ring", 8, 64 * MiB, **shape), rel=1e-12
+    )
 
 
 def test_all_reduce_sharing_a_nic_with_other_traffic_is_slower():
@@ -62,7 +72,9 @@ def test_all_reduce_sharing_a_nic_with_other_traffic_is_slower():
         fabric = PacketFabric(env, Recorder(), graph, chunk_size=256 * 1024)
         events = []
         if with_collective:  # DP all-reduce between the two nodes (one NIC each)
-            events.append(env.process(run_collective(env, fabric, "all_reduce", ["gpu0", "gpu8"], nbytes, "ring")))
+            events.append(
+                env.process(run_collective(env, fabric, "all_reduce", ["gpu0", "gpu8"], nbytes, "ring"))
+            )
         if with_background:  # e.g. a pipeline send crossing the same NIC
             events.append(fabric.transfer("gpu1", "gpu9", nbytes, "pp send"))
         env.run(env.all_of(events))

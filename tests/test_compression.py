@@ -8,13 +8,16 @@ from tests.conftest import synthetic
 GIB = 2**30
 
 
-@pytest.mark.parametrize("network,rel", [
-    ("direct", 1e-9),
-    ("analytical", 1e-9),
-    # the packet model also pipelines each ring step's chunks store-and-forward over the
-    # route's hops, which the closed form leaves out (0.46 % here)
-    ("packet", 0.01),
-])
+@pytest.mark.parametrize(
+    "network,rel",
+    [
+        ("direct", 1e-9),
+        ("analytical", 1e-9),
+        # the packet model also pipelines each ring step's chunks store-and-forward over the
+        # route's hops, which the closed form leaves out (0.46 % here)
+        ("packet", 0.01),
+    ],
+)
 def test_compression_closed_form_on_a_private_link(network, rel):
     # p = 1, dp = 2, ring over a private link (B, latency l, step α):
     # T = m(f + b) + c/2 + [2(n−1)(α + l) + 2(n−1)/n · (S/k)/B] + c/2 + optimizer,
@@ -36,28 +39,50 @@ def test_compression_closed_form_on_a_private_link(network, rel):
     assert {"compress", "decompress"} <= names
 
 
-def _two_sites(wan_bandwidth: str, compressed: bool, links: str = "all", network: str = "analytical",
-               per_site: int = 8) -> dict:
+def _two_sites(
+    wan_bandwidth: str, compressed: bool, links: str = "all", network: str = "analytical", per_site: int = 8
+) -> dict:
     # Two sites of one ``per_site``-GPU node each, joined by one WAN link; pp 1 × dp 2·per_site:
     # the gradient all-reduce crosses the WAN. The analytical models give every flow the whole
     # WAN link; the packet model shares it.
     raw = {
         "name": f"2 sites over {wan_bandwidth}",
-        "cluster": {"nodes": 2, "gpus_per_node": per_site, "nic": {"bandwidth": "200 Gbit/s", "per_node": per_site},
-                    "topology": {"kind": "wan", "bandwidth": wan_bandwidth, "latency": "20 ms",
-                                 "sites": [{"nodes": 1, "topology": {"kind": "single_node"}},
-                                           {"nodes": 1, "topology": {"kind": "single_node"}}]}},
-        "model": {"kind": "synthetic", "layers": 4, "forward": "5 ms", "backward": "10 ms", "params": "256 MiB"},
+        "cluster": {
+            "nodes": 2,
+            "gpus_per_node": per_site,
+            "nic": {"bandwidth": "200 Gbit/s", "per_node": per_site},
+            "topology": {
+                "kind": "wan",
+                "bandwidth": wan_bandwidth,
+                "latency": "20 ms",
+                "sites": [
+                    {"nodes": 1, "topology": {"kind": "single_node"}},
+                    {"nodes": 1, "topology": {"kind": "single_node"}},
+                ],
+            },
+        },
+        "model": {
+            "kind": "synthetic",
+            "layers": 4,
+            "forward": "5 ms",
+            "backward": "10 ms",
+            "params": "256 MiB",
+        },
         "training": {"global_batch": 64},
         "parallel": {"pp": 1, "dp": 2 * per_site},
-        "simulation": {"network": network, "collective_model": "analytical" if network == "analytical" else "fabric"},
+        "simulation": {
+            "network": network,
+            "collective_model": "analytical" if network == "analytical" else "fabric",
+        },
     }
     if compressed:
         raw["parallel"]["gradient_compression"] = {"ratio": 10, "time_per_gib": "100 ms", "links": links}
     return raw
 
 
-def _times(bw: str, links: str = "all", network: str = "analytical", per_site: int = 8) -> tuple[float, float]:
+def _times(
+    bw: str, links: str = "all", network: str = "analytical", per_site: int = 8
+) -> tuple[float, float]:
     plain = cs.simulate(_two_sites(bw, False, network=network, per_site=per_site), progress=False)
     packed = cs.simulate(_two_sites(bw, True, links, network, per_site), progress=False)
     return plain.summary["iteration_time_s"], packed.summary["iteration_time_s"]
@@ -66,7 +91,9 @@ def _times(bw: str, links: str = "all", network: str = "analytical", per_site: i
 COMPUTE = 4 * 4 * 15e-3  # m = 4 micro-batches of 4 layers × (5 + 10) ms
 
 
-@pytest.mark.parametrize("links, network", [("all", "analytical"), ("all", "packet"), ("inter_site", "packet")])
+@pytest.mark.parametrize(
+    "links, network", [("all", "analytical"), ("all", "packet"), ("inter_site", "packet")]
+)
 def test_compression_pays_on_slow_wan(links, network):
     # 1 GiB of gradients at 100 ms per GiB; with inter_site each GPU codes its 1/8 shard only
     codec = 1.0 * 0.1 / (8 if links == "inter_site" else 1)

@@ -16,9 +16,19 @@ ALPHA_INTRA, ALPHA_INTER = 3e-6, 10e-6
 F, B = 5e-3, 10e-3  # per layer
 
 
-def _sites(links: str | None, *, sites: int = 2, per_site: int = 4, nodes_per_site: int = 1, pp: int = 1,
-           ratio: float = 10, per_gib: float = 0.1, wan: float = B_WAN, analytical: bool = True,
-           params: int = GIB) -> dict:
+def _sites(
+    links: str | None,
+    *,
+    sites: int = 2,
+    per_site: int = 4,
+    nodes_per_site: int = 1,
+    pp: int = 1,
+    ratio: float = 10,
+    per_gib: float = 0.1,
+    wan: float = B_WAN,
+    analytical: bool = True,
+    params: int = GIB,
+) -> dict:
     """``sites`` sites of ``nodes_per_site`` servers of ``per_site / nodes_per_site`` GPUs (one
     NVSwitch each; a site of several servers is a fat-tree), joined by one WAN link per pair.
     Each stage has 2 layers and ``params`` gradient bytes."""
@@ -27,17 +37,26 @@ def _sites(links: str | None, *, sites: int = 2, per_site: int = 4, nodes_per_si
     n = sites * per_site
     raw = {
         "name": f"{sites} sites, compression on {links}",
-        "cluster": {"nodes": sites * nodes_per_site, "gpus_per_node": gpn,
-                    "intra_node": {"bandwidth": B_INTRA, "latency": LAT_INTRA},
-                    "nic": {"bandwidth": "200 Gbit/s", "per_node": gpn, "latency": 0},
-                    "collective_alpha": {"intra_node": ALPHA_INTRA, "inter_node": ALPHA_INTER},
-                    "topology": {"kind": "wan", "bandwidth": wan, "latency": LAT_WAN,
-                                 "sites": [{"nodes": nodes_per_site, "topology": site_topo}] * sites}},
+        "cluster": {
+            "nodes": sites * nodes_per_site,
+            "gpus_per_node": gpn,
+            "intra_node": {"bandwidth": B_INTRA, "latency": LAT_INTRA},
+            "nic": {"bandwidth": "200 Gbit/s", "per_node": gpn, "latency": 0},
+            "collective_alpha": {"intra_node": ALPHA_INTRA, "inter_node": ALPHA_INTER},
+            "topology": {
+                "kind": "wan",
+                "bandwidth": wan,
+                "latency": LAT_WAN,
+                "sites": [{"nodes": nodes_per_site, "topology": site_topo}] * sites,
+            },
+        },
         "model": {"kind": "synthetic", "layers": 2 * pp, "forward": F, "backward": B, "params": params // 2},
         "training": {"global_batch": 2 * n // pp},
         "parallel": {"pp": pp, "dp": n // pp},
-        "simulation": {"network": "packet", "collectives": {"all_reduce": "ring", "reduce_scatter": "ring",
-                                                            "all_gather": "ring"}},
+        "simulation": {
+            "network": "packet",
+            "collectives": {"all_reduce": "ring", "reduce_scatter": "ring", "all_gather": "ring"},
+        },
     }
     if analytical:
         raw["simulation"]["collective_model"] = "analytical"
@@ -66,13 +85,21 @@ def test_inter_site_is_intra_site_reduce_scatter_compressed_shard_all_reduce_all
     k, c, L = 10, 0.1 / GIB, 4
     shard = int(GIB / (L * k))
     t_x = 2 * (ALPHA_INTER + LAT_WAN) + shard / B_WAN
-    expect = (_compute(raw) + _ring_in_host("reduce_scatter", L, GIB) + GIB / L * c + t_x
-              + _ring_in_host("all_gather", L, GIB))
+    expect = (
+        _compute(raw)
+        + _ring_in_host("reduce_scatter", L, GIB)
+        + GIB / L * c
+        + t_x
+        + _ring_in_host("all_gather", L, GIB)
+    )
     assert res.summary["iteration_time_s"] == pytest.approx(expect, rel=1e-9)
     coll = res.spans[res.spans["kind"] == "collective"]
     by_name = coll.groupby("name")["bytes"].unique().to_dict()
     assert {k: list(v) for k, v in by_name.items()} == {
-        "dp reduce-scatter s0": [GIB], "dp all-reduce s0": [shard], "dp all-gather s0": [GIB]}
+        "dp reduce-scatter s0": [GIB],
+        "dp all-reduce s0": [shard],
+        "dp all-gather s0": [GIB],
+    }
     codec = res.spans[res.spans["name"].isin(["compress", "decompress"])]
     assert len(codec) == 2 * 8 and codec.eval("end_s - start_s").to_numpy() == pytest.approx(GIB / L * c / 2)
 
@@ -134,21 +161,28 @@ def test_unequal_sites_are_an_error():
     raw["cluster"]["topology"]["sites"] = [{"nodes": 1}, {"nodes": 2}]
     raw["parallel"]["dp"] = 12
     raw["training"]["global_batch"] = 24
-    with pytest.raises(cs.ScenarioError, match=r"parallel.gradient_compression.links: 'inter_site' is invalid; "
-                                               r"stage 0's data-parallel group holds \{0: 4, 1: 8\} GPUs per site"):
+    with pytest.raises(
+        cs.ScenarioError,
+        match=r"parallel.gradient_compression.links: 'inter_site' is invalid; "
+        r"stage 0's data-parallel group holds \{0: 4, 1: 8\} GPUs per site",
+    ):
         cs.load_scenario(raw)  # checked with the scenario, before anything runs
 
 
 def test_unknown_links_value_is_an_error():
     raw = _sites("inter_rack")
-    with pytest.raises(cs.ScenarioError, match=r"parallel.gradient_compression.links: 'inter_rack' is invalid"):
+    with pytest.raises(
+        cs.ScenarioError, match=r"parallel.gradient_compression.links: 'inter_rack' is invalid"
+    ):
         cs.load_scenario(raw)
 
 
 def test_folding_is_refused_with_the_reason():
     raw = _sites("inter_site")
     raw["simulation"]["fold"] = True
-    with pytest.raises(cs.ScenarioError, match="cannot fold this scenario: gradient_compression on inter_site"):
+    with pytest.raises(
+        cs.ScenarioError, match="cannot fold this scenario: gradient_compression on inter_site"
+    ):
         cs.simulate(raw, progress=False)
     raw["simulation"]["fold"] = "auto"
     assert "gradient_compression on inter_site" in cs.simulate(raw, progress=False).summary["folded"]

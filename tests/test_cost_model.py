@@ -11,9 +11,13 @@ from clustersim.workload.cost_model import CostModel, ProfileTable, efficiency_f
 from clustersim.workload.ops import gemm
 from clustersim.workload.stage_cost import chunk_costs
 
-MODES = {"baseline no recompute": ("none", False), "sequence parallelism": ("none", True),
-         "baseline full recompute": ("full", False), "selective recompute": ("selective", False),
-         "selective + sequence": ("selective", True)}
+MODES = {
+    "baseline no recompute": ("none", False),
+    "sequence parallelism": ("none", True),
+    "baseline full recompute": ("full", False),
+    "selective recompute": ("selective", False),
+    "selective + sequence": ("selective", True),
+}
 
 
 @pytest.mark.parametrize("row", read_table("korthikanti_table4_layer_times"), ids=lambda r: r["experiment"])
@@ -27,13 +31,15 @@ def test_22b_layer_within_10_percent_of_korthikanti_table4(row):
 
 def test_small_gemms_are_less_efficient():
     eff = efficiency_for("A100-SXM4-80GB")
-    big, thin, tiny = (matmul_efficiency(eff, s) for s in [(8192, 8192, 8192), (8192, 8192, 128), (64, 64, 64)])
+    big, thin, tiny = (
+        matmul_efficiency(eff, s) for s in [(8192, 8192, 8192), (8192, 8192, 128), (64, 64, 64)]
+    )
     assert big > thin > tiny and big <= eff.matmul_max
 
 
 def test_roofline_memory_bound_and_launch_floor():
     cm = CostModel.for_gpu("A100-SXM4-80GB")
-    skinny = gemm("gemv", 1, 8192, 8192, 2)      # matrix-vector: limited by bytes, not FLOPs
+    skinny = gemm("gemv", 1, 8192, 8192, 2)  # matrix-vector: limited by bytes, not FLOPs
     bytes_time = skinny.fwd.bytes / (cm.gpu.hbm_bandwidth * cm.eff.memory)
     assert cm.time(skinny.fwd) == pytest.approx(bytes_time + cm.eff.launch_s)
     assert cm.time(gemm("t", 1, 1, 1, 2).fwd) >= cm.eff.launch_s
@@ -51,12 +57,27 @@ def test_profile_table_overrides_matching_ops(tmp_path):
 
 
 def _costs(tp=8, sp=False, recompute="none", granularity="layer", zero=0, dp=1, precision="bf16", layers=2):
-    sc = cs.load_scenario({
-        "cluster": {"preset": "dgx_a100", "nodes": dp}, "model": {"preset": "gpt-22b", "layers": layers},
-        "training": {"global_batch": 4 * dp, "micro_batch": 4, "recompute": recompute, "precision": precision},
-        "parallel": {"tp": tp, "pp": 8 // tp, "dp": dp, "sequence_parallel": sp, "zero": zero,
-                     **({"pp": 2} if tp == 4 else {})},
-        "simulation": {"granularity": granularity}})
+    sc = cs.load_scenario(
+        {
+            "cluster": {"preset": "dgx_a100", "nodes": dp},
+            "model": {"preset": "gpt-22b", "layers": layers},
+            "training": {
+                "global_batch": 4 * dp,
+                "micro_batch": 4,
+                "recompute": recompute,
+                "precision": precision,
+            },
+            "parallel": {
+                "tp": tp,
+                "pp": 8 // tp,
+                "dp": dp,
+                "sequence_parallel": sp,
+                "zero": zero,
+                **({"pp": 2} if tp == 4 else {}),
+            },
+            "simulation": {"granularity": granularity},
+        }
+    )
     return chunk_costs(sc, sc.parallel.pp)
 
 
@@ -68,9 +89,9 @@ def test_megatron_tp_collectives_per_layer():
     # pp = 1: the chunk holds the embedding (1 all-reduce forward), 2 layers and the output layer
     c = _costs()[0]
     assert _colls(c, "F") == ["all_reduce"] * (1 + 2 * 2)
-    assert _colls(c, "B") == ["all_reduce"] * (2 * 2 + 1)            # 2 per layer + the logits' input grad
+    assert _colls(c, "B") == ["all_reduce"] * (2 * 2 + 1)  # 2 per layer + the logits' input grad
     full = _costs(recompute="full")[0]
-    assert _colls(full, "B") == ["all_reduce"] * (1 + 2 * 4)          # recomputed forwards add 2 per layer
+    assert _colls(full, "B") == ["all_reduce"] * (1 + 2 * 4)  # recomputed forwards add 2 per layer
     # full recompute re-runs each layer's forward inside the backward: exactly the forward
     # time two more layers add (the embedding and logits are not recomputed)
     two_more = _costs(layers=4)[0].forward - c.forward
@@ -93,8 +114,8 @@ def test_stage_granularity_keeps_time_and_ends_on_compute():
 
 def test_dp_gradient_and_zero_bytes():
     c0 = _costs(tp=8, dp=2)[0]
-    params = c0.memory_parts["params"] / 2                      # bf16 weights: 2 bytes/param
-    assert c0.grad_bytes == pytest.approx(4 * params, rel=1e-9)   # fp32 main_grad all-reduce
+    params = c0.memory_parts["params"] / 2  # bf16 weights: 2 bytes/param
+    assert c0.grad_bytes == pytest.approx(4 * params, rel=1e-9)  # fp32 main_grad all-reduce
     assert _costs(tp=8, dp=2, precision="fp16")[0].grad_bytes == pytest.approx(4 * params, rel=1e-9)
     assert _costs(tp=8, dp=2, zero=3)[0].grad_bytes == pytest.approx(1.5 * 4 * params, rel=1e-9)
     assert _costs(tp=8, dp=2, zero=1)[0].optimizer < c0.optimizer

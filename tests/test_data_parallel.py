@@ -45,8 +45,14 @@ def test_preset_cluster_runs_dp_over_nics():
     raw = {
         "name": "dp over two DGX A100",
         "cluster": {"preset": "dgx_a100", "nodes": 2},
-        "model": {"kind": "synthetic", "layers": 2, "forward": "2 ms", "backward": "4 ms",
-                  "activation": "32 MiB", "params": "256 MiB"},
+        "model": {
+            "kind": "synthetic",
+            "layers": 2,
+            "forward": "2 ms",
+            "backward": "4 ms",
+            "activation": "32 MiB",
+            "params": "256 MiB",
+        },
         "training": {"global_batch": 64},
         "parallel": {"pp": 2, "dp": 8},
     }
@@ -60,9 +66,14 @@ def test_preset_cluster_runs_dp_over_nics():
 
 
 def test_user_fields_override_the_preset():
-    sc = cs.load_scenario({"cluster": {"preset": "dgx_a100", "nodes": 1, "nic": {"bandwidth": "100 Gbit/s"}},
-                           "model": {"kind": "synthetic", "layers": 8, "forward": 1e-3, "backward": 2e-3},
-                           "training": {"global_batch": 8}, "parallel": {"pp": 8}})
+    sc = cs.load_scenario(
+        {
+            "cluster": {"preset": "dgx_a100", "nodes": 1, "nic": {"bandwidth": "100 Gbit/s"}},
+            "model": {"kind": "synthetic", "layers": 8, "forward": 1e-3, "backward": 2e-3},
+            "training": {"global_batch": 8},
+            "parallel": {"pp": 8},
+        }
+    )
     assert sc.cluster.nic.bandwidth == pytest.approx(12.5e9)
     assert sc.cluster.nic.efficiency == pytest.approx(0.94)  # the rest of the preset stays
 
@@ -71,7 +82,9 @@ def test_unknown_preset_and_algorithm_are_clear_errors():
     base = synthetic(2, 2)
     with pytest.raises(cs.ScenarioError, match="cluster.preset: 'dgx_z100' is invalid.*dgx_a100"):
         cs.load_scenario(base).with_overrides({"cluster.preset": "dgx_z100"})
-    with pytest.raises(cs.ScenarioError, match=r"simulation.collectives: .*'hyper' is not an algorithm for all_reduce"):
+    with pytest.raises(
+        cs.ScenarioError, match=r"simulation.collectives: .*'hyper' is not an algorithm for all_reduce"
+    ):
         cs.load_scenario(base).with_overrides({"simulation.collectives": {"all_reduce": "hyper"}})
     with pytest.raises(cs.ScenarioError, match="cluster.collective_alpha.cross"):
         cs.load_scenario(base).with_overrides({"cluster.collective_alpha": {"cross": 1e-6}})
@@ -85,10 +98,13 @@ def test_compute_slows_while_a_collective_runs_on_its_gpu(k):
     prog = cs.Program(2)
     comp = prog.add(0, "compute", "compute", "F0", duration=D)
     for dev in (0, 1):
-        prog.add(dev, "comm", "collective", "ar", nbytes=2**26, group=(0, 1), collective="all_reduce", tag="ar")
+        prog.add(
+            dev, "comm", "collective", "ar", nbytes=2**26, group=(0, 1), collective="all_reduce", tag="ar"
+        )
     env, rec = simpy.Environment(), Recorder()
-    Engine(prog, env, DirectFabric(env, rec, 25e9, 0.0), rec, [2**40] * 2, alpha=0.0,
-           comm_compute_slowdown=k).run()
+    Engine(
+        prog, env, DirectFabric(env, rec, 25e9, 0.0), rec, [2**40] * 2, alpha=0.0, comm_compute_slowdown=k
+    ).run()
     times = {i: (s, e) for i, s, e in rec.ops}
     C = times[1][1]
     assert 0 < C < D
@@ -100,7 +116,9 @@ def test_no_slowdown_by_default():
     prog = cs.Program(2)
     prog.add(0, "compute", "compute", "F0", duration=D)
     for dev in (0, 1):
-        prog.add(dev, "comm", "collective", "ar", nbytes=2**26, group=(0, 1), collective="all_reduce", tag="ar")
+        prog.add(
+            dev, "comm", "collective", "ar", nbytes=2**26, group=(0, 1), collective="all_reduce", tag="ar"
+        )
     env, rec = simpy.Environment(), Recorder()
     Engine(prog, env, DirectFabric(env, rec, 25e9, 0.0), rec, [2**40] * 2).run()
     assert {i: e for i, _, e in rec.ops}[0] == pytest.approx(D, rel=1e-15)
@@ -109,18 +127,37 @@ def test_no_slowdown_by_default():
 def _nic_contention(with_allreduce: bool, with_send: bool):
     from clustersim.engine.network_setup import build_network
 
-    sc = cs.load_scenario({
-        "cluster": {"nodes": 2, "gpus_per_node": 2, "nic": {"bandwidth": "100 Gbit/s", "per_node": 1},
-                    "topology": {"kind": "fat_tree"}},
-        "model": {"kind": "synthetic", "layers": 4, "forward": 1e-3, "backward": 1e-3},
-        "training": {"global_batch": 1}, "parallel": {"pp": 4},
-        "simulation": {"network": "packet", "max_chunks": 64},
-    })
+    sc = cs.load_scenario(
+        {
+            "cluster": {
+                "nodes": 2,
+                "gpus_per_node": 2,
+                "nic": {"bandwidth": "100 Gbit/s", "per_node": 1},
+                "topology": {"kind": "fat_tree"},
+            },
+            "model": {"kind": "synthetic", "layers": 4, "forward": 1e-3, "backward": 1e-3},
+            "training": {"global_batch": 1},
+            "parallel": {"pp": 4},
+            "simulation": {"network": "packet", "max_chunks": 64},
+        }
+    )
     prog = cs.Program(4)
     ar = []
     if with_allreduce:  # the DP gradient all-reduce of gpu0 and gpu2, across the nodes
-        ar = [prog.add(d, "comm", "collective", "dp all-reduce", nbytes=2**26, group=(0, 2),
-                       collective="all_reduce", tag="dp", algorithm="ring") for d in (0, 2)]
+        ar = [
+            prog.add(
+                d,
+                "comm",
+                "collective",
+                "dp all-reduce",
+                nbytes=2**26,
+                group=(0, 2),
+                collective="all_reduce",
+                tag="dp",
+                algorithm="ring",
+            )
+            for d in (0, 2)
+        ]
     recv = None
     if with_send:  # a pipeline send gpu1 → gpu3 through the same NICs
         s = prog.add(1, "send", "send", "send F0 s0->s1", nbytes=2**26)

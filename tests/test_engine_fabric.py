@@ -13,8 +13,12 @@ MiB = 2**20
 def _two_node_pipeline(network: str, chunk=MiB, act=16 * MiB) -> dict:
     return {
         "name": "2 stages on 2 nodes",
-        "cluster": {"nodes": 2, "gpus_per_node": 1, "nic": {"bandwidth": "100 Gbit/s", "latency": "2 us"},
-                    "topology": {"kind": "fat_tree"}},
+        "cluster": {
+            "nodes": 2,
+            "gpus_per_node": 1,
+            "nic": {"bandwidth": "100 Gbit/s", "latency": "2 us"},
+            "topology": {"kind": "fat_tree"},
+        },
         "model": {"kind": "synthetic", "layers": 2, "forward": "3 ms", "backward": "5 ms", "activation": act},
         "training": {"global_batch": 1},
         "parallel": {"pp": 2},
@@ -35,8 +39,11 @@ def test_packet_pipeline_transfer_matches_store_and_forward_formula():
     S, c = 16 * MiB, MiB
     # S is a whole number of chunks k: the first chunk crosses every link, the other k − 1
     # follow at the bottleneck's pace; latency adds once per link.
-    t_x = sum(lk.latency for lk in links) + sum(c / lk.bandwidth for lk in links) + \
-        (S // c - 1) * c / min(lk.bandwidth for lk in links)
+    t_x = (
+        sum(lk.latency for lk in links)
+        + sum(c / lk.bandwidth for lk in links)
+        + (S // c - 1) * c / min(lk.bandwidth for lk in links)
+    )
     res = cs.simulate(sc)
     # m = 1: forward wave, one activation transfer, backward wave, one gradient transfer
     assert res.summary["iteration_time_s"] == pytest.approx(2 * 3e-3 + 2 * 5e-3 + 2 * t_x, rel=1e-9)

@@ -40,14 +40,31 @@ def _send_plans(engine) -> list[int]:
     """The plan codes (``what``) of the engine's send ops: plan entries are (id, what, ...);
     each lane's plan ends with a sentinel of id -1."""
     ops = engine.program.ops
-    return [what for _, plan in engine._plans for op_id, what, *_ in plan if op_id >= 0 and ops[op_id].kind == "send"]
+    return [
+        what
+        for _, plan in engine._plans
+        for op_id, what, *_ in plan
+        if op_id >= 0 and ops[op_id].kind == "send"
+    ]
 
 
 @pytest.mark.parametrize("network", ["direct", "analytical"])
 @pytest.mark.parametrize("schedule", ["1f1b", "interleaved", "zb_h1"])
 def test_held_sends_match_fabric_transfers(network, schedule):
-    raw = synthetic(4, 8, 1e-3, 2e-3, schedule=schedule, activation=2**22, params=2**20, latency=3e-6,
-                    iterations=2, dp=2, network=network, layers_per_stage=2)
+    raw = synthetic(
+        4,
+        8,
+        1e-3,
+        2e-3,
+        schedule=schedule,
+        activation=2**22,
+        params=2**20,
+        latency=3e-6,
+        iterations=2,
+        dp=2,
+        network=network,
+        layers_per_stage=2,
+    )
     raw["parallel"]["virtual_stages"] = 2 if schedule == "interleaved" else 1
     sc = cs.load_scenario(raw)
     held, held_events, held_engine = _run(sc, timed_by_fabric=False)

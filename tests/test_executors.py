@@ -39,8 +39,12 @@ def test_any_concurrent_futures_executor_works(in_process):
 
 def test_dask_client_gives_identical_rows(in_process):
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
         pd.testing.assert_frame_equal(sweep(base(), GRID, ZIP, executor=client), in_process)
         # the --scheduler route: connect to a running cluster by address
         by_address = sweep(base(), GRID, ZIP, executor="dask", scheduler=cluster.scheduler_address)

@@ -48,17 +48,32 @@ def run_flows(graph, flows, kind="packet", chunk_size=None):
 def star_of(n_senders: int, bandwidth=1e9, latency=1e-6):
     """gpu0..gpu{n-1} → sw → gpu{n}: every sender's link is private, sw→gpu{n} is shared."""
     n = n_senders
-    return build_topology(cluster(1, n + 1, {
-        "kind": "custom",
-        "nodes": [{"name": "sw", "kind": "switch"}],
-        "links": [{"src": f"gpu{i}", "dst": "sw", "bandwidth": bandwidth, "latency": latency} for i in range(n + 1)],
-    }))
+    return build_topology(
+        cluster(
+            1,
+            n + 1,
+            {
+                "kind": "custom",
+                "nodes": [{"name": "sw", "kind": "switch"}],
+                "links": [
+                    {"src": f"gpu{i}", "dst": "sw", "bandwidth": bandwidth, "latency": latency}
+                    for i in range(n + 1)
+                ],
+            },
+        )
+    )
 
 
 # --- idle network closed forms ---------------------------------------------------------
 
-@given(hops=st.integers(1, 5), nbytes=st.integers(1, 40 * MiB), chunk=st.integers(4096, 4 * MiB),
-       bw=st.floats(1e8, 1e12), lat=st.lists(st.floats(0, 1e-3), min_size=5, max_size=5))
+
+@given(
+    hops=st.integers(1, 5),
+    nbytes=st.integers(1, 40 * MiB),
+    chunk=st.integers(4096, 4 * MiB),
+    bw=st.floats(1e8, 1e12),
+    lat=st.lists(st.floats(0, 1e-3), min_size=5, max_size=5),
+)
 @settings(max_examples=60, deadline=None)
 def test_idle_route_time_is_the_pipeline_formula(hops, nbytes, chunk, bw, lat):
     """S/B + (h − 1)·c/B + Σ l_i with c = min(chunk, S), the largest chunk."""
@@ -70,7 +85,9 @@ def test_idle_route_time_is_the_pipeline_formula(hops, nbytes, chunk, bw, lat):
     (ta,), _, _ = run_flows(g, [("gpu0", "gpu1", nbytes)], kind="analytical")
     assert ta == pytest.approx(nbytes / bw + sum(lat), rel=1e-12)
     # the two models differ by the store-and-forward pipeline term only
-    assert t - ta == pytest.approx((hops - 1) * min(chunk, nbytes) / bw, rel=1e-6, abs=1e-12 * t)  # float noise of two ~t sums
+    assert t - ta == pytest.approx(
+        (hops - 1) * min(chunk, nbytes) / bw, rel=1e-6, abs=1e-12 * t
+    )  # float noise of two ~t sums
     if hops <= 2:
         assert abs(t - ta) <= chunk / bw * (1 + 1e-9)
 
@@ -86,8 +103,12 @@ def test_one_hop_matches_direct_fabric():
 
 def test_default_chunk_in_a_fat_tree_route():
     """gpu→nic (PCIe) → leaf → spine → leaf → nic → gpu: 6 links of differing speed."""
-    spec = cluster(2, 2, {"kind": "fat_tree", "nodes_per_leaf": 1, "spines": 1},
-                   pcie={"bandwidth": 2.5e10, "latency": 0.0})
+    spec = cluster(
+        2,
+        2,
+        {"kind": "fat_tree", "nodes_per_leaf": 1, "spines": 1},
+        pcie={"bandwidth": 2.5e10, "latency": 0.0},
+    )
     g = build_topology(spec)
     (t,), _, fabric = run_flows(g, [("gpu0", "gpu2", 64 * MiB)])
     links = fabric.route("gpu0", "gpu2")
@@ -107,6 +128,7 @@ def test_zero_bytes_cost_latency_and_self_transfer_is_free():
 
 # --- sharing -----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("n", [2, 3, 5])
 def test_flows_sharing_a_bottleneck_split_its_bandwidth(n):
     """N senders into one receiver link: the last byte lands at N·S/B (+ one chunk)."""
@@ -120,8 +142,12 @@ def test_flows_sharing_a_bottleneck_split_its_bandwidth(n):
 
 def test_disjoint_paths_do_not_slow_each_other():
     g = build_topology(cluster(4, 4, {"kind": "fat_tree", "nodes_per_leaf": 2}))
-    flows = [("gpu0", "gpu1", 32 * MiB), ("gpu4", "gpu5", 32 * MiB), ("gpu2", "gpu6", 32 * MiB),
-             ("gpu3", "gpu7", 32 * MiB)]
+    flows = [
+        ("gpu0", "gpu1", 32 * MiB),
+        ("gpu4", "gpu5", 32 * MiB),
+        ("gpu2", "gpu6", 32 * MiB),
+        ("gpu3", "gpu7", 32 * MiB),
+    ]
     together, _, _ = run_flows(g, flows)
     alone = [run_flows(g, [f])[0][0] for f in flows]
     assert together == alone
@@ -131,10 +157,15 @@ def test_oversubscription_slows_cross_leaf_traffic_twofold_and_leaves_intra_leaf
     s, n = 4 * MiB, 16
 
     def all_pairs(oversub, cross):
-        g = build_topology(cluster(4, 4, {"kind": "fat_tree", "nodes_per_leaf": 2, "spines": 4,
-                                          "oversubscription": oversub}))
-        flows = [(f"gpu{a}", f"gpu{b}", s) for a in range(n) for b in range(n)
-                 if a != b and (a // 8 != b // 8 if cross else (a // 8 == b // 8 and a // 4 != b // 4))]
+        g = build_topology(
+            cluster(4, 4, {"kind": "fat_tree", "nodes_per_leaf": 2, "spines": 4, "oversubscription": oversub})
+        )
+        flows = [
+            (f"gpu{a}", f"gpu{b}", s)
+            for a in range(n)
+            for b in range(n)
+            if a != b and (a // 8 != b // 8 if cross else (a // 8 == b // 8 and a // 4 != b // 4))
+        ]
         return max(run_flows(g, flows, chunk_size=256 * 1024)[0])
 
     t1, t2 = all_pairs(1, True), all_pairs(2, True)
@@ -150,15 +181,17 @@ def test_oversubscription_slows_cross_leaf_traffic_twofold_and_leaves_intra_leaf
 
 flows_strategy = st.lists(
     st.tuples(st.integers(0, 15), st.integers(0, 15), st.integers(0, 3 * MiB), st.floats(0, 2e-4)),
-    min_size=1, max_size=12,
+    min_size=1,
+    max_size=12,
 )
 
 
 @given(flows=flows_strategy, oversub=st.sampled_from([1, 2, 4]), chunk=st.sampled_from([64 * 1024, MiB]))
 @settings(max_examples=40, deadline=None)
 def test_bytes_conserved_and_links_never_overbooked(flows, oversub, chunk):
-    g = build_topology(cluster(4, 4, {"kind": "fat_tree", "nodes_per_leaf": 2, "spines": 2,
-                                      "oversubscription": oversub}))
+    g = build_topology(
+        cluster(4, 4, {"kind": "fat_tree", "nodes_per_leaf": 2, "spines": 2, "oversubscription": oversub})
+    )
     flows = [(f"gpu{a}", f"gpu{b}", s, t) for a, b, s, t in flows]
     finish, spans, fabric = run_flows(g, flows, chunk_size=chunk)
     assert all(t is not None for t in finish)
@@ -199,6 +232,7 @@ def test_same_inputs_same_spans_and_labels_do_not_change_timing():
 
 
 # --- factory -----------------------------------------------------------------------------
+
 
 def test_factory_builds_each_model_and_rejects_unknown_ones():
     g = build_topology(chain(2))

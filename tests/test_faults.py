@@ -31,14 +31,27 @@ def job(policy="checkpoint_restart", faults=(), batch=12, **recovery) -> dict:
     return {
         "name": "faulty-synthetic",
         "cluster": {"nodes": 4, "gpus_per_node": 2, "intra_node": {"bandwidth": BW, "latency": LAT}},
-        "model": {"kind": "synthetic", "layers": 2, "forward": 1e-3, "backward": 2e-3, "params": LAYER_PARAMS,
-                  "activation": 1e6},
+        "model": {
+            "kind": "synthetic",
+            "layers": 2,
+            "forward": 1e-3,
+            "backward": 2e-3,
+            "params": LAYER_PARAMS,
+            "activation": 1e6,
+        },
         "training": {"global_batch": batch},
         "parallel": {"pp": 2, "dp": 4},
         "simulation": {"network": "direct"},
         "faults": list(faults),
-        "recovery": {"policy": policy, "job_iterations": 12, "checkpoint_every": 4, "storage_bandwidth": "1 GB/s",
-                     "restart_time": 3.0, "replan_time": 0.5, **recovery},
+        "recovery": {
+            "policy": policy,
+            "job_iterations": 12,
+            "checkpoint_every": 4,
+            "storage_bandwidth": "1 GB/s",
+            "restart_time": 3.0,
+            "replan_time": 0.5,
+            **recovery,
+        },
     }
 
 
@@ -70,13 +83,17 @@ def test_checkpoint_bytes_of_a_synthetic_model_are_its_params():
 def test_checkpoint_holds_one_copy_of_zero_sharded_state(zero):
     # bf16 + Adam keep 2 B/param of weights and 12 of optimizer states (gradients are not
     # state); ZeRO 1 and 2 shard the 12 over dp, ZeRO 3 also the 2 (Rajbhandari et al. 2020).
-    base = cs.load_scenario("scenarios/gpt-7.5b-32gpu-gpu-fail.yaml").with_overrides({"faults": [], "recovery": None})
+    base = cs.load_scenario("scenarios/gpt-7.5b-32gpu-gpu-fail.yaml").with_overrides(
+        {"faults": [], "recovery": None}
+    )
     sharded = base.with_overrides({"parallel.zero": zero})
     dp = base.dp
     per_gpu = (2 / dp if zero >= 3 else 2) + 12 / dp
     for whole, part in zip(stage_state_bytes(base), stage_state_bytes(sharded), strict=True):
         assert part == pytest.approx(whole * per_gpu / 14, rel=1e-12)
-    assert checkpoint_bytes(sharded) == pytest.approx(checkpoint_bytes(base), rel=1e-12)  # the shards add up to one copy
+    assert checkpoint_bytes(sharded) == pytest.approx(
+        checkpoint_bytes(base), rel=1e-12
+    )  # the shards add up to one copy
 
 
 def test_fault_free_job_is_iterations_plus_checkpoints():
@@ -165,10 +182,16 @@ def test_node_join_under_checkpoint_restart_waits_as_a_spare():
 
 def test_link_fail_that_cuts_a_node_off_is_that_node_failing():
     one_nic = {"cluster": {**job()["cluster"], "nic": {"per_node": 1}}}
-    cut = cs.simulate({**job(faults=[{"kind": "link_fail", "link": ["node1.nic0", "leaf0"], "at_iteration": 5.5}]),
-                       **one_nic}, progress=False)
-    gpu = cs.simulate({**job(faults=[{"kind": "gpu_fail", "gpu": 3, "at_iteration": 5.5}]), **one_nic},
-                      progress=False)
+    cut = cs.simulate(
+        {
+            **job(faults=[{"kind": "link_fail", "link": ["node1.nic0", "leaf0"], "at_iteration": 5.5}]),
+            **one_nic,
+        },
+        progress=False,
+    )
+    gpu = cs.simulate(
+        {**job(faults=[{"kind": "gpu_fail", "gpu": 3, "at_iteration": 5.5}]), **one_nic}, progress=False
+    )
     for key in ("job_time_s", "lost_work_s", "restart_time_s"):
         assert cut.summary[key] == gpu.summary[key]
     assert "cut off node(s) [1]" in cut.job.loc[cut.job["kind"] == "failure", "note"].item()
@@ -203,18 +226,29 @@ def test_same_scenario_same_timeline():
     assert a.job.equals(b.job) and a.summary["job_time_s"] == b.summary["job_time_s"]
 
 
-@pytest.mark.parametrize("raw_update,message", [
-    ({"faults": [{"kind": "gpu_fail", "gpu": 8, "at": 1.0}]},
-     "faults[0].gpu: 8 is invalid; GPU indices run from 0 to 7"),
-    ({"recovery": None, "faults": [{"kind": "gpu_fail", "gpu": 1, "at": 1.0}]},
-     "recovery: None is invalid; faults need a recovery section"),
-    ({"faults": [{"kind": "gpu_fail", "gpu": 1, "at": 1.0, "at_iteration": 2}]},
-     "give exactly one of at (a job time, e.g. '30 min') or at_iteration"),
-    ({"faults": [{"kind": "gpu_fail", "link": ["a", "b"], "at": 1.0}]}, "a gpu_fail fault needs gpu"),
-    ({"faults": [{"kind": "node_join", "nodes": 1, "gpu": 3, "at": 1.0}]},
-     "gpu belongs to gpu_fail faults; a node_join fault takes nodes"),
-    ({"faults": [{"kind": "disk_fail", "gpu": 1, "at": 1.0}]}, "faults[0].kind"),
-])
+@pytest.mark.parametrize(
+    "raw_update,message",
+    [
+        (
+            {"faults": [{"kind": "gpu_fail", "gpu": 8, "at": 1.0}]},
+            "faults[0].gpu: 8 is invalid; GPU indices run from 0 to 7",
+        ),
+        (
+            {"recovery": None, "faults": [{"kind": "gpu_fail", "gpu": 1, "at": 1.0}]},
+            "recovery: None is invalid; faults need a recovery section",
+        ),
+        (
+            {"faults": [{"kind": "gpu_fail", "gpu": 1, "at": 1.0, "at_iteration": 2}]},
+            "give exactly one of at (a job time, e.g. '30 min') or at_iteration",
+        ),
+        ({"faults": [{"kind": "gpu_fail", "link": ["a", "b"], "at": 1.0}]}, "a gpu_fail fault needs gpu"),
+        (
+            {"faults": [{"kind": "node_join", "nodes": 1, "gpu": 3, "at": 1.0}]},
+            "gpu belongs to gpu_fail faults; a node_join fault takes nodes",
+        ),
+        ({"faults": [{"kind": "disk_fail", "gpu": 1, "at": 1.0}]}, "faults[0].kind"),
+    ],
+)
 def test_bad_faults_are_named(raw_update, message):
     with pytest.raises(cs.ScenarioError) as e:
         cs.load_scenario({**job(), **raw_update})
@@ -224,7 +258,9 @@ def test_bad_faults_are_named(raw_update, message):
 def test_elastic_with_zero_is_refused():
     raw = job("elastic")
     raw["parallel"]["zero"] = 1
-    with pytest.raises(cs.ScenarioError, match="recovery.policy: 'elastic' is invalid; with parallel.zero = 1"):
+    with pytest.raises(
+        cs.ScenarioError, match="recovery.policy: 'elastic' is invalid; with parallel.zero = 1"
+    ):
         cs.load_scenario(raw)
 
 
@@ -252,31 +288,45 @@ def test_elastic_replan_takes_the_largest_dp_the_schedule_accepts():
     raw["model"]["layers"] = 4
     raw["parallel"] = {"pp": 2, "dp": 3, "schedule": "interleaved", "virtual_stages": 2}
     with pytest.raises(cs.ScenarioError):
-        cs.load_scenario(raw).with_overrides({"faults": [], "recovery": None, "parallel.dp": 2, "cluster.nodes": 4})
+        cs.load_scenario(raw).with_overrides(
+            {"faults": [], "recovery": None, "parallel.dp": 2, "cluster.nodes": 4}
+        )
     res = cs.simulate(raw, progress=False)
     assert res.job.loc[res.job["kind"] == "replan", "note"].iloc[0].endswith("dp 1")
 
 
 def test_unknown_link_is_named():
     raw = job(faults=[{"kind": "link_fail", "link": ["leaf0", "moon"], "at": 0.0}])
-    with pytest.raises(cs.ScenarioError, match=r"faults\[0\].link: \['leaf0', 'moon'\] is invalid; no link joins"):
+    with pytest.raises(
+        cs.ScenarioError, match=r"faults\[0\].link: \['leaf0', 'moon'\] is invalid; no link joins"
+    ):
         cs.simulate(raw, progress=False)
 
 
 def one_gpu_on_a_switch() -> dict:
     """gpu0 – sw0, that cable already down: a one-GPU job on a graph with no links."""
     raw = job()
-    raw["cluster"].update(nodes=1, gpus_per_node=1, failed_links=[["gpu0", "sw0"]],
-                          topology={"kind": "custom", "nodes": [{"name": "sw0", "kind": "switch"}],
-                                    "links": [{"src": "gpu0", "dst": "sw0", "bandwidth": BW}]})
+    raw["cluster"].update(
+        nodes=1,
+        gpus_per_node=1,
+        failed_links=[["gpu0", "sw0"]],
+        topology={
+            "kind": "custom",
+            "nodes": [{"name": "sw0", "kind": "switch"}],
+            "links": [{"src": "gpu0", "dst": "sw0", "bandwidth": BW}],
+        },
+    )
     raw["parallel"], raw["model"]["layers"], raw["training"]["global_batch"] = {"pp": 1, "dp": 1}, 1, 1
     return raw
 
 
-@pytest.mark.parametrize("earlier,where", [
-    ([], "cluster.failed_links[0]"),
-    ([{"kind": "link_fail", "link": ["sw0", "gpu0"], "at_iteration": 0.5}], "faults[0]"),
-])
+@pytest.mark.parametrize(
+    "earlier,where",
+    [
+        ([], "cluster.failed_links[0]"),
+        ([{"kind": "link_fail", "link": ["sw0", "gpu0"], "at_iteration": 0.5}], "faults[0]"),
+    ],
+)
 def test_link_fail_on_a_link_already_down_is_named(earlier, where):
     raw = one_gpu_on_a_switch()
     if earlier:
@@ -294,7 +344,9 @@ def test_folding_refuses_failed_links():
     raw["cluster"]["failed_links"] = [["leaf0", "spine0"]]
     raw["cluster"]["topology"] = {"kind": "fat_tree", "nodes_per_leaf": 2}
     raw["simulation"] = {"network": "analytical", "fold": True}
-    with pytest.raises(cs.ScenarioError, match="cannot fold this scenario: failed links make replicas' routes differ"):
+    with pytest.raises(
+        cs.ScenarioError, match="cannot fold this scenario: failed links make replicas' routes differ"
+    ):
         cs.simulate(raw, progress=False)
 
 
@@ -304,7 +356,9 @@ def test_shipped_scenario_restart_vs_elastic():
     elastic = cs.simulate(sc.with_overrides({"recovery.policy": "elastic"}), progress=False)
     s, t, n = restart.summary, restart.summary["iteration_time_s"], 40
     c = s["checkpoint_bytes"] / 50e9
-    assert s["checkpoint_bytes"] == pytest.approx(7.5e9 * 14, rel=0.01)  # bf16 weights + fp32 Adam: 14 B/param
+    assert s["checkpoint_bytes"] == pytest.approx(
+        7.5e9 * 14, rel=0.01
+    )  # bf16 weights + fp32 Adam: 14 B/param
     assert s["job_time_s"] == pytest.approx(n * t + 9 * c + 1.5 * t + 300 + c, rel=1e-9)
     assert elastic.summary["lost_work_s"] == pytest.approx(0.5 * t, rel=1e-9)
     # Stage 0 (tp 4 × dp 4) is nodes 0-1, stage 1 nodes 2-3; node 1 leaves. dp 3 on 3 nodes puts
@@ -340,11 +394,14 @@ def test_plot_job_draws_one_row_per_job():
     bars = [c for c in ax.collections if isinstance(c, PolyCollection)]
     assert len(bars) == 2 * j["kind"].where(~j["lost"], "lost").nunique()
     # (row, start, end) of each drawn bar; a bar is 0.6 high, centred on its row
-    spans = sorted((p.vertices[:, 1].min() + 0.3, p.vertices[:, 0].min(), p.vertices[:, 0].max())
-                   for c in bars for p in c.get_paths())
+    spans = sorted(
+        (p.vertices[:, 1].min() + 0.3, p.vertices[:, 0].min(), p.vertices[:, 0].max())
+        for c in bars
+        for p in c.get_paths()
+    )
     rows = sorted((y, a, b) for y in (0, 1) for a, b in zip(j["start_s"], j["end_s"], strict=True))
     assert [x for s in spans for x in s] == pytest.approx([x for r in rows for x in r], rel=1e-12, abs=1e-12)
-    ticks, = [c for c in ax.collections if isinstance(c, LineCollection)]
+    (ticks,) = [c for c in ax.collections if isinstance(c, LineCollection)]
     assert len(ticks.get_segments()) == 2 * res.job["kind"].isin(["failure", "join", "reroute"]).sum()
 
 
@@ -353,26 +410,44 @@ def test_elastic_replan_that_runs_out_of_memory_is_refused():
     raw = job("elastic", [{"kind": "gpu_fail", "gpu": 2, "at": 0.0}])
     raw["model"]["activation"], raw["parallel"]["schedule"] = 25e9, "gpipe"
     assert not cs.simulate({**raw, "faults": [], "recovery": None}, progress=False).summary["oom"]
-    with pytest.raises(cs.ScenarioError, match="after a re-plan to 3 nodes, dp 3 the GPUs cannot hold the model"):
+    with pytest.raises(
+        cs.ScenarioError, match="after a re-plan to 3 nodes, dp 3 the GPUs cannot hold the model"
+    ):
         cs.simulate(raw, progress=False)
 
 
 @settings(max_examples=200, deadline=None)
-@given(n=st.integers(1, 60), k=st.integers(1, 12), t=st.floats(1e-3, 10), c=st.floats(0, 10),
-       r=st.floats(0, 100), frac=st.floats(0, 1, exclude_max=True), quarter=st.integers(0, 3))
+@given(
+    n=st.integers(1, 60),
+    k=st.integers(1, 12),
+    t=st.floats(1e-3, 10),
+    c=st.floats(0, 10),
+    r=st.floats(0, 100),
+    frac=st.floats(0, 1, exclude_max=True),
+    quarter=st.integers(0, 3),
+)
 def test_restart_closed_form_holds_for_any_fault_position(n, k, t, c, r, frac, quarter):
     """N·T + K·C + lost + R for one failure anywhere in the job (timeline alone, stub times)."""
     x = frac * n if quarter else math.floor(frac * n)  # also exactly at iteration starts
-    rec = cs.load_scenario(job()).recovery.model_copy(update={"job_iterations": n, "checkpoint_every": k,
-                                                              "restart_time": r})
+    rec = cs.load_scenario(job()).recovery.model_copy(
+        update={"job_iterations": n, "checkpoint_every": k, "restart_time": r}
+    )
     fault = FaultSpec(kind="gpu_fail", gpu=0, at_iteration=x)
-    model = JobModel(iteration_time=lambda cfg: t, replan=None, cut_off=None, checkpoint_write_s=c,
-                     checkpoint_read_s=c, gpus_per_node=2)
+    model = JobModel(
+        iteration_time=lambda cfg: t,
+        replan=None,
+        cut_off=None,
+        checkpoint_write_s=c,
+        checkpoint_read_s=c,
+        gpus_per_node=2,
+    )
     rows = pd.DataFrame(JobTimeline(rec, [fault], model, Config(phys=(0, 1), dp=1), 2).run())
     last = k * math.floor(x / k)  # iterations the last checkpoint before the fault covers
     lost, restart = (x - last) * t, r + (c if last else 0.0)
     assert sorted(rows.loc[rows["useful"], "iteration"]) == list(range(n))
-    assert rows["end_s"].iloc[-1] == pytest.approx(n * t + (n - 1) // k * c + lost + restart, rel=1e-9, abs=1e-12)
+    assert rows["end_s"].iloc[-1] == pytest.approx(
+        n * t + (n - 1) // k * c + lost + restart, rel=1e-9, abs=1e-12
+    )
     dur = rows["end_s"] - rows["start_s"]
     assert dur[rows["lost"]].sum() == pytest.approx(lost, rel=1e-9, abs=1e-12)
 
@@ -390,15 +465,21 @@ def test_fault_during_a_restart_strikes_when_the_restart_ends():
     check_invariants(res, 12)
 
 
-@pytest.mark.parametrize("override,match", [
-    ({"cluster.node_groups": [{"nodes": 2}, {"nodes": 2, "speed": 0.8}]}, "with mixed node groups"),
-    ({"cluster.stragglers": [{"gpus": [3], "slowdown": 2}]}, "with stragglers"),
-    ({"cluster.failed_links": [["node1.nic0", "leaf0"]]}, "with failed links"),
-])
+@pytest.mark.parametrize(
+    "override,match",
+    [
+        ({"cluster.node_groups": [{"nodes": 2}, {"nodes": 2, "speed": 0.8}]}, "with mixed node groups"),
+        ({"cluster.stragglers": [{"gpus": [3], "slowdown": 2}]}, "with stragglers"),
+        ({"cluster.failed_links": [["node1.nic0", "leaf0"]]}, "with failed links"),
+    ],
+)
 def test_elastic_refuses_settings_tied_to_the_original_cluster(override, match):
     sc = cs.load_scenario("scenarios/gpt-7.5b-32gpu-gpu-fail.yaml")
-    with pytest.raises(cs.ScenarioError, match=f"recovery.policy: 'elastic' is invalid; elastic re-planning is not "
-                                               f"supported {match}.*accepted: checkpoint_restart"):
+    with pytest.raises(
+        cs.ScenarioError,
+        match=f"recovery.policy: 'elastic' is invalid; elastic re-planning is not "
+        f"supported {match}.*accepted: checkpoint_restart",
+    ):
         sc.with_overrides({"recovery.policy": "elastic", **override})
 
 
@@ -408,10 +489,17 @@ def test_degradation_windows_are_refused_in_a_job(policy):
     # every configuration's first iterations, not the job's clock
     sc = cs.load_scenario("scenarios/gpt-7.5b-32gpu-gpu-fail.yaml")
     window = [{"between": ["gpu0", "nvswitch0"], "start": 0, "end": 1, "factor": 0.5}]
-    with pytest.raises(cs.ScenarioError, match="cluster.link_degradations: .* is invalid; degradation windows are "
-                                               "times of one simulation"):
-        sc.with_overrides({"recovery.policy": policy, "cluster.link_degradations": window,
-                           "simulation.collective_model": "fabric"})
+    with pytest.raises(
+        cs.ScenarioError,
+        match="cluster.link_degradations: .* is invalid; degradation windows are times of one simulation",
+    ):
+        sc.with_overrides(
+            {
+                "recovery.policy": policy,
+                "cluster.link_degradations": window,
+                "simulation.collective_model": "fabric",
+            }
+        )
 
 
 def test_inference_takes_no_faults():
@@ -420,12 +508,18 @@ def test_inference_takes_no_faults():
         sc.with_overrides({"recovery": {"policy": "checkpoint_restart", "job_iterations": 10}})
 
 
-@pytest.mark.parametrize("gpu,link", [(2, ["node1.nic0", "leaf0"]), (2, ["node3.nic0", "leaf0"]),
-                                      (30, ["node1.nic0", "leaf0"])])  # the last node leaves: order kept
+@pytest.mark.parametrize(
+    "gpu,link", [(2, ["node1.nic0", "leaf0"]), (2, ["node3.nic0", "leaf0"]), (30, ["node1.nic0", "leaf0"])]
+)  # the last node leaves: order kept
 def test_a_link_fault_after_an_elastic_replan_is_refused_whether_it_cuts_or_reroutes(gpu, link):
     sc = cs.load_scenario("scenarios/gpt-7.5b-32gpu-gpu-fail.yaml")
-    faults = [{"kind": "gpu_fail", "gpu": gpu, "at_iteration": 2.5}, {"kind": "link_fail", "link": link,
-                                                                      "at_iteration": 5.5}]
-    with pytest.raises(cs.ScenarioError, match=r"faults\[1\].link: .* a link_fail after an elastic re-plan is "
-                                               r"not modelled"):
+    faults = [
+        {"kind": "gpu_fail", "gpu": gpu, "at_iteration": 2.5},
+        {"kind": "link_fail", "link": link, "at_iteration": 5.5},
+    ]
+    with pytest.raises(
+        cs.ScenarioError,
+        match=r"faults\[1\].link: .* a link_fail after an elastic re-plan is "
+        r"not modelled",
+    ):
         cs.simulate(sc.with_overrides({"recovery.policy": "elastic", "faults": faults}), progress=False)

@@ -7,24 +7,38 @@ from clustersim.parallel import fold
 from clustersim.parallel.fold import AUTO_FOLD_MIN_GPUS
 
 
-def _job(nodes: int, pp: int, oversubscription: float = 1, fold=False, m: int = 8, network: str = "packet") -> dict:
+def _job(
+    nodes: int, pp: int, oversubscription: float = 1, fold=False, m: int = 8, network: str = "packet"
+) -> dict:
     return {
         "name": f"fold-{nodes * 8}gpu-pp{pp}",
-        "cluster": {"preset": "dgx_a100", "nodes": nodes,
-                    "topology": {"kind": "fat_tree", "oversubscription": oversubscription}},
-        "model": {"kind": "synthetic", "layers": 2 * pp, "forward": "2 ms", "backward": "4 ms",
-                  "activation": "64 MiB", "params": "512 MiB"},
+        "cluster": {
+            "preset": "dgx_a100",
+            "nodes": nodes,
+            "topology": {"kind": "fat_tree", "oversubscription": oversubscription},
+        },
+        "model": {
+            "kind": "synthetic",
+            "layers": 2 * pp,
+            "forward": "2 ms",
+            "backward": "4 ms",
+            "activation": "64 MiB",
+            "params": "512 MiB",
+        },
         "training": {"global_batch": m * nodes * 8 // pp},
         "parallel": {"pp": pp},
         "simulation": {"network": network, "fold": fold, "max_chunks": 16},
     }
 
 
-@pytest.mark.parametrize("nodes,pp,over", [
-    (8, 4, 1),   # 64 GPUs, dp 16, DP all-reduces across the fat tree
-    (8, 8, 2),   # 64 GPUs, 2:1 oversubscribed: twins' shadow traffic shares the spines
-    pytest.param(16, 4, 2, marks=pytest.mark.slow),  # 128 GPUs
-])
+@pytest.mark.parametrize(
+    "nodes,pp,over",
+    [
+        (8, 4, 1),  # 64 GPUs, dp 16, DP all-reduces across the fat tree
+        (8, 8, 2),  # 64 GPUs, 2:1 oversubscribed: twins' shadow traffic shares the spines
+        pytest.param(16, 4, 2, marks=pytest.mark.slow),  # 128 GPUs
+    ],
+)
 def test_folded_agrees_with_unfolded(nodes, pp, over):
     full = cs.simulate(_job(nodes, pp, over, fold=False), progress=False)
     folded = cs.simulate(_job(nodes, pp, over, fold=True), progress=False)
@@ -46,11 +60,21 @@ def _shared_nic_job(fold) -> dict:
     # 2 nodes × 4 GPUs with ONE NIC each; pp 2 across the nodes, dp 4: all four replicas'
     # activations squeeze through the same NIC pair.
     return {
-        "cluster": {"nodes": 2, "gpus_per_node": 4, "nic": {"bandwidth": "100 Gbit/s", "per_node": 1},
-                    "topology": {"kind": "fat_tree"}},
-        "model": {"kind": "synthetic", "layers": 2, "forward": "1 ms", "backward": "2 ms",
-                  "activation": "256 MiB"},
-        "training": {"global_batch": 16}, "parallel": {"pp": 2, "dp": 4},
+        "cluster": {
+            "nodes": 2,
+            "gpus_per_node": 4,
+            "nic": {"bandwidth": "100 Gbit/s", "per_node": 1},
+            "topology": {"kind": "fat_tree"},
+        },
+        "model": {
+            "kind": "synthetic",
+            "layers": 2,
+            "forward": "1 ms",
+            "backward": "2 ms",
+            "activation": "256 MiB",
+        },
+        "training": {"global_batch": 16},
+        "parallel": {"pp": 2, "dp": 4},
         "simulation": {"network": "packet", "fold": fold, "max_chunks": 32},
     }
 
@@ -77,7 +101,9 @@ def test_shadow_traffic_is_what_keeps_folding_honest():
 def test_fold_true_is_refused_with_the_reason():
     raw = _job(2, 2, fold=True)
     raw["cluster"]["stragglers"] = [{"gpus": [3], "slowdown": 1.5}]
-    with pytest.raises(cs.ScenarioError, match="simulation.fold: True is invalid; cannot fold this scenario: stragglers"):
+    with pytest.raises(
+        cs.ScenarioError, match="simulation.fold: True is invalid; cannot fold this scenario: stragglers"
+    ):
         cs.simulate(raw, progress=False)
     raw["simulation"]["fold"] = "auto"
     res = cs.simulate(raw, progress=False)
@@ -86,7 +112,9 @@ def test_fold_true_is_refused_with_the_reason():
 
 def test_fold_is_refused_when_a_window_degrades_some_links():
     raw = _job(2, 2, fold=True)
-    raw["cluster"]["link_degradations"] = [{"between": ["gpu9", "nvswitch1"], "start": 0, "end": 1, "factor": 0.5}]
+    raw["cluster"]["link_degradations"] = [
+        {"between": ["gpu9", "nvswitch1"], "start": 0, "end": 1, "factor": 0.5}
+    ]
     with pytest.raises(cs.ScenarioError, match="cannot fold this scenario: link degradation windows"):
         cs.simulate(raw, progress=False)
 
@@ -94,7 +122,9 @@ def test_fold_is_refused_when_a_window_degrades_some_links():
 def test_auto_folds_large_jobs_only():
     small = cs.simulate(_job(2, 2, fold="auto", network="analytical"), progress=False)
     assert small.summary["folded"].startswith("no (auto folds from")
-    big = cs.simulate(_job(AUTO_FOLD_MIN_GPUS // 8, 8, fold="auto", m=2, network="analytical"), progress=False)
+    big = cs.simulate(
+        _job(AUTO_FOLD_MIN_GPUS // 8, 8, fold="auto", m=2, network="analytical"), progress=False
+    )
     assert big.summary["folded"].startswith("yes")
 
 
@@ -102,8 +132,11 @@ def _gpt(nodes: int, tp: int, pp: int, oversubscription: float, fold) -> dict:
     dp = nodes * 8 // (tp * pp)
     return {
         "name": f"gpt-1.3b-{nodes * 8}gpu-tp{tp}-pp{pp}-dp{dp}",
-        "cluster": {"preset": "dgx_a100", "nodes": nodes,
-                    "topology": {"kind": "fat_tree", "oversubscription": oversubscription}},
+        "cluster": {
+            "preset": "dgx_a100",
+            "nodes": nodes,
+            "topology": {"kind": "fat_tree", "oversubscription": oversubscription},
+        },
         "model": {"kind": "transformer", "preset": "gpt-1.3b"},
         "training": {"global_batch": 8 * dp, "micro_batch": 1},
         "parallel": {"tp": tp, "pp": pp, "dp": dp},
@@ -111,11 +144,14 @@ def _gpt(nodes: int, tp: int, pp: int, oversubscription: float, fold) -> dict:
     }
 
 
-@pytest.mark.parametrize("nodes,tp,pp,over", [
-    (8, 2, 4, 1),    # 64 GPUs: TP collectives on NVSwitch, DP all-reduces over the fat tree
-    (16, 4, 4, 2),   # 128 GPUs, 2:1 oversubscribed spines
-    pytest.param(64, 8, 8, 2, marks=pytest.mark.slow),  # 512 GPUs
-])
+@pytest.mark.parametrize(
+    "nodes,tp,pp,over",
+    [
+        (8, 2, 4, 1),  # 64 GPUs: TP collectives on NVSwitch, DP all-reduces over the fat tree
+        (16, 4, 4, 2),  # 128 GPUs, 2:1 oversubscribed spines
+        pytest.param(64, 8, 8, 2, marks=pytest.mark.slow),  # 512 GPUs
+    ],
+)
 def test_folded_agrees_with_unfolded_with_tensor_parallelism(nodes, tp, pp, over):
     full = cs.simulate(_gpt(nodes, tp, pp, over, False), progress=False).summary
     folded = cs.simulate(_gpt(nodes, tp, pp, over, True), progress=False).summary
@@ -128,11 +164,23 @@ def _straddling(topology: dict, nodes: int, gpus_per_node: int, pp: int) -> dict
     # stage s holds GPUs [s·n, (s+1)·n), n = GPUs / pp: a stage whose GPUs straddle a leaf or
     # site border sends to the next stage across it from some replicas only
     return {
-        "name": "straddling", "cluster": {
-            "nodes": nodes, "gpus_per_node": gpus_per_node, "intra_node": {"bandwidth": "300 GB/s", "latency": "2 us"},
-            "nic": {"bandwidth": "100 Gbit/s", "latency": "4 us", "per_node": 1}, "topology": topology},
-        "model": {"kind": "synthetic", "layers": pp, "forward": "2 ms", "backward": "4 ms", "activation": "64 MiB"},
-        "training": {"global_batch": nodes * gpus_per_node}, "parallel": {"pp": pp},
+        "name": "straddling",
+        "cluster": {
+            "nodes": nodes,
+            "gpus_per_node": gpus_per_node,
+            "intra_node": {"bandwidth": "300 GB/s", "latency": "2 us"},
+            "nic": {"bandwidth": "100 Gbit/s", "latency": "4 us", "per_node": 1},
+            "topology": topology,
+        },
+        "model": {
+            "kind": "synthetic",
+            "layers": pp,
+            "forward": "2 ms",
+            "backward": "4 ms",
+            "activation": "64 MiB",
+        },
+        "training": {"global_batch": nodes * gpus_per_node},
+        "parallel": {"pp": pp},
         "simulation": {"network": "analytical", "fold": True},
     }
 
@@ -140,23 +188,51 @@ def _straddling(topology: dict, nodes: int, gpus_per_node: int, pp: int) -> dict
 NIC_B, NVLINK_B, WAN_B = 100e9 / 8, 300e9, 1e9 / 8  # _straddling's links, bytes/s
 
 
-@pytest.mark.parametrize("raw,straddler,level,rep_level,rep_route,straddler_route", [
-    # 6 servers, 3 per leaf, 2 per stage: stage 1 = server 2 (leaf 0) + server 3 (leaf 1).
-    # Under one leaf: NIC → leaf → NIC, 2 × 2 µs; across: also leaf → spine → leaf, whose
-    # 2 µs links (half the NIC latency) carry 3 servers' NICs: 37.5 GB/s, not the bottleneck
-    (_straddling({"kind": "fat_tree", "nodes_per_leaf": 3}, 6, 8, 3), 8, "one site", "one leaf switch",
-     (4e-6, NIC_B), (8e-6, NIC_B)),
-    # two sites of one 6-GPU server, 4 GPUs per stage: stage 1 = GPUs 4, 5 (site 0) + 6, 7 (site 1).
-    # In one server: GPU → NVSwitch → GPU, 2 µs; across: the 20 ms, 1 Gbit/s WAN link (a
-    # one-server site's NICs join its gateway by free wires)
-    (_straddling({"kind": "wan", "bandwidth": "1 Gbit/s", "latency": "20 ms",
-                  "sites": [{"nodes": 1}, {"nodes": 1}]}, 2, 6, 3), 2, "two sites", "one server",
-     (2e-6, NVLINK_B), (20e-3, WAN_B)),
-])
+@pytest.mark.parametrize(
+    "raw,straddler,level,rep_level,rep_route,straddler_route",
+    [
+        # 6 servers, 3 per leaf, 2 per stage: stage 1 = server 2 (leaf 0) + server 3 (leaf 1).
+        # Under one leaf: NIC → leaf → NIC, 2 × 2 µs; across: also leaf → spine → leaf, whose
+        # 2 µs links (half the NIC latency) carry 3 servers' NICs: 37.5 GB/s, not the bottleneck
+        (
+            _straddling({"kind": "fat_tree", "nodes_per_leaf": 3}, 6, 8, 3),
+            8,
+            "one site",
+            "one leaf switch",
+            (4e-6, NIC_B),
+            (8e-6, NIC_B),
+        ),
+        # two sites of one 6-GPU server, 4 GPUs per stage: stage 1 = GPUs 4, 5 (site 0) + 6, 7 (site 1).
+        # In one server: GPU → NVSwitch → GPU, 2 µs; across: the 20 ms, 1 Gbit/s WAN link (a
+        # one-server site's NICs join its gateway by free wires)
+        (
+            _straddling(
+                {
+                    "kind": "wan",
+                    "bandwidth": "1 Gbit/s",
+                    "latency": "20 ms",
+                    "sites": [{"nodes": 1}, {"nodes": 1}],
+                },
+                2,
+                6,
+                3,
+            ),
+            2,
+            "two sites",
+            "one server",
+            (2e-6, NVLINK_B),
+            (20e-3, WAN_B),
+        ),
+    ],
+)
 def test_fold_is_refused_when_a_replica_crosses_a_border_the_representative_does_not(
-        raw, straddler, level, rep_level, rep_route, straddler_route):
-    with pytest.raises(cs.ScenarioError, match=f"stage 0's replica {straddler}, TP rank 0 sends to stage 1 "
-                                                f"within {level}, replica 0 within {rep_level}"):
+    raw, straddler, level, rep_level, rep_route, straddler_route
+):
+    with pytest.raises(
+        cs.ScenarioError,
+        match=f"stage 0's replica {straddler}, TP rank 0 sends to stage 1 "
+        f"within {level}, replica 0 within {rep_level}",
+    ):
         cs.simulate(raw, progress=False)
     # and the refusal is real: unfolded, each replica's first 64 MiB send takes its own
     # route's idle α–β time, and the straddler's is longer
@@ -175,5 +251,7 @@ def test_fold_is_refused_where_routes_depend_on_position(monkeypatch):
     # auto, on a job big enough to fold, runs unfolded and says why
     monkeypatch.setattr(fold, "AUTO_FOLD_MIN_GPUS", 4)
     raw["simulation"]["fold"] = "auto"
-    assert cs.simulate(raw, progress=False).summary["folded"] == \
-        "no (routes on a ring topology depend on where a GPU sits; folding is not checked there)"
+    assert (
+        cs.simulate(raw, progress=False).summary["folded"]
+        == "no (routes on a ring topology depend on where a GPU sits; folding is not checked there)"
+    )

@@ -13,13 +13,21 @@ MiB = 2**20
 
 def _cluster_with_shared_nic():
     # 2 nodes × 2 GPUs and ONE NIC per node: gpu0→gpu2 and gpu1→gpu3 share both NIC links.
-    return cs.load_scenario({
-        "cluster": {"nodes": 2, "gpus_per_node": 2, "nic": {"bandwidth": "100 Gbit/s", "per_node": 1, "latency": 0},
-                    "intra_node": {"latency": 0}, "topology": {"kind": "fat_tree"}},
-        "model": {"kind": "synthetic", "layers": 4, "forward": 1e-3, "backward": 1e-3},
-        "training": {"global_batch": 1}, "parallel": {"pp": 4},
-        "simulation": {"network": "packet", "chunk_size": MiB},
-    })
+    return cs.load_scenario(
+        {
+            "cluster": {
+                "nodes": 2,
+                "gpus_per_node": 2,
+                "nic": {"bandwidth": "100 Gbit/s", "per_node": 1, "latency": 0},
+                "intra_node": {"latency": 0},
+                "topology": {"kind": "fat_tree"},
+            },
+            "model": {"kind": "synthetic", "layers": 4, "forward": 1e-3, "backward": 1e-3},
+            "training": {"global_batch": 1},
+            "parallel": {"pp": 4},
+            "simulation": {"network": "packet", "chunk_size": MiB},
+        }
+    )
 
 
 def _send_time(shadows) -> float:
@@ -43,14 +51,24 @@ def test_shadow_send_shares_the_bottleneck():
 
 def test_partial_rendezvous_runs_with_the_representative_only():
     prog = cs.Program(4)
-    prog.add(0, "comm", "collective", "ar", nbytes=2**24, group=(0, 1, 2, 3), collective="all_reduce",
-             tag="ar", arrivals=1, algorithm="ring")
+    prog.add(
+        0,
+        "comm",
+        "collective",
+        "ar",
+        nbytes=2**24,
+        group=(0, 1, 2, 3),
+        collective="all_reduce",
+        tag="ar",
+        arrivals=1,
+        algorithm="ring",
+    )
     prog.check()
     env, rec = simpy.Environment(), Recorder()
     from clustersim.network import DirectFabric
 
     Engine(prog, env, DirectFabric(env, rec, 25e9, 0.0), rec, [2**40] * 4, alpha=0.0).run()
-    (i, start, end), = rec.ops
+    ((i, start, end),) = rec.ops
     assert end == pytest.approx(2 * 3 / 4 * 2**24 / 25e9, rel=1e-9)  # ring: 2(n−1)/n · S/B
 
 
@@ -58,13 +76,29 @@ def test_analytical_collective_model_matches_fabric_on_idle_links():
     def run(model):
         prog = cs.Program(4)
         for d in range(4):
-            prog.add(d, "comm", "collective", "ar", nbytes=2**28, group=(0, 1, 2, 3), collective="all_reduce",
-                     tag="ar", algorithm="ring")
+            prog.add(
+                d,
+                "comm",
+                "collective",
+                "ar",
+                nbytes=2**28,
+                group=(0, 1, 2, 3),
+                collective="all_reduce",
+                tag="ar",
+                algorithm="ring",
+            )
         env, rec = simpy.Environment(), Recorder()
         from clustersim.network import DirectFabric
 
-        Engine(prog, env, DirectFabric(env, rec, 25e9, 1e-6), rec, [2**40] * 4, alpha=5e-6,
-               collective_model=model).run()
+        Engine(
+            prog,
+            env,
+            DirectFabric(env, rec, 25e9, 1e-6),
+            rec,
+            [2**40] * 4,
+            alpha=5e-6,
+            collective_model=model,
+        ).run()
         return rec.ops[0][2]
 
     expected = 2 * 3 * (5e-6 + 1e-6) + 2 * 3 / 4 * 2**28 / 25e9

@@ -12,8 +12,13 @@ from clustersim.errors import ScenarioError
 from clustersim.hardware.gpus import GPUS, get_gpu
 
 DATA = Path(__file__).parent / "data"
-ROWS = {"A100-SXM4-80GB": "A100 SXM4 80GB", "A100-SXM4-40GB": "A100 SXM4 40GB", "H100-SXM5-80GB": "H100 SXM5 80GB",
-        "H200-SXM-141GB": "H200 SXM 141GB", "V100-SXM2-32GB": "V100 SXM2"}
+ROWS = {
+    "A100-SXM4-80GB": "A100 SXM4 80GB",
+    "A100-SXM4-40GB": "A100 SXM4 40GB",
+    "H100-SXM5-80GB": "H100 SXM5 80GB",
+    "H200-SXM-141GB": "H200 SXM 141GB",
+    "V100-SXM2-32GB": "V100 SXM2",
+}
 
 
 def first_number(text: str) -> float:
@@ -38,8 +43,9 @@ EDGE = {"T4-16GB": (16, 65, 320)}
 @pytest.mark.parametrize("name,spec", EDGE.items())
 def test_edge_gpus_match_their_datasheets(name, spec):
     gpu = get_gpu(name)
-    assert (gpu.memory_bytes, gpu.peak_flops, gpu.hbm_bandwidth) == pytest.approx((spec[0] * 1e9, spec[1] * 1e12,
-                                                                                   spec[2] * 1e9))
+    assert (gpu.memory_bytes, gpu.peak_flops, gpu.hbm_bandwidth) == pytest.approx(
+        (spec[0] * 1e9, spec[1] * 1e12, spec[2] * 1e9)
+    )
     assert "datasheet" in gpu.source
 
 

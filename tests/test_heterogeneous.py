@@ -14,19 +14,38 @@ from clustersim.workload.stage_cost import chunk_costs
 A100, V100 = "A100-SXM4-80GB", "V100-SXM2-32GB"
 
 
-def _mixed(speeds: list[float], p: int = 1, total_mb: int = 12, split="even", schedule: str = "1f1b",
-           f: float = 1e-3, b: float = 2e-3, optimizer: float = 0.0, layers_per_stage: int = 1) -> dict:
+def _mixed(
+    speeds: list[float],
+    p: int = 1,
+    total_mb: int = 12,
+    split="even",
+    schedule: str = "1f1b",
+    f: float = 1e-3,
+    b: float = 2e-3,
+    optimizer: float = 0.0,
+    layers_per_stage: int = 1,
+) -> dict:
     """A synthetic job on one-GPU nodes whose speeds are ``speeds`` (node order), dp = len / p,
     free transfers and collectives (zero bytes, zero latency), so only compute takes time."""
     dp = len(speeds) // p
     return {
         "name": "mixed",
-        "cluster": {"gpus_per_node": 1, "gpu": A100,
-                    "node_groups": [{"nodes": 1, "gpu": A100 if s == 1 else V100, "speed": s} for s in speeds],
-                    "intra_node": {"latency": 0}, "nic": {"latency": 0}, "topology": {"kind": "fat_tree"},
-                    "collective_alpha": {"intra_node": 0, "inter_node": 0}},
-        "model": {"kind": "synthetic", "layers": p * layers_per_stage, "forward": f / layers_per_stage,
-                  "backward": b / layers_per_stage, "optimizer": optimizer},
+        "cluster": {
+            "gpus_per_node": 1,
+            "gpu": A100,
+            "node_groups": [{"nodes": 1, "gpu": A100 if s == 1 else V100, "speed": s} for s in speeds],
+            "intra_node": {"latency": 0},
+            "nic": {"latency": 0},
+            "topology": {"kind": "fat_tree"},
+            "collective_alpha": {"intra_node": 0, "inter_node": 0},
+        },
+        "model": {
+            "kind": "synthetic",
+            "layers": p * layers_per_stage,
+            "forward": f / layers_per_stage,
+            "backward": b / layers_per_stage,
+            "optimizer": optimizer,
+        },
         "training": {"global_batch": total_mb, "micro_batch": 1},
         "parallel": {"pp": p, "dp": dp, "schedule": schedule, "dp_split": split},
         "simulation": {"network": "analytical"},
@@ -41,14 +60,19 @@ def _mixed(speeds: list[float], p: int = 1, total_mb: int = 12, split="even", sc
 #  * p 2, replica 0 = nodes 0 and 2 (speed 1), replica 1 = nodes 1 and 3 (speed 0.5):
 #    T = 3(m + 1) vs 6(m + 1) ms; the 10 go 0 0 0 0 1 0 0 1 0 0 (ties at 18, 24, 30 ms to
 #    replica 0) → [9, 3]: 30 ms vs 24 ms ([8, 4] would tie at 30 ms; the greedy rule picks [9, 3]).
-@pytest.mark.parametrize("p,speeds,schedule,split,counts", [
-    (1, [1.0, 0.5], "1f1b", "speed", [8, 4]),
-    (1, [1.0, 0.5, 0.8], "gpipe", [5, 3, 4], [5, 3, 4]),
-    (2, [1.0, 0.5, 1.0, 0.5], "1f1b", "speed", [9, 3]),   # stage 0 = nodes 0, 1; stage 1 = nodes 2, 3
-    (2, [1.0, 0.5, 1.0, 0.5], "gpipe", "even", [6, 6]),
-    (2, [1.0, 0.8, 1.0, 0.8], "1f1b", [7, 5], [7, 5]),
-])
-def test_iteration_is_the_slowest_replica_pipeline_plus_allreduce_and_optimizer(p, speeds, schedule, split, counts):
+@pytest.mark.parametrize(
+    "p,speeds,schedule,split,counts",
+    [
+        (1, [1.0, 0.5], "1f1b", "speed", [8, 4]),
+        (1, [1.0, 0.5, 0.8], "gpipe", [5, 3, 4], [5, 3, 4]),
+        (2, [1.0, 0.5, 1.0, 0.5], "1f1b", "speed", [9, 3]),  # stage 0 = nodes 0, 1; stage 1 = nodes 2, 3
+        (2, [1.0, 0.5, 1.0, 0.5], "gpipe", "even", [6, 6]),
+        (2, [1.0, 0.8, 1.0, 0.8], "1f1b", [7, 5], [7, 5]),
+    ],
+)
+def test_iteration_is_the_slowest_replica_pipeline_plus_allreduce_and_optimizer(
+    p, speeds, schedule, split, counts
+):
     # Replicas run their pipelines independently and meet at the (here free) gradient
     # all-reduce: T = max_r (m_r + p − 1)(f + b) / speed_r (a flow shop of equal jobs) + the
     # optimizer step, which the slowest GPU of stage 0 (the last to finish) runs at its speed.
@@ -59,7 +83,9 @@ def test_iteration_is_the_slowest_replica_pipeline_plus_allreduce_and_optimizer(
         assert res.summary["microbatches_per_replica"] == counts
     sp = res.spans
     first = sp[(sp["phase"] == "F") & (sp["stage"] == 0) & (sp["iteration"] == 0)]
-    ran = first.groupby(first["device"].map(res.devices.set_index("device")["dp_rank"]))["microbatch"].nunique()
+    ran = first.groupby(first["device"].map(res.devices.set_index("device")["dp_rank"]))[
+        "microbatch"
+    ].nunique()
     assert list(ran) == counts  # each replica's pipeline ran the micro-batches the summary reports
     expected = max((m + p - 1) * (f + b) / speeds[r] for r, m in enumerate(counts)) + opt / min(speeds[:dp])
     assert res.summary["iteration_time_s"] == pytest.approx(expected, rel=1e-9)
@@ -79,8 +105,11 @@ def test_speed_split_beats_even_and_is_optimal(p):
 def _gpt_on_a100_and_v100(global_batch: int, split: str) -> dict:
     """A 2-layer GPT-1.3B on 1 A100 node + 1 V100 node of 2 GPUs each, pp 1, dp 4."""
     return {
-        "cluster": {"gpus_per_node": 2, "node_groups": [{"nodes": 1, "gpu": A100}, {"nodes": 1, "gpu": V100}],
-                    "topology": {"kind": "fat_tree"}},
+        "cluster": {
+            "gpus_per_node": 2,
+            "node_groups": [{"nodes": 1, "gpu": A100}, {"nodes": 1, "gpu": V100}],
+            "topology": {"kind": "fat_tree"},
+        },
         "model": {"preset": "gpt-1.3b", "layers": 2, "seq_len": 512},
         "training": {"global_batch": global_batch, "precision": "fp16"},
         "parallel": {"pp": 1, "dp_split": split},
@@ -97,8 +126,9 @@ def test_mixed_gpu_types_are_priced_memory_and_peak_per_device():
     assert list(dev["gpu"]) == [A100, A100, V100, V100]
     assert list(dev["memory_capacity_bytes"]) == [get_gpu(g).memory_bytes for g in (A100, A100, V100, V100)]
     comp = res.spans[(res.spans["lane"] == "compute") & (res.spans["phase"] == "F")]
-    fwd = comp.groupby("device").apply(lambda d: (d["end_s"] - d["start_s"]).sum() / d["microbatch"].nunique(),
-                                       include_groups=False)
+    fwd = comp.groupby("device").apply(
+        lambda d: (d["end_s"] - d["start_s"]).sum() / d["microbatch"].nunique(), include_groups=False
+    )
     for device, gpu in [("gpu0", A100), ("gpu3", V100)]:
         assert fwd[device] == pytest.approx(chunk_costs(sc, 1, gpu=gpu)[0].forward, rel=1e-9)
     assert fwd["gpu3"] > 1.5 * fwd["gpu0"]  # a V100 is slower than an A100 on the same layer
@@ -126,8 +156,11 @@ def test_speed_split_on_mixed_types_beats_even():
 def test_folding_refuses_heterogeneous_clusters():
     raw = _mixed([1.0, 0.5])
     raw["simulation"]["fold"] = True
-    with pytest.raises(cs.ScenarioError, match=r"simulation.fold: True is invalid; cannot fold this scenario: "
-                                               r"mixed GPU types \(A100-SXM4-80GB, V100-SXM2-32GB\) make replicas"):
+    with pytest.raises(
+        cs.ScenarioError,
+        match=r"simulation.fold: True is invalid; cannot fold this scenario: "
+        r"mixed GPU types \(A100-SXM4-80GB, V100-SXM2-32GB\) make replicas",
+    ):
         cs.simulate(raw, progress=False)
     raw["simulation"]["fold"] = "auto"
     assert cs.simulate(raw, progress=False).summary["folded"].startswith("no (mixed GPU types")
@@ -212,21 +245,37 @@ def test_search_balances_stages_and_splits_batches_on_mixed_clusters():
     assert result.best["parallel.pp"] == 1
 
 
-@pytest.mark.parametrize("change,match", [
-    ({"cluster.nodes": 3}, r"cluster.nodes: 3 is invalid; node_groups hold 2 nodes; accepted: 2"),
-    ({"cluster.node_groups": [{"nodes": 1, "gpu": "V99"}, {"nodes": 1}]},
-     r"cluster.node_groups\[0\].gpu: 'V99' is invalid; not a known GPU; known: "),
-    ({"cluster.node_groups": [{"nodes": 1, "speed": 0}, {"nodes": 1}]},
-     r"cluster.node_groups\[0\].speed: 0 is invalid; Input should be greater than 0"),
-    ({"parallel.dp_split": [5, 5]},
-     r"parallel.dp_split: \[5, 5\] is invalid; give the micro-batches of each of the dp = 2 replicas, summing to "
-     r"global_batch / micro_batch = 12"),
-    ({"parallel.dp_split": "fast"}, r"parallel.dp_split: 'fast' is invalid; expected even, speed or a list"),
-    ({"parallel.dp_split": "speed", "parallel.schedule": "pipedream"},
-     r"parallel.schedule: 'pipedream' is invalid; an uneven dp_split needs a flushing schedule"),
-    ({"parallel.dp_split": "speed", "training.global_batch": 1},
-     r"training.global_batch: 1 is invalid; dp_split needs at least one micro-batch per replica"),
-])
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        ({"cluster.nodes": 3}, r"cluster.nodes: 3 is invalid; node_groups hold 2 nodes; accepted: 2"),
+        (
+            {"cluster.node_groups": [{"nodes": 1, "gpu": "V99"}, {"nodes": 1}]},
+            r"cluster.node_groups\[0\].gpu: 'V99' is invalid; not a known GPU; known: ",
+        ),
+        (
+            {"cluster.node_groups": [{"nodes": 1, "speed": 0}, {"nodes": 1}]},
+            r"cluster.node_groups\[0\].speed: 0 is invalid; Input should be greater than 0",
+        ),
+        (
+            {"parallel.dp_split": [5, 5]},
+            r"parallel.dp_split: \[5, 5\] is invalid; give the micro-batches of each of the dp = 2 replicas, summing to "
+            r"global_batch / micro_batch = 12",
+        ),
+        (
+            {"parallel.dp_split": "fast"},
+            r"parallel.dp_split: 'fast' is invalid; expected even, speed or a list",
+        ),
+        (
+            {"parallel.dp_split": "speed", "parallel.schedule": "pipedream"},
+            r"parallel.schedule: 'pipedream' is invalid; an uneven dp_split needs a flushing schedule",
+        ),
+        (
+            {"parallel.dp_split": "speed", "training.global_batch": 1},
+            r"training.global_batch: 1 is invalid; dp_split needs at least one micro-batch per replica",
+        ),
+    ],
+)
 def test_bad_heterogeneous_settings_are_clear_errors(change, match):
     sc = cs.load_scenario(_mixed([1.0, 0.5]))
     with pytest.raises(cs.ScenarioError, match=match):
@@ -234,11 +283,21 @@ def test_bad_heterogeneous_settings_are_clear_errors(change, match):
 
 
 def test_tp_group_must_not_mix_gpu_types():
-    raw = {"cluster": {"gpus_per_node": 2, "node_groups": [{"nodes": 1}, {"nodes": 1, "gpu": V100}],
-                       "topology": {"kind": "fat_tree"}},
-           "model": {"preset": "gpt-1.3b", "layers": 2}, "training": {"global_batch": 4}, "parallel": {"tp": 4}}
-    with pytest.raises(cs.ScenarioError, match=r"parallel.tp: 4 is invalid; with mixed GPU types .* must sit inside "
-                                               r"one node"):
+    raw = {
+        "cluster": {
+            "gpus_per_node": 2,
+            "node_groups": [{"nodes": 1}, {"nodes": 1, "gpu": V100}],
+            "topology": {"kind": "fat_tree"},
+        },
+        "model": {"preset": "gpt-1.3b", "layers": 2},
+        "training": {"global_batch": 4},
+        "parallel": {"tp": 4},
+    }
+    with pytest.raises(
+        cs.ScenarioError,
+        match=r"parallel.tp: 4 is invalid; with mixed GPU types .* must sit inside "
+        r"one node",
+    ):
         cs.load_scenario(raw)
 
 
@@ -289,8 +348,11 @@ def test_clustersim_plan_with_tensor_parallelism_plans_tp_groups():
 
 def test_unsupported_combinations_are_refused():
     sc = cs.load_scenario(_mixed([1.0, 0.5]))
-    with pytest.raises(cs.ScenarioError, match=r"parallel.stage_replicas: \[1, 1\] is invalid; stage replication "
-                                               r"runs one GPU type"):
+    with pytest.raises(
+        cs.ScenarioError,
+        match=r"parallel.stage_replicas: \[1, 1\] is invalid; stage replication "
+        r"runs one GPU type",
+    ):
         sc.with_overrides({"parallel.pp": 2, "model.layers": 2, "parallel.stage_replicas": [1, 1]})
 
 

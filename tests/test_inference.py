@@ -41,8 +41,17 @@ def departures(arrivals, S, b):
     return out
 
 
-@pytest.mark.parametrize("p,n,f,c", [(1, 1, 1e-3, 0.0), (1, 5, 1e-3, 0.0), (4, 8, 1e-3, 2e-4), (4, 8, 1e-3, 3e-3),
-                                     (6, 3, 2e-3, 2e-3), (8, 16, 5e-4, 1e-4)])
+@pytest.mark.parametrize(
+    "p,n,f,c",
+    [
+        (1, 1, 1e-3, 0.0),
+        (1, 5, 1e-3, 0.0),
+        (4, 8, 1e-3, 2e-4),
+        (4, 8, 1e-3, 3e-3),
+        (6, 3, 2e-3, 2e-3),
+        (8, 16, 5e-4, 1e-4),
+    ],
+)
 def test_all_requests_at_once(p, n, f, c):
     # offline batch: request i leaves at S + i·b; the makespan is S + (n − 1)·b
     # (= n·f + (p − 1)(f + c) when c ≤ f)
@@ -80,8 +89,15 @@ def test_arrivals_slower_than_the_bottleneck_never_queue(p, f, c, gap):
 
 
 @settings(max_examples=40, deadline=None)
-@given(p=st.integers(1, 5), n=st.integers(1, 12), f=st.floats(1e-5, 1e-2), c=st.sampled_from([0.0, 1e-5, 3e-3]),
-       rate=st.floats(10.0, 1e5), seed=st.integers(0, 2**16), dp=st.sampled_from([1, 2]))
+@given(
+    p=st.integers(1, 5),
+    n=st.integers(1, 12),
+    f=st.floats(1e-5, 1e-2),
+    c=st.sampled_from([0.0, 1e-5, 3e-3]),
+    rate=st.floats(10.0, 1e5),
+    seed=st.integers(0, 2**16),
+    dp=st.sampled_from([1, 2]),
+)
 def test_departures_follow_the_tandem_recurrence(p, n, f, c, rate, seed, dp):
     # any arrival process: d_i = max(a_i + S, d_{i−1} + b) per replica; replicas are independent
     raw = inference(p, n, f, c, arrival={"process": "poisson", "rate": rate}, dp=dp)
@@ -136,15 +152,19 @@ def test_stragglers_slow_forwards_but_not_arrivals():
 
 def test_forward_only_mfu_on_a_transformer():
     # model FLOPs of inference are forward FLOPs only: a third of forward + backward
-    raw = {"name": "tiny-gpt", "cluster": {"nodes": 1, "gpus_per_node": 2},
-           "model": {"layers": 4, "hidden": 256, "heads": 4, "vocab": 1000, "seq_len": 128},
-           "training": {"mode": "inference", "global_batch": 8, "micro_batch": 2},
-           "parallel": {"pp": 2, "schedule": "gpipe"}}
+    raw = {
+        "name": "tiny-gpt",
+        "cluster": {"nodes": 1, "gpus_per_node": 2},
+        "model": {"layers": 4, "hidden": 256, "heads": 4, "vocab": 1000, "seq_len": 128},
+        "training": {"mode": "inference", "global_batch": 8, "micro_batch": 2},
+        "parallel": {"pp": 2, "schedule": "gpipe"},
+    }
     inf = cs.simulate(raw, progress=False).summary
     sc = cs.load_scenario(raw)
     fwd = resolve_transformer(sc.model).iteration_flops(8, recompute=False) / 3
-    assert inf["mfu"] == pytest.approx(fwd / inf["iteration_time_s"] / (2 * get_gpu(sc.cluster.gpu).peak_flops),
-                                       rel=1e-12)
+    assert inf["mfu"] == pytest.approx(
+        fwd / inf["iteration_time_s"] / (2 * get_gpu(sc.cluster.gpu).peak_flops), rel=1e-12
+    )
     assert inf["hfu"] == inf["mfu"]
     assert inf["tokens_per_s"] == pytest.approx(8 * 128 / inf["iteration_time_s"], rel=1e-12)
 
@@ -155,20 +175,25 @@ def test_same_seed_same_result_and_bundle_keeps_requests(tmp_path):
     assert one.requests.equals(two.requests) and one.spans.equals(two.spans)
     one.save(tmp_path, plots=False)
     back = cs.load_result(tmp_path)
-    assert np.allclose(back.requests[["arrival_s", "end_s"]], one.requests[["arrival_s", "end_s"]], rtol=1e-12)
+    assert np.allclose(
+        back.requests[["arrival_s", "end_s"]], one.requests[["arrival_s", "end_s"]], rtol=1e-12
+    )
 
 
-@pytest.mark.parametrize("overrides,field,value", [
-    ({"parallel.schedule": "zb_h1"}, "parallel.schedule", "zb_h1"),
-    ({"parallel.schedule": "pipedream"}, "parallel.schedule", "pipedream"),
-    ({"parallel.gradient_compression": {"ratio": 4}}, "parallel.gradient_compression", None),
-    ({"parallel.zero": 1}, "parallel.zero", 1),
-    ({"training.recompute": "full"}, "training.recompute", "full"),
-    ({"simulation.iterations": 2}, "simulation.iterations", 2),
-    ({"parallel.stage_replicas": [1, 1]}, "parallel.stage_replicas", [1, 1]),
-    ({"parallel.activation_compression": {"ratio": 4}}, "parallel.activation_compression", None),
-    ({"parallel.dp_split": [2, 2]}, "parallel.dp_split", [2, 2]),
-])
+@pytest.mark.parametrize(
+    "overrides,field,value",
+    [
+        ({"parallel.schedule": "zb_h1"}, "parallel.schedule", "zb_h1"),
+        ({"parallel.schedule": "pipedream"}, "parallel.schedule", "pipedream"),
+        ({"parallel.gradient_compression": {"ratio": 4}}, "parallel.gradient_compression", None),
+        ({"parallel.zero": 1}, "parallel.zero", 1),
+        ({"training.recompute": "full"}, "training.recompute", "full"),
+        ({"simulation.iterations": 2}, "simulation.iterations", 2),
+        ({"parallel.stage_replicas": [1, 1]}, "parallel.stage_replicas", [1, 1]),
+        ({"parallel.activation_compression": {"ratio": 4}}, "parallel.activation_compression", None),
+        ({"parallel.dp_split": [2, 2]}, "parallel.dp_split", [2, 2]),
+    ],
+)
 def test_training_only_options_are_refused(overrides, field, value):
     sc = cs.load_scenario(inference(2, 4, 1e-3))
     with pytest.raises(cs.ScenarioError) as e:
@@ -185,8 +210,11 @@ def test_arrival_errors_name_the_field():
         cs.load_scenario(inference(2, 4, 1e-3, arrival={"process": "poisson", "interval": 1e-3}))
     with pytest.raises(cs.ScenarioError, match=r"training.mode"):
         cs.load_scenario(inference(2, 4, 1e-3) | {"training": {"global_batch": 4, "mode": "serve"}})
-    with pytest.raises(cs.ScenarioError, match=r"simulation.fold: True is invalid; cannot fold this scenario: "
-                                               r"inference"):
+    with pytest.raises(
+        cs.ScenarioError,
+        match=r"simulation.fold: True is invalid; cannot fold this scenario: "
+        r"inference",
+    ):
         cs.simulate(cs.load_scenario(inference(2, 4, 1e-3, dp=2)).with_overrides({"simulation.fold": True}))
 
 
@@ -195,7 +223,9 @@ def test_edgepipe_scenario_runs_and_is_network_bound():
     s, req = res.summary, res.requests
     assert s["requests"] == len(req) == 64 and not s["oom"]
     # arrivals (5 ms apart) are slower than every stage and every hop: no request waits
-    busiest = res.spans[res.spans["lane"].isin(["compute", "send"])].assign(d=lambda x: x["end_s"] - x["start_s"])
+    busiest = res.spans[res.spans["lane"].isin(["compute", "send"])].assign(
+        d=lambda x: x["end_s"] - x["start_s"]
+    )
     assert busiest["d"].max() < 5e-3
     # network-bound: the longest hop outlasts the longest stage forward
     longest = busiest.groupby("lane")["d"].max()
@@ -223,20 +253,27 @@ def test_edge_pipeline_over_mixed_gpus_prices_each_stage_on_its_own_gpu():
     # EdgePipe's setting: a 2-stage forward pipeline, stage 0 on an A100 box, stage 1 on a
     # T4 box. Each stage runs its own GPU's forward time; with every request at t = 0 the
     # slow stage paces the line: request i ends at S + i·max(f0, f1) (free transfers).
-    raw = {"name": "mixed-edge", "cluster": {"gpus_per_node": 1, "topology": {"kind": "star"},
-                                              "node_groups": [{"nodes": 1, "gpu": "A100-SXM4-80GB"},
-                                                              {"nodes": 1, "gpu": "T4-16GB"}]},
-           "model": {"layers": 4, "hidden": 1024, "heads": 16, "vocab": 1000, "seq_len": 256},
-           "training": {"mode": "inference", "global_batch": 6, "micro_batch": 1},
-           "parallel": {"pp": 2, "schedule": "gpipe"}, "simulation": {"network": "analytical"}}
+    raw = {
+        "name": "mixed-edge",
+        "cluster": {
+            "gpus_per_node": 1,
+            "topology": {"kind": "star"},
+            "node_groups": [{"nodes": 1, "gpu": "A100-SXM4-80GB"}, {"nodes": 1, "gpu": "T4-16GB"}],
+        },
+        "model": {"layers": 4, "hidden": 1024, "heads": 16, "vocab": 1000, "seq_len": 256},
+        "training": {"mode": "inference", "global_batch": 6, "micro_batch": 1},
+        "parallel": {"pp": 2, "schedule": "gpipe"},
+        "simulation": {"network": "analytical"},
+    }
     raw["cluster"]["nic"] = {"bandwidth": 1e18, "latency": 0.0}
     sc = cs.load_scenario(raw)
     res = cs.simulate(sc, progress=False)
     f = [chunk_costs(sc, 2, gpu=g)[s].forward for s, g in enumerate(("A100-SXM4-80GB", "T4-16GB"))]
     assert f[1] > 2 * f[0]
     comp = res.spans[res.spans["lane"] == "compute"].groupby("device")
-    assert (comp["end_s"].sum() - comp["start_s"].sum()).to_numpy() == pytest.approx([6 * f[0], 6 * f[1]],
-                                                                                        rel=1e-9)
+    assert (comp["end_s"].sum() - comp["start_s"].sum()).to_numpy() == pytest.approx(
+        [6 * f[0], 6 * f[1]], rel=1e-9
+    )
     act = chunk_costs(sc, 2)[0].activation_bytes
     hop = 2 * act / 1e18  # NIC → centre → NIC, nothing on the wire
     ends = res.requests["end_s"].to_numpy()

@@ -21,8 +21,20 @@ def _fit(p, m, lps, f, b, c, sched, its, opt, act, dp, v, wshare):
         m = p * max(1, m // p)  # interleaved: m a multiple of p
     if sched == "pipedream_2bw":
         m = max(m, p)  # two weight versions need m >= p
-    raw = synthetic(p, m, f, b, layers_per_stage=lps * v, schedule=sched, latency=c, iterations=its,
-                    optimizer=opt, activation=act, params=2**20, dp=dp)
+    raw = synthetic(
+        p,
+        m,
+        f,
+        b,
+        layers_per_stage=lps * v,
+        schedule=sched,
+        latency=c,
+        iterations=its,
+        optimizer=opt,
+        activation=act,
+        params=2**20,
+        dp=dp,
+    )
     raw["parallel"]["virtual_stages"] = v
     raw["model"]["backward_weight"] = raw["model"]["backward"] * wshare  # W items of zero-bubble schedules
     return raw
@@ -30,10 +42,18 @@ def _fit(p, m, lps, f, b, c, sched, its, opt, act, dp, v, wshare):
 
 scenarios = st.builds(
     _fit,
-    p=st.integers(1, 6), m=st.integers(1, 10), lps=st.integers(1, 3),
-    f=st.floats(1e-5, 1e-2), b=st.floats(1e-5, 1e-2), c=st.sampled_from([0.0, 1e-5, 3e-4, 5e-3]),
-    sched=st.sampled_from(sorted(cs.SCHEDULES)), its=st.integers(1, 2), opt=st.sampled_from([0.0, 1e-3]),
-    act=st.sampled_from([0, 2**16]), dp=st.sampled_from([1, 1, 2, 3]), v=st.integers(1, 3),
+    p=st.integers(1, 6),
+    m=st.integers(1, 10),
+    lps=st.integers(1, 3),
+    f=st.floats(1e-5, 1e-2),
+    b=st.floats(1e-5, 1e-2),
+    c=st.sampled_from([0.0, 1e-5, 3e-4, 5e-3]),
+    sched=st.sampled_from(sorted(cs.SCHEDULES)),
+    its=st.integers(1, 2),
+    opt=st.sampled_from([0.0, 1e-3]),
+    act=st.sampled_from([0, 2**16]),
+    dp=st.sampled_from([1, 1, 2, 3]),
+    v=st.integers(1, 3),
     wshare=st.sampled_from([0.0, 0.3, 0.5]),
 )
 
@@ -80,8 +100,17 @@ def test_invariants(raw):
     spans = res.spans
     # every op exactly once: spans ↔ ops one to one by (device, lane, name, iteration)
     key = lambda d, lane, n, it: (d, lane, n, it)  # noqa: E731
-    span_at = {key(*r): (s, e) for *r, s, e in zip(spans["device"], spans["lane"], spans["name"],
-                                                  spans["iteration"], spans["start_s"], spans["end_s"])}
+    span_at = {
+        key(*r): (s, e)
+        for *r, s, e in zip(
+            spans["device"],
+            spans["lane"],
+            spans["name"],
+            spans["iteration"],
+            spans["start_s"],
+            spans["end_s"],
+        )
+    }
     assert len(span_at) == len(spans) == len(prog.ops)
     op_span = [span_at[(f"gpu{o.device}", o.lane, o.name, o.iteration)] for o in prog.ops]
     for o in prog.ops:
@@ -118,8 +147,9 @@ def test_same_scenario_twice_gives_identical_spans():
     a, b = cs.simulate(raw), cs.simulate(raw)
     assert a.spans.equals(b.spans)
     assert a.memory.equals(b.memory)
-    assert {k: v for k, v in a.summary.items() if k != "wall_time_s"} == \
-        {k: v for k, v in b.summary.items() if k != "wall_time_s"}
+    assert {k: v for k, v in a.summary.items() if k != "wall_time_s"} == {
+        k: v for k, v in b.summary.items() if k != "wall_time_s"
+    }
 
 
 def test_a_gpu_busy_all_iteration_has_no_negative_bubble():

@@ -39,13 +39,20 @@ def degrade(graph, a, b, start, end, factor):
     return graph
 
 
-@given(nbytes=st.integers(1, 64 * MiB), t0=st.floats(0, 0.05), dt=st.floats(1e-4, 0.1), f=st.floats(0, 1),
-       start=st.floats(0, 0.1))
+@given(
+    nbytes=st.integers(1, 64 * MiB),
+    t0=st.floats(0, 0.05),
+    dt=st.floats(1e-4, 0.1),
+    f=st.floats(0, 1),
+    start=st.floats(0, 0.1),
+)
 @settings(max_examples=80, deadline=None)
 def test_finish_time_is_the_piecewise_closed_form(nbytes, t0, dt, f, start):
     bw = 1e9
     prof = rate_profile(bw, ((t0, t0 + dt, f),))
-    assert finish_time(prof, start, nbytes) == pytest.approx(window_end(nbytes, bw, t0, t0 + dt, f, start), rel=1e-9)
+    assert finish_time(prof, start, nbytes) == pytest.approx(
+        window_end(nbytes, bw, t0, t0 + dt, f, start), rel=1e-9
+    )
 
 
 def test_overlapping_windows_multiply_and_route_takes_the_pointwise_minimum():
@@ -56,7 +63,9 @@ def test_overlapping_windows_multiply_and_route_takes_the_pointwise_minimum():
 
 
 @pytest.mark.parametrize("kind,chunk", [("packet", MiB), ("packet", 64 * MiB), ("analytical", None)])
-@pytest.mark.parametrize("t0,t1,f", [(0.002, 0.006, 0.25), (0.0, 1.0, 0.5), (0.02, 0.03, 0.1), (0.001, 0.004, 0.0)])
+@pytest.mark.parametrize(
+    "t0,t1,f", [(0.002, 0.006, 0.25), (0.0, 1.0, 0.5), (0.02, 0.03, 0.1), (0.001, 0.004, 0.0)]
+)
 def test_one_hop_transfer_through_a_window(kind, chunk, t0, t1, f):
     # one link: chunks leave back to back, so the packet model integrates the same rate
     bw, lat, nbytes = 1e9, 5e-6, 8 * MiB
@@ -89,10 +98,13 @@ def test_pipeline_send_inside_the_window_is_slower_and_the_one_after_is_not():
     # The forward's activation crosses while gpu0's uplink runs at k·B; the backward's
     # gradient after the window: T = 2F + 2Bw + S/(k·B) + S/B + two route latencies.
     fwd, bwd, S, B, k = 1e-3, 2e-3, 16 * MiB, 50e9, 0.1
-    raw = synthetic(2, 1, fwd, bwd, schedule="gpipe", activation=S, bandwidth=B, latency=2e-6, network="analytical")
+    raw = synthetic(
+        2, 1, fwd, bwd, schedule="gpipe", activation=S, bandwidth=B, latency=2e-6, network="analytical"
+    )
     base = cs.simulate(raw).summary["iteration_time_s"]
-    raw["cluster"]["link_degradations"] = [{"between": ["gpu0", "nvswitch0"], "start": 0.0, "end": 5e-3,
-                                            "factor": k}]
+    raw["cluster"]["link_degradations"] = [
+        {"between": ["gpu0", "nvswitch0"], "start": 0.0, "end": 5e-3, "factor": k}
+    ]
     res = cs.simulate(raw)
     lat = 2e-6
     expected = 2 * fwd + 2 * bwd + S / (k * B) + S / B + 2 * lat
@@ -100,12 +112,24 @@ def test_pipeline_send_inside_the_window_is_slower_and_the_one_after_is_not():
     assert res.summary["iteration_time_s"] == pytest.approx(expected, rel=1e-12)
 
 
-@pytest.mark.parametrize("entry,message", [
-    ({"between": ["gpu0", "gpu9"], "start": 0, "end": 1, "factor": 0.5}, r"'gpu9' is not a node of this topology"),
-    ({"between": ["gpu0", "gpu1"], "start": 0, "end": 1, "factor": 0.5}, r"no link joins gpu0 and gpu1; gpu0 links to: node0.nic0, nvswitch0"),
-    ({"between": ["gpu0", "nvswitch0"], "start": 1, "end": 1, "factor": 0.5}, r"end \(1.0 s\) must come after start"),
-    ({"between": ["gpu0", "nvswitch0"], "start": 0, "end": 1, "factor": 1.5}, r"factor: 1.5 is invalid"),
-])
+@pytest.mark.parametrize(
+    "entry,message",
+    [
+        (
+            {"between": ["gpu0", "gpu9"], "start": 0, "end": 1, "factor": 0.5},
+            r"'gpu9' is not a node of this topology",
+        ),
+        (
+            {"between": ["gpu0", "gpu1"], "start": 0, "end": 1, "factor": 0.5},
+            r"no link joins gpu0 and gpu1; gpu0 links to: node0.nic0, nvswitch0",
+        ),
+        (
+            {"between": ["gpu0", "nvswitch0"], "start": 1, "end": 1, "factor": 0.5},
+            r"end \(1.0 s\) must come after start",
+        ),
+        ({"between": ["gpu0", "nvswitch0"], "start": 0, "end": 1, "factor": 1.5}, r"factor: 1.5 is invalid"),
+    ],
+)
 def test_bad_windows_are_clear_errors(entry, message):
     raw = synthetic(2, 1, network="packet")
     raw["cluster"]["link_degradations"] = [entry]
@@ -117,6 +141,8 @@ def test_bad_windows_are_clear_errors(entry, message):
 
 def test_windows_need_a_topology_network():
     raw = synthetic(2, 1, network="direct")
-    raw["cluster"]["link_degradations"] = [{"between": ["gpu0", "nvswitch0"], "start": 0, "end": 1, "factor": 0.5}]
+    raw["cluster"]["link_degradations"] = [
+        {"between": ["gpu0", "nvswitch0"], "start": 0, "end": 1, "factor": 0.5}
+    ]
     with pytest.raises(cs.ScenarioError, match=r"need simulation.network packet or analytical"):
         cs.load_scenario(raw)

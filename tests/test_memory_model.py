@@ -16,23 +16,28 @@ def test_memory_within_10_percent_of_korthikanti(row):
     assert row["predicted_gib"] == pytest.approx(row["published_gib"], rel=0.10)
 
 
-@pytest.mark.parametrize("t,sp,selective,formula", [
-    (1, False, False, lambda a, s, h, t: 34 + 5 * a * s / h),
-    (8, False, False, lambda a, s, h, t: 10 + 24 / t + 5 * a * s / (h * t)),
-    (8, True, False, lambda a, s, h, t: (34 + 5 * a * s / h) / t),
-    (8, True, True, lambda a, s, h, t: 34 / t),
-])
+@pytest.mark.parametrize(
+    "t,sp,selective,formula",
+    [
+        (1, False, False, lambda a, s, h, t: 34 + 5 * a * s / h),
+        (8, False, False, lambda a, s, h, t: 10 + 24 / t + 5 * a * s / (h * t)),
+        (8, True, False, lambda a, s, h, t: (34 + 5 * a * s / h) / t),
+        (8, True, True, lambda a, s, h, t: 34 / t),
+    ],
+)
 def test_layer_activations_are_korthikanti_formulas(t, sp, selective, formula):
     c = TRANSFORMER_PRESETS["gpt3-175b"][0]
     b, s, h, a = 1, c.seq_len, c.hidden, c.heads
     ops = layer_ops(c, b, t, sp, 2)
-    kept = sum(op.activation for op in ops if hasattr(op, "activation") and not (selective and op.attention_core))
+    kept = sum(
+        op.activation for op in ops if hasattr(op, "activation") and not (selective and op.attention_core)
+    )
     assert kept == pytest.approx(s * b * h * formula(a, s, h, t), rel=1e-9)
 
 
 def test_static_bytes_by_zero_stage():
-    assert sum(static_bytes(1.0, "bf16", "adam", 0, 8)) == 18          # 2 + 4 + 12
-    assert static_bytes(8.0, "bf16", "adam", 1, 8) == (16, 32, 12)     # optimizer sharded
+    assert sum(static_bytes(1.0, "bf16", "adam", 0, 8)) == 18  # 2 + 4 + 12
+    assert static_bytes(8.0, "bf16", "adam", 1, 8) == (16, 32, 12)  # optimizer sharded
     assert static_bytes(8.0, "bf16", "adam", 2, 8) == (16, 4, 12)
     assert static_bytes(8.0, "bf16", "adam", 3, 8) == (2, 4, 12)
 
@@ -48,7 +53,8 @@ def test_in_flight_follows_the_schedule():
 @pytest.fixture(scope="module")
 def base():
     return cs.load_scenario("scenarios/quickstart.yaml").with_overrides(
-        {"simulation.network": "analytical", "simulation.granularity": "stage"})
+        {"simulation.network": "analytical", "simulation.granularity": "stage"}
+    )
 
 
 def _run(sc, **over):
@@ -64,7 +70,7 @@ def test_devices_carry_the_breakdown_and_1f1b_keeps_p_microbatches(base):
         assert (d[col] > 0).all()
     act = chunk_costs(base, 4)[1].activation_memory
     stage1 = d[d["stage"] == 1]["activations_bytes"]
-    assert stage1.iloc[0] == pytest.approx(3 * act, rel=1e-6)      # 1F1B: p − s = 3 in flight
+    assert stage1.iloc[0] == pytest.approx(3 * act, rel=1e-6)  # 1F1B: p − s = 3 in flight
 
 
 def test_recompute_and_microbatch_move_memory_and_time_the_published_way(base):
@@ -88,7 +94,8 @@ def test_oom_is_reported_not_raised(base):
 def test_breakdown_follows_an_explicit_partition():
     # 24 layers split [4, 8, 8, 4] instead of evenly: stage 1 holds twice stage 0's layers
     sc = cs.load_scenario("scenarios/quickstart.yaml").with_overrides(
-        {"parallel.partition": [4, 8, 8, 4], "simulation.network": "analytical"})
+        {"parallel.partition": [4, 8, 8, 4], "simulation.network": "analytical"}
+    )
     dev = cs.simulate(sc, progress=False).devices.groupby("stage")["params_bytes"].first()
     even = cs.simulate(sc.with_overrides({"parallel.partition": "even"}), progress=False).devices
     per_layer = (even.groupby("stage")["params_bytes"].first()[1]) / 6  # stage 1: 6 layers when even

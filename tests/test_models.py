@@ -18,10 +18,13 @@ LLAMA = [n for n, (c, _) in TRANSFORMER_PRESETS.items() if c.position == "rope"]
 def gpt_scenario(preset="gpt-1.7b", tp=1, pp=1, dp=1, gb=8, mb=1, recompute="full", **model) -> dict:
     n = tp * pp * dp
     cluster = {"preset": "dgx_a100", "nodes": n // 8} if n % 8 == 0 else {"nodes": 1, "gpus_per_node": n}
-    return {"cluster": cluster,
-            "model": {"preset": preset, **model},
-            "training": {"global_batch": gb, "micro_batch": mb, "recompute": recompute},
-            "parallel": {"tp": tp, "pp": pp, "dp": dp}, "simulation": {"network": "analytical"}}
+    return {
+        "cluster": cluster,
+        "model": {"preset": preset, **model},
+        "training": {"global_batch": gb, "micro_batch": mb, "recompute": recompute},
+        "parallel": {"tp": tp, "pp": pp, "dp": dp},
+        "simulation": {"network": "analytical"},
+    }
 
 
 @pytest.mark.parametrize("name", GPT)
@@ -47,19 +50,20 @@ def test_iteration_flops_match_megatron_eq3(name, tp, pp):
     per_gpu = sum(k.forward_flops + k.backward_flops for k in costs) * sc.num_microbatches
     assert per_gpu * tp == pytest.approx(megatron_flops(4, c.seq_len, c.layers, c.hidden, c.vocab), rel=0.01)
     # the count behind summary["tflops_per_gpu"] / MFU: 4·l·(24bsh² + 4bs²h) + 6·bshV = eq. (3)
-    assert c.iteration_flops(4) == pytest.approx(megatron_flops(4, c.seq_len, c.layers, c.hidden, c.vocab),
-                                                 rel=1e-12)
+    assert c.iteration_flops(4) == pytest.approx(
+        megatron_flops(4, c.seq_len, c.layers, c.hidden, c.vocab), rel=1e-12
+    )
 
 
 def test_hf_configs():
     gpt2 = load_hf_config("gpt2")
-    assert gpt2.params() == pytest.approx(124.44e6, rel=0.001)        # GPT-2 small: 124,439,808
+    assert gpt2.params() == pytest.approx(124.44e6, rel=0.001)  # GPT-2 small: 124,439,808
     llama = load_hf_config("llama-2-7b.json")
     assert llama.params() == TRANSFORMER_PRESETS["llama2-7b"][0].params()
     mixtral = load_hf_config("mixtral-8x7b", seq_len=4096)
-    assert mixtral.params() == pytest.approx(46.7e9, rel=0.01)         # Mistral AI: 46.7B total
+    assert mixtral.params() == pytest.approx(46.7e9, rel=0.01)  # Mistral AI: 46.7B total
     idle = (mixtral.experts - mixtral.experts_per_token) * mixtral.mlp_params() * mixtral.layers
-    assert mixtral.params() - idle == pytest.approx(12.9e9, rel=0.01)    # 12.9B active per token
+    assert mixtral.params() - idle == pytest.approx(12.9e9, rel=0.01)  # 12.9B active per token
 
 
 def test_hf_config_scenario_runs():
@@ -77,24 +81,31 @@ def test_cnn_tables(name, params, gmac):
 
 
 def test_cnn_pipeline_scenario_runs_with_balanced_stages():
-    raw = {"cluster": {"nodes": 1, "gpus_per_node": 4}, "model": {"preset": "vgg16"},
-           "training": {"global_batch": 64, "micro_batch": 16, "precision": "fp32", "optimizer": "sgd"},
-           "parallel": {"pp": 4}, "simulation": {"network": "analytical"}}
+    raw = {
+        "cluster": {"nodes": 1, "gpus_per_node": 4},
+        "model": {"preset": "vgg16"},
+        "training": {"global_batch": 64, "micro_batch": 16, "precision": "fp32", "optimizer": "sgd"},
+        "parallel": {"pp": 4},
+        "simulation": {"network": "analytical"},
+    }
     sc = cs.load_scenario(raw)
     costs = chunk_costs(sc, 4)
     times = [c.forward + c.backward for c in costs]
-    assert max(times) < 0.5 * sum(times)          # balanced: no stage holds half the work
+    assert max(times) < 0.5 * sum(times)  # balanced: no stage holds half the work
     assert cs.simulate(sc, progress=False).summary["iteration_time_s"] > 0
 
 
-@pytest.mark.parametrize("change,field", [
-    ({"model": {"preset": "gpt-9b"}}, "model.preset"),
-    ({"model": {"preset": "gpt-1.7b", "hiden": 3}}, "hiden"),
-    ({"model": {"layers": 4, "heads": 4, "vocab": 100, "seq_len": 64}}, "model.hidden"),
-    ({"model": {"preset": "gpt-1.7b", "norm": "batchnorm"}}, "model.norm"),
-    ({"training": {"global_batch": 8, "recompute": "some"}}, "training.recompute"),
-    ({"parallel": {"tp": 2, "pp": 1, "dp": 4, "zero": 4}}, "parallel.zero"),
-])
+@pytest.mark.parametrize(
+    "change,field",
+    [
+        ({"model": {"preset": "gpt-9b"}}, "model.preset"),
+        ({"model": {"preset": "gpt-1.7b", "hiden": 3}}, "hiden"),
+        ({"model": {"layers": 4, "heads": 4, "vocab": 100, "seq_len": 64}}, "model.hidden"),
+        ({"model": {"preset": "gpt-1.7b", "norm": "batchnorm"}}, "model.norm"),
+        ({"training": {"global_batch": 8, "recompute": "some"}}, "training.recompute"),
+        ({"parallel": {"tp": 2, "pp": 1, "dp": 4, "zero": 4}}, "parallel.zero"),
+    ],
+)
 def test_bad_model_fields_name_the_field(change, field):
     raw = {**gpt_scenario(), **change}
     with pytest.raises(cs.ScenarioError, match=field):
@@ -106,10 +117,13 @@ def test_unknown_preset_lists_known_ones():
         cs.load_scenario({**gpt_scenario(), "model": {"preset": "gpt-4"}})
 
 
-@pytest.mark.parametrize("parallel,message", [
-    ({"tp": 5, "pp": 1, "dp": 1}, "model.heads = 24 must divide by tp"),   # gpt-1.7b: 24 heads
-    ({"tp": 1, "pp": 5, "dp": 1}, "must divide evenly into pp"),           # 24 layers
-])
+@pytest.mark.parametrize(
+    "parallel,message",
+    [
+        ({"tp": 5, "pp": 1, "dp": 1}, "model.heads = 24 must divide by tp"),  # gpt-1.7b: 24 heads
+        ({"tp": 1, "pp": 5, "dp": 1}, "must divide evenly into pp"),  # 24 layers
+    ],
+)
 def test_plans_that_cannot_split_the_model(parallel, message):
     raw = gpt_scenario()
     raw["cluster"] = {"nodes": 1, "gpus_per_node": parallel["tp"] * parallel["pp"]}

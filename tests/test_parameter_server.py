@@ -17,20 +17,44 @@ LAT = 10e-6
 UP, DOWN = 1.25e8, 2.5e8  # 1 and 2 Gbit/s in bytes/s
 
 
-def scenario(workers=4, layers=3, fwd=1e-3, bwd=2e-3, params=100e3, opt=0.3e-3, ps=None, iterations=3,
-             network="analytical", stragglers=(), micro=1, noise=None):
+def scenario(
+    workers=4,
+    layers=3,
+    fwd=1e-3,
+    bwd=2e-3,
+    params=100e3,
+    opt=0.3e-3,
+    ps=None,
+    iterations=3,
+    network="analytical",
+    stragglers=(),
+    micro=1,
+    noise=None,
+):
     """A star of single-GPU workers around the ``server`` node and a synthetic model."""
     return {
         "name": "ps-test",
-        "cluster": {"nodes": workers, "gpus_per_node": 1,
-                    "topology": {"kind": "star", "uplink": UP, "downlink": DOWN, "latency": LAT},
-                    "stragglers": [{"gpus": [g], "slowdown": k} for g, k in stragglers]},
-        "model": {"kind": "synthetic", "layers": layers, "forward": fwd, "backward": bwd, "params": params,
-                  "optimizer": opt},
+        "cluster": {
+            "nodes": workers,
+            "gpus_per_node": 1,
+            "topology": {"kind": "star", "uplink": UP, "downlink": DOWN, "latency": LAT},
+            "stragglers": [{"gpus": [g], "slowdown": k} for g, k in stragglers],
+        },
+        "model": {
+            "kind": "synthetic",
+            "layers": layers,
+            "forward": fwd,
+            "backward": bwd,
+            "params": params,
+            "optimizer": opt,
+        },
         "training": {"global_batch": workers * micro},
         "parallel": {"parameter_server": ps or {"mode": "sync"}},
-        "simulation": {"iterations": iterations, "network": network,
-                       **({"compute_noise": {"sigma": noise}} if noise else {})},
+        "simulation": {
+            "iterations": iterations,
+            "network": network,
+            **({"compute_noise": {"sigma": noise}} if noise else {}),
+        },
     }
 
 
@@ -97,11 +121,23 @@ def test_async_equals_sync_for_identical_workers():
 
 
 @settings(max_examples=12, deadline=None)
-@given(workers=st.integers(2, 5), s=st.integers(0, 3), slow=st.floats(1.0, 3.0), seed=st.integers(0, 10**6),
-       layers=st.integers(1, 3), per_layer=st.booleans())
+@given(
+    workers=st.integers(2, 5),
+    s=st.integers(0, 3),
+    slow=st.floats(1.0, 3.0),
+    seed=st.integers(0, 10**6),
+    layers=st.integers(1, 3),
+    per_layer=st.booleans(),
+)
 def test_async_never_runs_more_than_s_ahead(workers, s, slow, seed, layers, per_layer):
-    sc = scenario(workers=workers, layers=layers, iterations=s + 4, stragglers=[(0, slow)], noise=0.3,
-                  ps={"mode": "async", "staleness": s, "per_layer": per_layer})
+    sc = scenario(
+        workers=workers,
+        layers=layers,
+        iterations=s + 4,
+        stragglers=[(0, slow)],
+        noise=0.3,
+        ps={"mode": "async", "staleness": s, "per_layer": per_layer},
+    )
     sc["simulation"]["seed"] = seed
     res = run(sc)
     sp = res.spans
@@ -130,8 +166,11 @@ def test_async_is_never_slower_than_sync(workers, s, slow, seed):
 def test_async_is_faster_than_sync_with_a_straggler():
     base = scenario(workers=4, iterations=8, stragglers=[(0, 2.0)])
     sync = run(base)
-    asyn = run(cs.load_scenario(base).with_overrides({"parallel.parameter_server": {"mode": "async",
-                                                                                   "staleness": 2}}))
+    asyn = run(
+        cs.load_scenario(base).with_overrides(
+            {"parallel.parameter_server": {"mode": "async", "staleness": 2}}
+        )
+    )
     assert asyn.summary["samples_per_s"] > sync.summary["samples_per_s"]
     assert asyn.summary["staleness_max"] > 0 == sync.summary["staleness_max"]
     # the fast workers run at their own pace until they are s iterations ahead
@@ -141,7 +180,11 @@ def test_async_is_faster_than_sync_with_a_straggler():
 
 def test_hybrid_switches_from_async_to_sync():
     k, its = 3, 8
-    res = run(scenario(iterations=its, stragglers=[(0, 2.0)], ps={"mode": "hybrid", "staleness": 1, "sync_after": k}))
+    res = run(
+        scenario(
+            iterations=its, stragglers=[(0, 2.0)], ps={"mode": "hybrid", "staleness": 1, "sync_after": k}
+        )
+    )
     sp = res.spans
     server = sp[sp["device"] == "server"]
     applied = server[server["phase"] == "O"]
@@ -151,7 +194,7 @@ def test_hybrid_switches_from_async_to_sync():
     fast_period = 3 * 3e-3 + (LAT + 100e3 / UP) + 0.1e-3 + (LAT + 100e3 / DOWN)  # its own pace
     gaps = push_ends(res).diff(axis=1)
     assert gaps.loc["gpu1", 1] == pytest.approx(fast_period, rel=1e-9)  # async: the fast worker ran ahead
-    assert all_equal(gaps.loc[:, k + 2:], sync_period)
+    assert all_equal(gaps.loc[:, k + 2 :], sync_period)
     st_ = gradient_staleness(sp)
     assert (st_.loc[st_["iteration"] > k, "staleness"] == 0).all()
 
@@ -159,20 +202,33 @@ def test_hybrid_switches_from_async_to_sync():
 def test_server_lanes_are_per_worker_and_parse_back():
     res = run(scenario(iterations=2, ps={"mode": "async", "staleness": 1}))
     lanes = set(res.spans.loc[res.spans["device"] == "server", "lane"])
-    assert lanes == {f"{kind}.w{w}" for kind in ("pull", "push", "apply") for w in range(4)}  # docs/parameter_server.md
+    assert lanes == {
+        f"{kind}.w{w}" for kind in ("pull", "push", "apply") for w in range(4)
+    }  # docs/parameter_server.md
     for kind in (PULL, PUSH, APPLY):
-        assert {server_lane_worker(ln, kind) for ln in lanes} == {*range(4), None}  # None: another kind's lane
+        assert {server_lane_worker(ln, kind) for ln in lanes} == {
+            *range(4),
+            None,
+        }  # None: another kind's lane
         assert all(server_lane_worker(server_lane(kind, w), kind) == w for w in (0, 12))
     assert server_lane_worker(PULL, PULL) is None  # a worker's own pull lane
 
 
 def test_partitioned_tensors_split_over_servers():
     # two parameter servers on a custom topology, each tensor sharded in halves
-    sc = scenario(workers=2, layers=2, params=1001, ps={"mode": "sync", "servers": ["ps0", "ps1"],
-                                                         "partition": True})
-    links = [{"src": f"gpu{g}", "dst": s, "bandwidth": UP, "latency": LAT} for g in range(2) for s in ("ps0", "ps1")]
-    sc["cluster"]["topology"] = {"kind": "custom", "nodes": [{"name": "ps0", "kind": "server"},
-                                                             {"name": "ps1", "kind": "server"}], "links": links}
+    sc = scenario(
+        workers=2, layers=2, params=1001, ps={"mode": "sync", "servers": ["ps0", "ps1"], "partition": True}
+    )
+    links = [
+        {"src": f"gpu{g}", "dst": s, "bandwidth": UP, "latency": LAT}
+        for g in range(2)
+        for s in ("ps0", "ps1")
+    ]
+    sc["cluster"]["topology"] = {
+        "kind": "custom",
+        "nodes": [{"name": "ps0", "kind": "server"}, {"name": "ps1", "kind": "server"}],
+        "links": links,
+    }
     res = run(sc)
     sp = res.spans
     pushes = sp[sp["lane"] == "push"]
@@ -230,21 +286,31 @@ def test_program_device_names_default_to_gpus_and_must_cover_every_device():
         Program(2, ["server"])
 
 
-@pytest.mark.parametrize(("ps", "extra", "field"), [
-    ({"mode": "sync", "staleness": 2}, {}, "parallel.parameter_server.staleness: 2"),
-    ({"mode": "hybrid"}, {}, "parallel.parameter_server.sync_after: None"),
-    ({"mode": "async", "sync_after": 3}, {}, "parallel.parameter_server.sync_after: 3"),
-    ({"servers": ["nowhere"]}, {}, "parallel.parameter_server.servers[0]: 'nowhere' is invalid; not a node"),
-    ({"servers": ["server", "server"]}, {}, "parallel.parameter_server.servers"),
-    ({"mode": "eventually"}, {}, "parallel.parameter_server.mode"),
-    ({}, {"simulation.network": "direct"}, "simulation.network: 'direct'"),
-    ({}, {"parallel.pp": 2, "training.global_batch": 4}, "parallel.pp: 2"),
-    ({"buckets": [1, 1]}, {}, "parallel.parameter_server.buckets: [1, 1] is invalid; layers per tensor"),
-    ({"buckets": [2, 1], "per_layer": False}, {}, "parallel.parameter_server.buckets"),
-    ({"buckets": [0, 3]}, {}, "parallel.parameter_server.buckets[0]: 0 is invalid"),
-    ({}, {"parallel.zero": 1}, "parallel.zero: 1 is invalid; not supported with parallel.parameter_server; "
-                               "accepted: 0"),
-])
+@pytest.mark.parametrize(
+    ("ps", "extra", "field"),
+    [
+        ({"mode": "sync", "staleness": 2}, {}, "parallel.parameter_server.staleness: 2"),
+        ({"mode": "hybrid"}, {}, "parallel.parameter_server.sync_after: None"),
+        ({"mode": "async", "sync_after": 3}, {}, "parallel.parameter_server.sync_after: 3"),
+        (
+            {"servers": ["nowhere"]},
+            {},
+            "parallel.parameter_server.servers[0]: 'nowhere' is invalid; not a node",
+        ),
+        ({"servers": ["server", "server"]}, {}, "parallel.parameter_server.servers"),
+        ({"mode": "eventually"}, {}, "parallel.parameter_server.mode"),
+        ({}, {"simulation.network": "direct"}, "simulation.network: 'direct'"),
+        ({}, {"parallel.pp": 2, "training.global_batch": 4}, "parallel.pp: 2"),
+        ({"buckets": [1, 1]}, {}, "parallel.parameter_server.buckets: [1, 1] is invalid; layers per tensor"),
+        ({"buckets": [2, 1], "per_layer": False}, {}, "parallel.parameter_server.buckets"),
+        ({"buckets": [0, 3]}, {}, "parallel.parameter_server.buckets[0]: 0 is invalid"),
+        (
+            {},
+            {"parallel.zero": 1},
+            "parallel.zero: 1 is invalid; not supported with parallel.parameter_server; accepted: 0",
+        ),
+    ],
+)
 def test_bad_parameter_server_settings_name_the_field(ps, extra, field):
     base = scenario(ps=ps)
     with pytest.raises(ScenarioError) as err:
@@ -254,7 +320,9 @@ def test_bad_parameter_server_settings_name_the_field(ps, extra, field):
 
 def test_shipped_edge_scenario_async_beats_sync():
     # 16 edge workers, two throttled: the sync server waits for them every iteration
-    sc = cs.load_scenario("scenarios/ps-edge-16workers-20mbit.yaml").with_overrides({"simulation.iterations": 5})
+    sc = cs.load_scenario("scenarios/ps-edge-16workers-20mbit.yaml").with_overrides(
+        {"simulation.iterations": 5}
+    )
     sync = run(sc)
     asyn = run(sc.with_overrides({"parallel.parameter_server": {"mode": "async", "staleness": 2}}))
     assert asyn.summary["samples_per_s"] > sync.summary["samples_per_s"]
@@ -265,11 +333,21 @@ def test_real_model_pulls_weights_pushes_gradients_and_leaves_the_optimizer_on_t
     from clustersim.workload.rules import model_layers
     from clustersim.workload.stage_cost import chunk_costs
 
-    sc = cs.load_scenario({
-        "name": "ps-resnet50", "cluster": {"nodes": 2, "gpus_per_node": 1, "gpu": "V100-SXM2-32GB",
-                                           "topology": {"kind": "star"}},
-        "model": {"preset": "resnet50"}, "training": {"global_batch": 16, "micro_batch": 8},
-        "parallel": {"parameter_server": {"mode": "sync"}}, "simulation": {"iterations": 1, "network": "analytical"}})
+    sc = cs.load_scenario(
+        {
+            "name": "ps-resnet50",
+            "cluster": {
+                "nodes": 2,
+                "gpus_per_node": 1,
+                "gpu": "V100-SXM2-32GB",
+                "topology": {"kind": "star"},
+            },
+            "model": {"preset": "resnet50"},
+            "training": {"global_batch": 16, "micro_batch": 8},
+            "parallel": {"parameter_server": {"mode": "sync"}},
+            "simulation": {"iterations": 1, "network": "analytical"},
+        }
+    )
     layers = model_layers(sc.model)
     costs = chunk_costs(sc, layers, [1] * layers)
     res = run(sc)
@@ -280,7 +358,9 @@ def test_real_model_pulls_weights_pushes_gradients_and_leaves_the_optimizer_on_t
     # the server holds, for the whole run, the weights it serves, their optimizer state and
     # one buffer the pushed gradients land in
     server = res.memory[res.memory["device"] == "server"]
-    held = sum(int(c.memory_parts["params"]) + int(c.memory_parts["optimizer"]) + c.gradient_bytes for c in costs)
+    held = sum(
+        int(c.memory_parts["params"]) + int(c.memory_parts["optimizer"]) + c.gradient_bytes for c in costs
+    )
     assert server["allocated_bytes"].max() == server["allocated_bytes"].iloc[0] == held
 
 
@@ -290,19 +370,28 @@ def test_workers_of_mixed_gpu_types_each_run_their_own_gpus_costs():
     from clustersim.workload.rules import model_layers
     from clustersim.workload.stage_cost import chunk_costs
 
-    sc = cs.load_scenario({
-        "name": "ps-mixed", "cluster": {"gpus_per_node": 1, "topology": {"kind": "star"},
-                                        "node_groups": [{"nodes": 1, "gpu": "V100-SXM2-32GB"},
-                                                        {"nodes": 1, "gpu": "T4-16GB"}]},
-        "model": {"preset": "resnet50"}, "training": {"global_batch": 16, "micro_batch": 8},
-        "parallel": {"parameter_server": {"mode": "async"}}, "simulation": {"iterations": 1, "network": "analytical"}})
+    sc = cs.load_scenario(
+        {
+            "name": "ps-mixed",
+            "cluster": {
+                "gpus_per_node": 1,
+                "topology": {"kind": "star"},
+                "node_groups": [{"nodes": 1, "gpu": "V100-SXM2-32GB"}, {"nodes": 1, "gpu": "T4-16GB"}],
+            },
+            "model": {"preset": "resnet50"},
+            "training": {"global_batch": 16, "micro_batch": 8},
+            "parallel": {"parameter_server": {"mode": "async"}},
+            "simulation": {"iterations": 1, "network": "analytical"},
+        }
+    )
     layers = model_layers(sc.model)
     res = run(sc)
     comp = res.spans[res.spans["lane"] == "compute"]
     for dev, gpu in (("gpu0", "V100-SXM2-32GB"), ("gpu1", "T4-16GB")):
         costs = chunk_costs(sc, layers, [1] * layers, gpu=gpu)
         mine = comp[comp["device"] == dev]
-        assert (mine["end_s"] - mine["start_s"]).sum() == pytest.approx(sum(c.forward + c.backward for c in costs),
-                                                                          rel=1e-9)
+        assert (mine["end_s"] - mine["start_s"]).sum() == pytest.approx(
+            sum(c.forward + c.backward for c in costs), rel=1e-9
+        )
     pushed = res.spans[res.spans["lane"] == "push"].groupby("device")["bytes"].sum()
     assert pushed["gpu0"] == pushed["gpu1"]

@@ -60,7 +60,14 @@ def test_two_stages_2_1_closed_form(m):
 
 def test_layout_numbers_devices_consecutively():
     lay = ReplicaLayout([3, 1, 2], gpus_per_node=4)
-    assert [lay.coords(d) for d in range(6)] == [(0, 0, 0), (0, 1, 0), (0, 2, 0), (1, 0, 0), (2, 0, 0), (2, 1, 0)]
+    assert [lay.coords(d) for d in range(6)] == [
+        (0, 0, 0),
+        (0, 1, 0),
+        (0, 2, 0),
+        (1, 0, 0),
+        (2, 0, 0),
+        (2, 1, 0),
+    ]
     assert [lay.device(*lay.coords(d)) for d in range(6)] == list(range(6))
     assert lay.group(2) == (4, 5) and [lay.replica_of(0, j) for j in range(5)] == [0, 1, 2, 0, 1]
 
@@ -72,9 +79,18 @@ def test_invariants_on_random_replica_vectors(seed):
     replicas = [rng.randint(1, 3) for _ in range(p)]
     schedule = rng.choice(["gpipe", "1f1b", "pipedream", "pipedream_2bw"])
     m = rng.randint(p, 7)
-    raw = _replicated(replicas, [rng.randint(1, 2) for _ in range(p)], m, rng.uniform(1e-4, 2e-3),
-                      rng.uniform(1e-4, 3e-3), schedule=schedule, latency=rng.choice([0.0, 1e-4]),
-                      activation=2**16, params=2**20, iterations=rng.randint(1, 3))
+    raw = _replicated(
+        replicas,
+        [rng.randint(1, 2) for _ in range(p)],
+        m,
+        rng.uniform(1e-4, 2e-3),
+        rng.uniform(1e-4, 3e-3),
+        schedule=schedule,
+        latency=rng.choice([0.0, 1e-4]),
+        activation=2**16,
+        params=2**20,
+        iterations=rng.randint(1, 3),
+    )
     sc = cs.load_scenario(raw)
     prog = cs.compile_scenario(sc)
     res = cs.simulate(sc, progress=False)
@@ -88,7 +104,9 @@ def test_invariants_on_random_replica_vectors(seed):
     total = m * sc.simulation.iterations
     for s in range(p):
         for phase in ("F", "B"):
-            assert _run_device(sp, s, phase) == {j: f"gpu{lay.device(s, j % replicas[s])}" for j in range(total)}
+            assert _run_device(sp, s, phase) == {
+                j: f"gpu{lay.device(s, j % replicas[s])}" for j in range(total)
+            }
     groups = {op.group for op in prog.ops if op.kind == "collective"}
     assert groups == {lay.group(s) for s in range(p) if replicas[s] > 1}
     for s in range(p):  # every replica takes every one of its stage's updates
@@ -97,14 +115,17 @@ def test_invariants_on_random_replica_vectors(seed):
     assert res.summary["stage_replicas"] == replicas and "stage_replicas" in res.summary["folded"]
 
 
-@pytest.mark.parametrize("change,match", [
-    ({"stage_replicas": [2, 2]}, r"parallel.stage_replicas.*summing to the cluster's 3 GPUs"),
-    ({"stage_replicas": [3]}, r"parallel.stage_replicas.*pp = 2 stages"),
-    ({"dp": 3}, r"parallel.dp.*accepted: auto or 1"),
-    ({"schedule": "interleaved"}, r"parallel.schedule.*accepted: .*1f1b"),
-    ({"partition": "pipedream"}, r"parallel.partition.*with stage_replicas"),
-    ({"stage_replicas": [2, 0]}, r"stage_replicas"),
-])
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        ({"stage_replicas": [2, 2]}, r"parallel.stage_replicas.*summing to the cluster's 3 GPUs"),
+        ({"stage_replicas": [3]}, r"parallel.stage_replicas.*pp = 2 stages"),
+        ({"dp": 3}, r"parallel.dp.*accepted: auto or 1"),
+        ({"schedule": "interleaved"}, r"parallel.schedule.*accepted: .*1f1b"),
+        ({"partition": "pipedream"}, r"parallel.partition.*with stage_replicas"),
+        ({"stage_replicas": [2, 0]}, r"stage_replicas"),
+    ],
+)
 def test_bad_stage_replicas_are_named(change, match):
     raw = _replicated([2, 1], [2, 1], 4)
     raw["parallel"].update(change)
@@ -126,12 +147,16 @@ def test_vgg16_planners_15_1_beats_data_parallelism():
     sc = cs.load_scenario(VGG)
     rep = plan_scenario(sc)
     dp = cs.simulate(sc, progress=False).summary
-    runs = {"15-1": sc.with_overrides({**rep.best_overrides(), "simulation.iterations": 6}),
-            "uniform": sc.with_overrides({**rep.overrides(), "simulation.iterations": 3})}
+    runs = {
+        "15-1": sc.with_overrides({**rep.best_overrides(), "simulation.iterations": 6}),
+        "uniform": sc.with_overrides({**rep.overrides(), "simulation.iterations": 3}),
+    }
     got = {k: cs.simulate(v, progress=False).summary for k, v in runs.items()}
     factor = got["15-1"]["samples_per_s"] / dp["samples_per_s"]
-    print(f"15-1 vs DP: {factor:.2f}x ({got['15-1']['iteration_time_s']:.3f} s vs {dp['iteration_time_s']:.3f} s "
-          f"per 1024 images); best uniform {got['uniform']['samples_per_s'] / dp['samples_per_s']:.2f}x")
+    print(
+        f"15-1 vs DP: {factor:.2f}x ({got['15-1']['iteration_time_s']:.3f} s vs {dp['iteration_time_s']:.3f} s "
+        f"per 1024 images); best uniform {got['uniform']['samples_per_s'] / dp['samples_per_s']:.2f}x"
+    )
     assert factor > 1.5  # a clear factor in the paper's direction
     assert got["15-1"]["samples_per_s"] > 1.5 * got["uniform"]["samples_per_s"]
     shipped = cs.load_scenario(SCENARIOS / "pipedream-vgg16-16xV100-10GbE-15-1.yaml")

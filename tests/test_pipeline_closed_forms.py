@@ -34,8 +34,9 @@ def test_gpipe_with_transfer_time(p, m):
     latency, act, bw = 20e-6, 2**20 * 16, 50e9
     c = latency + act / bw
     assert c <= min(f, b)
-    res = cs.simulate(synthetic(p, m, f, b, schedule="gpipe", activation=act, bandwidth=bw,
-                                latency=latency, optimizer=opt))
+    res = cs.simulate(
+        synthetic(p, m, f, b, schedule="gpipe", activation=act, bandwidth=bw, latency=latency, optimizer=opt)
+    )
     expected = (m + p - 1) * (f + b) + 2 * (p - 1) * c + opt
     assert res.summary["iteration_time_s"] == pytest.approx(expected, rel=1e-12)
 

@@ -17,8 +17,16 @@ VGG = Path(__file__).parents[1] / "scenarios" / "pipedream-vgg16-16xV100-10GbE.y
 
 
 def _random_layers(rng, n):
-    return [LayerProfile(rng.uniform(1e-3, 5e-3), rng.uniform(2e-3, 9e-3), rng.choice([1e5, 1e6, 2e7]),
-                         rng.choice([0.0, 1e6, 5e7, 3e8]), rng.uniform(0, 1e8)) for _ in range(n)]
+    return [
+        LayerProfile(
+            rng.uniform(1e-3, 5e-3),
+            rng.uniform(2e-3, 9e-3),
+            rng.choice([1e5, 1e6, 2e7]),
+            rng.choice([0.0, 1e6, 5e7, 3e8]),
+            rng.uniform(0, 1e8),
+        )
+        for _ in range(n)
+    ]
 
 
 def _compositions(n_layers, n_stages):
@@ -63,8 +71,13 @@ def test_uniform_partition_is_the_best_contiguous_split(seed):
     opt = Optimizer(layers, net)
     pp, dp = rng.randint(1, 4), rng.randint(1, 3)
     got = opt.uniform(pp, dp)
-    want = min(max([opt.stage_time(i, j, dp, pp - k) for k, (i, j) in enumerate(st)] +
-                   [opt.transfer(j, pp * dp) for _, j in st[:-1]]) for st in _compositions(6, pp))
+    want = min(
+        max(
+            [opt.stage_time(i, j, dp, pp - k) for k, (i, j) in enumerate(st)]
+            + [opt.transfer(j, pp * dp) for _, j in st[:-1]]
+        )
+        for st in _compositions(6, pp)
+    )
     assert got.time_per_minibatch_s == pytest.approx(want, rel=1e-12)
     assert uniform_partition(layers, net, pp, dp) == got.partition
 
@@ -80,9 +93,9 @@ def test_compute_bound_model_stays_data_parallel_and_heavy_weights_pipeline():
 
 def test_vgg16_planner_finds_pipedreams_15_1():
     rep = plan_scenario(cs.load_scenario(VGG))
-    assert rep.best.config == "15-1"           # PipeDream's published configuration
-    assert rep.best.partition == [13, 3]       # the 13 convs replicated, the 3 FC layers alone
-    assert rep.speedup_over_dp > 3.0           # paper: 5.28x (epoch time); ours in docs/schedules.md
+    assert rep.best.config == "15-1"  # PipeDream's published configuration
+    assert rep.best.partition == [13, 3]  # the 13 convs replicated, the 3 FC layers alone
+    assert rep.speedup_over_dp > 3.0  # paper: 5.28x (epoch time); ours in docs/schedules.md
 
 
 def test_partition_options():
@@ -97,9 +110,14 @@ def test_partition_options():
     assert cs.simulate(raw, progress=False).summary["iteration_time_s"] == pytest.approx(even, rel=1e-12)
 
 
-@pytest.mark.parametrize("bad,match", [([1, 2], "parallel.partition.*summing to the model's 6 layers"),
-                                       ([3, 2, 1], "parallel.partition.*2 model chunks"),
-                                       ("fastest", "parallel.partition.*expected even, balanced, pipedream")])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        ([1, 2], "parallel.partition.*summing to the model's 6 layers"),
+        ([3, 2, 1], "parallel.partition.*2 model chunks"),
+        ("fastest", "parallel.partition.*expected even, balanced, pipedream"),
+    ],
+)
 def test_bad_partition_is_named(bad, match):
     raw = synthetic(2, 4, layers_per_stage=3)
     raw["parallel"]["partition"] = bad

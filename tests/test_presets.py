@@ -18,7 +18,9 @@ MiB = 1 << 20
 
 def nccl_row(source: str, system_contains: str) -> dict:
     with open(DATA / "nccl_busbw.csv", newline="") as f:
-        rows = [r for r in csv.DictReader(f) if r["source"].startswith(source) and system_contains in r["system"]]
+        rows = [
+            r for r in csv.DictReader(f) if r["source"].startswith(source) and system_contains in r["system"]
+        ]
     assert len(rows) == 1, (source, system_contains)
     return rows[0]
 
@@ -29,18 +31,40 @@ def number(text: str, pattern: str = r"([\d.]+)") -> float:
 
 # (preset, nodes, message size, row source, row system, where the measured number is read)
 CALIBRATION = [
-    ("dgx_a100", 1, 1024 * MiB, "NVIDIA/nccl-tests issue #149", "A100 SXM4 80GB x8",
-     lambda r: number(r["notes"], r"reaches (\d+) GB/s")),
+    (
+        "dgx_a100",
+        1,
+        1024 * MiB,
+        "NVIDIA/nccl-tests issue #149",
+        "A100 SXM4 80GB x8",
+        lambda r: number(r["notes"], r"reaches (\d+) GB/s"),
+    ),
     ("dgx_a100", 2, 256 * MiB, "NVIDIA/nccl issue #812", "DGX A100", lambda r: number(r["busbw_GBps"])),
-    ("dgx_h100", 1, 1024 * MiB, "NVIDIA/nccl-tests issue #212", "H100 SXM x8",
-     lambda r: number(r["notes"], r"~(\d+) GB/s effective")),
+    (
+        "dgx_h100",
+        1,
+        1024 * MiB,
+        "NVIDIA/nccl-tests issue #212",
+        "H100 SXM x8",
+        lambda r: number(r["notes"], r"~(\d+) GB/s effective"),
+    ),
     ("dgx_h100", 2, 256 * MiB, "NVIDIA/nccl-tests issue #319", "HGX H100", lambda r: number(r["busbw_GBps"])),
-    ("dgx_h100", 4, 256 * MiB, "NVIDIA/nccl-tests issue #309", "4x HGX H100", lambda r: number(r["busbw_GBps"])),
+    (
+        "dgx_h100",
+        4,
+        256 * MiB,
+        "NVIDIA/nccl-tests issue #309",
+        "4x HGX H100",
+        lambda r: number(r["busbw_GBps"]),
+    ),
 ]
 
 
-@pytest.mark.parametrize("preset,nodes,size,source,system,read", CALIBRATION,
-                         ids=[f"{c[0]}x{c[1]}-{c[3][-4:]}" for c in CALIBRATION])
+@pytest.mark.parametrize(
+    "preset,nodes,size,source,system,read",
+    CALIBRATION,
+    ids=[f"{c[0]}x{c[1]}-{c[3][-4:]}" for c in CALIBRATION],
+)
 def test_all_reduce_busbw_matches_nccl_tests(preset, nodes, size, source, system, read):
     measured = read(nccl_row(source, system)) * 1e9
     simulated = measure(preset_cluster(preset, nodes), "all_reduce", size).busbw
@@ -51,8 +75,11 @@ def test_all_reduce_busbw_matches_nccl_tests(preset, nodes, size, source, system
 def test_efficiency_is_one_rule_per_link_technology():
     with open(DATA / "hardware_specs.csv", newline="") as f:
         specs = {r["gpu"]: r for r in csv.DictReader(f)}
-    for preset, gpu_row in (("dgx_a100", "A100 SXM4 80GB"), ("dgx_h100", "H100 SXM5 80GB"),
-                            ("hgx_h200", "H200 SXM 141GB")):
+    for preset, gpu_row in (
+        ("dgx_a100", "A100 SXM4 80GB"),
+        ("dgx_h100", "H100 SXM5 80GB"),
+        ("hgx_h200", "H200 SXM 141GB"),
+    ):
         row = specs[gpu_row]
         per_link = number(row["nccl_effective_GBps_per_link(topo.h)"])
         line = number(row["nvlink_per_dir_GBps"]) / number(row["nvlink_links"])

@@ -75,8 +75,16 @@ def test_unchecked_deadlock_stalls_with_report():
 def _missing_member() -> cs.Program:
     prog = cs.Program(3)
     for dev in (0, 1):  # gpu2 is in the group but has no op for it
-        prog.add(dev, "comm", "collective", "allreduce", nbytes=100, group=(0, 1, 2),
-                 collective="all_reduce", tag="ar0")
+        prog.add(
+            dev,
+            "comm",
+            "collective",
+            "allreduce",
+            nbytes=100,
+            group=(0, 1, 2),
+            collective="all_reduce",
+            tag="ar0",
+        )
     return prog
 
 
@@ -98,15 +106,20 @@ def test_crossed_collective_order_is_a_cycle():
         _run(prog)
 
 
-@pytest.mark.parametrize("edit,message", [
-    (lambda ops: setattr(ops[1], "nbytes", 200), "members disagree"),
-    (lambda ops: [setattr(o, "group", (0, 0, 1)) for o in ops], "gpu0 appears twice"),
-    (lambda ops: [setattr(o, "group", (0, 1, 5)) for o in ops], "group member 5 is not a device"),
-])
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        (lambda ops: setattr(ops[1], "nbytes", 200), "members disagree"),
+        (lambda ops: [setattr(o, "group", (0, 0, 1)) for o in ops], "gpu0 appears twice"),
+        (lambda ops: [setattr(o, "group", (0, 1, 5)) for o in ops], "group member 5 is not a device"),
+    ],
+)
 def test_bad_collective_groups(edit, message):
     prog = cs.Program(2)
-    ops = [prog.add(d, "comm", "collective", "ar", nbytes=100, group=(0, 1), collective="all_reduce", tag="ar")
-           for d in (0, 1)]
+    ops = [
+        prog.add(d, "comm", "collective", "ar", nbytes=100, group=(0, 1), collective="all_reduce", tag="ar")
+        for d in (0, 1)
+    ]
     edit(ops)
     with pytest.raises(cs.ProgramError, match=message):
         prog.check()
@@ -118,7 +131,9 @@ def test_bad_schedule_order_is_rejected():
         return [("F", j) for j in range(m)] + [("B", j) for j in range(m - 1)]
 
     try:
-        sc = cs.load_scenario(__import__("tests.conftest", fromlist=["synthetic"]).synthetic(2, 3, schedule="test_broken"))
+        sc = cs.load_scenario(
+            __import__("tests.conftest", fromlist=["synthetic"]).synthetic(2, 3, schedule="test_broken")
+        )
         with pytest.raises(cs.ProgramError, match="'test_broken' stage 0: the order must hold F and B"):
             cs.simulate(sc)
     finally:

@@ -13,7 +13,9 @@ from tests.conftest import synthetic
 
 @pytest.fixture(scope="module")
 def result():
-    return cs.simulate(synthetic(4, 8, 1e-3, 2e-3, latency=1e-4, activation=2**20, params=2**20, optimizer=5e-4))
+    return cs.simulate(
+        synthetic(4, 8, 1e-3, 2e-3, latency=1e-4, activation=2**20, params=2**20, optimizer=5e-4)
+    )
 
 
 def test_devices_table(result):
@@ -30,7 +32,8 @@ def test_utilization_matches_span_sums(result):
     makespan = spans["end_s"].max()
     comp0 = spans[(spans["device"] == "gpu0") & (spans["lane"] == "compute")]
     assert util.loc[("gpu0", "compute"), "busy_fraction"] == pytest.approx(
-        (comp0["end_s"] - comp0["start_s"]).sum() / makespan, rel=1e-12)
+        (comp0["end_s"] - comp0["start_s"]).sum() / makespan, rel=1e-12
+    )
 
 
 def test_oom_is_reported_not_raised():
@@ -43,8 +46,17 @@ def test_oom_is_reported_not_raised():
 def test_save_bundle(result, tmp_path):
     out = result.save(tmp_path / "out")
     ext = "parquet" if (out / "spans.parquet").exists() else "csv"
-    for name in ("summary.json", f"spans.{ext}", "devices.csv", f"memory.{ext}", "gantt.png", "utilization.png",
-                 "memory.png", "trace.json", "scenario.resolved.yaml"):
+    for name in (
+        "summary.json",
+        f"spans.{ext}",
+        "devices.csv",
+        f"memory.{ext}",
+        "gantt.png",
+        "utilization.png",
+        "memory.png",
+        "trace.json",
+        "scenario.resolved.yaml",
+    ):
         assert (out / name).stat().st_size > 0, name
     summary = json.loads((out / "summary.json").read_text())
     assert summary["iteration_time_s"] == result.summary["iteration_time_s"]
@@ -65,9 +77,21 @@ def test_overrides_make_a_new_scenario():
 
 def test_cli_run_and_list(tmp_path):
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "clustersim.cli", "run", "scenarios/synthetic-4stage-1f1b.yaml",
-                           "--out", str(out), "--set", "parallel.schedule=gpipe"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "clustersim.cli",
+            "run",
+            "scenarios/synthetic-4stage-1f1b.yaml",
+            "--out",
+            str(out),
+            "--set",
+            "parallel.schedule=gpipe",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "iteration_time_s" in proc.stdout and "gpipe" in proc.stdout
     assert (out / "gantt.png").exists()

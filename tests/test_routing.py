@@ -82,15 +82,25 @@ def test_same_flow_same_path_and_paths_are_cached():
 
 
 def test_paths_do_not_depend_on_python_hash_seed():
-    code = ("from clustersim.topology import Router, build_topology\n"
-            "from tests.test_topology import cluster\n"
-            "r = Router(build_topology(cluster(4, 8, {'kind': 'fat_tree', 'nodes_per_leaf': 1})))\n"
-            "print([r.path('gpu0', f'gpu{i}', key)[3] for i in range(8, 32) for key in ('a', 'b', None)])")
+    code = (
+        "from clustersim.topology import Router, build_topology\n"
+        "from tests.test_topology import cluster\n"
+        "r = Router(build_topology(cluster(4, 8, {'kind': 'fat_tree', 'nodes_per_leaf': 1})))\n"
+        "print([r.path('gpu0', f'gpu{i}', key)[3] for i in range(8, 32) for key in ('a', 'b', None)])"
+    )
     outs = set()
     for seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": seed}
-        outs.add(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                                check=True, cwd=os.path.dirname(os.path.dirname(__file__))).stdout)
+        outs.add(
+            subprocess.run(
+                [sys.executable, "-c", code],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+                cwd=os.path.dirname(os.path.dirname(__file__)),
+            ).stdout
+        )
     assert len(outs) == 1
 
 
@@ -125,5 +135,9 @@ def test_gpus_sharing_a_nic_talk_through_their_switch_not_the_nic(kind, nodes, n
         for a in gpus:
             for b in gpus:
                 if a != b:
-                    assert router.path(a, b) == (a, f"nvswitch{host}" if kind == "fat_tree" else "nvswitch0", b)
+                    assert router.path(a, b) == (
+                        a,
+                        f"nvswitch{host}" if kind == "fat_tree" else "nvswitch0",
+                        b,
+                    )
                     assert router.cost(a, b) == (c["intra_node"]["latency"], c["intra_node"]["bandwidth"])

@@ -26,7 +26,9 @@ def stage_bubble(res, m, f, b):
     return float((g["end_s"].max() - g["start_s"].min()).max()) - m * (f + b)
 
 
-@pytest.mark.parametrize("p,v,m", [(2, 2, 4), (4, 2, 8), (4, 3, 8), (4, 4, 4), (3, 2, 6), (8, 2, 16), (2, 5, 2)])
+@pytest.mark.parametrize(
+    "p,v,m", [(2, 2, 4), (4, 2, 8), (4, 3, 8), (4, 4, 4), (3, 2, 6), (8, 2, 16), (2, 5, 2)]
+)
 def test_interleaved_bubble(p, v, m):
     f, b = 1.3e-3, 2.9e-3
     res = cs.simulate(_scenario(p, m, f, b, schedule="interleaved", v=v), progress=False)
@@ -44,8 +46,14 @@ def test_single_chunk_schedules_reject_virtual_stages():
         cs.load_scenario(_scenario(4, 8, 1e-3, 2e-3, schedule="zb_h1", v=2))
 
 
-FBW = [(1.0e-3, 1.0e-3, 1.0e-3), (1.0e-3, 1.0e-3, 0.5e-3), (1.0e-3, 2.0e-3, 0.5e-3), (1.5e-3, 1.5e-3, 1.0e-3),
-       (18.522e-3, 18.086e-3, 9.337e-3), (2.0e-3, 1.0e-3, 1.0e-3)]
+FBW = [
+    (1.0e-3, 1.0e-3, 1.0e-3),
+    (1.0e-3, 1.0e-3, 0.5e-3),
+    (1.0e-3, 2.0e-3, 0.5e-3),
+    (1.5e-3, 1.5e-3, 1.0e-3),
+    (18.522e-3, 18.086e-3, 9.337e-3),
+    (2.0e-3, 1.0e-3, 1.0e-3),
+]
 
 
 @pytest.mark.parametrize("f,tb,tw", FBW)
@@ -65,32 +73,55 @@ def test_zb_h2_bubble(f, tb, tw, p, m):
 
 def test_zero_bubble_beats_1f1b_in_order():
     p, m, f, tb, tw = 4, 12, 1e-3, 1e-3, 0.6e-3
-    bubbles = {s: stage_bubble(cs.simulate(_scenario(p, m, f, tb + tw, tw, schedule=s), progress=False),
-                               m, f, tb + tw) for s in ("1f1b", "zb_h1", "zb_h2")}
+    bubbles = {
+        s: stage_bubble(
+            cs.simulate(_scenario(p, m, f, tb + tw, tw, schedule=s), progress=False), m, f, tb + tw
+        )
+        for s in ("1f1b", "zb_h1", "zb_h2")
+    }
     assert bubbles["1f1b"] == pytest.approx((p - 1) * (f + tb + tw), rel=1e-9)
     assert bubbles["1f1b"] > bubbles["zb_h1"] > bubbles["zb_h2"]
 
 
-@pytest.mark.parametrize("schedule,in_flight", [("1f1b", lambda p, s, m: min(p - s, m)),
-                                                ("zb_h1", lambda p, s, m: min(p - s, m)),
-                                                ("zb_h2", lambda p, s, m: min(2 * p - 1 - 2 * s, m)),
-                                                ("gpipe", lambda p, s, m: m)])
+@pytest.mark.parametrize(
+    "schedule,in_flight",
+    [
+        ("1f1b", lambda p, s, m: min(p - s, m)),
+        ("zb_h1", lambda p, s, m: min(p - s, m)),
+        ("zb_h2", lambda p, s, m: min(2 * p - 1 - 2 * s, m)),
+        ("gpipe", lambda p, s, m: m),
+    ],
+)
 @pytest.mark.parametrize("p,m", [(4, 8), (4, 12), (3, 3)])
 def test_peak_activation_memory(schedule, in_flight, p, m):
     act, params = 2**20, 3 * 2**20
-    res = cs.simulate(_scenario(p, m, 1e-3, 2e-3, 0.7e-3, schedule=schedule, activation=act, params=params),
-                      progress=False)
+    res = cs.simulate(
+        _scenario(p, m, 1e-3, 2e-3, 0.7e-3, schedule=schedule, activation=act, params=params), progress=False
+    )
     dev = res.devices.set_index("stage")
     for s in range(p):
         assert dev.loc[s, "peak_memory_bytes"] == params + in_flight(p, s, m) * act
-    assert res.devices["peak_memory_bytes"].max() == params + in_flight(p, 0, m) * act  # p·M_B, (2p−1)·M_B, m·M_B
+    assert (
+        res.devices["peak_memory_bytes"].max() == params + in_flight(p, 0, m) * act
+    )  # p·M_B, (2p−1)·M_B, m·M_B
 
 
 @pytest.mark.parametrize("schedule", sorted(cs.SCHEDULES))
 def test_every_schedule_runs_with_data_parallelism(schedule):
     p, m, dp = 2, 4, 2
-    raw = _scenario(p, m, 1e-3, 2e-3, 0.5e-3, schedule=schedule, dp=dp, params=2**20, activation=2**16,
-                    iterations=2, v=2 if schedule == "interleaved" else 1)
+    raw = _scenario(
+        p,
+        m,
+        1e-3,
+        2e-3,
+        0.5e-3,
+        schedule=schedule,
+        dp=dp,
+        params=2**20,
+        activation=2**16,
+        iterations=2,
+        v=2 if schedule == "interleaved" else 1,
+    )
     prog = cs.compile_scenario(cs.load_scenario(raw))
     res = cs.simulate(raw, progress=False)
     ar = res.spans[res.spans["name"].str.startswith("dp all-reduce")]

@@ -25,9 +25,11 @@ def ours():
 
 
 def test_paper_rows_are_present():
-    assert {(int(r["K_partitions"]), int(r["M_microbatches"])) for r in ROWS
-            if r["model"].startswith("AmoebaNet-D(18,256)") and "TPU" in r["hardware"]} == \
-        {(k, m) for k in (2, 4, 8) for m in (1, 4, 32)}
+    assert {
+        (int(r["K_partitions"]), int(r["M_microbatches"]))
+        for r in ROWS
+        if r["model"].startswith("AmoebaNet-D(18,256)") and "TPU" in r["hardware"]
+    } == {(k, m) for k in (2, 4, 8) for m in (1, 4, 32)}
 
 
 def test_throughput_rises_with_microbatches(ours):

@@ -16,8 +16,10 @@ def test_pipedream_steady_state_has_no_bubbles(p, m):
     # steady state: one micro-batch per (f + b) on every stage, no bubbles
     assert res.summary["iteration_time_s"] == pytest.approx(m * (f + b), rel=1e-12)
     assert res.summary["bubble_fraction_max"] == pytest.approx(0.0, abs=1e-9)
-    b_ends = res.spans[(res.spans["phase"] == "B") & (res.spans["stage"] == 0)]["end_s"].sort_values().to_numpy()
-    gaps = b_ends[p:-1] - b_ends[p - 1:-2]
+    b_ends = (
+        res.spans[(res.spans["phase"] == "B") & (res.spans["stage"] == 0)]["end_s"].sort_values().to_numpy()
+    )
+    gaps = b_ends[p:-1] - b_ends[p - 1 : -2]
     assert gaps == pytest.approx([f + b] * len(gaps), rel=1e-9)
 
 
@@ -70,7 +72,9 @@ def test_2bw_needs_m_at_least_p():
 
 def test_2bw_double_buffers_weights_and_throughput():
     p, m, f, b, params = 4, 8, 1e-3, 2e-3, 2**20
-    res = cs.simulate(synthetic(p, m, f, b, schedule="pipedream_2bw", params=params, iterations=3), progress=False)
+    res = cs.simulate(
+        synthetic(p, m, f, b, schedule="pipedream_2bw", params=params, iterations=3), progress=False
+    )
     assert (res.devices["peak_memory_bytes"] == 2 * params).all()
     assert res.summary["iteration_time_s"] == pytest.approx(m * (f + b), rel=1e-12)
     assert res.summary["weight_staleness_max"] == 1

@@ -19,11 +19,22 @@ GIB = 2**30
 
 
 def transformer_base(**model) -> dict:
-    return {"name": "t", "cluster": {"nodes": 2, "gpus_per_node": 8},
-            "model": {"kind": "transformer", "layers": 8, "hidden": 1024, "heads": 16, "vocab": 32000,
-                      "seq_len": 512, **model},
-            "training": {"global_batch": 16, "micro_batch": 1}, "parallel": {"tp": 1, "pp": 1},
-            "simulation": {"network": "analytical"}}
+    return {
+        "name": "t",
+        "cluster": {"nodes": 2, "gpus_per_node": 8},
+        "model": {
+            "kind": "transformer",
+            "layers": 8,
+            "hidden": 1024,
+            "heads": 16,
+            "vocab": 32000,
+            "seq_len": 512,
+            **model,
+        },
+        "training": {"global_batch": 16, "micro_batch": 1},
+        "parallel": {"tp": 1, "pp": 1},
+        "simulation": {"network": "analytical"},
+    }
 
 
 def test_synthetic_plan_space_is_every_valid_pp_dp_schedule():
@@ -62,8 +73,9 @@ def test_placement_follows_megatron_order():
 @pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
 @pytest.mark.parametrize("p, m", [(1, 4), (2, 3), (4, 8), (4, 2)])
 def test_memory_estimate_equals_simulated_peak(schedule, p, m):
-    sc = cs.load_scenario(synthetic(p=p, m=m, layers_per_stage=2, schedule=schedule, activation=3 * 2**20,
-                                    params=5 * 2**20))
+    sc = cs.load_scenario(
+        synthetic(p=p, m=m, layers_per_stage=2, schedule=schedule, activation=3 * 2**20, params=5 * 2**20)
+    )
     est = estimate_peak_memory(sc)
     assert est == cs.simulate(sc).devices["peak_memory_bytes"].max()
     in_flight = {"1f1b": min(p, m), "gpipe": m}[schedule]  # stage 0 holds the most
@@ -74,8 +86,15 @@ def test_memory_estimate_equals_simulated_peak(schedule, p, m):
 def test_memory_estimate_equals_the_simulated_peak_for_every_schedule(schedule):
     """The ledger replay is exact, weight stashing and double buffers included."""
     spec = cs.SCHEDULES[schedule]
-    d = synthetic(p=4, m=8, layers_per_stage=2, schedule=schedule, activation=3 * 2**20, params=5 * 2**20,
-                  optimizer=1e-4)
+    d = synthetic(
+        p=4,
+        m=8,
+        layers_per_stage=2,
+        schedule=schedule,
+        activation=3 * 2**20,
+        params=5 * 2**20,
+        optimizer=1e-4,
+    )
     d["parallel"]["virtual_stages"] = spec.chunks or 2
     d["model"]["backward_weight"] = 0.5e-3
     sc = cs.load_scenario(d)
@@ -91,9 +110,17 @@ def test_memory_estimate_follows_an_uneven_partition():
 
 def test_memory_estimate_equals_simulated_peak_for_a_transformer():
     sc = cs.load_scenario(transformer_base()).with_overrides(
-        {"cluster.nodes": 1, "cluster.gpus_per_node": 4, "parallel.tp": 2, "parallel.pp": 2,
-         "training.global_batch": 4})
-    assert estimate_peak_memory(sc) == pytest.approx(cs.simulate(sc).summary["peak_memory_gib"] * GIB, rel=1e-9)
+        {
+            "cluster.nodes": 1,
+            "cluster.gpus_per_node": 4,
+            "parallel.tp": 2,
+            "parallel.pp": 2,
+            "training.global_batch": 4,
+        }
+    )
+    assert estimate_peak_memory(sc) == pytest.approx(
+        cs.simulate(sc).summary["peak_memory_gib"] * GIB, rel=1e-9
+    )
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +138,9 @@ def test_search_64_gpus_is_fast_and_beats_a_hand_picked_list(gpt13b_like):
     base = cs.load_scenario(GPT13B_LIKE)
     megatron_style = [(8, 8, "1f1b"), (4, 16, "1f1b"), (2, 32, "1f1b"), (8, 8, "gpipe")]  # (pp, dp, schedule)
     for pp, dp, sched in megatron_style:
-        hand = cs.simulate(base.with_overrides({"parallel.pp": pp, "parallel.dp": dp, "parallel.schedule": sched}))
+        hand = cs.simulate(
+            base.with_overrides({"parallel.pp": pp, "parallel.dp": dp, "parallel.schedule": sched})
+        )
         if not hand.summary["oom"]:
             assert best["samples_per_s"] >= hand.summary["samples_per_s"] * (1 - 1e-12), (pp, dp, sched)
     ranked = res.ranked
@@ -153,7 +182,9 @@ def test_objectives_time_and_cost():
     assert ranked.iloc[0]["time_to_train_s"] == pytest.approx(1e4 / ranked.iloc[0]["samples_per_s"])
     cost = search(base, [2, 4], objective="cost", budget=1e4, price_per_gpu_hour=2.0, workers=1).ranked
     assert cost["cost"].is_monotonic_increasing
-    assert cost.iloc[0]["cost"] == pytest.approx(cost.iloc[0]["gpus"] * 2.0 * cost.iloc[0]["time_to_train_s"] / 3600)
+    assert cost.iloc[0]["cost"] == pytest.approx(
+        cost.iloc[0]["gpus"] * 2.0 * cost.iloc[0]["time_to_train_s"] / 3600
+    )
     with pytest.raises(cs.ScenarioError, match="objective"):
         search(base, 4, objective="speed")
     with pytest.raises(cs.ScenarioError, match="gpus: 6"):
@@ -169,7 +200,9 @@ def test_search_cli_prints_ranked_plans(tmp_path, capsys):
     sc["parallel"]["dp"] = "auto"
     base.write_text(str(sc).replace("'", '"'))
     out = tmp_path / "plans.csv"
-    assert main(["search", str(base), "--gpus", "4", "--workers", "1", "--out", str(out), "--no-progress"]) == 0
+    assert (
+        main(["search", str(base), "--gpus", "4", "--workers", "1", "--out", str(out), "--no-progress"]) == 0
+    )
     text = capsys.readouterr().out
     assert "rank" in text and "Why:" in text and out.exists()
 
@@ -186,9 +219,14 @@ def _has_transformers() -> bool:
 @pytest.mark.skipif(not _has_transformers(), reason="needs the transformer model (real-model presets)")
 def test_megatron_162b_prefers_pp8_tp8():
     """Narayanan et al. 2021 Fig. 13: (pp, tp) = (8, 8) beats the extremes. ~2 min."""
-    res = search(REPO / "scenarios/megatron-162b-64gpu-search.yaml", 64, micro_batches=[1], schedules=["1f1b"],
-                 vary={"training.recompute": ["full"], "parallel.zero": [0], "parallel.sequence_parallel": [False]},
-                 workers=2)
+    res = search(
+        REPO / "scenarios/megatron-162b-64gpu-search.yaml",
+        64,
+        micro_batches=[1],
+        schedules=["1f1b"],
+        vary={"training.recompute": ["full"], "parallel.zero": [0], "parallel.sequence_parallel": [False]},
+        workers=2,
+    )
     best = res.best
     assert (best["parallel.pp"], best["parallel.tp"]) == (8, 8)
     assert {(r["parallel.pp"], r["parallel.tp"]) for r in res.ranked.to_dict("records")} >= {(16, 4), (32, 2)}
@@ -199,15 +237,34 @@ def test_gpt13b_transformer_search_beats_megatron_hand_picked():
     """GPT-3 13B (40 layers, h 5120, 40 heads) on 64 GPUs, batch 32: the best plan is at
     least as good as Megatron-style hand-picked (tp, pp) plans. At the validated fast
     fidelity (analytical network and collectives, per-stage costs) the search takes ~10 s."""
-    base = {"name": "gpt3-13b-64", "cluster": {"nodes": 8, "gpus_per_node": 8, "topology": {"kind": "fat_tree"},
-                                               "nic": {"bandwidth": "200 Gbit/s", "per_node": 8}},
-            "model": {"kind": "transformer", "layers": 40, "hidden": 5120, "heads": 40, "vocab": 51200,
-                      "seq_len": 2048},
-            "training": {"global_batch": 32, "micro_batch": 1, "recompute": "full"},
-            "parallel": {"tp": 8, "pp": 8}, "simulation": {"network": "analytical", "collective_model": "analytical", "granularity": "stage"}}
-    res = search(base, 64, micro_batches=[1], schedules=["1f1b"],
-                 vary={"training.recompute": ["full"], "parallel.zero": [0], "parallel.sequence_parallel": [False]},
-                 workers=2)
+    base = {
+        "name": "gpt3-13b-64",
+        "cluster": {
+            "nodes": 8,
+            "gpus_per_node": 8,
+            "topology": {"kind": "fat_tree"},
+            "nic": {"bandwidth": "200 Gbit/s", "per_node": 8},
+        },
+        "model": {
+            "kind": "transformer",
+            "layers": 40,
+            "hidden": 5120,
+            "heads": 40,
+            "vocab": 51200,
+            "seq_len": 2048,
+        },
+        "training": {"global_batch": 32, "micro_batch": 1, "recompute": "full"},
+        "parallel": {"tp": 8, "pp": 8},
+        "simulation": {"network": "analytical", "collective_model": "analytical", "granularity": "stage"},
+    }
+    res = search(
+        base,
+        64,
+        micro_batches=[1],
+        schedules=["1f1b"],
+        vary={"training.recompute": ["full"], "parallel.zero": [0], "parallel.sequence_parallel": [False]},
+        workers=2,
+    )
     sc = cs.load_scenario(base)
     for tp, pp in [(8, 8), (8, 4), (4, 8), (8, 2)]:
         hand = cs.simulate(sc.with_overrides({"parallel.tp": tp, "parallel.pp": pp}))

@@ -8,7 +8,9 @@ from clustersim.workload.stage_cost import chunk_costs
 from tests.conftest import synthetic
 
 
-@pytest.mark.parametrize("p,m,s,k", [(4, 8, 0, 2.0), (4, 8, 2, 1.5), (3, 5, 2, 3.0), (5, 1, 4, 2.0), (1, 4, 0, 1.7)])
+@pytest.mark.parametrize(
+    "p,m,s,k", [(4, 8, 0, 2.0), (4, 8, 2, 1.5), (3, 5, 2, 3.0), (5, 1, 4, 2.0), (1, 4, 0, 1.7)]
+)
 def test_gpipe_with_one_slow_stage(p, m, s, k):
     # A flow shop of identical jobs: the slow stage paces the forward and the backward
     # waves, T = Σ_stages (f + b) + (m − 1)·k(f + b) = (p − 1)(f + b) + m·k(f + b).
@@ -52,10 +54,15 @@ def test_noise_is_seeded_and_mean_one():
 def test_bad_straggler_is_a_clear_error():
     raw = synthetic(2, 2)
     raw["cluster"]["stragglers"] = [{"gpus": [7], "slowdown": 2}]
-    with pytest.raises(cs.ScenarioError, match=r"cluster.stragglers\[0\].gpus: 7 is invalid; GPU indices run from 0 to 1"):
+    with pytest.raises(
+        cs.ScenarioError, match=r"cluster.stragglers\[0\].gpus: 7 is invalid; GPU indices run from 0 to 1"
+    ):
         cs.load_scenario(raw)
     raw["cluster"]["stragglers"] = [{"gpus": [1], "slowdown": -1}]
-    with pytest.raises(cs.ScenarioError, match=r"cluster.stragglers\[0\].slowdown: -1 is invalid; Input should be greater than 0"):
+    with pytest.raises(
+        cs.ScenarioError,
+        match=r"cluster.stragglers\[0\].slowdown: -1 is invalid; Input should be greater than 0",
+    ):
         cs.load_scenario(raw)
 
 
@@ -85,8 +92,12 @@ def test_waits_follow_the_pipeline_fill_and_the_slow_stage():
     later = w[w["microbatch"] > 0]["waited_s"]
     assert len(later) == m - 1 and later.to_numpy() == pytest.approx((k - 1) * f, rel=1e-9)
     # nobody waits for the fast stage before the slow one on the forward wave
-    assert not ((res.waits["waited_for_device"] == "gpu0") & (res.waits["device"] == "gpu1")
-                & (res.waits["microbatch"] > 0) & res.waits["op"].str.startswith("F")).any()
+    assert not (
+        (res.waits["waited_for_device"] == "gpu0")
+        & (res.waits["device"] == "gpu1")
+        & (res.waits["microbatch"] > 0)
+        & res.waits["op"].str.startswith("F")
+    ).any()
 
 
 def test_waits_survive_save_and_load(tmp_path):
@@ -96,7 +107,8 @@ def test_waits_survive_save_and_load(tmp_path):
     res.save(tmp_path, plots=False)
     back = cs.load_result(tmp_path)
     assert back.waits[["device", "waited_for_device", "reason"]].equals(
-        res.waits[["device", "waited_for_device", "reason"]])
+        res.waits[["device", "waited_for_device", "reason"]]
+    )
     assert back.waits["waited_s"].to_numpy() == pytest.approx(res.waits["waited_s"].to_numpy(), rel=1e-12)
 
 
@@ -142,7 +154,13 @@ def test_shipped_pipedream_straggler_scenario_is_paced_by_the_straggler():
     n = sc.parallel.stage_replicas[0]
     ring = 2 * (n - 1) / n * conv.gradient_bytes / (nic.bandwidth * nic.efficiency)
     assert ring < allreduce[0] < 1.02 * ring
-    loop = k * (conv.forward + conv.backward + conv.optimizer) + 2 * transfer + fc.forward + fc.backward + allreduce[0]
+    loop = (
+        k * (conv.forward + conv.backward + conv.optimizer)
+        + 2 * transfer
+        + fc.forward
+        + fc.backward
+        + allreduce[0]
+    )
     assert slow.summary["iteration_time_s"] == pytest.approx(loop, rel=1e-9)
     # without the straggler the replicas' sends contend for the NICs (no closed form): faster
     healthy = cs.simulate(sc.with_overrides({"cluster.stragglers": []}), progress=False)

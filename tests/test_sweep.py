@@ -42,8 +42,9 @@ def test_expand_crosses_grid_and_advances_zip_together():
 
 
 def test_run_id_is_stable_and_ignores_key_order_and_cli_strings():
-    assert grid.run_id({"parallel.pp": 2, "parallel.schedule": "gpipe"}) == \
-        grid.run_id({"parallel.schedule": "gpipe", "parallel.pp": 2})
+    assert grid.run_id({"parallel.pp": 2, "parallel.schedule": "gpipe"}) == grid.run_id(
+        {"parallel.schedule": "gpipe", "parallel.pp": 2}
+    )
     key, values = grid.parse_axis("parallel.pp=1,2,4")
     assert (key, values) == ("parallel.pp", [1, 2, 4])
     assert grid.as_axes({"parallel.pp": ["2"]}, "grid") == {"parallel.pp": [2]}
@@ -55,21 +56,27 @@ def test_rows_equal_direct_simulations_in_grid_order():
     assert list(df["parallel.schedule"]) == ["1f1b", "gpipe"] * 3
     assert (df["status"] == "ok").all()
     for row in df.to_dict("records"):
-        res = cs.simulate(cs.load_scenario(base4()).with_overrides(
-            {"parallel.pp": row["parallel.pp"], "parallel.schedule": row["parallel.schedule"]}))
+        res = cs.simulate(
+            cs.load_scenario(base4()).with_overrides(
+                {"parallel.pp": row["parallel.pp"], "parallel.schedule": row["parallel.schedule"]}
+            )
+        )
         for key, value in res.summary.items():
             if key not in NONDETERMINISTIC:
                 assert row[key] == value, key
 
 
-@pytest.mark.parametrize("bad, key, value", [
-    ({"parallel.ppp": [1, 2]}, "parallel.ppp", "1"),           # unknown key
-    ({"parallel.pp": [1, "two"]}, "parallel.pp", "two"),       # wrong type
-    ({"parallel.pp": [2, 0]}, "parallel.pp", "0"),             # out of range
-    ({"parallel.schedule": ["1f1b", "gpip"]}, "parallel.schedule", "gpip"),
-    ({"parallel.pp": []}, "parallel.pp", "[]"),                 # empty axis
-    ({"model.layers": 4}, "model.layers", "4"),                 # not a list
-])
+@pytest.mark.parametrize(
+    "bad, key, value",
+    [
+        ({"parallel.ppp": [1, 2]}, "parallel.ppp", "1"),  # unknown key
+        ({"parallel.pp": [1, "two"]}, "parallel.pp", "two"),  # wrong type
+        ({"parallel.pp": [2, 0]}, "parallel.pp", "0"),  # out of range
+        ({"parallel.schedule": ["1f1b", "gpip"]}, "parallel.schedule", "gpip"),
+        ({"parallel.pp": []}, "parallel.pp", "[]"),  # empty axis
+        ({"model.layers": 4}, "model.layers", "4"),  # not a list
+    ],
+)
 def test_bad_grids_fail_before_any_run(bad, key, value, tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(runner, "simulate", lambda sc: calls.append(sc))
@@ -80,7 +87,9 @@ def test_bad_grids_fail_before_any_run(bad, key, value, tmp_path, monkeypatch):
 
 
 def test_zip_axes_of_different_lengths_are_an_error():
-    with pytest.raises(cs.ScenarioError, match=r"parallel.pp: \[1, 2, 4\].*equal lengths.*training.global_batch"):
+    with pytest.raises(
+        cs.ScenarioError, match=r"parallel.pp: \[1, 2, 4\].*equal lengths.*training.global_batch"
+    ):
         sweep(base4(), zip={"training.global_batch": [8, 16], "parallel.pp": [1, 2, 4]}, workers=1)
 
 
@@ -155,8 +164,20 @@ def test_killed_subprocess_resumes_with_every_row_once(tmp_path):
     scen.write_text(json.dumps(base))
     out = tmp_path / "runs.csv"
     journal = tmp_path / "runs.csv.journal.jsonl"
-    args = ("sweep", str(scen), "--grid", "parallel.pp=1,2,4", "--grid", "parallel.schedule=1f1b,gpipe",
-            "--zip", "training.global_batch=64,128", "--workers", "1", "--out", str(out))
+    args = (
+        "sweep",
+        str(scen),
+        "--grid",
+        "parallel.pp=1,2,4",
+        "--grid",
+        "parallel.schedule=1f1b,gpipe",
+        "--zip",
+        "training.global_batch=64,128",
+        "--workers",
+        "1",
+        "--out",
+        str(out),
+    )
     proc = subprocess.Popen(_cli(*args), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
@@ -170,8 +191,12 @@ def test_killed_subprocess_resumes_with_every_row_once(tmp_path):
     assert subprocess.run(_cli(*args), cwd=REPO, capture_output=True).returncode == 0
     rows = pd.read_csv(out)
     assert len(rows) == 12 and rows["run_id"].is_unique
-    fresh = sweep(str(scen), {"parallel.pp": [1, 2, 4], "parallel.schedule": ["1f1b", "gpipe"]},
-                  {"training.global_batch": [64, 128]}, workers=1)
+    fresh = sweep(
+        str(scen),
+        {"parallel.pp": [1, 2, 4], "parallel.schedule": ["1f1b", "gpipe"]},
+        {"training.global_batch": [64, 128]},
+        workers=1,
+    )
     assert sorted(rows["run_id"]) == sorted(fresh["run_id"])
     merged = rows.set_index("run_id").loc[fresh["run_id"]]
     assert list(merged["iteration_time_s"]) == pytest.approx(list(fresh["iteration_time_s"]), rel=1e-12)
@@ -181,8 +206,22 @@ def test_sweep_file_and_cli(tmp_path, capsys):
     from clustersim.cli import main
 
     out = tmp_path / "runs.csv"
-    assert main(["sweep", str(REPO / "scenarios/sweeps/quickstart-pp-schedule.yaml"), "--grid",
-                 "parallel.pp=2,4", "--workers", "1", "--out", str(out), "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                str(REPO / "scenarios/sweeps/quickstart-pp-schedule.yaml"),
+                "--grid",
+                "parallel.pp=2,4",
+                "--workers",
+                "1",
+                "--out",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     df = pd.read_csv(out)
     assert len(df) == 2 * 2 * 2  # --grid pp replaces the file's pp axis; × schedule × zipped batch
     assert set(zip(df["training.global_batch"], df["name"])) == {(8, "quickstart-b8"), (32, "quickstart-b32")}
@@ -193,6 +232,8 @@ def test_sweep_file_and_cli(tmp_path, capsys):
 def test_cli_bad_grid_is_one_clear_error(capsys):
     from clustersim.cli import main
 
-    assert main(["sweep", str(REPO / "scenarios/synthetic-4stage-1f1b.yaml"), "--grid", "parallel.pp=1,x"]) == 2
+    assert (
+        main(["sweep", str(REPO / "scenarios/synthetic-4stage-1f1b.yaml"), "--grid", "parallel.pp=1,x"]) == 2
+    )
     err = capsys.readouterr().err
     assert err.startswith("error: parallel.pp: 'x'") and "Traceback" not in err

@@ -32,12 +32,18 @@ def chain(n_links: int, bandwidth=1e9, latency=1e-6) -> dict:
     """A custom cluster: gpu0 → s0 → … → gpu1 over ``n_links`` links."""
     names = ["gpu0"] + [f"s{i}" for i in range(n_links - 1)] + ["gpu1"]
     lat = latency if isinstance(latency, list) else [latency] * n_links
-    return cluster(1, 2, {
-        "kind": "custom",
-        "nodes": [{"name": n, "kind": "switch"} for n in names[1:-1]],
-        "links": [{"src": a, "dst": b, "bandwidth": bandwidth, "latency": lat[i]}
-                  for i, (a, b) in enumerate(pairwise(names))],
-    })
+    return cluster(
+        1,
+        2,
+        {
+            "kind": "custom",
+            "nodes": [{"name": n, "kind": "switch"} for n in names[1:-1]],
+            "links": [
+                {"src": a, "dst": b, "bandwidth": bandwidth, "latency": lat[i]}
+                for i, (a, b) in enumerate(pairwise(names))
+            ],
+        },
+    )
 
 
 EVERY_KIND = {
@@ -47,8 +53,16 @@ EVERY_KIND = {
     "ring": cluster(2, 4, {"kind": "ring"}),
     "torus_2d": cluster(3, 4, {"kind": "torus_2d"}),
     "star": cluster(3, 2, {"kind": "star", "uplink": "1 Gbit/s", "downlink": "10 Gbit/s"}),
-    "wan": cluster(4, 8, {"kind": "wan", "bandwidth": "1 Gbit/s", "latency": "30 ms",
-                          "sites": [{"nodes": 2, "topology": {"kind": "fat_tree"}}, {"nodes": 2}]}),
+    "wan": cluster(
+        4,
+        8,
+        {
+            "kind": "wan",
+            "bandwidth": "1 Gbit/s",
+            "latency": "30 ms",
+            "sites": [{"nodes": 2, "topology": {"kind": "fat_tree"}}, {"nodes": 2}],
+        },
+    ),
     "custom": chain(3),
 }
 
@@ -106,12 +120,19 @@ def test_fewer_nics_than_gpus_are_shared_evenly():
     assert users == {0: {f"gpu{i}" for i in range(8, 12)}, 1: {f"gpu{i}" for i in range(12, 16)}}
 
 
-@given(oversub=st.sampled_from([1, 1.5, 2, 3, 4]), spines=st.integers(1, 6), per_leaf=st.integers(1, 3),
-       per_node=st.sampled_from([1, 2, 4]))
+@given(
+    oversub=st.sampled_from([1, 1.5, 2, 3, 4]),
+    spines=st.integers(1, 6),
+    per_leaf=st.integers(1, 3),
+    per_node=st.sampled_from([1, 2, 4]),
+)
 @settings(max_examples=25, deadline=None)
 def test_leaf_uplink_capacity_is_downlink_over_oversubscription(oversub, spines, per_leaf, per_node):
-    spec = cluster(per_leaf * 2, 4, {"kind": "fat_tree", "oversubscription": oversub, "spines": spines,
-                                    "nodes_per_leaf": per_leaf})
+    spec = cluster(
+        per_leaf * 2,
+        4,
+        {"kind": "fat_tree", "oversubscription": oversub, "spines": spines, "nodes_per_leaf": per_leaf},
+    )
     spec["nic"]["per_node"] = per_node
     g = build_topology(spec)
     for leaf in ("leaf0", "leaf1"):
@@ -131,7 +152,9 @@ def test_ring_links_same_host_at_nvlink_speed_and_cross_host_at_nic_speed():
 
 @pytest.mark.parametrize(("rows", "cols"), [(3, 4), (4, 4), (2, 5), (1, 6)])
 def test_torus_degree(rows, cols):
-    g = build_topology(cluster(1, rows * cols, {"kind": "torus_2d", "rows": rows, "cols": cols, "bandwidth": "50 GB/s"}))
+    g = build_topology(
+        cluster(1, rows * cols, {"kind": "torus_2d", "rows": rows, "cols": cols, "bandwidth": "50 GB/s"})
+    )
     neighbours = (min(2, rows - 1) if rows > 1 else 0) + (min(2, cols - 1) if cols > 1 else 0)
     assert all(g.out_degree(f"gpu{i}") == neighbours for i in range(rows * cols))
     assert all(d["bandwidth"] == 50e9 for _, _, d in g.edges(data=True))
@@ -159,6 +182,7 @@ def test_auto_means_single_node_or_fat_tree():
 
 # --- errors, message by message -------------------------------------------------------
 
+
 def _error(spec) -> ScenarioError:
     with pytest.raises(ScenarioError) as info:
         build_topology(spec)
@@ -168,12 +192,16 @@ def _error(spec) -> ScenarioError:
 def test_unknown_kind():
     err = _error(cluster(2, 8, {"kind": "hypercube"}))
     assert err.field == "cluster.topology.kind"
-    assert str(err).startswith("cluster.topology.kind: 'hypercube' is invalid; known: auto, single_node, fat_tree")
+    assert str(err).startswith(
+        "cluster.topology.kind: 'hypercube' is invalid; known: auto, single_node, fat_tree"
+    )
 
 
 def test_multi_node_single_node():
     err = _error(cluster(2, 8, {"kind": "single_node"}))
-    assert err.field == "cluster.topology.kind" and "a cluster of 2 nodes needs a multi-node topology" in str(err)
+    assert err.field == "cluster.topology.kind" and "a cluster of 2 nodes needs a multi-node topology" in str(
+        err
+    )
 
 
 def test_link_to_missing_node():
@@ -181,8 +209,9 @@ def test_link_to_missing_node():
     spec["topology"]["links"][2]["dst"] = "gpu9"
     err = _error(spec)
     assert err.field == "cluster.topology.links[2].dst"
-    assert str(err) == ("cluster.topology.links[2].dst: 'gpu9' is invalid; "
-                        "a GPU (gpu0, gpu1, …) or a node listed in nodes")
+    assert str(err) == (
+        "cluster.topology.links[2].dst: 'gpu9' is invalid; a GPU (gpu0, gpu1, …) or a node listed in nodes"
+    )
 
 
 @pytest.mark.parametrize("bad", [0, -1e9, "0 GB/s"])
@@ -240,8 +269,17 @@ def test_unknown_topology_field_is_not_ignored():
 
 
 def test_wan_site_errors_carry_the_site_path():
-    err = _error(cluster(2, 8, {"kind": "wan", "bandwidth": 1e8,
-                                "sites": [{"nodes": 1}, {"nodes": 1, "topology": {"kind": "mesh"}}]}))
+    err = _error(
+        cluster(
+            2,
+            8,
+            {
+                "kind": "wan",
+                "bandwidth": 1e8,
+                "sites": [{"nodes": 1}, {"nodes": 1, "topology": {"kind": "mesh"}}],
+            },
+        )
+    )
     assert err.field == "cluster.topology.sites[1].topology.kind"
 
 

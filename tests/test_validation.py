@@ -44,16 +44,19 @@ def test_micro_batch_rule_is_stated_and_shipped_scenarios_follow_it():
         path = SCENARIOS / f"megatron-2021-{preset_name(row['params_b'])}.yaml"
         shipped = yaml.safe_load(path.read_text())
         assert shipped == megatron_scenario(row), path
-        cs.load_scenario(shipped)   # every row is a valid scenario
+        cs.load_scenario(shipped)  # every row is a valid scenario
 
 
 def _fig13(pp: int, tp: int) -> float:
     # Megatron 2021 Fig. 13: a 162B GPT on 64 A100s, batch 32; the caption gives no shape,
     # so GPT-3 175B's (96 layers, h = 12288, 96 heads) stands in
-    raw = {"cluster": {"preset": "dgx_a100", "nodes": 8}, "model": {"preset": "gpt3-175b"},
-           "training": {"global_batch": 32, "micro_batch": 1, "recompute": "full"},
-           "parallel": {"tp": tp, "pp": pp, "dp": 1},
-           "simulation": {"network": "analytical", "granularity": "stage", "collective_model": "analytical"}}
+    raw = {
+        "cluster": {"preset": "dgx_a100", "nodes": 8},
+        "model": {"preset": "gpt3-175b"},
+        "training": {"global_batch": 32, "micro_batch": 1, "recompute": "full"},
+        "parallel": {"tp": tp, "pp": pp, "dp": 1},
+        "simulation": {"network": "analytical", "granularity": "stage", "collective_model": "analytical"},
+    }
     res = cs.simulate(raw, progress=False)
     assert not res.summary["oom"]
     return res.summary["iteration_time_s"]
@@ -61,8 +64,8 @@ def _fig13(pp: int, tp: int) -> float:
 
 def test_fig13_tp_within_node_and_pp_across_nodes_is_fastest():
     best = _fig13(8, 8)
-    assert best < _fig13(2, 32)   # TP across nodes: all-reduces over InfiniBand
-    assert best < _fig13(32, 2)   # deep pipeline: a bigger bubble for m = 32
+    assert best < _fig13(2, 32)  # TP across nodes: all-reduces over InfiniBand
+    assert best < _fig13(32, 2)  # deep pipeline: a bigger bubble for m = 32
 
 
 def test_validate_cli_one_row(capsys, tmp_path):

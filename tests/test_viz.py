@@ -22,8 +22,9 @@ from tests.conftest import synthetic  # noqa: E402
 
 @pytest.fixture(scope="module")
 def result():
-    sc = synthetic(4, 8, 1e-3, 2e-3, latency=1e-5, activation=2**24, params=2**24, optimizer=5e-4, dp=2,
-                   network="packet")
+    sc = synthetic(
+        4, 8, 1e-3, 2e-3, latency=1e-5, activation=2**24, params=2**24, optimizer=5e-4, dp=2, network="packet"
+    )
     return cs.simulate(sc)
 
 
@@ -34,8 +35,10 @@ def _close_figures():
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 2), st.floats(-1, 11), st.floats(0, 6)), max_size=30),
-       st.integers(1, 17))
+@given(
+    st.lists(st.tuples(st.integers(0, 2), st.floats(-1, 11), st.floats(0, 6)), max_size=30),
+    st.integers(1, 17),
+)
 def test_bin_busy_is_exact(spans, bins):
     rows = np.array([r for r, _, _ in spans], dtype=int)
     starts = np.array([s for _, s, _ in spans])
@@ -73,8 +76,12 @@ def test_gantt_rows_bars_and_legend(result):
     gpu = result.spans[result.spans["lane"] != "link"]
     assert len(ax.get_yticks()) == len(set(zip(gpu["device"], gpu["lane"])))
     bars = _bar_colors(ax)
-    for act, n in (("F", (gpu["phase"] == "F").sum()), ("B", (gpu["phase"] == "B").sum()),
-                   ("send", (gpu["kind"] == "send").sum()), ("dp all-reduce", (gpu["kind"] == "collective").sum())):
+    for act, n in (
+        ("F", (gpu["phase"] == "F").sum()),
+        ("B", (gpu["phase"] == "B").sum()),
+        ("send", (gpu["kind"] == "send").sum()),
+        ("dp all-reduce", (gpu["kind"] == "collective").sum()),
+    ):
         assert bars[tuple(np.round(to_rgb(color_of(act)), 4))] == n, act
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert legend[:2] == ["forward", "backward"] and "dp all-reduce" in legend and legend[-1] == "idle"
@@ -100,7 +107,9 @@ def _synthetic_spans(n_dev: int, stages: int, m: int = 4, f: float = 1.0) -> pd.
     for d in range(n_dev):
         s = d // per
         for j in range(m):
-            rows.append((f"gpu{d}", "compute", "compute", f"F{j}", s, j, (s + j) * f, (s + j + 1) * f, 0, 1.0, "F", 0))
+            rows.append(
+                (f"gpu{d}", "compute", "compute", f"F{j}", s, j, (s + j) * f, (s + j + 1) * f, 0, 1.0, "F", 0)
+            )
         t = (m + stages - 1) * f
         for j in range(m):
             b0 = t + (stages - 1 - s + j) * f
@@ -125,8 +134,10 @@ def test_heatmap_matches_utilization(result):
     fig = result.plot_heatmap(bins=50)
     frac = fig.axes[0].images[0].get_array()
     util = result.utilization().set_index(["device", "lane"])["busy_fraction"]
-    devs = sorted(result.devices["device"], key=lambda d: (result.devices.set_index("device").at[d, "stage"],
-                                                            int(d[3:])))
+    devs = sorted(
+        result.devices["device"],
+        key=lambda d: (result.devices.set_index("device").at[d, "stage"], int(d[3:])),
+    )
     for i, dev in enumerate(devs):
         assert frac[i].mean() == pytest.approx(util[(dev, "compute")], abs=1e-9)
 

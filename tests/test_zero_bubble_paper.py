@@ -16,8 +16,11 @@ import pytest
 import clustersim as cs
 from tests.conftest import synthetic
 
-ROWS = [r for r in csv.DictReader(open(Path(__file__).parent / "data" / "zero_bubble_schedules.csv"))
-        if r["schedule"] == "1F1B" and r["model"] in ("1.5B", "6.2B")]
+ROWS = [
+    r
+    for r in csv.DictReader(open(Path(__file__).parent / "data" / "zero_bubble_schedules.csv"))
+    if r["schedule"] == "1F1B" and r["model"] in ("1.5B", "6.2B")
+]
 
 
 def bubble_rate(row, schedule: str, v: int = 1) -> float:

@@ -10,5 +10,14 @@ from .api import run_collective
 from .group import DEFAULT_ALPHA, Group, resolve_alpha
 from .registry import ALGORITHMS, KINDS, Algorithm, choose_algorithm, estimate_time
 
-__all__ = ["ALGORITHMS", "DEFAULT_ALPHA", "KINDS", "Algorithm", "Group", "choose_algorithm",
-           "estimate_time", "resolve_alpha", "run_collective"]
+__all__ = [
+    "ALGORITHMS",
+    "DEFAULT_ALPHA",
+    "KINDS",
+    "Algorithm",
+    "Group",
+    "choose_algorithm",
+    "estimate_time",
+    "resolve_alpha",
+    "run_collective",
+]

@@ -10,9 +10,21 @@ from .registry import ALGORITHMS, KINDS, Options, as_run, choose_algorithm
 from .schedule import execute
 
 
-def run_collective(env, fabric, kind: str, members: list[str], nbytes: int, algorithm: str = "auto",
-                   alpha: float | dict | None = None, root: str | None = None, label: str = "", *,
-                   channels: int | None = None, chunks: int | None = None, servers: list[str] | None = None):
+def run_collective(
+    env,
+    fabric,
+    kind: str,
+    members: list[str],
+    nbytes: int,
+    algorithm: str = "auto",
+    alpha: float | dict | None = None,
+    root: str | None = None,
+    label: str = "",
+    *,
+    channels: int | None = None,
+    chunks: int | None = None,
+    servers: list[str] | None = None,
+):
     """SimPy process generator: run collective ``kind`` among ``members`` starting now.
 
     ``nbytes`` is the per-rank buffer as in nccl-tests (all-reduce: the buffer; all-gather:
@@ -35,8 +47,9 @@ def run_collective(env, fabric, kind: str, members: list[str], nbytes: int, algo
     return {m: finish[m] for m in group.members}
 
 
-def build_schedule(group: Group, kind: str, name: str, nbytes: int, root=None, channels=None, chunks=None,
-                   servers=None):
+def build_schedule(
+    group: Group, kind: str, name: str, nbytes: int, root=None, channels=None, chunks=None, servers=None
+):
     """Compile one collective into engine programs (see :mod:`.schedule`)."""
     if len(group.members) == 1 and name != "parameter_server":
         return [], {}
@@ -56,11 +69,16 @@ def check_group(env, fabric, kind, members, nbytes, algorithm, alpha, root, serv
     if kind not in KINDS:
         raise ScenarioError("collective.kind", kind, f"known kinds: {', '.join(KINDS)}")
     if algorithm != "auto" and algorithm not in ALGORITHMS:
-        raise ScenarioError("collective.algorithm", algorithm, f"known algorithms: auto, {', '.join(ALGORITHMS)}")
+        raise ScenarioError(
+            "collective.algorithm", algorithm, f"known algorithms: auto, {', '.join(ALGORITHMS)}"
+        )
     if algorithm != "auto" and kind not in ALGORITHMS[algorithm].kinds:
         able = [a for a, spec in ALGORITHMS.items() if kind in spec.kinds]
-        raise ScenarioError("collective.algorithm", algorithm,
-                            f"{algorithm} does not implement {kind}; algorithms for {kind}: {', '.join(able)}")
+        raise ScenarioError(
+            "collective.algorithm",
+            algorithm,
+            f"{algorithm} does not implement {kind}; algorithms for {kind}: {', '.join(able)}",
+        )
     if isinstance(members, str) or not members:
         raise ScenarioError("collective.members", members, "expected a non-empty list of topology node names")
     seen = set()
@@ -76,7 +94,10 @@ def check_group(env, fabric, kind, members, nbytes, algorithm, alpha, root, serv
                 raise ScenarioError(field, m, "not a node of the fabric's topology (GPU i is 'gpu<i>')")
     if isinstance(nbytes, bool) or not isinstance(nbytes, int | float) or nbytes < 0:
         raise ScenarioError("collective.nbytes", nbytes, "expected a size in bytes >= 0")
-    if root is not None and root not in seen and not (algorithm == "parameter_server" and
-                                                      (graph is None or root in graph)):
+    if (
+        root is not None
+        and root not in seen
+        and not (algorithm == "parameter_server" and (graph is None or root in graph))
+    ):
         raise ScenarioError("collective.root", root, f"must be one of the members: {', '.join(members)}")
     return Group(env, fabric, list(members), alpha)

@@ -48,8 +48,15 @@ def chunk_size_for(nbytes: int, n: int) -> int:
     return max(MIN_CHUNK, int(nbytes) // (max(1, n) * CHUNKS_PER_MESSAGE))
 
 
-def measure(cluster: dict, kind: str, nbytes: int, algorithm: str = "auto", network: str = "packet",
-            chunk_size: int | None = None, alpha=None) -> Measurement:
+def measure(
+    cluster: dict,
+    kind: str,
+    nbytes: int,
+    algorithm: str = "auto",
+    network: str = "packet",
+    chunk_size: int | None = None,
+    alpha=None,
+) -> Measurement:
     """Run ``kind`` of ``nbytes`` among every GPU of ``cluster`` (a resolved cluster dict)."""
     from ..network.factory import build_fabric
     from ..topology import build_topology
@@ -60,7 +67,9 @@ def measure(cluster: dict, kind: str, nbytes: int, algorithm: str = "auto", netw
     n = len(members)
     env = simpy.Environment()
     chunk = chunk_size or chunk_size_for(nbytes, n)
-    fabric = build_fabric(network, env, Recorder(), graph, chunk_size=chunk)  # the analytical model ignores it
+    fabric = build_fabric(
+        network, env, Recorder(), graph, chunk_size=chunk
+    )  # the analytical model ignores it
     if alpha is None:
         alpha = cluster.get("collective_alpha")
     from .api import check_group
@@ -68,7 +77,9 @@ def measure(cluster: dict, kind: str, nbytes: int, algorithm: str = "auto", netw
 
     name = algorithm
     if algorithm == "auto":
-        name = choose_algorithm(check_group(env, fabric, kind, members, nbytes, "auto", alpha, None), kind, nbytes)
+        name = choose_algorithm(
+            check_group(env, fabric, kind, members, nbytes, "auto", alpha, None), kind, nbytes
+        )
     proc = env.process(run_collective(env, fabric, kind, members, nbytes, name, alpha))
     env.run(proc)
     t = env.now

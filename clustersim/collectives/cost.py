@@ -40,8 +40,10 @@ class Shape:
         """(α, B) of a step that crosses the network (intra values on one host)."""
         if self.nodes <= 1:
             return self.alpha, self.bw
-        return (self.alpha if self.alpha_inter is None else self.alpha_inter,
-                self.bw if self.bw_inter is None else self.bw_inter)
+        return (
+            self.alpha if self.alpha_inter is None else self.alpha_inter,
+            self.bw if self.bw_inter is None else self.bw_inter,
+        )
 
 
 def ring(sh: Shape, kind: str, s: float, _servers: int) -> float:

@@ -26,8 +26,10 @@ ALPHA_KEYS = ("intra_node", "inter_node")
 
 def resolve_alpha(alpha: float | Mapping[str, float] | None, intra_kind: str = "nvlink") -> dict[str, float]:
     """Return ``{"intra_node": s, "inter_node": s}`` from a number, a partial mapping or None."""
-    out = {"intra_node": DEFAULT_ALPHA["pcie" if intra_kind == "pcie" else "nvlink"],
-           "inter_node": DEFAULT_ALPHA["net"]}
+    out = {
+        "intra_node": DEFAULT_ALPHA["pcie" if intra_kind == "pcie" else "nvlink"],
+        "inter_node": DEFAULT_ALPHA["net"],
+    }
     if alpha is None:
         return out
     if isinstance(alpha, Mapping):

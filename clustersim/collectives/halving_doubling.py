@@ -21,7 +21,9 @@ def is_power_of_two(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-def build_halving_doubling(env, kind: str, order: list[str], nbytes: int, ready: dict, root=None, chunks=None):
+def build_halving_doubling(
+    env, kind: str, order: list[str], nbytes: int, ready: dict, root=None, chunks=None
+):
     """Schedule for all_reduce (any n), reduce_scatter / all_gather (n = 2^m)."""
     n = len(order)
     p = 1 << (n.bit_length() - 1)

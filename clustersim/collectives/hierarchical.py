@@ -17,8 +17,9 @@ from __future__ import annotations
 from .ring import build_ring
 
 
-def build_hierarchical(env, kind: str, hosts: dict[object, list[str]], nbytes: int, ready: dict,
-                       root=None, chunks=None):
+def build_hierarchical(
+    env, kind: str, hosts: dict[object, list[str]], nbytes: int, ready: dict, root=None, chunks=None
+):
     """Three-phase all-reduce schedule over ``hosts`` (host → its members, equal counts)."""
     if kind != "all_reduce":
         raise ValueError(kind)

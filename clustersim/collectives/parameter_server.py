@@ -15,8 +15,9 @@ from __future__ import annotations
 from .schedule import Msg, split
 
 
-def build_parameter_server(env, kind: str, order: list[str], nbytes: int, ready: dict, root=None,
-                           chunks=None, servers=None):
+def build_parameter_server(
+    env, kind: str, order: list[str], nbytes: int, ready: dict, root=None, chunks=None, servers=None
+):
     """Push/pull schedule; returns (engines, done events per rank)."""
     servers = list(servers) if servers else [root if root is not None else order[0]]
     shards = split(nbytes, len(servers))

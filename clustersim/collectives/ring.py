@@ -36,7 +36,7 @@ def ring_orders(hosts: dict[object, list[str]], channels: int | None = None) -> 
         channels = 1 if len(locals_) == 1 else max(len(m) for m in locals_)
     orders = []
     for c in range(max(1, channels)):
-        orders.append([m for grp in locals_ for m in grp[c % len(grp):] + grp[:c % len(grp)]])
+        orders.append([m for grp in locals_ for m in grp[c % len(grp) :] + grp[: c % len(grp)]])
     return orders
 
 
@@ -89,7 +89,7 @@ def pipelined_chain(env, kind, order, nbytes, ready, root, chunks=None):
     root = root if root is not None else order[0]
     r = order.index(root)
     # broadcast: root first; reduce: root last
-    chain = order[r:] + order[:r] if kind == "broadcast" else order[r + 1:] + order[:r + 1]
+    chain = order[r:] + order[:r] if kind == "broadcast" else order[r + 1 :] + order[: r + 1]
     n, sizes = len(chain), split(nbytes, pipeline_chunks(nbytes, chunks))
     engines = [[] for _ in range(n)]
     last = [None] * n

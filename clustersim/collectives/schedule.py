@@ -38,8 +38,9 @@ class Msg:
 
     __slots__ = ("src", "dst", "nbytes", "deps", "done", "share")
 
-    def __init__(self, env: simpy.Environment, src: str, dst: str, nbytes: int, deps: Sequence = (),
-                 share: float = 1.0):
+    def __init__(
+        self, env: simpy.Environment, src: str, dst: str, nbytes: int, deps: Sequence = (), share: float = 1.0
+    ):
         self.src, self.dst, self.nbytes, self.share = src, dst, int(nbytes), share
         self.deps = tuple(d for d in deps if d is not None)
         self.done = env.event()
@@ -51,8 +52,15 @@ def split(total: int, parts: int) -> list[int]:
     return [base + (1 if i < rem else 0) for i in range(parts)]
 
 
-def execute(env: simpy.Environment, fabric, engines: Sequence[Sequence[Msg]], alpha_of: Callable,
-            pace_of: Callable, label: str, finish: dict[str, float]):
+def execute(
+    env: simpy.Environment,
+    fabric,
+    engines: Sequence[Sequence[Msg]],
+    alpha_of: Callable,
+    pace_of: Callable,
+    label: str,
+    finish: dict[str, float],
+):
     """SimPy generator: run every engine's messages; return when all have arrived.
 
     ``alpha_of(src, dst)`` gives the step latency α in seconds, ``pace_of(src, dst)``

@@ -68,8 +68,8 @@ def build_tree(env, kind: str, order: list[str], nbytes: int, ready: dict, root=
         parent, children = tree["parent"], tree["children"]
         top = next(r for r, p in parent.items() if p is None)
         sizes = split(half, pipeline_chunks(half, chunks))
-        up = {m: [] for m in order}     # up[m][j]: message m -> parent carrying chunk j
-        down = {m: [] for m in order}   # down[m][j]: message parent -> m carrying chunk j
+        up = {m: [] for m in order}  # up[m][j]: message m -> parent carrying chunk j
+        down = {m: [] for m in order}  # down[m][j]: message parent -> m carrying chunk j
         for m in _post_order(children, top):  # children's messages exist before parents'
             if parent[m] is None:
                 continue

@@ -49,10 +49,20 @@ from .memory import MemoryLedger
 class Engine:
     """Runs a checked Program over a fabric; ``run()`` returns when every op has ended."""
 
-    def __init__(self, program: Program, env: simpy.Environment, fabric: Fabric, recorder: Recorder,
-                 memory_capacity: list[int], *, alpha: float | dict | None = None,
-                 algorithms: dict[str, str] | None = None, comm_compute_slowdown: float = 1.0,
-                 collective_model: str = "fabric", compute_scale: list[float] | None = None):
+    def __init__(
+        self,
+        program: Program,
+        env: simpy.Environment,
+        fabric: Fabric,
+        recorder: Recorder,
+        memory_capacity: list[int],
+        *,
+        alpha: float | dict | None = None,
+        algorithms: dict[str, str] | None = None,
+        comm_compute_slowdown: float = 1.0,
+        collective_model: str = "fabric",
+        compute_scale: list[float] | None = None,
+    ):
         """``alpha``: per-step collective latency (see :func:`clustersim.collectives.run_collective`);
         ``algorithms``: collective kind → algorithm for ops that say ``auto``;
         ``comm_compute_slowdown``: compute runs this many times slower while a collective
@@ -76,8 +86,11 @@ class Engine:
         self.start = [-1.0] * n
         self.end = [-1.0] * n  # end time per op id; Recorder.ops is filled from it after the run
         self.waiters = waiter_table(n)  # who waits on each op, or DONE (clustersim.engine.lanes)
-        self.durations = [op.duration for op in ops] if compute_scale is None else \
-            [op.duration * f for op, f in zip(ops, compute_scale)]
+        self.durations = (
+            [op.duration for op in ops]
+            if compute_scale is None
+            else [op.duration * f for op, f in zip(ops, compute_scale)]
+        )
         self._ready: deque[Lane] = deque()  # lanes to advance at the current time, in order
         self._woken: deque[Lane] = deque()  # lanes whose running op an event of SimPy's ended
         self.names = program.device_names
@@ -88,8 +101,10 @@ class Engine:
         def send_time(op: Op) -> float | None:
             return fabric.fixed_time(names[op.device], names[ops[op.peer].device], op.nbytes)
 
-        self._plans = [compile_lane(program, lane_ops, self.durations, slowed, send_time)
-                       for lane_ops in self.lanes.values()]
+        self._plans = [
+            compile_lane(program, lane_ops, self.durations, slowed, send_time)
+            for lane_ops in self.lanes.values()
+        ]
         self.events = 0
 
     def finished_count(self) -> int:
@@ -104,8 +119,10 @@ class Engine:
 
     def run(self) -> None:
         """Start every lane, run the simulation to the end; raise SimulationStall on deadlock."""
-        self._lane_states = [Lane(lane_ops, firsts, plan, self._woken, self.env)
-                             for lane_ops, (firsts, plan) in zip(self.lanes.values(), self._plans)]
+        self._lane_states = [
+            Lane(lane_ops, firsts, plan, self._woken, self.env)
+            for lane_ops, (firsts, plan) in zip(self.lanes.values(), self._plans)
+        ]
         self._ready.extend(self._lane_states)
         self._run_loop()
         # SimPy numbers every scheduled event from an itertools.count; all were processed
@@ -283,12 +300,30 @@ class Engine:
         if analytical_time is not None:
             yield self.env.timeout(analytical_time)
         else:
-            own = run_collective(self.env, self.fabric, op.collective, [names[d] for d in op.group],
-                                 op.nbytes, algorithm=algorithm, alpha=self.alpha, label=op.tag)
+            own = run_collective(
+                self.env,
+                self.fabric,
+                op.collective,
+                [names[d] for d in op.group],
+                op.nbytes,
+                algorithm=algorithm,
+                alpha=self.alpha,
+                label=op.tag,
+            )
             own_done = self.env.process(own)  # first, as replica 0 would be in the unfolded run
             for group in op.shadows if self.fabric.shares_links else ():  # folded twins' collectives
-                self.env.process(run_collective(self.env, self.fabric, op.collective, [names[d] for d in group],
-                                                op.nbytes, algorithm=algorithm, alpha=self.alpha, label=op.tag))
+                self.env.process(
+                    run_collective(
+                        self.env,
+                        self.fabric,
+                        op.collective,
+                        [names[d] for d in group],
+                        op.nbytes,
+                        algorithm=algorithm,
+                        alpha=self.alpha,
+                        label=op.tag,
+                    )
+                )
             yield own_done
         self._collectives_change(op.group, -1)
         finished.succeed()
@@ -304,9 +339,14 @@ class Engine:
         known = self._collectives.get(key)
         if known is None:
             group = Group(self.env, self.fabric, [self.names[d] for d in op.group], self.alpha)
-            algorithm = requested if requested != "auto" else choose_algorithm(group, op.collective, op.nbytes)
-            t = None if self.collective_model != "analytical" else \
-                estimate_time(op.collective, algorithm, len(op.group), op.nbytes, **group.shape())
+            algorithm = (
+                requested if requested != "auto" else choose_algorithm(group, op.collective, op.nbytes)
+            )
+            t = (
+                None
+                if self.collective_model != "analytical"
+                else estimate_time(op.collective, algorithm, len(op.group), op.nbytes, **group.shape())
+            )
             known = self._collectives[key] = (algorithm, t)
         return known
 
@@ -325,5 +365,7 @@ class Engine:
                 why.append(f"collective members that never arrived: {', '.join(missing)}")
             lines.append(f"  {op!r} waits for {'; '.join(why) or 'nothing (engine bug)'}")
         unfinished = finished.count(False)
-        return (f"simulation stalled at t={self.env.now:.9g} s with {unfinished} ops unfinished "
-                f"(deadlock). Stuck ops:\n" + "\n".join(lines))
+        return (
+            f"simulation stalled at t={self.env.now:.9g} s with {unfinished} ops unfinished "
+            f"(deadlock). Stuck ops:\n" + "\n".join(lines)
+        )

@@ -15,13 +15,13 @@ from simpy.events import Event
 from ..program import COMPUTE, RECV, SEND, Op, Program, is_gpu_work
 
 # What the hot path does with an op (``what`` in a plan entry)
-HOLD = 0     # holds its lane for a known time: a compute op, or a send whose fabric knows its time
+HOLD = 0  # holds its lane for a known time: a compute op, or a send whose fabric knows its time
 INSTANT = 1  # a zero-time compute op: ends when it starts
-POSTED = 2   # a recv: ends once its send delivered (a wait of the op); span from max(posted, send start)
-SLOWED = 3   # a compute op that slows while a collective runs on its GPU (a process)
-SENT = 4     # a send the fabric times (contention): fabric.transfer
-JOINED = 5   # a collective member: rendezvous, then the collective
-END = 6      # past the lane's last op (a sentinel closing every lane's plan)
+POSTED = 2  # a recv: ends once its send delivered (a wait of the op); span from max(posted, send start)
+SLOWED = 3  # a compute op that slows while a collective runs on its GPU (a process)
+SENT = 4  # a send the fabric times (contention): fabric.transfer
+JOINED = 5  # a collective member: rendezvous, then the collective
+END = 6  # past the lane's last op (a sentinel closing every lane's plan)
 
 #: an op waited for that has ended; also what "no op" (index -1, see :func:`waiter_table`) reads
 DONE = True
@@ -36,8 +36,9 @@ def waiter_table(n: int) -> list:
     return [None] * n + [DONE]
 
 
-def compile_lane(program: Program, lane_ops: list[Op], durations: list[float], slowed: bool,
-                 send_time) -> tuple[list[int], list[tuple]]:
+def compile_lane(
+    program: Program, lane_ops: list[Op], durations: list[float], slowed: bool, send_time
+) -> tuple[list[int], list[tuple]]:
     """The ``(firsts, plan)`` of one lane, both closed by an END sentinel: per op, the
     first op on another lane it waits for (a cross-lane dep, a recv's send; -1 if none)
     and its plan entry ``(id, what, arg, more, mem_alloc, mem_free, device)``.

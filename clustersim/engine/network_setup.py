@@ -30,5 +30,11 @@ def build_network(scenario, env: simpy.Environment, recorder: Recorder) -> Fabri
     graph = build_topology(cluster_dict(scenario.cluster))
     apply_degradations(graph, scenario.cluster.link_degradations)
     chunk = scenario.simulation.chunk_size
-    return build_fabric(kind, env, recorder, graph, chunk_size=int(chunk) if chunk else None,
-                        max_chunks=scenario.simulation.max_chunks)
+    return build_fabric(
+        kind,
+        env,
+        recorder,
+        graph,
+        chunk_size=int(chunk) if chunk else None,
+        max_chunks=scenario.simulation.max_chunks,
+    )

@@ -19,7 +19,7 @@ def device_factors(cluster, num_devices: int) -> np.ndarray:
 
     per_device = np.ones(num_devices)  # devices past the GPUs (parameter servers) run at 1
     speeds = device_speeds(cluster)[:num_devices]
-    per_device[:len(speeds)] = 1.0 / np.array(speeds, dtype=float)
+    per_device[: len(speeds)] = 1.0 / np.array(speeds, dtype=float)
     for straggler in cluster.stragglers:
         for g in straggler.gpus:
             if g < num_devices:
@@ -51,5 +51,5 @@ def _draw(noise, rng: np.random.Generator, n: int) -> np.ndarray:
     if noise.sigma == 0:
         return np.ones(n)
     if noise.distribution == "lognormal":
-        return rng.lognormal(-noise.sigma**2 / 2, noise.sigma, n)
+        return rng.lognormal(-(noise.sigma**2) / 2, noise.sigma, n)
     return np.maximum(rng.normal(1.0, noise.sigma, n), 0.05)

@@ -13,5 +13,14 @@ from .plan_search import SearchResult, search
 from .plans import plan_space
 from .sweeper import sweep
 
-__all__ = ["EXECUTOR_NAMES", "InProcessExecutor", "SearchResult", "estimate_peak_memory", "expand_grid",
-           "make_executor", "plan_space", "search", "sweep"]
+__all__ = [
+    "EXECUTOR_NAMES",
+    "InProcessExecutor",
+    "SearchResult",
+    "estimate_peak_memory",
+    "expand_grid",
+    "make_executor",
+    "plan_space",
+    "search",
+    "sweep",
+]

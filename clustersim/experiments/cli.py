@@ -12,8 +12,16 @@ import argparse
 
 import pandas as pd
 
-SWEEP_SHOWN = ("status", "iteration_time_s", "samples_per_s", "tokens_per_s", "bubble_fraction",
-               "exposed_comm_fraction", "peak_memory_gib", "oom")
+SWEEP_SHOWN = (
+    "status",
+    "iteration_time_s",
+    "samples_per_s",
+    "tokens_per_s",
+    "bubble_fraction",
+    "exposed_comm_fraction",
+    "peak_memory_gib",
+    "oom",
+)
 
 
 def _ints(text: str) -> list[int]:
@@ -25,41 +33,78 @@ def _names(text: str) -> list[str]:
 
 
 def _executor_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--executor", default="local", choices=["local", "dask"],
-                   help="local process pool (default) or a Dask cluster")
-    p.add_argument("--workers", type=int, default=None, help="worker processes (default: all CPUs; 1 = in-process)")
+    p.add_argument(
+        "--executor",
+        default="local",
+        choices=["local", "dask"],
+        help="local process pool (default) or a Dask cluster",
+    )
+    p.add_argument(
+        "--workers", type=int, default=None, help="worker processes (default: all CPUs; 1 = in-process)"
+    )
     p.add_argument("--scheduler", default=None, help="Dask scheduler address, e.g. tcp://host:8786")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress bar (default: only on a terminal)")
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bar (default: only on a terminal)",
+    )
 
 
 def add_commands(sub) -> None:
     """Register ``sweep`` and ``search`` on the main parser's subparsers."""
     sw = sub.add_parser("sweep", help="simulate a grid of scenario variants, one row per run")
     sw.add_argument("scenario", help="scenario YAML file, or a sweep file with a `sweep:` section")
-    sw.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
-                    help="an axis crossed with the others, e.g. --grid parallel.pp=1,2,4 (repeatable)")
-    sw.add_argument("--zip", action="append", default=[], metavar="KEY=V1,V2",
-                    help="axes advanced together (equal lengths), e.g. --zip a=1,2 --zip b=x,y")
-    sw.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override the base scenario")
+    sw.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="an axis crossed with the others, e.g. --grid parallel.pp=1,2,4 (repeatable)",
+    )
+    sw.add_argument(
+        "--zip",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="axes advanced together (equal lengths), e.g. --zip a=1,2 --zip b=x,y",
+    )
+    sw.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override the base scenario"
+    )
     sw.add_argument("--out", help="results table (.csv or .parquet); rerunning resumes it")
     _executor_args(sw)
     sw.set_defaults(func=cmd_sweep)
 
     se = sub.add_parser("search", help="search the parallel plans for N GPUs and rank them")
     se.add_argument("scenario", help="scenario YAML file (its model, batch, cluster and network)")
-    se.add_argument("--gpus", type=_ints, default=None, help="GPU count(s), e.g. 64 or 32,64 (default: the cluster's)")
+    se.add_argument(
+        "--gpus", type=_ints, default=None, help="GPU count(s), e.g. 64 or 32,64 (default: the cluster's)"
+    )
     se.add_argument("--objective", default="throughput", choices=["throughput", "time", "cost"])
-    se.add_argument("--budget", type=float, default=None, help="samples (or tokens) to train on, for time/cost")
+    se.add_argument(
+        "--budget", type=float, default=None, help="samples (or tokens) to train on, for time/cost"
+    )
     se.add_argument("--price", type=float, default=1.0, help="price per GPU-hour (cost objective)")
     se.add_argument("--micro-batches", type=_ints, default=None, help="micro-batch sizes to try, e.g. 1,2,4")
     se.add_argument("--schedules", type=_names, default=None, help="schedules to try, e.g. 1f1b,gpipe")
-    se.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2",
-                    help="values of another knob to try, or one value to fix it, e.g. --vary training.recompute=full")
-    se.add_argument("--memory-fraction", type=float, default=1.0, help="usable share of GPU memory (default 1)")
+    se.add_argument(
+        "--vary",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="values of another knob to try, or one value to fix it, e.g. --vary training.recompute=full",
+    )
+    se.add_argument(
+        "--memory-fraction", type=float, default=1.0, help="usable share of GPU memory (default 1)"
+    )
     se.add_argument("--top", type=int, default=5, help="plans to print")
-    se.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override the base scenario")
-    se.add_argument("--out", help="table of every plan (.csv or .parquet); simulated runs resume from its journal")
+    se.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override the base scenario"
+    )
+    se.add_argument(
+        "--out", help="table of every plan (.csv or .parquet); simulated runs resume from its journal"
+    )
     _executor_args(se)
     se.set_defaults(func=cmd_search)
 
@@ -83,15 +128,26 @@ def cmd_sweep(args) -> int:
         base, file_grid, file_zip = load_sweep_file(base)
         grid, zipped = {**file_grid, **grid}, {**file_zip, **zipped}
     args.scenario = base
-    df = sweep(_base(args), grid, zipped or None, executor=args.executor, workers=args.workers, out=args.out,
-               scheduler=args.scheduler, progress=args.progress)
+    df = sweep(
+        _base(args),
+        grid,
+        zipped or None,
+        executor=args.executor,
+        workers=args.workers,
+        out=args.out,
+        scheduler=args.scheduler,
+        progress=args.progress,
+    )
     swept = list(dict.fromkeys([*grid, *zipped]))
     shown = swept + [c for c in SWEEP_SHOWN if c in df.columns]
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_rows", 60):
         print(df[shown].to_string(index=False))
     counts = df["status"].value_counts().to_dict()
-    print(f"\n{len(df)} runs: " + ", ".join(f"{n} {s}" for s, n in counts.items())
-          + (f"; rows in {args.out}" if args.out else ""))
+    print(
+        f"\n{len(df)} runs: "
+        + ", ".join(f"{n} {s}" for s, n in counts.items())
+        + (f"; rows in {args.out}" if args.out else "")
+    )
     for row in df[df["status"] != "ok"].head(3).to_dict("records"):
         print(f"  {', '.join(f'{k}={row[k]}' for k in swept)}: {row['error']}")
     return 0
@@ -102,11 +158,22 @@ def cmd_search(args) -> int:
     from .plan_search import search
 
     gpus = args.gpus[0] if args.gpus and len(args.gpus) == 1 else args.gpus
-    res = search(_base(args), gpus, objective=args.objective, budget=args.budget, price_per_gpu_hour=args.price,
-                 micro_batches=args.micro_batches, schedules=args.schedules, vary=parse_axes(args.vary, "--vary"),
-                 memory_fraction=args.memory_fraction,
-                 executor=args.executor, workers=args.workers, scheduler=args.scheduler, out=args.out,
-                 progress=args.progress)
+    res = search(
+        _base(args),
+        gpus,
+        objective=args.objective,
+        budget=args.budget,
+        price_per_gpu_hour=args.price,
+        micro_batches=args.micro_batches,
+        schedules=args.schedules,
+        vary=parse_axes(args.vary, "--vary"),
+        memory_fraction=args.memory_fraction,
+        executor=args.executor,
+        workers=args.workers,
+        scheduler=args.scheduler,
+        out=args.out,
+        progress=args.progress,
+    )
     print(res.explain(args.top))
     if args.out:
         print(f"\nevery plan (ranked, pruned, failed) written to {args.out}")

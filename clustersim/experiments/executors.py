@@ -46,8 +46,9 @@ def _is_dask_client(obj) -> bool:
 
 
 @contextlib.contextmanager
-def make_executor(executor="local", workers: int | None = None, scheduler: str | None = None,
-                  runs: int | None = None) -> Iterator[Executor]:
+def make_executor(
+    executor="local", workers: int | None = None, scheduler: str | None = None, runs: int | None = None
+) -> Iterator[Executor]:
     """A context manager yielding the Executor named by ``executor`` (see module doc).
 
     Executors this function creates are shut down on exit; ones passed in are left open.
@@ -78,9 +79,12 @@ def make_executor(executor="local", workers: int | None = None, scheduler: str |
         with _dask_client(workers, scheduler) as client:
             yield client.get_executor(pure=False)
         return
-    raise ScenarioError("executor", executor,
-                        f"known executors: {', '.join(EXECUTOR_NAMES)}, a concurrent.futures.Executor "
-                        "or a dask.distributed.Client")
+    raise ScenarioError(
+        "executor",
+        executor,
+        f"known executors: {', '.join(EXECUTOR_NAMES)}, a concurrent.futures.Executor "
+        "or a dask.distributed.Client",
+    )
 
 
 @contextlib.contextmanager
@@ -88,8 +92,9 @@ def _dask_client(workers: int | None, scheduler: str | None):
     try:
         from distributed import Client, LocalCluster
     except ImportError:
-        raise ScenarioError("executor", "dask",
-                            "needs Dask distributed: pip install 'clustersim[dask]'") from None
+        raise ScenarioError(
+            "executor", "dask", "needs Dask distributed: pip install 'clustersim[dask]'"
+        ) from None
     if scheduler:
         client = Client(scheduler)
         try:
@@ -98,6 +103,8 @@ def _dask_client(workers: int | None, scheduler: str | None):
             client.close()
         return
     n = workers or os.cpu_count() or 1
-    with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
+    with (
+        LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
         yield client

@@ -55,7 +55,9 @@ def parse_axis(text: str, option: str = "--grid") -> tuple[str, list[Any]]:
     parsed = []
     for item in items:
         if not item:
-            raise ScenarioError(key, values, f"{option} has an empty value; expected V1,V2,… with no blank item")
+            raise ScenarioError(
+                key, values, f"{option} has an empty value; expected V1,V2,… with no blank item"
+            )
         try:
             parsed.append(yaml.safe_load(item))
         except yaml.YAMLError:
@@ -152,10 +154,14 @@ def load_sweep_file(path) -> tuple[str, dict[str, list[Any]], dict[str, list[Any
     data = yaml.safe_load(p.read_text())
     spec = data.get("sweep") if isinstance(data, dict) else None
     if not isinstance(spec, dict) or "base" not in spec:
-        raise ScenarioError("sweep.base", str(path), "a sweep file needs `sweep: {base: SCENARIO.yaml, grid: {...}}`")
+        raise ScenarioError(
+            "sweep.base", str(path), "a sweep file needs `sweep: {base: SCENARIO.yaml, grid: {...}}`"
+        )
     unknown = sorted(set(spec) - {"base", "grid", "zip"})
     if unknown:
-        raise ScenarioError(f"sweep.{unknown[0]}", spec[unknown[0]], "unknown field; accepted: base, grid, zip")
+        raise ScenarioError(
+            f"sweep.{unknown[0]}", spec[unknown[0]], "unknown field; accepted: base, grid, zip"
+        )
     base = (p.parent / spec["base"]).resolve()
     return str(base), as_axes(spec.get("grid") or {}, "grid"), as_axes(spec.get("zip") or {}, "zip")
 

@@ -76,8 +76,9 @@ class SearchResult:
         return self.explain()
 
 
-def _candidates(sc: Scenario, raw: dict[str, Any], counts: Sequence[int], knobs: dict[str, Any],
-                memory_fraction: float) -> list[dict[str, Any]]:
+def _candidates(
+    sc: Scenario, raw: dict[str, Any], counts: Sequence[int], knobs: dict[str, Any], memory_fraction: float
+) -> list[dict[str, Any]]:
     """One row per candidate plan: knobs, placement, memory estimate, pruned or not."""
     rows = []
     for n in counts:
@@ -92,18 +93,35 @@ def _candidates(sc: Scenario, raw: dict[str, Any], counts: Sequence[int], knobs:
             p = cand.parallel
             row.update(placement(p.tp, p.pp, cand.dp, cand.cluster.gpus_per_node))
             fits = est <= cap * memory_fraction
-            row.update(est_memory_gib=est / GIB, capacity_gib=cap / GIB, status="to-run" if fits else "pruned",
-                       error="" if fits else f"estimated {est / GIB:.1f} GiB > {cap * memory_fraction / GIB:.1f} GiB")
+            row.update(
+                est_memory_gib=est / GIB,
+                capacity_gib=cap / GIB,
+                status="to-run" if fits else "pruned",
+                error=""
+                if fits
+                else f"estimated {est / GIB:.1f} GiB > {cap * memory_fraction / GIB:.1f} GiB",
+            )
             rows.append(row)
     return rows
 
 
-def search(base: Scenario | str | Path | Mapping[str, Any], gpus: int | Sequence[int] | None = None, *,
-           objective: str = "throughput", budget: float | None = None, price_per_gpu_hour: float = 1.0,
-           micro_batches: Sequence[int] | None = None, schedules: Sequence[str] | None = None,
-           vary: Mapping[str, Sequence[Any]] | None = None, memory_fraction: float = 1.0,
-           executor: Any = "local", workers: int | None = None, scheduler: str | None = None,
-           out: str | Path | None = None, progress: bool | None = None) -> SearchResult:
+def search(
+    base: Scenario | str | Path | Mapping[str, Any],
+    gpus: int | Sequence[int] | None = None,
+    *,
+    objective: str = "throughput",
+    budget: float | None = None,
+    price_per_gpu_hour: float = 1.0,
+    micro_batches: Sequence[int] | None = None,
+    schedules: Sequence[str] | None = None,
+    vary: Mapping[str, Sequence[Any]] | None = None,
+    memory_fraction: float = 1.0,
+    executor: Any = "local",
+    workers: int | None = None,
+    scheduler: str | None = None,
+    out: str | Path | None = None,
+    progress: bool | None = None,
+) -> SearchResult:
     """Search the parallel plans of ``base`` on ``gpus`` GPUs (default: its cluster's) and
     rank them by ``objective``. ``budget`` (samples, or tokens when the model has a
     sequence length) is needed for ``time`` and gives ``cost`` a total; ``cost`` is
@@ -116,7 +134,9 @@ def search(base: Scenario | str | Path | Mapping[str, Any], gpus: int | Sequence
     if objective not in OBJECTIVES:
         raise ScenarioError("objective", objective, f"known objectives: {', '.join(OBJECTIVES)}")
     if objective == "time" and budget is None:
-        raise ScenarioError("budget", budget, "objective 'time' needs a budget of samples (or tokens) to train on")
+        raise ScenarioError(
+            "budget", budget, "objective 'time' needs a budget of samples (or tokens) to train on"
+        )
     if not 0 < memory_fraction <= 1:
         raise ScenarioError("memory_fraction", memory_fraction, "expected a fraction in (0, 1]")
     t0 = time.perf_counter()
@@ -129,8 +149,16 @@ def search(base: Scenario | str | Path | Mapping[str, Any], gpus: int | Sequence
     knobs = {"micro_batches": micro_batches, "schedules": schedules, "vary": vary}
     rows = _candidates(sc, raw, counts, knobs, memory_fraction)
     to_run = [{k: r[k] for k in r if "." in k} for r in rows if r["status"] == "to-run"]
-    sims = run_sweep(raw, to_run, executor=executor, workers=workers, out=out, scheduler=scheduler,
-                     progress=progress, desc="plans")
+    sims = run_sweep(
+        raw,
+        to_run,
+        executor=executor,
+        workers=workers,
+        out=out,
+        scheduler=scheduler,
+        progress=progress,
+        desc="plans",
+    )
     table = _merge(rows, sims)
     table, unit = _rank(table, objective, budget, price_per_gpu_hour)
     if out is not None:  # the full ranked table replaces the simulated rows; the journal stays for resuming
@@ -147,13 +175,19 @@ def _merge(rows: list[dict[str, Any]], sims: pd.DataFrame) -> pd.DataFrame:
             status = sim["status"]
             if status == "ok" and sim.get("oom"):
                 status = "oom"  # the estimate let it through but the simulation did not fit
-            row = {**{k: v for k, v in sim.items() if k != "base_id"}, **row, "status": status,
-                   "error": sim.get("error", "")}
+            row = {
+                **{k: v for k, v in sim.items() if k != "base_id"},
+                **row,
+                "status": status,
+                "error": sim.get("error", ""),
+            }
         out.append(row)
     return pd.DataFrame(out)
 
 
-def _rank(table: pd.DataFrame, objective: str, budget: float | None, price: float) -> tuple[pd.DataFrame, str]:
+def _rank(
+    table: pd.DataFrame, objective: str, budget: float | None, price: float
+) -> tuple[pd.DataFrame, str]:
     """Add throughput / time / cost / headroom / rank columns; return (sorted table, unit)."""
     tokens = "tokens_per_s" in table.columns and table["tokens_per_s"].notna().any()
     unit = "tokens" if tokens else "samples"

@@ -53,8 +53,12 @@ def cluster_overrides(sc: Scenario, gpus: int) -> dict[str, Any]:
     if not isinstance(gpus, int) or gpus < 1:
         raise ScenarioError("gpus", gpus, "expected a whole number of GPUs ≥ 1")
     if sc.cluster.node_groups is not None and gpus != sc.num_gpus:
-        raise ScenarioError("gpus", gpus, f"a cluster of node_groups is searched at its own size; accepted: "
-                            f"{sc.num_gpus} (or edit cluster.node_groups)")
+        raise ScenarioError(
+            "gpus",
+            gpus,
+            f"a cluster of node_groups is searched at its own size; accepted: "
+            f"{sc.num_gpus} (or edit cluster.node_groups)",
+        )
     if gpus % gpn == 0:
         return {} if gpus // gpn == nodes else {"cluster.nodes": gpus // gpn}
     if gpus < gpn and nodes == 1:
@@ -62,9 +66,14 @@ def cluster_overrides(sc: Scenario, gpus: int) -> dict[str, Any]:
     raise ScenarioError("gpus", gpus, f"expected a multiple of cluster.gpus_per_node = {gpn} (whole nodes)")
 
 
-def plan_space(sc: Scenario, gpus: int, *, micro_batches: Sequence[int] | None = None,
-               schedules: Sequence[str] | None = None,
-               vary: Mapping[str, Sequence[Any]] | None = None) -> list[dict[str, Any]]:
+def plan_space(
+    sc: Scenario,
+    gpus: int,
+    *,
+    micro_batches: Sequence[int] | None = None,
+    schedules: Sequence[str] | None = None,
+    vary: Mapping[str, Sequence[Any]] | None = None,
+) -> list[dict[str, Any]]:
     """Every plan for ``gpus`` GPUs as override dicts (cluster resize included)."""
     cluster = cluster_overrides(sc, gpus)
     gpn = cluster.get("cluster.gpus_per_node", sc.cluster.gpus_per_node)
@@ -80,7 +89,9 @@ def plan_space(sc: Scenario, gpus: int, *, micro_batches: Sequence[int] | None =
     scheds = list(schedules or [s for s in BUILTIN_SCHEDULES if s in SCHEDULES])
     unknown = [s for s in scheds if s not in SCHEDULES]
     if unknown:
-        raise ScenarioError("schedules", unknown[0], f"not a known schedule; known: {', '.join(sorted(SCHEDULES))}")
+        raise ScenarioError(
+            "schedules", unknown[0], f"not a known schedule; known: {', '.join(sorted(SCHEDULES))}"
+        )
     extra = {} if synthetic else {k: list(vals) for k, vals in KNOBS.items()}
     extra.update({k: list(vals) for k, vals in (vary or {}).items()})
     gb = sc.training.global_batch
@@ -93,9 +104,15 @@ def plan_space(sc: Scenario, gpus: int, *, micro_batches: Sequence[int] | None =
             for mb, sched in itertools.product(mbs, scheds):
                 if gb % (mb * dp):
                     continue
-                core = {**cluster, "parallel.tp": tp, "parallel.pp": pp, "parallel.dp": dp,
-                        "training.micro_batch": mb, "parallel.schedule": sched,
-                        **hetero_knobs(sc, pp, dp, sched)}
+                core = {
+                    **cluster,
+                    "parallel.tp": tp,
+                    "parallel.pp": pp,
+                    "parallel.dp": dp,
+                    "training.micro_batch": mb,
+                    "parallel.schedule": sched,
+                    **hetero_knobs(sc, pp, dp, sched),
+                }
                 for combo in itertools.product(*extra.values()):
                     plan = {**core, **dict(zip(extra, combo))}
                     if not _redundant(plan, dp, tp):
@@ -120,7 +137,8 @@ def _redundant(plan: Mapping[str, Any], dp: int, tp: int) -> bool:
     """Knob settings that are the same plan as another one: ZeRO shards over dp (nothing
     to shard at dp = 1), sequence parallelism splits over tp (nothing at tp = 1)."""
     return (dp == 1 and plan.get("parallel.zero", 0) > 0) or (
-        tp == 1 and plan.get("parallel.sequence_parallel", False) is True)
+        tp == 1 and plan.get("parallel.sequence_parallel", False) is True
+    )
 
 
 def label(plan: Mapping[str, Any]) -> str:
@@ -128,8 +146,11 @@ def label(plan: Mapping[str, Any]) -> str:
     short = {"parallel.tp": "tp", "parallel.pp": "pp", "parallel.dp": "dp", "training.micro_batch": "mb"}
     parts = [f"{short[k]}{plan[k]}" for k in short if k in plan]
     parts += [str(plan["parallel.schedule"])] if "parallel.schedule" in plan else []
-    parts += [f"{k.rpartition('.')[2]}={v}" for k, v in plan.items()
-              if k not in short and k != "parallel.schedule" and not k.startswith("cluster.")]
+    parts += [
+        f"{k.rpartition('.')[2]}={v}"
+        for k, v in plan.items()
+        if k not in short and k != "parallel.schedule" and not k.startswith("cluster.")
+    ]
     return " ".join(parts)
 
 
@@ -139,6 +160,8 @@ def placement(tp: int, pp: int, dp: int, gpus_per_node: int) -> dict[str, int]:
     plan = Plan(tp=tp, pp=pp, dp=dp, gpus_per_node=gpus_per_node)
     tp_group = [plan.device(0, 0, t) for t in range(tp)]
     hops = sum(plan.node(plan.device(s)) != plan.node(plan.device(s + 1)) for s in range(pp - 1))
-    return {"tp_nodes": len({plan.node(d) for d in tp_group}),
-            "dp_nodes": len({plan.node(d) for d in plan.dp_group(0)}),
-            "pp_node_hops": int(hops)}
+    return {
+        "tp_nodes": len({plan.node(d) for d in tp_group}),
+        "dp_nodes": len({plan.node(d) for d in plan.dp_group(0)}),
+        "pp_node_hops": int(hops),
+    }

@@ -54,8 +54,9 @@ def plot_throughput(df: pd.DataFrame, by: str = "plan", ax=None, y: str | None =
     return fig
 
 
-def plot_pareto(df: pd.DataFrame, ax=None, x: str = "peak_memory_gib", y: str | None = None,
-                label: str = "plan"):
+def plot_pareto(
+    df: pd.DataFrame, ax=None, x: str = "peak_memory_gib", y: str | None = None, label: str = "plan"
+):
     """Throughput vs peak memory per GPU, every row a point, the Pareto front joined
     and labelled: the plans worth considering for each memory budget."""
     y = y or _throughput_col(df)
@@ -66,7 +67,9 @@ def plot_pareto(df: pd.DataFrame, ax=None, x: str = "peak_memory_gib", y: str | 
     ax.plot(front[x], front[y], "o-", color="#C44E52", label="Pareto front")
     if label in front.columns:
         for _, row in front.iterrows():
-            ax.annotate(str(row[label]), (row[x], row[y]), textcoords="offset points", xytext=(4, 4), fontsize=8)
+            ax.annotate(
+                str(row[label]), (row[x], row[y]), textcoords="offset points", xytext=(4, 4), fontsize=8
+            )
     ax.set_xlabel(x.replace("_", " "))
     ax.set_ylabel(y.replace("_", " "))
     ax.legend(loc="lower right")

@@ -29,15 +29,18 @@ def _placement(row: dict[str, Any]) -> str:
 
 def top_table(ranked: pd.DataFrame, unit: str, n: int) -> str:
     """Aligned table of the ``n`` best plans."""
-    head = f"{'rank':>4}  {'plan':<28} {'gpus':>4} {unit + '/s':>12} {'iter s':>9} {'bubble':>7} " \
-           f"{'exp.comm':>8} {'peak GiB':>8} {'headroom':>8}  placement"
+    head = (
+        f"{'rank':>4}  {'plan':<28} {'gpus':>4} {unit + '/s':>12} {'iter s':>9} {'bubble':>7} "
+        f"{'exp.comm':>8} {'peak GiB':>8} {'headroom':>8}  placement"
+    )
     lines = [head]
     for row in ranked.head(n).to_dict("records"):
         lines.append(
             f"{int(row['rank']):>4}  {row['plan']:<28} {int(row['gpus']):>4} {row['throughput']:>12.4g} "
             f"{row['iteration_time_s']:>9.4g} {_pct(row['bubble_fraction']):>7} "
             f"{_pct(row['exposed_comm_fraction']):>8} {row['peak_memory_gib']:>8.1f} "
-            f"{row['memory_headroom_gib']:>8.1f}  {_placement(row)}")
+            f"{row['memory_headroom_gib']:>8.1f}  {_placement(row)}"
+        )
     return "\n".join(lines)
 
 
@@ -54,11 +57,13 @@ def why(best: dict[str, Any], other: dict[str, Any], unit: str) -> str:
         return t * (1 - row["bubble_fraction"]), t * row["bubble_fraction"], t * row["exposed_comm_fraction"]
 
     (cb, ib, eb), (co, io, eo) = split(best, tb), split(other, to)
-    return (f"#{int(best['rank'])} {best['plan']} beats #{int(other['rank'])} {other['plan']} by "
-            f"{100 * gain:.1f}% {unit}/s: per iteration {tb:.4g} s vs {to:.4g} s = compute {cb:.4g} s vs "
-            f"{co:.4g} s + idle (bubble) {ib:.3g} s vs {io:.3g} s ({_pct(best['bubble_fraction'])} vs "
-            f"{_pct(other['bubble_fraction'])}), of which exposed communication {eb:.3g} s vs {eo:.3g} s. "
-            f"Memory headroom {best['memory_headroom_gib']:.1f} GiB vs {other['memory_headroom_gib']:.1f} GiB.")
+    return (
+        f"#{int(best['rank'])} {best['plan']} beats #{int(other['rank'])} {other['plan']} by "
+        f"{100 * gain:.1f}% {unit}/s: per iteration {tb:.4g} s vs {to:.4g} s = compute {cb:.4g} s vs "
+        f"{co:.4g} s + idle (bubble) {ib:.3g} s vs {io:.3g} s ({_pct(best['bubble_fraction'])} vs "
+        f"{_pct(other['bubble_fraction'])}), of which exposed communication {eb:.3g} s vs {eo:.3g} s. "
+        f"Memory headroom {best['memory_headroom_gib']:.1f} GiB vs {other['memory_headroom_gib']:.1f} GiB."
+    )
 
 
 def explain(result, n: int = 5) -> str:
@@ -66,8 +71,10 @@ def explain(result, n: int = 5) -> str:
     t = result.table
     counts = t["status"].value_counts().to_dict()
     simulated = sum(counts.get(s, 0) for s in ("ok", "oom", "error"))
-    lines = [f"{len(t)} plans: {counts.get('pruned', 0)} pruned by the memory estimate, {simulated} simulated "
-             f"({counts.get('ok', 0)} ok) in {result.wall_s:.1f} s; objective: {result.objective}"]
+    lines = [
+        f"{len(t)} plans: {counts.get('pruned', 0)} pruned by the memory estimate, {simulated} simulated "
+        f"({counts.get('ok', 0)} ok) in {result.wall_s:.1f} s; objective: {result.objective}"
+    ]
     ranked = result.ranked
     if ranked.empty:
         lines.append("no plan fits in memory and simulates")
@@ -83,7 +90,9 @@ def explain(result, n: int = 5) -> str:
         lines.append(f"{row['status']}: {row['plan']} {row.get('error', '')}".rstrip())
     pruned = result.pruned
     if len(pruned):
-        shown = ", ".join(f"{r['plan']} ({r['est_memory_gib']:.1f} GiB)" for r in pruned.head(6).to_dict("records"))
+        shown = ", ".join(
+            f"{r['plan']} ({r['est_memory_gib']:.1f} GiB)" for r in pruned.head(6).to_dict("records")
+        )
         more = f" and {len(pruned) - 6} more" if len(pruned) > 6 else ""
         cap = pruned["capacity_gib"].iloc[0]
         lines.append(f"Pruned (estimated peak memory > {cap:.1f} GiB per GPU): {shown}{more}")

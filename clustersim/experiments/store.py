@@ -82,9 +82,11 @@ class RunStore:
         for row in entries:
             if row.get("base_id") not in (None, self.base):
                 raise ScenarioError(
-                    "out", str(self.out),
+                    "out",
+                    str(self.out),
                     f"holds runs of a different base scenario (base_id {row.get('base_id')} ≠ {self.base}); "
-                    "choose another output file or delete this one and its .journal.jsonl")
+                    "choose another output file or delete this one and its .journal.jsonl",
+                )
             self.rows[row["run_id"]] = row
         return dict(self.rows)
 

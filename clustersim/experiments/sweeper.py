@@ -36,10 +36,17 @@ def base_raw(base: Scenario | str | Path | Mapping[str, Any]) -> dict[str, Any]:
     return raw
 
 
-def sweep(base: Scenario | str | Path | Mapping[str, Any], grid: Mapping[str, Sequence[Any]] | None = None,
-          zip: Mapping[str, Sequence[Any]] | None = None, executor: Any = "local", workers: int | None = None,
-          out: str | Path | None = None, *, scheduler: str | None = None,
-          progress: bool | None = None) -> pd.DataFrame:
+def sweep(
+    base: Scenario | str | Path | Mapping[str, Any],
+    grid: Mapping[str, Sequence[Any]] | None = None,
+    zip: Mapping[str, Sequence[Any]] | None = None,
+    executor: Any = "local",
+    workers: int | None = None,
+    out: str | Path | None = None,
+    *,
+    scheduler: str | None = None,
+    progress: bool | None = None,
+) -> pd.DataFrame:
     """Simulate ``base`` under every combination of ``grid`` (crossed) and ``zip`` (advanced
     together); return one row per run: the swept values, ``status``/``error``, the summary.
 
@@ -56,13 +63,27 @@ def sweep(base: Scenario | str | Path | Mapping[str, Any], grid: Mapping[str, Se
         zip = {**file_zip, **(zip or {})} or None
     raw = base_raw(base)
     grids.check_axes(raw, grid, zip)
-    return run_sweep(raw, grids.expand(grid, zip), executor=executor, workers=workers, out=out,
-                     scheduler=scheduler, progress=progress)
+    return run_sweep(
+        raw,
+        grids.expand(grid, zip),
+        executor=executor,
+        workers=workers,
+        out=out,
+        scheduler=scheduler,
+        progress=progress,
+    )
 
 
-def run_sweep(raw: dict[str, Any], runs: list[dict[str, Any]], executor: Any = "local", workers: int | None = None,
-              out: str | Path | None = None, scheduler: str | None = None, progress: bool | None = None,
-              desc: str = "runs") -> pd.DataFrame:
+def run_sweep(
+    raw: dict[str, Any],
+    runs: list[dict[str, Any]],
+    executor: Any = "local",
+    workers: int | None = None,
+    out: str | Path | None = None,
+    scheduler: str | None = None,
+    progress: bool | None = None,
+    desc: str = "runs",
+) -> pd.DataFrame:
     """Run a list of override dicts against the raw base dict; the engine of :func:`sweep`
     and :func:`~clustersim.experiments.search.search`."""
     b_id = grids.base_id(raw)
@@ -81,8 +102,10 @@ def run_sweep(raw: dict[str, Any], runs: list[dict[str, Any]], executor: Any = "
     finally:
         store.write(ids)
     if lost:
-        raise ClusterSimError(f"{lost} runs were lost because the executor broke (a worker died); "
-                              f"{len(store.rows)} rows are saved — run the same sweep again to finish it")
+        raise ClusterSimError(
+            f"{lost} runs were lost because the executor broke (a worker died); "
+            f"{len(store.rows)} rows are saved — run the same sweep again to finish it"
+        )
     columns = _columns(runs, [store.rows[i] for i in ids])
     return frame((store.rows[i] for i in ids), columns)
 
@@ -120,8 +143,13 @@ def _drain(ex, raw, todo, b_id, store: RunStore, bar: Progress) -> int:
                     lost += 1
                     continue
                 if exc is not None:  # raised outside run_one (e.g. transport); still a row
-                    row = {**overrides, "status": "error", "error": f"{type(exc).__name__}: {exc}",
-                           "run_id": rid, "base_id": b_id}
+                    row = {
+                        **overrides,
+                        "status": "error",
+                        "error": f"{type(exc).__name__}: {exc}",
+                        "run_id": rid,
+                        "base_id": b_id,
+                    }
                 else:
                     row = fut.result()
                 store.add(normalize(row))

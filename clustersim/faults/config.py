@@ -29,9 +29,15 @@ class Config:
 
 def scenario_of(base, cfg: Config):
     """The fault-free scenario of one configuration (same model, tp, pp, schedule)."""
-    return base.with_overrides({"cluster.nodes": cfg.nodes, "parallel.dp": cfg.dp,
-                                "cluster.failed_links": [list(link) for link in cfg.failed_links],
-                                "faults": [], "recovery": None})
+    return base.with_overrides(
+        {
+            "cluster.nodes": cfg.nodes,
+            "parallel.dp": cfg.dp,
+            "cluster.failed_links": [list(link) for link in cfg.failed_links],
+            "faults": [],
+            "recovery": None,
+        }
+    )
 
 
 def roles(base, cfg: Config) -> dict[int, tuple[int, int]]:

@@ -42,13 +42,20 @@ def simulate_job(sc, progress=False):
         if cfg not in runs:
             res = simulate(scenario_of(sc, cfg), progress=progress)
             if runs and res.summary["oom"]:
-                raise ScenarioError("recovery.policy", sc.recovery.policy, f"after a re-plan to {cfg.label()} the "
-                                    f"GPUs cannot hold the model ({res.summary.get('oom_hint', 'out of memory')})")
+                raise ScenarioError(
+                    "recovery.policy",
+                    sc.recovery.policy,
+                    f"after a re-plan to {cfg.label()} the "
+                    f"GPUs cannot hold the model ({res.summary.get('oom_hint', 'out of memory')})",
+                )
             runs[cfg] = res
         return runs[cfg]
 
-    start = Config(phys=tuple(range(sc.cluster.nodes)), dp=sc.dp,
-                   failed_links=tuple(tuple(link) for link in sc.cluster.failed_links))
+    start = Config(
+        phys=tuple(range(sc.cluster.nodes)),
+        dp=sc.dp,
+        failed_links=tuple(tuple(link) for link in sc.cluster.failed_links),
+    )
     first = run(start)
     rec = sc.recovery
     ckpt = checkpoint_bytes(sc)
@@ -66,13 +73,21 @@ def simulate_job(sc, progress=False):
     first.scenario = sc.resolved()
     first.summary["sim_events"] = sum(r.summary["sim_events"] for r in runs.values())
     first.summary["wall_time_s"] = time.perf_counter() - wall0
-    first.summary.update(goodput_summary(job, sc.training.global_batch, first.summary["samples_per_s"], ckpt,
-                                         applied=int((job["kind"].isin(["failure", "join", "reroute"])).sum())))
+    first.summary.update(
+        goodput_summary(
+            job,
+            sc.training.global_batch,
+            first.summary["samples_per_s"],
+            ckpt,
+            applied=int((job["kind"].isin(["failure", "join", "reroute"])).sum()),
+        )
+    )
     return first
 
 
-def goodput_summary(job: pd.DataFrame, samples_per_iteration: int, samples_per_s: float, ckpt_bytes: float,
-                    applied: int) -> dict:
+def goodput_summary(
+    job: pd.DataFrame, samples_per_iteration: int, samples_per_s: float, ckpt_bytes: float, applied: int
+) -> dict:
     """Goodput fields of the summary (docs/faults.md), all read off the timeline rows."""
     dur = job["end_s"] - job["start_s"]
     job_time = float(job["end_s"].max()) if len(job) else 0.0
@@ -100,8 +115,10 @@ def cut_off(sc, cfg: Config, link: tuple[str, str]) -> set[int]:
     g = build_site(cluster, "cluster")
     remove_failed_links(g, [*cfg.failed_links, link])
     gpus = set(gpu_names(g))
-    parts = sorted((sorted(int(n[3:]) for n in comp if n in gpus) for comp in nx.strongly_connected_components(g)),
-                   key=lambda p: (-len(p), p[:1]))
+    parts = sorted(
+        (sorted(int(n[3:]) for n in comp if n in gpus) for comp in nx.strongly_connected_components(g)),
+        key=lambda p: (-len(p), p[:1]),
+    )
     parts = [p for p in parts if p]
     gpn = sc.cluster.gpus_per_node
     return {cfg.phys[gpu // gpn] for part in parts[1:] for gpu in part}
@@ -119,8 +136,11 @@ def check_fault_links(sc) -> None:
             raise ScenarioError(f"faults[{k}].link", list(f.link), no_link_reason(g))
         cable = frozenset(f.link)
         if cable in down:
-            raise ScenarioError(f"faults[{k}].link", list(f.link),
-                                f"the link is already down ({down[cable]}); a link fails once")
+            raise ScenarioError(
+                f"faults[{k}].link",
+                list(f.link),
+                f"the link is already down ({down[cable]}); a link fails once",
+            )
         down[cable] = f"faults[{k}]"
 
 

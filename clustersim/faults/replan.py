@@ -37,10 +37,14 @@ def new_dp(base, nodes: int, field: str, value) -> int:
         except ScenarioError:
             continue
         return dp
-    raise ScenarioError(field, value, f"elastic re-plan impossible: on {nodes} node(s) of {gpn} GPUs no data-parallel "
-                        f"degree with tp × pp = {tp} × {pp} fills whole nodes and runs the scenario (training."
-                        f"global_batch = {tr.global_batch} in micro-batches of {tr.micro_batch}, schedule "
-                        f"{base.parallel.schedule}); use recovery.policy: checkpoint_restart")
+    raise ScenarioError(
+        field,
+        value,
+        f"elastic re-plan impossible: on {nodes} node(s) of {gpn} GPUs no data-parallel "
+        f"degree with tp × pp = {tp} × {pp} fills whole nodes and runs the scenario (training."
+        f"global_batch = {tr.global_batch} in micro-batches of {tr.micro_batch}, schedule "
+        f"{base.parallel.schedule}); use recovery.policy: checkpoint_restart",
+    )
 
 
 def replan(base, old: Config, available: list[int], field: str, value) -> tuple[Config, float, float]:
@@ -67,8 +71,12 @@ def replan(base, old: Config, available: list[int], field: str, value) -> tuple[
         if held.get(gpu) == role:
             continue
         if role not in holders:
-            raise ScenarioError(field, value, f"elastic re-plan impossible: no surviving GPU holds the state of stage "
-                                f"{role[0]} (tp rank {role[1]}); use recovery.policy: checkpoint_restart")
+            raise ScenarioError(
+                field,
+                value,
+                f"elastic re-plan impossible: no surviving GPU holds the state of stage "
+                f"{role[0]} (tp rank {role[1]}); use recovery.policy: checkpoint_restart",
+            )
         src = holders[role][turn[role] % len(holders[role])]
         turn[role] += 1
         moves.append((src, gpu, int(state[role[0]])))
@@ -81,8 +89,13 @@ def migration_time(base, nodes: int, moves: list[tuple[int, int, int]]) -> float
     if not moves:
         return 0.0
     env = simpy.Environment()
-    site = SimpleNamespace(simulation=base.simulation, cluster=base.cluster.model_copy(update={"nodes": nodes}))
+    site = SimpleNamespace(
+        simulation=base.simulation, cluster=base.cluster.model_copy(update={"nodes": nodes})
+    )
     fabric = build_network(site, env, Recorder())
-    done = [fabric.transfer(f"gpu{src}", f"gpu{dst}", nbytes, label="state migration") for src, dst, nbytes in moves]
+    done = [
+        fabric.transfer(f"gpu{src}", f"gpu{dst}", nbytes, label="state migration")
+        for src, dst, nbytes in moves
+    ]
     env.run(simpy.AllOf(env, done))
     return env.now

@@ -78,8 +78,18 @@ class JobTimeline:
         self.since_ckpt: list[int] = []  # rows of iterations a restart would lose
 
     def _row(self, kind, start, end, iteration=None, useful=False, lost=False, note=""):
-        self.rows.append({"kind": kind, "iteration": iteration, "start_s": start, "end_s": end, "useful": useful,
-                          "lost": lost, "config": self.cfg.label(), "note": note})
+        self.rows.append(
+            {
+                "kind": kind,
+                "iteration": iteration,
+                "start_s": start,
+                "end_s": end,
+                "useful": useful,
+                "lost": lost,
+                "config": self.cfg.label(),
+                "note": note,
+            }
+        )
         return len(self.rows) - 1
 
     def run(self) -> list[dict]:
@@ -122,8 +132,12 @@ class JobTimeline:
         if f.kind == "gpu_fail":
             node = f.gpu // self.m.gpus_per_node
             if node not in self.cfg.phys:
-                raise ScenarioError(f"faults[{k}].gpu", f.gpu, f"GPU {f.gpu} is not in the job when this fault "
-                                    f"strikes (its nodes then: {sorted(self.cfg.phys)})")
+                raise ScenarioError(
+                    f"faults[{k}].gpu",
+                    f.gpu,
+                    f"GPU {f.gpu} is not in the job when this fault "
+                    f"strikes (its nodes then: {sorted(self.cfg.phys)})",
+                )
             return {node}
         self._check_link_fault(k, f)
         return self.m.cut_off(self.cfg, tuple(f.link))
@@ -132,8 +146,12 @@ class JobTimeline:
         """A link fault names physical links; once an elastic re-plan has re-formed the job
         the simulated cluster is a fresh one, so neither a cut nor a re-route is modelled."""
         if self.replanned:
-            raise ScenarioError(f"faults[{k}].link", list(f.link), "a link_fail after an elastic re-plan is not "
-                                "modelled (the re-planned cluster is a fresh one); use checkpoint_restart")
+            raise ScenarioError(
+                f"faults[{k}].link",
+                list(f.link),
+                "a link_fail after an elastic re-plan is not "
+                "modelled (the re-planned cluster is a fresh one); use checkpoint_restart",
+            )
 
     def _complete(self, kind, dur):
         start, self.t = self.t, self.t + dur
@@ -153,10 +171,18 @@ class JobTimeline:
         k, when, f, nodes = hit.index, hit.when, hit.fault, hit.cut
         self._consume(k)
         if when > self.t:  # the segment under way is cut short and its work lost
-            self._row(kind, self.t, when, iteration=self.done if kind == "iteration" else None, lost=True,
-                      note="interrupted")
+            self._row(
+                kind,
+                self.t,
+                when,
+                iteration=self.done if kind == "iteration" else None,
+                lost=True,
+                note="interrupted",
+            )
         self.t = when
-        what = f"GPU {f.gpu}" if f.kind == "gpu_fail" else f"link {list(f.link)} cut off node(s) {sorted(nodes)}"
+        what = (
+            f"GPU {f.gpu}" if f.kind == "gpu_fail" else f"link {list(f.link)} cut off node(s) {sorted(nodes)}"
+        )
         self._row("failure", when, when, note=f"faults[{k}]: {what} failed")
         self.ckpt_due = False  # a checkpoint under way is abandoned
         if self.rec.policy == "checkpoint_restart":
@@ -164,7 +190,11 @@ class JobTimeline:
                 self.rows[r].update(useful=False, lost=True, note="lost: after the last checkpoint")
             self.since_ckpt = []
             read = self.m.checkpoint_read_s if self.ckpt_done else 0.0
-            src = f"checkpoint at iteration {self.ckpt_done}" if self.ckpt_done else "scratch (no checkpoint yet)"
+            src = (
+                f"checkpoint at iteration {self.ckpt_done}"
+                if self.ckpt_done
+                else "scratch (no checkpoint yet)"
+            )
             self._pause("restart", self.rec.restart_time + read, f"restart on a spare from {src}")
             self.done = self.ckpt_done
             return
@@ -176,7 +206,9 @@ class JobTimeline:
         if f.kind == "link_fail":
             self._check_link_fault(k, f)
             self.cfg = Config(self.cfg.phys, self.cfg.dp, (*self.cfg.failed_links, tuple(f.link)))
-            self._row("reroute", self.t, self.t, note=f"faults[{k}]: link {list(f.link)} down; routes avoid it")
+            self._row(
+                "reroute", self.t, self.t, note=f"faults[{k}]: link {list(f.link)} down; routes avoid it"
+            )
             return
         new = list(range(self.next_node, self.next_node + f.nodes))
         self.next_node += f.nodes
@@ -188,8 +220,12 @@ class JobTimeline:
 
     def _replan(self, available, field, value):
         if self.cfg.failed_links:
-            raise ScenarioError(field, value, "an elastic re-plan while links are down is not modelled (the "
-                                "re-planned cluster is a fresh one); use checkpoint_restart")
+            raise ScenarioError(
+                field,
+                value,
+                "an elastic re-plan while links are down is not modelled (the "
+                "re-planned cluster is a fresh one); use checkpoint_restart",
+            )
         new, mig_s, moved = self.m.replan(self.cfg, available, field, value)
         self._pause("replan", self.rec.replan_time, f"re-form the job: {new.label()}")
         self.cfg, self.replanned = new, True

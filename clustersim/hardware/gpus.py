@@ -29,19 +29,37 @@ _A100 = "NVIDIA A100 datasheet / Ampere whitepaper via glennklockwood.com (hardw
 _HOPPER = "NVIDIA Hopper whitepaper via glennklockwood.com (hardware_specs.csv)"
 
 #: GPU name (the ``cluster.gpu`` word) → spec
-GPUS: dict[str, GPUSpec] = {g.name: g for g in (
-    GPUSpec("V100-SXM2-32GB", 32 * 10**9, 125e12, 900e9,
-            "NVIDIA V100 datasheet: 125 TFLOP/s tensor, 900 GB/s (hardware_specs.csv, UNVERIFIED)"),
-    GPUSpec("A100-SXM4-40GB", 40 * 10**9, 312e12, 1555e9, _A100),
-    GPUSpec("A100-SXM4-80GB", 80 * 10**9, 312e12, 2039e9, _A100),
-    GPUSpec("H100-SXM5-80GB", 80 * 10**9, 989.4e12, 3350e9, _HOPPER),
-    GPUSpec("H200-SXM-141GB", 141 * 10**9, 989.4e12, 4800e9,
-            "H200 spec pages (same GH100 compute as H100; 141 GB HBM3e, 4.8 TB/s) (hardware_specs.csv)"),
-    # edge and inference accelerators (inference pipelines, docs/inference.md); not in hardware_specs.csv
-    GPUSpec("T4-16GB", 16 * 10**9, 65e12, 320e9,
+GPUS: dict[str, GPUSpec] = {
+    g.name: g
+    for g in (
+        GPUSpec(
+            "V100-SXM2-32GB",
+            32 * 10**9,
+            125e12,
+            900e9,
+            "NVIDIA V100 datasheet: 125 TFLOP/s tensor, 900 GB/s (hardware_specs.csv, UNVERIFIED)",
+        ),
+        GPUSpec("A100-SXM4-40GB", 40 * 10**9, 312e12, 1555e9, _A100),
+        GPUSpec("A100-SXM4-80GB", 80 * 10**9, 312e12, 2039e9, _A100),
+        GPUSpec("H100-SXM5-80GB", 80 * 10**9, 989.4e12, 3350e9, _HOPPER),
+        GPUSpec(
+            "H200-SXM-141GB",
+            141 * 10**9,
+            989.4e12,
+            4800e9,
+            "H200 spec pages (same GH100 compute as H100; 141 GB HBM3e, 4.8 TB/s) (hardware_specs.csv)",
+        ),
+        # edge and inference accelerators (inference pipelines, docs/inference.md); not in hardware_specs.csv
+        GPUSpec(
+            "T4-16GB",
+            16 * 10**9,
+            65e12,
+            320e9,
             "NVIDIA T4 datasheet: 65 TFLOP/s mixed-precision FP16/FP32 tensor, 16 GB GDDR6, 320 GB/s "
-            "(TechPowerUp T4 page: 65.13 TFLOP/s FP16, 320.0 GB/s)"),
-)}
+            "(TechPowerUp T4 page: 65.13 TFLOP/s FP16, 320.0 GB/s)",
+        ),
+    )
+}
 
 
 def get_gpu(name: str) -> GPUSpec:

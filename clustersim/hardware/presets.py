@@ -31,11 +31,11 @@ from typing import Any
 from ..collectives.group import DEFAULT_ALPHA
 from ..errors import ScenarioError
 
-NVLINK_LINE_RATE = 25e9          # bytes/s per NVLink3/NVLink4 link per direction
-NVLINK_EFF_A100 = 20.0e9 / NVLINK_LINE_RATE   # NCCL topo.h SM80_NVLINK_BW
-NVLINK_EFF_H100 = 20.6e9 / NVLINK_LINE_RATE   # NCCL topo.h SM90_NVLINK_BW
-IB_EFFICIENCY = 0.94             # 47 of 50 GB/s per NDR NIC (nccl-tests #290, #319)
-PCIE_EFFICIENCY = 0.80           # PCIe Gen4 protocol overhead rule of thumb
+NVLINK_LINE_RATE = 25e9  # bytes/s per NVLink3/NVLink4 link per direction
+NVLINK_EFF_A100 = 20.0e9 / NVLINK_LINE_RATE  # NCCL topo.h SM80_NVLINK_BW
+NVLINK_EFF_H100 = 20.6e9 / NVLINK_LINE_RATE  # NCCL topo.h SM90_NVLINK_BW
+IB_EFFICIENCY = 0.94  # 47 of 50 GB/s per NDR NIC (nccl-tests #290, #319)
+PCIE_EFFICIENCY = 0.80  # PCIe Gen4 protocol overhead rule of thumb
 
 _ALPHA_NVLINK = {"intra_node": DEFAULT_ALPHA["nvlink"], "inter_node": DEFAULT_ALPHA["net"]}
 _ALPHA_PCIE = {"intra_node": DEFAULT_ALPHA["pcie"], "inter_node": DEFAULT_ALPHA["net"]}
@@ -45,8 +45,12 @@ def _dgx(gpu: str, nvlink_links: int, nvlink_eff: float, nic_gbit: float) -> dic
     return {
         "gpus_per_node": 8,
         "gpu": gpu,
-        "intra_node": {"kind": "nvswitch", "bandwidth": nvlink_links * NVLINK_LINE_RATE, "latency": 1e-6,
-                       "efficiency": nvlink_eff},
+        "intra_node": {
+            "kind": "nvswitch",
+            "bandwidth": nvlink_links * NVLINK_LINE_RATE,
+            "latency": 1e-6,
+            "efficiency": nvlink_eff,
+        },
         "nic": {"bandwidth": nic_gbit * 1e9 / 8, "latency": 1e-6, "per_node": 8, "efficiency": IB_EFFICIENCY},
         "pcie": None,
         "topology": {"kind": "fat_tree"},
@@ -79,11 +83,15 @@ CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
 
 #: preset name → the nccl_busbw.csv rows (by ``source``) it is validated against
 PRESET_SOURCES: dict[str, list[str]] = {
-    "dgx_a100": ["NVIDIA/nccl-tests issue #149 (8x A100 NVSwitch, ~230 GB/s)",
-                 "NVIDIA/nccl issue #812 (DGX A100 8x HDR multi-node, 192 GB/s)"],
-    "dgx_h100": ["NVIDIA/nccl-tests issue #212 (8x H100 ring, ~370 GB/s)",
-                 "NVIDIA/nccl-tests issue #319 (HGX H100 CX7 400G ring, up to ~396 GB/s)",
-                 "NVIDIA/nccl-tests issue #309 (4x HGX H100 8x400G, 365.84 GB/s)"],
+    "dgx_a100": [
+        "NVIDIA/nccl-tests issue #149 (8x A100 NVSwitch, ~230 GB/s)",
+        "NVIDIA/nccl issue #812 (DGX A100 8x HDR multi-node, 192 GB/s)",
+    ],
+    "dgx_h100": [
+        "NVIDIA/nccl-tests issue #212 (8x H100 ring, ~370 GB/s)",
+        "NVIDIA/nccl-tests issue #319 (HGX H100 CX7 400G ring, up to ~396 GB/s)",
+        "NVIDIA/nccl-tests issue #309 (4x HGX H100 8x400G, 365.84 GB/s)",
+    ],
     "hgx_h200": ["NVIDIA/nccl-tests issue #283 (248 nodes x 8 H200, ~350 GB/s; directional)"],
     "pcie_node": [],
 }

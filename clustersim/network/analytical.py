@@ -53,13 +53,19 @@ class AnalyticalFabric(Fabric):
             return None
         return latency + nbytes / bottleneck
 
-    def transfer(self, src: str, dst: str, nbytes: int, label: str = "", flow_key: Hashable = None) -> simpy.Event:
+    def transfer(
+        self, src: str, dst: str, nbytes: int, label: str = "", flow_key: Hashable = None
+    ) -> simpy.Event:
         """Fire after :meth:`fixed_time`, or — inside degradation windows — when the route's
         bottleneck profile has carried the bytes."""
         t = self.fixed_time(src, dst, nbytes, flow_key)
         if t is None:  # a degradation window touches the route
             now = self.env.now
-            t = finish_time(self._profile(src, dst, flow_key), now, nbytes) - now + self.route_cost(src, dst, flow_key)[0]
+            t = (
+                finish_time(self._profile(src, dst, flow_key), now, nbytes)
+                - now
+                + self.route_cost(src, dst, flow_key)[0]
+            )
         return self.env.timeout(t)
 
     def _profile(self, src: str, dst: str, flow_key: Hashable) -> list | None:
@@ -68,6 +74,15 @@ class AnalyticalFabric(Fabric):
         if key not in self._profiles:
             edges = [self.graph.edges[u, v] for u, v in self.router.links(src, dst, flow_key)]
             hit = any(e.get("windows") for e in edges)
-            self._profiles[key] = min_profile([rate_profile(e["bandwidth"], e.get("windows", ())) for e in edges
-                                               if e["bandwidth"] != math.inf]) if hit else None
+            self._profiles[key] = (
+                min_profile(
+                    [
+                        rate_profile(e["bandwidth"], e.get("windows", ()))
+                        for e in edges
+                        if e["bandwidth"] != math.inf
+                    ]
+                )
+                if hit
+                else None
+            )
         return self._profiles[key]

@@ -36,17 +36,26 @@ def apply_degradations(graph: nx.DiGraph, windows) -> None:
         for node in (a, b):
             if node not in graph:
                 near = ", ".join(sorted(graph)[:12])
-                raise ScenarioError(f"cluster.link_degradations[{i}].between", list(w.between),
-                                    f"{node!r} is not a node of this topology; nodes include: {near}, …")
+                raise ScenarioError(
+                    f"cluster.link_degradations[{i}].between",
+                    list(w.between),
+                    f"{node!r} is not a node of this topology; nodes include: {near}, …",
+                )
         if not graph.has_edge(a, b):
-            raise ScenarioError(f"cluster.link_degradations[{i}].between", list(w.between),
-                                f"no link joins {a} and {b}; {a} links to: {', '.join(sorted(graph.successors(a)))}")
+            raise ScenarioError(
+                f"cluster.link_degradations[{i}].between",
+                list(w.between),
+                f"no link joins {a} and {b}; {a} links to: {', '.join(sorted(graph.successors(a)))}",
+            )
         for u, v in ((a, b), (b, a)):
             if graph.has_edge(u, v):
                 data = graph.edges[u, v]
                 if data["bandwidth"] == math.inf:
-                    raise ScenarioError(f"cluster.link_degradations[{i}].between", list(w.between),
-                                        "this is a free wire (infinite bandwidth); degrade a real link")
+                    raise ScenarioError(
+                        f"cluster.link_degradations[{i}].between",
+                        list(w.between),
+                        "this is a free wire (infinite bandwidth); degrade a real link",
+                    )
                 data["windows"] = tuple(sorted((*data.get("windows", ()), (w.start, w.end, w.factor))))
 
 

@@ -21,7 +21,11 @@ DEFAULT_NETWORK_MODEL = "packet"
 
 
 def build_fabric(
-    kind: str, env: simpy.Environment, recorder: Recorder, graph: nx.DiGraph, chunk_size: int | None = None,
+    kind: str,
+    env: simpy.Environment,
+    recorder: Recorder,
+    graph: nx.DiGraph,
+    chunk_size: int | None = None,
     max_chunks: int | None = None,
 ) -> Fabric:
     """Build the fabric ``kind`` over ``graph``.

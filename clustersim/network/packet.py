@@ -61,8 +61,18 @@ _MERGE_RTOL = 1e-12
 class _Link:
     """One directed link: its FIFO state (``free_at``) and its open trace span."""
 
-    __slots__ = ("name", "bandwidth", "latency", "profile", "free_at", "flow", "span_idx", "span_start", "span_end",
-                 "span_bytes")
+    __slots__ = (
+        "name",
+        "bandwidth",
+        "latency",
+        "profile",
+        "free_at",
+        "flow",
+        "span_idx",
+        "span_start",
+        "span_end",
+        "span_bytes",
+    )
 
     def __init__(self, name: str, bandwidth: float, latency: float, windows: Windows = ()):
         self.name, self.bandwidth, self.latency = name, bandwidth, latency
@@ -91,13 +101,22 @@ class _Hop(Event):
 
     __slots__ = ("fabric", "flow", "hop", "size", "last", "inject")
 
-    def __init__(self, fabric: PacketFabric, flow: _Flow, hop: int, size: int, last: bool, inject: bool, at: float):
+    def __init__(
+        self, fabric: PacketFabric, flow: _Flow, hop: int, size: int, last: bool, inject: bool, at: float
+    ):
         env = fabric.env
         self.env = env
         self.callbacks = _FIRE  # shared and immutable: SimPy only iterates it
         self._value = None
         self._ok = True
-        self.fabric, self.flow, self.hop, self.size, self.last, self.inject = fabric, flow, hop, size, last, inject
+        self.fabric, self.flow, self.hop, self.size, self.last, self.inject = (
+            fabric,
+            flow,
+            hop,
+            size,
+            last,
+            inject,
+        )
         # what Environment.schedule does, at absolute time ``at`` (no now + (at - now) rounding)
         heappush(env._queue, (at, NORMAL, next(env._eid), self))
 
@@ -119,20 +138,29 @@ class PacketFabric(Fabric):
     from a :class:`~clustersim.topology.Router` over it (ECMP by flow).
     """
 
-    def __init__(self, env: simpy.Environment, recorder: Recorder, graph: nx.DiGraph, chunk_size: int | None = None,
-                 max_chunks: int | None = None):
+    def __init__(
+        self,
+        env: simpy.Environment,
+        recorder: Recorder,
+        graph: nx.DiGraph,
+        chunk_size: int | None = None,
+        max_chunks: int | None = None,
+    ):
         """``max_chunks`` caps the chunks of one message: a message larger than
         ``chunk_size × max_chunks`` moves in ``max_chunks`` equal chunks instead, which
         bounds the events per message at the cost of up to (hops − 1)/max_chunks of its
         serialization time in extra store-and-forward delay (docs/network.md)."""
         super().__init__(env, recorder)
-        if max_chunks is not None and (isinstance(max_chunks, bool) or not isinstance(max_chunks, int)
-                                       or max_chunks < 1):
+        if max_chunks is not None and (
+            isinstance(max_chunks, bool) or not isinstance(max_chunks, int) or max_chunks < 1
+        ):
             raise ScenarioError("simulation.max_chunks", max_chunks, "a whole number ≥ 1, or null for no cap")
         self.max_chunks = max_chunks
         chunk = DEFAULT_CHUNK_SIZE if chunk_size is None else chunk_size
         if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-            raise ScenarioError("simulation.chunk_size", chunk_size, "a whole number of bytes ≥ 1, e.g. 1 MiB")
+            raise ScenarioError(
+                "simulation.chunk_size", chunk_size, "a whole number of bytes ≥ 1, e.g. 1 MiB"
+            )
         self.graph = graph
         self.chunk_size = chunk
         self.router = Router(graph)
@@ -154,13 +182,16 @@ class PacketFabric(Fabric):
                     continue
                 link = self.links.get((u, v))
                 if link is None:
-                    link = self.links[u, v] = _Link(f"{u}->{v}", data["bandwidth"], data["latency"],
-                                                    data.get("windows", ()))
+                    link = self.links[u, v] = _Link(
+                        f"{u}->{v}", data["bandwidth"], data["latency"], data.get("windows", ())
+                    )
                 out.append(link)
             links = self._routes[key] = tuple(out)
         return links
 
-    def transfer(self, src: str, dst: str, nbytes: int, label: str = "", flow_key: Hashable = None) -> simpy.Event:
+    def transfer(
+        self, src: str, dst: str, nbytes: int, label: str = "", flow_key: Hashable = None
+    ) -> simpy.Event:
         """Send ``nbytes`` from ``src`` to ``dst``; the event fires when the last byte lands.
 
         ``flow_key`` (optional) separates flows between the same pair for ECMP; the label
@@ -191,14 +222,27 @@ class PacketFabric(Fabric):
         env = self.env
         now = env._now
         start = link.free_at if link.free_at > now else now
-        end = start + size / link.bandwidth if link.profile is None else finish_time(link.profile, start, size)
+        end = (
+            start + size / link.bandwidth if link.profile is None else finish_time(link.profile, start, size)
+        )
         link.free_at = end
         if size:
             if link.flow is flow and start - link.span_end <= start * _MERGE_RTOL:
                 link.span_end = end
                 link.span_bytes += size
                 self._spans[link.span_idx] = (
-                    link.name, "link", "link", flow.label, -1, -1, link.span_start, end, link.span_bytes, 0.0, "", -1
+                    link.name,
+                    "link",
+                    "link",
+                    flow.label,
+                    -1,
+                    -1,
+                    link.span_start,
+                    end,
+                    link.span_bytes,
+                    0.0,
+                    "",
+                    -1,
                 )
             else:
                 spans = self._spans

@@ -91,7 +91,9 @@ def decide_fold(sc) -> FoldDecision:
     if want is True:
         why = _why_not(sc)
         if why is not None:
-            raise ScenarioError("simulation.fold", True, f"cannot fold this scenario: {why}; use false or auto")
+            raise ScenarioError(
+                "simulation.fold", True, f"cannot fold this scenario: {why}; use false or auto"
+            )
         return FoldDecision(True, _describe(sc))
     if _obstacle(sc) is None and sc.num_gpus < AUTO_FOLD_MIN_GPUS:
         return FoldDecision(False, f"no (auto folds from {AUTO_FOLD_MIN_GPUS} GPUs)")
@@ -102,8 +104,10 @@ def decide_fold(sc) -> FoldDecision:
 
 
 def _describe(sc) -> str:
-    return (f"yes: 1 of {sc.parallel.tp * sc.dp} GPUs per stage simulated "
-            f"(tp {sc.parallel.tp} × dp {sc.dp} twins; their sends and DP all-reduces kept as shadow traffic)")
+    return (
+        f"yes: 1 of {sc.parallel.tp * sc.dp} GPUs per stage simulated "
+        f"(tp {sc.parallel.tp} × dp {sc.dp} twins; their sends and DP all-reduces kept as shadow traffic)"
+    )
 
 
 def representative(plan: Plan, device: int) -> int:

@@ -54,9 +54,13 @@ def _levels(graph) -> dict[str, tuple]:
     for node, data in graph.nodes(data=True):
         if data.get("kind") == "nic":
             leaves.setdefault(data["host"], set()).update(
-                v for v in graph.succ[node] if graph.nodes[v].get("kind") == "switch")
-    return {node: (data.get("site", 0), frozenset(leaves.get(data["host"], ())), data["host"])
-            for node, data in graph.nodes(data=True) if data.get("kind") == "gpu"}
+                v for v in graph.succ[node] if graph.nodes[v].get("kind") == "switch"
+            )
+    return {
+        node: (data.get("site", 0), frozenset(leaves.get(data["host"], ())), data["host"])
+        for node, data in graph.nodes(data=True)
+        if data.get("kind") == "gpu"
+    }
 
 
 def _level(where: dict[str, tuple], a: int, b: int) -> int:
@@ -82,8 +86,10 @@ def route_obstacle(sc) -> str | None:
             for t in range(plan.tp):
                 twin = _level(where, plan.device(s, r, t), plan.device(nxt, r, t))
                 if twin != level:
-                    return (f"stage {s}'s replica {r}, TP rank {t} sends to stage {nxt} within {LEVELS[twin]}, "
-                            f"replica 0 within {LEVELS[level]}")
+                    return (
+                        f"stage {s}'s replica {r}, TP rank {t} sends to stage {nxt} within {LEVELS[twin]}, "
+                        f"replica 0 within {LEVELS[level]}"
+                    )
     for s in range(plan.pp):
         ring = [_level(where, a, b) for a, b in _ring(plan.dp_group(s))]
         for t in range(1, plan.tp):

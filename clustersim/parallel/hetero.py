@@ -48,12 +48,21 @@ def replica_work(sc, plan: Plan, schedule, partition: list[int] | None) -> list[
     chunks = plan.pp * sc.parallel.virtual_stages
     gpus = device_gpus(sc.cluster)
     by_gpu = {g: chunk_costs(sc, chunks, partition, gpu=g) for g in dict.fromkeys(gpus)}
-    costs = [[by_gpu[gpus[plan.device(schedule.stage_of(k, plan.pp), r)]][k] for k in range(chunks)]
-             for r in range(plan.dp)]
+    costs = [
+        [by_gpu[gpus[plan.device(schedule.stage_of(k, plan.pp), r)]][k] for k in range(chunks)]
+        for r in range(plan.dp)
+    ]
     factors = device_factors(sc.cluster, plan.num_devices)
-    step = [[max(factors[plan.device(s, r, t)] for t in range(plan.tp))
-             * sum(c.forward + c.backward for k, c in enumerate(costs[r]) if schedule.stage_of(k, plan.pp) == s)
-             for s in range(plan.pp)] for r in range(plan.dp)]
+    step = [
+        [
+            max(factors[plan.device(s, r, t)] for t in range(plan.tp))
+            * sum(
+                c.forward + c.backward for k, c in enumerate(costs[r]) if schedule.stage_of(k, plan.pp) == s
+            )
+            for s in range(plan.pp)
+        ]
+        for r in range(plan.dp)
+    ]
     split = sc.parallel.dp_split
     if split == "even":
         counts = [sc.num_microbatches] * plan.dp

@@ -40,18 +40,37 @@ def resolve_partition(sc, chunks: int) -> list[int] | None:
     if sc.parallel.virtual_stages != 1:
         from ..errors import ScenarioError
 
-        raise ScenarioError("parallel.partition", part, "the PipeDream planner cuts one chunk per stage; "
-                            "accepted with virtual_stages > 1: even, balanced or a list")
+        raise ScenarioError(
+            "parallel.partition",
+            part,
+            "the PipeDream planner cuts one chunk per stage; "
+            "accepted with virtual_stages > 1: even, balanced or a list",
+        )
     if mixed:
         from .hetero import stage_limits
 
         factors, memory = stage_limits(sc)
-        fitting = uniform_partition(profiles, network_of(sc), sc.parallel.pp, sc.dp, stage_factors=factors,
-                                    stage_memory=memory)
+        fitting = uniform_partition(
+            profiles, network_of(sc), sc.parallel.pp, sc.dp, stage_factors=factors, stage_memory=memory
+        )
         # nothing fits: split by time alone, and let the simulation report the OOM
-        return fitting or uniform_partition(profiles, network_of(sc), sc.parallel.pp, sc.dp, stage_factors=factors)
+        return fitting or uniform_partition(
+            profiles, network_of(sc), sc.parallel.pp, sc.dp, stage_factors=factors
+        )
     return uniform_partition(profiles, network_of(sc), sc.parallel.pp, sc.dp)
 
 
-__all__ = ["LayerProfile", "Network", "Optimizer", "PipelinePlan", "PlanReport", "Stage", "data_parallel_time",
-           "layer_profiles", "network_of", "plan_scenario", "resolve_partition", "uniform_partition"]
+__all__ = [
+    "LayerProfile",
+    "Network",
+    "Optimizer",
+    "PipelinePlan",
+    "PlanReport",
+    "Stage",
+    "data_parallel_time",
+    "layer_profiles",
+    "network_of",
+    "plan_scenario",
+    "resolve_partition",
+    "uniform_partition",
+]

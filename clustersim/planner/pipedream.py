@@ -71,12 +71,15 @@ class Optimizer:
             self.prefix_w.append(self.prefix_w[-1] + lp.param_bytes)
             self.prefix_m.append(self.prefix_m[-1] + lp.activation_memory)
 
-    def stage_time(self, i: int, j: int, r: int, in_flight: int = 1, factor: float = 1.0,
-                   memory: float | None = None) -> float:
+    def stage_time(
+        self, i: int, j: int, r: int, in_flight: int = 1, factor: float = 1.0, memory: float | None = None
+    ) -> float:
         """T(i→j, r), or infinity when the stage does not fit in memory. ``factor`` scales
         the compute (a stage on slower GPUs); ``memory`` replaces the optimizer's capacity."""
         w = self.prefix_w[j + 1] - self.prefix_w[i]
-        mem = (self.prefix_s[j + 1] - self.prefix_s[i]) + (w + self.prefix_m[j + 1] - self.prefix_m[i]) * in_flight
+        mem = (self.prefix_s[j + 1] - self.prefix_s[i]) + (
+            w + self.prefix_m[j + 1] - self.prefix_m[i]
+        ) * in_flight
         if mem > (self.memory if memory is None else memory):
             return math.inf
         sync = 4 * (r - 1) * w / (r * self.net.bandwidth(r)) if r > 1 else 0.0
@@ -98,7 +101,11 @@ class Optimizer:
             for i in range(j):
                 for r in range(1, n):
                     head, stages = a(i, n - r)
-                    t = max(head, self.transfer(i, gpus), self.stage_time(i + 1, j, r, math.ceil(gpus / max(r, 1))))
+                    t = max(
+                        head,
+                        self.transfer(i, gpus),
+                        self.stage_time(i + 1, j, r, math.ceil(gpus / max(r, 1))),
+                    )
                     if t < best[0]:
                         best = (t, stages + (Stage(i + 1, j, r),))
             return best
@@ -106,8 +113,13 @@ class Optimizer:
         t, stages = a(n_layers - 1, gpus)
         return PipelinePlan(stages, t)
 
-    def uniform(self, pp: int, dp: int, stage_factors: list[float] | None = None,
-                stage_memory: list[float] | None = None) -> PipelinePlan:
+    def uniform(
+        self,
+        pp: int,
+        dp: int,
+        stage_factors: list[float] | None = None,
+        stage_memory: list[float] | None = None,
+    ) -> PipelinePlan:
         """The best split into ``pp`` stages, each replicated ``dp`` times. On a
         heterogeneous cluster ``stage_factors[s]`` scales stage s's compute and
         ``stage_memory[s]`` is its GPUs' memory (:mod:`.hetero`)."""
@@ -124,8 +136,11 @@ class Optimizer:
             best = inf
             for i in range(s - 2, j):
                 head, stages = b(i, s - 1)
-                t = max(head, self.transfer(i, gpus),
-                        self.stage_time(i + 1, j, dp, depth, factors[s - 1], memory[s - 1]))
+                t = max(
+                    head,
+                    self.transfer(i, gpus),
+                    self.stage_time(i + 1, j, dp, depth, factors[s - 1], memory[s - 1]),
+                )
                 if t < best[0]:
                     best = (t, stages + (Stage(i + 1, j, dp),))
             return best
@@ -139,9 +154,15 @@ def data_parallel_time(layers: list[LayerProfile], net: Network, gpus: int) -> f
     return Optimizer(layers, net).stage_time(0, len(layers) - 1, gpus)
 
 
-def uniform_partition(layers: list[LayerProfile], net: Network, pp: int, dp: int,
-                      memory_bytes: float = math.inf, stage_factors: list[float] | None = None,
-                      stage_memory: list[float] | None = None) -> list[int]:
+def uniform_partition(
+    layers: list[LayerProfile],
+    net: Network,
+    pp: int,
+    dp: int,
+    memory_bytes: float = math.inf,
+    stage_factors: list[float] | None = None,
+    stage_memory: list[float] | None = None,
+) -> list[int]:
     """Layers per stage of the best ``pp``-stage pipeline with every stage on ``dp`` replicas
     (per-stage compute factors and memory on a heterogeneous cluster)."""
     return Optimizer(layers, net, memory_bytes).uniform(pp, dp, stage_factors, stage_memory).partition

@@ -54,9 +54,17 @@ def layer_profiles(sc) -> list[LayerProfile]:
     from ..workload.stage_cost import chunk_costs
 
     n = model_layers(sc.model)
-    return [LayerProfile(c.forward, c.backward, float(c.activation_bytes), float(c.gradient_bytes),
-                         float(c.activation_memory), float(c.param_bytes))
-            for c in chunk_costs(sc, n, [1] * n)]
+    return [
+        LayerProfile(
+            c.forward,
+            c.backward,
+            float(c.activation_bytes),
+            float(c.gradient_bytes),
+            float(c.activation_memory),
+            float(c.param_bytes),
+        )
+        for c in chunk_costs(sc, n, [1] * n)
+    ]
 
 
 def network_of(sc) -> Network:

@@ -35,32 +35,44 @@ class PlanReport:
 
     def overrides(self, schedule: str = "pipedream") -> dict:
         """Scenario overrides that run the best uniform plan."""
-        return {"parallel.pp": self.uniform_pp, "parallel.dp": self.gpus // self.uniform_pp,
-                "parallel.partition": self.uniform.partition, "parallel.schedule": schedule}
+        return {
+            "parallel.pp": self.uniform_pp,
+            "parallel.dp": self.gpus // self.uniform_pp,
+            "parallel.partition": self.uniform.partition,
+            "parallel.schedule": schedule,
+        }
 
     def best_overrides(self, schedule: str = "pipedream") -> dict:
         """Scenario overrides that run the planner's best plan (per-stage replication)."""
         if self.uniform_only:
             return self.overrides(schedule)
-        return {"parallel.pp": len(self.best.stages), "parallel.dp": 1,
-                "parallel.stage_replicas": [s.replicas for s in self.best.stages],
-                "parallel.partition": self.best.partition, "parallel.schedule": schedule}
+        return {
+            "parallel.pp": len(self.best.stages),
+            "parallel.dp": 1,
+            "parallel.stage_replicas": [s.replicas for s in self.best.stages],
+            "parallel.partition": self.best.partition,
+            "parallel.schedule": schedule,
+        }
 
     def table(self) -> str:
         """A human-readable summary (what ``clustersim plan`` prints)."""
         on = f"{self.gpus} GPUs" if self.tp == 1 else f"{self.gpus} tensor-parallel groups of {self.tp} GPUs"
-        lines = [f"PipeDream planner on {on} (model estimates, per minibatch):",
-                 f"  data parallel             {self.data_parallel_s * 1e3:10.3f} ms",
-                 f"  best pipeline {self.best.config:<11} {self.best.time_per_minibatch_s * 1e3:10.3f} ms  "
-                 f"({self.speedup_over_dp:.2f}x over DP; layers per stage {self.best.partition})",
-                 f"  best uniform  pp={self.uniform_pp:<2} dp={self.gpus // self.uniform_pp:<3}"
-                 f"{self.uniform.time_per_minibatch_s * 1e3:10.3f} ms  (layers per stage {self.uniform.partition})",
-                 "run the planner's plan with: " + _sets(self.best_overrides()),
-                 "run the uniform plan with: " + _sets(self.overrides())]
+        lines = [
+            f"PipeDream planner on {on} (model estimates, per minibatch):",
+            f"  data parallel             {self.data_parallel_s * 1e3:10.3f} ms",
+            f"  best pipeline {self.best.config:<11} {self.best.time_per_minibatch_s * 1e3:10.3f} ms  "
+            f"({self.speedup_over_dp:.2f}x over DP; layers per stage {self.best.partition})",
+            f"  best uniform  pp={self.uniform_pp:<2} dp={self.gpus // self.uniform_pp:<3}"
+            f"{self.uniform.time_per_minibatch_s * 1e3:10.3f} ms  (layers per stage {self.uniform.partition})",
+            "run the planner's plan with: " + _sets(self.best_overrides()),
+            "run the uniform plan with: " + _sets(self.overrides()),
+        ]
         if self.uniform_only:  # the planner's plan is the uniform one: say it once
             del lines[-1]
         if self.uniform_only:
-            lines.insert(1, f"  (uniform pp × dp plans only — {self.uniform_only}; each stage priced on its own GPUs)")
+            lines.insert(
+                1, f"  (uniform pp × dp plans only — {self.uniform_only}; each stage priced on its own GPUs)"
+            )
         return "\n".join(lines)
 
 
@@ -110,17 +122,31 @@ def _plan_uniform_only(sc, layers, net, workers: int, why: str) -> PlanReport:
         if workers % pp:
             continue
         try:
-            placed = sc.with_overrides({"parallel.pp": pp, "parallel.dp": workers // pp, "parallel.virtual_stages": 1,
-                                        "parallel.partition": "balanced", "parallel.dp_split": "even"})
+            placed = sc.with_overrides(
+                {
+                    "parallel.pp": pp,
+                    "parallel.dp": workers // pp,
+                    "parallel.virtual_stages": 1,
+                    "parallel.partition": "balanced",
+                    "parallel.dp_split": "even",
+                }
+            )
         except ScenarioError:  # e.g. the global batch does not split over this dp
             continue
         factors, memory = stage_limits(placed)
         plans[pp], slowest = opt.uniform(pp, workers // pp, factors, memory), max(slowest, *factors)
     if not plans:
-        raise ScenarioError("parallel.pp", sc.parallel.pp, "no pp × dp plan of this cluster accepts the scenario's "
-                            "batch and model; check training.global_batch")
+        raise ScenarioError(
+            "parallel.pp",
+            sc.parallel.pp,
+            "no pp × dp plan of this cluster accepts the scenario's "
+            "batch and model; check training.global_batch",
+        )
     upp = min(plans, key=lambda pp: plans[pp].time_per_minibatch_s)
     # data parallelism runs at the pace of the slowest GPU (every placement has it in a stage)
-    dp_time = plans[1].time_per_minibatch_s if 1 in plans else \
-        opt.stage_time(0, len(layers) - 1, workers, factor=slowest)
+    dp_time = (
+        plans[1].time_per_minibatch_s
+        if 1 in plans
+        else opt.stage_time(0, len(layers) - 1, workers, factor=slowest)
+    )
     return PlanReport(workers, plans[upp], plans[upp], upp, dp_time, why, sc.parallel.tp)

@@ -69,8 +69,10 @@ class Scenario:
 
     def __repr__(self) -> str:
         p = self.spec.parallel
-        return (f"Scenario({self.name!r}, gpus={self.num_gpus}, tp={p.tp}, pp={p.pp}, dp={self.dp}, "
-                f"schedule={p.schedule!r}, m={self.num_microbatches})")
+        return (
+            f"Scenario({self.name!r}, gpus={self.num_gpus}, tp={p.tp}, pp={p.pp}, dp={self.dp}, "
+            f"schedule={p.schedule!r}, m={self.num_microbatches})"
+        )
 
 
 def load_scenario(source: str | Path | dict[str, Any] | Scenario) -> Scenario:

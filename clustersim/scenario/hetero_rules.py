@@ -16,17 +16,29 @@ def check_node_groups(spec) -> None:
         return
     total = sum(g.nodes for g in cl.node_groups)
     if total != cl.nodes:
-        raise ScenarioError("cluster.nodes", cl.nodes, f"node_groups hold {total} nodes; accepted: {total} "
-                            f"(or leave cluster.nodes out and it is their sum)")
+        raise ScenarioError(
+            "cluster.nodes",
+            cl.nodes,
+            f"node_groups hold {total} nodes; accepted: {total} "
+            f"(or leave cluster.nodes out and it is their sum)",
+        )
     from ..hardware.node_groups import gpu_types, heterogeneity
 
     if par.stage_replicas is not None and len(gpu_types(cl)) > 1:
-        raise ScenarioError("parallel.stage_replicas", par.stage_replicas, "stage replication runs one GPU type; "
-                            "with mixed node_groups GPUs use pp × dp with partition balanced and dp_split")
+        raise ScenarioError(
+            "parallel.stage_replicas",
+            par.stage_replicas,
+            "stage replication runs one GPU type; "
+            "with mixed node_groups GPUs use pp × dp with partition balanced and dp_split",
+        )
     if len(gpu_types(cl)) > 1 and (par.tp > cl.gpus_per_node or cl.gpus_per_node % par.tp):
-        raise ScenarioError("parallel.tp", par.tp, f"with {heterogeneity(cl)} a tensor-parallel group must sit "
-                            f"inside one node (one GPU type); accepted: a divisor of gpus_per_node = "
-                            f"{cl.gpus_per_node}")
+        raise ScenarioError(
+            "parallel.tp",
+            par.tp,
+            f"with {heterogeneity(cl)} a tensor-parallel group must sit "
+            f"inside one node (one GPU type); accepted: a divisor of gpus_per_node = "
+            f"{cl.gpus_per_node}",
+        )
 
 
 def microbatch_total(spec, dp: int) -> int:
@@ -34,15 +46,24 @@ def microbatch_total(spec, dp: int) -> int:
     for an uneven ``parallel.dp_split``."""
     tr, split = spec.training, spec.parallel.dp_split
     if tr.global_batch % tr.micro_batch:
-        raise ScenarioError("training.global_batch", tr.global_batch,
-                            f"must be a multiple of micro_batch = {tr.micro_batch}")
+        raise ScenarioError(
+            "training.global_batch", tr.global_batch, f"must be a multiple of micro_batch = {tr.micro_batch}"
+        )
     total = tr.global_batch // tr.micro_batch
     if total < dp:
-        raise ScenarioError("training.global_batch", tr.global_batch, f"dp_split needs at least one micro-batch "
-                            f"per replica; accepted: ≥ micro_batch × dp = {tr.micro_batch * dp}")
+        raise ScenarioError(
+            "training.global_batch",
+            tr.global_batch,
+            f"dp_split needs at least one micro-batch "
+            f"per replica; accepted: ≥ micro_batch × dp = {tr.micro_batch * dp}",
+        )
     if isinstance(split, list) and (len(split) != dp or sum(split) != total):
-        raise ScenarioError("parallel.dp_split", split, f"give the micro-batches of each of the dp = {dp} "
-                            f"replicas, summing to global_batch / micro_batch = {total}")
+        raise ScenarioError(
+            "parallel.dp_split",
+            split,
+            f"give the micro-batches of each of the dp = {dp} "
+            f"replicas, summing to global_batch / micro_batch = {total}",
+        )
     return total
 
 
@@ -51,13 +72,20 @@ def check_dp_split(spec, dp: int) -> list[int]:
     accept now (the listed ones; ``speed`` is split, and checked, at compile time)."""
     par = spec.parallel
     if par.stage_replicas is not None:
-        raise ScenarioError("parallel.dp_split", par.dp_split, "stage_replicas sets its own replication; "
-                            "accepted with it: even")
+        raise ScenarioError(
+            "parallel.dp_split",
+            par.dp_split,
+            "stage_replicas sets its own replication; accepted with it: even",
+        )
     from ..schedules import SCHEDULES
 
     if not SCHEDULES[par.schedule].flush:
         flushing = ", ".join(name for name, s in SCHEDULES.items() if s.flush)
-        raise ScenarioError("parallel.schedule", par.schedule, f"an uneven dp_split needs a flushing schedule "
-                            f"(replicas meet at one all-reduce per iteration); accepted: {flushing}")
+        raise ScenarioError(
+            "parallel.schedule",
+            par.schedule,
+            f"an uneven dp_split needs a flushing schedule "
+            f"(replicas meet at one all-reduce per iteration); accepted: {flushing}",
+        )
     microbatch_total(spec, dp)
     return list(par.dp_split) if isinstance(par.dp_split, list) else []

@@ -21,37 +21,65 @@ def check_inference(spec: ScenarioSpec) -> None:
     tr, par = spec.training, spec.parallel
     if tr.mode != "inference":
         if tr.arrival is not None:
-            raise ScenarioError("training.arrival", tr.arrival.model_dump(),
-                                "request arrivals apply only with training.mode: inference")
+            raise ScenarioError(
+                "training.arrival",
+                tr.arrival.model_dump(),
+                "request arrivals apply only with training.mode: inference",
+            )
         return
     why = "is training-only; inference runs forward passes only"
     if par.schedule not in INFERENCE_SCHEDULES:
-        raise ScenarioError("parallel.schedule", par.schedule, f"{why} (every stage runs the requests' forwards in "
-                            f"request order); accepted: {', '.join(INFERENCE_SCHEDULES)}")
+        raise ScenarioError(
+            "parallel.schedule",
+            par.schedule,
+            f"{why} (every stage runs the requests' forwards in "
+            f"request order); accepted: {', '.join(INFERENCE_SCHEDULES)}",
+        )
     if par.gradient_compression is not None:
-        raise ScenarioError("parallel.gradient_compression", par.gradient_compression.model_dump(),
-                            f"{why}, without gradients; remove it")
+        raise ScenarioError(
+            "parallel.gradient_compression",
+            par.gradient_compression.model_dump(),
+            f"{why}, without gradients; remove it",
+        )
     if par.activation_compression is not None:
-        raise ScenarioError("parallel.activation_compression", par.activation_compression.model_dump(),
-                            "not supported with inference yet; remove it")
+        raise ScenarioError(
+            "parallel.activation_compression",
+            par.activation_compression.model_dump(),
+            "not supported with inference yet; remove it",
+        )
     if par.parameter_server is not None:
-        raise ScenarioError("parallel.parameter_server", par.parameter_server.model_dump(), f"{why}; remove it")
+        raise ScenarioError(
+            "parallel.parameter_server", par.parameter_server.model_dump(), f"{why}; remove it"
+        )
     if par.dp_split != "even":
-        raise ScenarioError("parallel.dp_split", par.dp_split, "inference replicas take requests round robin; "
-                            "accepted: even")
+        raise ScenarioError(
+            "parallel.dp_split", par.dp_split, "inference replicas take requests round robin; accepted: even"
+        )
     if par.zero:
-        raise ScenarioError("parallel.zero", par.zero, f"ZeRO shards optimizer state and gradients, which {why}; "
-                            f"accepted: 0")
+        raise ScenarioError(
+            "parallel.zero", par.zero, f"ZeRO shards optimizer state and gradients, which {why}; accepted: 0"
+        )
     if tr.recompute != "none":
-        raise ScenarioError("training.recompute", tr.recompute, "recomputation serves the backward pass, which "
-                            "inference does not run; accepted: none")
+        raise ScenarioError(
+            "training.recompute",
+            tr.recompute,
+            "recomputation serves the backward pass, which inference does not run; accepted: none",
+        )
     if par.virtual_stages != 1:
-        raise ScenarioError("parallel.virtual_stages", par.virtual_stages,
-                            "inference runs one model chunk per stage; accepted: 1")
+        raise ScenarioError(
+            "parallel.virtual_stages",
+            par.virtual_stages,
+            "inference runs one model chunk per stage; accepted: 1",
+        )
     if par.stage_replicas is not None:
-        raise ScenarioError("parallel.stage_replicas", par.stage_replicas,
-                            "not supported with inference; accepted: none (use dp for replicas serving "
-                            "disjoint requests)")
+        raise ScenarioError(
+            "parallel.stage_replicas",
+            par.stage_replicas,
+            "not supported with inference; accepted: none (use dp for replicas serving disjoint requests)",
+        )
     if spec.simulation.iterations != 1:
-        raise ScenarioError("simulation.iterations", spec.simulation.iterations,
-                            "inference serves global_batch / micro_batch requests once; accepted: 1")
+        raise ScenarioError(
+            "simulation.iterations",
+            spec.simulation.iterations,
+            "inference serves global_batch / micro_batch requests once; accepted: 1",
+        )

@@ -22,8 +22,12 @@ _BRANCH_TAGS = ("int", "float", "str", "bool", "none", "function-", "constrained
 
 
 def _is_branch(part: object) -> bool:
-    return isinstance(part, str) and part.startswith(_BRANCH_TAGS) and not part.isidentifier() or part in (
-        "int", "float", "str", "bool", "none")
+    return (
+        isinstance(part, str)
+        and part.startswith(_BRANCH_TAGS)
+        and not part.isidentifier()
+        or part in ("int", "float", "str", "bool", "none")
+    )
 
 
 def _fields_at(loc: tuple) -> list[str]:
@@ -98,7 +102,9 @@ def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str,
             if nxt is None:
                 nxt = node[part] = {}
             if not isinstance(nxt, dict):
-                raise ScenarioError(key, value, f"{part!r} is not a section, so it has no field {parts[-1]!r}")
+                raise ScenarioError(
+                    key, value, f"{part!r} is not a section, so it has no field {parts[-1]!r}"
+                )
             node = nxt
         node[parts[-1]] = value
     return out

@@ -27,8 +27,10 @@ class _ModelSection(_Spec):
         if isinstance(raw, dict):
             unknown = [k for k in raw if k not in cls.model_fields]
             if unknown:
-                raise ValueError(f"unknown field {unknown[0]!r}; accepted fields for kind "
-                                 f"{cls.model_fields['kind'].default}: {', '.join(sorted(cls.model_fields))}")
+                raise ValueError(
+                    f"unknown field {unknown[0]!r}; accepted fields for kind "
+                    f"{cls.model_fields['kind'].default}: {', '.join(sorted(cls.model_fields))}"
+                )
         return raw
 
 
@@ -85,7 +87,11 @@ class TransformerModel(_ModelSection):
     def _known_preset(cls, name: str | None) -> str | None:
         from ..workload.model_presets import TRANSFORMER_PRESETS, model_preset_names
 
-        return name if name is None else known(name, TRANSFORMER_PRESETS, "transformer preset", model_preset_names())
+        return (
+            name
+            if name is None
+            else known(name, TRANSFORMER_PRESETS, "transformer preset", model_preset_names())
+        )
 
 
 class CNNModel(_ModelSection):

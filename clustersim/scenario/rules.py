@@ -21,7 +21,8 @@ def resolve_dp(spec: ScenarioSpec) -> int:
         return spec.parallel.dp
     if n % (tp * pp):
         raise ScenarioError(
-            "parallel.dp", "auto",
+            "parallel.dp",
+            "auto",
             f"the cluster's {n} GPUs do not divide by tp × pp = {tp} × {pp}; change tp/pp or the cluster",
         )
     return n // (tp * pp)
@@ -36,23 +37,31 @@ def check_rules(spec: ScenarioSpec) -> None:
     check_inference(spec)
     for field in ("gradient_compression", "activation_compression"):
         if getattr(par, field) is not None and par.stage_replicas is not None:
-            raise ScenarioError(f"parallel.{field}", getattr(par, field).model_dump(),
-                                "not supported with parallel.stage_replicas yet; remove one of them")
+            raise ScenarioError(
+                f"parallel.{field}",
+                getattr(par, field).model_dump(),
+                "not supported with parallel.stage_replicas yet; remove one of them",
+            )
     for k, straggler in enumerate(spec.cluster.stragglers):
         for g in straggler.gpus:
             if not 0 <= g < n:
                 raise ScenarioError(f"cluster.stragglers[{k}].gpus", g, f"GPU indices run from 0 to {n - 1}")
-    if spec.cluster.link_degradations and (spec.simulation.network == "direct"
-                                           or spec.simulation.collective_model == "analytical"):
-        raise ScenarioError("cluster.link_degradations", len(spec.cluster.link_degradations),
-                            "windows act on topology links in time: they need simulation.network packet or "
-                            "analytical and simulation.collective_model fabric")
+    if spec.cluster.link_degradations and (
+        spec.simulation.network == "direct" or spec.simulation.collective_model == "analytical"
+    ):
+        raise ScenarioError(
+            "cluster.link_degradations",
+            len(spec.cluster.link_degradations),
+            "windows act on topology links in time: they need simulation.network packet or "
+            "analytical and simulation.collective_model fabric",
+        )
     from ..faults.rules import check_fault_rules
 
     check_fault_rules(spec)
     if spec.cluster.nodes > 1 and spec.cluster.topology.get("kind") == "single_node":
         raise ScenarioError(
-            "cluster.topology.kind", "single_node",
+            "cluster.topology.kind",
+            "single_node",
             f"a cluster of {spec.cluster.nodes} nodes needs a multi-node topology (e.g. fat_tree)",
         )
     if par.stage_replicas is not None:
@@ -64,7 +73,8 @@ def check_rules(spec: ScenarioSpec) -> None:
     dp = resolve_dp(spec)
     if par.stage_replicas is None and par.tp * par.pp * dp != n:
         raise ScenarioError(
-            "parallel", f"tp={par.tp} pp={par.pp} dp={dp}",
+            "parallel",
+            f"tp={par.tp} pp={par.pp} dp={dp}",
             f"tp × pp × dp must equal the cluster's {n} GPUs (nodes × gpus_per_node)",
         )
     gc = par.gradient_compression
@@ -75,31 +85,41 @@ def check_rules(spec: ScenarioSpec) -> None:
         check_even_domains(gc, spec.cluster, Plan(par.tp, par.pp, dp, spec.cluster.gpus_per_node))
     if par.tp > 1 and spec.model.kind == "synthetic":
         raise ScenarioError(
-            "parallel.tp", par.tp,
+            "parallel.tp",
+            par.tp,
             "a synthetic model has per-GPU layer times and cannot be split by tensor parallelism; accepted: 1",
         )
     if par.tp > 1 and spec.model.kind == "cnn":
-        raise ScenarioError("parallel.tp", par.tp, "CNN models run data and pipeline parallel only; accepted: 1")
+        raise ScenarioError(
+            "parallel.tp", par.tp, "CNN models run data and pipeline parallel only; accepted: 1"
+        )
     from ..workload.rules import check_model_rules, model_layers
 
     check_model_rules(spec)
     layers = model_layers(spec.model)
     if spec.model.kind == "cnn" and layers < par.pp * par.virtual_stages:
-        raise ScenarioError("parallel.pp", par.pp, f"model {spec.model.preset} has {layers} partitionable "
-                            f"layers; accepted: pp × virtual_stages ≤ {layers}")
+        raise ScenarioError(
+            "parallel.pp",
+            par.pp,
+            f"model {spec.model.preset} has {layers} partitionable "
+            f"layers; accepted: pp × virtual_stages ≤ {layers}",
+        )
     chunks = par.pp * par.virtual_stages
     if isinstance(par.partition, list) and (len(par.partition) != chunks or sum(par.partition) != layers):
         raise ScenarioError(
-            "parallel.partition", par.partition,
+            "parallel.partition",
+            par.partition,
             f"give the layers of each of the pp × virtual_stages = {chunks} model chunks, summing to the "
             f"model's {layers} layers",
         )
     if par.partition != "even" and layers < chunks:
-        raise ScenarioError("parallel.pp", par.pp, f"the model has {layers} layers; accepted: pp × virtual_stages "
-                            f"≤ {layers}")
+        raise ScenarioError(
+            "parallel.pp", par.pp, f"the model has {layers} layers; accepted: pp × virtual_stages ≤ {layers}"
+        )
     if spec.model.kind != "cnn" and par.partition == "even" and layers % (par.pp * par.virtual_stages):
         raise ScenarioError(
-            "parallel.pp", par.pp,
+            "parallel.pp",
+            par.pp,
             f"model.layers = {layers} must divide evenly into pp × virtual_stages = "
             f"{par.pp * par.virtual_stages} stages; accepted: a divisor of {layers}",
         )
@@ -107,7 +127,8 @@ def check_rules(spec: ScenarioSpec) -> None:
     if par.dp_split == "even":
         if tr.global_batch % (tr.micro_batch * dp):
             raise ScenarioError(
-                "training.global_batch", tr.global_batch,
+                "training.global_batch",
+                tr.global_batch,
                 f"must be a multiple of micro_batch × dp = {tr.micro_batch} × {dp} = {tr.micro_batch * dp}",
             )
         counts = [tr.global_batch // (tr.micro_batch * dp)]
@@ -119,7 +140,8 @@ def check_rules(spec: ScenarioSpec) -> None:
         SCHEDULES[par.schedule].validate(par.pp, m, par.virtual_stages)  # e.g. interleaved: m % pp == 0
     if spec.model.kind == "synthetic" and spec.model.backward_weight > spec.model.backward:
         raise ScenarioError(
-            "model.backward_weight", spec.model.backward_weight,
+            "model.backward_weight",
+            spec.model.backward_weight,
             f"the weight-gradient part cannot exceed the whole backward ({spec.model.backward} s)",
         )
 
@@ -129,25 +151,42 @@ def check_stage_replicas(spec: ScenarioSpec) -> None:
     n, par = spec.cluster.num_gpus, spec.parallel
     reps = par.stage_replicas
     if len(reps) != par.pp or sum(reps) != n:
-        raise ScenarioError("parallel.stage_replicas", reps,
-                            f"give the GPUs of each of the pp = {par.pp} stages, summing to the cluster's {n} GPUs")
+        raise ScenarioError(
+            "parallel.stage_replicas",
+            reps,
+            f"give the GPUs of each of the pp = {par.pp} stages, summing to the cluster's {n} GPUs",
+        )
     if par.dp not in ("auto", 1):
-        raise ScenarioError("parallel.dp", par.dp, "stage_replicas sets each stage's replication; accepted: auto or 1")
+        raise ScenarioError(
+            "parallel.dp", par.dp, "stage_replicas sets each stage's replication; accepted: auto or 1"
+        )
     if par.tp != 1:
-        raise ScenarioError("parallel.tp", par.tp, "stage_replicas runs without tensor parallelism; accepted: 1")
+        raise ScenarioError(
+            "parallel.tp", par.tp, "stage_replicas runs without tensor parallelism; accepted: 1"
+        )
     if par.virtual_stages != 1:
-        raise ScenarioError("parallel.virtual_stages", par.virtual_stages,
-                            "stage_replicas runs one model chunk per stage; accepted: 1")
+        raise ScenarioError(
+            "parallel.virtual_stages",
+            par.virtual_stages,
+            "stage_replicas runs one model chunk per stage; accepted: 1",
+        )
     if par.zero:
         raise ScenarioError("parallel.zero", par.zero, "stage_replicas runs plain replicas; accepted: 0")
     if par.partition == "pipedream":
-        raise ScenarioError("parallel.partition", "pipedream", "with stage_replicas, accepted: even, balanced or a "
-                            "list (`clustersim plan` prints the planner's partition and replication)")
+        raise ScenarioError(
+            "parallel.partition",
+            "pipedream",
+            "with stage_replicas, accepted: even, balanced or a "
+            "list (`clustersim plan` prints the planner's partition and replication)",
+        )
     from ..schedules import SCHEDULES
     from ..schedules.replicated import replicable_schedules
 
     sch = SCHEDULES[par.schedule]
     if sch.chunks != 1 or sch.placement != "loop":
-        raise ScenarioError("parallel.schedule", par.schedule,
-                            f"stage_replicas needs a schedule with one model chunk per stage; accepted: "
-                            f"{', '.join(replicable_schedules())}")
+        raise ScenarioError(
+            "parallel.schedule",
+            par.schedule,
+            f"stage_replicas needs a schedule with one model chunk per stage; accepted: "
+            f"{', '.join(replicable_schedules())}",
+        )

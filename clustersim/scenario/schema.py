@@ -87,19 +87,26 @@ def _dp_value(dp: object) -> int | str:
 
 def _words_or_counts(words: tuple, expected: str):
     """A validator accepting one of ``words`` or a non-empty list of whole numbers ≥ 1."""
+
     def check(value: object):
-        if value in words or (isinstance(value, list) and value and all(
-                isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in value)):
+        if value in words or (
+            isinstance(value, list)
+            and value
+            and all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in value)
+        ):
             return value
         raise ValueError(f"expected {expected}")
 
     return BeforeValidator(check)
 
 
-_partition_value = _words_or_counts(("even", "balanced", "pipedream"),
-                                    "even, balanced, pipedream or a list of layers per model chunk (each ≥ 1)")
-_dp_split_value = _words_or_counts(("even", "speed"),
-                                   "even, speed or a list of micro-batches per data-parallel replica (each ≥ 1)")
+_partition_value = _words_or_counts(
+    ("even", "balanced", "pipedream"),
+    "even, balanced, pipedream or a list of layers per model chunk (each ≥ 1)",
+)
+_dp_split_value = _words_or_counts(
+    ("even", "speed"), "even, speed or a list of micro-batches per data-parallel replica (each ≥ 1)"
+)
 _replicas_value = _words_or_counts((None,), "a list of GPUs per pipeline stage (each ≥ 1), e.g. [15, 1]")
 
 
@@ -225,7 +232,9 @@ class FaultSpec(_Spec):
             if kind == self.kind and not given:
                 raise ValueError(f"a {kind} fault needs {name}")
             if kind != self.kind and given:
-                raise ValueError(f"{name} belongs to {kind} faults; a {self.kind} fault takes {needs[self.kind]}")
+                raise ValueError(
+                    f"{name} belongs to {kind} faults; a {self.kind} fault takes {needs[self.kind]}"
+                )
         return self
 
 

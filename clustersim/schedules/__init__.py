@@ -11,5 +11,12 @@ from .compiler import compile_pipeline, emit_pass
 from .registry import SCHEDULES, Schedule, register_schedule
 from .versions import max_versions_alive, update_staleness
 
-__all__ = ["SCHEDULES", "Schedule", "compile_pipeline", "emit_pass", "max_versions_alive", "register_schedule",
-           "update_staleness"]
+__all__ = [
+    "SCHEDULES",
+    "Schedule",
+    "compile_pipeline",
+    "emit_pass",
+    "max_versions_alive",
+    "register_schedule",
+    "update_staleness",
+]

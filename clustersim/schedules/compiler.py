@@ -47,10 +47,17 @@ from .orders import run_orders, stage_chunks
 from .registry import Schedule
 
 
-def compile_pipeline(schedule: Schedule, plan: Plan, costs: list[StageCost], m: int,
-                     iterations: int = 1, fold: bool = False,
-                     compression: Compression | None = None, activations: Compression | None = None,
-                     replicas: list | None = None) -> Program:
+def compile_pipeline(
+    schedule: Schedule,
+    plan: Plan,
+    costs: list[StageCost],
+    m: int,
+    iterations: int = 1,
+    fold: bool = False,
+    compression: Compression | None = None,
+    activations: Compression | None = None,
+    replicas: list | None = None,
+) -> Program:
     """The Program of ``iterations`` training iterations of ``schedule`` under ``plan``.
 
     ``costs`` holds one entry per model chunk (p·v of them, in model order). ``fold``
@@ -62,7 +69,9 @@ def compile_pipeline(schedule: Schedule, plan: Plan, costs: list[StageCost], m: 
     count, used instead of ``costs`` and ``m``; replicas meet at the gradient all-reduce."""
     p = plan.pp
     if len(costs) % p:
-        raise ProgramError(f"schedule {schedule.name!r}: {len(costs)} model chunks do not divide over {p} stages")
+        raise ProgramError(
+            f"schedule {schedule.name!r}: {len(costs)} model chunks do not divide over {p} stages"
+        )
     v = len(costs) // p
     work = [(w.costs, w.microbatches) for w in replicas] if replicas else [(costs, m)] * plan.dp
     orders = {}  # micro-batch count → the run's orders
@@ -107,10 +116,25 @@ def pass_memory(cost: StageCost, phase: str, split: bool, stash: bool) -> tuple[
     return 0, weights
 
 
-def emit_pass(prog: Program, plan: Plan, cost: StageCost, phase: str, stage: int, r: int, t: int,
-              mb: int, it: int, *, split: bool = False, name: str | None = None, version: int = -1,
-              alloc: int | None = None, free: int | None = None, fold: bool = False,
-              after: Op | None = None) -> tuple[Op, Op]:
+def emit_pass(
+    prog: Program,
+    plan: Plan,
+    cost: StageCost,
+    phase: str,
+    stage: int,
+    r: int,
+    t: int,
+    mb: int,
+    it: int,
+    *,
+    split: bool = False,
+    name: str | None = None,
+    version: int = -1,
+    alloc: int | None = None,
+    free: int | None = None,
+    fold: bool = False,
+    after: Op | None = None,
+) -> tuple[Op, Op]:
     """Emit one pass (its segments) on the device of (stage, r, t); return (first, last) op.
 
     ``split``: the backward is the input-gradient part only (a W pass follows). ``after``:
@@ -124,14 +148,39 @@ def emit_pass(prog: Program, plan: Plan, cost: StageCost, phase: str, stage: int
     for k, seg in enumerate(cost.segments(phase, split_backward=split)):
         deps = (last.id,) if last is not None else ()
         if seg.kind == "compute":
-            op = prog.add(dev, "compute", COMPUTE, name, stage=stage, microbatch=mb, phase=phase, iteration=it,
-                          duration=seg.duration, flops=seg.flops, deps=deps, version=version)
+            op = prog.add(
+                dev,
+                "compute",
+                COMPUTE,
+                name,
+                stage=stage,
+                microbatch=mb,
+                phase=phase,
+                iteration=it,
+                duration=seg.duration,
+                flops=seg.flops,
+                deps=deps,
+                version=version,
+            )
         else:
             group = tuple(plan.device(stage, r, q) for q in range(plan.tp))
-            op = prog.add(dev, "tp", COLLECTIVE, seg.name or f"tp {seg.collective}", stage=stage, microbatch=mb,
-                          phase=phase, iteration=it, nbytes=seg.nbytes, deps=deps, group=group,
-                          collective=seg.collective, tag=f"tp it{it} s{stage} r{r} {name} #{k}", version=version,
-                          arrivals=1 if fold else 0)
+            op = prog.add(
+                dev,
+                "tp",
+                COLLECTIVE,
+                seg.name or f"tp {seg.collective}",
+                stage=stage,
+                microbatch=mb,
+                phase=phase,
+                iteration=it,
+                nbytes=seg.nbytes,
+                deps=deps,
+                group=group,
+                collective=seg.collective,
+                tag=f"tp it{it} s{stage} r{r} {name} #{k}",
+                version=version,
+                arrivals=1 if fold else 0,
+            )
         first = first or op
         last = op
     if alloc is None:
@@ -143,7 +192,9 @@ def emit_pass(prog: Program, plan: Plan, cost: StageCost, phase: str, stage: int
     return first, last
 
 
-def _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold, compression, activations) -> None:
+def _emit_stage(
+    prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold, compression, activations
+) -> None:
     dev = plan.device(s, r, t)
     has_w = {(j, k) for ph, j, k in order if ph == "W"}
     stash = schedule.weights == "stash"
@@ -155,12 +206,33 @@ def _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold,
                 grad = sum(costs[c].gradient_bytes for c in stage_chunks(schedule, s, plan.pp, v))
                 label = "" if schedule.flush else f" u{j}"
                 twins = tuple(plan.dp_group(s, q) for q in range(1, plan.tp)) if fold else ()
-                deps = emit_gradient_allreduce(prog, dev, plan.dp_group(s, t), grad, stage=s, iteration=last_it,
-                                               label=label, tag=f"dp-allreduce it{last_it} u{j} s{s} t{t}",
-                                               deps=deps, compression=compression, fold=fold, shadows=twins)
+                deps = emit_gradient_allreduce(
+                    prog,
+                    dev,
+                    plan.dp_group(s, t),
+                    grad,
+                    stage=s,
+                    iteration=last_it,
+                    label=label,
+                    tag=f"dp-allreduce it{last_it} u{j} s{s} t{t}",
+                    deps=deps,
+                    compression=compression,
+                    fold=fold,
+                    shadows=twins,
+                )
             opt = sum(costs[c].optimizer for c in stage_chunks(schedule, s, plan.pp, v))
-            last = prog.add(dev, "compute", COMPUTE, "optimizer" if schedule.flush else f"optimizer u{j}", stage=s,
-                            phase="O", iteration=last_it, duration=opt, deps=deps, version=version + 1)
+            last = prog.add(
+                dev,
+                "compute",
+                COMPUTE,
+                "optimizer" if schedule.flush else f"optimizer u{j}",
+                stage=s,
+                phase="O",
+                iteration=last_it,
+                duration=opt,
+                deps=deps,
+                version=version + 1,
+            )
             version += 1
             continue
         cost, mb, last_it = costs[k], j % m, j // m
@@ -174,25 +246,60 @@ def _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold,
         labels = {"stage": s, "microbatch": mb, "phase": ph, "iteration": last_it}
         decoded = None
         if coded_in:  # received over a compressed link: decoded before the pass (its recv waits here)
-            decoded = last = emit_codec(prog, dev, f"decompress {name}", activations.half_seconds(coded_in),
-                                        (last.id,) if last is not None else (), **labels)
-        first, last = emit_pass(prog, plan, cost, ph, s, r, t, mb, last_it, split=split and ph == "B", name=name,
-                                version=fwd_version[(j, k)], alloc=alloc, free=free, fold=fold, after=last)
+            decoded = last = emit_codec(
+                prog,
+                dev,
+                f"decompress {name}",
+                activations.half_seconds(coded_in),
+                (last.id,) if last is not None else (),
+                **labels,
+            )
+        first, last = emit_pass(
+            prog,
+            plan,
+            cost,
+            ph,
+            s,
+            r,
+            t,
+            mb,
+            last_it,
+            split=split and ph == "B",
+            name=name,
+            version=fwd_version[(j, k)],
+            alloc=alloc,
+            free=free,
+            fold=fold,
+            after=last,
+        )
         if coded_out:  # coded before its send (which waits on the pass's last op)
-            last = emit_codec(prog, dev, f"compress {name}", activations.half_seconds(coded_out),
-                              (last.id,), **labels)
+            last = emit_codec(
+                prog, dev, f"compress {name}", activations.half_seconds(coded_out), (last.id,), **labels
+            )
         passes[(s, t, ph, j, k)] = (decoded or first, last)
 
 
-def _emit_replica(prog: Program, plan: Plan, schedule: Schedule, costs: list[StageCost], orders, m: int, v: int,
-                  r: int, fold: bool = False, compression: Compression | None = None,
-                  activations: Compression | None = None) -> None:
+def _emit_replica(
+    prog: Program,
+    plan: Plan,
+    schedule: Schedule,
+    costs: list[StageCost],
+    orders,
+    m: int,
+    v: int,
+    r: int,
+    fold: bool = False,
+    compression: Compression | None = None,
+    activations: Compression | None = None,
+) -> None:
     p = plan.pp
     tp_ranks = range(1 if fold else plan.tp)
     passes: dict[tuple, tuple[Op, Op]] = {}
     for s, order in enumerate(orders):
         for t in tp_ranks:
-            _emit_stage(prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold, compression, activations)
+            _emit_stage(
+                prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold, compression, activations
+            )
     sends: dict[tuple, Op] = {}
     for s, order in enumerate(orders):
         for t in tp_ranks:
@@ -211,11 +318,28 @@ def _emit_replica(prog: Program, plan: Plan, schedule: Schedule, costs: list[Sta
                 if coded_activation_bytes(activations, schedule, plan, s, r, t, transfers)[1]:
                     size = activations.shrunk(size)  # the pass compressed what it sends
                 label = f"{ph}{j % m}" + (f"c{k}" if v > 1 else "")
-                twins = tuple((plan.device(s, rr, tt), plan.device(to, rr, tt)) for rr in range(plan.dp)
-                              for tt in range(plan.tp) if (rr, tt) != (0, 0)) if fold else ()
+                twins = (
+                    tuple(
+                        (plan.device(s, rr, tt), plan.device(to, rr, tt))
+                        for rr in range(plan.dp)
+                        for tt in range(plan.tp)
+                        if (rr, tt) != (0, 0)
+                    )
+                    if fold
+                    else ()
+                )
                 sends[(to, t, ph, j, nxt)] = prog.add(
-                    src.device, "send", "send", f"send {label} s{s}->s{to}", stage=s, microbatch=j % m,
-                    iteration=j // m, nbytes=size, deps=(src.id,), shadows=twins)
+                    src.device,
+                    "send",
+                    "send",
+                    f"send {label} s{s}->s{to}",
+                    stage=s,
+                    microbatch=j % m,
+                    iteration=j // m,
+                    nbytes=size,
+                    deps=(src.id,),
+                    shadows=twins,
+                )
     for s, order in enumerate(orders):
         for t in tp_ranks:
             dev = plan.device(s, r, t)
@@ -223,8 +347,17 @@ def _emit_replica(prog: Program, plan: Plan, schedule: Schedule, costs: list[Sta
                 send = sends.get((s, t, ph, j, k))
                 if send is None:
                     continue
-                recv = prog.add(dev, "recv", "recv", "recv" + send.name[4:], stage=s, microbatch=j % m,
-                                iteration=j // m, nbytes=send.nbytes, peer=send.id)
+                recv = prog.add(
+                    dev,
+                    "recv",
+                    "recv",
+                    "recv" + send.name[4:],
+                    stage=s,
+                    microbatch=j % m,
+                    iteration=j // m,
+                    nbytes=send.nbytes,
+                    peer=send.id,
+                )
                 send.peer = recv.id
                 consumer = passes[(s, t, ph, j, k)][0]
                 consumer.deps = consumer.deps + (recv.id,)

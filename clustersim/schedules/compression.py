@@ -75,14 +75,23 @@ def check_even_domains(spec, cluster, plan) -> None:
             counts = Counter(domains[d] for d in plan.dp_group(s, t))
             if len(counts) > 1 and len(set(counts.values())) > 1:
                 raise ScenarioError(
-                    "parallel.gradient_compression.links", spec.links,
+                    "parallel.gradient_compression.links",
+                    spec.links,
                     f"stage {s}'s data-parallel group holds {dict(counts)} GPUs per {where}; the hierarchical "
                     f"compressed all-reduce needs the same number in each {where}; accepted: all, or a "
-                    f"plan/cluster that does")
+                    f"plan/cluster that does",
+                )
 
 
-def coded_activation_bytes(codec: Compression | None, schedule, plan, s: int, r: int, t: int,
-                           transfers: tuple[tuple[int, int] | None, ...]) -> tuple[int, int]:
+def coded_activation_bytes(
+    codec: Compression | None,
+    schedule,
+    plan,
+    s: int,
+    r: int,
+    t: int,
+    transfers: tuple[tuple[int, int] | None, ...],
+) -> tuple[int, int]:
     """(bytes decompressed before, bytes compressed after) a pass on the device of (s, r, t)
     whose (received, sent) are ``transfers`` (:func:`.compiler.pass_transfers`): a transfer's
     bytes where its neighbour chunk sits on another stage across a compressed link, else 0."""

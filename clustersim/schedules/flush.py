@@ -18,7 +18,9 @@ def gpipe(stage: int, p: int, m: int) -> list[tuple[str, int]]:
     return [("F", j) for j in range(m)] + [("B", j) for j in reversed(range(m))]
 
 
-@register_schedule("1f1b", "1F1B (PipeDream-Flush/DAPPLE): warm-up forwards, one-forward-one-backward, cool-down")
+@register_schedule(
+    "1f1b", "1F1B (PipeDream-Flush/DAPPLE): warm-up forwards, one-forward-one-backward, cool-down"
+)
 def one_f_one_b(stage: int, p: int, m: int) -> list[tuple[str, int]]:
     warmup = min(p - stage - 1, m)
     out = [("F", j) for j in range(warmup)]

@@ -33,10 +33,21 @@ from ..program import COLLECTIVE, Program
 from .compression import Compression, emit_codec
 
 
-def emit_gradient_allreduce(prog: Program, dev: int, group: tuple[int, ...], grad: int, *, stage: int,
-                            iteration: int, label: str, tag: str, deps: tuple[int, ...],
-                            compression: Compression | None, fold: bool = False,
-                            shadows: tuple = ()) -> tuple[int, ...]:
+def emit_gradient_allreduce(
+    prog: Program,
+    dev: int,
+    group: tuple[int, ...],
+    grad: int,
+    *,
+    stage: int,
+    iteration: int,
+    label: str,
+    tag: str,
+    deps: tuple[int, ...],
+    compression: Compression | None,
+    fold: bool = False,
+    shadows: tuple = (),
+) -> tuple[int, ...]:
     """Emit ``dev``'s ops of the gradient all-reduce of ``grad`` bytes over ``group``
     (module docstring); return the deps the optimizer op waits on. ``tag`` names this
     all-reduce (sub-collectives extend it); ``fold``/``shadows`` as in the compiler."""
@@ -61,7 +72,9 @@ def emit_gradient_allreduce(prog: Program, dev: int, group: tuple[int, ...], gra
     width = len(local)
     shard = grad / width
     if width > 1:
-        deps = emit.collective("reduce-scatter", "reduce_scatter", tuple(local), grad, f"{tag} rs d{domain}", deps)
+        deps = emit.collective(
+            "reduce-scatter", "reduce_scatter", tuple(local), grad, f"{tag} rs d{domain}", deps
+        )
     deps = emit.codec("compress", compression.half_seconds(shard), deps)
     i = local.index(dev)
     across = tuple(members[i] for members in parts.values())
@@ -84,13 +97,36 @@ class _Emitter:
     fold: bool
     shadows: tuple
 
-    def collective(self, what: str, kind: str, group: tuple[int, ...], nbytes: int, tag: str,
-                   deps: tuple[int, ...]) -> tuple[int]:
-        op = self.prog.add(self.dev, "comm", COLLECTIVE, f"dp {what} s{self.stage}{self.label}", stage=self.stage,
-                           iteration=self.iteration, nbytes=nbytes, deps=deps, group=group, collective=kind,
-                           tag=tag, arrivals=1 if self.fold else 0, shadows=self.shadows)
+    def collective(
+        self, what: str, kind: str, group: tuple[int, ...], nbytes: int, tag: str, deps: tuple[int, ...]
+    ) -> tuple[int]:
+        op = self.prog.add(
+            self.dev,
+            "comm",
+            COLLECTIVE,
+            f"dp {what} s{self.stage}{self.label}",
+            stage=self.stage,
+            iteration=self.iteration,
+            nbytes=nbytes,
+            deps=deps,
+            group=group,
+            collective=kind,
+            tag=tag,
+            arrivals=1 if self.fold else 0,
+            shadows=self.shadows,
+        )
         return (op.id,)
 
     def codec(self, name: str, seconds: float, deps: tuple[int, ...]) -> tuple[int]:
-        return (emit_codec(self.prog, self.dev, name, seconds, deps, stage=self.stage, phase="O",
-                           iteration=self.iteration).id,)
+        return (
+            emit_codec(
+                self.prog,
+                self.dev,
+                name,
+                seconds,
+                deps,
+                stage=self.stage,
+                phase="O",
+                iteration=self.iteration,
+            ).id,
+        )

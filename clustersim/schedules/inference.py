@@ -34,8 +34,11 @@ from .compiler import _emit_replica
 from .registry import Schedule
 
 #: the per-stage order of a forward-only pipeline: every request's forward, in request order
-FORWARD_ONLY = Schedule("forward_only", lambda stage, p, m: [("F", j) for j in range(m)],
-                        "forward passes only, in request order (inference)")
+FORWARD_ONLY = Schedule(
+    "forward_only",
+    lambda stage, p, m: [("F", j) for j in range(m)],
+    "forward passes only, in request order (inference)",
+)
 
 
 def arrival_times(arrival, n: int, seed: int) -> list[float]:
@@ -55,8 +58,9 @@ def arrival_times(arrival, n: int, seed: int) -> list[float]:
     return times
 
 
-def compile_inference(plan: Plan, costs: list[StageCost], m: int, arrivals: list[float],
-                      replicas: list | None = None) -> Program:
+def compile_inference(
+    plan: Plan, costs: list[StageCost], m: int, arrivals: list[float], replicas: list | None = None
+) -> Program:
     """The Program serving ``m`` requests per replica (``plan.dp`` replicas, one model chunk
     per stage, ``costs`` per stage); ``arrivals`` holds all m·dp requests' arrival times.
     ``replicas`` (mixed GPU types): per replica a :class:`~clustersim.parallel.hetero.ReplicaWork`
@@ -94,15 +98,21 @@ def _set_memory(ops: list[Op], costs: list[StageCost], p: int) -> dict[tuple[int
         s = op.stage
         out_bytes = costs[s].activation_bytes
         op.mem_alloc = out_bytes
-        last[key].mem_free = (costs[s - 1].activation_bytes if s > 0 else 0) + (out_bytes if s == p - 1 else 0)
+        last[key].mem_free = (costs[s - 1].activation_bytes if s > 0 else 0) + (
+            out_bytes if s == p - 1 else 0
+        )
     return first
 
 
-def _emit_arrivals(prog: Program, plan: Plan, r: int, times: list[float], firsts: dict[tuple[int, int], Op]) -> None:
+def _emit_arrivals(
+    prog: Program, plan: Plan, r: int, times: list[float], firsts: dict[tuple[int, int], Op]
+) -> None:
     now = 0.0
     for j, t in enumerate(times):
         gap = t - now
-        op = prog.add(plan.device(0, r, 0), ARRIVAL_LANE, COMPUTE, "arrival", stage=0, microbatch=j, duration=gap)
+        op = prog.add(
+            plan.device(0, r, 0), ARRIVAL_LANE, COMPUTE, "arrival", stage=0, microbatch=j, duration=gap
+        )
         now += gap
         for q in range(plan.tp):
             fwd = firsts[(plan.device(0, r, q), j)]

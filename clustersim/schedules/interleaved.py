@@ -18,7 +18,8 @@ from .registry import register_schedule
 def _check(p: int, m: int, v: int) -> None:
     if v > 1 and m % p:
         raise ScenarioError(
-            "parallel.schedule", "interleaved",
+            "parallel.schedule",
+            "interleaved",
             f"Megatron's interleaved schedule needs the micro-batches per iteration (m = {m}) to be a multiple of "
             f"pp = {p}; change training.global_batch or training.micro_batch (or use virtual_stages: 1)",
         )
@@ -30,8 +31,12 @@ def _item(phase: str, i: int, stage: int, p: int, v: int) -> tuple[str, int, int
     return (phase, group * p + pos % p, local * p + stage)
 
 
-@register_schedule("interleaved", "interleaved 1F1B (Megatron-LM): v model chunks per stage, bubble / v",
-                   chunks=None, check=_check)
+@register_schedule(
+    "interleaved",
+    "interleaved 1F1B (Megatron-LM): v model chunks per stage, bubble / v",
+    chunks=None,
+    check=_check,
+)
 def interleaved(stage: int, p: int, m: int, v: int = 1) -> list[tuple[str, int, int]]:
     total = m * v
     if v == 1:

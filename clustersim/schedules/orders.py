@@ -33,8 +33,10 @@ def _normalize(schedule: Schedule, stage: int, order: list, default_chunk: int) 
     out = []
     for item in order:
         if not isinstance(item, tuple) or len(item) not in (2, 3) or item[0] not in PASS_PHASES + ("O",):
-            raise ProgramError(f"schedule {schedule.name!r} stage {stage}: {item!r} is not an order item; "
-                               f"accepted: (phase, microbatch) or (phase, microbatch, chunk), phase in F, B, W, O")
+            raise ProgramError(
+                f"schedule {schedule.name!r} stage {stage}: {item!r} is not an order item; "
+                f"accepted: (phase, microbatch) or (phase, microbatch, chunk), phase in F, B, W, O"
+            )
         if item[0] == "O":
             out.append(("O", int(item[1]), -1))
         else:
@@ -42,8 +44,9 @@ def _normalize(schedule: Schedule, stage: int, order: list, default_chunk: int) 
     return out
 
 
-def check_order(schedule: Schedule, stage: int, order: list[tuple[str, int, int]], mbs: int,
-                chunks: list[int]) -> None:
+def check_order(
+    schedule: Schedule, stage: int, order: list[tuple[str, int, int]], mbs: int, chunks: list[int]
+) -> None:
     """Raise ProgramError unless ``order`` runs F and B of every (micro-batch, chunk) exactly
     once, at most one W each, B after F and W after B."""
     passes = [(ph, j, k) for ph, j, k in order if ph != "O"]
@@ -54,12 +57,15 @@ def check_order(schedule: Schedule, stage: int, order: list[tuple[str, int, int]
         raise ProgramError(
             f"schedule {schedule.name!r} stage {stage}: the order must hold F and B of every micro-batch "
             f"0..{mbs - 1}{f' and chunk in {chunks}' if len(chunks) > 1 else ''} exactly once; "
-            f"got {shown}{' …' if len(passes) > 12 else ''}")
+            f"got {shown}{' …' if len(passes) > 12 else ''}"
+        )
     pos = {x: i for i, x in enumerate(passes)}
     ws = [x for x in passes if x[0] == "W"]
     if len(set(ws)) != len(ws) or any(("F", j, k) not in pos for _, j, k in ws):
-        raise ProgramError(f"schedule {schedule.name!r} stage {stage}: each W must belong to one of the stage's "
-                           f"micro-batches and appear at most once")
+        raise ProgramError(
+            f"schedule {schedule.name!r} stage {stage}: each W must belong to one of the stage's "
+            f"micro-batches and appear at most once"
+        )
     for j in range(mbs):
         for k in chunks:
             if pos[("B", j, k)] < pos[("F", j, k)]:
@@ -68,7 +74,9 @@ def check_order(schedule: Schedule, stage: int, order: list[tuple[str, int, int]
                 raise ProgramError(f"schedule {schedule.name!r} stage {stage}: W{j} comes before B{j}")
 
 
-def run_orders(schedule: Schedule, p: int, m: int, v: int, iterations: int) -> list[list[tuple[str, int, int]]]:
+def run_orders(
+    schedule: Schedule, p: int, m: int, v: int, iterations: int
+) -> list[list[tuple[str, int, int]]]:
     """Per stage, the checked order of the whole run (see the module docstring)."""
     out = []
     for s in range(p):
@@ -76,8 +84,10 @@ def run_orders(schedule: Schedule, p: int, m: int, v: int, iterations: int) -> l
         if schedule.flush:
             one = _normalize(schedule, s, _call(schedule, s, p, m, v, iterations), chunks[0])
             if any(ph == "O" for ph, _, _ in one):
-                raise ProgramError(f"schedule {schedule.name!r} stage {s}: a flushing schedule gets its optimizer "
-                                   f"step from the compiler; its order must not hold ('O', i) items")
+                raise ProgramError(
+                    f"schedule {schedule.name!r} stage {s}: a flushing schedule gets its optimizer "
+                    f"step from the compiler; its order must not hold ('O', i) items"
+                )
             check_order(schedule, s, one, m, chunks)
             run = []
             for it in range(iterations):
@@ -86,7 +96,9 @@ def run_orders(schedule: Schedule, p: int, m: int, v: int, iterations: int) -> l
             run = _normalize(schedule, s, _call(schedule, s, p, m, v, iterations), chunks[0])
             check_order(schedule, s, run, m * iterations, chunks)
             if not run or run[-1][0] != "O":
-                raise ProgramError(f"schedule {schedule.name!r} stage {s}: a flush-free order must end with an "
-                                   f"optimizer step ('O', i), or the last gradients are never applied")
+                raise ProgramError(
+                    f"schedule {schedule.name!r} stage {s}: a flush-free order must end with an "
+                    f"optimizer step ('O', i), or the last gradients are never applied"
+                )
         out.append(run)
     return out

@@ -117,8 +117,9 @@ def worker_static_bytes(cost: StageCost) -> int:
     return int(cost.param_bytes - cost.memory_parts.get("optimizer", 0))
 
 
-def make_keys(costs: list[StageCost], tensors: list[list[int]], servers: list[int], partition: bool,
-              optimizer_s: float) -> list[list[Key]]:
+def make_keys(
+    costs: list[StageCost], tensors: list[list[int]], servers: list[int], partition: bool, optimizer_s: float
+) -> list[list[Key]]:
     """The keys of every tensor: sharded over all ``servers`` or on server ``t mod k``;
     a key pushes its share of the gradient bytes, pulls its share of the weights and keeps
     its share of the optimizer state on its server."""
@@ -131,14 +132,25 @@ def make_keys(costs: list[StageCost], tensors: list[list[int]], servers: list[in
         share = params / total if total else len(layers) / len(costs)
         homes = servers if partition else [servers[t % len(servers)]]
         k = len(homes)
-        out.append([Key(t, s, g, p, optimizer_s * share / k, o)
-                    for s, g, p, o in zip(homes, split(grad, k), split(params, k), split(state, k), strict=True)])
+        out.append(
+            [
+                Key(t, s, g, p, optimizer_s * share / k, o)
+                for s, g, p, o in zip(homes, split(grad, k), split(params, k), split(state, k), strict=True)
+            ]
+        )
     return out
 
 
-def compile_parameter_server(cfg: PSConfig, costs: list[StageCost], m: int, iterations: int, workers: int,
-                             server_names: list[str], optimizer_s: float,
-                             worker_costs: list[list[StageCost]] | None = None) -> Program:
+def compile_parameter_server(
+    cfg: PSConfig,
+    costs: list[StageCost],
+    m: int,
+    iterations: int,
+    workers: int,
+    server_names: list[str],
+    optimizer_s: float,
+    worker_costs: list[list[StageCost]] | None = None,
+) -> Program:
     """The Program of ``iterations`` PS iterations: ``workers`` GPUs (devices 0..w−1, one
     cost per layer in ``costs``, ``m`` micro-batches each) and the servers (devices w..,
     named ``server_names``); ``optimizer_s`` is the whole model's update time, split over
@@ -158,7 +170,9 @@ def compile_parameter_server(cfg: PSConfig, costs: list[StageCost], m: int, iter
     pulls, pushes = {}, {}
     for w in range(workers):
         for i in range(iterations):
-            _emit_worker(prog, w, i, worker_costs[w] if worker_costs else costs, keys, first, m, pulls, pushes)
+            _emit_worker(
+                prog, w, i, worker_costs[w] if worker_costs else costs, keys, first, m, pulls, pushes
+            )
     _emit_servers(prog, cfg, workers, iterations, keys, pulls, pushes)
     return prog
 
@@ -170,8 +184,14 @@ def parameter_server_program(sc) -> Program:
 
     ps = sc.parallel.parameter_server
     layers = model_layers(sc.model)
-    cfg = PSConfig(ps.mode, ps.staleness, ps.sync_after, ps.partition, ps.per_layer,
-                   tuple(ps.buckets) if ps.buckets else None)
+    cfg = PSConfig(
+        ps.mode,
+        ps.staleness,
+        ps.sync_after,
+        ps.partition,
+        ps.per_layer,
+        tuple(ps.buckets) if ps.buckets else None,
+    )
     from ..hardware.node_groups import device_gpus, gpu_types
 
     per_worker = None
@@ -179,9 +199,16 @@ def parameter_server_program(sc) -> Program:
         gpus = device_gpus(sc.cluster)
         by_gpu = {g: chunk_costs(sc, layers, [1] * layers, gpu=g) for g in dict.fromkeys(gpus)}
         per_worker = [by_gpu[g] for g in gpus]
-    return compile_parameter_server(cfg, chunk_costs(sc, layers, [1] * layers), sc.num_microbatches,
-                                    sc.simulation.iterations, sc.num_gpus, ps.servers,
-                                    chunk_costs(sc, 1)[0].optimizer, per_worker)
+    return compile_parameter_server(
+        cfg,
+        chunk_costs(sc, layers, [1] * layers),
+        sc.num_microbatches,
+        sc.simulation.iterations,
+        sc.num_gpus,
+        ps.servers,
+        chunk_costs(sc, 1)[0].optimizer,
+        per_worker,
+    )
 
 
 def check_parameter_server(spec) -> None:
@@ -193,65 +220,138 @@ def check_parameter_server(spec) -> None:
     ps, f = par.parameter_server, "parallel.parameter_server"
     for name in ("tp", "pp", "virtual_stages"):
         if getattr(par, name) != 1:
-            raise ScenarioError(f"parallel.{name}", getattr(par, name), "parameter-server workers each run the "
-                                "whole model (data parallel only); accepted: 1")
-    for name, off, accepted in (("stage_replicas", None, "unset"), ("gradient_compression", None, "unset"),
-                                ("activation_compression", None, "unset"), ("zero", 0, "0"),
-                                ("dp_split", "even", "even")):
+            raise ScenarioError(
+                f"parallel.{name}",
+                getattr(par, name),
+                "parameter-server workers each run the whole model (data parallel only); accepted: 1",
+            )
+    for name, off, accepted in (
+        ("stage_replicas", None, "unset"),
+        ("gradient_compression", None, "unset"),
+        ("activation_compression", None, "unset"),
+        ("zero", 0, "0"),
+        ("dp_split", "even", "even"),
+    ):
         if getattr(par, name) != off:
-            raise ScenarioError(f"parallel.{name}", getattr(par, name), f"not supported with {f}; accepted: {accepted}")
+            raise ScenarioError(
+                f"parallel.{name}", getattr(par, name), f"not supported with {f}; accepted: {accepted}"
+            )
     if ps.mode == SYNC and ps.staleness is not None:
-        raise ScenarioError(f"{f}.staleness", ps.staleness, "bounds async iterations; leave it unset with mode sync")
+        raise ScenarioError(
+            f"{f}.staleness", ps.staleness, "bounds async iterations; leave it unset with mode sync"
+        )
     if (ps.mode == HYBRID) != (ps.sync_after is not None):
-        raise ScenarioError(f"{f}.sync_after", ps.sync_after, "the async iterations before switching to sync: "
-                            "required with mode hybrid (a whole number ≥ 1), unset otherwise")
+        raise ScenarioError(
+            f"{f}.sync_after",
+            ps.sync_after,
+            "the async iterations before switching to sync: "
+            "required with mode hybrid (a whole number ≥ 1), unset otherwise",
+        )
     if spec.simulation.network == "direct":
-        raise ScenarioError("simulation.network", "direct", f"{f} needs a topology for its servers; accepted: "
-                            "packet or analytical")
+        raise ScenarioError(
+            "simulation.network",
+            "direct",
+            f"{f} needs a topology for its servers; accepted: packet or analytical",
+        )
     if ps.buckets is not None:
         from ..workload.rules import model_layers
 
         layers = model_layers(spec.model)
         if not ps.per_layer or sum(ps.buckets) != layers:
-            raise ScenarioError(f"{f}.buckets", ps.buckets, f"layers per tensor in forward order, summing to the "
-                                f"model's {layers} layers, with per_layer true")
+            raise ScenarioError(
+                f"{f}.buckets",
+                ps.buckets,
+                f"layers per tensor in forward order, summing to the "
+                f"model's {layers} layers, with per_layer true",
+            )
     if len(set(ps.servers)) != len(ps.servers):
         raise ScenarioError(f"{f}.servers", ps.servers, "each server once")
     graph = build_topology(cluster_dict(spec.cluster))
     others = sorted(n for n, kind in graph.nodes(data="kind") if kind != "gpu")
     for k, name in enumerate(ps.servers):
         if name not in others:
-            raise ScenarioError(f"{f}.servers[{k}]", name, "not a node of the topology that is not a GPU; known: "
-                                + ", ".join(others))
+            raise ScenarioError(
+                f"{f}.servers[{k}]",
+                name,
+                "not a node of the topology that is not a GPU; known: " + ", ".join(others),
+            )
 
 
-def _emit_worker(prog: Program, w: int, i: int, costs: list[StageCost], keys: list[list[Key]], first: dict,
-                 m: int, pulls: dict, pushes: dict) -> None:
+def _emit_worker(
+    prog: Program,
+    w: int,
+    i: int,
+    costs: list[StageCost],
+    keys: list[list[Key]],
+    first: dict,
+    m: int,
+    pulls: dict,
+    pushes: dict,
+) -> None:
     names = prog.device_names
     for t, tensor_keys in enumerate(keys):
         for key in tensor_keys:
-            pulls[w, key, i] = prog.add(w, PULL, RECV, f"pull T{t} {names[key.server]}", stage=t, iteration=i,
-                                        nbytes=key.pull_bytes)
+            pulls[w, key, i] = prog.add(
+                w, PULL, RECV, f"pull T{t} {names[key.server]}", stage=t, iteration=i, nbytes=key.pull_bytes
+            )
     last = len(costs) - 1
     for j in range(m):
         for layer, c in enumerate(costs):
             t = first.get(layer)
             deps = tuple(pulls[w, key, i].id for key in keys[t]) if j == 0 and t is not None else ()
-            prog.add(w, "compute", COMPUTE, f"F{j} L{layer}", stage=0, microbatch=j, phase="F", iteration=i,
-                     duration=c.forward, flops=c.forward_flops, deps=deps, mem_alloc=c.activation_memory)
+            prog.add(
+                w,
+                "compute",
+                COMPUTE,
+                f"F{j} L{layer}",
+                stage=0,
+                microbatch=j,
+                phase="F",
+                iteration=i,
+                duration=c.forward,
+                flops=c.forward_flops,
+                deps=deps,
+                mem_alloc=c.activation_memory,
+            )
         for layer in range(last, -1, -1):
             c = costs[layer]
-            b = prog.add(w, "compute", COMPUTE, f"B{j} L{layer}", stage=0, microbatch=j, phase="B", iteration=i,
-                         duration=c.backward, flops=c.backward_flops, mem_free=c.activation_memory)
+            b = prog.add(
+                w,
+                "compute",
+                COMPUTE,
+                f"B{j} L{layer}",
+                stage=0,
+                microbatch=j,
+                phase="B",
+                iteration=i,
+                duration=c.backward,
+                flops=c.backward_flops,
+                mem_free=c.activation_memory,
+            )
             t = first.get(layer)
             if j == m - 1 and t is not None:
                 for key in keys[t]:
-                    pushes[w, key, i] = prog.add(w, PUSH, SEND, f"push T{t} {names[key.server]}", stage=t,
-                                                 iteration=i, nbytes=key.push_bytes, deps=(b.id,))
+                    pushes[w, key, i] = prog.add(
+                        w,
+                        PUSH,
+                        SEND,
+                        f"push T{t} {names[key.server]}",
+                        stage=t,
+                        iteration=i,
+                        nbytes=key.push_bytes,
+                        deps=(b.id,),
+                    )
 
 
-def _emit_servers(prog: Program, cfg: PSConfig, workers: int, iterations: int, keys: list[list[Key]],
-                  pulls: dict, pushes: dict) -> None:
+def _emit_servers(
+    prog: Program,
+    cfg: PSConfig,
+    workers: int,
+    iterations: int,
+    keys: list[list[Key]],
+    pulls: dict,
+    pushes: dict,
+) -> None:
     updates: dict[tuple, Op] = {}  # (worker, key, i) → the op that applied that worker's gradient
     flat = [key for tensor_keys in keys for key in tensor_keys]
     pushed = [key for tensor_keys in reversed(keys) for key in tensor_keys]  # backward order
@@ -259,23 +359,55 @@ def _emit_servers(prog: Program, cfg: PSConfig, workers: int, iterations: int, k
         for key in flat:
             for w in range(workers):
                 deps = _pull_deps(cfg, w, key, i, workers, updates)
-                send = prog.add(key.server, server_lane(PULL, w), SEND, f"pull T{key.tensor} w{w}", stage=key.tensor,
-                                iteration=i, nbytes=key.pull_bytes, deps=deps)
+                send = prog.add(
+                    key.server,
+                    server_lane(PULL, w),
+                    SEND,
+                    f"pull T{key.tensor} w{w}",
+                    stage=key.tensor,
+                    iteration=i,
+                    nbytes=key.pull_bytes,
+                    deps=deps,
+                )
                 _pair(prog, send, pulls[w, key, i])
         for key in pushed:
             recvs = []
             for w in range(workers):
-                r = prog.add(key.server, server_lane(PUSH, w), RECV, f"push T{key.tensor} w{w}", stage=key.tensor,
-                             iteration=i, nbytes=key.push_bytes)
+                r = prog.add(
+                    key.server,
+                    server_lane(PUSH, w),
+                    RECV,
+                    f"push T{key.tensor} w{w}",
+                    stage=key.tensor,
+                    iteration=i,
+                    nbytes=key.push_bytes,
+                )
                 _pair(prog, pushes[w, key, i], r)
                 recvs.append(r.id)
                 if not cfg.is_sync(i):
-                    updates[w, key, i] = prog.add(key.server, server_lane(APPLY, w), COMPUTE,
-                                                  f"apply T{key.tensor} w{w}", stage=key.tensor, phase="O",
-                                                  iteration=i, duration=key.update_s, deps=(r.id,))
+                    updates[w, key, i] = prog.add(
+                        key.server,
+                        server_lane(APPLY, w),
+                        COMPUTE,
+                        f"apply T{key.tensor} w{w}",
+                        stage=key.tensor,
+                        phase="O",
+                        iteration=i,
+                        duration=key.update_s,
+                        deps=(r.id,),
+                    )
             if cfg.is_sync(i):
-                u = prog.add(key.server, UPDATE, COMPUTE, f"update T{key.tensor}", stage=key.tensor, phase="O",
-                             iteration=i, duration=key.update_s, deps=tuple(recvs))
+                u = prog.add(
+                    key.server,
+                    UPDATE,
+                    COMPUTE,
+                    f"update T{key.tensor}",
+                    stage=key.tensor,
+                    phase="O",
+                    iteration=i,
+                    duration=key.update_s,
+                    deps=tuple(recvs),
+                )
                 for w in range(workers):
                     updates[w, key, i] = u
 

@@ -37,8 +37,12 @@ def _one_f_one_b(stage: int, p: int, total: int, update_after) -> list[tuple]:
     return out
 
 
-@register_schedule("pipedream", "PipeDream: flush-free 1F1B, update per micro-batch, weight stashing",
-                   flush=False, weights="stash")
+@register_schedule(
+    "pipedream",
+    "PipeDream: flush-free 1F1B, update per micro-batch, weight stashing",
+    flush=False,
+    weights="stash",
+)
 def pipedream(stage: int, p: int, m: int, iterations: int = 1) -> list[tuple]:
     return _one_f_one_b(stage, p, m * iterations, lambda j: j)
 
@@ -46,13 +50,19 @@ def pipedream(stage: int, p: int, m: int, iterations: int = 1) -> list[tuple]:
 def _check_2bw(p: int, m: int, v: int) -> None:
     if m < p:
         raise ScenarioError(
-            "parallel.schedule", "pipedream_2bw",
+            "parallel.schedule",
+            "pipedream_2bw",
             f"PipeDream-2BW keeps two weight versions only when the micro-batches per batch (m = {m}) are at "
             f"least the pipeline depth pp = {p}; raise training.global_batch or lower pp",
         )
 
 
-@register_schedule("pipedream_2bw", "PipeDream-2BW: flush-free 1F1B, one update per batch, two weight buffers",
-                   flush=False, weights="double", check=_check_2bw)
+@register_schedule(
+    "pipedream_2bw",
+    "PipeDream-2BW: flush-free 1F1B, one update per batch, two weight buffers",
+    flush=False,
+    weights="double",
+    check=_check_2bw,
+)
 def pipedream_2bw(stage: int, p: int, m: int, iterations: int = 1) -> list[tuple]:
     return _one_f_one_b(stage, p, m * iterations, lambda j: j // m if (j + 1) % m == 0 else None)

@@ -65,7 +65,8 @@ class Schedule:
         """Raise ScenarioError if this schedule cannot run p stages, m micro-batches, v chunks."""
         if self.chunks is not None and v != self.chunks:
             raise ScenarioError(
-                "parallel.virtual_stages", v,
+                "parallel.virtual_stages",
+                v,
                 f"schedule {self.name!r} runs {self.chunks} model chunk(s) per stage; accepted: {self.chunks}",
             )
         if self.check is not None:
@@ -75,9 +76,16 @@ class Schedule:
 SCHEDULES: dict[str, Schedule] = {}
 
 
-def register_schedule(name: str, description: str = "", *, chunks: int | None = 1, placement: str = "loop",
-                      flush: bool = True, weights: str = "single",
-                      check: Callable[[int, int, int], None] | None = None) -> Callable[[OrderFn], OrderFn]:
+def register_schedule(
+    name: str,
+    description: str = "",
+    *,
+    chunks: int | None = 1,
+    placement: str = "loop",
+    flush: bool = True,
+    weights: str = "single",
+    check: Callable[[int, int, int], None] | None = None,
+) -> Callable[[OrderFn], OrderFn]:
     """Decorator: register ``order(stage, p, m)`` under ``name`` (replacing any same name).
 
     The keyword options are the :class:`Schedule` fields. Example — a schedule that runs

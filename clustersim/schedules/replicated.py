@@ -97,16 +97,19 @@ def merged_updates(schedule: Schedule, order: list[tuple[str, int, int]], r: int
     return kept
 
 
-def compile_replicated(schedule: Schedule, layout: ReplicaLayout, costs: list[StageCost], m: int,
-                       iterations: int = 1) -> Program:
+def compile_replicated(
+    schedule: Schedule, layout: ReplicaLayout, costs: list[StageCost], m: int, iterations: int = 1
+) -> Program:
     """The Program of ``iterations`` iterations of ``schedule`` with per-stage replication.
 
     ``costs`` holds one entry per stage (one model chunk each)."""
     p = layout.pp
     if len(costs) != p or schedule.chunks != 1 or schedule.placement != "loop":
-        raise ProgramError(f"schedule {schedule.name!r} with stage replicas {list(layout.replicas)}: needs one "
-                           f"model chunk per stage (got {len(costs)} chunks); accepted schedules: "
-                           f"{', '.join(replicable_schedules())}")
+        raise ProgramError(
+            f"schedule {schedule.name!r} with stage replicas {list(layout.replicas)}: needs one "
+            f"model chunk per stage (got {len(costs)} chunks); accepted schedules: "
+            f"{', '.join(replicable_schedules())}"
+        )
     schedule.validate(p, m, 1)
     orders = run_orders(schedule, p, m, 1, iterations)
     prog = Program(layout.num_devices)
@@ -122,8 +125,18 @@ def compile_replicated(schedule: Schedule, layout: ReplicaLayout, costs: list[St
     return prog
 
 
-def _emit_replica_stage(prog: Program, layout: ReplicaLayout, schedule: Schedule, cost: StageCost, order: list,
-                        updates: dict, m: int, s: int, i: int, passes: dict) -> None:
+def _emit_replica_stage(
+    prog: Program,
+    layout: ReplicaLayout,
+    schedule: Schedule,
+    cost: StageCost,
+    order: list,
+    updates: dict,
+    m: int,
+    s: int,
+    i: int,
+    passes: dict,
+) -> None:
     """Replica ``i`` of stage ``s``: its micro-batches' passes and the stage's kept updates."""
     r, dev = layout.replicas[s], layout.device(s, i)
     has_w = {j for ph, j, _ in order if ph == "W"}
@@ -136,12 +149,32 @@ def _emit_replica_stage(prog: Program, layout: ReplicaLayout, schedule: Schedule
             deps = (last.id,) if last is not None else ()
             label = "" if schedule.flush else f" u{u}"
             if r > 1:
-                ar = prog.add(dev, "comm", COLLECTIVE, f"dp all-reduce s{s}{label}", stage=s, iteration=it,
-                              nbytes=cost.gradient_bytes, deps=deps, group=layout.group(s),
-                              collective="all_reduce", tag=f"replica-allreduce it{it} u{u} s{s}")
+                ar = prog.add(
+                    dev,
+                    "comm",
+                    COLLECTIVE,
+                    f"dp all-reduce s{s}{label}",
+                    stage=s,
+                    iteration=it,
+                    nbytes=cost.gradient_bytes,
+                    deps=deps,
+                    group=layout.group(s),
+                    collective="all_reduce",
+                    tag=f"replica-allreduce it{it} u{u} s{s}",
+                )
                 deps = (ar.id,)
-            last = prog.add(dev, "compute", COMPUTE, f"optimizer{label}", stage=s, phase="O", iteration=it,
-                            duration=cost.optimizer, deps=deps, version=version + 1)
+            last = prog.add(
+                dev,
+                "compute",
+                COMPUTE,
+                f"optimizer{label}",
+                stage=s,
+                phase="O",
+                iteration=it,
+                duration=cost.optimizer,
+                deps=deps,
+                version=version + 1,
+            )
             version += 1
             continue
         if j % r != i:
@@ -150,14 +183,29 @@ def _emit_replica_stage(prog: Program, layout: ReplicaLayout, schedule: Schedule
         if ph == "F":
             fwd_version[j] = version
         alloc, free = pass_memory(cost, ph, split, schedule.weights == "stash")
-        passes[(s, ph, j)] = emit_pass(prog, layout, cost, ph, s, i, 0, j % m, j // m, split=split and ph == "B",
-                                       name=f"{ph}{j % m}", version=fwd_version[j], alloc=alloc, free=free,
-                                       after=last)
+        passes[(s, ph, j)] = emit_pass(
+            prog,
+            layout,
+            cost,
+            ph,
+            s,
+            i,
+            0,
+            j % m,
+            j // m,
+            split=split and ph == "B",
+            name=f"{ph}{j % m}",
+            version=fwd_version[j],
+            alloc=alloc,
+            free=free,
+            after=last,
+        )
         last = passes[(s, ph, j)][1]
 
 
-def _wire_transfers(prog: Program, layout: ReplicaLayout, costs: list[StageCost], orders: list, m: int,
-                    passes: dict) -> None:
+def _wire_transfers(
+    prog: Program, layout: ReplicaLayout, costs: list[StageCost], orders: list, m: int, passes: dict
+) -> None:
     """Sends in producer order and recvs in consumer order, replica to replica."""
     sends: dict[tuple, Op] = {}
     for s, order in enumerate(orders):
@@ -167,15 +215,33 @@ def _wire_transfers(prog: Program, layout: ReplicaLayout, costs: list[StageCost]
                 continue
             to, size = sent
             src = passes[(s, ph, j)][1]
-            sends[(to, ph, j)] = prog.add(src.device, "send", "send", f"send {ph}{j % m} s{s}->s{to}", stage=s,
-                                          microbatch=j % m, iteration=j // m, nbytes=size, deps=(src.id,))
+            sends[(to, ph, j)] = prog.add(
+                src.device,
+                "send",
+                "send",
+                f"send {ph}{j % m} s{s}->s{to}",
+                stage=s,
+                microbatch=j % m,
+                iteration=j // m,
+                nbytes=size,
+                deps=(src.id,),
+            )
     for s, order in enumerate(orders):
         for ph, j, _ in order:
             send = sends.get((s, ph, j))
             if send is None:
                 continue
-            recv = prog.add(layout.device(s, layout.replica_of(s, j)), "recv", "recv", "recv" + send.name[4:],
-                            stage=s, microbatch=j % m, iteration=j // m, nbytes=send.nbytes, peer=send.id)
+            recv = prog.add(
+                layout.device(s, layout.replica_of(s, j)),
+                "recv",
+                "recv",
+                "recv" + send.name[4:],
+                stage=s,
+                microbatch=j % m,
+                iteration=j // m,
+                nbytes=send.nbytes,
+                peer=send.id,
+            )
             send.peer = recv.id
             consumer = passes[(s, ph, j)][0]
             consumer.deps = consumer.deps + (recv.id,)

@@ -29,7 +29,9 @@ def update_staleness(prog: Program) -> pd.DataFrame:
                 oldest = op.version if oldest is None else min(oldest, op.version)
             elif op.phase == "O":
                 before = op.version - 1
-                rows.append((dev, op.stage, op.iteration, op.version, before - (before if oldest is None else oldest)))
+                rows.append(
+                    (dev, op.stage, op.iteration, op.version, before - (before if oldest is None else oldest))
+                )
                 oldest = None
     return pd.DataFrame(rows, columns=["device", "stage", "iteration", "version", "staleness"])
 

@@ -68,7 +68,9 @@ def _add_links(g: nx.DiGraph, items: object, tf: str) -> None:
         check_fields(item, LINK_FIELDS, lf)
         for end in ("src", "dst"):
             if item.get(end) not in g:
-                raise ScenarioError(f"{lf}.{end}", item.get(end), "a GPU (gpu0, gpu1, …) or a node listed in nodes")
+                raise ScenarioError(
+                    f"{lf}.{end}", item.get(end), "a GPU (gpu0, gpu1, …) or a node listed in nodes"
+                )
         src, dst = item["src"], item["dst"]
         if src == dst:
             raise ScenarioError(f"{lf}.dst", dst, "a node other than src")

@@ -95,5 +95,7 @@ def check_connected(g: nx.DiGraph, field: str) -> None:
     for gpu in gpus[1:]:
         if gpu not in reach or gpu not in back:
             raise ScenarioError(
-                field, gpu, f"every GPU must be joined by links to every other GPU; {gpu} is cut off from {gpus[0]}"
+                field,
+                gpu,
+                f"every GPU must be joined by links to every other GPU; {gpu} is cut off from {gpus[0]}",
             )

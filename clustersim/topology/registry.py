@@ -75,7 +75,8 @@ def build_topology(cluster: dict) -> nx.DiGraph:
         expected = cluster.get("nodes", 1) * cluster.get("gpus_per_node", 8)
         if expected != len(gpus):
             raise ScenarioError(
-                "cluster.nodes", cluster.get("nodes", 1),
+                "cluster.nodes",
+                cluster.get("nodes", 1),
                 f"nodes × gpus_per_node must equal the {len(gpus)} GPUs the wan sites hold",
             )
     field = "cluster.topology.links" if g.graph["kind"] == "custom" else "cluster.topology"

@@ -82,8 +82,12 @@ class Router:
         if hops is None:
             d, kinds = dist[node], self.graph.nodes
             hops = sorted(v for v in self.graph.succ[node] if dist.get(v, -1) == d - 1)
-            if len(hops) > 1 and kinds[node].get("kind") == "gpu" and kinds[dst].get("kind") == "gpu" \
-                    and kinds[node].get("host") == kinds[dst].get("host"):
+            if (
+                len(hops) > 1
+                and kinds[node].get("kind") == "gpu"
+                and kinds[dst].get("kind") == "gpu"
+                and kinds[node].get("host") == kinds[dst].get("host")
+            ):
                 # a NIC shared by several GPUs of a server is as many hops away as their
                 # intra-node switch, but it does not carry traffic between them
                 hops = [v for v in hops if kinds[v].get("kind") != "nic"] or hops

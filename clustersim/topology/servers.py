@@ -58,19 +58,26 @@ class ServerSpec:
         per_node = nic.get("per_node")
         per_node = gpn if per_node is None else count_field(per_node, f"{field}.nic.per_node")
         if per_node > gpn:
-            raise ScenarioError(f"{field}.nic.per_node", per_node, f"at most gpus_per_node ({gpn}) NICs per node")
+            raise ScenarioError(
+                f"{field}.nic.per_node", per_node, f"at most gpus_per_node ({gpn}) NICs per node"
+            )
         pcie = cluster.get("pcie")
         return cls(
             nodes=nodes,
             gpus_per_node=gpn,
             intra_kind=kind,
-            intra_bandwidth=bandwidth_field(intra.get("bandwidth", 3.0e11), f"{field}.intra_node.bandwidth") * intra_eff,
+            intra_bandwidth=bandwidth_field(intra.get("bandwidth", 3.0e11), f"{field}.intra_node.bandwidth")
+            * intra_eff,
             intra_latency=latency_field(intra.get("latency", 1e-6), f"{field}.intra_node.latency"),
             nic_bandwidth=bandwidth_field(nic.get("bandwidth", 2.5e10), f"{field}.nic.bandwidth") * nic_eff,
             nic_latency=latency_field(nic.get("latency", 1e-6), f"{field}.nic.latency"),
             nics_per_node=per_node,
-            pcie_bandwidth=None if pcie is None else bandwidth_field(pcie.get("bandwidth"), f"{field}.pcie.bandwidth"),
-            pcie_latency=0.0 if pcie is None else latency_field(pcie.get("latency", 0.0), f"{field}.pcie.latency"),
+            pcie_bandwidth=None
+            if pcie is None
+            else bandwidth_field(pcie.get("bandwidth"), f"{field}.pcie.bandwidth"),
+            pcie_latency=0.0
+            if pcie is None
+            else latency_field(pcie.get("latency", 0.0), f"{field}.pcie.latency"),
         )
 
 

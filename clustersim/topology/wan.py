@@ -51,7 +51,9 @@ def build_wan(cluster: dict, field: str = "cluster") -> nx.DiGraph:
     check_fields(topo, FIELDS, tf)
     sites = topo.get("sites")
     if not isinstance(sites, list) or not sites:
-        raise ScenarioError(f"{tf}.sites", sites, "a non-empty list of sites, each a cluster such as {nodes: 2}")
+        raise ScenarioError(
+            f"{tf}.sites", sites, "a non-empty list of sites, each a cluster such as {nodes: 2}"
+        )
     bw = None if "bandwidth" not in topo else bandwidth_field(topo["bandwidth"], f"{tf}.bandwidth")
     lat = latency_field(topo.get("latency", 0.0), f"{tf}.latency")
 

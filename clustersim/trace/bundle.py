@@ -28,9 +28,20 @@ import yaml
 
 from .recorder import SPAN_FIELDS
 
-SPAN_DTYPES = {"device": str, "lane": str, "kind": str, "name": str, "phase": str, "stage": "int64",
-               "microbatch": "int64", "iteration": "int64", "bytes": "int64", "start_s": float, "end_s": float,
-               "flops": float}
+SPAN_DTYPES = {
+    "device": str,
+    "lane": str,
+    "kind": str,
+    "name": str,
+    "phase": str,
+    "stage": "int64",
+    "microbatch": "int64",
+    "iteration": "int64",
+    "bytes": "int64",
+    "start_s": float,
+    "end_s": float,
+    "flops": float,
+}
 
 
 def _has_pyarrow() -> bool:
@@ -83,8 +94,12 @@ def save_result(res, directory: str | Path, plots: bool = True) -> Path:
 def redraw(res, directory: str | Path, dpi: int = 110) -> list[Path]:
     """Draw the bundle's pictures of ``res`` into ``directory``; returns the files written."""
     out = Path(directory)
-    figs = {"gantt.png": res.plot_gantt, "utilization.png": res.plot_utilization, "memory.png": res.plot_memory,
-            "breakdown.png": res.plot_breakdown}
+    figs = {
+        "gantt.png": res.plot_gantt,
+        "utilization.png": res.plot_utilization,
+        "memory.png": res.plot_memory,
+        "breakdown.png": res.plot_breakdown,
+    }
     from ..viz.layout import AGGREGATE_ABOVE, num_gpus
 
     if num_gpus(res.spans) > AGGREGATE_ABOVE:
@@ -103,8 +118,10 @@ def load_result(directory: str | Path):
 
     d = Path(directory)
     if not (d / "summary.json").exists():
-        raise FileNotFoundError(f"{d}: not a clustersim result bundle (no summary.json); "
-                                "write one with res.save(dir) or `clustersim run SCENARIO --out DIR`")
+        raise FileNotFoundError(
+            f"{d}: not a clustersim result bundle (no summary.json); "
+            "write one with res.save(dir) or `clustersim run SCENARIO --out DIR`"
+        )
     summary = json.loads((d / "summary.json").read_text())
     spans = _read_table(d, "spans", SPAN_DTYPES)
     spans = spans[list(SPAN_FIELDS)].astype({k: v for k, v in SPAN_DTYPES.items() if k in spans.columns})
@@ -114,6 +131,11 @@ def load_result(directory: str | Path):
     scenario = yaml.safe_load(scenario_path.read_text()) if scenario_path.exists() else {}
     waits = pd.read_csv(d / "waits.csv", keep_default_na=False) if (d / "waits.csv").exists() else None
     requests = pd.read_csv(d / "requests.csv") if (d / "requests.csv").exists() else None
-    job = pd.read_csv(d / "job.csv", keep_default_na=False, na_values={"iteration": [""]},
-                      dtype={"iteration": "Int64"}) if (d / "job.csv").exists() else None
+    job = (
+        pd.read_csv(
+            d / "job.csv", keep_default_na=False, na_values={"iteration": [""]}, dtype={"iteration": "Int64"}
+        )
+        if (d / "job.csv").exists()
+        else None
+    )
     return Result(summary, spans, devices, memory, scenario or {}, requests=requests, waits=waits, job=job)

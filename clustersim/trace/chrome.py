@@ -33,8 +33,13 @@ LINK_COUNTERS = 64
 
 
 def _meta(kind: str, pid: int, tid: int, value) -> dict:
-    return {"ph": "M", "name": kind, "pid": pid, "tid": tid, "args": {"name" if kind.endswith("name") else
-                                                                        "sort_index": value}}
+    return {
+        "ph": "M",
+        "name": kind,
+        "pid": pid,
+        "tid": tid,
+        "args": {"name" if kind.endswith("name") else "sort_index": value},
+    }
 
 
 def _tracks(spans: pd.DataFrame, devices: pd.DataFrame | None) -> tuple[np.ndarray, list[dict], dict]:
@@ -44,8 +49,10 @@ def _tracks(spans: pd.DataFrame, devices: pd.DataFrame | None) -> tuple[np.ndarr
         node = dict(zip(devices["device"], devices["node"].astype(int)))
     dev = spans["device"].astype(str).to_numpy()
     lane = spans["lane"].astype(str).to_numpy()
-    pairs = sorted(set(zip(dev, lane)), key=lambda p: (p[1] == "link", natural_key(p[0]),
-                                                        LANE_ORDER.get(p[1], 9), natural_key(p[1])))
+    pairs = sorted(
+        set(zip(dev, lane)),
+        key=lambda p: (p[1] == "link", natural_key(p[0]), LANE_ORDER.get(p[1], 9), natural_key(p[1])),
+    )
     procs: dict[str, int] = {}
     tracks: dict[tuple[str, str], tuple[int, int]] = {}
     per_proc: dict[int, int] = {}  # tracks so far in each process
@@ -58,8 +65,10 @@ def _tracks(spans: pd.DataFrame, devices: pd.DataFrame | None) -> tuple[np.ndarr
         pid = procs[proc]
         tid = per_proc[pid] = per_proc.get(pid, 0) + 1
         tracks[(d, ln)] = (pid, tid)
-        meta += [_meta("thread_name", pid, tid, d if ln == "link" else f"{d} {ln}"),
-                 _meta("thread_sort_index", pid, tid, tid)]
+        meta += [
+            _meta("thread_name", pid, tid, d if ln == "link" else f"{d} {ln}"),
+            _meta("thread_sort_index", pid, tid, tid),
+        ]
     return procs, tracks, meta
 
 
@@ -89,7 +98,9 @@ def _flows(spans: pd.DataFrame, devices: pd.DataFrame | None, slices: list[dict]
     never on a boundary that touches a neighbour, so each binds to the right slice."""
     coord = {}
     if devices is not None and {"dp_rank", "tp_rank"} <= set(devices.columns):
-        coord = {d: (int(r), int(t)) for d, r, t in zip(devices["device"], devices["dp_rank"], devices["tp_rank"])}
+        coord = {
+            d: (int(r), int(t)) for d, r, t in zip(devices["device"], devices["dp_rank"], devices["tp_rank"])
+        }
     pending: dict[tuple, list[int]] = {}
     names = spans["name"].astype(str).to_numpy()
     kinds = spans["kind"].to_numpy()
@@ -109,10 +120,29 @@ def _flows(spans: pd.DataFrame, devices: pd.DataFrame | None, slices: list[dict]
             j = queue.pop(0)
             s, r = slices[j], slices[i]
             fid = len(flows) // 2 + 1
-            flows.append({"ph": "s", "id": fid, "name": "activation", "cat": "flow", "pid": s["pid"],
-                          "tid": s["tid"], "ts": s["ts"] + s["dur"] / 2})
-            flows.append({"ph": "f", "bp": "e", "id": fid, "name": "activation", "cat": "flow",
-                          "pid": r["pid"], "tid": r["tid"], "ts": r["ts"] + r["dur"] / 2})
+            flows.append(
+                {
+                    "ph": "s",
+                    "id": fid,
+                    "name": "activation",
+                    "cat": "flow",
+                    "pid": s["pid"],
+                    "tid": s["tid"],
+                    "ts": s["ts"] + s["dur"] / 2,
+                }
+            )
+            flows.append(
+                {
+                    "ph": "f",
+                    "bp": "e",
+                    "id": fid,
+                    "name": "activation",
+                    "cat": "flow",
+                    "pid": r["pid"],
+                    "tid": r["tid"],
+                    "ts": r["ts"] + r["dur"] / 2,
+                }
+            )
     return flows
 
 
@@ -125,8 +155,15 @@ def _counters(spans: pd.DataFrame, memory: pd.DataFrame | None, devices, procs, 
     if memory is not None and len(memory):
         for (dev, t), b in memory.groupby(["device", "time_s"], sort=True)["allocated_bytes"].last().items():
             pid = procs.get(f"node {node[dev]}" if dev in node else "gpus", 1)
-            out.append({"ph": "C", "name": f"memory {dev}", "pid": pid, "ts": float(t) * US,
-                        "args": {"GiB": float(b) / GIB}})
+            out.append(
+                {
+                    "ph": "C",
+                    "name": f"memory {dev}",
+                    "pid": pid,
+                    "ts": float(t) * US,
+                    "args": {"GiB": float(b) / GIB},
+                }
+            )
     links = busiest_links(spans, LINK_COUNTERS)
     if links:
         t0, t1 = default_window(spans, None)
@@ -137,33 +174,84 @@ def _counters(spans: pd.DataFrame, memory: pd.DataFrame | None, devices, procs, 
             vals = np.append(row, 0.0)
             keep = np.r_[True, vals[1:] != vals[:-1]]
             for t, v in zip(edges[keep], vals[keep]):
-                out.append({"ph": "C", "name": f"util {name}", "pid": procs["links"], "ts": float(t) * US,
-                            "args": {"busy": round(float(v), 4)}})
+                out.append(
+                    {
+                        "ph": "C",
+                        "name": f"util {name}",
+                        "pid": procs["links"],
+                        "ts": float(t) * US,
+                        "args": {"busy": round(float(v), 4)},
+                    }
+                )
     return out
 
 
-def chrome_events(spans: pd.DataFrame, devices: pd.DataFrame | None = None,
-                  memory: pd.DataFrame | None = None, counter_bins: int = 200) -> list[dict]:
+def chrome_events(
+    spans: pd.DataFrame,
+    devices: pd.DataFrame | None = None,
+    memory: pd.DataFrame | None = None,
+    counter_bins: int = 200,
+) -> list[dict]:
     """All trace events: metadata, one ``X`` slice per span (in ``spans`` order), flow
     arrows and counters."""
     procs, tracks, meta = _tracks(spans, devices)
     acts = activities(spans)
-    cols = [spans[c].to_numpy() for c in ("device", "lane", "kind", "name", "stage", "microbatch", "start_s", "end_s",
-                                          "bytes", "flops", "phase", "iteration")]
+    cols = [
+        spans[c].to_numpy()
+        for c in (
+            "device",
+            "lane",
+            "kind",
+            "name",
+            "stage",
+            "microbatch",
+            "start_s",
+            "end_s",
+            "bytes",
+            "flops",
+            "phase",
+            "iteration",
+        )
+    ]
     slices = []
     for (d, ln, k, name, st, mb, s, e, nb, fl, ph, it), act in zip(zip(*cols), acts):
         pid, tid = tracks[(d, ln)]
-        slices.append({"ph": "X", "name": str(name), "cat": str(act), "cname": cname_of(act), "pid": pid,
-                       "tid": tid, "ts": float(s) * US, "dur": max(float(e) - float(s), 0.0) * US,
-                       "args": {"stage": int(st), "microbatch": int(mb), "bytes": int(nb), "flops": float(fl),
-                                "phase": str(ph), "iteration": int(it), "kind": str(k), "device": str(d), "lane": str(ln)}})
+        slices.append(
+            {
+                "ph": "X",
+                "name": str(name),
+                "cat": str(act),
+                "cname": cname_of(act),
+                "pid": pid,
+                "tid": tid,
+                "ts": float(s) * US,
+                "dur": max(float(e) - float(s), 0.0) * US,
+                "args": {
+                    "stage": int(st),
+                    "microbatch": int(mb),
+                    "bytes": int(nb),
+                    "flops": float(fl),
+                    "phase": str(ph),
+                    "iteration": int(it),
+                    "kind": str(k),
+                    "device": str(d),
+                    "lane": str(ln),
+                },
+            }
+        )
     names = {v: (k[0] if k[1] == "link" else f"{k[0]} {k[1]}") for k, v in tracks.items()}
     _no_overlap(slices, names, meta)
-    return meta + slices + _flows(spans, devices, slices) + _counters(spans, memory, devices, procs, counter_bins)
+    return (
+        meta
+        + slices
+        + _flows(spans, devices, slices)
+        + _counters(spans, memory, devices, procs, counter_bins)
+    )
 
 
-def write_chrome_trace(spans: pd.DataFrame, path: Path, devices: pd.DataFrame | None = None,
-                       memory: pd.DataFrame | None = None) -> Path:
+def write_chrome_trace(
+    spans: pd.DataFrame, path: Path, devices: pd.DataFrame | None = None, memory: pd.DataFrame | None = None
+) -> Path:
     """Write ``{"traceEvents": [...], "displayTimeUnit": "ms"}`` to ``path`` and return it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

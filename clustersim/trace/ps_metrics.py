@@ -50,7 +50,9 @@ def gradient_staleness(spans: pd.DataFrame) -> pd.DataFrame:
     """One row per (worker, key, iteration): its staleness (module docstring)."""
     lane = spans["lane"].astype(str)
     names = lane.unique()
-    reader = {ln: server_lane_worker(ln, PULL) for ln in names}  # a server's pull lane → the worker it sends to
+    reader = {
+        ln: server_lane_worker(ln, PULL) for ln in names
+    }  # a server's pull lane → the worker it sends to
     applier = {ln: server_lane_worker(ln, APPLY) for ln in names}  # an async update lane → whose gradients
     reads = spans[lane.map(reader).notna()]
     updates = spans[lane.map(applier).notna() | (lane == UPDATE)]
@@ -59,9 +61,15 @@ def gradient_staleness(spans: pd.DataFrame) -> pd.DataFrame:
     for (server, tensor), ups in updates.groupby(["device", "stage"], sort=False):
         ends = np.sort(ups["end_s"].to_numpy())
         sync = ups[ups["lane"] == UPDATE].set_index("iteration")["start_s"]
-        own = {(applier[ln], it): (s, e) for ln, it, s, e in
-               ups.loc[ups["lane"] != UPDATE, ["lane", "iteration", "start_s", "end_s"]].itertuples(index=False)}
-        for ln, it, read in reads_of[server, tensor][["lane", "iteration", "start_s"]].itertuples(index=False):
+        own = {
+            (applier[ln], it): (s, e)
+            for ln, it, s, e in ups.loc[
+                ups["lane"] != UPDATE, ["lane", "iteration", "start_s", "end_s"]
+            ].itertuples(index=False)
+        }
+        for ln, it, read in reads_of[server, tensor][["lane", "iteration", "start_s"]].itertuples(
+            index=False
+        ):
             w = reader[ln]
             start, end = (sync[it], None) if it in sync.index else own[w, it]
             n = np.searchsorted(ends, start, "right") - np.searchsorted(ends, read, "right")
@@ -75,6 +83,10 @@ def ps_summary(spans: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
     """Summary entries (staleness mean and max) and per-worker rows (period, staleness)."""
     st = gradient_staleness(spans)
     per = st.groupby("worker")["staleness"].agg(["mean", "max"])
-    table = pd.DataFrame({"period_s": worker_periods(spans),
-                          "staleness_mean": per["mean"], "staleness_max": per["max"]})
-    return {"staleness_mean": float(st["staleness"].mean()), "staleness_max": int(st["staleness"].max())}, table
+    table = pd.DataFrame(
+        {"period_s": worker_periods(spans), "staleness_mean": per["mean"], "staleness_max": per["max"]}
+    )
+    return {
+        "staleness_mean": float(st["staleness"].mean()),
+        "staleness_max": int(st["staleness"].max()),
+    }, table

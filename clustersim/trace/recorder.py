@@ -25,7 +25,18 @@ Field meanings:
 from __future__ import annotations
 
 SPAN_FIELDS = (
-    "device", "lane", "kind", "name", "stage", "microbatch", "start_s", "end_s", "bytes", "flops", "phase", "iteration",
+    "device",
+    "lane",
+    "kind",
+    "name",
+    "stage",
+    "microbatch",
+    "start_s",
+    "end_s",
+    "bytes",
+    "flops",
+    "phase",
+    "iteration",
 )
 
 

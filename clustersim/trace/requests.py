@@ -34,9 +34,12 @@ def split_requests(spans: pd.DataFrame, layout) -> tuple[pd.DataFrame, pd.DataFr
     stage = gpu["device"].map(lambda d: coords[d][0])
     replica = gpu["device"].map(lambda d: coords[d][1])
     first = gpu[stage == 0].assign(replica=replica).groupby(["replica", "microbatch"])["start_s"].min()
-    last = gpu[stage == layout.pp - 1].assign(replica=replica).groupby(["replica", "microbatch"])["end_s"].max()
-    arr = arrivals.assign(replica=arrivals["device"].map(lambda d: coords[d][1])) \
-        .set_index(["replica", "microbatch"])["end_s"]
+    last = (
+        gpu[stage == layout.pp - 1].assign(replica=replica).groupby(["replica", "microbatch"])["end_s"].max()
+    )
+    arr = arrivals.assign(replica=arrivals["device"].map(lambda d: coords[d][1])).set_index(
+        ["replica", "microbatch"]
+    )["end_s"]
     table = pd.DataFrame({"arrival_s": arr, "start_s": first, "end_s": last}).reset_index()
     table.insert(0, "request", table["microbatch"] * layout.dp + table["replica"])
     table["queue_s"] = table["start_s"] - table["arrival_s"]

@@ -33,10 +33,24 @@ class Result:
             ``recovery``; None otherwise.
     """
 
-    def __init__(self, summary: dict[str, Any], spans: pd.DataFrame, devices: pd.DataFrame,
-                 memory: pd.DataFrame, scenario: dict[str, Any], requests: pd.DataFrame | None = None,
-                 waits: pd.DataFrame | Callable[[], pd.DataFrame] | None = None, job: pd.DataFrame | None = None):
-        self.summary, self.spans, self.devices, self.memory, self.scenario = summary, spans, devices, memory, scenario
+    def __init__(
+        self,
+        summary: dict[str, Any],
+        spans: pd.DataFrame,
+        devices: pd.DataFrame,
+        memory: pd.DataFrame,
+        scenario: dict[str, Any],
+        requests: pd.DataFrame | None = None,
+        waits: pd.DataFrame | Callable[[], pd.DataFrame] | None = None,
+        job: pd.DataFrame | None = None,
+    ):
+        self.summary, self.spans, self.devices, self.memory, self.scenario = (
+            summary,
+            spans,
+            devices,
+            memory,
+            scenario,
+        )
         self.requests = requests
         self.job = job
         self._waits = waits
@@ -59,30 +73,42 @@ class Result:
             window = (0.0, float(self.spans["end_s"].max()))
         return metrics.lane_utilization(self.spans, window)
 
-    def plot_gantt(self, ax=None, devices=None, window=None, links: bool = False, aggregate: bool | None = None):
+    def plot_gantt(
+        self, ax=None, devices=None, window=None, links: bool = False, aggregate: bool | None = None
+    ):
         """Gantt timeline: one row per GPU lane (and per busy link with ``links=True``);
         above 32 GPUs one row pair per stage unless ``devices`` picks a subset or
         ``aggregate=False``. ``window`` = (t0, t1) seconds zooms in. Returns the Figure."""
         from ..viz.gantt import plot_gantt
 
-        return plot_gantt(self.spans, ax=ax, devices=devices, window=window, links=links, aggregate=aggregate,
-                          title=self.scenario.get("name", ""), device_table=self.devices)
+        return plot_gantt(
+            self.spans,
+            ax=ax,
+            devices=devices,
+            window=window,
+            links=links,
+            aggregate=aggregate,
+            title=self.scenario.get("name", ""),
+            device_table=self.devices,
+        )
 
     def plot_utilization(self, ax=None, window=None, bins: int = 60, top_links: int = 8):
         """Busy fraction over time (binned) of every GPU's compute lane (per stage above 8
         GPUs) and of the ``top_links`` busiest links, plus those links' overall busy bars."""
         from ..viz.utilization import plot_utilization
 
-        return plot_utilization(self.spans, ax=ax, window=window, device_table=self.devices, bins=bins,
-                                top_links=top_links)
+        return plot_utilization(
+            self.spans, ax=ax, window=window, device_table=self.devices, bins=bins, top_links=top_links
+        )
 
     def plot_heatmap(self, ax=None, window=None, lane: str = "compute", links: bool = False, bins: int = 400):
         """Busy-fraction heatmap: one row per GPU (``lane``) or per busy link, one column per
         time bin — the view for large clusters."""
         from ..viz.aggregate import plot_heatmap
 
-        return plot_heatmap(self.spans, ax=ax, window=window, lane=lane, device_table=self.devices, bins=bins,
-                            links=links)
+        return plot_heatmap(
+            self.spans, ax=ax, window=window, lane=lane, device_table=self.devices, bins=bins, links=links
+        )
 
     def plot_memory(self, ax=None, window=None):
         """Allocated memory over time per GPU with the capacity (dashed)."""
@@ -95,8 +121,12 @@ class Result:
         reported iteration (definitions in clustersim/viz/breakdown.py)."""
         from ..viz.breakdown import plot_breakdown
 
-        return plot_breakdown(self.spans, self.devices, ax=ax, title=f"{self.scenario.get('name', '')}: "
-                              "where each stage's iteration goes")
+        return plot_breakdown(
+            self.spans,
+            self.devices,
+            ax=ax,
+            title=f"{self.scenario.get('name', '')}: where each stage's iteration goes",
+        )
 
     def breakdown(self) -> pd.DataFrame:
         """The numbers behind :meth:`plot_breakdown`: per stage, compute / exposed_comm /
@@ -124,8 +154,10 @@ class Result:
 
     def __repr__(self) -> str:
         s = self.summary
-        return (f"Result(iteration_time_s={s['iteration_time_s']:.6g}, bubble_fraction={s['bubble_fraction']:.4f}, "
-                f"num_gpus={s['num_gpus']}, oom={s['oom']})")
+        return (
+            f"Result(iteration_time_s={s['iteration_time_s']:.6g}, bubble_fraction={s['bubble_fraction']:.4f}, "
+            f"num_gpus={s['num_gpus']}, oom={s['oom']})"
+        )
 
 
 def spans_frame(program, recorder) -> pd.DataFrame:
@@ -135,8 +167,22 @@ def spans_frame(program, recorder) -> pd.DataFrame:
     rows = []
     for i, start, end in recorder.ops:
         o = ops[i]
-        rows.append((names[o.device], o.lane, o.kind, o.name, o.stage, o.microbatch, start, end,
-                     o.nbytes, o.flops, o.phase, o.iteration))
+        rows.append(
+            (
+                names[o.device],
+                o.lane,
+                o.kind,
+                o.name,
+                o.stage,
+                o.microbatch,
+                start,
+                end,
+                o.nbytes,
+                o.flops,
+                o.phase,
+                o.iteration,
+            )
+        )
     rows += recorder.spans
     df = pd.DataFrame.from_records(rows, columns=list(SPAN_FIELDS))
     return df.sort_values(["start_s", "device", "lane"], kind="stable").reset_index(drop=True)

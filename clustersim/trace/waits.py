@@ -21,8 +21,19 @@ import pandas as pd
 
 from ..program import RECV, SEND, Program
 
-COLUMNS = ["device", "lane", "op", "stage", "microbatch", "iteration", "start_s", "waited_s",
-           "waited_for_device", "waited_for_op", "reason"]
+COLUMNS = [
+    "device",
+    "lane",
+    "op",
+    "stage",
+    "microbatch",
+    "iteration",
+    "start_s",
+    "waited_s",
+    "waited_for_device",
+    "waited_for_op",
+    "reason",
+]
 
 
 def wait_table(program: Program, recorded: list[tuple[int, float, float]]) -> pd.DataFrame:
@@ -51,9 +62,13 @@ def wait_table(program: Program, recorded: list[tuple[int, float, float]]) -> pd
         if op.id not in lane_free:
             continue
         dep = blocker[op.id]
-        if dep is not None and op.kind is not RECV and op.kind is not SEND:  # a send waiting for its data is no wait
+        if (
+            dep is not None and op.kind is not RECV and op.kind is not SEND
+        ):  # a send waiting for its data is no wait
             who = ops[ops[dep].peer].device if ops[dep].kind is RECV else ops[dep].device
-            rows.append(_row(names, op, start[op.id], end[dep] - lane_free[op.id], who, ops[dep].name, "data"))
+            rows.append(
+                _row(names, op, start[op.id], end[dep] - lane_free[op.id], who, ops[dep].name, "data")
+            )
     for group in program.collective_members().values():
         members = [op.id for op in group if op.id in lane_free]
         if not members:
@@ -62,11 +77,24 @@ def wait_table(program: Program, recorded: list[tuple[int, float, float]]) -> pd
         for i in members:
             gap = start[i] - ready(i)
             if i != last and gap > 0:
-                rows.append(_row(names, ops[i], start[i], gap, ops[last].device, ops[last].name, "rendezvous"))
+                rows.append(
+                    _row(names, ops[i], start[i], gap, ops[last].device, ops[last].name, "rendezvous")
+                )
     df = pd.DataFrame.from_records(rows, columns=COLUMNS)
     return df.sort_values(["start_s", "device"], kind="stable").reset_index(drop=True)
 
 
 def _row(names, op, start_s: float, waited_s: float, who: int, what: str, reason: str) -> tuple:
-    return (names[op.device], op.lane, op.name, op.stage, op.microbatch, op.iteration, start_s, waited_s,
-            names[who], what, reason)
+    return (
+        names[op.device],
+        op.lane,
+        op.name,
+        op.stage,
+        op.microbatch,
+        op.iteration,
+        start_s,
+        waited_s,
+        names[who],
+        what,
+        reason,
+    )

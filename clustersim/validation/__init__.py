@@ -5,4 +5,11 @@ TFLOP/s), Korthikanti et al. 2022 Table 4 (one layer's times) and Figures 1/7 (m
 from .korthikanti import layer_times, memory_check
 from .megatron import MICRO_BATCH_RULE, megatron_rows, megatron_scenario, run_rows
 
-__all__ = ["MICRO_BATCH_RULE", "layer_times", "megatron_rows", "megatron_scenario", "memory_check", "run_rows"]
+__all__ = [
+    "MICRO_BATCH_RULE",
+    "layer_times",
+    "megatron_rows",
+    "megatron_scenario",
+    "memory_check",
+    "run_rows",
+]

@@ -25,8 +25,12 @@ GIB = 2**30
 #: Korthikanti Table 4 setting: 22B model, t = 8, b = 4, s = 2048 (h = 6144, a = 64)
 TABLE4 = {"preset": "gpt-22b", "tp": 8, "micro_batch": 4}
 #: Korthikanti Table 3: (preset, pipeline stages, micro-batch, interleaving chunks v)
-TABLE3 = {"22B": ("gpt-22b", 1, 4, 1), "175B": ("gpt3-175b", 8, 1, 3),
-          "530B": ("gpt-529.6b", 35, 1, 3), "1T": ("gpt-1t", 64, 1, 1)}
+TABLE3 = {
+    "22B": ("gpt-22b", 1, 4, 1),
+    "175B": ("gpt3-175b", 8, 1, 3),
+    "530B": ("gpt-529.6b", 35, 1, 3),
+    "1T": ("gpt-1t", 64, 1, 1),
+}
 
 
 def _fabric(tp: int):
@@ -34,10 +38,15 @@ def _fabric(tp: int):
     from ..scenario import load_scenario
     from ..trace.recorder import Recorder
 
-    sc = load_scenario({"cluster": {"preset": "dgx_a100", "nodes": 1},
-                        "model": {"kind": "synthetic", "layers": 1, "forward": 0, "backward": 0},
-                        "training": {"global_batch": 8}, "parallel": {"pp": 1, "dp": 8},
-                        "simulation": {"network": "packet"}})
+    sc = load_scenario(
+        {
+            "cluster": {"preset": "dgx_a100", "nodes": 1},
+            "model": {"kind": "synthetic", "layers": 1, "forward": 0, "backward": 0},
+            "training": {"global_batch": 8},
+            "parallel": {"pp": 1, "dp": 8},
+            "simulation": {"network": "packet"},
+        }
+    )
     env = simpy.Environment()
     return env, build_network(sc, env, Recorder()), [f"gpu{i}" for i in range(tp)]
 
@@ -59,9 +68,14 @@ def _run(items: list[tuple], tp: int) -> float:
     return env.now
 
 
-def layer_times(recompute: str = "none", sequence_parallel: bool = False, gpu: str = "A100-SXM4-80GB",
-                preset: str = TABLE4["preset"], tp: int = TABLE4["tp"], micro_batch: int = TABLE4["micro_batch"]
-                ) -> tuple[float, float]:
+def layer_times(
+    recompute: str = "none",
+    sequence_parallel: bool = False,
+    gpu: str = "A100-SXM4-80GB",
+    preset: str = TABLE4["preset"],
+    tp: int = TABLE4["tp"],
+    micro_batch: int = TABLE4["micro_batch"],
+) -> tuple[float, float]:
     """(forward, backward) seconds of one transformer layer with its TP collectives."""
     cfg = TRANSFORMER_PRESETS[preset][0]
     cm = CostModel.for_gpu(gpu)
@@ -88,13 +102,28 @@ def memory_check() -> list[dict]:
             sp = "seq-par" in q or q.endswith("seqsel")
             selective = "selective" in q or q.endswith("seqsel")
             ops = layer_ops(cfg, b, 8, sp, 2)
-            acts = [op.activation for op in ops if hasattr(op, "activation") and not (selective and op.attention_core)]
+            acts = [
+                op.activation
+                for op in ops
+                if hasattr(op, "activation") and not (selective and op.attention_core)
+            ]
             # the first stage keeps, at its peak, as many chunk-micro-batches as the shipped
             # schedule's order holds in flight, each L/(p·v) layers (1F1B: p × L/p = L layers;
             # interleaved: L·(1 + (p − 1)/(p·v)), Korthikanti §4.2.3)
-            order = SCHEDULES["interleaved"].order(0, p, 4 * p, v=v) if v > 1 else SCHEDULES["1f1b"].order(0, p, 4 * p)
+            order = (
+                SCHEDULES["interleaved"].order(0, p, 4 * p, v=v)
+                if v > 1
+                else SCHEDULES["1f1b"].order(0, p, 4 * p)
+            )
             pred = sum(acts) * cfg.layers / (p * v) * in_flight(order)
         pub = float(row["value"]) * GIB
-        out.append({"model": key, "quantity": q, "published_gib": pub / GIB, "predicted_gib": pred / GIB,
-                    "error": pred / pub - 1})
+        out.append(
+            {
+                "model": key,
+                "quantity": q,
+                "published_gib": pub / GIB,
+                "predicted_gib": pred / GIB,
+                "error": pred / pub - 1,
+            }
+        )
     return out

@@ -45,11 +45,23 @@ def megatron_rows() -> list[dict]:
     """Table 1 rows with numeric fields parsed."""
     rows = []
     for r in read_table("megatron_weak_scaling"):
-        rows.append({"params_b": float(r["params_b"]), "heads": int(r["heads"]), "hidden": int(r["hidden"]),
-                     "layers": int(r["layers"]), "tp": int(r["tp"]), "pp": int(r["pp"]),
-                     "dp": int(r["dp_derived"]), "gpus": int(r["gpus"]), "global_batch": int(r["global_batch"]),
-                     "seq_len": int(r["seq_len"]), "vocab": int(r["vocab"]),
-                     "tflops_per_gpu": float(r["tflops_per_gpu"]), "source": r["source"]})
+        rows.append(
+            {
+                "params_b": float(r["params_b"]),
+                "heads": int(r["heads"]),
+                "hidden": int(r["hidden"]),
+                "layers": int(r["layers"]),
+                "tp": int(r["tp"]),
+                "pp": int(r["pp"]),
+                "dp": int(r["dp_derived"]),
+                "gpus": int(r["gpus"]),
+                "global_batch": int(r["global_batch"]),
+                "seq_len": int(r["seq_len"]),
+                "vocab": int(r["vocab"]),
+                "tflops_per_gpu": float(r["tflops_per_gpu"]),
+                "source": r["source"],
+            }
+        )
     return rows
 
 
@@ -60,10 +72,20 @@ def megatron_scenario(row: dict, network: str = "analytical", granularity: str =
         "name": f"megatron-2021-{preset_name(row['params_b'])}",
         "cluster": {"preset": "dgx_a100", "nodes": row["gpus"] // 8},
         "model": {"preset": preset_name(row["params_b"]), "seq_len": row["seq_len"]},
-        "training": {"global_batch": row["global_batch"], "micro_batch": b, "precision": "fp16",
-                     "recompute": "full", "optimizer": "adam"},
+        "training": {
+            "global_batch": row["global_batch"],
+            "micro_batch": b,
+            "precision": "fp16",
+            "recompute": "full",
+            "optimizer": "adam",
+        },
         "parallel": {"tp": row["tp"], "pp": row["pp"], "dp": row["dp"], "schedule": "1f1b"},
-        "simulation": {"iterations": 1, "network": network, "granularity": granularity, "collective_model": "analytical"},
+        "simulation": {
+            "iterations": 1,
+            "network": network,
+            "granularity": granularity,
+            "collective_model": "analytical",
+        },
     }
 
 
@@ -73,8 +95,9 @@ def predicted_tflops(row: dict, iteration_time_s: float) -> float:
     return f / iteration_time_s / row["gpus"] / 1e12
 
 
-def run_rows(rows: list[dict] | None = None, network: str = "analytical", granularity: str = "stage",
-             progress=None) -> list[dict]:
+def run_rows(
+    rows: list[dict] | None = None, network: str = "analytical", granularity: str = "stage", progress=None
+) -> list[dict]:
     """Simulate each row; return published vs predicted TFLOP/s, error and memory."""
     from ..simulate import simulate
 
@@ -84,12 +107,25 @@ def run_rows(rows: list[dict] | None = None, network: str = "analytical", granul
         t0 = time.perf_counter()
         res = simulate(sc)
         pred = predicted_tflops(row, res.summary["iteration_time_s"])
-        out.append({"model": preset_name(row["params_b"]), "gpus": row["gpus"], "tp": row["tp"], "pp": row["pp"],
-                    "dp": row["dp"], "batch": row["global_batch"], "micro_batch": sc["training"]["micro_batch"],
-                    "published": row["tflops_per_gpu"], "predicted": pred,
-                    "error": pred / row["tflops_per_gpu"] - 1, "iteration_s": res.summary["iteration_time_s"],
-                    "peak_memory_gib": res.summary["peak_memory_gib"], "oom": res.summary["oom"],
-                    "wall_s": time.perf_counter() - t0, "events": res.summary["sim_events"]})
+        out.append(
+            {
+                "model": preset_name(row["params_b"]),
+                "gpus": row["gpus"],
+                "tp": row["tp"],
+                "pp": row["pp"],
+                "dp": row["dp"],
+                "batch": row["global_batch"],
+                "micro_batch": sc["training"]["micro_batch"],
+                "published": row["tflops_per_gpu"],
+                "predicted": pred,
+                "error": pred / row["tflops_per_gpu"] - 1,
+                "iteration_s": res.summary["iteration_time_s"],
+                "peak_memory_gib": res.summary["peak_memory_gib"],
+                "oom": res.summary["oom"],
+                "wall_s": time.perf_counter() - t0,
+                "events": res.summary["sim_events"],
+            }
+        )
         if progress:
             progress(out[-1])
     return out

@@ -11,23 +11,33 @@ from .data import read_table
 from .korthikanti import layer_times, memory_check
 from .megatron import MICRO_BATCH_RULE, megatron_rows, run_rows
 
-_TABLE4_MODES = {"baseline no recompute": ("none", False), "sequence parallelism": ("none", True),
-                 "baseline full recompute": ("full", False), "selective recompute": ("selective", False),
-                 "selective + sequence": ("selective", True)}
+_TABLE4_MODES = {
+    "baseline no recompute": ("none", False),
+    "sequence parallelism": ("none", True),
+    "baseline full recompute": ("full", False),
+    "selective recompute": ("selective", False),
+    "selective + sequence": ("selective", True),
+}
 
 
 def megatron_table(results: list[dict]) -> str:
     """Markdown table of Table 1 results with MAE and max absolute error."""
-    lines = ["| model | GPUs | TP | PP | DP | B | b | published TFLOP/s | predicted | error | peak GiB | sim wall s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| model | GPUs | TP | PP | DP | B | b | published TFLOP/s | predicted | error | peak GiB | sim wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in results:
-        lines.append(f"| {r['model']} | {r['gpus']} | {r['tp']} | {r['pp']} | {r['dp']} | {r['batch']} | "
-                     f"{r['micro_batch']} | {r['published']:.0f} | {r['predicted']:.1f} | {r['error']:+.1%} | "
-                     f"{r['peak_memory_gib']:.1f}{' OOM' if r['oom'] else ''} | {r['wall_s']:.0f} |")
+        lines.append(
+            f"| {r['model']} | {r['gpus']} | {r['tp']} | {r['pp']} | {r['dp']} | {r['batch']} | "
+            f"{r['micro_batch']} | {r['published']:.0f} | {r['predicted']:.1f} | {r['error']:+.1%} | "
+            f"{r['peak_memory_gib']:.1f}{' OOM' if r['oom'] else ''} | {r['wall_s']:.0f} |"
+        )
     errs = [abs(r["error"]) for r in results]
     if errs:
-        lines.append(f"\nMean absolute error {sum(errs) / len(errs):.1%}, max {max(errs):.1%} over "
-                     f"{len(errs)} rows. Micro-batch rule: {MICRO_BATCH_RULE}.")
+        lines.append(
+            f"\nMean absolute error {sum(errs) / len(errs):.1%}, max {max(errs):.1%} over "
+            f"{len(errs)} rows. Micro-batch rule: {MICRO_BATCH_RULE}."
+        )
     return "\n".join(lines)
 
 
@@ -38,7 +48,9 @@ def layer_table() -> str:
         recompute, sp = _TABLE4_MODES[row["experiment"]]
         f, b = (x * 1e3 for x in layer_times(recompute, sp))
         pf, pb = float(row["forward_ms"]), float(row["backward_ms"])
-        lines.append(f"| {row['experiment']} | {pf} / {pb} | {f:.2f} / {b:.2f} | {f / pf - 1:+.1%} / {b / pb - 1:+.1%} |")
+        lines.append(
+            f"| {row['experiment']} | {pf} / {pb} | {f:.2f} / {b:.2f} | {f / pf - 1:+.1%} / {b / pb - 1:+.1%} |"
+        )
     return "\n".join(lines)
 
 
@@ -46,8 +58,10 @@ def memory_table() -> str:
     """Markdown table: per-GPU memory vs Korthikanti Figures 1/7 (GiB)."""
     lines = ["| model | quantity | published GiB | predicted GiB | error |", "|---|---|---|---|---|"]
     for r in memory_check():
-        lines.append(f"| {r['model']} | {r['quantity']} | {r['published_gib']:.2f} | {r['predicted_gib']:.2f} | "
-                     f"{r['error']:+.1%} |")
+        lines.append(
+            f"| {r['model']} | {r['quantity']} | {r['published_gib']:.2f} | {r['predicted_gib']:.2f} | "
+            f"{r['error']:+.1%} |"
+        )
     return "\n".join(lines)
 
 
@@ -56,8 +70,14 @@ def run_validation(rows: list[int] | None = None, progress=None) -> tuple[str, l
     table = megatron_rows()
     chosen = [table[i] for i in rows] if rows else table
     results = run_rows(chosen, progress=progress)
-    md = "\n\n".join([
-        "## Megatron-LM 2021, Table 1 (TFLOP/s per GPU, Megatron's 96·B·s·l·h² count)", megatron_table(results),
-        "## Korthikanti et al. 2022, Table 4 (one 22B layer, A100, TP = 8, b = 4)", layer_table(),
-        "## Korthikanti et al. 2022, Figures 1 / 7 (memory per GPU)", memory_table()])
+    md = "\n\n".join(
+        [
+            "## Megatron-LM 2021, Table 1 (TFLOP/s per GPU, Megatron's 96·B·s·l·h² count)",
+            megatron_table(results),
+            "## Korthikanti et al. 2022, Table 4 (one 22B layer, A100, TP = 8, b = 4)",
+            layer_table(),
+            "## Korthikanti et al. 2022, Figures 1 / 7 (memory per GPU)",
+            memory_table(),
+        ]
+    )
     return md, results

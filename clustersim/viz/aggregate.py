@@ -46,8 +46,9 @@ def plot_gantt_aggregate(spans, ax=None, window=None, title="", device_table=Non
     busy = np.zeros((len(order), n_rows, bins))
     for k, act in enumerate(order):
         sel = acts_all == act
-        busy[k] = bin_busy(row[sel], g["start_s"].to_numpy()[sel], g["end_s"].to_numpy()[sel], n_rows,
-                           (t0, t1), bins)
+        busy[k] = bin_busy(
+            row[sel], g["start_s"].to_numpy()[sel], g["end_s"].to_numpy()[sel], n_rows, (t0, t1), bins
+        )
     width = (t1 - t0) / bins
     frac = busy / (width * np.repeat(size, 2)[None, :, None])
     total = np.clip(frac.sum(axis=0), 0.0, 1.0)
@@ -71,8 +72,11 @@ def plot_gantt_aggregate(spans, ax=None, window=None, title="", device_table=Non
     ax.set_yticks(range(n_rows))
     ax.set_yticklabels(labels, fontsize=8)
     ax.set_xlabel("time (s)")
-    ax.set_title(title or f"timeline, one row pair per {what} (colour: dominant activity; "
-                          "strength: mean busy fraction)", fontsize=10)
+    ax.set_title(
+        title
+        or f"timeline, one row pair per {what} (colour: dominant activity; strength: mean busy fraction)",
+        fontsize=10,
+    )
     handles = [Patch(color=color_of(a), label=label_of(a)) for a in order]
     handles.append(Patch(facecolor=IDLE_COLOR, edgecolor="#BBBBBB", label="idle"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
@@ -80,8 +84,17 @@ def plot_gantt_aggregate(spans, ax=None, window=None, title="", device_table=Non
     return fig
 
 
-def plot_heatmap(spans, ax=None, window=None, lane: str = "compute", device_table=None, bins: int = 400,
-                 links: bool = False, top_links: int = 64, title: str = ""):
+def plot_heatmap(
+    spans,
+    ax=None,
+    window=None,
+    lane: str = "compute",
+    device_table=None,
+    bins: int = 400,
+    links: bool = False,
+    top_links: int = 64,
+    title: str = "",
+):
     """Busy fraction per GPU (one row each, ordered by stage then name) of ``lane`` — or,
     with ``links=True``, of the ``top_links`` busiest links — per time bin. Returns the
     Figure."""
@@ -104,8 +117,15 @@ def plot_heatmap(spans, ax=None, window=None, lane: str = "compute", device_tabl
         ax = fig.add_subplot()
     else:
         fig = ax.figure
-    im = ax.imshow(frac, aspect="auto", interpolation="nearest", cmap="viridis", vmin=0, vmax=1,
-                   extent=(t0, t1, len(keys) - 0.5, -0.5))
+    im = ax.imshow(
+        frac,
+        aspect="auto",
+        interpolation="nearest",
+        cmap="viridis",
+        vmin=0,
+        vmax=1,
+        extent=(t0, t1, len(keys) - 0.5, -0.5),
+    )
     fig.colorbar(im, ax=ax, label="busy fraction", fraction=0.03, pad=0.01)
     if len(keys) <= 48:
         ax.set_yticks(range(len(keys)))

@@ -12,8 +12,14 @@ import numpy as np
 import pandas as pd
 
 
-def bin_busy(rows: np.ndarray, starts: np.ndarray, ends: np.ndarray, n_rows: int,
-             window: tuple[float, float], bins: int) -> np.ndarray:
+def bin_busy(
+    rows: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    n_rows: int,
+    window: tuple[float, float],
+    bins: int,
+) -> np.ndarray:
     """(n_rows × bins) busy seconds of spans ``[starts, ends)`` on row ``rows``, clipped to
     ``window``. Divide by the bin width (and by the number of lanes a row stands for) to
     get a busy fraction; overlapping spans of one row add up."""
@@ -42,16 +48,27 @@ def bin_busy(rows: np.ndarray, starts: np.ndarray, ends: np.ndarray, n_rows: int
     return out[:, :bins] * width
 
 
-def busy_fraction_over_time(spans: pd.DataFrame, keys: list, key_col: pd.Series,
-                            window: tuple[float, float], bins: int,
-                            lanes_per_key: np.ndarray | None = None) -> np.ndarray:
+def busy_fraction_over_time(
+    spans: pd.DataFrame,
+    keys: list,
+    key_col: pd.Series,
+    window: tuple[float, float],
+    bins: int,
+    lanes_per_key: np.ndarray | None = None,
+) -> np.ndarray:
     """Busy fraction per key and bin: ``key_col`` gives each span's key (one of ``keys``);
     a key that stands for several lanes (a stage of 64 GPUs) divides by ``lanes_per_key``."""
     index = {k: i for i, k in enumerate(keys)}
     rows = key_col.map(index)
     ok = rows.notna().to_numpy()
-    busy = bin_busy(rows.to_numpy()[ok].astype(np.int64), spans["start_s"].to_numpy()[ok],
-                    spans["end_s"].to_numpy()[ok], len(keys), window, bins)
+    busy = bin_busy(
+        rows.to_numpy()[ok].astype(np.int64),
+        spans["start_s"].to_numpy()[ok],
+        spans["end_s"].to_numpy()[ok],
+        len(keys),
+        window,
+        bins,
+    )
     width = (window[1] - window[0]) / bins if bins else 1.0
     frac = busy / width
     if lanes_per_key is not None:

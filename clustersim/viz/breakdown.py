@@ -25,8 +25,9 @@ from .layout import device_info, new_figure
 PART_COLORS = {"compute": "#4C72B0", "exposed_comm": "#C44E52", "bubble": "#CCB974", "idle": IDLE_COLOR}
 
 
-def stage_breakdown(spans: pd.DataFrame, device_table: pd.DataFrame | None = None,
-                    window: tuple[float, float] | None = None) -> pd.DataFrame:
+def stage_breakdown(
+    spans: pd.DataFrame, device_table: pd.DataFrame | None = None, window: tuple[float, float] | None = None
+) -> pd.DataFrame:
     """:func:`device_breakdown` averaged per stage (index: stage)."""
     per_dev = device_breakdown(spans, window)
     info = device_info(spans, device_table)
@@ -45,13 +46,27 @@ def plot_breakdown(spans, device_table=None, ax=None, window=None, title: str = 
     left = pd.Series(0.0, index=table.index)
     y = range(len(table))
     for part in PARTS:
-        ax.barh(y, table[part], left=left, color=PART_COLORS[part], edgecolor="#BBBBBB", linewidth=0.5,
-                label=part.replace("_", " "))
+        ax.barh(
+            y,
+            table[part],
+            left=left,
+            color=PART_COLORS[part],
+            edgecolor="#BBBBBB",
+            linewidth=0.5,
+            label=part.replace("_", " "),
+        )
         if len(table) <= 32:
             for i, (lo, w) in enumerate(zip(left, table[part])):
                 if w >= 0.06:
-                    ax.text(lo + w / 2, i, f"{w:.0%}", ha="center", va="center", fontsize=7,
-                            color="black" if part in ("idle", "bubble") else "white")
+                    ax.text(
+                        lo + w / 2,
+                        i,
+                        f"{w:.0%}",
+                        ha="center",
+                        va="center",
+                        fontsize=7,
+                        color="black" if part in ("idle", "bubble") else "white",
+                    )
         left += table[part]
     step = max(1, len(table) // 32)
     ax.set_yticks(list(y)[::step])

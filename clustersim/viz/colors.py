@@ -38,9 +38,19 @@ ACTIVITY_COLORS: dict[str, tuple[str, str, str]] = {
 }
 _FALLBACK = ["#17BECF", "#BCBD22", "#7F7F7F", "#E377C2", "#8C564B", "#9467BD", "#FF7F0E", "#1F77B4"]
 IDLE_COLOR = "#F2F2F2"
-_OPS = {"allreduce": "all-reduce", "reducescatter": "reduce-scatter", "allgather": "all-gather",
-        "alltoall": "all-to-all", "broadcast": "broadcast", "reduce": "reduce", "gather": "gather",
-        "scatter": "scatter", "pushpull": "push-pull", "push": "push", "pull": "pull"}
+_OPS = {
+    "allreduce": "all-reduce",
+    "reducescatter": "reduce-scatter",
+    "allgather": "all-gather",
+    "alltoall": "all-to-all",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "gather": "gather",
+    "scatter": "scatter",
+    "pushpull": "push-pull",
+    "push": "push",
+    "pull": "pull",
+}
 
 
 def collective_key(name: str) -> str:

@@ -20,8 +20,17 @@ from .layout import AGGREGATE_ABOVE, busiest_links, device_info, device_names, l
 MAX_LABELS = 3000
 
 
-def plot_gantt(spans, ax=None, devices=None, window=None, links=False, title="", device_table=None,
-               aggregate: bool | None = None, max_links: int = 16):
+def plot_gantt(
+    spans,
+    ax=None,
+    devices=None,
+    window=None,
+    links=False,
+    title="",
+    device_table=None,
+    aggregate: bool | None = None,
+    max_links: int = 16,
+):
     """Draw ``spans`` as a Gantt chart and return the Figure.
 
     ``devices`` limits the rows to those GPUs (names or indices); ``window`` = (t0, t1) in
@@ -61,7 +70,11 @@ def plot_gantt(spans, ax=None, devices=None, window=None, links=False, title="",
     for i in range(len(rows)):
         ax.broken_barh([(t0, t1 - t0)], (i - 0.4, 0.8), facecolors=IDLE_COLOR, linewidth=0)
     acts = activities(df)
-    row_idx = np.array([index[r] for r in zip(df["device"], df["lane"])], dtype=int) if len(df) else np.array([], int)
+    row_idx = (
+        np.array([index[r] for r in zip(df["device"], df["lane"])], dtype=int)
+        if len(df)
+        else np.array([], int)
+    )
     # zero-length and sub-pixel spans (an instant recv) still show as a 3-pixel mark
     min_w = 3.0 * (t1 - t0) / max(ax.get_window_extent().width, 1.0)
     starts, widths = df["start_s"].to_numpy(), np.maximum((df["end_s"] - df["start_s"]).to_numpy(), min_w)
@@ -69,8 +82,13 @@ def plot_gantt(spans, ax=None, devices=None, window=None, links=False, title="",
         sel = acts == act
         for i in np.unique(row_idx[sel]):
             m = sel & (row_idx == i)
-            ax.broken_barh(list(zip(starts[m], widths[m])), (i - 0.4, 0.8), facecolors=color_of(act),
-                           edgecolors="white", linewidth=0.3)
+            ax.broken_barh(
+                list(zip(starts[m], widths[m])),
+                (i - 0.4, 0.8),
+                facecolors=color_of(act),
+                edgecolors="white",
+                linewidth=0.3,
+            )
     _label_microbatches(ax, fig, df, row_idx, (t0, t1))
     _axes_labels(ax, rows, device_info(spans, device_table))
     ax.set_xlim(t0, t1)

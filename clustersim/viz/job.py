@@ -35,8 +35,12 @@ def plot_job(jobs: dict[str, pd.DataFrame] | pd.DataFrame, ax=None):
         for k in dict.fromkeys(key[is_bar]):  # kinds in order of first appearance: the legend's order
             part = job[is_bar & (key == k)]
             name, color = SEGMENT_COLORS[k]
-            spans = ax.broken_barh(list(zip(part["start_s"], part["end_s"] - part["start_s"], strict=True)),
-                                   (y - 0.3, 0.6), facecolors=color, label=None if k in seen else name)
+            spans = ax.broken_barh(
+                list(zip(part["start_s"], part["end_s"] - part["start_s"], strict=True)),
+                (y - 0.3, 0.6),
+                facecolors=color,
+                label=None if k in seen else name,
+            )
             spans.sticky_edges.x.extend(part["start_s"])  # as barh does: no margin left of a bar's start
             seen.add(k)
         faults = job.loc[job["kind"].isin(["failure", "join", "reroute"]) & ~is_bar, "start_s"]

@@ -23,8 +23,14 @@ def _final_per_time(memory: pd.DataFrame) -> pd.DataFrame:
     return wide.sort_index().ffill().fillna(0.0)
 
 
-def plot_memory(memory: pd.DataFrame, device_table: pd.DataFrame | None = None, ax=None, window=None,
-                max_lines: int = 16, end_s: float | None = None):
+def plot_memory(
+    memory: pd.DataFrame,
+    device_table: pd.DataFrame | None = None,
+    ax=None,
+    window=None,
+    max_lines: int = 16,
+    end_s: float | None = None,
+):
     """Step plot of allocated GiB per GPU over time plus capacity lines; returns the Figure.
 
     ``end_s`` extends the last level to the end of the run (default: the last sample)."""
@@ -48,11 +54,20 @@ def plot_memory(memory: pd.DataFrame, device_table: pd.DataFrame | None = None, 
         for i, dev in enumerate(wide.columns):
             ax.step(t, gib[:, i], where="post", color=cmap(i % cmap.N), linewidth=1.3, label=dev)
     else:
-        ax.fill_between(t, gib.min(axis=1), gib.max(axis=1), step="post", color="#4C72B0", alpha=0.25,
-                        label=f"min–max over {wide.shape[1]} GPUs")
+        ax.fill_between(
+            t,
+            gib.min(axis=1),
+            gib.max(axis=1),
+            step="post",
+            color="#4C72B0",
+            alpha=0.25,
+            label=f"min–max over {wide.shape[1]} GPUs",
+        )
         ax.step(t, np.median(gib, axis=1), where="post", color="#4C72B0", linewidth=1.2, label="median")
         top = int(np.argmax(gib.max(axis=0)))
-        ax.step(t, gib[:, top], where="post", color="#C44E52", linewidth=1.0, label=f"{wide.columns[top]} (peak)")
+        ax.step(
+            t, gib[:, top], where="post", color="#C44E52", linewidth=1.0, label=f"{wide.columns[top]} (peak)"
+        )
     _capacity_lines(ax, device_table, list(wide.columns))
     if window is not None:
         ax.set_xlim(*window)
@@ -79,8 +94,23 @@ def _capacity_lines(ax, devices, names) -> None:
     for cap in sorted(set(caps / GIB)):
         if cap <= 4 * peak:
             ax.axhline(cap, color="#C44E52", linestyle="--", linewidth=1.0)
-            ax.annotate(f"capacity {cap:.4g} GiB", (1.0, cap), xycoords=("axes fraction", "data"),
-                        ha="right", va="bottom", fontsize=7, color="#C44E52")
+            ax.annotate(
+                f"capacity {cap:.4g} GiB",
+                (1.0, cap),
+                xycoords=("axes fraction", "data"),
+                ha="right",
+                va="bottom",
+                fontsize=7,
+                color="#C44E52",
+            )
         else:
-            ax.text(0.99, 0.03, f"capacity {cap:.4g} GiB (off scale)", transform=ax.transAxes,
-                    ha="right", va="bottom", fontsize=8, color="#C44E52")
+            ax.text(
+                0.99,
+                0.03,
+                f"capacity {cap:.4g} GiB (off scale)",
+                transform=ax.transAxes,
+                ha="right",
+                va="bottom",
+                fontsize=8,
+                color="#C44E52",
+            )

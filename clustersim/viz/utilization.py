@@ -29,8 +29,9 @@ def _compute_lines(spans, info, window, bins, max_lines):
     return [f"stage {k} (mean of {int(n)})" for k, n in zip(keys, size)], frac
 
 
-def plot_utilization(spans, ax=None, window=None, device_table=None, bins: int = 60, top_links: int = 8,
-                     max_lines: int = 8):
+def plot_utilization(
+    spans, ax=None, window=None, device_table=None, bins: int = 60, top_links: int = 8, max_lines: int = 8
+):
     """Busy fraction over time of GPU compute lanes and of the busiest links; returns the
     Figure. With ``ax`` given, only the GPU panel is drawn on it."""
     t0, t1 = default_window(spans, window)
@@ -43,7 +44,11 @@ def plot_utilization(spans, ax=None, window=None, device_table=None, bins: int =
     elif links:
         fig = new_figure((13, 6.5))
         grid = fig.add_gridspec(2, 2, width_ratios=(3, 1.3))
-        ax_gpu, ax_link, ax_bar = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[1, 0]), fig.add_subplot(grid[:, 1])
+        ax_gpu, ax_link, ax_bar = (
+            fig.add_subplot(grid[0, 0]),
+            fig.add_subplot(grid[1, 0]),
+            fig.add_subplot(grid[:, 1]),
+        )
         ax_link.sharex(ax_gpu)
     else:
         fig = new_figure((11, 3.6))
@@ -51,8 +56,15 @@ def plot_utilization(spans, ax=None, window=None, device_table=None, bins: int =
         ax_link = ax_bar = None
     ax_gpu.set_title(f"GPU compute utilization ({bins} bins of {(t1 - t0) / bins * 1e3:.3g} ms)", fontsize=10)
     if len(names) > max_lines:  # too many lines to tell apart: one image row each
-        im = ax_gpu.imshow(frac, aspect="auto", interpolation="nearest", cmap="viridis", vmin=0, vmax=1,
-                           extent=(t0, t1, len(names) - 0.5, -0.5))
+        im = ax_gpu.imshow(
+            frac,
+            aspect="auto",
+            interpolation="nearest",
+            cmap="viridis",
+            vmin=0,
+            vmax=1,
+            extent=(t0, t1, len(names) - 0.5, -0.5),
+        )
         step = max(1, len(names) // 24)
         ax_gpu.set_yticks(range(0, len(names), step))
         ax_gpu.set_yticklabels(names[::step], fontsize=7)

@@ -77,8 +77,15 @@ def resnet50(b: int, e: int, image: int = 224, classes: int = 1000) -> list[CNNL
             ops = a + bb + c[:-1]  # the last ReLU follows the residual add
             if blk == 0:
                 ops += _conv(f"{name}.proj", b, hw, cin, cout, 1, stride, e, bn=True)[0][:-1]
-            ops.append(elementwise(f"{name}.add_relu", b * hw_out * hw_out * cout, 3 * e, 3 * e,
-                                   activation=b * hw_out * hw_out * cout * e))
+            ops.append(
+                elementwise(
+                    f"{name}.add_relu",
+                    b * hw_out * hw_out * cout,
+                    3 * e,
+                    3 * e,
+                    activation=b * hw_out * hw_out * cout * e,
+                )
+            )
             layers.append(CNNLayer(name, tuple(ops), b * hw_out * hw_out * cout * e))
             hw, cin = hw_out, cout
     pool = elementwise("avgpool", b * hw * hw * cin, 1.0 * e, 2.0 * e)

@@ -46,8 +46,12 @@ class Efficiency:
 #: dimension of 128 (a head) runs at ~84 % of a large one — an assumption, not a fit.
 #: ``launch_s`` 4 µs: CUDA launch + PyTorch eager dispatch per kernel (~3–5 µs).
 A100_EFFICIENCY = Efficiency(
-    matmul_max=0.82, dim_half=24.0, memory=0.63, launch_s=4e-6,
-    source="calibrated: Korthikanti et al. 2022 Table 4 (one 22B layer on A100, TP=8)")
+    matmul_max=0.82,
+    dim_half=24.0,
+    memory=0.63,
+    launch_s=4e-6,
+    source="calibrated: Korthikanti et al. 2022 Table 4 (one 22B layer on A100, TP=8)",
+)
 
 EFFICIENCY: dict[str, Efficiency] = {
     "A100-SXM4-80GB": A100_EFFICIENCY,
@@ -60,8 +64,13 @@ def efficiency_for(gpu: str) -> Efficiency:
     if gpu in EFFICIENCY:
         return EFFICIENCY[gpu]
     a = A100_EFFICIENCY
-    return Efficiency(a.matmul_max, a.dim_half, a.memory, a.launch_s,
-                      source=f"{gpu}: A100 fractions reused, not calibrated on {gpu} measurements")
+    return Efficiency(
+        a.matmul_max,
+        a.dim_half,
+        a.memory,
+        a.launch_s,
+        source=f"{gpu}: A100 fractions reused, not calibrated on {gpu} measurements",
+    )
 
 
 def matmul_efficiency(eff: Efficiency, gemm: tuple[int, int, int]) -> float:
@@ -94,8 +103,9 @@ class ProfileTable:
                     shape = tuple(int(row[c]) for c in "mnk") if row.get("m") else None
                     table.times[(row["op"], row["phase"], shape)] = float(row["time_us"]) * 1e-6
                 except (KeyError, ValueError) as exc:
-                    raise ScenarioError("model.profile", str(path),
-                                        f"row {i + 2}: expected op,phase,m,n,k,time_us ({exc})") from None
+                    raise ScenarioError(
+                        "model.profile", str(path), f"row {i + 2}: expected op,phase,m,n,k,time_us ({exc})"
+                    ) from None
         return table
 
     def lookup(self, op: str, phase: str, gemm: tuple | None) -> float | None:

@@ -47,17 +47,33 @@ def load_hf_config(path: str, seq_len: int | None = None) -> TransformerConfig:
         h = need("n_embd", "hidden_size")
         max_pos = need("n_positions", "max_position_embeddings")
         return TransformerConfig(
-            name=file.stem, layers=need("n_layer", "num_hidden_layers"), hidden=h,
-            heads=need("n_head", "num_attention_heads"), ffn_hidden=int(cfg.get("n_inner") or 4 * h),
-            vocab=need("vocab_size"), seq_len=seq_len or max_pos, max_position=max_pos,
-            tied_embeddings=bool(cfg.get("tie_word_embeddings", True)))
+            name=file.stem,
+            layers=need("n_layer", "num_hidden_layers"),
+            hidden=h,
+            heads=need("n_head", "num_attention_heads"),
+            ffn_hidden=int(cfg.get("n_inner") or 4 * h),
+            vocab=need("vocab_size"),
+            seq_len=seq_len or max_pos,
+            max_position=max_pos,
+            tied_embeddings=bool(cfg.get("tie_word_embeddings", True)),
+        )
     heads = need("num_attention_heads")
     return TransformerConfig(
-        name=file.stem, layers=need("num_hidden_layers"), hidden=need("hidden_size"), heads=heads,
-        ffn_hidden=need("intermediate_size"), vocab=need("vocab_size"),
-        seq_len=seq_len or need("max_position_embeddings"), kv_heads=int(cfg.get("num_key_value_heads") or heads),
-        gated_mlp=cfg.get("hidden_act", "silu") in ("silu", "swiglu", "gelu_pytorch_tanh") or kind in (
-            "llama", "mistral", "mixtral"),
-        norm="rmsnorm", position="rope", tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        bias=bool(cfg.get("attention_bias", False)), dropout=False,
-        experts=int(cfg.get("num_local_experts") or 1), experts_per_token=int(cfg.get("num_experts_per_tok") or 1))
+        name=file.stem,
+        layers=need("num_hidden_layers"),
+        hidden=need("hidden_size"),
+        heads=heads,
+        ffn_hidden=need("intermediate_size"),
+        vocab=need("vocab_size"),
+        seq_len=seq_len or need("max_position_embeddings"),
+        kv_heads=int(cfg.get("num_key_value_heads") or heads),
+        gated_mlp=cfg.get("hidden_act", "silu") in ("silu", "swiglu", "gelu_pytorch_tanh")
+        or kind in ("llama", "mistral", "mixtral"),
+        norm="rmsnorm",
+        position="rope",
+        tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        bias=bool(cfg.get("attention_bias", False)),
+        dropout=False,
+        experts=int(cfg.get("num_local_experts") or 1),
+        experts_per_token=int(cfg.get("num_experts_per_tok") or 1),
+    )

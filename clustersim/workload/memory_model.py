@@ -20,12 +20,12 @@ from .stage_cost import StageCost, chunk_costs
 
 #: (precision, optimizer) → bytes per parameter of (weights, gradients, optimizer states)
 BYTES_PER_PARAM: dict[tuple[str, str], tuple[int, int, int]] = {
-    ("bf16", "adam"): (2, 4, 12),   # Megatron: 16-bit weights, fp32 main_grad, fp32 master + m + v
+    ("bf16", "adam"): (2, 4, 12),  # Megatron: 16-bit weights, fp32 main_grad, fp32 master + m + v
     ("fp16", "adam"): (2, 4, 12),
-    ("fp32", "adam"): (4, 4, 8),    # weights, grads, m + v
-    ("bf16", "sgd"): (2, 4, 8),     # fp32 master + momentum
+    ("fp32", "adam"): (4, 4, 8),  # weights, grads, m + v
+    ("bf16", "sgd"): (2, 4, 8),  # fp32 master + momentum
     ("fp16", "sgd"): (2, 4, 8),
-    ("fp32", "sgd"): (4, 4, 4),     # momentum
+    ("fp32", "sgd"): (4, 4, 4),  # momentum
 }
 
 #: activation element size by precision (bytes)
@@ -56,7 +56,6 @@ class MemoryBreakdown:
         return self.total <= self.capacity
 
 
-
 #: kind of static bytes → the ZeRO stage from which they are sharded over the data-parallel
 #: group (Rajbhandari et al. 2020: stage 1 the optimizer states, 2 also gradients, 3 also weights)
 ZERO_STAGE = {"optimizer": 1, "grads": 2, "params": 3}
@@ -69,12 +68,16 @@ def zero_shards(kind: str, zero: int, dp: int) -> int:
     return max(1, dp) if zero >= ZERO_STAGE[kind] else 1
 
 
-def static_bytes(params: float, precision: str, optimizer: str, zero: int, dp: int) -> tuple[float, float, float]:
+def static_bytes(
+    params: float, precision: str, optimizer: str, zero: int, dp: int
+) -> tuple[float, float, float]:
     """(weights, gradients, optimizer states) bytes for ``params`` held on one GPU."""
     w, g, o = BYTES_PER_PARAM[(precision, optimizer)]
-    return (params * w / zero_shards("params", zero, dp),
-            params * g / zero_shards("grads", zero, dp),
-            params * o / zero_shards("optimizer", zero, dp))
+    return (
+        params * w / zero_shards("params", zero, dp),
+        params * g / zero_shards("grads", zero, dp),
+        params * o / zero_shards("optimizer", zero, dp),
+    )
 
 
 def in_flight(order: list[tuple]) -> int:
@@ -90,9 +93,11 @@ def in_flight(order: list[tuple]) -> int:
 def oom_hint(b: MemoryBreakdown, recompute: str, zero: int, tp: int, pp: int) -> str:
     """A one-line suggestion for a plan that does not fit, naming the biggest consumer."""
     gib = 2**30
-    parts = (f"params {b.params / gib:.1f} GiB, grads {b.grads / gib:.1f} GiB, optimizer "
-             f"{b.optimizer / gib:.1f} GiB, activations {b.activations / gib:.1f} GiB, buffers "
-             f"{b.buffers / gib:.1f} GiB > capacity {b.capacity / gib:.1f} GiB")
+    parts = (
+        f"params {b.params / gib:.1f} GiB, grads {b.grads / gib:.1f} GiB, optimizer "
+        f"{b.optimizer / gib:.1f} GiB, activations {b.activations / gib:.1f} GiB, buffers "
+        f"{b.buffers / gib:.1f} GiB > capacity {b.capacity / gib:.1f} GiB"
+    )
     tips = []
     if b.activations > b.static and recompute != "full":
         tips.append("training.recompute: full (or selective)")
@@ -122,10 +127,14 @@ def memory_columns(sc, devices) -> tuple[dict[str, list[float]], str]:
     costs = run_chunk_costs(sc)
     p, schedule = sc.parallel.pp, SCHEDULES[sc.parallel.schedule]
     chunks_of = [[k for k in range(len(costs)) if schedule.stage_of(k, p) == s] for s in range(p)]
-    cols: dict[str, list[float]] = {k: [] for k in ("params_bytes", "grads_bytes", "optimizer_bytes",
-                                                    "buffers_bytes", "activations_bytes")}
+    cols: dict[str, list[float]] = {
+        k: []
+        for k in ("params_bytes", "grads_bytes", "optimizer_bytes", "buffers_bytes", "activations_bytes")
+    }
     hint = ""
-    for stage, peak, cap in zip(devices["stage"], devices["peak_memory_bytes"], devices["memory_capacity_bytes"]):
+    for stage, peak, cap in zip(
+        devices["stage"], devices["peak_memory_bytes"], devices["memory_capacity_bytes"]
+    ):
         parts = {k: 0.0 for k in ("params", "grads", "optimizer", "buffers")}
         for k in chunks_of[stage]:  # every model chunk placed on this stage
             for key, v in costs[k].memory_parts.items():
@@ -138,6 +147,10 @@ def memory_columns(sc, devices) -> tuple[dict[str, list[float]], str]:
             cols[f"{key}_bytes"].append(parts[key])
         cols["activations_bytes"].append(act)
         if peak > cap and not hint:
-            b = MemoryBreakdown(parts["params"], parts["grads"], parts["optimizer"], act, parts["buffers"], cap)
-            hint = f"stage {stage}: " + oom_hint(b, sc.training.recompute, sc.parallel.zero, sc.parallel.tp, p)
+            b = MemoryBreakdown(
+                parts["params"], parts["grads"], parts["optimizer"], act, parts["buffers"], cap
+            )
+            hint = f"stage {stage}: " + oom_hint(
+                b, sc.training.recompute, sc.parallel.zero, sc.parallel.tp, p
+            )
     return cols, hint

@@ -58,26 +58,60 @@ class TPComm:
     nbytes: int
 
 
-def gemm(name: str, m: int, n: int, k: int, e: int, *, weight: bool = True, activation: float = 0.0,
-         batch: int = 1, attention_core: bool = False) -> LayerOp:
+def gemm(
+    name: str,
+    m: int,
+    n: int,
+    k: int,
+    e: int,
+    *,
+    weight: bool = True,
+    activation: float = 0.0,
+    batch: int = 1,
+    attention_core: bool = False,
+) -> LayerOp:
     """Y[m×n] = X[m×k] · W[k×n], ``batch`` times, elements of ``e`` bytes.
 
     Backward: dX = dY·Wᵀ (m×k from n) and, for a weight, dW = Xᵀ·dY (k×n from m); for an
     activation–activation product (attention), both operand gradients are input work.
     """
+
     def w(mm, nn, kk):
-        return Work(2.0 * mm * nn * kk * batch, float(e) * (mm * kk + kk * nn + mm * nn) * batch, (mm, nn, kk))
+        return Work(
+            2.0 * mm * nn * kk * batch, float(e) * (mm * kk + kk * nn + mm * nn) * batch, (mm, nn, kk)
+        )
 
     fwd, dx, dw = w(m, n, k), w(m, k, n), w(k, n, m)
     if weight:
-        return LayerOp(name, fwd, dx, dw, params=float(k * n * batch), activation=activation,
-                       attention_core=attention_core)
+        return LayerOp(
+            name,
+            fwd,
+            dx,
+            dw,
+            params=float(k * n * batch),
+            activation=activation,
+            attention_core=attention_core,
+        )
     both = Work(dx.flops + dw.flops, dx.bytes + dw.bytes, dx.gemm)
     return LayerOp(name, fwd, both, activation=activation, attention_core=attention_core)
 
 
-def elementwise(name: str, elements: float, fwd_bytes_per_el: float, bwd_bytes_per_el: float, *,
-                params: float = 0.0, activation: float = 0.0, attention_core: bool = False) -> LayerOp:
+def elementwise(
+    name: str,
+    elements: float,
+    fwd_bytes_per_el: float,
+    bwd_bytes_per_el: float,
+    *,
+    params: float = 0.0,
+    activation: float = 0.0,
+    attention_core: bool = False,
+) -> LayerOp:
     """A memory-bound kernel touching ``elements`` values (bytes per element per pass)."""
-    return LayerOp(name, Work(0.0, elements * fwd_bytes_per_el), Work(0.0, elements * bwd_bytes_per_el),
-                   params=params, activation=activation, attention_core=attention_core)
+    return LayerOp(
+        name,
+        Work(0.0, elements * fwd_bytes_per_el),
+        Work(0.0, elements * bwd_bytes_per_el),
+        params=params,
+        activation=activation,
+        attention_core=attention_core,
+    )

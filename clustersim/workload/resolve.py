@@ -16,8 +16,24 @@ from .model_presets import CNN_PRESETS, TRANSFORMER_PRESETS, model_preset_names
 from .transformer import TransformerConfig
 
 #: scenario field → TransformerConfig field (same names, listed for the override step)
-OVERRIDABLE = ("layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len", "kv_heads", "gated_mlp", "norm",
-               "position", "max_position", "tied_embeddings", "bias", "dropout", "experts", "experts_per_token")
+OVERRIDABLE = (
+    "layers",
+    "hidden",
+    "heads",
+    "ffn_hidden",
+    "vocab",
+    "seq_len",
+    "kv_heads",
+    "gated_mlp",
+    "norm",
+    "position",
+    "max_position",
+    "tied_embeddings",
+    "bias",
+    "dropout",
+    "experts",
+    "experts_per_token",
+)
 REQUIRED = ("layers", "hidden", "heads", "vocab", "seq_len")
 
 
@@ -43,8 +59,12 @@ def resolve_transformer(spec) -> TransformerConfig:
     if base is None:
         missing = [k for k in REQUIRED if k not in given]
         if missing:
-            raise ScenarioError(f"model.{missing[0]}", None, "required when neither model.preset nor "
-                                f"model.hf_config is given (required: {', '.join(REQUIRED)})")
+            raise ScenarioError(
+                f"model.{missing[0]}",
+                None,
+                "required when neither model.preset nor "
+                f"model.hf_config is given (required: {', '.join(REQUIRED)})",
+            )
         given.setdefault("ffn_hidden", 4 * given["hidden"])
         cfg = TransformerConfig(name=spec.name or "custom", **given)
     else:
@@ -61,8 +81,9 @@ def _check_shape(cfg: TransformerConfig) -> None:
     if cfg.heads % cfg.n_kv:
         raise ScenarioError("model.kv_heads", cfg.kv_heads, f"must divide model.heads = {cfg.heads}")
     if cfg.experts_per_token > cfg.experts:
-        raise ScenarioError("model.experts_per_token", cfg.experts_per_token,
-                            f"at most model.experts = {cfg.experts}")
+        raise ScenarioError(
+            "model.experts_per_token", cfg.experts_per_token, f"at most model.experts = {cfg.experts}"
+        )
     if cfg.norm not in ("layernorm", "rmsnorm"):
         raise ScenarioError("model.norm", cfg.norm, "accepted: layernorm, rmsnorm")
     if cfg.position not in ("learned", "rope"):

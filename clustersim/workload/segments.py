@@ -84,5 +84,7 @@ def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment
 
 def compute_time(segments: tuple[Segment, ...]) -> tuple[float, float]:
     """(seconds, FLOPs) of the compute segments of a pass."""
-    return (sum(s.duration for s in segments if s.kind == "compute"),
-            sum(s.flops for s in segments if s.kind == "compute"))
+    return (
+        sum(s.duration for s in segments if s.kind == "compute"),
+        sum(s.flops for s in segments if s.kind == "compute"),
+    )

@@ -56,8 +56,18 @@ class TrainSetup:
     def of(cls, sc, gpu: str | None = None) -> TrainSetup:
         """The setup of scenario ``sc`` on GPU type ``gpu`` (default ``cluster.gpu``)."""
         tr, par = sc.training, sc.parallel
-        return cls(tr.micro_batch, par.tp, sc.dp, par.sequence_parallel and par.tp > 1, par.zero, tr.precision,
-                   tr.optimizer, tr.recompute, sc.simulation.granularity, gpu or sc.cluster.gpu)
+        return cls(
+            tr.micro_batch,
+            par.tp,
+            sc.dp,
+            par.sequence_parallel and par.tp > 1,
+            par.zero,
+            tr.precision,
+            tr.optimizer,
+            tr.recompute,
+            sc.simulation.granularity,
+            gpu or sc.cluster.gpu,
+        )
 
     @property
     def e(self) -> int:
@@ -78,36 +88,68 @@ def _grad_bytes(st: TrainSetup, params: float) -> int:
     return int(params * GRAD_COMM_BYTES[st.precision] * (ZERO3_COMM_FACTOR if st.zero >= 3 else 1.0))
 
 
-def _stage(st: TrainSetup, cm: CostModel, f_items, b_items, bi_items, w_items, params: float, act_mem: float,
-           send_bytes: float, work_buffer: float) -> StageCost:
-    passes = {"F": to_segments(f_items, st.granularity), "B": to_segments(b_items, st.granularity),
-              "Bi": to_segments(bi_items, st.granularity), "W": to_segments(w_items, st.granularity)}
+def _stage(
+    st: TrainSetup,
+    cm: CostModel,
+    f_items,
+    b_items,
+    bi_items,
+    w_items,
+    params: float,
+    act_mem: float,
+    send_bytes: float,
+    work_buffer: float,
+) -> StageCost:
+    passes = {
+        "F": to_segments(f_items, st.granularity),
+        "B": to_segments(b_items, st.granularity),
+        "Bi": to_segments(bi_items, st.granularity),
+        "W": to_segments(w_items, st.granularity),
+    }
     (tf, ff), (tb, fb), (tw, _) = (compute_time(passes[k]) for k in ("F", "B", "W"))
     parts = _static(st, params)
     parts["buffers"] = work_buffer + 2 * send_bytes  # recompute working set + p2p send/recv buffers
     return StageCost(
-        forward=tf, backward=tb, backward_weight=tw, activation_bytes=int(send_bytes),
-        activation_memory=int(act_mem), param_bytes=int(sum(parts.values())),
-        optimizer=cm.optimizer_time(params / zero_shards("optimizer", st.zero, st.dp)), forward_flops=ff, backward_flops=fb,
-        grad_bytes=_grad_bytes(st, params), passes=passes, memory_parts=parts)
+        forward=tf,
+        backward=tb,
+        backward_weight=tw,
+        activation_bytes=int(send_bytes),
+        activation_memory=int(act_mem),
+        param_bytes=int(sum(parts.values())),
+        optimizer=cm.optimizer_time(params / zero_shards("optimizer", st.zero, st.dp)),
+        forward_flops=ff,
+        backward_flops=fb,
+        grad_bytes=_grad_bytes(st, params),
+        passes=passes,
+        memory_parts=parts,
+    )
 
 
-def transformer_chunk_costs(sc, chunks: int, partition: list[int] | None = None, gpu: str | None = None
-                            ) -> list[StageCost]:
+def transformer_chunk_costs(
+    sc, chunks: int, partition: list[int] | None = None, gpu: str | None = None
+) -> list[StageCost]:
     """Per-chunk StageCosts of a transformer scenario on GPU type ``gpu`` (see module doc)."""
     cfg = resolve_transformer(sc.model)
     st = TrainSetup.of(sc, gpu)
     cm = _cost_model(sc, st)
     b, tp, sp, e = st.micro_batch, st.tp, st.sp, st.e
-    layer, emb, out = layer_ops(cfg, b, tp, sp, e), embedding_ops(cfg, b, tp, sp, e), output_ops(cfg, b, tp, sp, e)
+    layer, emb, out = (
+        layer_ops(cfg, b, tp, sp, e),
+        embedding_ops(cfg, b, tp, sp, e),
+        output_ops(cfg, b, tp, sp, e),
+    )
     lf, lb = forward_items(layer, cm), backward_items(layer, cm)
     lbi, lw = backward_items(layer, cm, weight=False), backward_items(layer, cm, inputs=False)
     rec = {"full": lf, "selective": forward_items(layer, cm, core_only=True), "none": []}[st.recompute]
     full_act = sum(op.activation for op in layer if hasattr(op, "activation"))
     rep = b * cfg.seq_len * cfg.hidden / (tp if sp else 1)
-    act = {"none": full_act, "full": rep * e,
-           "selective": sum(op.activation for op in layer if hasattr(op, "activation") and not op.attention_core)
-           }[st.recompute]
+    act = {
+        "none": full_act,
+        "full": rep * e,
+        "selective": sum(
+            op.activation for op in layer if hasattr(op, "activation") and not op.attention_core
+        ),
+    }[st.recompute]
     work = {"none": 0.0, "full": full_act, "selective": full_act - act}[st.recompute]
     layer_params = sum(op.params for op in layer if hasattr(op, "params"))
     send = b * cfg.seq_len * cfg.hidden * e / tp
@@ -162,27 +204,38 @@ def contiguous_min_max(rows: list[list[float]], fits) -> list[int] | None:
     return sizes[::-1]
 
 
-def cnn_chunk_costs(sc, chunks: int, partition: list[int] | None = None, gpu: str | None = None
-                    ) -> list[StageCost]:
+def cnn_chunk_costs(
+    sc, chunks: int, partition: list[int] | None = None, gpu: str | None = None
+) -> list[StageCost]:
     """Per-chunk StageCosts of a CNN on GPU type ``gpu`` (data + pipeline parallel; balanced partition)."""
     st = TrainSetup.of(sc, gpu)
     cm = _cost_model(sc, st)
     layers = cnn_layers(sc.model.preset, st.micro_batch, st.e, sc.model.image_size, sc.model.classes)
-    per_layer = [sum(i[1] for i in forward_items(list(L.ops), cm) + backward_items(list(L.ops), cm))
-                 for L in layers]
+    per_layer = [
+        sum(i[1] for i in forward_items(list(L.ops), cm) + backward_items(list(L.ops), cm)) for L in layers
+    ]
     partition = partition or balanced_partition(per_layer, chunks)
     costs, start = [], 0
     for n in partition:
-        chunk = layers[start:start + n]
+        chunk = layers[start : start + n]
         ops = [op for L in chunk for op in L.ops]
         start += n
         full_act = sum(op.activation for op in ops)
         first_in = chunk[0].ops[0].activation
         act = {"none": full_act, "selective": full_act, "full": first_in}[st.recompute]
         rec = forward_items(ops, cm) if st.recompute == "full" else []
-        costs.append(_stage(
-            st, cm, forward_items(ops, cm), rec + backward_items(ops, cm),
-            rec + backward_items(ops, cm, weight=False), backward_items(ops, cm, inputs=False),
-            sum(op.params for op in ops), act, 0 if start == len(layers) else chunk[-1].output_bytes,
-            full_act if st.recompute == "full" else 0.0))
+        costs.append(
+            _stage(
+                st,
+                cm,
+                forward_items(ops, cm),
+                rec + backward_items(ops, cm),
+                rec + backward_items(ops, cm, weight=False),
+                backward_items(ops, cm, inputs=False),
+                sum(op.params for op in ops),
+                act,
+                0 if start == len(layers) else chunk[-1].output_bytes,
+                full_act if st.recompute == "full" else 0.0,
+            )
+        )
     return costs

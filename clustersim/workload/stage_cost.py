@@ -66,7 +66,9 @@ class StageCost:
         if phase == "W":
             return (Segment("compute", self.backward_weight, self.backward_flops * w_share),)
         if split_backward:
-            return (Segment("compute", self.backward - self.backward_weight, self.backward_flops * (1 - w_share)),)
+            return (
+                Segment("compute", self.backward - self.backward_weight, self.backward_flops * (1 - w_share)),
+            )
         return (Segment("compute", self.backward, self.backward_flops),)
 
     @property
@@ -86,8 +88,9 @@ def even_partition(layers: int, chunks: int) -> list[int]:
     return [layers // chunks] * chunks
 
 
-def chunk_costs(scenario, chunks: int, partition: list[int] | None = None, gpu: str | None = None
-                ) -> list[StageCost]:
+def chunk_costs(
+    scenario, chunks: int, partition: list[int] | None = None, gpu: str | None = None
+) -> list[StageCost]:
     """Costs of the scenario's model cut into ``chunks`` consecutive model chunks.
 
     ``partition`` gives the layers of each chunk (default: even). With ``v`` virtual

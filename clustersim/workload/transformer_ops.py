@@ -27,8 +27,10 @@ MASK_BYTES = 1  # dropout masks are uint8 (Megatron fused dropout; Korthikanti �
 def _tp_points(sp: bool, nbytes: int) -> tuple[TPComm, TPComm]:
     """(enter, exit) collectives of a TP region for a [b, s, h] activation of ``nbytes``."""
     if sp:
-        return (TPComm("tp all-gather", "all_gather", "reduce_scatter", nbytes),
-                TPComm("tp reduce-scatter", "reduce_scatter", "all_gather", nbytes))
+        return (
+            TPComm("tp all-gather", "all_gather", "reduce_scatter", nbytes),
+            TPComm("tp reduce-scatter", "reduce_scatter", "all_gather", nbytes),
+        )
     return TPComm("tp f", "", "all_reduce", nbytes), TPComm("tp g", "all_reduce", "", nbytes)
 
 
@@ -37,7 +39,7 @@ def layer_ops(cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int) -> list
     s, h, a, d, f = cfg.seq_len, cfg.hidden, cfg.heads, cfg.head_dim, cfg.ffn_hidden
     at, kvt = a // tp, max(1, cfg.n_kv // tp)
     bsh = b * s * h
-    rep = bsh / tp if sp else bsh            # tokens × h held outside TP regions
+    rep = bsh / tp if sp else bsh  # tokens × h held outside TP regions
     drop = cfg.dropout
     enter, leave = _tp_points(sp and tp > 1, int(bsh * e)) if tp > 1 else (None, None)
     ops: list = []
@@ -47,23 +49,47 @@ def layer_ops(cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int) -> list
 
     def residual(name):
         per = (3 * e + MASK_BYTES) if drop else 3 * e
-        return elementwise(name, rep, per, 2 * e + (MASK_BYTES if drop else 0),
-                           activation=rep * MASK_BYTES if drop else 0.0)
+        return elementwise(
+            name, rep, per, 2 * e + (MASK_BYTES if drop else 0), activation=rep * MASK_BYTES if drop else 0.0
+        )
 
     # --- attention ------------------------------------------------------------------
     ops.append(norm("norm1"))
     ops += [enter] if enter else []
     qkv_n = (at + 2 * kvt) * d
     ops.append(gemm("qkv", b * s, qkv_n, h, e, activation=rep * e))  # SP keeps the shard
-    ops.append(gemm("attn_scores", s, s, d, e, weight=False, batch=b * at,
-                    activation=b * s * (at + 2 * kvt) * d * e))      # Q, K (and V, for the context) kept
-    ops.append(elementwise("softmax", b * at * s * s, 2 * e, 3 * e,
-                           activation=b * at * s * s * e, attention_core=True))
+    ops.append(
+        gemm("attn_scores", s, s, d, e, weight=False, batch=b * at, activation=b * s * (at + 2 * kvt) * d * e)
+    )  # Q, K (and V, for the context) kept
+    ops.append(
+        elementwise(
+            "softmax", b * at * s * s, 2 * e, 3 * e, activation=b * at * s * s * e, attention_core=True
+        )
+    )
     if drop:
-        ops.append(elementwise("attn_dropout", b * at * s * s, 2 * e + MASK_BYTES, 2 * e + MASK_BYTES,
-                               activation=b * at * s * s * MASK_BYTES, attention_core=True))
-    ops.append(gemm("attn_context", s, d, s, e, weight=False, batch=b * at,
-                    activation=b * at * s * s * e * (1 if drop else 0), attention_core=True))
+        ops.append(
+            elementwise(
+                "attn_dropout",
+                b * at * s * s,
+                2 * e + MASK_BYTES,
+                2 * e + MASK_BYTES,
+                activation=b * at * s * s * MASK_BYTES,
+                attention_core=True,
+            )
+        )
+    ops.append(
+        gemm(
+            "attn_context",
+            s,
+            d,
+            s,
+            e,
+            weight=False,
+            batch=b * at,
+            activation=b * at * s * s * e * (1 if drop else 0),
+            attention_core=True,
+        )
+    )
     ops.append(gemm("attn_out", b * s, h, at * d, e, activation=b * s * at * d * e))
     ops += [leave] if leave else []
     ops.append(residual("residual1"))
@@ -74,13 +100,22 @@ def layer_ops(cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int) -> list
     up_n = ft * (2 if cfg.gated_mlp else 1)
     ops.append(gemm("mlp_up", b * s * k, up_n, h, e, activation=rep * e))
     act_in = b * s * k * up_n
-    ops.append(elementwise("mlp_act", act_in, 1.5 * e if cfg.gated_mlp else 2 * e, 3 * e, activation=act_in * e))
+    ops.append(
+        elementwise("mlp_act", act_in, 1.5 * e if cfg.gated_mlp else 2 * e, 3 * e, activation=act_in * e)
+    )
     ops.append(gemm("mlp_down", b * s * k, h, ft, e, activation=b * s * k * ft * e))
     ops += [leave] if leave else []
     ops.append(residual("residual2"))
     if cfg.experts > 1:  # the experts not chosen still hold parameters; the router is tiny
-        ops.append(elementwise("moe_router", b * s * cfg.experts, 2 * e, 3 * e,
-                               params=(cfg.experts - 1) * cfg.mlp_params() / tp + h * cfg.experts))
+        ops.append(
+            elementwise(
+                "moe_router",
+                b * s * cfg.experts,
+                2 * e,
+                3 * e,
+                params=(cfg.experts - 1) * cfg.mlp_params() / tp + h * cfg.experts,
+            )
+        )
     if cfg.bias:  # biases of the four linears (column-parallel split, row-parallel replicated)
         i = next(i for i, op in enumerate(ops) if getattr(op, "name", "") == "qkv")
         q = ops[i]
@@ -112,5 +147,7 @@ def output_ops(cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int) -> lis
     ops = [elementwise("final_norm", rep, 2 * e, 3 * e, params=cfg.norm_params(), activation=rep * e)]
     ops += [enter] if enter else []
     ops.append(logits)
-    ops.append(elementwise("cross_entropy", b * s * v / tp, 2 * e + 4, 4 + 2 * e, activation=b * s * v / tp * 4))
+    ops.append(
+        elementwise("cross_entropy", b * s * v / tp, 2 * e + 4, 4 + 2 * e, activation=b * s * v / tp * 4)
+    )
     return ops
