@@ -144,5 +144,5 @@ def test_windows_need_a_topology_network():
     raw["cluster"]["link_degradations"] = [
         {"between": ["gpu0", "nvswitch0"], "start": 0, "end": 1, "factor": 0.5}
     ]
-    with pytest.raises(cs.ScenarioError, match=r"need simulation.network packet or analytical"):
+    with pytest.raises(cs.ScenarioError, match=r"need simulation.network packet, flow or analytical"):
         cs.load_scenario(raw)

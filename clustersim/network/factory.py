@@ -13,10 +13,15 @@ from ..errors import ScenarioError
 from ..trace.recorder import Recorder
 from .analytical import AnalyticalFabric
 from .base import Fabric
+from .flow import FlowFabric
 from .packet import PacketFabric
 
 #: network model name → Fabric class taking ``(env, recorder, graph, …)``
-NETWORK_MODELS: dict[str, type[Fabric]] = {"packet": PacketFabric, "analytical": AnalyticalFabric}
+NETWORK_MODELS: dict[str, type[Fabric]] = {
+    "packet": PacketFabric,
+    "flow": FlowFabric,
+    "analytical": AnalyticalFabric,
+}
 DEFAULT_NETWORK_MODEL = "packet"
 
 

@@ -52,8 +52,8 @@ def check_rules(spec: ScenarioSpec) -> None:
         raise ScenarioError(
             "cluster.link_degradations",
             len(spec.cluster.link_degradations),
-            "windows act on topology links in time: they need simulation.network packet or "
-            "analytical and simulation.collective_model fabric",
+            "windows act on topology links in time: they need simulation.network packet, flow "
+            "or analytical and simulation.collective_model fabric",
         )
     from ..faults.rules import check_fault_rules
 

@@ -251,7 +251,7 @@ def check_parameter_server(spec) -> None:
         raise ScenarioError(
             "simulation.network",
             "direct",
-            f"{f} needs a topology for its servers; accepted: packet or analytical",
+            f"{f} needs a topology for its servers; accepted: packet, flow or analytical",
         )
     if ps.buckets is not None:
         from ..workload.rules import model_layers
