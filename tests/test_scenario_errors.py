@@ -56,7 +56,7 @@ def _error(overrides: dict, base: dict = BASE) -> str:
         ),
         (
             {"simulation.network": "wifi"},
-            "simulation.network: 'wifi' is invalid; not a known network model; known: packet, analytical, direct",
+            "simulation.network: 'wifi' is invalid; not a known network model; known: packet, flow, analytical, direct",
         ),
         (
             {"parallel.pp": 3},
