@@ -61,7 +61,7 @@ def layer_profiles(sc) -> list[LayerProfile]:
             float(c.activation_bytes),
             float(c.gradient_bytes),
             float(c.activation_memory),
-            float(c.param_bytes),
+            float(c.static.total),
         )
         for c in chunk_costs(sc, n, [1] * n)
     ]
