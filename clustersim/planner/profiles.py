@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..topology.servers import nics_per_node
+
 
 @dataclass(frozen=True)
 class LayerProfile:
@@ -69,8 +71,8 @@ def layer_profiles(sc) -> list[LayerProfile]:
 
 def network_of(sc) -> Network:
     """The planner's view of a scenario's cluster: NVSwitch/PCIe inside a server, the NIC
-    bandwidth (all of a server's NICs) between servers."""
+    bandwidth (all of a server's NICs, as many as the topology builds) between servers."""
     cl = sc.cluster
     intra = cl.intra_node.bandwidth * cl.intra_node.efficiency
-    inter = cl.nic.bandwidth * cl.nic.efficiency * (cl.nic.per_node or 1)
+    inter = cl.nic.bandwidth * cl.nic.efficiency * nics_per_node(cl.nic.per_node, cl.gpus_per_node)
     return Network(intra, min(intra, inter) if cl.nodes > 1 else intra, cl.gpus_per_node)
