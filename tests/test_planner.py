@@ -11,8 +11,17 @@ import pytest
 import clustersim as cs
 from clustersim.cli import main
 from clustersim.engine.network_setup import cluster_dict
-from clustersim.planner import LayerProfile, Network, Optimizer, network_of, plan_scenario, uniform_partition
+from clustersim.planner import (
+    LayerProfile,
+    Network,
+    Optimizer,
+    layer_profiles,
+    network_of,
+    plan_scenario,
+    uniform_partition,
+)
 from clustersim.topology import build_topology
+from clustersim.workload.stage_cost import chunk_costs
 from tests.conftest import synthetic
 
 VGG = Path(__file__).parents[1] / "scenarios" / "pipedream-vgg16-16xV100-10GbE.yaml"
@@ -113,6 +122,21 @@ def test_planner_prices_the_nics_the_topology_builds(per_node):
         d["bandwidth"] for a, _, d in g.edges(data=True) if a.startswith("node0.") and d["kind"] == "nic"
     )
     assert network_of(sc).inter == built == 1.25e9 * (per_node or 4)
+
+
+def test_memory_check_stashes_weights_not_gradients():
+    # bf16 + Adam: 2 bytes of weights per parameter, 4 of gradients on the all-reduce
+    quick = cs.load_scenario("scenarios/quickstart.yaml")
+    lp, cost = layer_profiles(quick)[1], chunk_costs(quick, 24, [1] * 24)[1]
+    assert (lp.stashed, lp.stashed * 2, lp.resident) == (
+        cost.static.weights,
+        lp.param_bytes,
+        cost.static.total,
+    )
+    # a stage of that layer with 3 micro-batches in flight needs static + 3 × (weights + activations)
+    need = lp.resident + 3 * (lp.stashed + lp.activation_memory)
+    assert Optimizer([lp], Network(1e10, 1e9, 8), need).stage_time(0, 0, 1, 3) < math.inf
+    assert Optimizer([lp], Network(1e10, 1e9, 8), need - 1).stage_time(0, 0, 1, 3) == math.inf
 
 
 def test_partition_options():

@@ -3,7 +3,8 @@
 A :class:`LayerProfile` is what PipeDream's profiler measures per layer for one
 micro-batch (its minibatch): forward and backward time, the bytes of the layer's output
 (sent to the next stage, and the same gradient size back), its parameter bytes (the
-data-parallel all-reduce), and the activation memory it keeps per in-flight micro-batch.
+data-parallel all-reduce), the activation memory it keeps per in-flight micro-batch, and
+its static bytes and weight bytes (one stashed version) from the cost model's kinds.
 :func:`layer_profiles` reads them from any scenario model through ``chunk_costs`` with
 one layer per chunk, so synthetic, CNN and transformer models all feed the planner.
 """
@@ -26,10 +27,17 @@ class LayerProfile:
     activation_memory: float = 0.0
     #: bytes resident for the whole run (weights, gradients, optimizer state); default 3 × params
     static_bytes: float | None = None
+    #: bytes of one copy of the weights (a stashed version); default the parameter bytes
+    weight_bytes: float | None = None
 
     @property
     def resident(self) -> float:
         return 3 * self.param_bytes if self.static_bytes is None else self.static_bytes
+
+    @property
+    def stashed(self) -> float:
+        """Bytes of the weight version stashed per in-flight micro-batch."""
+        return self.param_bytes if self.weight_bytes is None else self.weight_bytes
 
     @property
     def compute(self) -> float:
@@ -64,6 +72,7 @@ def layer_profiles(sc) -> list[LayerProfile]:
             float(c.gradient_bytes),
             float(c.activation_memory),
             float(c.static.total),
+            float(c.static.weights),
         )
         for c in chunk_costs(sc, n, [1] * n)
     ]
