@@ -15,7 +15,7 @@ from ..workload.memory_model import run_chunk_costs, zero_shards
 def _gpu_state(cost, zero: int, dp: int) -> tuple[float, float]:
     """(weights, optimizer states) bytes of one chunk on one GPU, and their unsharded totals."""
     w, o = cost.static.weights, cost.static.optimizer
-    return w + o, w * zero_shards("params", zero, dp) + o * zero_shards("optimizer", zero, dp)
+    return w + o, w * zero_shards("weights", zero, dp) + o * zero_shards("optimizer", zero, dp)
 
 
 def checkpoint_bytes(sc) -> float:

@@ -54,13 +54,14 @@ class MemoryBreakdown:
 
 #: kind of static bytes → the ZeRO stage from which they are sharded over the data-parallel
 #: group (Rajbhandari et al. 2020: stage 1 the optimizer states, 2 also gradients, 3 also weights)
-ZERO_STAGE = {"optimizer": 1, "grads": 2, "params": 3}
+ZERO_STAGE = {"optimizer": 1, "grads": 2, "weights": 3}
 
 
 def zero_shards(kind: str, zero: int, dp: int) -> int:
-    """Over how many GPUs ZeRO stage ``zero`` divides the ``kind`` bytes (``"params"``,
-    ``"grads"`` or ``"optimizer"``) of a data-parallel group of ``dp``: all ``dp`` from the
-    kind's :data:`ZERO_STAGE` on, else 1 (every GPU holds a whole copy)."""
+    """Over how many GPUs ZeRO stage ``zero`` divides the ``kind`` bytes (a
+    :class:`~clustersim.memory_kinds.StaticMemory` kind: ``"weights"``, ``"grads"`` or
+    ``"optimizer"``; buffers are never sharded) of a data-parallel group of ``dp``: all
+    ``dp`` from the kind's :data:`ZERO_STAGE` on, else 1 (every GPU holds a whole copy)."""
     return max(1, dp) if zero >= ZERO_STAGE[kind] else 1
 
 
@@ -70,7 +71,7 @@ def static_bytes(
     """(weights, gradients, optimizer states) bytes for ``params`` held on one GPU."""
     w, g, o = BYTES_PER_PARAM[(precision, optimizer)]
     return (
-        params * w / zero_shards("params", zero, dp),
+        params * w / zero_shards("weights", zero, dp),
         params * g / zero_shards("grads", zero, dp),
         params * o / zero_shards("optimizer", zero, dp),
     )
