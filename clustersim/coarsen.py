@@ -64,6 +64,7 @@ def coarsen(prog: Program) -> Program:
             merged.duration += op.duration
             merged.flops += op.flops
             merged.mem_free += op.mem_free
+            merged.stash_free += op.stash_free
             new_id[op.id] = merged.id
             continue
         copy = out.add(
@@ -82,6 +83,8 @@ def coarsen(prog: Program) -> Program:
             peer=op.peer,
             mem_alloc=op.mem_alloc,
             mem_free=op.mem_free,
+            stash_alloc=op.stash_alloc,
+            stash_free=op.stash_free,
             group=op.group,
             collective=op.collective,
             algorithm=op.algorithm,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import sys
 
 from .errors import ProgramError
+from .memory_kinds import StaticMemory
 
 COMPUTE, SEND, RECV, COLLECTIVE = "compute", "send", "recv", "collective"
 OP_KINDS = (COMPUTE, SEND, RECV, COLLECTIVE)
@@ -36,7 +37,9 @@ class Op:
     """One operation on one lane of one device. See the module docstring for semantics.
 
     ``mem_alloc`` bytes are allocated on the device when the op starts and ``mem_free``
-    bytes released when it ends (activations: a forward allocates, its backward frees).
+    bytes released when it ends (activations: a forward allocates, its backward frees);
+    ``stash_alloc`` and ``stash_free`` say how many of those bytes are a stashed weight
+    version (PipeDream's weight stashing), the rest being activations.
     ``peer`` links a send to its recv (each holds the other's id); a recv ends when its
     send's bytes have arrived. ``group`` lists the devices of a collective; every member
     holds its own op with the same ``tag``.
@@ -66,6 +69,8 @@ class Op:
         "peer",
         "mem_alloc",
         "mem_free",
+        "stash_alloc",
+        "stash_free",
         "group",
         "collective",
         "algorithm",
@@ -95,6 +100,8 @@ class Op:
         peer: int = -1,
         mem_alloc: int = 0,
         mem_free: int = 0,
+        stash_alloc: int = 0,
+        stash_free: int = 0,
         group: tuple[int, ...] = (),
         collective: str = "",
         algorithm: str = "auto",
@@ -109,6 +116,7 @@ class Op:
         self.duration, self.nbytes, self.flops = duration, nbytes, flops
         self.deps, self.peer = tuple(deps), peer
         self.mem_alloc, self.mem_free = mem_alloc, mem_free
+        self.stash_alloc, self.stash_free = stash_alloc, stash_free
         self.group, self.collective, self.algorithm, self.tag = tuple(group), collective, algorithm, tag
         self.version = version
         self.arrivals, self.shadows = arrivals, tuple(shadows)
@@ -130,8 +138,8 @@ class Program:
             raise ProgramError(f"{len(self.device_names)} device names for {num_devices} devices")
         self.ops: list[Op] = []
         self._lanes: dict[tuple[int, str], list[Op]] = {}
-        #: bytes resident on each device for the whole run (weights, grads, optimizer state)
-        self.static_memory: list[int] = [0] * num_devices
+        #: bytes resident on each device for the whole run, by kind
+        self.static_memory: list[StaticMemory] = [StaticMemory()] * num_devices
 
     def add(self, device: int, lane: str, kind: str, name: str, **fields) -> Op:
         """Append an op to ``device``'s ``lane`` (after every op already on that lane)."""
@@ -147,6 +155,27 @@ class Program:
             op.lane_id = lane_ops[0].lane_id
         lane_ops.append(op)
         return op
+
+    def memory_peaks(self) -> list[tuple[int, int]]:
+        """Per device, (peak bytes, stashed weight bytes held at that peak — a static second
+        copy and the versions ops stashed): the memory ledger replayed over the ops
+        without running them. A device's allocating and
+        freeing ops (a pass's first and last) run one after another, each pass after the
+        previous one on its GPU, so their Program order is their time order and the
+        replay's peak is the one the engine's ledger reaches."""
+        live = [m.total for m in self.static_memory]
+        stash = [m.stashed for m in self.static_memory]
+        peaks = list(zip(live, stash))
+        for op in self.ops:
+            d = op.device
+            if op.mem_alloc:
+                live[d] += op.mem_alloc
+                stash[d] += op.stash_alloc
+                if live[d] > peaks[d][0]:
+                    peaks[d] = (live[d], stash[d])
+            live[d] -= op.mem_free
+            stash[d] -= op.stash_free
+        return peaks
 
     def lanes(self) -> dict[tuple[int, str], list[Op]]:
         """Ops grouped by (device, lane), each list in execution order (do not mutate)."""
@@ -166,6 +195,12 @@ class Program:
                 raise ProgramError(
                     f"{op!r}: memory to allocate or free must be ≥ 0 bytes "
                     f"(mem_alloc={op.mem_alloc}, mem_free={op.mem_free})"
+                )
+            if not (0 <= op.stash_alloc <= op.mem_alloc and 0 <= op.stash_free <= op.mem_free):
+                raise ProgramError(
+                    f"{op!r}: stashed weights must be a part of the bytes moved "
+                    f"(stash_alloc={op.stash_alloc} of mem_alloc={op.mem_alloc}, "
+                    f"stash_free={op.stash_free} of mem_free={op.mem_free})"
                 )
         self._check_matching()
         self._check_collectives()

@@ -208,7 +208,7 @@ def build_result(
     if sc.model.kind != "synthetic" and not inference:  # real models: memory by kind, and why it does not fit
         from .workload.memory_model import memory_columns
 
-        cols, oom_hint = memory_columns(sc, devices)
+        cols, oom_hint = memory_columns(sc, devices, engine.program)
         for key, values in cols.items():
             devices[key] = values
     stage_bubble = devices.groupby("stage")["bubble_fraction"].mean()

@@ -6,6 +6,7 @@ import simpy
 import clustersim as cs
 from clustersim.coarsen import coarsen
 from clustersim.engine.interpreter import Engine
+from clustersim.memory_kinds import StaticMemory
 from clustersim.network import DirectFabric
 from clustersim.parallel.plan import Plan
 from clustersim.schedules import SCHEDULES, compile_pipeline
@@ -18,7 +19,9 @@ def _per_layer_costs(p: int, layers: int, f: float, b: float, act: int) -> list[
         "F": tuple(Segment("compute", f, 2.0) for _ in range(layers)),
         "B": tuple(Segment("compute", b, 4.0) for _ in range(layers)),
     }
-    return [StageCost(layers * f, layers * b, 0.0, act, act, 2**20, 1e-4, passes=passes)] * p
+    return [
+        StageCost(layers * f, layers * b, 0.0, act, act, StaticMemory(weights=2**20), 1e-4, passes=passes)
+    ] * p
 
 
 def _run(prog: cs.Program):

@@ -114,7 +114,7 @@ def test_stage_granularity_keeps_time_and_ends_on_compute():
 
 def test_dp_gradient_and_zero_bytes():
     c0 = _costs(tp=8, dp=2)[0]
-    params = c0.memory_parts["params"] / 2  # bf16 weights: 2 bytes/param
+    params = c0.static.weights / 2  # bf16 weights: 2 bytes/param
     assert c0.grad_bytes == pytest.approx(4 * params, rel=1e-9)  # fp32 main_grad all-reduce
     assert _costs(tp=8, dp=2, precision="fp16")[0].grad_bytes == pytest.approx(4 * params, rel=1e-9)
     assert _costs(tp=8, dp=2, zero=3)[0].grad_bytes == pytest.approx(1.5 * 4 * params, rel=1e-9)

@@ -352,15 +352,13 @@ def test_real_model_pulls_weights_pushes_gradients_and_leaves_the_optimizer_on_t
     costs = chunk_costs(sc, layers, [1] * layers)
     res = run(sc)
     sp = res.spans[res.spans["device"] == "gpu0"]
-    assert sp.loc[sp["lane"] == "pull", "bytes"].sum() == sum(int(c.memory_parts["params"]) for c in costs)
+    assert sp.loc[sp["lane"] == "pull", "bytes"].sum() == sum(c.static.weights for c in costs)
     assert sp.loc[sp["lane"] == "push", "bytes"].sum() == sum(c.gradient_bytes for c in costs)
     assert (res.devices["optimizer_bytes"] == 0).all() and (res.devices["params_bytes"] > 0).all()
     # the server holds, for the whole run, the weights it serves, their optimizer state and
     # one buffer the pushed gradients land in
     server = res.memory[res.memory["device"] == "server"]
-    held = sum(
-        int(c.memory_parts["params"]) + int(c.memory_parts["optimizer"]) + c.gradient_bytes for c in costs
-    )
+    held = sum(c.static.weights + c.static.optimizer + c.gradient_bytes for c in costs)
     assert server["allocated_bytes"].max() == server["allocated_bytes"].iloc[0] == held
 
 

@@ -10,7 +10,18 @@ import pytest
 
 import clustersim as cs
 from clustersim.cli import main
-from clustersim.planner import LayerProfile, Network, Optimizer, plan_scenario, uniform_partition
+from clustersim.engine.network_setup import cluster_dict
+from clustersim.planner import (
+    LayerProfile,
+    Network,
+    Optimizer,
+    layer_profiles,
+    network_of,
+    plan_scenario,
+    uniform_partition,
+)
+from clustersim.topology import build_topology
+from clustersim.workload.stage_cost import chunk_costs
 from tests.conftest import synthetic
 
 VGG = Path(__file__).parents[1] / "scenarios" / "pipedream-vgg16-16xV100-10GbE.yaml"
@@ -96,6 +107,36 @@ def test_vgg16_planner_finds_pipedreams_15_1():
     assert rep.best.config == "15-1"  # PipeDream's published configuration
     assert rep.best.partition == [13, 3]  # the 13 convs replicated, the 3 FC layers alone
     assert rep.speedup_over_dp > 3.0  # paper: 5.28x (epoch time); ours in docs/schedules.md
+
+
+@pytest.mark.parametrize("per_node", [None, 1, 2])
+def test_planner_prices_the_nics_the_topology_builds(per_node):
+    # 2 servers × 4 GPUs at 10 Gbit/s: with nic.per_node unset the topology builds one NIC
+    # per GPU, so a server sends at 4 × 1.25 GB/s — the planner must price the same
+    raw = synthetic(2, 4, dp=4)
+    nic = {"bandwidth": "10 Gbit/s", **({"per_node": per_node} if per_node else {})}
+    raw["cluster"] = {"nodes": 2, "gpus_per_node": 4, "nic": nic}
+    sc = cs.load_scenario(raw)
+    g = build_topology(cluster_dict(sc.cluster))
+    built = sum(
+        d["bandwidth"] for a, _, d in g.edges(data=True) if a.startswith("node0.") and d["kind"] == "nic"
+    )
+    assert network_of(sc).inter == built == 1.25e9 * (per_node or 4)
+
+
+def test_memory_check_stashes_weights_not_gradients():
+    # bf16 + Adam: 2 bytes of weights per parameter, 4 of gradients on the all-reduce
+    quick = cs.load_scenario("scenarios/quickstart.yaml")
+    lp, cost = layer_profiles(quick)[1], chunk_costs(quick, 24, [1] * 24)[1]
+    assert (lp.stashed, lp.stashed * 2, lp.resident) == (
+        cost.static.weights,
+        lp.param_bytes,
+        cost.static.total,
+    )
+    # a stage of that layer with 3 micro-batches in flight needs static + 3 × (weights + activations)
+    need = lp.resident + 3 * (lp.stashed + lp.activation_memory)
+    assert Optimizer([lp], Network(1e10, 1e9, 8), need).stage_time(0, 0, 1, 3) < math.inf
+    assert Optimizer([lp], Network(1e10, 1e9, 8), need - 1).stage_time(0, 0, 1, 3) == math.inf
 
 
 def test_partition_options():

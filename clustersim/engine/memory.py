@@ -1,5 +1,9 @@
 """Per-GPU memory ledger: static bytes plus allocations and frees made by ops.
 
+It starts every device from the total of its Program's static bytes (by kind in
+``Program.static_memory``) and counts what ops allocate and free as one total; the split
+of a peak by kind is :meth:`clustersim.program.Program.memory_peaks`'s.
+
 Every change appends ``(device, time_s, allocated_bytes)`` to the recorder, so the memory
 timeline can be drawn; the peak and an out-of-memory flag are kept per device. Going over
 capacity does not stop the run (the user wants to see by how much it does not fit).
@@ -7,6 +11,7 @@ capacity does not stop the run (the user wants to see by how much it does not fi
 
 from __future__ import annotations
 
+from ..memory_kinds import StaticMemory
 from ..trace.recorder import Recorder
 
 
@@ -15,12 +20,12 @@ class MemoryLedger:
 
     __slots__ = ("current", "peak", "capacity", "_samples")
 
-    def __init__(self, static: list[int], capacity: list[int], recorder: Recorder):
-        self.current = list(static)
-        self.peak = list(static)
+    def __init__(self, static: list[StaticMemory], capacity: list[int], recorder: Recorder):
+        self.current = [m.total for m in static]
+        self.peak = list(self.current)
         self.capacity = capacity
         self._samples = recorder.memory
-        for dev, b in enumerate(static):
+        for dev, b in enumerate(self.current):
             self._samples.append((dev, 0.0, b))
 
     def change(self, device: int, delta: int, now: float) -> None:

@@ -1,12 +1,13 @@
 """Peak memory per GPU of a scenario, estimated WITHOUT simulating — to prune a search.
 
 :func:`estimate_peak_memory` replays the engine's memory ledger over the compiled
-Program, folded to one GPU per stage where folding is exact: every device starts with its
-static bytes (parameters, gradients, optimizer state, stashed or double weight copies —
-whatever the compiler put in ``Program.static_memory``); each op allocates ``mem_alloc``
-when it starts and frees ``mem_free`` when it ends. A GPU's passes run one after another,
-so its ops' Program order is their time order and the replay's peak is the ledger's peak,
-for every schedule and partition — without running the engine.
+Program (:meth:`~clustersim.program.Program.memory_peaks`), folded to one GPU per stage
+where folding is exact: every device starts with its static bytes (weights, gradients,
+optimizer state, buffers, a second weight copy — whatever the compiler put in
+``Program.static_memory``); each op allocates ``mem_alloc`` when it starts and frees
+``mem_free`` when it ends. A GPU's passes run one after another, so its ops' Program order
+is their time order and the replay's peak is the ledger's peak, for every schedule and
+partition — without running the engine.
 """
 
 from __future__ import annotations
@@ -23,15 +24,7 @@ def device_peak_memory(sc: Scenario) -> list[int]:
     """Peak bytes of every device (index = device; a folded twin shows 0: see its representative)."""
     from ..simulate import compile_scenario
 
-    prog = compile_scenario(sc, fold=True)
-    live = list(prog.static_memory)
-    peak = list(live)
-    for op in prog.ops:
-        if op.mem_alloc:
-            live[op.device] += op.mem_alloc
-            peak[op.device] = max(peak[op.device], live[op.device])
-        live[op.device] -= op.mem_free
-    return peak
+    return [peak for peak, _ in compile_scenario(sc, fold=True).memory_peaks()]
 
 
 def tightest_fit(sc: Scenario) -> tuple[int, int]:

@@ -14,16 +14,16 @@ from ..workload.memory_model import run_chunk_costs, zero_shards
 
 def _gpu_state(cost, zero: int, dp: int) -> tuple[float, float]:
     """(weights, optimizer states) bytes of one chunk on one GPU, and their unsharded totals."""
-    if not cost.memory_parts:  # synthetic: params is the whole static state
-        return cost.param_bytes, cost.param_bytes
-    w, o = cost.memory_parts["params"], cost.memory_parts["optimizer"]
-    return w + o, w * zero_shards("params", zero, dp) + o * zero_shards("optimizer", zero, dp)
+    w, o = cost.static.weights, cost.static.optimizer
+    return w + o, w * zero_shards("weights", zero, dp) + o * zero_shards("optimizer", zero, dp)
 
 
 def checkpoint_bytes(sc) -> float:
     """Bytes of one checkpoint: every stage's weights and optimizer states, once (ZeRO
     shards add up to one copy; data-parallel replicas are not written twice)."""
-    tp, zero, dp = sc.parallel.tp, sc.parallel.zero, sc.dp
+    tp, dp = sc.parallel.tp, sc.dp
+    # the memory model shards a real model's state; a synthetic model's params are per GPU
+    zero = sc.parallel.zero if sc.model.kind != "synthetic" else 0
     return float(sum(tp * _gpu_state(c, zero, dp)[1] for c in run_chunk_costs(sc)))
 
 

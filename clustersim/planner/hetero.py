@@ -70,7 +70,7 @@ def balanced_by_stage(sc, chunks: int) -> list[int]:
     times = _layer_times(hw, costs)
     resident, act = [0.0], [0.0]  # prefix sums
     for c in costs[sc.cluster.gpu]:
-        resident.append(resident[-1] + c.param_bytes)
+        resident.append(resident[-1] + c.static.total)
         act.append(act[-1] + c.activation_memory)
     stage = [schedule.stage_of(k, pp) for k in range(chunks)]
     rows = [times[s] for s in stage]

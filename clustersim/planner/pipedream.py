@@ -65,11 +65,13 @@ class Optimizer:
         self.prefix_w = [0.0]
         self.prefix_m = [0.0]
         self.prefix_s = [0.0]
+        self.prefix_v = [0.0]
         for lp in layers:
             self.prefix_s.append(self.prefix_s[-1] + lp.resident)
             self.prefix_t.append(self.prefix_t[-1] + lp.compute)
             self.prefix_w.append(self.prefix_w[-1] + lp.param_bytes)
             self.prefix_m.append(self.prefix_m[-1] + lp.activation_memory)
+            self.prefix_v.append(self.prefix_v[-1] + lp.stashed)
 
     def stage_time(
         self, i: int, j: int, r: int, in_flight: int = 1, factor: float = 1.0, memory: float | None = None
@@ -78,7 +80,7 @@ class Optimizer:
         the compute (a stage on slower GPUs); ``memory`` replaces the optimizer's capacity."""
         w = self.prefix_w[j + 1] - self.prefix_w[i]
         mem = (self.prefix_s[j + 1] - self.prefix_s[i]) + (
-            w + self.prefix_m[j + 1] - self.prefix_m[i]
+            self.prefix_v[j + 1] - self.prefix_v[i] + self.prefix_m[j + 1] - self.prefix_m[i]
         ) * in_flight
         if mem > (self.memory if memory is None else memory):
             return math.inf

@@ -37,7 +37,10 @@ weight stashing); an optimizer op carries the version it creates.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..errors import ProgramError
+from ..memory_kinds import StaticMemory
 from ..parallel.plan import Plan
 from ..program import COLLECTIVE, COMPUTE, Op, Program
 from ..workload.stage_cost import StageCost
@@ -80,14 +83,23 @@ def compile_pipeline(
             schedule.validate(p, mr, v)  # chunks per stage and the schedule's own constraints
             orders[mr] = run_orders(schedule, p, mr, v, iterations)
     prog = Program(plan.num_devices)
-    copies = 2 if schedule.weights == "double" else 1
     for dev in range(plan.num_devices):
-        s = plan.coords(dev)[0]
-        prog.static_memory[dev] = copies * sum(costs[k].param_bytes for k in stage_chunks(schedule, s, p, v))
+        chunks = stage_chunks(schedule, plan.coords(dev)[0], p, v)
+        prog.static_memory[dev] = stage_static_memory(schedule, [costs[k] for k in chunks])
     for r in range(1 if fold else plan.dp):
         cr, mr = work[r]
         _emit_replica(prog, plan, schedule, cr, orders[mr], mr, v, r, fold, compression, activations)
     return prog
+
+
+def stage_static_memory(schedule: Schedule, costs: list[StageCost]) -> StaticMemory:
+    """What a GPU holding the model chunks of ``costs`` keeps for the whole run: their
+    static bytes, plus one more copy of their weights when ``schedule`` keeps two weight
+    versions (PipeDream-2BW's double buffer — nothing else doubles)."""
+    static = StaticMemory.sum(c.static for c in costs)
+    if schedule.weights == "double":
+        return replace(static, stashed=static.weights)
+    return static
 
 
 def pass_transfers(costs: list[StageCost], phase: str, k: int) -> tuple[tuple[int, int] | None, ...]:
@@ -104,16 +116,18 @@ def pass_transfers(costs: list[StageCost], phase: str, k: int) -> tuple[tuple[in
     return tuple((c, costs[min(k, c)].activation_bytes) if 0 <= c < len(costs) else None for c in (src, dst))
 
 
-def pass_memory(cost: StageCost, phase: str, split: bool, stash: bool) -> tuple[int, int]:
-    """(bytes allocated at the pass's start, bytes freed at its end): a forward takes the
-    chunk's activations (and, with weight stashing, a weight version); the backward frees
-    them — the stashed version only once its W is done when the backward is split."""
+def pass_memory(cost: StageCost, phase: str, split: bool, stash: bool) -> tuple[int, int, int]:
+    """(bytes allocated at the pass's start, bytes freed at its end, of those the stashed
+    weights'): a forward takes the chunk's activations (and, with weight stashing, a
+    weight version); the backward frees them — the stashed version only once its W is
+    done when the backward is split."""
     weights = cost.weight_bytes if stash else 0
     if phase == "F":
-        return cost.activation_memory + weights, 0
+        return cost.activation_memory + weights, 0, weights
     if phase == "B":
-        return 0, cost.activation_memory + (0 if split else weights)
-    return 0, weights
+        held = 0 if split else weights
+        return 0, cost.activation_memory + held, held
+    return 0, weights, weights
 
 
 def emit_pass(
@@ -132,6 +146,7 @@ def emit_pass(
     version: int = -1,
     alloc: int | None = None,
     free: int | None = None,
+    stash: int = 0,
     fold: bool = False,
     after: Op | None = None,
 ) -> tuple[Op, Op]:
@@ -141,7 +156,8 @@ def emit_pass(
     the previous pass's last op on this GPU, which the first segment waits for (kernels and
     TP collectives share one stream in Megatron-LM). ``alloc``
     bytes are allocated when the first segment starts and ``free`` released when the last
-    ends (default: a forward allocates and a backward frees the activation memory)."""
+    ends (default: a forward allocates and a backward frees the activation memory);
+    ``stash`` of them are a stashed weight version (a pass allocates or frees, not both)."""
     dev = plan.device(stage, r, t)
     name = name or f"{phase}{mb}"
     first, last = None, after  # a pass starts after the previous pass on this GPU, its collectives included
@@ -189,6 +205,10 @@ def emit_pass(
         free = cost.activation_memory if phase == "B" else 0
     first.mem_alloc += alloc
     last.mem_free += free
+    if alloc:
+        first.stash_alloc += stash
+    else:
+        last.stash_free += stash
     return first, last
 
 
@@ -239,7 +259,7 @@ def _emit_stage(
         split = (j, k) in has_w
         if ph == "F":
             fwd_version[(j, k)] = version
-        alloc, free = pass_memory(cost, ph, split, stash)
+        alloc, free, stashed = pass_memory(cost, ph, split, stash)
         name = f"{ph}{mb}" + (f"c{k}" if v > 1 else "")
         transfers = pass_transfers(costs, ph, k)
         coded_in, coded_out = coded_activation_bytes(activations, schedule, plan, s, r, t, transfers)
@@ -269,6 +289,7 @@ def _emit_stage(
             version=fwd_version[(j, k)],
             alloc=alloc,
             free=free,
+            stash=stashed,
             fold=fold,
             after=last,
         )

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..memory_kinds import StaticMemory
 from ..parallel.plan import Plan
 from ..program import ARRIVAL_LANE, COMPUTE, RECV, SEND, Op, Program
 from ..workload.stage_cost import StageCost
@@ -68,8 +69,7 @@ def compile_inference(
     p = plan.pp
     prog = Program(plan.num_devices)
     for dev in range(plan.num_devices):
-        cost = costs[plan.coords(dev)[0]]
-        prog.static_memory[dev] = cost.weight_bytes
+        prog.static_memory[dev] = StaticMemory(weights=costs[plan.coords(dev)[0]].weight_bytes)
     orders = [[(ph, j, s) for ph, j in FORWARD_ONLY.order(s, p, m)] for s in range(p)]
     for r in range(plan.dp):
         begin = len(prog.ops)

@@ -38,11 +38,12 @@ times the key's share of the parameter bytes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import accumulate, chain
 
 from ..collectives.schedule import split
 from ..errors import ScenarioError
+from ..memory_kinds import StaticMemory
 from ..program import COMPUTE, RECV, SEND, Op, Program
 from ..workload.stage_cost import StageCost
 
@@ -80,11 +81,11 @@ class Key:
     state_bytes: int
 
     @property
-    def server_bytes(self) -> int:
+    def server_memory(self) -> StaticMemory:
         """What the server holds for this key for the whole run: the weights it serves, its
         optimizer state, and one buffer the pushed gradients are received into (and, in
         sync and hybrid iterations, summed into)."""
-        return self.pull_bytes + self.state_bytes + self.push_bytes
+        return StaticMemory(weights=self.pull_bytes, optimizer=self.state_bytes, buffers=self.push_bytes)
 
 
 @dataclass(frozen=True)
@@ -111,10 +112,10 @@ def tensors_of(layers: int, per_layer: bool, buckets: tuple[int, ...] | None = N
     return [list(range(a, b)) for a, b in zip(bounds, bounds[1:])]
 
 
-def worker_static_bytes(cost: StageCost) -> int:
+def worker_static_memory(cost: StageCost) -> StaticMemory:
     """What a worker keeps of a layer for the whole run: everything but the optimizer
     state, which lives on the servers."""
-    return int(cost.param_bytes - cost.memory_parts.get("optimizer", 0))
+    return replace(cost.static, optimizer=0)
 
 
 def make_keys(
@@ -128,7 +129,7 @@ def make_keys(
     for t, layers in enumerate(tensors):
         grad = sum(costs[layer].gradient_bytes for layer in layers)
         params = sum(costs[layer].weight_bytes for layer in layers)
-        state = sum(int(costs[layer].memory_parts.get("optimizer", 0)) for layer in layers)
+        state = sum(costs[layer].static.optimizer for layer in layers)
         share = params / total if total else len(layers) / len(costs)
         homes = servers if partition else [servers[t % len(servers)]]
         k = len(homes)
@@ -162,9 +163,9 @@ def compile_parameter_server(
     keys = make_keys(costs, tensors, servers, cfg.partition, optimizer_s)
     first = {layers[0]: t for t, layers in enumerate(tensors)}  # a tensor's first layer in forward order
     for w in range(workers):
-        prog.static_memory[w] = sum(worker_static_bytes(c) for c in costs)
+        prog.static_memory[w] = StaticMemory.sum(worker_static_memory(c) for c in costs)
     for key in chain.from_iterable(keys):
-        prog.static_memory[key.server] += key.server_bytes
+        prog.static_memory[key.server] += key.server_memory
     # Workers first, servers after: a worker's op ids do not depend on the mode, so
     # compute noise (drawn per op id) is the same in sync and async runs of a scenario.
     pulls, pushes = {}, {}

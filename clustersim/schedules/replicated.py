@@ -29,7 +29,7 @@ from itertools import accumulate
 from ..errors import ProgramError
 from ..program import COLLECTIVE, COMPUTE, Op, Program
 from ..workload.stage_cost import StageCost
-from .compiler import emit_pass, pass_memory, pass_transfers
+from .compiler import emit_pass, pass_memory, pass_transfers, stage_static_memory
 from .orders import run_orders
 from .registry import SCHEDULES, Schedule
 
@@ -113,9 +113,8 @@ def compile_replicated(
     schedule.validate(p, m, 1)
     orders = run_orders(schedule, p, m, 1, iterations)
     prog = Program(layout.num_devices)
-    copies = 2 if schedule.weights == "double" else 1
     for dev in range(layout.num_devices):
-        prog.static_memory[dev] = copies * costs[layout.coords(dev)[0]].param_bytes
+        prog.static_memory[dev] = stage_static_memory(schedule, [costs[layout.coords(dev)[0]]])
     passes: dict[tuple, tuple[Op, Op]] = {}
     for s, order in enumerate(orders):
         updates = merged_updates(schedule, order, layout.replicas[s], m)
@@ -182,7 +181,7 @@ def _emit_replica_stage(
         split = j in has_w
         if ph == "F":
             fwd_version[j] = version
-        alloc, free = pass_memory(cost, ph, split, schedule.weights == "stash")
+        alloc, free, stashed = pass_memory(cost, ph, split, schedule.weights == "stash")
         passes[(s, ph, j)] = emit_pass(
             prog,
             layout,
@@ -198,6 +197,7 @@ def _emit_replica_stage(
             version=fwd_version[j],
             alloc=alloc,
             free=free,
+            stash=stashed,
             after=last,
         )
         last = passes[(s, ph, j)][1]

@@ -24,6 +24,12 @@ from ..errors import ScenarioError
 from .graph import add_link, add_wire, bandwidth_field, count_field, latency_field, positive_number
 
 
+def nics_per_node(per_node: int | None, gpus_per_node: int) -> int:
+    """The NICs of a server: ``nic.per_node``, or one per GPU when it is unset. The one
+    place this default is decided — the planner prices servers with the same count."""
+    return gpus_per_node if per_node is None else per_node
+
+
 @dataclass(frozen=True)
 class ServerSpec:
     """The resolved per-server hardware of a cluster dict (all quantities in base units)."""
@@ -56,7 +62,9 @@ class ServerSpec:
         intra_eff = positive_number(intra.get("efficiency", 1.0), f"{field}.intra_node.efficiency")
         nic_eff = positive_number(nic.get("efficiency", 1.0), f"{field}.nic.efficiency")
         per_node = nic.get("per_node")
-        per_node = gpn if per_node is None else count_field(per_node, f"{field}.nic.per_node")
+        per_node = nics_per_node(
+            None if per_node is None else count_field(per_node, f"{field}.nic.per_node"), gpn
+        )
         if per_node > gpn:
             raise ScenarioError(
                 f"{field}.nic.per_node", per_node, f"at most gpus_per_node ({gpn}) NICs per node"

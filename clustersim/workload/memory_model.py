@@ -14,8 +14,10 @@ matched by their backward), so GPipe keeps m and 1F1B keeps p − s on stage s.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from ..memory_kinds import StaticMemory
+from ..program import Program
 from .stage_cost import StageCost, chunk_costs
 
 #: (precision, optimizer) → bytes per parameter of (weights, gradients, optimizer states)
@@ -34,22 +36,16 @@ ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 @dataclass(frozen=True)
 class MemoryBreakdown:
-    """Bytes one GPU holds at its peak, by kind; ``total`` and ``fits`` derived."""
+    """Bytes one GPU holds at its peak, by kind (``static.stashed`` counting the stashed
+    weight versions in flight then too); ``total`` and ``fits`` derived."""
 
-    params: float
-    grads: float
-    optimizer: float
+    static: StaticMemory
     activations: float
-    buffers: float
     capacity: float
 
     @property
-    def static(self) -> float:
-        return self.params + self.grads + self.optimizer + self.buffers
-
-    @property
     def total(self) -> float:
-        return self.static + self.activations
+        return self.static.total + self.activations
 
     @property
     def fits(self) -> bool:
@@ -58,13 +54,14 @@ class MemoryBreakdown:
 
 #: kind of static bytes → the ZeRO stage from which they are sharded over the data-parallel
 #: group (Rajbhandari et al. 2020: stage 1 the optimizer states, 2 also gradients, 3 also weights)
-ZERO_STAGE = {"optimizer": 1, "grads": 2, "params": 3}
+ZERO_STAGE = {"optimizer": 1, "grads": 2, "weights": 3}
 
 
 def zero_shards(kind: str, zero: int, dp: int) -> int:
-    """Over how many GPUs ZeRO stage ``zero`` divides the ``kind`` bytes (``"params"``,
-    ``"grads"`` or ``"optimizer"``) of a data-parallel group of ``dp``: all ``dp`` from the
-    kind's :data:`ZERO_STAGE` on, else 1 (every GPU holds a whole copy)."""
+    """Over how many GPUs ZeRO stage ``zero`` divides the ``kind`` bytes (a
+    :class:`~clustersim.memory_kinds.StaticMemory` kind: ``"weights"``, ``"grads"`` or
+    ``"optimizer"``; buffers are never sharded) of a data-parallel group of ``dp``: all
+    ``dp`` from the kind's :data:`ZERO_STAGE` on, else 1 (every GPU holds a whole copy)."""
     return max(1, dp) if zero >= ZERO_STAGE[kind] else 1
 
 
@@ -74,7 +71,7 @@ def static_bytes(
     """(weights, gradients, optimizer states) bytes for ``params`` held on one GPU."""
     w, g, o = BYTES_PER_PARAM[(precision, optimizer)]
     return (
-        params * w / zero_shards("params", zero, dp),
+        params * w / zero_shards("weights", zero, dp),
         params * g / zero_shards("grads", zero, dp),
         params * o / zero_shards("optimizer", zero, dp),
     )
@@ -92,16 +89,17 @@ def in_flight(order: list[tuple]) -> int:
 
 def oom_hint(b: MemoryBreakdown, recompute: str, zero: int, tp: int, pp: int) -> str:
     """A one-line suggestion for a plan that does not fit, naming the biggest consumer."""
-    gib = 2**30
+    gib, m = 2**30, b.static
+    stashed = f"stashed weights {m.stashed / gib:.1f} GiB, " if m.stashed else ""
     parts = (
-        f"params {b.params / gib:.1f} GiB, grads {b.grads / gib:.1f} GiB, optimizer "
-        f"{b.optimizer / gib:.1f} GiB, activations {b.activations / gib:.1f} GiB, buffers "
-        f"{b.buffers / gib:.1f} GiB > capacity {b.capacity / gib:.1f} GiB"
+        f"params {m.weights / gib:.1f} GiB, grads {m.grads / gib:.1f} GiB, optimizer "
+        f"{m.optimizer / gib:.1f} GiB, {stashed}activations {b.activations / gib:.1f} GiB, buffers "
+        f"{m.buffers / gib:.1f} GiB > capacity {b.capacity / gib:.1f} GiB"
     )
     tips = []
-    if b.activations > b.static and recompute != "full":
+    if b.activations > m.total and recompute != "full":
         tips.append("training.recompute: full (or selective)")
-    if b.optimizer + b.grads > b.activations and zero < 3:
+    if m.optimizer + m.grads > b.activations and zero < 3:
         tips.append(f"parallel.zero: {zero + 1}")
     tips += [f"more pipeline stages (parallel.pp > {pp})", f"more tensor parallelism (parallel.tp > {tp})"]
     return f"out of memory: {parts}; try {', or '.join(tips)}"
@@ -116,41 +114,53 @@ def run_chunk_costs(sc) -> list[StageCost]:
     return chunk_costs(sc, chunks, resolve_partition(sc, chunks))
 
 
-def memory_columns(sc, devices) -> tuple[dict[str, list[float]], str]:
-    """Per-device memory breakdown columns for ``res.devices`` and an OOM hint ("" if all fit).
+#: ``res.devices`` column of each static kind, in the table's order
+STATIC_COLUMNS = {
+    "weights": "params_bytes",
+    "grads": "grads_bytes",
+    "optimizer": "optimizer_bytes",
+    "buffers": "buffers_bytes",
+}
 
-    Static parts come from the stages' :class:`StageCost` ``memory_parts``; activations are
-    the simulated peak minus the static bytes (what the schedule really kept in flight).
+
+def memory_columns(sc, devices, program: Program) -> tuple[dict[str, list[float]], str]:
+    """Per-device memory columns by kind for ``res.devices`` and an OOM hint ("" if all fit).
+
+    The static kinds are the run's ``Program.static_memory``; ``stashed_weights_bytes``
+    (only for a schedule that keeps weight versions: PipeDream, PipeDream-2BW) its second
+    weight copy plus the stashed versions held at the device's peak
+    (:meth:`~clustersim.program.Program.memory_peaks`); activations the simulated peak
+    minus all of those. A device without ops of its own (a folded-away twin) shows its
+    stage's representative, as its peak does.
     """
     from ..schedules import SCHEDULES
 
-    costs = run_chunk_costs(sc)
-    p, schedule = sc.parallel.pp, SCHEDULES[sc.parallel.schedule]
-    chunks_of = [[k for k in range(len(costs)) if schedule.stage_of(k, p) == s] for s in range(p)]
-    cols: dict[str, list[float]] = {
-        k: []
-        for k in ("params_bytes", "grads_bytes", "optimizer_bytes", "buffers_bytes", "activations_bytes")
-    }
-    hint = ""
-    for stage, peak, cap in zip(
-        devices["stage"], devices["peak_memory_bytes"], devices["memory_capacity_bytes"]
+    stash = SCHEDULES[sc.parallel.schedule].weights != "single"
+    peaks, has_ops = program.memory_peaks(), {op.device for op in program.ops}
+    cols: dict[str, list[float]] = {c: [] for c in STATIC_COLUMNS.values()}
+    cols["activations_bytes"] = []
+    if stash:
+        cols["stashed_weights_bytes"] = []
+    hint, rep = "", {}
+    for dev, (stage, peak, cap) in enumerate(
+        zip(devices["stage"], devices["peak_memory_bytes"], devices["memory_capacity_bytes"])
     ):
-        parts = {k: 0.0 for k in ("params", "grads", "optimizer", "buffers")}
-        for k in chunks_of[stage]:  # every model chunk placed on this stage
-            for key, v in costs[k].memory_parts.items():
-                parts[key] += v
-        if sc.parallel.parameter_server is not None:
-            parts["optimizer"] = 0.0  # the optimizer state lives on the parameter servers
-        static = sum(parts.values())
-        act = max(0.0, float(peak) - static)
-        for key in parts:
-            cols[f"{key}_bytes"].append(parts[key])
+        src = dev if dev in has_ops else rep[stage]
+        rep.setdefault(stage, src)
+        # the stashed weights held at the peak: a second copy, or the versions in flight
+        static = replace(program.static_memory[src], stashed=peaks[src][1])
+        act = max(0.0, float(peak) - static.total)
+        for kind, col in STATIC_COLUMNS.items():
+            cols[col].append(float(getattr(static, kind)))
         cols["activations_bytes"].append(act)
+        if stash:
+            cols["stashed_weights_bytes"].append(float(static.stashed))
         if peak > cap and not hint:
-            b = MemoryBreakdown(
-                parts["params"], parts["grads"], parts["optimizer"], act, parts["buffers"], cap
-            )
             hint = f"stage {stage}: " + oom_hint(
-                b, sc.training.recompute, sc.parallel.zero, sc.parallel.tp, p
+                MemoryBreakdown(static, act, cap),
+                sc.training.recompute,
+                sc.parallel.zero,
+                sc.parallel.tp,
+                sc.parallel.pp,
             )
     return cols, hint

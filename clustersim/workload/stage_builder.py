@@ -13,7 +13,7 @@ For each model chunk (a pipeline stage, or a virtual stage) on each of its GPUs:
 * **DP / ZeRO** — ``grad_bytes`` is the per-GPU data-parallel volume as one all-reduce:
   the fp32 gradients (Megatron reduces its fp32 ``main_grad``) for ZeRO 0–2 (reduce-scatter + all-gather move what an
   all-reduce moves), 1.5× that for ZeRO-3 (Rajbhandari et al. 2020 §7.2.2);
-* **memory** — static bytes from :mod:`.memory_model`; ``activation_memory`` per
+* **memory** — static bytes by kind from :mod:`.memory_model`; ``activation_memory`` per
   micro-batch, which the compiler allocates per forward and frees per backward.
 """
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..memory_kinds import StaticMemory
 from .cnn import cnn_layers
 from .cost_model import CostModel, ProfileTable
 from .memory_model import ELEMENT_BYTES, static_bytes, zero_shards
@@ -79,9 +80,9 @@ def _cost_model(sc, st: TrainSetup) -> CostModel:
     return CostModel.for_gpu(st.gpu, ProfileTable.read(profile) if profile else None)
 
 
-def _static(st: TrainSetup, params: float) -> dict[str, float]:
+def _static(st: TrainSetup, params: float, buffers: float) -> StaticMemory:
     w, g, o = static_bytes(params, st.precision, st.optimizer, st.zero, st.dp)
-    return {"params": w, "grads": g, "optimizer": o}
+    return StaticMemory(weights=int(w), grads=int(g), optimizer=int(o), buffers=int(buffers))
 
 
 def _grad_bytes(st: TrainSetup, params: float) -> int:
@@ -107,21 +108,19 @@ def _stage(
         "W": to_segments(w_items, st.granularity),
     }
     (tf, ff), (tb, fb), (tw, _) = (compute_time(passes[k]) for k in ("F", "B", "W"))
-    parts = _static(st, params)
-    parts["buffers"] = work_buffer + 2 * send_bytes  # recompute working set + p2p send/recv buffers
     return StageCost(
         forward=tf,
         backward=tb,
         backward_weight=tw,
         activation_bytes=int(send_bytes),
         activation_memory=int(act_mem),
-        param_bytes=int(sum(parts.values())),
+        # buffers: the recompute working set and the p2p send and recv buffers
+        static=_static(st, params, work_buffer + 2 * send_bytes),
         optimizer=cm.optimizer_time(params / zero_shards("optimizer", st.zero, st.dp)),
         forward_flops=ff,
         backward_flops=fb,
         grad_bytes=_grad_bytes(st, params),
         passes=passes,
-        memory_parts=parts,
     )
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..memory_kinds import StaticMemory
+
 
 @dataclass(frozen=True)
 class Segment:
@@ -33,7 +35,8 @@ class StageCost:
 
     ``backward`` is the whole backward time (B + W); ``backward_weight`` its W part.
     ``activation_bytes`` is sent to the next stage per micro-batch (and the same gradient
-    size comes back); ``activation_memory`` is kept per in-flight micro-batch.
+    size comes back); ``activation_memory`` is kept per in-flight micro-batch; ``static``
+    is held for the whole run, by kind.
     ``passes`` optionally maps a phase (``"F"``, ``"B"``, ``"W"``; ``"Bi"`` the input-
     gradient part of ``"B"``) to its segments; a phase without an entry is one compute
     segment of its time.
@@ -44,14 +47,12 @@ class StageCost:
     backward_weight: float
     activation_bytes: int
     activation_memory: int
-    param_bytes: int
+    static: StaticMemory
     optimizer: float
     forward_flops: float = 0.0
     backward_flops: float = 0.0
     grad_bytes: int | None = None
     passes: dict[str, tuple[Segment, ...]] = field(default_factory=dict)
-    #: static memory by kind (params, grads, optimizer, buffers; bytes) — real models only
-    memory_parts: dict[str, float] = field(default_factory=dict)
 
     def segments(self, phase: str, split_backward: bool = False) -> tuple[Segment, ...]:
         """The segments of ``phase``. With ``split_backward``, ``"B"`` is the input-gradient
@@ -73,14 +74,13 @@ class StageCost:
 
     @property
     def weight_bytes(self) -> int:
-        """Bytes of the weights alone (``param_bytes`` of a real model also counts gradients,
-        optimizer state and buffers; a synthetic model's is the weights)."""
-        return int(self.memory_parts.get("params", self.param_bytes))
+        """Bytes of one copy of the weights (what a stashed version costs)."""
+        return self.static.weights
 
     @property
     def gradient_bytes(self) -> int:
-        """Bytes of the data-parallel gradient all-reduce (default: the parameter bytes)."""
-        return self.param_bytes if self.grad_bytes is None else self.grad_bytes
+        """Bytes of the data-parallel gradient all-reduce (default: the weight bytes)."""
+        return self.static.weights if self.grad_bytes is None else self.grad_bytes
 
 
 def even_partition(layers: int, chunks: int) -> list[int]:
@@ -116,7 +116,7 @@ def chunk_costs(
             backward_weight=n * model.backward_weight,
             activation_bytes=int(model.activation),
             activation_memory=int(n * model.activation),
-            param_bytes=int(n * model.params),
+            static=StaticMemory(weights=int(n * model.params)),
             optimizer=model.optimizer,
         )
         for n in partition
