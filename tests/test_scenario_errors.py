@@ -28,7 +28,7 @@ def _error(overrides: dict, base: dict = BASE) -> str:
         ),
         (
             {"cluster.gpu": "A200"},
-            "cluster.gpu: 'A200' is invalid; not a known GPU; known: A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB",
+            "cluster.gpu: 'A200' is invalid; not a known GPU; known: A100-SXM4-40GB, A100-SXM4-80GB, B200-SXM-180GB",
         ),
         (
             {"model.forward": "-1 ms"},

@@ -49,6 +49,36 @@ GPUS: dict[str, GPUSpec] = {
             4800e9,
             "H200 spec pages (same GH100 compute as H100; 141 GB HBM3e, 4.8 TB/s) (hardware_specs.csv)",
         ),
+        # Hopper/Blackwell/CDNA3 entries: numbers and sources in gpu_datasheets.csv (same
+        # marketed decimal-GB memory convention as above; usable bytes are recorded there)
+        GPUSpec(
+            "H800-SXM5-80GB",
+            80 * 10**9,
+            989.4e12,
+            3350e9,
+            "H100 SXM5 silicon with 8 NVLink4 links (gpu_datasheets.csv, SECONDARY)",
+        ),
+        GPUSpec(
+            "B200-SXM-180GB",
+            180 * 10**9,
+            2250e12,
+            8000e9,
+            "ml-engineering accelerator tables / NVIDIA HGX B200 (gpu_datasheets.csv, SECONDARY)",
+        ),
+        GPUSpec(
+            "GB200-186GB",
+            186 * 10**9,
+            2500e12,
+            8000e9,
+            "ml-engineering accelerator tables, per B200 chip of a GB200 (gpu_datasheets.csv, SECONDARY)",
+        ),
+        GPUSpec(
+            "MI300X-192GB",
+            192 * 10**9,
+            1307.4e12,
+            5300e9,
+            "AMD MI300X spec as quoted by alpharomercoma/MI300X-vs-H200 (gpu_datasheets.csv, SECONDARY)",
+        ),
         # edge and inference accelerators (inference pipelines, docs/inference.md); not in hardware_specs.csv
         GPUSpec(
             "T4-16GB",
