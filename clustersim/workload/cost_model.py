@@ -10,8 +10,9 @@ underfill. Kernels without a GEMM shape are memory-bound (FLOPs ignored).
 ONE set of efficiencies per GPU type. A100's is calibrated on a single measurement —
 one 22B-model layer at TP=8 (Korthikanti et al. 2022 Table 4: forward 7.7 ms, backward
 11.9 ms, including its TP all-reduces) — and then validated, unchanged, on Megatron's
-Table 1 (see docs/validation.md). Other GPUs reuse A100's fractions (an assumption,
-flagged in ``source``). A :class:`ProfileTable` of measured op times overrides the model
+Table 1 (see docs/validation.md). Hopper, Blackwell and MI300X are calibrated on
+published kernel-level measurements (:mod:`.calibration`); other GPUs reuse A100's
+fractions (an assumption, flagged in ``source``). A :class:`ProfileTable` of measured op times overrides the model
 for the ops it lists.
 """
 
@@ -60,9 +61,14 @@ EFFICIENCY: dict[str, Efficiency] = {
 
 
 def efficiency_for(gpu: str) -> Efficiency:
-    """The efficiency set of ``gpu`` (A100's, flagged as uncalibrated, for other GPUs)."""
+    """The efficiency set of ``gpu``: A100's validated point, the kernel-level calibration
+    of :mod:`.calibration` for the GPUs it covers, else A100's (flagged as uncalibrated)."""
     if gpu in EFFICIENCY:
         return EFFICIENCY[gpu]
+    from .calibration import CALIBRATIONS, calibration  # imports this module: resolve at call time
+
+    if gpu in CALIBRATIONS:
+        return calibration(gpu).dense16
     a = A100_EFFICIENCY
     return Efficiency(
         a.matmul_max,
