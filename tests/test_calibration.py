@@ -7,12 +7,14 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from clustersim.hardware.datasheets import datasheet, datasheets
 from clustersim.hardware.gpus import GPUS, get_gpu
+from clustersim.validation.kernels import kernel_tables
 from clustersim.workload.calibration import (
     CALIBRATIONS,
     TOLERANCE,
@@ -195,3 +197,8 @@ def test_gemm_seconds_is_the_cost_model_roofline():
     m = n = k = 8192
     comp = 2.0 * m * n * k / (gpu.peak_flops * eff.matmul_max * (m / (m + eff.dim_half)) ** 3)
     assert gemm_seconds(gpu.name, eff, m, n, k, "bf16") == pytest.approx(comp + eff.launch_s, rel=1e-12)
+
+
+def test_docs_hold_the_generated_kernel_tables():
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "validation.md").read_text()
+    assert kernel_tables() in doc

@@ -1,13 +1,14 @@
 """``clustersim validate``: run the validation sets and format them as Markdown tables.
 
 The report is what ``docs/validation.md`` holds: Megatron Table 1 (TFLOP/s per GPU,
-error per row, MAE and max), Korthikanti Table 4 (one layer's forward/backward), and the
-memory check against Korthikanti Figures 1/7.
+error per row, MAE and max), Korthikanti Table 4 (one layer's forward/backward), the
+memory check against Korthikanti Figures 1/7, and the kernel-level tables per GPU.
 """
 
 from __future__ import annotations
 
 from .data import read_table
+from .kernels import kernel_tables
 from .korthikanti import layer_times, memory_check
 from .megatron import MICRO_BATCH_RULE, megatron_rows, run_rows
 
@@ -78,6 +79,8 @@ def run_validation(rows: list[int] | None = None, progress=None) -> tuple[str, l
             layer_table(),
             "## Korthikanti et al. 2022, Figures 1 / 7 (memory per GPU)",
             memory_table(),
+            "## Kernel-level measurements per GPU (calibration and checks)",
+            kernel_tables(),
         ]
     )
     return md, results

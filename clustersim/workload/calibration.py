@@ -360,7 +360,7 @@ def calibration(gpu: str) -> Calibration:
 
 def predicted(row: Measurement) -> float | None:
     """The model's value for a measurement row, in the row's unit (None where the model
-    has no counterpart: collectives, context kernels, attention without a curve)."""
+    has no counterpart: collectives, attention other than the fitted FA3 curve)."""
     dense_a100 = row.gpu.startswith("A100")
     if not dense_a100 and row.gpu not in CALIBRATIONS:
         return None
@@ -371,7 +371,7 @@ def predicted(row: Measurement) -> float | None:
     if row.kernel.startswith("stream_"):
         memory = A100_EFFICIENCY.memory if cal is None else cal.dense16.memory
         return memory * get_gpu(row.gpu).hbm_bandwidth / 1e12
-    if row.kernel in ("attention_fwd", "attention_bwd") and cal is not None and cal.attention is not None:
+    if row.kernel in ("attention_fwd", "attention_bwd") and row.impl == "fa3" and cal and cal.attention:
         eff = cal.attention.efficiency(row.head_dim, row.seq_len, row.kernel == "attention_bwd", row.causal)
         return eff * datasheet(row.gpu).dense16_flops / 1e12
     return None
