@@ -2,6 +2,26 @@
 
 from __future__ import annotations
 
+import reprlib
+
+#: longest rendering of a bad value in a message; longer ones end in "…"
+REPR_LIMIT = 120
+
+_REPR = reprlib.Repr()  # (keyword arguments only from Python 3.12)
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxlong, _REPR.maxother = 3, 80, 40, 80
+_REPR.maxdict = _REPR.maxlist = _REPR.maxtuple = _REPR.maxset = 6
+
+
+def short_repr(value: object, limit: int = REPR_LIMIT) -> str:
+    """``repr(value)`` bounded in work and length: nested containers are cut after a few
+    items and levels (a YAML alias bomb or a 6 GiB cell costs no more than a small value),
+    and the text after ``limit`` characters."""
+    try:
+        text = _REPR.repr(value)
+    except Exception:  # a repr that raises (e.g. an int past Python's digit limit)
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
 
 class ClusterSimError(Exception):
     """Base class of every error clustersim raises on purpose."""
@@ -16,7 +36,7 @@ class ScenarioError(ClusterSimError, ValueError):
 
     def __init__(self, field: str, value: object, expected: str):
         self.field, self.value, self.expected = field, value, expected
-        super().__init__(f"{field}: {value!r} is invalid; {expected}")
+        super().__init__(f"{field}: {short_repr(value)} is invalid; {expected}")
 
 
 class ProgramError(ClusterSimError):

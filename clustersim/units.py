@@ -11,6 +11,7 @@ are powers of 1024. ``b``/``bit`` means bits (divided by 8 into bytes); ``B`` me
 
 from __future__ import annotations
 
+import math
 import re
 
 from .errors import ScenarioError
@@ -69,14 +70,31 @@ def parse(value: object, kind: str, field: str = "value") -> float:
     if isinstance(value, bool):
         raise ScenarioError(field, value, f"expected {KIND_UNITS[kind]}")
     if isinstance(value, (int, float)):
-        return float(value)
+        return _finite(value, kind, field)
     if isinstance(value, str):
         m = _RE.match(value)
         if m:
-            out = _convert(float(m.group(1)), m.group(2), kind)
+            num = float(m.group(1))
+            if num == 0 and re.search(r"[1-9]", m.group(1).lower().partition("e")[0]):
+                raise ScenarioError(field, value, "too small to tell from 0; give 0 or a larger value")
+            out = _convert(num, m.group(2), kind)
             if out is not None:
-                return out
+                return _finite(out, kind, field, value)
     raise ScenarioError(field, value, f"expected {KIND_UNITS[kind]}")
+
+
+def _finite(num: float, kind: str, field: str, shown: object = None) -> float:
+    """``num`` as a float when it is finite; infinity, NaN or an int past float's range
+    (10³⁰⁹) is refused — no quantity of a real cluster is that large."""
+    try:
+        out = float(num)
+    except OverflowError:
+        out = math.inf
+    if not math.isfinite(out):
+        raise ScenarioError(
+            field, num if shown is None else shown, f"expected a finite number: {KIND_UNITS[kind]}"
+        )
+    return out
 
 
 def parse_time(value: object, field: str = "value") -> float:

@@ -20,11 +20,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import yaml
-
 from ..errors import ScenarioError
 from ..scenario.loader import apply_overrides, validate_spec
 from ..scenario.presets import expand_cluster_preset
+from ..scenario.reader import check_text, parse_yaml, read_yaml_file
 
 Grid = Mapping[str, Sequence[Any]]
 
@@ -58,11 +57,17 @@ def parse_axis(text: str, option: str = "--grid") -> tuple[str, list[Any]]:
             raise ScenarioError(
                 key, values, f"{option} has an empty value; expected V1,V2,… with no blank item"
             )
-        try:
-            parsed.append(yaml.safe_load(item))
-        except yaml.YAMLError:
-            parsed.append(item)
+        parsed.append(_yaml_or_text(item, key))
     return key, parsed
+
+
+def _yaml_or_text(text: str, key: str) -> Any:
+    """The YAML value of ``text`` (read through the bounded reader), or ``text`` itself
+    when it is no YAML clustersim accepts (the schema then names what is wrong with it)."""
+    try:
+        return parse_yaml(check_text(text, key), key)
+    except ScenarioError:
+        return text
 
 
 def parse_axes(items: Sequence[str], option: str = "--grid") -> dict[str, list[Any]]:
@@ -94,12 +99,7 @@ def as_axes(grid: Grid | None, what: str) -> dict[str, list[Any]]:
 def _scalar(value: Any) -> Any:
     # Strings are read as YAML scalars, as ``apply_overrides`` and ``--set`` read them, so
     # "4" from a command line and 4 from Python are the same run (and the same run id).
-    if isinstance(value, str) and value.strip():
-        try:
-            return yaml.safe_load(value)
-        except yaml.YAMLError:
-            return value
-    return value
+    return _yaml_or_text(value, "grid") if isinstance(value, str) and value.strip() else value
 
 
 def check_axes(base_raw: Mapping[str, Any], grid: Grid | None, zip_axes: Grid | None = None) -> None:
@@ -151,7 +151,7 @@ def load_sweep_file(path) -> tuple[str, dict[str, list[Any]], dict[str, list[Any
     from pathlib import Path
 
     p = Path(path)
-    data = yaml.safe_load(p.read_text())
+    data = read_yaml_file(p, "sweep")
     spec = data.get("sweep") if isinstance(data, dict) else None
     if not isinstance(spec, dict) or "base" not in spec:
         raise ScenarioError(
@@ -169,8 +169,7 @@ def load_sweep_file(path) -> tuple[str, dict[str, list[Any]], dict[str, list[Any
 def is_sweep_file(path) -> bool:
     """True when ``path`` is a YAML file whose top level is a ``sweep:`` section."""
     try:
-        with open(path) as fh:
-            data = yaml.safe_load(fh)
-    except (OSError, yaml.YAMLError):
+        data = read_yaml_file(path, "sweep")
+    except (OSError, ScenarioError):
         return False
     return isinstance(data, dict) and "sweep" in data and "cluster" not in data

@@ -34,7 +34,7 @@ Bandwidth = Annotated[float, _quantity("bandwidth"), Field(gt=0)]
 def known(name, registry, what: str, listed=None):
     """``name`` if ``registry`` holds it, else the ValueError the loader turns into a
     ScenarioError: "not a known <what>; known: …" (``listed`` overrides the list shown)."""
-    if name not in registry:
+    if not isinstance(name, str) or name not in registry:
         raise ValueError(f"not a known {what}; known: {', '.join(listed or sorted(registry))}")
     return name
 

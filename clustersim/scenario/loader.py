@@ -10,10 +10,10 @@ import copy
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
-from ..errors import ScenarioError
+from ..errors import ScenarioError, short_repr
+from .reader import check_text, parse_yaml, read_yaml_file
 from .schema import ScenarioSpec
 
 # Pydantic appends the branch of a union it tried (e.g. 'int', "literal['auto']") to an
@@ -54,7 +54,9 @@ def _to_scenario_error(exc: ValidationError) -> ScenarioError:
         elif err["type"] == "missing":
             msg = "this field is required"
         value = None if err["type"] == "missing" else err.get("input")
-        line = f"{path}: {msg}" if err["type"] == "missing" else f"{path}: {value!r} is invalid; {msg}"
+        line = (
+            f"{path}: {msg}" if err["type"] == "missing" else f"{path}: {short_repr(value)} is invalid; {msg}"
+        )
         if line not in lines:
             lines.append(line)
             first = first or (path, value, msg)
@@ -74,27 +76,21 @@ def validate_spec(raw: dict[str, Any]) -> ScenarioSpec:
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a scenario file; a missing file or bad YAML is a ScenarioError naming the file."""
-    p = Path(path)
-    if not p.is_file():
-        raise ScenarioError("scenario", str(path), "expected the path of an existing YAML file")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        raise ScenarioError("scenario", str(path), f"not valid YAML: {exc}") from None
-    return data
+    """Read a scenario file through the input boundary (:mod:`.reader`): a missing, huge,
+    non-UTF-8 or bad YAML file is a ScenarioError naming the file."""
+    return read_yaml_file(path, "scenario")
 
 
 def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     """Return a copy of ``raw`` with dotted keys (``"parallel.pp"``) set to new values.
 
-    String values are read as YAML scalars, so ``"4"`` becomes 4 and ``"true"`` True, as
-    they arrive from the command line.
+    String values are read as YAML (bounded, :mod:`.reader`), so ``"4"`` becomes 4 and
+    ``"true"`` True, as they arrive from the command line; bad YAML names the key.
     """
     out = copy.deepcopy(raw)
     for key, value in overrides.items():
         if isinstance(value, str):
-            value = yaml.safe_load(value) if value.strip() else value
+            value = parse_yaml(check_text(value, key), key) if value.strip() else value
         parts = key.split(".")
         node = out
         for part in parts[:-1]:

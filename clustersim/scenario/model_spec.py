@@ -120,7 +120,10 @@ def _model_kind(raw: Any) -> str:
     if isinstance(raw, BaseModel):
         kind = raw.kind
     elif isinstance(raw, dict):
-        kind = raw.get("kind") or ("cnn" if raw.get("preset") in CNN_PRESETS else "transformer")
+        preset = raw.get("preset")
+        kind = raw.get("kind") or (
+            "cnn" if isinstance(preset, str) and preset in CNN_PRESETS else "transformer"
+        )
     else:
         return "literal['transformer']"
     return f"literal['{kind}']" if kind in ("synthetic", "transformer", "cnn") else "literal['transformer']"

@@ -46,7 +46,7 @@ def _kind(cluster: dict, field: str) -> str:
     kind = topo.get("kind", "auto")
     if kind == "auto":
         return "single_node" if cluster.get("nodes", 1) == 1 else "fat_tree"
-    if kind not in TOPOLOGIES:
+    if not isinstance(kind, str) or kind not in TOPOLOGIES:
         raise ScenarioError(f"{field}.topology.kind", kind, f"known: auto, {', '.join(TOPOLOGIES)}")
     return kind
 

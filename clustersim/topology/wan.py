@@ -36,7 +36,10 @@ def _site_cluster(parent: dict, site: object, field: str) -> dict:
     merged.update(site)
     merged.setdefault("nodes", 1)
     merged.setdefault("topology", {"kind": "auto"})
-    kind = (merged["topology"] or {}).get("kind")
+    topo = merged["topology"] or {}
+    if not isinstance(topo, dict):
+        raise ScenarioError(f"{field}.topology", topo, "a mapping such as {kind: fat_tree}")
+    kind = topo.get("kind")
     if kind == "wan":
         raise ScenarioError(f"{field}.topology.kind", kind, "a site cannot itself be a wan")
     return merged

@@ -19,11 +19,14 @@ for the ops it lists.
 from __future__ import annotations
 
 import csv
+import io
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ScenarioError
+from ..errors import ScenarioError, short_repr
 from ..hardware.gpus import GPUSpec, get_gpu
+from ..scenario.reader import read_text
 from .ops import Work
 
 
@@ -99,19 +102,23 @@ class ProfileTable:
 
     @classmethod
     def read(cls, path: str | Path) -> ProfileTable:
-        p = Path(path)
-        if not p.is_file():
-            raise ScenarioError("model.profile", str(path), "expected a CSV file with op,phase,m,n,k,time_us")
+        """The table of CSV file ``path``, read through the input boundary (size cap,
+        UTF-8); a bad row names its line and shows its cells bounded."""
+        reader = csv.DictReader(io.StringIO(read_text(path, "model.profile")))
         table = cls()
-        with p.open() as fh:
-            for i, row in enumerate(csv.DictReader(fh)):
-                try:
-                    shape = tuple(int(row[c]) for c in "mnk") if row.get("m") else None
-                    table.times[(row["op"], row["phase"], shape)] = float(row["time_us"]) * 1e-6
-                except (KeyError, ValueError) as exc:
-                    raise ScenarioError(
-                        "model.profile", str(path), f"row {i + 2}: expected op,phase,m,n,k,time_us ({exc})"
-                    ) from None
+        try:
+            for row in reader:
+                shape = tuple(int(row[c]) for c in "mnk") if row.get("m") else None
+                time_us = float(row["time_us"])
+                if not 0 <= time_us < math.inf:
+                    raise ValueError(f"time_us {time_us} is not a finite time ≥ 0")
+                table.times[(row["op"], row["phase"], shape)] = time_us * 1e-6
+        except (KeyError, ValueError, TypeError, csv.Error) as exc:
+            raise ScenarioError(
+                "model.profile",
+                str(path),
+                f"row {reader.line_num}: expected op,phase,m,n,k,time_us ({short_repr(str(exc))[1:-1]})",
+            ) from None
         return table
 
     def lookup(self, op: str, phase: str, gemm: tuple | None) -> float | None:

@@ -9,10 +9,10 @@ path is looked up from the working directory, then in the package's ``data/hf/``
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from ..errors import ScenarioError
+from ..errors import ScenarioError, short_repr
+from ..scenario.reader import read_json_file
 from .transformer import TransformerConfig
 
 DATA_HF = Path(__file__).resolve().parent.parent / "data" / "hf"
@@ -31,16 +31,25 @@ def find_config(path: str) -> Path:
 def load_hf_config(path: str, seq_len: int | None = None) -> TransformerConfig:
     """The transformer a config.json describes; ``seq_len`` defaults to its max positions."""
     file = find_config(path)
-    try:
-        cfg = json.loads(file.read_text())
-    except json.JSONDecodeError as exc:
-        raise ScenarioError("model.hf_config", path, f"not valid JSON: {exc}") from None
+    cfg = read_json_file(file, "model.hf_config")
+    if not isinstance(cfg, dict):
+        raise ScenarioError("model.hf_config", path, "expected a JSON object (a config.json)")
     kind = cfg.get("model_type", "")
+
+    def count(name: str, default=None):
+        value = cfg.get(name)
+        if value is None or value == 0 and default is not None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ScenarioError(
+                "model.hf_config", path, f"{name} is {short_repr(value)}; expected a whole number ≥ 1"
+            )
+        return value
 
     def need(*names):
         for n in names:
             if cfg.get(n) is not None:
-                return int(cfg[n])
+                return count(n)
         raise ScenarioError("model.hf_config", path, f"config.json lacks {' or '.join(names)}")
 
     if kind in _GPT2_TYPES or "n_embd" in cfg:
@@ -51,7 +60,7 @@ def load_hf_config(path: str, seq_len: int | None = None) -> TransformerConfig:
             layers=need("n_layer", "num_hidden_layers"),
             hidden=h,
             heads=need("n_head", "num_attention_heads"),
-            ffn_hidden=int(cfg.get("n_inner") or 4 * h),
+            ffn_hidden=count("n_inner", 4 * h),
             vocab=need("vocab_size"),
             seq_len=seq_len or max_pos,
             max_position=max_pos,
@@ -66,7 +75,7 @@ def load_hf_config(path: str, seq_len: int | None = None) -> TransformerConfig:
         ffn_hidden=need("intermediate_size"),
         vocab=need("vocab_size"),
         seq_len=seq_len or need("max_position_embeddings"),
-        kv_heads=int(cfg.get("num_key_value_heads") or heads),
+        kv_heads=count("num_key_value_heads", heads),
         gated_mlp=cfg.get("hidden_act", "silu") in ("silu", "swiglu", "gelu_pytorch_tanh")
         or kind in ("llama", "mistral", "mixtral"),
         norm="rmsnorm",
@@ -74,6 +83,6 @@ def load_hf_config(path: str, seq_len: int | None = None) -> TransformerConfig:
         tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         bias=bool(cfg.get("attention_bias", False)),
         dropout=False,
-        experts=int(cfg.get("num_local_experts") or 1),
-        experts_per_token=int(cfg.get("num_experts_per_tok") or 1),
+        experts=count("num_local_experts", 1),
+        experts_per_token=count("num_experts_per_tok", 1),
     )
