@@ -8,7 +8,7 @@ Public API::
     res.summary, res.spans, res.devices, res.plot_gantt(), res.to_chrome_trace("t.json")
 """
 
-from .errors import ClusterSimError, ProgramError, ScenarioError, SimulationStall
+from .errors import ClusterSimError, OutputError, ProgramError, ScenarioError, SimulationStall
 from .experiments import SearchResult, search, sweep
 from .program import Op, Program
 from .scenario import Scenario, load_scenario
@@ -22,6 +22,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ClusterSimError",
     "Op",
+    "OutputError",
     "Program",
     "ProgramError",
     "Result",

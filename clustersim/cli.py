@@ -53,10 +53,7 @@ def cmd_run(args) -> int:
 def cmd_plot(args) -> int:
     from .trace.bundle import load_result, redraw
 
-    try:
-        res = load_result(args.bundle)
-    except FileNotFoundError as exc:
-        raise ClusterSimError(str(exc)) from None
+    res = load_result(args.bundle)
     out = args.out or args.bundle
     from pathlib import Path
 
@@ -93,9 +90,9 @@ def cmd_validate(args) -> int:
     )
     print(md)
     if args.out:
-        from pathlib import Path
+        from .output import write_text
 
-        Path(args.out).write_text(md + "\n")
+        write_text(args.out, md + "\n")
         print(f"\nwritten to {args.out}")
     return 0
 

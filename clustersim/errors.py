@@ -20,6 +20,12 @@ def short_repr(value: object, limit: int = REPR_LIMIT) -> str:
         text = _REPR.repr(value)
     except Exception:  # a repr that raises (e.g. an int past Python's digit limit)
         text = f"<{type(value).__name__}>"
+    return shorten(text, limit)
+
+
+def shorten(text: str, limit: int = 300) -> str:
+    """``text`` cut to ``limit`` characters (ending in "…" when cut), for messages that
+    quote something from outside (a parser's complaint about a file)."""
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -45,3 +51,8 @@ class ProgramError(ClusterSimError):
 
 class SimulationStall(ClusterSimError):
     """The event queue emptied while ops were still waiting (a deadlock)."""
+
+
+class OutputError(ClusterSimError):
+    """clustersim refused to write a file: a symbolic link or a name outside the output
+    folder (clustersim.output), or a damaged or foreign result bundle to read back."""

@@ -67,7 +67,7 @@ def test_roundtrip_same_tables_and_pictures(result, tmp_path, monkeypatch, parqu
 
 
 def test_load_rejects_a_non_bundle(tmp_path):
-    with pytest.raises(FileNotFoundError, match="not a clustersim result bundle"):
+    with pytest.raises(cs.OutputError, match="not a clustersim result bundle"):
         cs.load_result(tmp_path)
 
 

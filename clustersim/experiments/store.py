@@ -5,7 +5,8 @@ Two files per output ``runs.csv`` (or ``runs.parquet``):
 * ``runs.csv.journal.jsonl`` — the source of truth: one JSON line per finished run,
   appended and flushed as each run finishes, so a crash (or ``kill -9``) at run 900 keeps
   the first 899. JSON keeps every value's type, so resumed rows equal fresh ones. A torn
-  last line (killed mid-write) is ignored; that run simply runs again.
+  last line (killed mid-write) is cut off when the journal is loaded — that run simply
+  runs again, and the next row starts on a line of its own.
 * the table itself — a CSV gets each row appended as it arrives (rewritten whole only when
   a row brings a new column); a Parquet file is rewritten at most every ``flush_s``
   seconds and at the end (Parquet cannot be appended to).
@@ -28,6 +29,7 @@ from typing import Any
 import pandas as pd
 
 from ..errors import ScenarioError
+from ..output import atomic_path, open_append, open_update
 
 
 def _jsonable(value: Any) -> Any:
@@ -91,13 +93,19 @@ class RunStore:
         return dict(self.rows)
 
     def _read_journal(self) -> list[dict[str, Any]]:
+        """The journal's complete lines; a torn last line is cut off the file, so the next
+        append cannot be glued onto it (which would lose that row as well)."""
+        with open_update(self.journal) as fh:
+            data = fh.read()
+            complete = data.rfind(b"\n") + 1
+            if complete < len(data):  # killed mid-write
+                fh.truncate(complete)
         entries = []
-        with open(self.journal) as fh:
-            for line in fh:
-                try:
-                    entries.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue  # a line torn by a kill mid-write: that run runs again
+        for line in data[:complete].decode("utf-8", "replace").splitlines():
+            try:
+                entries.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a damaged line: that run runs again
         return entries
 
     def _read_table(self) -> list[dict[str, Any]]:
@@ -111,13 +119,12 @@ class RunStore:
         self.rows[row["run_id"]] = row
         if self.out is None:
             return
-        self.out.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.journal, "a") as fh:
+        with open_append(self.journal) as fh:
             fh.write(json.dumps(row, default=_jsonable) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
         if not self.parquet and self._columns and set(row) <= set(self._columns) and self.out.exists():
-            with open(self.out, "a", newline="") as fh:
+            with open_append(self.out, newline="") as fh:
                 csv.DictWriter(fh, self._columns, restval="").writerow(row)
             return
         self._dirty = True
@@ -141,13 +148,11 @@ def save_table(df: pd.DataFrame, path: str | Path) -> Path:
     """Write a table as Parquet (``.parquet``) or CSV (anything else), atomically. CSV
     uses nullable dtypes, so an int column with a failed run's blank stays ints."""
     out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    if out.suffix.lower() == ".parquet":
-        _for_parquet(df).to_parquet(tmp, index=False)
-    else:
-        df.convert_dtypes().to_csv(tmp, index=False)
-    os.replace(tmp, out)
+    with atomic_path(out) as tmp:
+        if out.suffix.lower() == ".parquet":
+            _for_parquet(df).to_parquet(tmp, index=False)
+        else:
+            df.convert_dtypes().to_csv(tmp, index=False)
     return out
 
 

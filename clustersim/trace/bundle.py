@@ -26,7 +26,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from .recorder import SPAN_FIELDS
+from ..output import atomic_path, write_text
 
 SPAN_DTYPES = {
     "device": str,
@@ -56,35 +56,35 @@ def _write_table(df: pd.DataFrame, out: Path, stem: str, parquet: bool) -> None:
     for old in (out / f"{stem}.parquet", out / f"{stem}.csv"):
         old.unlink(missing_ok=True)  # never leave a stale twin that load would prefer
     if parquet:
-        df.to_parquet(out / f"{stem}.parquet", index=False)
+        with atomic_path(out / f"{stem}.parquet") as tmp:
+            df.to_parquet(tmp, index=False)
     else:
-        df.to_csv(out / f"{stem}.csv", index=False)
+        _write_csv(df, out / f"{stem}.csv")
 
 
-def _read_table(directory: Path, stem: str, dtypes: dict | None = None) -> pd.DataFrame:
-    pq = directory / f"{stem}.parquet"
-    if pq.exists():
-        return pd.read_parquet(pq)
-    return pd.read_csv(directory / f"{stem}.csv", keep_default_na=False, dtype=dtypes)
+def _write_csv(df: pd.DataFrame, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        df.to_csv(tmp, index=False)
 
 
 def save_result(res, directory: str | Path, plots: bool = True) -> Path:
-    """Write ``res`` as a bundle into ``directory`` (created) and return its path."""
+    """Write ``res`` as a bundle into ``directory`` (created) and return its path. Every
+    file is written atomically and never through a symbolic link (:mod:`clustersim.output`)."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     parquet = _has_pyarrow()
-    (out / "summary.json").write_text(json.dumps(res.summary, indent=2) + "\n")
+    write_text(out / "summary.json", json.dumps(res.summary, indent=2) + "\n")
     _write_table(res.spans, out, "spans", parquet)
-    res.devices.to_csv(out / "devices.csv", index=False)
-    res.waits.to_csv(out / "waits.csv", index=False)
+    _write_csv(res.devices, out / "devices.csv")
+    _write_csv(res.waits, out / "waits.csv")
     _write_table(res.memory, out, "memory", parquet)
-    (out / "scenario.resolved.yaml").write_text(yaml.safe_dump(res.scenario, sort_keys=False))
+    write_text(out / "scenario.resolved.yaml", yaml.safe_dump(res.scenario, sort_keys=False))
     (out / "requests.csv").unlink(missing_ok=True)
     if res.requests is not None:
-        res.requests.to_csv(out / "requests.csv", index=False)
+        _write_csv(res.requests, out / "requests.csv")
     (out / "job.csv").unlink(missing_ok=True)
     if res.job is not None:  # the job timeline of a scenario with faults/recovery
-        res.job.to_csv(out / "job.csv", index=False)
+        _write_csv(res.job, out / "job.csv")
     res.to_chrome_trace(out / "trace.json")
     if plots:
         redraw(res, out)
@@ -107,35 +107,20 @@ def redraw(res, directory: str | Path, dpi: int = 110) -> list[Path]:
     written = []
     for name, draw in figs.items():
         fig = draw()
-        fig.savefig(out / name, dpi=dpi, bbox_inches="tight")
+        with atomic_path(out / name) as tmp:
+            fig.savefig(tmp, dpi=dpi, bbox_inches="tight")
         written.append(out / name)
     return written
 
 
 def load_result(directory: str | Path):
-    """Read a bundle written by ``res.save(directory)`` back into a Result."""
+    """Read a bundle written by ``res.save(directory)`` back into a Result.
+
+    Every file is checked before anything is drawn from it (:mod:`.bundle_check`): a
+    missing, damaged or foreign file is an :class:`~clustersim.errors.OutputError` naming
+    the folder, the file and what is wrong."""
+    from .bundle_check import read_bundle
     from .result import Result
 
-    d = Path(directory)
-    if not (d / "summary.json").exists():
-        raise FileNotFoundError(
-            f"{d}: not a clustersim result bundle (no summary.json); "
-            "write one with res.save(dir) or `clustersim run SCENARIO --out DIR`"
-        )
-    summary = json.loads((d / "summary.json").read_text())
-    spans = _read_table(d, "spans", SPAN_DTYPES)
-    spans = spans[list(SPAN_FIELDS)].astype({k: v for k, v in SPAN_DTYPES.items() if k in spans.columns})
-    devices = pd.read_csv(d / "devices.csv")
-    memory = _read_table(d, "memory", {"device": str, "time_s": float, "allocated_bytes": "int64"})
-    scenario_path = d / "scenario.resolved.yaml"
-    scenario = yaml.safe_load(scenario_path.read_text()) if scenario_path.exists() else {}
-    waits = pd.read_csv(d / "waits.csv", keep_default_na=False) if (d / "waits.csv").exists() else None
-    requests = pd.read_csv(d / "requests.csv") if (d / "requests.csv").exists() else None
-    job = (
-        pd.read_csv(
-            d / "job.csv", keep_default_na=False, na_values={"iteration": [""]}, dtype={"iteration": "Int64"}
-        )
-        if (d / "job.csv").exists()
-        else None
-    )
-    return Result(summary, spans, devices, memory, scenario or {}, requests=requests, waits=waits, job=job)
+    parts = read_bundle(Path(directory))
+    return Result(**parts)

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..output import open_atomic
 from ..viz.binning import busy_fraction_over_time, default_window
 from ..viz.colors import activities, cname_of
 from ..viz.layout import LANE_ORDER, busiest_links, natural_key
@@ -254,8 +255,7 @@ def write_chrome_trace(
 ) -> Path:
     """Write ``{"traceEvents": [...], "displayTimeUnit": "ms"}`` to ``path`` and return it."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     events = chrome_events(spans, devices, memory)
-    with path.open("w") as fh:
+    with open_atomic(path) as fh:
         json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, fh, separators=(",", ":"))
     return path

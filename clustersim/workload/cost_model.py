@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ScenarioError, short_repr
+from ..errors import ScenarioError, shorten
 from ..hardware.gpus import GPUSpec, get_gpu
 from ..scenario.reader import read_text
 from .ops import Work
@@ -117,7 +117,7 @@ class ProfileTable:
             raise ScenarioError(
                 "model.profile",
                 str(path),
-                f"row {reader.line_num}: expected op,phase,m,n,k,time_us ({short_repr(str(exc))[1:-1]})",
+                f"row {reader.line_num}: expected op,phase,m,n,k,time_us ({shorten(str(exc), 160)})",
             ) from None
         return table
 
