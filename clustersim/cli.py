@@ -1,16 +1,29 @@
 """Command line: ``clustersim run SCENARIO [--out DIR] [--set key=value ...] [--quiet]``,
 ``clustersim plot DIR`` (re-draw a saved bundle's pictures) and ``clustersim list``.
 
-User errors (a bad scenario, a deadlocked program) print one clear message and exit 2 —
-never a traceback.
+The contract (:data:`CONTRACT`, shown by ``--help``): a user error — a bad scenario or
+override, a deadlocked program, a file that cannot be read or written — prints one
+``error:`` line and exits 2; anything else is a bug in clustersim: a short message asking
+for a report, exit 1, and the traceback only with ``--debug``.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 
-from .errors import ClusterSimError
+from .errors import ClusterSimError, shorten
+
+CONTRACT = (
+    "Exit status: 0 done; 2 a user error (bad scenario, --set value or file; one 'error:' line "
+    "on stderr); 1 an internal error (a bug: a short message asking for a report; --debug adds "
+    "the traceback); 130 interrupted."
+)
+REPORT = (
+    "this is a bug in clustersim, not in your input: please report it with the command line "
+    "and the scenario file (rerun with --debug for the traceback)"
+)
 
 
 def _parse_sets(items: list[str]) -> dict[str, str]:
@@ -140,11 +153,23 @@ def _optional_registries():
 
 
 def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,  # (so a subcommand does not reset a --debug given before it)
+        help="show the traceback of an internal error",
+    )
     parser = argparse.ArgumentParser(
-        prog="clustersim", description="Simulate distributed DNN training clusters."
+        prog="clustersim",
+        description="Simulate distributed DNN training clusters.",
+        epilog=CONTRACT,
+        parents=[common],
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="simulate a scenario and print its summary")
+    run = sub.add_parser(
+        "run", parents=[common], epilog=CONTRACT, help="simulate a scenario and print its summary"
+    )
     run.add_argument("scenario", help="scenario YAML file")
     run.add_argument("--out", help="directory for the result bundle (summary, spans, gantt, trace)")
     run.add_argument(
@@ -156,40 +181,61 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.set_defaults(func=cmd_run)
-    plot = sub.add_parser("plot", help="re-draw the pictures of a saved result bundle")
+    plot = sub.add_parser(
+        "plot", parents=[common], epilog=CONTRACT, help="re-draw the pictures of a saved result bundle"
+    )
     plot.add_argument("bundle", help="directory written by `clustersim run --out DIR` or res.save(DIR)")
     plot.add_argument("--out", help="directory for the pictures (default: the bundle itself)")
     plot.add_argument("--trace", action="store_true", help="also rewrite trace.json")
     plot.set_defaults(func=cmd_plot)
-    pln = sub.add_parser("plan", help="PipeDream's planner: partition and replicate the model's layers")
+    pln = sub.add_parser(
+        "plan",
+        parents=[common],
+        epilog=CONTRACT,
+        help="PipeDream's planner: partition and replicate the model's layers",
+    )
     pln.add_argument("scenario", help="scenario YAML file (its model, cluster and GPU count are used)")
     pln.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario field"
     )
     pln.set_defaults(func=cmd_plan)
     val = sub.add_parser(
-        "validate", help="compare predictions with published Megatron-LM / Korthikanti numbers"
+        "validate",
+        parents=[common],
+        epilog=CONTRACT,
+        help="compare predictions with published Megatron-LM / Korthikanti numbers",
     )
     val.add_argument(
         "--rows", help="comma-separated Table 1 row indices (default: all; big rows take minutes)"
     )
     val.add_argument("--out", help="write the Markdown report here (e.g. docs/validation.md)")
     val.set_defaults(func=cmd_validate)
-    lst = sub.add_parser("list", help="list GPUs, schedules, network models, topologies, …")
+    lst = sub.add_parser(
+        "list", parents=[common], epilog=CONTRACT, help="list GPUs, schedules, network models, topologies, …"
+    )
     lst.set_defaults(func=cmd_list)
     from .experiments.cli import add_commands as add_experiment_commands  # sweep, search
 
-    add_experiment_commands(sub)
+    add_experiment_commands(sub, [common], CONTRACT)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line ``argv``; returns the exit status of :data:`CONTRACT`."""
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except ClusterSimError as exc:
+    except (ClusterSimError, OSError) as exc:  # the input's fault, or the machine's (disk full)
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if getattr(args, "debug", False):
+            traceback.print_exc()
+        print(f"internal error: {type(exc).__name__}: {shorten(str(exc), 200)}\n{REPORT}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

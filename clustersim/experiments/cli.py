@@ -51,9 +51,12 @@ def _executor_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_commands(sub) -> None:
-    """Register ``sweep`` and ``search`` on the main parser's subparsers."""
-    sw = sub.add_parser("sweep", help="simulate a grid of scenario variants, one row per run")
+def add_commands(sub, parents=(), epilog: str | None = None) -> None:
+    """Register ``sweep`` and ``search`` on the main parser's subparsers (with the main
+    parser's common options ``parents`` and its ``epilog``)."""
+    sw = sub.add_parser(
+        "sweep", parents=parents, epilog=epilog, help="simulate a grid of scenario variants, one row per run"
+    )
     sw.add_argument("scenario", help="scenario YAML file, or a sweep file with a `sweep:` section")
     sw.add_argument(
         "--grid",
@@ -76,7 +79,9 @@ def add_commands(sub) -> None:
     _executor_args(sw)
     sw.set_defaults(func=cmd_sweep)
 
-    se = sub.add_parser("search", help="search the parallel plans for N GPUs and rank them")
+    se = sub.add_parser(
+        "search", parents=parents, epilog=epilog, help="search the parallel plans for N GPUs and rank them"
+    )
     se.add_argument("scenario", help="scenario YAML file (its model, batch, cluster and network)")
     se.add_argument(
         "--gpus", type=_ints, default=None, help="GPU count(s), e.g. 64 or 32,64 (default: the cluster's)"
