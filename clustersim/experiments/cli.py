@@ -44,6 +44,13 @@ def _executor_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--scheduler", default=None, help="Dask scheduler address, e.g. tcp://host:8786")
     p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop a run that takes longer; its row gets status 'timeout' (local executor only)",
+    )
+    p.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -142,6 +149,7 @@ def cmd_sweep(args) -> int:
         out=args.out,
         scheduler=args.scheduler,
         progress=args.progress,
+        timeout=args.timeout,
     )
     swept = list(dict.fromkeys([*grid, *zipped]))
     shown = swept + [c for c in SWEEP_SHOWN if c in df.columns]
@@ -178,6 +186,7 @@ def cmd_search(args) -> int:
         scheduler=args.scheduler,
         out=args.out,
         progress=args.progress,
+        timeout=args.timeout,
     )
     print(res.explain(args.top))
     if args.out:

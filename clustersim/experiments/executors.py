@@ -11,18 +11,48 @@
 
 Simulations are independent and deterministic, so the executor changes only how fast the
 rows arrive, never what they hold.
+
+Local workers never outlive the sweep: each starts in a process group of its own (a
+Ctrl-C at the terminal reaches only the sweep, which then kills them rather than waiting
+for their runs) and watches its parent, exiting within :data:`WATCH_S` seconds of it
+dying — even by ``kill -9``, which gives the parent no chance to clean up.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 
 from ..errors import ScenarioError
 
 EXECUTOR_NAMES = ("local", "dask")
+#: how often a local worker checks that the sweep that started it is still alive
+WATCH_S = 0.2
+
+
+def _worker_start(parent: int) -> None:
+    """Initializer of a local worker: own process group, and exit once orphaned."""
+    os.setpgid(0, 0)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(WATCH_S)
+        os._exit(1)  # the sweep is gone; nobody will read this worker's rows
+
+    threading.Thread(target=watch, name="clustersim-parent-watch", daemon=True).start()
+
+
+def _kill_workers(pool: ProcessPoolExecutor) -> None:
+    """Kill a pool's worker processes now (they are in their own process groups, so an
+    interrupt of the sweep does not reach them). ``_processes`` is the pool's own table of
+    them; ProcessPoolExecutor has no public way to stop a running call."""
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        with contextlib.suppress(ProcessLookupError, AttributeError):
+            proc.kill()
 
 
 class InProcessExecutor(Executor):
@@ -69,9 +99,12 @@ def make_executor(
         if n == 1:
             yield InProcessExecutor()
             return
-        pool = ProcessPoolExecutor(max_workers=n)
+        pool = ProcessPoolExecutor(max_workers=n, initializer=_worker_start, initargs=(os.getpid(),))
         try:
             yield pool
+        except BaseException:  # interrupted or failed: do not wait for the runs in flight
+            _kill_workers(pool)
+            raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
         return

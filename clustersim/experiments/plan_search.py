@@ -121,13 +121,14 @@ def search(
     scheduler: str | None = None,
     out: str | Path | None = None,
     progress: bool | None = None,
+    timeout: float | None = None,
 ) -> SearchResult:
     """Search the parallel plans of ``base`` on ``gpus`` GPUs (default: its cluster's) and
     rank them by ``objective``. ``budget`` (samples, or tokens when the model has a
     sequence length) is needed for ``time`` and gives ``cost`` a total; ``cost`` is
     GPU-hours × ``price_per_gpu_hour``. ``micro_batches``, ``schedules`` and ``vary``
     (dotted key → values) narrow or widen the space; ``memory_fraction`` < 1 keeps a
-    safety margin. ``executor``/``workers`` are as for :func:`sweep`; with ``out`` the
+    safety margin. ``executor``/``workers``/``timeout`` are as for :func:`sweep`; with ``out`` the
     simulations are journaled as they finish (a rerun resumes) and the ranked table of
     every plan is written there at the end.
     """
@@ -158,6 +159,7 @@ def search(
         scheduler=scheduler,
         progress=progress,
         desc="plans",
+        timeout=timeout,
     )
     table = _merge(rows, sims)
     table, unit = _rank(table, objective, budget, price_per_gpu_hour)

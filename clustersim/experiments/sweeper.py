@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..errors import ClusterSimError
+from ..errors import ClusterSimError, ScenarioError
 from ..scenario import Scenario, load_scenario
 from ..scenario.loader import read_yaml
 from . import grid as grids
@@ -46,6 +46,7 @@ def sweep(
     *,
     scheduler: str | None = None,
     progress: bool | None = None,
+    timeout: float | None = None,
 ) -> pd.DataFrame:
     """Simulate ``base`` under every combination of ``grid`` (crossed) and ``zip`` (advanced
     together); return one row per run: the swept values, ``status``/``error``, the summary.
@@ -55,7 +56,9 @@ def sweep(
     ``"local"`` (processes; ``workers=1`` in-process), ``"dask"`` (with ``scheduler`` =
     ``"tcp://host:8786"`` or a local Dask cluster), a ``distributed.Client`` or any
     ``concurrent.futures.Executor``. With ``out`` (``.csv`` or ``.parquet``) rows are saved
-    as runs finish and a rerun resumes. Bad axes raise ScenarioError before any run.
+    as runs finish and a rerun resumes. ``timeout`` (seconds, local executor only) stops
+    a run that takes longer; its row has ``status = "timeout"`` and the others go on.
+    Bad axes raise ScenarioError before any run.
     """
     if isinstance(base, (str, Path)) and grids.is_sweep_file(base):
         base, file_grid, file_zip = grids.load_sweep_file(base)
@@ -71,6 +74,7 @@ def sweep(
         out=out,
         scheduler=scheduler,
         progress=progress,
+        timeout=timeout,
     )
 
 
@@ -83,9 +87,11 @@ def run_sweep(
     scheduler: str | None = None,
     progress: bool | None = None,
     desc: str = "runs",
+    timeout: float | None = None,
 ) -> pd.DataFrame:
     """Run a list of override dicts against the raw base dict; the engine of :func:`sweep`
     and :func:`~clustersim.experiments.search.search`."""
+    _check_timeout(timeout, executor)
     b_id = grids.base_id(raw)
     ids = [grids.run_id(o) for o in runs]
     unique = dict(zip(ids, runs))  # a run listed twice runs once
@@ -98,7 +104,7 @@ def run_sweep(
             bar.update(len(unique) - len(todo))
             if todo:
                 with make_executor(executor, workers, scheduler, runs=len(todo)) as ex:
-                    lost = _drain(ex, raw, todo, b_id, store, bar)
+                    lost = _drain(ex, raw, todo, (b_id, timeout), store, bar)
     finally:
         store.write(ids)
     if lost:
@@ -119,16 +125,29 @@ def _window(ex) -> int:
     return 2 * workers if workers else 512
 
 
-def _drain(ex, raw, todo, b_id, store: RunStore, bar: Progress) -> int:
+def _check_timeout(timeout: float | None, executor: Any) -> None:
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < 1e9:
+        raise ScenarioError("timeout", timeout, "expected seconds > 0 (e.g. 600) or None for no limit")
+    if executor != "local":  # the limit is a signal in each local worker (see runner)
+        raise ScenarioError(
+            "timeout", timeout, "needs executor='local' (a per-run time limit in each worker)"
+        )
+
+
+def _drain(ex, raw, todo, run: tuple[str, float | None], store: RunStore, bar: Progress) -> int:
     """Submit the runs (a window at a time), store rows as they complete; return how many
-    were lost to a broken executor."""
+    were lost to a broken executor. ``run`` is (base id, per-run time limit)."""
+    b_id, timeout = run
     queue = iter(todo)
     pending: dict[Any, tuple[str, dict[str, Any]]] = {}
     window, lost = _window(ex), 0
 
     def refill() -> None:
         for rid, overrides in queue:
-            pending[ex.submit(run_one, raw, overrides, {"run_id": rid, "base_id": b_id})] = (rid, overrides)
+            ids = {"run_id": rid, "base_id": b_id}
+            pending[ex.submit(run_one, raw, overrides, ids, timeout)] = (rid, overrides)
             if len(pending) >= window:
                 return
 

@@ -1,0 +1,145 @@
+"""Sweeps under stress (issue 18, item 4): a per-run time limit whose row is ``timeout``
+and does not hold up the others, workers that die with a ``kill -9``-ed parent, and a
+journal whose torn last line costs exactly one re-run."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+import clustersim as cs
+from clustersim.experiments import runner, sweep
+from tests.conftest import synthetic
+
+REPO = Path(__file__).resolve().parent.parent
+#: micro-batches of a run that takes minutes (≈ 10⁶ ops), and of one that takes milliseconds
+SLOW, FAST = 400_000, 8
+
+
+def base() -> dict:
+    return synthetic(p=4, m=FAST)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_timeout_row_does_not_block_the_others(workers):
+    start = time.monotonic()
+    df = sweep(base(), {"training.global_batch": [SLOW, FAST, FAST * 2]}, workers=workers, timeout=3.0)
+    assert time.monotonic() - start < 30
+    assert list(df["status"]) == ["timeout", "ok", "ok"]
+    assert df.loc[0, "error"] == "stopped after the time limit of 3 s"
+    fresh = cs.simulate(cs.load_scenario(base()))
+    assert df.loc[1, "iteration_time_s"] == fresh.summary["iteration_time_s"]
+
+
+def test_the_time_limit_is_lifted_after_each_row():
+    row = runner.run_one(base(), {}, {"run_id": "a", "base_id": "b"}, timeout_s=0.5)
+    assert row["status"] == "ok"
+    time.sleep(0.6)  # a timer left armed would fire here, outside any row
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    "timeout,executor,expected",
+    [
+        (0, "local", "expected seconds > 0"),
+        ("1", "local", "expected seconds > 0"),
+        (5, "dask", "needs executor='local'"),
+    ],
+)
+def test_bad_timeouts(timeout, executor, expected):
+    with pytest.raises(cs.ScenarioError, match=f"timeout: .* is invalid; {expected}"):
+        sweep(base(), {"training.global_batch": [FAST]}, executor=executor, timeout=timeout)
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    return psutil.Process(pid).children(recursive=True)
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@contextlib.contextmanager
+def _slow_cli_sweep(tmp_path) -> Iterator[tuple[subprocess.Popen, list[psutil.Process]]]:
+    """A CLI sweep of two slow runs on two workers, yielded once both workers exist (with
+    them); killed with -9 on the way out, whatever the test did."""
+    scen = tmp_path / "base.yaml"
+    scen.write_text(json.dumps(base()))
+    args = ["sweep", str(scen), "--grid", f"training.global_batch={SLOW},{SLOW * 2}", "--workers", "2"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clustersim.cli", *args],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline, workers = time.monotonic() + 60, []
+        while time.monotonic() < deadline and len(workers) < 2:
+            time.sleep(0.1)
+            workers = _descendants(proc.pid)
+        assert len(workers) >= 2, "the pool's workers should have started"
+        yield proc, workers
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _gone(workers: list[psutil.Process], within_s: float = 10) -> bool:
+    """Whether every worker has exited within ``within_s`` s (any left are killed)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and any(_alive(w) for w in workers):
+        time.sleep(0.1)
+    left = [w for w in workers if _alive(w)]
+    for w in left:  # (so a failure leaves nothing running either)
+        w.kill()
+    return not left
+
+
+def test_kill_9_of_a_sweep_leaves_no_worker(tmp_path):
+    with _slow_cli_sweep(tmp_path) as (proc, workers):
+        groups = [(w.pid, os.getpgid(w.pid)) for w in workers]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert _gone(workers)
+    assert all(pid == group for pid, group in groups)  # each worker in a process group of its own
+
+
+def test_ctrl_c_stops_a_sweep_and_its_workers_at_once(tmp_path):
+    with _slow_cli_sweep(tmp_path) as (proc, workers):
+        time.sleep(0.5)  # let the runs start
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=20)
+        assert code == 130 and proc.stderr.read().decode() == "interrupted\n"
+    assert _gone(workers, within_s=5)
+
+
+def test_a_torn_journal_line_costs_exactly_one_rerun(tmp_path, monkeypatch):
+    out = tmp_path / "runs.csv"
+    journal = tmp_path / "runs.csv.journal.jsonl"
+    grid = {"training.global_batch": [8, 16, 24, 32]}
+    sweep(base(), grid, workers=1, out=out)
+    lines = journal.read_bytes().splitlines(keepends=True)
+    journal.write_bytes(b"".join(lines[:2]) + lines[2][: len(lines[2]) // 2])  # killed mid-write of row 3
+    real, calls = runner.simulate, []
+    monkeypatch.setattr(runner, "simulate", lambda sc: (calls.append(sc.training.global_batch), real(sc))[1])
+    resumed = sweep(base(), grid, workers=1, out=out)
+    assert sorted(calls) == [24, 32]  # the torn row and the one never journaled, each once
+    assert list(resumed["status"]) == ["ok"] * 4
+    again = sweep(base(), grid, workers=1, out=out)
+    assert sorted(calls) == [24, 32]  # nothing was lost to the torn line: no run repeats
+    entries = [json.loads(line) for line in journal.read_text().splitlines()]
+    assert sorted(e["training.global_batch"] for e in entries) == [8, 16, 24, 32]
+    assert again.equals(resumed)
