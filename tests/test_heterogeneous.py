@@ -255,7 +255,7 @@ def test_search_balances_stages_and_splits_batches_on_mixed_clusters():
         ),
         (
             {"cluster.node_groups": [{"nodes": 1, "speed": 0}, {"nodes": 1}]},
-            r"cluster.node_groups\[0\].speed: 0 is invalid; Input should be greater than 0",
+            r"cluster.node_groups\[0\].speed: 0 is invalid; expected a value above 0 and at most 1,000",
         ),
         (
             {"parallel.dp_split": [5, 5]},

@@ -61,7 +61,7 @@ def test_bad_straggler_is_a_clear_error():
     raw["cluster"]["stragglers"] = [{"gpus": [1], "slowdown": -1}]
     with pytest.raises(
         cs.ScenarioError,
-        match=r"cluster.stragglers\[0\].slowdown: -1 is invalid; Input should be greater than 0",
+        match=r"cluster.stragglers\[0\].slowdown: -1 is invalid; expected a value above 0 and at most 10,000",
     ):
         cs.load_scenario(raw)
 

@@ -62,11 +62,19 @@ class AnalyticalFabric(Fabric):
         if t is None:  # a degradation window touches the route
             now = self.env.now
             t = (
-                finish_time(self._profile(src, dst, flow_key), now, nbytes)
+                finish_time(
+                    self._profile(src, dst, flow_key), now, nbytes, self._windowed(src, dst, flow_key)
+                )
                 - now
                 + self.route_cost(src, dst, flow_key)[0]
             )
         return self.env.timeout(t)
+
+    def _windowed(self, src: str, dst: str, flow_key: Hashable) -> str:
+        """The route's links that have degradation windows, for a stall message."""
+        links = self.router.links(src, dst, flow_key)
+        hit = [f"{u}->{v}" for u, v in links if self.graph.edges[u, v].get("windows")]
+        return f"link {' or '.join(hit)} (on the route {src} → {dst})"
 
     def _profile(self, src: str, dst: str, flow_key: Hashable) -> list | None:
         """The route's bottleneck bandwidth over time when a degradation window touches it."""

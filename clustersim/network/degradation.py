@@ -19,7 +19,7 @@ import math
 
 import networkx as nx
 
-from ..errors import ScenarioError
+from ..errors import ScenarioError, SimulationStall
 
 #: a link's windows: ((start_s, end_s, factor), ...) sorted by start; they may overlap
 #: (factors then multiply)
@@ -56,7 +56,8 @@ def apply_degradations(graph: nx.DiGraph, windows) -> None:
                         list(w.between),
                         "this is a free wire (infinite bandwidth); degrade a real link",
                     )
-                data["windows"] = tuple(sorted((*data.get("windows", ()), (w.start, w.end, w.factor))))
+                end = math.inf if w.end is None else w.end  # no end: for ever
+                data["windows"] = tuple(sorted((*data.get("windows", ()), (w.start, end, w.factor))))
 
 
 def rate_profile(bandwidth: float, windows: Windows) -> list[tuple[float, float]]:
@@ -93,8 +94,11 @@ def _rate_at(profile: list[tuple[float, float]], t: float) -> float:
     return rate
 
 
-def finish_time(profile: list[tuple[float, float]], start: float, nbytes: float) -> float:
-    """The time at which ``nbytes`` started at ``start`` have crossed a link of this rate profile."""
+def finish_time(
+    profile: list[tuple[float, float]], start: float, nbytes: float, where: str = "a link"
+) -> float:
+    """The time at which ``nbytes`` started at ``start`` have crossed a link of this rate
+    profile; :class:`SimulationStall` naming ``where`` if the link is down for ever first."""
     left, t = float(nbytes), start
     if left <= 0:
         return start
@@ -105,6 +109,12 @@ def finish_time(profile: list[tuple[float, float]], start: float, nbytes: float)
         t = max(t, step_start)
         if left <= rate * (step_end - t):
             return t + left / rate
+        if step_end == math.inf:  # the last step carries nothing, for ever
+            raise SimulationStall(
+                f"{where} is down for ever (a cluster.link_degradations window with factor 0 and no end) "
+                f"with {left:,.0f} of {nbytes:,.0f} bytes still to carry at t = {t:.6g} s; "
+                "give the window an end, or list the cable in cluster.failed_links so routes avoid it"
+            )
         left -= rate * (step_end - t)
         t = step_end
     return t

@@ -223,7 +223,9 @@ class PacketFabric(Fabric):
         now = env._now
         start = link.free_at if link.free_at > now else now
         end = (
-            start + size / link.bandwidth if link.profile is None else finish_time(link.profile, start, size)
+            start + size / link.bandwidth
+            if link.profile is None
+            else finish_time(link.profile, start, size, f"link {link.name}")
         )
         link.free_at = end
         if size:

@@ -11,7 +11,7 @@ from pydantic import (
     model_validator,
 )
 
-from .fields import Bandwidth, Time, _Spec, known
+from .fields import Bandwidth, Range, Time, _Spec, known
 
 
 def _known_gpu(name: str) -> str:
@@ -38,7 +38,7 @@ class NicSpec(_Spec):
 
     bandwidth: Bandwidth = 25e9
     latency: Time = 1e-6
-    per_node: int | None = Field(default=None, ge=1)
+    per_node: Annotated[int | None, Range(1, 1024)] = None
     efficiency: float = Field(default=1.0, gt=0, le=1)
 
 
@@ -55,7 +55,7 @@ class NoiseSpec(_Spec):
     deviation ``sigma`` (clipped at 0.05 so time never runs backwards)."""
 
     distribution: Literal["lognormal", "normal"] = "lognormal"
-    sigma: float = Field(ge=0)
+    sigma: Annotated[float, Range(0, 5)]
 
 
 class StragglerSpec(_Spec):
@@ -63,23 +63,24 @@ class StragglerSpec(_Spec):
     times a random per-op factor of mean 1 when ``noise`` is given (a flaky GPU)."""
 
     gpus: list[int] = Field(min_length=1)
-    slowdown: float = Field(default=1.0, gt=0)
+    slowdown: Annotated[float, Range(0, 10_000, open_lo=True)] = 1.0
     noise: NoiseSpec | None = None
 
 
 class LinkDegradationSpec(_Spec):
     """From ``start`` to ``end`` the link between topology nodes ``between`` (both
     directions) carries ``factor`` × its bandwidth; 0 = down for the window
-    (:mod:`clustersim.network.degradation`)."""
+    (:mod:`clustersim.network.degradation`). Without ``end`` the window lasts for ever: a
+    transfer that needs a link down for ever is a SimulationStall naming the link."""
 
     between: tuple[str, str]
     start: Time
-    end: Time
+    end: Time | None = None
     factor: float = Field(ge=0, le=1)
 
     @model_validator(mode="after")
     def _ordered(self):
-        if self.end <= self.start:
+        if self.end is not None and self.end <= self.start:
             raise ValueError(f"end ({self.end} s) must come after start ({self.start} s)")
         return self
 
@@ -89,17 +90,17 @@ class NodeGroupSpec(_Spec):
     ``gpu`` defaults to ``cluster.gpu``; ``speed`` divides every compute op's time on
     these GPUs (0.8 = 20 % slower than the cost model says; see docs/heterogeneous.md)."""
 
-    nodes: int = Field(ge=1)
+    nodes: Annotated[int, Range(1, 100_000)]
     gpu: GpuName | None = None
-    speed: float = Field(default=1.0, gt=0)
+    speed: Annotated[float, Range(0, 1000, open_lo=True)] = 1.0
 
 
 class ClusterSpec(_Spec):
     """GPUs, nodes, links and topology. ``preset`` fills defaults from a hardware preset."""
 
     preset: str | None = None
-    nodes: int = Field(default=1, ge=1)
-    gpus_per_node: int = Field(default=8, ge=1)
+    nodes: Annotated[int, Range(1, 100_000)] = 1
+    gpus_per_node: Annotated[int, Range(1, 1024)] = 8
     gpu: GpuName = "A100-SXM4-80GB"
     intra_node: IntraNodeSpec = IntraNodeSpec()
     nic: NicSpec = NicSpec()
@@ -108,7 +109,7 @@ class ClusterSpec(_Spec):
     #: per-step software latency of collectives ({intra_node, inter_node}); None = NCCL-derived defaults
     collective_alpha: dict[Literal["intra_node", "inter_node"], Time] | None = None
     #: compute slowdown while a collective runs on the same GPU (1.0 = no interference)
-    comm_compute_slowdown: float = Field(default=1.0, ge=1.0)
+    comm_compute_slowdown: Annotated[float, Range(1, 100)] = 1.0
     #: GPUs whose compute runs ``slowdown`` times longer (thermal throttling, a bad node, …)
     stragglers: list[StragglerSpec] = Field(default_factory=list)
     #: windows of time in which a link runs at a fraction of its bandwidth

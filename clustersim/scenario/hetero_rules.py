@@ -88,4 +88,22 @@ def check_dp_split(spec, dp: int) -> list[int]:
             f"(replicas meet at one all-reduce per iteration); accepted: {flushing}",
         )
     microbatch_total(spec, dp)
+    if par.dp_split == "speed":
+        _check_speed_split(par, SCHEDULES[par.schedule])
     return list(par.dp_split) if isinstance(par.dp_split, list) else []
+
+
+def _check_speed_split(par, schedule) -> None:
+    """``speed`` may give a replica any number of micro-batches, so the schedule must take
+    every count: probing 1 … pp finds a schedule that takes only some (interleaved: m a
+    multiple of pp) now rather than when the split is computed in ``simulate``."""
+    for m in range(1, par.pp + 1):
+        try:
+            schedule.validate(par.pp, m, par.virtual_stages)
+        except ScenarioError as exc:
+            raise ScenarioError(
+                "parallel.dp_split",
+                "speed",
+                f"speed picks each replica's micro-batch count, but schedule {par.schedule!r} "
+                f"takes only some counts ({exc.expected}); use dp_split even or a list of counts it takes",
+            ) from None

@@ -8,13 +8,12 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     BaseModel,
     Discriminator,
-    Field,
     Tag,
     field_validator,
     model_validator,
 )
 
-from .fields import Bytes, Time, _Spec, known
+from .fields import Bytes, Range, Time, _Spec, known
 
 
 class _ModelSection(_Spec):
@@ -45,7 +44,7 @@ class SyntheticModel(_ModelSection):
     """
 
     kind: Literal["synthetic"] = "synthetic"
-    layers: int = Field(ge=1)
+    layers: Annotated[int, Range(1, 100_000)]
     forward: Time
     backward: Time
     backward_weight: Time = 0.0
@@ -63,22 +62,22 @@ class TransformerModel(_ModelSection):
     preset: str | None = None
     hf_config: str | None = None
     name: str | None = None
-    layers: int | None = Field(default=None, ge=1)
-    hidden: int | None = Field(default=None, ge=1)
-    heads: int | None = Field(default=None, ge=1)
-    ffn_hidden: int | None = Field(default=None, ge=1)
-    vocab: int | None = Field(default=None, ge=1)
-    seq_len: int | None = Field(default=None, ge=1)
-    kv_heads: int | None = Field(default=None, ge=1)
+    layers: Annotated[int | None, Range(1, 100_000)] = None
+    hidden: Annotated[int | None, Range(1, 1_000_000)] = None
+    heads: Annotated[int | None, Range(1, 100_000)] = None
+    ffn_hidden: Annotated[int | None, Range(1, 10_000_000)] = None
+    vocab: Annotated[int | None, Range(1, 10_000_000)] = None
+    seq_len: Annotated[int | None, Range(1, 10_000_000)] = None
+    kv_heads: Annotated[int | None, Range(1, 100_000)] = None
     gated_mlp: bool | None = None
     norm: Literal["layernorm", "rmsnorm"] | None = None
     position: Literal["learned", "rope"] | None = None
-    max_position: int | None = Field(default=None, ge=1)
+    max_position: Annotated[int | None, Range(1, 100_000_000)] = None
     tied_embeddings: bool | None = None
     bias: bool | None = None
     dropout: bool | None = None
-    experts: int | None = Field(default=None, ge=1)
-    experts_per_token: int | None = Field(default=None, ge=1)
+    experts: Annotated[int | None, Range(1, 100_000)] = None
+    experts_per_token: Annotated[int | None, Range(1, 1000)] = None
     #: CSV of measured op times overriding the cost model (op,phase,m,n,k,time_us)
     profile: str | None = None
 
@@ -99,8 +98,8 @@ class CNNModel(_ModelSection):
 
     kind: Literal["cnn"] = "cnn"
     preset: str
-    image_size: int = Field(default=224, ge=32)
-    classes: int = Field(default=1000, ge=1)
+    image_size: Annotated[int, Range(32, 8192)] = 224
+    classes: Annotated[int, Range(1, 1_000_000)] = 1000
     profile: str | None = None
 
     @field_validator("preset")

@@ -13,7 +13,7 @@ naming the field — what would otherwise hang, exhaust memory or crash deep ins
 * a mapping that gives the same key twice (both line numbers are named; YAML itself keeps
   the last one silently). The merge key ``<<`` may be overridden, as YAML intends.
 
-The README ("A scenario", input limits) lists the caps for users.
+docs/limits.md lists the caps for users.
 """
 
 from __future__ import annotations

@@ -58,6 +58,13 @@ def check_rules(spec: ScenarioSpec) -> None:
     from ..faults.rules import check_fault_rules
 
     check_fault_rules(spec)
+    nic = spec.cluster.nic
+    if nic.per_node is not None and nic.per_node > spec.cluster.gpus_per_node:
+        raise ScenarioError(
+            "cluster.nic.per_node",
+            nic.per_node,
+            f"at most gpus_per_node ({spec.cluster.gpus_per_node}) NICs per node",
+        )
     if spec.cluster.nodes > 1 and spec.cluster.topology.get("kind") == "single_node":
         raise ScenarioError(
             "cluster.topology.kind",

@@ -11,9 +11,10 @@ quantity types and the base model in :mod:`.fields`.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args, get_origin
 
 from pydantic import (
+    BaseModel,
     BeforeValidator,
     Field,
     field_validator,
@@ -30,7 +31,7 @@ from .cluster_spec import (  # noqa: F401  (re-exported: the schema's public nam
     PcieSpec,
     StragglerSpec,
 )
-from .fields import Bandwidth, Bytes, Time, _Spec, known
+from .fields import Bandwidth, Bytes, Range, Time, _Spec, known
 from .model_spec import CNNModel, ModelSpec, SyntheticModel, TransformerModel  # noqa: F401
 
 
@@ -41,7 +42,7 @@ class ArrivalSpec(_Spec):
 
     process: Literal["constant", "poisson"] = "constant"
     interval: Time | None = None
-    rate: float | None = Field(default=None, gt=0)
+    rate: Annotated[float | None, Range(0, 1e9, open_lo=True)] = None
 
     @model_validator(mode="after")
     def _one_parameter(self) -> ArrivalSpec:
@@ -58,8 +59,8 @@ class TrainingSpec(_Spec):
     (global_batch / micro_batch requests), arriving as ``arrival`` says (default: all at
     t = 0). See ``docs/inference.md``."""
 
-    global_batch: int = Field(ge=1)
-    micro_batch: int = Field(default=1, ge=1)
+    global_batch: Annotated[int, Range(1, 100_000_000)]
+    micro_batch: Annotated[int, Range(1, 1_000_000)] = 1
     precision: Literal["bf16", "fp16", "fp32"] = "bf16"
     recompute: Literal["none", "selective", "full"] = "none"
     optimizer: Literal["adam", "sgd"] = "adam"
@@ -74,7 +75,7 @@ class CompressionSpec(_Spec):
     half after). ``links``: where — ``all``, ``inter_site`` or ``inter_node`` (only what
     crosses sites / servers; clustersim.schedules.compression and .gradient_sync)."""
 
-    ratio: float = Field(ge=1)
+    ratio: Annotated[float, Range(1, 1_000_000)]
     time_per_gib: Time = 0.0
     links: Literal["all", "inter_site", "inter_node"] = "all"
 
@@ -123,8 +124,8 @@ class ParameterServerSpec(_Spec):
     ``buckets``: layers per tensor instead (DynaComm-style transmission segments)."""
 
     mode: Literal["sync", "async", "hybrid"] = "sync"
-    staleness: int | None = Field(default=None, ge=0)
-    sync_after: int | None = Field(default=None, ge=1)
+    staleness: Annotated[int | None, Range(0, 1_000_000)] = None
+    sync_after: Annotated[int | None, Range(1, 1_000_000)] = None
     servers: list[str] = Field(default_factory=lambda: ["server"], min_length=1)
     partition: bool = False
     per_layer: bool = True
@@ -134,11 +135,11 @@ class ParameterServerSpec(_Spec):
 class ParallelSpec(_Spec):
     """The parallel plan: degrees of tensor, pipeline and data parallelism, and schedule."""
 
-    tp: int = Field(default=1, ge=1)
-    pp: int = Field(default=1, ge=1)
+    tp: Annotated[int, Range(1, 100_000)] = 1
+    pp: Annotated[int, Range(1, 100_000)] = 1
     dp: Annotated[int | str, BeforeValidator(_dp_value)] = "auto"
     schedule: str = "1f1b"
-    virtual_stages: int = Field(default=1, ge=1)
+    virtual_stages: Annotated[int, Range(1, 10_000)] = 1
     #: layers per model chunk: even | balanced (by compute) | pipedream (planner) | [l0, l1, ...]
     partition: Annotated[str | list[int], _partition_value] = "even"
     #: micro-batches per data-parallel replica: even | speed (by each replica's GPUs) | [m0, m1, ...]
@@ -166,16 +167,18 @@ class ParallelSpec(_Spec):
 class SimulationSpec(_Spec):
     """How to simulate: iterations, network model, packet chunk size, seed."""
 
-    iterations: int = Field(default=1, ge=1)
+    iterations: Annotated[int, Range(1, 100_000)] = 1
     network: str = "packet"
-    chunk_size: Bytes | None = None
+    #: bytes per packet-model chunk (default 1 MiB); at least 4 KiB, so a message is never
+    #: millions of events
+    chunk_size: Annotated[Bytes | None, Range(4096, 2**40)] = None
     #: simulate one GPU per stage and mirror it to its TP/DP twins (clustersim.parallel.fold);
     #: ``auto`` folds large uniform jobs
     fold: bool | Literal["auto"] = "auto"
     #: cap on chunks per message (packet model): bigger messages use bigger chunks — fewer
     #: events, up to (hops − 1)/max_chunks of a message's time in extra pipelining delay
-    max_chunks: int | None = Field(default=None, ge=1)
-    seed: int = 0
+    max_chunks: Annotated[int | None, Range(1, 1_000_000)] = None
+    seed: Annotated[int, Range(0, 2**64 - 1)] = 0
     #: random per-op compute time factors (mean 1), drawn from ``seed``: stragglers by chance
     compute_noise: NoiseSpec | None = None
     #: real models: ``layer`` = segments per layer (TP collectives as run); ``stage`` = one
@@ -216,11 +219,11 @@ class FaultSpec(_Spec):
     through iteration 5; 5 = as iteration 5 starts)."""
 
     kind: Literal["gpu_fail", "link_fail", "node_join"]
-    gpu: int | None = Field(default=None, ge=0)
+    gpu: Annotated[int | None, Range(0, 100_000_000)] = None
     link: tuple[str, str] | None = None
-    nodes: int | None = Field(default=None, ge=1)
+    nodes: Annotated[int | None, Range(1, 100_000)] = None
     at: Time | None = None
-    at_iteration: float | None = Field(default=None, ge=0)
+    at_iteration: Annotated[float | None, Range(0, 10_000_000)] = None
 
     @model_validator(mode="after")
     def _fields_of_kind(self) -> FaultSpec:
@@ -248,8 +251,8 @@ class RecoverySpec(_Spec):
     the pause to re-form an elastic job on the GPUs there are, before state migration."""
 
     policy: Literal["checkpoint_restart", "elastic"] = "checkpoint_restart"
-    job_iterations: int = Field(ge=1)
-    checkpoint_every: int | None = Field(default=None, ge=1)
+    job_iterations: Annotated[int, Range(1, 10_000_000)]
+    checkpoint_every: Annotated[int | None, Range(1, 10_000_000)] = None
     storage_bandwidth: Bandwidth = 10e9
     restart_time: Time = 0.0
     replan_time: Time = 0.0
@@ -267,3 +270,27 @@ class ScenarioSpec(_Spec):
     #: events of a multi-iteration job (docs/faults.md); they need ``recovery``
     faults: list[FaultSpec] = Field(default_factory=list)
     recovery: RecoverySpec | None = None
+
+
+def field_ranges(model: type[BaseModel] = ScenarioSpec, prefix: str = "") -> dict[str, Range]:
+    """Every number field's :class:`Range` by dotted path (``simulation.iterations``), the
+    ``model`` branches as ``model.<field>`` — what docs/limits.md tabulates."""
+    out: dict[str, Range] = {}
+    for name, info in model.model_fields.items():
+        path = f"{prefix}{name}"
+        for meta in info.metadata:
+            if isinstance(meta, Range):
+                out[path] = meta
+        for sub_model, listed in _models_in(info.annotation):
+            for sub, rng in field_ranges(sub_model, f"{path}{'[]' if listed else ''}.").items():
+                out.setdefault(sub, rng)
+    return out
+
+
+def _models_in(annotation, listed: bool = False) -> list[tuple[type[BaseModel], bool]]:
+    """The pydantic models inside an annotation (through Optional, unions, Annotated), each
+    with whether it sits in a list."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [(annotation, listed)]
+    listed = listed or get_origin(annotation) is list
+    return [m for arg in get_args(annotation) for m in _models_in(arg, listed)]
