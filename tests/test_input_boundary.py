@@ -150,6 +150,7 @@ def test_error_message_of_a_huge_value_is_bounded():
     "overrides,field",
     [
         ({"model.preset": [1, 2]}, "model.preset"),
+        ({"cluster.preset": [1, 2]}, "cluster.preset"),
         ({"model.kind": [1]}, "model.kind"),
         ({"parallel.schedule": ["1f1b"]}, "parallel.schedule"),
         ({"simulation.network": {"a": 1}}, "simulation.network"),
@@ -268,3 +269,8 @@ def test_profile_reads_back(tmp_path):
 def test_shipped_scenarios_still_read():
     for path in sorted((ROOT / "scenarios").rglob("*.yaml")):
         assert cs.scenario.loader.read_yaml(path) == yaml.safe_load(path.read_text()), path
+
+
+def test_control_character_is_a_yaml_error():
+    with pytest.raises(cs.ScenarioError, match="not valid YAML: unacceptable character #x0000"):
+        parse_yaml("\x00name: x", "f")

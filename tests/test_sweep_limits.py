@@ -143,3 +143,21 @@ def test_a_torn_journal_line_costs_exactly_one_rerun(tmp_path, monkeypatch):
     entries = [json.loads(line) for line in journal.read_text().splitlines()]
     assert sorted(e["training.global_batch"] for e in entries) == [8, 16, 24, 32]
     assert again.equals(resumed)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # (the swallowed one)
+def test_a_swallowed_timeout_fires_again():
+    """An alarm that lands in a __del__ is printed and dropped by Python; the limit must
+    still stop the run."""
+
+    class Swallows:
+        def __del__(self):
+            time.sleep(0.3)  # the alarm fires in here and is lost
+
+    start = time.monotonic()
+    with pytest.raises(runner.RunTimeout), runner.time_limit(0.1):
+        Swallows()
+        while time.monotonic() - start < 3:  # without a second alarm: DID NOT RAISE
+            time.sleep(0.01)
+    assert time.monotonic() - start < 2
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)

@@ -44,6 +44,9 @@ def time_limit(seconds: float | None) -> Iterator[None]:
         return
 
     def expire(signum, frame):
+        # fire again soon in case this one is swallowed (raised inside a gc callback or a
+        # __del__, Python only prints it); leaving time_limit disarms the timer
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
         raise RunTimeout
 
     previous = signal.signal(signal.SIGALRM, expire)

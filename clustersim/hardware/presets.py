@@ -99,6 +99,6 @@ PRESET_SOURCES: dict[str, list[str]] = {
 
 def expand_preset(name: str) -> dict[str, Any]:
     """A fresh copy of preset ``name``; ScenarioError on ``cluster.preset`` if unknown."""
-    if name not in CLUSTER_PRESETS:
+    if not isinstance(name, str) or name not in CLUSTER_PRESETS:
         raise ScenarioError("cluster.preset", name, f"known presets: {', '.join(sorted(CLUSTER_PRESETS))}")
     return copy.deepcopy(CLUSTER_PRESETS[name])

@@ -103,8 +103,9 @@ def parse_yaml(text: str, field: str, source: str | None = None) -> Any:
     """The value of YAML ``text`` (safe tags only) within the bounds of this module;
     anything else is a ScenarioError naming ``field`` (and ``source``, the file or text)."""
     shown = text if source is None else source
-    loader = _BoundedLoader(text)
+    loader = None
     try:
+        loader = _BoundedLoader(text)  # (its reader already refuses control characters)
         node = loader.get_single_node()
         if node is None:
             return None
@@ -117,7 +118,8 @@ def parse_yaml(text: str, field: str, source: str | None = None) -> Any:
     except ValueError as exc:  # a scalar Python cannot hold: a 5000-digit int, 2026-13-45
         raise ScenarioError(field, shown, f"not a value clustersim can read: {exc}") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _one_line(exc: yaml.YAMLError) -> str:
