@@ -130,6 +130,7 @@ def test_speed_split_with_interleaved_is_refused_at_load():
     [
         ("packet", "link node0.nic0->leaf0 is down for ever"),
         ("analytical", "link node0.nic0->leaf0 (on the route gpu0 → gpu1) is down for ever"),
+        ("flow", "link node0.nic0->leaf0 is down for ever"),
     ],
 )
 def test_a_link_down_for_ever_is_a_named_stall(network, where):

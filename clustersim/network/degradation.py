@@ -110,11 +110,16 @@ def finish_time(
         if left <= rate * (step_end - t):
             return t + left / rate
         if step_end == math.inf:  # the last step carries nothing, for ever
-            raise SimulationStall(
-                f"{where} is down for ever (a cluster.link_degradations window with factor 0 and no end) "
-                f"with {left:,.0f} of {nbytes:,.0f} bytes still to carry at t = {t:.6g} s; "
-                "give the window an end, or list the cable in cluster.failed_links so routes avoid it"
-            )
+            raise down_for_ever(where, left, t)
         left -= rate * (step_end - t)
         t = step_end
     return t
+
+
+def down_for_ever(where: str, left: float, t: float) -> SimulationStall:
+    """The stall of a transfer that needs a link whose bandwidth is 0 from ``t`` on, for ever."""
+    return SimulationStall(
+        f"{where} is down for ever (a cluster.link_degradations window with factor 0 and no end) "
+        f"with {left:,.0f} bytes of a transfer still to carry at t = {t:.6g} s; "
+        "give the window an end, or list the cable in cluster.failed_links so routes avoid it"
+    )

@@ -38,7 +38,7 @@ from ..topology.graph import is_wire
 from ..topology.routing import Router
 from ..trace.recorder import Recorder
 from .base import Fabric
-from .degradation import rate_profile
+from .degradation import down_for_ever, rate_profile
 
 # Two finish times closer than this (relative) end together: float rounding of
 # remaining / rate must not leave a flow a few bytes short for one more event.
@@ -84,6 +84,14 @@ class _Flow:
     def __init__(self, links: tuple[_Link, ...], nbytes: int, latency: float, done: Event, now: float):
         self.links, self.remaining, self.latency, self.done = links, float(nbytes), latency, done
         self.t_ref, self.rate, self.end, self.version = now, 0.0, math.inf, 0
+
+
+def _check_not_dead(flow: _Flow, now: float) -> None:
+    """A flow with no bandwidth now waits for a link to step up; if none of its links will
+    ever step again, it never finishes: a SimulationStall naming the dead link."""
+    dead = next((link for link in flow.links if link.capacity(now) <= 0), None)
+    if dead is not None and all(link.next_change(now) == math.inf for link in flow.links):
+        raise down_for_ever(f"link {dead.name}", flow.remaining, now)
 
 
 class FlowFabric(Fabric):
@@ -209,6 +217,8 @@ class FlowFabric(Fabric):
                         heapq.heappush(heap, (max(cap[other], 0.0) / left[other], order[other], other))
         ends = self._ends
         for f in flows:
+            if f.rate <= 0 and f.remaining > 0:
+                _check_not_dead(f, now)
             f.end = now + f.remaining / f.rate if f.rate > 0 else math.inf
             f.version += 1
             if f.end != math.inf:
