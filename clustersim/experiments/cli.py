@@ -1,7 +1,8 @@
 """The ``clustersim sweep`` and ``clustersim search`` subcommands (added to the main CLI).
 
 ``clustersim sweep SCENARIO --grid parallel.pp=1,2,4 --grid parallel.schedule=1f1b,gpipe
-[--zip KEY=V,..] [--out runs.csv] [--executor local|dask] [--workers N] [--scheduler URL]``
+[--zip KEY=V,..] [--out runs.csv] [--executor local|dask] [--workers N] [--scheduler URL]
+[--timeout SECONDS]``
 (SCENARIO may also be a sweep file with a ``sweep:`` section), and
 ``clustersim search SCENARIO --gpus 64 [--objective throughput|time|cost] [--out plans.csv]``.
 """
