@@ -274,3 +274,23 @@ def test_shipped_scenarios_still_read():
 def test_control_character_is_a_yaml_error():
     with pytest.raises(cs.ScenarioError, match="not valid YAML: unacceptable character #x0000"):
         parse_yaml("\x00name: x", "f")
+
+
+def test_a_python_dict_gets_the_same_bounds():
+    """load_scenario(dict): 9 levels of a list shared 9 times (9⁹ values when expanded)
+    and 5,000 levels of nesting are refused at once, as their YAML spelling is."""
+    bomb: list = ["lol"] * 9
+    for _ in range(8):
+        bomb = [bomb] * 9
+    raw = synthetic(4, 8)
+    raw["cluster"]["topology"] = {"kind": "fat_tree", "x": bomb}
+    start = time.perf_counter()
+    with pytest.raises(cs.ScenarioError, match=f"more than {MAX_NODES:,} values"):
+        cs.load_scenario(raw)
+    assert time.perf_counter() - start < 2.0
+    deep: list = []
+    for _ in range(5000):
+        deep = [deep]
+    raw["cluster"]["topology"] = {"kind": "fat_tree", "x": deep}
+    with pytest.raises(cs.ScenarioError, match=f"nested deeper than {MAX_DEPTH} levels"):
+        cs.load_scenario(raw)

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ..errors import ScenarioError, short_repr
-from .reader import check_text, parse_yaml, read_yaml_file
+from .reader import check_text, check_value, parse_yaml, read_yaml_file
 from .schema import ScenarioSpec
 
 # Pydantic appends the branch of a union it tried (e.g. 'int', "literal['auto']") to an
@@ -69,6 +69,7 @@ def validate_spec(raw: dict[str, Any]) -> ScenarioSpec:
     """Validate a raw scenario dict field by field; raise ScenarioError on the first problems."""
     if not isinstance(raw, dict):
         raise ScenarioError("scenario", raw, "expected a mapping with sections cluster, model, training, …")
+    check_value(raw)
     try:
         return ScenarioSpec.model_validate(raw)
     except ValidationError as exc:

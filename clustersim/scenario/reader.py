@@ -192,6 +192,42 @@ def _no_duplicates(node: yaml.MappingNode, path: str) -> None:
         seen[ident] = line
 
 
+def check_value(value: Any, field: str = "scenario") -> Any:
+    """``value`` itself if it is within :data:`MAX_DEPTH` levels and :data:`MAX_NODES`
+    values with shared parts counted where they are used — the bounds YAML input gets, for
+    dicts built in Python (``load_scenario(dict)``), whose lists may share one object many
+    times over."""
+    memo: dict[int, tuple[int, int]] = {}
+
+    def measure(node: Any, depth: int) -> tuple[int, int]:
+        known = memo.get(id(node))
+        if depth > MAX_DEPTH or (known is not None and depth + known[1] > MAX_DEPTH):
+            raise ScenarioError(field, "…", f"nested deeper than {MAX_DEPTH} levels")
+        if known is not None:
+            return known
+        children = (
+            [*node.keys(), *node.values()]
+            if isinstance(node, dict)
+            else node
+            if isinstance(node, (list, tuple))
+            else ()
+        )
+        values, levels = 1, 0
+        for child in children:
+            n, h = measure(child, depth + 1)
+            values, levels = values + n, max(levels, h + 1)
+            if values > MAX_NODES:
+                raise ScenarioError(
+                    field, "…", f"more than {MAX_NODES:,} values (shared parts counted where used)"
+                )
+        if children:  # (scalars are not memoized: equal small ints share an id)
+            memo[id(node)] = (values, levels)
+        return values, levels
+
+    measure(value, 0)
+    return value
+
+
 def read_yaml_file(path: str | Path, field: str = "scenario") -> Any:
     """The YAML value of file ``path`` (capped as a scenario), read through :func:`parse_yaml`."""
     return parse_yaml(read_text(path, field, "scenario"), field, str(path))
