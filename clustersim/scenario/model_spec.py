@@ -78,6 +78,10 @@ class TransformerModel(_ModelSection):
     dropout: bool | None = None
     experts: Annotated[int | None, Range(1, 100_000)] = None
     experts_per_token: Annotated[int | None, Range(1, 1000)] = None
+    #: attention kernel: ``standard`` (Megatron-2021's unfused path, the default) or ``flash``
+    attention: Literal["standard", "flash"] | None = None
+    #: causal (decoder) mask; a flash kernel skips the masked half of the scores
+    causal: bool | None = None
     #: CSV of measured op times overriding the cost model (op,phase,m,n,k,time_us)
     profile: str | None = None
 

@@ -5,7 +5,9 @@
 ``matmul_eff(M, N, K) = matmul_max × Π_d d / (d + dim_half)`` over the three GEMM
 dimensions: a large GEMM approaches ``matmul_max``; a thin one (the s×s×d attention
 products, small hidden sizes, micro-batch 1 logits) loses efficiency, as cuBLAS tiles
-underfill. Kernels without a GEMM shape are memory-bound (FLOPs ignored).
+underfill. Kernels without a GEMM shape are memory-bound (FLOPs ignored). A fused
+attention kernel takes the efficiency of :meth:`CostModel.attention_efficiency` in place
+of ``matmul_eff``; an FP8 GEMM is priced by :mod:`.fp8` (FP8 peak, casts).
 
 ONE set of efficiencies per GPU type. A100's is calibrated on a single measurement —
 one 22B-model layer at TP=8 (Korthikanti et al. 2022 Table 4: forward 7.7 ms, backward
@@ -23,11 +25,15 @@ import io
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import ScenarioError, shorten
 from ..hardware.gpus import GPUSpec, get_gpu
 from ..scenario.reader import read_text
-from .ops import Work
+from .ops import AttentionShape, Work
+
+if TYPE_CHECKING:
+    from .calibration import AttentionCurve
 
 
 @dataclass(frozen=True)
@@ -126,17 +132,40 @@ class ProfileTable:
         return t if t is not None else self.times.get((op, phase, None))
 
 
+def attention_curve_for(gpu: str) -> AttentionCurve | None:
+    """The calibrated FlashAttention curve of ``gpu`` (:mod:`.calibration`), or None
+    where its data has none (only Hopper has FA3 tables: H100, H200, H800)."""
+    from .calibration import CALIBRATIONS, calibration  # imports this module: resolve at call time
+
+    return calibration(gpu).attention if gpu in CALIBRATIONS else None
+
+
 @dataclass(frozen=True)
 class CostModel:
-    """Seconds per kernel on one GPU type, with an optional profile table."""
+    """Seconds per kernel on one GPU type, with an optional profile table and the GPU's
+    calibrated attention curve (an :class:`~.calibration.AttentionCurve`, or None)."""
 
     gpu: GPUSpec
     eff: Efficiency
     profile: ProfileTable | None = None
+    attention: AttentionCurve | None = None
 
     @classmethod
     def for_gpu(cls, name: str, profile: ProfileTable | None = None) -> CostModel:
-        return cls(get_gpu(name), efficiency_for(name), profile)
+        return cls(get_gpu(name), efficiency_for(name), profile, attention_curve_for(name))
+
+    def attention_efficiency(self, shape: AttentionShape) -> float:
+        """Fraction of peak of a fused attention kernel: the GPU's calibrated curve over
+        head dim and sequence length where it has one; elsewhere the GPU's GEMM
+        efficiency at the kernel's per-head product shape (s', s', head_dim), s' = s/2
+        when causal — the curve's own rule that a causal kernel runs as the unmasked
+        one at half the sequence. The fallback gives both directions the same
+        efficiency, though FlashAttention-2 (Dao 2023) reaches a lower fraction of peak
+        backward than forward, so it is optimistic for the backward."""
+        if self.attention is not None:
+            return self.attention.efficiency(shape.head_dim, shape.seq_len, shape.backward, shape.causal)
+        s = shape.seq_len // 2 if shape.causal else shape.seq_len
+        return matmul_efficiency(self.eff, (s, s, shape.head_dim))
 
     def time(self, work: Work, op: str = "", phase: str = "") -> float:
         """Seconds of ``work`` (0 for no work); a profiled (op, phase) wins."""
@@ -146,7 +175,14 @@ class CostModel:
             t = self.profile.lookup(op, phase, work.gemm)
             if t is not None:
                 return t
+        if work.fp8_casts is not None:
+            from .fp8 import fp8_gemm_time  # imports this module: resolve at call time
+
+            return fp8_gemm_time(self.gpu.name, *work.gemm, list(work.fp8_casts)).total_s
         mem = work.bytes / (self.gpu.hbm_bandwidth * self.eff.memory)
+        if work.attention is not None:
+            comp = work.flops / (self.gpu.peak_flops * self.attention_efficiency(work.attention))
+            return max(comp, mem) + self.eff.launch_s
         if work.gemm is None:
             return mem + self.eff.launch_s
         comp = work.flops / (self.gpu.peak_flops * matmul_efficiency(self.eff, work.gemm))

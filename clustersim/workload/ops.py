@@ -12,15 +12,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+MASK_BYTES = 1  # dropout masks are uint8 (Megatron fused dropout; Korthikanti §4.1)
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """What a fused (FlashAttention) kernel's efficiency depends on: head dim, sequence
+    length, causal mask, and whether it is the backward kernel."""
+
+    head_dim: int
+    seq_len: int
+    causal: bool
+    backward: bool
+
 
 @dataclass(frozen=True)
 class Work:
     """FLOPs and HBM bytes of one kernel; ``gemm`` = the (M, N, K) shape its efficiency
-    depends on, or None for memory-bound kernels."""
+    depends on, or None for memory-bound kernels; ``attention`` marks a fused attention
+    kernel (efficiency from the attention curve); ``fp8_casts`` marks an FP8 GEMM and
+    lists the elements cast to FP8 before it (:mod:`.fp8`; None: not FP8)."""
 
     flops: float = 0.0
     bytes: float = 0.0
     gemm: tuple[int, int, int] | None = None
+    attention: AttentionShape | None = None
+    fp8_casts: tuple[float, ...] | None = None
 
 
 NO_WORK = Work()

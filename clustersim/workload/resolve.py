@@ -11,6 +11,7 @@ import dataclasses
 from functools import lru_cache
 
 from ..errors import ScenarioError
+from .attention import ATTENTION_KINDS
 from .hf_config import load_hf_config
 from .model_presets import CNN_PRESETS, TRANSFORMER_PRESETS, model_preset_names
 from .transformer import TransformerConfig
@@ -33,6 +34,8 @@ OVERRIDABLE = (
     "dropout",
     "experts",
     "experts_per_token",
+    "attention",
+    "causal",
 )
 REQUIRED = ("layers", "hidden", "heads", "vocab", "seq_len")
 
@@ -86,5 +89,7 @@ def _check_shape(cfg: TransformerConfig) -> None:
         )
     if cfg.norm not in ("layernorm", "rmsnorm"):
         raise ScenarioError("model.norm", cfg.norm, "accepted: layernorm, rmsnorm")
+    if cfg.attention not in ATTENTION_KINDS:
+        raise ScenarioError("model.attention", cfg.attention, f"accepted: {', '.join(ATTENTION_KINDS)}")
     if cfg.position not in ("learned", "rope"):
         raise ScenarioError("model.position", cfg.position, "accepted: learned, rope")

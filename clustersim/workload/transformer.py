@@ -42,6 +42,8 @@ class TransformerConfig:
     dropout: bool = True
     experts: int = 1
     experts_per_token: int = 1
+    attention: str = "standard"
+    causal: bool = True
     published_params: float = 0.0
 
     @property

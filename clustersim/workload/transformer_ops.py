@@ -9,7 +9,9 @@ each region is entered by ``f`` (identity forward, all-reduce backward) and left
 
 Activation bytes follow Korthikanti et al. 2022 §4.1 term by term (16-bit elements):
 attention 11sbh + 5as²b, MLP 19sbh, norms 4sbh — 34sbh + 5as²b per layer, with the
-24sbh + 5as²b inside TP regions divided by t (and the other 10sbh too with SP).
+24sbh + 5as²b inside TP regions divided by t (and the other 10sbh too with SP). The
+attention core (scores to context) is :mod:`.attention`'s, ``standard`` or ``flash``
+(which keeps no s² term, and no attention-dropout mask, but the fp32 log-sum-exp).
 Elementwise kernels are fused as in Megatron (bias-GeLU, bias-dropout-add, scale-mask-
 softmax); their bytes per element are the reads and writes of those fused kernels.
 """
@@ -18,10 +20,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .ops import TPComm, elementwise, gemm
+from .attention import attention_core_ops
+from .ops import MASK_BYTES, TPComm, elementwise, gemm
 from .transformer import TransformerConfig
-
-MASK_BYTES = 1  # dropout masks are uint8 (Megatron fused dropout; Korthikanti §4.1)
 
 
 def _tp_points(sp: bool, nbytes: int) -> tuple[TPComm, TPComm]:
@@ -58,38 +59,7 @@ def layer_ops(cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int) -> list
     ops += [enter] if enter else []
     qkv_n = (at + 2 * kvt) * d
     ops.append(gemm("qkv", b * s, qkv_n, h, e, activation=rep * e))  # SP keeps the shard
-    ops.append(
-        gemm("attn_scores", s, s, d, e, weight=False, batch=b * at, activation=b * s * (at + 2 * kvt) * d * e)
-    )  # Q, K (and V, for the context) kept
-    ops.append(
-        elementwise(
-            "softmax", b * at * s * s, 2 * e, 3 * e, activation=b * at * s * s * e, attention_core=True
-        )
-    )
-    if drop:
-        ops.append(
-            elementwise(
-                "attn_dropout",
-                b * at * s * s,
-                2 * e + MASK_BYTES,
-                2 * e + MASK_BYTES,
-                activation=b * at * s * s * MASK_BYTES,
-                attention_core=True,
-            )
-        )
-    ops.append(
-        gemm(
-            "attn_context",
-            s,
-            d,
-            s,
-            e,
-            weight=False,
-            batch=b * at,
-            activation=b * at * s * s * e * (1 if drop else 0),
-            attention_core=True,
-        )
-    )
+    ops += attention_core_ops(cfg, b, at, kvt, e)
     ops.append(gemm("attn_out", b * s, h, at * d, e, activation=b * s * at * d * e))
     ops += [leave] if leave else []
     ops.append(residual("residual1"))
