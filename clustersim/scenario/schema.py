@@ -61,7 +61,9 @@ class TrainingSpec(_Spec):
 
     global_batch: Annotated[int, Range(1, 100_000_000)]
     micro_batch: Annotated[int, Range(1, 1_000_000)] = 1
-    precision: Literal["bf16", "fp16", "fp32"] = "bf16"
+    #: ``fp8``: Transformer-Engine FP8 linears (BF16 weights and activations otherwise;
+    #: clustersim.workload.fp8), on GPUs with FP8 tensor cores only
+    precision: Literal["bf16", "fp16", "fp32", "fp8"] = "bf16"
     recompute: Literal["none", "selective", "full"] = "none"
     optimizer: Literal["adam", "sgd"] = "adam"
     mode: Literal["train", "inference"] = "train"

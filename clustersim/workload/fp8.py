@@ -16,24 +16,46 @@ micro-batch of a step; the FP8 weight is cached for the rest), backward-input dY
 nothing for the weight gradient (it reuses the transposed copies).
 
 The FP8 peak comes from ``gpu_datasheets.csv``, the FP8 efficiency from the FP8 rows of
-:mod:`.calibration`. What is left for a ``training.precision: fp8`` option: the schema
-word, FP8 activation/weight bytes in the memory model, and the stage builder choosing
-these times for the linear layers.
+:mod:`.calibration`.
+
+``training.precision: fp8`` (:func:`te_fp8_layer`) runs the four linear layers of each
+transformer layer (QKV, attention output, MLP up, MLP down) this way, as TE's
+``LayerNormLinear``/``Linear``/``LayerNormMLP`` do under ``fp8_autocast``; the attention
+core, norms, embedding and the output logits stay BF16 (Megatron-Core's output layer is
+not a TE module). What TE keeps (``transformer_engine/pytorch/module/linear.py``,
+``_Linear.forward``): the weights stay BF16 parameters with fp32 main gradients and fp32
+master weights + Adam moments in the optimizer — the same 18 bytes/param as BF16 — plus
+a cached FP8 copy of each weight and its FP8 transpose (``weight_fp8``, ``weight_t_fp8``,
+recast on a step's first micro-batch): :data:`FP8_WEIGHT_CACHE_BYTES` per linear
+parameter, counted as buffers. For the backward it saves each linear's *input* in FP8
+(the FP8 cast, or its FP8 transpose for the weight gradient): those activations take 1
+byte per element instead of 2; every other saved tensor (norm inputs, the MLP
+pre-activation, attention's Q/K/V and scores, dropout masks) stays BF16. The casts of the
+steady micro-batches are priced; the once-per-step weight recast is not (4 bytes per
+linear parameter per step, small next to the optimizer's 32).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ..hardware.datasheets import datasheet
+from ..errors import ScenarioError
+from ..hardware.datasheets import datasheet, datasheets
 from ..hardware.gpus import get_gpu
 from .calibration import calibration, gemm_seconds
+from .ops import LayerOp, Work
 
 #: bytes touched per cast element: read BF16 (2) + write FP8 (1) [+ transposed FP8 (1)]
 CAST_BYTES = {False: 3.0, True: 4.0}
 #: bytes of the separate amax pass of current scaling (one BF16 read)
 AMAX_BYTES = 2.0
 SCALINGS = ("delayed", "current")
+#: the linear layers of a transformer layer that Transformer Engine runs in FP8
+TE_LINEARS = ("qkv", "attn_out", "mlp_up", "mlp_down")
+#: bytes per linear parameter of TE's cached FP8 weight and its FP8 transpose
+FP8_WEIGHT_CACHE_BYTES = 2
+#: bytes per element of a saved FP8 GEMM input against its BF16 original
+FP8_SAVED_FRACTION = 0.5
 
 
 @dataclass(frozen=True)
@@ -74,3 +96,56 @@ def fp8_gemm_time(
     kernels = 2 if scaling == "current" else 1
     cast_s = sum(kernels * eff.launch_s + e * per_element / bandwidth for e in casts)
     return FP8Time(gemm_seconds(gpu, eff, m, n, k, "fp8"), cast_s)
+
+
+def check_fp8(gpu: str) -> None:
+    """A ScenarioError unless ``gpu`` has FP8 tensor cores (``gpu_datasheets.csv``)."""
+    if datasheet(gpu).fp8_flops <= 0:
+        fp8 = sorted(name for name, sheet in datasheets().items() if sheet.fp8_flops > 0)
+        raise ScenarioError(
+            "training.precision",
+            "fp8",
+            f"{gpu} has no FP8 tensor cores; use bf16, fp16 or fp32, or a GPU with FP8: {', '.join(fp8)}",
+        )
+
+
+def _fp8_work(w: Work, phase: str) -> Work:
+    m, n, k = w.gemm
+    fp8_bytes = m * k + k * n + 2 * m * n  # FP8 operands, BF16 output
+    return Work(
+        w.flops, float(fp8_bytes), w.gemm, fp8_casts=tuple(te_linear_casts(*_linear_mnk(w, phase), phase))
+    )
+
+
+def _linear_mnk(w: Work, phase: str) -> tuple[int, int, int]:
+    """(m, n, k) of the forward Y[m×n] = X[m×k]·W[k×n] from a phase's GEMM shape
+    (:func:`~.ops.gemm`: B runs (m, k, n), W runs (k, n, m))."""
+    a, b, c = w.gemm
+    return {"F": (a, b, c), "B": (a, c, b), "W": (c, b, a)}[phase]
+
+
+def te_fp8_layer(ops: list) -> list:
+    """A transformer layer's ops (:func:`~.transformer_ops.layer_ops`) with its
+    :data:`TE_LINEARS` as FP8 GEMMs and their saved inputs in FP8 (see module doc)."""
+    out = []
+    for op in ops:
+        if isinstance(op, LayerOp) and op.name in TE_LINEARS:
+            op = replace(
+                op,
+                fwd=_fp8_work(op.fwd, "F"),
+                bwd_input=_fp8_work(op.bwd_input, "B"),
+                bwd_weight=_fp8_work(op.bwd_weight, "W"),
+                activation=op.activation * FP8_SAVED_FRACTION,
+            )
+        out.append(op)
+    return out
+
+
+def fp8_cache_bytes(ops: list) -> float:
+    """Bytes of TE's cached FP8 weights (+ transposes) of a layer's FP8 linears: the
+    k×n weight of each (biases are not cast)."""
+    return sum(
+        FP8_WEIGHT_CACHE_BYTES * op.fwd.gemm[1] * op.fwd.gemm[2]
+        for op in ops
+        if isinstance(op, LayerOp) and op.name in TE_LINEARS
+    )

@@ -3,7 +3,8 @@
 Static bytes per parameter by precision and optimizer (Megatron-LM mixed precision keeps
 16-bit weights, fp32 gradients (``main_grad``) and fp32 master weights + Adam m, v:
 2 + 4 + 12 = 18 bytes/param — Korthikanti et al. 2022 §2, Rajbhandari et al. 2020 §3.1
-count the same 16 + 2). ZeRO (Rajbhandari et al. 2020) shards over the data-parallel
+count the same 16 + 2). FP8 training (Transformer Engine) keeps the same BF16 weights and
+fp32 states; its FP8 weight cache and FP8 saved inputs are in :mod:`.fp8`. ZeRO (Rajbhandari et al. 2020) shards over the data-parallel
 group: stage 1 the optimizer states, 2 also gradients, 3 also weights.
 
 Activations: a stage keeps its per-micro-batch activation bytes (Korthikanti's formulas,
@@ -24,14 +25,17 @@ from .stage_cost import StageCost, chunk_costs
 BYTES_PER_PARAM: dict[tuple[str, str], tuple[int, int, int]] = {
     ("bf16", "adam"): (2, 4, 12),  # Megatron: 16-bit weights, fp32 main_grad, fp32 master + m + v
     ("fp16", "adam"): (2, 4, 12),
+    ("fp8", "adam"): (2, 4, 12),  # TE: BF16 parameters, fp32 main_grad and optimizer (see .fp8)
     ("fp32", "adam"): (4, 4, 8),  # weights, grads, m + v
     ("bf16", "sgd"): (2, 4, 8),  # fp32 master + momentum
     ("fp16", "sgd"): (2, 4, 8),
+    ("fp8", "sgd"): (2, 4, 8),
     ("fp32", "sgd"): (4, 4, 4),  # momentum
 }
 
-#: activation element size by precision (bytes)
-ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+#: activation element size by precision (bytes); FP8 training computes and keeps activations
+#: in BF16 except the FP8 GEMM inputs (:mod:`.fp8`)
+ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 2}
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,9 @@ For each model chunk (a pipeline stage, or a virtual stage) on each of its GPUs:
 * **PP** — layers split evenly (Megatron) unless a partition is given; the embedding
   runs on the first chunk, the output layer and loss on the last; each chunk sends
   ``b·s·h/t`` elements per TP rank downstream (Megatron's scatter/gather optimisation);
+* **FP8** — ``training.precision: fp8`` runs each layer's four linears as Transformer
+  Engine does (:func:`.fp8.te_fp8_layer`) and adds its cached FP8 weights to the buffers;
+  refused on GPUs without FP8;
 * **recompute** — ``full`` re-runs each layer's forward (with its collectives) before
   its backward and keeps only the layer input; ``selective`` re-runs the attention core;
 * **DP / ZeRO** — ``grad_bytes`` is the per-GPU data-parallel volume as one all-reduce:
@@ -22,9 +25,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..errors import ScenarioError
 from ..memory_kinds import StaticMemory
 from .cnn import cnn_layers
 from .cost_model import CostModel, ProfileTable
+from .fp8 import check_fp8, fp8_cache_bytes, te_fp8_layer
 from .memory_model import ELEMENT_BYTES, static_bytes, zero_shards
 from .resolve import resolve_transformer
 from .segments import backward_items, compute_time, forward_items, to_segments
@@ -34,7 +39,7 @@ from .transformer_ops import embedding_ops, layer_ops, output_ops
 #: bytes per gradient element on the data-parallel wire: Megatron accumulates and
 #: all-reduces fp32 ``main_grad`` (``--accumulate-allreduce-grads-in-fp32``) — the same
 #: fp32 gradients the 18 bytes/param memory model counts — for every precision
-GRAD_COMM_BYTES = {"bf16": 4, "fp32": 4, "fp16": 4}
+GRAD_COMM_BYTES = {"bf16": 4, "fp32": 4, "fp16": 4, "fp8": 4}
 ZERO3_COMM_FACTOR = 1.5  # ZeRO-3: reduce-scatter grads + all-gather params in F and B
 
 
@@ -76,6 +81,8 @@ class TrainSetup:
 
 
 def _cost_model(sc, st: TrainSetup) -> CostModel:
+    if st.precision == "fp8":
+        check_fp8(st.gpu)
     profile = getattr(sc.model, "profile", None)
     return CostModel.for_gpu(st.gpu, ProfileTable.read(profile) if profile else None)
 
@@ -137,6 +144,10 @@ def transformer_chunk_costs(
         embedding_ops(cfg, b, tp, sp, e),
         output_ops(cfg, b, tp, sp, e),
     )
+    fp8_cache = 0.0
+    if st.precision == "fp8":
+        layer = te_fp8_layer(layer)
+        fp8_cache = fp8_cache_bytes(layer)
     lf, lb = forward_items(layer, cm), backward_items(layer, cm)
     lbi, lw = backward_items(layer, cm, weight=False), backward_items(layer, cm, inputs=False)
     rec = {"full": lf, "selective": forward_items(layer, cm, core_only=True), "none": []}[st.recompute]
@@ -164,7 +175,8 @@ def transformer_chunk_costs(
         extra = [op for op in pre + post if hasattr(op, "params")]
         params = n * layer_params + sum(op.params for op in extra)
         act_mem = n * act + sum(op.activation for op in extra)
-        costs.append(_stage(st, cm, f, b_all, bi, w, params, act_mem, 0 if last else send, work))
+        buffers = work + n * fp8_cache
+        costs.append(_stage(st, cm, f, b_all, bi, w, params, act_mem, 0 if last else send, buffers))
     return costs
 
 
@@ -208,6 +220,12 @@ def cnn_chunk_costs(
 ) -> list[StageCost]:
     """Per-chunk StageCosts of a CNN on GPU type ``gpu`` (data + pipeline parallel; balanced partition)."""
     st = TrainSetup.of(sc, gpu)
+    if st.precision == "fp8":
+        raise ScenarioError(
+            "training.precision",
+            "fp8",
+            "FP8 (Transformer Engine) is for transformer models; use bf16, fp16 or fp32",
+        )
     cm = _cost_model(sc, st)
     layers = cnn_layers(sc.model.preset, st.micro_batch, st.e, sc.model.image_size, sc.model.classes)
     per_layer = [
