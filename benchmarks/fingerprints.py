@@ -4,7 +4,8 @@ A refactor must leave what a simulation reports bit-identical. This script simul
 scenario under ``scenarios/`` (validation ones folded and at stage granularity, to stay quick)
 and a set of variants of the quickstart and the synthetic scenario that cover each schedule,
 network model, granularity and training mode, and prints one SHA-256 per case over the spans,
-the device table, the memory timeline and the summary (less ``wall_time_s``) — floats
+the device table, the memory timeline and the summary (less ``wall_time_s`` and ``evaluator``,
+which say how the run was computed, not what it computed) — floats
 written with ``repr``, so a change in the last bit shows.
 
     python benchmarks/fingerprints.py > before.json      # on the old commit
@@ -98,7 +99,7 @@ def fingerprint(path: Path, overrides: dict) -> str:
     h = hashlib.sha256()
     for df in (res.spans, res.devices, res.memory, res.requests, res.job):
         _frame_digest(h, df)
-    summary = {k: v for k, v in res.summary.items() if k != "wall_time_s"}
+    summary = {k: v for k, v in res.summary.items() if k not in ("wall_time_s", "evaluator")}
     h.update(repr(sorted(summary.items(), key=lambda kv: kv[0])).encode())
     return h.hexdigest()
 

@@ -11,6 +11,7 @@ import pandas as pd
 import simpy
 
 from .coarsen import coarsen
+from .engine.dag import choose_evaluator
 from .engine.interpreter import Engine
 from .engine.network_setup import build_network
 from .engine.variability import compute_scales
@@ -115,7 +116,8 @@ def simulate(scenario: Scenario | str | Path | dict[str, Any], progress: bool | 
     fabric = build_network(sc, env, rec)
     capacity = device_memory(sc.cluster, prog.num_devices)
     cl = sc.cluster
-    engine = Engine(
+    evaluator, evaluator_note = choose_evaluator(sc, prog)  # the DAG pass where exact (engine/dag.py)
+    engine = evaluator(
         prog,
         env,
         fabric,
@@ -127,7 +129,7 @@ def simulate(scenario: Scenario | str | Path | dict[str, Any], progress: bool | 
         collective_model=sc.simulation.collective_model,
         compute_scale=compute_scales(sc, prog),
     )
-    bar = SimProgress(len(prog.ops), desc=sc.name) if wanted(progress) else None
+    bar = SimProgress(len(prog.ops), desc=sc.name) if wanted(progress) and evaluator is Engine else None
     if bar is not None:
         bar.attach(env, engine.finished_count)
     try:
@@ -138,7 +140,9 @@ def simulate(scenario: Scenario | str | Path | dict[str, Any], progress: bool | 
     if bar is not None:
         engine.events -= bar.events  # the bar's own wake-ups are not simulated events
     wall = time.perf_counter() - wall0
-    return build_result(sc, engine, rec, wall, replicas, fold)
+    result = build_result(sc, engine, rec, wall, replicas, fold)
+    result.summary["evaluator"] = evaluator_note
+    return result
 
 
 def build_result(

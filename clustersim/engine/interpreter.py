@@ -36,12 +36,12 @@ from heapq import heappop, heappush
 import simpy
 from simpy.events import NORMAL
 
-from ..collectives import choose_algorithm, estimate_time, run_collective
-from ..collectives.group import Group
+from ..collectives import run_collective
 from ..errors import SimulationStall
 from ..network.base import Fabric
 from ..program import COLLECTIVE, RECV, Op, Program
 from ..trace.recorder import Recorder
+from .collective_plans import CollectivePlans
 from .lanes import DONE, END, HOLD, INSTANT, JOINED, POSTED, SLOWED, Lane, LaneEnd, compile_lane, waiter_table
 from .memory import MemoryLedger
 
@@ -77,7 +77,6 @@ class Engine:
         self.alpha, self.algorithms = alpha, algorithms or {}
         self.slowdown = comm_compute_slowdown
         self.collective_model = collective_model
-        self._collectives: dict[tuple, tuple[str, float | None]] = {}  # see _collective_plan
         # collectives in progress per device, and an event that fires when that changes
         self.active_collectives = [0] * program.num_devices
         self.collectives_changed = [env.event() for _ in range(program.num_devices)]
@@ -94,6 +93,10 @@ class Engine:
         self._ready: deque[Lane] = deque()  # lanes to advance at the current time, in order
         self._woken: deque[Lane] = deque()  # lanes whose running op an event of SimPy's ended
         self.names = program.device_names
+        # op -> (algorithm, analytical time or None), cached per collective shape
+        self._collective_plan = CollectivePlans(
+            env, fabric, self.names, alpha, self.algorithms, collective_model
+        )
         self._rendezvous: dict[str, list] = {}
         self.lanes = program.lanes()
         names, slowed = self.names, self.slowdown != 1.0
@@ -327,28 +330,6 @@ class Engine:
             yield own_done
         self._collectives_change(op.group, -1)
         finished.succeed()
-
-    def _collective_plan(self, op) -> tuple[str, float | None]:
-        """``(algorithm, time)`` of ``op``'s collective, worked out once per (kind, group,
-        size, requested algorithm): the algorithm is the op's own, else the scenario's for
-        its kind, else the ``auto`` choice (the α-β model's fastest); the time is its α-β
-        time on the group's links under ``collective_model: analytical``, else None (the
-        fabric times it)."""
-        requested = op.algorithm if op.algorithm != "auto" else self.algorithms.get(op.collective, "auto")
-        key = (op.collective, op.group, op.nbytes, requested)
-        known = self._collectives.get(key)
-        if known is None:
-            group = Group(self.env, self.fabric, [self.names[d] for d in op.group], self.alpha)
-            algorithm = (
-                requested if requested != "auto" else choose_algorithm(group, op.collective, op.nbytes)
-            )
-            t = (
-                None
-                if self.collective_model != "analytical"
-                else estimate_time(op.collective, algorithm, len(op.group), op.nbytes, **group.shape())
-            )
-            known = self._collectives[key] = (algorithm, t)
-        return known
 
     def _stall_report(self) -> str:
         ops, lines, finished = self.program.ops, [], self.finished

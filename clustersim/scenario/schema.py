@@ -191,6 +191,9 @@ class SimulationSpec(_Spec):
     #: ``fabric``: collectives as point-to-point steps on the network model (contention is
     #: real); ``analytical``: the algorithm's α-β time on the group's links, one event each
     collective_model: Literal["fabric", "analytical"] = "fabric"
+    #: ``des``: the SimPy engine; ``dag``: the DAG evaluator, exact where the run is
+    #: contention-free (clustersim.engine.dag); ``auto``: ``dag`` where it is exact
+    evaluator: Literal["auto", "des", "dag"] = "auto"
 
     @field_validator("collectives")
     @classmethod
