@@ -10,16 +10,15 @@ ends them, not merely in some topological order, because the order is part of th
 memory samples are appended as ops allocate and free, and at equal times a device's peak
 depends on whether a free or an allocation comes first. So the evaluator keeps the
 engine's tie-breaking, without SimPy's machinery: the engine's lanes (the same plans,
-:mod:`clustersim.engine.lanes`) advance in the same FIFO order; an op that holds its lane
-for a time, and a collective's phases, are entries ``(time, sequence)`` on one heap, with
-sequence numbers handed out in the order the engine schedules the matching SimPy events
-(its ``(time, priority, eid)`` queue). A collective costs the engine a process and
-2·members + 4 events (start, its members' "collectives changed" notices twice, timeout,
-completion, process end); here it is three heap entries, taken in the engine's order:
+:mod:`clustersim.engine.lanes`) advance in the same FIFO order, and the ends of ops that
+hold their lane for a time and a collective's phases are queued in the order the engine
+schedules the matching SimPy events and taken in its ``(time, priority, eid)`` order. A
+collective costs the engine a process and 2·members + 4 events (start, its members'
+"collectives changed" notices twice, timeout, completion, process end); here:
 
 * its start — SimPy's ``Initialize``, urgent, so it runs as soon as the step that
-  completed the rendezvous is over — schedules its timeout at ``rendezvous + α-β time``;
-* the timeout schedules its completion at the same time, behind what is already queued;
+  completed the rendezvous is over — queues its timeout at ``rendezvous + α-β time``;
+* the timeout queues its completion at the same time, behind what is already queued;
 * the completion wakes the members' lanes in the order they arrived.
 
 Per op, the same float operations as the engine: durations are ``duration × factor``,
@@ -28,9 +27,9 @@ ends ``start + time``; a recv's span starts at ``max(posted, send start)``.
 
 from __future__ import annotations
 
+import gc
 from collections import deque
 from heapq import heappop, heappush
-from itertools import count
 
 from ..errors import ScenarioError, SimulationStall
 from ..network.base import Fabric
@@ -96,18 +95,6 @@ class _Lane:
         self.firsts, self.plan, self.idx, self.t = firsts, plan, 0, 0.0
 
 
-class _Collective:
-    """One collective instance: its members' op ids and lanes in arrival order, the
-    devices arrived, how many it needs, its time once started, and whether its timeout
-    has fired (it then awaits its completion entry)."""
-
-    __slots__ = ("ids", "lanes", "devices", "want", "time", "timed_out")
-
-    def __init__(self, want: int):
-        self.ids, self.lanes, self.devices, self.want = [], [], set(), want
-        self.time, self.timed_out = 0.0, False
-
-
 class DagEngine:
     """The DAG evaluator, with the SimPy engine's interface (:class:`~clustersim.engine.interpreter.Engine`):
     built from the same arguments, ``run()`` fills ``recorder.ops`` and ``recorder.memory``
@@ -154,15 +141,30 @@ class DagEngine:
             compile_lane(program, lane_ops, durations, False, send_time)
             for lane_ops in program.lanes().values()
         ]
-        held = 0
+        # a collective is an index c; its members' JOINED entries carry c in their arg
+        tags: dict[str, int] = {}
+        self._want: list[int] = []  # per collective: how many members hold an op for it
+        events = 0  # SimPy events the engine would process: see the class docstring
         for _, plan in self._plans:
-            for entry in plan:
-                if entry[1] == SENT:
+            for k, entry in enumerate(plan):
+                what = entry[1]
+                if what == SENT:
                     raise ValueError(
                         f"{ops[entry[0]]!r}: the fabric has no fixed time for it (see contention_free)"
                     )
-                held += entry[1] == HOLD
-        self._held_ops = held
+                if what == HOLD:
+                    events += 1
+                elif what == JOINED:
+                    op = ops[entry[0]]
+                    c = tags.get(op.tag)
+                    if c is None:
+                        c = tags[op.tag] = len(self._want)
+                        self._want.append(op.arrivals or len(op.group))
+                        events += 2 * len(op.group) + 4
+                    # (c, α-β time): read here, so run() is the pass alone; the time of
+                    # the last member to arrive is the one used, as in the engine
+                    plan[k] = (entry[0], what, (c, self._plan_collective(op)[1]), *entry[3:])
+        self._events = events
         self._lanes: list[_Lane] = []
         self.events = 0
 
@@ -176,30 +178,43 @@ class DagEngine:
         start, end = [-1.0] * n, [-1.0] * n
         waiters = waiter_table(n)
         self._lanes = [_Lane(firsts, plan) for firsts, plan in self._plans]
-        collectives = self._evaluate(start, end, waiters)
-        self.events = self._held_ops + sum(2 * len(self.program.ops[c.ids[0]].group) + 4 for c in collectives)
+        # The pass makes no reference cycles, only many small containers that would set the
+        # cyclic collector off over and over (a third of the pass's time on GPT-3 175B).
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            self._evaluate(start, end, waiters)
+        finally:
+            if collecting:
+                gc.enable()
         ops = self.recorder.ops
         if waiters.count(DONE) == len(waiters):
+            self.events = self._events
             ops.extend(zip(range(n), start, end))
         else:
             ops.extend((i, start[i], t) for i, t in enumerate(end) if t >= 0.0)
             raise SimulationStall(self._stall_report(waiters))
 
-    def _evaluate(self, start: list[float], end: list[float], waiters: list) -> list[_Collective]:
-        """The pass; fills ``start``, ``end`` and ``waiters`` (DONE per ended op) and returns
-        the collectives that ran. Lanes are advanced as the engine's run loop advances them:
-        first those an op's end made ready at this time (FIFO), then those a collective's
-        completion woke (in arrival order), then the next heap entry."""
-        program = self.program
-        ops, plan_collective = program.ops, self._plan_collective
+    def _evaluate(self, start: list[float], end: list[float], waiters: list) -> None:
+        """The pass; fills ``start``, ``end`` and ``waiters`` (DONE per ended op). Lanes are
+        advanced as the engine's run loop advances them: first those an op's end made ready
+        at this time (FIFO), then those a collective's completion woke (in arrival order),
+        then the next queue entry."""
         samples = self.recorder.memory
         held, peak, change = self.memory.current, self.memory.peak, self.memory.change
+        want = self._want
+        members: list[list[_Lane]] = [[] for _ in want]  # per collective, in arrival order
+        member_ids: list[list[int]] = [[] for _ in want]
+        starting: list[tuple[int, float]] = []  # (c, time): completed in this step, they start next
         ready, woken = deque(self._lanes), deque()
-        queue: list = []  # (time, sequence, _Lane whose held op ends | _Collective)
-        seq = count()
-        rendezvous: dict[str, _Collective] = {}
-        starting: list[_Collective] = []  # rendezvous completed in this step: they start next
+        # The engine's queue orders entries by (time, sequence), sequence numbers rising
+        # as entries are made; so entries of one time come out in the order they were
+        # made: a FIFO list per time, and a heap of the times (floats compare faster than
+        # the engine's tuples, and equal times — twins — share one list). An entry: the
+        # _Lane whose held op ends, collective c's timeout (c) or its completion (~c).
         now = 0.0
+        batch: list = []  # the entries of `now`
+        lists, times, k = {now: batch}, [], 0
         while True:
             if ready:  # a lane an op's end unblocked at `now`: it may start its op
                 lane = ready.popleft()
@@ -208,21 +223,32 @@ class DagEngine:
                 if woken:
                     lane = woken.popleft()
                 else:
-                    for c in starting:  # SimPy's urgent Initialize: before anything else queued
-                        heappush(queue, (now + c.time, next(seq), c))
-                    starting.clear()
+                    if starting:  # SimPy's urgent Initialize: before anything else queued
+                        for c, duration in starting:
+                            t = now + duration
+                            at = lists.get(t)
+                            if at is None:
+                                lists[t] = [c]
+                                heappush(times, t)
+                            else:
+                                at.append(c)
+                        starting.clear()
                     while True:
-                        if not queue:
-                            return list(rendezvous.values())
-                        now, _, item = heappop(queue)
+                        if k == len(batch):  # `now` is over: on to the next time
+                            del lists[now]
+                            if not times:
+                                return
+                            now = heappop(times)
+                            batch, k = lists[now], 0
+                        item = batch[k]
+                        k += 1
                         if item.__class__ is _Lane:
                             lane = item
                             break
-                        if not item.timed_out:  # its timeout: the completion queues behind
-                            item.timed_out = True
-                            heappush(queue, (now, next(seq), item))
+                        if item >= 0:  # a timeout: the completion queues behind
+                            batch.append(~item)
                             continue
-                        woken.extend(item.lanes)
+                        woken.extend(members[~item])
                         lane = woken.popleft()
                         break
                 done = True
@@ -264,26 +290,28 @@ class DagEngine:
                 done = True
                 if what == HOLD:
                     start[i] = now
-                    heappush(queue, (now + arg, next(seq), lane))
+                    t = now + arg
+                    at = lists.get(t)
+                    if at is None:
+                        lists[t] = [lane]
+                        heappush(times, t)
+                    else:
+                        at.append(lane)
                     break
                 if what == POSTED:  # from when the recv was posted or its send started
                     posted, t_send = lane.t, start[arg]
                     start[i] = t_send if t_send > posted else posted
                 elif what == INSTANT:
                     start[i] = now
-                elif what == JOINED:
-                    op = ops[i]
-                    c = rendezvous.get(op.tag)
-                    if c is None:
-                        c = rendezvous[op.tag] = _Collective(op.arrivals or len(op.group))
-                    c.devices.add(op.device)
-                    c.ids.append(i)
-                    c.lanes.append(lane)
-                    if len(c.devices) == c.want:
-                        for j in c.ids:
+                elif what == JOINED:  # arg: (the collective, its time)
+                    c = arg[0]
+                    m = members[c]
+                    m.append(lane)
+                    member_ids[c].append(i)
+                    if len(m) == want[c]:
+                        for j in member_ids[c]:
                             start[j] = now
-                        c.time = plan_collective(op)[1]
-                        starting.append(c)
+                        starting.append(arg)
                     break
                 else:  # END
                     break
