@@ -36,7 +36,7 @@ from ..network.base import Fabric
 from ..program import COLLECTIVE, RECV, SEND, Program
 from ..trace.recorder import Recorder
 from .collective_plans import CollectivePlans
-from .lanes import DONE, END, HOLD, INSTANT, JOINED, POSTED, SENT, compile_lane, waiter_table
+from .lanes import DONE, END, HOLD, INSTANT, JOINED, POSTED, SENT, compile_lane, wait_more, waiter_table
 from .memory import MemoryLedger
 
 #: the network models whose sends take a time fixed before the run (``Fabric.fixed_time``)
@@ -93,6 +93,22 @@ class _Lane:
 
     def __init__(self, firsts: list[int], plan: list[tuple]):
         self.firsts, self.plan, self.idx, self.t = firsts, plan, 0, 0.0
+
+
+class _Calendar(dict):
+    """Time → the queue entries of that time, in the order they were made; ``times``:
+    the heap of the times present (a time enters it with its first entry)."""
+
+    __slots__ = ("times",)
+
+    def __init__(self):
+        super().__init__()
+        self.times: list[float] = []
+
+    def __missing__(self, t: float) -> list:
+        heappush(self.times, t)
+        self[t] = entries = []
+        return entries
 
 
 class DagEngine:
@@ -213,8 +229,10 @@ class DagEngine:
         # the engine's tuples, and equal times — twins — share one list). An entry: the
         # _Lane whose held op ends, collective c's timeout (c) or its completion (~c).
         now = 0.0
-        batch: list = []  # the entries of `now`
-        lists, times, k = {now: batch}, [], 0
+        lists = _Calendar()
+        times = lists.times
+        batch, k = lists[now], 0  # the entries of `now`, and the next one's index
+        heappop(times)  # `now` is being taken
         while True:
             if ready:  # a lane an op's end unblocked at `now`: it may start its op
                 lane = ready.popleft()
@@ -225,13 +243,7 @@ class DagEngine:
                 else:
                     if starting:  # SimPy's urgent Initialize: before anything else queued
                         for c, duration in starting:
-                            t = now + duration
-                            at = lists.get(t)
-                            if at is None:
-                                lists[t] = [c]
-                                heappush(times, t)
-                            else:
-                                at.append(c)
+                            lists[now + duration].append(c)
                         starting.clear()
                     while True:
                         if k == len(batch):  # `now` is over: on to the next time
@@ -279,7 +291,7 @@ class DagEngine:
                     waiters[d] = lane if w is None else w + [lane] if w.__class__ is list else [w, lane]
                     break
                 i, what, arg, more, alloc, free, dev = plan[idx]
-                if more is not None and _wait_more(waiters, lane, more):
+                if more is not None and wait_more(waiters, lane, more):
                     break
                 if alloc:
                     cur = held[dev] + alloc
@@ -290,13 +302,7 @@ class DagEngine:
                 done = True
                 if what == HOLD:
                     start[i] = now
-                    t = now + arg
-                    at = lists.get(t)
-                    if at is None:
-                        lists[t] = [lane]
-                        heappush(times, t)
-                    else:
-                        at.append(lane)
+                    lists[now + arg].append(lane)
                     break
                 if what == POSTED:  # from when the recv was posted or its send started
                     posted, t_send = lane.t, start[arg]
@@ -334,14 +340,3 @@ class DagEngine:
             f"simulation stalled with {len(ops) - unfinished} ops unfinished (deadlock). Stuck ops:\n"
             + "\n".join(lines)
         )
-
-
-def _wait_more(waiters: list, lane: _Lane, more: tuple[int, ...]) -> bool:
-    """Put ``lane`` on the waiter list of the first of ``more`` that has not ended; False
-    if all have ended."""
-    for d in more:
-        w = waiters[d]
-        if w is not DONE:
-            waiters[d] = lane if w is None else w + [lane] if w.__class__ is list else [w, lane]
-            return True
-    return False

@@ -42,7 +42,20 @@ from ..network.base import Fabric
 from ..program import COLLECTIVE, RECV, Op, Program
 from ..trace.recorder import Recorder
 from .collective_plans import CollectivePlans
-from .lanes import DONE, END, HOLD, INSTANT, JOINED, POSTED, SLOWED, Lane, LaneEnd, compile_lane, waiter_table
+from .lanes import (
+    DONE,
+    END,
+    HOLD,
+    INSTANT,
+    JOINED,
+    POSTED,
+    SLOWED,
+    Lane,
+    LaneEnd,
+    compile_lane,
+    wait_more,
+    waiter_table,
+)
 from .memory import MemoryLedger
 
 
@@ -158,16 +171,6 @@ class Engine:
         # does, minus two Python frames and an allocation).
         queue, eid, env_step = env._queue, env._eid, env.step
 
-        def wait_more(lane: Lane, more: tuple[int, ...]) -> bool:
-            """Put ``lane`` on the waiter list of the first of ``more`` that has not ended
-            (the waits of an op after its first, rare); False if all have ended."""
-            for d in more:
-                w = waiters[d]
-                if w is not DONE:
-                    waiters[d] = lane if w is None else w + [lane] if w.__class__ is list else [w, lane]
-                    return True
-            return False
-
         now = env._now
         while True:  # over the lanes to advance
             if ready:  # a lane woken at `now` by an op that ended: it may start its op
@@ -219,7 +222,7 @@ class Engine:
                     waiters[d] = lane if w is None else w + [lane] if w.__class__ is list else [w, lane]
                     break
                 i, what, arg, more, alloc, free, dev = plan[idx]
-                if more is not None and wait_more(lane, more):
+                if more is not None and wait_more(waiters, lane, more):
                     break
                 if alloc:
                     cur = held[dev] + alloc

@@ -36,6 +36,17 @@ def waiter_table(n: int) -> list:
     return [None] * n + [DONE]
 
 
+def wait_more(waiters: list, lane, more: tuple[int, ...]) -> bool:
+    """Put ``lane`` on the waiter list of the first of ``more`` that has not ended (the
+    waits of an op after its first, rare); False if all have ended."""
+    for d in more:
+        w = waiters[d]
+        if w is not DONE:
+            waiters[d] = lane if w is None else w + [lane] if w.__class__ is list else [w, lane]
+            return True
+    return False
+
+
 def compile_lane(
     program: Program, lane_ops: list[Op], durations: list[float], slowed: bool, send_time
 ) -> tuple[list[int], list[tuple]]:
