@@ -208,13 +208,20 @@ def programs(draw):
     return prog
 
 
-@settings(max_examples=60, deadline=None)
-@given(prog=programs(), scale=st.lists(st.sampled_from([1.0, 0.5, 1.5]), min_size=160, max_size=160))
-def test_random_programs_agree(prog, scale):
+@settings(max_examples=120, deadline=None)
+@given(
+    prog=programs(),
+    scale=st.lists(st.sampled_from([1.0, 0.5, 1.5]), min_size=160, max_size=160),
+    latency=st.sampled_from([0.0, 1e-4]),
+    alpha=st.sampled_from([None, 0.0]),
+)
+def test_random_programs_agree(prog, scale, latency, alpha):
+    # zero latency and α make zero-time sends and collectives, and sends and collectives as
+    # long as compute ops (1000 B at 1 MB/s = 1 ms): ties, where the order is at stake
     def fabric(env, rec):
-        return DirectFabric(env, rec, 1e6, 1e-4)
+        return DirectFabric(env, rec, 1e6, latency)
 
-    kw = {"collective_model": "analytical", "compute_scale": scale[: len(prog.ops)]}
+    kw = {"collective_model": "analytical", "compute_scale": scale[: len(prog.ops)], "alpha": alpha}
     capacity = [10**6 + 500] * prog.num_devices  # some runs go over: oom is read from the peaks
     assert _run(DagEngine, prog, fabric, capacity, **kw) == _run(Engine, prog, fabric, capacity, **kw)
 
