@@ -20,6 +20,7 @@ from clustersim.program import Program
 from clustersim.simulate import compile_scenario
 from clustersim.trace.recorder import Recorder
 from tests.conftest import synthetic
+from tests.test_program_checks import _cycle, _missing_member
 
 SCENARIOS = Path(__file__).parents[1] / "scenarios"
 FAST = {"simulation.network": "analytical", "simulation.collective_model": "analytical"}
@@ -280,3 +281,22 @@ def test_programs_without_collectives_or_sends_need_no_analytical_model():
         True,
         "contention-free: network direct, collective_model fabric",
     )
+
+
+@pytest.mark.parametrize(
+    "stalled, says", [(_cycle, "2 ops unfinished"), (_missing_member, "never arrived: gpu2")]
+)
+def test_a_stall_is_reported_as_the_engine_reports_it(stalled, says):
+    # unchecked Programs (Program.check refuses both): the same SimulationStall text
+    prog, reports = stalled(), []
+    for cls in (DagEngine, Engine):
+        with pytest.raises(cs.SimulationStall) as e:
+            _run(
+                cls,
+                prog,
+                lambda env, rec: DirectFabric(env, rec, 1e9, 0.0),
+                [10**12] * 3,
+                collective_model="analytical",
+            )
+        reports.append(str(e.value))
+    assert reports[0] == reports[1] and says in reports[0]

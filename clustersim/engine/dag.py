@@ -59,13 +59,20 @@ def contention_free(scenario, program: Program) -> tuple[bool, str]:
     cl, sim = scenario.cluster, scenario.simulation
     if cl.comm_compute_slowdown != 1.0:
         return False, f"comm_compute_slowdown {cl.comm_compute_slowdown} couples compute to collectives"
-    kinds = {op.kind for op in program.ops}
-    if SEND in kinds and sim.network not in FIXED_TIME_NETWORKS:
-        return False, f"network {sim.network!r} times sends by what shares their links"
-    if SEND in kinds and sim.network == "analytical" and cl.link_degradations:
-        return False, "link_degradations make a send's time depend on when it starts"
-    if COLLECTIVE in kinds and sim.collective_model != "analytical":
-        return False, f"collective_model {sim.collective_model!r} runs collectives as steps on the network"
+    fixed_sends = sim.network in FIXED_TIME_NETWORKS and not (
+        sim.network == "analytical" and cl.link_degradations
+    )
+    if not fixed_sends or sim.collective_model != "analytical":  # then it depends on what the Program holds
+        kinds = {op.kind for op in program.ops}
+        if SEND in kinds and sim.network not in FIXED_TIME_NETWORKS:
+            return False, f"network {sim.network!r} times sends by what shares their links"
+        if SEND in kinds and not fixed_sends:
+            return False, "link_degradations make a send's time depend on when it starts"
+        if COLLECTIVE in kinds and sim.collective_model != "analytical":
+            return (
+                False,
+                f"collective_model {sim.collective_model!r} runs collectives as steps on the network",
+            )
     return True, f"contention-free: network {sim.network}, collective_model {sim.collective_model}"
 
 
@@ -74,7 +81,7 @@ def choose_evaluator(scenario, program: Program) -> tuple[type, str]:
     :func:`contention_free`, else the SimPy engine) and the summary's ``evaluator`` note."""
     from .interpreter import Engine
 
-    asked = getattr(scenario.simulation, "evaluator", "auto")
+    asked = scenario.simulation.evaluator
     exact, why = contention_free(scenario, program)
     if asked == "dag" and not exact:
         raise ScenarioError(
@@ -221,6 +228,7 @@ class DagEngine:
         want = self._want
         members: list[list[_Lane]] = [[] for _ in want]  # per collective, in arrival order
         member_ids: list[list[int]] = [[] for _ in want]
+        self._member_ids = member_ids  # for a stall report
         starting: list[tuple[int, float]] = []  # (c, time): completed in this step, they start next
         ready, woken = deque(self._lanes), deque()
         # The engine's queue orders entries by (time, sequence), sequence numbers rising
@@ -249,6 +257,7 @@ class DagEngine:
                         if k == len(batch):  # `now` is over: on to the next time
                             del lists[now]
                             if not times:
+                                self._now = now
                                 return
                             now = heappop(times)
                             batch, k = lists[now], 0
@@ -324,19 +333,24 @@ class DagEngine:
             lane.idx = idx
 
     def _stall_report(self, waiters: list) -> str:
-        ops = self.program.ops
-        stuck = [lane.plan[lane.idx][0] for lane in self._lanes if lane.plan[lane.idx][1] != END]
-        lines = []
-        for i in stuck:
+        """The engine's report (:meth:`Engine._stall_report`): each lane's first unfinished
+        op and what it waits for."""
+        ops, names, lines = self.program.ops, self.program.device_names, []
+        for lane in self._lanes:
+            i, what, arg = lane.plan[lane.idx][:3]
+            if what == END:
+                continue
             op = ops[i]
-            why = [repr(ops[d]) for d in op.deps if waiters[d] is not DONE]
+            why = [f"{ops[d]!r}" for d in op.deps if waiters[d] is not DONE]
             if op.kind == RECV and waiters[op.peer] is not DONE:
                 why.append(f"its send {ops[op.peer]!r}")
             if op.kind == COLLECTIVE:
-                why.append("collective members that never arrived")
-            lines.append(f"  {op!r} waits for {'; '.join(why) or 'nothing (evaluator bug)'}")
-        unfinished = waiters[:-1].count(DONE)
+                arrived = {ops[j].device for j in self._member_ids[arg[0]]}
+                missing = [names[d] for d in op.group if d not in arrived]
+                why.append(f"collective members that never arrived: {', '.join(missing)}")
+            lines.append(f"  {op!r} waits for {'; '.join(why) or 'nothing (engine bug)'}")
+        unfinished = len(ops) - waiters[:-1].count(DONE)
         return (
-            f"simulation stalled with {len(ops) - unfinished} ops unfinished (deadlock). Stuck ops:\n"
-            + "\n".join(lines)
+            f"simulation stalled at t={self._now:.9g} s with {unfinished} ops unfinished "
+            f"(deadlock). Stuck ops:\n" + "\n".join(lines)
         )
