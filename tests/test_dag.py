@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import clustersim as cs
 from clustersim.engine.dag import DagEngine, choose_evaluator, contention_free
 from clustersim.engine.interpreter import Engine
+from clustersim.memory_kinds import StaticMemory
 from clustersim.network.base import DirectFabric
 from clustersim.program import Program
 from clustersim.simulate import compile_scenario
@@ -159,7 +160,7 @@ def programs(draw):
     (so no rendezvous can close a cycle); memory frees stay within the static bytes."""
     n_dev = draw(st.integers(1, 4))
     prog = Program(n_dev)
-    prog.static_memory = [10**6] * n_dev
+    prog.static_memory = [StaticMemory(weights=10**6)] * n_dev
     lanes = ("compute", "send", "recv")
     for _ in range(draw(st.integers(1, 40))):
         n = len(prog.ops)
