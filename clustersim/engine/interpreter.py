@@ -31,16 +31,16 @@ Nothing random or wall-clock enters, so the same Program always yields the same 
 from __future__ import annotations
 
 from collections import deque
-from heapq import heappop, heappush
+from heapq import heappop
 
 import simpy
-from simpy.events import NORMAL
 
 from ..collectives import choose_algorithm, estimate_time, run_collective
 from ..collectives.group import Group
 from ..errors import SimulationStall
 from ..network.base import Fabric
 from ..program import COLLECTIVE, RECV, Op, Program
+from ..simpy_fast import EVENT, TIME, event_queue, pusher, scheduled_count, set_now
 from ..trace.recorder import Recorder
 from .lanes import DONE, END, HOLD, INSTANT, JOINED, POSTED, SLOWED, Lane, LaneEnd, compile_lane, waiter_table
 from .memory import MemoryLedger
@@ -125,9 +125,8 @@ class Engine:
         ]
         self._ready.extend(self._lane_states)
         self._run_loop()
-        # SimPy numbers every scheduled event from an itertools.count; all were processed
-        # once the loop returns, so this is the number of simulated events.
-        self.events = next(self.env._eid)
+        # every event scheduled was processed once the loop returns: the simulated events
+        self.events = scheduled_count(self.env)
         start, end, ops = self.start, self.end, self.recorder.ops
         if self.waiters.count(DONE) == len(self.waiters):
             ops.extend(zip(range(len(end)), start, end))
@@ -152,8 +151,11 @@ class Engine:
         # the memory ledger's change(), inlined; it is still called to report a Program bug
         held, peak, change = self.memory.current, self.memory.peak, self.memory.change
         # A held op's end is its lane's LaneEnd pushed on the queue directly (what env.timeout
-        # does, minus two Python frames and an allocation).
-        queue, eid, env_step = env._queue, env._eid, env.step
+        # does, minus a Python frame and an allocation). The clock (env.now) is only set
+        # where something else reads it: before an op starts through the fabric, a
+        # collective or a process, and when the loop returns (env.step sets it itself).
+        queue, push, env_step = event_queue(env), pusher(env), env.step
+        at_time, at_event = TIME, EVENT  # where SimPy's queue entries keep them
 
         def wait_more(lane: Lane, more: tuple[int, ...]) -> bool:
             """Put ``lane`` on the waiter list of the first of ``more`` that has not ended
@@ -165,7 +167,7 @@ class Engine:
                     return True
             return False
 
-        now = env._now
+        now = env.now
         while True:  # over the lanes to advance
             if ready:  # a lane woken at `now` by an op that ended: it may start its op
                 lane = ready.popleft()
@@ -177,16 +179,16 @@ class Engine:
                 else:
                     while True:  # let simulated time pass: the next event
                         if not queue:
+                            set_now(env, now)
                             return
-                        ev = queue[0][3]
+                        ev = queue[0][at_event]
                         if ev.__class__ is LaneEnd:
-                            now = heappop(queue)[0]
-                            env._now = now
+                            now = heappop(queue)[at_time]
                             lane = ev.lane
                             break
                         env_step()
+                        now = env.now
                         if woken:
-                            now = env._now
                             lane = woken.popleft()
                             break
                 plan, firsts, idx = lane.plan, lane.firsts, lane.idx
@@ -227,7 +229,7 @@ class Engine:
                 done = True
                 if what == HOLD:
                     start[i] = now
-                    heappush(queue, (now + arg, NORMAL, next(eid), lane.end))
+                    push(now + arg, lane.end)
                     break
                 if what == POSTED:  # the span starts when the recv was posted or its send started
                     posted, t_send = lane.t, start[arg]
@@ -237,6 +239,7 @@ class Engine:
                 else:
                     if what == END:
                         break
+                    set_now(env, now)
                     begin(what, i).callbacks.append(lane.wake)
                     break
             lane.idx = idx
@@ -247,7 +250,7 @@ class Engine:
         op = self.program.ops[i]
         if what == JOINED:
             return self._arrive(op)
-        self.start[i] = self.env._now
+        self.start[i] = self.env.now
         if what == SLOWED:
             return self.env.process(self._slowed_compute(op))
         return self._send(op)
@@ -289,7 +292,7 @@ class Engine:
         state[2].append(op.id)
         if len(state[0]) == (op.arrivals or len(op.group)):
             for i in state[2]:
-                self.start[i] = self.env._now
+                self.start[i] = self.env.now
             self.env.process(self._run_collective(op, state[1]))
         return state[1]
 

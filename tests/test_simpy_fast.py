@@ -1,0 +1,96 @@
+"""clustersim.simpy_fast against a real SimPy Environment: these fail when an upgrade of
+SimPy changes the private layout the engine's and the packet fabric's fast paths rely on
+(queue entries ``(time, priority, eid, event)``, the ``_eid`` counter, the clock, and how
+``step()`` reads ``_ok``/``_value``/``callbacks``), or when the installed SimPy is outside
+the range ``setup.cfg`` pins."""
+
+from __future__ import annotations
+
+import configparser
+from heapq import heappop
+from pathlib import Path
+
+import simpy
+from packaging.specifiers import SpecifierSet
+from simpy.events import Event
+
+from clustersim.simpy_fast import (
+    EVENT,
+    NORMAL,
+    TIME,
+    URGENT,
+    Succeeded,
+    event_queue,
+    pusher,
+    scheduled_count,
+    set_now,
+    succeed_at,
+)
+
+
+class _Mark(Succeeded):
+    """A Succeeded event that records, when SimPy processes it, its name and the time."""
+
+    def __init__(self, env, name, log):
+        self.env, self.name = env, name
+        self.callbacks = [lambda ev: log.append((ev.name, ev.env.now))]
+
+
+def test_queue_entries_are_time_priority_eid_event():
+    env = simpy.Environment(initial_time=1.0)
+    first, second = env.timeout(2.5), env.timeout(2.5)
+    urgent = env.event()
+    env.schedule(urgent, URGENT, 0.5)
+    entries = sorted(event_queue(env))
+    assert [len(e) for e in entries] == [4, 4, 4]
+    assert [(e[TIME], e[EVENT]) for e in entries] == [(1.5, urgent), (3.5, first), (3.5, second)]
+    assert [e[1] for e in entries] == [URGENT, NORMAL, NORMAL]
+    assert entries[1][2] < entries[2][2]  # the eid breaks the tie in creation order
+    assert scheduled_count(env) == 3  # events numbered 0, 1, 2 so far
+
+
+def test_pushed_event_is_processed_by_step_at_its_absolute_time_in_fifo_order():
+    env, log = simpy.Environment(), []
+    push = pusher(env)
+    t_before = env.timeout(0.1 + 0.2)
+    t_before.callbacks.append(lambda ev: log.append(("timeout before", env.now)))
+    mark = _Mark(env, "pushed", log)
+    push(0.1 + 0.2, mark)  # an absolute time: no now + (at - now) rounding
+    t_after = env.timeout(0.1 + 0.2)
+    t_after.callbacks.append(lambda ev: log.append(("timeout after", env.now)))
+    env.run()
+    assert log == [("timeout before", 0.1 + 0.2), ("pushed", 0.1 + 0.2), ("timeout after", 0.1 + 0.2)]
+    assert (mark.triggered, mark.processed, mark.ok, mark.value) == (True, True, True, None)
+    assert mark.callbacks is None  # step() consumed them
+
+
+def test_a_popped_entry_and_set_now_advance_the_clock_as_step_does():
+    env = simpy.Environment()
+    pusher(env)(7.25, _Mark(env, "own", []))
+    later = env.timeout(9.0)
+    at = heappop(event_queue(env))[TIME]
+    set_now(env, at)
+    assert env.now == 7.25 and env.peek() == 9.0
+    env.step()
+    assert env.now == 9.0 and later.processed
+
+
+def test_succeed_at_schedules_a_pending_event_with_value_none():
+    env, seen = simpy.Environment(), []
+    ev = Event(env)
+    ev.callbacks.append(lambda e: seen.append((env.now, e.ok, e.value)))
+    succeed_at(env, ev, 3.0)
+    assert ev.triggered and not ev.processed
+    env.run()
+    assert seen == [(3.0, True, None)]
+
+
+def test_installed_simpy_is_in_the_range_setup_cfg_pins():
+    cfg = configparser.ConfigParser()
+    cfg.read(Path(__file__).resolve().parent.parent / "setup.cfg")
+    (pin,) = [r for r in cfg["options"]["install_requires"].split() if r.startswith("simpy")]
+    spec = SpecifierSet(pin.removeprefix("simpy"))
+    assert "<" in str(spec), f"{pin}: expected an upper bound (the fast path reads SimPy internals)"
+    assert simpy.__version__ in spec, (
+        f"SimPy {simpy.__version__} is outside {pin}; check clustersim.simpy_fast"
+    )
