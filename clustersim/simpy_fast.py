@@ -37,6 +37,7 @@ __all__ = [
     "TIME",
     "URGENT",
     "Succeeded",
+    "call_soon",
     "event_queue",
     "pusher",
     "scheduled_count",
@@ -82,6 +83,16 @@ def succeed_at(env: simpy.Environment, event: Event, at: float) -> None:
     ``event.succeed()`` would at ``now``; its callbacks run when ``env`` reaches ``at``."""
     event._ok, event._value = True, None
     heappush(env._queue, (at, NORMAL, next(env._eid), event))
+
+
+def call_soon(env: simpy.Environment, callback: Callable[[Event], None]) -> None:
+    """Call ``callback(event)`` at the current time, where a process started now would take
+    its first step: before the NORMAL events at this time, after the URGENT ones already
+    there — one event, where a process costs two (its start and its end)."""
+    event = Event(env)
+    event.callbacks.append(callback)
+    event._ok, event._value = True, None
+    env.schedule(event, URGENT)
 
 
 def set_now(env: simpy.Environment, now: float) -> None:

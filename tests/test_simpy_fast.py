@@ -20,6 +20,7 @@ from clustersim.simpy_fast import (
     TIME,
     URGENT,
     Succeeded,
+    call_soon,
     event_queue,
     pusher,
     scheduled_count,
@@ -83,6 +84,24 @@ def test_succeed_at_schedules_a_pending_event_with_value_none():
     assert ev.triggered and not ev.processed
     env.run()
     assert seen == [(3.0, True, None)]
+
+
+def test_call_soon_runs_where_a_process_started_now_takes_its_first_step():
+    env, log = simpy.Environment(), []
+
+    def proc(name):
+        log.append(name)
+        yield env.timeout(0)
+
+    normal = env.event()
+    normal.callbacks.append(lambda ev: log.append("normal event"))
+    normal.succeed()  # NORMAL at now, created first
+    env.process(proc("process started before"))
+    call_soon(env, lambda ev: log.append("call_soon"))
+    env.process(proc("process started after"))
+    env.run()
+    assert log == ["process started before", "call_soon", "process started after", "normal event"]
+    assert scheduled_count(env) == 8  # normal, call_soon, 2 × (initialize, timeout, end)
 
 
 def test_installed_simpy_is_in_the_range_setup_cfg_pins():

@@ -31,6 +31,7 @@ Nothing random or wall-clock enters, so the same Program always yields the same 
 from __future__ import annotations
 
 from collections import deque
+from functools import partial
 from heapq import heappop
 
 import simpy
@@ -40,7 +41,7 @@ from ..collectives.group import Group
 from ..errors import SimulationStall
 from ..network.base import Fabric
 from ..program import COLLECTIVE, RECV, Op, Program
-from ..simpy_fast import EVENT, TIME, event_queue, pusher, scheduled_count, set_now
+from ..simpy_fast import EVENT, TIME, call_soon, event_queue, pusher, scheduled_count, set_now
 from ..trace.recorder import Recorder
 from .lanes import DONE, END, HOLD, INSTANT, JOINED, POSTED, SLOWED, Lane, LaneEnd, compile_lane, waiter_table
 from .memory import MemoryLedger
@@ -277,10 +278,16 @@ class Engine:
             work -= (env.now - t) * rate
 
     def _collectives_change(self, group: tuple[int, ...], delta: int) -> None:
+        """Count a collective starting (+1) or ending (-1) on each GPU of ``group``, and
+        wake the slowed compute ops waiting there. No event is emitted where nobody waits
+        (always, with the slowdown off): the one there stays the device's current one."""
+        changed = self.collectives_changed
         for dev in group:
             self.active_collectives[dev] += delta
-            ev, self.collectives_changed[dev] = self.collectives_changed[dev], self.env.event()
-            ev.succeed()
+            ev = changed[dev]
+            if ev.callbacks:
+                changed[dev] = self.env.event()
+                ev.succeed()
 
     def _arrive(self, op: Op) -> simpy.Event:
         """Register ``op``'s member at its collective's rendezvous; return the event that
@@ -293,15 +300,23 @@ class Engine:
         if len(state[0]) == (op.arrivals or len(op.group)):
             for i in state[2]:
                 self.start[i] = self.env.now
-            self.env.process(self._run_collective(op, state[1]))
+            # a callback where a process's first step would run (URGENT, at now), so events
+            # at equal times keep their order: one event instead of a process's start and end
+            call_soon(self.env, partial(self._run_collective, op, state[1]))
         return state[1]
 
-    def _run_collective(self, op, finished: simpy.Event):
+    def _run_collective(self, op: Op, finished: simpy.Event, _event=None) -> None:
+        """Start ``op``'s collective now; ``finished`` succeeds when it has ended."""
         names = self.names
         algorithm, analytical_time = self._collective_plan(op)
         self._collectives_change(op.group, +1)
+
+        def ended(_event) -> None:
+            self._collectives_change(op.group, -1)
+            finished.succeed()
+
         if analytical_time is not None:
-            yield self.env.timeout(analytical_time)
+            self.env.timeout(analytical_time).callbacks.append(ended)
         else:
             own = run_collective(
                 self.env,
@@ -327,9 +342,7 @@ class Engine:
                         label=op.tag,
                     )
                 )
-            yield own_done
-        self._collectives_change(op.group, -1)
-        finished.succeed()
+            own_done.callbacks.append(ended)
 
     def _collective_plan(self, op) -> tuple[str, float | None]:
         """``(algorithm, time)`` of ``op``'s collective, worked out once per (kind, group,
