@@ -10,22 +10,26 @@ and sets them to None. Two hot loops use this directly, each to save a Python fr
 an allocation per op or per chunk-hop:
 
 * the engine's run loop (:mod:`clustersim.engine.interpreter`) arms one
-  :class:`Succeeded` event per lane at an absolute time with :func:`pusher`, and pops
-  those events itself (``heappop(queue)``, reading entries at :data:`TIME` and
-  :data:`EVENT`) instead of letting ``step()`` call them back;
-* the packet fabric (:mod:`clustersim.network.packet`) schedules its chunk-hop events
-  with :func:`pusher` and a message's end with :func:`succeed_at`, at absolute times (no
+  :class:`Succeeded` event per lane at an absolute time, and pops those events itself
+  (``heappop(queue)``, reading entries at :data:`TIME` and :data:`EVENT`) instead of
+  letting ``step()`` call them back;
+* the packet fabric (:mod:`clustersim.network.packet`) schedules its chunk-hop events,
+  and with :func:`succeed_at` a message's end, at absolute times (no
   ``now + (at − now)`` rounding).
 
-Nothing else in clustersim reads or writes SimPy's underscored names. This layout has
-been the same from SimPy 3.0 to 4.1; ``setup.cfg`` pins ``simpy>=4.0,<4.2`` (the
-versions this module was checked against), and ``tests/test_simpy_fast.py`` fails
+Both get the queue and the eid counter from here (:func:`event_queue`,
+:func:`event_ids`) and push entries ``(at, NORMAL, next(ids), event)`` inline — the one
+piece of the layout written outside this module, because a function call there costs
+3–6 % of the engine's time per op (a Python frame, 40–100 ns, against ≈ 1.6 µs per
+event). Nothing else in clustersim reads or writes SimPy's underscored names. This
+layout has been the same from SimPy 3.0 to 4.1; ``setup.cfg`` pins ``simpy>=4.0,<4.2``
+(the versions this module was checked against), and ``tests/test_simpy_fast.py`` fails
 against a real Environment if the layout or these attributes change.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from heapq import heappush
 
 import simpy
@@ -38,8 +42,8 @@ __all__ = [
     "URGENT",
     "Succeeded",
     "call_soon",
+    "event_ids",
     "event_queue",
-    "pusher",
     "scheduled_count",
     "set_now",
     "succeed_at",
@@ -51,9 +55,10 @@ TIME, EVENT = 0, 3
 
 class Succeeded(Event):
     """Base of events that have succeeded (value None) from the moment they exist and are
-    put on the queue by their owner (:func:`pusher`), not by ``succeed()``. Subclasses set
-    ``env`` and ``callbacks`` themselves and skip ``Event.__init__`` (one frame less per
-    event); ``_ok`` and ``_value`` are read from the class."""
+    put on the queue by their owner (an entry ``(at, NORMAL, next(ids), event)``), not
+    by ``succeed()``. Subclasses set ``env`` and ``callbacks`` themselves and skip
+    ``Event.__init__`` (one frame less per event); ``_ok`` and ``_value`` are read from
+    the class."""
 
     _ok = True
     _value = None
@@ -65,17 +70,10 @@ def event_queue(env: simpy.Environment) -> list:
     return env._queue
 
 
-def pusher(env: simpy.Environment, priority: int = NORMAL) -> Callable[[float, Event], None]:
-    """A function ``push(at, event)`` that schedules ``event`` at the absolute time ``at``
-    with ``priority``, after every entry already at (``at``, ``priority``) — what
-    ``env.schedule(event, priority, at - env.now)`` does, without the subtraction's
-    rounding and with one frame instead of two."""
-    queue, ids = env._queue, env._eid
-
-    def push(at: float, event: Event) -> None:
-        heappush(queue, (at, priority, next(ids), event))
-
-    return push
+def event_ids(env: simpy.Environment) -> Iterator[int]:
+    """``env``'s event counter: ``next(ids)`` is the eid of an entry pushed now, which puts
+    it after every entry already at its (time, priority)."""
+    return env._eid
 
 
 def succeed_at(env: simpy.Environment, event: Event, at: float) -> None:

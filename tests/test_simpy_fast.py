@@ -7,7 +7,7 @@ the range ``setup.cfg`` pins."""
 from __future__ import annotations
 
 import configparser
-from heapq import heappop
+from heapq import heappop, heappush
 from pathlib import Path
 
 import simpy
@@ -21,8 +21,8 @@ from clustersim.simpy_fast import (
     URGENT,
     Succeeded,
     call_soon,
+    event_ids,
     event_queue,
-    pusher,
     scheduled_count,
     set_now,
     succeed_at,
@@ -50,13 +50,17 @@ def test_queue_entries_are_time_priority_eid_event():
     assert scheduled_count(env) == 3  # events numbered 0, 1, 2 so far
 
 
+def _push(env, at, event):
+    """What the engine's run loop and the packet fabric write inline."""
+    heappush(event_queue(env), (at, NORMAL, next(event_ids(env)), event))
+
+
 def test_pushed_event_is_processed_by_step_at_its_absolute_time_in_fifo_order():
     env, log = simpy.Environment(), []
-    push = pusher(env)
     t_before = env.timeout(0.1 + 0.2)
     t_before.callbacks.append(lambda ev: log.append(("timeout before", env.now)))
     mark = _Mark(env, "pushed", log)
-    push(0.1 + 0.2, mark)  # an absolute time: no now + (at - now) rounding
+    _push(env, 0.1 + 0.2, mark)  # an absolute time: no now + (at - now) rounding
     t_after = env.timeout(0.1 + 0.2)
     t_after.callbacks.append(lambda ev: log.append(("timeout after", env.now)))
     env.run()
@@ -67,7 +71,7 @@ def test_pushed_event_is_processed_by_step_at_its_absolute_time_in_fifo_order():
 
 def test_a_popped_entry_and_set_now_advance_the_clock_as_step_does():
     env = simpy.Environment()
-    pusher(env)(7.25, _Mark(env, "own", []))
+    _push(env, 7.25, _Mark(env, "own", []))
     later = env.timeout(9.0)
     at = heappop(event_queue(env))[TIME]
     set_now(env, at)

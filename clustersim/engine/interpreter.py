@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections import deque
 from functools import partial
-from heapq import heappop
+from heapq import heappop, heappush
 
 import simpy
 
@@ -41,7 +41,7 @@ from ..collectives.group import Group
 from ..errors import SimulationStall
 from ..network.base import Fabric
 from ..program import COLLECTIVE, RECV, Op, Program
-from ..simpy_fast import EVENT, TIME, call_soon, event_queue, pusher, scheduled_count, set_now
+from ..simpy_fast import EVENT, NORMAL, TIME, call_soon, event_ids, event_queue, scheduled_count, set_now
 from ..trace.recorder import Recorder
 from .lanes import DONE, END, HOLD, INSTANT, JOINED, POSTED, SLOWED, Lane, LaneEnd, compile_lane, waiter_table
 from .memory import MemoryLedger
@@ -152,10 +152,11 @@ class Engine:
         # the memory ledger's change(), inlined; it is still called to report a Program bug
         held, peak, change = self.memory.current, self.memory.peak, self.memory.change
         # A held op's end is its lane's LaneEnd pushed on the queue directly (what env.timeout
-        # does, minus a Python frame and an allocation). The clock (env.now) is only set
-        # where something else reads it: before an op starts through the fabric, a
-        # collective or a process, and when the loop returns (env.step sets it itself).
-        queue, push, env_step = event_queue(env), pusher(env), env.step
+        # does, minus two Python frames and an allocation; entries as clustersim.simpy_fast
+        # describes them). The clock (env.now) is only set where something else reads it:
+        # before an op starts through the fabric, a collective or a process, and when the
+        # loop returns (env.step sets it itself).
+        queue, ids, env_step = event_queue(env), event_ids(env), env.step
         at_time, at_event = TIME, EVENT  # where SimPy's queue entries keep them
 
         def wait_more(lane: Lane, more: tuple[int, ...]) -> bool:
@@ -230,7 +231,7 @@ class Engine:
                 done = True
                 if what == HOLD:
                     start[i] = now
-                    push(now + arg, lane.end)
+                    heappush(queue, (now + arg, NORMAL, next(ids), lane.end))
                     break
                 if what == POSTED:  # the span starts when the recv was posted or its send started
                     posted, t_send = lane.t, start[arg]

@@ -34,13 +34,14 @@ the same flow on a link extend one span instead of adding another.
 from __future__ import annotations
 
 from collections.abc import Hashable
+from heapq import heappush
 
 import networkx as nx
 import simpy
 from simpy.events import Event
 
 from ..errors import ScenarioError
-from ..simpy_fast import Succeeded, pusher, succeed_at
+from ..simpy_fast import NORMAL, Succeeded, event_ids, event_queue, succeed_at
 from ..topology.graph import is_wire
 from ..topology.routing import Router
 from ..trace.recorder import Recorder
@@ -115,7 +116,7 @@ class _Hop(Succeeded):
             inject,
             at,
         )
-        fabric._push(at, self)
+        heappush(fabric._heap, (at, NORMAL, next(fabric._ids), self))  # at ``at``, FIFO
 
 
 def _fire(ev: _Hop) -> None:
@@ -166,7 +167,9 @@ class PacketFabric(Fabric):
         self.chunk_hops = 0
         self._spans = recorder.spans
         self._routes: dict[tuple, tuple[_Link, ...]] = {}
-        self._push = pusher(env)  # schedules a _Hop at its absolute time (clustersim.simpy_fast)
+        # SimPy's queue and eid counter, to schedule a _Hop at its absolute time (its entry
+        # as clustersim.simpy_fast describes it)
+        self._heap, self._ids = event_queue(env), event_ids(env)
 
     def route(self, src: str, dst: str, flow_key: Hashable = None) -> tuple[_Link, ...]:
         """The links (free wires left out) a flow from ``src`` to ``dst`` crosses."""
