@@ -11,6 +11,9 @@ written with ``repr``, so a change in the last bit shows.
     python benchmarks/fingerprints.py > before.json      # on the old commit
     python benchmarks/fingerprints.py > after.json       # on the new one
     python benchmarks/fingerprints.py --compare before.json after.json
+
+``--ignore KEY`` (repeatable) leaves a summary field out of the hash, for a change that
+must move only that field (e.g. ``--ignore sim_events`` when the engine emits fewer events).
 """
 
 from __future__ import annotations
@@ -88,8 +91,9 @@ def _frame_digest(h, df) -> None:
         h.update(repr(tuple(row)).encode())
 
 
-def fingerprint(path: Path, overrides: dict) -> str:
-    """SHA-256 over one case's spans, devices, memory, requests and summary."""
+def fingerprint(path: Path, overrides: dict, ignore: frozenset[str] = frozenset()) -> str:
+    """SHA-256 over one case's spans, devices, memory, requests and summary (less the
+    summary fields in ``ignore``)."""
     import clustersim as cs
 
     sc = cs.load_scenario(path)
@@ -99,7 +103,7 @@ def fingerprint(path: Path, overrides: dict) -> str:
     h = hashlib.sha256()
     for df in (res.spans, res.devices, res.memory, res.requests, res.job):
         _frame_digest(h, df)
-    summary = {k: v for k, v in res.summary.items() if k not in ("wall_time_s", "evaluator")}
+    summary = {k: v for k, v in res.summary.items() if k not in ("wall_time_s", "evaluator", *ignore)}
     h.update(repr(sorted(summary.items(), key=lambda kv: kv[0])).encode())
     return h.hexdigest()
 
@@ -108,6 +112,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
     ap.add_argument("--only", help="run only cases whose name contains this")
+    ap.add_argument(
+        "--ignore",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="leave this summary field out of the hash",
+    )
     args = ap.parse_args(argv)
     if args.compare:
         a, b = (json.loads(Path(p).read_text()) for p in args.compare)
@@ -124,7 +135,7 @@ def main(argv=None) -> int:
         if args.only and args.only not in name:
             continue
         try:
-            out[name] = fingerprint(path, ov)
+            out[name] = fingerprint(path, ov, frozenset(args.ignore))
         except Exception as exc:  # a case that fails is part of the fingerprint too
             out[name] = f"error: {type(exc).__name__}: {exc}"
         print(f"{name}: {out[name][:16]}", file=sys.stderr)

@@ -6,36 +6,63 @@ Public API::
     sc = cs.load_scenario("scenarios/quickstart.yaml")
     res = cs.simulate(sc.with_overrides({"parallel.schedule": "gpipe"}))
     res.summary, res.spans, res.devices, res.plot_gantt(), res.to_chrome_trace("t.json")
+
+The names below are imported on first use (PEP 562), so ``import clustersim`` and
+``clustersim --help`` stay fast: pydantic, pandas, networkx and the experiments package
+load when a scenario, a simulation or a sweep first needs them.
 """
 
+import importlib
+import sys
+import types
+
 from .errors import ClusterSimError, OutputError, ProgramError, ScenarioError, SimulationStall
-from .experiments import SearchResult, search, sweep
-from .program import Op, Program
-from .scenario import Scenario, load_scenario
-from .schedules import SCHEDULES, register_schedule
-from .simulate import compile_scenario, simulate
-from .trace.bundle import load_result
-from .trace.result import Result
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "ClusterSimError",
-    "Op",
-    "OutputError",
-    "Program",
-    "ProgramError",
-    "Result",
-    "SCHEDULES",
-    "Scenario",
-    "ScenarioError",
-    "SimulationStall",
-    "compile_scenario",
-    "load_result",
-    "load_scenario",
-    "register_schedule",
-    "simulate",
-    "SearchResult",
-    "search",
-    "sweep",
-]
+#: public name → the module that defines it (relative to this package)
+_LAZY = {
+    "Op": ".program",
+    "Program": ".program",
+    "Result": ".trace.result",
+    "SCHEDULES": ".schedules",
+    "Scenario": ".scenario",
+    "SearchResult": ".experiments",
+    "compile_scenario": ".simulate",
+    "load_result": ".trace.bundle",
+    "load_scenario": ".scenario",
+    "register_schedule": ".schedules",
+    "search": ".experiments",
+    "simulate": ".simulate",
+    "sweep": ".experiments",
+}
+
+__all__ = ["ClusterSimError", "OutputError", "ProgramError", "ScenarioError", "SimulationStall", *_LAZY]
+
+
+class _Package(types.ModuleType):
+    """This package's module type. ``simulate`` names both a submodule and the function it
+    defines; when the submodule loads, the import system binds the package attribute to
+    the module, so here ``simulate`` is a property that always gives the function (as the
+    eager ``from .simulate import simulate`` did) and ignores that binding."""
+
+    @property
+    def simulate(self):
+        return importlib.import_module(".simulate", __name__).simulate
+
+    @simulate.setter
+    def simulate(self, module) -> None:
+        """The import system binding the ``clustersim.simulate`` submodule: ignored."""
+
+    def __getattr__(self, name: str):
+        if name not in _LAZY:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        setattr(self, name, value)  # later lookups skip this method
+        return value
+
+    def __dir__(self):
+        return sorted({*super().__dir__(), *_LAZY})
+
+
+sys.modules[__name__].__class__ = _Package  # a module may change its own type (Python ≥ 3.5)

@@ -13,8 +13,8 @@ engine's tie-breaking, without SimPy's machinery: the engine's lanes (the same p
 :mod:`clustersim.engine.lanes`) advance in the same FIFO order, and the ends of ops that
 hold their lane for a time and a collective's phases are queued in the order the engine
 schedules the matching SimPy events and taken in its ``(time, priority, eid)`` order. A
-collective costs the engine a process and 2·members + 4 events (start, its members'
-"collectives changed" notices twice, timeout, completion, process end); here:
+collective costs the engine 3 events (its start callback, its timeout, its completion);
+here:
 
 * its start — SimPy's ``Initialize``, urgent, so it runs as soon as the step that
   completed the rendezvous is over — queues its timeout at ``rendezvous + α-β time``;
@@ -126,7 +126,7 @@ class DagEngine:
     ``comm_compute_slowdown`` must be 1 (see :func:`contention_free`).
 
     ``events`` is the number of SimPy events the engine would have processed for the same
-    run — one per op that holds its lane for a time, 2·members + 4 per collective — so
+    run — one per op that holds its lane for a time, 3 per collective — so
     the summary's ``sim_events`` is the same whichever evaluator ran."""
 
     def __init__(
@@ -183,7 +183,7 @@ class DagEngine:
                     if c is None:
                         c = tags[op.tag] = len(self._want)
                         self._want.append(op.arrivals or len(op.group))
-                        events += 2 * len(op.group) + 4
+                        events += 3
                     # (c, α-β time): read here, so run() is the pass alone; the time of
                     # the last member to arrive is the one used, as in the engine
                     plan[k] = (entry[0], what, (c, self._plan_collective(op)[1]), *entry[3:])

@@ -31,15 +31,16 @@ Nothing random or wall-clock enters, so the same Program always yields the same 
 from __future__ import annotations
 
 from collections import deque
+from functools import partial
 from heapq import heappop, heappush
 
 import simpy
-from simpy.events import NORMAL
 
 from ..collectives import run_collective
 from ..errors import SimulationStall
 from ..network.base import Fabric
 from ..program import COLLECTIVE, RECV, Op, Program
+from ..simpy_fast import EVENT, NORMAL, TIME, call_soon, event_ids, event_queue, scheduled_count, set_now
 from ..trace.recorder import Recorder
 from .collective_plans import CollectivePlans
 from .lanes import (
@@ -141,9 +142,8 @@ class Engine:
         ]
         self._ready.extend(self._lane_states)
         self._run_loop()
-        # SimPy numbers every scheduled event from an itertools.count; all were processed
-        # once the loop returns, so this is the number of simulated events.
-        self.events = next(self.env._eid)
+        # every event scheduled was processed once the loop returns: the simulated events
+        self.events = scheduled_count(self.env)
         start, end, ops = self.start, self.end, self.recorder.ops
         if self.waiters.count(DONE) == len(self.waiters):
             ops.extend(zip(range(len(end)), start, end))
@@ -168,10 +168,14 @@ class Engine:
         # the memory ledger's change(), inlined; it is still called to report a Program bug
         held, peak, change = self.memory.current, self.memory.peak, self.memory.change
         # A held op's end is its lane's LaneEnd pushed on the queue directly (what env.timeout
-        # does, minus two Python frames and an allocation).
-        queue, eid, env_step = env._queue, env._eid, env.step
+        # does, minus two Python frames and an allocation; entries as clustersim.simpy_fast
+        # describes them). The clock (env.now) is only set where something else reads it:
+        # before an op starts through the fabric, a collective or a process, and when the
+        # loop returns (env.step sets it itself).
+        queue, ids, env_step = event_queue(env), event_ids(env), env.step
+        at_time, at_event = TIME, EVENT  # where SimPy's queue entries keep them
 
-        now = env._now
+        now = env.now
         while True:  # over the lanes to advance
             if ready:  # a lane woken at `now` by an op that ended: it may start its op
                 lane = ready.popleft()
@@ -183,16 +187,16 @@ class Engine:
                 else:
                     while True:  # let simulated time pass: the next event
                         if not queue:
+                            set_now(env, now)
                             return
-                        ev = queue[0][3]
+                        ev = queue[0][at_event]
                         if ev.__class__ is LaneEnd:
-                            now = heappop(queue)[0]
-                            env._now = now
+                            now = heappop(queue)[at_time]
                             lane = ev.lane
                             break
                         env_step()
+                        now = env.now
                         if woken:
-                            now = env._now
                             lane = woken.popleft()
                             break
                 plan, firsts, idx = lane.plan, lane.firsts, lane.idx
@@ -233,7 +237,7 @@ class Engine:
                 done = True
                 if what == HOLD:
                     start[i] = now
-                    heappush(queue, (now + arg, NORMAL, next(eid), lane.end))
+                    heappush(queue, (now + arg, NORMAL, next(ids), lane.end))
                     break
                 if what == POSTED:  # the span starts when the recv was posted or its send started
                     posted, t_send = lane.t, start[arg]
@@ -243,6 +247,7 @@ class Engine:
                 else:
                     if what == END:
                         break
+                    set_now(env, now)
                     begin(what, i).callbacks.append(lane.wake)
                     break
             lane.idx = idx
@@ -253,7 +258,7 @@ class Engine:
         op = self.program.ops[i]
         if what == JOINED:
             return self._arrive(op)
-        self.start[i] = self.env._now
+        self.start[i] = self.env.now
         if what == SLOWED:
             return self.env.process(self._slowed_compute(op))
         return self._send(op)
@@ -280,10 +285,16 @@ class Engine:
             work -= (env.now - t) * rate
 
     def _collectives_change(self, group: tuple[int, ...], delta: int) -> None:
+        """Count a collective starting (+1) or ending (-1) on each GPU of ``group``, and
+        wake the slowed compute ops waiting there. No event is emitted where nobody waits
+        (always, with the slowdown off): the one there stays the device's current one."""
+        changed = self.collectives_changed
         for dev in group:
             self.active_collectives[dev] += delta
-            ev, self.collectives_changed[dev] = self.collectives_changed[dev], self.env.event()
-            ev.succeed()
+            ev = changed[dev]
+            if ev.callbacks:
+                changed[dev] = self.env.event()
+                ev.succeed()
 
     def _arrive(self, op: Op) -> simpy.Event:
         """Register ``op``'s member at its collective's rendezvous; return the event that
@@ -295,16 +306,24 @@ class Engine:
         state[2].append(op.id)
         if len(state[0]) == (op.arrivals or len(op.group)):
             for i in state[2]:
-                self.start[i] = self.env._now
-            self.env.process(self._run_collective(op, state[1]))
+                self.start[i] = self.env.now
+            # a callback where a process's first step would run (URGENT, at now), so events
+            # at equal times keep their order: one event instead of a process's start and end
+            call_soon(self.env, partial(self._run_collective, op, state[1]))
         return state[1]
 
-    def _run_collective(self, op, finished: simpy.Event):
+    def _run_collective(self, op: Op, finished: simpy.Event, _event=None) -> None:
+        """Start ``op``'s collective now; ``finished`` succeeds when it has ended."""
         names = self.names
         algorithm, analytical_time = self._collective_plan(op)
         self._collectives_change(op.group, +1)
+
+        def ended(_event) -> None:
+            self._collectives_change(op.group, -1)
+            finished.succeed()
+
         if analytical_time is not None:
-            yield self.env.timeout(analytical_time)
+            self.env.timeout(analytical_time).callbacks.append(ended)
         else:
             own = run_collective(
                 self.env,
@@ -330,9 +349,7 @@ class Engine:
                         label=op.tag,
                     )
                 )
-            yield own_done
-        self._collectives_change(op.group, -1)
-        finished.succeed()
+            own_done.callbacks.append(ended)
 
     def _stall_report(self) -> str:
         ops, lines, finished = self.program.ops, [], self.finished

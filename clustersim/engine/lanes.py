@@ -10,9 +10,8 @@ lookups, branches and allocations in the loop that runs once per op.
 
 from __future__ import annotations
 
-from simpy.events import Event
-
 from ..program import COMPUTE, RECV, SEND, Op, Program, is_gpu_work
+from ..simpy_fast import Succeeded
 
 # What the hot path does with an op (``what`` in a plan entry)
 HOLD = 0  # holds its lane for a known time: a compute op, or a send whose fabric knows its time
@@ -86,17 +85,17 @@ def compile_lane(
     return firsts, plan
 
 
-class LaneEnd(Event):
+class LaneEnd(Succeeded):
     """The end of the op a lane holds for a known time: a SimPy event on SimPy's queue,
     scheduled when armed (as a Timeout is). Each lane owns one and re-arms it for each
     such op (a lane holds at most one op at a time). The engine's run loop pops it from
     the queue itself and advances its ``lane`` in place, so SimPy never calls it back:
-    it has no callbacks and always succeeds, with value None."""
+    it has no callbacks and always succeeds, with value None (:mod:`clustersim.simpy_fast`)."""
 
-    __slots__ = ("callbacks", "env", "_ok", "_value", "lane")
+    __slots__ = ("callbacks", "env", "lane")
 
     def __init__(self, env, lane):
-        self.env, self._ok, self._value, self.callbacks, self.lane = env, True, None, None, lane
+        self.env, self.callbacks, self.lane = env, None, lane
 
 
 class Lane:

@@ -6,21 +6,32 @@ row per run (swept values + summary), saved as runs finish and resumable.
 simulated, ranked and explained. Both run on a local process pool or a Dask cluster.
 """
 
-from .executors import EXECUTOR_NAMES, InProcessExecutor, make_executor
-from .grid import expand as expand_grid
-from .memory import estimate_peak_memory
-from .plan_search import SearchResult, search
-from .plans import plan_space
-from .sweeper import sweep
+import importlib
 
-__all__ = [
-    "EXECUTOR_NAMES",
-    "InProcessExecutor",
-    "SearchResult",
-    "estimate_peak_memory",
-    "expand_grid",
-    "make_executor",
-    "plan_space",
-    "search",
-    "sweep",
-]
+#: public name → (module of this package that defines it, its name there); imported on
+#: first use (PEP 562), so the CLI can add its subcommands without loading pandas
+_LAZY = {
+    "EXECUTOR_NAMES": (".executors", "EXECUTOR_NAMES"),
+    "InProcessExecutor": (".executors", "InProcessExecutor"),
+    "SearchResult": (".plan_search", "SearchResult"),
+    "estimate_peak_memory": (".memory", "estimate_peak_memory"),
+    "expand_grid": (".grid", "expand"),
+    "make_executor": (".executors", "make_executor"),
+    "plan_space": (".plans", "plan_space"),
+    "search": (".plan_search", "search"),
+    "sweep": (".sweeper", "sweep"),
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attr = _LAZY[name]
+    value = globals()[name] = getattr(importlib.import_module(module, __name__), attr)
+    return value
+
+
+def __dir__():
+    return sorted({*globals(), *_LAZY})

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 
-import pandas as pd
-
 SWEEP_SHOWN = (
     "status",
     "iteration_time_s",
@@ -154,6 +152,8 @@ def cmd_sweep(args) -> int:
     )
     swept = list(dict.fromkeys([*grid, *zipped]))
     shown = swept + [c for c in SWEEP_SHOWN if c in df.columns]
+    import pandas as pd  # here, not at the top: `clustersim --help` need not load pandas
+
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_rows", 60):
         print(df[shown].to_string(index=False))
     counts = df["status"].value_counts().to_dict()

@@ -6,30 +6,59 @@ contention) stays behind :meth:`Fabric.transfer`, so schedules and collectives n
 change when the network model does.
 
 Node names are the topology's: GPU ``i`` of the cluster is ``"gpu{i}"``.
+
+What the engine and the collectives read from a fabric is declared on :class:`Fabric`
+(its contract): :meth:`~Fabric.transfer`, :meth:`~Fabric.fixed_time`,
+:attr:`~Fabric.shares_links`, and either a topology (:attr:`~Fabric.graph` with its
+:attr:`~Fabric.router`) or one :attr:`~Fabric.bandwidth`/:attr:`~Fabric.latency` for
+every pair. A new network model subclasses it and provides these.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
 
 import simpy
 
 from ..trace.recorder import Recorder
 
+if TYPE_CHECKING:
+    import networkx as nx
+
+    from ..topology.routing import Router
+
 
 class Fabric(ABC):
-    """Base class of network models.
+    """Base class of network models, and the contract the engine and collectives rely on.
 
-    Subclasses implement :meth:`transfer`. They may record link busy periods by appending
-    span tuples (``kind="link"``, ``lane="link"``, device = link name) to
-    ``self.recorder.spans``.
+    Subclasses implement :meth:`transfer`; they override :meth:`fixed_time` when a
+    transfer's time is known before the run, set :attr:`shares_links` to False when
+    flows never slow each other, and set either :attr:`graph` and :attr:`router` (a
+    topology-based model) or :attr:`bandwidth` and :attr:`latency` (one link per pair).
+    They may record link busy periods by appending span tuples (``kind="link"``,
+    ``lane="link"``, device = link name) to ``self.recorder.spans``.
     """
 
     #: whether concurrent transfers slow each other (False: every transfer takes its idle
     #: time, so traffic that only loads the network — folding's shadows — can be skipped)
     shares_links = True
+    #: the topology transfers run over (:func:`clustersim.topology.build_topology`: GPU
+    #: nodes ``gpu{i}`` with a ``host`` attribute, NIC nodes of ``kind`` ``"nic"``, edges
+    #: with ``bandwidth`` in bytes/s and ``latency`` in s), or None for a fabric without
+    #: one. Collectives read it for hosts, NICs and per-pair link speeds.
+    graph: nx.DiGraph | None = None
+    #: routes over :attr:`graph` (shortest by hops, ECMP by flow; routes and costs cached),
+    #: shared with the collectives so both see the same paths; None without a graph
+    router: Router | None = None
+    #: without a graph: the bandwidth (bytes/s) and latency (s) of every pair of nodes,
+    #: which the collectives' α-β costs then use
+    bandwidth: float | None = None
+    latency: float | None = None
 
     def __init__(self, env: simpy.Environment, recorder: Recorder):
+        """``env``: the simulation whose events :meth:`transfer` returns; ``recorder``:
+        where link spans go."""
         self.env = env
         self.recorder = recorder
 

@@ -38,9 +38,10 @@ from heapq import heappush
 
 import networkx as nx
 import simpy
-from simpy.events import NORMAL, Event
+from simpy.events import Event
 
 from ..errors import ScenarioError
+from ..simpy_fast import NORMAL, Succeeded, event_ids, event_queue, succeed_at
 from ..topology.graph import is_wire
 from ..topology.routing import Router
 from ..trace.recorder import Recorder
@@ -95,37 +96,34 @@ class _Flow:
         self.remaining, self.chunk, self.done, self.label = nbytes, chunk, done, label
 
 
-class _Hop(Event):
-    """A scheduled moment: chunk ``size`` reaches link ``hop`` of ``flow`` (or, with
+class _Hop(Succeeded):
+    """A scheduled moment ``at``: chunk ``size`` reaches link ``hop`` of ``flow`` (or, with
     ``inject``, the sender's next chunk enters link 0 — both when latency is zero)."""
 
-    __slots__ = ("fabric", "flow", "hop", "size", "last", "inject")
+    __slots__ = ("fabric", "flow", "hop", "size", "last", "inject", "at")
 
     def __init__(
         self, fabric: PacketFabric, flow: _Flow, hop: int, size: int, last: bool, inject: bool, at: float
     ):
-        env = fabric.env
-        self.env = env
+        self.env = fabric.env
         self.callbacks = _FIRE  # shared and immutable: SimPy only iterates it
-        self._value = None
-        self._ok = True
-        self.fabric, self.flow, self.hop, self.size, self.last, self.inject = (
+        self.fabric, self.flow, self.hop, self.size, self.last, self.inject, self.at = (
             fabric,
             flow,
             hop,
             size,
             last,
             inject,
+            at,
         )
-        # what Environment.schedule does, at absolute time ``at`` (no now + (at - now) rounding)
-        heappush(env._queue, (at, NORMAL, next(env._eid), self))
+        heappush(fabric._heap, (at, NORMAL, next(fabric._ids), self))  # at ``at``, FIFO
 
 
 def _fire(ev: _Hop) -> None:
     if ev.inject:
-        ev.fabric._inject(ev.flow)
+        ev.fabric._inject(ev.flow, ev.at)
     if ev.hop:
-        ev.fabric._serve(ev.flow, ev.hop, ev.size, ev.last)
+        ev.fabric._serve(ev.flow, ev.hop, ev.size, ev.last, ev.at)
 
 
 _FIRE = (_fire,)
@@ -169,6 +167,9 @@ class PacketFabric(Fabric):
         self.chunk_hops = 0
         self._spans = recorder.spans
         self._routes: dict[tuple, tuple[_Link, ...]] = {}
+        # SimPy's queue and eid counter, to schedule a _Hop at its absolute time (its entry
+        # as clustersim.simpy_fast describes it)
+        self._heap, self._ids = event_queue(env), event_ids(env)
 
     def route(self, src: str, dst: str, flow_key: Hashable = None) -> tuple[_Link, ...]:
         """The links (free wires left out) a flow from ``src`` to ``dst`` crosses."""
@@ -208,19 +209,18 @@ class PacketFabric(Fabric):
             chunk = -(-int(nbytes) // self.max_chunks)
         flow = _Flow(links, int(nbytes), chunk, done, label)
         self.chunk_hops += max(1, -(-flow.remaining // flow.chunk)) * len(links)
-        self._inject(flow)
+        self._inject(flow, self.env.now)
         return done
 
-    def _inject(self, flow: _Flow) -> None:
+    def _inject(self, flow: _Flow, now: float) -> None:
         size = flow.chunk if flow.remaining > flow.chunk else flow.remaining
         flow.remaining -= size
-        self._serve(flow, 0, size, flow.remaining == 0)
+        self._serve(flow, 0, size, flow.remaining == 0, now)
 
-    def _serve(self, flow: _Flow, hop: int, size: int, last: bool) -> None:
-        """Chunk ``size`` arrives at link ``hop`` now: queue it, record it, send it on."""
+    def _serve(self, flow: _Flow, hop: int, size: int, last: bool, now: float) -> None:
+        """Chunk ``size`` arrives at link ``hop`` at ``now`` (the current time): queue it,
+        record it, send it on."""
         link = flow.links[hop]
-        env = self.env
-        now = env._now
         start = link.free_at if link.free_at > now else now
         end = (
             start + size / link.bandwidth
@@ -254,9 +254,7 @@ class PacketFabric(Fabric):
         inject = hop == 0 and not last
         if hop == flow.last_hop:
             if last:  # the message's last byte lands at end + latency
-                done = flow.done
-                done._ok, done._value = True, None
-                heappush(env._queue, (end + link.latency, NORMAL, next(env._eid), done))
+                succeed_at(self.env, flow.done, end + link.latency)
             if inject:
                 _Hop(self, flow, 0, 0, False, True, end)
         elif inject and link.latency == 0.0:

@@ -256,6 +256,8 @@ def write_chrome_trace(
     """Write ``{"traceEvents": [...], "displayTimeUnit": "ms"}`` to ``path`` and return it."""
     path = Path(path)
     events = chrome_events(spans, devices, memory)
+    # dumps, not dump: dumps runs the C encoder (json.dump streams through the pure-Python
+    # one), 2–3× faster for the same bytes
     with open_atomic(path) as fh:
-        json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, fh, separators=(",", ":"))
+        fh.write(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}, separators=(",", ":")))
     return path
