@@ -32,8 +32,8 @@ from clustersim.engine.interpreter import Engine
 from clustersim.engine.network_setup import build_network
 from clustersim.engine.variability import compute_scales
 from clustersim.hardware.node_groups import device_memory
+from clustersim.record import Recorder
 from clustersim.simulate import compile_scenario
-from clustersim.trace.recorder import Recorder
 
 sys.path.insert(0, str(Path(__file__).parent))
 from baseline import bare_simpy_rate  # noqa: E402, I001

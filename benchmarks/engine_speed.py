@@ -32,7 +32,7 @@ import simpy
 import clustersim as cs
 from clustersim.engine.interpreter import Engine
 from clustersim.engine.network_setup import build_network
-from clustersim.trace.recorder import Recorder
+from clustersim.record import Recorder
 
 sys.path.insert(0, str(Path(__file__).parent))
 from baseline import bare_simpy_rate  # noqa: E402, I001

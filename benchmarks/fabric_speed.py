@@ -24,7 +24,7 @@ import simpy
 
 from clustersim.network.packet import PacketFabric
 from clustersim.topology import build_topology
-from clustersim.trace.recorder import Recorder
+from clustersim.record import Recorder
 
 sys.path.insert(0, str(Path(__file__).parent))
 from baseline import bare_simpy_rate  # noqa: E402

@@ -26,16 +26,6 @@ REPORT = (
 )
 
 
-def _parse_sets(items: list[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ClusterSimError(f"--set {item!r}: expected key=value, e.g. --set parallel.pp=4")
-        out[key.strip()] = value
-    return out
-
-
 def _format_value(v) -> str:
     if isinstance(v, float):
         return f"{v:.6g}"
@@ -49,12 +39,12 @@ def summary_table(summary: dict) -> str:
 
 
 def cmd_run(args) -> int:
-    from .scenario import load_scenario
+    from .scenario import load_scenario, parse_overrides
     from .simulate import simulate
 
     sc = load_scenario(args.scenario)
     if args.set:
-        sc = sc.with_overrides(_parse_sets(args.set))
+        sc = sc.with_overrides(parse_overrides(args.set))
     res = simulate(sc, progress=not args.quiet and "auto")
     print(summary_table(res.summary))
     if args.out:
@@ -80,11 +70,11 @@ def cmd_plot(args) -> int:
 
 def cmd_plan(args) -> int:
     from .planner import plan_scenario
-    from .scenario import load_scenario
+    from .scenario import load_scenario, parse_overrides
 
     sc = load_scenario(args.scenario)
     if args.set:
-        sc = sc.with_overrides(_parse_sets(args.set))
+        sc = sc.with_overrides(parse_overrides(args.set))
     print(plan_scenario(sc).table())
     return 0
 
@@ -111,8 +101,8 @@ def cmd_validate(args) -> int:
 
 
 def cmd_list(args) -> int:
-    from .engine.network_setup import NETWORK_MODEL_NAMES
     from .hardware.gpus import GPUS
+    from .network.factory import NETWORK_MODEL_NAMES
     from .schedules import SCHEDULES
 
     sections = {

@@ -26,6 +26,24 @@ OP_KINDS = (COMPUTE, SEND, RECV, COLLECTIVE)
 #: :mod:`clustersim.schedules.inference`): no speed factor or interference applies to them
 ARRIVAL_LANE = "arrival"
 
+#: parameter-server lane names (:mod:`clustersim.schedules.parameter_server`), the one place
+#: they are spelled (the metrics of :mod:`clustersim.trace.ps_metrics` find ops by them): a
+#: worker's ``PULL`` (recvs), ``compute`` and ``PUSH`` (sends) lanes; a server's per-worker
+#: ``PULL``, ``PUSH`` and ``APPLY`` lanes (:func:`server_lane`) and its one ``UPDATE`` lane
+PULL, PUSH, APPLY, UPDATE = "pull", "push", "apply", "update"
+_OF_WORKER = ".w"  # a server lane's kind and worker: ``pull.w3``
+
+
+def server_lane(kind: str, worker: int) -> str:
+    """The name of a server's ``kind`` lane (``PULL``, ``PUSH`` or ``APPLY``) for ``worker``."""
+    return f"{kind}{_OF_WORKER}{worker}"
+
+
+def server_lane_worker(lane: str, kind: str) -> int | None:
+    """The worker of ``lane`` when it is a server's ``kind`` lane (:func:`server_lane`), else None."""
+    head, sep, worker = lane.partition(_OF_WORKER)
+    return int(worker) if sep and head == kind else None
+
 
 def is_gpu_work(op: Op) -> bool:
     """Whether ``op`` is work a GPU does (a compute op not on the arrival lane): what

@@ -10,28 +10,33 @@ from typing import Any
 import pandas as pd
 import simpy
 
+from . import metrics
 from .coarsen import coarsen
 from .engine.dag import choose_evaluator
 from .engine.interpreter import Engine
 from .engine.network_setup import build_network
 from .engine.variability import compute_scales
+from .faults import simulate_job
 from .hardware.node_groups import describe, device_gpus, device_memory
 from .parallel.fold import FoldDecision, can_fold, decide_fold, representative
 from .parallel.hetero import ReplicaWork, needs_replica_work, replica_work
 from .parallel.plan import Plan
+from .planner import resolve_partition
 from .program import Program
 from .progress import SimProgress, wanted
+from .record import Recorder
 from .scenario import Scenario, load_scenario
-from .schedules import SCHEDULES, compile_pipeline
+from .schedules import SCHEDULES, compile_pipeline, update_staleness
 from .schedules.compression import compression_of
 from .schedules.inference import arrival_times, compile_inference
+from .schedules.parameter_server import parameter_server_program
 from .schedules.replicated import ReplicaLayout, compile_replicated
-from .trace import metrics
-from .trace.recorder import Recorder
+from .trace.ps_metrics import harmonic_period, ps_summary
 from .trace.requests import request_metrics, split_requests
 from .trace.result import Result, spans_frame
 from .trace.throughput import throughput_metrics
 from .trace.waits import wait_table
+from .workload.memory_model import memory_columns
 from .workload.stage_cost import chunk_costs
 
 GIB = 2**30
@@ -59,11 +64,7 @@ def _compile(sc: Scenario, fold: bool) -> tuple[Program, list[ReplicaWork] | Non
     """:func:`compile_scenario`'s Program (folded if ``fold``, a decision already checked),
     and the work each data-parallel replica was compiled with (None when replicas do not
     differ, :func:`needs_replica_work`)."""
-    from .planner import resolve_partition
-
     if sc.parallel.parameter_server is not None:
-        from .schedules.parameter_server import parameter_server_program
-
         return _finish(sc, parameter_server_program(sc)), None
     plan = Plan.of(sc)
     chunks = plan.pp * sc.parallel.virtual_stages
@@ -106,9 +107,7 @@ def simulate(scenario: Scenario | str | Path | dict[str, Any], progress: bool | 
     always (True) or never (False); see :mod:`clustersim.progress`."""
     sc = load_scenario(scenario)
     if sc.faults or sc.recovery is not None:  # a whole job: one run per configuration (docs/faults.md)
-        from .faults import simulate_job
-
-        return simulate_job(sc, progress)
+        return simulate_job(sc, simulate, progress)
     wall0 = time.perf_counter()
     fold = decide_fold(sc)
     prog, replicas = _compile(sc, fold.enabled)
@@ -175,8 +174,6 @@ def build_result(
     iter_time = t1 - t0
     ps = sc.parallel.parameter_server is not None
     if ps:  # workers run at their own pace: the harmonic mean of their periods (docs/metrics.md)
-        from .trace.ps_metrics import harmonic_period, ps_summary
-
         ps_entries, ps_workers = ps_summary(spans)
         iter_time = harmonic_period(ps_workers["period_s"])
     parts = metrics.device_breakdown(spans, window).set_index("device")
@@ -210,9 +207,7 @@ def build_result(
         devices = devices.join(ps_workers, on="device")
     oom_hint = ""
     if sc.model.kind != "synthetic" and not inference:  # real models: memory by kind, and why it does not fit
-        from .workload.memory_model import memory_columns
-
-        cols, oom_hint = memory_columns(sc, devices, engine.program)
+        cols, oom_hint = memory_columns(sc, devices, engine.program, SCHEDULES[sc.parallel.schedule])
         for key, values in cols.items():
             devices[key] = values
     stage_bubble = devices.groupby("stage")["bubble_fraction"].mean()
@@ -264,8 +259,6 @@ def build_result(
 
 
 def _max_staleness(prog: Program) -> int:
-    from .schedules import update_staleness
-
     st = update_staleness(prog)
     return int(st["staleness"].max()) if len(st) else 0
 

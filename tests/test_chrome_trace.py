@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 import clustersim as cs
+from clustersim.record import SPAN_FIELDS
 from clustersim.trace.chrome import chrome_events
-from clustersim.trace.recorder import SPAN_FIELDS
 from tests.conftest import synthetic
 
 META = {"process_name", "thread_name", "process_sort_index", "thread_sort_index"}

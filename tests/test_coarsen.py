@@ -9,8 +9,8 @@ from clustersim.engine.interpreter import Engine
 from clustersim.memory_kinds import StaticMemory
 from clustersim.network import DirectFabric
 from clustersim.parallel.plan import Plan
+from clustersim.record import Recorder
 from clustersim.schedules import SCHEDULES, compile_pipeline
-from clustersim.trace.recorder import Recorder
 from clustersim.workload import Segment, StageCost
 
 

@@ -9,8 +9,8 @@ import simpy
 
 from clustersim.collectives import ALGORITHMS, run_collective
 from clustersim.network import DirectFabric, PacketFabric
+from clustersim.record import Recorder
 from clustersim.topology import build_topology
-from clustersim.trace.recorder import Recorder
 
 MiB = 1 << 20
 

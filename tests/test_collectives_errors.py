@@ -8,8 +8,8 @@ import simpy
 from clustersim.collectives import run_collective
 from clustersim.errors import ScenarioError
 from clustersim.network import DirectFabric, PacketFabric
+from clustersim.record import Recorder
 from clustersim.topology import build_topology
-from clustersim.trace.recorder import Recorder
 
 
 def packet_fabric(env, n=4, nodes=1):

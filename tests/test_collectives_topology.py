@@ -10,8 +10,8 @@ import simpy
 from clustersim.collectives import ALGORITHMS, Group, estimate_time, run_collective
 from clustersim.collectives.bench import measure
 from clustersim.network import PacketFabric
+from clustersim.record import Recorder
 from clustersim.topology import build_topology
-from clustersim.trace.recorder import Recorder
 
 MiB = 1 << 20
 

@@ -18,8 +18,8 @@ from clustersim.engine.interpreter import Engine
 from clustersim.memory_kinds import StaticMemory
 from clustersim.network.base import DirectFabric
 from clustersim.program import Program
+from clustersim.record import Recorder
 from clustersim.simulate import compile_scenario
-from clustersim.trace.recorder import Recorder
 from tests.conftest import synthetic
 from tests.test_program_checks import _cycle, _missing_member
 

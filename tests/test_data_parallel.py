@@ -7,7 +7,7 @@ import simpy
 import clustersim as cs
 from clustersim.engine.interpreter import Engine
 from clustersim.network import DirectFabric
-from clustersim.trace.recorder import Recorder
+from clustersim.record import Recorder
 from tests.conftest import synthetic
 
 

@@ -9,7 +9,7 @@ import simpy
 import clustersim as cs
 from clustersim.engine.interpreter import Engine
 from clustersim.network import DirectFabric
-from clustersim.trace.recorder import Recorder
+from clustersim.record import Recorder
 
 
 def _compute_beside_all_reduces(collectives: int, members: int) -> cs.Program:

@@ -10,7 +10,7 @@ from clustersim.engine.interpreter import Engine
 from clustersim.engine.lanes import HOLD
 from clustersim.engine.network_setup import build_network
 from clustersim.network import DirectFabric
-from clustersim.trace.recorder import Recorder
+from clustersim.record import Recorder
 from tests.conftest import synthetic
 
 

@@ -20,8 +20,8 @@ from clustersim.network import (
     PacketFabric,
     build_fabric,
 )
+from clustersim.record import Recorder
 from clustersim.topology import build_topology, is_wire
-from clustersim.trace.recorder import Recorder
 
 from .test_topology import chain, cluster
 

@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from matplotlib.collections import LineCollection, PolyCollection
 
 import clustersim as cs
-from clustersim.engine.network_setup import cluster_dict
 from clustersim.faults.config import Config
 from clustersim.faults.state import checkpoint_bytes, stage_state_bytes
 from clustersim.faults.timeline import JobModel, JobTimeline
@@ -370,7 +369,7 @@ def test_shipped_scenario_restart_vs_elastic():
     three = sc.with_overrides({"cluster.nodes": 3, "parallel.dp": 3, "faults": [], "recovery": None})
     stage0 = stage_state_bytes(three)[0]
     assert 4 * sum(stage_state_bytes(three)) == pytest.approx(s["checkpoint_bytes"], rel=1e-12)  # tp 4 shards
-    router = Router(build_topology(cluster_dict(sc.cluster)))
+    router = Router(build_topology(sc.cluster.model_dump()))
     routes = [router.cost(f"gpu{src}", f"gpu{src + 16}") for src in range(4)]
     migration = max(lat + stage0 / bw for lat, bw in routes)
     assert elastic.summary["migration_time_s"] == pytest.approx(migration, rel=1e-12)

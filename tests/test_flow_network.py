@@ -6,13 +6,13 @@ from collections import defaultdict
 
 import pytest
 import simpy
+from clustersim.trace.recorder import Recorder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import clustersim as cs
 from clustersim.network import build_fabric
 from clustersim.topology import build_topology
-from clustersim.trace.recorder import Recorder
 
 from .test_fabric import flows_strategy, run_flows, star_of
 from .test_topology import chain, cluster

@@ -84,7 +84,7 @@ def test_shadow_traffic_is_what_keeps_folding_honest():
 
     from clustersim.engine.interpreter import Engine
     from clustersim.engine.network_setup import build_network
-    from clustersim.trace.recorder import Recorder
+    from clustersim.record import Recorder
 
     full = cs.simulate(_shared_nic_job(False), progress=False).summary["iteration_time_s"]
     folded = cs.simulate(_shared_nic_job(True), progress=False).summary["iteration_time_s"]

@@ -6,7 +6,7 @@ import simpy
 import clustersim as cs
 from clustersim.engine.interpreter import Engine
 from clustersim.engine.network_setup import build_network
-from clustersim.trace.recorder import Recorder
+from clustersim.record import Recorder
 
 MiB = 2**20
 

@@ -14,7 +14,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import clustersim as cs
-from clustersim.engine.network_setup import cluster_dict
 from clustersim.hardware.gpus import get_gpu
 from clustersim.scenario.schema import ArrivalSpec
 from clustersim.schedules.inference import arrival_times
@@ -237,7 +236,7 @@ def test_edgepipe_scenario_runs_and_is_network_bound():
     # 64 KiB chunks over h = 2 equal links: A/B + (h − 1)·chunk/B + Σ l.
     sc = cs.load_scenario("scenarios/edgepipe-vit-large-4xT4-1GbE.yaml")
     A, B, chunk = 197 * 1024 * 2, 1e9 / 8, 64 * 1024
-    router = Router(build_topology(cluster_dict(sc.cluster)))
+    router = Router(build_topology(sc.cluster.model_dump()))
     assert [router.cost(f"gpu{k}", f"gpu{k + 1}") for k in range(3)] == [pytest.approx((2 * 50e-6, B))] * 3
     hop = A / B + chunk / B + 2 * 50e-6
     forwards = [c.forward for c in chunk_costs(sc, 4, gpu="T4-16GB")]

@@ -9,8 +9,7 @@ from hypothesis import strategies as st
 
 import clustersim as cs
 from clustersim.errors import ProgramError, ScenarioError
-from clustersim.program import Program
-from clustersim.schedules.parameter_server import APPLY, PULL, PUSH, server_lane, server_lane_worker
+from clustersim.program import APPLY, PULL, PUSH, Program, server_lane, server_lane_worker
 from clustersim.trace.ps_metrics import gradient_staleness
 
 LAT = 10e-6

@@ -10,7 +10,6 @@ import pytest
 
 import clustersim as cs
 from clustersim.cli import main
-from clustersim.engine.network_setup import cluster_dict
 from clustersim.planner import (
     LayerProfile,
     Network,
@@ -117,7 +116,7 @@ def test_planner_prices_the_nics_the_topology_builds(per_node):
     nic = {"bandwidth": "10 Gbit/s", **({"per_node": per_node} if per_node else {})}
     raw["cluster"] = {"nodes": 2, "gpus_per_node": 4, "nic": nic}
     sc = cs.load_scenario(raw)
-    g = build_topology(cluster_dict(sc.cluster))
+    g = build_topology(sc.cluster.model_dump())
     built = sum(
         d["bandwidth"] for a, _, d in g.edges(data=True) if a.startswith("node0.") and d["kind"] == "nic"
     )

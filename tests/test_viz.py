@@ -12,8 +12,8 @@ from hypothesis import strategies as st  # noqa: E402
 from matplotlib.colors import to_rgb  # noqa: E402
 
 import clustersim as cs  # noqa: E402
-from clustersim.trace.metrics import device_breakdown  # noqa: E402
-from clustersim.trace.recorder import SPAN_FIELDS  # noqa: E402
+from clustersim.metrics import device_breakdown  # noqa: E402
+from clustersim.record import SPAN_FIELDS  # noqa: E402
 from clustersim.viz.binning import bin_busy  # noqa: E402
 from clustersim.viz.colors import activity, collective_key, color_of  # noqa: E402
 from clustersim.viz.gantt import plot_gantt  # noqa: E402

@@ -32,7 +32,7 @@ def run_collective(
     buffer). ``algorithm`` is a key of :data:`ALGORITHMS` or ``"auto"`` (the fastest by
     the α-β model of :mod:`.cost`). ``alpha`` is the per-step latency in seconds: one
     number for every step, a mapping ``{"intra_node": s, "inter_node": s}``, or None for
-    NCCL-derived defaults (:data:`~clustersim.collectives.group.DEFAULT_ALPHA`). ``root``
+    NCCL-derived defaults (:data:`~clustersim.hardware.presets.DEFAULT_ALPHA`). ``root``
     is the root of broadcast/reduce (default: first member) and the server of
     ``parameter_server``. ``channels``, ``chunks``, ``servers`` tune ring channels,
     pipeline chunks and parameter servers. Returns ``{member: finish time (s)}``.

@@ -13,7 +13,11 @@ from dataclasses import dataclass
 
 import simpy
 
-from ..trace.recorder import Recorder
+from ..hardware.presets import expand_preset
+from ..network.factory import build_fabric
+from ..record import Recorder
+from ..topology import build_topology
+from ..topology.graph import gpu_names
 from .api import run_collective
 
 #: packet-fabric chunks per message at most; chunk = max(MIN_CHUNK, S / (n · this))
@@ -58,10 +62,6 @@ def measure(
     alpha=None,
 ) -> Measurement:
     """Run ``kind`` of ``nbytes`` among every GPU of ``cluster`` (a resolved cluster dict)."""
-    from ..network.factory import build_fabric
-    from ..topology import build_topology
-    from ..topology.graph import gpu_names
-
     graph = build_topology(cluster)
     members = gpu_names(graph)
     n = len(members)
@@ -89,8 +89,6 @@ def measure(
 
 def preset_cluster(preset: str, nodes: int) -> dict:
     """The resolved cluster dict of ``preset`` with ``nodes`` nodes (single_node when 1)."""
-    from ..hardware.presets import expand_preset
-
     cluster = expand_preset(preset)
     cluster["nodes"] = nodes
     if nodes == 1:

@@ -16,10 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..errors import ScenarioError
+from ..hardware.presets import DEFAULT_ALPHA
 from ..topology.routing import Router
 
-#: α per link technology, seconds (NCCL tuning.cc hwLat[.][RING][SIMPLE])
-DEFAULT_ALPHA: dict[str, float] = {"nvlink": 3.4e-6, "pcie": 5.7e-6, "net": 14.0e-6}
 #: α per link kind a user sets (``cluster.collective_alpha``): same host vs different hosts
 ALPHA_KEYS = ("intra_node", "inter_node")
 

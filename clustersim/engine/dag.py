@@ -34,7 +34,7 @@ from heapq import heappop, heappush
 from ..errors import ScenarioError, SimulationStall
 from ..network.base import Fabric
 from ..program import COLLECTIVE, RECV, SEND, Program
-from ..trace.recorder import Recorder
+from ..record import Recorder
 from .collective_plans import CollectivePlans
 from .lanes import DONE, END, HOLD, INSTANT, JOINED, POSTED, SENT, compile_lane, wait_more, waiter_table
 from .memory import MemoryLedger

@@ -40,8 +40,8 @@ from ..collectives import run_collective
 from ..errors import SimulationStall
 from ..network.base import Fabric
 from ..program import COLLECTIVE, RECV, Op, Program
+from ..record import Recorder
 from ..simpy_fast import EVENT, NORMAL, TIME, call_soon, event_ids, event_queue, scheduled_count, set_now
-from ..trace.recorder import Recorder
 from .collective_plans import CollectivePlans
 from .lanes import (
     DONE,

@@ -12,7 +12,7 @@ capacity does not stop the run (the user wants to see by how much it does not fi
 from __future__ import annotations
 
 from ..memory_kinds import StaticMemory
-from ..trace.recorder import Recorder
+from ..record import Recorder
 
 
 class MemoryLedger:

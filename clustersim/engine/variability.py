@@ -10,21 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..hardware.node_groups import device_factors
 from ..program import Program, is_gpu_work
-
-
-def device_factors(cluster, num_devices: int) -> np.ndarray:
-    """Per-device compute time factors: straggler slowdowns ÷ node-group speed factors."""
-    from ..hardware.node_groups import device_speeds
-
-    per_device = np.ones(num_devices)  # devices past the GPUs (parameter servers) run at 1
-    speeds = device_speeds(cluster)[:num_devices]
-    per_device[: len(speeds)] = 1.0 / np.array(speeds, dtype=float)
-    for straggler in cluster.stragglers:
-        for g in straggler.gpus:
-            if g < num_devices:
-                per_device[g] *= straggler.slowdown
-    return per_device
 
 
 def compute_scales(scenario, program: Program) -> list[float] | None:

@@ -121,12 +121,11 @@ def add_commands(sub, parents=(), epilog: str | None = None) -> None:
 
 
 def _base(args):
-    from ..cli import _parse_sets
-    from ..scenario import load_scenario
+    from ..scenario import load_scenario, parse_overrides
 
     if not args.set:
         return args.scenario
-    return load_scenario(args.scenario).with_overrides(_parse_sets(args.set))
+    return load_scenario(args.scenario).with_overrides(parse_overrides(args.set))
 
 
 def cmd_sweep(args) -> int:

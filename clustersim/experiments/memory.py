@@ -12,7 +12,9 @@ partition — without running the engine.
 
 from __future__ import annotations
 
+from ..hardware.node_groups import device_memory
 from ..scenario import Scenario
+from ..simulate import compile_scenario
 
 
 def estimate_peak_memory(sc: Scenario) -> int:
@@ -22,8 +24,6 @@ def estimate_peak_memory(sc: Scenario) -> int:
 
 def device_peak_memory(sc: Scenario) -> list[int]:
     """Peak bytes of every device (index = device; a folded twin shows 0: see its representative)."""
-    from ..simulate import compile_scenario
-
     return [peak for peak, _ in compile_scenario(sc, fold=True).memory_peaks()]
 
 
@@ -31,8 +31,6 @@ def tightest_fit(sc: Scenario) -> tuple[int, int]:
     """(estimated peak bytes, memory capacity) of the device fullest relative to its own
     GPU's memory — on a uniform cluster the fullest GPU; with ``node_groups`` a small GPU
     may be tighter than a fuller big one."""
-    from ..hardware.node_groups import device_memory
-
     peaks = device_peak_memory(sc)
     caps = device_memory(sc.cluster, len(peaks))
     worst = max(range(len(peaks)), key=lambda d: (peaks[d] / caps[d], peaks[d]))

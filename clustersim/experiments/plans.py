@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ScenarioError
+from ..hardware.node_groups import heterogeneity
 from ..parallel.plan import Plan
 from ..scenario import Scenario
 from ..schedules import SCHEDULES
@@ -123,8 +124,6 @@ def plan_space(
 def hetero_knobs(sc: Scenario, pp: int, dp: int, schedule: str) -> dict[str, Any]:
     """On a heterogeneous cluster, size each plan to its GPUs: stages balanced on their
     GPUs (pp > 1) and micro-batches split by replica speed (dp > 1, flushing schedules)."""
-    from ..hardware.node_groups import heterogeneity
-
     if heterogeneity(sc.cluster) is None:
         return {}
     out: dict[str, Any] = {"parallel.partition": "balanced"} if pp > 1 else {}

@@ -13,7 +13,6 @@ import time
 import networkx as nx
 import pandas as pd
 
-from ..engine.network_setup import cluster_dict
 from ..errors import ScenarioError
 from ..topology import build_topology
 from ..topology.graph import gpu_names
@@ -24,10 +23,12 @@ from .state import checkpoint_bytes
 from .timeline import COLUMNS, JobModel, JobTimeline
 
 
-def simulate_job(sc, progress=False):
-    """Simulate every configuration the job of ``sc`` runs in and lay the job out."""
-    from ..simulate import simulate
+def simulate_job(sc, simulate, progress=False):
+    """Simulate every configuration the job of ``sc`` runs in and lay the job out.
 
+    ``simulate(scenario, progress=…) -> Result`` runs one fault-free configuration (it is
+    :func:`clustersim.simulate.simulate`, handed in because the simulate layer sits above
+    this package: it calls here for scenarios with faults)."""
     wall0 = time.perf_counter()
     check_fault_links(sc)
     runs: dict[Config, object] = {}
@@ -111,7 +112,7 @@ def goodput_summary(
 def cut_off(sc, cfg: Config, link: tuple[str, str]) -> set[int]:
     """Physical nodes whose GPUs ``link``'s failure cuts off from the rest (the part with
     the most GPUs, ties: the one with GPU 0, stays); empty if it only re-routes."""
-    cluster = cluster_dict(sc.cluster.model_copy(update={"nodes": cfg.nodes, "failed_links": []}))
+    cluster = sc.cluster.model_copy(update={"nodes": cfg.nodes, "failed_links": []}).model_dump()
     g = build_site(cluster, "cluster")
     remove_failed_links(g, [*cfg.failed_links, link])
     gpus = set(gpu_names(g))
@@ -127,7 +128,7 @@ def cut_off(sc, cfg: Config, link: tuple[str, str]) -> set[int]:
 def check_fault_links(sc) -> None:
     """Every ``link_fail`` must name a link of the healthy cluster (both ends linked) that
     neither ``cluster.failed_links`` nor another ``link_fail`` already takes down."""
-    g = build_topology(cluster_dict(sc.cluster.model_copy(update={"failed_links": []})))
+    g = build_topology(sc.cluster.model_copy(update={"failed_links": []}).model_dump())
     down = {frozenset(link): f"cluster.failed_links[{i}]" for i, link in enumerate(sc.cluster.failed_links)}
     for k, f in enumerate(sc.faults):
         if f.kind != "link_fail":

@@ -19,7 +19,7 @@ import simpy
 
 from ..engine.network_setup import build_network
 from ..errors import ScenarioError
-from ..trace.recorder import Recorder
+from ..record import Recorder
 from .config import Config, roles, scenario_of
 from .state import stage_state_bytes
 

@@ -8,8 +8,9 @@ synthetic model's ``params`` bytes are its whole state.
 
 from __future__ import annotations
 
+from ..planner import run_chunk_costs
 from ..schedules import SCHEDULES
-from ..workload.memory_model import run_chunk_costs, zero_shards
+from ..workload.memory_model import zero_shards
 
 
 def _gpu_state(cost, zero: int, dp: int) -> tuple[float, float]:

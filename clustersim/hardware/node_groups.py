@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .gpus import GPUSpec, get_gpu
 
 
@@ -37,6 +39,18 @@ def device_speeds(cluster) -> list[float]:
 def device_specs(cluster) -> list[GPUSpec]:
     """The catalog spec of every device's GPU."""
     return [get_gpu(name) for name in device_gpus(cluster)]
+
+
+def device_factors(cluster, num_devices: int) -> np.ndarray:
+    """Per-device compute time factors: straggler slowdowns ÷ node-group speed factors."""
+    per_device = np.ones(num_devices)  # devices past the GPUs (parameter servers) run at 1
+    speeds = device_speeds(cluster)[:num_devices]
+    per_device[: len(speeds)] = 1.0 / np.array(speeds, dtype=float)
+    for straggler in cluster.stragglers:
+        for g in straggler.gpus:
+            if g < num_devices:
+                per_device[g] *= straggler.slowdown
+    return per_device
 
 
 def device_memory(cluster, num_devices: int) -> list[float]:

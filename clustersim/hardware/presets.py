@@ -28,8 +28,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ..collectives.group import DEFAULT_ALPHA
 from ..errors import ScenarioError
+
+#: α per link technology, seconds (NCCL tuning.cc hwLat[.][RING][SIMPLE]); the collectives'
+#: default ``cluster.collective_alpha`` (:func:`clustersim.collectives.group.resolve_alpha`)
+DEFAULT_ALPHA: dict[str, float] = {"nvlink": 3.4e-6, "pcie": 5.7e-6, "net": 14.0e-6}
 
 NVLINK_LINE_RATE = 25e9  # bytes/s per NVLink3/NVLink4 link per direction
 NVLINK_EFF_A100 = 20.0e9 / NVLINK_LINE_RATE  # NCCL topo.h SM80_NVLINK_BW

@@ -22,8 +22,8 @@ import networkx as nx
 import simpy
 
 from ..errors import ScenarioError
+from ..record import Recorder
 from ..topology.routing import Router
-from ..trace.recorder import Recorder
 from .base import Fabric
 from .degradation import finish_time, min_profile, rate_profile
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import simpy
 
-from ..trace.recorder import Recorder
+from ..record import Recorder
 
 if TYPE_CHECKING:
     import networkx as nx

@@ -10,7 +10,7 @@ import networkx as nx
 import simpy
 
 from ..errors import ScenarioError
-from ..trace.recorder import Recorder
+from ..record import Recorder
 from .analytical import AnalyticalFabric
 from .base import Fabric
 from .flow import FlowFabric
@@ -23,6 +23,9 @@ NETWORK_MODELS: dict[str, type[Fabric]] = {
     "analytical": AnalyticalFabric,
 }
 DEFAULT_NETWORK_MODEL = "packet"
+#: the topology-based models above plus ``direct``: a private link per GPU pair at the
+#: intra-node bandwidth, no topology (``simulation.network``)
+NETWORK_MODEL_NAMES = (*NETWORK_MODELS, "direct")
 
 
 def build_fabric(

@@ -41,10 +41,10 @@ import simpy
 from simpy.events import Event
 
 from ..errors import ScenarioError
+from ..record import Recorder
 from ..simpy_fast import NORMAL, Succeeded, event_ids, event_queue, succeed_at
 from ..topology.graph import is_wire
 from ..topology.routing import Router
-from ..trace.recorder import Recorder
 from .base import Fabric
 from .degradation import Windows, finish_time, rate_profile
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ScenarioError
+from ..hardware.node_groups import heterogeneity
 from .plan import Plan
 
 #: ``fold: auto`` folds jobs of at least this many GPUs (below it, unfolded runs are quick
@@ -47,8 +48,6 @@ def _obstacle(sc) -> str | None:
         return "parameter-server workers are simulated one by one"
     if cl.stragglers:
         return "stragglers make replicas differ"
-    from ..hardware.node_groups import heterogeneity
-
     mixed = heterogeneity(cl)
     if mixed is not None:
         return f"{mixed} make replicas differ"

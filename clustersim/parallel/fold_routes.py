@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 
+from ..topology import build_topology
 from .plan import Plan
 
 #: topology kinds whose routes depend only on the levels two GPUs share
@@ -43,8 +44,6 @@ def _topology_obstacle(topology: dict) -> str | None:
 def _placement(cluster_json: str) -> dict[str, tuple]:
     """:func:`_levels` of a cluster (its resolved section as JSON): built once per cluster,
     as a plan search asks for many plans on one cluster."""
-    from ..topology import build_topology
-
     return _levels(build_topology(json.loads(cluster_json)))
 
 
@@ -70,13 +69,12 @@ def _level(where: dict[str, tuple], a: int, b: int) -> int:
 
 def route_obstacle(sc) -> str | None:
     """Why twins' routes differ from their representative's (None if they do not)."""
-    from ..engine.network_setup import cluster_dict
 
     why = _topology_obstacle(sc.cluster.topology)
     if why is not None:
         return why
     plan = Plan.of(sc)
-    where = _placement(json.dumps(cluster_dict(sc.cluster), sort_keys=True))
+    where = _placement(json.dumps(sc.cluster.model_dump(), sort_keys=True))
     hops = [(s, s + 1) for s in range(plan.pp - 1)]
     if sc.parallel.virtual_stages > 1 and plan.pp > 1:
         hops.append((plan.pp - 1, 0))  # an interleaved schedule's chunks wrap around

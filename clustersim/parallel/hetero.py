@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..hardware.node_groups import device_factors, device_gpus, gpu_types
 from ..workload.stage_cost import StageCost, chunk_costs
 from .plan import Plan
 
@@ -35,16 +36,11 @@ class ReplicaWork:
 
 def needs_replica_work(sc) -> bool:
     """Whether replicas differ at compile time (GPU types or micro-batch shares)."""
-    from ..hardware.node_groups import gpu_types
-
     return sc.parallel.dp_split != "even" or len(gpu_types(sc.cluster)) > 1
 
 
 def replica_work(sc, plan: Plan, schedule, partition: list[int] | None) -> list[ReplicaWork]:
     """Per replica, its :class:`ReplicaWork` (see the module docstring)."""
-    from ..engine.variability import device_factors
-    from ..hardware.node_groups import device_gpus
-
     chunks = plan.pp * sc.parallel.virtual_stages
     gpus = device_gpus(sc.cluster)
     by_gpu = {g: chunk_costs(sc, chunks, partition, gpu=g) for g in dict.fromkeys(gpus)}

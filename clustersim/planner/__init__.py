@@ -9,6 +9,10 @@ their own replication) and the best uniform plan for ``clustersim plan``.
 
 from __future__ import annotations
 
+from ..errors import ScenarioError
+from ..hardware.node_groups import gpu_types, heterogeneity
+from ..workload.stage_builder import balanced_partition
+from ..workload.stage_cost import StageCost, chunk_costs
 from .pipedream import Optimizer, PipelinePlan, Stage, data_parallel_time, uniform_partition
 from .profiles import LayerProfile, Network, layer_profiles, network_of
 from .report import PlanReport, plan_scenario
@@ -20,8 +24,6 @@ def resolve_partition(sc, chunks: int) -> list[int] | None:
     On a heterogeneous cluster (``cluster.node_groups``) ``balanced`` and ``pipedream``
     price each stage on its own GPUs (:mod:`.hetero`), and a CNN's default split — balanced
     — does too, so every GPU type prices the same layers."""
-    from ..hardware.node_groups import gpu_types, heterogeneity
-
     part = sc.parallel.partition
     if isinstance(part, list):
         return list(part)
@@ -34,12 +36,8 @@ def resolve_partition(sc, chunks: int) -> list[int] | None:
         return balanced_by_stage(sc, chunks)
     profiles = layer_profiles(sc)
     if part == "balanced":
-        from ..workload.stage_builder import balanced_partition
-
         return balanced_partition([lp.compute for lp in profiles], chunks)
     if sc.parallel.virtual_stages != 1:
-        from ..errors import ScenarioError
-
         raise ScenarioError(
             "parallel.partition",
             part,
@@ -60,6 +58,13 @@ def resolve_partition(sc, chunks: int) -> list[int] | None:
     return uniform_partition(profiles, network_of(sc), sc.parallel.pp, sc.dp)
 
 
+def run_chunk_costs(sc) -> list[StageCost]:
+    """The StageCost of every model chunk (``pp × virtual_stages`` of them), cut by the
+    partition the run uses (``parallel.partition`` resolved): what a GPU of each stage holds."""
+    chunks = sc.parallel.pp * sc.parallel.virtual_stages
+    return chunk_costs(sc, chunks, resolve_partition(sc, chunks))
+
+
 __all__ = [
     "LayerProfile",
     "Network",
@@ -72,5 +77,6 @@ __all__ = [
     "network_of",
     "plan_scenario",
     "resolve_partition",
+    "run_chunk_costs",
     "uniform_partition",
 ]

@@ -18,15 +18,16 @@ cost-model time on that device's GPU type × its straggler slowdown ÷ its speed
 
 from __future__ import annotations
 
+from ..hardware.node_groups import device_factors, device_gpus, device_specs
+from ..parallel.plan import Plan
+from ..schedules import SCHEDULES
+from ..workload.rules import model_layers
 from ..workload.stage_builder import contiguous_min_max
+from ..workload.stage_cost import chunk_costs
 
 
 def _stage_hardware(sc) -> list[tuple[set[tuple[str, float]], int]]:
     """Per stage: its distinct (GPU type, time factor) pairs and its smallest GPU memory."""
-    from ..engine.variability import device_factors
-    from ..hardware.node_groups import device_gpus, device_specs
-    from ..parallel.plan import Plan
-
     plan = Plan.of(sc)
     gpus, specs = device_gpus(sc.cluster), device_specs(sc.cluster)
     factors = device_factors(sc.cluster, plan.num_devices)
@@ -38,9 +39,6 @@ def _stage_hardware(sc) -> list[tuple[set[tuple[str, float]], int]]:
 
 
 def _layer_costs(sc, gpu: str) -> list:
-    from ..workload.rules import model_layers
-    from ..workload.stage_cost import chunk_costs
-
     n = model_layers(sc.model)
     return chunk_costs(sc, n, [1] * n, gpu=gpu)
 
@@ -63,8 +61,6 @@ def _layer_times(hw, costs: dict[str, list]) -> list[list[float]]:
 
 def balanced_by_stage(sc, chunks: int) -> list[int]:
     """Layers per model chunk, balanced on each chunk's stage hardware (module docstring)."""
-    from ..schedules import SCHEDULES
-
     schedule, pp = SCHEDULES[sc.parallel.schedule], sc.parallel.pp
     hw, costs = _priced(sc)
     times = _layer_times(hw, costs)

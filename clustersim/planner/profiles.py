@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..topology.servers import nics_per_node
+from ..workload.rules import model_layers
+from ..workload.stage_cost import chunk_costs
 
 
 @dataclass(frozen=True)
@@ -60,9 +62,6 @@ class Network:
 
 def layer_profiles(sc) -> list[LayerProfile]:
     """Per-layer profiles of a scenario's model (one ``chunk_costs`` chunk per layer)."""
-    from ..workload.rules import model_layers
-    from ..workload.stage_cost import chunk_costs
-
     n = model_layers(sc.model)
     return [
         LayerProfile(

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import ScenarioError
+from ..hardware.gpus import get_gpu
+from ..hardware.node_groups import heterogeneity
 from .pipedream import Optimizer, PipelinePlan, data_parallel_time
 from .profiles import layer_profiles, network_of
 
@@ -87,9 +90,6 @@ def plan_scenario(sc) -> PlanReport:
     choose which GPUs each stage gets, so the planner searches the uniform plans only —
     pp stages × dp replicas, each stage priced on its own GPUs (:mod:`.hetero`) — and the
     best of them is the plan it proposes."""
-    from ..hardware.gpus import get_gpu
-    from ..hardware.node_groups import heterogeneity
-
     layers, net, tp = layer_profiles(sc), network_of(sc), sc.parallel.tp
     n = sc.num_gpus // tp  # workers: a tensor-parallel group is one
     why = heterogeneity(sc.cluster)
@@ -113,7 +113,6 @@ def _plan_uniform_only(sc, layers, net, workers: int, why: str) -> PlanReport:
     """The best uniform plan (searched alone for reason ``why``): per pp, the stage
     placement of that plan gives each stage its compute factor and memory (its slowest,
     smallest GPU)."""
-    from ..errors import ScenarioError
     from .hetero import stage_limits
 
     opt = Optimizer(layers, net)

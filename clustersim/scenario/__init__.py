@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from ..errors import ScenarioError
-from .loader import apply_overrides, read_yaml, validate_spec
+from .loader import apply_overrides, parse_overrides, read_yaml, validate_spec
 from .presets import expand_cluster_preset
 from .rules import check_rules, resolve_dp
 from .schema import ScenarioSpec
@@ -86,4 +86,4 @@ def load_scenario(source: str | Path | dict[str, Any] | Scenario) -> Scenario:
     raise ScenarioError("scenario", source, "expected a YAML file path or a dict")
 
 
-__all__ = ["Scenario", "load_scenario"]
+__all__ = ["Scenario", "load_scenario", "parse_overrides"]

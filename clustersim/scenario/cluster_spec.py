@@ -11,12 +11,11 @@ from pydantic import (
     model_validator,
 )
 
+from ..hardware.gpus import GPUS
 from .fields import Bandwidth, Range, Time, _Spec, known
 
 
 def _known_gpu(name: str) -> str:
-    from ..hardware.gpus import GPUS
-
     return known(name, GPUS, "GPU")
 
 

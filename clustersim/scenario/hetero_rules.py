@@ -7,6 +7,8 @@ Called by :func:`clustersim.scenario.rules.check_rules`; each rule raises a
 from __future__ import annotations
 
 from ..errors import ScenarioError
+from ..hardware.node_groups import gpu_types, heterogeneity
+from ..schedules import SCHEDULES
 
 
 def check_node_groups(spec) -> None:
@@ -22,8 +24,6 @@ def check_node_groups(spec) -> None:
             f"node_groups hold {total} nodes; accepted: {total} "
             f"(or leave cluster.nodes out and it is their sum)",
         )
-    from ..hardware.node_groups import gpu_types, heterogeneity
-
     if par.stage_replicas is not None and len(gpu_types(cl)) > 1:
         raise ScenarioError(
             "parallel.stage_replicas",
@@ -77,8 +77,6 @@ def check_dp_split(spec, dp: int) -> list[int]:
             par.dp_split,
             "stage_replicas sets its own replication; accepted with it: even",
         )
-    from ..schedules import SCHEDULES
-
     if not SCHEDULES[par.schedule].flush:
         flushing = ", ".join(name for name, s in SCHEDULES.items() if s.flush)
         raise ScenarioError(

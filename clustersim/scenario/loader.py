@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ..errors import ScenarioError, short_repr
+from ..errors import ClusterSimError, ScenarioError, short_repr
 from .reader import check_text, check_value, parse_yaml, read_yaml_file
 from .schema import ScenarioSpec
 
@@ -80,6 +80,18 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     """Read a scenario file through the input boundary (:mod:`.reader`): a missing, huge,
     non-UTF-8 or bad YAML file is a ScenarioError naming the file."""
     return read_yaml_file(path, "scenario")
+
+
+def parse_overrides(items: list[str]) -> dict[str, str]:
+    """``["parallel.pp=4", …]`` (the CLI's ``--set``) as ``{"parallel.pp": "4", …}`` for
+    :func:`apply_overrides`; an item without ``=`` is a ClusterSimError naming it."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ClusterSimError(f"--set {item!r}: expected key=value, e.g. --set parallel.pp=4")
+        out[key.strip()] = value
+    return out
 
 
 def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from pydantic import (
     model_validator,
 )
 
+from ..workload.model_presets import CNN_PRESETS, TRANSFORMER_PRESETS, model_preset_names
 from .fields import Bytes, Range, Time, _Spec, known
 
 
@@ -88,8 +89,6 @@ class TransformerModel(_ModelSection):
     @field_validator("preset")
     @classmethod
     def _known_preset(cls, name: str | None) -> str | None:
-        from ..workload.model_presets import TRANSFORMER_PRESETS, model_preset_names
-
         return (
             name
             if name is None
@@ -109,8 +108,6 @@ class CNNModel(_ModelSection):
     @field_validator("preset")
     @classmethod
     def _known_preset(cls, name: str) -> str:
-        from ..workload.model_presets import CNN_PRESETS
-
         return known(name, CNN_PRESETS, "CNN preset", list(CNN_PRESETS))
 
 
@@ -118,8 +115,6 @@ def _model_kind(raw: Any) -> str:
     """The union branch of a ``model`` section: its ``kind``, else cnn for a CNN preset,
     else transformer. Tags are spelled like pydantic's own branch tags (``literal[...]``)
     so the loader drops them from error paths (``model.layers``, not ``model.<tag>.layers``)."""
-    from ..workload.model_presets import CNN_PRESETS
-
     if isinstance(raw, BaseModel):
         kind = raw.kind
     elif isinstance(raw, dict):

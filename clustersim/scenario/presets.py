@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..hardware.presets import expand_preset
+
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
@@ -24,6 +26,4 @@ def expand_cluster_preset(raw: dict[str, Any]) -> dict[str, Any]:
     cluster = raw.get("cluster") if isinstance(raw, dict) else None
     if not isinstance(cluster, dict) or not cluster.get("preset"):
         return raw
-    from ..hardware.presets import expand_preset
-
     return {**raw, "cluster": _merge(expand_preset(cluster["preset"]), cluster)}

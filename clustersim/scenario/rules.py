@@ -8,6 +8,13 @@ stages). Each rule raises :class:`ScenarioError` naming the field a user should 
 from __future__ import annotations
 
 from ..errors import ScenarioError
+from ..parallel.plan import Plan
+from ..schedules import SCHEDULES
+from ..schedules.compression import check_even_domains
+from ..schedules.parameter_server import check_parameter_server
+from ..schedules.replicated import replicable_schedules
+from ..workload.rules import check_model_rules, model_layers
+from .fault_rules import check_fault_rules
 from .hetero_rules import check_dp_split, check_node_groups
 from .schema import ScenarioSpec
 
@@ -55,8 +62,6 @@ def check_rules(spec: ScenarioSpec) -> None:
             "windows act on topology links in time: they need simulation.network packet, flow "
             "or analytical and simulation.collective_model fabric",
         )
-    from ..faults.rules import check_fault_rules
-
     check_fault_rules(spec)
     nic = spec.cluster.nic
     if nic.per_node is not None and nic.per_node > spec.cluster.gpus_per_node:
@@ -74,8 +79,6 @@ def check_rules(spec: ScenarioSpec) -> None:
     if par.stage_replicas is not None:
         check_stage_replicas(spec)
     if par.parameter_server is not None:
-        from ..schedules.parameter_server import check_parameter_server
-
         check_parameter_server(spec)
     dp = resolve_dp(spec)
     if par.stage_replicas is None and par.tp * par.pp * dp != n:
@@ -86,9 +89,6 @@ def check_rules(spec: ScenarioSpec) -> None:
         )
     gc = par.gradient_compression
     if gc is not None and gc.links != "all" and par.stage_replicas is None and par.parameter_server is None:
-        from ..parallel.plan import Plan
-        from ..schedules.compression import check_even_domains
-
         check_even_domains(gc, spec.cluster, Plan(par.tp, par.pp, dp, spec.cluster.gpus_per_node))
     if par.tp > 1 and spec.model.kind == "synthetic":
         raise ScenarioError(
@@ -100,8 +100,6 @@ def check_rules(spec: ScenarioSpec) -> None:
         raise ScenarioError(
             "parallel.tp", par.tp, "CNN models run data and pipeline parallel only; accepted: 1"
         )
-    from ..workload.rules import check_model_rules, model_layers
-
     check_model_rules(spec)
     layers = model_layers(spec.model)
     if spec.model.kind == "cnn" and layers < par.pp * par.virtual_stages:
@@ -141,8 +139,6 @@ def check_rules(spec: ScenarioSpec) -> None:
         counts = [tr.global_batch // (tr.micro_batch * dp)]
     else:
         counts = check_dp_split(spec, dp)  # micro-batches per replica (``speed``: checked when split)
-    from ..schedules import SCHEDULES
-
     for m in counts:
         SCHEDULES[par.schedule].validate(par.pp, m, par.virtual_stages)  # e.g. interleaved: m % pp == 0
     if spec.model.kind == "synthetic" and spec.model.backward_weight > spec.model.backward:
@@ -186,9 +182,6 @@ def check_stage_replicas(spec: ScenarioSpec) -> None:
             "with stage_replicas, accepted: even, balanced or a "
             "list (`clustersim plan` prints the planner's partition and replication)",
         )
-    from ..schedules import SCHEDULES
-    from ..schedules.replicated import replicable_schedules
-
     sch = SCHEDULES[par.schedule]
     if sch.chunks != 1 or sch.placement != "loop":
         raise ScenarioError(

@@ -21,6 +21,9 @@ from pydantic import (
     model_validator,
 )
 
+from ..collectives import ALGORITHMS, KINDS
+from ..network.factory import NETWORK_MODEL_NAMES
+from ..schedules import SCHEDULES
 from .cluster_spec import (  # noqa: F401  (re-exported: the schema's public names)
     ClusterSpec,
     IntraNodeSpec,
@@ -161,8 +164,6 @@ class ParallelSpec(_Spec):
     @field_validator("schedule")
     @classmethod
     def _known_schedule(cls, name: str) -> str:
-        from ..schedules import SCHEDULES
-
         return known(name, SCHEDULES, "schedule")
 
 
@@ -198,8 +199,6 @@ class SimulationSpec(_Spec):
     @field_validator("collectives")
     @classmethod
     def _known_algorithms(cls, mapping: dict[str, str]) -> dict[str, str]:
-        from ..collectives import ALGORITHMS, KINDS
-
         for kind, algo in mapping.items():
             if kind not in KINDS:
                 raise ValueError(f"{kind!r} is not a collective kind; known: {', '.join(KINDS)}")
@@ -211,8 +210,6 @@ class SimulationSpec(_Spec):
     @field_validator("network")
     @classmethod
     def _known_network(cls, name: str) -> str:
-        from ..engine.network_setup import NETWORK_MODEL_NAMES
-
         return known(name, NETWORK_MODEL_NAMES, "network model", NETWORK_MODEL_NAMES)
 
 

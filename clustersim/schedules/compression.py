@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from ..engine.network_setup import cluster_dict
 from ..errors import ScenarioError
 from ..program import COMPUTE, Op, Program
 from ..topology import build_topology
@@ -59,7 +58,7 @@ def compression_of(spec, cluster) -> Compression | None:
     per_byte = spec.time_per_gib / GIB
     if spec.links == "all":
         return Compression(spec.ratio, per_byte)
-    g = build_topology(cluster_dict(cluster))
+    g = build_topology(cluster.model_dump())
     domains = gpu_sites(g) if spec.links == "inter_site" else [g.nodes[n]["host"] for n in gpu_names(g)]
     return Compression(spec.ratio, per_byte, spec.links, tuple(domains))
 

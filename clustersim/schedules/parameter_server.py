@@ -43,29 +43,14 @@ from itertools import accumulate, chain
 
 from ..collectives.schedule import split
 from ..errors import ScenarioError
+from ..hardware.node_groups import device_gpus, gpu_types
 from ..memory_kinds import StaticMemory
-from ..program import COMPUTE, RECV, SEND, Op, Program
-from ..workload.stage_cost import StageCost
+from ..program import APPLY, COMPUTE, PULL, PUSH, RECV, SEND, UPDATE, Op, Program, server_lane
+from ..topology import build_topology
+from ..workload.rules import model_layers
+from ..workload.stage_cost import StageCost, chunk_costs
 
 SYNC, ASYNC, HYBRID = "sync", "async", "hybrid"
-
-#: lane names, the one place they are spelled (the metrics of :mod:`clustersim.trace.ps_metrics`
-#: find ops by them): a worker's ``PULL`` (recvs), ``compute`` and ``PUSH`` (sends) lanes; a
-#: server's per-worker ``PULL``, ``PUSH`` and ``APPLY`` lanes (:func:`server_lane`) and its
-#: one ``UPDATE`` lane of sync updates
-PULL, PUSH, APPLY, UPDATE = "pull", "push", "apply", "update"
-_OF_WORKER = ".w"  # a server lane's kind and worker: ``pull.w3``
-
-
-def server_lane(kind: str, worker: int) -> str:
-    """The name of a server's ``kind`` lane (``PULL``, ``PUSH`` or ``APPLY``) for ``worker``."""
-    return f"{kind}{_OF_WORKER}{worker}"
-
-
-def server_lane_worker(lane: str, kind: str) -> int | None:
-    """The worker of ``lane`` when it is a server's ``kind`` lane (:func:`server_lane`), else None."""
-    head, sep, worker = lane.partition(_OF_WORKER)
-    return int(worker) if sep and head == kind else None
 
 
 @dataclass(frozen=True)
@@ -180,9 +165,6 @@ def compile_parameter_server(
 
 def parameter_server_program(sc) -> Program:
     """The Program of a scenario with ``parallel.parameter_server`` (one cost per layer)."""
-    from ..workload.rules import model_layers
-    from ..workload.stage_cost import chunk_costs
-
     ps = sc.parallel.parameter_server
     layers = model_layers(sc.model)
     cfg = PSConfig(
@@ -193,8 +175,6 @@ def parameter_server_program(sc) -> Program:
         ps.per_layer,
         tuple(ps.buckets) if ps.buckets else None,
     )
-    from ..hardware.node_groups import device_gpus, gpu_types
-
     per_worker = None
     if len(gpu_types(sc.cluster)) > 1:  # each worker prices the model on its own GPU type
         gpus = device_gpus(sc.cluster)
@@ -214,9 +194,6 @@ def parameter_server_program(sc) -> Program:
 
 def check_parameter_server(spec) -> None:
     """Raise ScenarioError if ``parallel.parameter_server`` cannot run as asked."""
-    from ..engine.network_setup import cluster_dict
-    from ..topology import build_topology
-
     par = spec.parallel
     ps, f = par.parameter_server, "parallel.parameter_server"
     for name in ("tp", "pp", "virtual_stages"):
@@ -255,8 +232,6 @@ def check_parameter_server(spec) -> None:
             f"{f} needs a topology for its servers; accepted: packet, flow or analytical",
         )
     if ps.buckets is not None:
-        from ..workload.rules import model_layers
-
         layers = model_layers(spec.model)
         if not ps.per_layer or sum(ps.buckets) != layers:
             raise ScenarioError(
@@ -267,7 +242,7 @@ def check_parameter_server(spec) -> None:
             )
     if len(set(ps.servers)) != len(ps.servers):
         raise ScenarioError(f"{f}.servers", ps.servers, "each server once")
-    graph = build_topology(cluster_dict(spec.cluster))
+    graph = build_topology(spec.cluster.model_dump())
     others = sorted(n for n, kind in graph.nodes(data="kind") if kind != "gpu")
     for k, name in enumerate(ps.servers):
         if name not in others:

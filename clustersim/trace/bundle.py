@@ -27,6 +27,7 @@ import pandas as pd
 import yaml
 
 from ..output import atomic_path, write_text
+from ..viz.rows import AGGREGATE_ABOVE, num_gpus
 
 SPAN_DTYPES = {
     "device": str,
@@ -100,8 +101,6 @@ def redraw(res, directory: str | Path, dpi: int = 110) -> list[Path]:
         "memory.png": res.plot_memory,
         "breakdown.png": res.plot_breakdown,
     }
-    from ..viz.layout import AGGREGATE_ABOVE, num_gpus
-
     if num_gpus(res.spans) > AGGREGATE_ABOVE:
         figs["heatmap.png"] = res.plot_heatmap
     written = []

@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..errors import OutputError, ScenarioError, shorten
 from ..scenario.reader import decode, parse_yaml
-from .recorder import SPAN_FIELDS
+from ..record import SPAN_FIELDS
 
 #: columns the pictures and metrics read from the device and memory tables
 DEVICE_COLUMNS = ("device",)

@@ -26,7 +26,7 @@ import pandas as pd
 from ..output import open_atomic
 from ..viz.binning import busy_fraction_over_time, default_window
 from ..viz.colors import activities, cname_of
-from ..viz.layout import LANE_ORDER, busiest_links, natural_key
+from ..viz.rows import LANE_ORDER, busiest_links, natural_key
 
 US = 1e6
 GIB = 2**30

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..schedules.parameter_server import APPLY, PULL, PUSH, UPDATE, server_lane_worker
+from ..program import APPLY, PULL, PUSH, UPDATE, server_lane_worker
 
 STALENESS_COLUMNS = ["worker", "server", "tensor", "iteration", "staleness"]
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pandas as pd
 
-from . import metrics
-from .recorder import SPAN_FIELDS
+from .. import metrics
+from ..record import SPAN_FIELDS
 
 
 class Result:

@@ -13,6 +13,7 @@ so these are None for them.
 from __future__ import annotations
 
 from ..hardware.node_groups import device_specs
+from ..workload.resolve import resolve_transformer
 
 
 def throughput_metrics(sc, iteration_time_s: float) -> dict:
@@ -20,8 +21,6 @@ def throughput_metrics(sc, iteration_time_s: float) -> dict:
     none = {"tokens_per_s": None, "tflops_per_gpu": None, "mfu": None, "hfu": None}
     if sc.model.kind != "transformer" or iteration_time_s <= 0:
         return none
-    from ..workload.resolve import resolve_transformer
-
     cfg = resolve_transformer(sc.model)
     batch, n = sc.training.global_batch, sc.num_gpus
     model_flops = cfg.iteration_flops(batch, recompute=False)

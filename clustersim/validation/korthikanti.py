@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import simpy
 
+from ..collectives import run_collective
+from ..engine.network_setup import build_network
+from ..record import Recorder
+from ..scenario import load_scenario
 from ..schedules import SCHEDULES
 from ..workload.cost_model import CostModel
 from ..workload.memory_model import in_flight, static_bytes
@@ -34,10 +38,6 @@ TABLE3 = {
 
 
 def _fabric(tp: int):
-    from ..engine.network_setup import build_network
-    from ..scenario import load_scenario
-    from ..trace.recorder import Recorder
-
     sc = load_scenario(
         {
             "cluster": {"preset": "dgx_a100", "nodes": 1},
@@ -52,8 +52,6 @@ def _fabric(tp: int):
 
 
 def _run(items: list[tuple], tp: int) -> float:
-    from ..collectives import run_collective
-
     env, fabric, members = _fabric(tp)
 
     def proc():

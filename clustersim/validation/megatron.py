@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 
+from ..simulate import simulate
 from ..workload.transformer import megatron_flops
 from .data import read_table
 
@@ -99,8 +100,6 @@ def run_rows(
     rows: list[dict] | None = None, network: str = "analytical", granularity: str = "stage", progress=None
 ) -> list[dict]:
     """Simulate each row; return published vs predicted TFLOP/s, error and memory."""
-    from ..simulate import simulate
-
     out = []
     for row in rows if rows is not None else megatron_rows():
         sc = megatron_scenario(row, network, granularity)

@@ -11,10 +11,11 @@ import numpy as np
 from matplotlib.colors import to_rgb
 from matplotlib.patches import Patch
 
-from ..trace.metrics import gpu_spans
+from ..metrics import gpu_spans
 from .binning import bin_busy, busy_fraction_over_time, default_window
 from .colors import IDLE_COLOR, activities, color_of, label_of, legend_order
-from .layout import busiest_links, device_info, natural_key, new_figure
+from .layout import new_figure
+from .rows import busiest_links, device_info, natural_key
 
 
 def _groups(info):

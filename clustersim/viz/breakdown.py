@@ -1,6 +1,6 @@
 """Where each stage's iteration time goes: compute / exposed communication / bubble / idle.
 
-The numbers are :func:`clustersim.trace.metrics.device_breakdown`'s. For every GPU, inside
+The numbers are :func:`clustersim.metrics.device_breakdown`'s. For every GPU, inside
 the reported iteration's window ``[t0, t1]`` (see docs/metrics.md):
 
 * ``compute``  — compute-lane busy time;
@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..trace.metrics import PARTS, device_breakdown
+from ..metrics import PARTS, device_breakdown
 from .colors import IDLE_COLOR
-from .layout import device_info, new_figure
+from .layout import new_figure
+from .rows import device_info
 
 PART_COLORS = {"compute": "#4C72B0", "exposed_comm": "#C44E52", "bubble": "#CCB974", "idle": IDLE_COLOR}
 

@@ -15,7 +15,8 @@ import numpy as np
 from matplotlib.patches import Patch
 
 from .colors import IDLE_COLOR, activities, color_of, label_of, legend_order
-from .layout import AGGREGATE_ABOVE, busiest_links, device_info, device_names, lane_rows, new_figure, num_gpus
+from .layout import new_figure
+from .rows import AGGREGATE_ABOVE, busiest_links, device_info, device_names, lane_rows, num_gpus
 
 MAX_LABELS = 3000
 

@@ -11,7 +11,8 @@ import matplotlib
 import numpy as np
 import pandas as pd
 
-from .layout import natural_key, new_figure
+from .layout import new_figure
+from .rows import natural_key
 
 GIB = 2**30
 

@@ -14,7 +14,8 @@ import matplotlib
 import numpy as np
 
 from .binning import busy_fraction_over_time, default_window
-from .layout import busiest_links, device_info, natural_key, new_figure
+from .layout import new_figure
+from .rows import busiest_links, device_info, natural_key
 
 
 def _compute_lines(spans, info, window, bins, max_lines):

@@ -19,7 +19,6 @@ from dataclasses import dataclass, replace
 
 from ..memory_kinds import StaticMemory
 from ..program import Program
-from .stage_cost import StageCost, chunk_costs
 
 #: (precision, optimizer) → bytes per parameter of (weights, gradients, optimizer states)
 BYTES_PER_PARAM: dict[tuple[str, str], tuple[int, int, int]] = {
@@ -109,15 +108,6 @@ def oom_hint(b: MemoryBreakdown, recompute: str, zero: int, tp: int, pp: int) ->
     return f"out of memory: {parts}; try {', or '.join(tips)}"
 
 
-def run_chunk_costs(sc) -> list[StageCost]:
-    """The StageCost of every model chunk (``pp × virtual_stages`` of them), cut by the
-    partition the run uses (``parallel.partition`` resolved): what a GPU of each stage holds."""
-    from ..planner import resolve_partition
-
-    chunks = sc.parallel.pp * sc.parallel.virtual_stages
-    return chunk_costs(sc, chunks, resolve_partition(sc, chunks))
-
-
 #: ``res.devices`` column of each static kind, in the table's order
 STATIC_COLUMNS = {
     "weights": "params_bytes",
@@ -127,7 +117,7 @@ STATIC_COLUMNS = {
 }
 
 
-def memory_columns(sc, devices, program: Program) -> tuple[dict[str, list[float]], str]:
+def memory_columns(sc, devices, program: Program, schedule) -> tuple[dict[str, list[float]], str]:
     """Per-device memory columns by kind for ``res.devices`` and an OOM hint ("" if all fit).
 
     The static kinds are the run's ``Program.static_memory``; ``stashed_weights_bytes``
@@ -135,11 +125,10 @@ def memory_columns(sc, devices, program: Program) -> tuple[dict[str, list[float]
     weight copy plus the stashed versions held at the device's peak
     (:meth:`~clustersim.program.Program.memory_peaks`); activations the simulated peak
     minus all of those. A device without ops of its own (a folded-away twin) shows its
-    stage's representative, as its peak does.
+    stage's representative, as its peak does. ``schedule`` is the run's
+    :class:`~clustersim.schedules.registry.Schedule` (its ``weights`` rule).
     """
-    from ..schedules import SCHEDULES
-
-    stash = SCHEDULES[sc.parallel.schedule].weights != "single"
+    stash = schedule.weights != "single"
     peaks, has_ops = program.memory_peaks(), {op.device for op in program.ops}
     cols: dict[str, list[float]] = {c: [] for c in STATIC_COLUMNS.values()}
     cols["activations_bytes"] = []

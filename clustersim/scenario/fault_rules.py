@@ -1,7 +1,8 @@
 """Load-time rules of the ``faults`` and ``recovery`` sections (called by scenario.rules).
 
 What can only be known while the job runs (a GPU that already left, an impossible
-re-plan) is checked by :mod:`.timeline` and :mod:`.replan` with the same kind of error.
+re-plan) is checked by :mod:`clustersim.faults.timeline` and :mod:`clustersim.faults.replan`
+with the same kind of error.
 """
 
 from __future__ import annotations

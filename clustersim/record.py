@@ -1,4 +1,4 @@
-"""The trace recorder: the engine's and the fabric's only way to say what happened.
+"""The run recorder (a leaf module): the engine's and the fabric's only way to say what happened.
 
 The hot path appends plain tuples — no pandas, no formatting. The engine keeps each op's
 start and end in arrays and, after the run, fills ``Recorder.ops`` with
