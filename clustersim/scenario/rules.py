@@ -13,6 +13,7 @@ from ..schedules import SCHEDULES
 from ..schedules.compression import check_even_domains
 from ..schedules.parameter_server import check_parameter_server
 from ..schedules.replicated import replicable_schedules
+from ..topology.registry import check_options
 from ..workload.rules import check_model_rules, model_layers
 from .fault_rules import check_fault_rules
 from .hetero_rules import check_dp_split, check_node_groups
@@ -70,6 +71,7 @@ def check_rules(spec: ScenarioSpec) -> None:
             nic.per_node,
             f"at most gpus_per_node ({spec.cluster.gpus_per_node}) NICs per node",
         )
+    check_options(spec.cluster.model_dump(), "cluster")
     if spec.cluster.nodes > 1 and spec.cluster.topology.get("kind") == "single_node":
         raise ScenarioError(
             "cluster.topology.kind",

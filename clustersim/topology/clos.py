@@ -22,14 +22,27 @@ Switches are named ``leaf{j}`` and ``spine{s}``.
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import networkx as nx
 
 from ..errors import ScenarioError
 from .graph import add_link, check_fields, count_field, latency_field, positive_number
+from .plugin import TOPOLOGIES, Topology, TopologyOptions, levels
 from .servers import ServerSpec, add_server
 
-FIELDS = ("kind", "nodes_per_leaf", "spines", "oversubscription", "latency")
+
+class FatTreeOptions(TopologyOptions):
+    """``cluster.topology`` of ``fat_tree`` / ``leaf_spine`` (module docstring)."""
+
+    kind: Literal["fat_tree", "leaf_spine"]
+    nodes_per_leaf: int | None = None
+    spines: int | None = None
+    oversubscription: float | None = None
+    latency: float | str | None = None
+
+
+FIELDS = tuple(FatTreeOptions.model_fields)
 
 
 def build_clos(cluster: dict, field: str = "cluster") -> nx.DiGraph:
@@ -63,3 +76,25 @@ def build_clos(cluster: dict, field: str = "cluster") -> nx.DiGraph:
             add_link(g, nic, f"leaf{n // per_leaf}", spec.nic_bandwidth, spec.nic_latency / 2, "nic")
     g.graph["border"] = [f"spine{s}" for s in range(spines)]
     return g
+
+
+TOPOLOGIES.add(
+    Topology(
+        "fat_tree",
+        "two-tier Clos: servers on leaf switches, every leaf on every spine (ECMP)",
+        factory=build_clos,
+        options=FatTreeOptions,
+        placement=levels,
+    )
+)
+
+
+TOPOLOGIES.add(
+    Topology(
+        "leaf_spine",
+        "the same two-tier Clos as fat_tree",
+        factory=build_clos,
+        options=FatTreeOptions,
+        placement=levels,
+    )
+)

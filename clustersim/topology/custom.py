@@ -20,13 +20,25 @@ A link is bidirectional (one edge each way, same bandwidth and latency) unless
 
 from __future__ import annotations
 
+from typing import Literal
+
 import networkx as nx
 
 from ..errors import ScenarioError
 from .graph import NODE_KINDS, bandwidth_field, check_fields, count_field, latency_field
+from .plugin import TOPOLOGIES, Topology, TopologyOptions
 from .servers import ServerSpec
 
-FIELDS = ("kind", "nodes", "links")
+
+class CustomOptions(TopologyOptions):
+    """``cluster.topology`` of ``custom`` (module docstring)."""
+
+    kind: Literal["custom"]
+    nodes: list = []
+    links: list | None = None
+
+
+FIELDS = tuple(CustomOptions.model_fields)
 NODE_FIELDS = ("name", "kind", "host", "border")
 LINK_FIELDS = ("src", "dst", "bandwidth", "latency", "bidirectional")
 
@@ -98,3 +110,13 @@ def build_custom(cluster: dict, field: str = "cluster") -> nx.DiGraph:
     _add_links(g, topo.get("links"), tf)
     g.graph["border"] = border or ["gpu0"]
     return g
+
+
+TOPOLOGIES.add(
+    Topology(
+        "custom",
+        "any graph: listed nodes and links (servers built from the cluster)",
+        factory=build_custom,
+        options=CustomOptions,
+    )
+)

@@ -15,12 +15,30 @@ not two.
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import networkx as nx
 
 from ..errors import ScenarioError
 from .graph import add_link, bandwidth_field, check_fields, count_field, latency_field
+from .plugin import TOPOLOGIES, Topology, TopologyOptions
 from .servers import ServerSpec
+
+
+class RingOptions(TopologyOptions):
+    """``cluster.topology`` of ``ring`` (module docstring)."""
+
+    kind: Literal["ring"]
+    bandwidth: float | str | None = None
+    latency: float | str | None = None
+
+
+class Torus2dOptions(RingOptions):
+    """``cluster.topology`` of ``torus_2d`` (module docstring)."""
+
+    kind: Literal["torus_2d"]
+    rows: int | None = None
+    cols: int | None = None
 
 
 def _graph_with_gpus(spec: ServerSpec) -> nx.DiGraph:
@@ -51,7 +69,7 @@ def build_ring(cluster: dict, field: str = "cluster") -> nx.DiGraph:
     """Build a bidirectional ring over all GPUs of the cluster."""
     topo = cluster.get("topology") or {}
     tf = f"{field}.topology"
-    check_fields(topo, ("kind", "bandwidth", "latency"), tf)
+    check_fields(topo, tuple(RingOptions.model_fields), tf)
     spec = ServerSpec.from_cluster(cluster, field)
     g = _graph_with_gpus(spec)
     join = _linker(topo, spec, tf)
@@ -69,7 +87,7 @@ def build_torus_2d(cluster: dict, field: str = "cluster") -> nx.DiGraph:
     """Build a 2-D torus (wrap-around grid) over all GPUs of the cluster."""
     topo = cluster.get("topology") or {}
     tf = f"{field}.topology"
-    check_fields(topo, ("kind", "rows", "cols", "bandwidth", "latency"), tf)
+    check_fields(topo, tuple(Torus2dOptions.model_fields), tf)
     spec = ServerSpec.from_cluster(cluster, field)
     n = spec.num_gpus
     rows, cols = topo.get("rows"), topo.get("cols")
@@ -91,3 +109,18 @@ def build_torus_2d(cluster: dict, field: str = "cluster") -> nx.DiGraph:
             join(g, i, r * cols + (c + 1) % cols)
             join(g, i, ((r + 1) % rows) * cols + c)
     return g
+
+
+TOPOLOGIES.add(
+    Topology(
+        "ring", "GPUs in one bidirectional ring of direct links", factory=build_ring, options=RingOptions
+    )
+)
+TOPOLOGIES.add(
+    Topology(
+        "torus_2d",
+        "GPUs on a rows × cols torus of direct links",
+        factory=build_torus_2d,
+        options=Torus2dOptions,
+    )
+)

@@ -1,7 +1,9 @@
 """The topology registry and its entry point :func:`build_topology`.
 
-``TOPOLOGIES`` maps the word a scenario uses (``cluster.topology.kind``) to a builder
-``builder(cluster: dict, field: str) -> nx.DiGraph``. ``auto`` (the scenario default)
+``TOPOLOGIES`` maps the word a scenario uses (``cluster.topology.kind``) to a
+:class:`~.plugin.Topology`: its builder ``(cluster: dict, field: str) -> nx.DiGraph``, its
+typed options and its placement levels. Every module of this package that registers one
+is imported here, so a new topology is one new file. ``auto`` (the scenario default)
 means ``single_node`` for one node and ``fat_tree`` otherwise. Every built graph is
 checked the same way: GPU count matches ``nodes × gpus_per_node``, every GPU reaches
 every other GPU.
@@ -9,32 +11,29 @@ every other GPU.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+import pkgutil
+from pathlib import Path
+from typing import Annotated, Union
 
 import networkx as nx
+from pydantic import Field, TypeAdapter, ValidationError
 
 from ..errors import ScenarioError
-from .clos import build_clos
-from .custom import build_custom
-from .direct import build_ring, build_torus_2d
 from .graph import check_connected, gpu_names
-from .single_node import build_single_node
-from .star import build_star
-from .wan import build_wan
+from .plugin import TOPOLOGIES
 
-TopologyBuilder = Callable[[dict, str], nx.DiGraph]
+# every module of the package registers its topologies when imported (plugin.py)
+for _module in pkgutil.iter_modules([str(Path(__file__).parent)]):
+    importlib.import_module(f"{__package__}.{_module.name}")
 
-#: topology kind → builder
-TOPOLOGIES: dict[str, TopologyBuilder] = {
-    "single_node": build_single_node,
-    "fat_tree": build_clos,
-    "leaf_spine": build_clos,
-    "ring": build_ring,
-    "torus_2d": build_torus_2d,
-    "star": build_star,
-    "wan": build_wan,
-    "custom": build_custom,
-}
+
+def resolved_kind(cluster: dict) -> str:
+    """``cluster.topology.kind`` with ``auto`` resolved (unchecked)."""
+    kind = (cluster.get("topology") or {}).get("kind", "auto")
+    if kind == "auto":
+        return "single_node" if cluster.get("nodes", 1) == 1 else "fat_tree"
+    return kind
 
 
 def _kind(cluster: dict, field: str) -> str:
@@ -43,19 +42,42 @@ def _kind(cluster: dict, field: str) -> str:
         topo = {}
     if not isinstance(topo, dict):
         raise ScenarioError(f"{field}.topology", topo, "a mapping such as {kind: fat_tree}")
-    kind = topo.get("kind", "auto")
-    if kind == "auto":
-        return "single_node" if cluster.get("nodes", 1) == 1 else "fat_tree"
+    kind = resolved_kind(cluster)
     if not isinstance(kind, str) or kind not in TOPOLOGIES:
         raise ScenarioError(f"{field}.topology.kind", kind, f"known: auto, {', '.join(TOPOLOGIES)}")
     return kind
 
 
+def check_options(cluster: dict, field: str = "cluster") -> None:
+    """Validate ``cluster.topology`` against the discriminated union of every registered
+    topology's options (on ``kind``, ``auto`` resolved): a ScenarioError naming the bad
+    option, its value and the options that topology accepts."""
+    kind = _kind(cluster, field)
+    topo = {**(cluster.get("topology") or {}), "kind": kind}
+    try:
+        _options_union().validate_python(topo)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"][1:])
+        accepted = ", ".join(TOPOLOGIES[kind].options.model_fields)
+        why = "unknown option" if err["type"] == "extra_forbidden" else err["msg"]
+        raise ScenarioError(
+            f"{field}.topology.{key}", err.get("input"), f"{why}; {kind} accepts: {accepted}"
+        ) from None
+
+
+def _options_union() -> TypeAdapter:
+    models = tuple(dict.fromkeys(t.options for t in TOPOLOGIES.values()))
+    union = models[0] if len(models) == 1 else Union[models]  # noqa: UP007  (built at run time)
+    return TypeAdapter(Annotated[union, Field(discriminator="kind")])
+
+
 def build_site(cluster: dict, field: str = "cluster") -> nx.DiGraph:
     """Build the graph of ``cluster`` with the builder its ``topology.kind`` names (unchecked)."""
     kind = _kind(cluster, field)
-    g = TOPOLOGIES[kind](cluster, field)
+    g = TOPOLOGIES[kind].factory(cluster, field)
     g.graph["kind"] = kind
+    g.graph["topology"] = cluster.get("topology") or {}
     return g
 
 

@@ -7,13 +7,23 @@ route uses them. More than one node with this kind is an error.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import networkx as nx
 
 from ..errors import ScenarioError
 from .graph import check_fields
+from .plugin import TOPOLOGIES, Topology, TopologyOptions, levels
 from .servers import ServerSpec, add_server
 
-FIELDS = ("kind",)
+
+class SingleNodeOptions(TopologyOptions):
+    """``cluster.topology`` of ``single_node`` (module docstring)."""
+
+    kind: Literal["single_node"]
+
+
+FIELDS = tuple(SingleNodeOptions.model_fields)
 
 
 def build_single_node(cluster: dict, field: str = "cluster") -> nx.DiGraph:
@@ -30,3 +40,14 @@ def build_single_node(cluster: dict, field: str = "cluster") -> nx.DiGraph:
     g = nx.DiGraph()
     g.graph["border"] = add_server(g, spec, 0)
     return g
+
+
+TOPOLOGIES.add(
+    Topology(
+        "single_node",
+        "one server: every GPU on its NVSwitch (or PCIe switch)",
+        factory=build_single_node,
+        options=SingleNodeOptions,
+        placement=levels,
+    )
+)

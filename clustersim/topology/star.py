@@ -14,12 +14,26 @@ bandwidths when they differ (edge uplinks are often slower); ``latency`` — one
 
 from __future__ import annotations
 
+from typing import Literal
+
 import networkx as nx
 
 from .graph import bandwidth_field, check_fields, latency_field
+from .plugin import TOPOLOGIES, Topology, TopologyOptions
 from .servers import ServerSpec, add_server
 
-FIELDS = ("kind", "bandwidth", "uplink", "downlink", "latency")
+
+class StarOptions(TopologyOptions):
+    """``cluster.topology`` of ``star`` (module docstring)."""
+
+    kind: Literal["star"]
+    bandwidth: float | str | None = None
+    uplink: float | str | None = None
+    downlink: float | str | None = None
+    latency: float | str | None = None
+
+
+FIELDS = tuple(StarOptions.model_fields)
 SERVER = "server"
 
 
@@ -41,3 +55,13 @@ def build_star(cluster: dict, field: str = "cluster") -> nx.DiGraph:
             g.add_edge(SERVER, nic, bandwidth=down, latency=lat, kind="nic")
     g.graph["border"] = [SERVER]
     return g
+
+
+TOPOLOGIES.add(
+    Topology(
+        "star",
+        "every server on one central switch (uplink/downlink rates per server)",
+        factory=build_star,
+        options=StarOptions,
+    )
+)

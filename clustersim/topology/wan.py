@@ -20,12 +20,26 @@ links are the only cost of leaving a site beyond the site's own network.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import networkx as nx
 
 from ..errors import ScenarioError
 from .graph import add_link, add_wire, bandwidth_field, check_fields, gpu_names, latency_field
+from .plugin import TOPOLOGIES, Topology, TopologyOptions, levels
 
-FIELDS = ("kind", "sites", "bandwidth", "latency", "links")
+
+class WanOptions(TopologyOptions):
+    """``cluster.topology`` of ``wan`` (module docstring)."""
+
+    kind: Literal["wan"]
+    sites: list | None = None
+    bandwidth: float | str | None = None
+    latency: float | str | None = None
+    links: list | None = None
+
+
+FIELDS = tuple(WanOptions.model_fields)
 _INHERITED = ("gpus_per_node", "intra_node", "nic", "pcie")
 
 
@@ -123,7 +137,34 @@ def build_wan(cluster: dict, field: str = "cluster") -> nx.DiGraph:
     return g
 
 
+def wan_placement(g: nx.DiGraph):
+    """Levels (site, leaf, server) when every site is the same hierarchical cluster and
+    every pair of sites is joined alike; else why routes depend on the sites."""
+    topo = g.graph["topology"]
+    sites = topo.get("sites") or []
+    if topo.get("links") is not None:
+        return "wan links are listed per site pair and may differ"
+    if any(site != sites[0] for site in sites):
+        return "wan sites differ"
+    site = _site_cluster({}, sites[0], "cluster.topology.sites[0]")
+    kind = (site["topology"] or {}).get("kind", "auto")
+    if kind == "auto":
+        kind = "single_node" if site["nodes"] == 1 else "fat_tree"
+    return levels(g) if TOPOLOGIES[kind].placement is levels else TOPOLOGIES[kind].placement(g)
+
+
 def gpu_sites(g: nx.DiGraph) -> list[int]:
     """The site of every GPU of a built topology, in GPU index order (all 0 when ``g`` is
     not a wan: one site)."""
     return [g.nodes[n].get("site", 0) for n in gpu_names(g)]
+
+
+TOPOLOGIES.add(
+    Topology(
+        "wan",
+        "sites of any other kind joined by long-haul links",
+        factory=build_wan,
+        options=WanOptions,
+        placement=wan_placement,
+    )
+)

@@ -1,0 +1,66 @@
+"""What a topology plugin declares: its builder, its typed options and its placement levels.
+
+A topology module defines ``TOPOLOGIES`` entries (:class:`Topology`) at import; the registry
+(:mod:`.registry`) imports every module of this package, so adding a topology is adding one
+file. ``placement(graph)`` says where each GPU sits — ``(site, leaf, host)``: the site
+index, the switches the GPU's own NIC links to, its server — for topologies whose routes
+depend only on the levels two GPUs share; folding (:mod:`clustersim.parallel.fold_routes`)
+compares twins' levels with their representative's. A topology whose routes depend on
+position returns a reason string instead, and folding is refused there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import networkx as nx
+from pydantic import BaseModel, ConfigDict
+
+from ..plugins import Plugin, Registry
+
+#: where a GPU sits: (site index, switches its NIC links to, server index)
+Placement = tuple[int, frozenset, int]
+
+
+class TopologyOptions(BaseModel):
+    """Base of every topology's options (``cluster.topology``): unknown keys are refused.
+    Quantities stay as written (``"100 Gbit/s"``); the builder parses them, naming the field."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def levels(graph: nx.DiGraph) -> dict[str, Placement]:
+    """Per GPU node: (site, switches its own NIC links to, server) — the levels of a
+    hierarchical topology (``site`` is 0 outside a wan)."""
+    nodes = graph.nodes
+    out = {}
+    for node, data in nodes(data=True):
+        if data.get("kind") != "gpu":
+            continue
+        nics = [v for v in graph.succ[node] if nodes[v].get("kind") == "nic"]
+        leaves = frozenset(s for nic in nics for s in graph.succ[nic] if nodes[s].get("kind") == "switch")
+        out[node] = (data.get("site", 0), leaves, data["host"])
+    return out
+
+
+def position_dependent(graph: nx.DiGraph) -> str:
+    """The placement of a topology whose routes depend on where a GPU sits."""
+    return (
+        f"routes on a {graph.graph['kind']} topology depend on where a GPU sits; folding is not checked there"
+    )
+
+
+@dataclass(frozen=True)
+class Topology(Plugin):
+    """A topology kind: ``factory(cluster: dict, field: str) -> nx.DiGraph`` builds it (GPU
+    nodes carry ``kind``/``host``, links ``bandwidth``/``latency``/``kind``); ``options`` is
+    its :class:`TopologyOptions` model (with ``kind`` a Literal of its name); ``placement``
+    as in the module docstring."""
+
+    placement: Callable[[nx.DiGraph], dict[str, Placement] | str] = position_dependent
+
+
+#: topology kind (``cluster.topology.kind``) → :class:`Topology`; ``auto`` (the default) means
+#: ``single_node`` for one node and ``fat_tree`` otherwise
+TOPOLOGIES: Registry[Topology] = Registry("topology", "cluster.topology.kind")

@@ -1,0 +1,98 @@
+"""``rail``: a rail-optimized network — NIC k of every server on rail switch ``rail{k}``,
+optionally with a spine layer joining the rails.
+
+Fields:
+
+* ``spines`` — spine switches (default 0: a rail-only network); each rail switch links to
+  every spine, each link carrying ``nodes × NIC bandwidth / (oversubscription × spines)``;
+* ``oversubscription`` — rail-to-spine taper (default 1: full bisection);
+* ``latency`` — of a rail↔spine link (default: half the NIC latency, like a NIC↔rail link).
+
+Wiring assumptions: servers are built as everywhere (:mod:`.servers`): GPU ``j`` uses NIC
+``j · nic.per_node // gpus_per_node``, so with one NIC per GPU GPU ``j`` of every server sits
+on rail ``j``. Timing assumptions: every link is store-and-forward at its rate; switches
+add no delay beyond their links' latency. Routes are shortest by hops (ECMP among equals):
+
+* same server: through its NVSwitch, as on any topology;
+* same rail, different servers: GPU → NIC → one rail switch → NIC → GPU (one switch hop);
+* different rails, different servers: six hops whichever way — forwarded over NVLink to
+  the GPU on the destination's rail first (on the source server), or after the rail
+  (on the destination server), as NCCL's PXN does; with spines, also rail → spine →
+  rail. ECMP picks among them per flow.
+
+Placement (folding): the levels are (site 0, the rail switch a GPU's NIC links to, its
+server), so a twin's send crosses the same kind of links as its representative's exactly
+when the two pairs are both same-server, both same-rail or both cross-rail. With spines,
+cross-rail routes differ in shape (spine or NVLink forwarding), so folding is refused there.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import networkx as nx
+
+from ..errors import ScenarioError
+from .graph import add_link, check_fields, count_field, latency_field, positive_number
+from .plugin import TOPOLOGIES, Topology, TopologyOptions, levels
+from .servers import ServerSpec, add_server
+
+
+class RailOptions(TopologyOptions):
+    """``cluster.topology`` of ``rail`` (module docstring)."""
+
+    kind: Literal["rail"]
+    spines: int | None = None
+    oversubscription: float | None = None
+    latency: float | str | None = None
+
+
+def build_rail(cluster: dict, field: str = "cluster") -> nx.DiGraph:
+    """Build a rail-optimized cluster; see the module docstring for fields."""
+    topo = cluster.get("topology") or {}
+    tf = f"{field}.topology"
+    check_fields(topo, tuple(RailOptions.model_fields), tf)
+    spec = ServerSpec.from_cluster(cluster, field)
+    spines = count_field(topo.get("spines", 0), f"{tf}.spines", minimum=0)
+    oversub = positive_number(topo.get("oversubscription", 1.0), f"{tf}.oversubscription")
+    if oversub < 1.0:
+        raise ScenarioError(f"{tf}.oversubscription", oversub, "expected a ratio ≥ 1 (1 = full bisection)")
+    uplink_lat = latency_field(topo.get("latency", spec.nic_latency / 2), f"{tf}.latency")
+    g = nx.DiGraph()
+    rails = [f"rail{k}" for k in range(spec.nics_per_node)]
+    for rail in rails:
+        g.add_node(rail, kind="switch")
+    for s in range(spines):
+        g.add_node(f"spine{s}", kind="switch")
+        for rail in rails:
+            add_link(
+                g,
+                rail,
+                f"spine{s}",
+                spec.nodes * spec.nic_bandwidth / (oversub * spines),
+                uplink_lat,
+                "fabric",
+            )
+    for n in range(spec.nodes):
+        for k, nic in enumerate(add_server(g, spec, n)):
+            add_link(g, nic, rails[k], spec.nic_bandwidth, spec.nic_latency / 2, "nic")
+    g.graph["border"] = [f"spine{s}" for s in range(spines)] or rails
+    return g
+
+
+def rail_placement(g: nx.DiGraph):
+    """Levels without spines; with spines, why folding is refused (module docstring)."""
+    if any(n.startswith("spine") for n in g):
+        return "cross-rail routes on a rail topology with spines take the spine or NVLink forwarding by ECMP"
+    return levels(g)
+
+
+TOPOLOGIES.add(
+    Topology(
+        "rail",
+        "rail-optimized: NIC k of every server on rail switch k, optional spines",
+        factory=build_rail,
+        options=RailOptions,
+        placement=rail_placement,
+    )
+)
