@@ -101,45 +101,28 @@ def cmd_validate(args) -> int:
 
 
 def cmd_list(args) -> int:
+    from .collectives import ALGORITHMS
     from .hardware.gpus import GPUS
-    from .network.factory import NETWORK_MODEL_NAMES
+    from .hardware.presets import CLUSTER_PRESETS
+    from .network.factory import DIRECT_DESCRIPTION, NETWORK_MODELS
     from .schedules import SCHEDULES
-
-    sections = {
-        "GPUs": [(name, "") for name in sorted(GPUS)],
-        "schedules": [(s.name, s.description) for s in SCHEDULES.values()],
-        "network models": [(n, "") for n in NETWORK_MODEL_NAMES],
-    }
+    from .topology import TOPOLOGIES
     from .workload.model_presets import model_preset_table
 
-    sections["model presets"] = model_preset_table()
-    for extra in _optional_registries():
-        sections.update(extra)
+    sections = {
+        "GPUs": GPUS.table(),
+        "schedules": SCHEDULES.table(),
+        "network models": [*NETWORK_MODELS.table(), ("direct", DIRECT_DESCRIPTION)],
+        "topologies": TOPOLOGIES.table(),
+        "collective algorithms": ALGORITHMS.table(),
+        "model presets": model_preset_table(),
+        "cluster presets": [(n, "") for n in CLUSTER_PRESETS],
+    }
     for title, items in sections.items():
         print(f"{title}:")
         for name, desc in items:
             print(f"  {name:<18} {desc}".rstrip())
     return 0
-
-
-def _optional_registries():
-    """Registries of modules that may be absent in a partial install, listed when present."""
-    try:
-        from .topology import TOPOLOGIES
-
-        yield {"topologies": [(n, "") for n in TOPOLOGIES]}
-    except ImportError:
-        pass
-    try:
-        from .collectives import ALGORITHMS
-        from .hardware.presets import CLUSTER_PRESETS
-
-        yield {
-            "collective algorithms": [(n, a.doc) for n, a in ALGORITHMS.items()],
-            "cluster presets": [(n, "") for n in CLUSTER_PRESETS],
-        }
-    except ImportError:
-        pass
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..plugins import Registry
 from . import cost
 from .direct import build_direct
 from .group import Group
@@ -46,7 +47,7 @@ class Algorithm:
 
     name: str
     kinds: frozenset
-    doc: str
+    description: str
     build: Callable
     cost: Callable
     misfit: Callable[[Group, str], str | None] = lambda group, kind: None
@@ -77,59 +78,56 @@ def _never(group: Group) -> bool:
     return False
 
 
-ALGORITHMS: dict[str, Algorithm] = {
-    a.name: a
-    for a in (
-        Algorithm(
-            "ring",
-            frozenset(KINDS) - {"all_to_all"},
-            "NCCL ring, multi-channel across hosts",
-            lambda g, k, s, o: build_ring(
-                g.env, k, ring_orders(g.hosts, o.channels), s, {}, o.root, o.chunks
-            ),
-            cost.ring,
-        ),
-        Algorithm(
-            "tree",
-            frozenset({"all_reduce", "barrier"}),
-            "double binary tree, pipelined",
-            lambda g, k, s, o: build_tree(g.env, k, g.members, s, {}, o.root, o.chunks),
-            cost.tree,
-        ),
-        Algorithm(
-            "halving_doubling",
-            frozenset({"all_reduce", "reduce_scatter", "all_gather", "barrier"}),
-            "recursive halving (reduce-scatter) and doubling (all-gather)",
-            lambda g, k, s, o: build_halving_doubling(g.env, k, g.members, s, {}),
-            cost.halving_doubling,
-            _halving_doubling_misfit,
-        ),
-        Algorithm(
-            "hierarchical",
-            frozenset({"all_reduce", "barrier"}),
-            "intra-host reduce-scatter, inter-host all-reduce, intra-host all-gather",
-            lambda g, k, s, o: build_hierarchical(g.env, k, g.hosts, s, {}),
-            cost.hierarchical,
-            _hierarchical_misfit,
-            _spans_hosts,
-        ),
-        Algorithm(
-            "direct",
-            frozenset(KINDS),
-            "every rank sends straight to every receiver",
-            lambda g, k, s, o: build_direct(g.env, k, g.members, s, {}, o.root),
-            cost.direct,
-        ),
-        Algorithm(
-            "parameter_server",
-            frozenset({"all_reduce", "reduce", "broadcast", "barrier"}),
-            "workers push to server(s), servers push back",
-            lambda g, k, s, o: build_parameter_server(g.env, k, g.members, s, {}, o.root, servers=o.servers),
-            cost.parameter_server,
-            in_auto=_never,
-        ),
-    )
-}
+ALGORITHMS: Registry[Algorithm] = Registry("collective algorithm", "simulation.collectives")
+for _algorithm in (
+    Algorithm(
+        "ring",
+        frozenset(KINDS) - {"all_to_all"},
+        "NCCL ring, multi-channel across hosts",
+        lambda g, k, s, o: build_ring(g.env, k, ring_orders(g.hosts, o.channels), s, {}, o.root, o.chunks),
+        cost.ring,
+    ),
+    Algorithm(
+        "tree",
+        frozenset({"all_reduce", "barrier"}),
+        "double binary tree, pipelined",
+        lambda g, k, s, o: build_tree(g.env, k, g.members, s, {}, o.root, o.chunks),
+        cost.tree,
+    ),
+    Algorithm(
+        "halving_doubling",
+        frozenset({"all_reduce", "reduce_scatter", "all_gather", "barrier"}),
+        "recursive halving (reduce-scatter) and doubling (all-gather)",
+        lambda g, k, s, o: build_halving_doubling(g.env, k, g.members, s, {}),
+        cost.halving_doubling,
+        _halving_doubling_misfit,
+    ),
+    Algorithm(
+        "hierarchical",
+        frozenset({"all_reduce", "barrier"}),
+        "intra-host reduce-scatter, inter-host all-reduce, intra-host all-gather",
+        lambda g, k, s, o: build_hierarchical(g.env, k, g.hosts, s, {}),
+        cost.hierarchical,
+        _hierarchical_misfit,
+        _spans_hosts,
+    ),
+    Algorithm(
+        "direct",
+        frozenset(KINDS),
+        "every rank sends straight to every receiver",
+        lambda g, k, s, o: build_direct(g.env, k, g.members, s, {}, o.root),
+        cost.direct,
+    ),
+    Algorithm(
+        "parameter_server",
+        frozenset({"all_reduce", "reduce", "broadcast", "barrier"}),
+        "workers push to server(s), servers push back",
+        lambda g, k, s, o: build_parameter_server(g.env, k, g.members, s, {}, o.root, servers=o.servers),
+        cost.parameter_server,
+        in_auto=_never,
+    ),
+):
+    ALGORITHMS.add(_algorithm)
 
 
 def estimate_time(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ScenarioError
+from ..plugins import Registry
 
 
 @dataclass(frozen=True)
@@ -24,72 +25,79 @@ class GPUSpec:
     hbm_bandwidth: float
     source: str = ""
 
+    @property
+    def description(self) -> str:
+        """One line for ``clustersim list``: memory, peak FLOP/s and HBM bandwidth."""
+        return (
+            f"{self.memory_bytes / 1e9:.0f} GB, {self.peak_flops / 1e12:.0f} TFLOP/s bf16, "
+            f"{self.hbm_bandwidth / 1e12:.2f} TB/s HBM"
+        )
+
 
 _A100 = "NVIDIA A100 datasheet / Ampere whitepaper via glennklockwood.com (hardware_specs.csv)"
 _HOPPER = "NVIDIA Hopper whitepaper via glennklockwood.com (hardware_specs.csv)"
 
 #: GPU name (the ``cluster.gpu`` word) → spec
-GPUS: dict[str, GPUSpec] = {
-    g.name: g
-    for g in (
-        GPUSpec(
-            "V100-SXM2-32GB",
-            32 * 10**9,
-            125e12,
-            900e9,
-            "NVIDIA V100 datasheet: 125 TFLOP/s tensor, 900 GB/s (hardware_specs.csv, UNVERIFIED)",
-        ),
-        GPUSpec("A100-SXM4-40GB", 40 * 10**9, 312e12, 1555e9, _A100),
-        GPUSpec("A100-SXM4-80GB", 80 * 10**9, 312e12, 2039e9, _A100),
-        GPUSpec("H100-SXM5-80GB", 80 * 10**9, 989.4e12, 3350e9, _HOPPER),
-        GPUSpec(
-            "H200-SXM-141GB",
-            141 * 10**9,
-            989.4e12,
-            4800e9,
-            "H200 spec pages (same GH100 compute as H100; 141 GB HBM3e, 4.8 TB/s) (hardware_specs.csv)",
-        ),
-        # Hopper/Blackwell/CDNA3 entries: numbers and sources in gpu_datasheets.csv (same
-        # marketed decimal-GB memory convention as above; usable bytes are recorded there)
-        GPUSpec(
-            "H800-SXM5-80GB",
-            80 * 10**9,
-            989.4e12,
-            3350e9,
-            "H100 SXM5 silicon with 8 NVLink4 links (gpu_datasheets.csv, SECONDARY)",
-        ),
-        GPUSpec(
-            "B200-SXM-180GB",
-            180 * 10**9,
-            2250e12,
-            8000e9,
-            "ml-engineering accelerator tables / NVIDIA HGX B200 (gpu_datasheets.csv, SECONDARY)",
-        ),
-        GPUSpec(
-            "GB200-186GB",
-            186 * 10**9,
-            2500e12,
-            8000e9,
-            "ml-engineering accelerator tables, per B200 chip of a GB200 (gpu_datasheets.csv, SECONDARY)",
-        ),
-        GPUSpec(
-            "MI300X-192GB",
-            192 * 10**9,
-            1307.4e12,
-            5300e9,
-            "AMD MI300X spec as quoted by alpharomercoma/MI300X-vs-H200 (gpu_datasheets.csv, SECONDARY)",
-        ),
-        # edge and inference accelerators (inference pipelines, docs/inference.md); not in hardware_specs.csv
-        GPUSpec(
-            "T4-16GB",
-            16 * 10**9,
-            65e12,
-            320e9,
-            "NVIDIA T4 datasheet: 65 TFLOP/s mixed-precision FP16/FP32 tensor, 16 GB GDDR6, 320 GB/s "
-            "(TechPowerUp T4 page: 65.13 TFLOP/s FP16, 320.0 GB/s)",
-        ),
-    )
-}
+GPUS: Registry[GPUSpec] = Registry("GPU", "cluster.gpu")
+for _gpu in (
+    GPUSpec(
+        "V100-SXM2-32GB",
+        32 * 10**9,
+        125e12,
+        900e9,
+        "NVIDIA V100 datasheet: 125 TFLOP/s tensor, 900 GB/s (hardware_specs.csv, UNVERIFIED)",
+    ),
+    GPUSpec("A100-SXM4-40GB", 40 * 10**9, 312e12, 1555e9, _A100),
+    GPUSpec("A100-SXM4-80GB", 80 * 10**9, 312e12, 2039e9, _A100),
+    GPUSpec("H100-SXM5-80GB", 80 * 10**9, 989.4e12, 3350e9, _HOPPER),
+    GPUSpec(
+        "H200-SXM-141GB",
+        141 * 10**9,
+        989.4e12,
+        4800e9,
+        "H200 spec pages (same GH100 compute as H100; 141 GB HBM3e, 4.8 TB/s) (hardware_specs.csv)",
+    ),
+    # Hopper/Blackwell/CDNA3 entries: numbers and sources in gpu_datasheets.csv (same
+    # marketed decimal-GB memory convention as above; usable bytes are recorded there)
+    GPUSpec(
+        "H800-SXM5-80GB",
+        80 * 10**9,
+        989.4e12,
+        3350e9,
+        "H100 SXM5 silicon with 8 NVLink4 links (gpu_datasheets.csv, SECONDARY)",
+    ),
+    GPUSpec(
+        "B200-SXM-180GB",
+        180 * 10**9,
+        2250e12,
+        8000e9,
+        "ml-engineering accelerator tables / NVIDIA HGX B200 (gpu_datasheets.csv, SECONDARY)",
+    ),
+    GPUSpec(
+        "GB200-186GB",
+        186 * 10**9,
+        2500e12,
+        8000e9,
+        "ml-engineering accelerator tables, per B200 chip of a GB200 (gpu_datasheets.csv, SECONDARY)",
+    ),
+    GPUSpec(
+        "MI300X-192GB",
+        192 * 10**9,
+        1307.4e12,
+        5300e9,
+        "AMD MI300X spec as quoted by alpharomercoma/MI300X-vs-H200 (gpu_datasheets.csv, SECONDARY)",
+    ),
+    # edge and inference accelerators (inference pipelines, docs/inference.md); not in hardware_specs.csv
+    GPUSpec(
+        "T4-16GB",
+        16 * 10**9,
+        65e12,
+        320e9,
+        "NVIDIA T4 datasheet: 65 TFLOP/s mixed-precision FP16/FP32 tensor, 16 GB GDDR6, 320 GB/s "
+        "(TechPowerUp T4 page: 65.13 TFLOP/s FP16, 320.0 GB/s)",
+    ),
+):
+    GPUS.add(_gpu)
 
 
 def get_gpu(name: str) -> GPUSpec:

@@ -10,22 +10,37 @@ import networkx as nx
 import simpy
 
 from ..errors import ScenarioError
+from ..plugins import Plugin, Registry
 from ..record import Recorder
 from .analytical import AnalyticalFabric
 from .base import Fabric
 from .flow import FlowFabric
 from .packet import PacketFabric
 
-#: network model name → Fabric class taking ``(env, recorder, graph, …)``
-NETWORK_MODELS: dict[str, type[Fabric]] = {
-    "packet": PacketFabric,
-    "flow": FlowFabric,
-    "analytical": AnalyticalFabric,
-}
+#: network model name → plugin whose factory is a Fabric class taking ``(env, recorder, graph, …)``
+NETWORK_MODELS: Registry[Plugin] = Registry("network model", "simulation.network")
+for _model in (
+    Plugin(
+        "packet", "store-and-forward chunks on every topology link; contention is real", factory=PacketFabric
+    ),
+    Plugin(
+        "flow",
+        "each message a fluid flow on its route, rates max-min fair over the links",
+        factory=FlowFabric,
+    ),
+    Plugin(
+        "analytical",
+        "latency + bytes / bottleneck bandwidth per message, no contention",
+        factory=AnalyticalFabric,
+    ),
+):
+    NETWORK_MODELS.add(_model)
 DEFAULT_NETWORK_MODEL = "packet"
 #: the topology-based models above plus ``direct``: a private link per GPU pair at the
 #: intra-node bandwidth, no topology (``simulation.network``)
 NETWORK_MODEL_NAMES = (*NETWORK_MODELS, "direct")
+#: one-line description of ``direct`` for ``clustersim list`` (it is built without a topology)
+DIRECT_DESCRIPTION = "a private link per GPU pair at the intra-node bandwidth, no topology"
 
 
 def build_fabric(
@@ -47,4 +62,4 @@ def build_fabric(
         raise ScenarioError("simulation.network", kind, f"known: {', '.join(NETWORK_MODELS)}")
     if kind == "packet":
         return PacketFabric(env, recorder, graph, chunk_size=chunk_size, max_chunks=max_chunks)
-    return NETWORK_MODELS[kind](env, recorder, graph)
+    return NETWORK_MODELS[kind].factory(env, recorder, graph)

@@ -9,10 +9,8 @@ default and no effect without an optimizer step).
 from __future__ import annotations
 
 from ..errors import ScenarioError
+from ..schedules import SCHEDULES
 from .schema import ScenarioSpec
-
-#: schedules whose forward-only order is "every request's forward, in request order"
-INFERENCE_SCHEDULES = ("gpipe", "1f1b")
 
 
 def check_inference(spec: ScenarioSpec) -> None:
@@ -28,12 +26,13 @@ def check_inference(spec: ScenarioSpec) -> None:
             )
         return
     why = "is training-only; inference runs forward passes only"
-    if par.schedule not in INFERENCE_SCHEDULES:
+    if not SCHEDULES[par.schedule].inference:
+        serving = [s.name for s in SCHEDULES.values() if s.inference]
         raise ScenarioError(
             "parallel.schedule",
             par.schedule,
             f"{why} (every stage runs the requests' forwards in "
-            f"request order); accepted: {', '.join(INFERENCE_SCHEDULES)}",
+            f"request order); accepted: {', '.join(serving)}",
         )
     if par.gradient_compression is not None:
         raise ScenarioError(

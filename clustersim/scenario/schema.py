@@ -11,7 +11,7 @@ quantity types and the base model in :mod:`.fields`.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -144,6 +144,7 @@ class ParallelSpec(_Spec):
     pp: Annotated[int, Range(1, 100_000)] = 1
     dp: Annotated[int | str, BeforeValidator(_dp_value)] = "auto"
     schedule: str = "1f1b"
+    #: model chunks per stage; unset: the schedule's declared chunk count (1 where it takes any)
     virtual_stages: Annotated[int, Range(1, 10_000)] = 1
     #: layers per model chunk: even | balanced (by compute) | pipedream (planner) | [l0, l1, ...]
     partition: Annotated[str | list[int], _partition_value] = "even"
@@ -160,6 +161,15 @@ class ParallelSpec(_Spec):
     parameter_server: ParameterServerSpec | None = None
     #: compress pipeline activations and their gradients on the chosen links' sends
     activation_compression: CompressionSpec | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _chunks_of_schedule(cls, raw: Any) -> Any:
+        if not isinstance(raw, dict) or "virtual_stages" in raw:
+            return raw
+        schedule = SCHEDULES.get(raw.get("schedule", cls.model_fields["schedule"].default))
+        chunks = None if schedule is None else schedule.chunks
+        return raw if chunks is None else {**raw, "virtual_stages": chunks}
 
     @field_validator("schedule")
     @classmethod

@@ -12,14 +12,18 @@ from __future__ import annotations
 from .registry import register_schedule
 
 
-@register_schedule("gpipe", "GPipe: all forwards, then all backwards (in reverse), then the optimizer")
+@register_schedule(
+    "gpipe", "GPipe: all forwards, then all backwards (in reverse), then the optimizer", inference=True
+)
 def gpipe(stage: int, p: int, m: int) -> list[tuple[str, int]]:
     # Backwards run in reverse micro-batch order, as autograd does in GPipe/torchgpipe.
     return [("F", j) for j in range(m)] + [("B", j) for j in reversed(range(m))]
 
 
 @register_schedule(
-    "1f1b", "1F1B (PipeDream-Flush/DAPPLE): warm-up forwards, one-forward-one-backward, cool-down"
+    "1f1b",
+    "1F1B (PipeDream-Flush/DAPPLE): warm-up forwards, one-forward-one-backward, cool-down",
+    inference=True,
 )
 def one_f_one_b(stage: int, p: int, m: int) -> list[tuple[str, int]]:
     warmup = min(p - stage - 1, m)

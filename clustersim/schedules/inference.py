@@ -37,8 +37,8 @@ from .registry import Schedule
 #: the per-stage order of a forward-only pipeline: every request's forward, in request order
 FORWARD_ONLY = Schedule(
     "forward_only",
-    lambda stage, p, m: [("F", j) for j in range(m)],
     "forward passes only, in request order (inference)",
+    factory=lambda stage, p, m: [("F", j) for j in range(m)],
 )
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import ScenarioError
+from ..plugins import Plugin, Registry
 
 Item = tuple
 OrderFn = Callable[..., list[Item]]
@@ -32,8 +33,9 @@ PLACEMENTS = ("loop", "vee")
 
 
 @dataclass(frozen=True)
-class Schedule:
-    """A registered schedule and the rules the compiler follows for it.
+class Schedule(Plugin):
+    """A registered schedule and the rules the compiler follows for it; its ``factory`` is
+    the order function (also :attr:`order`).
 
     ``chunks``: model chunks per stage — an int, or ``None`` for ``parallel.virtual_stages``
     (the order function then receives ``v=`` as a keyword). ``placement``: ``"loop"`` puts
@@ -43,17 +45,22 @@ class Schedule:
     (micro-batches ``0 .. m·iterations − 1``) with its own ``("O", i)`` steps. ``weights``:
     ``"single"`` (one copy), ``"stash"`` (one stashed version per in-flight micro-batch,
     PipeDream) or ``"double"`` (two buffers, PipeDream-2BW). ``check(p, m, v)`` raises
-    :class:`ScenarioError` when the schedule cannot run that shape.
+    :class:`ScenarioError` when the schedule cannot run that shape. ``inference``: an
+    inference pipeline may use this schedule (its forward-only order is request order).
     """
 
-    name: str
-    order: OrderFn
-    description: str
     chunks: int | None = 1
     placement: str = "loop"
     flush: bool = True
     weights: str = "single"
     check: Callable[[int, int, int], None] | None = None
+    #: whether an inference pipeline may order its requests' forwards by this schedule
+    inference: bool = False
+
+    @property
+    def order(self) -> OrderFn:
+        """``order(stage, p, m, …) -> list of items`` (module docstring)."""
+        return self.factory
 
     def stage_of(self, chunk: int, p: int) -> int:
         """The pipeline stage that holds model chunk ``chunk``."""
@@ -73,7 +80,7 @@ class Schedule:
             self.check(p, m, v)
 
 
-SCHEDULES: dict[str, Schedule] = {}
+SCHEDULES: Registry[Schedule] = Registry("schedule", "parallel.schedule")
 
 
 def register_schedule(
@@ -85,6 +92,7 @@ def register_schedule(
     flush: bool = True,
     weights: str = "single",
     check: Callable[[int, int, int], None] | None = None,
+    inference: bool = False,
 ) -> Callable[[OrderFn], OrderFn]:
     """Decorator: register ``order(stage, p, m)`` under ``name`` (replacing any same name).
 
@@ -102,7 +110,7 @@ def register_schedule(
 
     def wrap(fn: OrderFn) -> OrderFn:
         doc = description or "".join((fn.__doc__ or "").strip().splitlines()[0:1])
-        SCHEDULES[name] = Schedule(name, fn, doc, chunks, placement, flush, weights, check)
+        SCHEDULES.add(Schedule(name, doc, chunks, placement, flush, weights, check, inference, factory=fn))
         return fn
 
     return wrap
