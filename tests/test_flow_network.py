@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import clustersim as cs
 from clustersim.network import build_fabric
+from clustersim.record import Recorder
 from clustersim.topology import build_topology
 
 from .test_fabric import flows_strategy, run_flows, star_of

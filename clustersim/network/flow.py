@@ -34,9 +34,9 @@ import simpy
 from simpy.events import Event
 
 from ..errors import ScenarioError
+from ..record import Recorder
 from ..topology.graph import is_wire
 from ..topology.routing import Router
-from ..trace.recorder import Recorder
 from .base import Fabric
 from .degradation import down_for_ever, rate_profile
 
