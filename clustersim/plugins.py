@@ -38,13 +38,18 @@ P = TypeVar("P")  # a Plugin, or any record with ``name`` and ``description`` (G
 class Registry(dict[str, P], Generic[P]):
     """Plugins of one kind by name; ``what`` names the kind, ``field`` the scenario field."""
 
-    def __init__(self, what: str, field: str) -> None:
+    def __init__(self, what: str, field: str, order: Callable[[P], object] | None = None) -> None:
         super().__init__()
-        self.what, self.field = what, field
+        self.what, self.field, self._order = what, field, order
 
     def add(self, plugin: P) -> P:
-        """Register ``plugin`` under its name (replacing any plugin of that name)."""
+        """Register ``plugin`` under its name (replacing any plugin of that name); with an
+        ``order`` key the registry stays sorted by it (stable), whatever the import order."""
         self[plugin.name] = plugin
+        if self._order is not None:
+            ordered = sorted(self.values(), key=self._order)
+            self.clear()
+            self.update((p.name, p) for p in ordered)
         return plugin
 
     def lookup(self, name: str, field: str | None = None) -> P:

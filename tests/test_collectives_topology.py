@@ -9,6 +9,7 @@ import simpy
 
 from clustersim.collectives import ALGORITHMS, Group, estimate_time, run_collective
 from clustersim.collectives.bench import measure
+from clustersim.collectives.registry import per_host
 from clustersim.network import PacketFabric
 from clustersim.record import Recorder
 from clustersim.topology import build_topology
@@ -54,8 +55,10 @@ def test_auto_considers_hierarchical_only_across_hosts():
         return Group(simpy.Environment(), SimpleNamespace(graph=graph), [f"gpu{i}" for i in range(8 * nodes)])
 
     one, two = group(1), group(2)
-    assert not ALGORITHMS["hierarchical"].in_auto(one) and ALGORITHMS["hierarchical"].in_auto(two)
-    assert not ALGORITHMS["parameter_server"].in_auto(one) and not ALGORITHMS["parameter_server"].in_auto(two)
+    assert (per_host(one), per_host(two)) == ((8,), (8, 8))
+    hier, ps = ALGORITHMS["hierarchical"], ALGORITHMS["parameter_server"]
+    assert not hier.in_auto(8, per_host(one)) and hier.in_auto(16, per_host(two))
+    assert not ps.in_auto(8, per_host(one)) and not ps.in_auto(16, per_host(two))
     # why: with one host, 2(m−1)(α + S/(mB)) is the ring's 2(n−1)α + 2(n−1)/n·S/B (m = n)
     shape = one.shape()
     assert estimate_time("all_reduce", "hierarchical", 8, 64 * MiB, **shape) == pytest.approx(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..errors import ScenarioError
 from .group import Group
-from .registry import ALGORITHMS, KINDS, Options, as_run, choose_algorithm
+from .registry import ALGORITHMS, KINDS, Options, as_run, choose_algorithm, per_host
 from .schedule import execute
 
 
@@ -59,7 +59,7 @@ def build_schedule(
 
 def check_shape(group: Group, kind: str, name: str) -> None:
     """Raise ScenarioError when ``name`` cannot run ``kind`` on this group's shape."""
-    why = ALGORITHMS[name].misfit(group, kind)
+    why = ALGORITHMS[name].fits(kind, len(group.members), per_host(group))
     if why is not None:
         raise ScenarioError("collective.algorithm", name, why)
 

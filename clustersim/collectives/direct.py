@@ -14,6 +14,8 @@ Best for small groups and for all-to-all (one step, no forwarding).
 
 from __future__ import annotations
 
+from .algorithm import ALGORITHMS, KINDS, Algorithm
+from .cost import Shape
 from .schedule import Msg, split
 
 
@@ -46,3 +48,25 @@ def build_direct(env, kind: str, order: list[str], nbytes: int, ready: dict, roo
         engines.append(prog)
     done = {m: tuple(got[m]) or have[m] for m in order}
     return engines, done
+
+
+def cost(sh: Shape, kind: str, s: float, _servers: int) -> float:
+    """Idle-network α-β time (s) of ``kind`` on ``s`` bytes by direct (symbols: :mod:`.cost`)."""
+    n, m = sh.n, sh.m
+    a_n, b_n = sh.net
+    if kind in ("broadcast", "reduce"):
+        return max(sh.alpha, a_n) + (m - 1) * s / sh.bw + (n - m) * s / min(sh.bw, b_n * m)
+    one = max(sh.alpha, a_n) + max((m - 1) * s / (n * sh.bw), (n - m) * s / (n * b_n))
+    return 2 * one if kind == "all_reduce" else one
+
+
+ALGORITHMS.add(
+    Algorithm(
+        "direct",
+        "every rank sends straight to every receiver",
+        kinds=frozenset(KINDS),
+        factory=lambda g, k, s, o: build_direct(g.env, k, g.members, s, {}, o.root),
+        cost=cost,
+        rank=4,
+    )
+)

@@ -13,6 +13,8 @@ bytes to a partner among the first r ranks) and sends them the result at the end
 
 from __future__ import annotations
 
+from .algorithm import ALGORITHMS, Algorithm
+from .cost import Shape
 from .schedule import Msg
 
 
@@ -54,3 +56,44 @@ def build_halving_doubling(
         engines[order[e - p]].append(msg)
         have[order[e]] = (msg.done,)
     return list(engines.values()), have
+
+
+def fits(kind: str, n: int, per_host: tuple[int, ...]) -> str | None:
+    """Only an all-reduce folds a non-power-of-two group into a power of two."""
+    if kind != "all_reduce" and not is_power_of_two(n):
+        return f"{kind} by halving_doubling needs a power-of-two group; got {n} members"
+    return None
+
+
+def cost(sh: Shape, kind: str, s: float, _servers: int) -> float:
+    """Idle-network α-β time (s) of ``kind`` on ``s`` bytes by halving_doubling (symbols: :mod:`.cost`)."""
+    n = sh.n
+    p = 1 << (n.bit_length() - 1)
+    a_n, b_n = sh.net
+
+    def step(dist: int, size: float) -> float:
+        cross = sh.nodes > 1 and dist >= sh.m
+        return (a_n + size / b_n) if cross else (sh.alpha + size / sh.bw)
+
+    k = p.bit_length() - 1
+    t = 0.0
+    if kind in ("all_reduce", "reduce_scatter"):
+        t += sum(step(p >> (i + 1), s / 2 ** (i + 1)) for i in range(k))
+    if kind in ("all_reduce", "all_gather"):
+        t += sum(step(1 << i, s * 2**i / p) for i in range(k))
+    if p != n:
+        t += 2 * step(p, s)
+    return t
+
+
+ALGORITHMS.add(
+    Algorithm(
+        "halving_doubling",
+        "recursive halving (reduce-scatter) and doubling (all-gather)",
+        kinds=frozenset({"all_reduce", "reduce_scatter", "all_gather", "barrier"}),
+        factory=lambda g, k, s, o: build_halving_doubling(g.env, k, g.members, s, {}),
+        cost=cost,
+        rank=2,
+        fits=fits,
+    )
+)

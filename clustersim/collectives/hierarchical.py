@@ -14,6 +14,8 @@ or the messages are latency-bound.
 
 from __future__ import annotations
 
+from .algorithm import ALGORITHMS, Algorithm
+from .cost import Shape
 from .ring import build_ring
 
 
@@ -43,3 +45,36 @@ def build_hierarchical(
         engines += e
         have.update(d)
     return engines, have
+
+
+def fits(kind: str, n: int, per_host: tuple[int, ...]) -> str | None:
+    """Every host must hold the same number of members (one intra-host ring each)."""
+    if len(set(per_host)) > 1:
+        return f"hierarchical needs the same number of members on every host; got {sorted(set(per_host))} per host"
+    return None
+
+
+def spans_hosts(n: int, per_host: tuple[int, ...]) -> bool:
+    """On one host hierarchical is a plain ring with extra steps."""
+    return len(per_host) > 1
+
+
+def cost(sh: Shape, kind: str, s: float, _servers: int) -> float:
+    """Idle-network α-β time (s) of ``kind`` on ``s`` bytes by hierarchical (symbols: :mod:`.cost`)."""
+    m, nodes = sh.m, sh.nodes
+    a_n, b_n = sh.net
+    return 2 * (m - 1) * (sh.alpha + s / (m * sh.bw)) + 2 * (nodes - 1) * (a_n + s / (m * nodes * b_n))
+
+
+ALGORITHMS.add(
+    Algorithm(
+        "hierarchical",
+        "intra-host reduce-scatter, inter-host all-reduce, intra-host all-gather",
+        kinds=frozenset({"all_reduce", "barrier"}),
+        factory=lambda g, k, s, o: build_hierarchical(g.env, k, g.hosts, s, {}),
+        cost=cost,
+        rank=3,
+        fits=fits,
+        in_auto=spans_hosts,
+    )
+)

@@ -12,6 +12,8 @@ servers), broadcast (pull only, from the servers).
 
 from __future__ import annotations
 
+from .algorithm import ALGORITHMS, Algorithm
+from .cost import Shape
 from .schedule import Msg, split
 
 
@@ -39,3 +41,31 @@ def build_parameter_server(
             got[msg.dst].append(msg.done)
         engines.append(prog)
     return engines, {**have, **{w: tuple(got[w]) for w in order}}
+
+
+def never(n: int, per_host: tuple[int, ...]) -> bool:
+    """A parameter server needs a server node, which only the caller can name."""
+    return False
+
+
+def cost(sh: Shape, kind: str, s: float, servers: int) -> float:
+    """Idle-network α-β time (s) of ``kind`` on ``s`` bytes by parameter_server (symbols: :mod:`.cost`)."""
+    a = max(sh.net[0], sh.alpha)
+    b = min(sh.bw, sh.net[1] * sh.m) if sh.nodes > 1 else sh.bw
+    one = a + (sh.n - 1) * s / (servers * b)
+    return 2 * one if kind == "all_reduce" else one
+
+
+ALGORITHMS.add(
+    Algorithm(
+        "parameter_server",
+        "workers push to server(s), servers push back",
+        kinds=frozenset({"all_reduce", "reduce", "broadcast", "barrier"}),
+        factory=lambda g, k, s, o: build_parameter_server(
+            g.env, k, g.members, s, {}, o.root, servers=o.servers
+        ),
+        cost=cost,
+        rank=5,
+        in_auto=never,
+    )
+)

@@ -15,6 +15,8 @@ Broadcast and reduce run as a chain along the ring, pipelined in chunks.
 
 from __future__ import annotations
 
+from .algorithm import ALGORITHMS, KINDS, Algorithm
+from .cost import Shape
 from .schedule import Msg, split
 
 #: chunking of pipelined chains and trees: at most this many chunks, none below MIN
@@ -104,3 +106,39 @@ def pipelined_chain(env, kind, order, nbytes, ready, root, chunks=None):
             arrived[p + 1][j] = last[p + 1] = msg
     done = {m: ((last[p].done,) if last[p] else tuple(ready.get(m, ()))) for p, m in enumerate(chain)}
     return engines, done
+
+
+def cost(sh: Shape, kind: str, s: float, _servers: int) -> float:
+    """Idle-network α-β time (s) of ``kind`` on ``s`` bytes by ring (symbols: :mod:`.cost`)."""
+    n, m = sh.n, sh.m
+    a, b = sh.alpha, sh.bw
+    if kind in ("broadcast", "reduce"):
+        a_n, b_n = sh.net
+        b_eff = b if sh.nodes <= 1 else min(b, b_n * m)
+        return (n - 1) * max(a, a_n) + s / b_eff * (1 + (n - 2) / pipeline_chunks(int(s)))
+    steps = {"all_reduce": 2 * (n - 1), "reduce_scatter": n - 1, "all_gather": n - 1}[kind]
+    if sh.nodes <= 1:
+        return steps * (a + s / (n * b))
+    a_n, b_n = sh.net
+    # data flow, no global step barrier: along the ring N of every n hops cross the
+    # network (NCCL's tuner: intra steps × intraLat + inter steps × interLat); m channels,
+    # each leaving every host once, so the NICs carry S/n per step per host
+    # each rank paces by injection, so α's overlap and the time is the longer of the
+    # dependency chain (2(n−1) hops, α + transfer each) and the busiest port's work
+    a_step = ((n - sh.nodes) * a + sh.nodes * a_n) / n
+    t_hop = s / (m * n) * ((n - sh.nodes) / (n * b) + sh.nodes / (n * b_n))
+    return steps * max(a_step + t_hop, s / (n * m * b_n), (m - 1) * s / (m * n * b))
+
+
+ALGORITHMS.add(
+    Algorithm(
+        "ring",
+        "NCCL ring, multi-channel across hosts",
+        kinds=frozenset(KINDS) - {"all_to_all"},
+        factory=lambda g, k, s, o: build_ring(
+            g.env, k, ring_orders(g.hosts, o.channels), s, {}, o.root, o.chunks
+        ),
+        cost=cost,
+        rank=0,
+    )
+)

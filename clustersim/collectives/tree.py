@@ -11,6 +11,10 @@ per tree — for large k, ``2·d·α + 2·S/B``, NCCL's tree model (algbw = busb
 
 from __future__ import annotations
 
+import math
+
+from .algorithm import ALGORITHMS, Algorithm
+from .cost import Shape
 from .ring import pipeline_chunks
 from .schedule import Msg, split
 
@@ -117,3 +121,25 @@ def _pre_order(children, top):
         out.append(node)
         stack.extend(children[node])
     return out
+
+
+def cost(sh: Shape, kind: str, s: float, _servers: int) -> float:
+    """Idle-network α-β time (s) of ``kind`` on ``s`` bytes by tree (symbols: :mod:`.cost`)."""
+    depth = max(1, int(math.log2(sh.n)))
+    a_n, b_n = sh.net
+    a = max(sh.alpha, a_n)
+    b = sh.bw if sh.nodes <= 1 else min(sh.bw, b_n)
+    k = pipeline_chunks(int(s / 2))
+    return 2 * (depth * a + (k + depth - 1) * s / (k * b))
+
+
+ALGORITHMS.add(
+    Algorithm(
+        "tree",
+        "double binary tree, pipelined",
+        kinds=frozenset({"all_reduce", "barrier"}),
+        factory=lambda g, k, s, o: build_tree(g.env, k, g.members, s, {}, o.root, o.chunks),
+        cost=cost,
+        rank=1,
+    )
+)

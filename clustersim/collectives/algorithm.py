@@ -1,0 +1,67 @@
+"""What a collective algorithm plugin declares (one module per algorithm registers one).
+
+Each algorithm module of this package holds its builder, its α-β cost and its static
+shape rules, and adds its :class:`Algorithm` to :data:`ALGORITHMS` when imported;
+:mod:`.registry` imports them all, so a new algorithm is one new file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..plugins import Plugin, Registry
+
+#: collective kinds (send/recv are the engine's own point-to-point ops)
+KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Per-call knobs of a build: the root (broadcast/reduce; the parameter server),
+    ring channels, pipeline chunks, parameter servers."""
+
+    root: str | None = None
+    channels: int | None = None
+    chunks: int | None = None
+    servers: list[str] | None = None
+
+
+def fits_any(kind: str, n: int, per_host: tuple[int, ...]) -> str | None:
+    """The ``fits`` of an algorithm that runs any group shape."""
+    return None
+
+
+def always(n: int, per_host: tuple[int, ...]) -> bool:
+    """The ``in_auto`` of an algorithm ``auto`` may always choose."""
+    return True
+
+
+@dataclass(frozen=True)
+class Algorithm(Plugin):
+    """A registered algorithm: its name, one-line description, the ``kinds`` it implements,
+    ``factory(group, kind, nbytes, options) -> (engines, done)`` (see :mod:`.schedule`; also
+    :attr:`build`), ``cost(shape, kind, nbytes, servers) -> seconds`` on an idle network
+    (:class:`.cost.Shape`), and two static shape rules over ``n`` members with
+    ``per_host[h]`` of them on host ``h`` — no live group needed: ``fits(kind, n,
+    per_host) -> reason | None`` for shapes it cannot run, and ``in_auto(n, per_host) ->
+    bool``: whether ``auto`` may choose it there."""
+
+    kinds: frozenset = frozenset()
+    cost: Callable = None
+    fits: Callable[[str, int, tuple[int, ...]], str | None] = fits_any
+    in_auto: Callable[[int, tuple[int, ...]], bool] = always
+    #: position in the registry, which is the order ``auto`` breaks cost ties in (lowest first)
+    rank: int = 100
+
+    @property
+    def build(self) -> Callable:
+        """``build(group, kind, nbytes, options) -> (engines, done)``: the factory."""
+        return self.factory
+
+
+#: algorithm name (``simulation.collectives`` values) → :class:`Algorithm`, kept in ``rank``
+#: order: the order ``auto`` breaks cost ties in
+ALGORITHMS: Registry[Algorithm] = Registry(
+    "collective algorithm", "simulation.collectives", order=lambda a: a.rank
+)
