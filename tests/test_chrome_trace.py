@@ -1,7 +1,10 @@
 """Chrome/Perfetto trace: format rules checked by a small validator, and content vs spans."""
 
 import json
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -144,3 +147,17 @@ def test_overlapping_spans_go_to_an_overflow_track():
     doc = {"traceEvents": chrome_events(spans)}
     tracks = validate_trace(doc)
     assert sum(len(v) for v in tracks.values()) == 4 and len(tracks) == 2
+
+
+def test_writing_a_trace_loads_no_matplotlib(tmp_path):
+    # the trace shares row order, colours and binning with the pictures (viz.rows, viz.colors,
+    # viz.binning), none of which may pull in matplotlib
+    code = (
+        "import sys, clustersim as cs\n"
+        f"res = cs.simulate({str(Path(__file__).parents[1] / 'scenarios' / 'quickstart.yaml')!r}, progress=False)\n"
+        f"res.to_chrome_trace({str(tmp_path / 't.json')!r})\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    assert (tmp_path / "t.json").stat().st_size > 0

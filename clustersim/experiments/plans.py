@@ -41,7 +41,6 @@ KNOBS: dict[str, tuple[Any, ...]] = {
     "parallel.sequence_parallel": (False, True),
 }
 DEFAULT_MICRO_BATCHES = (1, 2, 4, 8)
-BUILTIN_SCHEDULES = ("1f1b", "gpipe")
 
 
 def divisors(n: int) -> list[int]:
@@ -87,7 +86,10 @@ def plan_space(
     else:
         tps = [1]
     mbs = list(micro_batches or ([sc.training.micro_batch] if synthetic else DEFAULT_MICRO_BATCHES))
-    scheds = list(schedules or [s for s in BUILTIN_SCHEDULES if s in SCHEDULES])
+    searched = sorted(
+        (s for s in SCHEDULES.values() if s.search_rank is not None), key=lambda s: s.search_rank
+    )
+    scheds = list(schedules or [s.name for s in searched])
     unknown = [s for s in scheds if s not in SCHEDULES]
     if unknown:
         raise ScenarioError(

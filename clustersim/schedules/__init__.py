@@ -6,7 +6,9 @@ Registered here: ``gpipe``, ``1f1b`` (flushing, :mod:`.flush`); ``interleaved``
 compiles through :mod:`.replicated`. See ``docs/schedules.md``.
 """
 
-from . import flush, interleaved, pipedream, zero_bubble  # noqa: F401  (register the schedules)
+import importlib
+import pkgutil
+
 from .compiler import compile_pipeline, emit_pass
 from .registry import SCHEDULES, Schedule, register_schedule
 from .versions import max_versions_alive, update_staleness
@@ -20,3 +22,8 @@ __all__ = [
     "register_schedule",
     "update_staleness",
 ]
+
+# every module registers its schedules when imported (module order: flush, interleaved,
+# pipedream, zero_bubble, …), so a new schedule is one new file
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")

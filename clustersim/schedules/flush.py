@@ -13,7 +13,10 @@ from .registry import register_schedule
 
 
 @register_schedule(
-    "gpipe", "GPipe: all forwards, then all backwards (in reverse), then the optimizer", inference=True
+    "gpipe",
+    "GPipe: all forwards, then all backwards (in reverse), then the optimizer",
+    inference=True,
+    search_rank=1,
 )
 def gpipe(stage: int, p: int, m: int) -> list[tuple[str, int]]:
     # Backwards run in reverse micro-batch order, as autograd does in GPipe/torchgpipe.
@@ -24,6 +27,7 @@ def gpipe(stage: int, p: int, m: int) -> list[tuple[str, int]]:
     "1f1b",
     "1F1B (PipeDream-Flush/DAPPLE): warm-up forwards, one-forward-one-backward, cool-down",
     inference=True,
+    search_rank=0,
 )
 def one_f_one_b(stage: int, p: int, m: int) -> list[tuple[str, int]]:
     warmup = min(p - stage - 1, m)

@@ -47,6 +47,7 @@ class Schedule(Plugin):
     PipeDream) or ``"double"`` (two buffers, PipeDream-2BW). ``check(p, m, v)`` raises
     :class:`ScenarioError` when the schedule cannot run that shape. ``inference``: an
     inference pipeline may use this schedule (its forward-only order is request order).
+    ``search_rank``: where a plan search's default schedule list puts it (None: not in it).
     """
 
     chunks: int | None = 1
@@ -56,6 +57,8 @@ class Schedule(Plugin):
     check: Callable[[int, int, int], None] | None = None
     #: whether an inference pipeline may order its requests' forwards by this schedule
     inference: bool = False
+    #: position among the schedules a plan search tries by default (None: only when asked)
+    search_rank: int | None = None
 
     @property
     def order(self) -> OrderFn:
@@ -93,6 +96,7 @@ def register_schedule(
     weights: str = "single",
     check: Callable[[int, int, int], None] | None = None,
     inference: bool = False,
+    search_rank: int | None = None,
 ) -> Callable[[OrderFn], OrderFn]:
     """Decorator: register ``order(stage, p, m)`` under ``name`` (replacing any same name).
 
@@ -110,7 +114,9 @@ def register_schedule(
 
     def wrap(fn: OrderFn) -> OrderFn:
         doc = description or "".join((fn.__doc__ or "").strip().splitlines()[0:1])
-        SCHEDULES.add(Schedule(name, doc, chunks, placement, flush, weights, check, inference, factory=fn))
+        SCHEDULES.add(
+            Schedule(name, doc, chunks, placement, flush, weights, check, inference, search_rank, factory=fn)
+        )
         return fn
 
     return wrap
