@@ -6,7 +6,6 @@ from collections import defaultdict
 
 import pytest
 import simpy
-from clustersim.trace.recorder import Recorder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
