@@ -313,3 +313,21 @@ def test_infinite_or_nan_quantities_are_rejected():
     spec = chain(1)
     spec["topology"]["links"][0]["latency"] = math.nan
     assert _error(spec).field == "cluster.topology.links[0].latency"
+
+
+def test_a_topology_typo_is_refused_even_where_no_topology_is_built():
+    # network: direct builds no topology graph, so only the load-time check can see the typo
+    raw = {
+        "cluster": {"nodes": 2, "gpus_per_node": 8, "topology": {"kind": "fat_tree", "spinez": 2}},
+        "model": {"kind": "synthetic", "layers": 2, "forward": 1e-3, "backward": 2e-3},
+        "training": {"global_batch": 16, "micro_batch": 1},
+        "simulation": {"network": "direct"},
+    }
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(raw)
+    assert str(info.value) == (
+        "cluster.topology.spinez: 2 is invalid; unknown option; "
+        "fat_tree accepts: kind, nodes_per_leaf, spines, oversubscription, latency"
+    )
+    raw["cluster"]["topology"] = {"kind": "fat_tree", "spines": 2}
+    assert load_scenario(raw).cluster.topology == {"kind": "fat_tree", "spines": 2}
