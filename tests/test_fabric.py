@@ -243,7 +243,10 @@ def test_factory_builds_each_model_and_rejects_unknown_ones():
     assert isinstance(build_fabric(None, env, rec, g), PacketFabric)
     with pytest.raises(ScenarioError) as info:
         build_fabric("fluid", env, rec, g)
-    assert str(info.value) == f"simulation.network: 'fluid' is invalid; known: {', '.join(NETWORK_MODELS)}"
+    assert (
+        str(info.value)
+        == f"simulation.network: 'fluid' is invalid; known network models: {', '.join(NETWORK_MODELS)}"
+    )
     with pytest.raises(ScenarioError) as info:
         build_fabric("packet", env, rec, g, chunk_size=0)
     assert info.value.field == "simulation.chunk_size"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import ScenarioError
 from ..plugins import Registry
 
 
@@ -102,6 +101,4 @@ for _gpu in (
 
 def get_gpu(name: str) -> GPUSpec:
     """The spec of GPU ``name``; a ScenarioError on ``cluster.gpu`` listing known names."""
-    if name not in GPUS:
-        raise ScenarioError("cluster.gpu", name, f"known GPUs: {', '.join(sorted(GPUS))}")
-    return GPUS[name]
+    return GPUS.lookup(name)

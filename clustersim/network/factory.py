@@ -9,7 +9,6 @@ from __future__ import annotations
 import networkx as nx
 import simpy
 
-from ..errors import ScenarioError
 from ..plugins import Plugin, Registry
 from ..record import Recorder
 from .analytical import AnalyticalFabric
@@ -57,9 +56,7 @@ def build_fabric(
     ``max_chunks`` (per message) apply to the packet model only; None keeps the defaults. An unknown kind is a ScenarioError on
     ``simulation.network`` listing the known ones.
     """
-    kind = DEFAULT_NETWORK_MODEL if kind is None else kind
-    if kind not in NETWORK_MODELS:
-        raise ScenarioError("simulation.network", kind, f"known: {', '.join(NETWORK_MODELS)}")
-    if kind == "packet":
+    model = NETWORK_MODELS.lookup(DEFAULT_NETWORK_MODEL if kind is None else kind)
+    if model.name == "packet":
         return PacketFabric(env, recorder, graph, chunk_size=chunk_size, max_chunks=max_chunks)
-    return NETWORK_MODELS[kind].factory(env, recorder, graph)
+    return model.factory(env, recorder, graph)
