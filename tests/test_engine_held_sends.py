@@ -65,7 +65,7 @@ def test_held_sends_match_fabric_transfers(network, schedule):
         network=network,
         layers_per_stage=2,
     )
-    raw["parallel"]["virtual_stages"] = 2 if schedule == "interleaved" else 1
+    raw["parallel"]["virtual_stages"] = cs.SCHEDULES[schedule].chunks or 2  # None: any count
     sc = cs.load_scenario(raw)
     held, held_events, held_engine = _run(sc, timed_by_fabric=False)
     asked, asked_events, asked_engine = _run(sc, timed_by_fabric=True)

@@ -8,6 +8,9 @@ import pytest
 import yaml
 
 import clustersim as cs
+from clustersim.hardware.gpus import GPUS
+from clustersim.network.factory import NETWORK_MODEL_NAMES
+from clustersim.schedules import SCHEDULES
 from tests.conftest import synthetic
 
 BASE = synthetic(4, 8)
@@ -24,11 +27,11 @@ def _error(overrides: dict, base: dict = BASE) -> str:
     [
         (
             {"parallel.schedule": "gpip"},
-            "parallel.schedule: 'gpip' is invalid; not a known schedule; known: 1f1b, gpipe",
+            f"parallel.schedule: 'gpip' is invalid; not a known schedule; known: {', '.join(sorted(SCHEDULES))}",
         ),
         (
             {"cluster.gpu": "A200"},
-            "cluster.gpu: 'A200' is invalid; not a known GPU; known: A100-SXM4-40GB, A100-SXM4-80GB, B200-SXM-180GB",
+            f"cluster.gpu: 'A200' is invalid; not a known GPU; known: {', '.join(sorted(GPUS))}",
         ),
         (
             {"model.forward": "-1 ms"},
@@ -56,7 +59,7 @@ def _error(overrides: dict, base: dict = BASE) -> str:
         ),
         (
             {"simulation.network": "wifi"},
-            "simulation.network: 'wifi' is invalid; not a known network model; known: packet, flow, analytical, direct",
+            f"simulation.network: 'wifi' is invalid; not a known network model; known: {', '.join(NETWORK_MODEL_NAMES)}",
         ),
         (
             {"parallel.pp": 3},

@@ -120,7 +120,7 @@ def test_every_schedule_runs_with_data_parallelism(schedule):
         params=2**20,
         activation=2**16,
         iterations=2,
-        v=2 if schedule == "interleaved" else 1,
+        v=cs.SCHEDULES[schedule].chunks or 2,  # a schedule that takes any chunk count runs 2
     )
     prog = cs.compile_scenario(cs.load_scenario(raw))
     res = cs.simulate(raw, progress=False)
