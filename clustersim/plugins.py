@@ -32,7 +32,7 @@ class Plugin:
     options: type[BaseModel] | None = field(default=None, kw_only=True)
 
 
-P = TypeVar("P")  # a Plugin, or any record with ``name`` and ``description`` (GPUSpec)
+P = TypeVar("P", bound=Plugin)
 
 
 class Registry(dict[str, P], Generic[P]):

@@ -10,27 +10,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..plugins import Registry
+from ..plugins import Plugin, Registry
 
 
-@dataclass(frozen=True)
-class GPUSpec:
-    """One GPU model. Units: ``memory_bytes`` bytes, ``peak_flops`` dense bf16/fp16
-    tensor FLOP/s, ``hbm_bandwidth`` bytes/s; ``source`` says where they come from."""
+@dataclass(frozen=True, kw_only=True)
+class GPUSpec(Plugin):
+    """One GPU model, a data plugin (no factory, no options). Units: ``memory_bytes`` bytes,
+    ``peak_flops`` dense bf16/fp16 tensor FLOP/s, ``hbm_bandwidth`` bytes/s; ``source``
+    says where they come from."""
 
-    name: str
     memory_bytes: int
     peak_flops: float
     hbm_bandwidth: float
     source: str = ""
 
-    @property
-    def description(self) -> str:
-        """One line for ``clustersim list``: memory, peak FLOP/s and HBM bandwidth."""
-        return (
-            f"{self.memory_bytes / 1e9:.0f} GB, {self.peak_flops / 1e12:.0f} TFLOP/s bf16, "
-            f"{self.hbm_bandwidth / 1e12:.2f} TB/s HBM"
-        )
+
+def _gpu(name: str, memory_bytes: int, peak_flops: float, hbm_bandwidth: float, source: str) -> GPUSpec:
+    """A catalog row; its one-line description is its numbers."""
+    line = f"{memory_bytes / 1e9:.0f} GB, {peak_flops / 1e12:.0f} TFLOP/s bf16, {hbm_bandwidth / 1e12:.2f} TB/s HBM"
+    return GPUSpec(
+        name,
+        line,
+        memory_bytes=memory_bytes,
+        peak_flops=peak_flops,
+        hbm_bandwidth=hbm_bandwidth,
+        source=source,
+    )
 
 
 _A100 = "NVIDIA A100 datasheet / Ampere whitepaper via glennklockwood.com (hardware_specs.csv)"
@@ -38,18 +43,18 @@ _HOPPER = "NVIDIA Hopper whitepaper via glennklockwood.com (hardware_specs.csv)"
 
 #: GPU name (the ``cluster.gpu`` word) → spec
 GPUS: Registry[GPUSpec] = Registry("GPU", "cluster.gpu")
-for _gpu in (
-    GPUSpec(
+for _spec in (
+    _gpu(
         "V100-SXM2-32GB",
         32 * 10**9,
         125e12,
         900e9,
         "NVIDIA V100 datasheet: 125 TFLOP/s tensor, 900 GB/s (hardware_specs.csv, UNVERIFIED)",
     ),
-    GPUSpec("A100-SXM4-40GB", 40 * 10**9, 312e12, 1555e9, _A100),
-    GPUSpec("A100-SXM4-80GB", 80 * 10**9, 312e12, 2039e9, _A100),
-    GPUSpec("H100-SXM5-80GB", 80 * 10**9, 989.4e12, 3350e9, _HOPPER),
-    GPUSpec(
+    _gpu("A100-SXM4-40GB", 40 * 10**9, 312e12, 1555e9, _A100),
+    _gpu("A100-SXM4-80GB", 80 * 10**9, 312e12, 2039e9, _A100),
+    _gpu("H100-SXM5-80GB", 80 * 10**9, 989.4e12, 3350e9, _HOPPER),
+    _gpu(
         "H200-SXM-141GB",
         141 * 10**9,
         989.4e12,
@@ -87,7 +92,7 @@ for _gpu in (
         "AMD MI300X spec as quoted by alpharomercoma/MI300X-vs-H200 (gpu_datasheets.csv, SECONDARY)",
     ),
     # edge and inference accelerators (inference pipelines, docs/inference.md); not in hardware_specs.csv
-    GPUSpec(
+    _gpu(
         "T4-16GB",
         16 * 10**9,
         65e12,
@@ -96,7 +101,7 @@ for _gpu in (
         "(TechPowerUp T4 page: 65.13 TFLOP/s FP16, 320.0 GB/s)",
     ),
 ):
-    GPUS.add(_gpu)
+    GPUS.add(_spec)
 
 
 def get_gpu(name: str) -> GPUSpec:
