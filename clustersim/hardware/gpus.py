@@ -63,28 +63,28 @@ for _spec in (
     ),
     # Hopper/Blackwell/CDNA3 entries: numbers and sources in gpu_datasheets.csv (same
     # marketed decimal-GB memory convention as above; usable bytes are recorded there)
-    GPUSpec(
+    _gpu(
         "H800-SXM5-80GB",
         80 * 10**9,
         989.4e12,
         3350e9,
         "H100 SXM5 silicon with 8 NVLink4 links (gpu_datasheets.csv, SECONDARY)",
     ),
-    GPUSpec(
+    _gpu(
         "B200-SXM-180GB",
         180 * 10**9,
         2250e12,
         8000e9,
         "ml-engineering accelerator tables / NVIDIA HGX B200 (gpu_datasheets.csv, SECONDARY)",
     ),
-    GPUSpec(
+    _gpu(
         "GB200-186GB",
         186 * 10**9,
         2500e12,
         8000e9,
         "ml-engineering accelerator tables, per B200 chip of a GB200 (gpu_datasheets.csv, SECONDARY)",
     ),
-    GPUSpec(
+    _gpu(
         "MI300X-192GB",
         192 * 10**9,
         1307.4e12,
