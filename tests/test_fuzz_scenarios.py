@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import clustersim as cs
 from clustersim.experiments.runner import RunTimeout, time_limit
-from clustersim.scenario.reader import MAX_DEPTH
+from clustersim.reader import MAX_DEPTH
 from tests.test_input_boundary import BOMB
 
 ROOT = Path(__file__).resolve().parent.parent

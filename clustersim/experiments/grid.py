@@ -21,9 +21,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ScenarioError
+from ..reader import check_text, parse_yaml, read_yaml_file
 from ..scenario.loader import apply_overrides, validate_spec
 from ..scenario.presets import expand_cluster_preset
-from ..scenario.reader import check_text, parse_yaml, read_yaml_file
 
 Grid = Mapping[str, Sequence[Any]]
 

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ..errors import ClusterSimError, ScenarioError, short_repr
-from .reader import check_text, check_value, parse_yaml, read_yaml_file
+from ..reader import check_text, check_value, parse_yaml, read_yaml_file
 from .schema import ScenarioSpec
 
 # Pydantic appends the branch of a union it tried (e.g. 'int', "literal['auto']") to an

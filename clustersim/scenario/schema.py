@@ -167,7 +167,8 @@ class ParallelSpec(_Spec):
     def _chunks_of_schedule(cls, raw: Any) -> Any:
         if not isinstance(raw, dict) or "virtual_stages" in raw:
             return raw
-        schedule = SCHEDULES.get(raw.get("schedule", cls.model_fields["schedule"].default))
+        name = raw.get("schedule", cls.model_fields["schedule"].default)
+        schedule = SCHEDULES.get(name) if isinstance(name, str) else None  # a bad name: field check
         chunks = None if schedule is None else schedule.chunks
         return raw if chunks is None else {**raw, "virtual_stages": chunks}
 

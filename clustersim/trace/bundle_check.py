@@ -4,7 +4,7 @@ A bundle comes from disk, so it may be damaged (a run killed mid-save, a file ed
 hand) or foreign (some other folder). Each file must be a regular file — not a symbolic
 link or a device, which could point anywhere or never end — and parse as what
 :func:`~clustersim.trace.bundle.save_result` writes: ``summary.json`` a JSON object,
-``scenario.resolved.yaml`` bounded YAML (:mod:`clustersim.scenario.reader`), the span,
+``scenario.resolved.yaml`` bounded YAML (:mod:`clustersim.reader`), the span,
 device and memory tables with their columns and types, and span times finite with
 ``start_s ≤ end_s``. Anything else is one :class:`OutputError` naming the folder, the file
 and the problem.
@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import OutputError, ScenarioError, shorten
-from ..scenario.reader import decode, parse_yaml
+from ..reader import decode, parse_yaml
 from ..record import SPAN_FIELDS
 
 #: columns the pictures and metrics read from the device and memory tables

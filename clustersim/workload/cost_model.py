@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ScenarioError, shorten
 from ..hardware.gpus import GPUSpec, get_gpu
-from ..scenario.reader import read_text
+from ..reader import read_text
 from .ops import AttentionShape, Work
 
 if TYPE_CHECKING:

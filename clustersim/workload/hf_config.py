@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ScenarioError, short_repr
-from ..scenario.reader import read_json_file
+from ..reader import read_json_file
 from .transformer import TransformerConfig
 
 DATA_HF = Path(__file__).resolve().parent.parent / "data" / "hf"

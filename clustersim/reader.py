@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from ..errors import ScenarioError
+from .errors import ScenarioError
 
 MiB = 2**20
 #: size caps per kind of input, in bytes (a ``--set`` value: its UTF-8 encoding)
