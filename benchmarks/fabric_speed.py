@@ -23,8 +23,8 @@ from pathlib import Path
 import simpy
 
 from clustersim.network.packet import PacketFabric
-from clustersim.topology import build_topology
 from clustersim.record import Recorder
+from clustersim.topology import build_topology
 
 sys.path.insert(0, str(Path(__file__).parent))
 from baseline import bare_simpy_rate  # noqa: E402
