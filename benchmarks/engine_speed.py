@@ -33,6 +33,7 @@ import clustersim as cs
 from clustersim.engine.interpreter import Engine
 from clustersim.engine.network_setup import build_network
 from clustersim.record import Recorder
+from clustersim.resolve import resolve
 
 sys.path.insert(0, str(Path(__file__).parent))
 from baseline import bare_simpy_rate  # noqa: E402, I001
@@ -64,7 +65,7 @@ def engine_rate(sc) -> tuple[float, int]:
     """(SimPy events per second of Engine.run alone, events)."""
     prog = cs.compile_scenario(sc)
     env, rec = simpy.Environment(), Recorder()
-    engine = Engine(prog, env, build_network(sc, env, rec), rec, [2**40] * prog.num_devices)
+    engine = Engine(prog, env, build_network(resolve(sc), env, rec), rec, [2**40] * prog.num_devices)
     t0 = time.process_time()
     engine.run()
     return engine.events / (time.process_time() - t0), engine.events

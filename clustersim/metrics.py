@@ -2,6 +2,8 @@
 
 * iteration window k: from the first start to the last end of GPU spans of iteration k;
   the reported iteration time is the last simulated iteration's (steady state);
+* flush-free schedules overlap iterations: the reported window is the period between the
+  ends of iterations k − 1 and k (:func:`flush_free_iteration`, :func:`training_window`);
 * busy time of a lane in a window: total length of its spans clipped to the window
   (spans on one lane never overlap);
 * bubble fraction of a device: 1 − compute-lane busy time / iteration time, in the
@@ -30,6 +32,21 @@ def iteration_window(spans: pd.DataFrame, iteration: int | None = None) -> tuple
     k = int(g["iteration"].max()) if iteration is None else iteration
     it = g[g["iteration"] == k]
     return float(it["start_s"].min()), float(it["end_s"].max())
+
+
+def flush_free_iteration(iterations: int) -> int:
+    """The iteration k whose period (end of k − 1 → end of k) a flush-free schedule reports:
+    the second-to-last with three or more iterations (the final drain excluded), else the last."""
+    return iterations - 2 if iterations >= 3 else iterations - 1
+
+
+def training_window(spans: pd.DataFrame, iterations: int, flush: bool) -> tuple[float, float]:
+    """The reported iteration of a training run: the last iteration's window, or for a
+    flush-free schedule over several iterations the period of :func:`flush_free_iteration`."""
+    if flush or iterations == 1:
+        return iteration_window(spans)
+    k = flush_free_iteration(iterations)
+    return iteration_window(spans, k - 1)[1], iteration_window(spans, k)[1]
 
 
 def busy_time(starts: np.ndarray, ends: np.ndarray, t0: float, t1: float) -> float:

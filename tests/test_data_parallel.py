@@ -126,6 +126,7 @@ def test_no_slowdown_by_default():
 
 def _nic_contention(with_allreduce: bool, with_send: bool):
     from clustersim.engine.network_setup import build_network
+    from clustersim.resolve import resolve
 
     sc = cs.load_scenario(
         {
@@ -165,7 +166,7 @@ def _nic_contention(with_allreduce: bool, with_send: bool):
         s.peer = recv.id
     prog.check()
     env, rec = simpy.Environment(), Recorder()
-    Engine(prog, env, build_network(sc, env, rec), rec, [2**40] * 4).run()
+    Engine(prog, env, build_network(resolve(sc), env, rec), rec, [2**40] * 4).run()
     ends = {i: e for i, _, e in rec.ops}
     return (ends[ar[0].id] if ar else None), (ends[recv.id] if recv else None), rec.spans
 

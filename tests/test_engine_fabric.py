@@ -6,6 +6,7 @@ import simpy
 import clustersim as cs
 from clustersim.engine.network_setup import build_network
 from clustersim.record import Recorder
+from clustersim.resolve import resolve
 
 MiB = 2**20
 
@@ -28,7 +29,7 @@ def _two_node_pipeline(network: str, chunk=MiB, act=16 * MiB) -> dict:
 
 def _route(sc):
     env, rec = simpy.Environment(), Recorder()
-    fabric = build_network(sc, env, rec)
+    fabric = build_network(resolve(sc), env, rec)
     return fabric.route("gpu0", "gpu1")
 
 

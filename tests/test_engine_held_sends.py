@@ -11,6 +11,7 @@ from clustersim.engine.lanes import HOLD
 from clustersim.engine.network_setup import build_network
 from clustersim.network import DirectFabric
 from clustersim.record import Recorder
+from clustersim.resolve import resolve
 from tests.conftest import synthetic
 
 
@@ -30,7 +31,7 @@ class _Asked:
 def _run(sc, timed_by_fabric: bool):
     prog = cs.compile_scenario(sc)
     env, rec = simpy.Environment(), Recorder()
-    fabric = build_network(sc, env, rec)
+    fabric = build_network(resolve(sc), env, rec)
     engine = Engine(prog, env, _Asked(fabric) if timed_by_fabric else fabric, rec, [2**40] * prog.num_devices)
     engine.run()
     return rec, engine.events, engine

@@ -17,6 +17,7 @@ import clustersim as cs
 from clustersim.faults.config import Config
 from clustersim.faults.state import checkpoint_bytes, stage_state_bytes
 from clustersim.faults.timeline import JobModel, JobTimeline
+from clustersim.resolve import resolve
 from clustersim.scenario.schema import FaultSpec
 from clustersim.topology import build_topology
 from clustersim.topology.routing import Router
@@ -75,7 +76,7 @@ def check_invariants(res, n: int):
 
 
 def test_checkpoint_bytes_of_a_synthetic_model_are_its_params():
-    assert checkpoint_bytes(cs.load_scenario(job())) == 2 * LAYER_PARAMS
+    assert checkpoint_bytes(resolve(cs.load_scenario(job()))) == 2 * LAYER_PARAMS
 
 
 @pytest.mark.parametrize("zero", [1, 2, 3])
@@ -88,10 +89,12 @@ def test_checkpoint_holds_one_copy_of_zero_sharded_state(zero):
     sharded = base.with_overrides({"parallel.zero": zero})
     dp = base.dp
     per_gpu = (2 / dp if zero >= 3 else 2) + 12 / dp
-    for whole, part in zip(stage_state_bytes(base), stage_state_bytes(sharded), strict=True):
+    for whole, part in zip(
+        stage_state_bytes(resolve(base)), stage_state_bytes(resolve(sharded)), strict=True
+    ):
         assert part == pytest.approx(whole * per_gpu / 14, rel=1e-12)
-    assert checkpoint_bytes(sharded) == pytest.approx(
-        checkpoint_bytes(base), rel=1e-12
+    assert checkpoint_bytes(resolve(sharded)) == pytest.approx(
+        checkpoint_bytes(resolve(base)), rel=1e-12
     )  # the shards add up to one copy
 
 
@@ -367,8 +370,10 @@ def test_shipped_scenario_restart_vs_elastic():
     # stage 0's tp ranks 0-3 from GPUs 0-3, all at once: on the analytical network each takes
     # its route's latency + bytes / bottleneck bandwidth, independent of the others.
     three = sc.with_overrides({"cluster.nodes": 3, "parallel.dp": 3, "faults": [], "recovery": None})
-    stage0 = stage_state_bytes(three)[0]
-    assert 4 * sum(stage_state_bytes(three)) == pytest.approx(s["checkpoint_bytes"], rel=1e-12)  # tp 4 shards
+    stage0 = stage_state_bytes(resolve(three))[0]
+    assert 4 * sum(stage_state_bytes(resolve(three))) == pytest.approx(
+        s["checkpoint_bytes"], rel=1e-12
+    )  # tp 4 shards
     router = Router(build_topology(sc.cluster.model_dump()))
     routes = [router.cost(f"gpu{src}", f"gpu{src + 16}") for src in range(4)]
     migration = max(lat + stage0 / bw for lat, bw in routes)

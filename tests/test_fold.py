@@ -85,6 +85,7 @@ def test_shadow_traffic_is_what_keeps_folding_honest():
     from clustersim.engine.interpreter import Engine
     from clustersim.engine.network_setup import build_network
     from clustersim.record import Recorder
+    from clustersim.resolve import resolve
 
     full = cs.simulate(_shared_nic_job(False), progress=False).summary["iteration_time_s"]
     folded = cs.simulate(_shared_nic_job(True), progress=False).summary["iteration_time_s"]
@@ -94,7 +95,7 @@ def test_shadow_traffic_is_what_keeps_folding_honest():
     for op in prog.ops:  # the same folded program without the twins' traffic
         op.shadows = ()
     env, rec = simpy.Environment(), Recorder()
-    Engine(prog, env, build_network(sc, env, rec), rec, [2**40] * prog.num_devices).run()
+    Engine(prog, env, build_network(resolve(sc), env, rec), rec, [2**40] * prog.num_devices).run()
     assert max(e for _, _, e in rec.ops) < 0.5 * full  # would be far too optimistic
 
 

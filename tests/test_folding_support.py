@@ -7,6 +7,7 @@ import clustersim as cs
 from clustersim.engine.interpreter import Engine
 from clustersim.engine.network_setup import build_network
 from clustersim.record import Recorder
+from clustersim.resolve import resolve
 
 MiB = 2**20
 
@@ -38,7 +39,7 @@ def _send_time(shadows) -> float:
     s.peer = r.id
     prog.check()
     env, rec = simpy.Environment(), Recorder()
-    Engine(prog, env, build_network(sc, env, rec), rec, [2**40] * 4).run()
+    Engine(prog, env, build_network(resolve(sc), env, rec), rec, [2**40] * 4).run()
     return {i: e for i, _, e in rec.ops}[r.id]
 
 

@@ -5,6 +5,7 @@ import pytest
 
 import clustersim as cs
 from clustersim.parallel.fold_routes import route_obstacle
+from clustersim.resolve import resolve
 from clustersim.topology import Router, build_topology
 
 
@@ -70,7 +71,7 @@ def _job(fold: bool, spines: int = 0) -> dict:
 
 
 def test_rail_folds_exactly_through_its_declared_placement():
-    assert route_obstacle(cs.load_scenario(_job(True))) is None
+    assert route_obstacle(resolve(cs.load_scenario(_job(True)))) is None
     full = cs.simulate(_job(False), progress=False)
     folded = cs.simulate(_job(True), progress=False)
     assert folded.summary["folded"].startswith("yes")
@@ -79,4 +80,4 @@ def test_rail_folds_exactly_through_its_declared_placement():
 
 
 def test_rail_with_spines_refuses_folding_with_its_reason():
-    assert route_obstacle(cs.load_scenario(_job(True, spines=2))).startswith("cross-rail routes on a rail")
+    assert route_obstacle(resolve(cs.load_scenario(_job(True, spines=2)))).startswith("cross-rail routes on a rail")

@@ -5,26 +5,23 @@ from __future__ import annotations
 import simpy
 
 from ..network.base import DirectFabric, Fabric
-from ..network.degradation import apply_degradations
 from ..network.factory import build_fabric
 from ..record import Recorder
-from ..topology import build_topology
 
 
-def build_network(scenario, env: simpy.Environment, recorder: Recorder) -> Fabric:
-    """The fabric of ``scenario``: GPU ``i`` is topology node ``gpu{i}``."""
-    kind = scenario.simulation.network
+def build_network(job, env: simpy.Environment, recorder: Recorder) -> Fabric:
+    """The fabric of a :class:`~clustersim.resolve.Job` on its topology graph (``job.graph``,
+    degradation windows applied): GPU ``i`` is topology node ``gpu{i}``."""
+    kind = job.simulation.network
     if kind == "direct":
-        intra = scenario.cluster.intra_node
+        intra = job.cluster.intra_node
         return DirectFabric(env, recorder, intra.bandwidth * intra.efficiency, intra.latency)
-    graph = build_topology(scenario.cluster.model_dump())
-    apply_degradations(graph, scenario.cluster.link_degradations)
-    chunk = scenario.simulation.chunk_size
+    chunk = job.simulation.chunk_size
     return build_fabric(
         kind,
         env,
         recorder,
-        graph,
+        job.graph,
         chunk_size=int(chunk) if chunk else None,
-        max_chunks=scenario.simulation.max_chunks,
+        max_chunks=job.simulation.max_chunks,
     )

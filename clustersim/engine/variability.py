@@ -14,18 +14,19 @@ from ..hardware.node_groups import device_factors
 from ..program import Program, is_gpu_work
 
 
-def compute_scales(scenario, program: Program) -> list[float] | None:
-    """Per-op duration factors (index = op id), or None when every factor is 1."""
-    per_device = device_factors(scenario.cluster, program.num_devices)
-    noise, seed = scenario.simulation.compute_noise, scenario.simulation.seed
-    noisy = [s for s in scenario.cluster.stragglers if s.noise is not None]
+def compute_scales(job, program: Program) -> list[float] | None:
+    """Per-op duration factors (index = op id) of a :class:`~clustersim.resolve.Job`'s
+    Program, or None when every factor is 1."""
+    per_device = device_factors(job.cluster, program.num_devices)
+    noise, seed = job.simulation.compute_noise, job.simulation.seed
+    noisy = [s for s in job.cluster.stragglers if s.noise is not None]
     if noise is None and not noisy and (per_device == 1.0).all():
         return None
     devices = np.array([op.device for op in program.ops], dtype=int)
     factors = per_device[devices]
     if noise is not None:
         factors = factors * _draw(noise, np.random.default_rng(seed), len(devices))
-    for k, straggler in enumerate(scenario.cluster.stragglers):
+    for k, straggler in enumerate(job.cluster.stragglers):
         if straggler.noise is not None:  # its own stream per entry: adding one never reshuffles another
             mine = np.isin(devices, straggler.gpus)
             factors[mine] *= _draw(straggler.noise, np.random.default_rng([seed, k + 1]), int(mine.sum()))

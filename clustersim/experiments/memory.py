@@ -13,8 +13,9 @@ partition — without running the engine.
 from __future__ import annotations
 
 from ..hardware.node_groups import device_memory
+from ..modes import compile_job
+from ..resolve import resolve
 from ..scenario import Scenario
-from ..simulate import compile_scenario
 
 
 def estimate_peak_memory(sc: Scenario) -> int:
@@ -24,7 +25,7 @@ def estimate_peak_memory(sc: Scenario) -> int:
 
 def device_peak_memory(sc: Scenario) -> list[int]:
     """Peak bytes of every device (index = device; a folded twin shows 0: see its representative)."""
-    return [peak for peak, _ in compile_scenario(sc, fold=True).memory_peaks()]
+    return [peak for peak, _ in compile_job(resolve(sc), fold=True).memory_peaks()]
 
 
 def tightest_fit(sc: Scenario) -> tuple[int, int]:

@@ -14,6 +14,7 @@ import networkx as nx
 import pandas as pd
 
 from ..errors import ScenarioError
+from ..resolve import Job, resolve
 from ..topology import build_topology
 from ..topology.graph import gpu_names
 from ..topology.registry import build_site, no_link_reason, remove_failed_links
@@ -23,15 +24,16 @@ from .state import checkpoint_bytes
 from .timeline import COLUMNS, JobModel, JobTimeline
 
 
-def simulate_job(sc, simulate, progress=False):
+def simulate_job(sc, run_job, progress=False):
     """Simulate every configuration the job of ``sc`` runs in and lay the job out.
 
-    ``simulate(scenario, progress=…) -> Result`` runs one fault-free configuration (it is
-    :func:`clustersim.simulate.simulate`, handed in because the simulate layer sits above
+    ``run_job(job, progress=…) -> Result`` runs one fault-free configuration, resolved (it
+    is :func:`clustersim.simulate.run_job`, handed in because the simulate layer sits above
     this package: it calls here for scenarios with faults)."""
     wall0 = time.perf_counter()
     check_fault_links(sc)
     runs: dict[Config, object] = {}
+    jobs: dict[Config, Job] = {}
     cuts: dict[tuple, set[int]] = {}
 
     def cut(cfg: Config, link: tuple[str, str]) -> set[int]:
@@ -41,7 +43,8 @@ def simulate_job(sc, simulate, progress=False):
 
     def run(cfg: Config):
         if cfg not in runs:
-            res = simulate(scenario_of(sc, cfg), progress=progress)
+            jobs[cfg] = resolve(scenario_of(sc, cfg))
+            res = run_job(jobs[cfg], progress=progress)
             if runs and res.summary["oom"]:
                 raise ScenarioError(
                     "recovery.policy",
@@ -59,7 +62,7 @@ def simulate_job(sc, simulate, progress=False):
     )
     first = run(start)
     rec = sc.recovery
-    ckpt = checkpoint_bytes(sc)
+    ckpt = checkpoint_bytes(jobs[start])
     model = JobModel(
         iteration_time=lambda cfg: run(cfg).summary["iteration_time_s"],
         replan=lambda cfg, nodes, field, value: replan(sc, cfg, nodes, field, value),

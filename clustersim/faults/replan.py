@@ -20,6 +20,7 @@ import simpy
 from ..engine.network_setup import build_network
 from ..errors import ScenarioError
 from ..record import Recorder
+from ..resolve import resolve, topology_graph
 from .config import Config, roles, scenario_of
 from .state import stage_state_bytes
 
@@ -65,7 +66,7 @@ def replan(base, old: Config, available: list[int], field: str, value) -> tuple[
     for gpu, role in sorted(held.items()):
         if gpu // gpn in available:
             holders.setdefault(role, []).append(gpu)
-    state = stage_state_bytes(scenario_of(base, new))
+    state = stage_state_bytes(resolve(scenario_of(base, new)))
     moves, turn = [], dict.fromkeys(holders, 0)
     for gpu, role in sorted(roles(base, new).items()):
         if held.get(gpu) == role:
@@ -89,8 +90,11 @@ def migration_time(base, nodes: int, moves: list[tuple[int, int, int]]) -> float
     if not moves:
         return 0.0
     env = simpy.Environment()
-    site = SimpleNamespace(
-        simulation=base.simulation, cluster=base.cluster.model_copy(update={"nodes": nodes})
+    cluster = base.cluster.model_copy(update={"nodes": nodes})
+    site = SimpleNamespace(  # what build_network reads of a Job
+        simulation=base.simulation,
+        cluster=cluster,
+        graph=None if base.simulation.network == "direct" else topology_graph(cluster),
     )
     fabric = build_network(site, env, Recorder())
     done = [

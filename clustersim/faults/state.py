@@ -8,8 +8,6 @@ synthetic model's ``params`` bytes are its whole state.
 
 from __future__ import annotations
 
-from ..planner import run_chunk_costs
-from ..schedules import SCHEDULES
 from ..workload.memory_model import zero_shards
 
 
@@ -19,19 +17,20 @@ def _gpu_state(cost, zero: int, dp: int) -> tuple[float, float]:
     return w + o, w * zero_shards("weights", zero, dp) + o * zero_shards("optimizer", zero, dp)
 
 
-def checkpoint_bytes(sc) -> float:
-    """Bytes of one checkpoint: every stage's weights and optimizer states, once (ZeRO
-    shards add up to one copy; data-parallel replicas are not written twice)."""
-    tp, dp = sc.parallel.tp, sc.dp
+def checkpoint_bytes(job) -> float:
+    """Bytes of one checkpoint of a :class:`~clustersim.resolve.Job`: every stage's weights
+    and optimizer states, once (ZeRO shards add up to one copy; data-parallel replicas are
+    not written twice)."""
+    tp, dp = job.parallel.tp, job.dp
     # the memory model shards a real model's state; a synthetic model's params are per GPU
-    zero = sc.parallel.zero if sc.model.kind != "synthetic" else 0
-    return float(sum(tp * _gpu_state(c, zero, dp)[1] for c in run_chunk_costs(sc)))
+    zero = job.parallel.zero if job.model.kind != "synthetic" else 0
+    return float(sum(tp * _gpu_state(c, zero, dp)[1] for c in job.chunk_costs))
 
 
-def stage_state_bytes(sc) -> list[float]:
+def stage_state_bytes(job) -> list[float]:
     """Per pipeline stage, the state bytes one of its GPUs holds (all its model chunks)."""
-    pp, schedule = sc.parallel.pp, SCHEDULES[sc.parallel.schedule]
-    out = [0.0] * pp
-    for k, cost in enumerate(run_chunk_costs(sc)):
-        out[schedule.stage_of(k, pp)] += _gpu_state(cost, sc.parallel.zero, sc.dp)[0]
-    return out
+    costs = job.chunk_costs
+    return [
+        sum(_gpu_state(costs[k], job.parallel.zero, job.dp)[0] for k in job.stage_chunks(s))
+        for s in range(job.plan.pp)
+    ]

@@ -38,11 +38,11 @@ class FoldDecision:
     note: str
 
 
-def _obstacle(sc) -> str | None:
-    cl, par = sc.cluster, sc.parallel
+def _obstacle(job) -> str | None:
+    cl, par = job.cluster, job.parallel
     if par.stage_replicas is not None:
         return "stage_replicas makes stages differ"
-    if sc.training.mode == "inference":
+    if job.training.mode == "inference":
         return "inference replicas serve different requests"
     if par.parameter_server is not None:
         return "parameter-server workers are simulated one by one"
@@ -55,7 +55,7 @@ def _obstacle(sc) -> str | None:
         return "an uneven dp_split makes replicas differ"
     if cl.failed_links:
         return "failed links make replicas' routes differ"
-    if sc.simulation.compute_noise is not None:
+    if job.simulation.compute_noise is not None:
         return "compute noise makes replicas differ"
     if cl.link_degradations:
         return "link degradation windows slow some replicas' links only"
@@ -64,48 +64,48 @@ def _obstacle(sc) -> str | None:
     for field in ("gradient_compression", "activation_compression"):
         if getattr(par, field) is not None and getattr(par, field).links != "all":
             return f"{field} on {getattr(par, field).links} links differs between replicas"
-    if sc.dp * par.tp == 1:
+    if job.dp * par.tp == 1:
         return "nothing to fold (dp = tp = 1)"
     return None
 
 
-def _why_not(sc) -> str | None:
-    """Why folding ``sc`` would not be exact; the routes are compared last (it builds the
+def _why_not(job) -> str | None:
+    """Why folding ``job`` would not be exact; the routes are compared last (they read the
     topology graph)."""
     from .fold_routes import route_obstacle
 
-    return _obstacle(sc) or route_obstacle(sc)
+    return _obstacle(job) or route_obstacle(job)
 
 
-def can_fold(sc) -> bool:
-    """Whether folding this scenario is exact (see the module docstring)."""
-    return _why_not(sc) is None
+def can_fold(job) -> bool:
+    """Whether folding this Job (:class:`clustersim.resolve.Job`) is exact (see the module docstring)."""
+    return _why_not(job) is None
 
 
-def decide_fold(sc) -> FoldDecision:
-    """Apply ``simulation.fold`` (true | false | auto) to a scenario."""
-    want = sc.simulation.fold
+def decide_fold(job) -> FoldDecision:
+    """Apply ``simulation.fold`` (true | false | auto) to a Job."""
+    want = job.simulation.fold
     if want is False:
         return FoldDecision(False, "no")
     if want is True:
-        why = _why_not(sc)
+        why = _why_not(job)
         if why is not None:
             raise ScenarioError(
                 "simulation.fold", True, f"cannot fold this scenario: {why}; use false or auto"
             )
-        return FoldDecision(True, _describe(sc))
-    if _obstacle(sc) is None and sc.num_gpus < AUTO_FOLD_MIN_GPUS:
+        return FoldDecision(True, _describe(job))
+    if _obstacle(job) is None and job.num_gpus < AUTO_FOLD_MIN_GPUS:
         return FoldDecision(False, f"no (auto folds from {AUTO_FOLD_MIN_GPUS} GPUs)")
-    why = _why_not(sc)
+    why = _why_not(job)
     if why is not None:
         return FoldDecision(False, f"no ({why})")
-    return FoldDecision(True, _describe(sc))
+    return FoldDecision(True, _describe(job))
 
 
-def _describe(sc) -> str:
+def _describe(job) -> str:
     return (
-        f"yes: 1 of {sc.parallel.tp * sc.dp} GPUs per stage simulated "
-        f"(tp {sc.parallel.tp} × dp {sc.dp} twins; their sends and DP all-reduces kept as shadow traffic)"
+        f"yes: 1 of {job.parallel.tp * job.dp} GPUs per stage simulated "
+        f"(tp {job.parallel.tp} × dp {job.dp} twins; their sends and DP all-reduces kept as shadow traffic)"
     )
 
 

@@ -15,23 +15,10 @@ refused there with that reason.
 
 from __future__ import annotations
 
-import json
-from functools import lru_cache
-
-from ..topology import TOPOLOGIES, build_topology
-from .plan import Plan
+from ..topology import TOPOLOGIES
 
 #: what a pair of GPUs shares, by level (0 = the same server … 3 = nothing: two sites)
 LEVELS = ("one server", "one leaf switch", "one site", "two sites")
-
-
-@lru_cache(maxsize=4)
-def _placement(cluster_json: str) -> dict[str, tuple] | str:
-    """The placement its topology declares for a cluster (its resolved section as JSON):
-    levels per GPU, or why routes depend on position. Built once per cluster, as a plan
-    search asks for many plans on one cluster."""
-    graph = build_topology(json.loads(cluster_json))
-    return TOPOLOGIES[graph.graph["kind"]].placement(graph)
 
 
 def _level(where: dict[str, tuple], a: int, b: int) -> int:
@@ -39,15 +26,16 @@ def _level(where: dict[str, tuple], a: int, b: int) -> int:
     return 0 if host_a == host_b else 1 if leaf_a == leaf_b else 2 if site_a == site_b else 3
 
 
-def route_obstacle(sc) -> str | None:
-    """Why twins' routes differ from their representative's (None if they do not)."""
-
-    where = _placement(json.dumps(sc.cluster.model_dump(), sort_keys=True))
+def route_obstacle(job) -> str | None:
+    """Why twins' routes differ from their representative's (None if they do not); reads
+    the placement the Job's topology graph declares (:attr:`clustersim.resolve.Job.graph`,
+    built once per cluster)."""
+    where = TOPOLOGIES[job.graph.graph["kind"]].placement(job.graph)
     if isinstance(where, str):
         return where
-    plan = Plan.of(sc)
+    plan = job.plan
     hops = [(s, s + 1) for s in range(plan.pp - 1)]
-    if sc.parallel.virtual_stages > 1 and plan.pp > 1:
+    if job.parallel.virtual_stages > 1 and plan.pp > 1:
         hops.append((plan.pp - 1, 0))  # an interleaved schedule's chunks wrap around
     for s, nxt in hops:
         level = _level(where, plan.device(s), plan.device(nxt))

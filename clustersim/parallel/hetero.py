@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..hardware.node_groups import device_factors, device_gpus, gpu_types
-from ..workload.stage_cost import StageCost, chunk_costs
+from ..workload.stage_cost import StageCost
 from .plan import Plan
 
 
@@ -34,21 +34,23 @@ class ReplicaWork:
     microbatches: int
 
 
-def needs_replica_work(sc) -> bool:
+def needs_replica_work(cluster, parallel) -> bool:
     """Whether replicas differ at compile time (GPU types or micro-batch shares)."""
-    return sc.parallel.dp_split != "even" or len(gpu_types(sc.cluster)) > 1
+    return parallel.dp_split != "even" or len(gpu_types(cluster)) > 1
 
 
-def replica_work(sc, plan: Plan, schedule, partition: list[int] | None) -> list[ReplicaWork]:
-    """Per replica, its :class:`ReplicaWork` (see the module docstring)."""
-    chunks = plan.pp * sc.parallel.virtual_stages
-    gpus = device_gpus(sc.cluster)
-    by_gpu = {g: chunk_costs(sc, chunks, partition, gpu=g) for g in dict.fromkeys(gpus)}
+def replica_work(
+    cluster, parallel, training, plan: Plan, schedule, by_gpu: dict[str, list[StageCost]], m: int
+) -> list[ReplicaWork]:
+    """Per replica, its :class:`ReplicaWork` (see the module docstring): ``by_gpu`` holds
+    the chunk costs on every GPU type of ``cluster``; ``m`` is the even share of micro-batches."""
+    chunks = plan.pp * parallel.virtual_stages
+    gpus = device_gpus(cluster)
     costs = [
         [by_gpu[gpus[plan.device(schedule.stage_of(k, plan.pp), r)]][k] for k in range(chunks)]
         for r in range(plan.dp)
     ]
-    factors = device_factors(sc.cluster, plan.num_devices)
+    factors = device_factors(cluster, plan.num_devices)
     step = [
         [
             max(factors[plan.device(s, r, t)] for t in range(plan.tp))
@@ -59,16 +61,16 @@ def replica_work(sc, plan: Plan, schedule, partition: list[int] | None) -> list[
         ]
         for r in range(plan.dp)
     ]
-    split = sc.parallel.dp_split
+    split = parallel.dp_split
     if split == "even":
-        counts = [sc.num_microbatches] * plan.dp
+        counts = [m] * plan.dp
     elif split == "speed":
-        counts = speed_split(step, sc.training.global_batch // sc.training.micro_batch)
-        for m in set(counts):
-            schedule.validate(plan.pp, m, sc.parallel.virtual_stages)
+        counts = speed_split(step, training.global_batch // training.micro_batch)
+        for share in set(counts):
+            schedule.validate(plan.pp, share, parallel.virtual_stages)
     else:
         counts = list(split)
-    return [ReplicaWork(c, m) for c, m in zip(costs, counts)]
+    return [ReplicaWork(c, share) for c, share in zip(costs, counts)]
 
 
 def pipeline_estimate(stage_times: list[float], m: int) -> float:

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+import networkx as nx
+
 from ..errors import ScenarioError
 from ..program import COMPUTE, Op, Program
 from ..topology import build_topology
@@ -50,15 +52,14 @@ class Compression:
         return int(nbytes / self.ratio)
 
 
-def compression_of(spec, cluster) -> Compression | None:
+def compression_of(spec, g: nx.DiGraph | None) -> Compression | None:
     """The :class:`Compression` of a ``CompressionSpec`` (None for None); sites and
-    servers come from the topology graph of the scenario's ``cluster`` section."""
+    servers come from the topology graph ``g`` (unread with ``links: all``)."""
     if spec is None:
         return None
     per_byte = spec.time_per_gib / GIB
     if spec.links == "all":
         return Compression(spec.ratio, per_byte)
-    g = build_topology(cluster.model_dump())
     domains = gpu_sites(g) if spec.links == "inter_site" else [g.nodes[n]["host"] for n in gpu_names(g)]
     return Compression(spec.ratio, per_byte, spec.links, tuple(domains))
 
@@ -67,7 +68,7 @@ def check_even_domains(spec, cluster, plan) -> None:
     """Raise ScenarioError unless every data-parallel group holds as many GPUs in each site
     (``inter_site``) or server (``inter_node``): the hierarchical compressed all-reduce
     (:mod:`.gradient_sync`) needs it."""
-    domains = compression_of(spec, cluster).domains
+    domains = compression_of(spec, build_topology(cluster.model_dump())).domains
     where = "site" if spec.links == "inter_site" else "server"
     for s in range(plan.pp):
         for t in range(plan.tp):

@@ -48,7 +48,7 @@ from ..memory_kinds import StaticMemory
 from ..program import APPLY, COMPUTE, PULL, PUSH, RECV, SEND, UPDATE, Op, Program, server_lane
 from ..topology import build_topology
 from ..workload.rules import model_layers
-from ..workload.stage_cost import StageCost, chunk_costs
+from ..workload.stage_cost import StageCost
 
 SYNC, ASYNC, HYBRID = "sync", "async", "hybrid"
 
@@ -163,10 +163,10 @@ def compile_parameter_server(
     return prog
 
 
-def parameter_server_program(sc) -> Program:
-    """The Program of a scenario with ``parallel.parameter_server`` (one cost per layer)."""
-    ps = sc.parallel.parameter_server
-    layers = model_layers(sc.model)
+def parameter_server_program(job) -> Program:
+    """The Program of a :class:`~clustersim.resolve.Job` with ``parallel.parameter_server``:
+    its per-layer costs (each worker's on its own GPU type), the whole model's optimizer time."""
+    ps = job.parallel.parameter_server
     cfg = PSConfig(
         ps.mode,
         ps.staleness,
@@ -176,18 +176,16 @@ def parameter_server_program(sc) -> Program:
         tuple(ps.buckets) if ps.buckets else None,
     )
     per_worker = None
-    if len(gpu_types(sc.cluster)) > 1:  # each worker prices the model on its own GPU type
-        gpus = device_gpus(sc.cluster)
-        by_gpu = {g: chunk_costs(sc, layers, [1] * layers, gpu=g) for g in dict.fromkeys(gpus)}
-        per_worker = [by_gpu[g] for g in gpus]
+    if len(gpu_types(job.cluster)) > 1:  # each worker prices the model on its own GPU type
+        per_worker = [job.layer_costs[g] for g in device_gpus(job.cluster)]
     return compile_parameter_server(
         cfg,
-        chunk_costs(sc, layers, [1] * layers),
-        sc.num_microbatches,
-        sc.simulation.iterations,
-        sc.num_gpus,
+        job.layer_costs[job.cluster.gpu],
+        job.num_microbatches,
+        job.simulation.iterations,
+        job.num_gpus,
         ps.servers,
-        chunk_costs(sc, 1)[0].optimizer,
+        job.chunk_costs[0].optimizer,
         per_worker,
     )
 

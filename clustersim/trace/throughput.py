@@ -16,18 +16,19 @@ from ..hardware.node_groups import device_specs
 from ..workload.resolve import resolve_transformer
 
 
-def throughput_metrics(sc, iteration_time_s: float) -> dict:
-    """``tokens_per_s``, ``tflops_per_gpu``, ``mfu``, ``hfu`` for the summary."""
+def throughput_metrics(job, iteration_time_s: float) -> dict:
+    """``tokens_per_s``, ``tflops_per_gpu``, ``mfu``, ``hfu`` of a :class:`~clustersim.resolve.Job`
+    for the summary."""
     none = {"tokens_per_s": None, "tflops_per_gpu": None, "mfu": None, "hfu": None}
-    if sc.model.kind != "transformer" or iteration_time_s <= 0:
+    if job.model.kind != "transformer" or iteration_time_s <= 0:
         return none
-    cfg = resolve_transformer(sc.model)
-    batch, n = sc.training.global_batch, sc.num_gpus
+    cfg = resolve_transformer(job.model)
+    batch, n = job.training.global_batch, job.num_gpus
     model_flops = cfg.iteration_flops(batch, recompute=False)
-    hw_flops = cfg.iteration_flops(batch, recompute=sc.training.recompute == "full")
-    if sc.training.mode == "inference":  # forward passes only: a third of forward + backward
+    hw_flops = cfg.iteration_flops(batch, recompute=job.training.recompute == "full")
+    if job.training.mode == "inference":  # forward passes only: a third of forward + backward
         model_flops = hw_flops = model_flops / 3
-    peak = sum(gpu.peak_flops for gpu in device_specs(sc.cluster))  # all GPUs together
+    peak = sum(gpu.peak_flops for gpu in device_specs(job.cluster))  # all GPUs together
     return {
         "tokens_per_s": batch * cfg.seq_len / iteration_time_s,
         "tflops_per_gpu": hw_flops / iteration_time_s / n / 1e12,

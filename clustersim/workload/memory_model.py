@@ -117,7 +117,7 @@ STATIC_COLUMNS = {
 }
 
 
-def memory_columns(sc, devices, program: Program, schedule) -> tuple[dict[str, list[float]], str]:
+def memory_columns(job, devices, program: Program) -> tuple[dict[str, list[float]], str]:
     """Per-device memory columns by kind for ``res.devices`` and an OOM hint ("" if all fit).
 
     The static kinds are the run's ``Program.static_memory``; ``stashed_weights_bytes``
@@ -125,10 +125,9 @@ def memory_columns(sc, devices, program: Program, schedule) -> tuple[dict[str, l
     weight copy plus the stashed versions held at the device's peak
     (:meth:`~clustersim.program.Program.memory_peaks`); activations the simulated peak
     minus all of those. A device without ops of its own (a folded-away twin) shows its
-    stage's representative, as its peak does. ``schedule`` is the run's
-    :class:`~clustersim.schedules.registry.Schedule` (its ``weights`` rule).
+    stage's representative, as its peak does. ``job``: the run's :class:`~clustersim.resolve.Job`.
     """
-    stash = schedule.weights != "single"
+    stash = job.schedule.weights != "single"
     peaks, has_ops = program.memory_peaks(), {op.device for op in program.ops}
     cols: dict[str, list[float]] = {c: [] for c in STATIC_COLUMNS.values()}
     cols["activations_bytes"] = []
@@ -151,9 +150,9 @@ def memory_columns(sc, devices, program: Program, schedule) -> tuple[dict[str, l
         if peak > cap and not hint:
             hint = f"stage {stage}: " + oom_hint(
                 MemoryBreakdown(static, act, cap),
-                sc.training.recompute,
-                sc.parallel.zero,
-                sc.parallel.tp,
-                sc.parallel.pp,
+                job.training.recompute,
+                job.parallel.zero,
+                job.parallel.tp,
+                job.parallel.pp,
             )
     return cols, hint

@@ -1,0 +1,62 @@
+"""The training-mode interface: how a Job becomes a Program, and what its run reports.
+
+A mode (pipeline, stage-replicated, parameter server, inference, …) is one class in one
+module of this package, registered in :data:`clustersim.modes.MODES`. It decides whether
+it runs a Job (:meth:`TrainingMode.applies`), compiles the Job into a Program, and
+contributes its own part of the Result — its metric window, its summary fields and its
+per-device columns — the way desmod components each contribute their results. The
+metrics themselves are defined in :mod:`clustersim.trace.metrics` (and siblings) and in
+``docs/metrics.md``; a mode only picks which rule applies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from .. import metrics
+from ..program import Program
+from ..resolve import Job
+
+
+@dataclass
+class ModeReport:
+    """What a mode contributes to a run's Result.
+
+    ``spans``: the GPU spans the generic metrics read (inference splits its arrival lane
+    off into ``requests``); ``window``: the reported iteration; ``iteration_time_s``;
+    ``summary``: the mode's own summary fields; ``devices``: extra per-device columns,
+    indexed by device name (None: none)."""
+
+    spans: pd.DataFrame
+    window: tuple[float, float]
+    iteration_time_s: float
+    summary: dict = field(default_factory=dict)
+    devices: pd.DataFrame | None = None
+    requests: pd.DataFrame | None = None
+
+
+class TrainingMode:
+    """One way of running a job. Subclasses set ``name`` and ``description`` and
+    implement :meth:`applies` and :meth:`compile`; :meth:`report` defaults to the
+    last iteration's window (:func:`clustersim.trace.metrics.iteration_window`)."""
+
+    name: str = ""
+    description: str = ""
+    #: whether ``res.devices`` gets the memory-by-kind columns of a real model
+    memory_columns: bool = True
+
+    def applies(self, job: Job) -> bool:
+        """Whether this mode runs ``job`` (modes are asked in registry order)."""
+        raise NotImplementedError
+
+    def compile(self, job: Job, fold: bool) -> Program:
+        """The (unchecked, fine-grained) Program of ``job``; ``fold``: emit one
+        representative GPU per stage (a decision already checked exact)."""
+        raise NotImplementedError
+
+    def report(self, spans: pd.DataFrame, job: Job) -> ModeReport:
+        """This mode's window, iteration time and fields, from the run's spans."""
+        window = metrics.iteration_window(spans)
+        return ModeReport(spans, window, window[1] - window[0])

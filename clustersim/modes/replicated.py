@@ -1,0 +1,31 @@
+"""The stage-replicated training mode: ``parallel.stage_replicas`` gives each stage its own GPUs."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ..program import Program
+from ..resolve import Job
+from ..schedules.replicated import compile_replicated
+from .base import ModeReport, TrainingMode
+from .pipeline import training_report
+
+
+class ReplicatedMode(TrainingMode):
+    """PipeDream's "15-1" plans: stage s on its own r_s GPUs (:mod:`clustersim.schedules.replicated`)."""
+
+    name = "stage_replicated"
+    description = "a pipeline whose stages each have their own replication (parallel.stage_replicas)"
+
+    def applies(self, job: Job) -> bool:
+        return job.parallel.stage_replicas is not None
+
+    def compile(self, job: Job, fold: bool) -> Program:
+        return compile_replicated(
+            job.schedule, job.layout, job.chunk_costs, job.num_microbatches, job.simulation.iterations
+        )
+
+    def report(self, spans: pd.DataFrame, job: Job) -> ModeReport:
+        rep = training_report(spans, job)
+        rep.summary["stage_replicas"] = list(job.parallel.stage_replicas)
+        return rep

@@ -1,0 +1,107 @@
+"""The Job: a scenario resolved once into what compilers, the network build and result
+building read.
+
+``resolve(scenario)`` computes the layout, the partition, the chunk costs per GPU type and
+the micro-batches per replica eagerly; the topology graph, the compression domains and the
+fold decision on first use (a run on ``network: direct`` without compression or folding
+never builds a graph), each at most once per Job. Nothing past :func:`.resolve` reads the
+Scenario: the Job keeps the typed spec sections later stages read settings from
+(``cluster``, ``model``, ``training``, ``parallel``, ``simulation``) and the ``resolved``
+dict saved with the Result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import networkx as nx
+
+from ..parallel.fold import FoldDecision, can_fold, decide_fold
+from ..parallel.hetero import ReplicaWork
+from ..parallel.plan import Plan
+from ..scenario.cluster_spec import ClusterSpec
+from ..scenario.model_spec import ModelSpec
+from ..scenario.schema import ParallelSpec, SimulationSpec, TrainingSpec
+from ..schedules.compression import Compression, compression_of
+from ..schedules.registry import Schedule
+from ..workload.stage_cost import StageCost
+from .layout import Layout
+from .topology import topology_graph
+
+
+@dataclass(frozen=True, eq=False)
+class Job:
+    """A resolved scenario (see the module docstring).
+
+    ``plan``: the uniform TP × PP × DP plan (with ``stage_replicas``: pp from the list,
+    dp = 1); ``layout``: where each device sits (the plan, or the stage-replica layout);
+    ``chunks``: model chunks, ``pp × virtual_stages``; ``partition``: layers per chunk
+    (None: the model's default split); ``costs``: per GPU type (``cluster.gpu`` and every
+    node-group type), the StageCost of every chunk; ``layer_costs``: per GPU type, one
+    StageCost per layer — only for a parameter-server job, whose workers push per layer;
+    ``replicas``: each data-parallel replica's chunk costs on its GPUs and micro-batches
+    (None when replicas do not differ)."""
+
+    name: str
+    cluster: ClusterSpec
+    model: ModelSpec
+    training: TrainingSpec
+    parallel: ParallelSpec
+    simulation: SimulationSpec
+    resolved: dict[str, Any]
+    dp: int
+    num_microbatches: int
+    plan: Plan
+    layout: Layout
+    schedule: Schedule
+    chunks: int
+    partition: tuple[int, ...] | None
+    costs: Mapping[str, list[StageCost]]
+    layer_costs: Mapping[str, list[StageCost]] | None
+    replicas: tuple[ReplicaWork, ...] | None
+
+    @property
+    def num_gpus(self) -> int:
+        return self.cluster.num_gpus
+
+    @property
+    def chunk_costs(self) -> list[StageCost]:
+        """The StageCost of every model chunk on ``cluster.gpu``."""
+        return self.costs[self.cluster.gpu]
+
+    def stage_chunks(self, stage: int) -> list[int]:
+        """The model chunks the schedule places on pipeline ``stage``."""
+        return [k for k in range(self.chunks) if self.schedule.stage_of(k, self.plan.pp) == stage]
+
+    @cached_property
+    def graph(self) -> nx.DiGraph:
+        """The topology graph (degradation windows applied), shared read-only."""
+        return topology_graph(self.cluster)
+
+    @cached_property
+    def gradient_compression(self) -> Compression | None:
+        """``parallel.gradient_compression`` with its domains read off the topology."""
+        return self._compression(self.parallel.gradient_compression)
+
+    @cached_property
+    def activation_compression(self) -> Compression | None:
+        """``parallel.activation_compression`` with its domains read off the topology."""
+        return self._compression(self.parallel.activation_compression)
+
+    def _compression(self, spec) -> Compression | None:
+        if spec is None:
+            return None
+        return compression_of(spec, None if spec.links == "all" else self.graph)
+
+    @cached_property
+    def fold(self) -> FoldDecision:
+        """``simulation.fold`` applied to this job (:mod:`clustersim.parallel.fold`)."""
+        return decide_fold(self)
+
+    @cached_property
+    def foldable(self) -> bool:
+        """Whether folding this job is exact, whatever ``simulation.fold`` asks."""
+        return can_fold(self)

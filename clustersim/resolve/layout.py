@@ -1,0 +1,30 @@
+"""Where each device of a job sits: the protocol the uniform Plan and the stage-replica
+layout share.
+
+A uniform TP × PP × DP job is laid out by :class:`~clustersim.parallel.plan.Plan`; a job
+with ``parallel.stage_replicas`` by :class:`~clustersim.schedules.replicated.ReplicaLayout`
+(stage s has its own r_s GPUs, tp = 1). Compilers, result building and the memory columns
+read either through :class:`Layout`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class Layout(Protocol):
+    """Device numbering of a job: ``coords(dev) -> (stage, dp_rank, tp_rank)`` (with stage
+    replicas, dp_rank is the device's replica index within its stage), the server a device
+    sits in, and how many devices there are."""
+
+    tp: int
+    pp: int
+
+    @property
+    def num_devices(self) -> int: ...
+
+    def device(self, stage: int, dp_rank: int = 0, tp_rank: int = 0) -> int: ...
+
+    def coords(self, device: int) -> tuple[int, int, int]: ...
+
+    def node(self, device: int) -> int: ...

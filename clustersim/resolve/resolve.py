@@ -1,0 +1,53 @@
+"""``resolve(scenario) -> Job``: everything a run derives from its scenario, computed once."""
+
+from __future__ import annotations
+
+from ..hardware.node_groups import gpu_types
+from ..parallel.hetero import needs_replica_work, replica_work
+from ..parallel.plan import Plan
+from ..planner import resolve_partition
+from ..scenario import Scenario
+from ..schedules.registry import SCHEDULES
+from ..schedules.replicated import ReplicaLayout
+from ..workload.rules import model_layers
+from ..workload.stage_cost import chunk_costs
+from .job import Job
+
+
+def resolve(sc: Scenario) -> Job:
+    """The :class:`Job` of scenario ``sc``: its layout, partition (the planner runs here,
+    once), chunk costs per GPU type and micro-batches per replica."""
+    par, cl = sc.parallel, sc.cluster
+    plan = Plan(tp=par.tp, pp=par.pp, dp=sc.dp, gpus_per_node=cl.gpus_per_node)
+    layout = plan if par.stage_replicas is None else ReplicaLayout(par.stage_replicas, cl.gpus_per_node)
+    schedule = SCHEDULES[par.schedule]
+    chunks = plan.pp * par.virtual_stages
+    partition = resolve_partition(sc, chunks)
+    types = list(dict.fromkeys([cl.gpu, *gpu_types(cl)]))
+    costs = {g: chunk_costs(sc, chunks, partition, gpu=g) for g in types}
+    layer_costs = None
+    if par.parameter_server is not None:  # workers push and pull per layer
+        n = model_layers(sc.model)
+        layer_costs = {g: chunk_costs(sc, n, [1] * n, gpu=g) for g in types}
+    replicas = None
+    if needs_replica_work(cl, par) and par.parameter_server is None:
+        replicas = tuple(replica_work(cl, par, sc.training, plan, schedule, costs, sc.num_microbatches))
+    return Job(
+        name=sc.name,
+        cluster=cl,
+        model=sc.model,
+        training=sc.training,
+        parallel=par,
+        simulation=sc.simulation,
+        resolved=sc.resolved(),
+        dp=sc.dp,
+        num_microbatches=sc.num_microbatches,
+        plan=plan,
+        layout=layout,
+        schedule=schedule,
+        chunks=chunks,
+        partition=None if partition is None else tuple(partition),
+        costs=costs,
+        layer_costs=layer_costs,
+        replicas=replicas,
+    )

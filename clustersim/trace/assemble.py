@@ -1,0 +1,122 @@
+"""Assemble a run's Result: the generic tables and summary, plus the training mode's part.
+
+Every run reports the same per-device rows (coordinates, busy and bubble fractions,
+memory) and headline fields; the mode that compiled the Job contributes its window,
+iteration time, summary fields and device columns (:class:`clustersim.modes.ModeReport`).
+Metric definitions: :mod:`.metrics` and ``docs/metrics.md``.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pandas as pd
+
+from .. import metrics
+from ..hardware.node_groups import describe, device_gpus
+from ..parallel.fold import representative
+from ..record import Recorder
+from ..resolve import Job
+from ..schedules import update_staleness
+from ..workload.memory_model import memory_columns
+from .result import Result, spans_frame
+from .throughput import throughput_metrics
+from .waits import wait_table
+
+GIB = 2**30
+
+
+def assemble_result(job: Job, mode, engine, rec: Recorder, wall_s: float) -> Result:
+    """The Result of ``engine``'s finished run of ``job``, compiled by training ``mode``."""
+    prog = engine.program
+    report = mode.report(spans_frame(prog, rec), job)
+    spans, window, iter_time = report.spans, report.window, report.iteration_time_s
+    parts = metrics.device_breakdown(spans, window).set_index("device")
+    devices = _devices(job, engine, spans, parts)
+    if report.devices is not None:
+        devices = devices.join(report.devices, on="device")
+    oom_hint = ""
+    if job.model.kind != "synthetic" and mode.memory_columns:  # memory by kind, and why it does not fit
+        cols, oom_hint = memory_columns(job, devices, prog)
+        for key, values in cols.items():
+            devices[key] = values
+    stage_bubble = devices.groupby("stage")["bubble_fraction"].mean()
+    plan = job.plan
+    summary = {
+        "name": job.name,
+        "iteration_time_s": iter_time,
+        "samples_per_s": job.training.global_batch / iter_time if iter_time > 0 else float("inf"),
+        **throughput_metrics(job, iter_time),
+        "bubble_fraction": float(stage_bubble.mean()),
+        "bubble_fraction_max": float(stage_bubble.max()),
+        "exposed_comm_fraction": float(parts["exposed_comm"].mean()) if len(parts) else 0.0,
+        "peak_memory_gib": float(devices["peak_memory_bytes"].max()) / GIB,
+        "oom": bool(devices["oom"].any()),
+        **({"oom_hint": oom_hint} if oom_hint else {}),
+        "num_gpus": job.layout.num_devices,
+        "tp": plan.tp,
+        "pp": plan.pp,
+        "dp": plan.dp,
+        "schedule": job.parallel.schedule,
+        "num_microbatches": job.num_microbatches,
+        **(
+            {"microbatches_per_replica": [r.microbatches for r in job.replicas]}
+            if job.parallel.dp_split != "even"
+            else {}
+        ),
+        **({"gpus": describe(job.cluster)} if job.cluster.node_groups is not None else {}),
+        "weight_staleness_max": _max_staleness(prog),
+        **report.summary,
+        "iterations": job.simulation.iterations,
+        "network": job.simulation.network,
+        "folded": job.fold.note,
+        "sim_events": engine.events,
+        "wall_time_s": wall_s,
+    }
+    memory = pd.DataFrame.from_records(rec.memory, columns=["device", "time_s", "allocated_bytes"])
+    memory["device"] = memory["device"].map(dict(enumerate(prog.device_names)))
+    return Result(
+        summary,
+        spans,
+        devices,
+        memory,
+        job.resolved,
+        requests=report.requests,
+        waits=partial(wait_table, prog, rec.ops),
+    )
+
+
+def _devices(job: Job, engine, spans: pd.DataFrame, parts: pd.DataFrame) -> pd.DataFrame:
+    """One row per GPU of the job (a folded GPU shows its representative's row)."""
+    layout, fold = job.layout, job.fold.enabled
+    bubbles = 1.0 - parts["compute"]
+    comp = spans[spans["lane"] == "compute"]
+    busy_all = comp.groupby("device")["end_s"].sum() - comp.groupby("device")["start_s"].sum()
+    makespan = float(spans["end_s"].max())
+    gpus = device_gpus(job.cluster)
+    rows = []
+    for dev in range(layout.num_devices):
+        stage, dp_rank, tp_rank = layout.coords(dev)
+        rep = representative(job.plan, dev) if fold else dev
+        name = f"gpu{rep}"
+        rows.append(
+            {
+                "device": f"gpu{dev}",
+                "node": layout.node(dev),
+                "gpu": gpus[dev],
+                "stage": stage,
+                "tp_rank": tp_rank,
+                "dp_rank": dp_rank,
+                "busy_fraction": float(busy_all.get(name, 0.0)) / makespan if makespan > 0 else 0.0,
+                "bubble_fraction": bubbles.get(name, 1.0),
+                "peak_memory_bytes": engine.memory.peak[rep],
+                "memory_capacity_bytes": engine.memory.capacity[rep],
+                "oom": engine.memory.oom(rep),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _max_staleness(prog) -> int:
+    st = update_staleness(prog)
+    return int(st["staleness"].max()) if len(st) else 0
