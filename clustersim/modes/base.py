@@ -5,7 +5,7 @@ module of this package, registered in :data:`clustersim.modes.MODES`. It decides
 it runs a Job (:meth:`TrainingMode.applies`), compiles the Job into a Program, and
 contributes its own part of the Result — its metric window, its summary fields and its
 per-device columns — the way desmod components each contribute their results. The
-metrics themselves are defined in :mod:`clustersim.trace.metrics` (and siblings) and in
+metrics themselves are defined in :mod:`clustersim.metrics` (and siblings) and in
 ``docs/metrics.md``; a mode only picks which rule applies.
 """
 
@@ -40,7 +40,7 @@ class ModeReport:
 class TrainingMode:
     """One way of running a job. Subclasses set ``name`` and ``description`` and
     implement :meth:`applies` and :meth:`compile`; :meth:`report` defaults to the
-    last iteration's window (:func:`clustersim.trace.metrics.iteration_window`)."""
+    last iteration's window (:func:`clustersim.metrics.iteration_window`)."""
 
     name: str = ""
     description: str = ""

@@ -12,7 +12,7 @@ from .base import ModeReport, TrainingMode
 
 
 def training_report(spans: pd.DataFrame, job: Job) -> ModeReport:
-    """The window of a training run (:func:`clustersim.trace.metrics.training_window`)."""
+    """The window of a training run (:func:`clustersim.metrics.training_window`)."""
     window = metrics.training_window(spans, job.simulation.iterations, job.schedule.flush)
     return ModeReport(spans, window, window[1] - window[0])
 
