@@ -3,7 +3,8 @@
 * iteration window k: from the first start to the last end of GPU spans of iteration k;
   the reported iteration time is the last simulated iteration's (steady state);
 * flush-free schedules overlap iterations: the reported window is the period between the
-  ends of iterations k − 1 and k (:func:`flush_free_iteration`, :func:`training_window`);
+  ends of iterations k − 1 and k, for the last k before the final drain
+  (:func:`flush_free_iteration`, :func:`training_window`);
 * busy time of a lane in a window: total length of its spans clipped to the window
   (spans on one lane never overlap);
 * bubble fraction of a device: 1 − compute-lane busy time / iteration time, in the
@@ -34,18 +35,41 @@ def iteration_window(spans: pd.DataFrame, iteration: int | None = None) -> tuple
     return float(it["start_s"].min()), float(it["end_s"].max())
 
 
-def flush_free_iteration(iterations: int) -> int:
-    """The iteration k whose period (end of k − 1 → end of k) a flush-free schedule reports:
-    the second-to-last with three or more iterations (the final drain excluded), else the last."""
-    return iterations - 2 if iterations >= 3 else iterations - 1
+def flush_free_iteration(iterations: int, m: int, p: int) -> int | None:
+    """The iteration k whose period (end of k − 1 → end of k) a flush-free schedule reports.
+
+    Of the run's N = m × ``iterations`` micro-batches the last p − 1 finish in the final
+    drain: the later stages have stopped, so a window there shows a bubble (and, on
+    uneven stages, a period) that the steady state does not have. With three or more
+    iterations k is the last iteration before the final one whose micro-batches all
+    finish before the drain: (k + 1)·m − 1 ≤ N − p. With one iteration it is 0 (that
+    whole iteration); with two it is 1, the drain included (for m ≥ p − 1 the drain is at
+    most the iteration's last p − 1 micro-batches). None where no period is free of the
+    drain and the reported iteration would lie wholly inside it: m < p − 1 and fewer
+    than :func:`min_flush_free_iterations`."""
+    if iterations <= 2:
+        return iterations - 1 if iterations == 1 or m >= p - 1 else None
+    k = min(iterations - 2, (iterations * m - p + 1) // m - 1)
+    return k if k >= 1 else None
 
 
-def training_window(spans: pd.DataFrame, iterations: int, flush: bool) -> tuple[float, float]:
+def min_flush_free_iterations(m: int, p: int) -> int:
+    """The fewest iterations whose run has a period before the final drain: 2 + ⌈(p − 1)/m⌉."""
+    return 2 + -(-(p - 1) // m)
+
+
+def training_window(spans: pd.DataFrame, iterations: int, flush: bool, m: int, p: int) -> tuple[float, float]:
     """The reported iteration of a training run: the last iteration's window, or for a
-    flush-free schedule over several iterations the period of :func:`flush_free_iteration`."""
+    flush-free schedule over several iterations the period of :func:`flush_free_iteration`
+    (``m`` micro-batches per iteration, ``p`` stages)."""
     if flush or iterations == 1:
         return iteration_window(spans)
-    k = flush_free_iteration(iterations)
+    k = flush_free_iteration(iterations, m, p)
+    if k is None:
+        raise ValueError(
+            f"{iterations} iterations of {m} micro-batches on {p} stages all end in the final drain; "
+            f"simulate at least {min_flush_free_iterations(m, p)}"
+        )
     return iteration_window(spans, k - 1)[1], iteration_window(spans, k)[1]
 
 

@@ -21,6 +21,8 @@ def _fit(p, m, lps, f, b, c, sched, its, opt, act, dp, v, wshare):
         m = p * max(1, m // p)  # interleaved: m a multiple of p
     if sched == "pipedream_2bw":
         m = max(m, p)  # two weight versions need m >= p
+    if not cs.SCHEDULES[sched].flush and its == 2:
+        m = max(m, p - 1)  # else both iterations end in the drain (refused: metrics.flush_free_iteration)
     raw = synthetic(
         p,
         m,

@@ -5,15 +5,34 @@ from __future__ import annotations
 import pandas as pd
 
 from .. import metrics
+from ..errors import ScenarioError
 from ..program import Program
 from ..resolve import Job
 from ..schedules import compile_pipeline
 from .base import ModeReport, TrainingMode
 
 
+def check_iterations(job: Job) -> None:
+    """Refuse a flush-free run whose every reported period would fall in the final drain
+    (:func:`clustersim.metrics.flush_free_iteration`)."""
+    n, m, p = job.simulation.iterations, job.num_microbatches, job.plan.pp
+    if not job.schedule.flush and metrics.flush_free_iteration(n, m, p) is None:
+        raise ScenarioError(
+            "simulation.iterations",
+            n,
+            f"schedule {job.schedule.name!r} with m = {m} micro-batches on {p} stages: every period "
+            f"between two iteration ends of a {n}-iteration run falls in the final drain (its last "
+            f"{p - 1} micro-batches), so no steady period can be reported; accepted: 1 (one whole "
+            f"iteration) or "
+            f"≥ {metrics.min_flush_free_iterations(m, p)}",
+        )
+
+
 def training_report(spans: pd.DataFrame, job: Job) -> ModeReport:
     """The window of a training run (:func:`clustersim.metrics.training_window`)."""
-    window = metrics.training_window(spans, job.simulation.iterations, job.schedule.flush)
+    window = metrics.training_window(
+        spans, job.simulation.iterations, job.schedule.flush, job.num_microbatches, job.plan.pp
+    )
     return ModeReport(spans, window, window[1] - window[0])
 
 
@@ -27,6 +46,7 @@ class PipelineMode(TrainingMode):
         return True
 
     def compile(self, job: Job, fold: bool) -> Program:
+        check_iterations(job)
         return compile_pipeline(
             job.schedule,
             job.plan,

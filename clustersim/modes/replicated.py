@@ -8,7 +8,7 @@ from ..program import Program
 from ..resolve import Job
 from ..schedules.replicated import compile_replicated
 from .base import ModeReport, TrainingMode
-from .pipeline import training_report
+from .pipeline import check_iterations, training_report
 
 
 class ReplicatedMode(TrainingMode):
@@ -21,6 +21,7 @@ class ReplicatedMode(TrainingMode):
         return job.parallel.stage_replicas is not None
 
     def compile(self, job: Job, fold: bool) -> Program:
+        check_iterations(job)
         return compile_replicated(
             job.schedule, job.layout, job.chunk_costs, job.num_microbatches, job.simulation.iterations
         )
