@@ -80,4 +80,6 @@ def test_rail_folds_exactly_through_its_declared_placement():
 
 
 def test_rail_with_spines_refuses_folding_with_its_reason():
-    assert route_obstacle(resolve(cs.load_scenario(_job(True, spines=2)))).startswith("cross-rail routes on a rail")
+    assert route_obstacle(resolve(cs.load_scenario(_job(True, spines=2)))).startswith(
+        "cross-rail routes on a rail"
+    )

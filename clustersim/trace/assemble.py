@@ -46,7 +46,7 @@ def assemble_result(job: Job, mode, engine, rec: Recorder, wall_s: float) -> Res
         "name": job.name,
         "iteration_time_s": iter_time,
         "samples_per_s": job.training.global_batch / iter_time if iter_time > 0 else float("inf"),
-        **throughput_metrics(job, iter_time),
+        **throughput_metrics(job, iter_time, spans),
         "bubble_fraction": float(stage_bubble.mean()),
         "bubble_fraction_max": float(stage_bubble.max()),
         "exposed_comm_fraction": float(parts["exposed_comm"].mean()) if len(parts) else 0.0,
