@@ -26,6 +26,7 @@ from ..scenario.cluster_spec import ClusterSpec
 from ..scenario.model_spec import ModelSpec
 from ..scenario.schema import ParallelSpec, SimulationSpec, TrainingSpec
 from ..schedules.compression import Compression, compression_of
+from ..schedules.orders import stage_chunks
 from ..schedules.registry import Schedule
 from ..workload.stage_cost import StageCost
 from .layout import Layout
@@ -74,7 +75,7 @@ class Job:
 
     def stage_chunks(self, stage: int) -> list[int]:
         """The model chunks the schedule places on pipeline ``stage``."""
-        return [k for k in range(self.chunks) if self.schedule.stage_of(k, self.plan.pp) == stage]
+        return stage_chunks(self.schedule, stage, self.plan.pp, self.parallel.virtual_stages)
 
     @cached_property
     def graph(self) -> nx.DiGraph:

@@ -16,6 +16,7 @@ import simpy
 from ..collectives import run_collective
 from ..engine.network_setup import build_network
 from ..record import Recorder
+from ..resolve import resolve
 from ..scenario import load_scenario
 from ..schedules import SCHEDULES
 from ..workload.cost_model import CostModel
@@ -48,7 +49,7 @@ def _fabric(tp: int):
         }
     )
     env = simpy.Environment()
-    return env, build_network(sc, env, Recorder()), [f"gpu{i}" for i in range(tp)]
+    return env, build_network(resolve(sc), env, Recorder()), [f"gpu{i}" for i in range(tp)]
 
 
 def _run(items: list[tuple], tp: int) -> float:
