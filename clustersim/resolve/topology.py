@@ -2,9 +2,9 @@
 
 The graph carries the cluster's link degradation windows (edge attribute ``windows``), so
 the fabric, the fold check and the compression domains all read the same graph. Builds
-are cached per cluster section (as JSON): a plan search resolves many jobs on one cluster,
-and a 16,384-GPU topology takes about a second to build. Nothing may modify a returned
-graph.
+of the last two cluster sections (as JSON) are kept: a plan search resolves many jobs on
+one cluster, and a 16,384-GPU topology takes about a second to build (two, not more:
+such a graph holds tens of MB). Nothing may modify a returned graph.
 """
 
 from __future__ import annotations
@@ -28,6 +28,6 @@ def topology_graph(cluster) -> nx.DiGraph:
     return graph
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=2)
 def _build(cluster_json: str) -> nx.DiGraph:
     return build_topology(json.loads(cluster_json))
