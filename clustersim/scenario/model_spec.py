@@ -79,6 +79,32 @@ class TransformerModel(_ModelSection):
     dropout: bool | None = None
     experts: Annotated[int | None, Range(1, 100_000)] = None
     experts_per_token: Annotated[int | None, Range(1, 1000)] = None
+    #: FFN size of one routed expert (default ffn_hidden)
+    moe_ffn_hidden: Annotated[int | None, Range(1, 10_000_000)] = None
+    #: FFN size of the shared expert(s), fused into one MLP (0: none)
+    shared_ffn_hidden: Annotated[int | None, Range(0, 10_000_000)] = None
+    shared_expert_gate: bool | None = None
+    #: leading layers that keep a dense MLP (DeepSeek first_k_dense_replace)
+    dense_layers: Annotated[int | None, Range(0, 100_000)] = None
+    #: every moe_step-th layer (after dense_layers) is MoE (Qwen decoder_sparse_step)
+    moe_step: Annotated[int | None, Range(1, 100_000)] = None
+    #: tokens over ceil(capacity_factor · T·k/E) per expert are dropped (0: no dropping)
+    capacity_factor: Annotated[float | None, Range(0, 1000)] = None
+    #: token-to-expert load: uniform, skew (Zipf exponent expert_skew, seed expert_seed), histogram
+    expert_load: Literal["uniform", "skew", "histogram"] | None = None
+    expert_skew: Annotated[float | None, Range(0, 100)] = None
+    expert_seed: Annotated[int | None, Range(0, 2**63 - 1)] = None
+    expert_histogram: tuple[float, ...] | None = None
+    #: head dim when it is not hidden / heads
+    head_size: Annotated[int | None, Range(1, 100_000)] = None
+    #: multi-head latent attention (DeepSeek-V2/V3): kv_lora_rank > 0 turns it on
+    q_lora_rank: Annotated[int | None, Range(0, 1_000_000)] = None
+    kv_lora_rank: Annotated[int | None, Range(0, 1_000_000)] = None
+    qk_rope_head_dim: Annotated[int | None, Range(0, 100_000)] = None
+    qk_nope_head_dim: Annotated[int | None, Range(0, 100_000)] = None
+    v_head_dim: Annotated[int | None, Range(0, 100_000)] = None
+    #: multi-token-prediction modules (DeepSeek-V3 num_nextn_predict_layers)
+    mtp_layers: Annotated[int | None, Range(0, 100)] = None
     #: attention kernel: ``standard`` (Megatron-2021's unfused path, the default) or ``flash``
     attention: Literal["standard", "flash"] | None = None
     #: causal (decoder) mask; a flash kernel skips the masked half of the scores

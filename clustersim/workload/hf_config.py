@@ -1,10 +1,16 @@
 """Read a Hugging Face ``config.json`` into a :class:`TransformerConfig` (no hub access).
 
 GPT-2 names (``n_layer``, ``n_embd``, ``n_head``, ``n_inner``, ``n_positions``) and
-LLaMA/Mistral/Mixtral names (``num_hidden_layers``, ``hidden_size``,
-``num_attention_heads``, ``num_key_value_heads``, ``intermediate_size``,
-``max_position_embeddings``, ``num_local_experts``, ``num_experts_per_tok``). A relative
-path is looked up from the working directory, then in the package's ``data/hf/``.
+LLaMA/Mistral/Qwen names (``num_hidden_layers``, ``hidden_size``,
+``num_attention_heads``, ``num_key_value_heads``, ``head_dim``, ``intermediate_size``,
+``max_position_embeddings``). Mixture of experts: Mixtral's ``num_local_experts``,
+DeepSeek's ``n_routed_experts``, ``n_shared_experts``, ``first_k_dense_replace``,
+``moe_layer_freq``, Qwen-MoE's ``num_experts``, ``shared_expert_intermediate_size``
+(with its shared-expert gate), ``decoder_sparse_step``, and ``moe_intermediate_size``,
+``num_experts_per_tok``. DeepSeek's multi-head latent attention (``q_lora_rank``,
+``kv_lora_rank``, ``qk_rope_head_dim``, ``qk_nope_head_dim``, ``v_head_dim``) and
+multi-token prediction (``num_nextn_predict_layers``). A relative path is looked up from
+the working directory, then in the package's ``data/hf/``.
 """
 
 from __future__ import annotations
@@ -67,6 +73,7 @@ def load_hf_config(path: str, seq_len: int | None = None) -> TransformerConfig:
             tied_embeddings=bool(cfg.get("tie_word_embeddings", True)),
         )
     heads = need("num_attention_heads")
+    moe = _moe_fields(cfg, kind, count, path)
     return TransformerConfig(
         name=file.stem,
         layers=need("num_hidden_layers"),
@@ -83,6 +90,35 @@ def load_hf_config(path: str, seq_len: int | None = None) -> TransformerConfig:
         tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         bias=bool(cfg.get("attention_bias", False)),
         dropout=False,
-        experts=count("num_local_experts", 1),
-        experts_per_token=count("num_experts_per_tok", 1),
+        head_size=count("head_dim", 0),
+        q_lora_rank=count("q_lora_rank", 0),
+        kv_lora_rank=count("kv_lora_rank", 0),
+        qk_rope_head_dim=count("qk_rope_head_dim", 0),
+        qk_nope_head_dim=count("qk_nope_head_dim", 0),
+        v_head_dim=count("v_head_dim", 0),
+        mtp_layers=count("num_nextn_predict_layers", 0),
+        **moe,
     )
+
+
+def _moe_fields(cfg: dict, kind: str, count, path: str) -> dict:
+    """The TransformerConfig MoE fields of a config.json (empty for a dense model)."""
+    experts = count("num_local_experts", 0) or count("n_routed_experts", 0) or count("num_experts", 0)
+    if experts <= 1:
+        return {}
+    if cfg.get("mlp_only_layers"):
+        raise ScenarioError(
+            "model.hf_config", path, "mlp_only_layers is not supported; expected it empty or absent"
+        )
+    expert_ffn = count("moe_intermediate_size", 0)
+    shared = count("n_shared_experts", 0) * expert_ffn or count("shared_expert_intermediate_size", 0)
+    return {
+        "experts": experts,
+        "experts_per_token": count("num_experts_per_tok", 1),
+        "moe_ffn_hidden": expert_ffn,
+        "shared_ffn_hidden": shared,
+        # Qwen2-MoE scales its shared expert by a sigmoid gate (a linear h → 1)
+        "shared_expert_gate": kind == "qwen2_moe" and shared > 0,
+        "dense_layers": count("first_k_dense_replace", 0),
+        "moe_step": count("decoder_sparse_step", 0) or count("moe_layer_freq", 1),
+    }

@@ -34,6 +34,23 @@ OVERRIDABLE = (
     "dropout",
     "experts",
     "experts_per_token",
+    "moe_ffn_hidden",
+    "shared_ffn_hidden",
+    "shared_expert_gate",
+    "dense_layers",
+    "moe_step",
+    "capacity_factor",
+    "expert_load",
+    "expert_skew",
+    "expert_seed",
+    "expert_histogram",
+    "head_size",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "qk_nope_head_dim",
+    "v_head_dim",
+    "mtp_layers",
     "attention",
     "causal",
 )
@@ -79,13 +96,29 @@ def resolve_transformer(spec) -> TransformerConfig:
 
 
 def _check_shape(cfg: TransformerConfig) -> None:
-    if cfg.hidden % cfg.heads:
+    if cfg.hidden % cfg.heads and not cfg.head_size and not cfg.mla:
         raise ScenarioError("model.heads", cfg.heads, f"must divide model.hidden = {cfg.hidden}")
     if cfg.heads % cfg.n_kv:
         raise ScenarioError("model.kv_heads", cfg.kv_heads, f"must divide model.heads = {cfg.heads}")
     if cfg.experts_per_token > cfg.experts:
         raise ScenarioError(
             "model.experts_per_token", cfg.experts_per_token, f"at most model.experts = {cfg.experts}"
+        )
+    if cfg.bias and (cfg.experts > 1 or cfg.mla):
+        raise ScenarioError(
+            "model.bias", True, "linear biases are modelled for dense attention and MLPs only"
+        )
+    if cfg.mla and (cfg.qk_nope_head_dim + cfg.qk_rope_head_dim + cfg.v_head_dim) % 2:
+        raise ScenarioError(
+            "model.v_head_dim",
+            cfg.v_head_dim,
+            "qk_nope_head_dim + qk_rope_head_dim + v_head_dim must be even",
+        )
+    if cfg.mla and not (cfg.qk_nope_head_dim + cfg.qk_rope_head_dim and cfg.v_head_dim):
+        raise ScenarioError(
+            "model.kv_lora_rank",
+            cfg.kv_lora_rank,
+            "MLA needs qk_nope_head_dim (or qk_rope_head_dim) and v_head_dim ≥ 1",
         )
     if cfg.norm not in ("layernorm", "rmsnorm"):
         raise ScenarioError("model.norm", cfg.norm, "accepted: layernorm, rmsnorm")

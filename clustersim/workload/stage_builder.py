@@ -34,7 +34,7 @@ from .memory_model import ELEMENT_BYTES, static_bytes, zero_shards
 from .resolve import resolve_transformer
 from .segments import backward_items, compute_time, forward_items, to_segments
 from .stage_cost import StageCost, even_partition
-from .transformer_ops import embedding_ops, layer_ops, output_ops
+from .transformer_ops import embedding_ops, layer_ops, mtp_ops, output_ops
 
 #: bytes per gradient element on the data-parallel wire: Megatron accumulates and
 #: all-reduces fp32 ``main_grad`` (``--accumulate-allreduce-grads-in-fp32``) — the same
@@ -131,19 +131,24 @@ def _stage(
     )
 
 
-def transformer_chunk_costs(
-    sc, chunks: int, partition: list[int] | None = None, gpu: str | None = None
-) -> list[StageCost]:
-    """Per-chunk StageCosts of a transformer scenario on GPU type ``gpu`` (see module doc)."""
-    cfg = resolve_transformer(sc.model)
-    st = TrainSetup.of(sc, gpu)
-    cm = _cost_model(sc, st)
+@dataclass(frozen=True)
+class _LayerKind:
+    """One kind of layer (dense or MoE MLP) compiled once: its pass items, parameters,
+    kept activation bytes, recompute working set and FP8 weight cache."""
+
+    f: list
+    b: list
+    bi: list
+    w: list
+    params: float
+    act: float
+    work: float
+    fp8_cache: float
+
+
+def _layer_kind(cfg, st: TrainSetup, cm: CostModel, moe: bool) -> _LayerKind:
     b, tp, sp, e = st.micro_batch, st.tp, st.sp, st.e
-    layer, emb, out = (
-        layer_ops(cfg, b, tp, sp, e),
-        embedding_ops(cfg, b, tp, sp, e),
-        output_ops(cfg, b, tp, sp, e),
-    )
+    layer = layer_ops(cfg, b, tp, sp, e, moe)
     fp8_cache = 0.0
     if st.precision == "fp8":
         layer = te_fp8_layer(layer)
@@ -161,21 +166,51 @@ def transformer_chunk_costs(
         ),
     }[st.recompute]
     work = {"none": 0.0, "full": full_act, "selective": full_act - act}[st.recompute]
-    layer_params = sum(op.params for op in layer if hasattr(op, "params"))
+    params = sum(op.params for op in layer if hasattr(op, "params"))
+    return _LayerKind(lf, rec + lb, rec + lbi, lw, params, act, work, fp8_cache)
+
+
+def transformer_chunk_costs(
+    sc, chunks: int, partition: list[int] | None = None, gpu: str | None = None
+) -> list[StageCost]:
+    """Per-chunk StageCosts of a transformer scenario on GPU type ``gpu`` (see module doc);
+    dense and MoE layers (:meth:`~.transformer.TransformerConfig.layer_kinds`) are each
+    compiled once, and a chunk runs its layers in order."""
+    cfg = resolve_transformer(sc.model)
+    st = TrainSetup.of(sc, gpu)
+    cm = _cost_model(sc, st)
+    b, tp, sp, e = st.micro_batch, st.tp, st.sp, st.e
+    emb = embedding_ops(cfg, b, tp, sp, e)
+    out = output_ops(cfg, b, tp, sp, e) + mtp_ops(cfg, b, tp, sp, e)
+    order = cfg.layer_kinds()
+    kinds = {moe: _layer_kind(cfg, st, cm, moe) for moe in sorted(set(order))}
     send = b * cfg.seq_len * cfg.hidden * e / tp
     partition = partition or even_partition(cfg.layers, chunks)
-    costs = []
+    costs, start = [], 0
     for k, n in enumerate(partition):
         first, last = k == 0, k == len(partition) - 1
         pre, post = (emb if first else []), (out if last else [])
-        f = forward_items(pre, cm) + lf * n + forward_items(post, cm)
-        b_all = backward_items(post, cm) + (rec + lb) * n + backward_items(pre, cm)
-        bi = backward_items(post, cm, weight=False) + (rec + lbi) * n + backward_items(pre, cm, weight=False)
-        w = backward_items(post, cm, inputs=False) + lw * n + backward_items(pre, cm, inputs=False)
+        mine = order[start : start + n]
+        start += n
+        runs = [kinds[moe] for moe in mine]
+        count = {moe: mine.count(moe) for moe in kinds if moe in mine}
+        f = forward_items(pre, cm) + [i for L in runs for i in L.f] + forward_items(post, cm)
+        b_all = backward_items(post, cm) + [i for L in runs[::-1] for i in L.b] + backward_items(pre, cm)
+        bi = (
+            backward_items(post, cm, weight=False)
+            + [i for L in runs[::-1] for i in L.bi]
+            + backward_items(pre, cm, weight=False)
+        )
+        w = (
+            backward_items(post, cm, inputs=False)
+            + [i for L in runs[::-1] for i in L.w]
+            + backward_items(pre, cm, inputs=False)
+        )
         extra = [op for op in pre + post if hasattr(op, "params")]
-        params = n * layer_params + sum(op.params for op in extra)
-        act_mem = n * act + sum(op.activation for op in extra)
-        buffers = work + n * fp8_cache
+        params = sum(c * kinds[moe].params for moe, c in count.items()) + sum(op.params for op in extra)
+        act_mem = sum(c * kinds[moe].act for moe, c in count.items()) + sum(op.activation for op in extra)
+        work = max((kinds[moe].work for moe in count), default=0.0)
+        buffers = work + sum(c * kinds[moe].fp8_cache for moe, c in count.items())
         costs.append(_stage(st, cm, f, b_all, bi, w, params, act_mem, 0 if last else send, buffers))
     return costs
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .attention import attention_core_ops
+from .mla import mla_ops
+from .moe import moe_mlp_ops
 from .ops import MASK_BYTES, TPComm, elementwise, gemm
 from .transformer import TransformerConfig
 
@@ -35,8 +37,10 @@ def _tp_points(sp: bool, nbytes: int) -> tuple[TPComm, TPComm]:
     return TPComm("tp f", "", "all_reduce", nbytes), TPComm("tp g", "all_reduce", "", nbytes)
 
 
-def layer_ops(cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int) -> list:
-    """One transformer layer on one GPU: LayerOps and TPComm points in forward order."""
+def layer_ops(cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int, moe: bool | None = None) -> list:
+    """One transformer layer on one GPU: LayerOps and TPComm points in forward order;
+    ``moe`` chooses a MoE MLP (:mod:`.moe`; default: when the model has experts), and
+    ``cfg.mla`` multi-head latent attention (:mod:`.mla`)."""
     s, h, a, d, f = cfg.seq_len, cfg.hidden, cfg.heads, cfg.head_dim, cfg.ffn_hidden
     at, kvt = a // tp, max(1, cfg.n_kv // tp)
     bsh = b * s * h
@@ -57,35 +61,31 @@ def layer_ops(cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int) -> list
     # --- attention ------------------------------------------------------------------
     ops.append(norm("norm1"))
     ops += [enter] if enter else []
-    qkv_n = (at + 2 * kvt) * d
-    ops.append(gemm("qkv", b * s, qkv_n, h, e, activation=rep * e))  # SP keeps the shard
-    ops += attention_core_ops(cfg, b, at, kvt, e)
-    ops.append(gemm("attn_out", b * s, h, at * d, e, activation=b * s * at * d * e))
+    if cfg.mla:
+        ops += mla_ops(cfg, b, tp, rep, e)
+    else:
+        qkv_n = (at + 2 * kvt) * d
+        ops.append(gemm("qkv", b * s, qkv_n, h, e, activation=rep * e))  # SP keeps the shard
+        ops += attention_core_ops(cfg, b, at, kvt, e)
+        ops.append(gemm("attn_out", b * s, h, at * d, e, activation=b * s * at * d * e))
     ops += [leave] if leave else []
     ops.append(residual("residual1"))
     # --- MLP ---------------------------------------------------------------------------
     ops.append(norm("norm2"))
     ops += [enter] if enter else []
-    ft, k = f // tp, cfg.experts_per_token
+    ft = f // tp
     up_n = ft * (2 if cfg.gated_mlp else 1)
-    ops.append(gemm("mlp_up", b * s * k, up_n, h, e, activation=rep * e))
-    act_in = b * s * k * up_n
-    ops.append(
-        elementwise("mlp_act", act_in, 1.5 * e if cfg.gated_mlp else 2 * e, 3 * e, activation=act_in * e)
-    )
-    ops.append(gemm("mlp_down", b * s * k, h, ft, e, activation=b * s * k * ft * e))
+    if cfg.experts > 1 if moe is None else moe:
+        ops += moe_mlp_ops(cfg, b, tp, e, rep / h)
+    else:
+        ops.append(gemm("mlp_up", b * s, up_n, h, e, activation=rep * e))
+        act_in = b * s * up_n
+        ops.append(
+            elementwise("mlp_act", act_in, 1.5 * e if cfg.gated_mlp else 2 * e, 3 * e, activation=act_in * e)
+        )
+        ops.append(gemm("mlp_down", b * s, h, ft, e, activation=b * s * ft * e))
     ops += [leave] if leave else []
     ops.append(residual("residual2"))
-    if cfg.experts > 1:  # the experts not chosen still hold parameters; the router is tiny
-        ops.append(
-            elementwise(
-                "moe_router",
-                b * s * cfg.experts,
-                2 * e,
-                3 * e,
-                params=(cfg.experts - 1) * cfg.mlp_params() / tp + h * cfg.experts,
-            )
-        )
     if cfg.bias:  # biases of the four linears (column-parallel split, row-parallel replicated)
         i = next(i for i, op in enumerate(ops) if getattr(op, "name", "") == "qkv")
         q = ops[i]
@@ -120,4 +120,28 @@ def output_ops(cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int) -> lis
     ops.append(
         elementwise("cross_entropy", b * s * v / tp, 2 * e + 4, 4 + 2 * e, activation=b * s * v / tp * 4)
     )
+    return ops
+
+
+def mtp_ops(cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int) -> list:
+    """The multi-token-prediction modules (DeepSeek-V3 §2.2) on the last stage: per module
+    the norms of the hidden state and of the next token's embedding, their concatenation
+    projected ``2h → h`` (column-parallel), one layer, and the final norm, logits and loss
+    through the output head it shares with the main model (no parameters of its own)."""
+    bsh = b * cfg.seq_len * cfg.hidden
+    rep = bsh / tp if sp else bsh
+    ops: list = []
+    for _ in range(cfg.mtp_layers):
+        ops.append(
+            elementwise(
+                "mtp_norms", 2 * rep, 2 * e, 3 * e, params=2 * cfg.norm_params(), activation=2 * rep * e
+            )
+        )
+        ops.append(
+            gemm("mtp_proj", b * cfg.seq_len, cfg.hidden // tp, 2 * cfg.hidden, e, activation=2 * rep * e)
+        )
+        ops += layer_ops(cfg, b, tp, sp, e)
+        ops += [
+            replace(op, params=0.0) if op.name == "logits" else op for op in output_ops(cfg, b, tp, sp, e)
+        ]
     return ops

@@ -1,0 +1,130 @@
+"""Mixture-of-experts MLP of one layer on one GPU: router, token load, experts, shared expert.
+
+A MoE layer (Mixtral, DeepSeekMoE, Qwen-MoE) replaces the dense MLP by a router — the
+gate GEMM ``h × E`` and a softmax/top-k over its ``E`` scores per token — ``E`` routed
+experts of FFN size ``moe_ffn_hidden``, each running on the tokens routed to it, and
+optionally a shared expert (every token; DeepSeek's ``n_shared_experts`` fused into one
+MLP of ``n_shared × moe_intermediate_size``, Qwen's ``shared_expert_intermediate_size``).
+
+How many of a micro-batch's ``T`` tokens each expert gets is the load model
+(:func:`expert_tokens`): ``uniform`` gives each expert ``T·k/E``; ``skew`` draws the
+``T·k`` assignments from a Zipf law of exponent ``expert_skew`` over a seeded random
+ranking of the experts (``numpy.random.default_rng(expert_seed)``; exponent 0 is uniform
+in expectation); ``histogram`` splits ``T·k`` in proportion to the given weights. A
+capacity factor ``c`` caps every expert at ``ceil(c·T·k/E)`` tokens and drops the rest
+(GShard, Lepikhin et al. 2021; Megatron-Core's ``moe_expert_capacity_factor``); dropped
+tokens skip the expert and pass through the residual.
+
+With expert parallelism 1 every expert runs on this GPU (its FFN dimension split by
+tensor parallelism, Megatron-Core's default expert-tensor-parallel size = TP). Each
+expert's up and down projections are their own GEMM ops at that expert's token count, so
+the cost model prices each at its own shape efficiency — the many-small-M of a grouped
+GEMM (one launch overhead per expert GEMM, as a sequential expert loop pays; a fused
+grouped GEMM pays one). The layer's expert time is therefore Σ_e cost(tokens_e). Each
+expert op carries its own parameters, so a later expert-parallel split can place
+experts on ranks by cutting this list.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import ScenarioError
+from .ops import NO_WORK, LayerOp, elementwise, gemm
+
+EXPERT_LOADS = ("uniform", "skew", "histogram")
+
+
+def expert_tokens(
+    tokens: int,
+    experts: int,
+    top_k: int,
+    load: str = "uniform",
+    *,
+    skew: float = 0.0,
+    seed: int = 0,
+    histogram: tuple[float, ...] = (),
+    capacity_factor: float = 0.0,
+) -> tuple[float, ...]:
+    """Tokens each of ``experts`` experts processes for ``tokens`` tokens routed top-``k``
+    (see module doc); ``capacity_factor`` > 0 caps each at ``ceil(c·T·k/E)``."""
+    total = tokens * top_k
+    if load == "uniform":
+        counts = [total / experts] * experts
+    elif load == "skew":
+        rng = np.random.default_rng(seed)
+        rank = rng.permutation(experts) + 1
+        p = rank.astype(float) ** -skew
+        counts = [float(c) for c in rng.multinomial(total, p / p.sum())]
+    elif load == "histogram":
+        if len(histogram) != experts or min(histogram) < 0 or sum(histogram) <= 0:
+            raise ScenarioError(
+                "model.expert_histogram",
+                list(histogram),
+                f"expected {experts} weights ≥ 0 (one per routed expert), not all 0",
+            )
+        s = sum(histogram)
+        counts = [total * w / s for w in histogram]
+    else:
+        raise ScenarioError("model.expert_load", load, f"accepted: {', '.join(EXPERT_LOADS)}")
+    if capacity_factor > 0:
+        cap = math.ceil(capacity_factor * total / experts)
+        counts = [min(c, cap) for c in counts]
+    return tuple(counts)
+
+
+def layer_expert_tokens(cfg, tokens: int) -> tuple[float, ...]:
+    """:func:`expert_tokens` with the load model of ``cfg`` (a TransformerConfig)."""
+    return expert_tokens(
+        tokens,
+        cfg.experts,
+        cfg.experts_per_token,
+        cfg.expert_load,
+        skew=cfg.expert_skew,
+        seed=cfg.expert_seed,
+        histogram=cfg.expert_histogram,
+        capacity_factor=cfg.capacity_factor,
+    )
+
+
+def _expert(name: str, n: float, h: int, up_n: int, ft: int, e: int, gated: bool) -> list[LayerOp]:
+    """One expert's up projection, activation and down projection at ``n`` tokens (no
+    kernels, only its parameters, when no token reaches it)."""
+    if n == 0:
+        return [LayerOp(name, NO_WORK, NO_WORK, NO_WORK, params=float(h * up_n + ft * h))]
+    act = n * up_n
+    return [
+        gemm(f"{name}_up", n, up_n, h, e, activation=n * h * e),
+        elementwise(f"{name}_act", act, 1.5 * e if gated else 2 * e, 3 * e, activation=act * e),
+        gemm(f"{name}_down", n, h, ft, e, activation=n * ft * e),
+    ]
+
+
+def moe_mlp_ops(cfg, b: int, tp: int, e: int, local: float) -> list[LayerOp]:
+    """The MoE MLP of one layer on one GPU, between the TP region's enter and exit:
+    router GEMM + softmax/top-k on the ``local`` tokens this rank holds (``b·s/t`` with
+    sequence parallelism, as Megatron-Core routes before its all-gather dispatch),
+    permute, each routed expert on its share of all ``b·s`` tokens, unpermute (keeping
+    the expert outputs for the gradient of the routing weights), shared expert."""
+    h, tokens = cfg.hidden, b * cfg.seq_len
+    mats = 3 if cfg.gated_mlp else 2
+    gate_n = cfg.experts + (1 if cfg.shared_expert_gate else 0)  # Qwen2-MoE gates its shared expert
+    ops = [
+        gemm("moe_router", local, gate_n, h, e, activation=local * h * e),
+        # fp32 softmax over the E scores; its probabilities are kept for backward
+        elementwise("moe_topk", local * cfg.experts, 2 * e, 3 * e, activation=local * cfg.experts * 4),
+    ]
+    routed = layer_expert_tokens(cfg, tokens)
+    moved = sum(routed) * h  # token copies into and out of expert order
+    ops.append(elementwise("moe_permute", moved, 2 * e, 2 * e))
+    ft = cfg.expert_ffn // tp
+    up_n = ft * (mats - 1)
+    for n in routed:
+        ops += _expert("expert", n, h, up_n, ft, e, cfg.gated_mlp)
+    ops.append(elementwise("moe_unpermute", moved, 2 * e, 2 * e, activation=moved * e))
+    if cfg.shared_ffn_hidden:
+        sft = cfg.shared_ffn_hidden // tp
+        ops += _expert("shared_expert", tokens, h, sft * (mats - 1), sft, e, cfg.gated_mlp)
+    return ops
