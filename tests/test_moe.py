@@ -9,6 +9,7 @@ import pytest
 from clustersim.errors import ScenarioError
 from clustersim.scenario import load_scenario
 from clustersim.workload.cost_model import CostModel
+from clustersim.workload.fp8 import te_fp8_layer
 from clustersim.workload.hf_config import DATA_HF, load_hf_config
 from clustersim.workload.memory_model import run_chunk_costs
 from clustersim.workload.mla import mla_forward_flops, mla_params
@@ -226,3 +227,12 @@ def test_deepseek_v3_stage_costs_build():
     first, last = run_chunk_costs(sc)
     c = load_hf_config("deepseek-v3", seq_len=1024)
     assert last.static.weights > first.static.weights + 2 * c.layer_params(True) / 8
+
+
+def test_fp8_runs_expert_and_mla_linears_in_fp8_but_not_the_router():
+    c = replace(load_hf_config("deepseek-v3", seq_len=512), experts=8, experts_per_token=2)
+    ops = te_fp8_layer(layer_ops(c, 1, 1, False, 2, moe=True))
+    fp8 = {op.name for op in ops if isinstance(op, LayerOp) and op.fwd.fp8_casts is not None}
+    assert fp8 == {"q_down", "q_up", "kv_down", "kv_up", "attn_out"} | {
+        f"{p}_{d}" for p in ("expert", "shared_expert") for d in ("up", "down")
+    }

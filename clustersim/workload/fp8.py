@@ -20,7 +20,8 @@ The FP8 peak comes from ``gpu_datasheets.csv``, the FP8 efficiency from the FP8 
 
 ``training.precision: fp8`` (:func:`te_fp8_layer`) runs the four linear layers of each
 transformer layer (QKV, attention output, MLP up, MLP down) this way, as TE's
-``LayerNormLinear``/``Linear``/``LayerNormMLP`` do under ``fp8_autocast``; the attention
+``LayerNormLinear``/``Linear``/``LayerNormMLP`` do under ``fp8_autocast`` — and MLA's
+projections and each MoE expert's up/down GEMMs (TE's ``GroupedLinear``); the router, attention
 core, norms, embedding and the output logits stay BF16 (Megatron-Core's output layer is
 not a TE module). What TE keeps (``transformer_engine/pytorch/module/linear.py``,
 ``_Linear.forward``): the weights stay BF16 parameters with fp32 main gradients and fp32
@@ -52,6 +53,12 @@ AMAX_BYTES = 2.0
 SCALINGS = ("delayed", "current")
 #: the linear layers of a transformer layer that Transformer Engine runs in FP8
 TE_LINEARS = ("qkv", "attn_out", "mlp_up", "mlp_down")
+#: the linears of MLA (:mod:`.mla`) and of MoE experts (:mod:`.moe`; TE's grouped linear),
+#: also FP8; the router GEMM stays BF16, as DeepSeek-V3 and Megatron-Core keep it
+TE_MLA_MOE_LINEARS = (
+    *("q_down", "q_up", "q_proj", "kv_down", "kv_up"),
+    *("expert_up", "expert_down", "shared_expert_up", "shared_expert_down"),
+)
 #: bytes per linear parameter of TE's cached FP8 weight and its FP8 transpose
 FP8_WEIGHT_CACHE_BYTES = 2
 #: bytes per element of a saved FP8 GEMM input against its BF16 original
@@ -129,7 +136,7 @@ def te_fp8_layer(ops: list) -> list:
     :data:`TE_LINEARS` as FP8 GEMMs and their saved inputs in FP8 (see module doc)."""
     out = []
     for op in ops:
-        if isinstance(op, LayerOp) and op.name in TE_LINEARS:
+        if isinstance(op, LayerOp) and op.name in TE_LINEARS + TE_MLA_MOE_LINEARS:
             op = replace(
                 op,
                 fwd=_fp8_work(op.fwd, "F"),
@@ -147,5 +154,5 @@ def fp8_cache_bytes(ops: list) -> float:
     return sum(
         FP8_WEIGHT_CACHE_BYTES * op.fwd.gemm[1] * op.fwd.gemm[2]
         for op in ops
-        if isinstance(op, LayerOp) and op.name in TE_LINEARS
+        if isinstance(op, LayerOp) and op.name in TE_LINEARS + TE_MLA_MOE_LINEARS
     )
