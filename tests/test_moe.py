@@ -236,3 +236,23 @@ def test_fp8_runs_expert_and_mla_linears_in_fp8_but_not_the_router():
     assert fp8 == {"q_down", "q_up", "kv_down", "kv_up", "attn_out"} | {
         f"{p}_{d}" for p in ("expert", "shared_expert") for d in ("up", "down")
     }
+
+
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        ({"expert_skew": 1.5}, "model.expert_skew: 1.5 is invalid; applies with model.expert_load: skew"),
+        ({"expert_load": "histogram", "expert_histogram": [1, 2]}, "expected 8 weights ≥ 0"),
+        ({"expert_histogram": [1] * 8}, "applies with model.expert_load: histogram"),
+    ],
+)
+def test_load_model_fields_are_checked(fields, message):
+    """Refused when the scenario is loaded, naming the field."""
+    raw = {
+        "cluster": {"preset": "dgx_h100", "nodes": 1},
+        "model": {"hf_config": "mixtral-8x7b", "seq_len": 1024, **fields},
+        "training": {"global_batch": 8, "micro_batch": 1},
+        "parallel": {"tp": 8},
+    }
+    with pytest.raises(ScenarioError, match=message):
+        load_scenario(raw)

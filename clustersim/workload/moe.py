@@ -102,9 +102,10 @@ def _expert(name: str, n: float, h: int, up_n: int, ft: int, e: int, gated: bool
     ]
 
 
-def moe_mlp_ops(cfg, b: int, tp: int, e: int, local: float) -> list[LayerOp]:
-    """The MoE MLP of one layer on one GPU, between the TP region's enter and exit:
-    router GEMM + softmax/top-k on the ``local`` tokens this rank holds (``b·s/t`` with
+def moe_mlp_ops(cfg, b: int, etp: int, e: int, local: float) -> list[LayerOp]:
+    """The MoE MLP of one layer on one GPU, between the TP region's enter and exit, each
+    expert's FFN split over ``etp`` ranks (expert-tensor parallelism; callers pass TP,
+    Megatron-Core's default): router GEMM + softmax/top-k on the ``local`` tokens this rank holds (``b·s/t`` with
     sequence parallelism, as Megatron-Core routes before its all-gather dispatch),
     permute, each routed expert on its share of all ``b·s`` tokens, unpermute (keeping
     the expert outputs for the gradient of the routing weights), shared expert."""
@@ -119,12 +120,12 @@ def moe_mlp_ops(cfg, b: int, tp: int, e: int, local: float) -> list[LayerOp]:
     routed = layer_expert_tokens(cfg, tokens)
     moved = sum(routed) * h  # token copies into and out of expert order
     ops.append(elementwise("moe_permute", moved, 2 * e, 2 * e))
-    ft = cfg.expert_ffn // tp
+    ft = cfg.expert_ffn // etp
     up_n = ft * (mats - 1)
     for n in routed:
         ops += _expert("expert", n, h, up_n, ft, e, cfg.gated_mlp)
     ops.append(elementwise("moe_unpermute", moved, 2 * e, 2 * e, activation=moved * e))
     if cfg.shared_ffn_hidden:
-        sft = cfg.shared_ffn_hidden // tp
+        sft = cfg.shared_ffn_hidden // etp
         ops += _expert("shared_expert", tokens, h, sft * (mats - 1), sft, e, cfg.gated_mlp)
     return ops

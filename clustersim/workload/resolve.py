@@ -14,6 +14,7 @@ from ..errors import ScenarioError
 from .attention import ATTENTION_KINDS
 from .hf_config import load_hf_config
 from .model_presets import CNN_PRESETS, TRANSFORMER_PRESETS, model_preset_names
+from .moe import layer_expert_tokens
 from .transformer import TransformerConfig
 
 #: scenario field → TransformerConfig field (same names, listed for the override step)
@@ -120,6 +121,14 @@ def _check_shape(cfg: TransformerConfig) -> None:
             cfg.kv_lora_rank,
             "MLA needs qk_nope_head_dim (or qk_rope_head_dim) and v_head_dim ≥ 1",
         )
+    if cfg.expert_skew and cfg.expert_load != "skew":
+        raise ScenarioError("model.expert_skew", cfg.expert_skew, "applies with model.expert_load: skew")
+    if cfg.expert_histogram and cfg.expert_load != "histogram":
+        raise ScenarioError(
+            "model.expert_histogram", list(cfg.expert_histogram), "applies with model.expert_load: histogram"
+        )
+    if cfg.experts > 1:
+        layer_expert_tokens(cfg, 1)  # the load model's own checks (histogram length, …)
     if cfg.norm not in ("layernorm", "rmsnorm"):
         raise ScenarioError("model.norm", cfg.norm, "accepted: layernorm, rmsnorm")
     if cfg.attention not in ATTENTION_KINDS:
