@@ -97,6 +97,8 @@ class TransformerModel(_ModelSection):
     expert_histogram: tuple[float, ...] | None = None
     #: head dim when it is not hidden / heads
     head_size: Annotated[int | None, Range(1, 100_000)] = None
+    #: biases on the query, key and value projections only (Qwen2)
+    qkv_bias: bool | None = None
     #: multi-head latent attention (DeepSeek-V2/V3): kv_lora_rank > 0 turns it on
     q_lora_rank: Annotated[int | None, Range(0, 1_000_000)] = None
     kv_lora_rank: Annotated[int | None, Range(0, 1_000_000)] = None

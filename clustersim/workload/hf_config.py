@@ -23,6 +23,9 @@ from .transformer import TransformerConfig
 
 DATA_HF = Path(__file__).resolve().parent.parent / "data" / "hf"
 _GPT2_TYPES = ("gpt2", "gpt_neo", "gptj", "gpt_bigcode")
+#: model types whose q, k, v projections have biases though their config.json does not say
+#: so (transformers' Qwen2Attention / Qwen2MoeAttention: ``bias=True``)
+_QKV_BIAS_TYPES = ("qwen2", "qwen2_moe")
 
 
 def find_config(path: str) -> Path:
@@ -89,6 +92,7 @@ def load_hf_config(path: str, seq_len: int | None = None) -> TransformerConfig:
         position="rope",
         tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         bias=bool(cfg.get("attention_bias", False)),
+        qkv_bias=kind in _QKV_BIAS_TYPES,
         dropout=False,
         head_size=count("head_dim", 0),
         q_lora_rank=count("q_lora_rank", 0),

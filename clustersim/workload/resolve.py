@@ -46,6 +46,7 @@ OVERRIDABLE = (
     "expert_seed",
     "expert_histogram",
     "head_size",
+    "qkv_bias",
     "q_lora_rank",
     "kv_lora_rank",
     "qk_rope_head_dim",

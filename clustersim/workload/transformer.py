@@ -21,7 +21,8 @@ class TransformerConfig:
     ``position`` ``learned`` adds ``max_position × hidden`` parameters (GPT), ``rope`` none;
     ``bias`` adds linear biases (GPT); ``dropout`` adds Megatron's dropout kernels and
     masks (GPT training; LLaMA trains without); ``head_size`` sets the head dim when it
-    is not ``hidden / heads`` (Qwen3).
+    is not ``hidden / heads`` (Qwen3); ``qkv_bias`` gives only the query, key and value
+    projections biases (Qwen2).
 
     Mixture of experts (:mod:`.moe`): ``experts`` routed experts of FFN size
     ``moe_ffn_hidden`` (0: ``ffn_hidden``), ``experts_per_token`` chosen per token, a
@@ -70,6 +71,7 @@ class TransformerConfig:
     expert_seed: int = 0
     expert_histogram: tuple[float, ...] = ()
     head_size: int = 0
+    qkv_bias: bool = False
     q_lora_rank: int = 0
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
@@ -125,7 +127,7 @@ class TransformerConfig:
             return mla_params(self)
         h, q, kv = self.hidden, self.heads * self.head_dim, self.n_kv * self.head_dim
         weights = h * q + 2 * h * kv + q * h
-        return weights + ((q + 2 * kv + h) if self.bias else 0)
+        return weights + ((q + 2 * kv + h) if self.bias else (q + 2 * kv) if self.qkv_bias else 0)
 
     def mlp_params(self, ffn: int = 0) -> int:
         """One MLP of FFN size ``ffn`` (default ``ffn_hidden``; gated: gate, up, down)

@@ -65,7 +65,8 @@ def layer_ops(cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int, moe: bo
         ops += mla_ops(cfg, b, tp, rep, e)
     else:
         qkv_n = (at + 2 * kvt) * d
-        ops.append(gemm("qkv", b * s, qkv_n, h, e, activation=rep * e))  # SP keeps the shard
+        qkv = gemm("qkv", b * s, qkv_n, h, e, activation=rep * e)  # SP keeps the shard
+        ops.append(replace(qkv, params=qkv.params + qkv_n) if cfg.qkv_bias else qkv)
         ops += attention_core_ops(cfg, b, at, kvt, e)
         ops.append(gemm("attn_out", b * s, h, at * d, e, activation=b * s * at * d * e))
     ops += [leave] if leave else []
