@@ -256,3 +256,14 @@ def test_load_model_fields_are_checked(fields, message):
     }
     with pytest.raises(ScenarioError, match=message):
         load_scenario(raw)
+
+
+def test_expert_ffn_must_divide_by_tp():
+    raw = {
+        "cluster": {"preset": "dgx_h100", "nodes": 1},
+        "model": {"hf_config": "qwen1.5-moe-a2.7b", "seq_len": 1024, "moe_ffn_hidden": 1410},
+        "training": {"global_batch": 8, "micro_batch": 1},
+        "parallel": {"tp": 4},
+    }
+    with pytest.raises(ScenarioError, match="model.moe_ffn_hidden = 1410 must divide by tp"):
+        load_scenario(raw)

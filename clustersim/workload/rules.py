@@ -1,7 +1,8 @@
 """Scenario rules that need the resolved model (called from :mod:`clustersim.scenario.rules`).
 
 Tensor parallelism splits attention heads, key/value heads and the MLP's hidden width
-across the TP group (Megatron-LM), so each must divide by ``tp``.
+across the TP group (Megatron-LM), so each must divide by ``tp`` — and so must the MoE
+experts' FFN sizes (Megatron-Core's default expert-tensor-parallel size is TP).
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ def tp_obstacle(cfg, tp: int) -> str | None:
         return f"model.kv_heads = {cfg.n_kv} and tp must divide one another"
     if cfg.ffn_hidden % tp:
         return f"model.ffn_hidden = {cfg.ffn_hidden} must divide by tp"
+    if cfg.experts > 1 and cfg.expert_ffn % tp:  # experts split by TP (expert-TP = TP)
+        return f"model.moe_ffn_hidden = {cfg.expert_ffn} must divide by tp"
+    if cfg.experts > 1 and cfg.shared_ffn_hidden % tp:
+        return f"model.shared_ffn_hidden = {cfg.shared_ffn_hidden} must divide by tp"
     return None
 
 
