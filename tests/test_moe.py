@@ -267,3 +267,13 @@ def test_expert_ffn_must_divide_by_tp():
     }
     with pytest.raises(ScenarioError, match="model.moe_ffn_hidden = 1410 must divide by tp"):
         load_scenario(raw)
+
+
+def test_mla_without_query_compression():
+    """q_lora_rank null (DeepSeek-V2-Lite): one ``h → H·d_qk`` query projection."""
+    c = replace(load_hf_config("deepseek-v2", seq_len=256), q_lora_rank=0)
+    kv = 5120 * 576 + 512 + 512 * 128 * 256
+    assert c.attention_params() == 5120 * 128 * 192 + kv + 128 * 128 * 5120
+    ops = layer_ops(c, 1, 1, False, 2, moe=False)
+    assert "q_proj" in {op.name for op in ops} and "q_down" not in {op.name for op in ops}
+    assert sum(op.params for op in ops if isinstance(op, LayerOp)) == c.layer_params(False)
