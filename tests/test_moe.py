@@ -7,11 +7,11 @@ from dataclasses import replace
 import pytest
 
 from clustersim.errors import ScenarioError
+from clustersim.planner import run_chunk_costs
 from clustersim.scenario import load_scenario
 from clustersim.workload.cost_model import CostModel
 from clustersim.workload.fp8 import te_fp8_layer
 from clustersim.workload.hf_config import DATA_HF, load_hf_config
-from clustersim.workload.memory_model import run_chunk_costs
 from clustersim.workload.mla import mla_forward_flops, mla_params
 from clustersim.workload.moe import expert_tokens
 from clustersim.workload.ops import LayerOp, Work
