@@ -57,6 +57,7 @@ class PipelineMode(TrainingMode):
             compression=job.gradient_compression,
             activations=job.activation_compression,
             replicas=None if job.replicas is None else list(job.replicas),
+            data_parallel=job.data_parallel,
         )
 
     def report(self, spans: pd.DataFrame, job: Job) -> ModeReport:

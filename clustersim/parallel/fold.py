@@ -64,6 +64,8 @@ def _obstacle(job) -> str | None:
     for field in ("gradient_compression", "activation_compression"):
         if getattr(par, field) is not None and getattr(par, field).links != "all":
             return f"{field} on {getattr(par, field).links} links differs between replicas"
+    if par.data_parallel is not None and par.data_parallel.shard_group_size:
+        return "HSDP shard groups differ between replicas"
     if job.dp * par.tp == 1:
         return "nothing to fold (dp = tp = 1)"
     return None

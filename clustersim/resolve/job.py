@@ -26,6 +26,7 @@ from ..scenario.cluster_spec import ClusterSpec
 from ..scenario.model_spec import ModelSpec
 from ..scenario.schema import ParallelSpec, SimulationSpec, TrainingSpec
 from ..schedules.compression import Compression, compression_of
+from ..schedules.data_parallel import DataParallel
 from ..schedules.orders import stage_chunks
 from ..schedules.registry import Schedule
 from ..workload.stage_cost import StageCost
@@ -96,6 +97,12 @@ class Job:
         if spec is None:
             return None
         return compression_of(spec, None if spec.links == "all" else self.graph)
+
+    @cached_property
+    def data_parallel(self) -> DataParallel | None:
+        """``parallel.data_parallel`` resolved for this job's dp (None: one all-reduce per
+        stage and step; :mod:`clustersim.schedules.data_parallel`)."""
+        return DataParallel.of(self.parallel, self.dp)
 
     @cached_property
     def fold(self) -> FoldDecision:

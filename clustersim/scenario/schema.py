@@ -137,6 +137,36 @@ class ParameterServerSpec(_Spec):
     buckets: list[Annotated[int, Field(ge=1)]] | None = Field(default=None, min_length=1)
 
 
+class DataParallelSpec(_Spec):
+    """How data-parallel gradients and parameters move, under the frameworks' names
+    (:mod:`clustersim.schedules.data_parallel`). Absent: one all-reduce per stage after its
+    last backward, ZeRO changing memory only (the 2021 Megatron-LM model).
+
+    ``overlap_grad_reduce``: each bucket's reduction starts when the last backward that
+    produced its gradients ends (Megatron-Core's flag; PyTorch DDP always does). Buckets
+    fill in reverse layer order up to ``bucket_size`` bytes (unset: one bucket without
+    overlap, Megatron-Core's max(40M, 1M·dp) parameters × ``grad_reduce_dtype`` with it).
+    ``distributed_optimizer`` (Megatron's ``use_distributed_optimizer``) or ``parallel.zero``
+    1/2: reduce-scatter buckets, the optimizer step on the shard, then an all-gather of the
+    parameters in ``param_gather_dtype`` — overlapped with the next forward, each layer
+    waiting for its bucket, with ``overlap_param_gather``. ``parallel.zero: 3`` (FSDP):
+    per unit of ``fsdp_unit`` layers, an all-gather before each forward and (with
+    ``reshard_after_forward``) again before each backward, issued ``prefetch`` units ahead,
+    and a reduce-scatter after each unit's backward; ``shard_group_size`` (HSDP) shards
+    within groups of that many replicas and all-reduces the shards across groups."""
+
+    overlap_grad_reduce: bool = False
+    bucket_size: Annotated[Bytes | None, Range(1, 2**50)] = None
+    distributed_optimizer: bool = False
+    overlap_param_gather: bool = False
+    grad_reduce_dtype: Literal["fp32", "bf16"] = "fp32"
+    param_gather_dtype: Literal["bf16", "fp32"] = "bf16"
+    fsdp_unit: Annotated[int, Range(1, 100_000)] = 1
+    reshard_after_forward: bool = True
+    prefetch: Annotated[int, Range(0, 1_000)] = 1
+    shard_group_size: Annotated[int | None, Range(1, 100_000)] = None
+
+
 class ParallelSpec(_Spec):
     """The parallel plan: degrees of tensor, pipeline and data parallelism, and schedule."""
 
@@ -155,6 +185,8 @@ class ParallelSpec(_Spec):
     stage_replicas: Annotated[list[int] | None, _replicas_value] = None
     sequence_parallel: bool = False
     zero: int = Field(default=0, ge=0, le=3)
+    #: bucketed, overlapped and sharded data-parallel communication (unset: the 2021 model)
+    data_parallel: DataParallelSpec | None = None
     #: compress data-parallel gradients before their all-reduce (e.g. over WAN links)
     gradient_compression: CompressionSpec | None = None
     #: train with parameter server(s) instead of all-reduce (clustersim.schedules.parameter_server)

@@ -22,7 +22,9 @@ replica r and tensor-parallel rank t, on the device of (stage s, r, t), the comp
   * at every optimizer step ``("O", i)``: with dp > 1, a gradient all-reduce over the
     stage's data-parallel group on the ``comm`` lane after the stage's last pass (with
     gradient compression, the ops of :mod:`.gradient_sync`), then the optimizer op
-    (after the all-reduce), which creates the next weight version.
+    (after the all-reduce), which creates the next weight version. With
+    ``parallel.data_parallel``, :mod:`.data_parallel` emits the data-parallel traffic
+    instead (buckets, overlap, sharding, FSDP units) and splits passes into layers.
 
 Folding (``fold=True``, see :mod:`clustersim.parallel.fold`): only replica 0, TP rank 0
 is emitted — one representative per stage. Its collectives name the whole group but
@@ -38,6 +40,7 @@ weight stashing); an optimizer op carries the version it creates.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 from ..errors import ProgramError
 from ..memory_kinds import StaticMemory
@@ -45,6 +48,7 @@ from ..parallel.plan import Plan
 from ..program import COLLECTIVE, COMPUTE, Op, Program
 from ..workload.stage_cost import StageCost
 from .compression import Compression, coded_activation_bytes, emit_codec
+from .data_parallel import DataParallel, StageSync
 from .gradient_sync import emit_gradient_allreduce
 from .orders import run_orders, stage_chunks
 from .registry import Schedule
@@ -60,6 +64,7 @@ def compile_pipeline(
     compression: Compression | None = None,
     activations: Compression | None = None,
     replicas: list | None = None,
+    data_parallel: DataParallel | None = None,
 ) -> Program:
     """The Program of ``iterations`` training iterations of ``schedule`` under ``plan``.
 
@@ -69,8 +74,14 @@ def compile_pipeline(
     ``activations``: pipeline sends across compressed links are (:mod:`.compression`).
     ``replicas`` (heterogeneous clusters): per data-parallel replica a
     :class:`~clustersim.parallel.hetero.ReplicaWork` — its own chunk costs and micro-batch
-    count, used instead of ``costs`` and ``m``; replicas meet at the gradient all-reduce."""
+    count, used instead of ``costs`` and ``m``; replicas meet at the gradient all-reduce.
+    ``data_parallel``: the data-parallel traffic of :mod:`.data_parallel` (None: one
+    all-reduce per stage and step)."""
     p = plan.pp
+    if data_parallel is not None and (compression is not None or replicas):
+        raise ProgramError(
+            "parallel.data_parallel runs neither with gradient compression nor uneven replicas"
+        )
     if len(costs) % p:
         raise ProgramError(
             f"schedule {schedule.name!r}: {len(costs)} model chunks do not divide over {p} stages"
@@ -88,7 +99,9 @@ def compile_pipeline(
         prog.static_memory[dev] = stage_static_memory(schedule, [costs[k] for k in chunks])
     for r in range(1 if fold else plan.dp):
         cr, mr = work[r]
-        _emit_replica(prog, plan, schedule, cr, orders[mr], mr, v, r, fold, compression, activations)
+        _emit_replica(
+            prog, plan, schedule, cr, orders[mr], mr, v, r, fold, compression, activations, data_parallel
+        )
     return prog
 
 
@@ -213,18 +226,23 @@ def emit_pass(
 
 
 def _emit_stage(
-    prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold, compression, activations
+    prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold, compression, activations, data_parallel
 ) -> None:
     dev = plan.device(s, r, t)
     has_w = {(j, k) for ph, j, k in order if ph == "W"}
     stash = schedule.weights == "stash"
+    sync = None
+    if data_parallel is not None and plan.dp > 1:
+        sync = StageSync.of(data_parallel, prog, plan, schedule, costs, order, s, r, t, v, fold)
     version, fwd_version, last, last_it = 0, {}, None, 0
     for ph, j, k in order:
         if ph == "O":
             deps = (last.id,) if last is not None else ()
-            if plan.dp > 1:
+            label = "" if schedule.flush else f" u{j}"
+            if sync is not None:
+                deps = sync.before_optimizer(j, last_it, last, label)
+            elif plan.dp > 1:
                 grad = sum(costs[c].gradient_bytes for c in stage_chunks(schedule, s, plan.pp, v))
-                label = "" if schedule.flush else f" u{j}"
                 twins = tuple(plan.dp_group(s, q) for q in range(1, plan.tp)) if fold else ()
                 deps = emit_gradient_allreduce(
                     prog,
@@ -253,6 +271,8 @@ def _emit_stage(
                 deps=deps,
                 version=version + 1,
             )
+            if sync is not None:
+                last = sync.after_optimizer(last, j, last_it, label)
             version += 1
             continue
         cost, mb, last_it = costs[k], j % m, j // m
@@ -274,25 +294,13 @@ def _emit_stage(
                 (last.id,) if last is not None else (),
                 **labels,
             )
-        first, last = emit_pass(
-            prog,
-            plan,
-            cost,
-            ph,
-            s,
-            r,
-            t,
-            mb,
-            last_it,
-            split=split and ph == "B",
-            name=name,
-            version=fwd_version[(j, k)],
-            alloc=alloc,
-            free=free,
-            stash=stashed,
-            fold=fold,
-            after=last,
-        )
+        run = partial(emit_pass, prog, plan, phase=ph, stage=s, r=r, t=t, mb=mb, it=last_it)
+        run = partial(run, version=fwd_version[(j, k)], fold=fold)
+        kw = {"split": split and ph == "B", "name": name, "alloc": alloc, "free": free, "stash": stashed}
+        if sync is not None and sync.layered(ph, j, k):
+            first, last = sync.emit(run, cost, ph, j, k, last_it, after=last, **kw)
+        else:
+            first, last = run(cost, after=last, **kw)
         if coded_out:  # coded before its send (which waits on the pass's last op)
             last = emit_codec(
                 prog, dev, f"compress {name}", activations.half_seconds(coded_out), (last.id,), **labels
@@ -312,6 +320,7 @@ def _emit_replica(
     fold: bool = False,
     compression: Compression | None = None,
     activations: Compression | None = None,
+    data_parallel: DataParallel | None = None,
 ) -> None:
     p = plan.pp
     tp_ranks = range(1 if fold else plan.tp)
@@ -319,7 +328,21 @@ def _emit_replica(
     for s, order in enumerate(orders):
         for t in tp_ranks:
             _emit_stage(
-                prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold, compression, activations
+                prog,
+                plan,
+                schedule,
+                costs,
+                order,
+                m,
+                v,
+                s,
+                r,
+                t,
+                passes,
+                fold,
+                compression,
+                activations,
+                data_parallel,
             )
     sends: dict[tuple, Op] = {}
     for s, order in enumerate(orders):

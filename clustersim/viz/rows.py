@@ -15,7 +15,7 @@ import pandas as pd
 from ..metrics import gpu_spans
 
 #: GPU lanes top to bottom inside one device's block of rows
-LANE_ORDER = {"compute": 0, "tp": 1, "comm": 2, "send": 3, "recv": 4}
+LANE_ORDER = {"compute": 0, "tp": 1, "comm": 2, "gather": 3, "send": 4, "recv": 5}
 #: above this many GPUs the Gantt draws one aggregated row per stage (or node) instead
 AGGREGATE_ABOVE = 32
 

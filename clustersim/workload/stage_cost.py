@@ -40,6 +40,12 @@ class StageCost:
     ``passes`` optionally maps a phase (``"F"``, ``"B"``, ``"W"``; ``"Bi"`` the input-
     gradient part of ``"B"``) to its segments; a phase without an entry is one compute
     segment of its time.
+    ``layers`` is the number of model layers in the chunk; ``layer_passes`` optionally maps
+    a phase (as ``passes``) to per-layer segments in model order (a real model's embedding
+    rides with its first layer, the output layer with its last), and ``layer_grads`` /
+    ``layer_weights`` are the per-layer bytes the data-parallel gradient reduction and
+    parameter all-gather move (:mod:`clustersim.schedules.data_parallel`); without them a
+    pass splits into ``layers`` equal compute pieces and the bytes split evenly.
     """
 
     forward: float
@@ -53,6 +59,10 @@ class StageCost:
     backward_flops: float = 0.0
     grad_bytes: int | None = None
     passes: dict[str, tuple[Segment, ...]] = field(default_factory=dict)
+    layers: int = 1
+    layer_passes: dict[str, tuple[tuple[Segment, ...], ...]] = field(default_factory=dict)
+    layer_grads: tuple[int, ...] = ()
+    layer_weights: tuple[int, ...] = ()
 
     def segments(self, phase: str, split_backward: bool = False) -> tuple[Segment, ...]:
         """The segments of ``phase``. With ``split_backward``, ``"B"`` is the input-gradient
@@ -71,6 +81,28 @@ class StageCost:
                 Segment("compute", self.backward - self.backward_weight, self.backward_flops * (1 - w_share)),
             )
         return (Segment("compute", self.backward, self.backward_flops),)
+
+    def layer_segments(self, phase: str, split_backward: bool = False) -> tuple[tuple[Segment, ...], ...]:
+        """The segments of ``phase`` per layer, in model order (a backward runs them last
+        layer first). Without ``layer_passes``, one pass of one compute segment splits
+        into ``layers`` equal pieces."""
+        key = "Bi" if split_backward and phase == "B" else phase
+        if key in self.layer_passes:
+            return self.layer_passes[key]
+        whole = self.segments(phase, split_backward)
+        if len(whole) != 1 or whole[0].kind != "compute":
+            raise ValueError(f"a {phase} pass of {len(whole)} segments has no per-layer split")
+        seg, n = whole[0], self.layers
+        return ((Segment("compute", seg.duration / n, seg.flops / n),),) * n
+
+    def layer_bytes(self, kind: str) -> tuple[int, ...]:
+        """Per-layer bytes (model order) of ``kind`` ``"grads"`` (what the data-parallel
+        gradient reduction moves) or ``"weights"`` (what the parameter all-gather moves)."""
+        given = self.layer_grads if kind == "grads" else self.layer_weights
+        if given:
+            return given
+        total = self.gradient_bytes if kind == "grads" else self.weight_bytes
+        return (total // self.layers,) * self.layers
 
     @property
     def weight_bytes(self) -> int:
@@ -118,6 +150,7 @@ def chunk_costs(
             activation_memory=int(n * model.activation),
             static=StaticMemory(weights=int(n * model.params)),
             optimizer=model.optimizer,
+            layers=n,
         )
         for n in partition
     ]

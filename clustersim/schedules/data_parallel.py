@@ -1,0 +1,338 @@
+"""Data-parallel communication as frameworks run it: buckets, overlap, sharding, FSDP.
+
+With ``parallel.data_parallel`` set, the compiler (:mod:`.compiler`) hands each stage's
+data-parallel traffic to a :class:`StageSync` instead of the one all-reduce of
+:mod:`.gradient_sync`. Gradients of a model chunk fill buckets in reverse layer order
+(Megatron-Core's param-and-grad buffer; PyTorch DDP's ``bucket_cap_mb``), a bucket closing
+once it holds ``bucket_size`` bytes. Per optimizer step, on the stage's GPU:
+
+* **replicated** (``zero: 0``): one all-reduce per bucket on the ``comm`` lane, over the
+  stage's DP group. With ``overlap_grad_reduce`` the last gradient pass of each chunk
+  (its last micro-batch's backward, or W when the backward is split) runs layer by layer
+  and a bucket starts when the piece of its last layer to run (its first in model order)
+  ends; without, all start after the stage's last pass. The optimizer waits for all.
+* **sharded** (``zero: 1|2`` or ``distributed_optimizer``): the buckets are reduce-scatters,
+  the optimizer steps the shard, then one all-gather of each bucket's parameters runs on
+  the ``gather`` lane, in forward order. Without ``overlap_param_gather`` the next pass
+  waits for all of them (Megatron's synchronous param sync in ``optimizer.step``); with
+  it, the first forward of each chunk in the next step runs layer by layer, each layer
+  waiting for its bucket's all-gather only, and the last step's all-gathers (which the
+  next step's forward would issue) are not emitted.
+* **FSDP** (``zero: 3``): every pass runs unit by unit (``fsdp_unit`` layers). Before a
+  unit's forward — and before its backward with ``reshard_after_forward`` — its
+  parameters are all-gathered on the ``gather`` lane; the all-gather is issued once the
+  unit ``prefetch + 1`` places earlier in the stage's sequence of gathered units has run
+  (prefetch 0: exposed; 1: during the previous unit, FSDP's default). The gathered bytes
+  are allocated when the all-gather starts and freed when the unit's pass ends (or, not
+  resharding, when its backward ends). After each unit's gradient pass a reduce-scatter of
+  its gradients runs on the ``comm`` lane; with HSDP (``shard_group_size`` g) the shard
+  group is g consecutive replicas and an all-reduce of the g-th shard across groups
+  follows. The optimizer waits for the last of them; the next all-gathers wait for it.
+
+Every collective runs on the network model over its group (count and per-collective
+latency grow with the group); compute slows while they run under
+``cluster.comm_compute_slowdown`` as any collective's. Folding keeps the representative's
+collectives with one arrival and its TP twins' groups as shadows; HSDP does not fold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ..errors import ProgramError
+from ..program import COLLECTIVE, Op, Program
+from .orders import stage_chunks
+
+#: bytes per element of the reduction / all-gather dtypes
+DTYPE_BYTES = {"fp32": 4, "bf16": 2}
+#: Megatron-Core's default bucket with overlap_grad_reduce: max(40M, 1M·dp) parameters
+#: (megatron/core/distributed/distributed_data_parallel_config.py, ``bucket_size``)
+MCORE_BUCKET_PARAMS, MCORE_BUCKET_PARAMS_PER_DP = 40_000_000, 1_000_000
+
+
+@dataclass(frozen=True)
+class DataParallel:
+    """The resolved ``parallel.data_parallel`` options (see :mod:`clustersim.scenario.schema`)."""
+
+    overlap_grad_reduce: bool = False
+    bucket_size: int | None = None
+    sharded: bool = False
+    overlap_param_gather: bool = False
+    fsdp: bool = False
+    unit: int = 1
+    reshard_after_forward: bool = True
+    prefetch: int = 1
+    shard_group: int | None = None
+
+    @classmethod
+    def of(cls, parallel, dp: int) -> DataParallel | None:
+        """The options of a scenario's ``parallel`` section with ``dp`` replicas; None
+        when ``data_parallel`` is unset (today's single all-reduce)."""
+        spec = parallel.data_parallel
+        if spec is None:
+            return None
+        bucket = spec.bucket_size
+        if bucket is None and spec.overlap_grad_reduce:
+            params = max(MCORE_BUCKET_PARAMS, MCORE_BUCKET_PARAMS_PER_DP * dp)
+            bucket = params * DTYPE_BYTES[spec.grad_reduce_dtype]
+        return cls(
+            overlap_grad_reduce=spec.overlap_grad_reduce,
+            bucket_size=None if bucket is None else int(bucket),
+            sharded=parallel.zero in (1, 2) or spec.distributed_optimizer,
+            overlap_param_gather=spec.overlap_param_gather,
+            fsdp=parallel.zero == 3,
+            unit=spec.fsdp_unit,
+            reshard_after_forward=spec.reshard_after_forward,
+            prefetch=spec.prefetch,
+            shard_group=spec.shard_group_size,
+        )
+
+
+def buckets(layer_bytes: tuple[int, ...], size: int | None) -> list[list[int]]:
+    """Layer indices per bucket: filled last layer first, a bucket closing once it holds
+    ``size`` bytes (None: one bucket of all)."""
+    out, cur, held = [], [], 0
+    for layer in reversed(range(len(layer_bytes))):
+        cur.append(layer)
+        held += layer_bytes[layer]
+        if size is not None and held >= size:
+            out.append(cur)
+            cur, held = [], 0
+    if cur:
+        out.append(cur)
+    return out
+
+
+def hsdp_groups(group: tuple[int, ...], dev: int, g: int | None) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(shard group, replicate group) of ``dev`` in DP ``group``: g consecutive members
+    shard; members at the same place in each shard group replicate (g None: all shard)."""
+    g = g or len(group)
+    if len(group) % g:
+        raise ProgramError(f"shard_group_size {g} does not divide the data-parallel group of {len(group)}")
+    i = group.index(dev)
+    start = i - i % g
+    return group[start : start + g], group[i % g :: g]
+
+
+@dataclass
+class StageSync:
+    """The data-parallel ops of one GPU (stage s, replica r, TP rank t) along its order."""
+
+    dp: DataParallel
+    prog: Program
+    plan: object
+    costs: list
+    chunks: list[int]
+    s: int
+    t: int
+    dev: int
+    fold: bool
+    split: set = field(default_factory=set)  # (j, k) whose backward is split (a W follows)
+    final: set = field(default_factory=set)  # (phase, j, k): a chunk's last gradient pass of a step
+    steps: int = 0  # optimizer steps in the order
+    ends: dict = field(default_factory=dict)  # (k, layer) → end op of its final gradient piece
+    gathers: dict = field(default_factory=dict)  # chunk → {layer: all-gather op} for its next forward
+    gathered: list = field(default_factory=list)  # end op ids of FSDP units that all-gathered, in order
+    held: dict = field(default_factory=dict)  # (j, k, unit) → bytes kept from forward to backward
+    opt: Op | None = None
+    reduced: Op | None = None  # the last FSDP gradient collective
+
+    @classmethod
+    def of(cls, dp, prog, plan, schedule, costs, order, s, r, t, v, fold) -> StageSync:
+        """The sync of the GPU (stage ``s``, replica ``r``, TP rank ``t``) along ``order``
+        (chunk costs ``costs``)."""
+        if fold and dp.shard_group:
+            raise ProgramError("HSDP (parallel.data_parallel.shard_group_size) cannot be folded")
+        chunks = stage_chunks(schedule, s, plan.pp, v)
+        sync = cls(dp, prog, plan, costs, chunks, s, t, plan.device(s, r, t), fold)
+        sync.split = {(j, k) for ph, j, k in order if ph == "W"}
+        seen: dict[int, tuple] = {}
+        for ph, j, k in order:
+            if ph == "O":
+                sync.final.update(seen.values())
+                seen, sync.steps = {}, sync.steps + 1
+            elif ph == sync.grad_phase(j, k):
+                seen[k] = (ph, j, k)
+        return sync
+
+    def grad_phase(self, j: int, k: int) -> str:
+        """The phase producing the weight gradients of micro-batch j on chunk k."""
+        return "W" if (j, k) in self.split else "B"
+
+    def layered(self, ph: str, j: int, k: int) -> bool:
+        """Whether pass (ph, j, k) runs layer by layer (unit by unit)."""
+        if self.dp.fsdp:
+            return True
+        if self.dp.overlap_grad_reduce and (ph, j, k) in self.final:
+            return True
+        return ph == "F" and k in self.gathers
+
+    # -- passes ----------------------------------------------------------------------------
+
+    def emit(
+        self, emit_pass, cost, ph: str, j: int, k: int, it: int, *, name, after, alloc, free, stash, split
+    ):
+        """Emit pass (ph, j, k) of iteration ``it`` unit by unit through ``emit_pass`` (the
+        compiler's, its other arguments bound); return its (first, last) op."""
+        pieces = cost.layer_segments(ph, split)
+        size = self.dp.unit if self.dp.fsdp else 1
+        units = [list(range(i, min(i + size, len(pieces)))) for i in range(0, len(pieces), size)]
+        if ph != "F":
+            units = [u[::-1] for u in units[::-1]]
+        gathered = self.gathers.pop(k, {}) if ph == "F" else {}
+        first, last = None, after
+        for i, unit in enumerate(units):
+            segs = tuple(seg for layer in unit for seg in pieces[layer])
+            piece = replace(cost, passes={ph: segs, "Bi": segs})
+            a, f = (alloc if i == 0 else 0), (free if i == len(units) - 1 else 0)
+            gather = self._gather(cost, ph, j, it, unit, name) if self.dp.fsdp else None
+            op0, last = emit_pass(
+                piece,
+                split=split,
+                name=f"{name} l{min(unit)}",
+                after=last,
+                alloc=a,
+                free=f,
+                stash=stash if a or (f and not alloc) else 0,
+            )
+            waits = [gathered[layer].id for layer in unit if layer in gathered]
+            if gather is not None:
+                waits.append(gather.id)
+            op0.deps = op0.deps + tuple(dict.fromkeys(waits))
+            first = first or op0
+            if self.dp.fsdp:
+                self._unit_done(cost, ph, j, k, it, unit, name, gather, last)
+            elif (ph, j, k) in self.final:
+                for layer in unit:
+                    self.ends[(k, layer)] = last
+        return first, last
+
+    def _gather(self, cost, ph, j, it, unit, name) -> Op | None:
+        """The all-gather of a unit's parameters before its forward (and backward)."""
+        if ph == "W" or (ph == "B" and not self.dp.reshard_after_forward):
+            return None
+        nbytes = sum(cost.layer_bytes("weights")[layer] for layer in unit)
+        deps = tuple(self.gathered[-1 - self.dp.prefetch : len(self.gathered) - self.dp.prefetch])
+        deps += (self.opt.id,) if self.opt is not None else ()
+        group, _ = self._groups()
+        op = self._collective(
+            "gather",
+            "all_gather",
+            group,
+            nbytes,
+            f"fsdp ag it{it} {name} l{min(unit)} s{self.s} t{self.t}",
+            f"fsdp all-gather {name} l{min(unit)}",
+            deps,
+            it,
+        )
+        op.mem_alloc += nbytes
+        return op
+
+    def _unit_done(self, cost, ph, j, k, it, unit, name, gather, last) -> None:
+        """Free a unit's gathered parameters, reduce its gradients (FSDP)."""
+        key = (j, k, min(unit))
+        if gather is not None:
+            self.gathered.append(last.id)
+            if ph == "F" and not self.dp.reshard_after_forward:
+                self.held[key] = gather.mem_alloc
+            else:
+                last.mem_free += gather.mem_alloc
+        if ph == "B" and not self.dp.reshard_after_forward:
+            last.mem_free += self.held.pop(key, 0)
+        if ph != self.grad_phase(j, k):
+            return
+        nbytes = sum(cost.layer_bytes("grads")[layer] for layer in unit)
+        shard, across = self._groups()
+        tag = f"fsdp rs it{it} {name} l{min(unit)} s{self.s} t{self.t}"
+        what = f"fsdp reduce-scatter {name} l{min(unit)}"
+        self.reduced = self._collective("comm", "reduce_scatter", shard, nbytes, tag, what, (last.id,), it)
+        if len(across) > 1:
+            self.reduced = self._collective(
+                "comm",
+                "all_reduce",
+                across,
+                nbytes // len(shard),
+                f"{tag} x{shard.index(self.dev)}",
+                f"hsdp all-reduce {name} l{min(unit)}",
+                (self.reduced.id,),
+                it,
+            )
+
+    # -- the optimizer step ------------------------------------------------------------------
+
+    def before_optimizer(self, j: int, it: int, last: Op | None, label: str) -> tuple[int, ...]:
+        """Emit the step's gradient reduction; return what the optimizer waits for."""
+        deps = (last.id,) if last is not None else ()
+        if self.dp.fsdp:
+            return deps + ((self.reduced.id,) if self.reduced is not None else ())
+        kind, what = ("reduce_scatter", "reduce-scatter") if self.dp.sharded else ("all_reduce", "all-reduce")
+        op = None
+        for k in reversed(self.chunks):  # the last chunk's backward runs first
+            grads = self.costs[k].layer_bytes("grads")
+            for b, bucket in enumerate(buckets(grads, self.dp.bucket_size)):
+                end = self.ends.get((k, bucket[-1])) if self.dp.overlap_grad_reduce else None
+                op = self._collective(
+                    "comm",
+                    kind,
+                    self._groups()[0],
+                    sum(grads[layer] for layer in bucket),
+                    f"dp {what} it{it} u{j} s{self.s} t{self.t} c{k} b{b}",
+                    f"dp {what} s{self.s}{label} c{k} b{b}",
+                    (end.id,) if end is not None else deps,
+                    it,
+                )
+        self.ends = {}
+        return deps + (op.id,)
+
+    def after_optimizer(self, opt: Op, j: int, it: int, label: str) -> Op:
+        """Emit the parameter all-gathers after the optimizer step ``opt``; return the op
+        the next pass starts after."""
+        self.opt, self.steps = opt, self.steps - 1
+        if not self.dp.sharded or self.dp.fsdp or (self.dp.overlap_param_gather and self.steps == 0):
+            return opt
+        last = opt
+        for k in self.chunks:
+            weights = self.costs[k].layer_bytes("weights")
+            ops = {}
+            for b, bucket in reversed(list(enumerate(buckets(weights, self.dp.bucket_size)))):
+                last = self._collective(
+                    "gather",
+                    "all_gather",
+                    self._groups()[0],
+                    sum(weights[layer] for layer in bucket),
+                    f"dp all-gather it{it} u{j} s{self.s} t{self.t} c{k} b{b}",
+                    f"dp all-gather s{self.s}{label} c{k} b{b}",
+                    (opt.id,),
+                    it,
+                )
+                ops.update(dict.fromkeys(bucket, last))
+            if self.dp.overlap_param_gather:
+                self.gathers[k] = ops
+        return opt if self.dp.overlap_param_gather else last
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _groups(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(shard group, replicate group) of this GPU (see :func:`hsdp_groups`)."""
+        return hsdp_groups(self.plan.dp_group(self.s, self.t), self.dev, self.dp.shard_group)
+
+    def _collective(self, lane, kind, group, nbytes, tag, name, deps, it) -> Op:
+        """One collective of this GPU's (folded: with its TP twins' groups as shadows)."""
+        twins = (
+            tuple(tuple(d - self.t + q for d in group) for q in range(1, self.plan.tp)) if self.fold else ()
+        )
+        return self.prog.add(
+            self.dev,
+            lane,
+            COLLECTIVE,
+            name,
+            stage=self.s,
+            iteration=it,
+            nbytes=int(nbytes),
+            deps=deps,
+            group=group,
+            collective=kind,
+            tag=tag,
+            arrivals=1 if self.fold else 0,
+            shadows=twins,
+        )
