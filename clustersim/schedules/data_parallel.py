@@ -220,7 +220,7 @@ class StageSync:
             "all_gather",
             group,
             nbytes,
-            f"fsdp ag it{it} {name} l{min(unit)} s{self.s} t{self.t}",
+            f"fsdp ag it{it} {name} l{min(unit)} s{self.s} t{self.t} g{group[0]}",
             f"fsdp all-gather {name} l{min(unit)}",
             deps,
             it,
@@ -245,7 +245,9 @@ class StageSync:
         shard, across = self._groups()
         tag = f"fsdp rs it{it} {name} l{min(unit)} s{self.s} t{self.t}"
         what = f"fsdp reduce-scatter {name} l{min(unit)}"
-        self.reduced = self._collective("comm", "reduce_scatter", shard, nbytes, tag, what, (last.id,), it)
+        self.reduced = self._collective(
+            "comm", "reduce_scatter", shard, nbytes, f"{tag} g{shard[0]}", what, (last.id,), it
+        )
         if len(across) > 1:
             self.reduced = self._collective(
                 "comm",

@@ -16,6 +16,10 @@ For each model chunk (a pipeline stage, or a virtual stage) on each of its GPUs:
 * **DP / ZeRO** — ``grad_bytes`` is the per-GPU data-parallel volume as one all-reduce:
   the fp32 gradients (Megatron reduces its fp32 ``main_grad``) for ZeRO 0–2 (reduce-scatter + all-gather move what an
   all-reduce moves), 1.5× that for ZeRO-3 (Rajbhandari et al. 2020 §7.2.2);
+* **per layer** — with ``parallel.data_parallel`` each chunk also carries its passes and
+  its gradient / parameter bytes per layer (the embedding with the first layer, the output
+  layer with the last; bytes in ``grad_reduce_dtype`` / ``param_gather_dtype``), which the
+  bucketed, sharded and FSDP data-parallel traffic uses (:mod:`clustersim.schedules.data_parallel`);
 * **memory** — static bytes by kind from :mod:`.memory_model`; ``activation_memory`` per
   micro-batch, which the compiler allocates per forward and frees per backward.
 """
@@ -23,7 +27,7 @@ For each model chunk (a pipeline stage, or a virtual stage) on each of its GPUs:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import ScenarioError
 from ..memory_kinds import StaticMemory
@@ -67,13 +71,20 @@ class TrainSetup:
             par.tp,
             sc.dp,
             par.sequence_parallel and par.tp > 1,
-            par.zero,
+            max(par.zero, 1 if par.data_parallel and par.data_parallel.distributed_optimizer else 0),
             tr.precision,
             tr.optimizer,
             tr.recompute,
             sc.simulation.granularity,
             gpu or sc.cluster.gpu,
+            (par.data_parallel.shard_group_size or 0) if par.data_parallel and par.zero == 3 else 0,
         )
+
+    shards: int = 0
+
+    def __post_init__(self):
+        if not self.shards:  # ZeRO shards over the whole DP group unless HSDP says fewer
+            object.__setattr__(self, "shards", self.dp)
 
     @property
     def e(self) -> int:
@@ -88,7 +99,7 @@ def _cost_model(sc, st: TrainSetup) -> CostModel:
 
 
 def _static(st: TrainSetup, params: float, buffers: float) -> StaticMemory:
-    w, g, o = static_bytes(params, st.precision, st.optimizer, st.zero, st.dp)
+    w, g, o = static_bytes(params, st.precision, st.optimizer, st.zero, st.shards)
     return StaticMemory(weights=int(w), grads=int(g), optimizer=int(o), buffers=int(buffers))
 
 
@@ -123,7 +134,7 @@ def _stage(
         activation_memory=int(act_mem),
         # buffers: the recompute working set and the p2p send and recv buffers
         static=_static(st, params, work_buffer + 2 * send_bytes),
-        optimizer=cm.optimizer_time(params / zero_shards("optimizer", st.zero, st.dp)),
+        optimizer=cm.optimizer_time(params / zero_shards("optimizer", st.zero, st.shards)),
         forward_flops=ff,
         backward_flops=fb,
         grad_bytes=_grad_bytes(st, params),
@@ -211,8 +222,49 @@ def transformer_chunk_costs(
         act_mem = sum(c * kinds[moe].act for moe, c in count.items()) + sum(op.activation for op in extra)
         work = max((kinds[moe].work for moe in count), default=0.0)
         buffers = work + sum(c * kinds[moe].fp8_cache for moe, c in count.items())
-        costs.append(_stage(st, cm, f, b_all, bi, w, params, act_mem, 0 if last else send, buffers))
+        cost = _stage(st, cm, f, b_all, bi, w, params, act_mem, 0 if last else send, buffers)
+        if sc.parallel.data_parallel is not None:
+            cost = _per_layer(sc, st, cm, cost, (pre, post), runs)
+        costs.append(cost)
     return costs
+
+
+def _per_layer(sc, st, cm, cost, ends, runs: list[_LayerKind]) -> StageCost:
+    """``cost`` with its passes and DP bytes per layer (module doc). ``ends``: the ops
+    before the first layer and after the last; ``runs``: the chunk's layers in order."""
+    from ..schedules.data_parallel import DTYPE_BYTES
+
+    pre, post = ends
+    n = len(runs)
+    edge = {
+        "F": (forward_items(pre, cm), forward_items(post, cm)),
+        "B": (backward_items(pre, cm), backward_items(post, cm)),
+        "Bi": (backward_items(pre, cm, weight=False), backward_items(post, cm, weight=False)),
+        "W": (backward_items(pre, cm, inputs=False), backward_items(post, cm, inputs=False)),
+    }
+    body = {"F": "f", "B": "b", "Bi": "bi", "W": "w"}
+    passes = {}
+    for ph, (first, last) in edge.items():
+        layers = [list(getattr(run, body[ph])) for run in runs]
+        if ph == "F":
+            layers[0] = first + layers[0]
+            layers[-1] = layers[-1] + last
+        else:  # a backward item list runs last op first
+            layers[0] = layers[0] + first
+            layers[-1] = last + layers[-1]
+        passes[ph] = tuple(to_segments(items, st.granularity) for items in layers)
+    params = [float(run.params) for run in runs]
+    params[0] += sum(op.params for op in pre if hasattr(op, "params"))
+    params[-1] += sum(op.params for op in post if hasattr(op, "params"))
+    spec = sc.parallel.data_parallel
+    grad, weight = DTYPE_BYTES[spec.grad_reduce_dtype], DTYPE_BYTES[spec.param_gather_dtype]
+    return replace(
+        cost,
+        layers=n,
+        layer_passes=passes,
+        layer_grads=tuple(int(q * grad) for q in params),
+        layer_weights=tuple(int(q * weight) for q in params),
+    )
 
 
 def balanced_partition(costs: list[float], chunks: int) -> list[int]:
