@@ -202,3 +202,18 @@ def test_comm_compute_slowdown_acts_on_the_overlapped_buckets():
     t = ring("all_reduce", 4, 1e7)
     res = run({"overlap_grad_reduce": True, "bucket_size": 1e7}, m=1, layers=2, slowdown=2.0)
     assert end(res) == pytest.approx(F + B + 1.5 * t + OPT, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "change,field",
+    [
+        ({"data_parallel": {"shard_group_size": 3}, "zero": 3}, "parallel.data_parallel.shard_group_size"),
+        ({"data_parallel": {"shard_group_size": 2}}, "parallel.data_parallel.shard_group_size"),
+        ({"data_parallel": {}, "gradient_compression": {"ratio": 4}}, "parallel.gradient_compression"),
+    ],
+)
+def test_settings_that_cannot_run_are_refused_naming_the_field(change, field):
+    raw = synthetic(1, 2, F, B, dp=4)
+    raw["parallel"].update(change)
+    with pytest.raises(cs.ScenarioError, match=field.replace(".", r"\.")):
+        cs.load_scenario(raw)

@@ -89,6 +89,10 @@ def check_rules(spec: ScenarioSpec) -> None:
             f"tp={par.tp} pp={par.pp} dp={dp}",
             f"tp × pp × dp must equal the cluster's {n} GPUs (nodes × gpus_per_node)",
         )
+    if par.data_parallel is not None:
+        from ..schedules.data_parallel import check_data_parallel
+
+        check_data_parallel(spec, dp)
     gc = par.gradient_compression
     if gc is not None and gc.links != "all" and par.stage_replicas is None and par.parameter_server is None:
         check_even_domains(gc, spec.cluster, Plan(par.tp, par.pp, dp, spec.cluster.gpus_per_node))
