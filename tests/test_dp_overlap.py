@@ -85,6 +85,12 @@ def test_megatron_default_bucket_holds_40m_parameters_of_fp32():
     assert list(collectives(res)["bytes"]) == [200_000_000] * 2
 
 
+def test_ddp_first_bucket_closes_at_its_own_cap():
+    # DDP: bucket_cap_mb 25 MiB, the first bucket 1 MiB; layers of 1e7 bytes → [1 layer], [3 layers]
+    res = run({"overlap_grad_reduce": True, "bucket_size": "25 MiB", "first_bucket_size": "1 MiB"})
+    assert list(collectives(res)["bytes"]) == [10_000_000, 30_000_000]
+
+
 def test_distributed_optimizer_reduce_scatters_steps_the_shard_and_gathers():
     rs, ag = ring("reduce_scatter", 4, 1e7), ring("all_gather", 4, 1e7)
     res = run({"distributed_optimizer": True, "overlap_grad_reduce": True, "bucket_size": 1e7})

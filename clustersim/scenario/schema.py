@@ -145,7 +145,8 @@ class DataParallelSpec(_Spec):
     ``overlap_grad_reduce``: each bucket's reduction starts when the last backward that
     produced its gradients ends (Megatron-Core's flag; PyTorch DDP always does). Buckets
     fill in reverse layer order up to ``bucket_size`` bytes (unset: one bucket without
-    overlap, Megatron-Core's max(40M, 1M·dp) parameters × ``grad_reduce_dtype`` with it).
+    overlap, Megatron-Core's max(40M, 1M·dp) parameters × ``grad_reduce_dtype`` with it);
+    ``first_bucket_size`` caps the first bucket (PyTorch DDP: 1 MiB, then ``bucket_cap_mb``).
     ``distributed_optimizer`` (Megatron's ``use_distributed_optimizer``) or ``parallel.zero``
     1/2: reduce-scatter buckets, the optimizer step on the shard, then an all-gather of the
     parameters in ``param_gather_dtype`` — overlapped with the next forward, each layer
@@ -157,6 +158,7 @@ class DataParallelSpec(_Spec):
 
     overlap_grad_reduce: bool = False
     bucket_size: Annotated[Bytes | None, Range(1, 2**50)] = None
+    first_bucket_size: Annotated[Bytes | None, Range(1, 2**50)] = None
     distributed_optimizer: bool = False
     overlap_param_gather: bool = False
     grad_reduce_dtype: Literal["fp32", "bf16"] = "fp32"

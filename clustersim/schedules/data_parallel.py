@@ -56,6 +56,7 @@ class DataParallel:
 
     overlap_grad_reduce: bool = False
     bucket_size: int | None = None
+    first_bucket_size: int | None = None
     sharded: bool = False
     overlap_param_gather: bool = False
     fsdp: bool = False
@@ -78,6 +79,7 @@ class DataParallel:
         return cls(
             overlap_grad_reduce=spec.overlap_grad_reduce,
             bucket_size=None if bucket is None else int(bucket),
+            first_bucket_size=None if spec.first_bucket_size is None else int(spec.first_bucket_size),
             sharded=parallel.zero in (1, 2) or spec.distributed_optimizer,
             overlap_param_gather=spec.overlap_param_gather,
             fsdp=parallel.zero == 3,
@@ -111,14 +113,16 @@ def check_data_parallel(spec, dp: int) -> None:
         )
 
 
-def buckets(layer_bytes: tuple[int, ...], size: int | None) -> list[list[int]]:
+def buckets(layer_bytes: tuple[int, ...], size: int | None, first: int | None = None) -> list[list[int]]:
     """Layer indices per bucket: filled last layer first, a bucket closing once it holds
-    ``size`` bytes (None: one bucket of all)."""
+    ``size`` bytes (None: one bucket of all) — the first once it holds ``first`` bytes
+    when given (PyTorch DDP's small first bucket)."""
     out, cur, held = [], [], 0
     for layer in reversed(range(len(layer_bytes))):
         cur.append(layer)
         held += layer_bytes[layer]
-        if size is not None and held >= size:
+        cap = first if first is not None and not out else size
+        if cap is not None and held >= cap:
             out.append(cur)
             cur, held = [], 0
     if cur:
@@ -294,7 +298,7 @@ class StageSync:
         op = None
         for k in reversed(self.chunks):  # the last chunk's backward runs first
             grads = self.costs[k].layer_bytes("grads")
-            for b, bucket in enumerate(buckets(grads, self.dp.bucket_size)):
+            for b, bucket in enumerate(buckets(grads, self.dp.bucket_size, self.dp.first_bucket_size)):
                 end = self.ends.get((k, bucket[-1])) if self.dp.overlap_grad_reduce else None
                 op = self._collective(
                     "comm",
@@ -319,7 +323,9 @@ class StageSync:
         for k in self.chunks:
             weights = self.costs[k].layer_bytes("weights")
             ops = {}
-            for b, bucket in reversed(list(enumerate(buckets(weights, self.dp.bucket_size)))):
+            for b, bucket in reversed(
+                list(enumerate(buckets(weights, self.dp.bucket_size, self.dp.first_bucket_size)))
+            ):
                 last = self._collective(
                     "gather",
                     "all_gather",
