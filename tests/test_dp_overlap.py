@@ -223,3 +223,57 @@ def test_settings_that_cannot_run_are_refused_naming_the_field(change, field):
     raw["parallel"].update(change)
     with pytest.raises(cs.ScenarioError, match=field.replace(".", r"\.")):
         cs.load_scenario(raw)
+
+
+def _gpt(framework=None, **parallel):
+    raw = {
+        "name": "gpt profile",
+        "cluster": {"nodes": 1, "gpus_per_node": 4, "gpu": "A100-SXM4-80GB"},
+        "model": {"preset": "gpt-1.3b", "seq_len": 512},
+        "training": {"global_batch": 4, "micro_batch": 1},
+        "parallel": {"dp": 4, **parallel},
+    }
+    if framework:
+        raw["training"]["framework"] = framework
+    return raw
+
+
+def test_megatron_2021_is_the_default_profile_and_fills_nothing():
+    for raw in (_gpt(), _gpt("megatron_2021")):
+        sc = cs.load_scenario(raw)
+        assert sc.parallel.data_parallel is None and sc.model.attention is None and sc.parallel.zero == 0
+
+
+@pytest.mark.parametrize(
+    "framework,zero,expect,attention",
+    [
+        (
+            "megatron_core",
+            0,
+            {"distributed_optimizer": True, "overlap_grad_reduce": True, "overlap_param_gather": True},
+            "flash",
+        ),
+        (
+            "deepspeed",
+            2,
+            {"bucket_size": 10**9, "overlap_grad_reduce": False, "grad_reduce_dtype": "bf16"},
+            None,
+        ),
+        ("deepspeed", 3, {"overlap_grad_reduce": True}, None),
+        ("fsdp2", 3, {"reshard_after_forward": True, "prefetch": 1, "grad_reduce_dtype": "fp32"}, "flash"),
+    ],
+)
+def test_profiles_fill_their_bundle(framework, zero, expect, attention):
+    sc = cs.load_scenario(_gpt(framework, **({"zero": zero} if framework != "fsdp2" else {})))
+    dp = sc.parallel.data_parallel
+    assert {k: getattr(dp, k) for k in expect} == expect
+    assert sc.parallel.zero == zero and sc.model.attention == attention
+
+
+def test_stated_values_win_over_the_profile():
+    raw = _gpt("fsdp2", zero=0, data_parallel={"bucket_size": "4 MiB"})
+    raw["model"]["attention"] = "standard"
+    sc = cs.load_scenario(raw)
+    dp = sc.parallel.data_parallel
+    assert sc.parallel.zero == 0 and sc.model.attention == "standard"
+    assert (dp.bucket_size, dp.first_bucket_size, dp.overlap_grad_reduce) == (4 * 2**20, 2**20, True)

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import ClusterSimError, ScenarioError, short_repr
 from ..reader import check_text, check_value, parse_yaml, read_yaml_file
+from .frameworks import apply_framework
 from .schema import ScenarioSpec
 
 # Pydantic appends the branch of a union it tried (e.g. 'int', "literal['auto']") to an
@@ -71,7 +72,7 @@ def validate_spec(raw: dict[str, Any]) -> ScenarioSpec:
         raise ScenarioError("scenario", raw, "expected a mapping with sections cluster, model, training, …")
     check_value(raw)
     try:
-        return ScenarioSpec.model_validate(raw)
+        return ScenarioSpec.model_validate(apply_framework(raw))
     except ValidationError as exc:
         raise _to_scenario_error(exc) from None
 

@@ -71,6 +71,9 @@ class TrainingSpec(_Spec):
     optimizer: Literal["adam", "sgd"] = "adam"
     mode: Literal["train", "inference"] = "train"
     arrival: ArrivalSpec | None = None
+    #: the stack whose defaults fill what the scenario leaves unstated
+    #: (clustersim.scenario.frameworks); ``megatron_2021`` fills nothing
+    framework: Literal["megatron_2021", "megatron_core", "deepspeed", "fsdp2"] = "megatron_2021"
 
 
 class CompressionSpec(_Spec):

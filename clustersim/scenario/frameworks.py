@@ -1,0 +1,70 @@
+"""``training.framework``: the bundle of defaults of the stack a scenario says it runs.
+
+A profile fills what the scenario does not state — ``parallel.data_parallel`` options
+(:mod:`clustersim.schedules.data_parallel`), ``parallel.zero`` (FSDP2 shards fully) and
+``model.attention`` — before validation; a stated value always wins, field by field.
+``megatron_2021`` (the default) fills nothing: today's results stay identical.
+
+* ``megatron_core``: the distributed optimizer with ``overlap_grad_reduce`` and
+  ``overlap_param_gather`` (the flags Megatron-Core's performance recipes turn on),
+  Megatron-Core's bucket (max(40M, 1M·dp) fp32 gradients), flash attention;
+* ``deepspeed``: buckets of 5e8 elements (``reduce_bucket_size`` /
+  ``allgather_bucket_size``), ``overlap_comm`` on for ZeRO-3 only (DeepSpeed's dynamic
+  default), gradients reduced in bf16 (the model dtype; ``communication_data_type``
+  unset), one-unit prefetch for ZeRO-3; the attention kernel is not implied;
+* ``fsdp2``: ``parallel.zero: 3`` (``fully_shard``), ``reshard_after_forward``, prefetch
+  1, fp32 gradient reduction (the ``MixedPrecisionPolicy`` reduce dtype torchtitan sets);
+  with ``zero: 0`` stated it is PyTorch DDP: overlapped buckets of 25 MiB, the first 1 MiB;
+  flash attention.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .model_spec import _model_kind
+
+FRAMEWORKS = ("megatron_2021", "megatron_core", "deepspeed", "fsdp2")
+#: DeepSpeed's reduce_bucket_size / allgather_bucket_size: 5e8 elements (bf16: 2 bytes)
+DEEPSPEED_BUCKET_BYTES = int(5e8) * 2
+
+
+def _data_parallel(framework: str, zero: int) -> dict[str, Any]:
+    """The profile's ``parallel.data_parallel`` defaults under ZeRO stage ``zero``."""
+    if framework == "megatron_core":
+        return {"distributed_optimizer": True, "overlap_grad_reduce": True, "overlap_param_gather": True}
+    if framework == "deepspeed":
+        return {
+            "bucket_size": DEEPSPEED_BUCKET_BYTES,
+            "overlap_grad_reduce": zero == 3,
+            "grad_reduce_dtype": "bf16",
+        }
+    if zero == 0:  # fsdp2's stack without sharding: PyTorch DDP
+        return {"overlap_grad_reduce": True, "bucket_size": "25 MiB", "first_bucket_size": "1 MiB"}
+    return {"reshard_after_forward": True, "prefetch": 1, "grad_reduce_dtype": "fp32"}
+
+
+def apply_framework(raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` with its ``training.framework`` profile's defaults filled in where the
+    scenario states nothing (module doc); ``raw`` itself is not changed. Malformed
+    sections are left for validation to report."""
+    training = raw.get("training")
+    framework = training.get("framework", "megatron_2021") if isinstance(training, dict) else None
+    if framework not in FRAMEWORKS[1:]:
+        return raw
+    if not isinstance(raw.get("parallel", {}), dict):
+        return raw
+    out = dict(raw)
+    parallel = dict(out.get("parallel") or {})
+    if framework == "fsdp2":
+        parallel.setdefault("zero", 3)
+    zero = parallel.get("zero", 0)
+    stated = parallel.get("data_parallel") or {}
+    if isinstance(stated, dict) and isinstance(zero, int):
+        parallel["data_parallel"] = {**_data_parallel(framework, zero), **stated}
+    out["parallel"] = parallel
+    model = out.get("model")
+    flash = framework in ("megatron_core", "fsdp2")
+    if flash and isinstance(model, dict) and _model_kind(model) == "literal['transformer']":
+        out["model"] = {"attention": "flash", **model}
+    return out
