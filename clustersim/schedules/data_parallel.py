@@ -212,7 +212,7 @@ class StageSync:
             segs = tuple(seg for layer in unit for seg in pieces[layer])
             piece = replace(cost, passes={ph: segs, "Bi": segs})
             a, f = (alloc if i == 0 else 0), (free if i == len(units) - 1 else 0)
-            gather = self._gather(cost, ph, j, it, unit, name) if self.dp.fsdp else None
+            gather = self._gather(cost, ph, it, unit, name) if self.dp.fsdp else None
             op0, last = emit_pass(
                 piece,
                 split=split,
@@ -234,7 +234,7 @@ class StageSync:
                     self.ends[(k, layer)] = last
         return first, last
 
-    def _gather(self, cost, ph, j, it, unit, name) -> Op | None:
+    def _gather(self, cost, ph, it, unit, name) -> Op | None:
         """The all-gather of a unit's parameters before its forward (and backward)."""
         if ph == "W" or (ph == "B" and not self.dp.reshard_after_forward):
             return None
@@ -298,7 +298,7 @@ class StageSync:
         op = None
         for k in reversed(self.chunks):  # the last chunk's backward runs first
             grads = self.costs[k].layer_bytes("grads")
-            for b, bucket in enumerate(buckets(grads, self.dp.bucket_size, self.dp.first_bucket_size)):
+            for b, bucket in enumerate(self._buckets(k)):
                 end = self.ends.get((k, bucket[-1])) if self.dp.overlap_grad_reduce else None
                 op = self._collective(
                     "comm",
@@ -323,9 +323,7 @@ class StageSync:
         for k in self.chunks:
             weights = self.costs[k].layer_bytes("weights")
             ops = {}
-            for b, bucket in reversed(
-                list(enumerate(buckets(weights, self.dp.bucket_size, self.dp.first_bucket_size)))
-            ):
+            for b, bucket in reversed(list(enumerate(self._buckets(k)))):
                 last = self._collective(
                     "gather",
                     "all_gather",
@@ -342,6 +340,10 @@ class StageSync:
         return opt if self.dp.overlap_param_gather else last
 
     # -- helpers -----------------------------------------------------------------------------
+
+    def _buckets(self, k: int) -> list[list[int]]:
+        """Chunk k's buckets, cut by its gradient bytes (the parameters gather in the same)."""
+        return buckets(self.costs[k].layer_bytes("grads"), self.dp.bucket_size, self.dp.first_bucket_size)
 
     def _groups(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(shard group, replicate group) of this GPU (see :func:`hsdp_groups`)."""
