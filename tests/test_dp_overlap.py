@@ -277,3 +277,33 @@ def test_stated_values_win_over_the_profile():
     dp = sc.parallel.data_parallel
     assert sc.parallel.zero == 0 and sc.model.attention == "standard"
     assert (dp.bucket_size, dp.first_bucket_size, dp.overlap_grad_reduce) == (4 * 2**20, 2**20, True)
+
+
+@pytest.mark.parametrize(
+    "opts,zero",
+    [
+        ({"prefetch": 1, "shard_group_size": 2}, 3),
+        (
+            {
+                "distributed_optimizer": True,
+                "overlap_grad_reduce": True,
+                "overlap_param_gather": True,
+                "bucket_size": 1e7,
+            },
+            0,
+        ),
+    ],
+)
+def test_dag_evaluator_and_engine_agree_on_the_overlapped_lanes(opts, zero):
+    def spans(evaluator):
+        raw = synthetic(1, 2, F, B, layers_per_stage=4, dp=4, params=1e7, optimizer=OPT, bandwidth=BW)
+        raw["parallel"].update(zero=zero, data_parallel=opts)
+        raw["simulation"].update(collective_model="analytical", iterations=2, evaluator=evaluator)
+        res = cs.simulate(raw, progress=False)
+        assert res.summary["evaluator"].startswith(evaluator)
+        return res.spans.sort_values(["device", "lane", "start_s", "name"]).reset_index(
+            drop=True
+        ), res.summary
+
+    (des, s1), (dag, s2) = spans("des"), spans("dag")
+    assert des.equals(dag) and s1["peak_memory_gib"] == s2["peak_memory_gib"]
