@@ -185,6 +185,17 @@ def test_fsdp_units_in_flight_set_the_memory_peak():
     assert len(collectives(res)) == 2 * 2 + 2
 
 
+@pytest.mark.parametrize("prefetch,reshard", [(0, True), (1, True), (2, True), (1, False)])
+def test_memory_estimate_without_simulating_matches_the_run(prefetch, reshard):
+    from clustersim.experiments.memory import estimate_peak_memory
+
+    opts = {"prefetch": prefetch, "reshard_after_forward": reshard}
+    raw = synthetic(1, 2, F, B, layers_per_stage=4, dp=4, params=1e7, activation=3e6)
+    raw["parallel"].update(zero=3, data_parallel=opts)
+    res = cs.simulate(raw, progress=False)
+    assert estimate_peak_memory(cs.load_scenario(raw)) == round(res.summary["peak_memory_gib"] * 2**30)
+
+
 def test_fsdp_without_resharding_gathers_only_before_the_forward():
     layers, S = 4, 1e7
     ag, rs = ring("all_gather", 4, S), ring("reduce_scatter", 4, S)

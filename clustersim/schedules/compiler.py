@@ -233,7 +233,9 @@ def _emit_stage(
     stash = schedule.weights == "stash"
     sync = None
     if data_parallel is not None and plan.dp > 1:
-        sync = StageSync.of(data_parallel, prog, plan, schedule, costs, order, s, r, t, v, fold)
+        sync = StageSync.of(
+            data_parallel, prog, plan, schedule, costs, order, s, r, t, v, m, fold, partial(_pass_name, m, v)
+        )
     version, fwd_version, last, last_it = 0, {}, None, 0
     for ph, j, k in order:
         if ph == "O":
@@ -280,7 +282,7 @@ def _emit_stage(
         if ph == "F":
             fwd_version[(j, k)] = version
         alloc, free, stashed = pass_memory(cost, ph, split, stash)
-        name = f"{ph}{mb}" + (f"c{k}" if v > 1 else "")
+        name = _pass_name(m, v, ph, j, k)
         transfers = pass_transfers(costs, ph, k)
         coded_in, coded_out = coded_activation_bytes(activations, schedule, plan, s, r, t, transfers)
         labels = {"stage": s, "microbatch": mb, "phase": ph, "iteration": last_it}
@@ -306,6 +308,11 @@ def _emit_stage(
                 prog, dev, f"compress {name}", activations.half_seconds(coded_out), (last.id,), **labels
             )
         passes[(s, t, ph, j, k)] = (decoded or first, last)
+
+
+def _pass_name(m: int, v: int, ph: str, j: int, k: int) -> str:
+    """The name of pass (ph, j, k): phase and micro-batch, and the chunk when v > 1."""
+    return f"{ph}{j % m}" + (f"c{k}" if v > 1 else "")
 
 
 def _emit_replica(

@@ -159,28 +159,56 @@ class StageSync:
     steps: int = 0  # optimizer steps in the order
     ends: dict = field(default_factory=dict)  # (k, layer) → end op of its final gradient piece
     gathers: dict = field(default_factory=dict)  # chunk → {layer: all-gather op} for its next forward
-    gathered: list = field(default_factory=list)  # end op ids of FSDP units that all-gathered, in order
+    # FSDP: per optimizer step, the units that all-gather, (phase, j, chunk, first layer) in
+    # stage order; where each sits; the all-gathers issued and the units run, per step
+    plan_units: list = field(default_factory=list)
+    where: dict = field(default_factory=dict)
+    issued: list = field(default_factory=list)
+    ran: list = field(default_factory=list)
+    name_of: object = None  # (phase, j, chunk) → the pass's name, as the compiler names it
+    m: int = 1  # micro-batches per iteration (j // m is a pass's iteration)
     held: dict = field(default_factory=dict)  # (j, k, unit) → bytes kept from forward to backward
     opt: Op | None = None
     reduced: Op | None = None  # the last FSDP gradient collective
 
     @classmethod
-    def of(cls, dp, prog, plan, schedule, costs, order, s, r, t, v, fold) -> StageSync:
+    def of(cls, dp, prog, plan, schedule, costs, order, s, r, t, v, m, fold, name_of) -> StageSync:
         """The sync of the GPU (stage ``s``, replica ``r``, TP rank ``t``) along ``order``
-        (chunk costs ``costs``)."""
+        (chunk costs ``costs``); ``name_of(phase, j, k)`` names a pass as the compiler does."""
         if fold and dp.shard_group:
             raise ProgramError("HSDP (parallel.data_parallel.shard_group_size) cannot be folded")
         chunks = stage_chunks(schedule, s, plan.pp, v)
-        sync = cls(dp, prog, plan, costs, chunks, s, t, plan.device(s, r, t), fold)
+        sync = cls(dp, prog, plan, costs, chunks, s, t, plan.device(s, r, t), fold, name_of=name_of, m=m)
         sync.split = {(j, k) for ph, j, k in order if ph == "W"}
         seen: dict[int, tuple] = {}
+        sync.plan_units = [[]]
         for ph, j, k in order:
             if ph == "O":
                 sync.final.update(seen.values())
                 seen, sync.steps = {}, sync.steps + 1
-            elif ph == sync.grad_phase(j, k):
+                sync.plan_units.append([])
+                continue
+            if ph == sync.grad_phase(j, k):
                 seen[k] = (ph, j, k)
+            if dp.fsdp and sync._gathers(ph):
+                for unit in sync.units(costs[k].layers, ph):
+                    key = (ph, j, k, min(unit))
+                    sync.where[key] = (len(sync.plan_units) - 1, len(sync.plan_units[-1]))
+                    sync.plan_units[-1].append(key)
+        sync.issued = [[] for _ in sync.plan_units]
+        sync.ran = [[] for _ in sync.plan_units]
         return sync
+
+    def units(self, layers: int, ph: str) -> list[list[int]]:
+        """The layers of each unit of a pass over ``layers`` layers, in the order it runs
+        them (a forward first layer first; a unit is ``fsdp_unit`` layers, else one)."""
+        size = self.dp.unit if self.dp.fsdp else 1
+        units = [list(range(i, min(i + size, layers))) for i in range(0, layers, size)]
+        return units if ph == "F" else [u[::-1] for u in units[::-1]]
+
+    def _gathers(self, ph: str) -> bool:
+        """Whether an FSDP unit all-gathers its parameters before a ``ph`` pass."""
+        return ph == "F" or (ph == "B" and self.dp.reshard_after_forward)
 
     def grad_phase(self, j: int, k: int) -> str:
         """The phase producing the weight gradients of micro-batch j on chunk k."""
@@ -202,17 +230,14 @@ class StageSync:
         """Emit pass (ph, j, k) of iteration ``it`` unit by unit through ``emit_pass`` (the
         compiler's, its other arguments bound); return its (first, last) op."""
         pieces = cost.layer_segments(ph, split)
-        size = self.dp.unit if self.dp.fsdp else 1
-        units = [list(range(i, min(i + size, len(pieces)))) for i in range(0, len(pieces), size)]
-        if ph != "F":
-            units = [u[::-1] for u in units[::-1]]
+        units = self.units(len(pieces), ph)
         gathered = self.gathers.pop(k, {}) if ph == "F" else {}
         first, last = None, after
         for i, unit in enumerate(units):
             segs = tuple(seg for layer in unit for seg in pieces[layer])
             piece = replace(cost, passes={ph: segs, "Bi": segs})
             a, f = (alloc if i == 0 else 0), (free if i == len(units) - 1 else 0)
-            gather = self._gather(cost, ph, it, unit, name) if self.dp.fsdp else None
+            gather = self._gather(ph, j, k, unit) if self.dp.fsdp else None
             op0, last = emit_pass(
                 piece,
                 split=split,
@@ -234,32 +259,47 @@ class StageSync:
                     self.ends[(k, layer)] = last
         return first, last
 
-    def _gather(self, cost, ph, it, unit, name) -> Op | None:
-        """The all-gather of a unit's parameters before its forward (and backward)."""
-        if ph == "W" or (ph == "B" and not self.dp.reshard_after_forward):
+    def _gather(self, ph, j, k, unit) -> Op | None:
+        """The all-gather of an FSDP unit's parameters before its pass (None if it has none),
+        issuing those up to ``prefetch`` units ahead in the step first."""
+        if not self._gathers(ph):
             return None
-        nbytes = sum(cost.layer_bytes("weights")[layer] for layer in unit)
-        deps = tuple(self.gathered[-1 - self.dp.prefetch : len(self.gathered) - self.dp.prefetch])
-        deps += (self.opt.id,) if self.opt is not None else ()
-        group, _ = self._groups()
-        op = self._collective(
-            "gather",
-            "all_gather",
-            group,
-            nbytes,
-            f"fsdp ag it{it} {name} l{min(unit)} s{self.s} t{self.t} g{group[0]}",
-            f"fsdp all-gather {name} l{min(unit)}",
-            deps,
-            it,
-        )
-        op.mem_alloc += nbytes
-        return op
+        step, i = self.where[(ph, j, k, min(unit))]
+        self._issue(step, i + self.dp.prefetch)
+        return self.issued[step][i]
+
+    def _issue(self, step: int, upto: int) -> None:
+        """Emit the step's all-gathers up to unit ``upto``: unit x's once unit x − 1 −
+        prefetch has run (at the step's start: once the last optimizer step is done). They
+        are emitted in the order they start, so the Program's order is the memory's."""
+        units, issued, ran, p = self.plan_units[step], self.issued[step], self.ran[step], self.dp.prefetch
+        for x in range(len(issued), min(upto, len(units) - 1) + 1):
+            ph, j, k, first = units[x]
+            deps = (ran[x - 1 - p],) if x > p else ((self.opt.id,) if self.opt is not None else ())
+            weights = self.costs[k].layer_bytes("weights")
+            nbytes = sum(weights[first : first + self.dp.unit])
+            group, _ = self._groups()
+            name = f"{self.name_of(ph, j, k)} l{first}"
+            op = self._collective(
+                "gather",
+                "all_gather",
+                group,
+                nbytes,
+                f"fsdp ag it{(j // self.m)} {name} s{self.s} t{self.t} g{group[0]}",
+                f"fsdp all-gather {name}",
+                deps,
+                (j // self.m),
+            )
+            op.mem_alloc += op.nbytes
+            issued.append(op)
 
     def _unit_done(self, cost, ph, j, k, it, unit, name, gather, last) -> None:
         """Free a unit's gathered parameters, reduce its gradients (FSDP)."""
         key = (j, k, min(unit))
         if gather is not None:
-            self.gathered.append(last.id)
+            step, i = self.where[(ph, j, k, min(unit))]
+            self.ran[step].append(last.id)
+            self._issue(step, i + 1 + self.dp.prefetch)
             if ph == "F" and not self.dp.reshard_after_forward:
                 self.held[key] = gather.mem_alloc
             else:
