@@ -318,3 +318,50 @@ def test_dag_evaluator_and_engine_agree_on_the_overlapped_lanes(opts, zero):
 
     (des, s1), (dag, s2) = spans("des"), spans("dag")
     assert des.equals(dag) and s1["peak_memory_gib"] == s2["peak_memory_gib"]
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved", "zb_h1", "zb_h2", "pipedream_2bw"])
+@pytest.mark.parametrize(
+    "opts,zero",
+    [
+        ({"overlap_grad_reduce": True, "bucket_size": 1e7}, 0),
+        (
+            {
+                "distributed_optimizer": True,
+                "overlap_grad_reduce": True,
+                "overlap_param_gather": True,
+                "bucket_size": 1e7,
+            },
+            0,
+        ),
+        ({"prefetch": 1, "reshard_after_forward": False}, 3),
+        ({"prefetch": 2, "fsdp_unit": 2}, 3),
+    ],
+)
+def test_every_schedule_moves_each_gradient_byte_once_per_step(schedule, opts, zero):
+    # per GPU and optimizer step the reductions carry the stage's gradients once (buckets)
+    # or once per micro-batch (FSDP units); the all-gathers carry its parameters as often
+    p, m, iterations, layers = 2, 4, 2, 4
+    raw = synthetic(
+        p, m, F, B, layers_per_stage=layers, dp=2, params=1e7, schedule=schedule, iterations=iterations
+    )
+    raw["parallel"].update(zero=zero, data_parallel=opts)
+    if schedule == "interleaved":
+        raw["parallel"]["virtual_stages"] = 2
+    res = cs.simulate(raw, progress=False)
+    sp = res.spans
+    gpu = sp[(sp["kind"] == "collective") & (sp["device"] == sp["device"].iloc[0])]
+    steps = int((sp[(sp["device"] == sp["device"].iloc[0])]["phase"] == "O").sum())
+    grads = layers * 1e7  # the stage's gradient (= parameter) bytes
+    reduced = gpu[gpu["name"].str.contains("reduce")]["bytes"].sum()
+    gathered = gpu[gpu["name"].str.contains("all-gather")]["bytes"].sum()
+    per_step = m if zero == 3 else 1
+    assert reduced == pytest.approx(steps * per_step * grads)
+    if zero == 3:
+        passes = 1 if opts.get("reshard_after_forward") is False else 2  # forward (and backward)
+        assert gathered == pytest.approx(steps * m * passes * grads)
+    else:
+        sharded = opts.get("distributed_optimizer", False)
+        assert gathered == pytest.approx(
+            (steps - 1) * grads if sharded else 0
+        )  # the last step's is not needed
