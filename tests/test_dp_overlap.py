@@ -365,3 +365,33 @@ def test_every_schedule_moves_each_gradient_byte_once_per_step(schedule, opts, z
         assert gathered == pytest.approx(
             (steps - 1) * grads if sharded else 0
         )  # the last step's is not needed
+
+
+@pytest.mark.parametrize(
+    "opts,zero",
+    [
+        ({"prefetch": 1}, 3),
+        (
+            {
+                "distributed_optimizer": True,
+                "overlap_grad_reduce": True,
+                "overlap_param_gather": True,
+                "bucket_size": 1e7,
+            },
+            0,
+        ),
+    ],
+)
+def test_folding_keeps_the_run_on_the_fabric(opts, zero):
+    def summary(fold):
+        raw = synthetic(2, 4, F, B, layers_per_stage=4, dp=4, params=1e7, iterations=2, network="flow")
+        raw["parallel"].update(zero=zero, data_parallel=opts)
+        raw["simulation"]["fold"] = fold
+        return cs.simulate(raw, progress=False).summary
+
+    plain, folded = summary(False), summary(True)
+    assert folded["folded"].startswith("yes")
+    assert (folded["iteration_time_s"], folded["peak_memory_gib"]) == (
+        plain["iteration_time_s"],
+        plain["peak_memory_gib"],
+    )
