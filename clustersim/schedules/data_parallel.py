@@ -41,10 +41,9 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import ProgramError, ScenarioError
 from ..program import COLLECTIVE, Op, Program
+from ..workload.memory_model import DTYPE_BYTES
 from .orders import stage_chunks
 
-#: bytes per element of the reduction / all-gather dtypes
-DTYPE_BYTES = {"fp32": 4, "bf16": 2}
 #: Megatron-Core's default bucket with overlap_grad_reduce: max(40M, 1M·dp) parameters
 #: (megatron/core/distributed/distributed_data_parallel_config.py, ``bucket_size``)
 MCORE_BUCKET_PARAMS, MCORE_BUCKET_PARAMS_PER_DP = 40_000_000, 1_000_000

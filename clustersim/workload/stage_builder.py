@@ -34,7 +34,7 @@ from ..memory_kinds import StaticMemory
 from .cnn import cnn_layers
 from .cost_model import CostModel, ProfileTable
 from .fp8 import check_fp8, fp8_cache_bytes, te_fp8_layer
-from .memory_model import ELEMENT_BYTES, static_bytes, zero_shards
+from .memory_model import DTYPE_BYTES, ELEMENT_BYTES, static_bytes, zero_shards
 from .resolve import resolve_transformer
 from .segments import backward_items, compute_time, forward_items, to_segments
 from .stage_cost import StageCost, even_partition
@@ -232,8 +232,6 @@ def transformer_chunk_costs(
 def _per_layer(sc, st, cm, cost, ends, runs: list[_LayerKind]) -> StageCost:
     """``cost`` with its passes and DP bytes per layer (module doc). ``ends``: the ops
     before the first layer and after the last; ``runs``: the chunk's layers in order."""
-    from ..schedules.data_parallel import DTYPE_BYTES
-
     pre, post = ends
     n = len(runs)
     edge = {
