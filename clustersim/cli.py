@@ -104,6 +104,7 @@ def cmd_list(args) -> int:
     from .collectives import ALGORITHMS
     from .hardware.gpus import GPUS
     from .hardware.presets import CLUSTER_PRESETS
+    from .modes import MODES
     from .network.factory import DIRECT_DESCRIPTION, NETWORK_MODELS
     from .schedules import SCHEDULES
     from .topology import TOPOLOGIES
@@ -115,6 +116,7 @@ def cmd_list(args) -> int:
         "network models": [*NETWORK_MODELS.table(), ("direct", DIRECT_DESCRIPTION)],
         "topologies": TOPOLOGIES.table(),
         "collective algorithms": ALGORITHMS.table(),
+        "training modes": MODES.table(),
         "model presets": model_preset_table(),
         "cluster presets": [(n, "") for n in CLUSTER_PRESETS],
     }

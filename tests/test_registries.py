@@ -10,6 +10,7 @@ import pytest
 import clustersim as cs
 from clustersim.collectives import ALGORITHMS, estimate_time
 from clustersim.hardware.gpus import GPUS
+from clustersim.modes import MODES
 from clustersim.network.factory import NETWORK_MODELS
 from clustersim.plugins import Plugin, Registry
 from clustersim.scenario.schema import ParallelSpec
@@ -17,7 +18,7 @@ from clustersim.schedules import SCHEDULES
 from clustersim.topology import TOPOLOGIES
 
 REGISTRIES = {"schedules": SCHEDULES, "topologies": TOPOLOGIES, "collective algorithms": ALGORITHMS}
-REGISTRIES |= {"network models": NETWORK_MODELS, "GPUs": GPUS}
+REGISTRIES |= {"network models": NETWORK_MODELS, "GPUs": GPUS, "training modes": MODES}
 
 
 @pytest.mark.parametrize("title", REGISTRIES)

@@ -1,31 +1,31 @@
 """Training modes: one compiler per way of running a job, and what each run reports.
 
-:data:`MODES` lists them in the order they are asked whether they run a Job — the
+:data:`MODES` holds them in the order they are asked whether they run a Job — the
 parameter server, inference, stage-replicated pipelines, then the uniform pipeline, which
 takes every Job the others do not. :func:`mode_of` picks one; :func:`compile_job` compiles
 a Job with it. To add a mode, write a :class:`TrainingMode` subclass in a module of its
-own and insert an instance here before the first mode that would also claim its Jobs
-(docs/architecture.md).
+own, with a ``priority`` below the first mode that would also claim its Jobs, and
+``MODES.add`` an instance there (docs/architecture.md).
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 from ..coarsen import coarsen
 from ..program import Program
 from ..resolve import Job
-from .base import ModeReport, TrainingMode
-from .inference import InferenceMode
-from .parameter_server import ParameterServerMode
-from .pipeline import PipelineMode
-from .replicated import ReplicatedMode
+from .base import MODES, ModeReport, TrainingMode
 
-#: the registered modes, in the order :func:`mode_of` asks them
-MODES: tuple[TrainingMode, ...] = (ParameterServerMode(), InferenceMode(), ReplicatedMode(), PipelineMode())
+# every module of the package registers its mode (so adding a mode is one file)
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 
 def mode_of(job: Job) -> TrainingMode:
     """The first registered mode that runs ``job``."""
-    return next(mode for mode in MODES if mode.applies(job))
+    return next(mode for mode in MODES.values() if mode.applies(job))
 
 
 def compile_job(job: Job, fold: bool | None = None) -> Program:

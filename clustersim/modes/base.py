@@ -1,7 +1,7 @@
 """The training-mode interface: how a Job becomes a Program, and what its run reports.
 
 A mode (pipeline, stage-replicated, parameter server, inference, …) is one class in one
-module of this package, registered in :data:`clustersim.modes.MODES`. It decides whether
+module of this package, registered in :data:`MODES`. It decides whether
 it runs a Job (:meth:`TrainingMode.applies`), compiles the Job into a Program, and
 contributes its own part of the Result — its metric window, its summary fields and its
 per-device columns — the way desmod components each contribute their results. The
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from .. import metrics
+from ..plugins import Registry
 from ..program import Program
 from ..resolve import Job
 
@@ -44,6 +45,9 @@ class TrainingMode:
 
     name: str = ""
     description: str = ""
+    #: where :func:`clustersim.modes.mode_of` asks it (ascending): a mode that claims
+    #: only some Jobs goes before one that takes every Job the others leave
+    priority: int = 0
     #: whether ``res.devices`` gets the memory-by-kind columns of a real model
     memory_columns: bool = True
 
@@ -60,3 +64,8 @@ class TrainingMode:
         """This mode's window, iteration time and fields, from the run's spans."""
         window = metrics.iteration_window(spans)
         return ModeReport(spans, window, window[1] - window[0])
+
+
+#: the registered training modes, kept in :attr:`TrainingMode.priority` order (the order
+#: :func:`clustersim.modes.mode_of` asks them); each mode's module adds its own
+MODES: Registry[TrainingMode] = Registry("training mode", "training", order=lambda m: m.priority)

@@ -8,7 +8,7 @@ from ..program import Program
 from ..resolve import Job
 from ..schedules.inference import arrival_times, compile_inference
 from ..trace.requests import request_metrics, split_requests
-from .base import ModeReport, TrainingMode
+from .base import MODES, ModeReport, TrainingMode
 
 
 class InferenceMode(TrainingMode):
@@ -18,6 +18,7 @@ class InferenceMode(TrainingMode):
 
     name = "inference"
     description = "serve m × dp requests through forward passes (training.mode: inference)"
+    priority = 1
     memory_columns = False
 
     def applies(self, job: Job) -> bool:
@@ -33,3 +34,6 @@ class InferenceMode(TrainingMode):
         requests, spans = split_requests(spans, job.layout)
         window = (0.0, float(requests["end_s"].max()))
         return ModeReport(spans, window, window[1], request_metrics(requests), requests=requests)
+
+
+MODES.add(InferenceMode())

@@ -8,7 +8,7 @@ from ..program import Program
 from ..resolve import Job
 from ..schedules.parameter_server import parameter_server_program
 from ..trace.ps_metrics import harmonic_period, ps_summary
-from .base import ModeReport, TrainingMode
+from .base import MODES, ModeReport, TrainingMode
 from .pipeline import training_report
 
 
@@ -19,6 +19,7 @@ class ParameterServerMode(TrainingMode):
 
     name = "parameter_server"
     description = "data-parallel workers pushing to and pulling from parameter servers"
+    priority = 0
 
     def applies(self, job: Job) -> bool:
         return job.parallel.parameter_server is not None
@@ -33,3 +34,6 @@ class ParameterServerMode(TrainingMode):
         rep.summary = {"ps_mode": job.parallel.parameter_server.mode, **entries}
         rep.devices = workers
         return rep
+
+
+MODES.add(ParameterServerMode())

@@ -9,7 +9,7 @@ from ..errors import ScenarioError
 from ..program import Program
 from ..resolve import Job
 from ..schedules import compile_pipeline
-from .base import ModeReport, TrainingMode
+from .base import MODES, ModeReport, TrainingMode
 
 
 def check_iterations(job: Job) -> None:
@@ -41,6 +41,7 @@ class PipelineMode(TrainingMode):
 
     name = "pipeline"
     description = "uniform TP × PP × DP training under a pipeline schedule"
+    priority = 3
 
     def applies(self, job: Job) -> bool:
         return True
@@ -62,3 +63,6 @@ class PipelineMode(TrainingMode):
 
     def report(self, spans: pd.DataFrame, job: Job) -> ModeReport:
         return training_report(spans, job)
+
+
+MODES.add(PipelineMode())

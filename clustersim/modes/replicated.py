@@ -7,7 +7,7 @@ import pandas as pd
 from ..program import Program
 from ..resolve import Job
 from ..schedules.replicated import compile_replicated
-from .base import ModeReport, TrainingMode
+from .base import MODES, ModeReport, TrainingMode
 from .pipeline import check_iterations, training_report
 
 
@@ -16,6 +16,7 @@ class ReplicatedMode(TrainingMode):
 
     name = "stage_replicated"
     description = "a pipeline whose stages each have their own replication (parallel.stage_replicas)"
+    priority = 2
 
     def applies(self, job: Job) -> bool:
         return job.parallel.stage_replicas is not None
@@ -30,3 +31,6 @@ class ReplicatedMode(TrainingMode):
         rep = training_report(spans, job)
         rep.summary["stage_replicas"] = list(job.parallel.stage_replicas)
         return rep
+
+
+MODES.add(ReplicatedMode())
