@@ -152,3 +152,13 @@ def test_a_window_without_end_that_only_slows_is_finite():
     nic = 100e9 / 8
     # the forward activation and the backward gradient each take S/(B/2) instead of S/B
     assert slow - fast == pytest.approx(2 * 16 * 2**20 / nic, rel=1e-9)
+
+
+@pytest.mark.parametrize("field", ["model.params", "model.activation"])
+def test_synthetic_bytes_per_layer_are_bounded(field):
+    """1e308 bytes per layer once overflowed to inf when summed over a stage (the fuzz run's
+    OverflowError in chunk_costs)."""
+    raw = read_yaml(ROOT / "scenarios" / "synthetic-4stage-1f1b.yaml")
+    assert f"{field}: 1e+308 is invalid; expected a value from 0 to 1,125,899,906,842,624" in _error(
+        {field: 1e308}, raw
+    )

@@ -46,12 +46,13 @@ class SyntheticModel(_ModelSection):
 
     kind: Literal["synthetic"] = "synthetic"
     layers: Annotated[int, Range(1, 100_000)]
-    forward: Time
-    backward: Time
-    backward_weight: Time = 0.0
-    activation: Bytes = 0.0
-    params: Bytes = 0.0
-    optimizer: Time = 0.0
+    # upper bounds keep sums over layers, micro-batches and iterations finite
+    forward: Annotated[Time, Range(0, 10**6)]
+    backward: Annotated[Time, Range(0, 10**6)]
+    backward_weight: Annotated[Time, Range(0, 10**6)] = 0.0
+    activation: Annotated[Bytes, Range(0, 2**50)] = 0.0
+    params: Annotated[Bytes, Range(0, 2**50)] = 0.0
+    optimizer: Annotated[Time, Range(0, 10**6)] = 0.0
 
 
 class TransformerModel(_ModelSection):
