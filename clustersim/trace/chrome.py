@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..output import open_atomic
+from ..record import SPAN_FIELDS
 from ..viz.binning import busy_fraction_over_time, default_window
 from ..viz.colors import activities, cname_of
 from ..viz.rows import LANE_ORDER, busiest_links, natural_key
@@ -197,23 +198,7 @@ def chrome_events(
     arrows and counters."""
     procs, tracks, meta = _tracks(spans, devices)
     acts = activities(spans)
-    cols = [
-        spans[c].to_numpy()
-        for c in (
-            "device",
-            "lane",
-            "kind",
-            "name",
-            "stage",
-            "microbatch",
-            "start_s",
-            "end_s",
-            "bytes",
-            "flops",
-            "phase",
-            "iteration",
-        )
-    ]
+    cols = [spans[c].to_numpy() for c in SPAN_FIELDS]
     slices = []
     for (d, ln, k, name, st, mb, s, e, nb, fl, ph, it), act in zip(zip(*cols), acts):
         pid, tid = tracks[(d, ln)]
