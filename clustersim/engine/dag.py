@@ -43,9 +43,9 @@ from .memory import MemoryLedger
 FIXED_TIME_NETWORKS = ("direct", "analytical")
 
 
-def contention_free(scenario, program: Program) -> tuple[bool, str]:
+def contention_free(job, program: Program) -> tuple[bool, str]:
     """Whether the DAG evaluator reproduces the SimPy engine exactly for ``program`` under
-    ``scenario`` (a Scenario or anything with its ``cluster`` and ``simulation``), and why.
+    ``job`` (the resolved Job, or anything with its ``cluster`` and ``simulation``), and why.
 
     Read off the engine: it needs SimPy only where an op's time is not known when it
     starts — a send on the ``packet`` or ``flow`` model (fair shares, queues), or on the
@@ -56,7 +56,7 @@ def contention_free(scenario, program: Program) -> tuple[bool, str]:
     per-op factors fixed before the run from the seed, the same in both. (A job with
     faults simulates each of its configurations through ``simulate``, which decides per
     configuration.)"""
-    cl, sim = scenario.cluster, scenario.simulation
+    cl, sim = job.cluster, job.simulation
     if cl.comm_compute_slowdown != 1.0:
         return False, f"comm_compute_slowdown {cl.comm_compute_slowdown} couples compute to collectives"
     fixed_sends = sim.network in FIXED_TIME_NETWORKS and not (
@@ -76,13 +76,13 @@ def contention_free(scenario, program: Program) -> tuple[bool, str]:
     return True, f"contention-free: network {sim.network}, collective_model {sim.collective_model}"
 
 
-def choose_evaluator(scenario, program: Program) -> tuple[type, str]:
+def choose_evaluator(job, program: Program) -> tuple[type, str]:
     """The evaluator class for ``simulation.evaluator`` (``auto``: the DAG evaluator when
     :func:`contention_free`, else the SimPy engine) and the summary's ``evaluator`` note."""
     from .interpreter import Engine
 
-    asked = scenario.simulation.evaluator
-    exact, why = contention_free(scenario, program)
+    asked = job.simulation.evaluator
+    exact, why = contention_free(job, program)
     if asked == "dag" and not exact:
         raise ScenarioError(
             "simulation.evaluator", "dag", f"the run is not contention-free: {why}; use auto or des"
