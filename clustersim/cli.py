@@ -12,8 +12,9 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
+import warnings
 
-from .errors import ClusterSimError, shorten
+from .errors import ClusterSimError, ScenarioWarning, shorten
 
 CONTRACT = (
     "Exit status: 0 done; 2 a user error (bad scenario, --set value or file; one 'error:' line "
@@ -195,11 +196,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A :class:`ScenarioWarning` as one ``warning:`` line (others as Python prints them)."""
+    if issubclass(category, ScenarioWarning):
+        print(f"warning: {message}", file=file or sys.stderr)
+    else:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line ``argv``; returns the exit status of :data:`CONTRACT`."""
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        with warnings.catch_warnings():  # restores the caller's showwarning afterwards
+            warnings.showwarning = _show_warning
+            return args.func(args)
     except (ClusterSimError, OSError) as exc:  # the input's fault, or the machine's (disk full)
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -45,6 +45,16 @@ class ScenarioError(ClusterSimError, ValueError):
         super().__init__(f"{field}: {short_repr(value)} is invalid; {expected}")
 
 
+class ScenarioWarning(UserWarning):
+    """A scenario that is valid but probably not what its author meant (a bare number
+    read in base units that is implausible for its quantity). The CLI prints it as one
+    ``warning:`` line; in Python it is a regular :mod:`warnings` category."""
+
+    def __init__(self, field: str, value: object, hint: str):
+        self.field, self.value, self.hint = field, value, hint
+        super().__init__(f"{field}: {short_repr(value)} {hint}")
+
+
 class ProgramError(ClusterSimError):
     """A Program (the IR) is malformed: missing dependency, cycle, unmatched send/recv."""
 

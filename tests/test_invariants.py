@@ -17,6 +17,7 @@ from tests.conftest import synthetic
 def _fit(p, m, lps, f, b, c, sched, its, opt, act, dp, v, wshare):
     """A scenario dict that respects the sampled schedule's constraints (chunks, m)."""
     v = v if cs.SCHEDULES[sched].chunks is None else cs.SCHEDULES[sched].chunks
+    v = max(v, 2) if sched == "interleaved" else v
     if v > 1:
         m = p * max(1, m // p)  # interleaved: m a multiple of p
     if sched == "pipedream_2bw":

@@ -16,6 +16,7 @@ from ..errors import ClusterSimError, ScenarioError, short_repr
 from ..reader import check_text, check_value, parse_yaml, read_yaml_file
 from .frameworks import apply_framework
 from .schema import ScenarioSpec
+from .unit_hints import warn_unit_hints
 
 # Pydantic appends the branch of a union it tried (e.g. 'int', "literal['auto']") to an
 # error's location; users know fields, not branches, so those parts are dropped.
@@ -72,9 +73,11 @@ def validate_spec(raw: dict[str, Any]) -> ScenarioSpec:
         raise ScenarioError("scenario", raw, "expected a mapping with sections cluster, model, training, …")
     check_value(raw)
     try:
-        return ScenarioSpec.model_validate(apply_framework(raw))
+        spec = ScenarioSpec.model_validate(apply_framework(raw))
     except ValidationError as exc:
         raise _to_scenario_error(exc) from None
+    warn_unit_hints(raw)
+    return spec
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:

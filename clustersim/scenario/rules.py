@@ -7,10 +7,13 @@ stages). Each rule raises :class:`ScenarioError` naming the field a user should 
 
 from __future__ import annotations
 
-from ..errors import ScenarioError
+import warnings
+
+from ..errors import ScenarioError, ScenarioWarning
 from ..parallel.plan import Plan
 from ..schedules import SCHEDULES
 from ..schedules.compression import check_even_domains
+from ..schedules.orders import stage_order
 from ..schedules.parameter_server import check_parameter_server
 from ..schedules.replicated import replicable_schedules
 from ..topology.registry import check_options
@@ -147,6 +150,21 @@ def check_rules(spec: ScenarioSpec) -> None:
         counts = check_dp_split(spec, dp)  # micro-batches per replica (``speed``: checked when split)
     for m in counts:
         SCHEDULES[par.schedule].validate(par.pp, m, par.virtual_stages)  # e.g. interleaved: m % pp == 0
+    if (
+        spec.model.kind == "synthetic"
+        and spec.model.backward_weight == 0
+        and _splits_backward(par, counts[0])
+    ):
+        warnings.warn(
+            ScenarioWarning(
+                "model.backward_weight",
+                0,
+                f"leaves schedule {par.schedule!r} no weight-gradient (W) work to move into the "
+                "bubbles, so it runs as a plain backward (the same times as 1f1b); give the W part of "
+                "model.backward, e.g. backward_weight = backward / 2",
+            ),
+            stacklevel=2,
+        )
     if spec.model.kind == "synthetic" and spec.model.backward_weight > spec.model.backward:
         raise ScenarioError(
             "model.backward_weight",
@@ -196,3 +214,12 @@ def check_stage_replicas(spec: ScenarioSpec) -> None:
             f"stage_replicas needs a schedule with one model chunk per stage; accepted: "
             f"{', '.join(replicable_schedules())}",
         )
+
+
+def _splits_backward(par, m: int) -> bool:
+    """Whether the schedule's order splits a backward into B and W (the zero-bubble family)."""
+    sched = SCHEDULES[par.schedule]
+    # the last stage, at a few micro-batches: a W split shows there for any m (bounded work at load)
+    m = min(m, 2 * par.pp)
+    order = stage_order(sched, par.pp - 1, par.pp, m, par.virtual_stages, 1 if sched.flush else 2)
+    return any(ph == "W" for ph, _, _ in order)

@@ -16,7 +16,14 @@ from .registry import register_schedule
 
 
 def _check(p: int, m: int, v: int) -> None:
-    if v > 1 and m % p:
+    if v < 2:  # one chunk per stage is plain 1F1B: running it under this name would mislead
+        raise ScenarioError(
+            "parallel.virtual_stages",
+            v,
+            "the interleaved schedule needs 2 or more model chunks per stage (Megatron's "
+            "--num-layers-per-virtual-pipeline-stage); with 1 it is plain 1F1B — use schedule: 1f1b",
+        )
+    if m % p:
         raise ScenarioError(
             "parallel.schedule",
             "interleaved",

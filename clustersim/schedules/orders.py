@@ -74,6 +74,12 @@ def check_order(
                 raise ProgramError(f"schedule {schedule.name!r} stage {stage}: W{j} comes before B{j}")
 
 
+def stage_order(schedule: Schedule, stage: int, p: int, m: int, v: int, iterations: int) -> list:
+    """``stage``'s order as the schedule gives it (one iteration when it flushes), normalized."""
+    chunks = stage_chunks(schedule, stage, p, v)
+    return _normalize(schedule, stage, _call(schedule, stage, p, m, v, iterations), chunks[0])
+
+
 def run_orders(
     schedule: Schedule, p: int, m: int, v: int, iterations: int
 ) -> list[list[tuple[str, int, int]]]:
@@ -82,7 +88,7 @@ def run_orders(
     for s in range(p):
         chunks = stage_chunks(schedule, s, p, v)
         if schedule.flush:
-            one = _normalize(schedule, s, _call(schedule, s, p, m, v, iterations), chunks[0])
+            one = stage_order(schedule, s, p, m, v, iterations)
             if any(ph == "O" for ph, _, _ in one):
                 raise ProgramError(
                     f"schedule {schedule.name!r} stage {s}: a flushing schedule gets its optimizer "
@@ -93,7 +99,7 @@ def run_orders(
             for it in range(iterations):
                 run += [(ph, j + it * m, k) for ph, j, k in one] + [("O", it, -1)]
         else:
-            run = _normalize(schedule, s, _call(schedule, s, p, m, v, iterations), chunks[0])
+            run = stage_order(schedule, s, p, m, v, iterations)
             check_order(schedule, s, run, m * iterations, chunks)
             if not run or run[-1][0] != "O":
                 raise ProgramError(

@@ -70,6 +70,13 @@ def check_preset(name: str) -> str:
 def resolve_transformer(spec) -> TransformerConfig:
     """The TransformerConfig of a transformer ``model`` section (cached per spec)."""
     base = None
+    if spec.preset and spec.hf_config:  # one would be ignored without a word
+        raise ScenarioError(
+            "model.hf_config",
+            spec.hf_config,
+            f"model.preset ({spec.preset!r}) is given too; accepted: one of preset or hf_config "
+            "(override single fields next to either)",
+        )
     if spec.preset:
         check_preset(spec.preset)
         if spec.preset in CNN_PRESETS:
