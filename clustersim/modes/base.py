@@ -50,6 +50,9 @@ class TrainingMode:
     priority: int = 0
     #: whether ``res.devices`` gets the memory-by-kind columns of a real model
     memory_columns: bool = True
+    #: whether the summary reports ``weight_staleness_max`` (weight versions of a pipeline;
+    #: a parameter server reports its own staleness, in server updates)
+    weight_versions: bool = True
 
     def applies(self, job: Job) -> bool:
         """Whether this mode runs ``job`` (modes are asked in registry order)."""

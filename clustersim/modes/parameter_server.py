@@ -20,6 +20,7 @@ class ParameterServerMode(TrainingMode):
     name = "parameter_server"
     description = "data-parallel workers pushing to and pulling from parameter servers"
     priority = 0
+    weight_versions = False
 
     def applies(self, job: Job) -> bool:
         return job.parallel.parameter_server is not None

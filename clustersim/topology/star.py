@@ -9,7 +9,10 @@ straight to the centre.
 Fields (all optional): ``bandwidth`` — each NIC↔server link, both directions (default
 ``nic.bandwidth``); ``uplink`` / ``downlink`` — worker→server and server→worker
 bandwidths when they differ (edge uplinks are often slower); ``latency`` — one way
-(default ``nic.latency``).
+(default ``nic.latency``); ``server_bandwidth`` — the centre's own NIC, each direction:
+the NIC links then meet at a ``hub`` switch joined to ``server`` by one link of this
+bandwidth that all their traffic shares (unset: no such limit, the links end at the
+server itself).
 """
 
 from __future__ import annotations
@@ -31,10 +34,13 @@ class StarOptions(TopologyOptions):
     uplink: float | str | None = None
     downlink: float | str | None = None
     latency: float | str | None = None
+    server_bandwidth: float | str | None = None
 
 
 FIELDS = tuple(StarOptions.model_fields)
 SERVER = "server"
+#: the switch in front of the server when ``server_bandwidth`` limits its NIC
+HUB = "hub"
 
 
 def build_star(cluster: dict, field: str = "cluster") -> nx.DiGraph:
@@ -49,10 +55,17 @@ def build_star(cluster: dict, field: str = "cluster") -> nx.DiGraph:
     lat = latency_field(topo.get("latency", spec.nic_latency), f"{tf}.latency")
     g = nx.DiGraph()
     g.add_node(SERVER, kind="server")
+    centre = SERVER
+    if topo.get("server_bandwidth") is not None:
+        own = bandwidth_field(topo["server_bandwidth"], f"{tf}.server_bandwidth")
+        centre = HUB
+        g.add_node(HUB, kind="switch")
+        g.add_edge(HUB, SERVER, bandwidth=own, latency=0.0, kind="nic")
+        g.add_edge(SERVER, HUB, bandwidth=own, latency=0.0, kind="nic")
     for n in range(spec.nodes):
         for nic in add_server(g, spec, n):
-            g.add_edge(nic, SERVER, bandwidth=up, latency=lat, kind="nic")
-            g.add_edge(SERVER, nic, bandwidth=down, latency=lat, kind="nic")
+            g.add_edge(nic, centre, bandwidth=up, latency=lat, kind="nic")
+            g.add_edge(centre, nic, bandwidth=down, latency=lat, kind="nic")
     g.graph["border"] = [SERVER]
     return g
 

@@ -65,7 +65,7 @@ def assemble_result(job: Job, mode, engine, rec: Recorder, wall_s: float) -> Res
             else {}
         ),
         **({"gpus": describe(job.cluster)} if job.cluster.node_groups is not None else {}),
-        "weight_staleness_max": _max_staleness(prog),
+        **({"weight_staleness_max": _max_staleness(prog)} if mode.weight_versions else {}),
         **report.summary,
         "iterations": job.simulation.iterations,
         "network": job.simulation.network,

@@ -84,9 +84,14 @@ def ps_summary(spans: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
     st = gradient_staleness(spans)
     per = st.groupby("worker")["staleness"].agg(["mean", "max"])
     table = pd.DataFrame(
-        {"period_s": worker_periods(spans), "staleness_mean": per["mean"], "staleness_max": per["max"]}
+        {
+            "period_s": worker_periods(spans),
+            "staleness_updates_mean": per["mean"],
+            "staleness_updates_max": per["max"],
+        }
     )
+    # named for their unit: server updates, not the iterations parameter_server.staleness bounds
     return {
-        "staleness_mean": float(st["staleness"].mean()),
-        "staleness_max": int(st["staleness"].max()),
+        "staleness_updates_mean": float(st["staleness"].mean()),
+        "staleness_updates_max": int(st["staleness"].max()),
     }, table
