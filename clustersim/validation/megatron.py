@@ -79,6 +79,7 @@ def megatron_scenario(row: dict, network: str = "analytical", granularity: str =
             "precision": "fp16",
             "recompute": "full",
             "optimizer": "adam",
+            "framework": "megatron_2021",
         },
         "parallel": {"tp": row["tp"], "pp": row["pp"], "dp": row["dp"], "schedule": "1f1b"},
         "simulation": {
