@@ -96,3 +96,34 @@ def test_zero_bubble_without_a_w_split_warns(schedule):
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
 def test_shipped_scenarios_load_without_warnings(path):
     assert _warnings_of(str(path)) == []
+
+
+def _quickstart(**parallel) -> dict:
+    raw = yaml.safe_load((ROOT / "scenarios/quickstart.yaml").read_text())
+    raw["training"]["global_batch"] = 16
+    raw["parallel"].update(parallel)
+    return raw
+
+
+def test_a_job_may_use_the_first_gpus_of_the_cluster():
+    # pp 4 × tp 2 × dp 1 = 8 of the 2-node cluster's 16 GPUs (before: refused) runs as on one node
+    part = cs.simulate(_quickstart(dp=1, gpus=8), progress=False)
+    one = _quickstart(dp=1)
+    one["cluster"]["nodes"] = 1
+    whole = cs.simulate(one, progress=False)
+    for key in ("iteration_time_s", "tflops_per_gpu", "mfu", "peak_memory_gib", "num_gpus"):
+        assert part.summary[key] == whole.summary[key], key
+    assert part.summary["num_gpus"] == 8
+
+
+@pytest.mark.parametrize(
+    "parallel,match",
+    [
+        ({"dp": 1}, r"tp × pp × dp must equal the cluster's 16 GPUs .*set parallel.gpus to use fewer"),
+        ({"dp": 1, "gpus": 6}, r"tp × pp × dp must equal the job's 6 GPUs"),
+        ({"gpus": 32}, r"^parallel.gpus: 32 is invalid; at most the cluster's 16 GPUs"),
+    ],
+)
+def test_gpu_subset_errors_name_the_field(parallel, match):
+    with pytest.raises(cs.ScenarioError, match=match):
+        cs.load_scenario(_quickstart(**parallel))

@@ -33,6 +33,6 @@ def tightest_fit(sc: Scenario) -> tuple[int, int]:
     GPU's memory — on a uniform cluster the fullest GPU; with ``node_groups`` a small GPU
     may be tighter than a fuller big one."""
     peaks = device_peak_memory(sc)
-    caps = device_memory(sc.cluster, len(peaks))
+    caps = device_memory(sc.cluster, len(peaks), sc.num_gpus)
     worst = max(range(len(peaks)), key=lambda d: (peaks[d] / caps[d], peaks[d]))
     return peaks[worst], caps[worst]

@@ -53,11 +53,11 @@ def device_factors(cluster, num_devices: int) -> np.ndarray:
     return per_device
 
 
-def device_memory(cluster, num_devices: int) -> list[float]:
-    """Memory capacity (bytes) of each of a Program's ``num_devices`` devices: its GPU's,
-    and unbounded for devices past the GPUs (parameter servers: hosts, whose memory the
-    ledger tracks but no GPU capacity bounds)."""
-    caps = [float(gpu.memory_bytes) for gpu in device_specs(cluster)]
+def device_memory(cluster, num_devices: int, gpus: int) -> list[float]:
+    """Memory capacity (bytes) of each of a Program's ``num_devices`` devices: its GPU's
+    for the job's first ``gpus`` devices, and unbounded past them (parameter servers:
+    hosts, whose memory the ledger tracks but no GPU capacity bounds)."""
+    caps = [float(gpu.memory_bytes) for gpu in device_specs(cluster)[:gpus]]
     return caps[:num_devices] + [math.inf] * (num_devices - len(caps))
 
 

@@ -67,7 +67,8 @@ class Job:
 
     @property
     def num_gpus(self) -> int:
-        return self.cluster.num_gpus
+        """The GPUs the job runs on (``parallel.gpus``, else the whole cluster)."""
+        return self.parallel.gpus or self.cluster.num_gpus
 
     @property
     def chunk_costs(self) -> list[StageCost]:

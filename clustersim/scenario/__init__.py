@@ -15,7 +15,7 @@ import yaml
 from ..errors import ScenarioError
 from .loader import apply_overrides, parse_overrides, read_yaml, validate_spec
 from .presets import expand_cluster_preset
-from .rules import check_rules, resolve_dp
+from .rules import check_rules, job_gpus, resolve_dp
 from .schema import ScenarioSpec
 
 
@@ -45,7 +45,8 @@ class Scenario:
 
     @property
     def num_gpus(self) -> int:
-        return self.spec.cluster.num_gpus
+        """The GPUs the job runs on (``parallel.gpus``, else the whole cluster)."""
+        return job_gpus(self.spec)
 
     @property
     def num_microbatches(self) -> int:

@@ -23,9 +23,14 @@ from .hetero_rules import check_dp_split, check_node_groups
 from .schema import ScenarioSpec
 
 
+def job_gpus(spec: ScenarioSpec) -> int:
+    """The GPUs the job runs on: ``parallel.gpus``, else every GPU of the cluster."""
+    return spec.parallel.gpus or spec.cluster.num_gpus
+
+
 def resolve_dp(spec: ScenarioSpec) -> int:
-    """The data-parallel degree: explicit, or GPUs / (tp × pp) when ``auto``."""
-    n, tp, pp = spec.cluster.num_gpus, spec.parallel.tp, spec.parallel.pp
+    """The data-parallel degree: explicit, or the job's GPUs / (tp × pp) when ``auto``."""
+    n, tp, pp = job_gpus(spec), spec.parallel.tp, spec.parallel.pp
     if spec.parallel.stage_replicas is not None:  # replication is per stage: no uniform dp
         return 1
     if spec.parallel.dp != "auto":
@@ -34,7 +39,8 @@ def resolve_dp(spec: ScenarioSpec) -> int:
         raise ScenarioError(
             "parallel.dp",
             "auto",
-            f"the cluster's {n} GPUs do not divide by tp × pp = {tp} × {pp}; change tp/pp or the cluster",
+            f"the job's {n} GPUs do not divide by tp × pp = {tp} × {pp}; change tp/pp, parallel.gpus "
+            "or the cluster",
         )
     return n // (tp * pp)
 
@@ -85,12 +91,18 @@ def check_rules(spec: ScenarioSpec) -> None:
         check_stage_replicas(spec)
     if par.parameter_server is not None:
         check_parameter_server(spec)
+    if par.gpus is not None and par.gpus > n:
+        raise ScenarioError("parallel.gpus", par.gpus, f"at most the cluster's {n} GPUs")
     dp = resolve_dp(spec)
-    if par.stage_replicas is None and par.tp * par.pp * dp != n:
+    used = job_gpus(spec)
+    if par.stage_replicas is None and par.tp * par.pp * dp != used:
+        whose = (
+            f"the job's {used} GPUs (parallel.gpus)"
+            if par.gpus
+            else (f"the cluster's {n} GPUs (nodes × gpus_per_node; set parallel.gpus to use fewer)")
+        )
         raise ScenarioError(
-            "parallel",
-            f"tp={par.tp} pp={par.pp} dp={dp}",
-            f"tp × pp × dp must equal the cluster's {n} GPUs (nodes × gpus_per_node)",
+            "parallel", f"tp={par.tp} pp={par.pp} dp={dp}", f"tp × pp × dp must equal {whose}"
         )
     if par.data_parallel is not None:
         from ..schedules.data_parallel import check_data_parallel
@@ -150,11 +162,7 @@ def check_rules(spec: ScenarioSpec) -> None:
         counts = check_dp_split(spec, dp)  # micro-batches per replica (``speed``: checked when split)
     for m in counts:
         SCHEDULES[par.schedule].validate(par.pp, m, par.virtual_stages)  # e.g. interleaved: m % pp == 0
-    if (
-        spec.model.kind == "synthetic"
-        and spec.model.backward_weight == 0
-        and _splits_backward(par, counts[0])
-    ):
+    if spec.model.kind == "synthetic" and spec.model.backward_weight == 0 and _splits_backward(par):
         warnings.warn(
             ScenarioWarning(
                 "model.backward_weight",
@@ -175,13 +183,14 @@ def check_rules(spec: ScenarioSpec) -> None:
 
 def check_stage_replicas(spec: ScenarioSpec) -> None:
     """Rules of ``parallel.stage_replicas`` (PipeDream's per-stage replication, e.g. 15-1)."""
-    n, par = spec.cluster.num_gpus, spec.parallel
+    n, par = job_gpus(spec), spec.parallel
     reps = par.stage_replicas
     if len(reps) != par.pp or sum(reps) != n:
         raise ScenarioError(
             "parallel.stage_replicas",
             reps,
-            f"give the GPUs of each of the pp = {par.pp} stages, summing to the cluster's {n} GPUs",
+            f"give the GPUs of each of the pp = {par.pp} stages, summing to the "
+            f"{'job' if par.gpus else 'cluster'}'s {n} GPUs",
         )
     if par.dp not in ("auto", 1):
         raise ScenarioError(
@@ -216,10 +225,10 @@ def check_stage_replicas(spec: ScenarioSpec) -> None:
         )
 
 
-def _splits_backward(par, m: int) -> bool:
+def _splits_backward(par) -> bool:
     """Whether the schedule's order splits a backward into B and W (the zero-bubble family)."""
     sched = SCHEDULES[par.schedule]
-    # the last stage, at a few micro-batches: a W split shows there for any m (bounded work at load)
-    m = min(m, 2 * par.pp)
-    order = stage_order(sched, par.pp - 1, par.pp, m, par.virtual_stages, 1 if sched.flush else 2)
+    # the last stage at 2·pp micro-batches (a count every schedule accepts): a W split shows
+    # there whatever the run's m, and the probe's work stays small at load
+    order = stage_order(sched, par.pp - 1, par.pp, 2 * par.pp, par.virtual_stages, 1 if sched.flush else 2)
     return any(ph == "W" for ph, _, _ in order)

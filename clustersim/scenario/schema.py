@@ -178,6 +178,9 @@ class ParallelSpec(_Spec):
     tp: Annotated[int, Range(1, 100_000)] = 1
     pp: Annotated[int, Range(1, 100_000)] = 1
     dp: Annotated[int | str, BeforeValidator(_dp_value)] = "auto"
+    #: GPUs the job runs on: the cluster's first ``gpus`` in device order (unset: all of
+    #: them); the others idle, their links still carry nothing of this job
+    gpus: Annotated[int | None, Range(1, 10_000_000)] = None
     schedule: str = "1f1b"
     #: model chunks per stage; unset: the schedule's declared chunk count (1 where it takes any)
     virtual_stages: Annotated[int, Range(1, 10_000)] = 1

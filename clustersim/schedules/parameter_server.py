@@ -177,7 +177,7 @@ def parameter_server_program(job) -> Program:
     )
     per_worker = None
     if len(gpu_types(job.cluster)) > 1:  # each worker prices the model on its own GPU type
-        per_worker = [job.layer_costs[g] for g in device_gpus(job.cluster)]
+        per_worker = [job.layer_costs[g] for g in device_gpus(job.cluster)[: job.num_gpus]]
     return compile_parameter_server(
         cfg,
         job.layer_costs[job.cluster.gpu],

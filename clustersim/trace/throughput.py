@@ -59,7 +59,7 @@ def throughput_metrics(job, iteration_time_s: float, spans: pd.DataFrame) -> dic
 
 
 def _rates(job, iteration_time_s: float, model_flops: float, hw_flops: float) -> dict:
-    peak = sum(gpu.peak_flops for gpu in device_specs(job.cluster))  # all GPUs together
+    peak = sum(gpu.peak_flops for gpu in device_specs(job.cluster)[: job.num_gpus])  # the job's GPUs
     return {
         "tokens_per_s": None,
         "tflops_per_gpu": hw_flops / iteration_time_s / job.num_gpus / 1e12,
