@@ -106,7 +106,7 @@ def test_global_batch_must_split_into_microbatches():
 def test_auto_dp_that_does_not_divide():
     base = synthetic(2, 4)
     msg = _error({"cluster.gpus_per_node": 3, "parallel.dp": "auto"}, base)
-    assert "parallel.dp: 'auto' is invalid; the cluster's 3 GPUs do not divide by tp × pp = 1 × 2" in msg
+    assert "parallel.dp: 'auto' is invalid; the job's 3 GPUs do not divide by tp × pp = 1 × 2" in msg
 
 
 def test_missing_required_field():
