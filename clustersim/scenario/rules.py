@@ -18,6 +18,7 @@ from ..schedules.parameter_server import check_parameter_server
 from ..schedules.replicated import replicable_schedules
 from ..topology.registry import check_options
 from ..workload.rules import check_model_rules, model_layers
+from ..workload.tp_overlap import check_tp_overlap
 from .fault_rules import check_fault_rules
 from .hetero_rules import check_dp_split, check_node_groups
 from .schema import ScenarioSpec
@@ -122,6 +123,7 @@ def check_rules(spec: ScenarioSpec) -> None:
             "parallel.tp", par.tp, "CNN models run data and pipeline parallel only; accepted: 1"
         )
     check_model_rules(spec)
+    check_tp_overlap(spec)
     layers = model_layers(spec.model)
     if spec.model.kind == "cnn" and layers < par.pp * par.virtual_stages:
         raise ScenarioError(

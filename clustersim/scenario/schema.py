@@ -192,6 +192,13 @@ class ParallelSpec(_Spec):
     #: micro-batches round robin (clustersim.schedules.replicated). Needs tp = 1, dp = 1/auto
     stage_replicas: Annotated[list[int] | None, _replicas_value] = None
     sequence_parallel: bool = False
+    #: Megatron-Core ``--tp-comm-overlap`` (Transformer Engine userbuffers): with sequence
+    #: parallelism, each TP all-gather / reduce-scatter runs in chunks pipelined with the
+    #: GEMM it feeds (clustersim.workload.tp_overlap, docs/overlap.md)
+    tp_comm_overlap: bool = False
+    #: ``num_splits`` of TE's ``pipeline`` method (the reduce-scatters after the attention
+    #: projection and FC2), set per GEMM in ``--tp-comm-overlap-cfg``; TE's default 4
+    tp_comm_overlap_num_splits: Annotated[int, Range(1, 1024)] = 4
     zero: int = Field(default=0, ge=0, le=3)
     #: bucketed, overlapped and sharded data-parallel communication (unset: the 2021 model)
     data_parallel: DataParallelSpec | None = None

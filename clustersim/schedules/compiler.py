@@ -52,6 +52,7 @@ from .data_parallel import DataParallel, StageSync
 from .gradient_sync import emit_gradient_allreduce
 from .orders import run_orders, stage_chunks
 from .registry import Schedule
+from .tp_overlap import emit_overlap
 
 
 def compile_pipeline(
@@ -173,45 +174,44 @@ def emit_pass(
     ``stash`` of them are a stashed weight version (a pass allocates or frees, not both)."""
     dev = plan.device(stage, r, t)
     name = name or f"{phase}{mb}"
+    labels = {"stage": stage, "microbatch": mb, "phase": phase, "iteration": it, "version": version}
+    group = tuple(plan.device(stage, r, q) for q in range(plan.tp))
+
+    def compute(duration: float, flops: float, deps: tuple[int, ...], label: str = name) -> Op:
+        return prog.add(dev, "compute", COMPUTE, label, duration=duration, flops=flops, deps=deps, **labels)
+
+    def collective(label: str, kind: str, nbytes: int, deps, tag: str, algorithm: str = "auto") -> Op:
+        return prog.add(
+            dev,
+            "tp",
+            COLLECTIVE,
+            label,
+            nbytes=nbytes,
+            deps=deps,
+            group=group,
+            collective=kind,
+            algorithm=algorithm,
+            tag=tag,
+            arrivals=1 if fold else 0,
+            **labels,
+        )
+
     first, last = None, after  # a pass starts after the previous pass on this GPU, its collectives included
+    extra: tuple[int, ...] = ()  # further ops the next segment waits for (a bulk overlap's collective)
     for k, seg in enumerate(cost.segments(phase, split_backward=split)):
-        deps = (last.id,) if last is not None else ()
+        deps = ((last.id,) if last is not None else ()) + extra
+        extra = ()
+        tag = f"tp it{it} s{stage} r{r} {name} #{k}"
         if seg.kind == "compute":
-            op = prog.add(
-                dev,
-                "compute",
-                COMPUTE,
-                name,
-                stage=stage,
-                microbatch=mb,
-                phase=phase,
-                iteration=it,
-                duration=seg.duration,
-                flops=seg.flops,
-                deps=deps,
-                version=version,
-            )
-        else:
-            group = tuple(plan.device(stage, r, q) for q in range(plan.tp))
-            op = prog.add(
-                dev,
-                "tp",
-                COLLECTIVE,
-                seg.name or f"tp {seg.collective}",
-                stage=stage,
-                microbatch=mb,
-                phase=phase,
-                iteration=it,
-                nbytes=seg.nbytes,
-                deps=deps,
-                group=group,
-                collective=seg.collective,
-                tag=f"tp it{it} s{stage} r{r} {name} #{k}",
-                version=version,
-                arrivals=1 if fold else 0,
-            )
-        first = first or op
+            head = op = compute(seg.duration, seg.flops, deps)
+        elif seg.kind == "collective":
+            head = op = collective(seg.name or f"tp {seg.collective}", seg.collective, seg.nbytes, deps, tag)
+        else:  # a TP collective pipelined with its GEMM, in chunks on both lanes
+            head, op, extra = emit_overlap(seg, deps, compute, collective, tag)
+        first = first or head
         last = op
+    if extra:  # the pass ends once the overlapped collective has too
+        last = compute(0.0, 0.0, (last.id,) + extra, f"{name} join")
     if alloc is None:
         alloc = cost.activation_memory if phase == "F" else 0
     if free is None:

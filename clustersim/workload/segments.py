@@ -14,30 +14,43 @@ from __future__ import annotations
 from .cost_model import CostModel
 from .ops import LayerOp, TPComm
 from .stage_cost import Segment
+from .tp_overlap import AG_GEMMS, RS_GEMMS, TPOverlap, merge_backward, merge_forward
 
 
-def forward_items(ops: list, cm: CostModel, *, core_only: bool = False) -> list[tuple]:
+def forward_items(
+    ops: list, cm: CostModel, *, core_only: bool = False, overlap: TPOverlap | None = None
+) -> list[tuple]:
     """Items of running ``ops`` forward (``core_only``: just the attention-core kernels,
-    as selective recompute re-runs them; no collectives then)."""
+    as selective recompute re-runs them; no collectives then). ``overlap``: TP collectives
+    merged with the GEMMs they pipeline with (:mod:`.tp_overlap`)."""
     out = []
     for op in ops:
         if isinstance(op, TPComm):
             if op.fwd and not core_only:
-                out.append(("x", op.fwd, op.nbytes, op.name))
+                out.append((("x", op.fwd, op.nbytes, op.name), ""))
         elif not core_only or op.attention_core:
-            out.append(("c", cm.time(op.fwd, op.name, "F"), op.fwd.flops))
-    return out
+            out.append((("c", cm.time(op.fwd, op.name, "F"), op.fwd.flops), op.name))
+    if overlap is not None:
+        return merge_forward(out, overlap)
+    return [item for item, _ in out]
 
 
-def backward_items(ops: list, cm: CostModel, *, weight: bool = True, inputs: bool = True) -> list[tuple]:
-    """Items of the backward of ``ops`` (in reverse): input- and/or weight-gradient work."""
+def backward_items(
+    ops: list, cm: CostModel, *, weight: bool = True, inputs: bool = True, overlap: TPOverlap | None = None
+) -> list[tuple]:
+    """Items of the backward of ``ops`` (in reverse): input- and/or weight-gradient work.
+    ``overlap``: as :func:`forward_items` (a GEMM's dgrad and wgrad are then separate items)."""
     out = []
     for op in reversed(ops):
         if isinstance(op, TPComm):
             if op.bwd and inputs:
-                out.append(("x", op.bwd, op.nbytes, op.name))
+                out.append((("x", op.bwd, op.nbytes, op.name), "", ""))
             continue
         assert isinstance(op, LayerOp)
+        if overlap is not None and op.name in AG_GEMMS + RS_GEMMS:
+            parts = [("dgrad", op.bwd_input, "B")] * inputs + [("wgrad", op.bwd_weight, "W")] * weight
+            out += [(("c", cm.time(w, op.name, ph), w.flops), op.name, part) for part, w, ph in parts]
+            continue
         t = flops = 0.0
         if inputs:
             t += cm.time(op.bwd_input, op.name, "B")
@@ -46,8 +59,10 @@ def backward_items(ops: list, cm: CostModel, *, weight: bool = True, inputs: boo
             t += cm.time(op.bwd_weight, op.name, "W")
             flops += op.bwd_weight.flops
         if t or flops:
-            out.append(("c", t, flops))
-    return out
+            out.append((("c", t, flops), op.name, ""))
+    if overlap is not None:
+        return merge_backward(out, overlap)
+    return [item for item, _, _ in out]
 
 
 def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment, ...]:
@@ -76,6 +91,10 @@ def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment
         if t or f:
             segs.append(Segment("compute", t, f))
             t = f = 0.0
+        if i[0] == "o":  # a collective pipelined with a GEMM (tp_overlap): the GEMM's time rides along
+            _, kind, nbytes, name, seconds, flops, method, chunks = i
+            segs.append(Segment("overlap", seconds, flops, nbytes, kind, name, method, chunks))
+            continue
         segs.append(Segment("collective", nbytes=i[2], collective=i[1], name=i[3]))
     if t or f or not segs:
         segs.append(Segment("compute", t, f))
@@ -83,8 +102,8 @@ def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment
 
 
 def compute_time(segments: tuple[Segment, ...]) -> tuple[float, float]:
-    """(seconds, FLOPs) of the compute segments of a pass."""
+    """(seconds, FLOPs) of the compute segments of a pass (an overlap segment's GEMM included)."""
     return (
-        sum(s.duration for s in segments if s.kind == "compute"),
-        sum(s.flops for s in segments if s.kind == "compute"),
+        sum(s.duration for s in segments if s.kind != "collective"),
+        sum(s.flops for s in segments if s.kind != "collective"),
     )

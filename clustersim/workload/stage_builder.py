@@ -8,6 +8,8 @@ For each model chunk (a pipeline stage, or a virtual stage) on each of its GPUs:
 * **PP** — layers split evenly (Megatron) unless a partition is given; the embedding
   runs on the first chunk, the output layer and loss on the last; each chunk sends
   ``b·s·h/t`` elements per TP rank downstream (Megatron's scatter/gather optimisation);
+* **TP overlap** — ``parallel.tp_comm_overlap`` merges each layer's sequence-parallel
+  collectives with the GEMMs Transformer Engine pipelines them with (:mod:`.tp_overlap`);
 * **FP8** — ``training.precision: fp8`` runs each layer's four linears as Transformer
   Engine does (:func:`.fp8.te_fp8_layer`) and adds its cached FP8 weights to the buffers;
   refused on GPUs without FP8;
@@ -38,6 +40,7 @@ from .memory_model import DTYPE_BYTES, ELEMENT_BYTES, static_bytes, zero_shards
 from .resolve import resolve_transformer
 from .segments import backward_items, compute_time, forward_items, to_segments
 from .stage_cost import StageCost, even_partition
+from .tp_overlap import TPOverlap, overlap_of
 from .transformer_ops import embedding_ops, layer_ops, mtp_ops, output_ops
 
 #: bytes per gradient element on the data-parallel wire: Megatron accumulates and
@@ -78,9 +81,12 @@ class TrainSetup:
             sc.simulation.granularity,
             gpu or sc.cluster.gpu,
             (par.data_parallel.shard_group_size or 0) if par.data_parallel and par.zero == 3 else 0,
+            overlap_of(par),
         )
 
     shards: int = 0
+    #: TP collectives pipelined with their GEMMs (``parallel.tp_comm_overlap``; :mod:`.tp_overlap`)
+    tp_overlap: TPOverlap | None = None
 
     def __post_init__(self):
         if not self.shards:  # ZeRO shards over the whole DP group unless HSDP says fewer
@@ -164,8 +170,10 @@ def _layer_kind(cfg, st: TrainSetup, cm: CostModel, moe: bool) -> _LayerKind:
     if st.precision == "fp8":
         layer = te_fp8_layer(layer)
         fp8_cache = fp8_cache_bytes(layer)
-    lf, lb = forward_items(layer, cm), backward_items(layer, cm)
-    lbi, lw = backward_items(layer, cm, weight=False), backward_items(layer, cm, inputs=False)
+    ov = st.tp_overlap
+    lf, lb = forward_items(layer, cm, overlap=ov), backward_items(layer, cm, overlap=ov)
+    lbi = backward_items(layer, cm, weight=False, overlap=ov)
+    lw = backward_items(layer, cm, inputs=False, overlap=ov)
     rec = {"full": lf, "selective": forward_items(layer, cm, core_only=True), "none": []}[st.recompute]
     full_act = sum(op.activation for op in layer if hasattr(op, "activation"))
     rep = b * cfg.seq_len * cfg.hidden / (tp if sp else 1)

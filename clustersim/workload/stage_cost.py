@@ -18,8 +18,10 @@ from ..memory_kinds import StaticMemory
 @dataclass(frozen=True)
 class Segment:
     """One step of a pass: ``compute`` for ``duration`` s (``flops`` ride along for
-    metrics), or a ``collective`` (``all_reduce``, ``all_gather``, ``reduce_scatter``) of
-    ``nbytes`` over the stage's tensor-parallel group."""
+    metrics), a ``collective`` (``all_reduce``, ``all_gather``, ``reduce_scatter``) of
+    ``nbytes`` over the stage's tensor-parallel group, or an ``overlap``: that collective
+    pipelined with a GEMM of ``duration`` s in ``chunks`` by ``method``
+    (:mod:`clustersim.workload.tp_overlap`)."""
 
     kind: str
     duration: float = 0.0
@@ -27,6 +29,8 @@ class Segment:
     nbytes: int = 0
     collective: str = ""
     name: str = ""
+    method: str = ""
+    chunks: int = 0
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,128 @@
+"""Tensor-parallel communication overlapped with the GEMMs it feeds (``parallel.tp_comm_overlap``).
+
+Megatron-Core's ``--tp-comm-overlap`` hands the sequence-parallel all-gathers and
+reduce-scatters of a layer's four linears to Transformer Engine's userbuffers, which split
+them into chunks pipelined with chunks of the GEMM. Which GEMM overlaps which collective,
+and how, is TE's default table (``transformer_engine/pytorch/module/base.py``,
+``initialize_ub``: ``methods`` and ``num_splits``):
+
+* ``ring_exchange`` — ``qkv_fprop``, ``fc1_fprop`` (the all-gather before QKV / FC1) and
+  ``proj_dgrad``, ``fc2_dgrad`` (the all-gather of the output gradient before the
+  projection's / FC2's input-gradient GEMM): in ``t`` = tp steps each rank passes one
+  ``s/t`` shard to its ring neighbour while the GEMM runs on the shard it already holds;
+  the first GEMM chunk needs no communication.
+* ``pipeline`` — ``proj_fprop``, ``fc2_fprop`` (the reduce-scatter after the projection /
+  FC2): the GEMM in ``num_splits`` (default 4) chunks along the tokens, each chunk's
+  output reduce-scattered while the next chunk computes; the last one is exposed.
+* ``bulk`` — ``qkv_dgrad`` / ``fc1_dgrad``: the reduce-scatter of the input gradient runs
+  alongside the weight-gradient GEMM (``*_wgrad``), unchunked.
+
+Here those become items for :mod:`.segments` (``("o", kind, bytes, name, seconds, flops,
+method, chunks)``: the collective, then the GEMM work it pipelines with) and segments the
+compiler emits as separate ops — GEMM chunks on the compute lane, communication chunks on
+the ``tp`` lane (:mod:`clustersim.schedules.tp_overlap`) — so the engine produces the
+overlap. Other TP points (the embedding's and output layer's, MLA's and MoE's inner
+collectives, a backward split into B and W) are not in TE's table and stay plain
+collectives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ScenarioError
+
+RING, PIPELINE, BULK = "ring_exchange", "pipeline", "bulk"
+#: column-parallel linears: all-gather before (fprop, ring), reduce-scatter of dgrad after (bulk)
+AG_GEMMS = ("qkv", "mlp_up")
+#: row-parallel linears: reduce-scatter after (fprop, pipeline), all-gather before dgrad (ring)
+RS_GEMMS = ("attn_out", "mlp_down")
+
+
+@dataclass(frozen=True)
+class TPOverlap:
+    """The resolved options: the TP size (ring-exchange chunks) and the pipeline method's splits."""
+
+    tp: int
+    splits: int
+
+    def chunks(self, method: str) -> int:
+        """Chunks of the GEMM for ``method`` (bulk: one)."""
+        return {RING: self.tp, PIPELINE: self.splits, BULK: 1}[method]
+
+
+def overlap_of(parallel) -> TPOverlap | None:
+    """The scenario's TP overlap (None when ``tp_comm_overlap`` is off)."""
+    if not parallel.tp_comm_overlap:
+        return None
+    return TPOverlap(parallel.tp, parallel.tp_comm_overlap_num_splits)
+
+
+def check_tp_overlap(spec) -> None:
+    """Refuse ``tp_comm_overlap`` where Megatron does or where nothing could overlap: it
+    needs sequence parallelism (megatron/training/arguments.py: "Tensor parallel
+    communication/GEMM overlap can happen only when sequence parallelism is enabled"),
+    hence tp > 1, a transformer, and per-layer segments."""
+    par = spec.parallel
+    if not par.tp_comm_overlap:
+        return
+    if par.tp < 2 or not par.sequence_parallel:
+        raise ScenarioError(
+            "parallel.tp_comm_overlap",
+            True,
+            f"it overlaps sequence-parallel collectives (tp={par.tp}, sequence_parallel="
+            f"{par.sequence_parallel}); accepted with tp ≥ 2 and sequence_parallel: true",
+        )
+    if spec.simulation.granularity != "layer":
+        raise ScenarioError(
+            "parallel.tp_comm_overlap",
+            True,
+            "its chunks need per-layer segments; accepted with simulation.granularity: layer",
+        )
+
+
+def merge_forward(tagged: list[tuple], ov: TPOverlap) -> list[tuple]:
+    """Forward items with each all-gather + column-parallel GEMM (ring exchange) and each
+    row-parallel GEMM + reduce-scatter (pipeline) merged. ``tagged``: (item, op name)."""
+    out: list[tuple] = []
+    i = 0
+    while i < len(tagged):
+        item, name = tagged[i]
+        nxt = tagged[i + 1] if i + 1 < len(tagged) else (None, "")
+        if item[0] == "x" and item[1] == "all_gather" and nxt[1] in AG_GEMMS:
+            out.append(_merged(item, nxt[0], RING, ov))
+            i += 2
+        elif item[0] == "c" and name in RS_GEMMS and nxt[0] and nxt[0][:2] == ("x", "reduce_scatter"):
+            out.append(_merged(nxt[0], item, PIPELINE, ov))
+            i += 2
+        else:
+            out.append(item)
+            i += 1
+    return out
+
+
+def merge_backward(tagged: list[tuple], ov: TPOverlap) -> list[tuple]:
+    """Backward items (last op first) with the output-gradient all-gather + a row-parallel
+    GEMM's dgrad merged (ring exchange) and a column-parallel GEMM's wgrad + the input-
+    gradient reduce-scatter after it merged (bulk). ``tagged``: (item, op name, part),
+    part ``"dgrad"`` or ``"wgrad"`` for the GEMMs' separate items."""
+    out: list[tuple] = []
+    i = 0
+    while i < len(tagged):
+        item, name, part = tagged[i]
+        nxt = tagged[i + 1] if i + 1 < len(tagged) else (None, "", "")
+        if item[0] == "x" and item[1] == "all_gather" and nxt[1] in RS_GEMMS and nxt[2] == "dgrad":
+            out.append(_merged(item, nxt[0], RING, ov))
+            i += 2
+        elif part == "wgrad" and name in AG_GEMMS and nxt[0] and nxt[0][:2] == ("x", "reduce_scatter"):
+            out.append(_merged(nxt[0], item, BULK, ov))
+            i += 2
+        else:
+            out.append(item)
+            i += 1
+    return out
+
+
+def _merged(comm: tuple, gemm: tuple, method: str, ov: TPOverlap) -> tuple:
+    _, kind, nbytes, name = comm
+    return ("o", kind, nbytes, name, gemm[1], gemm[2], method, ov.chunks(method))

@@ -1,0 +1,144 @@
+"""parallel.tp_comm_overlap: TP collectives pipelined with their GEMMs (Transformer Engine
+userbuffers), against the chunk pipeline's closed forms on a small transformer (analytical
+collectives on a direct network, one micro-batch, float precision)."""
+
+import pytest
+
+import clustersim as cs
+from clustersim.errors import ScenarioError
+from clustersim.workload.stage_cost import chunk_costs
+from clustersim.workload.tp_overlap import BULK, PIPELINE, RING
+
+TP, ALPHA = 4, 1e-6
+
+
+def raw(overlap: bool, *, bandwidth: float, tp: int = TP, sp: bool = True, splits: int | None = None) -> dict:
+    # b·s·h·2 bytes = 1·768·4096·2, divisible by tp − 1 = 3 and by 4 splits: no rounding of chunk bytes
+    parallel = {"tp": tp, "pp": 1, "dp": 1, "sequence_parallel": sp, "tp_comm_overlap": overlap}
+    if splits:
+        parallel["tp_comm_overlap_num_splits"] = splits
+    return {
+        "cluster": {
+            "nodes": 1,
+            "gpus_per_node": tp,
+            "gpu": "A100-SXM4-80GB",
+            "intra_node": {"bandwidth": bandwidth, "latency": 0.0},
+            "collective_alpha": {"intra_node": ALPHA, "inter_node": ALPHA},
+        },
+        "model": {
+            "kind": "transformer",
+            "layers": 2,
+            "hidden": 4096,
+            "heads": 32,
+            "vocab": 1024,
+            "seq_len": 768,
+        },
+        "training": {"global_batch": 1, "micro_batch": 1},
+        "parallel": parallel,
+        "simulation": {
+            "network": "direct",
+            "collective_model": "analytical",
+            "collectives": {"all_gather": "ring", "reduce_scatter": "ring"},
+        },
+    }
+
+
+def ring_time(nbytes: float, bw: float, n: int = TP) -> float:
+    """A ring all-gather or reduce-scatter of ``nbytes`` over n ranks of one node."""
+    return (n - 1) * (ALPHA + nbytes / (n * bw))
+
+
+def hidden(seg, bw: float, n: int = TP) -> float:
+    """What overlapping ``seg`` saves against its plain collective followed by its GEMM:
+    plain = chunks·g + ring(S); overlapped as the chunk pipeline's closed form
+    (clustersim.schedules.tp_overlap)."""
+    k, S = seg.chunks, seg.nbytes
+    g, plain = seg.duration / k, seg.duration + ring_time(S, bw, n)
+    if seg.method == RING:  # n − 1 ring steps of S/n each (a direct all-gather of S/(n−1))
+        c = ALPHA + (n - 1) * (S // (n - 1)) / (n * bw)
+        return plain - (g + (n - 1) * max(g, c))
+    if seg.method == PIPELINE:  # k reduce-scatters of S/k after each GEMM chunk
+        c = ring_time(S // k, bw, n)
+        return plain - (g + (k - 1) * max(g, c) + c)
+    return plain - max(seg.duration, ring_time(S, bw, n))  # bulk
+
+
+def end(res) -> float:
+    return float(res.spans["end_s"].max())
+
+
+def overlap_segments(scenario) -> list:
+    cost = chunk_costs(cs.load_scenario(scenario), 1)[0]
+    return [s for ph in ("F", "B") for s in cost.segments(ph) if s.kind == "overlap"]
+
+
+@pytest.mark.parametrize("bandwidth", [2e11, 2e9])
+def test_iteration_is_the_plain_one_less_what_each_chunk_pipeline_hides(bandwidth):
+    segs = overlap_segments(raw(True, bandwidth=bandwidth))
+    on, off = (end(cs.simulate(raw(ov, bandwidth=bandwidth), progress=False)) for ov in (True, False))
+    saved = sum(hidden(s, bandwidth) for s in segs)
+    assert saved > 0
+    assert on == pytest.approx(off - saved, rel=1e-12, abs=1e-15)
+
+
+def test_the_two_bandwidths_cover_both_regimes():
+    """At 200 GB/s a ring step is shorter than its GEMM chunk (the GEMM hides it), at 2 GB/s
+    longer (the GEMM is hidden): the closed-form test above takes both branches of max."""
+    ring = [s for s in overlap_segments(raw(True, bandwidth=2e11)) if s.method == RING][0]
+    for bw, faster in ((2e11, True), (2e9, False)):
+        c = ALPHA + (TP - 1) * (ring.nbytes // (TP - 1)) / (TP * bw)
+        assert (c < ring.duration / TP) is faster
+
+
+def test_each_ring_step_hides_min_comm_gemm():
+    """Per chunk, from the spans: the all-gather before QKV runs as tp − 1 ring steps, GEMM
+    chunk k starting when chunk k−1 and step k have ended."""
+    res = cs.simulate(raw(True, bandwidth=2e9), progress=False)
+    s = res.spans[(res.spans.device == "gpu0") & (res.spans.phase == "F")].sort_values("start_s")
+    steps = s[s.name.str.startswith("tp all-gather ")].iloc[: TP - 1]
+    c = (steps.end_s - steps.start_s).to_numpy()
+    gemm = s[(s.lane == "compute") & (s.start_s >= steps.start_s.iloc[0] - 1e-15)].iloc[:TP]
+    g = (gemm.end_s - gemm.start_s).to_numpy()
+    t0 = steps.start_s.iloc[0]
+    expected = g[0] + sum(max(gk, ck) for gk, ck in zip(g[1:], c))
+    assert gemm.end_s.iloc[-1] - t0 == pytest.approx(expected, rel=1e-12)
+    assert c[0] > g[1]  # communication-bound here: each step exposes c − g
+
+
+def test_te_default_methods_per_gemm():
+    """TE's initialize_ub table: ring exchange before QKV/FC1 (fprop) and before the
+    projection/FC2 dgrad, pipeline after the projection/FC2 (fprop, 4 splits), bulk for the
+    QKV/FC1 dgrad reduce-scatter; per layer, forward and backward."""
+    cost = chunk_costs(cs.load_scenario(raw(True, bandwidth=2e11, splits=3)), 1)[0]
+    per_layer = {
+        ph: [(s.method, s.collective, s.chunks) for s in cost.segments(ph) if s.kind == "overlap"]
+        for ph in ("F", "B")
+    }
+    assert per_layer["F"] == [(RING, "all_gather", TP), (PIPELINE, "reduce_scatter", 3)] * 4
+    assert per_layer["B"] == [(RING, "all_gather", TP), (BULK, "reduce_scatter", 1)] * 4
+
+
+def test_off_by_default_and_gemm_work_is_kept():
+    """Off: no overlap segment; on: the same compute seconds and FLOPs per pass."""
+    a = chunk_costs(cs.load_scenario(raw(False, bandwidth=2e11)), 1)[0]
+    b = chunk_costs(cs.load_scenario(raw(True, bandwidth=2e11)), 1)[0]
+    assert not [s for s in a.segments("F") if s.kind == "overlap"]
+    assert b.forward == pytest.approx(a.forward, rel=1e-12)
+    assert b.backward == pytest.approx(a.backward, rel=1e-12)
+    assert b.forward_flops == pytest.approx(a.forward_flops, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"sp": False}, {"tp": 1, "sp": True}],
+)
+def test_refused_without_sequence_parallelism(change):
+    with pytest.raises(ScenarioError, match="parallel.tp_comm_overlap.*sequence_parallel"):
+        cs.load_scenario(raw(True, bandwidth=2e11, **change))
+
+
+def test_refused_at_stage_granularity():
+    sc = raw(True, bandwidth=2e11)
+    sc["simulation"]["granularity"] = "stage"
+    with pytest.raises(ScenarioError, match="granularity"):
+        cs.load_scenario(sc)
