@@ -142,3 +142,20 @@ def test_refused_at_stage_granularity():
     sc["simulation"]["granularity"] = "stage"
     with pytest.raises(ScenarioError, match="granularity"):
         cs.load_scenario(sc)
+
+
+def test_gemm_chunks_slow_while_ring_steps_share_the_gpu():
+    """With cluster.comm_compute_slowdown k and the ring steps all ending inside GEMM chunk 0
+    ((n−1)·c < g): chunk 0 runs at 1/k speed for (n−1)·c, then at full speed, so the group
+    takes n·g + (n−1)·c·(1 − 1/k) — the engine's interference, not a formula in the compiler."""
+    k, bw = 1.5, 1e12
+    sc = raw(True, bandwidth=bw)
+    sc["cluster"]["comm_compute_slowdown"] = k
+    ring = [s for s in overlap_segments(sc) if s.method == RING][0]
+    g, c = ring.duration / TP, ALPHA + (TP - 1) * (ring.nbytes // (TP - 1)) / (TP * bw)
+    assert (TP - 1) * c < g
+    res = cs.simulate(sc, progress=False)
+    s = res.spans[(res.spans.device == "gpu0") & (res.spans.phase == "F")].sort_values("start_s")
+    t0 = s[s.name == "tp all-gather 1/3"].start_s.iloc[0]
+    gemm = s[(s.lane == "compute") & (s.start_s >= t0 - 1e-15)].iloc[:TP]
+    assert gemm.end_s.iloc[-1] - t0 == pytest.approx(TP * g + (TP - 1) * c * (1 - 1 / k), rel=1e-12)

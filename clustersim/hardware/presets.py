@@ -17,8 +17,8 @@ ONE rule per link technology, never fitted to the busbw a test compares against:
   control leave ~80 % — the usual rule of thumb; no busbw row was fitted).
 
 ``collective_alpha`` holds the per-step latency of collectives (NCCL ``tuning.cc``
-hwLat, Ring/Simple); ``comm_compute_slowdown`` the compute slowdown while a collective
-runs on the GPU (1.0 = off; a what-if knob, no measured default). The measured busbw
+hwLat, Ring/Simple). Presets leave ``comm_compute_slowdown`` unset: 1.0 (off) unless a
+framework profile that overlaps fills the GPU's default (:mod:`.interference`). The measured busbw
 rows each preset is checked against are listed in :data:`PRESET_SOURCES` and the
 calibration table in ``docs/collectives.md``.
 """
@@ -58,7 +58,6 @@ def _dgx(gpu: str, nvlink_links: int, nvlink_eff: float, nic_gbit: float) -> dic
         "pcie": None,
         "topology": {"kind": "fat_tree"},
         "collective_alpha": dict(_ALPHA_NVLINK),
-        "comm_compute_slowdown": 1.0,
     }
 
 
@@ -80,7 +79,6 @@ CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
         "pcie": None,
         "topology": {"kind": "fat_tree"},
         "collective_alpha": dict(_ALPHA_PCIE),
-        "comm_compute_slowdown": 1.0,
     },
 }
 

@@ -107,7 +107,8 @@ class ClusterSpec(_Spec):
     topology: dict[str, Any] = Field(default_factory=lambda: {"kind": "auto"})
     #: per-step software latency of collectives ({intra_node, inter_node}); None = NCCL-derived defaults
     collective_alpha: dict[Literal["intra_node", "inter_node"], Time] | None = None
-    #: compute slowdown while a collective runs on the same GPU (1.0 = no interference)
+    #: compute slowdown while a collective runs on the same GPU (1.0 = no interference); unset,
+    #: a profile that overlaps fills the GPU's default (clustersim.hardware.interference)
     comm_compute_slowdown: Annotated[float, Range(1, 100)] = 1.0
     #: GPUs whose compute runs ``slowdown`` times longer (thermal throttling, a bad node, …)
     stragglers: list[StragglerSpec] = Field(default_factory=list)

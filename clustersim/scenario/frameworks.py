@@ -7,7 +7,11 @@ A profile fills what the scenario does not state — ``parallel.data_parallel`` 
 
 * ``megatron_core``: the distributed optimizer with ``overlap_grad_reduce`` and
   ``overlap_param_gather`` (the flags Megatron-Core's performance recipes turn on),
-  Megatron-Core's bucket (max(40M, 1M·dp) fp32 gradients), flash attention;
+  Megatron-Core's bucket (max(40M, 1M·dp) fp32 gradients), flash attention, and
+  ``parallel.tp_comm_overlap`` where sequence parallelism runs (tp > 1, per-layer
+  granularity): NeMo's Megatron-Core H100 performance recipes set ``tp_comm_overlap=True``
+  (``MegatronCommOverlapCallback`` with the ``userbuffers_*_h100_*`` configs, e.g.
+  nemo/collections/llm/recipes/llama3_70b.py);
 * ``deepspeed``: buckets of 5e8 elements (``reduce_bucket_size`` /
   ``allgather_bucket_size``), ``overlap_comm`` on for ZeRO-3 only (DeepSpeed's dynamic
   default), gradients reduced in bf16 (the model dtype; ``communication_data_type``
@@ -16,12 +20,17 @@ A profile fills what the scenario does not state — ``parallel.data_parallel`` 
   1, fp32 gradient reduction (the ``MixedPrecisionPolicy`` reduce dtype torchtitan sets);
   with ``zero: 0`` stated it is PyTorch DDP: overlapped buckets of 25 MiB, the first 1 MiB;
   flash attention.
+
+Where the filled-in scenario overlaps something (a data-parallel overlap flag, FSDP units,
+``tp_comm_overlap``), a profile other than ``megatron_2021`` also fills
+``cluster.comm_compute_slowdown`` with the GPU's default (:mod:`clustersim.hardware.interference`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..hardware.interference import default_slowdown
 from .model_spec import _model_kind
 
 FRAMEWORKS = ("megatron_2021", "megatron_core", "deepspeed", "fsdp2")
@@ -62,9 +71,34 @@ def apply_framework(raw: dict[str, Any]) -> dict[str, Any]:
     stated = parallel.get("data_parallel") or {}
     if isinstance(stated, dict) and isinstance(zero, int):
         parallel["data_parallel"] = {**_data_parallel(framework, zero), **stated}
+    if framework == "megatron_core" and _sequence_parallel(raw):
+        parallel.setdefault("tp_comm_overlap", True)
     out["parallel"] = parallel
+    cluster = out.get("cluster")
+    if isinstance(cluster, dict) and "comm_compute_slowdown" not in cluster and _overlaps(parallel):
+        slowdown = default_slowdown(cluster.get("gpu", "A100-SXM4-80GB"))
+        if slowdown is not None:
+            out["cluster"] = {**cluster, "comm_compute_slowdown": slowdown}
     model = out.get("model")
     flash = framework in ("megatron_core", "fsdp2")
     if flash and isinstance(model, dict) and _model_kind(model) == "literal['transformer']":
         out["model"] = {"attention": "flash", **model}
     return out
+
+
+def _sequence_parallel(raw: dict[str, Any]) -> bool:
+    """Whether ``raw`` runs sequence parallelism at per-layer granularity (what TP overlap needs)."""
+    parallel, sim = raw.get("parallel") or {}, raw.get("simulation") or {}
+    tp = parallel.get("tp", 1)
+    sp = parallel.get("sequence_parallel") is True and isinstance(tp, int) and tp > 1
+    return sp and isinstance(sim, dict) and sim.get("granularity", "layer") == "layer"
+
+
+def _overlaps(parallel: dict[str, Any]) -> bool:
+    """Whether the filled-in ``parallel`` section runs communication beside compute."""
+    dp = parallel.get("data_parallel")
+    dp = dp if isinstance(dp, dict) else {}
+    fsdp = parallel.get("zero") == 3 and "data_parallel" in parallel
+    return bool(dp.get("overlap_grad_reduce") or dp.get("overlap_param_gather") or fsdp) or (
+        parallel.get("tp_comm_overlap") is True
+    )
