@@ -159,3 +159,12 @@ def test_gemm_chunks_slow_while_ring_steps_share_the_gpu():
     t0 = s[s.name == "tp all-gather 1/3"].start_s.iloc[0]
     gemm = s[(s.lane == "compute") & (s.start_s >= t0 - 1e-15)].iloc[:TP]
     assert gemm.end_s.iloc[-1] - t0 == pytest.approx(TP * g + (TP - 1) * c * (1 - 1 / k), rel=1e-12)
+
+
+def test_dag_evaluator_and_simpy_engine_agree_on_the_chunk_ops():
+    sc = raw(True, bandwidth=2e9)
+    spans = {}
+    for evaluator in ("dag", "des"):
+        sc["simulation"]["evaluator"] = evaluator
+        spans[evaluator] = cs.simulate(sc, progress=False).spans
+    assert spans["dag"][["start_s", "end_s"]].equals(spans["des"][["start_s", "end_s"]])

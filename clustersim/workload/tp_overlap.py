@@ -21,9 +21,9 @@ Here those become items for :mod:`.segments` (``("o", kind, bytes, name, seconds
 method, chunks)``: the collective, then the GEMM work it pipelines with) and segments the
 compiler emits as separate ops — GEMM chunks on the compute lane, communication chunks on
 the ``tp`` lane (:mod:`clustersim.schedules.tp_overlap`) — so the engine produces the
-overlap. Other TP points (the embedding's and output layer's, MLA's and MoE's inner
-collectives, a backward split into B and W) are not in TE's table and stay plain
-collectives.
+overlap. Pairs are found by the GEMM's name next to the collective; other TP points (the
+embedding's and output layer's, those next to MLA's down-projections or the MoE MLP, a
+backward split into B and W) stay plain collectives.
 """
 
 from __future__ import annotations
