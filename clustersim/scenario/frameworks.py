@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..hardware.interference import default_slowdown
+from .cluster_spec import ClusterSpec
 from .model_spec import _model_kind
 
 FRAMEWORKS = ("megatron_2021", "megatron_core", "deepspeed", "fsdp2")
@@ -76,7 +77,7 @@ def apply_framework(raw: dict[str, Any]) -> dict[str, Any]:
     out["parallel"] = parallel
     cluster = out.get("cluster")
     if isinstance(cluster, dict) and "comm_compute_slowdown" not in cluster and _overlaps(parallel):
-        slowdown = default_slowdown(cluster.get("gpu", "A100-SXM4-80GB"))
+        slowdown = default_slowdown(cluster.get("gpu", ClusterSpec.model_fields["gpu"].default))
         if slowdown is not None:
             out["cluster"] = {**cluster, "comm_compute_slowdown": slowdown}
     model = out.get("model")
