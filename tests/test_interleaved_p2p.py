@@ -37,7 +37,9 @@ def megatron_order(stage: int, p: int, m: int, v: int) -> list[tuple[str, int, i
     return order
 
 
-@pytest.mark.parametrize("p,v,m", [(2, 2, 4), (4, 2, 8), (4, 3, 8), (4, 4, 4), (3, 2, 6), (8, 2, 16), (2, 5, 2)])
+@pytest.mark.parametrize(
+    "p,v,m", [(2, 2, 4), (4, 2, 8), (4, 3, 8), (4, 4, 4), (3, 2, 6), (8, 2, 16), (2, 5, 2)]
+)
 def test_order_is_megatrons(p, v, m):
     schedule = SCHEDULES["interleaved"]
     for s in range(p):
