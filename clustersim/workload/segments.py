@@ -7,6 +7,10 @@ becomes a collective Segment the compiler places on the ``tp`` lane over the sta
 group. With ``granularity="stage"`` a pass is one collective per kind carrying the summed bytes
 between the two halves of its compute — far fewer simulated events for huge validation
 runs, at the price of the per-collective latency terms (negligible for these sizes).
+
+With ``parallel.tp_comm_overlap`` a collective and the GEMM it pipelines with become one
+``("o", kind, nbytes, name, seconds, flops, method, chunks)`` item and an ``overlap``
+Segment, which the compiler emits in chunks (:mod:`.tp_overlap`; per-layer only).
 """
 
 from __future__ import annotations
@@ -68,6 +72,8 @@ def backward_items(
 def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment, ...]:
     """Segments of a pass from its items (see module doc)."""
     if granularity == "stage":
+        if any(i[0] == "o" for i in items):  # the scenario rules refuse this; a caller may not
+            raise ValueError("overlapped TP items need granularity 'layer'")
         t = sum(i[1] for i in items if i[0] == "c")
         f = sum(i[2] for i in items if i[0] == "c")
         sums: dict[str, int] = {}
