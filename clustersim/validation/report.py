@@ -2,11 +2,13 @@
 
 The report is what ``docs/validation.md`` holds: Megatron Table 1 (TFLOP/s per GPU,
 error per row, MAE and max), Korthikanti Table 4 (one layer's forward/backward), the
-memory check against Korthikanti Figures 1/7, and the kernel-level tables per GPU.
+memory check against Korthikanti Figures 1/7, the kernel-level tables per GPU and the
+collective-level (nccl-tests bus bandwidth) tables per cluster preset.
 """
 
 from __future__ import annotations
 
+from .collectives import collective_tables
 from .data import read_table
 from .kernels import kernel_tables
 from .korthikanti import layer_times, memory_check
@@ -81,6 +83,8 @@ def run_validation(rows: list[int] | None = None, progress=None) -> tuple[str, l
             memory_table(),
             "## Kernel-level measurements per GPU (calibration and checks)",
             kernel_tables(),
+            "## Collective-level measurements per cluster preset (nccl-tests bus bandwidth)",
+            collective_tables(),
         ]
     )
     return md, results
