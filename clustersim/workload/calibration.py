@@ -90,7 +90,13 @@ def _int(text: str) -> int:
 @cache
 def measurements() -> tuple[Measurement, ...]:
     """All rows of ``gpu_kernel_measurements.csv`` (read once)."""
-    with MEASUREMENTS_CSV.open() as fh:
+    return read_measurements(MEASUREMENTS_CSV)
+
+
+def read_measurements(path: str | Path) -> tuple[Measurement, ...]:
+    """The rows of a CSV in ``gpu_kernel_measurements.csv``'s columns: the committed table,
+    or the ``kernels.csv`` that ``benchmarks/gpu_profile.py`` writes on a real GPU."""
+    with Path(path).open() as fh:
         return tuple(
             Measurement(
                 gpu=r["gpu"],
