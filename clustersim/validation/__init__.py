@@ -1,5 +1,6 @@
 """Validation against published measurements: Megatron-LM 2021 Table 1 (end-to-end
 TFLOP/s), Korthikanti et al. 2022 Table 4 (one layer's times) and Figures 1/7 (memory).
+Kernel- and collective-level tables (:mod:`.kernels`, :mod:`.collectives`) complete the report;
 ``clustersim validate`` runs them and writes ``docs/validation.md``."""
 
 from .korthikanti import layer_times, memory_check
