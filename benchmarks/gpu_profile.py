@@ -3,7 +3,8 @@
     python benchmarks/gpu_profile.py --out profile/                 # default configurations
     python benchmarks/gpu_profile.py --config gpt-22b:4:8 --attention standard --out profile/
 
-Needs PyTorch with a CUDA (or ROCm) GPU; without one it says so and exits with status 2.
+Needs PyTorch ≥ 2.3 (``torch.nn.attention.sdpa_kernel``) with a CUDA (or ROCm) GPU; without
+one it says so and exits with status 2.
 For each configuration ``preset:micro_batch:tp`` the layer's ops come from
 :func:`clustersim.workload.transformer_ops.layer_ops` — the ops the cost model prices — and
 
@@ -286,9 +287,11 @@ class TorchTimer:
             if backward:
                 return self._seconds(lambda: torch.ops.aten._softmax_backward_data(g, y, -1, x.dtype))
             return self._seconds(lambda: torch.softmax(x, -1))
-        mask = torch.rand(shape, device="cuda") > ATTENTION_DROPOUT
-        if backward:  # the gradient through the kept elements, rescaled
-            return self._seconds(lambda: g * mask * (1 / (1 - ATTENTION_DROPOUT)))
+        if backward:  # the gradient through the kept elements, rescaled: one multiply
+            keep = (torch.rand(shape, device="cuda") > ATTENTION_DROPOUT).to(x.dtype) / (
+                1 - ATTENTION_DROPOUT
+            )
+            return self._seconds(lambda: torch.mul(g, keep, out=x))
         return self._seconds(lambda: torch.nn.functional.dropout(x, ATTENTION_DROPOUT, training=True))
 
     def stream(self, kind: str, elements: int) -> float:
