@@ -7,14 +7,18 @@
   (:func:`flush_free_iteration`, :func:`training_window`);
 * busy time of a lane in a window: total length of its spans clipped to the window
   (spans on one lane never overlap);
-* bubble fraction of a device: 1 − compute-lane busy time / iteration time, in the
-  reported iteration; of a stage: the mean over its devices; reported as mean and max
-  over stages;
 * exposed communication fraction: time inside the iteration when a device's compute
   lane is idle while one of its communication lanes is busy, / iteration time, averaged
-  over devices.
+  over devices; split by what the communication is for (:data:`COMM_OF_LANE`): tensor,
+  context, expert, pipeline or data parallelism, each instant counted once, for the
+  first of them (in that order) whose lane is busy;
+* bubble fraction of a device: the time its compute lane is idle with no communication
+  lane busy either — it waits for work from another GPU (a pipeline neighbour, a slower
+  peer) — / iteration time, in the reported iteration: 1 − compute − exposed
+  communication; of a stage: the mean over its devices; reported as mean and max over
+  stages.
 
-Both come from one per-GPU :func:`device_breakdown` of the iteration.
+All come from one per-GPU :func:`device_breakdown` of the iteration.
 """
 
 from __future__ import annotations
@@ -92,6 +96,21 @@ def busy_time(starts: np.ndarray, ends: np.ndarray, t0: float, t1: float) -> flo
 #: where a GPU's time inside the iteration goes (fractions summing to 1)
 PARTS = ("compute", "exposed_comm", "bubble", "idle")
 
+#: the parallelism a communication lane serves; exposed time is attributed in this order
+#: (the first kind busy at an instant takes it), other lanes count in exposed_comm only
+COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
+COMM_OF_LANE = {
+    "tp": "tp",
+    "cp": "cp",
+    "ep": "ep",
+    "send": "pp",
+    "recv": "pp",
+    "comm": "dp",
+    "gather": "dp",
+    "push": "dp",
+    "pull": "dp",
+}
+
 
 def _groups(df: pd.DataFrame, keys: list[str]):
     """``(key, row positions)`` of each group of ``df`` by ``keys``, in order of first
@@ -102,17 +121,21 @@ def _groups(df: pd.DataFrame, keys: list[str]):
 def device_breakdown(spans: pd.DataFrame, window: tuple[float, float] | None = None) -> pd.DataFrame:
     """One row per GPU, the fractions of :data:`PARTS` inside ``window`` (default: the
     reported iteration): ``compute`` — compute-lane busy; ``exposed_comm`` — a
-    communication lane busy while compute is idle; ``bubble`` — neither, before the GPU's
-    last span ends; ``idle`` — after it. ``1 − compute`` is the GPU's bubble fraction."""
+    communication lane busy while compute is idle, and its split ``exposed_<kind>`` over
+    :data:`COMM_KINDS`; ``bubble`` — neither, before the GPU's last span ends; ``idle`` —
+    after it. ``bubble + idle`` is the GPU's bubble fraction."""
     t0, t1 = window if window is not None else iteration_window(spans)
     length = t1 - t0
     g = gpu_spans(spans)
     starts, ends = g["start_s"].to_numpy(), g["end_s"].to_numpy()
-    on_compute = (g["lane"] == "compute").to_numpy()
+    lanes = g["lane"].astype(str)
+    on_compute = (lanes == "compute").to_numpy()
+    kind_of = {k: (lanes.map(COMM_OF_LANE) == k).to_numpy() for k in COMM_KINDS}
+    columns = ["device", *PARTS, *(f"exposed_{k}" for k in COMM_KINDS)]
     rows = []
     for dev, at in _groups(g, ["device"]):
         if length <= 0:  # an empty iteration has no idle time
-            rows.append((dev, 1.0, 0.0, 0.0, 0.0))
+            rows.append((dev, 1.0, 0.0, 0.0, 0.0, *(0.0 for _ in COMM_KINDS)))
             continue
         s, e, comp = starts[at], ends[at], on_compute[at]
         # busy sums may exceed the window by float rounding (a GPU busy all the time)
@@ -120,8 +143,15 @@ def device_breakdown(spans: pd.DataFrame, window: tuple[float, float] | None = N
         union = min(max(busy_time(s, e, t0, t1), compute), length)
         idle = t1 - min(max(float(e.max()), t0), t1)
         bubble = max(length - union - idle, 0.0)
-        rows.append((dev, compute / length, (union - compute) / length, bubble / length, idle / length))
-    return pd.DataFrame(rows, columns=["device", *PARTS])
+        exposed, covered, upto = [], comp.copy(), compute
+        for k in COMM_KINDS:  # what kind k adds to the time already covered
+            covered |= kind_of[k][at]
+            reach = min(max(busy_time(s[covered], e[covered], t0, t1), upto), union)
+            exposed.append((reach - upto) / length)
+            upto = reach
+        row = (compute / length, (union - compute) / length, bubble / length, idle / length)
+        rows.append((dev, *row, *exposed))
+    return pd.DataFrame(rows, columns=columns)
 
 
 def lane_utilization(spans: pd.DataFrame, window: tuple[float, float]) -> pd.DataFrame:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st  # noqa: E402
 from matplotlib.colors import to_rgb  # noqa: E402
 
 import clustersim as cs  # noqa: E402
-from clustersim.metrics import device_breakdown  # noqa: E402
+from clustersim.metrics import COMM_KINDS, device_breakdown  # noqa: E402
 from clustersim.record import SPAN_FIELDS  # noqa: E402
 from clustersim.viz.binning import bin_busy  # noqa: E402
 from clustersim.viz.colors import activity, collective_key, color_of  # noqa: E402
@@ -168,7 +168,9 @@ def test_breakdown_sums_and_matches_bubble(result):
     np.testing.assert_allclose(table.sum(axis=1), 1.0, atol=1e-9)
     per_dev = device_breakdown(result.spans).set_index("device")
     dev = result.devices.set_index("device")
-    waiting = per_dev["exposed_comm"] + per_dev["bubble"] + per_dev["idle"]
+    waiting = per_dev["bubble"] + per_dev["idle"]  # compute and communication both idle
     np.testing.assert_allclose(waiting.reindex(dev.index), dev["bubble_fraction"], atol=1e-9)
+    kinds = per_dev[[f"exposed_{k}" for k in COMM_KINDS]].sum(axis=1)
+    np.testing.assert_allclose(kinds, per_dev["exposed_comm"], atol=1e-12)
     fig = result.plot_breakdown()
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == [f"stage {s}" for s in range(4)]

@@ -47,21 +47,23 @@ def top_table(ranked: pd.DataFrame, unit: str, n: int) -> str:
 def why(best: dict[str, Any], other: dict[str, Any], unit: str) -> str:
     """One paragraph: how much better ``best`` is than ``other`` and where it comes from.
 
-    Per GPU, an iteration is compute-lane busy time plus idle time (the bubble fraction,
-    docs/metrics.md); part of the idle time is exposed communication (a communication
-    lane busy while compute waits). Seconds are fraction × iteration time."""
+    Per GPU, an iteration is compute-lane busy time, exposed communication (a
+    communication lane busy while compute waits) and the bubble (compute and
+    communication both idle, waiting for another GPU; docs/metrics.md). Seconds are
+    fraction × iteration time."""
     gain = best["throughput"] / other["throughput"] - 1 if other["throughput"] else float("inf")
     tb, to = best["iteration_time_s"], other["iteration_time_s"]
 
     def split(row, t):
-        return t * (1 - row["bubble_fraction"]), t * row["bubble_fraction"], t * row["exposed_comm_fraction"]
+        bubble, exposed = row["bubble_fraction"], row["exposed_comm_fraction"]
+        return t * (1 - bubble - exposed), t * bubble, t * exposed
 
     (cb, ib, eb), (co, io, eo) = split(best, tb), split(other, to)
     return (
         f"#{int(best['rank'])} {best['plan']} beats #{int(other['rank'])} {other['plan']} by "
         f"{100 * gain:.1f}% {unit}/s: per iteration {tb:.4g} s vs {to:.4g} s = compute {cb:.4g} s vs "
-        f"{co:.4g} s + idle (bubble) {ib:.3g} s vs {io:.3g} s ({_pct(best['bubble_fraction'])} vs "
-        f"{_pct(other['bubble_fraction'])}), of which exposed communication {eb:.3g} s vs {eo:.3g} s. "
+        f"{co:.4g} s + exposed communication {eb:.3g} s vs {eo:.3g} s + bubble {ib:.3g} s vs "
+        f"{io:.3g} s ({_pct(best['bubble_fraction'])} vs {_pct(other['bubble_fraction'])}). "
         f"Memory headroom {best['memory_headroom_gib']:.1f} GiB vs {other['memory_headroom_gib']:.1f} GiB."
     )
 

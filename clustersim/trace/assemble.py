@@ -14,6 +14,7 @@ import pandas as pd
 
 from .. import metrics
 from ..hardware.node_groups import describe, device_gpus
+from ..metrics import COMM_KINDS
 from ..parallel.fold import representative
 from ..record import Recorder
 from ..resolve import Job
@@ -50,6 +51,10 @@ def assemble_result(job: Job, mode, engine, rec: Recorder, wall_s: float) -> Res
         "bubble_fraction": float(stage_bubble.mean()),
         "bubble_fraction_max": float(stage_bubble.max()),
         "exposed_comm_fraction": float(parts["exposed_comm"].mean()) if len(parts) else 0.0,
+        **{
+            f"exposed_{k}_fraction": float(parts[f"exposed_{k}"].mean()) if len(parts) else 0.0
+            for k in COMM_KINDS
+        },
         "peak_memory_gib": float(devices["peak_memory_bytes"].max()) / GIB,
         "oom": bool(devices["oom"].any()),
         **({"oom_hint": oom_hint} if oom_hint else {}),
@@ -89,7 +94,7 @@ def assemble_result(job: Job, mode, engine, rec: Recorder, wall_s: float) -> Res
 def _devices(job: Job, engine, spans: pd.DataFrame, parts: pd.DataFrame) -> pd.DataFrame:
     """One row per GPU of the job (a folded GPU shows its representative's row)."""
     layout, fold = job.layout, job.fold.enabled
-    bubbles = 1.0 - parts["compute"]
+    bubbles = parts["bubble"] + parts["idle"]
     comp = spans[spans["lane"] == "compute"]
     busy_all = comp.groupby("device")["end_s"].sum() - comp.groupby("device")["start_s"].sum()
     makespan = float(spans["end_s"].max())

@@ -4,13 +4,14 @@ The numbers are :func:`clustersim.metrics.device_breakdown`'s. For every GPU, in
 the reported iteration's window ``[t0, t1]`` (see docs/metrics.md):
 
 * ``compute``  — compute-lane busy time;
-* ``exposed_comm`` — a communication lane (send, recv, tp, comm) busy while compute is idle;
+* ``exposed_comm`` — a communication lane (send, recv, tp, comm, …) busy while compute is
+  idle (split by parallelism in ``exposed_tp`` … ``exposed_dp``);
 * ``bubble`` — neither, before the GPU's last span of the iteration ends (it waits on the
   pipeline or a collective's other members);
 * ``idle`` — after that last span, until the iteration ends (done, waiting for the rest).
 
-Each is divided by ``t1 − t0``, so the four sum to 1 and ``exposed_comm + bubble + idle``
-is the GPU's ``bubble_fraction`` in ``res.devices``. A stage's value is the mean over its
+Each is divided by ``t1 − t0``, so the four sum to 1 and ``bubble + idle`` is the GPU's
+``bubble_fraction`` in ``res.devices``. A stage's value is the mean over its
 GPUs.
 """
 
