@@ -7,10 +7,9 @@ scale-up link (NVLink / Infinity Fabric) per direction, with the source of the n
 
 Memory: vendors' "80 GB" is the HBM's binary capacity — nvidia-smi shows 81920 MiB
 (A100) and 81559 MiB (H100, after the driver's reservation). ``memory_usable_bytes`` is
-that driver-reported total, the figure the memory ledger should compare against (what a
-framework's allocator can hand out, less its CUDA context). The catalog's
-``memory_bytes`` still holds the marketed decimal figure (80·10⁹ for "80 GB"), so
-existing results do not move; switching the ledger is a separate, flagged change.
+that driver-reported total, the figure the memory ledger compares against (what a
+framework's allocator can hand out, less its CUDA context): the catalog's
+``memory_bytes`` is this figure wherever it is recorded.
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 
 Numbers come from ``hardware_specs.csv`` (copied to ``tests/data/``), whose ``source``
 column names the datasheet or spec page; each :class:`GPUSpec` keeps that source. Memory
-is the marketed capacity in decimal GB (10^9 bytes), as the datasheets state it.
+is what the driver reports as total (nvidia-smi / rocm-smi, ``gpu_datasheets.csv``'s
+``memory_usable_bytes``): a vendor's "80 GB" is 80 GiB of HBM less a small reservation,
+not 80·10⁹ bytes; GPUs without a recorded driver total keep the marketed decimal figure.
 The compute cost model and the memory ledger read this catalog through :func:`get_gpu`.
 """
 
@@ -27,7 +29,7 @@ class GPUSpec(Plugin):
 
 def _gpu(name: str, memory_bytes: int, peak_flops: float, hbm_bandwidth: float, source: str) -> GPUSpec:
     """A catalog row; its one-line description is its numbers."""
-    line = f"{memory_bytes / 1e9:.0f} GB, {peak_flops / 1e12:.0f} TFLOP/s bf16, {hbm_bandwidth / 1e12:.2f} TB/s HBM"
+    line = f"{memory_bytes / 2**30:.0f} GiB, {peak_flops / 1e12:.0f} TFLOP/s bf16, {hbm_bandwidth / 1e12:.2f} TB/s HBM"
     return GPUSpec(
         name,
         line,
@@ -37,6 +39,8 @@ def _gpu(name: str, memory_bytes: int, peak_flops: float, hbm_bandwidth: float, 
         source=source,
     )
 
+
+MIB = 2**20
 
 _A100 = "NVIDIA A100 datasheet / Ampere whitepaper via glennklockwood.com (hardware_specs.csv)"
 _HOPPER = "NVIDIA Hopper whitepaper via glennklockwood.com (hardware_specs.csv)"
@@ -51,42 +55,41 @@ for _spec in (
         900e9,
         "NVIDIA V100 datasheet: 125 TFLOP/s tensor, 900 GB/s (hardware_specs.csv, UNVERIFIED)",
     ),
-    _gpu("A100-SXM4-40GB", 40 * 10**9, 312e12, 1555e9, _A100),
-    _gpu("A100-SXM4-80GB", 80 * 10**9, 312e12, 2039e9, _A100),
-    _gpu("H100-SXM5-80GB", 80 * 10**9, 989.4e12, 3350e9, _HOPPER),
+    _gpu("A100-SXM4-40GB", 40960 * MIB, 312e12, 1555e9, _A100),
+    _gpu("A100-SXM4-80GB", 81920 * MIB, 312e12, 2039e9, _A100),
+    _gpu("H100-SXM5-80GB", 81559 * MIB, 989.4e12, 3350e9, _HOPPER),
     _gpu(
         "H200-SXM-141GB",
-        141 * 10**9,
+        143771 * MIB,
         989.4e12,
         4800e9,
         "H200 spec pages (same GH100 compute as H100; 141 GB HBM3e, 4.8 TB/s) (hardware_specs.csv)",
     ),
-    # Hopper/Blackwell/CDNA3 entries: numbers and sources in gpu_datasheets.csv (same
-    # marketed decimal-GB memory convention as above; usable bytes are recorded there)
+    # Hopper/Blackwell/CDNA3 entries: numbers and sources in gpu_datasheets.csv
     _gpu(
         "H800-SXM5-80GB",
-        80 * 10**9,
+        81559 * MIB,
         989.4e12,
         3350e9,
         "H100 SXM5 silicon with 8 NVLink4 links (gpu_datasheets.csv, SECONDARY)",
     ),
     _gpu(
         "B200-SXM-180GB",
-        180 * 10**9,
+        183359 * MIB,
         2250e12,
         8000e9,
         "ml-engineering accelerator tables / NVIDIA HGX B200 (gpu_datasheets.csv, SECONDARY)",
     ),
     _gpu(
         "GB200-186GB",
-        186 * 10**9,
+        189471 * MIB,
         2500e12,
         8000e9,
         "ml-engineering accelerator tables, per B200 chip of a GB200 (gpu_datasheets.csv, SECONDARY)",
     ),
     _gpu(
         "MI300X-192GB",
-        192 * 10**9,
+        196288 * MIB,
         1307.4e12,
         5300e9,
         "AMD MI300X spec as quoted by alpharomercoma/MI300X-vs-H200 (gpu_datasheets.csv, SECONDARY)",
