@@ -283,24 +283,28 @@ class Program:
         tags = {tag: n + k for k, tag in enumerate(self.collective_members())}
         succ: list[list[int]] = [[] for _ in range(n + len(tags))]
         indeg = [0] * (n + len(tags))
+        why: dict[tuple[int, int], str] = {}  # (waiter, waited) → the kind of wait, for the report
         before: dict[int, int] = {}
+
+        def edge(a: int, b: int, kind: str) -> None:
+            succ[a].append(b)
+            indeg[b] += 1
+            why.setdefault((b, a), kind)
+
         for lane_ops in self.lanes().values():
             for a, b in zip(lane_ops, lane_ops[1:]):
-                succ[a.id].append(b.id)
-                indeg[b.id] += 1
+                edge(a.id, b.id, "waits on its lane for")
                 before[b.id] = a.id
         for op in self.ops:
-            # a recv waits for its send to deliver, an implicit dependency
-            for d in op.deps + ((op.peer,) if op.kind == RECV else ()):
-                succ[d].append(op.id)
-                indeg[op.id] += 1
+            for d in op.deps:
+                edge(d, op.id, "depends on")
+            if op.kind == RECV:  # a recv waits for its send to deliver, an implicit dependency
+                edge(op.peer, op.id, "receives from")
             if op.kind == COLLECTIVE:  # whatever the member waits on, the rendezvous waits on
                 r = tags[op.tag]
                 for d in op.deps + ((before[op.id],) if op.id in before else ()):
-                    succ[d].append(r)
-                    indeg[r] += 1
-                succ[r].append(op.id)
-                indeg[op.id] += 1
+                    edge(d, r, "needs a member that waits for")
+                edge(r, op.id, "waits for all members of")
         ready = [i for i, k in enumerate(indeg) if k == 0]
         seen = 0
         while ready:
@@ -311,6 +315,35 @@ class Program:
                 if indeg[j] == 0:
                     ready.append(j)
         if seen < len(indeg):
-            stuck = [self.ops[i] for i, k in enumerate(indeg[:n]) if k > 0]
-            names = ", ".join(repr(o) for o in stuck[:8]) + (" …" if len(stuck) > 8 else "")
-            raise ProgramError(f"dependency cycle (would deadlock) among {len(stuck)} ops: {names}")
+            stuck = sum(1 for k in indeg[:n] if k > 0)
+            names = {r: f"collective {tag!r}" for tag, r in tags.items()}
+            cycle = _a_cycle(succ, indeg)
+            steps = [
+                f"{names.get(a, repr(self.ops[a]) if a < n else '')} {why[a, b]} "
+                f"{names.get(b, repr(self.ops[b]) if b < n else '')}"
+                for a, b in zip(cycle, cycle[1:])
+            ]
+            raise ProgramError(
+                f"dependency cycle (would deadlock), {stuck} ops stuck: "
+                + "; ".join(steps[:-1])
+                + f"; and, closing the cycle, {steps[-1]}"
+            )
+
+
+def _a_cycle(succ: list[list[int]], indeg: list[int]) -> list[int]:
+    """One cycle among the nodes Kahn's algorithm left (``indeg`` > 0), as waiter → waited
+    → … → the first waiter again. Every such node waits on another such node, so walking
+    from waiter to waited must come back to a node already on the walk."""
+    waits_on: dict[int, int] = {}
+    for a, targets in enumerate(succ):
+        if indeg[a] > 0:
+            for b in targets:
+                if indeg[b] > 0:
+                    waits_on.setdefault(b, a)
+    node = next(i for i, k in enumerate(indeg) if k > 0)
+    walk, at = [], {}
+    while node not in at:
+        at[node] = len(walk)
+        walk.append(node)
+        node = waits_on[node]
+    return walk[at[node] :] + [node]

@@ -160,3 +160,43 @@ def test_negative_memory_is_rejected():
     prog.add(0, "compute", "compute", "F", duration=1.0, mem_free=-5)
     with pytest.raises(cs.ProgramError, match=r"'F' on gpu0.*must be ≥ 0 bytes.*mem_free=-5"):
         prog.check()
+
+
+def test_a_cycle_is_reported_as_its_chain_with_the_closing_wait():
+    prog = cs.Program(2)
+    b = prog.add(0, "compute", "compute", "B", duration=1.0)
+    b2 = prog.add(0, "compute", "compute", "B2", duration=1.0)
+    prog.add(1, "compute", "compute", "C", duration=1.0, deps=(b2.id,))
+    d = prog.add(1, "compute", "compute", "D", duration=1.0)
+    b.deps = (d.id,)
+    with pytest.raises(cs.ProgramError) as e:
+        prog.check()
+    msg = str(e.value)
+    # B waits for D, D for C (lane order), C for B2, B2 for B (lane order): 4 ops, one cycle
+    assert msg.startswith("dependency cycle (would deadlock), 4 ops stuck: ")
+    assert "'B' on gpu0/compute) depends on Op#3('D' on gpu1/compute)" in msg
+    assert "'D' on gpu1/compute) waits on its lane for Op#2('C' on gpu1/compute)" in msg
+    assert "'C' on gpu1/compute) depends on Op#1('B2' on gpu0/compute)" in msg
+    assert "and, closing the cycle, " in msg and msg.count(" waits on its lane for ") == 2
+
+
+def test_a_schedule_that_deadlocks_is_named_with_its_shape():
+    # stage 0 waits for B0 before it sends F1; stage 1 wants F1 before it runs B0
+    @cs.register_schedule("test_crossed", "stage 0 without warm-up, stage 1 GPipe: a deadlock")
+    def crossed(stage, p, m):
+        if stage == 0:
+            return [x for j in range(m) for x in (("F", j), ("B", j))]
+        return [("F", j) for j in range(m)] + [("B", j) for j in range(m)]
+
+    try:
+        with pytest.raises(cs.ProgramError) as e:
+            cs.simulate(
+                __import__("tests.conftest", fromlist=["synthetic"]).synthetic(2, 2, schedule="test_crossed")
+            )
+    finally:
+        del cs.SCHEDULES["test_crossed"]
+    msg = str(e.value)
+    assert msg.startswith(
+        "the pipeline Program of schedule 'test_crossed' (pp = 2, m = 2, virtual_stages = 1)"
+    )
+    assert "dependency cycle" in msg and "closing the cycle" in msg

@@ -127,3 +127,10 @@ def test_a_job_may_use_the_first_gpus_of_the_cluster():
 def test_gpu_subset_errors_name_the_field(parallel, match):
     with pytest.raises(cs.ScenarioError, match=match):
         cs.load_scenario(_quickstart(**parallel))
+
+
+def test_a_sweep_file_given_to_run_names_the_sweep_command(capsys):
+    path = ROOT / "scenarios/sweeps/quickstart-pp-schedule.yaml"
+    assert main(["run", str(path)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: sweep: ") and "run it with `clustersim sweep FILE`" in line

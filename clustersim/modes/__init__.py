@@ -14,6 +14,7 @@ import importlib
 import pkgutil
 
 from ..coarsen import coarsen
+from ..errors import ProgramError
 from ..program import Program
 from ..resolve import Job
 from .base import MODES, ModeReport, TrainingMode
@@ -33,8 +34,16 @@ def compile_job(job: Job, fold: bool | None = None) -> Program:
     ``stage``. ``fold``: None applies the Job's fold decision; True folds whenever folding
     is exact (tools that need one GPU per stage, e.g. the memory estimate)."""
     fold = job.fold.enabled if fold is None else fold and job.foldable
-    prog = mode_of(job).compile(job, fold)
-    prog.check()
+    mode = mode_of(job)
+    prog = mode.compile(job, fold)
+    try:
+        prog.check()
+    except ProgramError as exc:  # name what produced the Program: the user changes that
+        par = job.parallel
+        raise ProgramError(
+            f"the {mode.name} Program of schedule {par.schedule!r} (pp = {par.pp}, m = "
+            f"{job.num_microbatches}, virtual_stages = {par.virtual_stages}) is invalid: {exc}"
+        ) from None
     return coarsen(prog) if job.simulation.granularity == "stage" else prog
 
 

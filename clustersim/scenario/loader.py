@@ -71,6 +71,13 @@ def validate_spec(raw: dict[str, Any]) -> ScenarioSpec:
     """Validate a raw scenario dict field by field; raise ScenarioError on the first problems."""
     if not isinstance(raw, dict):
         raise ScenarioError("scenario", raw, "expected a mapping with sections cluster, model, training, …")
+    if "sweep" in raw:  # a sweep file handed to run/plan: say which command reads it
+        raise ScenarioError(
+            "sweep",
+            raw["sweep"],
+            "this is a sweep file, not a scenario; run it with `clustersim sweep FILE` "
+            "(or cs.sweep in Python); a scenario has sections cluster, model, training, …",
+        )
     check_value(raw)
     try:
         spec = ScenarioSpec.model_validate(apply_framework(raw))
