@@ -45,3 +45,12 @@ def default_slowdown(gpu: str) -> float | None:
         return None
     sms = SM_COUNTS[gpu][0]
     return sms / (sms - COMM_SMS)
+
+
+def custom_slowdown(gpu: object) -> float | None:
+    """The rule's slowdown for a custom GPU mapping (``cluster.gpu: {…, sms: N}``), or None
+    without a valid SM count (validation reports a bad one)."""
+    sms = gpu.get("sms") if isinstance(gpu, dict) else None
+    if isinstance(sms, int) and not isinstance(sms, bool) and sms > COMM_SMS:
+        return sms / (sms - COMM_SMS)
+    return None

@@ -36,9 +36,16 @@ def device_speeds(cluster) -> list[float]:
     return [speed for _, speed in node_gpus(cluster) for _ in range(cluster.gpus_per_node)]
 
 
+def gpu_spec(cluster, name: str) -> GPUSpec:
+    """The spec of GPU ``name`` on ``cluster``: its custom GPU (``cluster.gpu`` given as a
+    mapping) or the catalog's."""
+    custom = cluster.custom_gpu
+    return custom.spec() if custom is not None and name == custom.name else get_gpu(name)
+
+
 def device_specs(cluster) -> list[GPUSpec]:
-    """The catalog spec of every device's GPU."""
-    return [get_gpu(name) for name in device_gpus(cluster)]
+    """The spec of every device's GPU."""
+    return [gpu_spec(cluster, name) for name in device_gpus(cluster)]
 
 
 def device_factors(cluster, num_devices: int) -> np.ndarray:

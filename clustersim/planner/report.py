@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ScenarioError
-from ..hardware.gpus import get_gpu
-from ..hardware.node_groups import heterogeneity
+from ..hardware.node_groups import gpu_spec, heterogeneity
 from .pipedream import Optimizer, PipelinePlan, data_parallel_time
 from .profiles import layer_profiles, network_of
 
@@ -97,7 +96,7 @@ def plan_scenario(sc) -> PlanReport:
         why = f"tp = {tp}, and stage_replicas run without tensor parallelism"
     if why is not None:
         return _plan_uniform_only(sc, layers, net, n, why)
-    opt = Optimizer(layers, net, get_gpu(sc.cluster.gpu).memory_bytes)
+    opt = Optimizer(layers, net, gpu_spec(sc.cluster, sc.cluster.gpu).memory_bytes)
     best = opt.best(n)
     uniform, upp = None, 1
     for pp in range(1, min(n, len(layers)) + 1):

@@ -8,11 +8,13 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     Field,
+    field_validator,
     model_validator,
 )
 
-from ..hardware.gpus import GPUS
-from .fields import Bandwidth, Range, Time, _Spec, known
+from ..errors import ScenarioError
+from ..hardware.gpus import GPUS, GPUSpec
+from .fields import Bandwidth, Bytes, Flops, Range, Time, _Spec, known
 
 
 def _known_gpu(name: str) -> str:
@@ -21,6 +23,41 @@ def _known_gpu(name: str) -> str:
 
 #: a GPU of the catalog (``clustersim list``); an unknown name lists the known ones
 GpuName = Annotated[str, AfterValidator(_known_gpu)]
+
+
+class CustomGPU(_Spec):
+    """A GPU outside the catalog, written as a mapping under ``cluster.gpu``: its datasheet
+    numbers, and ``like`` — the catalog GPU whose calibrated kernel efficiencies (GEMM,
+    memory-bound, attention; fractions of peak) it borrows (unset: A100's, flagged as not
+    calibrated for it). ``sms``: its SM count, for the default
+    ``comm_compute_slowdown`` (clustersim.hardware.interference; unset: no default).
+    FP8 needs a calibrated catalog GPU."""
+
+    name: Annotated[str, Field(min_length=1, max_length=64)]
+    peak_flops: Annotated[Flops, Range(1e9, 1e18)]
+    hbm_bandwidth: Annotated[Bandwidth, Range(1e9, 1e15)]
+    memory: Annotated[Bytes, Range(2**20, 2**50)]
+    like: GpuName | None = None
+    sms: Annotated[int | None, Range(17, 100_000)] = None
+
+    @field_validator("name")
+    @classmethod
+    def _not_a_catalog_name(cls, name: str) -> str:
+        if name in GPUS:
+            raise ValueError(f"{name!r} is a catalog GPU; write cluster.gpu: {name} to use it")
+        return name
+
+    def spec(self) -> GPUSpec:
+        """This GPU as a catalog entry (the cost model and the memory ledger read it so)."""
+        line = f"{self.memory / 2**30:.0f} GiB, {self.peak_flops / 1e12:.0f} TFLOP/s, custom"
+        return GPUSpec(
+            self.name,
+            line,
+            memory_bytes=int(self.memory),
+            peak_flops=self.peak_flops,
+            hbm_bandwidth=self.hbm_bandwidth,
+            source="the scenario's cluster.gpu",
+        )
 
 
 class IntraNodeSpec(_Spec):
@@ -100,7 +137,10 @@ class ClusterSpec(_Spec):
     preset: str | None = None
     nodes: Annotated[int, Range(1, 100_000)] = 1
     gpus_per_node: Annotated[int, Range(1, 1024)] = 8
-    gpu: GpuName = "A100-SXM4-80GB"
+    #: a catalog GPU's name, or a mapping describing one (:class:`CustomGPU`; after loading
+    #: ``gpu`` holds its name and ``custom_gpu`` the mapping)
+    gpu: str = "A100-SXM4-80GB"
+    custom_gpu: CustomGPU | None = None
     intra_node: IntraNodeSpec = IntraNodeSpec()
     nic: NicSpec = NicSpec()
     pcie: PcieSpec | None = None
@@ -129,6 +169,31 @@ class ClusterSpec(_Spec):
         if all(isinstance(g, dict) and isinstance(g.get("nodes"), int) for g in groups):
             return {**raw, "nodes": sum(g["nodes"] for g in groups)}
         return raw  # field validation names the bad group
+
+    @model_validator(mode="before")
+    @classmethod
+    def _custom_gpu(cls, raw: Any) -> Any:
+        if isinstance(raw, dict) and isinstance(raw.get("gpu"), dict):
+            custom = raw["gpu"]
+            if "custom_gpu" in raw:
+                raise ValueError("give the custom GPU once: as cluster.gpu or as cluster.custom_gpu")
+            return {**raw, "gpu": custom.get("name"), "custom_gpu": custom}
+        return raw
+
+    def check_gpu_name(self) -> None:
+        """A ScenarioError unless ``gpu`` names a catalog GPU or the custom one."""
+        custom = self.custom_gpu
+        if custom is not None and self.gpu != custom.name:
+            raise ScenarioError(
+                "cluster.gpu", self.gpu, f"the custom GPU is named {custom.name!r} (cluster.custom_gpu.name)"
+            )
+        if custom is None and self.gpu not in GPUS:
+            raise ScenarioError(
+                "cluster.gpu",
+                self.gpu,
+                f"not a known GPU; known: {', '.join(sorted(GPUS))} — or describe one: "
+                "{name, peak_flops, hbm_bandwidth, memory, like}",
+            )
 
     @property
     def num_gpus(self) -> int:

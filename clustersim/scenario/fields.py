@@ -32,6 +32,7 @@ def _quantity(kind: str):
 Time = Annotated[float, _quantity("time"), Field(ge=0)]
 Bytes = Annotated[float, _quantity("bytes"), Field(ge=0)]
 Bandwidth = Annotated[float, _quantity("bandwidth"), Field(gt=0)]
+Flops = Annotated[float, _quantity("flops"), Field(gt=0)]
 
 
 def known(name, registry, what: str, listed=None):

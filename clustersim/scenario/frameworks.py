@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..hardware.interference import default_slowdown
+from ..hardware.interference import custom_slowdown, default_slowdown
 from .cluster_spec import ClusterSpec
 from .model_spec import _model_kind
 
@@ -77,7 +77,8 @@ def apply_framework(raw: dict[str, Any]) -> dict[str, Any]:
     out["parallel"] = parallel
     cluster = out.get("cluster")
     if isinstance(cluster, dict) and "comm_compute_slowdown" not in cluster and _overlaps(parallel):
-        slowdown = default_slowdown(cluster.get("gpu", ClusterSpec.model_fields["gpu"].default))
+        gpu = cluster.get("gpu", ClusterSpec.model_fields["gpu"].default)
+        slowdown = default_slowdown(gpu) if isinstance(gpu, str) else custom_slowdown(gpu)
         if slowdown is not None:
             out["cluster"] = {**cluster, "comm_compute_slowdown": slowdown}
     model = out.get("model")

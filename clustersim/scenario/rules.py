@@ -49,6 +49,7 @@ def resolve_dp(spec: ScenarioSpec) -> int:
 def check_rules(spec: ScenarioSpec) -> None:
     """Raise ScenarioError for the first cross-field rule the scenario breaks."""
     n, par = spec.cluster.num_gpus, spec.parallel
+    spec.cluster.check_gpu_name()
     check_node_groups(spec)  # first: the GPU count below depends on it
     from .inference import check_inference
 

@@ -151,7 +151,12 @@ class CostModel:
     attention: AttentionCurve | None = None
 
     @classmethod
-    def for_gpu(cls, name: str, profile: ProfileTable | None = None) -> CostModel:
+    def for_gpu(cls, name: str, profile: ProfileTable | None = None, custom=None) -> CostModel:
+        """The cost model of GPU ``name``; ``custom``: the scenario's custom GPU
+        (``cluster.custom_gpu``), priced with the efficiencies of the GPU it is ``like``."""
+        if custom is not None and custom.name == name:
+            like = custom.like or name  # an unknown name: A100's fractions, flagged
+            return cls(custom.spec(), efficiency_for(like), profile, attention_curve_for(like))
         return cls(get_gpu(name), efficiency_for(name), profile, attention_curve_for(name))
 
     def attention_efficiency(self, shape: AttentionShape) -> float:

@@ -98,10 +98,17 @@ class TrainSetup:
 
 
 def _cost_model(sc, st: TrainSetup) -> CostModel:
+    custom = sc.cluster.custom_gpu
     if st.precision == "fp8":
+        if custom is not None and custom.name == st.gpu:
+            raise ScenarioError(
+                "training.precision",
+                "fp8",
+                f"the custom GPU {st.gpu!r} has no FP8 calibration; use bf16 or fp16, or a catalog GPU",
+            )
         check_fp8(st.gpu)
     profile = getattr(sc.model, "profile", None)
-    return CostModel.for_gpu(st.gpu, ProfileTable.read(profile) if profile else None)
+    return CostModel.for_gpu(st.gpu, ProfileTable.read(profile) if profile else None, custom)
 
 
 def _static(st: TrainSetup, params: float, buffers: float) -> StaticMemory:
