@@ -22,6 +22,10 @@ from .memory_kinds import StaticMemory
 
 COMPUTE, SEND, RECV, COLLECTIVE = "compute", "send", "recv", "collective"
 OP_KINDS = (COMPUTE, SEND, RECV, COLLECTIVE)
+#: lane of the expert-parallel collectives (MoE token dispatch and combine all-to-alls, the
+#: expert-TP all-gathers around them; :mod:`clustersim.workload.moe_dispatch`): a schedule
+#: finds them by ``op.lane == EP_LANE`` (their names: ``ep dispatch``, ``ep combine``, …)
+EP_LANE = "ep"
 #: lane of compute ops that stand for waiting, not GPU work (inference request arrivals,
 #: :mod:`clustersim.schedules.inference`): no speed factor or interference applies to them
 ARRIVAL_LANE = "arrival"

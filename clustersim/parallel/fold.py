@@ -68,6 +68,8 @@ def _obstacle(job) -> str | None:
             return f"{field} on {getattr(par, field).links} links differs between replicas"
     if par.data_parallel is not None and par.data_parallel.shard_group_size:
         return "HSDP shard groups differ between replicas"
+    if par.ep > 1 or (par.etp or par.tp) != par.tp:
+        return "expert-parallel groups span replicas (and a skewed load makes their ranks differ)"
     if job.dp * par.tp == 1:
         return "nothing to fold (dp = tp = 1)"
     return None

@@ -19,6 +19,7 @@ from ..schedules.replicated import replicable_schedules
 from ..topology.registry import check_options
 from ..workload.rules import check_model_rules, model_layers
 from ..workload.tp_overlap import check_tp_overlap
+from .expert_rules import check_expert_parallel
 from .fault_rules import check_fault_rules
 from .hetero_rules import check_dp_split, check_node_groups
 from .schema import ScenarioSpec
@@ -125,6 +126,7 @@ def check_rules(spec: ScenarioSpec) -> None:
         )
     check_model_rules(spec)
     check_tp_overlap(spec)
+    check_expert_parallel(spec, dp)
     layers = model_layers(spec.model)
     if spec.model.kind == "cnn" and layers < par.pp * par.virtual_stages:
         raise ScenarioError(

@@ -199,6 +199,16 @@ class ParallelSpec(_Spec):
     #: ``num_splits`` of TE's ``pipeline`` method (the reduce-scatters after the attention
     #: projection and FC2), set per GEMM in ``--tp-comm-overlap-cfg``; TE's default 4
     tp_comm_overlap_num_splits: Annotated[int, Range(1, 1024)] = 4
+    #: expert parallelism: each MoE layer's routed experts split over ep GPUs carved out of
+    #: the data-parallel group (Megatron-Core ``--expert-model-parallel-size``; docs/moe.md)
+    ep: Annotated[int, Range(1, 100_000)] = 1
+    #: expert-tensor-parallel size: each expert's FFN split over etp GPUs (unset: tp, as
+    #: Megatron-Core's ``--expert-tensor-parallel-size``)
+    etp: Annotated[int | None, Range(1, 100_000)] = None
+    #: MoE token dispatcher with ep > 1 or etp ≠ tp (Megatron-Core ``--moe-token-dispatcher-type``)
+    moe_token_dispatcher: Literal["alltoall", "allgather"] = "alltoall"
+    #: run the shared expert beside the dispatch/combine all-to-alls (``--moe-shared-expert-overlap``)
+    moe_shared_expert_overlap: bool = False
     zero: int = Field(default=0, ge=0, le=3)
     #: bucketed, overlapped and sharded data-parallel communication (unset: the 2021 model)
     data_parallel: DataParallelSpec | None = None

@@ -45,7 +45,7 @@ from functools import partial
 from ..errors import ProgramError
 from ..memory_kinds import StaticMemory
 from ..parallel.plan import Plan
-from ..program import COLLECTIVE, COMPUTE, Op, Program
+from ..program import COLLECTIVE, COMPUTE, EP_LANE, Op, Program
 from ..workload.stage_cost import StageCost
 from .compression import Compression, coded_activation_bytes, emit_codec
 from .data_parallel import DataParallel, StageSync
@@ -196,22 +196,40 @@ def emit_pass(
             **labels,
         )
 
-    first, last = None, after  # a pass starts after the previous pass on this GPU, its collectives included
-    extra: tuple[int, ...] = ()  # further ops the next segment waits for (a bulk overlap's collective)
-    for k, seg in enumerate(cost.segments(phase, split_backward=split)):
-        deps = ((last.id,) if last is not None else ()) + extra
-        extra = ()
+    def emit(seg, k: int, deps: tuple[int, ...]) -> tuple[Op, Op, tuple[int, ...]]:
+        """Segment k: its (first op, last op, further ops the next segment waits for)."""
         tag = f"tp it{it} s{stage} r{r} {name} #{k}"
-        if seg.kind == "compute":
-            head = op = compute(seg.duration, seg.flops, deps)
-        elif seg.kind == "collective":
-            head = op = collective(seg.name or f"tp {seg.collective}", seg.collective, seg.nbytes, deps, tag)
-        else:  # a TP collective pipelined with its GEMM, in chunks on both lanes
-            head, op, extra = emit_overlap(seg, deps, compute, collective, tag)
-        first = first or head
-        last = op
-    if extra:  # the pass ends once the overlapped collective has too
-        last = compute(0.0, 0.0, (last.id,) + extra, f"{name} join")
+        if seg.kind == "overlap":  # a TP collective pipelined with its GEMM, in chunks on both lanes
+            return emit_overlap(seg, deps, compute, collective, tag)
+        if seg.kind == "compute":  # an expert-parallel rank runs its own experts' work
+            op = compute(
+                *(seg.ranks[plan.expert_rank(dev)] if seg.ranks else (seg.duration, seg.flops)), deps
+            )
+        elif seg.group == "tp":
+            op = collective(seg.name or f"tp {seg.collective}", seg.collective, seg.nbytes, deps, tag)
+        else:
+            op = _expert_collective(prog, plan, seg, k, dev, name, fold, deps, labels)
+        return op, op, ()
+
+    segs = cost.segments(phase, split_backward=split)
+    first, last = None, after  # a pass starts after the previous pass on this GPU, its collectives included
+    deps = (last.id,) if last is not None else ()
+    k = 0
+    while k < len(segs):
+        # a compute segment marked ``overlap`` runs beside its neighbouring collective: both
+        # wait for what came before, and what follows waits for both (never at a pass's end)
+        n = 2 if k + 2 < len(segs) and _overlapping(segs[k], segs[k + 1]) else 1
+        ends: tuple[int, ...] = ()
+        for i in range(k, k + n):
+            head, op, extra = emit(segs[i], i, deps)
+            first = first or head
+            ends += (op.id,) + extra
+            if n == 1 or op.kind == COMPUTE:
+                last = op
+        deps = ends
+        k += n
+    if len(deps) > 1:  # the pass ends once an overlapped collective has too
+        last = compute(0.0, 0.0, deps, f"{name} join")
     if alloc is None:
         alloc = cost.activation_memory if phase == "F" else 0
     if free is None:
@@ -223,6 +241,31 @@ def emit_pass(
     else:
         last.stash_free += stash
     return first, last
+
+
+def _overlapping(a, b) -> bool:
+    """Whether segments ``a`` and ``b`` run side by side (one collective, one overlapped compute)."""
+    return (a.overlap and b.kind == "collective") or (a.kind == "collective" and b.overlap)
+
+
+def _expert_collective(prog, plan, seg, k, dev, name, fold, deps, labels) -> Op:
+    """Segment k of a pass on ``dev``, a collective over an expert group, on the
+    :data:`~clustersim.program.EP_LANE`; its members sit in other replicas, so the tag
+    names the group by its first device."""
+    group = plan.expert_group(dev, seg.group)
+    return prog.add(
+        dev,
+        EP_LANE,
+        COLLECTIVE,
+        seg.name,
+        nbytes=seg.nbytes,
+        deps=deps,
+        group=group,
+        collective=seg.collective,
+        tag=f"{seg.group} it{labels['iteration']} s{labels['stage']} g{group[0]} {name} #{k}",
+        arrivals=1 if fold else 0,
+        **labels,
+    )
 
 
 def _emit_stage(
@@ -259,6 +302,20 @@ def _emit_stage(
                     compression=compression,
                     fold=fold,
                     shadows=twins,
+                )
+            expert = sum(costs[c].expert_grad_bytes for c in stage_chunks(schedule, s, plan.pp, v))
+            if expert and plan.edp > 1 and sync is None:  # expert gradients: over the expert-DP group
+                deps = emit_gradient_allreduce(
+                    prog,
+                    dev,
+                    plan.expert_group(dev, "edp"),
+                    expert,
+                    stage=s,
+                    iteration=last_it,
+                    label=label + " experts",
+                    tag=f"edp-allreduce it{last_it} u{j} s{s} g{plan.expert_group(dev, 'edp')[0]}",
+                    deps=deps,
+                    compression=compression,
                 )
             opt = sum(costs[c].optimizer for c in stage_chunks(schedule, s, plan.pp, v))
             last = prog.add(

@@ -44,7 +44,7 @@ from ..errors import ScenarioError
 from ..hardware.datasheets import datasheet, datasheets
 from ..hardware.gpus import get_gpu
 from .calibration import calibration, gemm_seconds
-from .ops import LayerOp, Work
+from .ops import ExpertRanks, LayerOp, Work
 
 #: bytes touched per cast element: read BF16 (2) + write FP8 (1) [+ transposed FP8 (1)]
 CAST_BYTES = {False: 3.0, True: 4.0}
@@ -136,6 +136,8 @@ def te_fp8_layer(ops: list) -> list:
     :data:`TE_LINEARS` as FP8 GEMMs and their saved inputs in FP8 (see module doc)."""
     out = []
     for op in ops:
+        if isinstance(op, ExpertRanks):
+            op = op.map(te_fp8_layer)
         if isinstance(op, LayerOp) and op.name in TE_LINEARS + TE_MLA_MOE_LINEARS:
             op = replace(
                 op,
@@ -151,8 +153,11 @@ def te_fp8_layer(ops: list) -> list:
 def fp8_cache_bytes(ops: list) -> float:
     """Bytes of TE's cached FP8 weights (+ transposes) of a layer's FP8 linears: the
     k×n weight of each (biases are not cast)."""
+    mine = [
+        x for op in ops for x in (op.ranks[0] if isinstance(op, ExpertRanks) else (op,))
+    ]  # one rank's experts
     return sum(
         FP8_WEIGHT_CACHE_BYTES * op.fwd.gemm[1] * op.fwd.gemm[2]
-        for op in ops
+        for op in mine
         if isinstance(op, LayerOp) and op.name in TE_LINEARS + TE_MLA_MOE_LINEARS
     )

@@ -102,6 +102,32 @@ def _expert(name: str, n: float, h: int, up_n: int, ft: int, e: int, gated: bool
     ]
 
 
+def router_ops(cfg, local: float, e: int) -> list[LayerOp]:
+    """The router GEMM and softmax/top-k on the ``local`` tokens a rank holds."""
+    h = cfg.hidden
+    gate_n = cfg.experts + (1 if cfg.shared_expert_gate else 0)  # Qwen2-MoE gates its shared expert
+    return [
+        gemm("moe_router", local, gate_n, h, e, activation=local * h * e),
+        # fp32 softmax over the E scores; its probabilities are kept for backward
+        elementwise("moe_topk", local * cfg.experts, 2 * e, 3 * e, activation=local * cfg.experts * 4),
+    ]
+
+
+def expert_ops(cfg, counts, etp: int, e: int, *, shared: float = 0.0) -> list[LayerOp]:
+    """Routed experts at ``counts`` tokens each, FFN split over ``etp`` ranks; with
+    ``shared`` > 0, then the shared expert (if the model has one) on that many tokens."""
+    h = cfg.hidden
+    mats = 3 if cfg.gated_mlp else 2
+    ft = cfg.expert_ffn // etp
+    ops: list[LayerOp] = []
+    for n in counts:
+        ops += _expert("expert", n, h, ft * (mats - 1), ft, e, cfg.gated_mlp)
+    if shared and cfg.shared_ffn_hidden:
+        sft = cfg.shared_ffn_hidden // etp
+        ops += _expert("shared_expert", shared, h, sft * (mats - 1), sft, e, cfg.gated_mlp)
+    return ops
+
+
 def moe_mlp_ops(cfg, b: int, etp: int, e: int, local: float) -> list[LayerOp]:
     """The MoE MLP of one layer on one GPU, between the TP region's enter and exit, each
     expert's FFN split over ``etp`` ranks (expert-tensor parallelism; callers pass TP,
@@ -110,22 +136,10 @@ def moe_mlp_ops(cfg, b: int, etp: int, e: int, local: float) -> list[LayerOp]:
     permute, each routed expert on its share of all ``b·s`` tokens, unpermute (keeping
     the expert outputs for the gradient of the routing weights), shared expert."""
     h, tokens = cfg.hidden, b * cfg.seq_len
-    mats = 3 if cfg.gated_mlp else 2
-    gate_n = cfg.experts + (1 if cfg.shared_expert_gate else 0)  # Qwen2-MoE gates its shared expert
-    ops = [
-        gemm("moe_router", local, gate_n, h, e, activation=local * h * e),
-        # fp32 softmax over the E scores; its probabilities are kept for backward
-        elementwise("moe_topk", local * cfg.experts, 2 * e, 3 * e, activation=local * cfg.experts * 4),
-    ]
+    ops = router_ops(cfg, local, e)
     routed = layer_expert_tokens(cfg, tokens)
     moved = sum(routed) * h  # token copies into and out of expert order
     ops.append(elementwise("moe_permute", moved, 2 * e, 2 * e))
-    ft = cfg.expert_ffn // etp
-    up_n = ft * (mats - 1)
-    for n in routed:
-        ops += _expert("expert", n, h, up_n, ft, e, cfg.gated_mlp)
+    ops += expert_ops(cfg, routed, etp, e)
     ops.append(elementwise("moe_unpermute", moved, 2 * e, 2 * e, activation=moved * e))
-    if cfg.shared_ffn_hidden:
-        sft = cfg.shared_ffn_hidden // etp
-        ops += _expert("shared_expert", tokens, h, sft * (mats - 1), sft, e, cfg.gated_mlp)
-    return ops
+    return ops + expert_ops(cfg, (), etp, e, shared=tokens)

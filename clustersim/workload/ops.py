@@ -59,20 +59,56 @@ class LayerOp:
     params: float = 0.0
     activation: float = 0.0
     attention_core: bool = False
+    #: runs alongside the neighbouring collective (on its own stream, as Megatron-Core's
+    #: ``moe_shared_expert_overlap`` runs the shared expert beside the token all-to-alls)
+    overlap: bool = False
 
     @property
     def phases(self) -> dict[str, Work]:
         return {"F": self.fwd, "B": self.bwd_input, "W": self.bwd_weight}
 
 
+#: the groups a collective point runs over: the stage's tensor-parallel group, and the
+#: expert groups of :meth:`clustersim.parallel.plan.Plan.expert_group` (``ep``: the
+#: expert-parallel group, ``etp``: expert-tensor-parallel, ``tp_ep``: both)
+COMM_GROUPS = ("tp", "ep", "etp", "tp_ep")
+
+
 @dataclass(frozen=True)
 class TPComm:
-    """A tensor-parallel collective point: ``fwd``/``bwd`` kind (or "") of ``nbytes``."""
+    """A collective point between ops: ``fwd``/``bwd`` kind (or "") of ``nbytes`` over
+    ``group`` (one of :data:`COMM_GROUPS`; the tensor-parallel group unless it says)."""
 
     name: str
     fwd: str
     bwd: str
     nbytes: int
+    group: str = "tp"
+
+
+@dataclass(frozen=True)
+class ExpertRanks:
+    """The routed experts of one MoE layer under expert parallelism: ``ranks[i]`` are the
+    ops of expert-parallel rank i (its own experts at their token counts), so ranks of one
+    expert-parallel group run different work. ``params`` are what one rank holds (every
+    rank holds E/ep experts of one size); ``activation`` the most any rank keeps."""
+
+    name: str
+    ranks: tuple[tuple[LayerOp, ...], ...]
+    attention_core: bool = False
+    overlap: bool = False
+
+    @property
+    def params(self) -> float:
+        return sum(op.params for op in self.ranks[0])
+
+    @property
+    def activation(self) -> float:
+        return max(sum(op.activation for op in ops) for ops in self.ranks)
+
+    def map(self, fn) -> ExpertRanks:
+        """The same ranks with ``fn(list of ops) -> list of ops`` applied to each."""
+        return ExpertRanks(self.name, tuple(tuple(fn(list(ops))) for ops in self.ranks))
 
 
 def gemm(

@@ -22,15 +22,16 @@ def model_layers(model) -> int:
     return model.layers
 
 
-def tp_obstacle(cfg, tp: int) -> str | None:
-    """Why tensor parallelism ``tp`` cannot split transformer ``cfg`` (None if it can)."""
+def tp_obstacle(cfg, tp: int, etp: int | None = None) -> str | None:
+    """Why tensor parallelism ``tp`` cannot split transformer ``cfg`` (None if it can);
+    ``etp``: the experts' own tensor-parallel size when set (checked with ``parallel.etp``)."""
     if cfg.heads % tp:
         return f"model.heads = {cfg.heads} must divide by tp; accepted: a divisor of {cfg.heads}"
     if cfg.n_kv % tp and tp % cfg.n_kv:
         return f"model.kv_heads = {cfg.n_kv} and tp must divide one another"
     if cfg.ffn_hidden % tp:
         return f"model.ffn_hidden = {cfg.ffn_hidden} must divide by tp"
-    if cfg.experts > 1 and cfg.expert_ffn % tp:  # experts split by TP (expert-TP = TP)
+    if cfg.experts > 1 and etp is None and cfg.expert_ffn % tp:  # experts split by TP (expert-TP = TP)
         return f"model.moe_ffn_hidden = {cfg.expert_ffn} must divide by tp"
     if cfg.experts > 1 and cfg.shared_ffn_hidden % tp:
         return f"model.shared_ffn_hidden = {cfg.shared_ffn_hidden} must divide by tp"
@@ -41,6 +42,6 @@ def check_model_rules(spec) -> None:
     """Raise ScenarioError when the plan cannot split the model (heads, kv heads, MLP by tp)."""
     if spec.model.kind != "transformer":
         return
-    why = tp_obstacle(resolve_transformer(spec.model), spec.parallel.tp)
+    why = tp_obstacle(resolve_transformer(spec.model), spec.parallel.tp, spec.parallel.etp)
     if why is not None:
         raise ScenarioError("parallel.tp", spec.parallel.tp, why)

@@ -1,10 +1,15 @@
 """Turn op sequences into pass segments: compute kernels merged, TP collectives between.
 
-A pass is built from a list of *items*: ``("c", seconds, flops)`` for a kernel and
-``("x", kind, nbytes, name)`` for a tensor-parallel collective. Consecutive kernels merge
-into one compute :class:`Segment` (they run back to back on one stream); each collective
-becomes a collective Segment the compiler places on the ``tp`` lane over the stage's TP
-group. With ``granularity="stage"`` a pass is one collective per kind carrying the summed bytes
+A pass is built from a list of *items*: ``("c", seconds, flops)`` for a kernel,
+``("r", seconds per rank, flops per rank)`` for work that differs between the ranks of an
+expert-parallel group (:class:`~.ops.ExpertRanks`), ``("p", seconds, flops)`` for a kernel
+that runs beside its neighbouring collective (:attr:`~.ops.LayerOp.overlap`) and
+``("x", kind, nbytes, name, group)`` for a collective over ``group`` (:data:`~.ops.COMM_GROUPS`).
+Consecutive kernels merge into one compute :class:`Segment` (they run back to back on one
+stream; with per-rank items, the Segment carries each rank's sums); side-by-side kernels
+merge into their own; each collective becomes a collective Segment the compiler places on
+the ``tp`` lane over the stage's TP group, or on the ``ep`` lane over an expert group.
+With ``granularity="stage"`` a pass is one collective per kind carrying the summed bytes
 between the two halves of its compute — far fewer simulated events for huge validation
 runs, at the price of the per-collective latency terms (negligible for these sizes).
 
@@ -16,7 +21,7 @@ Segment, which the compiler emits in chunks (:mod:`.tp_overlap`; per-layer only)
 from __future__ import annotations
 
 from .cost_model import CostModel
-from .ops import LayerOp, TPComm
+from .ops import ExpertRanks, LayerOp, TPComm
 from .stage_cost import Segment
 from .tp_overlap import AG_GEMMS, RS_GEMMS, TPOverlap, merge_backward, merge_forward
 
@@ -31,12 +36,24 @@ def forward_items(
     for op in ops:
         if isinstance(op, TPComm):
             if op.fwd and not core_only:
-                out.append((("x", op.fwd, op.nbytes, op.name), ""))
+                out.append((("x", op.fwd, op.nbytes, op.name, op.group), ""))
+        elif isinstance(op, ExpertRanks):
+            if not core_only:
+                out.append((_per_rank([forward_items(list(r), cm) for r in op.ranks]), ""))
         elif not core_only or op.attention_core:
-            out.append((("c", cm.time(op.fwd, op.name, "F"), op.fwd.flops), op.name))
+            out.append((("p" if op.overlap else "c", cm.time(op.fwd, op.name, "F"), op.fwd.flops), op.name))
     if overlap is not None:
         return merge_forward(out, overlap)
     return [item for item, _ in out]
+
+
+def _per_rank(items: list[list[tuple]]) -> tuple:
+    """One ``("r", …)`` item from each rank's compute items."""
+    return (
+        "r",
+        tuple(sum(i[1] for i in rank) for rank in items),
+        tuple(sum(i[2] for i in rank) for rank in items),
+    )
 
 
 def backward_items(
@@ -48,7 +65,11 @@ def backward_items(
     for op in reversed(ops):
         if isinstance(op, TPComm):
             if op.bwd and inputs:
-                out.append((("x", op.bwd, op.nbytes, op.name), "", ""))
+                out.append((("x", op.bwd, op.nbytes, op.name, op.group), "", ""))
+            continue
+        if isinstance(op, ExpertRanks):
+            ranks = [backward_items(list(r), cm, weight=weight, inputs=inputs) for r in op.ranks]
+            out.append((_per_rank(ranks), "", ""))
             continue
         assert isinstance(op, LayerOp)
         if overlap is not None and op.name in AG_GEMMS + RS_GEMMS:
@@ -63,7 +84,7 @@ def backward_items(
             t += cm.time(op.bwd_weight, op.name, "W")
             flops += op.bwd_weight.flops
         if t or flops:
-            out.append((("c", t, flops), op.name, ""))
+            out.append((("p" if op.overlap and inputs else "c", t, flops), op.name, ""))
     if overlap is not None:
         return merge_backward(out, overlap)
     return [item for item, _, _ in out]
@@ -74,37 +95,83 @@ def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment
     if granularity == "stage":
         if any(i[0] == "o" for i in items):  # the scenario rules refuse this; a caller may not
             raise ValueError("overlapped TP items need granularity 'layer'")
-        t = sum(i[1] for i in items if i[0] == "c")
-        f = sum(i[2] for i in items if i[0] == "c")
-        sums: dict[str, int] = {}
+        run = _Run()
+        sums: dict[tuple[str, str], int] = {}
         for i in items:
             if i[0] == "x":
-                sums[i[1]] = sums.get(i[1], 0) + i[2]
+                sums[(i[1], i[4])] = sums.get((i[1], i[4]), 0) + i[2]
+            else:
+                run.add(i)
         if not sums:
-            return (Segment("compute", t, f),)
+            return (run.segment(),)
         # compute halves around the collectives: the pass still ends on the compute lane,
         # so the next pass cannot overlap its collectives (one CUDA stream in Megatron)
-        half = (Segment("compute", t / 2, f / 2),)
-        colls = tuple(Segment("collective", nbytes=n, collective=k, name=f"tp {k}") for k, n in sums.items())
+        half = (run.segment(0.5),)
+        colls = tuple(
+            Segment("collective", nbytes=n, collective=k, name=f"{g} {k}", group=g)
+            for (k, g), n in sums.items()
+        )
         return half + colls + half
     segs: list[Segment] = []
-    t = f = 0.0
+    run = _Run()
     for i in items:
-        if i[0] == "c":
-            t += i[1]
-            f += i[2]
+        if i[0] in "crp" and (run.overlap is None or run.overlap == (i[0] == "p")):
+            run.add(i)
             continue
-        if t or f:
-            segs.append(Segment("compute", t, f))
-            t = f = 0.0
+        if run.nonzero:
+            segs.append(run.segment())
+        run = _Run()
         if i[0] == "o":  # a collective pipelined with a GEMM (tp_overlap): the GEMM's time rides along
             _, kind, nbytes, name, seconds, flops, method, chunks = i
             segs.append(Segment("overlap", seconds, flops, nbytes, kind, name, method, chunks))
-            continue
-        segs.append(Segment("collective", nbytes=i[2], collective=i[1], name=i[3]))
-    if t or f or not segs:
-        segs.append(Segment("compute", t, f))
+        elif i[0] == "x":
+            segs.append(Segment("collective", nbytes=i[2], collective=i[1], name=i[3], group=i[4]))
+        else:
+            run.add(i)
+    if run.nonzero or not segs:
+        segs.append(run.segment())
     return tuple(segs)
+
+
+class _Run:
+    """Consecutive kernels being merged into one compute Segment: their summed time and
+    FLOPs, per expert-parallel rank once a per-rank item joins; ``overlap``: None while
+    empty, then whether they run beside a collective."""
+
+    def __init__(self):
+        self.t, self.f, self.ranks, self.overlap = 0.0, 0.0, None, None
+
+    @property
+    def nonzero(self) -> bool:
+        """Whether the run holds any time or FLOPs (empty kernels make no Segment)."""
+        return bool(self.t or self.f or (self.ranks and any(t or f for t, f in self.ranks)))
+
+    def add(self, item: tuple) -> None:
+        self.overlap = item[0] == "p"
+        if item[0] == "r":
+            if self.ranks is None:
+                self.ranks = [(self.t, self.f)] * len(item[1])
+            self.ranks = [(t + dt, f + df) for (t, f), dt, df in zip(self.ranks, item[1], item[2])]
+            return
+        self.t += item[1]
+        self.f += item[2]
+        if self.ranks is not None:
+            self.ranks = [(t + item[1], f + item[2]) for t, f in self.ranks]
+
+    def segment(self, share: float = 1.0) -> Segment:
+        """The compute Segment of ``share`` of the run: duration the slowest rank's, FLOPs
+        the ranks' mean, each rank's own pair in ``ranks`` when they differ."""
+        if self.ranks is None or len(set(self.ranks)) == 1:
+            t, f = self.ranks[0] if self.ranks else (self.t, self.f)
+            return Segment("compute", t * share, f * share, overlap=bool(self.overlap))
+        ranks = tuple((t * share, f * share) for t, f in self.ranks)
+        return Segment(
+            "compute",
+            max(t for t, _ in ranks),
+            sum(f for _, f in ranks) / len(ranks),
+            overlap=bool(self.overlap),
+            ranks=ranks,
+        )
 
 
 def compute_time(segments: tuple[Segment, ...]) -> tuple[float, float]:

@@ -37,6 +37,8 @@ from .cnn import cnn_layers
 from .cost_model import CostModel, ProfileTable
 from .fp8 import check_fp8, fp8_cache_bytes, te_fp8_layer
 from .memory_model import DTYPE_BYTES, ELEMENT_BYTES, static_bytes, zero_shards
+from .moe_dispatch import ExpertSplit, dispatch_buffer_bytes
+from .ops import ExpertRanks
 from .resolve import resolve_transformer
 from .segments import backward_items, compute_time, forward_items, to_segments
 from .stage_cost import StageCost, even_partition
@@ -82,15 +84,23 @@ class TrainSetup:
             gpu or sc.cluster.gpu,
             (par.data_parallel.shard_group_size or 0) if par.data_parallel and par.zero == 3 else 0,
             overlap_of(par),
+            ExpertSplit(par.ep, par.etp or par.tp, par.moe_token_dispatcher, par.moe_shared_expert_overlap),
         )
 
     shards: int = 0
     #: TP collectives pipelined with their GEMMs (``parallel.tp_comm_overlap``; :mod:`.tp_overlap`)
     tp_overlap: TPOverlap | None = None
+    #: how MoE layers split their experts (:mod:`.moe_dispatch`)
+    split: ExpertSplit = ExpertSplit()
 
     def __post_init__(self):
         if not self.shards:  # ZeRO shards over the whole DP group unless HSDP says fewer
             object.__setattr__(self, "shards", self.dp)
+
+    @property
+    def expert_shards(self) -> int:
+        """Over how many GPUs ZeRO shards expert state: the expert-data-parallel group."""
+        return max(1, self.tp * self.dp // (self.split.etp * self.split.ep))
 
     @property
     def e(self) -> int:
@@ -111,13 +121,26 @@ def _cost_model(sc, st: TrainSetup) -> CostModel:
     return CostModel.for_gpu(st.gpu, ProfileTable.read(profile) if profile else None, custom)
 
 
-def _static(st: TrainSetup, params: float, buffers: float) -> StaticMemory:
-    w, g, o = static_bytes(params, st.precision, st.optimizer, st.zero, st.shards)
+def _static(st: TrainSetup, params: float, buffers: float, expert: float = 0.0) -> StaticMemory:
+    """Static bytes of ``params`` on one GPU, of which ``expert`` are expert-parallel experts
+    (ZeRO shards those over the expert-data-parallel group, the rest over DP)."""
+    w, g, o = static_bytes(params - expert, st.precision, st.optimizer, st.zero, st.shards)
+    if expert:
+        we, ge, oe = static_bytes(expert, st.precision, st.optimizer, st.zero, st.expert_shards)
+        w, g, o = w + we, g + ge, o + oe
     return StaticMemory(weights=int(w), grads=int(g), optimizer=int(o), buffers=int(buffers))
 
 
 def _grad_bytes(st: TrainSetup, params: float) -> int:
     return int(params * GRAD_COMM_BYTES[st.precision] * (ZERO3_COMM_FACTOR if st.zero >= 3 else 1.0))
+
+
+def _optimizer_time(st: TrainSetup, cm: CostModel, params: float, expert: float) -> float:
+    """The optimizer step on this GPU's shard of dense and expert parameters."""
+    if not expert:
+        return cm.optimizer_time(params / zero_shards("optimizer", st.zero, st.shards))
+    dense = (params - expert) / zero_shards("optimizer", st.zero, st.shards)
+    return cm.optimizer_time(dense + expert / zero_shards("optimizer", st.zero, st.expert_shards))
 
 
 def _stage(
@@ -131,6 +154,7 @@ def _stage(
     act_mem: float,
     send_bytes: float,
     work_buffer: float,
+    expert: float = 0.0,
 ) -> StageCost:
     passes = {
         "F": to_segments(f_items, st.granularity),
@@ -146,19 +170,21 @@ def _stage(
         activation_bytes=int(send_bytes),
         activation_memory=int(act_mem),
         # buffers: the recompute working set and the p2p send and recv buffers
-        static=_static(st, params, work_buffer + 2 * send_bytes),
-        optimizer=cm.optimizer_time(params / zero_shards("optimizer", st.zero, st.shards)),
+        static=_static(st, params, work_buffer + 2 * send_bytes, expert),
+        optimizer=_optimizer_time(st, cm, params, expert),
         forward_flops=ff,
         backward_flops=fb,
-        grad_bytes=_grad_bytes(st, params),
+        grad_bytes=_grad_bytes(st, params - expert),
+        expert_grad_bytes=_grad_bytes(st, expert),
         passes=passes,
     )
 
 
 @dataclass(frozen=True)
 class _LayerKind:
-    """One kind of layer (dense or MoE MLP) compiled once: its pass items, parameters,
-    kept activation bytes, recompute working set and FP8 weight cache."""
+    """One kind of layer (dense or MoE MLP) compiled once: its pass items, parameters (of
+    them, expert-parallel experts'), kept activation bytes, recompute working set, FP8
+    weight cache and token-dispatch buffers."""
 
     f: list
     b: list
@@ -168,11 +194,13 @@ class _LayerKind:
     act: float
     work: float
     fp8_cache: float
+    expert: float = 0.0
+    dispatch: float = 0.0
 
 
 def _layer_kind(cfg, st: TrainSetup, cm: CostModel, moe: bool) -> _LayerKind:
     b, tp, sp, e = st.micro_batch, st.tp, st.sp, st.e
-    layer = layer_ops(cfg, b, tp, sp, e, moe)
+    layer = layer_ops(cfg, b, tp, sp, e, moe, st.split)
     fp8_cache = 0.0
     if st.precision == "fp8":
         layer = te_fp8_layer(layer)
@@ -193,7 +221,9 @@ def _layer_kind(cfg, st: TrainSetup, cm: CostModel, moe: bool) -> _LayerKind:
     }[st.recompute]
     work = {"none": 0.0, "full": full_act, "selective": full_act - act}[st.recompute]
     params = sum(op.params for op in layer if hasattr(op, "params"))
-    return _LayerKind(lf, rec + lb, rec + lbi, lw, params, act, work, fp8_cache)
+    expert = sum(op.params for op in layer if isinstance(op, ExpertRanks))
+    dispatch = dispatch_buffer_bytes(cfg, b, tp, e, st.split) if expert else 0.0
+    return _LayerKind(lf, rec + lb, rec + lbi, lw, params, act, work, fp8_cache, expert, dispatch)
 
 
 def transformer_chunk_costs(
@@ -207,7 +237,7 @@ def transformer_chunk_costs(
     cm = _cost_model(sc, st)
     b, tp, sp, e = st.micro_batch, st.tp, st.sp, st.e
     emb = embedding_ops(cfg, b, tp, sp, e)
-    out = output_ops(cfg, b, tp, sp, e) + mtp_ops(cfg, b, tp, sp, e)
+    out = output_ops(cfg, b, tp, sp, e) + mtp_ops(cfg, b, tp, sp, e, st.split)
     order = cfg.layer_kinds()
     kinds = {moe: _layer_kind(cfg, st, cm, moe) for moe in sorted(set(order))}
     send = b * cfg.seq_len * cfg.hidden * e / tp
@@ -237,7 +267,10 @@ def transformer_chunk_costs(
         act_mem = sum(c * kinds[moe].act for moe, c in count.items()) + sum(op.activation for op in extra)
         work = max((kinds[moe].work for moe in count), default=0.0)
         buffers = work + sum(c * kinds[moe].fp8_cache for moe, c in count.items())
-        cost = _stage(st, cm, f, b_all, bi, w, params, act_mem, 0 if last else send, buffers)
+        buffers += max((kinds[moe].dispatch for moe in count), default=0.0)  # one layer exchanges at a time
+        expert = sum(c * kinds[moe].expert for moe, c in count.items())
+        expert += sum(op.params for op in post if isinstance(op, ExpertRanks))  # the MTP layers'
+        cost = _stage(st, cm, f, b_all, bi, w, params, act_mem, 0 if last else send, buffers, expert)
         if sc.parallel.data_parallel is not None:
             cost = _per_layer(sc, st, cm, cost, (pre, post), runs)
         costs.append(cost)

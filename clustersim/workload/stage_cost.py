@@ -18,10 +18,16 @@ from ..memory_kinds import StaticMemory
 @dataclass(frozen=True)
 class Segment:
     """One step of a pass: ``compute`` for ``duration`` s (``flops`` ride along for
-    metrics), a ``collective`` (``all_reduce``, ``all_gather``, ``reduce_scatter``) of
-    ``nbytes`` over the stage's tensor-parallel group, or an ``overlap``: that collective
+    metrics), a ``collective`` (``all_reduce``, ``all_gather``, ``reduce_scatter``,
+    ``all_to_all``) of ``nbytes`` over ``group``: the stage's tensor-parallel group
+    (``tp``) or an expert group (``ep``, ``etp``, ``tp_ep``; see
+    :meth:`clustersim.parallel.plan.Plan.expert_group`), or an ``overlap``: a TP collective
     pipelined with a GEMM of ``duration`` s in ``chunks`` by ``method``
-    (:mod:`clustersim.workload.tp_overlap`)."""
+    (:mod:`clustersim.workload.tp_overlap`). A compute segment whose work differs between
+    expert-parallel ranks lists each rank's ``(duration, flops)`` in ``ranks``
+    (``duration``: the slowest rank's); ``overlap`` (the flag) marks compute that runs
+    beside its neighbouring collective instead of after it (the shared expert beside the
+    token all-to-alls)."""
 
     kind: str
     duration: float = 0.0
@@ -31,6 +37,9 @@ class Segment:
     name: str = ""
     method: str = ""
     chunks: int = 0
+    group: str = "tp"
+    overlap: bool = False
+    ranks: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -62,6 +71,9 @@ class StageCost:
     forward_flops: float = 0.0
     backward_flops: float = 0.0
     grad_bytes: int | None = None
+    #: gradient bytes of expert-parallel experts, reduced over the expert-data-parallel
+    #: group (``grad_bytes`` then counts the rest, reduced over DP)
+    expert_grad_bytes: int = 0
     passes: dict[str, tuple[Segment, ...]] = field(default_factory=dict)
     layers: int = 1
     layer_passes: dict[str, tuple[tuple[Segment, ...], ...]] = field(default_factory=dict)

@@ -124,5 +124,5 @@ def merge_backward(tagged: list[tuple], ov: TPOverlap) -> list[tuple]:
 
 
 def _merged(comm: tuple, gemm: tuple, method: str, ov: TPOverlap) -> tuple:
-    _, kind, nbytes, name = comm
+    _, kind, nbytes, name = comm[:4]  # (an expert collective carries its group after)
     return ("o", kind, nbytes, name, gemm[1], gemm[2], method, ov.chunks(method))

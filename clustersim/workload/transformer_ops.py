@@ -23,6 +23,7 @@ from dataclasses import replace
 from .attention import attention_core_ops
 from .mla import mla_ops
 from .moe import moe_mlp_ops
+from .moe_dispatch import ExpertSplit, ep_moe_ops
 from .ops import MASK_BYTES, TPComm, elementwise, gemm
 from .transformer import TransformerConfig
 
@@ -37,9 +38,18 @@ def _tp_points(sp: bool, nbytes: int) -> tuple[TPComm, TPComm]:
     return TPComm("tp f", "", "all_reduce", nbytes), TPComm("tp g", "all_reduce", "", nbytes)
 
 
-def layer_ops(cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int, moe: bool | None = None) -> list:
+def layer_ops(
+    cfg: TransformerConfig,
+    b: int,
+    tp: int,
+    sp: bool,
+    e: int,
+    moe: bool | None = None,
+    split: ExpertSplit | None = None,
+) -> list:
     """One transformer layer on one GPU: LayerOps and TPComm points in forward order;
-    ``moe`` chooses a MoE MLP (:mod:`.moe`; default: when the model has experts), and
+    ``moe`` chooses a MoE MLP (:mod:`.moe`; default: when the model has experts), ``split``
+    its expert parallelism (:mod:`.moe_dispatch`; None: experts inside the TP region), and
     ``cfg.mla`` multi-head latent attention (:mod:`.mla`)."""
     s, h, a, d, f = cfg.seq_len, cfg.hidden, cfg.heads, cfg.head_dim, cfg.ffn_hidden
     at, kvt = a // tp, max(1, cfg.n_kv // tp)
@@ -73,10 +83,14 @@ def layer_ops(cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int, moe: bo
     ops.append(residual("residual1"))
     # --- MLP ---------------------------------------------------------------------------
     ops.append(norm("norm2"))
-    ops += [enter] if enter else []
+    is_moe = cfg.experts > 1 if moe is None else moe
+    dispatched = is_moe and split is not None and split.active(tp)
+    ops += [enter] if enter and not dispatched else []
     ft = f // tp
     up_n = ft * (2 if cfg.gated_mlp else 1)
-    if cfg.experts > 1 if moe is None else moe:
+    if dispatched:  # the dispatcher's collectives replace the TP region's enter and exit
+        ops += ep_moe_ops(cfg, b, tp, e, split)
+    elif is_moe:
         ops += moe_mlp_ops(cfg, b, tp, e, rep / h)
     else:
         ops.append(gemm("mlp_up", b * s, up_n, h, e, activation=rep * e))
@@ -85,7 +99,7 @@ def layer_ops(cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int, moe: bo
             elementwise("mlp_act", act_in, 1.5 * e if cfg.gated_mlp else 2 * e, 3 * e, activation=act_in * e)
         )
         ops.append(gemm("mlp_down", b * s, h, ft, e, activation=b * s * ft * e))
-    ops += [leave] if leave else []
+    ops += [leave] if leave and not dispatched else []
     ops.append(residual("residual2"))
     if cfg.bias:  # biases of the four linears (column-parallel split, row-parallel replicated)
         i = next(i for i, op in enumerate(ops) if getattr(op, "name", "") == "qkv")
@@ -124,11 +138,14 @@ def output_ops(cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int) -> lis
     return ops
 
 
-def mtp_ops(cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int) -> list:
+def mtp_ops(
+    cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int, split: ExpertSplit | None = None
+) -> list:
     """The multi-token-prediction modules (DeepSeek-V3 §2.2) on the last stage: per module
     the norms of the hidden state and of the next token's embedding, their concatenation
     projected ``2h → h`` (column-parallel), one layer, and the final norm, logits and loss
-    through the output head it shares with the main model (no parameters of its own)."""
+    through the output head it shares with the main model (no parameters of its own);
+    ``split``: its MoE layer's expert parallelism, as in :func:`layer_ops`."""
     bsh = b * cfg.seq_len * cfg.hidden
     rep = bsh / tp if sp else bsh
     ops: list = []
@@ -141,7 +158,7 @@ def mtp_ops(cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int) -> list:
         ops.append(
             gemm("mtp_proj", b * cfg.seq_len, cfg.hidden // tp, 2 * cfg.hidden, e, activation=2 * rep * e)
         )
-        ops += layer_ops(cfg, b, tp, sp, e)
+        ops += layer_ops(cfg, b, tp, sp, e, split=split)
         ops += [
             replace(op, params=0.0) if op.name == "logits" else op for op in output_ops(cfg, b, tp, sp, e)
         ]

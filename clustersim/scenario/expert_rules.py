@@ -1,0 +1,77 @@
+"""Rules of expert parallelism (``parallel.ep``, ``etp``, ``moe_token_dispatcher``,
+``moe_shared_expert_overlap``), checked when a scenario loads.
+
+Megatron-Core's constraints (``megatron/core/parallel_state.py``,
+``initialize_model_parallel``; ``megatron/training/arguments.py``): the expert groups
+regroup one pipeline stage's ``tp × dp`` GPUs, so ``tp × dp`` must divide by ``etp × ep``
+(the world size by ``etp × ep × pp``); ``num_experts`` must divide by ``ep``; with EP and
+TP together sequence parallelism is required (MoE README: "When using MoE with expert
+parallelism and tensor parallelism, sequence parallelism must be enabled"); the shared
+expert overlap needs the ``alltoall`` dispatcher.
+"""
+
+from __future__ import annotations
+
+from ..errors import ScenarioError
+from ..workload.resolve import resolve_transformer
+
+
+def check_expert_parallel(spec, dp: int) -> None:
+    """Raise ScenarioError naming the field when the expert-parallel settings cannot run."""
+    par = spec.parallel
+    etp = par.etp or par.tp
+    if par.ep == 1 and etp == par.tp:
+        if par.moe_shared_expert_overlap:
+            raise ScenarioError(
+                "parallel.moe_shared_expert_overlap",
+                True,
+                "overlaps the shared expert with the expert-parallel all-to-alls: needs parallel.ep > 1",
+            )
+        return
+    field, value = ("parallel.ep", par.ep) if par.ep > 1 else ("parallel.etp", par.etp)
+    experts = resolve_transformer(spec.model).experts if spec.model.kind == "transformer" else 1
+    if experts <= 1:
+        raise ScenarioError(
+            field, value, "splits MoE experts: needs a transformer model with model.experts > 1"
+        )
+    if experts % par.ep:
+        raise ScenarioError(
+            "parallel.ep", par.ep, f"must divide the {experts} routed experts (model.experts) evenly"
+        )
+    if (par.tp * dp) % (etp * par.ep):
+        raise ScenarioError(
+            field,
+            value,
+            f"the expert groups regroup each stage's tp × dp = {par.tp} × {dp} GPUs: etp × ep = "
+            f"{etp} × {par.ep} must divide {par.tp * dp}",
+        )
+    ffn = resolve_transformer(spec.model).expert_ffn
+    if ffn % etp:
+        raise ScenarioError(
+            "parallel.etp", etp, f"must divide the experts' FFN size {ffn} (model.moe_ffn_hidden)"
+        )
+    if par.tp > 1 and not par.sequence_parallel:
+        raise ScenarioError(
+            "parallel.sequence_parallel",
+            False,
+            "expert parallelism with tp > 1 needs sequence parallelism (as Megatron-Core); set it true",
+        )
+    if par.moe_shared_expert_overlap and par.moe_token_dispatcher != "alltoall":
+        raise ScenarioError(
+            "parallel.moe_shared_expert_overlap", True, "needs parallel.moe_token_dispatcher: alltoall"
+        )
+    for name, why in (
+        ("stage_replicas", "runs without data-parallel replicas"),
+        ("parameter_server", "trains without all-reduce groups"),
+        ("data_parallel", "does not yet reduce expert gradients over the expert-data-parallel group"),
+    ):
+        if getattr(par, name) is not None:
+            raise ScenarioError(
+                f"parallel.{name}", "set", f"not supported with expert parallelism ({why}); remove one"
+            )
+    if par.dp_split != "even":
+        raise ScenarioError(
+            "parallel.dp_split", par.dp_split, "expert-parallel groups span replicas: accepted: even"
+        )
+    if spec.training.mode == "inference":
+        raise ScenarioError(field, value, "expert parallelism is modelled for training; accepted: 1")

@@ -1,0 +1,144 @@
+"""The MoE MLP of one layer under expert parallelism: token dispatch, per-rank experts, combine.
+
+With ``parallel.ep`` > 1 (or an expert-tensor-parallel size ``etp`` other than ``tp``) a
+layer's ``E`` routed experts are split over the ``ep`` ranks of an expert-parallel group,
+``E/ep`` per rank, each expert's FFN over ``etp`` ranks (Megatron-Core's MoE parallel
+folding; :meth:`clustersim.parallel.plan.Plan.expert_group` places the groups). Every rank
+routes the ``T_loc`` tokens it holds — ``b·s/tp`` (sequence parallelism, which Megatron-Core
+requires with EP and TP) — and the ``etp·ep`` ranks of one expert-tensor × expert group pool
+``T_pool = etp·ep·T_loc`` tokens, which the load model (:func:`.moe.layer_expert_tokens`) assigns
+to the experts: expert-parallel rank i runs its own experts at their token counts, so a
+seeded skew makes one rank the straggler the others wait for at the combine.
+
+Token dispatchers (Megatron-Core ``moe_token_dispatcher_type``,
+``megatron/core/transformer/moe/token_dispatcher.py``):
+
+* ``alltoall``: permute the ``T_loc·k`` routed copies, all-to-all over the EP group
+  (each rank's send buffer ``T_loc·k·h`` elements), all-gather over the ETP group when
+  ``etp`` > 1, experts, reduce-scatter over ETP, all-to-all back, unpermute. Backward runs
+  the same collectives in reverse order (an all-to-all's gradient is an all-to-all; an
+  all-gather's a reduce-scatter).
+* ``allgather``: all-gather the ``T_loc·h`` hidden states over the ETP × EP group (each
+  rank then holds all ``T_pool`` tokens), permute its experts' tokens, experts,
+  unpermute, reduce-scatter over the same group.
+
+The bytes per rank follow the mean of the assignment (every rank sends ``T_loc·k·h·e``);
+a skewed load changes each rank's expert work, not its all-to-all bytes (the fabric runs
+all-to-all with one buffer size per rank).
+
+The shared expert follows the attention's parallelism (tensor-parallel, Megatron-Core's
+``SharedExpertMLP``): a TP all-gather, up / activation / down on ``b·s`` tokens at
+``shared_ffn/tp``, a TP reduce-scatter. With ``moe_shared_expert_overlap`` (alltoall
+only) its up projection and activation run beside the dispatch all-to-all and its down
+projection beside the combine (Megatron-Core MoE README: "The MLP computation part in the
+shared experts are overlapped with the AlltoAll communications in the dispatcher");
+otherwise it runs after the routed experts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .moe import expert_ops, layer_expert_tokens, router_ops
+from .ops import ExpertRanks, TPComm, elementwise
+
+DISPATCHERS = ("alltoall", "allgather")
+
+
+@dataclass(frozen=True)
+class ExpertSplit:
+    """How one MoE layer's routed experts are split: ``ep`` expert-parallel ranks, each
+    expert's FFN over ``etp`` ranks; the token ``dispatcher``; whether the shared expert
+    overlaps the all-to-alls."""
+
+    ep: int = 1
+    etp: int = 1
+    dispatcher: str = "alltoall"
+    shared_overlap: bool = False
+
+    def active(self, tp: int) -> bool:
+        """Whether tokens are dispatched at all: with ep = 1 and etp = tp the experts sit
+        inside the tensor-parallel region as every other MLP (:mod:`.moe`)."""
+        return self.ep > 1 or self.etp != tp
+
+
+def rank_tokens(cfg, split: ExpertSplit, pool: float) -> tuple[float, ...]:
+    """Tokens each expert-parallel rank's experts process when the pool of ``pool``
+    tokens is routed (experts ``i·E/ep … (i+1)·E/ep − 1`` on rank i)."""
+    per = cfg.experts // split.ep
+    counts = layer_expert_tokens(cfg, int(pool))
+    return tuple(sum(counts[i * per : (i + 1) * per]) for i in range(split.ep))
+
+
+def _ranks(cfg, split: ExpertSplit, pool: float, e: int, moved: bool) -> ExpertRanks:
+    """Each rank's routed experts (``moved``: with its own permute and unpermute)."""
+    counts = layer_expert_tokens(cfg, int(pool))
+    h, per = cfg.hidden, cfg.experts // split.ep
+    ranks = []
+    for i in range(split.ep):
+        mine = counts[i * per : (i + 1) * per]
+        ops = expert_ops(cfg, mine, split.etp, e)
+        if moved:
+            n = sum(mine) * h
+            ops = [elementwise("moe_permute", n, 2 * e, 2 * e), *ops]
+            ops.append(elementwise("moe_unpermute", n, 2 * e, 2 * e, activation=n * e))
+        ranks.append(tuple(ops))
+    return ExpertRanks("experts", tuple(ranks))
+
+
+def _shared(cfg, b: int, tp: int, e: int) -> tuple[list, list, list]:
+    """The shared expert's (enter, up + activation, down + exit) ops under TP with SP."""
+    if not cfg.shared_ffn_hidden:
+        return [], [], []
+    ops = expert_ops(cfg, (), tp, e, shared=b * cfg.seq_len)
+    nbytes = int(b * cfg.seq_len * cfg.hidden * e)
+    enter = [TPComm("shared tp all-gather", "all_gather", "reduce_scatter", nbytes)] if tp > 1 else []
+    leave = [TPComm("shared tp reduce-scatter", "reduce_scatter", "all_gather", nbytes)] if tp > 1 else []
+    return enter, ops[:-1], [ops[-1], *leave]
+
+
+def ep_moe_ops(cfg, b: int, tp: int, e: int, split: ExpertSplit) -> list:
+    """The MoE MLP of one layer on one GPU under expert parallelism (module doc), in
+    forward order: LayerOps, collective points over the ``ep``/``etp``/``tp_ep`` groups
+    and one :class:`~.ops.ExpertRanks` for the routed experts."""
+    h, k = cfg.hidden, cfg.experts_per_token
+    local = b * cfg.seq_len / tp
+    pool = split.etp * split.ep * local
+    ops = router_ops(cfg, local, e)
+    enter, up, down = _shared(cfg, b, tp, e)
+    if split.dispatcher == "allgather":
+        nbytes = int(pool * h * e)
+        ops.append(TPComm("ep all-gather", "all_gather", "reduce_scatter", nbytes, group="tp_ep"))
+        ops.append(_ranks(cfg, split, pool, e, moved=True))
+        ops.append(TPComm("ep reduce-scatter", "reduce_scatter", "all_gather", nbytes, group="tp_ep"))
+        return ops + enter + up + down
+    moved = local * k * h
+    a2a = int(moved * e)
+    ops.append(elementwise("moe_permute", moved, 2 * e, 2 * e))
+    overlap = split.shared_overlap and bool(up)
+    if overlap:
+        ops += enter
+    ops.append(TPComm("ep dispatch", "all_to_all", "all_to_all", a2a, group="ep"))
+    if overlap:
+        ops += [replace(op, overlap=True) for op in up]
+    if split.etp > 1:
+        ops.append(TPComm("etp all-gather", "all_gather", "reduce_scatter", split.etp * a2a, group="etp"))
+    ops.append(_ranks(cfg, split, pool, e, moved=False))
+    if split.etp > 1:
+        ops.append(TPComm("etp reduce-scatter", "reduce_scatter", "all_gather", split.etp * a2a, group="etp"))
+    ops.append(TPComm("ep combine", "all_to_all", "all_to_all", a2a, group="ep"))
+    if overlap:
+        ops += [replace(down[0], overlap=True), *down[1:]]
+    ops.append(elementwise("moe_unpermute", moved, 2 * e, 2 * e, activation=moved * e))
+    return ops if overlap else ops + enter + up + down
+
+
+def dispatch_buffer_bytes(cfg, b: int, tp: int, e: int, split: ExpertSplit) -> float:
+    """Bytes a rank holds for one layer's token exchange while it runs: the all-to-all's
+    send and receive buffers (and the expert-TP all-gather's output), or the all-gather
+    dispatcher's gathered tokens."""
+    local = b * cfg.seq_len / tp
+    if split.dispatcher == "allgather":
+        return split.etp * split.ep * local * cfg.hidden * e
+    a2a = local * cfg.experts_per_token * cfg.hidden * e
+    return 2 * a2a + (split.etp * a2a if split.etp > 1 else 0.0)
