@@ -1,0 +1,212 @@
+"""Expert parallelism: Megatron-Core's groups, token dispatch/combine on the fabric against
+the α-β closed form, the slowest expert rank setting the layer time, memory sharded by EP,
+and the load-time rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import clustersim as cs
+from clustersim.errors import ScenarioError
+from clustersim.hardware.presets import DEFAULT_ALPHA
+from clustersim.parallel.plan import Plan
+from clustersim.planner import run_chunk_costs
+from clustersim.workload.cost_model import CostModel
+from clustersim.workload.hf_config import load_hf_config
+from clustersim.workload.moe import expert_ops, expert_tokens
+from clustersim.workload.moe_dispatch import ExpertSplit, rank_tokens
+from clustersim.workload.resolve import resolve_transformer
+
+BW, LAT = 100e9, 1e-6  # the synthetic node's NVSwitch: bytes/s per GPU, latency per hop
+MOE = {"layers": 1, "hidden": 1024, "heads": 8, "vocab": 1024, "seq_len": 512, "bias": False}
+MOE |= {"experts": 8, "experts_per_token": 2, "moe_ffn_hidden": 2048}
+
+
+def _node(gpus: int = 8) -> dict:
+    return {
+        "nodes": 1,
+        "gpus_per_node": gpus,
+        "gpu": "H100-SXM5-80GB",
+        "topology": {"kind": "single_node"},
+        "intra_node": {"kind": "nvswitch", "bandwidth": BW, "latency": LAT, "efficiency": 1.0},
+    }
+
+
+def _scenario(model=None, parallel=None, network="analytical", **training):
+    return cs.load_scenario(
+        {
+            "cluster": _node(),
+            "model": {**MOE, **(model or {})},
+            "training": {"global_batch": 8, "micro_batch": 1, **training},
+            "parallel": {"ep": 8, **(parallel or {})},
+            "simulation": {"network": network, "collectives": {"all_to_all": "direct"}},
+        }
+    )
+
+
+def test_expert_groups_follow_megatron_core_order():
+    """tp-ep-dp-pp over each stage's tp × dp GPUs (parallel_state.py's expert RankGenerator)."""
+    plan = Plan(tp=2, pp=2, dp=8, gpus_per_node=8, ep=4)  # etp = tp: EP carved out of DP
+    assert plan.edp == 2
+    assert plan.expert_group(0, "ep") == (0, 2, 4, 6)
+    assert plan.expert_group(3, "ep") == (1, 3, 5, 7)
+    assert plan.expert_group(0, "etp") == (0, 1)  # = the TP group
+    assert plan.expert_group(0, "edp") == (0, 8)
+    assert plan.expert_group(16, "ep") == (16, 18, 20, 22)  # stage 1
+    folded = Plan(tp=2, pp=1, dp=8, gpus_per_node=8, ep=8, etp=1)  # parallel folding: ETP 1, EP 8
+    assert folded.expert_group(0, "ep") == tuple(range(8))
+    assert folded.expert_group(9, "ep") == tuple(range(8, 16))
+    assert folded.expert_group(0, "edp") == (0, 8)
+    assert folded.expert_group(5, "tp_ep") == tuple(range(8))
+    assert [folded.expert_rank(d) for d in range(10)] == [0, 1, 2, 3, 4, 5, 6, 7, 0, 1]
+
+
+@pytest.mark.parametrize("network", ["analytical", "flow"])
+def test_dispatch_and_combine_equal_the_direct_all_to_all_closed_form(network):
+    """Each rank's send buffer S = T·k·h·e; direct all-to-all on an idle NVSwitch node:
+    T = α + (n − 1)/n · S/B, α = NCCL's NVLink step latency + the path's (one hop)."""
+    res = cs.simulate(_scenario(network=network))
+    spans = res.spans[res.spans.lane == "ep"]
+    S = 512 * 2 * 1024 * 2
+    expected = DEFAULT_ALPHA["nvlink"] + LAT + 7 / 8 * S / BW
+    assert set(spans.name) == {"ep dispatch", "ep combine"}
+    assert len(spans) == 8 * 4  # dispatch + combine, forward and backward, on every GPU
+    assert (spans.bytes == S).all()
+    for t in spans.end_s - spans.start_s:
+        assert t == pytest.approx(expected, rel=1e-12)
+
+
+def _expert_time(cfg, counts, cm) -> float:
+    """Forward time of one rank's experts at ``counts`` tokens, priced op by op."""
+    return sum(cm.time(op.fwd, op.name, "F") for op in expert_ops(cfg, counts, 1, 2))
+
+
+def test_seeded_skew_makes_the_slowest_expert_rank_set_the_layer_time():
+    """With a seeded Zipf skew each EP rank runs its own experts' tokens; the combine
+    rendezvous waits for the slowest: every rank's combine starts max_i t_i after the
+    dispatch ended (t_i: rank i's experts, from the load model and the cost model)."""
+    sc = _scenario({"expert_load": "skew", "expert_skew": 1.2, "expert_seed": 7})
+    cfg = resolve_transformer(sc.model)
+    cm = CostModel.for_gpu("H100-SXM5-80GB")
+    counts = expert_tokens(8 * 512, 8, 2, "skew", skew=1.2, seed=7)  # pool: 8 ranks × 512 tokens
+    times = [_expert_time(cfg, counts[i : i + 1], cm) for i in range(8)]
+    assert rank_tokens(cfg, ExpertSplit(ep=8), 8 * 512) == counts
+    assert max(times) > 1.5 * min(times)  # the skew is real
+    res = cs.simulate(sc)
+    s = res.spans
+    fwd = s[(s.phase == "F") & (s.microbatch == 0)]
+    dispatch_end = fwd[fwd.name == "ep dispatch"].end_s.max()
+    combine = fwd[fwd.name == "ep combine"]
+    for start in combine.start_s:
+        assert start - dispatch_end == pytest.approx(max(times), rel=1e-9)
+    experts = fwd[
+        (fwd.lane == "compute") & (fwd.start_s >= dispatch_end) & (fwd.end_s <= combine.start_s.min())
+    ]
+    own = dict(zip(experts.device, experts.end_s - experts.start_s))
+    for d in range(8):
+        assert own[f"gpu{d}"] == pytest.approx(times[d], rel=1e-9)
+
+
+def test_shared_expert_overlaps_the_all_to_alls():
+    """``moe_shared_expert_overlap``: the shared expert's up projection starts with the
+    dispatch (not after it) and its down projection with the combine."""
+    model = {"shared_ffn_hidden": 4096}
+    plain = cs.simulate(_scenario(model))
+    over = cs.simulate(_scenario(model, {"moe_shared_expert_overlap": True}))
+
+    def f0(res):
+        s = res.spans
+        return s[(s.phase == "F") & (s.microbatch == 0) & (s.device == "gpu0")]
+
+    a = f0(over)
+    for name in ("ep dispatch", "ep combine"):
+        coll = a[a.name == name].iloc[0]
+        beside = a[(a.lane == "compute") & (a.start_s == coll.start_s)]
+        assert len(beside) == 1  # a compute op starts with the collective
+    assert f0(over).end_s.max() < f0(plain).end_s.max()
+
+
+def test_allgather_dispatcher_gathers_the_pool_over_the_tp_ep_group():
+    """``allgather``: all-gather of the T_loc·h hidden states over ETP × EP (output: the
+    pool of 8 ranks × 512 tokens × h), reduce-scatter back; no all-to-all."""
+    res = cs.simulate(_scenario(parallel={"moe_token_dispatcher": "allgather"}))
+    ep = res.spans[res.spans.lane == "ep"]
+    assert set(ep.name) == {"ep all-gather", "ep reduce-scatter"}
+    assert (ep.bytes == 8 * 512 * 1024 * 2).all()
+
+
+def test_expert_state_is_sharded_by_ep_and_expert_dp():
+    """Mixtral-8x7B, TP 1, EP 8 on 16 GPUs, distributed optimizer (ZeRO 1): weights = dense
+    + 1/8 of the experts; Adam state 12 B/param sharded over DP 16 (dense) and expert-DP 2."""
+    sc = cs.load_scenario(
+        {
+            "cluster": {"preset": "dgx_h100", "nodes": 2},
+            "model": {"hf_config": "mixtral-8x7b", "seq_len": 4096},
+            "training": {"global_batch": 16, "micro_batch": 1},
+            "parallel": {"tp": 1, "pp": 1, "ep": 8, "zero": 1},
+        }
+    )
+    c = load_hf_config("mixtral-8x7b", seq_len=4096)
+    experts = c.layers * 8 * c.mlp_params() / 8
+    dense = c.layers * (c.attention_params() + c.router_params() + 2 * c.norm_params())
+    dense += 2 * c.vocab * c.hidden + c.norm_params()
+    (cost,) = run_chunk_costs(sc)
+    assert cost.static.weights == int(2 * (dense + experts))
+    assert cost.static.optimizer == int(12 * dense / 16 + 12 * experts / 2)
+    assert cost.expert_grad_bytes == int(4 * experts)
+
+
+def test_mixtral_ep8_fits_where_megatron_core_fits_it():
+    """Megatron-Core's reference Mixtral-8x7B mapping (MoE README, "Reference Best Parallel
+    Mapping", MCore v0.8: 64 H100 80GB, seq 4096, TP 1, EP 8, PP 4, VP 8, MBS 1, GBS 256,
+    distributed optimizer, all-to-all dispatcher): no OOM."""
+    sc = cs.load_scenario(Path(__file__).resolve().parent.parent / "scenarios/mixtral-8x7b-64xH100-ep8.yaml")
+    res = cs.simulate(sc.with_overrides({"training.global_batch": 64}))  # m = 4: same peak, 1/4 the time
+    assert not res.summary["oom"]
+    assert 40 < res.summary["peak_memory_gib"] < 80 * 1e9 / 2**30
+
+
+@pytest.mark.parametrize(
+    "parallel,model,field,message",
+    [
+        ({"ep": 3}, {}, "parallel.ep", "must divide the 8 routed experts"),
+        ({"ep": 0}, {}, "parallel.ep", ""),
+        ({"ep": 16}, {"experts": 16}, "parallel.ep", "etp × ep = 1 × 16 must divide 8"),
+        (
+            {"ep": 2},
+            {"experts": 1, "experts_per_token": 1},
+            "parallel.ep",
+            "needs a transformer model with model.experts > 1",
+        ),
+        ({"ep": 2, "tp": 2}, {}, "parallel.sequence_parallel", "needs sequence parallelism"),
+        ({"etp": 8}, {"moe_ffn_hidden": 2052}, "parallel.etp", "must divide the experts' FFN size 2052"),
+        (
+            {"ep": 2, "moe_token_dispatcher": "allgather", "moe_shared_expert_overlap": True},
+            {},
+            "parallel.moe_shared_expert_overlap",
+            "needs parallel.moe_token_dispatcher: alltoall",
+        ),
+        (
+            {"moe_shared_expert_overlap": True},
+            {},
+            "parallel.moe_shared_expert_overlap",
+            "needs parallel.ep > 1",
+        ),
+        ({"ep": 2, "dp_split": [1, 1, 1, 1, 1, 1, 1, 1]}, {}, "parallel.dp_split", "accepted: even"),
+    ],
+)
+def test_bad_expert_parallel_values_are_refused(parallel, model, field, message):
+    par = {"ep": 1, **parallel}
+    with pytest.raises((ScenarioError, ValueError)) as err:
+        _scenario(model, par)
+    assert field.split(".")[-1] in str(err.value)
+    assert message in str(err.value)
+
+
+def test_ep_one_leaves_the_moe_layer_as_before():
+    """ep = 1 (etp = tp): no expert collectives; the experts stay in the TP region."""
+    sc = _scenario(parallel={"ep": 1, "tp": 2, "sequence_parallel": True})
+    res = cs.simulate(sc)
+    assert not (res.spans.lane == "ep").any()
