@@ -72,6 +72,10 @@ class Op:
     ``shadows``, the traffic of folded-away twins that still loads the fabric: for a send,
     (src, dst) device pairs; for a collective, further device groups running the same
     collective at the same time.
+
+    ``split`` makes an all-to-all uneven (an all-to-all-v): ``split[i][j]`` bytes go from
+    the group's i-th member to its j-th (the same matrix on every member's op; ``nbytes``
+    is then this member's row sum). Empty: every member sends ``nbytes/n`` to each.
     """
 
     __slots__ = (
@@ -101,6 +105,7 @@ class Op:
         "lane_id",
         "arrivals",
         "shadows",
+        "split",
     )
 
     def __init__(
@@ -131,6 +136,7 @@ class Op:
         version: int = -1,
         arrivals: int = 0,
         shadows: tuple = (),
+        split: tuple = (),
     ):
         # interned, so the engine's hot path can compare kinds by identity
         self.id, self.device, self.lane, self.kind, self.name = id, device, lane, sys.intern(kind), name
@@ -142,6 +148,7 @@ class Op:
         self.group, self.collective, self.algorithm, self.tag = tuple(group), collective, algorithm, tag
         self.version = version
         self.arrivals, self.shadows = arrivals, tuple(shadows)
+        self.split = split
         self.lane_id = -1  # index of (device, lane) in Program.lanes(), set by Program.add
 
     def __repr__(self) -> str:
@@ -262,8 +269,12 @@ class Program:
                     raise ProgramError(
                         f"collective {tag!r}: group member {d} is not a device (0..{self.num_devices - 1})"
                     )
-            for op in members:
-                if (op.group, op.collective, op.nbytes) != (group, first.collective, first.nbytes):
+            for op in members:  # an uneven all-to-all's members agree on its matrix, each sends its row
+                if (op.group, op.collective, op.split or op.nbytes) != (
+                    group,
+                    first.collective,
+                    first.split or first.nbytes,
+                ):
                     raise ProgramError(
                         f"collective {tag!r}: members disagree — {first!r} has {first.collective} of "
                         f"{first.nbytes} bytes over {list(group)}, {op!r} has {op.collective} of "

@@ -7,12 +7,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import simpy
 
 import clustersim as cs
+from clustersim.collectives import estimate_time
+from clustersim.collectives.group import Group
+from clustersim.engine.network_setup import build_network
 from clustersim.errors import ScenarioError
 from clustersim.hardware.presets import DEFAULT_ALPHA
 from clustersim.parallel.plan import Plan
 from clustersim.planner import run_chunk_costs
+from clustersim.record import Recorder
+from clustersim.resolve import resolve
 from clustersim.workload.cost_model import CostModel
 from clustersim.workload.hf_config import load_hf_config
 from clustersim.workload.moe import expert_ops, expert_tokens
@@ -74,6 +80,33 @@ def test_dispatch_and_combine_equal_the_direct_all_to_all_closed_form(network):
     assert set(spans.name) == {"ep dispatch", "ep combine"}
     assert len(spans) == 8 * 4  # dispatch + combine, forward and backward, on every GPU
     assert (spans.bytes == S).all()
+    for t in spans.end_s - spans.start_s:
+        assert t == pytest.approx(expected, rel=1e-12)
+
+
+def test_all_to_all_across_nodes_equals_its_alpha_beta_form():
+    """EP 16 over two DGX-H100 nodes: each all-to-all takes the direct algorithm's α-β time
+    for the group's shape, max(α + 7/16·S/B_nvlink, α_net + 8/16·S/B_net)."""
+    sc = cs.load_scenario(
+        {
+            "cluster": {"preset": "dgx_h100", "nodes": 2},
+            "model": {**MOE, "experts": 16},
+            "training": {"global_batch": 16, "micro_batch": 1},
+            "parallel": {"ep": 16},
+            "simulation": {"network": "analytical", "collectives": {"all_to_all": "direct"}},
+        }
+    )
+    res = cs.simulate(sc)
+    spans = res.spans[res.spans.lane == "ep"]
+    S = 512 * 2 * 1024 * 2
+    env = simpy.Environment()
+    group = Group(env, build_network(resolve(sc), env, Recorder()), [f"gpu{i}" for i in range(16)])
+    shape = group.shape()
+    expected = max(
+        shape["alpha"] + 7 / 16 * S / shape["bw"], shape["alpha_inter"] + 8 / 16 * S / shape["bw_inter"]
+    )
+    assert expected == pytest.approx(estimate_time("all_to_all", "direct", 16, S, **shape), rel=1e-15)
+    assert len(spans) == 16 * 4
     for t in spans.end_s - spans.start_s:
         assert t == pytest.approx(expected, rel=1e-12)
 
@@ -210,3 +243,29 @@ def test_ep_one_leaves_the_moe_layer_as_before():
     sc = _scenario(parallel={"ep": 1, "tp": 2, "sequence_parallel": True})
     res = cs.simulate(sc)
     assert not (res.spans.lane == "ep").any()
+
+
+def test_skewed_dispatch_is_an_all_to_all_v():
+    """With a seeded skew each source sends rank j the copies its experts take, m_j =
+    c_j · T_loc/T_pool · h · e bytes (c_j: from the load model); direct sends each rank's
+    messages back to back, so on an idle analytical node dispatch = α + (Σm − min m)/B (the
+    rank keeping the fewest sends most) and combine (the transpose) = α + 7·max m/B. On
+    the flow model the heavy receiver's port bounds the dispatch: ≥ 7·max m / B."""
+    skew = {"expert_load": "skew", "expert_skew": 1.2, "expert_seed": 7}
+    cfg = resolve_transformer(_scenario(skew).model)
+    m = [int(c * 512 / 4096 * 1024 * 2) for c in rank_tokens(cfg, ExpertSplit(ep=8), 8 * 512)]
+    alpha = DEFAULT_ALPHA["nvlink"] + LAT
+    for network in ("analytical", "flow"):
+        s = cs.simulate(_scenario(skew, network=network)).spans
+        f = s[(s.phase == "F") & (s.lane == "ep")]
+        dispatch, combine = (f[f.name == n] for n in ("ep dispatch", "ep combine"))
+        assert (dispatch.bytes == sum(m)).all()
+        assert sorted(combine.bytes) == sorted(8 * x for x in m)
+        t_d = (dispatch.end_s - dispatch.start_s).max()
+        t_c = (combine.end_s - combine.start_s).max()
+        if network == "analytical":
+            assert t_d == pytest.approx(alpha + (sum(m) - min(m)) / BW, rel=1e-12)
+            assert t_c == pytest.approx(alpha + 7 * max(m) / BW, rel=1e-12)
+        else:
+            assert t_d >= 7 * max(m) / BW * (1 - 1e-12)
+            assert t_d > alpha + 7 / 8 * sum(m) / BW  # slower than the even all-to-all of the same bytes

@@ -19,12 +19,13 @@ KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "a
 @dataclass(frozen=True)
 class Options:
     """Per-call knobs of a build: the root (broadcast/reduce; the parameter server),
-    ring channels, pipeline chunks, parameter servers."""
+    ring channels, pipeline chunks, parameter servers, an uneven all-to-all's byte matrix."""
 
     root: str | None = None
     channels: int | None = None
     chunks: int | None = None
     servers: list[str] | None = None
+    split: tuple | None = None
 
 
 def fits_any(kind: str, n: int, per_host: tuple[int, ...]) -> str | None:

@@ -24,6 +24,7 @@ def run_collective(
     channels: int | None = None,
     chunks: int | None = None,
     servers: list[str] | None = None,
+    split: tuple | None = None,
 ):
     """SimPy process generator: run collective ``kind`` among ``members`` starting now.
 
@@ -35,12 +36,13 @@ def run_collective(
     NCCL-derived defaults (:data:`~clustersim.hardware.presets.DEFAULT_ALPHA`). ``root``
     is the root of broadcast/reduce (default: first member) and the server of
     ``parameter_server``. ``channels``, ``chunks``, ``servers`` tune ring channels,
-    pipeline chunks and parameter servers. Returns ``{member: finish time (s)}``.
+    pipeline chunks and parameter servers. ``split[i][j]``: the bytes member i sends
+    member j in an uneven all-to-all (all-to-all-v; ``direct`` only). Returns ``{member: finish time (s)}``.
     """
     group = check_group(env, fabric, kind, members, nbytes, algorithm, alpha, root, servers)
     kind, nbytes = as_run(kind, nbytes)
     name = choose_algorithm(group, kind, nbytes) if algorithm == "auto" else algorithm
-    engines, _ = build_schedule(group, kind, name, int(nbytes), root, channels, chunks, servers)
+    engines, _ = build_schedule(group, kind, name, int(nbytes), root, channels, chunks, servers, split)
     start = env.now
     finish = dict.fromkeys(group.members, start)
     yield from execute(env, fabric, engines, group.alpha_of, group.pace_of, label or f"{kind}:{name}", finish)
@@ -48,13 +50,23 @@ def run_collective(
 
 
 def build_schedule(
-    group: Group, kind: str, name: str, nbytes: int, root=None, channels=None, chunks=None, servers=None
+    group: Group,
+    kind: str,
+    name: str,
+    nbytes: int,
+    root=None,
+    channels=None,
+    chunks=None,
+    servers=None,
+    split=None,
 ):
     """Compile one collective into engine programs (see :mod:`.schedule`)."""
     if len(group.members) == 1 and name != "parameter_server":
         return [], {}
     check_shape(group, kind, name)
-    return ALGORITHMS[name].build(group, kind, nbytes, Options(root, channels, chunks, servers))
+    if split is not None and (kind != "all_to_all" or name != "direct"):
+        raise ScenarioError("collective.algorithm", name, "an uneven all-to-all (split) runs by direct only")
+    return ALGORITHMS[name].build(group, kind, nbytes, Options(root, channels, chunks, servers, split))
 
 
 def check_shape(group: Group, kind: str, name: str) -> None:

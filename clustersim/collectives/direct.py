@@ -1,14 +1,17 @@
 """Direct algorithms: every rank talks straight to the ranks that need its data.
 
 * all-to-all: rank i sends S/n to each other rank, in the order i+1, i+2, … (a shifted
-  schedule, so at every moment each rank has one receiver);
+  schedule, so at every moment each rank has one receiver); its sends inside its host and
+  across the network run as two engines at once, as NCCL's grouped ``ncclSend``/``ncclRecv``
+  progress over NVLink and the NIC together;
 * all-gather: rank i sends its S/n shard to every other rank;
 * reduce-scatter: rank i sends shard j (S/n) to rank j;
 * all-reduce: direct reduce-scatter then direct all-gather;
 * broadcast: the root sends S to every other rank; reduce: every rank sends S to the root.
 
 Idle time with per-rank bandwidth B (one engine per rank, sends back to back):
-``T_A2A = T_AG = T_RS = α + (n−1)/n · S/B``, broadcast/reduce ``α + (n−1)·S/B``.
+``T_A2A = T_AG = T_RS = α + (n−1)/n · S/B``, broadcast/reduce ``α + (n−1)·S/B``; across
+N hosts of m ranks, all-to-all ``max(α + (m−1)/n · S/B, α_net + (n−m)/n · S/B_net)``.
 Best for small groups and for all-to-all (one step, no forwarding).
 """
 
@@ -19,8 +22,12 @@ from .cost import Shape
 from .schedule import Msg, split
 
 
-def build_direct(env, kind: str, order: list[str], nbytes: int, ready: dict, root=None, chunks=None):
-    """Direct schedule for ``kind``; returns (engines, done events per rank)."""
+def build_direct(
+    env, kind: str, order: list[str], nbytes: int, ready: dict, root=None, host=None, sizes=None
+):
+    """Direct schedule for ``kind``; returns (engines, done events per rank). ``host``
+    (member → host) splits each rank's all-to-all sends into a same-host and a network
+    engine; ``sizes[i][j]``: the bytes rank i sends rank j in an uneven all-to-all."""
     n = len(order)
     have = {m: tuple(ready.get(m, ())) for m in order}
     if kind == "all_reduce":
@@ -41,11 +48,15 @@ def build_direct(env, kind: str, order: list[str], nbytes: int, ready: dict, roo
         prog = []
         for k in range(1, n):
             j = (i + k) % n
-            size = shard[j] if kind == "reduce_scatter" else shard[i]
+            size = sizes[i][j] if sizes else shard[j] if kind == "reduce_scatter" else shard[i]
             msg = Msg(env, src, order[j], size, have[src])
             prog.append(msg)
             got[order[j]].append(msg.done)
-        engines.append(prog)
+        if kind == "all_to_all" and host is not None:
+            near = [msg for msg in prog if host[msg.dst] == host[src]]
+            engines += [near, [msg for msg in prog if host[msg.dst] != host[src]]]
+        else:
+            engines.append(prog)
     done = {m: tuple(got[m]) or have[m] for m in order}
     return engines, done
 
@@ -56,6 +67,8 @@ def cost(sh: Shape, kind: str, s: float, _servers: int) -> float:
     a_n, b_n = sh.net
     if kind in ("broadcast", "reduce"):
         return max(sh.alpha, a_n) + (m - 1) * s / sh.bw + (n - m) * s / min(sh.bw, b_n * m)
+    if kind == "all_to_all":  # the same-host and network engines run side by side
+        return max(sh.alpha + (m - 1) * s / (n * sh.bw), a_n + (n - m) * s / (n * b_n))
     one = max(sh.alpha, a_n) + max((m - 1) * s / (n * sh.bw), (n - m) * s / (n * b_n))
     return 2 * one if kind == "all_reduce" else one
 
@@ -65,7 +78,7 @@ ALGORITHMS.add(
         "direct",
         "every rank sends straight to every receiver",
         kinds=frozenset(KINDS),
-        factory=lambda g, k, s, o: build_direct(g.env, k, g.members, s, {}, o.root),
+        factory=lambda g, k, s, o: build_direct(g.env, k, g.members, s, {}, o.root, g.host, o.split),
         cost=cost,
         rank=4,
     )

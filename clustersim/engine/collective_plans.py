@@ -16,7 +16,8 @@ class CollectivePlans:
     algorithm): the algorithm is the op's own, else the scenario's for its kind
     (``algorithms``), else the ``auto`` choice (the α-β model's fastest); the time is its
     α-β time on the group's links under ``collective_model: analytical``, else None (the
-    fabric times it)."""
+    fabric times it). An uneven all-to-all (``op.split``) is timed as the even one of its
+    busiest rank's buffer (the most any member sends or receives)."""
 
     def __init__(
         self, env, fabric, names: list[str], alpha, algorithms: dict[str, str], collective_model: str
@@ -27,17 +28,25 @@ class CollectivePlans:
 
     def __call__(self, op: Op) -> tuple[str, float | None]:
         requested = op.algorithm if op.algorithm != "auto" else self.algorithms.get(op.collective, "auto")
-        key = (op.collective, op.group, op.nbytes, requested)
+        key = (op.collective, op.group, op.nbytes, requested, op.split)
         known = self._known.get(key)
         if known is None:
             group = Group(self.env, self.fabric, [self.names[d] for d in op.group], self.alpha)
             algorithm = (
                 requested if requested != "auto" else choose_algorithm(group, op.collective, op.nbytes)
             )
+            nbytes = busiest_buffer(op.split) if op.split else op.nbytes
             t = (
                 None
                 if self.collective_model != "analytical"
-                else estimate_time(op.collective, algorithm, len(op.group), op.nbytes, **group.shape())
+                else estimate_time(op.collective, algorithm, len(op.group), nbytes, **group.shape())
             )
             known = self._known[key] = (algorithm, t)
         return known
+
+
+def busiest_buffer(split: tuple) -> int:
+    """The most bytes any member of an uneven all-to-all sends or receives."""
+    sent = [sum(row) for row in split]
+    received = [sum(col) for col in zip(*split)]
+    return max(sent + received)

@@ -334,6 +334,7 @@ class Engine:
                 algorithm=algorithm,
                 alpha=self.alpha,
                 label=op.tag,
+                split=op.split or None,
             )
             own_done = self.env.process(own)  # first, as replica 0 would be in the unfolded run
             for group in op.shadows if self.fabric.shares_links else ():  # folded twins' collectives

@@ -253,14 +253,16 @@ def _expert_collective(prog, plan, seg, k, dev, name, fold, deps, labels) -> Op:
     :data:`~clustersim.program.EP_LANE`; its members sit in other replicas, so the tag
     names the group by its first device."""
     group = plan.expert_group(dev, seg.group)
+    nbytes = sum(seg.matrix[group.index(dev)]) if seg.matrix else seg.nbytes  # an all-to-all-v: its row
     return prog.add(
         dev,
         EP_LANE,
         COLLECTIVE,
         seg.name,
-        nbytes=seg.nbytes,
+        nbytes=nbytes,
         deps=deps,
         group=group,
+        split=seg.matrix,
         collective=seg.collective,
         tag=f"{seg.group} it{labels['iteration']} s{labels['stage']} g{group[0]} {name} #{k}",
         arrivals=1 if fold else 0,

@@ -22,9 +22,12 @@ Token dispatchers (Megatron-Core ``moe_token_dispatcher_type``,
   rank then holds all ``T_pool`` tokens), permute its experts' tokens, experts,
   unpermute, reduce-scatter over the same group.
 
-The bytes per rank follow the mean of the assignment (every rank sends ``T_loc·k·h·e``);
-a skewed load changes each rank's expert work, not its all-to-all bytes (the fabric runs
-all-to-all with one buffer size per rank).
+The all-to-all bytes follow the assignment: every source routes its ``T_loc`` tokens as
+the pool does, so it sends rank j ``T_loc/T_pool · c_j · h · e`` bytes, ``c_j`` the routed
+copies rank j's experts take (after capacity dropping, which Megatron-Core applies before
+the exchange) — ``S/ep`` each, ``S = T_loc·k·h·e``, when the load is even. An uneven load
+makes the dispatch an all-to-all-v whose heavy receivers take longer (the combine sends
+the transpose back); the expert-TP all-gather keeps the mean size.
 
 The shared expert follows the attention's parallelism (tensor-parallel, Megatron-Core's
 ``SharedExpertMLP``): a TP all-gather, up / activation / down on ``b·s`` tokens at
@@ -114,11 +117,12 @@ def ep_moe_ops(cfg, b: int, tp: int, e: int, split: ExpertSplit) -> list:
         return ops + enter + up + down
     moved = local * k * h
     a2a = int(moved * e)
+    matrix = dispatch_matrix(rank_tokens(cfg, split, pool), local / pool * h * e)
     ops.append(elementwise("moe_permute", moved, 2 * e, 2 * e))
     overlap = split.shared_overlap and bool(up)
     if overlap:
         ops += enter
-    ops.append(TPComm("ep dispatch", "all_to_all", "all_to_all", a2a, group="ep"))
+    ops.append(TPComm("ep dispatch", "all_to_all", "all_to_all", a2a, group="ep", matrix=matrix))
     if overlap:
         ops += [replace(op, overlap=True) for op in up]
     if split.etp > 1:
@@ -126,11 +130,21 @@ def ep_moe_ops(cfg, b: int, tp: int, e: int, split: ExpertSplit) -> list:
     ops.append(_ranks(cfg, split, pool, e, moved=False))
     if split.etp > 1:
         ops.append(TPComm("etp reduce-scatter", "reduce_scatter", "all_gather", split.etp * a2a, group="etp"))
-    ops.append(TPComm("ep combine", "all_to_all", "all_to_all", a2a, group="ep"))
+    back = tuple(zip(*matrix))
+    ops.append(TPComm("ep combine", "all_to_all", "all_to_all", a2a, group="ep", matrix=back))
     if overlap:
         ops += [replace(down[0], overlap=True), *down[1:]]
     ops.append(elementwise("moe_unpermute", moved, 2 * e, 2 * e, activation=moved * e))
     return ops if overlap else ops + enter + up + down
+
+
+def dispatch_matrix(copies: tuple[float, ...], bytes_per_copy: float) -> tuple[tuple[int, ...], ...]:
+    """The dispatch all-to-all's bytes from each EP rank to each (module doc): every row
+    is ``copies[j] · bytes_per_copy``; empty when every rank takes the same."""
+    if len(set(copies)) == 1:
+        return ()
+    row = tuple(int(c * bytes_per_copy) for c in copies)
+    return (row,) * len(copies)
 
 
 def dispatch_buffer_bytes(cfg, b: int, tp: int, e: int, split: ExpertSplit) -> float:

@@ -77,13 +77,16 @@ COMM_GROUPS = ("tp", "ep", "etp", "tp_ep")
 @dataclass(frozen=True)
 class TPComm:
     """A collective point between ops: ``fwd``/``bwd`` kind (or "") of ``nbytes`` over
-    ``group`` (one of :data:`COMM_GROUPS`; the tensor-parallel group unless it says)."""
+    ``group`` (one of :data:`COMM_GROUPS`; the tensor-parallel group unless it says).
+    ``matrix[i][j]``: the bytes the group's i-th member sends its j-th in an uneven
+    all-to-all forward (the backward sends the transpose); empty: even."""
 
     name: str
     fwd: str
     bwd: str
     nbytes: int
     group: str = "tp"
+    matrix: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True)

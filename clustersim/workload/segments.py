@@ -4,7 +4,8 @@ A pass is built from a list of *items*: ``("c", seconds, flops)`` for a kernel,
 ``("r", seconds per rank, flops per rank)`` for work that differs between the ranks of an
 expert-parallel group (:class:`~.ops.ExpertRanks`), ``("p", seconds, flops)`` for a kernel
 that runs beside its neighbouring collective (:attr:`~.ops.LayerOp.overlap`) and
-``("x", kind, nbytes, name, group)`` for a collective over ``group`` (:data:`~.ops.COMM_GROUPS`).
+``("x", kind, nbytes, name, group, matrix)`` for a collective over ``group``
+(:data:`~.ops.COMM_GROUPS`; ``matrix``: an uneven all-to-all's bytes, or empty).
 Consecutive kernels merge into one compute :class:`Segment` (they run back to back on one
 stream; with per-rank items, the Segment carries each rank's sums); side-by-side kernels
 merge into their own; each collective becomes a collective Segment the compiler places on
@@ -36,7 +37,7 @@ def forward_items(
     for op in ops:
         if isinstance(op, TPComm):
             if op.fwd and not core_only:
-                out.append((("x", op.fwd, op.nbytes, op.name, op.group), ""))
+                out.append((("x", op.fwd, op.nbytes, op.name, op.group, op.matrix), ""))
         elif isinstance(op, ExpertRanks):
             if not core_only:
                 out.append((_per_rank([forward_items(list(r), cm) for r in op.ranks]), ""))
@@ -65,7 +66,7 @@ def backward_items(
     for op in reversed(ops):
         if isinstance(op, TPComm):
             if op.bwd and inputs:
-                out.append((("x", op.bwd, op.nbytes, op.name, op.group), "", ""))
+                out.append((("x", op.bwd, op.nbytes, op.name, op.group, tuple(zip(*op.matrix))), "", ""))
             continue
         if isinstance(op, ExpertRanks):
             ranks = [backward_items(list(r), cm, weight=weight, inputs=inputs) for r in op.ranks]
@@ -125,7 +126,9 @@ def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment
             _, kind, nbytes, name, seconds, flops, method, chunks = i
             segs.append(Segment("overlap", seconds, flops, nbytes, kind, name, method, chunks))
         elif i[0] == "x":
-            segs.append(Segment("collective", nbytes=i[2], collective=i[1], name=i[3], group=i[4]))
+            segs.append(
+                Segment("collective", nbytes=i[2], collective=i[1], name=i[3], group=i[4], matrix=i[5])
+            )
         else:
             run.add(i)
     if run.nonzero or not segs:

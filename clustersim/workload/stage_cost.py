@@ -27,7 +27,8 @@ class Segment:
     expert-parallel ranks lists each rank's ``(duration, flops)`` in ``ranks``
     (``duration``: the slowest rank's); ``overlap`` (the flag) marks compute that runs
     beside its neighbouring collective instead of after it (the shared expert beside the
-    token all-to-alls)."""
+    token all-to-alls); ``matrix`` gives an uneven all-to-all's bytes from each member of
+    the group to each (:attr:`clustersim.program.Op.split`)."""
 
     kind: str
     duration: float = 0.0
@@ -40,6 +41,7 @@ class Segment:
     group: str = "tp"
     overlap: bool = False
     ranks: tuple[tuple[float, float], ...] = ()
+    matrix: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True)
