@@ -269,3 +269,22 @@ def test_skewed_dispatch_is_an_all_to_all_v():
         else:
             assert t_d >= 7 * max(m) / BW * (1 - 1e-12)
             assert t_d > alpha + 7 / 8 * sum(m) / BW  # slower than the even all-to-all of the same bytes
+
+
+def test_expert_gradients_reduce_over_the_expert_data_parallel_group():
+    """TP 2, ETP 1, EP 4 on 8 GPUs (dp 4): edp = 2·4/(1·4) = 2, so after the dense gradients'
+    DP all-reduce every GPU all-reduces its experts' fp32 gradients (4 B/param of its 2 of
+    8 experts, full FFN) with the one other GPU holding the same experts."""
+    sc = _scenario(
+        {"shared_ffn_hidden": 1024}, {"tp": 2, "etp": 1, "ep": 4, "sequence_parallel": True}, global_batch=8
+    )
+    cfg = resolve_transformer(sc.model)
+    (cost,) = run_chunk_costs(sc)
+    assert cost.expert_grad_bytes == int(4 * 2 * cfg.mlp_params(cfg.expert_ffn))
+    s = cs.simulate(sc).spans
+    experts = s[s.name == "dp all-reduce s0 experts"]
+    dense = s[s.name == "dp all-reduce s0"]
+    assert len(experts) == len(dense) == 8
+    assert (experts.bytes == cost.expert_grad_bytes).all()
+    assert (experts.start_s.values >= dense.end_s.values).all()
+    assert Plan(tp=2, pp=1, dp=4, gpus_per_node=8, ep=4, etp=1).expert_group(0, "edp") == (0, 4)
