@@ -288,3 +288,37 @@ def test_expert_gradients_reduce_over_the_expert_data_parallel_group():
     assert (experts.bytes == cost.expert_grad_bytes).all()
     assert (experts.start_s.values >= dense.end_s.values).all()
     assert Plan(tp=2, pp=1, dp=4, gpus_per_node=8, ep=4, etp=1).expert_group(0, "edp") == (0, 4)
+
+
+@pytest.mark.parametrize(
+    "nodes,parallel,model",
+    [
+        (2, {"ep": 8}, {}),
+        (2, {"ep": 16}, {"experts": 16}),
+        (4, {"tp": 2, "pp": 2, "ep": 4, "sequence_parallel": True}, {"layers": 2}),
+        (2, {"tp": 2, "etp": 1, "ep": 8, "sequence_parallel": True}, {}),
+    ],
+)
+def test_folding_an_evenly_loaded_expert_parallel_job_is_exact(nodes, parallel, model):
+    """Folded (one GPU per stage, the other expert groups' all-to-alls as shadow traffic
+    on the flow fabric) = unfolded, to the last bit; a skewed load refuses folding."""
+
+    def run(fold, extra=None):
+        sc = cs.load_scenario(
+            {
+                "cluster": {"preset": "dgx_h100", "nodes": nodes},
+                "model": {**MOE, **model, **(extra or {})},
+                "training": {"global_batch": 32 * nodes, "micro_batch": 1},
+                "parallel": parallel,
+                "simulation": {"network": "flow", "fold": fold},
+            }
+        )
+        return cs.simulate(sc).summary
+
+    folded, plain = run(True), run(False)
+    assert folded["folded"].startswith("yes")
+    assert folded["iteration_time_s"] == plain["iteration_time_s"]
+    assert folded["peak_memory_gib"] == plain["peak_memory_gib"]
+    if nodes == 2 and parallel == {"ep": 8}:
+        with pytest.raises(ScenarioError, match="uneven expert load"):
+            run(True, {"expert_load": "skew", "expert_skew": 1.0})

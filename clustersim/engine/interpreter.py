@@ -348,6 +348,7 @@ class Engine:
                         algorithm=algorithm,
                         alpha=self.alpha,
                         label=op.tag,
+                        split=op.split or None,
                     )
                 )
             own_done.callbacks.append(ended)

@@ -13,7 +13,10 @@ dp_split, no stragglers or noise, no link degradation windows or failed links (t
 touch some replicas' routes only), TP groups inside one node (so the dropped TP
 collectives use links no one else does), and every twin's sends and data-parallel ring
 crossing the same kinds of links as its representative's
-(:mod:`clustersim.parallel.fold_routes`). It is refused otherwise — an explicit ``simulation.fold: true`` is an error naming
+(:mod:`clustersim.parallel.fold_routes`). With expert parallelism the representative's
+expert collectives (the MoE all-to-alls, the expert gradients' all-reduce) expect one
+arrival and carry the stage's other expert groups as shadows; an uneven expert load (the
+expert ranks' work or all-to-all bytes differ) is not folded. It is refused otherwise — an explicit ``simulation.fold: true`` is an error naming
 the reason; ``auto`` quietly runs unfolded and says why in the summary.
 """
 
@@ -68,8 +71,8 @@ def _obstacle(job) -> str | None:
             return f"{field} on {getattr(par, field).links} links differs between replicas"
     if par.data_parallel is not None and par.data_parallel.shard_group_size:
         return "HSDP shard groups differ between replicas"
-    if par.ep > 1 or (par.etp or par.tp) != par.tp:
-        return "expert-parallel groups span replicas (and a skewed load makes their ranks differ)"
+    if any(seg.ranks or seg.matrix for c in job.chunk_costs for segs in c.passes.values() for seg in segs):
+        return "an uneven expert load makes expert-parallel ranks differ"
     if job.dp * par.tp == 1:
         return "nothing to fold (dp = tp = 1)"
     return None

@@ -8,12 +8,15 @@ links follow from where its two GPUs sit relative to each other: on one server, 
 leaf switch, in one site, or in two sites. Folding is exact when, for every
 twin, each peer it sends to sits at the same level as the representative's peer — it is
 not when, say, a stage's replicas straddle a site border that the next stage's replicas
-do not. Topologies whose placement is a reason (routes depend on position: ``ring``,
+do not. The expert groups of a stage (:meth:`~clustersim.parallel.plan.Plan.expert_groups`)
+must each be laid out as the representative's. Topologies whose placement is a reason (routes depend on position: ``ring``,
 ``torus_2d``, ``star``, ``custom``, wan sites that differ) are not compared: folding is
 refused there with that reason.
 """
 
 from __future__ import annotations
+
+from itertools import combinations
 
 from ..topology import TOPOLOGIES
 
@@ -52,6 +55,21 @@ def route_obstacle(job) -> str | None:
         for t in range(1, plan.tp):
             if [_level(where, a, b) for a, b in _ring(plan.dp_group(s, t))] != ring:
                 return f"stage {s}'s data-parallel group of TP rank {t} is laid out unlike TP rank 0's"
+    return _expert_obstacle(plan, where)
+
+
+def _expert_obstacle(plan, where) -> str | None:
+    """Why some expert group of a stage is laid out unlike the representative's (each
+    pair of its members compared, in group order), or None."""
+    if plan.ep == 1 and plan.expert_tp == plan.tp:
+        return None
+    for s in range(plan.pp):
+        for kind in ("ep", "etp", "tp_ep", "edp"):
+            first, *rest = plan.expert_groups(s, kind)
+            pattern = [_level(where, a, b) for a, b in combinations(first, 2)]
+            for group in rest:
+                if [_level(where, a, b) for a, b in combinations(group, 2)] != pattern:
+                    return f"stage {s}'s {kind} group {list(group)} is laid out unlike {list(first)}"
     return None
 
 

@@ -22,6 +22,7 @@ consecutive data-parallel replicas of one TP rank: EP is carved out of DP.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 
 @dataclass(frozen=True)
@@ -112,3 +113,14 @@ class Plan:
         if kind == "edp":
             return tuple(at(i, e, t) for i in range(self.edp))
         raise ValueError(f"unknown expert group kind {kind!r}; known: ep, etp, tp_ep, edp")
+
+    def expert_groups(self, stage: int, kind: str) -> tuple[tuple[int, ...], ...]:
+        """Every expert group of ``kind`` in pipeline ``stage``, in order of first device."""
+        return _stage_groups(self, stage, kind)
+
+
+@lru_cache(maxsize=1024)
+def _stage_groups(plan: Plan, stage: int, kind: str) -> tuple[tuple[int, ...], ...]:
+    base = stage * plan.tp * plan.dp
+    devices = range(base, base + plan.tp * plan.dp)
+    return tuple(dict.fromkeys(plan.expert_group(d, kind) for d in devices))

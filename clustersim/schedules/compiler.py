@@ -254,6 +254,8 @@ def _expert_collective(prog, plan, seg, k, dev, name, fold, deps, labels) -> Op:
     names the group by its first device."""
     group = plan.expert_group(dev, seg.group)
     nbytes = sum(seg.matrix[group.index(dev)]) if seg.matrix else seg.nbytes  # an all-to-all-v: its row
+    # folded: the stage's other groups of this kind run the same collective alongside
+    shadows = tuple(g for g in plan.expert_groups(labels["stage"], seg.group) if g != group) if fold else ()
     return prog.add(
         dev,
         EP_LANE,
@@ -263,6 +265,7 @@ def _expert_collective(prog, plan, seg, k, dev, name, fold, deps, labels) -> Op:
         deps=deps,
         group=group,
         split=seg.matrix,
+        shadows=shadows,
         collective=seg.collective,
         tag=f"{seg.group} it{labels['iteration']} s{labels['stage']} g{group[0]} {name} #{k}",
         arrivals=1 if fold else 0,
@@ -318,6 +321,8 @@ def _emit_stage(
                     tag=f"edp-allreduce it{last_it} u{j} s{s} g{plan.expert_group(dev, 'edp')[0]}",
                     deps=deps,
                     compression=compression,
+                    fold=fold,
+                    shadows=tuple(g for g in plan.expert_groups(s, "edp") if dev not in g) if fold else (),
                 )
             opt = sum(costs[c].optimizer for c in stage_chunks(schedule, s, plan.pp, v))
             last = prog.add(
