@@ -322,3 +322,30 @@ def test_folding_an_evenly_loaded_expert_parallel_job_is_exact(nodes, parallel, 
     if nodes == 2 and parallel == {"ep": 8}:
         with pytest.raises(ScenarioError, match="uneven expert load"):
             run(True, {"expert_load": "skew", "expert_skew": 1.0})
+
+
+def test_distributed_optimizer_reduces_expert_buckets_over_expert_dp():
+    """parallel.data_parallel with EP 8 on 16 GPUs (edp 2): each chunk's expert gradients
+    fill their own buckets, reduce-scattered over the expert-DP group (fp32: 4 B/param of
+    the one local expert per layer) after the dense buckets over DP 16; folding stays exact."""
+
+    def run(fold):
+        sc = cs.load_scenario(
+            {
+                "cluster": {"preset": "dgx_h100", "nodes": 2},
+                "model": {**MOE, "layers": 4},
+                "training": {"global_batch": 32, "micro_batch": 1, "framework": "megatron_core"},
+                "parallel": {"ep": 8, "data_parallel": {"bucket_size": "1 MB"}},
+                "simulation": {"network": "flow", "fold": fold},
+            }
+        )
+        return sc, cs.simulate(sc)
+
+    sc, res = run(False)
+    cfg = resolve_transformer(sc.model)
+    s = res.spans[res.spans.device == "gpu0"]
+    experts = s[s.name.str.startswith("dp reduce-scatter s0 experts")]
+    dense = s[s.name.str.startswith("dp reduce-scatter s0 c")]
+    assert experts.bytes.sum() == 4 * 4 * cfg.mlp_params(cfg.expert_ffn)
+    assert len(experts) == 4 and len(dense) >= 1
+    assert res.summary["iteration_time_s"] == run(True)[1].summary["iteration_time_s"]

@@ -63,12 +63,15 @@ def check_expert_parallel(spec, dp: int) -> None:
     for name, why in (
         ("stage_replicas", "runs without data-parallel replicas"),
         ("parameter_server", "trains without all-reduce groups"),
-        ("data_parallel", "does not yet reduce expert gradients over the expert-data-parallel group"),
     ):
         if getattr(par, name) is not None:
             raise ScenarioError(
                 f"parallel.{name}", "set", f"not supported with expert parallelism ({why}); remove one"
             )
+    if par.data_parallel is not None and par.zero == 3:
+        raise ScenarioError(
+            "parallel.zero", 3, "FSDP units with expert parallelism are not modelled; accepted: 0, 1, 2"
+        )
     if par.dp_split != "even":
         raise ScenarioError(
             "parallel.dp_split", par.dp_split, "expert-parallel groups span replicas: accepted: even"

@@ -28,6 +28,10 @@ once it holds ``bucket_size`` bytes. Per optimizer step, on the stage's GPU:
   its gradients runs on the ``comm`` lane; with HSDP (``shard_group_size`` g) the shard
   group is g consecutive replicas and an all-reduce of the g-th shard across groups
   follows. The optimizer waits for the last of them; the next all-gathers wait for it.
+* **experts** (``parallel.ep``): the expert-parallel experts' gradients and parameters
+  fill their own buckets (Megatron-Core's separate expert-parallel param-and-grad buffers)
+  reduced, and all-gathered, over the expert-data-parallel group, after the chunk's
+  dense buckets; a layer's forward then waits for the later of its two all-gathers.
 
 Every collective runs on the network model over its group (count and per-collective
 latency grow with the group); compute slows while they run under
@@ -336,19 +340,21 @@ class StageSync:
         kind, what = ("reduce_scatter", "reduce-scatter") if self.dp.sharded else ("all_reduce", "all-reduce")
         op = None
         for k in reversed(self.chunks):  # the last chunk's backward runs first
-            grads = self.costs[k].layer_bytes("grads")
-            for b, bucket in enumerate(self._buckets(k)):
-                end = self.ends.get((k, bucket[-1])) if self.dp.overlap_grad_reduce else None
-                op = self._collective(
-                    "comm",
-                    kind,
-                    self._groups()[0],
-                    sum(grads[layer] for layer in bucket),
-                    f"dp {what} it{it} u{j} s{self.s} t{self.t} c{k} b{b}",
-                    f"dp {what} s{self.s}{label} c{k} b{b}",
-                    (end.id,) if end is not None else deps,
-                    it,
-                )
+            for experts, (group, shadows, key) in self._buffers(k):
+                grads = self.costs[k].layer_bytes("grads", experts)
+                for b, bucket in enumerate(self._buckets(k, experts)):
+                    end = self.ends.get((k, bucket[-1])) if self.dp.overlap_grad_reduce else None
+                    op = self._collective(
+                        "comm",
+                        kind,
+                        group,
+                        sum(grads[layer] for layer in bucket),
+                        f"dp {what} it{it} u{j} s{self.s} {key} c{k} b{b}",
+                        f"dp {what} s{self.s}{label}{' experts' if experts else ''} c{k} b{b}",
+                        (end.id,) if end is not None else deps,
+                        it,
+                        shadows,
+                    )
         self.ends = {}
         return deps + (op.id,)
 
@@ -360,39 +366,55 @@ class StageSync:
             return opt
         last = opt
         for k in self.chunks:
-            weights = self.costs[k].layer_bytes("weights")
-            ops = {}
-            for b, bucket in reversed(list(enumerate(self._buckets(k)))):
-                last = self._collective(
-                    "gather",
-                    "all_gather",
-                    self._groups()[0],
-                    sum(weights[layer] for layer in bucket),
-                    f"dp all-gather it{it} u{j} s{self.s} t{self.t} c{k} b{b}",
-                    f"dp all-gather s{self.s}{label} c{k} b{b}",
-                    (opt.id,),
-                    it,
-                )
-                ops.update(dict.fromkeys(bucket, last))
+            ops = {}  # layer → its last all-gather (the gather lane runs them in order)
+            for experts, (group, shadows, key) in self._buffers(k):
+                weights = self.costs[k].layer_bytes("weights", experts)
+                for b, bucket in reversed(list(enumerate(self._buckets(k, experts)))):
+                    last = self._collective(
+                        "gather",
+                        "all_gather",
+                        group,
+                        sum(weights[layer] for layer in bucket),
+                        f"dp all-gather it{it} u{j} s{self.s} {key} c{k} b{b}",
+                        f"dp all-gather s{self.s}{label}{' experts' if experts else ''} c{k} b{b}",
+                        (opt.id,),
+                        it,
+                        shadows,
+                    )
+                    ops.update(dict.fromkeys(bucket, last))
             if self.dp.overlap_param_gather:
                 self.gathers[k] = ops
         return opt if self.dp.overlap_param_gather else last
 
     # -- helpers -----------------------------------------------------------------------------
 
-    def _buckets(self, k: int) -> list[list[int]]:
-        """Chunk k's buckets, cut by its gradient bytes (the parameters gather in the same)."""
-        return buckets(self.costs[k].layer_bytes("grads"), self.dp.bucket_size, self.dp.first_bucket_size)
+    def _buckets(self, k: int, experts: bool = False) -> list[list[int]]:
+        """Chunk k's buckets, cut by its gradient bytes (the parameters gather in the same);
+        ``experts``: those of its expert-parallel experts."""
+        grads = self.costs[k].layer_bytes("grads", experts)
+        return buckets(grads, self.dp.bucket_size, self.dp.first_bucket_size)
+
+    def _buffers(self, k: int) -> list[tuple[bool, tuple]]:
+        """Chunk k's gradient buffers: (experts?, (group, folded shadows or None, tag key)) —
+        the dense one over DP, then the experts' over expert-DP where there is one."""
+        out = [(False, (self._groups()[0], None, f"t{self.t}"))]
+        edp = self.plan.expert_group(self.dev, "edp") if self.costs[k].layer_bytes("grads", True) else ()
+        if len(edp) > 1:
+            others = self.plan.expert_groups(self.s, "edp") if self.fold else ()
+            out.append((True, (edp, tuple(g for g in others if g != edp), f"g{edp[0]}")))
+        return out
 
     def _groups(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(shard group, replicate group) of this GPU (see :func:`hsdp_groups`)."""
         return hsdp_groups(self.plan.dp_group(self.s, self.t), self.dev, self.dp.shard_group)
 
-    def _collective(self, lane, kind, group, nbytes, tag, name, deps, it) -> Op:
-        """One collective of this GPU's (folded: with its TP twins' groups as shadows)."""
+    def _collective(self, lane, kind, group, nbytes, tag, name, deps, it, shadows=None) -> Op:
+        """One collective of this GPU's (folded: with its TP twins' groups as shadows, or
+        the given ``shadows``)."""
         twins = (
             tuple(tuple(d - self.t + q for d in group) for q in range(1, self.plan.tp)) if self.fold else ()
         )
+        twins = twins if shadows is None else shadows
         return self.prog.add(
             self.dev,
             lane,

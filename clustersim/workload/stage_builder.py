@@ -302,8 +302,17 @@ def _per_layer(sc, st, cm, cost, ends, runs: list[_LayerKind]) -> StageCost:
     params = [float(run.params) for run in runs]
     params[0] += sum(op.params for op in pre if hasattr(op, "params"))
     params[-1] += sum(op.params for op in post if hasattr(op, "params"))
+    expert = [run.expert for run in runs]  # expert-parallel experts: reduced over expert-DP
+    expert[-1] += sum(op.params for op in post if isinstance(op, ExpertRanks))
     spec = sc.parallel.data_parallel
     grad, weight = DTYPE_BYTES[spec.grad_reduce_dtype], DTYPE_BYTES[spec.param_gather_dtype]
+    if any(expert):
+        params = [q - x for q, x in zip(params, expert)]
+        cost = replace(
+            cost,
+            layer_expert_grads=tuple(int(x * grad) for x in expert),
+            layer_expert_weights=tuple(int(x * weight) for x in expert),
+        )
     return replace(
         cost,
         layers=n,

@@ -81,6 +81,10 @@ class StageCost:
     layer_passes: dict[str, tuple[tuple[Segment, ...], ...]] = field(default_factory=dict)
     layer_grads: tuple[int, ...] = ()
     layer_weights: tuple[int, ...] = ()
+    #: per layer, the expert-parallel experts' part of the data-parallel bytes (``layer_grads``
+    #: and ``layer_weights`` then count the rest): reduced over the expert-data-parallel group
+    layer_expert_grads: tuple[int, ...] = ()
+    layer_expert_weights: tuple[int, ...] = ()
 
     def segments(self, phase: str, split_backward: bool = False) -> tuple[Segment, ...]:
         """The segments of ``phase``. With ``split_backward``, ``"B"`` is the input-gradient
@@ -113,9 +117,12 @@ class StageCost:
         seg, n = whole[0], self.layers
         return ((Segment("compute", seg.duration / n, seg.flops / n),),) * n
 
-    def layer_bytes(self, kind: str) -> tuple[int, ...]:
+    def layer_bytes(self, kind: str, experts: bool = False) -> tuple[int, ...]:
         """Per-layer bytes (model order) of ``kind`` ``"grads"`` (what the data-parallel
-        gradient reduction moves) or ``"weights"`` (what the parameter all-gather moves)."""
+        gradient reduction moves) or ``"weights"`` (what the parameter all-gather moves);
+        ``experts``: those of the expert-parallel experts (empty when there are none)."""
+        if experts:
+            return self.layer_expert_grads if kind == "grads" else self.layer_expert_weights
         given = self.layer_grads if kind == "grads" else self.layer_weights
         if given:
             return given
