@@ -149,10 +149,14 @@ def dispatch_matrix(copies: tuple[float, ...], bytes_per_copy: float) -> tuple[t
 
 def dispatch_buffer_bytes(cfg, b: int, tp: int, e: int, split: ExpertSplit) -> float:
     """Bytes a rank holds for one layer's token exchange while it runs: the all-to-all's
-    send and receive buffers (and the expert-TP all-gather's output), or the all-gather
-    dispatcher's gathered tokens."""
+    send and receive buffers (the receive buffer of the rank that takes most, under an
+    uneven load) and the expert-TP all-gather's output, or the all-gather dispatcher's
+    gathered tokens."""
     local = b * cfg.seq_len / tp
+    pool = split.etp * split.ep * local
     if split.dispatcher == "allgather":
-        return split.etp * split.ep * local * cfg.hidden * e
+        return pool * cfg.hidden * e
     a2a = local * cfg.experts_per_token * cfg.hidden * e
-    return 2 * a2a + (split.etp * a2a if split.etp > 1 else 0.0)
+    matrix = dispatch_matrix(rank_tokens(cfg, split, pool), local / pool * cfg.hidden * e)
+    received = max(sum(col) for col in zip(*matrix)) if matrix else a2a
+    return a2a + received + (split.etp * a2a if split.etp > 1 else 0.0)
