@@ -18,7 +18,7 @@ def resolve(sc: Scenario) -> Job:
     """The :class:`Job` of scenario ``sc``: its layout, partition (the planner runs here,
     once), chunk costs per GPU type and micro-batches per replica."""
     par, cl = sc.parallel, sc.cluster
-    plan = Plan(tp=par.tp, pp=par.pp, dp=sc.dp, gpus_per_node=cl.gpus_per_node)
+    plan = Plan.of(sc)
     layout = plan if par.stage_replicas is None else ReplicaLayout(par.stage_replicas, cl.gpus_per_node)
     schedule = SCHEDULES[par.schedule]
     chunks = plan.pp * par.virtual_stages

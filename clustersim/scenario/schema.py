@@ -199,6 +199,12 @@ class ParallelSpec(_Spec):
     #: ``num_splits`` of TE's ``pipeline`` method (the reduce-scatters after the attention
     #: projection and FC2), set per GEMM in ``--tp-comm-overlap-cfg``; TE's default 4
     tp_comm_overlap_num_splits: Annotated[int, Range(1, 1024)] = 4
+    #: context parallelism: each sequence split over ``cp`` GPUs (docs/context_parallel.md);
+    #: world = tp × cp × pp × dp
+    cp: Annotated[int, Range(1, 100_000)] = 1
+    #: how attention crosses the CP group: ``p2p`` ring attention (K/V blocks around the ring)
+    #: or ``a2a`` Ulysses (all-to-alls over heads) — Megatron-Core's ``--cp-comm-type`` names
+    cp_comm_type: Literal["p2p", "a2a"] = "p2p"
     zero: int = Field(default=0, ge=0, le=3)
     #: bucketed, overlapped and sharded data-parallel communication (unset: the 2021 model)
     data_parallel: DataParallelSpec | None = None

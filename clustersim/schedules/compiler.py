@@ -5,7 +5,11 @@ replica r and tensor-parallel rank t, on the device of (stage s, r, t), the comp
 
   * each pass (F, B, W of a micro-batch on a model chunk) as its segments: compute
     segments on the ``compute`` lane, tensor-parallel collectives on the ``tp`` lane over
-    the stage's TP group, chained so each waits for the previous (kernels on one stream).
+    the stage's TP group, chained so each waits for the previous (kernels on one stream);
+    with context parallelism, Ulysses' all-to-alls on the ``cp`` lane over the CP group and
+    ring attention as per-step compute ops with their K/V sends and recvs around the CP
+    ring (:mod:`.context_parallel`; each (stage, tp) rank has cp × dp replicas, and the
+    gradient all-reduce spans them all).
     A forward allocates the chunk's activation memory; the backward frees it (with a
     split backward, at the end of B — the W-held remainder is not modelled). With
     ``weights="stash"`` a forward also allocates a stashed weight version and the
@@ -48,6 +52,7 @@ from ..parallel.plan import Plan
 from ..program import COLLECTIVE, COMPUTE, Op, Program
 from ..workload.stage_cost import StageCost
 from .compression import Compression, coded_activation_bytes, emit_codec
+from .context_parallel import emit_ring, link_ring_transfers
 from .data_parallel import DataParallel, StageSync
 from .gradient_sync import emit_gradient_allreduce
 from .orders import run_orders, stage_chunks
@@ -88,7 +93,7 @@ def compile_pipeline(
             f"schedule {schedule.name!r}: {len(costs)} model chunks do not divide over {p} stages"
         )
     v = len(costs) // p
-    work = [(w.costs, w.microbatches) for w in replicas] if replicas else [(costs, m)] * plan.dp
+    work = [(w.costs, w.microbatches) for w in replicas] if replicas else [(costs, m)] * plan.replicas
     orders = {}  # micro-batch count → the run's orders
     for _, mr in work:
         if mr not in orders:
@@ -98,11 +103,13 @@ def compile_pipeline(
     for dev in range(plan.num_devices):
         chunks = stage_chunks(schedule, plan.coords(dev)[0], p, v)
         prog.static_memory[dev] = stage_static_memory(schedule, [costs[k] for k in chunks])
-    for r in range(1 if fold else plan.dp):
+    for r in range(1 if fold else plan.replicas):
         cr, mr = work[r]
         _emit_replica(
             prog, plan, schedule, cr, orders[mr], mr, v, r, fold, compression, activations, data_parallel
         )
+    if plan.cp > 1:
+        link_ring_transfers(prog)
     return prog
 
 
@@ -180,15 +187,24 @@ def emit_pass(
     def compute(duration: float, flops: float, deps: tuple[int, ...], label: str = name) -> Op:
         return prog.add(dev, "compute", COMPUTE, label, duration=duration, flops=flops, deps=deps, **labels)
 
-    def collective(label: str, kind: str, nbytes: int, deps, tag: str, algorithm: str = "auto") -> Op:
+    def collective(
+        label: str,
+        kind: str,
+        nbytes: int,
+        deps,
+        tag: str,
+        algorithm: str = "auto",
+        lane: str = "tp",
+        members=group,
+    ) -> Op:
         return prog.add(
             dev,
-            "tp",
+            lane,
             COLLECTIVE,
             label,
             nbytes=nbytes,
             deps=deps,
-            group=group,
+            group=members,
             collective=kind,
             algorithm=algorithm,
             tag=tag,
@@ -197,20 +213,33 @@ def emit_pass(
         )
 
     first, last = None, after  # a pass starts after the previous pass on this GPU, its collectives included
-    extra: tuple[int, ...] = ()  # further ops the next segment waits for (a bulk overlap's collective)
+    first, last = None, after  # a pass starts after the previous pass on this GPU, its collectives included
+    # further ops the next segment waits for (a bulk overlap's collective, a ring's last recv)
+    extra: tuple[int, ...] = ()
     for k, seg in enumerate(cost.segments(phase, split_backward=split)):
         deps = ((last.id,) if last is not None else ()) + extra
         extra = ()
         tag = f"tp it{it} s{stage} r{r} {name} #{k}"
         if seg.kind == "compute":
             head = op = compute(seg.duration, seg.flops, deps)
+        elif seg.kind == "collective" and seg.group == "cp":  # Ulysses: over this rank's CP group
+            cp_tag = f"cp it{it} s{stage} r{r // plan.cp} t{t} {name} #{k}"
+            members = plan.cp_ring(stage, r, t)
+            head = op = collective(
+                seg.name, seg.collective, seg.nbytes, deps, cp_tag, lane="cp", members=members
+            )
         elif seg.kind == "collective":
             head = op = collective(seg.name or f"tp {seg.collective}", seg.collective, seg.nbytes, deps, tag)
+        elif seg.kind == "ring":  # ring attention: per-step chunks and K/V transfers around the CP ring
+            ring_tag = f"ring it{it} s{stage} r{r // plan.cp} t{t} {name} #{k}"
+            head, op, extra = emit_ring(
+                prog, dev, seg, plan.cp_ring(stage, r, t), name, ring_tag, deps, **labels
+            )
         else:  # a TP collective pipelined with its GEMM, in chunks on both lanes
             head, op, extra = emit_overlap(seg, deps, compute, collective, tag)
         first = first or head
         last = op
-    if extra:  # the pass ends once the overlapped collective has too
+    if extra:  # the pass ends once the overlapped collective (or a ring's last recv) has too
         last = compute(0.0, 0.0, (last.id,) + extra, f"{name} join")
     if alloc is None:
         alloc = cost.activation_memory if phase == "F" else 0
@@ -232,7 +261,7 @@ def _emit_stage(
     has_w = {(j, k) for ph, j, k in order if ph == "W"}
     stash = schedule.weights == "stash"
     sync = None
-    if data_parallel is not None and plan.dp > 1:
+    if data_parallel is not None and plan.replicas > 1:
         sync = StageSync.of(
             data_parallel, prog, plan, schedule, costs, order, s, r, t, v, m, fold, partial(_pass_name, m, v)
         )
@@ -243,7 +272,7 @@ def _emit_stage(
             label = "" if schedule.flush else f" u{j}"
             if sync is not None:
                 deps = sync.before_optimizer(j, last_it, last, label)
-            elif plan.dp > 1:
+            elif plan.replicas > 1:
                 grad = sum(costs[c].gradient_bytes for c in stage_chunks(schedule, s, plan.pp, v))
                 twins = tuple(plan.dp_group(s, q) for q in range(1, plan.tp)) if fold else ()
                 deps = emit_gradient_allreduce(
