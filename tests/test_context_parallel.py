@@ -227,7 +227,7 @@ def test_cp_one_builds_the_layer_it_always_did():
         (  # 16 heads divide by tp × cp, but the 2 KV heads per TP rank do not by cp
             {"parallel": {"cp_comm_type": "a2a", "tp": 4}, "cluster": {"gpus_per_node": 16}},
             "parallel.cp",
-            "the 2 key/value heads per TP rank by cp",
+            "the 2 key/value heads per TP rank (model.kv_heads = 8 / tp) must divide by cp",
         ),
         (
             {"model": {"heads": 12, "kv_heads": 4, "hidden": 768}, "parallel": {"cp_comm_type": "a2a"}},

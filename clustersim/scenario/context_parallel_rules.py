@@ -69,11 +69,13 @@ def check_context_parallel(spec) -> None:
         )
     if par.cp_comm_type == "a2a":
         kv = max(1, cfg.n_kv // par.tp)
-        if cfg.heads % (par.tp * cp) or kv % cp:
-            raise ScenarioError(
-                "parallel.cp",
-                cp,
-                f"Ulysses (cp_comm_type a2a) scatters heads over the CP group: model.heads = {cfg.heads} "
-                f"must divide by tp × cp = {par.tp * cp} and the {kv} key/value heads per TP rank by cp; "
-                f"accepted: a common divisor, or cp_comm_type p2p",
-            )
+        ulysses = "Ulysses (cp_comm_type a2a) scatters heads over the CP group"
+        if cfg.heads % (par.tp * cp):
+            why = f"model.heads = {cfg.heads} must divide by tp × cp = {par.tp * cp}"
+        elif kv % cp:
+            why = f"the {kv} key/value heads per TP rank (model.kv_heads = {cfg.n_kv} / tp) must divide by cp"
+        else:
+            return
+        raise ScenarioError(
+            "parallel.cp", cp, f"{ulysses}: {why}; accepted: a divisor of both, or cp_comm_type p2p"
+        )
