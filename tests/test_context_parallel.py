@@ -148,6 +148,18 @@ def _scenario(comm="p2p", cp=4, tp=2, dp=1, **model):
     }
 
 
+def test_a_real_model_ring_sends_the_kv_block_of_its_tokens():
+    cp, tp = 4, 2
+    res = cs.simulate(_scenario("p2p", cp=cp, tp=tp), progress=False)
+    sp = res.spans
+    sends = sp[(sp["lane"] == "cp send") & (sp["device"] == "gpu0")]
+    kv = 2 * 1 * (16384 // cp) * (8 // tp) * 64 * 2  # 2·b·(s/cp)·(kv_heads/tp)·head_dim·e
+    layers = 2
+    assert sorted(sends[sends["phase"] == "F"]["bytes"]) == [kv] * ((cp - 1) * layers)
+    assert sorted(sends[sends["phase"] == "B"]["bytes"]) == sorted([kv, kv, 2 * kv, 2 * kv] * layers)
+    assert res.summary["cp"] == cp and res.summary["cp_comm_type"] == "p2p"
+
+
 def test_ulysses_runs_two_all_to_alls_per_attention_forward_at_their_alpha_beta_time():
     cp, tp = 4, 2
     res = cs.simulate(_scenario("a2a", cp=cp, tp=tp), progress=False)
