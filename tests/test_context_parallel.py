@@ -21,7 +21,7 @@ from clustersim.resolve import resolve
 from clustersim.schedules import SCHEDULES, compile_pipeline
 from clustersim.workload import Segment, StageCost
 from clustersim.workload.attention import flash_forward_flops
-from clustersim.workload.context_parallel import CPComm, CPRing, ring_attention
+from clustersim.workload.context_parallel import CPComm, CPRing, ring_attention, ulysses_attention
 from clustersim.workload.model_presets import TRANSFORMER_PRESETS
 from clustersim.workload.stage_cost import chunk_costs
 from clustersim.workload.transformer_ops import layer_ops
@@ -111,6 +111,20 @@ def test_ring_attention_work_per_step_under_causal_load_balancing():
     assert ring.bwd_bytes == (kv,) + (2 * kv,) * (cp - 2) + (kv,)
     full = ring_attention(replace(local, causal=False), b, at, kvt, e, cp)
     assert [w.flops for w in full.fwd] == pytest.approx([2 * whole / cp**2] * cp, rel=1e-15)
+
+
+def test_ulysses_attention_per_rank_is_the_whole_sequence_with_heads_over_cp():
+    b, tp, cp, e = 1, 2, 4, 2
+    s = LLAMA.seq_len
+    local = replace(LLAMA, attention="flash", seq_len=s // cp)
+    at, kvt, d = LLAMA.heads // tp, LLAMA.n_kv // tp, LLAMA.head_dim
+    before, core, after = ulysses_attention(local, b, at, kvt, e, cp)
+    assert core.fwd.flops == flash_forward_flops(b, s, at, d, causal=True) / cp  # 1/cp of the causal whole
+    assert core.fwd.attention.seq_len == s
+    assert (before.nbytes, after.nbytes) == (
+        b * (s // cp) * (at + 2 * kvt) * d * e,
+        b * (s // cp) * at * d * e,
+    )
 
 
 def _scenario(comm="p2p", cp=4, tp=2, dp=1, **model):
