@@ -189,6 +189,7 @@ def test_ulysses_runs_two_all_to_alls_per_attention_forward_at_their_alpha_beta_
         assert row["end_s"] - row["start_s"] == pytest.approx(want, rel=1e-12)
     bwd = a2a[(a2a["phase"] == "B") & (a2a["device"] == "gpu0")]
     assert len(bwd) == 2 * 2  # dO before, dQ/dK/dV after each attention's backward
+    assert res.summary["exposed_cp_fraction"] > 0  # blocking all-to-alls: exposed as context parallelism
 
 
 def test_ring_and_ulysses_groups_follow_megatron_tp_cp_dp_pp_order():
