@@ -213,7 +213,6 @@ def emit_pass(
         )
 
     first, last = None, after  # a pass starts after the previous pass on this GPU, its collectives included
-    first, last = None, after  # a pass starts after the previous pass on this GPU, its collectives included
     # further ops the next segment waits for (a bulk overlap's collective, a ring's last recv)
     extra: tuple[int, ...] = ()
     for k, seg in enumerate(cost.segments(phase, split_backward=split)):

@@ -6,7 +6,8 @@ A pass is built from a list of *items*: ``("c", seconds, flops)`` for a kernel,
 name)`` for ring attention (per step, :mod:`.context_parallel`). Consecutive kernels merge
 into one compute :class:`Segment` (they run back to back on one stream); each collective
 becomes a collective Segment the compiler places on the ``tp`` (``cp``) lane over the
-stage's TP (CP) group, a ring a ``ring`` Segment it expands into steps. With ``granularity="stage"`` a pass is one collective per kind carrying the summed bytes
+stage's TP (CP) group, a ring a ``ring`` Segment it expands into steps. With
+``granularity="stage"`` a pass is one collective per kind carrying the summed bytes
 between the two halves of its compute — far fewer simulated events for huge validation
 runs, at the price of the per-collective latency terms (negligible for these sizes).
 
