@@ -128,6 +128,17 @@ class Result:
             title=f"{self.scenario.get('name', '')}: where each stage's iteration goes",
         )
 
+    def plot_job(self, ax=None):
+        """The job timeline of a run with faults or recovery (``res.job``): useful
+        iterations, lost work, checkpoints, restarts, re-plans and a tick per fault."""
+        from ..viz.job import plot_job
+
+        if self.job is None:
+            raise ValueError(
+                "plot_job: this run has no job timeline (its scenario has no faults or recovery)"
+            )
+        return plot_job({self.scenario.get("name") or "job": self.job}, ax=ax)
+
     def breakdown(self) -> pd.DataFrame:
         """The numbers behind :meth:`plot_breakdown`: per stage, compute / exposed_comm /
         bubble / idle fractions of the reported iteration (they sum to 1)."""
