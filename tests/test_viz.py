@@ -313,3 +313,11 @@ def test_homogeneous_rows_do_not_repeat_the_gpu_type(result):
     labels = [t.get_text() for t in result.plot_gantt().axes[0].get_yticklabels()]
     gpu = result.devices["gpu"].iloc[0]
     assert result.devices["gpu"].nunique() == 1 and not any(gpu in lab for lab in labels)
+
+
+def test_what_fits_one_row_per_lane_is_as_documented():
+    # docs/outputs.md: one row per lane up to 19 GPUs with five lanes each, 57 with compute only
+    from clustersim.viz.rows import per_lane_fits
+
+    assert per_lane_fits(_five_lane_spans(19, 1)) and not per_lane_fits(_five_lane_spans(20, 1))
+    assert per_lane_fits(_synthetic_spans(57, 1, m=1)) and not per_lane_fits(_synthetic_spans(58, 1, m=1))

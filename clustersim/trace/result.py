@@ -77,8 +77,8 @@ class Result:
         self, ax=None, devices=None, window=None, links: bool = False, aggregate: bool | None = None
     ):
         """Gantt timeline: one row per GPU lane (and per busy link with ``links=True``);
-        above 32 GPUs one row pair per stage unless ``devices`` picks a subset or
-        ``aggregate=False``. ``window`` = (t0, t1) seconds zooms in. Returns the Figure."""
+        one row pair per stage where that would not fit 14 in, unless ``devices`` picks a
+        subset or ``aggregate=False``. ``window`` = (t0, t1) seconds zooms in. Returns the Figure."""
         from ..viz.gantt import plot_gantt
 
         return plot_gantt(
