@@ -194,3 +194,20 @@ def test_pairs_run_one_chunks_tp_collectives_under_the_other_chunks_compute():
     for schedule in ("dualpipe_v", "dualpipe"):
         hidden, total = _forward_tp_under_backward_compute(schedule)
         assert 0.3 * total < hidden <= total
+
+
+@pytest.mark.parametrize("schedule,pp,m", [("dualpipe", 4, 8), ("dualpipe_v", 2, 4)])
+def test_folded_agrees_with_unfolded(schedule, pp, m):
+    # 32 GPUs on a 2:1 fat tree, dp 8 (dp 16): DualPipe's mirrored gradient sum meets two
+    # stages' representatives when folded
+    from tests.test_fold import _job
+
+    times = []
+    for fold in (False, True):
+        raw = _job(4, pp, 2, fold=fold, m=m)
+        raw["parallel"]["schedule"] = schedule
+        raw["model"]["backward_weight"] = "1 ms"
+        res = cs.simulate(raw, progress=False)
+        assert res.summary["folded"].startswith("yes" if fold else "no")
+        times.append(res.summary["iteration_time_s"])
+    assert times[1] == pytest.approx(times[0], rel=1e-12)

@@ -44,8 +44,6 @@ def _obstacle(job) -> str | None:
         return "stage_replicas makes stages differ"
     if job.num_gpus < cl.num_gpus:
         return "parallel.gpus leaves part of the cluster out (its routes are not the same for every replica)"
-    if job.schedule.directions > 1:
-        return f"{job.schedule.name} sums gradients between mirrored stages"
     if job.training.mode == "inference":
         return "inference replicas serve different requests"
     if par.parameter_server is not None:

@@ -307,11 +307,11 @@ def _emit_stage(
                 deps = sync.before_optimizer(j, last_it, last, label)
             elif plan.dp > 1 or schedule.directions > 1:
                 grad = sum(costs[c].gradient_bytes for c in stage_chunks(schedule, s, plan.pp, v))
-                twins = tuple(plan.dp_group(s, q) for q in range(1, plan.tp)) if fold else ()
                 # a bidirectional schedule's stage s holds the chunks stage p − 1 − s holds too:
                 # their gradients are summed with the data-parallel ones (DualPipe's example does it)
                 mirror = plan.pp - 1 - s if schedule.directions > 1 else s
-                group = tuple(sorted({*plan.dp_group(s, t), *plan.dp_group(mirror, t)}))
+                group = _sum_group(plan, s, mirror, t)
+                twins = tuple(_sum_group(plan, s, mirror, q) for q in range(1, plan.tp)) if fold else ()
                 deps = emit_gradient_allreduce(
                     prog,
                     dev,
@@ -325,6 +325,7 @@ def _emit_stage(
                     compression=compression,
                     fold=fold,
                     shadows=twins,
+                    arrivals=1 if mirror == s else 2,  # folded: both stages' representatives meet
                 )
             opt = sum(costs[c].optimizer for c in stage_chunks(schedule, s, plan.pp, v))
             last = prog.add(
@@ -458,6 +459,12 @@ def emit_pair(prog: Program, plan: Plan, job: list[_PassJob], versions, r: int, 
     # both passes' receives gate the pair's first op: DualPipe waits for the pair's inputs
     # together (``_forward_backward_chunk``: recv F, recv B, then ``_commit_and_wait_comm``)
     return [(firsts[0], prev[0]), (firsts[0], prev[1])]
+
+
+def _sum_group(plan: Plan, s: int, mirror: int, t: int) -> tuple[int, ...]:
+    """The GPUs whose gradients TP rank ``t`` of stage ``s`` sums: its data-parallel replicas,
+    and those of stage ``mirror`` when that stage holds the same chunks (``s`` otherwise)."""
+    return tuple(sorted({*plan.dp_group(s, t), *plan.dp_group(mirror, t)}))
 
 
 def _pass_name(m: int, v: int, ph: str, j: int, k: int) -> str:
