@@ -19,16 +19,21 @@ replica r and tensor-parallel rank t, on the device of (stage s, r, t), the comp
     compression, a send across a compressed link carries bytes/ratio, a ``compress`` op
     follows the producing pass and a ``decompress`` op (which the recv feeds) precedes
     the consuming one (:mod:`.compression`);
+  * an overlapped F&B pair (DualPipe) as its two passes' segments interleaved
+    (:mod:`.overlap`, :func:`emit_pair`), both receives gating the pair's first op;
   * at every optimizer step ``("O", i)``: with dp > 1, a gradient all-reduce over the
-    stage's data-parallel group on the ``comm`` lane after the stage's last pass (with
-    gradient compression, the ops of :mod:`.gradient_sync`), then the optimizer op
+    stage's data-parallel group (with a bidirectional schedule, also over the mirrored
+    stage p − 1 − s, which holds the same chunks — at any dp) on the ``comm`` lane after
+    the stage's last pass (with gradient compression, the ops of :mod:`.gradient_sync`),
+    then the optimizer op
     (after the all-reduce), which creates the next weight version. With
     ``parallel.data_parallel``, :mod:`.data_parallel` emits the data-parallel traffic
     instead (buckets, overlap, sharding, FSDP units) and splits passes into layers.
 
 Folding (``fold=True``, see :mod:`clustersim.parallel.fold`): only replica 0, TP rank 0
 is emitted — one representative per stage. Its collectives name the whole group but
-expect one arrival (the folded twins arrive with it by symmetry); its sends and its DP
+expect one arrival (the folded twins arrive with it by symmetry; two for a mirrored
+stages' all-reduce, whose two stages each send a representative); its sends and its DP
 all-reduces carry the twins' traffic as ``shadows``, so shared links stay loaded. TP
 collectives of other replicas are dropped: their groups sit inside other nodes.
 
