@@ -185,11 +185,13 @@ def test_fsdp_units_in_flight_set_the_memory_peak():
     assert len(collectives(res)) == 2 * 2 + 2
 
 
-@pytest.mark.parametrize("prefetch,reshard", [(0, True), (1, True), (2, True), (1, False)])
-def test_memory_estimate_without_simulating_matches_the_run(prefetch, reshard):
+@pytest.mark.parametrize(
+    "prefetch,reshard,parameters", [(0, True, 1), (1, True, 1), (2, True, 1), (1, False, 1), (1, True, 3)]
+)
+def test_memory_estimate_without_simulating_matches_the_run(prefetch, reshard, parameters):
     from clustersim.experiments.memory import estimate_peak_memory
 
-    opts = {"prefetch": prefetch, "reshard_after_forward": reshard}
+    opts = {"prefetch": prefetch, "reshard_after_forward": reshard, "parameters_per_layer": parameters}
     raw = synthetic(1, 2, F, B, layers_per_stage=4, dp=4, params=1e7, activation=3e6)
     raw["parallel"].update(zero=3, data_parallel=opts)
     res = cs.simulate(raw, progress=False)

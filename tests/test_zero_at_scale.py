@@ -113,6 +113,8 @@ def test_deepspeed_per_parameter_collectives_multiply_the_latency():
         2 * L * k,
         2 * L,
     )
+    # the unit's pieces are held together: the weights (synthetic bytes are not sharded) + one unit
+    assert res.summary["peak_memory_gib"] * 2**30 == pytest.approx((L + 1) * S, rel=1e-12)
     assert parameter_pieces((10, 7), [0, 1], 3) == [4, 3, 3, 3, 2, 2]
     assert parameter_pieces((10, 7), [0, 1], 1) == [17]
     assert fill_buckets([4, 3, 3, 3, 2, 2], 6) == [4, 6, 5, 2] and fill_buckets([4, 9], None) == [13]
