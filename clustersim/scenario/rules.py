@@ -139,24 +139,26 @@ def check_rules(spec: ScenarioSpec) -> None:
             f"model {spec.model.preset} has {layers} partitionable "
             f"layers; accepted: pp × virtual_stages ≤ {layers}",
         )
-    chunks = par.pp * par.virtual_stages
+    schedule = SCHEDULES[par.schedule]
+    chunks = schedule.model_chunks(par.pp, par.virtual_stages)  # a bidirectional schedule holds each twice
+    what = "pp × virtual_stages" if schedule.directions == 1 else "pp × virtual_stages / 2"
     if isinstance(par.partition, list) and (len(par.partition) != chunks or sum(par.partition) != layers):
         raise ScenarioError(
             "parallel.partition",
             par.partition,
-            f"give the layers of each of the pp × virtual_stages = {chunks} model chunks, summing to the "
+            f"give the layers of each of the {what} = {chunks} model chunks, summing to the "
             f"model's {layers} layers",
         )
     if par.partition != "even" and layers < chunks:
         raise ScenarioError(
             "parallel.pp", par.pp, f"the model has {layers} layers; accepted: pp × virtual_stages ≤ {layers}"
         )
-    if spec.model.kind != "cnn" and par.partition == "even" and layers % (par.pp * par.virtual_stages):
+    if spec.model.kind != "cnn" and par.partition == "even" and layers % chunks:
         raise ScenarioError(
             "parallel.pp",
             par.pp,
-            f"model.layers = {layers} must divide evenly into pp × virtual_stages = "
-            f"{par.pp * par.virtual_stages} stages; accepted: a divisor of {layers}",
+            f"model.layers = {layers} must divide evenly into {what} = "
+            f"{chunks} stages; accepted: a divisor of {layers}",
         )
     tr = spec.training
     if par.dp_split == "even":
