@@ -17,12 +17,20 @@ class CollectivePlans:
     (``algorithms``), else the ``auto`` choice (the α-β model's fastest); the time is its
     α-β time on the group's links under ``collective_model: analytical``, else None (the
     fabric times it). An uneven all-to-all (``op.split``) is timed as the even one of its
-    busiest rank's buffer (the most any member sends or receives)."""
+    busiest rank's buffer (the most any member sends or receives). ``latency`` is
+    ``cluster.collective_latency``."""
 
     def __init__(
-        self, env, fabric, names: list[str], alpha, algorithms: dict[str, str], collective_model: str
+        self,
+        env,
+        fabric,
+        names: list[str],
+        alpha,
+        algorithms: dict[str, str],
+        collective_model: str,
+        latency: str = "overlapped",
     ):
-        self.env, self.fabric, self.names, self.alpha = env, fabric, names, alpha
+        self.env, self.fabric, self.names, self.alpha, self.latency = env, fabric, names, alpha, latency
         self.algorithms, self.collective_model = algorithms, collective_model
         self._known: dict[tuple, tuple[str, float | None]] = {}
 
@@ -31,7 +39,7 @@ class CollectivePlans:
         key = (op.collective, op.group, op.nbytes, requested, op.split)
         known = self._known.get(key)
         if known is None:
-            group = Group(self.env, self.fabric, [self.names[d] for d in op.group], self.alpha)
+            group = Group(self.env, self.fabric, [self.names[d] for d in op.group], self.alpha, self.latency)
             algorithm = (
                 requested if requested != "auto" else choose_algorithm(group, op.collective, op.nbytes)
             )

@@ -1,22 +1,32 @@
-"""Rank ↔ device mapping of a TP × PP × DP plan, and its expert-parallel groups.
+"""Rank ↔ device mapping of a TP × CP × PP × DP plan, and its expert-parallel groups.
 
-Megatron-LM's order: tensor-parallel ranks vary fastest (so a TP group sits inside one
-node), then data-parallel, then pipeline stage::
+Megatron-Core's order ``tp-cp-ep-dp-pp`` (``parallel_state.initialize_model_parallel``,
+``order="tp-cp-ep-dp-pp"``): tensor-parallel ranks vary fastest (so a TP group sits inside
+one node), then context-parallel, then data-parallel, then pipeline stage::
 
-    device = tp_rank + tp × (dp_rank + dp × stage)
+    device = tp_rank + tp × (cp_rank + cp × (dp_rank + dp × stage))
+
+The compilers see the cp × dp ranks of one (stage, tp rank) as its *replicas*, numbered
+``r = cp_rank + cp × dp_rank`` (with cp = 1, r is the data-parallel rank): every one runs
+the stage's passes — a CP rank on its share of each sequence — and the gradient reduction
+spans all of them, as Megatron reduces gradients over the data-parallel group *with*
+context parallelism (``get_data_parallel_group(with_context_parallel=True)``).
 
 MoE layers regroup the same GPUs (Megatron-Core's "MoE parallel folding",
 ``megatron/core/parallel_state.py``, ``initialize_model_parallel``: a second
 ``RankGenerator`` with ``tp = expert_tensor_parallel_size``, ``ep =
-expert_model_parallel_size``, ``dp = expert_data_parallel_size``, order ``tp-ep-dp-pp``,
-where ``expert_data_parallel_size = world_size // (etp × ep × pp)`` and the world size must
+expert_model_parallel_size``, ``dp = expert_data_parallel_size``, ``cp = 1``, where
+``expert_data_parallel_size = world_size // (etp × ep × pp)`` and the world size must
 divide by ``etp × ep × pp``). Within one pipeline stage, the attention side's index
-``L = tp_rank + tp × dp_rank`` is read in the expert order::
+``L = tp_rank + tp × r`` (r the replica above: CP folds into the expert-data-parallel
+side) is read in the expert order::
 
-    L = etp_rank + etp × (ep_rank + ep × edp_rank),    edp = tp × dp / (etp × ep)
+    L = etp_rank + etp × (ep_rank + ep × edp_rank),    edp = tp × cp × dp / (etp × ep)
 
 so with ``etp = tp`` (Megatron-Core's default) an expert-parallel group is ``ep``
-consecutive data-parallel replicas of one TP rank: EP is carved out of DP.
+consecutive data-parallel replicas of one TP rank: EP is carved out of DP. (Expert
+parallelism together with cp > 1 is refused when a scenario loads,
+:mod:`clustersim.scenario.expert_rules`.)
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ class Plan:
     pp: int
     dp: int
     gpus_per_node: int
+    cp: int = 1
     #: expert-parallel size and expert-tensor-parallel size (0: tp), module doc
     ep: int = 1
     etp: int = 0
@@ -46,9 +57,15 @@ class Plan:
             pp=par.pp,
             dp=sc.dp,
             gpus_per_node=sc.cluster.gpus_per_node,
+            cp=par.cp,
             ep=par.ep,
             etp=par.etp or 0,
         )
+
+    @property
+    def replicas(self) -> int:
+        """Devices per (stage, tp rank): cp × dp (module docstring)."""
+        return self.cp * self.dp
 
     @property
     def expert_tp(self) -> int:
@@ -58,33 +75,40 @@ class Plan:
     @property
     def edp(self) -> int:
         """The expert-data-parallel size: GPUs of a stage holding the same expert shard."""
-        return self.tp * self.dp // (self.expert_tp * self.ep)
+        return self.tp * self.replicas // (self.expert_tp * self.ep)
 
     @property
     def num_devices(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.pp * self.replicas
 
     def device(self, stage: int, dp_rank: int = 0, tp_rank: int = 0) -> int:
-        """The device index of (stage, dp_rank, tp_rank)."""
-        return tp_rank + self.tp * (dp_rank + self.dp * stage)
+        """The device index of (stage, replica ``dp_rank`` = cp_rank + cp × dp rank, tp_rank)."""
+        return tp_rank + self.tp * (dp_rank + self.replicas * stage)
 
     def coords(self, device: int) -> tuple[int, int, int]:
-        """(stage, dp_rank, tp_rank) of a device index."""
+        """(stage, replica, tp_rank) of a device index (the replica is the dp rank when cp = 1)."""
         tp_rank = device % self.tp
         rest = device // self.tp
-        return rest // self.dp, rest % self.dp, tp_rank
+        return rest // self.replicas, rest % self.replicas, tp_rank
+
+    def cp_ring(self, stage: int, replica: int, tp_rank: int = 0) -> tuple[int, ...]:
+        """The CP group of a device, in ring order (cp rank 0 … cp−1): the devices holding the
+        other shares of its sequences."""
+        base = replica - replica % self.cp
+        return tuple(self.device(stage, base + c, tp_rank) for c in range(self.cp))
 
     def node(self, device: int) -> int:
         """The server (node) a device sits in."""
         return device // self.gpus_per_node
 
     def dp_group(self, stage: int, tp_rank: int = 0) -> tuple[int, ...]:
-        """Devices holding replicas of the same (stage, tp shard): a gradient all-reduce group."""
-        return tuple(self.device(stage, r, tp_rank) for r in range(self.dp))
+        """Devices holding replicas of the same (stage, tp shard): a gradient all-reduce group
+        (the data-parallel ranks and, with cp > 1, their context-parallel ranks)."""
+        return tuple(self.device(stage, r, tp_rank) for r in range(self.replicas))
 
     def expert_coords(self, device: int) -> tuple[int, int, int, int]:
         """(stage, edp_rank, ep_rank, etp_rank) of a device in the expert layout (module doc)."""
-        per_stage = self.tp * self.dp
+        per_stage = self.tp * self.replicas
         stage, local = divmod(device, per_stage)
         etp = self.expert_tp
         return stage, local // (etp * self.ep), (local // etp) % self.ep, local % etp
@@ -99,7 +123,7 @@ class Plan:
         rank) or ``edp`` (same stage, ep and etp rank: the expert gradients' data-parallel
         group)."""
         stage, d, e, t = self.expert_coords(device)
-        etp, base = self.expert_tp, stage * self.tp * self.dp
+        etp, base = self.expert_tp, stage * self.tp * self.replicas
 
         def at(d_, e_, t_):
             return base + t_ + etp * (e_ + self.ep * d_)
@@ -121,6 +145,6 @@ class Plan:
 
 @lru_cache(maxsize=1024)
 def _stage_groups(plan: Plan, stage: int, kind: str) -> tuple[tuple[int, ...], ...]:
-    base = stage * plan.tp * plan.dp
-    devices = range(base, base + plan.tp * plan.dp)
+    base = stage * plan.tp * plan.replicas
+    devices = range(base, base + plan.tp * plan.replicas)
     return tuple(dict.fromkeys(plan.expert_group(d, kind) for d in devices))

@@ -7,12 +7,17 @@ regroup one pipeline stage's ``tp × dp`` GPUs, so ``tp × dp`` must divide by `
 (the world size by ``etp × ep × pp``); ``num_experts`` must divide by ``ep``; with EP and
 TP together sequence parallelism is required (MoE README: "When using MoE with expert
 parallelism and tensor parallelism, sequence parallelism must be enabled"); the shared
-expert overlap needs the ``alltoall`` dispatcher.
+expert overlap needs the ``alltoall`` dispatcher. Bidirectional schedules (DualPipe) are
+refused: their mirrored stages' expert gradients are not summed. With ``parallel.cp`` > 1 expert
+parallelism is refused: the layout (:class:`clustersim.parallel.plan.Plan`) folds CP into
+the expert-data-parallel side as Megatron-Core does, but the dispatch of a CP rank's share
+of the tokens is not checked against a reference.
 """
 
 from __future__ import annotations
 
 from ..errors import ScenarioError
+from ..schedules import SCHEDULES
 from ..workload.resolve import resolve_transformer
 
 
@@ -29,6 +34,13 @@ def check_expert_parallel(spec, dp: int) -> None:
             )
         return
     field, value = ("parallel.ep", par.ep) if par.ep > 1 else ("parallel.etp", par.etp)
+    if par.cp > 1:
+        raise ScenarioError(
+            field,
+            value,
+            f"expert parallelism with context parallelism (parallel.cp = {par.cp}) is not modelled "
+            "(the dispatch of a CP rank's s/cp tokens is untested); use cp 1, or ep 1 and etp = tp",
+        )
     experts = resolve_transformer(spec.model).experts if spec.model.kind == "transformer" else 1
     if experts <= 1:
         raise ScenarioError(
@@ -59,6 +71,13 @@ def check_expert_parallel(spec, dp: int) -> None:
     if par.moe_shared_expert_overlap and par.moe_token_dispatcher != "alltoall":
         raise ScenarioError(
             "parallel.moe_shared_expert_overlap", True, "needs parallel.moe_token_dispatcher: alltoall"
+        )
+    if SCHEDULES[par.schedule].directions > 1:
+        raise ScenarioError(
+            "parallel.schedule",
+            par.schedule,
+            "a bidirectional schedule's mirrored stages would sum their expert gradients too: not "
+            "modelled with expert parallelism; accepted: a one-direction schedule, or ep 1 and etp = tp",
         )
     for name, why in (
         ("stage_replicas", "runs without data-parallel replicas"),

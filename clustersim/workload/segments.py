@@ -1,15 +1,18 @@
 """Turn op sequences into pass segments: compute kernels merged, TP collectives between.
 
 A pass is built from a list of *items*: ``("c", seconds, flops)`` for a kernel,
-``("r", seconds per rank, flops per rank)`` for work that differs between the ranks of an
+``("e", seconds per rank, flops per rank)`` for work that differs between the ranks of an
 expert-parallel group (:class:`~.ops.ExpertRanks`), ``("p", seconds, flops)`` for a kernel
-that runs beside its neighbouring collective (:attr:`~.ops.LayerOp.overlap`) and
+that runs beside its neighbouring collective (:attr:`~.ops.LayerOp.overlap`),
 ``("x", kind, nbytes, name, group, matrix)`` for a collective over ``group``
-(:data:`~.ops.COMM_GROUPS`; ``matrix``: an uneven all-to-all's bytes, or empty).
-Consecutive kernels merge into one compute :class:`Segment` (they run back to back on one
-stream; with per-rank items, the Segment carries each rank's sums); side-by-side kernels
-merge into their own; each collective becomes a collective Segment the compiler places on
-the ``tp`` lane over the stage's TP group, or on the ``ep`` lane over an expert group.
+(:data:`~.ops.COMM_GROUPS`, or ``cp``: the context-parallel group; ``matrix``: an uneven
+all-to-all's bytes, or empty) and ``("r", seconds, flops, nbytes, name)`` for ring
+attention (per step, :mod:`.context_parallel`). Consecutive kernels merge into one compute
+:class:`Segment` (they run back to back on one stream; with per-rank items, the Segment
+carries each rank's sums); side-by-side kernels merge into their own; each collective
+becomes a collective Segment the compiler places on the ``tp`` lane over the stage's TP
+group, on the ``cp`` lane over its CP group or on the ``ep`` lane over an expert group; a
+ring becomes a ``ring`` Segment the compiler expands into steps.
 With ``granularity="stage"`` a pass is one collective per kind carrying the summed bytes
 between the two halves of its compute — far fewer simulated events for huge validation
 runs, at the price of the per-collective latency terms (negligible for these sizes).
@@ -21,10 +24,21 @@ Segment, which the compiler emits in chunks (:mod:`.tp_overlap`; per-layer only)
 
 from __future__ import annotations
 
+from .context_parallel import CPComm, CPRing
 from .cost_model import CostModel
 from .ops import ExpertRanks, LayerOp, TPComm
 from .stage_cost import Segment
 from .tp_overlap import AG_GEMMS, RS_GEMMS, TPOverlap, merge_backward, merge_forward
+
+
+def _cp_item(op: CPComm | CPRing, cm: CostModel, backward: bool) -> tuple:
+    """The item of a CP collective (``kind`` of its direction) or of a ring's steps."""
+    if isinstance(op, CPComm):
+        return ("x", op.bwd if backward else op.fwd, op.nbytes, op.name, "cp", ())
+    works, sent = (op.bwd, op.bwd_bytes) if backward else (op.fwd, op.fwd_bytes)
+    phase = "B" if backward else "F"
+    times = tuple(cm.time(w, op.name, phase) for w in works)
+    return ("r", times, tuple(w.flops for w in works), sent, op.name)
 
 
 def forward_items(
@@ -41,6 +55,9 @@ def forward_items(
         elif isinstance(op, ExpertRanks):
             if not core_only:
                 out.append((_per_rank([forward_items(list(r), cm) for r in op.ranks]), ""))
+        elif isinstance(op, (CPComm, CPRing)):
+            if not core_only:
+                out.append((_cp_item(op, cm, backward=False), ""))
         elif not core_only or op.attention_core:
             out.append((("p" if op.overlap else "c", cm.time(op.fwd, op.name, "F"), op.fwd.flops), op.name))
     if overlap is not None:
@@ -49,9 +66,9 @@ def forward_items(
 
 
 def _per_rank(items: list[list[tuple]]) -> tuple:
-    """One ``("r", …)`` item from each rank's compute items."""
+    """One ``("e", …)`` item from each rank's compute items."""
     return (
-        "r",
+        "e",
         tuple(sum(i[1] for i in rank) for rank in items),
         tuple(sum(i[2] for i in rank) for rank in items),
     )
@@ -71,6 +88,10 @@ def backward_items(
         if isinstance(op, ExpertRanks):
             ranks = [backward_items(list(r), cm, weight=weight, inputs=inputs) for r in op.ranks]
             out.append((_per_rank(ranks), "", ""))
+            continue
+        if isinstance(op, (CPComm, CPRing)):  # attention: input gradients only
+            if inputs:
+                out.append((_cp_item(op, cm, backward=True), "", ""))
             continue
         assert isinstance(op, LayerOp)
         if overlap is not None and op.name in AG_GEMMS + RS_GEMMS:
@@ -94,8 +115,8 @@ def backward_items(
 def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment, ...]:
     """Segments of a pass from its items (see module doc)."""
     if granularity == "stage":
-        if any(i[0] == "o" for i in items):  # the scenario rules refuse this; a caller may not
-            raise ValueError("overlapped TP items need granularity 'layer'")
+        if any(i[0] in "or" for i in items):  # the scenario rules refuse this; a caller may not
+            raise ValueError("overlapped TP items and ring attention need granularity 'layer'")
         run = _Run()
         sums: dict[tuple[str, str], int] = {}
         for i in items:
@@ -116,7 +137,7 @@ def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment
     segs: list[Segment] = []
     run = _Run()
     for i in items:
-        if i[0] in "crp" and (run.overlap is None or run.overlap == (i[0] == "p")):
+        if i[0] in "cep" and (run.overlap is None or run.overlap == (i[0] == "p")):
             run.add(i)
             continue
         if run.nonzero:
@@ -125,6 +146,9 @@ def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment
         if i[0] == "o":  # a collective pipelined with a GEMM (tp_overlap): the GEMM's time rides along
             _, kind, nbytes, name, seconds, flops, method, chunks = i
             segs.append(Segment("overlap", seconds, flops, nbytes, kind, name, method, chunks))
+        elif i[0] == "r":
+            _, times, flops, sent, name = i
+            segs.append(Segment("ring", sum(times), sum(flops), name=name, steps=times, step_bytes=sent))
         elif i[0] == "x":
             segs.append(
                 Segment("collective", nbytes=i[2], collective=i[1], name=i[3], group=i[4], matrix=i[5])
@@ -151,7 +175,7 @@ class _Run:
 
     def add(self, item: tuple) -> None:
         self.overlap = item[0] == "p"
-        if item[0] == "r":
+        if item[0] == "e":
             if self.ranks is None:
                 self.ranks = [(self.t, self.f)] * len(item[1])
             self.ranks = [(t + dt, f + df) for (t, f), dt, df in zip(self.ranks, item[1], item[2])]
@@ -178,7 +202,8 @@ class _Run:
 
 
 def compute_time(segments: tuple[Segment, ...]) -> tuple[float, float]:
-    """(seconds, FLOPs) of the compute segments of a pass (an overlap segment's GEMM included)."""
+    """(seconds, FLOPs) of the compute segments of a pass (an overlap segment's GEMM and a
+    ring's steps included)."""
     return (
         sum(s.duration for s in segments if s.kind != "collective"),
         sum(s.flops for s in segments if s.kind != "collective"),

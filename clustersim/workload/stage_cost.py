@@ -20,15 +20,18 @@ class Segment:
     """One step of a pass: ``compute`` for ``duration`` s (``flops`` ride along for
     metrics), a ``collective`` (``all_reduce``, ``all_gather``, ``reduce_scatter``,
     ``all_to_all``) of ``nbytes`` over ``group``: the stage's tensor-parallel group
-    (``tp``) or an expert group (``ep``, ``etp``, ``tp_ep``; see
-    :meth:`clustersim.parallel.plan.Plan.expert_group`), or an ``overlap``: a TP collective
-    pipelined with a GEMM of ``duration`` s in ``chunks`` by ``method``
-    (:mod:`clustersim.workload.tp_overlap`). A compute segment whose work differs between
-    expert-parallel ranks lists each rank's ``(duration, flops)`` in ``ranks``
-    (``duration``: the slowest rank's); ``overlap`` (the flag) marks compute that runs
-    beside its neighbouring collective instead of after it (the shared expert beside the
-    token all-to-alls); ``matrix`` gives an uneven all-to-all's bytes from each member of
-    the group to each (:attr:`clustersim.program.Op.split`)."""
+    (``tp``), context-parallel group (``cp``) or an expert group (``ep``, ``etp``,
+    ``tp_ep``; see :meth:`clustersim.parallel.plan.Plan.expert_group`), an ``overlap``: a TP
+    collective pipelined with a GEMM of ``duration`` s in ``chunks`` by ``method``
+    (:mod:`clustersim.workload.tp_overlap`), or ``ring`` attention over the CP group:
+    attention chunks of ``steps`` seconds, step i sending ``step_bytes[i]`` to the next CP
+    rank while it computes (:mod:`.context_parallel`; ``duration`` is their sum). A compute
+    segment whose work differs between expert-parallel ranks lists each rank's
+    ``(duration, flops)`` in ``ranks`` (``duration``: the slowest rank's); ``overlap`` (the
+    flag) marks compute that runs beside its neighbouring collective instead of after it
+    (the shared expert beside the token all-to-alls); ``matrix`` gives an uneven
+    all-to-all's bytes from each member of the group to each
+    (:attr:`clustersim.program.Op.split`)."""
 
     kind: str
     duration: float = 0.0
@@ -42,6 +45,8 @@ class Segment:
     overlap: bool = False
     ranks: tuple[tuple[float, float], ...] = ()
     matrix: tuple[tuple[int, ...], ...] = ()
+    steps: tuple[float, ...] = ()
+    step_bytes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
