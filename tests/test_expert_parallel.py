@@ -69,6 +69,18 @@ def test_expert_groups_follow_megatron_core_order():
     assert [folded.expert_rank(d) for d in range(10)] == [0, 1, 2, 3, 4, 5, 6, 7, 0, 1]
 
 
+def test_expert_groups_fold_context_parallel_ranks_into_expert_data_parallel():
+    """With CP the dense order is tp-cp-dp-pp and the expert RankGenerator (cp = 1) reads the
+    stage's tp × cp × dp GPUs as etp-ep-edp (parallel_state.py): EP spans CP and DP ranks."""
+    plan = Plan(tp=2, pp=2, dp=2, gpus_per_node=8, cp=2, ep=2)
+    assert plan.edp == 2  # tp·cp·dp / (etp·ep) = 8 / 4
+    assert plan.cp_ring(0, 0, 0) == (0, 2)  # the dense CP group of device 0
+    assert plan.expert_group(0, "ep") == (0, 2)  # the same devices: EP over its CP ranks
+    assert plan.expert_group(0, "edp") == (0, 4)  # = its DP group
+    assert plan.expert_group(9, "ep") == (9, 11)  # stage 1 starts at tp·cp·dp = 8
+    assert Plan(tp=1, pp=1, dp=2, gpus_per_node=8, cp=2, ep=4).expert_group(1, "ep") == (0, 1, 2, 3)
+
+
 @pytest.mark.parametrize("network", ["analytical", "flow"])
 def test_dispatch_and_combine_equal_the_direct_all_to_all_closed_form(network):
     """Each rank's send buffer S = T·k·h·e; direct all-to-all on an idle NVSwitch node:
@@ -228,6 +240,14 @@ def test_mixtral_ep8_fits_where_megatron_core_fits_it():
             "needs parallel.ep > 1",
         ),
         ({"ep": 2, "dp_split": [1, 1, 1, 1, 1, 1, 1, 1]}, {}, "parallel.dp_split", "accepted: even"),
+        ({"ep": 2, "cp": 2}, {"attention": "flash"}, "parallel.ep", "with context parallelism"),
+        ({"etp": 2, "cp": 2, "ep": 1}, {"attention": "flash"}, "parallel.etp", "(parallel.cp = 2)"),
+        (
+            {"ep": 2, "pp": 2, "schedule": "dualpipe"},
+            {"layers": 4},
+            "parallel.schedule",
+            "a bidirectional schedule's mirrored stages",
+        ),
     ],
 )
 def test_bad_expert_parallel_values_are_refused(parallel, model, field, message):
