@@ -24,6 +24,7 @@ from clustersim.workload.hf_config import load_hf_config
 from clustersim.workload.moe import expert_ops, expert_tokens
 from clustersim.workload.moe_dispatch import ExpertSplit, rank_tokens
 from clustersim.workload.resolve import resolve_transformer
+from clustersim.workload.stage_builder import TrainSetup
 
 BW, LAT = 100e9, 1e-6  # the synthetic node's NVSwitch: bytes/s per GPU, latency per hop
 MOE = {"layers": 1, "hidden": 1024, "heads": 8, "vocab": 1024, "seq_len": 512, "bias": False}
@@ -240,8 +241,7 @@ def test_mixtral_ep8_fits_where_megatron_core_fits_it():
             "needs parallel.ep > 1",
         ),
         ({"ep": 2, "dp_split": [1, 1, 1, 1, 1, 1, 1, 1]}, {}, "parallel.dp_split", "accepted: even"),
-        ({"ep": 2, "cp": 2}, {"attention": "flash"}, "parallel.ep", "with context parallelism"),
-        ({"etp": 2, "cp": 2, "ep": 1}, {"attention": "flash"}, "parallel.etp", "(parallel.cp = 2)"),
+        ({"ep": 16, "cp": 2}, {"experts": 16, "attention": "flash"}, "parallel.ep", "tp × cp × dp = 8 GPUs"),
         (
             {"ep": 2, "pp": 2, "schedule": "dualpipe"},
             {"layers": 4},
@@ -308,6 +308,30 @@ def test_expert_gradients_reduce_over_the_expert_data_parallel_group():
     assert (experts.bytes == cost.expert_grad_bytes).all()
     assert (experts.start_s.values >= dense.end_s.values).all()
     assert Plan(tp=2, pp=1, dp=4, gpus_per_node=8, ep=4, etp=1).expert_group(0, "edp") == (0, 4)
+
+
+def test_expert_parallel_with_context_parallel_dispatches_each_cp_ranks_tokens():
+    """EP 4 × CP 2 on 8 GPUs (dp 4, ring attention): each GPU dispatches its own s/cp = 256
+    tokens, S = 256·k·h·e, over the EP group Megatron-Core carves from tp·cp·dp (GPUs 0–3:
+    two CP groups), in α + 3/4·S/B; the experts' gradients all-reduce over edp = 8/4 = 2
+    GPUs (0 and 4), the dense ones over dp·cp = 8."""
+    sc = _scenario({"attention": "flash"}, {"ep": 4, "cp": 2})
+    plan = Plan.of(sc)
+    assert plan.expert_group(0, "ep") == (0, 1, 2, 3) and plan.cp_ring(0, 0) == (0, 1)
+    assert TrainSetup.of(sc).expert_shards == plan.edp == 2  # ZeRO shards expert state the same way
+    prog = cs.compile_scenario(sc, fold=False)
+    a2a = [op for op in prog.ops if op.lane == "ep"]
+    assert len(a2a) == 8 * 2 * 4  # dispatch + combine, forward and backward, 2 micro-batches
+    assert {op.group for op in a2a if op.device == 5} == {(4, 5, 6, 7)}
+    experts = [op for op in prog.ops if op.name.endswith("experts") and op.device == 0]
+    assert {op.group for op in experts} == {(0, 4)}
+    assert any(op.lane == "cp send" for op in prog.ops)  # the ring still runs over CP
+    spans = cs.simulate(sc).spans
+    spans = spans[spans.lane == "ep"]
+    S = 256 * 2 * 1024 * 2
+    assert (spans.bytes == S).all()
+    for t in spans.end_s - spans.start_s:
+        assert t == pytest.approx(DEFAULT_ALPHA["nvlink"] + LAT + 3 / 4 * S / BW, rel=1e-12)
 
 
 @pytest.mark.parametrize(

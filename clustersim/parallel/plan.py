@@ -24,9 +24,8 @@ side) is read in the expert order::
     L = etp_rank + etp × (ep_rank + ep × edp_rank),    edp = tp × cp × dp / (etp × ep)
 
 so with ``etp = tp`` (Megatron-Core's default) an expert-parallel group is ``ep``
-consecutive data-parallel replicas of one TP rank: EP is carved out of DP. (Expert
-parallelism together with cp > 1 is refused when a scenario loads,
-:mod:`clustersim.scenario.expert_rules`.)
+consecutive data-parallel replicas of one TP rank: EP is carved out of DP (and, with
+cp > 1, out of the CP ranks first: an EP group whose ``ep`` divides cp lies in one CP group).
 """
 
 from __future__ import annotations

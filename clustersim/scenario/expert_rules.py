@@ -3,15 +3,13 @@
 
 Megatron-Core's constraints (``megatron/core/parallel_state.py``,
 ``initialize_model_parallel``; ``megatron/training/arguments.py``): the expert groups
-regroup one pipeline stage's ``tp × dp`` GPUs, so ``tp × dp`` must divide by ``etp × ep``
-(the world size by ``etp × ep × pp``); ``num_experts`` must divide by ``ep``; with EP and
-TP together sequence parallelism is required (MoE README: "When using MoE with expert
-parallelism and tensor parallelism, sequence parallelism must be enabled"); the shared
-expert overlap needs the ``alltoall`` dispatcher. Bidirectional schedules (DualPipe) are
-refused: their mirrored stages' expert gradients are not summed. With ``parallel.cp`` > 1 expert
-parallelism is refused: the layout (:class:`clustersim.parallel.plan.Plan`) folds CP into
-the expert-data-parallel side as Megatron-Core does, but the dispatch of a CP rank's share
-of the tokens is not checked against a reference.
+regroup one pipeline stage's ``tp × cp × dp`` GPUs (context parallelism folds into the
+expert-data-parallel side: the expert ``RankGenerator`` has ``cp = 1``), so that must divide
+by ``etp × ep`` (the world size by ``etp × ep × pp``); ``num_experts`` must divide by
+``ep``; with EP and TP together sequence parallelism is required (MoE README: "When using
+MoE with expert parallelism and tensor parallelism, sequence parallelism must be
+enabled"); the shared expert overlap needs the ``alltoall`` dispatcher. Bidirectional
+schedules (DualPipe) are refused: their mirrored stages' expert gradients are not summed.
 """
 
 from __future__ import annotations
@@ -34,13 +32,6 @@ def check_expert_parallel(spec, dp: int) -> None:
             )
         return
     field, value = ("parallel.ep", par.ep) if par.ep > 1 else ("parallel.etp", par.etp)
-    if par.cp > 1:
-        raise ScenarioError(
-            field,
-            value,
-            f"expert parallelism with context parallelism (parallel.cp = {par.cp}) is not modelled "
-            "(the dispatch of a CP rank's s/cp tokens is untested); use cp 1, or ep 1 and etp = tp",
-        )
     experts = resolve_transformer(spec.model).experts if spec.model.kind == "transformer" else 1
     if experts <= 1:
         raise ScenarioError(
@@ -50,12 +41,14 @@ def check_expert_parallel(spec, dp: int) -> None:
         raise ScenarioError(
             "parallel.ep", par.ep, f"must divide the {experts} routed experts (model.experts) evenly"
         )
-    if (par.tp * dp) % (etp * par.ep):
+    stage = par.tp * par.cp * dp
+    if stage % (etp * par.ep):
+        cp = "cp × " if par.cp > 1 else ""
         raise ScenarioError(
             field,
             value,
-            f"the expert groups regroup each stage's tp × dp = {par.tp} × {dp} GPUs: etp × ep = "
-            f"{etp} × {par.ep} must divide {par.tp * dp}",
+            f"the expert groups regroup each stage's tp × {cp}dp = {stage} GPUs: etp × ep = "
+            f"{etp} × {par.ep} must divide {stage}",
         )
     ffn = resolve_transformer(spec.model).expert_ffn
     if ffn % etp:
