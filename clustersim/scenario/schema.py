@@ -225,9 +225,30 @@ class ParallelSpec(_Spec):
         return known(name, SCHEDULES, "schedule")
 
 
+#: ``simulation.fidelity`` → the settings it stands for (docs/fidelity.md); a field the
+#: scenario states itself wins over its preset. ``exact`` is today's defaults.
+FIDELITY_PRESETS: dict[str, dict[str, str]] = {
+    "exact": {"network": "packet", "collective_model": "fabric", "granularity": "layer", "fold": "auto"},
+    "balanced": {"network": "flow", "collective_model": "fabric", "granularity": "stage", "fold": "auto"},
+    "fast": {
+        "network": "analytical",
+        "collective_model": "analytical",
+        "granularity": "stage",
+        "fold": "auto",
+    },
+}
+
+
 class SimulationSpec(_Spec):
     """How to simulate: iterations, network model, packet chunk size, seed."""
 
+    #: ``exact`` | ``balanced`` | ``fast``: network, collective model, granularity and
+    #: folding together (:data:`FIDELITY_PRESETS`); the fields stated beside it win
+    fidelity: Literal["exact", "balanced", "fast"] = "exact"
+    #: refuse a run estimated past this many simulated events or Program ops before compiling
+    #: it (clustersim.resolve.estimate): a few minutes' work on a 2-core machine
+    max_events: Annotated[int, Range(1, 10**12)] = 200_000_000
+    max_ops: Annotated[int, Range(1, 10**10)] = 10_000_000
     iterations: Annotated[int, Range(1, 100_000)] = 1
     network: str = "packet"
     #: bytes per packet-model chunk (default 1 MiB); at least 4 KiB, so a message is never
@@ -253,6 +274,14 @@ class SimulationSpec(_Spec):
     #: ``des``: the SimPy engine; ``dag``: the DAG evaluator, exact where the run is
     #: contention-free (clustersim.engine.dag); ``auto``: ``dag`` where it is exact
     evaluator: Literal["auto", "des", "dag"] = "auto"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_fidelity(cls, raw: Any) -> Any:
+        if not isinstance(raw, dict):
+            return raw
+        preset = FIDELITY_PRESETS.get(raw.get("fidelity", "exact"))
+        return raw if preset is None else {**preset, **raw}  # (a bad name: the field check)
 
     @field_validator("collectives")
     @classmethod
