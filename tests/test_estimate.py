@@ -23,7 +23,7 @@ QUICK = SCEN / "quickstart.yaml"
 SYNTH = SCEN / "synthetic-4stage-1f1b.yaml"
 
 #: (scenario, overrides): every network model, both collective models and granularities,
-#: zero-bubble and interleaved orders, mixed GPUs, WAN sites, a parameter server
+#: zero-bubble and interleaved orders, mixed GPUs, WAN sites, a parameter server, folding
 CASES = [
     (SYNTH, {}),
     (SYNTH, {"parallel.schedule": "zb_h1", "model.backward_weight": "1 ms"}),
@@ -35,6 +35,8 @@ CASES = [
     (SCEN / "hap-mixed-a100-v100.yaml", {}),
     (SCEN / "fusionllm-gpt-1.3b-48gpu-3sites-wan.yaml", {}),
     (SCEN / "ps-edge-16workers-20mbit.yaml", {}),
+    (SCEN / "gpt3-175b-1024xa100-balanced.yaml", {"simulation.fidelity": "fast"}),  # folded, the DAG
+    (SCEN / "gpt-7.5b-64xh100-balanced.yaml", {"simulation.fidelity": "fast"}),
 ]
 
 

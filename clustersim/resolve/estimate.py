@@ -110,7 +110,9 @@ def estimate(job, knobs: _Knobs | None = None) -> Estimate:
     m = job.num_microbatches
     tp, dp, pp = plan.tp, plan.dp, plan.pp
     replicas, ranks = (1, 1) if k.fold else (dp, tp)
-    twins = tp * dp if k.fold else 1  # a folded send or DP collective carries its twins' traffic
+    # a folded send or DP collective carries its twins' traffic on a fabric whose links are
+    # shared; on analytical and direct the shadows load nothing
+    twins = tp * dp if k.fold and k.network in ("packet", "flow") else 1
     w_share = _weight_share(job, m)
     tp_hops, tp_channels = (hops.inter, gpn) if tp > gpn else (hops.intra, 1)
     if job.layer_costs is not None:  # a parameter server: workers push and pull per layer
@@ -138,7 +140,9 @@ def estimate(job, knobs: _Knobs | None = None) -> Estimate:
         per_send = _message_events(k, act, pp_hops) * twins
         dp_ops, dp_events = _data_parallel(job, k, chunks, dp, tp, gpn, hops, twins)
         per_rank_ops = m * (seg_c + seg_x + 2 * sends) + dp_ops + 1  # + the optimizer step
-        per_rank_events = m * (seg_c + 3 * seg_x + tp_events + sends * per_send) + dp_events + 1
+        per_rank_events = (
+            m * (seg_c + _own_events(k, tp) * seg_x + tp_events + sends * per_send) + dp_events + 1
+        )
         ops += per_rank_ops * replicas * ranks
         events += per_rank_events * replicas * ranks
     return _priced(k, ops * k.iterations, events * k.iterations)
@@ -217,6 +221,13 @@ def _message_events(k: _Knobs, nbytes: float, hops: int) -> float:
     return FLOW_EVENTS if k.network == "flow" else 1
 
 
+def _own_events(k: _Knobs, n: int) -> float:
+    """Engine events of one member's collective op besides its messages: its rendezvous and
+    phases — three per member on the fabric, three per whole collective when it is timed
+    analytically (engine/dag.py counts them so)."""
+    return 3 / n if k.collective_model == "analytical" else 3
+
+
 def _collective_events(k: _Knobs, kind: str, n: int, nbytes: float, hops: int, channels: int = 1) -> float:
     """Events one member's collective op costs beyond its own op: none more under the
     analytical collective model, else the algorithm's messages (ring-like: 2(n − 1) steps of
@@ -251,7 +262,8 @@ def _data_parallel(job, k: _Knobs, chunks, dp, tp, gpn, hops, twins) -> tuple[fl
         for kind in kinds:
             ops += pieces
             events += pieces * (
-                3 + _collective_events(k, kind, dp, grads / pieces, dp_hops, channels) * twins
+                _own_events(k, dp)
+                + _collective_events(k, kind, dp, grads / pieces, dp_hops, channels) * twins
             )
     return ops, events
 
