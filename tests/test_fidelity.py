@@ -13,6 +13,8 @@ import pytest
 import yaml
 
 import clustersim as cs
+from clustersim.resolve import resolve
+from clustersim.resolve.estimate import estimate
 from clustersim.scenario.schema import FIDELITY_PRESETS, SimulationSpec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,6 +80,7 @@ def test_fast_on_a_real_run_equals_its_fields_stated_one_by_one():
 
 
 def _iteration(path: Path, oversubscription: float, **sim) -> tuple[float, float]:
+    """(iteration time, wall seconds); the estimate of its events checked on the way."""
     sc = cs.load_scenario(path).with_overrides(
         {
             "cluster.topology.oversubscription": oversubscription,
@@ -86,7 +89,9 @@ def _iteration(path: Path, oversubscription: float, **sim) -> tuple[float, float
     )
     t0 = time.perf_counter()
     res = cs.simulate(sc, progress=False)
-    return res.summary["iteration_time_s"], time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    assert 0.5 <= estimate(resolve(sc)).events / res.summary["sim_events"] <= 2
+    return res.summary["iteration_time_s"], wall
 
 
 @pytest.mark.slow
