@@ -61,6 +61,28 @@ def test_bad_timeouts(timeout, executor, expected):
         sweep(base(), {"training.global_batch": [FAST]}, executor=executor, timeout=timeout)
 
 
+def test_the_cli_refuses_a_timeout_on_dask_in_one_line(tmp_path, capsys):
+    """A Dask worker runs rows off the main thread, where no alarm can stop them: refused."""
+    from clustersim.cli import main
+
+    scen = tmp_path / "s.yaml"
+    scen.write_text(json.dumps(base()))
+    argv = [
+        "sweep",
+        str(scen),
+        "--grid",
+        f"training.global_batch={FAST}",
+        "--executor",
+        "dask",
+        "--timeout",
+        "5",
+    ]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: timeout: 5.0 is invalid; needs executor='local' (a per-run time limit in each worker)"
+    ]
+
+
 def _descendants(pid: int) -> list[psutil.Process]:
     return psutil.Process(pid).children(recursive=True)
 
