@@ -167,7 +167,7 @@ class Reporter:
                 halt()
             self._phase = None
             if self.bar and done is None:
-                self._write("", end="")  # clear the status line
+                (self.stream or sys.stderr).write("\r\x1b[K")  # clear the status line
 
     def tick(self) -> None:
         """Write the phase's line if ``interval`` has passed since the last one."""

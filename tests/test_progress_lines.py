@@ -137,3 +137,15 @@ def test_search_states_its_plan_count_and_estimate_before_starting(capsys):
     assert err.index(stated[0]) < err.index(
         next(line for line in err if line.startswith("clustersim: plans: "))
     )
+
+
+def test_on_a_terminal_a_phase_is_one_status_line_rewritten_in_place_then_cleared():
+    clock, out = Clock(), io.StringIO()
+    rep = Reporter("job", stream=out, clock=clock, thread=False, bar=True)
+    with rep.phase("compiling"):
+        clock.now = 3.0
+        rep.tick()
+    clear = "\r\x1b[K"
+    assert (
+        out.getvalue() == f"{clear}clustersim: job: compiling …{clear}clustersim: job: compiling … 3 s{clear}"
+    )

@@ -105,6 +105,8 @@ def estimate(job, knobs: _Knobs | None = None) -> Estimate:
     """The cost of running ``job`` (a resolved Job) under its own settings, or ``knobs``."""
     k = knobs or _knobs(job)
     hops = _Hops(job, k.network)
+    if job.layer_costs is not None:  # a parameter server: workers push and pull per layer
+        return _parameter_server(job, k, hops)
     plan, cl = job.plan, job.cluster
     gpn = cl.gpus_per_node
     m = job.num_microbatches
@@ -115,8 +117,6 @@ def estimate(job, knobs: _Knobs | None = None) -> Estimate:
     twins = tp * dp if k.fold and k.network in ("packet", "flow") else 1
     w_share = _weight_share(job, m)
     tp_hops, tp_channels = (hops.inter, gpn) if tp > gpn else (hops.intra, 1)
-    if job.layer_costs is not None:  # a parameter server: workers push and pull per layer
-        return _parameter_server(job, k, hops)
     ops = events = 0.0
     for s in range(pp):
         chunks = job.stage_chunks(s)
@@ -202,12 +202,17 @@ class _Hops:
         gpus = job.cluster.num_gpus
 
         def hops(a: int, b: int) -> int:
-            links = router.links(f"gpu{a}", f"gpu{b}")
+            try:
+                links = router.links(f"gpu{a}", f"gpu{b}")
+            except ScenarioError:  # no route between the samples: the run says so if it needs one
+                return 1
             return max(1, sum(1 for u, w in links if not is_wire(graph.edges[u, w])))
 
         if gpn > 1:
             self.intra = hops(0, 1)
-        far = min(gpus - 1, 4 * gpn * 8)  # another leaf where there is one, else another node
+        # a GPU 32 nodes on: under another leaf of a fat tree (4–32 nodes per leaf by
+        # default), else on another node — the longest route most traffic takes
+        far = min(gpus - 1, 32 * gpn)
         self.inter = hops(0, far) if far >= gpn else self.intra
 
 
