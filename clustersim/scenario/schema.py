@@ -55,6 +55,25 @@ class ArrivalSpec(_Spec):
         return self
 
 
+class FixedCostsSpec(_Spec):
+    """The fixed costs of a training step that are not FLOPs or bytes of the model
+    (docs/models.md, "Fixed costs"), each an op of the Program: ``kernel_launch`` per kernel
+    (None: the GPU's calibrated launch, ``launch_s`` of clustersim.workload.cost_model; 0:
+    none), ``microbatch_overhead`` per pass of a micro-batch on a model chunk (the
+    framework's host-side gap), and the per-step work before the optimizer — the fp16 loss
+    scale's unscale and inf check, the gradient-clipping norm, the tied-embedding gradient
+    all-reduce between the first and the last stage — and ``pipeline_gather``, the TP
+    all-gather of a pipeline boundary tensor sent in 1/tp pieces — each on unless turned
+    off. Real models only: a synthetic model's times are the whole pass."""
+
+    kernel_launch: Annotated[Time | None, Range(0, 0.01)] = None
+    microbatch_overhead: Annotated[Time, Range(0, 1)] = 50e-6
+    loss_scale_check: bool = True
+    grad_clip: bool = True
+    tied_embedding_allreduce: bool = True
+    pipeline_gather: bool = True
+
+
 class TrainingSpec(_Spec):
     """Batch sizes (samples; m = global / (micro × dp)), precision, recompute, optimizer.
 
@@ -74,6 +93,7 @@ class TrainingSpec(_Spec):
     #: the stack whose defaults fill what the scenario leaves unstated
     #: (clustersim.scenario.frameworks); ``megatron_2021`` fills nothing
     framework: Literal["megatron_2021", "megatron_core", "deepspeed", "fsdp2"] = "megatron_2021"
+    fixed_costs: FixedCostsSpec = FixedCostsSpec()
 
 
 class CompressionSpec(_Spec):

@@ -46,12 +46,13 @@ from ..errors import ProgramError
 from ..memory_kinds import StaticMemory
 from ..parallel.plan import Plan
 from ..program import COLLECTIVE, COMPUTE, Op, Program
-from ..workload.stage_cost import StageCost
+from ..workload.stage_cost import Segment, StageCost
 from .compression import Compression, coded_activation_bytes, emit_codec
 from .data_parallel import DataParallel, StageSync
 from .gradient_sync import emit_gradient_allreduce
 from .orders import run_orders, stage_chunks
 from .registry import Schedule
+from .step_work import emit_step_work
 from .tp_overlap import emit_overlap
 
 
@@ -66,6 +67,7 @@ def compile_pipeline(
     activations: Compression | None = None,
     replicas: list | None = None,
     data_parallel: DataParallel | None = None,
+    sharded_optimizer: bool = False,
 ) -> Program:
     """The Program of ``iterations`` training iterations of ``schedule`` under ``plan``.
 
@@ -77,7 +79,9 @@ def compile_pipeline(
     :class:`~clustersim.parallel.hetero.ReplicaWork` — its own chunk costs and micro-batch
     count, used instead of ``costs`` and ``m``; replicas meet at the gradient all-reduce.
     ``data_parallel``: the data-parallel traffic of :mod:`.data_parallel` (None: one
-    all-reduce per stage and step)."""
+    all-reduce per stage and step). ``sharded_optimizer``: the optimizer is sharded over
+    the data-parallel group (ZeRO ≥ 1, the distributed optimizer), so the step's scalar
+    all-reduces span every GPU (:mod:`.step_work`)."""
     p = plan.pp
     if data_parallel is not None and (compression is not None or replicas):
         raise ProgramError(
@@ -101,7 +105,19 @@ def compile_pipeline(
     for r in range(1 if fold else plan.dp):
         cr, mr = work[r]
         _emit_replica(
-            prog, plan, schedule, cr, orders[mr], mr, v, r, fold, compression, activations, data_parallel
+            prog,
+            plan,
+            schedule,
+            cr,
+            orders[mr],
+            mr,
+            v,
+            r,
+            fold,
+            compression,
+            activations,
+            data_parallel,
+            sharded_optimizer,
         )
     return prog
 
@@ -163,6 +179,7 @@ def emit_pass(
     stash: int = 0,
     fold: bool = False,
     after: Op | None = None,
+    received: bool = False,
 ) -> tuple[Op, Op]:
     """Emit one pass (its segments) on the device of (stage, r, t); return (first, last) op.
 
@@ -171,7 +188,9 @@ def emit_pass(
     TP collectives share one stream in Megatron-LM). ``alloc``
     bytes are allocated when the first segment starts and ``free`` released when the last
     ends (default: a forward allocates and a backward frees the activation memory);
-    ``stash`` of them are a stashed weight version (a pass allocates or frees, not both)."""
+    ``stash`` of them are a stashed weight version (a pass allocates or frees, not both).
+    ``received``: the pass consumes another stage's tensor, all-gathered first over the
+    TP group when ``cost.recv_gather`` says so (training.fixed_costs)."""
     dev = plan.device(stage, r, t)
     name = name or f"{phase}{mb}"
     labels = {"stage": stage, "microbatch": mb, "phase": phase, "iteration": it, "version": version}
@@ -198,12 +217,18 @@ def emit_pass(
 
     first, last = None, after  # a pass starts after the previous pass on this GPU, its collectives included
     extra: tuple[int, ...] = ()  # further ops the next segment waits for (a bulk overlap's collective)
-    for k, seg in enumerate(cost.segments(phase, split_backward=split)):
+    segments = cost.segments(phase, split_backward=split)
+    if received and cost.recv_gather:  # Megatron's scatter/gather: the pieces the TP ranks sent
+        gather = Segment("collective", nbytes=cost.recv_gather, collective="all_gather", name="pp all-gather")
+        segments = (gather,) + segments
+    if cost.pass_overhead:  # the framework's work before the pass (training.fixed_costs)
+        segments = (Segment("compute", cost.pass_overhead, name="framework"),) + segments
+    for k, seg in enumerate(segments):
         deps = ((last.id,) if last is not None else ()) + extra
         extra = ()
         tag = f"tp it{it} s{stage} r{r} {name} #{k}"
         if seg.kind == "compute":
-            head = op = compute(seg.duration, seg.flops, deps)
+            head = op = compute(seg.duration, seg.flops, deps, f"{seg.name} {name}" if seg.name else name)
         elif seg.kind == "collective":
             head = op = collective(seg.name or f"tp {seg.collective}", seg.collective, seg.nbytes, deps, tag)
         else:  # a TP collective pipelined with its GEMM, in chunks on both lanes
@@ -226,7 +251,22 @@ def emit_pass(
 
 
 def _emit_stage(
-    prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold, compression, activations, data_parallel
+    prog,
+    plan,
+    schedule,
+    costs,
+    order,
+    m,
+    v,
+    s,
+    r,
+    t,
+    passes,
+    fold,
+    compression,
+    activations,
+    data_parallel,
+    sharded,
 ) -> None:
     dev = plan.device(s, r, t)
     has_w = {(j, k) for ph, j, k in order if ph == "W"}
@@ -237,6 +277,7 @@ def _emit_stage(
             data_parallel, prog, plan, schedule, costs, order, s, r, t, v, m, fold, partial(_pass_name, m, v)
         )
     version, fwd_version, last, last_it = 0, {}, None, 0
+    ends = (schedule.stage_of(0, plan.pp), schedule.stage_of(len(costs) - 1, plan.pp))
     for ph, j, k in order:
         if ph == "O":
             deps = (last.id,) if last is not None else ()
@@ -259,6 +300,21 @@ def _emit_stage(
                     compression=compression,
                     fold=fold,
                     shadows=twins,
+                )
+            if schedule.flush:  # flush-free updates have no global step work (.step_work)
+                deps = emit_step_work(
+                    prog,
+                    plan,
+                    [costs[c] for c in stage_chunks(schedule, s, plan.pp, v)],
+                    ends,
+                    s=s,
+                    r=r,
+                    t=t,
+                    it=last_it,
+                    label=label,
+                    sharded=sharded,
+                    fold=fold,
+                    deps=deps,
                 )
             opt = sum(costs[c].optimizer for c in stage_chunks(schedule, s, plan.pp, v))
             last = prog.add(
@@ -297,7 +353,8 @@ def _emit_stage(
                 **labels,
             )
         run = partial(emit_pass, prog, plan, phase=ph, stage=s, r=r, t=t, mb=mb, it=last_it)
-        run = partial(run, version=fwd_version[(j, k)], fold=fold)
+        received = transfers[0] is not None and schedule.stage_of(transfers[0][0], plan.pp) != s
+        run = partial(run, version=fwd_version[(j, k)], fold=fold, received=received)
         kw = {"split": split and ph == "B", "name": name, "alloc": alloc, "free": free, "stash": stashed}
         if sync is not None and sync.layered(ph, j, k):
             first, last = sync.emit(run, cost, ph, j, k, last_it, after=last, **kw)
@@ -328,6 +385,7 @@ def _emit_replica(
     compression: Compression | None = None,
     activations: Compression | None = None,
     data_parallel: DataParallel | None = None,
+    sharded: bool = False,
 ) -> None:
     p = plan.pp
     tp_ranks = range(1 if fold else plan.tp)
@@ -350,6 +408,7 @@ def _emit_replica(
                 compression,
                 activations,
                 data_parallel,
+                sharded,
             )
     sends: dict[tuple, Op] = {}
     for s, order in enumerate(orders):

@@ -1,10 +1,13 @@
 """Turn op sequences into pass segments: compute kernels merged, TP collectives between.
 
-A pass is built from a list of *items*: ``("c", seconds, flops)`` for a kernel and
-``("x", kind, nbytes, name)`` for a tensor-parallel collective. Consecutive kernels merge
-into one compute :class:`Segment` (they run back to back on one stream); each collective
+A pass is built from a list of *items*: ``("c", seconds, flops, launches)`` for a kernel
+(``launches``: 1 when its launch is priced apart, see :func:`launch_items`),
+``("x", kind, nbytes, name)`` for a tensor-parallel collective and ``("f", seconds, name)``
+for a fixed cost of its own (the pass's kernel launches). Consecutive kernels merge into
+one compute :class:`Segment` (they run back to back on one stream); each collective
 becomes a collective Segment the compiler places on the ``tp`` lane over the stage's TP
-group. With ``granularity="stage"`` a pass is one collective per kind carrying the summed bytes
+group; a fixed cost is a named compute Segment, first in its pass. With
+``granularity="stage"`` a pass is one collective per kind carrying the summed bytes
 between the two halves of its compute — far fewer simulated events for huge validation
 runs, at the price of the per-collective latency terms (negligible for these sizes).
 
@@ -33,7 +36,12 @@ def forward_items(
             if op.fwd and not core_only:
                 out.append((("x", op.fwd, op.nbytes, op.name), ""))
         elif not core_only or op.attention_core:
-            out.append((("c", cm.time(op.fwd, op.name, "F"), op.fwd.flops), op.name))
+            out.append(
+                (
+                    ("c", cm.time(op.fwd, op.name, "F"), op.fwd.flops, cm.launched(op.fwd, op.name, "F")),
+                    op.name,
+                )
+            )
     if overlap is not None:
         return merge_forward(out, overlap)
     return [item for item, _ in out]
@@ -53,24 +61,43 @@ def backward_items(
         assert isinstance(op, LayerOp)
         if overlap is not None and op.name in AG_GEMMS + RS_GEMMS:
             parts = [("dgrad", op.bwd_input, "B")] * inputs + [("wgrad", op.bwd_weight, "W")] * weight
-            out += [(("c", cm.time(w, op.name, ph), w.flops), op.name, part) for part, w, ph in parts]
+            out += [
+                (("c", cm.time(w, op.name, ph), w.flops, cm.launched(w, op.name, ph)), op.name, part)
+                for part, w, ph in parts
+            ]
             continue
         t = flops = 0.0
+        n = 0
         if inputs:
             t += cm.time(op.bwd_input, op.name, "B")
             flops += op.bwd_input.flops
+            n += cm.launched(op.bwd_input, op.name, "B")
         if weight:
             t += cm.time(op.bwd_weight, op.name, "W")
             flops += op.bwd_weight.flops
+            n += cm.launched(op.bwd_weight, op.name, "W")
         if t or flops:
-            out.append((("c", t, flops), op.name, ""))
+            out.append((("c", t, flops, n), op.name, ""))
     if overlap is not None:
         return merge_backward(out, overlap)
     return [item for item, _, _ in out]
 
 
+def launch_items(items: list[tuple], launch_s: float) -> list[tuple]:
+    """``items`` preceded by their kernels' launches as one fixed cost, ``("f", n ·
+    launch_s, "launch")`` for the n kernels whose launch the cost model left out (none
+    when n or ``launch_s`` is 0) — a GEMM overlapped with a TP collective counts as one:
+    the CPU issues each kernel of an eager-mode pass in turn (Megatron-LM without CUDA
+    graphs), so a pass pays n launches."""
+    n = sum(i[3] if i[0] == "c" else 1 for i in items if i[0] in ("c", "o"))
+    return [("f", n * launch_s, "launch")] + items if n and launch_s else items
+
+
 def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment, ...]:
     """Segments of a pass from its items (see module doc)."""
+    fixed = tuple(Segment("compute", i[1], name=i[2]) for i in items if i[0] == "f")
+    if fixed:  # the fixed costs run first, then the pass's kernels and collectives
+        return fixed + to_segments([i for i in items if i[0] != "f"], granularity)
     if granularity == "stage":
         if any(i[0] == "o" for i in items):  # the scenario rules refuse this; a caller may not
             raise ValueError("overlapped TP items need granularity 'layer'")
