@@ -62,6 +62,13 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+def remove(path: str | Path) -> None:
+    """Delete ``path`` if it is there — a file clustersim names that this run does not
+    write (a previous run's ``heatmap.png`` in a reused bundle folder). Checked as a write
+    is (:func:`target`): a link or a folder at that name is refused, never removed."""
+    target(path).unlink(missing_ok=True)
+
+
 def write_text(path: str | Path, text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` atomically; returns the path."""
     with atomic_path(path) as tmp:

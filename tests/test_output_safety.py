@@ -48,7 +48,17 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize(
-    "name", ["summary.json", "devices.csv", "waits.csv", "scenario.resolved.yaml", "trace.json", "gantt.png"]
+    "name",
+    # heatmap.png / job.png: names this save does not write, so it would remove them as stale
+    [
+        "summary.json",
+        "devices.csv",
+        "waits.csv",
+        "scenario.resolved.yaml",
+        "trace.json",
+        "gantt.png",
+        "heatmap.png",
+    ],
 )
 def test_save_refuses_a_planted_link(result, tmp_path, victim, name):
     out = tmp_path / "bundle"

@@ -12,10 +12,14 @@ Files::
     job.csv                  res.job, the job timeline (scenarios with faults/recovery only)
     trace.json               Chrome/Perfetto trace (ui.perfetto.dev)
     gantt.png, utilization.png, memory.png, breakdown.png   pictures (plots=True)
-    heatmap.png              busy heatmap, for runs above AGGREGATE_ABOVE (32) GPUs
+    heatmap.png              busy heatmap, when the Gantt is drawn per stage (too many
+                             GPU lanes for one row each: viz.rows.per_lane_fits)
+    job.png                  the job timeline picture (with job.csv)
 
-Every picture is drawn from spans, devices and memory only, so :func:`redraw` on a
-reloaded bundle draws the same pictures as the live Result.
+Every picture is drawn from spans, devices, memory and the job table only, so
+:func:`redraw` on a reloaded bundle draws the same pictures as the live Result. A folder
+used again holds only this run's files: every name above that this save does not write is
+removed first (:data:`BUNDLE_FILES`; nothing else in the folder is touched).
 """
 
 from __future__ import annotations
@@ -26,8 +30,25 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from ..output import atomic_path, write_text
-from ..viz.rows import AGGREGATE_ABOVE, num_gpus
+from ..output import atomic_path, remove, write_text
+from ..viz.rows import per_lane_fits
+
+#: every picture a bundle can hold
+PICTURES = ("gantt.png", "utilization.png", "memory.png", "breakdown.png", "heatmap.png", "job.png")
+#: every file :func:`save_result` can write; a save removes those it will not write
+BUNDLE_FILES = (
+    "summary.json",
+    "spans.parquet",
+    "spans.csv",
+    "devices.csv",
+    "waits.csv",
+    "memory.parquet",
+    "memory.csv",
+    "scenario.resolved.yaml",
+    "requests.csv",
+    "job.csv",
+    "trace.json",
+) + PICTURES
 
 SPAN_DTYPES = {
     "device": str,
@@ -54,8 +75,6 @@ def _has_pyarrow() -> bool:
 
 
 def _write_table(df: pd.DataFrame, out: Path, stem: str, parquet: bool) -> None:
-    for old in (out / f"{stem}.parquet", out / f"{stem}.csv"):
-        old.unlink(missing_ok=True)  # never leave a stale twin that load would prefer
     if parquet:
         with atomic_path(out / f"{stem}.parquet") as tmp:
             df.to_parquet(tmp, index=False)
@@ -74,16 +93,25 @@ def save_result(res, directory: str | Path, plots: bool = True) -> Path:
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     parquet = _has_pyarrow()
+    tables = ("spans", "memory")
+    writes = {"summary.json", "devices.csv", "waits.csv", "scenario.resolved.yaml", "trace.json"}
+    writes |= {f"{t}.parquet" if parquet else f"{t}.csv" for t in tables}
+    writes |= {"requests.csv"} if res.requests is not None else set()
+    writes |= {"job.csv"} if res.job is not None else set()
+    writes |= set(pictures(res)) if plots else set()
+    # first, so that a run killed half-way never leaves a previous run's file beside its own
+    # (a stale spans.csv twin would even be read instead of the new spans.parquet)
+    for name in BUNDLE_FILES:
+        if name not in writes:
+            remove(out / name)
     write_text(out / "summary.json", json.dumps(res.summary, indent=2) + "\n")
     _write_table(res.spans, out, "spans", parquet)
     _write_csv(res.devices, out / "devices.csv")
     _write_csv(res.waits, out / "waits.csv")
     _write_table(res.memory, out, "memory", parquet)
     write_text(out / "scenario.resolved.yaml", yaml.safe_dump(res.scenario, sort_keys=False))
-    (out / "requests.csv").unlink(missing_ok=True)
     if res.requests is not None:
         _write_csv(res.requests, out / "requests.csv")
-    (out / "job.csv").unlink(missing_ok=True)
     if res.job is not None:  # the job timeline of a scenario with faults/recovery
         _write_csv(res.job, out / "job.csv")
     res.to_chrome_trace(out / "trace.json")
@@ -92,17 +120,29 @@ def save_result(res, directory: str | Path, plots: bool = True) -> Path:
     return out
 
 
-def redraw(res, directory: str | Path, dpi: int = 110) -> list[Path]:
-    """Draw the bundle's pictures of ``res`` into ``directory``; returns the files written."""
-    out = Path(directory)
+def pictures(res) -> dict:
+    """File name → drawing method of every picture the bundle of ``res`` holds."""
     figs = {
         "gantt.png": res.plot_gantt,
         "utilization.png": res.plot_utilization,
         "memory.png": res.plot_memory,
         "breakdown.png": res.plot_breakdown,
     }
-    if num_gpus(res.spans) > AGGREGATE_ABOVE:
+    if not per_lane_fits(res.spans):  # the Gantt shows stages: the heatmap shows every GPU
         figs["heatmap.png"] = res.plot_heatmap
+    if res.job is not None:
+        figs["job.png"] = res.plot_job
+    return figs
+
+
+def redraw(res, directory: str | Path, dpi: int = 110) -> list[Path]:
+    """Draw the bundle's pictures of ``res`` into ``directory`` and remove any other
+    :data:`PICTURES` there (a previous drawing's); returns the files written."""
+    out = Path(directory)
+    figs = pictures(res)
+    for name in PICTURES:
+        if name not in figs:
+            remove(out / name)
     written = []
     for name, draw in figs.items():
         fig = draw()

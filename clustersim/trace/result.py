@@ -77,8 +77,8 @@ class Result:
         self, ax=None, devices=None, window=None, links: bool = False, aggregate: bool | None = None
     ):
         """Gantt timeline: one row per GPU lane (and per busy link with ``links=True``);
-        above 32 GPUs one row pair per stage unless ``devices`` picks a subset or
-        ``aggregate=False``. ``window`` = (t0, t1) seconds zooms in. Returns the Figure."""
+        one row pair per stage where that would not fit 14 in, unless ``devices`` picks a
+        subset or ``aggregate=False``. ``window`` = (t0, t1) seconds zooms in. Returns the Figure."""
         from ..viz.gantt import plot_gantt
 
         return plot_gantt(
@@ -127,6 +127,17 @@ class Result:
             ax=ax,
             title=f"{self.scenario.get('name', '')}: where each stage's iteration goes",
         )
+
+    def plot_job(self, ax=None):
+        """The job timeline of a run with faults or recovery (``res.job``): useful
+        iterations, lost work, checkpoints, restarts, re-plans and a tick per fault."""
+        from ..viz.job import plot_job
+
+        if self.job is None:
+            raise ValueError(
+                "plot_job: this run has no job timeline (its scenario has no faults or recovery)"
+            )
+        return plot_job({self.scenario.get("name") or "job": self.job}, ax=ax)
 
     def breakdown(self) -> pd.DataFrame:
         """The numbers behind :meth:`plot_breakdown`: per stage, compute / exposed_comm /

@@ -13,9 +13,21 @@ from matplotlib.patches import Patch
 
 from ..metrics import gpu_spans
 from .binning import bin_busy, busy_fraction_over_time, default_window
-from .colors import IDLE_COLOR, activities, color_of, label_of, legend_order
+from .colors import IDLE_COLOR, activities, label_of, lane_color, legend_order
 from .layout import new_figure
-from .rows import busiest_links, device_info, natural_key
+from .rows import (
+    COMM_ROW,
+    COMPUTE_ROW,
+    FRAME_IN,
+    MAX_HEIGHT_IN,
+    ROW_IN,
+    busiest_links,
+    device_info,
+    gantt_height_in,
+    gpu_types_differ,
+    natural_key,
+    row_height,
+)
 
 
 def _groups(info):
@@ -27,23 +39,40 @@ def _groups(info):
     return info.index.to_series(), "device"
 
 
+#: most row pairs the aggregated Gantt draws within the height cap; beyond, consecutive
+#: groups share a row pair
+MAX_PAIRS = int((MAX_HEIGHT_IN - FRAME_IN) / (ROW_IN * (COMPUTE_ROW + COMM_ROW)))
+
+
+def _merge(keys: list, what: str) -> tuple[dict, list[str], int]:
+    """Row pair of every group key and the pairs' names: one pair per group while at most
+    :data:`MAX_PAIRS`, else ``per`` consecutive groups per pair ("stages 0–3")."""
+    per = -(-len(keys) // MAX_PAIRS)
+    pair = {k: i // per for i, k in enumerate(keys)}
+    if per == 1:
+        return pair, [f"{what} {k}" for k in keys], 1
+    chunks = [keys[i : i + per] for i in range(0, len(keys), per)]
+    return pair, [f"{what}s {c[0]}–{c[-1]}" if len(c) > 1 else f"{what} {c[0]}" for c in chunks], per
+
+
 def plot_gantt_aggregate(spans, ax=None, window=None, title="", device_table=None, bins: int = 800):
-    """One compute row and one communication row per stage (or node): each time bin takes
-    the colour of the dominant activity of the group's GPUs, faded towards the idle grey
-    by their mean busy fraction. Returns the Figure."""
+    """One compute row and one (half as tall, lighter) communication row per stage (or
+    node; consecutive ones share a pair beyond :data:`MAX_PAIRS`): each time bin takes the
+    colour of the dominant activity of the group's GPUs, faded towards the idle grey by
+    their mean busy fraction. Returns the Figure."""
     info = device_info(spans, device_table)
     group, what = _groups(info)
-    keys = sorted(set(group), key=natural_key)
-    gidx = {k: i for i, k in enumerate(keys)}
-    size = np.bincount([gidx[g] for g in group], minlength=len(keys)).astype(float)
+    pair_of, names, per = _merge(sorted(set(group), key=natural_key), what)
+    pair = group.map(pair_of)
+    n_pairs = len(names)
+    size = np.bincount(pair.to_numpy(), minlength=n_pairs).astype(float)
     g = gpu_spans(spans)
     t0, t1 = default_window(g, window)
     acts_all = activities(g)
     order = legend_order(set(acts_all))
-    dev_group = group.map(gidx)
     comm = (g["lane"] != "compute").to_numpy()
-    row = dev_group.reindex(g["device"]).to_numpy().astype(np.int64) * 2 + comm
-    n_rows = 2 * len(keys)
+    row = pair.reindex(g["device"]).to_numpy().astype(np.int64) * 2 + comm
+    n_rows = 2 * n_pairs
     busy = np.zeros((len(order), n_rows, bins))
     for k, act in enumerate(order):
         sel = acts_all == act
@@ -54,31 +83,49 @@ def plot_gantt_aggregate(spans, ax=None, window=None, title="", device_table=Non
     frac = busy / (width * np.repeat(size, 2)[None, :, None])
     total = np.clip(frac.sum(axis=0), 0.0, 1.0)
     dominant = frac.argmax(axis=0)
-    palette = np.array([to_rgb(color_of(a)) for a in order] or [to_rgb(IDLE_COLOR)])
+    lanes = ["compute", "comm"] * n_pairs
+    palette = np.array([[lane_color(a, lane) for a in order] or [to_rgb(IDLE_COLOR)] for lane in lanes])
     idle = np.array(to_rgb(IDLE_COLOR))
     strength = np.where(total > 0, 0.25 + 0.75 * total, 0.0)[..., None]
-    img = idle * (1 - strength) + palette[dominant] * strength
+    img = idle * (1 - strength) + np.take_along_axis(palette, dominant[..., None], axis=1) * strength
+    # image rows in COMM_ROW units: a compute row is repeated COMPUTE_ROW / COMM_ROW times
+    repeats = [round(row_height(lane) / COMM_ROW) for lane in lanes]
+    units = COMM_ROW * sum(repeats)
     if ax is None:
-        fig = new_figure((12, max(2.5, 0.32 * n_rows + 1.4)))
+        fig = new_figure((12, max(2.5, gantt_height_in(units))))
         ax = fig.add_subplot()
     else:
         fig = ax.figure
-    ax.imshow(img, aspect="auto", interpolation="nearest", extent=(t0, t1, n_rows - 0.5, -0.5))
-    for i in range(1, len(keys)):
-        ax.axhline(2 * i - 0.5, color="#888888", linewidth=0.6)
+    ax.imshow(
+        np.repeat(img, repeats, axis=0), aspect="auto", interpolation="nearest", extent=(t0, t1, units, 0)
+    )
+    pair_top = np.arange(n_pairs) * (COMPUTE_ROW + COMM_ROW)
+    for top in pair_top[1:]:
+        ax.axhline(top, color="#888888", linewidth=0.6)
+    typed = gpu_types_differ(info)
     labels = []
-    for k in keys:
-        n = int(size[gidx[k]])
-        labels += [f"{what} {k} ({n} GPU{'s' if n != 1 else ''})  compute", "comm"]
-    ax.set_yticks(range(n_rows))
+    for i, name in enumerate(names):
+        n = int(size[i])
+        kinds = "/".join(sorted(set(info.loc[pair == i, "gpu"]))) if typed else ""
+        labels += [f"{name} ({n} GPU{'s' if n != 1 else ''}{', ' + kinds if kinds else ''})  compute", "comm"]
+    ax.set_yticks(
+        np.column_stack([pair_top + COMPUTE_ROW / 2, pair_top + COMPUTE_ROW + COMM_ROW / 2]).ravel()
+    )
     ax.set_yticklabels(labels, fontsize=8)
+    for tick in ax.get_yticklabels()[1::2]:
+        tick.set_fontsize(6.5)
     ax.set_xlabel("time (s)")
+    rows_are = f"one row pair per {what if per == 1 else f'{per} {what}s'}"
     ax.set_title(
-        title
-        or f"timeline, one row pair per {what} (colour: dominant activity; strength: mean busy fraction)",
+        f"{title}: {rows_are}"
+        if title
+        else f"timeline, {rows_are} (colour: dominant activity; strength: mean busy fraction)",
         fontsize=10,
     )
-    handles = [Patch(color=color_of(a), label=label_of(a)) for a in order]
+    on_compute = set(acts_all[~comm])
+    handles = [
+        Patch(color=lane_color(a, "compute" if a in on_compute else "comm"), label=label_of(a)) for a in order
+    ]
     handles.append(Patch(facecolor=IDLE_COLOR, edgecolor="#BBBBBB", label="idle"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     fig.tight_layout()

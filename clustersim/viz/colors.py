@@ -102,6 +102,21 @@ def color_of(act: str) -> str:
     return _FALLBACK[zlib.crc32(act.encode()) % len(_FALLBACK)]
 
 
+#: how far communication bars are blended towards white: compute stays saturated, a
+#: collective or transfer reads as secondary even where it is busy
+COMM_LIGHTEN = 0.45
+
+
+def lane_color(act: str, lane: str) -> tuple[float, float, float]:
+    """RGB a Gantt draws ``act`` with on a row of ``lane``: :func:`color_of` on compute rows,
+    blended :data:`COMM_LIGHTEN` of the way to white on every other row."""
+    hexa = color_of(act)  # every colour here is '#RRGGBB' (no matplotlib: the trace writer imports this)
+    rgb = np.array([int(hexa[i : i + 2], 16) / 255 for i in (1, 3, 5)])
+    if lane != "compute":
+        rgb = rgb + (1.0 - rgb) * COMM_LIGHTEN
+    return tuple(float(c) for c in rgb)
+
+
 def label_of(act: str) -> str:
     """Legend label of an activity key."""
     return ACTIVITY_COLORS[act][0] if act in ACTIVITY_COLORS else act

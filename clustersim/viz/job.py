@@ -4,9 +4,10 @@ migrations — and a tick per fault, on a shared time axis."""
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.collections import LineCollection
+
+from .layout import new_figure
 
 #: segment → (legend label, colour); lost work is drawn by its ``lost`` flag, whatever its kind
 SEGMENT_COLORS = {
@@ -27,7 +28,7 @@ def plot_job(jobs: dict[str, pd.DataFrame] | pd.DataFrame, ax=None):
     if isinstance(jobs, pd.DataFrame):
         jobs = {"job": jobs}
     if ax is None:
-        _, ax = plt.subplots(figsize=(11, 0.9 + 0.6 * len(jobs)))
+        ax = new_figure((11, 0.9 + 0.6 * len(jobs))).add_subplot()
     seen, ticks = set(), []
     for y, job in enumerate(jobs.values()):
         key = job["kind"].where(~job["lost"].astype(bool), "lost")

@@ -2,11 +2,14 @@
 
 A pass is built from a list of *items*: ``("c", seconds, flops, launches)`` for a kernel
 (``launches``: 1 when its launch is priced apart, see :func:`launch_items`),
-``("x", kind, nbytes, name)`` for a tensor-parallel collective and ``("f", seconds, name)``
-for a fixed cost of its own (the pass's kernel launches). Consecutive kernels merge into
-one compute :class:`Segment` (they run back to back on one stream); each collective
-becomes a collective Segment the compiler places on the ``tp`` lane over the stage's TP
-group; a fixed cost is a named compute Segment, first in its pass. With
+``("x", kind, nbytes, name)`` for a tensor-parallel collective (``("x", kind, nbytes, name,
+"cp")`` for one over the context-parallel group), ``("r", seconds, flops, nbytes, name)``
+for ring attention (per step, :mod:`.context_parallel`) and ``("f", seconds, name)`` for a
+fixed cost of its own (the pass's kernel launches). Consecutive kernels merge into one
+compute :class:`Segment` (they run back to back on one stream); each collective becomes a
+collective Segment the compiler places on the ``tp`` (``cp``) lane over the stage's TP (CP)
+group, a ring a ``ring`` Segment it expands into steps; a fixed cost is a named compute
+Segment, first in its pass. With
 ``granularity="stage"`` a pass is one collective per kind carrying the summed bytes
 between the two halves of its compute — far fewer simulated events for huge validation
 runs, at the price of the per-collective latency terms (negligible for these sizes).
@@ -18,10 +21,21 @@ Segment, which the compiler emits in chunks (:mod:`.tp_overlap`; per-layer only)
 
 from __future__ import annotations
 
+from .context_parallel import CPComm, CPRing
 from .cost_model import CostModel
 from .ops import LayerOp, TPComm
 from .stage_cost import Segment
 from .tp_overlap import AG_GEMMS, RS_GEMMS, TPOverlap, merge_backward, merge_forward
+
+
+def _cp_item(op: CPComm | CPRing, cm: CostModel, backward: bool) -> tuple:
+    """The item of a CP collective (``kind`` of its direction) or of a ring's steps."""
+    if isinstance(op, CPComm):
+        return ("x", op.bwd if backward else op.fwd, op.nbytes, op.name, "cp")
+    works, sent = (op.bwd, op.bwd_bytes) if backward else (op.fwd, op.fwd_bytes)
+    phase = "B" if backward else "F"
+    times = tuple(cm.time(w, op.name, phase) for w in works)
+    return ("r", times, tuple(w.flops for w in works), sent, op.name)
 
 
 def forward_items(
@@ -35,6 +49,9 @@ def forward_items(
         if isinstance(op, TPComm):
             if op.fwd and not core_only:
                 out.append((("x", op.fwd, op.nbytes, op.name), ""))
+        elif isinstance(op, (CPComm, CPRing)):
+            if not core_only:
+                out.append((_cp_item(op, cm, backward=False), ""))
         elif not core_only or op.attention_core:
             out.append(
                 (
@@ -57,6 +74,10 @@ def backward_items(
         if isinstance(op, TPComm):
             if op.bwd and inputs:
                 out.append((("x", op.bwd, op.nbytes, op.name), "", ""))
+            continue
+        if isinstance(op, (CPComm, CPRing)):  # attention: input gradients only
+            if inputs:
+                out.append((_cp_item(op, cm, backward=True), "", ""))
             continue
         assert isinstance(op, LayerOp)
         if overlap is not None and op.name in AG_GEMMS + RS_GEMMS:
@@ -128,14 +149,20 @@ def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment
             _, kind, nbytes, name, seconds, flops, method, chunks = i
             segs.append(Segment("overlap", seconds, flops, nbytes, kind, name, method, chunks))
             continue
-        segs.append(Segment("collective", nbytes=i[2], collective=i[1], name=i[3]))
+        if i[0] == "r":
+            _, times, flops, sent, name = i
+            segs.append(Segment("ring", sum(times), sum(flops), name=name, steps=times, step_bytes=sent))
+            continue
+        group = i[4] if len(i) > 4 else "tp"
+        segs.append(Segment("collective", nbytes=i[2], collective=i[1], name=i[3], group=group))
     if t or f or not segs:
         segs.append(Segment("compute", t, f))
     return tuple(segs)
 
 
 def compute_time(segments: tuple[Segment, ...]) -> tuple[float, float]:
-    """(seconds, FLOPs) of the compute segments of a pass (an overlap segment's GEMM included)."""
+    """(seconds, FLOPs) of the compute segments of a pass (an overlap segment's GEMM and a
+    ring's steps included)."""
     return (
         sum(s.duration for s in segments if s.kind != "collective"),
         sum(s.flops for s in segments if s.kind != "collective"),

@@ -86,7 +86,7 @@ class TrainSetup:
         return cls(
             tr.micro_batch,
             par.tp,
-            sc.dp,
+            sc.dp * par.cp,  # ZeRO shards over the data-parallel group with its CP ranks
             par.sequence_parallel and par.tp > 1,
             max(par.zero, 1 if par.data_parallel and par.data_parallel.distributed_optimizer else 0),
             tr.precision,
@@ -96,11 +96,15 @@ class TrainSetup:
             gpu or sc.cluster.gpu,
             (par.data_parallel.shard_group_size or 0) if par.data_parallel and par.zero == 3 else 0,
             overlap_of(par),
+            par.cp,
+            par.cp_comm_type,
         )
 
     shards: int = 0
     #: TP collectives pipelined with their GEMMs (``parallel.tp_comm_overlap``; :mod:`.tp_overlap`)
     tp_overlap: TPOverlap | None = None
+    cp: int = 1
+    cp_comm: str = "p2p"
 
     def __post_init__(self):
         if not self.shards:  # ZeRO shards over the whole DP group unless HSDP says fewer
@@ -215,7 +219,7 @@ class _LayerKind:
 
 def _layer_kind(cfg, st: TrainSetup, cm: CostModel, moe: bool) -> _LayerKind:
     b, tp, sp, e = st.micro_batch, st.tp, st.sp, st.e
-    layer = layer_ops(cfg, b, tp, sp, e, moe)
+    layer = layer_ops(cfg, b, tp, sp, e, moe, st.cp, st.cp_comm)
     fp8_cache = 0.0
     if st.precision == "fp8":
         layer = te_fp8_layer(layer)
@@ -245,8 +249,10 @@ def transformer_chunk_costs(
     """Per-chunk StageCosts of a transformer scenario on GPU type ``gpu`` (see module doc);
     dense and MoE layers (:meth:`~.transformer.TransformerConfig.layer_kinds`) are each
     compiled once, and a chunk runs its layers in order."""
-    cfg = resolve_transformer(sc.model)
     st = TrainSetup.of(sc, gpu)
+    cfg = resolve_transformer(sc.model)
+    if st.cp > 1:  # every op but attention's core runs on the GPU's s/cp tokens
+        cfg = replace(cfg, seq_len=cfg.seq_len // st.cp)
     cm = _cost_model(sc, st)
     fixed = FixedCosts.of(sc, cm, st.precision)
     km = cm.without_launch()  # kernels; their launches are the passes' own segments

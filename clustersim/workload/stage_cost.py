@@ -18,10 +18,13 @@ from ..memory_kinds import StaticMemory
 @dataclass(frozen=True)
 class Segment:
     """One step of a pass: ``compute`` for ``duration`` s (``flops`` ride along for
-    metrics), a ``collective`` (``all_reduce``, ``all_gather``, ``reduce_scatter``) of
-    ``nbytes`` over the stage's tensor-parallel group, or an ``overlap``: that collective
-    pipelined with a GEMM of ``duration`` s in ``chunks`` by ``method``
-    (:mod:`clustersim.workload.tp_overlap`)."""
+    metrics), a ``collective`` (``all_reduce``, ``all_gather``, ``reduce_scatter``,
+    ``all_to_all``) of ``nbytes`` over the stage's ``group`` (``tp``: tensor-parallel,
+    ``cp``: context-parallel), an ``overlap``: a TP collective pipelined with a GEMM of
+    ``duration`` s in ``chunks`` by ``method`` (:mod:`clustersim.workload.tp_overlap`), or
+    ``ring`` attention over the CP group: attention chunks of ``steps`` seconds, step i
+    sending ``step_bytes[i]`` to the next CP rank while it computes
+    (:mod:`.context_parallel`; ``duration`` is their sum)."""
 
     kind: str
     duration: float = 0.0
@@ -31,6 +34,9 @@ class Segment:
     name: str = ""
     method: str = ""
     chunks: int = 0
+    group: str = "tp"
+    steps: tuple[float, ...] = ()
+    step_bytes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
