@@ -376,7 +376,8 @@ def _emit_stage(
             data_parallel, prog, plan, schedule, costs, order, s, r, t, v, m, fold, partial(_pass_name, m, v)
         )
     version, fwd_version, last, last_it = 0, {}, None, 0
-    ends = (schedule.stage_of(0, plan.pp), schedule.stage_of(len(costs) - 1, plan.pp))
+    # the stages holding the first and last chunk (the tied embedding's two copies)
+    edge_stages = (schedule.stage_of(0, plan.pp), schedule.stage_of(len(costs) - 1, plan.pp))
     pairs = getattr(order, "pairs", frozenset())
     for i, (ph, j, k) in enumerate(order):
         if ph == "O":
@@ -411,7 +412,7 @@ def _emit_stage(
                     prog,
                     plan,
                     [costs[c] for c in stage_chunks(schedule, s, plan.pp, v)],
-                    ends,
+                    edge_stages,
                     s=s,
                     r=r,
                     t=t,
