@@ -89,6 +89,7 @@ def run_job(job: Job, progress: bool | str = False) -> Result:
         rec,
         capacity,
         alpha=cl.collective_alpha,
+        collective_latency=cl.collective_latency,
         algorithms=job.simulation.collectives,
         comm_compute_slowdown=cl.comm_compute_slowdown,
         collective_model=job.simulation.collective_model,

@@ -2,8 +2,9 @@
 
 Every registered schedule on the same synthetic example: 4 stages, 8 micro-batches,
 forward 1 ms, backward 2 ms (of which W = 0.8 ms for zero-bubble schedules), 1 MiB
-activations, direct network. Run: ``python docs/make_schedule_gallery.py`` (writes
-docs/img/schedules/<name>.png and prints the ZB / GPipe tables as markdown).
+activations, direct network; schedules of two chunks per stage cut each stage in two.
+Run: ``python docs/make_schedule_gallery.py`` (writes docs/img/schedules/<name>.png and
+prints the ZB / GPipe tables as markdown).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ OUT = HERE / "img" / "schedules"
 
 
 def example(schedule: str) -> dict:
-    v = 2 if schedule == "interleaved" else 1
+    v = cs.SCHEDULES[schedule].chunks or 2  # interleaved: v = 2; ZB-V, DualPipe(-V): their two chunks
     iterations = 2 if not cs.SCHEDULES[schedule].flush else 1
     return {
         "name": f"{schedule}: p=4, m=8"

@@ -185,11 +185,13 @@ def test_fsdp_units_in_flight_set_the_memory_peak():
     assert len(collectives(res)) == 2 * 2 + 2
 
 
-@pytest.mark.parametrize("prefetch,reshard", [(0, True), (1, True), (2, True), (1, False)])
-def test_memory_estimate_without_simulating_matches_the_run(prefetch, reshard):
+@pytest.mark.parametrize(
+    "prefetch,reshard,parameters", [(0, True, 1), (1, True, 1), (2, True, 1), (1, False, 1), (1, True, 3)]
+)
+def test_memory_estimate_without_simulating_matches_the_run(prefetch, reshard, parameters):
     from clustersim.experiments.memory import estimate_peak_memory
 
-    opts = {"prefetch": prefetch, "reshard_after_forward": reshard}
+    opts = {"prefetch": prefetch, "reshard_after_forward": reshard, "parameters_per_layer": parameters}
     raw = synthetic(1, 2, F, B, layers_per_stage=4, dp=4, params=1e7, activation=3e6)
     raw["parallel"].update(zero=3, data_parallel=opts)
     res = cs.simulate(raw, progress=False)
@@ -294,6 +296,8 @@ def test_stated_values_win_over_the_profile():
     "opts,zero",
     [
         ({"prefetch": 1, "shard_group_size": 2}, 3),
+        ({"prefetch": 1, "parameters_per_layer": 2, "bucket_size": 1.5e7}, 3),
+        ({"reduce_every_micro_batch": True, "bucket_size": 1e7}, 2),
         (
             {
                 "distributed_optimizer": True,
@@ -336,6 +340,9 @@ def test_dag_evaluator_and_engine_agree_on_the_overlapped_lanes(opts, zero):
         ),
         ({"prefetch": 1, "reshard_after_forward": False}, 3),
         ({"prefetch": 2, "fsdp_unit": 2}, 3),
+        ({"prefetch": 1, "parameters_per_layer": 3, "bucket_size": 1e7}, 3),
+        ({"reduce_every_micro_batch": True, "overlap_param_gather": True, "bucket_size": 1e7}, 2),
+        ({"reduce_every_micro_batch": True, "overlap_grad_reduce": True, "bucket_size": 2e7}, 0),
     ],
 )
 def test_every_schedule_moves_each_gradient_byte_once_per_step(schedule, opts, zero):
@@ -355,13 +362,13 @@ def test_every_schedule_moves_each_gradient_byte_once_per_step(schedule, opts, z
     grads = layers * 1e7  # the stage's gradient (= parameter) bytes
     reduced = gpu[gpu["name"].str.contains("reduce")]["bytes"].sum()
     gathered = gpu[gpu["name"].str.contains("all-gather")]["bytes"].sum()
-    per_step = m if zero == 3 else 1
+    per_step = m if zero == 3 or opts.get("reduce_every_micro_batch") else 1
     assert reduced == pytest.approx(steps * per_step * grads)
     if zero == 3:
         passes = 1 if opts.get("reshard_after_forward") is False else 2  # forward (and backward)
         assert gathered == pytest.approx(steps * m * passes * grads)
     else:
-        sharded = opts.get("distributed_optimizer", False)
+        sharded = opts.get("distributed_optimizer", False) or zero in (1, 2)
         assert gathered == pytest.approx(
             (steps - 1) * grads if sharded else 0
         )  # the last step's is not needed
@@ -371,6 +378,8 @@ def test_every_schedule_moves_each_gradient_byte_once_per_step(schedule, opts, z
     "opts,zero",
     [
         ({"prefetch": 1}, 3),
+        ({"prefetch": 1, "parameters_per_layer": 2}, 3),
+        ({"reduce_every_micro_batch": True, "bucket_size": 1e7}, 2),
         (
             {
                 "distributed_optimizer": True,

@@ -6,7 +6,7 @@ from collections import defaultdict
 
 import pytest
 import simpy
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import clustersim as cs
@@ -122,6 +122,9 @@ def test_rates_are_max_min_fair_and_never_overbook(flows, oversub):
 
 
 @given(flows=flows_strategy, oversub=st.sampled_from([1, 2, 4]))
+# found by the search: the second flow's wake-up time rounded below its timer's and was
+# taken for a superseded one, so the flow never finished
+@example(flows=[(0, 4, 461, 0.0), (8, 9, 175422, 0.0)], oversub=1)
 @settings(max_examples=30, deadline=None)
 def test_no_flow_beats_its_idle_time_and_all_finish(flows, oversub):
     g = build_topology(

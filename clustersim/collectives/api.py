@@ -24,6 +24,7 @@ def run_collective(
     channels: int | None = None,
     chunks: int | None = None,
     servers: list[str] | None = None,
+    latency: str = "overlapped",
 ):
     """SimPy process generator: run collective ``kind`` among ``members`` starting now.
 
@@ -35,9 +36,10 @@ def run_collective(
     NCCL-derived defaults (:data:`~clustersim.hardware.presets.DEFAULT_ALPHA`). ``root``
     is the root of broadcast/reduce (default: first member) and the server of
     ``parameter_server``. ``channels``, ``chunks``, ``servers`` tune ring channels,
-    pipeline chunks and parameter servers. Returns ``{member: finish time (s)}``.
+    pipeline chunks and parameter servers; ``latency`` how a ring across hosts pays its α's
+    (``cluster.collective_latency``, :mod:`.cost`). Returns ``{member: finish time (s)}``.
     """
-    group = check_group(env, fabric, kind, members, nbytes, algorithm, alpha, root, servers)
+    group = check_group(env, fabric, kind, members, nbytes, algorithm, alpha, root, servers, latency)
     kind, nbytes = as_run(kind, nbytes)
     name = choose_algorithm(group, kind, nbytes) if algorithm == "auto" else algorithm
     engines, _ = build_schedule(group, kind, name, int(nbytes), root, channels, chunks, servers)
@@ -64,7 +66,9 @@ def check_shape(group: Group, kind: str, name: str) -> None:
         raise ScenarioError("collective.algorithm", name, why)
 
 
-def check_group(env, fabric, kind, members, nbytes, algorithm, alpha, root, servers=None) -> Group:
+def check_group(
+    env, fabric, kind, members, nbytes, algorithm, alpha, root, servers=None, latency="overlapped"
+) -> Group:
     """Validate a collective call; return its :class:`Group`. Errors name the field."""
     if kind not in KINDS:
         raise ScenarioError("collective.kind", kind, f"known kinds: {', '.join(KINDS)}")
@@ -100,4 +104,4 @@ def check_group(env, fabric, kind, members, nbytes, algorithm, alpha, root, serv
         and not (algorithm == "parameter_server" and (graph is None or root in graph))
     ):
         raise ScenarioError("collective.root", root, f"must be one of the members: {', '.join(members)}")
-    return Group(env, fabric, list(members), alpha)
+    return Group(env, fabric, list(members), alpha, latency)

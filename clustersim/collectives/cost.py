@@ -11,6 +11,14 @@ Symbols: n ranks on N hosts of m ranks each; S bytes (nccl-tests convention); B 
 per-rank intra-host bandwidth; B_net the network bandwidth one rank gets while all m
 ranks of its host use the network at once (NIC bandwidth × NICs per host / m); α the
 per-step latency (intra-host, network), each including the fabric's path latency.
+
+``latency`` (``cluster.collective_latency``) says how a multi-host ring pays its α's:
+``overlapped`` (the default) treats α as a delay that the ring's slack of m steps per host
+hides behind the busiest port's work; ``nccl`` adds them in full, as NCCL's tuner does
+(``src/graph/tuning.cc``: time = latency + bytes / bandwidth, the ring's latency
+(nsteps − nInterSteps)·intraLat + nInterSteps·interLat) — NCCL cuts each step into
+slices, so the α's of the n − 1 hops are the pipeline's fill, paid once per collective on
+top of the bandwidth-bound steps.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ class Shape:
     nodes: int = 1
     bw_inter: float | None = None
     alpha_inter: float | None = None
+    latency: str = "overlapped"
 
     @property
     def m(self) -> int:

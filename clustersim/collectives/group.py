@@ -50,8 +50,9 @@ def _non_negative(field: str, value: object) -> float:
 class Group:
     """A validated group of members on a fabric, with per-pair α and link-speed lookups."""
 
-    def __init__(self, env, fabric, members: list[str], alpha=None):
+    def __init__(self, env, fabric, members: list[str], alpha=None, latency: str = "overlapped"):
         self.env, self.fabric, self.members = env, fabric, list(members)
+        self.latency = latency  # how a ring across hosts pays its α's (cluster.collective_latency)
         self.graph = getattr(fabric, "graph", None)
         # the fabric's router (its routes and costs are cached there), or one of our own
         self.router = None if self.graph is None else getattr(fabric, "router", None) or Router(self.graph)
@@ -101,7 +102,8 @@ class Group:
 
         ``bw``/``alpha``: a step between two members of one host (α includes the path
         latency); ``bw_inter``: the network bandwidth one rank gets while every rank of
-        its host sends (path bottleneck × distinct NICs used / ranks per host)."""
+        its host sends (path bottleneck × distinct NICs used / ranks per host); ``latency``:
+        ``cluster.collective_latency``."""
         groups = list(self.hosts.values())
         first = groups[0]
         if len(first) > 1:
@@ -110,7 +112,12 @@ class Group:
             bw, lat = float(self.fabric.bandwidth), float(self.fabric.latency)
         else:
             bw, lat = float("inf"), 0.0
-        out = {"bw": bw, "alpha": self.alpha["intra_node"] + lat, "nodes": len(groups)}
+        out = {
+            "bw": bw,
+            "alpha": self.alpha["intra_node"] + lat,
+            "nodes": len(groups),
+            "latency": self.latency,
+        }
         if len(groups) > 1:
             other = groups[1]
             paths = [self.path(a, other[i % len(other)]) for i, a in enumerate(first)]

@@ -29,17 +29,19 @@ def estimate_time(
     bw_inter: float | None = None,
     alpha_inter: float | None = None,
     servers: int = 1,
+    latency: str = "overlapped",
 ) -> float:
     """Idle-network time (s) of ``kind`` by ``algorithm`` over ``n`` ranks (:mod:`.cost`).
 
     ``bw`` is bytes/s per rank, ``alpha`` seconds per step. ``nodes``/``bw_inter``/
-    ``alpha_inter`` describe a group spread over hosts. Raises ``KeyError`` for an unknown
+    ``alpha_inter`` describe a group spread over hosts; ``latency`` how a ring spread over
+    hosts pays its α's (``overlapped`` | ``nccl``, see :mod:`.cost`). Raises ``KeyError`` for an unknown
     algorithm or a kind its form does not cover.
     """
     if n <= 1:
         return 0.0
     kind, nbytes = as_run(kind, nbytes)
-    shape = Shape(n, bw, alpha, nodes, bw_inter, alpha_inter)
+    shape = Shape(n, bw, alpha, nodes, bw_inter, alpha_inter, latency)
     return ALGORITHMS[algorithm].cost(shape, kind, float(nbytes), servers)
 
 

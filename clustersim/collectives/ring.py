@@ -22,6 +22,12 @@ from .schedule import Msg, split
 #: chunking of pipelined chains and trees: at most this many chunks, none below MIN
 MAX_PIPELINE_CHUNKS = 64
 MIN_PIPELINE_CHUNK = 32 * 1024
+#: ring steps per collective over n ranks
+_STEPS = {
+    "all_reduce": lambda n: 2 * (n - 1),
+    "reduce_scatter": lambda n: n - 1,
+    "all_gather": lambda n: n - 1,
+}
 
 
 def pipeline_chunks(nbytes: int, chunks: int | None = None) -> int:
@@ -116,7 +122,7 @@ def cost(sh: Shape, kind: str, s: float, _servers: int) -> float:
         a_n, b_n = sh.net
         b_eff = b if sh.nodes <= 1 else min(b, b_n * m)
         return (n - 1) * max(a, a_n) + s / b_eff * (1 + (n - 2) / pipeline_chunks(int(s)))
-    steps = {"all_reduce": 2 * (n - 1), "reduce_scatter": n - 1, "all_gather": n - 1}[kind]
+    steps = _STEPS[kind](n)
     if sh.nodes <= 1:
         return steps * (a + s / (n * b))
     a_n, b_n = sh.net
@@ -125,9 +131,36 @@ def cost(sh: Shape, kind: str, s: float, _servers: int) -> float:
     # each leaving every host once, so the NICs carry S/n per step per host
     # each rank paces by injection, so α's overlap and the time is the longer of the
     # dependency chain (2(n−1) hops, α + transfer each) and the busiest port's work
-    a_step = ((n - sh.nodes) * a + sh.nodes * a_n) / n
+    a_step = fill_alpha(sh)
     t_hop = s / (m * n) * ((n - sh.nodes) / (n * b) + sh.nodes / (n * b_n))
+    if sh.latency == "nccl":  # NCCL's tuner: the hops' α's are the pipeline's fill, paid in full
+        return steps * (a_step + max(t_hop, s / (n * m * b_n), (m - 1) * s / (m * n * b)))
     return steps * max(a_step + t_hop, s / (n * m * b_n), (m - 1) * s / (m * n * b))
+
+
+def fill_alpha(sh: Shape) -> float:
+    """The mean α of a ring step across hosts: N of every n hops cross the network."""
+    a_n, _ = sh.net
+    return ((sh.n - sh.nodes) * sh.alpha + sh.nodes * a_n) / sh.n
+
+
+def build(group, kind: str, nbytes: int, options):
+    """The ring of ``group`` (see :func:`build_ring`). With ``latency: nccl`` across hosts a
+    reduce-scatter, all-gather or all-reduce pays its steps' mean α once, as the pipeline's
+    fill before the first step, and its messages none (:func:`cost`'s ``nccl`` form)."""
+    env, orders = group.env, ring_orders(group.hosts, options.channels)
+    ready = {}
+    fill = group.latency == "nccl" and len(group.hosts) > 1 and kind in _STEPS
+    if fill:
+        shape = Shape(len(group.members), **group.shape())
+        gate = env.timeout(_STEPS[kind](shape.n) * fill_alpha(shape))
+        ready = dict.fromkeys(group.members, (gate,))
+    engines, done = build_ring(env, kind, orders, nbytes, ready, options.root, options.chunks)
+    if fill:
+        for prog in engines:
+            for msg in prog:
+                msg.alpha = 0.0
+    return engines, done
 
 
 ALGORITHMS.add(
@@ -135,9 +168,7 @@ ALGORITHMS.add(
         "ring",
         "NCCL ring, multi-channel across hosts",
         kinds=frozenset(KINDS) - {"all_to_all"},
-        factory=lambda g, k, s, o: build_ring(
-            g.env, k, ring_orders(g.hosts, o.channels), s, {}, o.root, o.chunks
-        ),
+        factory=build,
         cost=cost,
         rank=0,
     )

@@ -33,10 +33,11 @@ class Msg:
     ``deps`` are events (usually other messages' ``done``) that must have fired before
     it is issued; ``done`` fires when its last byte has arrived at ``dst``. ``share`` is
     the fraction of the sender's port its engine paces itself at (algorithms that run
-    several engines on one port at once give each its part).
+    several engines on one port at once give each its part). ``alpha``, when set, is its
+    step latency instead of the group's (a ring that paid its α's up front sets 0).
     """
 
-    __slots__ = ("src", "dst", "nbytes", "deps", "done", "share")
+    __slots__ = ("src", "dst", "nbytes", "deps", "done", "share", "alpha")
 
     def __init__(
         self, env: simpy.Environment, src: str, dst: str, nbytes: int, deps: Sequence = (), share: float = 1.0
@@ -44,6 +45,7 @@ class Msg:
         self.src, self.dst, self.nbytes, self.share = src, dst, int(nbytes), share
         self.deps = tuple(d for d in deps if d is not None)
         self.done = env.event()
+        self.alpha: float | None = None
 
 
 def split(total: int, parts: int) -> list[int]:
@@ -96,7 +98,7 @@ def _engine(env, fabric, prog, alpha_of, pace_of, label, finish):
                 yield dep
         if free_at > env.now:
             yield env.timeout(free_at - env.now)
-        _issue(env, fabric, m, alpha_of(m.src, m.dst), label, finish)
+        _issue(env, fabric, m, alpha_of(m.src, m.dst) if m.alpha is None else m.alpha, label, finish)
         bw = pace_of(m.src, m.dst)
         if bw:
             free_at = env.now + m.nbytes / (bw * m.share)

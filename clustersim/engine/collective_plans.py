@@ -16,12 +16,19 @@ class CollectivePlans:
     algorithm): the algorithm is the op's own, else the scenario's for its kind
     (``algorithms``), else the ``auto`` choice (the α-β model's fastest); the time is its
     α-β time on the group's links under ``collective_model: analytical``, else None (the
-    fabric times it)."""
+    fabric times it). ``latency`` is ``cluster.collective_latency``."""
 
     def __init__(
-        self, env, fabric, names: list[str], alpha, algorithms: dict[str, str], collective_model: str
+        self,
+        env,
+        fabric,
+        names: list[str],
+        alpha,
+        algorithms: dict[str, str],
+        collective_model: str,
+        latency: str = "overlapped",
     ):
-        self.env, self.fabric, self.names, self.alpha = env, fabric, names, alpha
+        self.env, self.fabric, self.names, self.alpha, self.latency = env, fabric, names, alpha, latency
         self.algorithms, self.collective_model = algorithms, collective_model
         self._known: dict[tuple, tuple[str, float | None]] = {}
 
@@ -30,7 +37,7 @@ class CollectivePlans:
         key = (op.collective, op.group, op.nbytes, requested)
         known = self._known.get(key)
         if known is None:
-            group = Group(self.env, self.fabric, [self.names[d] for d in op.group], self.alpha)
+            group = Group(self.env, self.fabric, [self.names[d] for d in op.group], self.alpha, self.latency)
             algorithm = (
                 requested if requested != "auto" else choose_algorithm(group, op.collective, op.nbytes)
             )

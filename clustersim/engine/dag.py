@@ -138,6 +138,7 @@ class DagEngine:
         memory_capacity: list[int],
         *,
         alpha: float | dict | None = None,
+        collective_latency: str = "overlapped",
         algorithms: dict[str, str] | None = None,
         comm_compute_slowdown: float = 1.0,
         collective_model: str = "fabric",
@@ -148,7 +149,7 @@ class DagEngine:
         self.program, self.recorder = program, recorder
         self.memory = MemoryLedger(program.static_memory, memory_capacity, recorder)
         self._plan_collective = CollectivePlans(
-            env, fabric, program.device_names, alpha, algorithms or {}, collective_model
+            env, fabric, program.device_names, alpha, algorithms or {}, collective_model, collective_latency
         )
         ops, names = program.ops, program.device_names
         durations = (

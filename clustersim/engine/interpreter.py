@@ -72,12 +72,14 @@ class Engine:
         memory_capacity: list[int],
         *,
         alpha: float | dict | None = None,
+        collective_latency: str = "overlapped",
         algorithms: dict[str, str] | None = None,
         comm_compute_slowdown: float = 1.0,
         collective_model: str = "fabric",
         compute_scale: list[float] | None = None,
     ):
         """``alpha``: per-step collective latency (see :func:`clustersim.collectives.run_collective`);
+        ``collective_latency``: how a ring across hosts pays it (``cluster.collective_latency``);
         ``algorithms``: collective kind → algorithm for ops that say ``auto``;
         ``comm_compute_slowdown``: compute runs this many times slower while a collective
         is in progress on its GPU (NCCL kernels take SMs); 1.0 turns it off;
@@ -88,7 +90,7 @@ class Engine:
         :mod:`clustersim.engine.variability`)."""
         self.program, self.env, self.fabric, self.recorder = program, env, fabric, recorder
         self.memory = MemoryLedger(program.static_memory, memory_capacity, recorder)
-        self.alpha, self.algorithms = alpha, algorithms or {}
+        self.alpha, self.latency, self.algorithms = alpha, collective_latency, algorithms or {}
         self.slowdown = comm_compute_slowdown
         self.collective_model = collective_model
         # collectives in progress per device, and an event that fires when that changes
@@ -109,7 +111,7 @@ class Engine:
         self.names = program.device_names
         # op -> (algorithm, analytical time or None), cached per collective shape
         self._collective_plan = CollectivePlans(
-            env, fabric, self.names, alpha, self.algorithms, collective_model
+            env, fabric, self.names, alpha, self.algorithms, collective_model, collective_latency
         )
         self._rendezvous: dict[str, list] = {}
         self.lanes = program.lanes()
@@ -334,6 +336,7 @@ class Engine:
                 algorithm=algorithm,
                 alpha=self.alpha,
                 label=op.tag,
+                latency=self.latency,
             )
             own_done = self.env.process(own)  # first, as replica 0 would be in the unfolded run
             for group in op.shadows if self.fabric.shares_links else ():  # folded twins' collectives
@@ -347,6 +350,7 @@ class Engine:
                         algorithm=algorithm,
                         alpha=self.alpha,
                         label=op.tag,
+                        latency=self.latency,
                     )
                 )
             own_done.callbacks.append(ended)

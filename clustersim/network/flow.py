@@ -111,6 +111,7 @@ class FlowFabric(Fabric):
         self._ends: list[tuple[float, int, int, _Flow]] = []  # (finish, seq, version, flow), lazy
         self._seq = 0
         self._timer_at = math.inf  # the next scheduled wake-up (finish or bandwidth step)
+        self._timer: Event | None = None  # its event: an earlier one supersedes it
         self._pending = False  # an allocation is scheduled for the current moment
         self._profiled: list[_Link] = []  # links with degradation windows (rare: few or none)
         #: rate allocations done so far (benchmarks compare them with packet chunk-hops)
@@ -240,7 +241,8 @@ class FlowFabric(Fabric):
             wake = min(wake, link.next_change(now))
         if wake < self._timer_at:
             self._timer_at = wake
-            self.env.timeout(wake - now).callbacks.append(self._wake)
+            self._timer = self.env.timeout(wake - now)
+            self._timer.callbacks.append(self._wake)
 
     def _stepping(self):
         """Links in use whose bandwidth steps over time (degradation windows); only those
@@ -250,9 +252,11 @@ class FlowFabric(Fabric):
     def _wake(self, _event) -> None:
         """A scheduled moment: end the flows that have carried their bytes, re-allocate."""
         now = self.env.now
-        if now < self._timer_at:  # superseded by an earlier wake-up that already ran
+        # superseded by an earlier wake-up that already ran. Identity, not time: now + (t − now)
+        # may round below t, and a wake-up that skipped itself so would strand its flows
+        if _event is not self._timer:
             return
-        self._timer_at = math.inf
+        self._timer_at, self._timer = math.inf, None
         ends, limit = self._ends, now * (1 + _END_RTOL)
         while ends and ends[0][0] <= limit:
             _, _, version, f = heapq.heappop(ends)

@@ -48,6 +48,8 @@ def _obstacle(job) -> str | None:
         return "inference replicas serve different requests"
     if par.parameter_server is not None:
         return "parameter-server workers are simulated one by one"
+    if par.cp > 1:  # a folded replica would have no CP peers to pass K/V (or all-to-all) with
+        return "context-parallel ranks exchange attention data with one another"
     if cl.stragglers:
         return "stragglers make replicas differ"
     mixed = heterogeneity(cl)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..errors import ScenarioError
 from ..hardware.node_groups import gpu_types, heterogeneity
+from ..schedules.registry import SCHEDULES
 from ..workload.stage_builder import balanced_partition
 from ..workload.stage_cost import StageCost, chunk_costs
 from .pipedream import Optimizer, PipelinePlan, Stage, data_parallel_time, uniform_partition
@@ -61,8 +62,9 @@ def resolve_partition(sc, chunks: int) -> list[int] | None:
 def run_chunk_costs(sc) -> list[StageCost]:
     """The StageCost of every model chunk (``pp × virtual_stages`` of them), cut by the
     partition the run uses (``parallel.partition`` resolved): what a GPU of each stage holds."""
-    chunks = sc.parallel.pp * sc.parallel.virtual_stages
-    return chunk_costs(sc, chunks, resolve_partition(sc, chunks))
+    schedule = SCHEDULES[sc.parallel.schedule]
+    chunks = schedule.model_chunks(sc.parallel.pp, sc.parallel.virtual_stages)
+    return chunk_costs(sc, chunks, resolve_partition(sc, chunks)) * schedule.directions
 
 
 __all__ = [

@@ -101,9 +101,9 @@ class Job:
 
     @cached_property
     def data_parallel(self) -> DataParallel | None:
-        """``parallel.data_parallel`` resolved for this job's dp (None: one all-reduce per
-        stage and step; :mod:`clustersim.schedules.data_parallel`)."""
-        return DataParallel.of(self.parallel, self.dp)
+        """``parallel.data_parallel`` resolved for this job's gradient group of dp × cp ranks
+        (None: one all-reduce per stage and step; :mod:`clustersim.schedules.data_parallel`)."""
+        return DataParallel.of(self.parallel, self.plan.replicas)
 
     @cached_property
     def fold(self) -> FoldDecision:

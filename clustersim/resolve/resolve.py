@@ -18,13 +18,14 @@ def resolve(sc: Scenario) -> Job:
     """The :class:`Job` of scenario ``sc``: its layout, partition (the planner runs here,
     once), chunk costs per GPU type and micro-batches per replica."""
     par, cl = sc.parallel, sc.cluster
-    plan = Plan(tp=par.tp, pp=par.pp, dp=sc.dp, gpus_per_node=cl.gpus_per_node)
+    plan = Plan.of(sc)
     layout = plan if par.stage_replicas is None else ReplicaLayout(par.stage_replicas, cl.gpus_per_node)
     schedule = SCHEDULES[par.schedule]
     chunks = plan.pp * par.virtual_stages
-    partition = resolve_partition(sc, chunks)
+    parts = schedule.model_chunks(plan.pp, par.virtual_stages)  # a bidirectional schedule holds each twice
+    partition = resolve_partition(sc, parts)
     types = list(dict.fromkeys([cl.gpu, *gpu_types(cl)]))
-    costs = {g: chunk_costs(sc, chunks, partition, gpu=g) for g in types}
+    costs = {g: chunk_costs(sc, parts, partition, gpu=g) * schedule.directions for g in types}
     layer_costs = None
     if par.parameter_server is not None:  # workers push and pull per layer
         n = model_layers(sc.model)

@@ -147,6 +147,9 @@ class ClusterSpec(_Spec):
     topology: dict[str, Any] = Field(default_factory=lambda: {"kind": "auto"})
     #: per-step software latency of collectives ({intra_node, inter_node}); None = NCCL-derived defaults
     collective_alpha: dict[Literal["intra_node", "inter_node"], Time] | None = None
+    #: how a ring across hosts pays its α's: overlapped (behind the busiest port's work) or
+    #: nccl (in full, as NCCL's tuner; clustersim.collectives.cost)
+    collective_latency: Literal["overlapped", "nccl"] = "overlapped"
     #: compute slowdown while a collective runs on the same GPU (1.0 = no interference); unset,
     #: a profile that overlaps fills the GPU's default (clustersim.hardware.interference)
     comm_compute_slowdown: Annotated[float, Range(1, 100)] = 1.0

@@ -3,7 +3,9 @@
 A profile fills what the scenario does not state — ``parallel.data_parallel`` options
 (:mod:`clustersim.schedules.data_parallel`), ``parallel.zero`` (FSDP2 shards fully) and
 ``model.attention`` — before validation; a stated value always wins, field by field.
-``megatron_2021`` (the default) fills nothing: today's results stay identical.
+``megatron_2021`` (the default) fills nothing: today's results stay identical. Every
+other profile runs today's NCCL, whose ring across hosts pays its α's in full
+(``cluster.collective_latency: nccl``, :mod:`clustersim.collectives.cost`).
 
 * ``megatron_core``: the distributed optimizer with ``overlap_grad_reduce`` and
   ``overlap_param_gather`` (the flags Megatron-Core's performance recipes turn on),
@@ -14,8 +16,16 @@ A profile fills what the scenario does not state — ``parallel.data_parallel`` 
   nemo/collections/llm/recipes/llama3_70b.py);
 * ``deepspeed``: buckets of 5e8 elements (``reduce_bucket_size`` /
   ``allgather_bucket_size``), ``overlap_comm`` on for ZeRO-3 only (DeepSpeed's dynamic
-  default), gradients reduced in bf16 (the model dtype; ``communication_data_type``
-  unset), one-unit prefetch for ZeRO-3; the attention kernel is not implied;
+  default), ZeRO-2 reducing its buckets after every micro-batch's backward (its gradient
+  hooks run while ``partition_gradients``; ZeRO-1's only at the accumulation boundary,
+  deepspeed/runtime/zero/stage_1_and_2.py), gradients reduced in bf16 (the model dtype;
+  ``communication_data_type`` unset), one-unit prefetch for ZeRO-3, which all-gathers each of a GPT layer's four
+  weight matrices (QKV, projection, FC1, FC2) on its own — ``fetch_sub_module`` gathers
+  per submodule, prefetching the trace's next parameters up to
+  ``stage3_prefetch_bucket_size`` (5e7 elements, so one matrix of a large model), and
+  biases and norms stay resident under ``stage3_param_persistence_threshold`` (1e5)
+  (deepspeed/runtime/zero/partitioned_param_coordinator.py); the attention kernel is not
+  implied;
 * ``fsdp2``: ``parallel.zero: 3`` (``fully_shard``), ``reshard_after_forward``, prefetch
   1, fp32 gradient reduction (the ``MixedPrecisionPolicy`` reduce dtype torchtitan sets);
   with ``zero: 0`` stated it is PyTorch DDP: overlapped buckets of 25 MiB, the first 1 MiB;
@@ -37,6 +47,8 @@ from .model_spec import _model_kind
 FRAMEWORKS = ("megatron_2021", "megatron_core", "deepspeed", "fsdp2")
 #: DeepSpeed's reduce_bucket_size / allgather_bucket_size: 5e8 elements (bf16: 2 bytes)
 DEEPSPEED_BUCKET_BYTES = int(5e8) * 2
+#: the weight matrices of a GPT layer DeepSpeed ZeRO-3 gathers one by one (QKV, projection, FC1, FC2)
+DEEPSPEED_GPT_LAYER_PARAMETERS = 4
 
 
 def _data_parallel(framework: str, zero: int) -> dict[str, Any]:
@@ -48,6 +60,8 @@ def _data_parallel(framework: str, zero: int) -> dict[str, Any]:
             "bucket_size": DEEPSPEED_BUCKET_BYTES,
             "overlap_grad_reduce": zero == 3,
             "grad_reduce_dtype": "bf16",
+            **({"parameters_per_layer": DEEPSPEED_GPT_LAYER_PARAMETERS} if zero == 3 else {}),
+            **({"reduce_every_micro_batch": True} if zero == 2 else {}),
         }
     if zero == 0:  # fsdp2's stack without sharding: PyTorch DDP
         return {"overlap_grad_reduce": True, "bucket_size": "25 MiB", "first_bucket_size": "1 MiB"}
@@ -80,7 +94,9 @@ def apply_framework(raw: dict[str, Any]) -> dict[str, Any]:
         gpu = cluster.get("gpu", ClusterSpec.model_fields["gpu"].default)
         slowdown = default_slowdown(gpu) if isinstance(gpu, str) else custom_slowdown(gpu)
         if slowdown is not None:
-            out["cluster"] = {**cluster, "comm_compute_slowdown": slowdown}
+            cluster = {**cluster, "comm_compute_slowdown": slowdown}
+    if isinstance(cluster, dict):
+        out["cluster"] = {"collective_latency": "nccl", **cluster}
     model = out.get("model")
     flash = framework in ("megatron_core", "fsdp2")
     if flash and isinstance(model, dict) and _model_kind(model) == "literal['transformer']":

@@ -19,6 +19,7 @@ from ..schedules.replicated import replicable_schedules
 from ..topology.registry import check_options
 from ..workload.rules import check_model_rules, model_layers
 from ..workload.tp_overlap import check_tp_overlap
+from .context_parallel_rules import check_context_parallel
 from .fault_rules import check_fault_rules
 from .hetero_rules import check_dp_split, check_node_groups
 from .schema import ScenarioSpec
@@ -30,20 +31,21 @@ def job_gpus(spec: ScenarioSpec) -> int:
 
 
 def resolve_dp(spec: ScenarioSpec) -> int:
-    """The data-parallel degree: explicit, or the job's GPUs / (tp × pp) when ``auto``."""
-    n, tp, pp = job_gpus(spec), spec.parallel.tp, spec.parallel.pp
+    """The data-parallel degree: explicit, or the job's GPUs / (tp × cp × pp) when ``auto``."""
+    n, tp, pp, cp = job_gpus(spec), spec.parallel.tp, spec.parallel.pp, spec.parallel.cp
     if spec.parallel.stage_replicas is not None:  # replication is per stage: no uniform dp
         return 1
     if spec.parallel.dp != "auto":
         return spec.parallel.dp
-    if n % (tp * pp):
+    if n % (tp * pp * cp):
+        names, values = ("tp × cp × pp", f"{tp} × {cp} × {pp}") if cp > 1 else ("tp × pp", f"{tp} × {pp}")
         raise ScenarioError(
             "parallel.dp",
             "auto",
-            f"the job's {n} GPUs do not divide by tp × pp = {tp} × {pp}; change tp/pp, parallel.gpus "
+            f"the job's {n} GPUs do not divide by {names} = {values}; change tp/pp, parallel.gpus "
             "or the cluster",
         )
-    return n // (tp * pp)
+    return n // (tp * pp * cp)
 
 
 def check_rules(spec: ScenarioSpec) -> None:
@@ -97,22 +99,26 @@ def check_rules(spec: ScenarioSpec) -> None:
         raise ScenarioError("parallel.gpus", par.gpus, f"at most the cluster's {n} GPUs")
     dp = resolve_dp(spec)
     used = job_gpus(spec)
-    if par.stage_replicas is None and par.tp * par.pp * dp != used:
+    if par.stage_replicas is None and par.tp * par.cp * par.pp * dp != used:
         whose = (
             f"the job's {used} GPUs (parallel.gpus)"
             if par.gpus
             else (f"the cluster's {n} GPUs (nodes × gpus_per_node; set parallel.gpus to use fewer)")
         )
+        cp = f" cp={par.cp}" if par.cp > 1 else ""
         raise ScenarioError(
-            "parallel", f"tp={par.tp} pp={par.pp} dp={dp}", f"tp × pp × dp must equal {whose}"
+            "parallel",
+            f"tp={par.tp}{cp} pp={par.pp} dp={dp}",
+            f"tp × {'cp × ' if cp else ''}pp × dp must equal {whose}",
         )
+    check_context_parallel(spec)
     if par.data_parallel is not None:
         from ..schedules.data_parallel import check_data_parallel
 
-        check_data_parallel(spec, dp)
+        check_data_parallel(spec, dp * par.cp)  # the gradient group spans dp × cp
     gc = par.gradient_compression
     if gc is not None and gc.links != "all" and par.stage_replicas is None and par.parameter_server is None:
-        check_even_domains(gc, spec.cluster, Plan(par.tp, par.pp, dp, spec.cluster.gpus_per_node))
+        check_even_domains(gc, spec.cluster, Plan(par.tp, par.pp, dp, spec.cluster.gpus_per_node, par.cp))
     if par.tp > 1 and spec.model.kind == "synthetic":
         raise ScenarioError(
             "parallel.tp",
@@ -133,24 +139,26 @@ def check_rules(spec: ScenarioSpec) -> None:
             f"model {spec.model.preset} has {layers} partitionable "
             f"layers; accepted: pp × virtual_stages ≤ {layers}",
         )
-    chunks = par.pp * par.virtual_stages
+    schedule = SCHEDULES[par.schedule]
+    chunks = schedule.model_chunks(par.pp, par.virtual_stages)  # a bidirectional schedule holds each twice
+    what = "pp × virtual_stages" if schedule.directions == 1 else "pp × virtual_stages / 2"
     if isinstance(par.partition, list) and (len(par.partition) != chunks or sum(par.partition) != layers):
         raise ScenarioError(
             "parallel.partition",
             par.partition,
-            f"give the layers of each of the pp × virtual_stages = {chunks} model chunks, summing to the "
+            f"give the layers of each of the {what} = {chunks} model chunks, summing to the "
             f"model's {layers} layers",
         )
     if par.partition != "even" and layers < chunks:
         raise ScenarioError(
             "parallel.pp", par.pp, f"the model has {layers} layers; accepted: pp × virtual_stages ≤ {layers}"
         )
-    if spec.model.kind != "cnn" and par.partition == "even" and layers % (par.pp * par.virtual_stages):
+    if spec.model.kind != "cnn" and par.partition == "even" and layers % chunks:
         raise ScenarioError(
             "parallel.pp",
             par.pp,
-            f"model.layers = {layers} must divide evenly into pp × virtual_stages = "
-            f"{par.pp * par.virtual_stages} stages; accepted: a divisor of {layers}",
+            f"model.layers = {layers} must divide evenly into {what} = "
+            f"{chunks} stages; accepted: a divisor of {layers}",
         )
     tr = spec.training
     if par.dp_split == "even":

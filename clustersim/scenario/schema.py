@@ -55,6 +55,25 @@ class ArrivalSpec(_Spec):
         return self
 
 
+class FixedCostsSpec(_Spec):
+    """The fixed costs of a training step that are not FLOPs or bytes of the model
+    (docs/models.md, "Fixed costs"), each an op of the Program: ``kernel_launch`` per kernel
+    (None: the GPU's calibrated launch, ``launch_s`` of clustersim.workload.cost_model; 0:
+    none), ``microbatch_overhead`` per pass of a micro-batch on a model chunk (the
+    framework's host-side gap), and the per-step work before the optimizer — the fp16 loss
+    scale's unscale and inf check, the gradient-clipping norm, the tied-embedding gradient
+    all-reduce between the first and the last stage — and ``pipeline_gather``, the TP
+    all-gather of a pipeline boundary tensor sent in 1/tp pieces — each on unless turned
+    off. Real models only: a synthetic model's times are the whole pass."""
+
+    kernel_launch: Annotated[Time | None, Range(0, 0.01)] = None
+    microbatch_overhead: Annotated[Time, Range(0, 1)] = 50e-6
+    loss_scale_check: bool = True
+    grad_clip: bool = True
+    tied_embedding_allreduce: bool = True
+    pipeline_gather: bool = True
+
+
 class TrainingSpec(_Spec):
     """Batch sizes (samples; m = global / (micro × dp)), precision, recompute, optimizer.
 
@@ -74,6 +93,7 @@ class TrainingSpec(_Spec):
     #: the stack whose defaults fill what the scenario leaves unstated
     #: (clustersim.scenario.frameworks); ``megatron_2021`` fills nothing
     framework: Literal["megatron_2021", "megatron_core", "deepspeed", "fsdp2"] = "megatron_2021"
+    fixed_costs: FixedCostsSpec = FixedCostsSpec()
 
 
 class CompressionSpec(_Spec):
@@ -157,7 +177,12 @@ class DataParallelSpec(_Spec):
     per unit of ``fsdp_unit`` layers, an all-gather before each forward and (with
     ``reshard_after_forward``) again before each backward, issued ``prefetch`` units ahead,
     and a reduce-scatter after each unit's backward; ``shard_group_size`` (HSDP) shards
-    within groups of that many replicas and all-reduces the shards across groups."""
+    within groups of that many replicas and all-reduces the shards across groups.
+    ``parameters_per_layer`` (ZeRO-3): each layer's weights are that many parameters of equal
+    bytes, each all-gathered on its own (DeepSpeed fetches per parameter), their gradients
+    reduce-scattered in buckets of ``bucket_size`` filled by DeepSpeed's rule.
+    ``reduce_every_micro_batch`` (ZeRO-1/2): the buckets reduce after every micro-batch's
+    backward, not only the last one's (DeepSpeed ZeRO-2's partitioned gradients)."""
 
     overlap_grad_reduce: bool = False
     bucket_size: Annotated[Bytes | None, Range(1, 2**50)] = None
@@ -170,6 +195,8 @@ class DataParallelSpec(_Spec):
     reshard_after_forward: bool = True
     prefetch: Annotated[int, Range(0, 1_000)] = 1
     shard_group_size: Annotated[int | None, Range(1, 100_000)] = None
+    parameters_per_layer: Annotated[int, Range(1, 10_000)] = 1
+    reduce_every_micro_batch: bool = False
 
 
 class ParallelSpec(_Spec):
@@ -199,6 +226,12 @@ class ParallelSpec(_Spec):
     #: ``num_splits`` of TE's ``pipeline`` method (the reduce-scatters after the attention
     #: projection and FC2), set per GEMM in ``--tp-comm-overlap-cfg``; TE's default 4
     tp_comm_overlap_num_splits: Annotated[int, Range(1, 1024)] = 4
+    #: context parallelism: each sequence split over ``cp`` GPUs (docs/context_parallel.md);
+    #: world = tp × cp × pp × dp
+    cp: Annotated[int, Range(1, 100_000)] = 1
+    #: how attention crosses the CP group: ``p2p`` ring attention (K/V blocks around the ring)
+    #: or ``a2a`` Ulysses (all-to-alls over heads) — Megatron-Core's ``--cp-comm-type`` names
+    cp_comm_type: Literal["p2p", "a2a"] = "p2p"
     zero: int = Field(default=0, ge=0, le=3)
     #: bucketed, overlapped and sharded data-parallel communication (unset: the 2021 model)
     data_parallel: DataParallelSpec | None = None

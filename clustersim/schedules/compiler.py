@@ -5,7 +5,11 @@ replica r and tensor-parallel rank t, on the device of (stage s, r, t), the comp
 
   * each pass (F, B, W of a micro-batch on a model chunk) as its segments: compute
     segments on the ``compute`` lane, tensor-parallel collectives on the ``tp`` lane over
-    the stage's TP group, chained so each waits for the previous (kernels on one stream).
+    the stage's TP group, chained so each waits for the previous (kernels on one stream);
+    with context parallelism, Ulysses' all-to-alls on the ``cp`` lane over the CP group and
+    ring attention as per-step compute ops with their K/V sends and recvs around the CP
+    ring (:mod:`.context_parallel`; each (stage, tp) rank has cp × dp replicas, and the
+    gradient all-reduce spans them all).
     A forward allocates the chunk's activation memory; the backward frees it (with a
     split backward, at the end of B — the W-held remainder is not modelled). With
     ``weights="stash"`` a forward also allocates a stashed weight version and the
@@ -19,16 +23,21 @@ replica r and tensor-parallel rank t, on the device of (stage s, r, t), the comp
     compression, a send across a compressed link carries bytes/ratio, a ``compress`` op
     follows the producing pass and a ``decompress`` op (which the recv feeds) precedes
     the consuming one (:mod:`.compression`);
+  * an overlapped F&B pair (DualPipe) as its two passes' segments interleaved
+    (:mod:`.overlap`, :func:`emit_pair`), both receives gating the pair's first op;
   * at every optimizer step ``("O", i)``: with dp > 1, a gradient all-reduce over the
-    stage's data-parallel group on the ``comm`` lane after the stage's last pass (with
-    gradient compression, the ops of :mod:`.gradient_sync`), then the optimizer op
+    stage's data-parallel group (with a bidirectional schedule, also over the mirrored
+    stage p − 1 − s, which holds the same chunks — at any dp) on the ``comm`` lane after
+    the stage's last pass (with gradient compression, the ops of :mod:`.gradient_sync`),
+    then the optimizer op
     (after the all-reduce), which creates the next weight version. With
     ``parallel.data_parallel``, :mod:`.data_parallel` emits the data-parallel traffic
     instead (buckets, overlap, sharding, FSDP units) and splits passes into layers.
 
 Folding (``fold=True``, see :mod:`clustersim.parallel.fold`): only replica 0, TP rank 0
 is emitted — one representative per stage. Its collectives name the whole group but
-expect one arrival (the folded twins arrive with it by symmetry); its sends and its DP
+expect one arrival (the folded twins arrive with it by symmetry; two for a mirrored
+stages' all-reduce, whose two stages each send a representative); its sends and its DP
 all-reduces carry the twins' traffic as ``shadows``, so shared links stay loaded. TP
 collectives of other replicas are dropped: their groups sit inside other nodes.
 
@@ -39,19 +48,22 @@ weight stashing); an optimizer op carries the version it creates.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 
 from ..errors import ProgramError
 from ..memory_kinds import StaticMemory
 from ..parallel.plan import Plan
 from ..program import COLLECTIVE, COMPUTE, Op, Program
-from ..workload.stage_cost import StageCost
+from ..workload.stage_cost import Segment, StageCost
 from .compression import Compression, coded_activation_bytes, emit_codec
+from .context_parallel import emit_ring, link_ring_transfers
 from .data_parallel import DataParallel, StageSync
 from .gradient_sync import emit_gradient_allreduce
 from .orders import run_orders, stage_chunks
+from .overlap import interleave
 from .registry import Schedule
+from .step_work import emit_step_work
 from .tp_overlap import emit_overlap
 
 
@@ -66,6 +78,7 @@ def compile_pipeline(
     activations: Compression | None = None,
     replicas: list | None = None,
     data_parallel: DataParallel | None = None,
+    sharded_optimizer: bool = False,
 ) -> Program:
     """The Program of ``iterations`` training iterations of ``schedule`` under ``plan``.
 
@@ -77,18 +90,21 @@ def compile_pipeline(
     :class:`~clustersim.parallel.hetero.ReplicaWork` — its own chunk costs and micro-batch
     count, used instead of ``costs`` and ``m``; replicas meet at the gradient all-reduce.
     ``data_parallel``: the data-parallel traffic of :mod:`.data_parallel` (None: one
-    all-reduce per stage and step)."""
+    all-reduce per stage and step). ``sharded_optimizer``: the optimizer is sharded over
+    the data-parallel group (ZeRO ≥ 1, the distributed optimizer), so the step's scalar
+    all-reduces span every GPU (:mod:`.step_work`)."""
     p = plan.pp
-    if data_parallel is not None and (compression is not None or replicas):
+    if data_parallel is not None and (compression is not None or replicas or schedule.directions > 1):
         raise ProgramError(
-            "parallel.data_parallel runs neither with gradient compression nor uneven replicas"
+            "parallel.data_parallel runs neither with gradient compression, uneven replicas nor a "
+            "bidirectional schedule"
         )
     if len(costs) % p:
         raise ProgramError(
             f"schedule {schedule.name!r}: {len(costs)} model chunks do not divide over {p} stages"
         )
     v = len(costs) // p
-    work = [(w.costs, w.microbatches) for w in replicas] if replicas else [(costs, m)] * plan.dp
+    work = [(w.costs, w.microbatches) for w in replicas] if replicas else [(costs, m)] * plan.replicas
     orders = {}  # micro-batch count → the run's orders
     for _, mr in work:
         if mr not in orders:
@@ -98,11 +114,25 @@ def compile_pipeline(
     for dev in range(plan.num_devices):
         chunks = stage_chunks(schedule, plan.coords(dev)[0], p, v)
         prog.static_memory[dev] = stage_static_memory(schedule, [costs[k] for k in chunks])
-    for r in range(1 if fold else plan.dp):
+    for r in range(1 if fold else plan.replicas):
         cr, mr = work[r]
         _emit_replica(
-            prog, plan, schedule, cr, orders[mr], mr, v, r, fold, compression, activations, data_parallel
+            prog,
+            plan,
+            schedule,
+            cr,
+            orders[mr],
+            mr,
+            v,
+            r,
+            fold,
+            compression,
+            activations,
+            data_parallel,
+            sharded_optimizer,
         )
+    if plan.cp > 1:
+        link_ring_transfers(prog)
     return prog
 
 
@@ -116,18 +146,22 @@ def stage_static_memory(schedule: Schedule, costs: list[StageCost]) -> StaticMem
     return static
 
 
-def pass_transfers(costs: list[StageCost], phase: str, k: int) -> tuple[tuple[int, int] | None, ...]:
+def pass_transfers(
+    costs: list[StageCost], phase: str, k: int, route: range | None = None
+) -> tuple[tuple[int, int] | None, ...]:
     """(received, sent) by pass ``phase`` of model chunk ``k``, each (the neighbour chunk, its
     bytes before compression) or None where the phase moves nothing that way (W, O) or that
     chunk does not exist. A forward receives chunk k−1's activations and sends its own to
     chunk k+1; a backward receives the gradient of its output from chunk k+1 and sends that of
     its input to chunk k−1: between chunks c and c+1, ``costs[c].activation_bytes`` move either
-    way. Whether the two chunks share a stage (no transfer) is the caller's; activation
-    compression shrinks what crosses a compressed link (:mod:`.compression`)."""
+    way. ``route``: the chunks a micro-batch through ``k`` visits (default all; a bidirectional
+    schedule's copy of the model). Whether the two chunks share a stage (no transfer) is the
+    caller's; activation compression shrinks what crosses a compressed link (:mod:`.compression`)."""
     if phase not in ("F", "B"):
         return None, None
+    route = route or range(len(costs))
     src, dst = (k - 1, k + 1) if phase == "F" else (k + 1, k - 1)
-    return tuple((c, costs[min(k, c)].activation_bytes) if 0 <= c < len(costs) else None for c in (src, dst))
+    return tuple((c, costs[min(k, c)].activation_bytes) if c in route else None for c in (src, dst))
 
 
 def pass_memory(cost: StageCost, phase: str, split: bool, stash: bool) -> tuple[int, int, int]:
@@ -163,6 +197,7 @@ def emit_pass(
     stash: int = 0,
     fold: bool = False,
     after: Op | None = None,
+    received: bool = False,
 ) -> tuple[Op, Op]:
     """Emit one pass (its segments) on the device of (stage, r, t); return (first, last) op.
 
@@ -171,47 +206,137 @@ def emit_pass(
     TP collectives share one stream in Megatron-LM). ``alloc``
     bytes are allocated when the first segment starts and ``free`` released when the last
     ends (default: a forward allocates and a backward frees the activation memory);
-    ``stash`` of them are a stashed weight version (a pass allocates or frees, not both)."""
-    dev = plan.device(stage, r, t)
-    name = name or f"{phase}{mb}"
-    labels = {"stage": stage, "microbatch": mb, "phase": phase, "iteration": it, "version": version}
-    group = tuple(plan.device(stage, r, q) for q in range(plan.tp))
+    ``stash`` of them are a stashed weight version (a pass allocates or frees, not both).
+    ``received``: the pass consumes another stage's tensor, all-gathered first over the
+    TP group when ``cost.recv_gather`` says so (training.fixed_costs)."""
+    emit = _Segments(prog, plan, stage, r, t, it, name or f"{phase}{mb}", version, fold)
+    first, last = None, after  # a pass starts after the previous pass on this GPU, its collectives included
+    # further ops the next segment waits for (a bulk overlap's collective, a ring's last recv)
+    extra: tuple[int, ...] = ()
+    for k, seg in enumerate(pass_segments(cost, phase, split, received)):
+        deps = ((last.id,) if last is not None else ()) + extra
+        head, last, extra = emit.segment(seg, k, deps, phase, mb)
+        first = first or head
+    if extra:  # the pass ends once the overlapped collective (or a ring's last recv) has too
+        last = emit.join(last, extra, phase, mb)
+    attach_memory(first, last, cost, phase, alloc, free, stash)
+    return first, last
 
-    def compute(duration: float, flops: float, deps: tuple[int, ...], label: str = name) -> Op:
-        return prog.add(dev, "compute", COMPUTE, label, duration=duration, flops=flops, deps=deps, **labels)
 
-    def collective(label: str, kind: str, nbytes: int, deps, tag: str, algorithm: str = "auto") -> Op:
-        return prog.add(
+def pass_segments(cost: StageCost, phase: str, split: bool, received: bool) -> tuple[Segment, ...]:
+    """The segments a pass runs: its cost's, after the fixed costs before it
+    (training.fixed_costs) — the framework's work, then Megatron-LM 2021's all-gather of a
+    tensor received from another stage (``received``) when ``cost.recv_gather`` says so."""
+    segments = cost.segments(phase, split_backward=split)
+    if received and cost.recv_gather:  # Megatron's scatter/gather: the pieces the TP ranks sent
+        gather = Segment("collective", nbytes=cost.recv_gather, collective="all_gather", name="pp all-gather")
+        segments = (gather,) + segments
+    if cost.pass_overhead:  # the framework's work before the pass
+        segments = (Segment("compute", cost.pass_overhead, name="framework"),) + segments
+    return segments
+
+
+@dataclass(frozen=True)
+class _Segments:
+    """Emits the ops of a pass's segments on the device of (stage, r, t), labelled ``name``."""
+
+    prog: Program
+    plan: Plan
+    stage: int
+    r: int
+    t: int
+    it: int
+    name: str
+    version: int
+    fold: bool
+
+    def _labels(self, phase: str, mb: int) -> dict:
+        return {
+            "stage": self.stage,
+            "microbatch": mb,
+            "phase": phase,
+            "iteration": self.it,
+            "version": self.version,
+        }
+
+    def segment(
+        self, seg, k: int, deps: tuple[int, ...], phase: str, mb: int
+    ) -> tuple[Op, Op, tuple[int, ...]]:
+        """(first op, last op, ops the next segment must also wait for) of segment ``k``: a
+        compute kernel, a TP collective, or a TP collective pipelined with its GEMM in
+        chunks on both lanes (:mod:`.tp_overlap`)."""
+        dev = self.plan.device(self.stage, self.r, self.t)
+        labels = self._labels(phase, mb)
+        group = tuple(self.plan.device(self.stage, self.r, q) for q in range(self.plan.tp))
+
+        def compute(duration: float, flops: float, deps: tuple[int, ...], label: str = self.name) -> Op:
+            return self.prog.add(
+                dev, "compute", COMPUTE, label, duration=duration, flops=flops, deps=deps, **labels
+            )
+
+        def collective(
+            label: str,
+            kind: str,
+            nbytes: int,
+            deps,
+            tag: str,
+            algorithm: str = "auto",
+            lane: str = "tp",
+            members=group,
+        ) -> Op:
+            return self.prog.add(
+                dev,
+                lane,
+                COLLECTIVE,
+                label,
+                nbytes=nbytes,
+                deps=deps,
+                group=members,
+                collective=kind,
+                algorithm=algorithm,
+                tag=tag,
+                arrivals=1 if self.fold else 0,
+                **labels,
+            )
+
+        tag = f"tp it{self.it} s{self.stage} r{self.r} {self.name} #{k}"
+        if seg.kind == "compute":
+            op = compute(seg.duration, seg.flops, deps, f"{seg.name} {self.name}" if seg.name else self.name)
+            return op, op, ()
+        plan, st, r, t = self.plan, self.stage, self.r, self.t
+        if seg.kind == "collective" and seg.group == "cp":  # Ulysses: over this rank's CP group
+            cp_tag = f"cp it{self.it} s{st} r{r // plan.cp} t{t} {self.name} #{k}"
+            members = plan.cp_ring(st, r, t)
+            op = collective(seg.name, seg.collective, seg.nbytes, deps, cp_tag, lane="cp", members=members)
+            return op, op, ()
+        if seg.kind == "collective":
+            op = collective(seg.name or f"tp {seg.collective}", seg.collective, seg.nbytes, deps, tag)
+            return op, op, ()
+        if seg.kind == "ring":  # ring attention: per-step chunks and K/V transfers around the CP ring
+            ring_tag = f"ring it{self.it} s{st} r{r // plan.cp} t{t} {self.name} #{k}"
+            return emit_ring(self.prog, dev, seg, plan.cp_ring(st, r, t), self.name, ring_tag, deps, **labels)
+        return emit_overlap(seg, deps, compute, collective, tag)
+
+    def join(self, last: Op, extra: tuple[int, ...], phase: str, mb: int) -> Op:
+        """A zero-time op after ``last`` and ``extra``: where a pass ends when an overlapped
+        collective outlasts its last kernel."""
+        dev = self.plan.device(self.stage, self.r, self.t)
+        return self.prog.add(
             dev,
-            "tp",
-            COLLECTIVE,
-            label,
-            nbytes=nbytes,
-            deps=deps,
-            group=group,
-            collective=kind,
-            algorithm=algorithm,
-            tag=tag,
-            arrivals=1 if fold else 0,
-            **labels,
+            "compute",
+            COMPUTE,
+            f"{self.name} join",
+            duration=0.0,
+            flops=0.0,
+            deps=(last.id,) + extra,
+            **self._labels(phase, mb),
         )
 
-    first, last = None, after  # a pass starts after the previous pass on this GPU, its collectives included
-    extra: tuple[int, ...] = ()  # further ops the next segment waits for (a bulk overlap's collective)
-    for k, seg in enumerate(cost.segments(phase, split_backward=split)):
-        deps = ((last.id,) if last is not None else ()) + extra
-        extra = ()
-        tag = f"tp it{it} s{stage} r{r} {name} #{k}"
-        if seg.kind == "compute":
-            head = op = compute(seg.duration, seg.flops, deps)
-        elif seg.kind == "collective":
-            head = op = collective(seg.name or f"tp {seg.collective}", seg.collective, seg.nbytes, deps, tag)
-        else:  # a TP collective pipelined with its GEMM, in chunks on both lanes
-            head, op, extra = emit_overlap(seg, deps, compute, collective, tag)
-        first = first or head
-        last = op
-    if extra:  # the pass ends once the overlapped collective has too
-        last = compute(0.0, 0.0, (last.id,) + extra, f"{name} join")
+
+def attach_memory(first: Op, last: Op, cost: StageCost, phase: str, alloc, free, stash: int) -> None:
+    """``alloc`` bytes taken when a pass's ``first`` op starts, ``free`` released when its
+    ``last`` ends (None: a forward allocates, a backward frees the activation memory);
+    ``stash`` of them a stashed weight version (a pass allocates or frees, not both)."""
     if alloc is None:
         alloc = cost.activation_memory if phase == "F" else 0
     if free is None:
@@ -222,43 +347,80 @@ def emit_pass(
         first.stash_alloc += stash
     else:
         last.stash_free += stash
-    return first, last
 
 
 def _emit_stage(
-    prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold, compression, activations, data_parallel
+    prog,
+    plan,
+    schedule,
+    costs,
+    order,
+    m,
+    v,
+    s,
+    r,
+    t,
+    passes,
+    fold,
+    compression,
+    activations,
+    data_parallel,
+    sharded,
 ) -> None:
     dev = plan.device(s, r, t)
     has_w = {(j, k) for ph, j, k in order if ph == "W"}
     stash = schedule.weights == "stash"
     sync = None
-    if data_parallel is not None and plan.dp > 1:
+    if data_parallel is not None and plan.replicas > 1:
         sync = StageSync.of(
             data_parallel, prog, plan, schedule, costs, order, s, r, t, v, m, fold, partial(_pass_name, m, v)
         )
     version, fwd_version, last, last_it = 0, {}, None, 0
-    for ph, j, k in order:
+    # the stages holding the first and last chunk (the tied embedding's two copies)
+    edge_stages = (schedule.stage_of(0, plan.pp), schedule.stage_of(len(costs) - 1, plan.pp))
+    pairs = getattr(order, "pairs", frozenset())
+    for i, (ph, j, k) in enumerate(order):
         if ph == "O":
             deps = (last.id,) if last is not None else ()
             label = "" if schedule.flush else f" u{j}"
             if sync is not None:
                 deps = sync.before_optimizer(j, last_it, last, label)
-            elif plan.dp > 1:
+            elif plan.replicas > 1 or schedule.directions > 1:
                 grad = sum(costs[c].gradient_bytes for c in stage_chunks(schedule, s, plan.pp, v))
-                twins = tuple(plan.dp_group(s, q) for q in range(1, plan.tp)) if fold else ()
+                # a bidirectional schedule's stage s holds the chunks stage p − 1 − s holds too:
+                # their gradients are summed with the data-parallel ones (DualPipe's example does it)
+                mirror = plan.pp - 1 - s if schedule.directions > 1 else s
+                group = _sum_group(plan, s, mirror, t)
+                twins = tuple(_sum_group(plan, s, mirror, q) for q in range(1, plan.tp)) if fold else ()
                 deps = emit_gradient_allreduce(
                     prog,
                     dev,
-                    plan.dp_group(s, t),
+                    group,
                     grad,
                     stage=s,
                     iteration=last_it,
                     label=label,
-                    tag=f"dp-allreduce it{last_it} u{j} s{s} t{t}",
+                    tag=f"dp-allreduce it{last_it} u{j} s{min(s, mirror)} t{t}",
                     deps=deps,
                     compression=compression,
                     fold=fold,
                     shadows=twins,
+                    arrivals=1 if mirror == s else 2,  # folded: both stages' representatives meet
+                )
+            if schedule.flush:  # flush-free updates have no global step work (.step_work)
+                deps = emit_step_work(
+                    prog,
+                    plan,
+                    [costs[c] for c in stage_chunks(schedule, s, plan.pp, v)],
+                    edge_stages,
+                    s=s,
+                    r=r,
+                    t=t,
+                    it=last_it,
+                    label=label,
+                    sharded=sharded,
+                    fold=fold,
+                    deps=deps,
                 )
             opt = sum(costs[c].optimizer for c in stage_chunks(schedule, s, plan.pp, v))
             last = prog.add(
@@ -277,37 +439,130 @@ def _emit_stage(
                 last = sync.after_optimizer(last, j, last_it, label)
             version += 1
             continue
-        cost, mb, last_it = costs[k], j % m, j // m
-        split = (j, k) in has_w
+        if i - 1 in pairs:
+            continue  # the backward of a pair: emitted with its forward
+        job = [_PassJob.of(schedule, plan, costs, activations, ph, j, k, m, v, s, r, t, has_w, stash)]
+        if i in pairs:
+            job.append(
+                _PassJob.of(schedule, plan, costs, activations, *order[i + 1], m, v, s, r, t, has_w, stash)
+            )
+        last_it = j // m
         if ph == "F":
             fwd_version[(j, k)] = version
-        alloc, free, stashed = pass_memory(cost, ph, split, stash)
-        name = _pass_name(m, v, ph, j, k)
-        transfers = pass_transfers(costs, ph, k)
-        coded_in, coded_out = coded_activation_bytes(activations, schedule, plan, s, r, t, transfers)
-        labels = {"stage": s, "microbatch": mb, "phase": ph, "iteration": last_it}
-        decoded = None
-        if coded_in:  # received over a compressed link: decoded before the pass (its recv waits here)
-            decoded = last = emit_codec(
-                prog,
-                dev,
-                f"decompress {name}",
-                activations.half_seconds(coded_in),
-                (last.id,) if last is not None else (),
-                **labels,
-            )
-        run = partial(emit_pass, prog, plan, phase=ph, stage=s, r=r, t=t, mb=mb, it=last_it)
-        run = partial(run, version=fwd_version[(j, k)], fold=fold)
-        kw = {"split": split and ph == "B", "name": name, "alloc": alloc, "free": free, "stash": stashed}
-        if sync is not None and sync.layered(ph, j, k):
-            first, last = sync.emit(run, cost, ph, j, k, last_it, after=last, **kw)
+        decoded = []
+        for pj in job:  # received over a compressed link: decoded before the pass (its recv waits here)
+            if pj.coded_in:
+                deps = (last.id,) if last is not None else ()
+                last = emit_codec(
+                    prog,
+                    dev,
+                    f"decompress {pj.name}",
+                    activations.half_seconds(pj.coded_in),
+                    deps,
+                    **pj.labels,
+                )
+            decoded.append(last if pj.coded_in else None)
+        ends, done = [], []
+        if len(job) == 2:
+            ends = emit_pair(prog, plan, job, [fwd_version[x.key] for x in job], r, t, fold, last)
         else:
-            first, last = run(cost, after=last, **kw)
-        if coded_out:  # coded before its send (which waits on the pass's last op)
-            last = emit_codec(
-                prog, dev, f"compress {name}", activations.half_seconds(coded_out), (last.id,), **labels
-            )
-        passes[(s, t, ph, j, k)] = (decoded or first, last)
+            pj = job[0]
+            run = partial(emit_pass, prog, plan, phase=ph, stage=s, r=r, t=t, mb=pj.mb, it=last_it)
+            run = partial(run, version=fwd_version[(j, k)], fold=fold, received=pj.received)
+            if sync is not None and sync.layered(ph, j, k):
+                ends = [sync.emit(run, pj.cost, ph, j, k, last_it, after=last, **pj.kw)]
+            else:
+                ends = [run(pj.cost, after=last, **pj.kw)]
+        for pj, (first, end), dec in zip(job, ends, decoded):
+            if pj.coded_out:  # coded before its send (which waits on the pass's last op)
+                end = emit_codec(
+                    prog,
+                    dev,
+                    f"compress {pj.name}",
+                    activations.half_seconds(pj.coded_out),
+                    (end.id,),
+                    **pj.labels,
+                )
+            passes[(s, t, *pj.key_phase)] = (dec or first, end)
+            done.append(end)
+        last = max(done, key=lambda op: op.id)  # a pair: the op issued last (it waits for the other)
+
+
+@dataclass(frozen=True)
+class _PassJob:
+    """What the compiler emits for one pass (ph, j, k) on a device: its cost, micro-batch,
+    name, memory and the bytes its activation codecs (de)compress."""
+
+    ph: str
+    j: int
+    k: int
+    cost: StageCost
+    mb: int
+    name: str
+    kw: dict
+    coded_in: int
+    coded_out: int
+    labels: dict
+    #: the pass consumes another stage's tensor (its Megatron-2021 all-gather, .fixed costs)
+    received: bool
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.j, self.k)
+
+    @property
+    def key_phase(self) -> tuple[str, int, int]:
+        return (self.ph, self.j, self.k)
+
+    @classmethod
+    def of(cls, schedule, plan, costs, activations, ph, j, k, m, v, s, r, t, has_w, stash) -> _PassJob:
+        split = (j, k) in has_w
+        alloc, free, stashed = pass_memory(costs[k], ph, split, stash)
+        name = _pass_name(m, v, ph, j, k)
+        transfers = pass_transfers(costs, ph, k, schedule.route(k, len(costs)))
+        coded_in, coded_out = coded_activation_bytes(activations, schedule, plan, s, r, t, transfers)
+        kw = {"split": split and ph == "B", "name": name, "alloc": alloc, "free": free, "stash": stashed}
+        labels = {"stage": s, "microbatch": j % m, "phase": ph, "iteration": j // m}
+        received = transfers[0] is not None and schedule.stage_of(transfers[0][0], plan.pp) != s
+        return cls(ph, j, k, costs[k], j % m, name, kw, coded_in, coded_out, labels, received)
+
+
+def emit_pair(prog: Program, plan: Plan, job: list[_PassJob], versions, r: int, t: int, fold: bool, after):
+    """Emit an overlapped F&B pair (:mod:`.overlap`): the two passes' segments in the
+    interleaved issue order, each after the previous segment of its own pass (both after
+    ``after``); the pair's last op also waits for the other pass's end. Return each pass's
+    (op its receive gates, last op)."""
+    s = job[0].labels["stage"]
+    segs = [pass_segments(pj.cost, pj.ph, pj.kw["split"], pj.received) for pj in job]
+    emit = [
+        _Segments(prog, plan, s, r, t, pj.labels["iteration"], pj.name, v, fold)
+        for pj, v in zip(job, versions)
+    ]
+    prev, firsts, extra = [after, after], [None, None], [(), ()]
+    for which, i in interleave(*segs):
+        pj = job[which]
+        deps = ((prev[which].id,) if prev[which] is not None else ()) + extra[which]
+        head, prev[which], extra[which] = emit[which].segment(segs[which][i], i, deps, pj.ph, pj.mb)
+        firsts[which] = firsts[which] or head
+    for which, pj in enumerate(job):
+        if extra[which]:
+            prev[which] = emit[which].join(prev[which], extra[which], pj.ph, pj.mb)
+    final = prog.ops[-1]
+    other = prev[1] if final is prev[0] else prev[0]
+    final.deps = final.deps + (other.id,)
+    for which, pj in enumerate(job):
+        attach_memory(
+            firsts[which], prev[which], pj.cost, pj.ph, pj.kw["alloc"], pj.kw["free"], pj.kw["stash"]
+        )
+    # both passes' receives gate the pair's first op: DualPipe waits for the pair's inputs
+    # together (``_forward_backward_chunk``: recv F, recv B, then ``_commit_and_wait_comm``)
+    return [(firsts[0], prev[0]), (firsts[0], prev[1])]
+
+
+def _sum_group(plan: Plan, s: int, mirror: int, t: int) -> tuple[int, ...]:
+    """The GPUs whose gradients TP rank ``t`` of stage ``s`` sums: its data-parallel replicas,
+    and those of stage ``mirror`` when that stage holds the same chunks (``s`` otherwise)."""
+    return tuple(sorted({*plan.dp_group(s, t), *plan.dp_group(mirror, t)}))
 
 
 def _pass_name(m: int, v: int, ph: str, j: int, k: int) -> str:
@@ -328,6 +583,7 @@ def _emit_replica(
     compression: Compression | None = None,
     activations: Compression | None = None,
     data_parallel: DataParallel | None = None,
+    sharded: bool = False,
 ) -> None:
     p = plan.pp
     tp_ranks = range(1 if fold else plan.tp)
@@ -350,12 +606,13 @@ def _emit_replica(
                 compression,
                 activations,
                 data_parallel,
+                sharded,
             )
     sends: dict[tuple, Op] = {}
     for s, order in enumerate(orders):
         for t in tp_ranks:
             for ph, j, k in order:
-                transfers = pass_transfers(costs, ph, k)
+                transfers = pass_transfers(costs, ph, k, schedule.route(k, len(costs)))
                 sent = transfers[1]
                 if sent is None:
                     continue

@@ -63,6 +63,8 @@ class DataParallel:
     reshard_after_forward: bool = True
     prefetch: int = 1
     shard_group: int | None = None
+    parameters: int = 1
+    every_micro_batch: bool = False
 
     @classmethod
     def of(cls, parallel, dp: int) -> DataParallel | None:
@@ -86,6 +88,8 @@ class DataParallel:
             reshard_after_forward=spec.reshard_after_forward,
             prefetch=spec.prefetch,
             shard_group=spec.shard_group_size,
+            parameters=spec.parameters_per_layer,
+            every_micro_batch=spec.reduce_every_micro_batch and parallel.zero != 3,
         )
 
 
@@ -129,6 +133,32 @@ def buckets(layer_bytes: tuple[int, ...], size: int | None, first: int | None = 
     return out
 
 
+def parameter_pieces(layer_bytes, layers, parameters: int) -> list[int]:
+    """The bytes of each separately gathered parameter of ``layers`` (model order):
+    ``parameters`` equal pieces per layer (DeepSpeed ZeRO-3 gathers each weight matrix on
+    its own), or with one, the unit's flat parameter (FSDP: one collective per unit)."""
+    if parameters == 1:
+        return [sum(int(layer_bytes[layer]) for layer in layers)]
+    out = []
+    for layer in layers:
+        base, rem = divmod(int(layer_bytes[layer]), parameters)
+        out += [base + (1 if i < rem else 0) for i in range(parameters)]
+    return out
+
+
+def fill_buckets(sizes: list[int], cap: int | None) -> list[int]:
+    """Bytes per bucket of parameters ``sizes`` in the order they are reduced, by
+    DeepSpeed's rule: a bucket holding something is reduced before a parameter that would
+    take it past ``cap`` joins (stage3.py ``reduce_independent_p_g_buckets_and_remove_grads``);
+    None: one bucket."""
+    out = [0]
+    for size in sizes:
+        if cap is not None and out[-1] and out[-1] + size > cap:
+            out.append(0)
+        out[-1] += size
+    return out
+
+
 def hsdp_groups(group: tuple[int, ...], dev: int, g: int | None) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(shard group, replicate group) of ``dev`` in DP ``group``: g consecutive members
     shard; members at the same place in each shard group replicate (g None: all shard)."""
@@ -167,6 +197,7 @@ class StageSync:
     name_of: object = None  # (phase, j, chunk) → the pass's name, as the compiler names it
     m: int = 1  # micro-batches per iteration (j // m is a pass's iteration)
     held: dict = field(default_factory=dict)  # (j, k, unit) → bytes kept from forward to backward
+    unit_bytes: dict = field(default_factory=dict)  # a unit's last all-gather's id → the unit's bytes
     opt: Op | None = None
     reduced: Op | None = None  # the last FSDP gradient collective
 
@@ -215,7 +246,7 @@ class StageSync:
 
     def layered(self, ph: str, j: int, k: int) -> bool:
         """Whether pass (ph, j, k) runs layer by layer (unit by unit)."""
-        if self.dp.fsdp:
+        if self.dp.fsdp or (self.dp.every_micro_batch and ph == self.grad_phase(j, k)):
             return True
         if self.dp.overlap_grad_reduce and (ph, j, k) in self.final:
             return True
@@ -234,7 +265,11 @@ class StageSync:
         first, last = None, after
         for i, unit in enumerate(units):
             segs = tuple(seg for layer in unit for seg in pieces[layer])
-            piece = replace(cost, passes={ph: segs, "Bi": segs})
+            # the framework's per-pass work and the received tensor's gather run once, before the first unit
+            head = {"pass_overhead": cost.pass_overhead, "recv_gather": cost.recv_gather} if i == 0 else {}
+            piece = replace(
+                cost, passes={ph: segs, "Bi": segs}, **({"pass_overhead": 0.0, "recv_gather": 0} | head)
+            )
             a, f = (alloc if i == 0 else 0), (free if i == len(units) - 1 else 0)
             gather = self._gather(ph, j, k, unit) if self.dp.fsdp else None
             op0, last = emit_pass(
@@ -253,9 +288,11 @@ class StageSync:
             first = first or op0
             if self.dp.fsdp:
                 self._unit_done(cost, ph, j, k, it, unit, name, gather, last)
-            elif (ph, j, k) in self.final:
+            elif (ph, j, k) in self.final or self.dp.every_micro_batch:
                 for layer in unit:
                     self.ends[(k, layer)] = last
+        if self.dp.every_micro_batch and ph == self.grad_phase(j, k):
+            last = self._reduce_buckets(k, it, f"mb{j}", f" {name}", (last.id,), last)
         return first, last
 
     def _gather(self, ph, j, k, unit) -> Op | None:
@@ -275,22 +312,28 @@ class StageSync:
         for x in range(len(issued), min(upto, len(units) - 1) + 1):
             ph, j, k, first = units[x]
             deps = (ran[x - 1 - p],) if x > p else ((self.opt.id,) if self.opt is not None else ())
-            weights = self.costs[k].layer_bytes("weights")
-            nbytes = sum(weights[first : first + self.dp.unit])
+            layers = range(first, min(first + self.dp.unit, self.costs[k].layers))
+            pieces = parameter_pieces(self.costs[k].layer_bytes("weights"), layers, self.dp.parameters)
             group, _ = self._groups()
             name = f"{self.name_of(ph, j, k)} l{first}"
-            op = self._collective(
-                "gather",
-                "all_gather",
-                group,
-                nbytes,
-                f"fsdp ag it{(j // self.m)} {name} s{self.s} t{self.t} g{group[0]}",
-                f"fsdp all-gather {name}",
-                deps,
-                (j // self.m),
-            )
-            op.mem_alloc += op.nbytes
-            issued.append(op)
+            ops = []
+            for q, nbytes in enumerate(pieces):  # back to back on the gather lane
+                ops.append(
+                    self._collective(
+                        "gather",
+                        "all_gather",
+                        group,
+                        nbytes,
+                        f"fsdp ag it{(j // self.m)} {name} p{q} s{self.s} t{self.t} g{group[0]}",
+                        f"fsdp all-gather {name}" + (f" p{q}" if len(pieces) > 1 else ""),
+                        deps if q == 0 else (),
+                        (j // self.m),
+                    )
+                )
+            # the unit's bytes are taken when its first gather starts, freed as one
+            ops[0].mem_alloc += sum(pieces)
+            self.unit_bytes[ops[-1].id] = sum(pieces)
+            issued.append(ops[-1])
 
     def _unit_done(self, cost, ph, j, k, it, unit, name, gather, last) -> None:
         """Free a unit's gathered parameters, reduce its gradients (FSDP)."""
@@ -300,57 +343,69 @@ class StageSync:
             self.ran[step].append(last.id)
             self._issue(step, i + 1 + self.dp.prefetch)
             if ph == "F" and not self.dp.reshard_after_forward:
-                self.held[key] = gather.mem_alloc
+                self.held[key] = self.unit_bytes[gather.id]
             else:
-                last.mem_free += gather.mem_alloc
+                last.mem_free += self.unit_bytes[gather.id]
         if ph == "B" and not self.dp.reshard_after_forward:
             last.mem_free += self.held.pop(key, 0)
         if ph != self.grad_phase(j, k):
             return
-        nbytes = sum(cost.layer_bytes("grads")[layer] for layer in unit)
+        pieces = parameter_pieces(cost.layer_bytes("grads"), unit, self.dp.parameters)
         shard, across = self._groups()
-        tag = f"fsdp rs it{it} {name} l{min(unit)} s{self.s} t{self.t}"
-        what = f"fsdp reduce-scatter {name} l{min(unit)}"
-        self.reduced = self._collective(
-            "comm", "reduce_scatter", shard, nbytes, f"{tag} g{shard[0]}", what, (last.id,), it
-        )
-        if len(across) > 1:
+        bucketed = fill_buckets(pieces, self.dp.bucket_size if self.dp.parameters > 1 else None)
+        for b, nbytes in enumerate(bucketed):
+            part = f" b{b}" if len(bucketed) > 1 else ""
+            tag = f"fsdp rs it{it} {name} l{min(unit)}{part} s{self.s} t{self.t}"
+            what = f"fsdp reduce-scatter {name} l{min(unit)}{part}"
             self.reduced = self._collective(
-                "comm",
-                "all_reduce",
-                across,
-                nbytes // len(shard),
-                f"{tag} x{shard.index(self.dev)}",
-                f"hsdp all-reduce {name} l{min(unit)}",
-                (self.reduced.id,),
-                it,
+                "comm", "reduce_scatter", shard, nbytes, f"{tag} g{shard[0]}", what, (last.id,), it
             )
+            if len(across) > 1:
+                self.reduced = self._collective(
+                    "comm",
+                    "all_reduce",
+                    across,
+                    nbytes // len(shard),
+                    f"{tag} x{shard.index(self.dev)}",
+                    f"hsdp all-reduce {name} l{min(unit)}{part}",
+                    (self.reduced.id,),
+                    it,
+                )
 
     # -- the optimizer step ------------------------------------------------------------------
 
     def before_optimizer(self, j: int, it: int, last: Op | None, label: str) -> tuple[int, ...]:
         """Emit the step's gradient reduction; return what the optimizer waits for."""
         deps = (last.id,) if last is not None else ()
-        if self.dp.fsdp:
+        if self.dp.fsdp or self.dp.every_micro_batch:
             return deps + ((self.reduced.id,) if self.reduced is not None else ())
-        kind, what = ("reduce_scatter", "reduce-scatter") if self.dp.sharded else ("all_reduce", "all-reduce")
-        op = None
         for k in reversed(self.chunks):  # the last chunk's backward runs first
-            grads = self.costs[k].layer_bytes("grads")
-            for b, bucket in enumerate(self._buckets(k)):
-                end = self.ends.get((k, bucket[-1])) if self.dp.overlap_grad_reduce else None
-                op = self._collective(
-                    "comm",
-                    kind,
-                    self._groups()[0],
-                    sum(grads[layer] for layer in bucket),
-                    f"dp {what} it{it} u{j} s{self.s} t{self.t} c{k} b{b}",
-                    f"dp {what} s{self.s}{label} c{k} b{b}",
-                    (end.id,) if end is not None else deps,
-                    it,
-                )
+            self._reduce_buckets(k, it, f"u{j}", label, deps, None)
         self.ends = {}
-        return deps + (op.id,)
+        return deps + (self.reduced.id,)
+
+    def _reduce_buckets(self, k: int, it: int, tag: str, label: str, deps, last) -> Op | None:
+        """Emit chunk k's bucket reductions: each after the piece of the last gradient pass
+        that produced its last layer with overlap, else after ``deps``. Reducing every
+        micro-batch without overlap (DeepSpeed ZeRO-2 reduces on the compute stream unless
+        ``overlap_comm``) they run on the ``compute`` lane after ``last``, and the last of
+        them is returned as the pass's end; otherwise ``last``."""
+        kind, what = ("reduce_scatter", "reduce-scatter") if self.dp.sharded else ("all_reduce", "all-reduce")
+        blocking = last is not None and not self.dp.overlap_grad_reduce
+        grads = self.costs[k].layer_bytes("grads")
+        for b, bucket in enumerate(self._buckets(k)):
+            end = self.ends.get((k, bucket[-1])) if self.dp.overlap_grad_reduce else None
+            self.reduced = self._collective(
+                "compute" if blocking else "comm",
+                kind,
+                self._groups()[0],
+                sum(grads[layer] for layer in bucket),
+                f"dp {what} it{it} {tag} s{self.s} t{self.t} c{k} b{b}",
+                f"dp {what} s{self.s}{label} c{k} b{b}",
+                (end.id,) if end is not None else deps,
+                it,
+            )
+        return self.reduced if blocking else last
 
     def after_optimizer(self, opt: Op, j: int, it: int, label: str) -> Op:
         """Emit the parameter all-gathers after the optimizer step ``opt``; return the op

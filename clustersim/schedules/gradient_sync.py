@@ -47,11 +47,13 @@ def emit_gradient_allreduce(
     compression: Compression | None,
     fold: bool = False,
     shadows: tuple = (),
+    arrivals: int = 1,
 ) -> tuple[int, ...]:
     """Emit ``dev``'s ops of the gradient all-reduce of ``grad`` bytes over ``group``
     (module docstring); return the deps the optimizer op waits on. ``tag`` names this
-    all-reduce (sub-collectives extend it); ``fold``/``shadows`` as in the compiler."""
-    emit = _Emitter(prog, dev, stage, iteration, label, fold, shadows)
+    all-reduce (sub-collectives extend it); ``fold``/``shadows`` as in the compiler;
+    ``arrivals``: the simulated members when folded (2 where two stages share the group)."""
+    emit = _Emitter(prog, dev, stage, iteration, label, fold, shadows, arrivals)
     if compression is None:
         return emit.collective("all-reduce", "all_reduce", group, grad, tag, deps)
     if compression.domains is None:
@@ -96,6 +98,7 @@ class _Emitter:
     label: str
     fold: bool
     shadows: tuple
+    arrivals: int = 1
 
     def collective(
         self, what: str, kind: str, group: tuple[int, ...], nbytes: int, tag: str, deps: tuple[int, ...]
@@ -112,7 +115,7 @@ class _Emitter:
             group=group,
             collective=kind,
             tag=tag,
-            arrivals=1 if self.fold else 0,
+            arrivals=self.arrivals if self.fold else 0,
             shadows=self.shadows,
         )
         return (op.id,)

@@ -4,7 +4,9 @@ The compiler works on one list per stage of ``(phase, j, k)`` triples over the w
 run: ``j`` the run-wide micro-batch index (iteration ``j // m``, micro-batch ``j % m``),
 ``k`` the model chunk, and ``("O", i, -1)`` for the i-th optimizer step. A flushing
 schedule's order is called once per iteration and gets an ``O`` appended; an
-asynchronous one returns the whole run itself.
+asynchronous one returns the whole run itself. An overlapped pair ``("F&B", j, k, j2, k2)``
+becomes its forward and backward triples, next to each other, and the order's ``pairs``
+holds the index of each such forward (:class:`StageOrder`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,16 @@ from ..errors import ProgramError
 from .registry import Schedule
 
 PASS_PHASES = ("F", "B", "W")
+PAIR = "F&B"
+
+
+class StageOrder(list):
+    """One stage's run order (a list of triples) and ``pairs``: the indices ``i`` where items
+    ``i`` (a forward) and ``i + 1`` (a backward) run as one overlapped F&B pair."""
+
+    def __init__(self, items=(), pairs=frozenset()) -> None:
+        super().__init__(items)
+        self.pairs = frozenset(pairs)
 
 
 def stage_chunks(schedule: Schedule, stage: int, p: int, v: int) -> list[int]:
@@ -29,34 +41,59 @@ def _call(schedule: Schedule, stage: int, p: int, m: int, v: int, iterations: in
     return list(schedule.order(stage, p, m, **kwargs))
 
 
-def _normalize(schedule: Schedule, stage: int, order: list, default_chunk: int) -> list[tuple[str, int, int]]:
-    out = []
+def _normalize(schedule: Schedule, stage: int, order: list, default_chunk: int) -> StageOrder:
+    out, pairs = [], set()
     for item in order:
+        if isinstance(item, tuple) and len(item) == 5 and item[0] == PAIR:
+            pairs.add(len(out))
+            out += [("F", int(item[1]), int(item[2])), ("B", int(item[3]), int(item[4]))]
+            continue
         if not isinstance(item, tuple) or len(item) not in (2, 3) or item[0] not in PASS_PHASES + ("O",):
             raise ProgramError(
                 f"schedule {schedule.name!r} stage {stage}: {item!r} is not an order item; "
-                f"accepted: (phase, microbatch) or (phase, microbatch, chunk), phase in F, B, W, O"
+                f"accepted: (phase, microbatch) or (phase, microbatch, chunk), phase in F, B, W, O, "
+                f"or ('F&B', microbatch, chunk, microbatch, chunk)"
             )
         if item[0] == "O":
             out.append(("O", int(item[1]), -1))
         else:
             out.append((item[0], int(item[1]), int(item[2]) if len(item) == 3 else default_chunk))
-    return out
+    return StageOrder(out, pairs)
+
+
+def direction_of(schedule: Schedule, j: int, m: int) -> int:
+    """The direction micro-batch ``j`` (of an iteration's ``m``) travels: 0, or for a
+    bidirectional schedule 1 for the second half of the micro-batches."""
+    return 0 if schedule.directions == 1 else (j % m) * schedule.directions // m
+
+
+def _visits(schedule: Schedule, m: int, chunks: list[int], n_chunks: int) -> list[tuple[int, int]]:
+    """The (micro-batch, chunk) passes of a stage holding ``chunks`` (of ``n_chunks``) in an
+    iteration of ``m``: every micro-batch on every chunk, or on the chunks of its direction."""
+    half = n_chunks // schedule.directions
+    return [(j, k) for j in range(m) for k in chunks if k // half == direction_of(schedule, j, m)]
 
 
 def check_order(
-    schedule: Schedule, stage: int, order: list[tuple[str, int, int]], mbs: int, chunks: list[int]
+    schedule: Schedule,
+    stage: int,
+    order: list[tuple[str, int, int]],
+    mbs: int,
+    chunks: list[int],
+    n_chunks: int,
 ) -> None:
-    """Raise ProgramError unless ``order`` runs F and B of every (micro-batch, chunk) exactly
-    once, at most one W each, B after F and W after B."""
+    """Raise ProgramError unless ``order`` runs F and B of every (micro-batch, chunk) the
+    stage serves (:func:`_visits`) exactly once, at most one W each, B after F and W after B."""
     passes = [(ph, j, k) for ph, j, k in order if ph != "O"]
-    want = sorted((ph, j, k) for ph in ("F", "B") for j in range(mbs) for k in chunks)
+    visits = _visits(schedule, mbs, chunks, n_chunks)
+    want = sorted((ph, j, k) for ph in ("F", "B") for j, k in visits)
     got = sorted(x for x in passes if x[0] != "W")
     if got != want:
         shown = [x[:2] if len(chunks) == 1 else x for x in passes[:12]]
         raise ProgramError(
             f"schedule {schedule.name!r} stage {stage}: the order must hold F and B of every micro-batch "
-            f"0..{mbs - 1}{f' and chunk in {chunks}' if len(chunks) > 1 else ''} exactly once; "
+            f"0..{mbs - 1}{f' and chunk in {chunks}' if len(chunks) > 1 else ''} exactly once"
+            f"{' (each micro-batch on the chunks of its direction)' if schedule.directions > 1 else ''}; "
             f"got {shown}{' …' if len(passes) > 12 else ''}"
         )
     pos = {x: i for i, x in enumerate(passes)}
@@ -66,23 +103,20 @@ def check_order(
             f"schedule {schedule.name!r} stage {stage}: each W must belong to one of the stage's "
             f"micro-batches and appear at most once"
         )
-    for j in range(mbs):
-        for k in chunks:
-            if pos[("B", j, k)] < pos[("F", j, k)]:
-                raise ProgramError(f"schedule {schedule.name!r} stage {stage}: B{j} comes before F{j}")
-            if ("W", j, k) in pos and pos[("W", j, k)] < pos[("B", j, k)]:
-                raise ProgramError(f"schedule {schedule.name!r} stage {stage}: W{j} comes before B{j}")
+    for j, k in visits:
+        if pos[("B", j, k)] < pos[("F", j, k)]:
+            raise ProgramError(f"schedule {schedule.name!r} stage {stage}: B{j} comes before F{j}")
+        if ("W", j, k) in pos and pos[("W", j, k)] < pos[("B", j, k)]:
+            raise ProgramError(f"schedule {schedule.name!r} stage {stage}: W{j} comes before B{j}")
 
 
-def stage_order(schedule: Schedule, stage: int, p: int, m: int, v: int, iterations: int) -> list:
+def stage_order(schedule: Schedule, stage: int, p: int, m: int, v: int, iterations: int) -> StageOrder:
     """``stage``'s order as the schedule gives it (one iteration when it flushes), normalized."""
     chunks = stage_chunks(schedule, stage, p, v)
     return _normalize(schedule, stage, _call(schedule, stage, p, m, v, iterations), chunks[0])
 
 
-def run_orders(
-    schedule: Schedule, p: int, m: int, v: int, iterations: int
-) -> list[list[tuple[str, int, int]]]:
+def run_orders(schedule: Schedule, p: int, m: int, v: int, iterations: int) -> list[StageOrder]:
     """Per stage, the checked order of the whole run (see the module docstring)."""
     out = []
     for s in range(p):
@@ -94,13 +128,15 @@ def run_orders(
                     f"schedule {schedule.name!r} stage {s}: a flushing schedule gets its optimizer "
                     f"step from the compiler; its order must not hold ('O', i) items"
                 )
-            check_order(schedule, s, one, m, chunks)
-            run = []
+            check_order(schedule, s, one, m, chunks, p * v)
+            run, pairs = [], set()
             for it in range(iterations):
+                pairs |= {len(run) + i for i in one.pairs}
                 run += [(ph, j + it * m, k) for ph, j, k in one] + [("O", it, -1)]
+            run = StageOrder(run, pairs)
         else:
             run = stage_order(schedule, s, p, m, v, iterations)
-            check_order(schedule, s, run, m * iterations, chunks)
+            check_order(schedule, s, run, m * iterations, chunks, p * v)
             if not run or run[-1][0] != "O":
                 raise ProgramError(
                     f"schedule {schedule.name!r} stage {s}: a flush-free order must end with an "

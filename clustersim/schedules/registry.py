@@ -10,7 +10,10 @@ micro-batches' passes — a function ``order(stage, p, m) -> list of items``. An
 * ``(phase, j, k)``: the same on model chunk ``k`` (for schedules with several model
   chunks per stage; a 2-item form means the stage's only chunk);
 * ``("O", i)``: an optimizer step (only in flush-free schedules, which place their own
-  updates; flushing schedules get one step appended after every iteration).
+  updates; flushing schedules get one step appended after every iteration);
+* ``("F&B", j, k, j2, k2)``: the forward of micro-batch ``j`` on chunk ``k`` overlapped
+  with the backward of micro-batch ``j2`` on chunk ``k2`` (DualPipe's pair; the compiler
+  interleaves their compute and communication, :mod:`.overlap`).
 
 The pipeline compiler turns those orders into a Program (sends, receives, memory,
 weight versions, optimizer steps); the engine never knows which schedule produced it.
@@ -45,7 +48,11 @@ class Schedule(Plugin):
     (micro-batches ``0 .. m·iterations − 1``) with its own ``("O", i)`` steps. ``weights``:
     ``"single"`` (one copy), ``"stash"`` (one stashed version per in-flight micro-batch,
     PipeDream) or ``"double"`` (two buffers, PipeDream-2BW). ``check(p, m, v)`` raises
-    :class:`ScenarioError` when the schedule cannot run that shape. ``inference``: an
+    :class:`ScenarioError` when the schedule cannot run that shape. ``directions``: 2 for a
+    bidirectional schedule (DualPipe): the p·v chunks are the model's p·v/2 chunks twice —
+    chunks ``0 .. p·v/2 − 1`` carry the first half of the micro-batches, the copy
+    ``p·v/2 ..`` the second half, and every stage sums the gradients of its two copies
+    with the stage holding their twins before each optimizer step. ``inference``: an
     inference pipeline may use this schedule (its forward-only order is request order).
     ``search_rank``: where a plan search's default schedule list puts it (None: not in it).
     """
@@ -55,6 +62,8 @@ class Schedule(Plugin):
     flush: bool = True
     weights: str = "single"
     check: Callable[[int, int, int], None] | None = None
+    #: 2: micro-batches enter from both ends over two copies of the model (DualPipe)
+    directions: int = 1
     #: whether an inference pipeline may order its requests' forwards by this schedule
     inference: bool = False
     #: position among the schedules a plan search tries by default (None: only when asked)
@@ -64,6 +73,16 @@ class Schedule(Plugin):
     def order(self) -> OrderFn:
         """``order(stage, p, m, …) -> list of items`` (module docstring)."""
         return self.factory
+
+    def model_chunks(self, p: int, v: int) -> int:
+        """How many distinct model chunks the model is cut into (p·v, or p·v/2 when each
+        chunk is held twice by a bidirectional schedule)."""
+        return p * v // self.directions
+
+    def route(self, chunk: int, chunks: int) -> range:
+        """The chunks (of ``chunks``) a micro-batch passing ``chunk`` runs through, in order."""
+        n = chunks // self.directions
+        return range(chunk // n * n, chunk // n * n + n)
 
     def stage_of(self, chunk: int, p: int) -> int:
         """The pipeline stage that holds model chunk ``chunk``."""
@@ -97,6 +116,7 @@ def register_schedule(
     check: Callable[[int, int, int], None] | None = None,
     inference: bool = False,
     search_rank: int | None = None,
+    directions: int = 1,
 ) -> Callable[[OrderFn], OrderFn]:
     """Decorator: register ``order(stage, p, m)`` under ``name`` (replacing any same name).
 
@@ -111,11 +131,25 @@ def register_schedule(
         raise ValueError(f"placement {placement!r}: accepted {', '.join(PLACEMENTS)}")
     if weights not in ("single", "stash", "double"):
         raise ValueError(f"weights {weights!r}: accepted single, stash, double")
+    if directions not in (1, 2) or (directions == 2 and not flush):
+        raise ValueError(f"directions {directions!r}: accepted 1, or 2 for a flushing schedule")
 
     def wrap(fn: OrderFn) -> OrderFn:
         doc = description or "".join((fn.__doc__ or "").strip().splitlines()[0:1])
         SCHEDULES.add(
-            Schedule(name, doc, chunks, placement, flush, weights, check, inference, search_rank, factory=fn)
+            Schedule(
+                name,
+                doc,
+                chunks=chunks,
+                placement=placement,
+                flush=flush,
+                weights=weights,
+                check=check,
+                directions=directions,
+                inference=inference,
+                search_rank=search_rank,
+                factory=fn,
+            )
         )
         return fn
 

@@ -62,6 +62,7 @@ def assemble_result(job: Job, mode, engine, rec: Recorder, wall_s: float) -> Res
         "tp": plan.tp,
         "pp": plan.pp,
         "dp": plan.dp,
+        **({"cp": plan.cp, "cp_comm_type": job.parallel.cp_comm_type} if plan.cp > 1 else {}),
         "schedule": job.parallel.schedule,
         "num_microbatches": job.num_microbatches,
         **(

@@ -18,10 +18,13 @@ from ..memory_kinds import StaticMemory
 @dataclass(frozen=True)
 class Segment:
     """One step of a pass: ``compute`` for ``duration`` s (``flops`` ride along for
-    metrics), a ``collective`` (``all_reduce``, ``all_gather``, ``reduce_scatter``) of
-    ``nbytes`` over the stage's tensor-parallel group, or an ``overlap``: that collective
-    pipelined with a GEMM of ``duration`` s in ``chunks`` by ``method``
-    (:mod:`clustersim.workload.tp_overlap`)."""
+    metrics), a ``collective`` (``all_reduce``, ``all_gather``, ``reduce_scatter``,
+    ``all_to_all``) of ``nbytes`` over the stage's ``group`` (``tp``: tensor-parallel,
+    ``cp``: context-parallel), an ``overlap``: a TP collective pipelined with a GEMM of
+    ``duration`` s in ``chunks`` by ``method`` (:mod:`clustersim.workload.tp_overlap`), or
+    ``ring`` attention over the CP group: attention chunks of ``steps`` seconds, step i
+    sending ``step_bytes[i]`` to the next CP rank while it computes
+    (:mod:`.context_parallel`; ``duration`` is their sum)."""
 
     kind: str
     duration: float = 0.0
@@ -31,6 +34,9 @@ class Segment:
     name: str = ""
     method: str = ""
     chunks: int = 0
+    group: str = "tp"
+    steps: tuple[float, ...] = ()
+    step_bytes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,15 @@ class StageCost:
     ``layer_weights`` are the per-layer bytes the data-parallel gradient reduction and
     parameter all-gather move (:mod:`clustersim.schedules.data_parallel`); without them a
     pass splits into ``layers`` equal compute pieces and the bytes split evenly.
+    The fixed costs (``training.fixed_costs``; real models only): ``pass_overhead`` s of
+    framework work before each pass of a micro-batch; per step, ``unscale`` s (fp16: the
+    loss scale's unscale and inf check over the local gradients) and ``grad_norm`` s (the
+    clipping norm's pass over them), each followed by an all-reduce of one fp32 scalar, and
+    ``tied_grad_bytes`` of tied-embedding gradient all-reduced between the first and the
+    last chunk (:mod:`clustersim.schedules.step_work`); the kernel launches are named
+    segments of the passes; ``recv_gather`` bytes (the whole boundary tensor) are
+    all-gathered over the TP group after each receive from another stage (Megatron's
+    scatter/gather: each TP rank sent 1/tp of it).
     """
 
     forward: float
@@ -67,6 +82,11 @@ class StageCost:
     layer_passes: dict[str, tuple[tuple[Segment, ...], ...]] = field(default_factory=dict)
     layer_grads: tuple[int, ...] = ()
     layer_weights: tuple[int, ...] = ()
+    pass_overhead: float = 0.0
+    unscale: float = 0.0
+    grad_norm: float = 0.0
+    tied_grad_bytes: int = 0
+    recv_gather: int = 0
 
     def segments(self, phase: str, split_backward: bool = False) -> tuple[Segment, ...]:
         """The segments of ``phase``. With ``split_backward``, ``"B"`` is the input-gradient

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .attention import attention_core_ops
+from .context_parallel import context_parallel_ops
 from .mla import mla_ops
 from .moe import moe_mlp_ops
 from .ops import MASK_BYTES, TPComm, elementwise, gemm
@@ -37,10 +38,21 @@ def _tp_points(sp: bool, nbytes: int) -> tuple[TPComm, TPComm]:
     return TPComm("tp f", "", "all_reduce", nbytes), TPComm("tp g", "all_reduce", "", nbytes)
 
 
-def layer_ops(cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int, moe: bool | None = None) -> list:
+def layer_ops(
+    cfg: TransformerConfig,
+    b: int,
+    tp: int,
+    sp: bool,
+    e: int,
+    moe: bool | None = None,
+    cp: int = 1,
+    cp_comm: str = "p2p",
+) -> list:
     """One transformer layer on one GPU: LayerOps and TPComm points in forward order;
     ``moe`` chooses a MoE MLP (:mod:`.moe`; default: when the model has experts), and
-    ``cfg.mla`` multi-head latent attention (:mod:`.mla`)."""
+    ``cfg.mla`` multi-head latent attention (:mod:`.mla`). With context parallelism ``cp``
+    > 1, ``cfg.seq_len`` is the GPU's ``s/cp`` tokens and the attention core is
+    :mod:`.context_parallel`'s ring (``cp_comm`` ``p2p``) or Ulysses (``a2a``) attention."""
     s, h, a, d, f = cfg.seq_len, cfg.hidden, cfg.heads, cfg.head_dim, cfg.ffn_hidden
     at, kvt = a // tp, max(1, cfg.n_kv // tp)
     bsh = b * s * h
@@ -67,7 +79,10 @@ def layer_ops(cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int, moe: bo
         qkv_n = (at + 2 * kvt) * d
         qkv = gemm("qkv", b * s, qkv_n, h, e, activation=rep * e)  # SP keeps the shard
         ops.append(replace(qkv, params=qkv.params + qkv_n) if cfg.qkv_bias else qkv)
-        ops += attention_core_ops(cfg, b, at, kvt, e)
+        if cp > 1:
+            ops += context_parallel_ops(cfg, b, at, kvt, e, cp, cp_comm)
+        else:
+            ops += attention_core_ops(cfg, b, at, kvt, e)
         ops.append(gemm("attn_out", b * s, h, at * d, e, activation=b * s * at * d * e))
     ops += [leave] if leave else []
     ops.append(residual("residual1"))

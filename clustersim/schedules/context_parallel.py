@@ -1,0 +1,72 @@
+"""Ring attention in the Program: a ``ring`` segment (:mod:`clustersim.workload.context_parallel`)
+becomes real ops on its GPU's lanes, so the engine produces the overlap.
+
+Step i of a ring on CP rank c is an attention-chunk compute op on the ``compute`` lane and,
+when the step sends, a send to CP rank c+1 on the ``cp send`` lane and a recv from rank
+c−1 on the ``cp recv`` lane. Both the step's compute and its send start when the step
+does — once the previous step's compute ended and its recv arrived (the data step i works
+on, and forwards; in the backward also the dK/dV step i−1 accumulated) — so step i lasts
+``max(chunk_i, transfer_i)`` and the ring exposes ``Σ_i max(0, transfer_i − chunk_i)``
+beyond its compute. Transformer Engine's forward issues step i's send as soon as its recv
+arrived, without waiting for chunk i−1; with the equal chunks of causal load balancing the
+two orders end at the same time (each is ``c + (cp−1)·max(c, x)``). The op after the ring
+waits for the last step's compute and, in the backward, its recv (the dK/dV of the
+rank's own block coming home).
+
+Sends and recvs are emitted device by device, so a recv cannot name its send yet: both
+carry a tag naming the sending CP rank, and :func:`link_ring_transfers` pairs them once the
+whole Program is emitted.
+"""
+
+from __future__ import annotations
+
+from ..errors import ProgramError
+from ..program import COMPUTE, RECV, SEND, Op, Program
+
+CP_SEND, CP_RECV = "cp send", "cp recv"
+
+
+def emit_ring(
+    prog: Program, dev: int, seg, ring: tuple[int, ...], name: str, tag: str, deps: tuple[int, ...], **labels
+) -> tuple[Op, Op, tuple[int, ...]]:
+    """Emit ring segment ``seg`` of pass ``name`` on ``dev`` (a member of the CP ``ring``, in
+    ring order) after the ops ``deps``; return (first op, last compute op, ops the next op
+    must also wait for). ``tag`` names this ring instance (the same on every member);
+    ``labels`` are the ops' stage, microbatch, phase, iteration and version."""
+    c, n = ring.index(dev), len(ring)
+    prev_rank = (c - 1) % n
+    start = deps  # what step i waits for: its start
+    first = last = None
+    recv = None
+    per_step_flops = seg.flops / len(seg.steps) if seg.steps else 0.0
+    for i, (chunk, nbytes) in enumerate(zip(seg.steps, seg.step_bytes)):
+        waits = start + ((recv.id,) if recv is not None else ())
+        last = prog.add(
+            dev, "compute", COMPUTE, name, duration=chunk, flops=per_step_flops, deps=waits, **labels
+        )
+        first = first or last
+        recv = None
+        if nbytes:
+            step, what = f"{tag} i{i}", f"{name} {seg.name} {i}"
+            prog.add(
+                dev, CP_SEND, SEND, f"cp send {what}", nbytes=nbytes, deps=waits, tag=f"{step} c{c}", **labels
+            )
+            recv = prog.add(
+                dev, CP_RECV, RECV, f"cp recv {what}", nbytes=nbytes, tag=f"{step} c{prev_rank}", **labels
+            )
+        start = (last.id,)
+    return first, last, (recv.id,) if recv is not None else ()
+
+
+def link_ring_transfers(prog: Program) -> None:
+    """Pair every ring send with the recv carrying its tag (module docstring)."""
+    sends = {op.tag: op for op in prog.ops if op.kind == SEND and op.lane == CP_SEND}
+    for op in prog.ops:
+        if op.kind != RECV or op.lane != CP_RECV:
+            continue
+        send = sends.pop(op.tag, None)
+        if send is None:
+            raise ProgramError(f"{op!r}: no ring send tagged {op.tag!r}")
+        op.peer, send.peer = send.id, op.id
+    if sends:
+        raise ProgramError(f"ring sends without a recv: {', '.join(sorted(sends))}")
