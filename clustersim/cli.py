@@ -10,11 +10,14 @@ for a report, exit 1, and the traceback only with ``--debug``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import traceback
 import warnings
 
 from .errors import ClusterSimError, ScenarioWarning, shorten
+from .progress import Reporter
+from .progress import mode as progress_mode
 
 CONTRACT = (
     "Exit status: 0 done; 2 a user error (bad scenario, --set value or file; one 'error:' line "
@@ -46,12 +49,24 @@ def cmd_run(args) -> int:
     sc = load_scenario(args.scenario)
     if args.set:
         sc = sc.with_overrides(parse_overrides(args.set))
-    res = simulate(sc, progress=not args.quiet and "auto")
+    progress = progress_arg(args.quiet)
+    res = simulate(sc, progress=progress)
     print(summary_table(res.summary))
     if args.out:
-        out = res.save(args.out)
+        how = progress_mode(progress)
+        report = Reporter(sc.name, bar=how == "bar") if how else None
+        with report.phase("saving") if report else contextlib.nullcontext():
+            out = res.save(args.out)
         print(f"\nresult written to {out}/ (gantt.png, trace.json for ui.perfetto.dev, …)")
     return 0
+
+
+def progress_arg(quiet: bool) -> bool | str:
+    """``simulate``'s ``progress`` for a command: nothing with ``--quiet``, a bar on a
+    terminal, else log lines (a pipe or a batch log still hears from a long run)."""
+    if quiet:
+        return False
+    return "auto" if getattr(sys.stderr, "isatty", lambda: False)() else "log"
 
 
 def cmd_plot(args) -> int:
@@ -155,7 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override a scenario field, e.g. --set parallel.pp=4 (repeatable)",
     )
-    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument(
+        "--quiet", action="store_true", help="no estimate, progress bar or progress lines on stderr"
+    )
     run.set_defaults(func=cmd_run)
     plot = sub.add_parser(
         "plot", parents=[common], epilog=CONTRACT, help="re-draw the pictures of a saved result bundle"

@@ -1,4 +1,4 @@
-"""Progress bars for long simulations and sweeps (tqdm), silent when nobody is watching.
+"""Progress of long simulations and sweeps: bars on a terminal, log lines elsewhere.
 
 ``simulate(sc, progress=...)`` attaches a :class:`SimProgress` to the SimPy environment:
 a side process that wakes every ``dt`` simulated seconds and moves a bar to the number
@@ -9,18 +9,28 @@ waker creates only its own). tqdm's ``delay`` keeps runs under half a second sil
 
 Shown when ``progress`` is True, or when it is ``"auto"`` (the default) and stderr is an
 interactive terminal or the code runs in Jupyter; ``False`` (the CLI's ``--quiet``)
-silences it.
+silences it. ``"log"`` (what the CLI asks for when stderr is not a terminal — a pipe, a
+CI log, a batch job) writes plain lines instead: the run's estimate before it starts, and
+while a phase (compiling, running, saving) lasts, one line every :data:`LOG_EVERY_S`
+seconds with how long it has taken and, while running, the ops finished — so no command
+is silent for a minute (:class:`Reporter`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TypeVar
+from typing import TextIO, TypeVar
 
 T = TypeVar("T")
 DELAY_S = 0.5
+#: seconds between two log lines of a phase that is still going (``progress="log"``)
+LOG_EVERY_S = 15.0
+#: how often the reporter's thread looks at the clock
+POLL_S = 1.0
 
 
 def in_jupyter() -> bool:
@@ -35,6 +45,13 @@ def wanted(progress: bool | str) -> bool:
     if progress == "auto":
         return bool(getattr(sys.stderr, "isatty", lambda: False)()) or in_jupyter()
     return bool(progress)
+
+
+def mode(progress: bool | str) -> str | None:
+    """``"bar"``, ``"log"`` or None (silent) for a ``progress`` argument (see module doc)."""
+    if progress == "log":
+        return "log"
+    return "bar" if wanted(progress) else None
 
 
 def _tqdm():
@@ -100,3 +117,97 @@ def iterate(
         yield from items
         return
     yield from _tqdm()(items, total=total, desc=desc, unit="run", delay=DELAY_S)
+
+
+class Reporter:
+    """Says what a long command is doing: :meth:`note` writes a line now (the estimate);
+    within :meth:`phase`, a line every ``interval`` seconds of ``clock`` while the phase
+    lasts — ``clustersim: gpt3: running, 41% of 30 k ops (1 min 15 s)`` — written by a
+    daemon thread that wakes every :data:`POLL_S` (``thread=False`` leaves the waking to
+    the caller's :meth:`tick`, as tests with a fake clock do). With ``bar=True`` (a
+    terminal) the running phase has its tqdm bar (:class:`SimProgress`) and the others
+    rewrite one status line in place."""
+
+    def __init__(
+        self,
+        name: str,
+        stream: TextIO | None = None,
+        interval: float = LOG_EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
+        thread: bool = True,
+        bar: bool = False,
+    ):
+        self.name, self.stream, self.interval, self.clock = name, stream, interval, clock
+        self.thread, self.bar = thread, bar
+        self._phase: tuple[str, float, Callable[[], int] | None, int | None] | None = None
+        self._last = 0.0
+
+    def _write(self, text: str, end: str = "\n") -> None:
+        stream = self.stream or sys.stderr
+        stream.write(("\r\x1b[K" if self.bar else "") + f"clustersim: {self.name}: {text}{end}")
+        stream.flush()
+
+    def note(self, text: str) -> None:
+        """Write one line now."""
+        self._write(text)
+
+    @contextlib.contextmanager
+    def phase(self, what: str, done: Callable[[], int] | None = None, total: int | None = None):
+        """Report ``what`` (``"compiling"``, ``"running"``, ``"saving"``) while the block runs;
+        ``done() / total`` is its progress in ops, when known."""
+        now = self.clock()
+        self._phase, self._last = (what, now, done, total), now
+        if self.bar and done is None:
+            self._write(f"{what} …", end="")
+        halt = every(POLL_S, self.tick) if self.thread else None
+        try:
+            yield self
+        finally:
+            if halt is not None:
+                halt()
+            self._phase = None
+            if self.bar and done is None:
+                (self.stream or sys.stderr).write("\r\x1b[K")  # clear the status line
+
+    def tick(self) -> None:
+        """Write the phase's line if ``interval`` has passed since the last one."""
+        phase = self._phase
+        if phase is None:
+            return
+        what, started, done, total = phase
+        now = self.clock()
+        if self.bar:
+            if done is None:
+                self._write(f"{what} … {elapsed_text(now - started)}", end="")
+            return
+        if now - self._last < self.interval:
+            return
+        self._last = now
+        share = f", {done() / total:.0%} of {total:,} ops" if done is not None and total else ""
+        self._write(f"{what}{share} ({elapsed_text(now - started)})")
+
+
+def elapsed_text(s: float) -> str:
+    """``42 s``, ``3 min 2 s``, ``1.5 h``."""
+    return (
+        f"{s:.0f} s" if s < 60 else f"{int(s // 60)} min {s % 60:.0f} s" if s < 3600 else f"{s / 3600:.1f} h"
+    )
+
+
+def every(period: float, fn: Callable[[], None]) -> Callable[[], None]:
+    """Call ``fn`` every ``period`` seconds from a daemon thread; returns the stop function
+    (which waits for the thread to end)."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(period):
+            fn()
+
+    thread = threading.Thread(target=loop, name="clustersim-progress", daemon=True)
+    thread.start()
+
+    def halt() -> None:
+        stop.set()
+        thread.join()
+
+    return halt

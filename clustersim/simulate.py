@@ -7,6 +7,8 @@ the Result (:mod:`clustersim.trace.assemble`).
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -21,12 +23,16 @@ from .faults import simulate_job
 from .hardware.node_groups import device_memory
 from .modes import compile_job, mode_of
 from .program import Program
-from .progress import SimProgress, wanted
+from .progress import Reporter, SimProgress
+from .progress import mode as progress_mode
 from .record import Recorder
 from .resolve import Job, Layout, resolve
+from .resolve.estimate import ADVICE_S, Estimate, advice, check_budget
 from .scenario import Scenario, load_scenario
 from .trace.assemble import assemble_result
 from .trace.result import Result
+
+LOG = logging.getLogger("clustersim")
 
 
 def device_layout(sc: Scenario) -> Layout:
@@ -48,7 +54,8 @@ def simulate(scenario: Scenario | str | Path | dict[str, Any], progress: bool | 
     """Simulate a scenario (a Scenario, a YAML path or a dict) and return its Result.
 
     ``progress``: show a bar of finished ops on a terminal or in Jupyter (``"auto"``),
-    always (True) or never (False); see :mod:`clustersim.progress`."""
+    always (True), as periodic log lines on stderr (``"log"``) or never (False); see
+    :mod:`clustersim.progress`."""
     sc = load_scenario(scenario)
     if sc.faults or sc.recovery is not None:  # a whole job: one run per configuration (docs/faults.md)
         return simulate_job(sc, run_job, progress)
@@ -56,10 +63,20 @@ def simulate(scenario: Scenario | str | Path | dict[str, Any], progress: bool | 
 
 
 def run_job(job: Job, progress: bool | str = False) -> Result:
-    """Compile and run a resolved Job, and build its Result (``progress`` as in :func:`simulate`)."""
+    """Compile and run a resolved Job, and build its Result (``progress`` as in :func:`simulate`).
+
+    First the run's cost is estimated (:mod:`clustersim.resolve.estimate`): past
+    ``simulation.max_events`` / ``max_ops`` it is refused before compiling; when shown, the
+    estimate is the first line, with advice when the run would take over a minute (which
+    also goes to the ``clustersim`` logger when nothing is shown)."""
     wall0 = time.perf_counter()
+    est = check_budget(job)
+    how = progress_mode(progress)
+    report = Reporter(job.name, bar=how == "bar") if how else None
+    _announce(job, est, report, warn=progress == "auto")
     mode = mode_of(job)
-    prog = compile_job(job)
+    with _phase(report, "compiling"):
+        prog = compile_job(job)
     env, rec = simpy.Environment(), Recorder()
     fabric = build_network(job, env, rec)
     capacity = device_memory(job.cluster, prog.num_devices, job.num_gpus)
@@ -78,19 +95,40 @@ def run_job(job: Job, progress: bool | str = False) -> Result:
         collective_model=job.simulation.collective_model,
         compute_scale=compute_scales(job, prog),
     )
-    bar = SimProgress(len(prog.ops), desc=job.name) if wanted(progress) and evaluator is Engine else None
+    bar = SimProgress(len(prog.ops), desc=job.name) if how == "bar" and evaluator is Engine else None
     if bar is not None:
         bar.attach(env, engine.finished_count)
+    counted = engine.finished_count if how == "log" else None  # (a bar counts for itself)
     try:
-        engine.run()
+        with _phase(report, "running", counted, len(prog.ops)):
+            engine.run()
     finally:
         if bar is not None:
             bar.close()
     if bar is not None:
         engine.events -= bar.events  # the bar's own wake-ups are not simulated events
-    result = assemble_result(job, mode, engine, rec, time.perf_counter() - wall0)
+    with _phase(report, "building the result"):
+        result = assemble_result(job, mode, engine, rec, time.perf_counter() - wall0)
     result.summary["evaluator"] = evaluator_note
     return result
+
+
+def _phase(report: Reporter | None, what: str, done=None, total: int | None = None):
+    return report.phase(what, done, total) if report is not None else contextlib.nullcontext()
+
+
+def _announce(job: Job, est: Estimate, report: Reporter | None, warn: bool) -> None:
+    """The estimate line (shown runs), with advice for a run estimated over a minute — which
+    a run silent by default (``progress="auto"`` off a terminal) logs as a warning, so no
+    long run starts unannounced; ``progress=False`` (a sweep's rows) stays silent."""
+    tips = advice(job, est) if est.seconds > ADVICE_S else []
+    line = f"estimated {est.line()}"
+    if tips:
+        line += f"; faster: {'; '.join(tips[:3])}"
+    if report is not None:
+        report.note(line)
+    elif tips and warn:
+        LOG.warning("%s: %s", job.name, line)
 
 
 __all__ = ["simulate", "compile_scenario", "device_layout", "run_job"]

@@ -109,7 +109,9 @@ def test_stage_granularity_keeps_time_and_ends_on_compute():
     layer, stage = _costs()[0], _costs(granularity="stage")[0]
     assert stage.forward == pytest.approx(layer.forward)
     assert sum(s.nbytes for s in stage.segments("F")) == sum(s.nbytes for s in layer.segments("F"))
-    assert stage.segments("F")[-1].kind == "compute" and len(stage.segments("F")) == 3
+    # the pass's kernel launches (training.fixed_costs), then compute halves around one collective
+    assert [s.name for s in stage.segments("F")] == ["launch", "", "tp all_reduce", ""]
+    assert stage.segments("F")[-1].kind == "compute"
 
 
 def test_dp_gradient_and_zero_bytes():

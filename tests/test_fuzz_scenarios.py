@@ -1,15 +1,18 @@
 """Fuzzing the input boundary (issue 18, item 6): hypothesis mutates the shipped scenarios
 — typos, type swaps, extreme numbers, unicode, duplicate keys, aliases, deep nesting,
 damaged bytes — and every case must load (and, for the cheap scenarios, simulate within
-a time limit) or raise clustersim's own error naming a field. Never a traceback, never a
-hang. The default run is derandomized and takes ~20 s; ``pytest -m slow`` runs 2,000
-random cases."""
+a time limit and a memory limit) or raise clustersim's own error naming a field. Never a
+traceback, never a hang, never a case that eats the machine's memory. The default run is
+derandomized and takes ~20 s; ``pytest -m slow`` runs 2,000 random cases."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+import resource
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 from hypothesis import HealthCheck, event, given, settings
@@ -29,6 +32,25 @@ SHIPPED = {
 #: scenarios cheap enough to simulate after a mutation (the rest are only loaded)
 CHEAP = {"synthetic-4stage-1f1b.yaml", "edgepipe-vit-large-4xT4-1GbE.yaml", "ps-edge-16workers-20mbit.yaml"}
 SIMULATE_S = 3.0
+#: address space a case may add to the test process before allocating fails (MemoryError:
+#: a failure of the case, not an out-of-memory kill of the suite)
+CASE_BYTES = 1 << 30
+
+
+@contextlib.contextmanager
+def memory_limit(extra: int):
+    """Cap this process's address space (RLIMIT_AS) at its current size + ``extra`` bytes
+    while the block runs, and lift the cap after."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = psutil.Process().memory_info().vms + extra
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
 
 ODD_VALUES = st.one_of(
     st.sampled_from(
@@ -140,17 +162,19 @@ def check_case(name: str, data: bytes, folder: Path) -> str:
     path = folder / name.replace("/", "_")
     path.write_bytes(data)
     try:
-        with time_limit(SIMULATE_S * 2):  # loading is fast; a hang here is a failure
+        with time_limit(SIMULATE_S * 2), memory_limit(CASE_BYTES):  # loading is fast and small
             sc = cs.load_scenario(path)
     except cs.ScenarioError as exc:
         _names_a_field(exc)
         return "refused"
     except RunTimeout:
         pytest.fail(f"loading {name} hung:\n{data[:2000]!r}")
+    except MemoryError:
+        pytest.fail(f"loading {name} took over {CASE_BYTES >> 20} MiB:\n{data[:2000]!r}")
     if name not in CHEAP:
         return "loaded"
     try:
-        with time_limit(SIMULATE_S):
+        with time_limit(SIMULATE_S), memory_limit(CASE_BYTES):
             cs.simulate(sc, progress=False)
     except cs.ScenarioError as exc:
         _names_a_field(exc)
@@ -158,7 +182,9 @@ def check_case(name: str, data: bytes, folder: Path) -> str:
     except cs.ClusterSimError:
         return "stalled"  # e.g. a link down for ever: a named SimulationStall
     except RunTimeout:
-        return "expensive"  # valid, only slow: the budget of events is the `job` helper's
+        return "expensive"  # valid, only slow (work past the budget is refused above)
+    except MemoryError:
+        pytest.fail(f"simulating {name} took over {CASE_BYTES >> 20} MiB:\n{data[:2000]!r}")
     return "simulated"
 
 
@@ -185,6 +211,12 @@ def test_mutated_scenarios_load_or_name_a_field(folder, case):
 @given(case=mutated_scenario())
 def test_mutated_scenarios_load_or_name_a_field_at_length(folder, case):
     event(check_case(*case, folder))
+
+
+def test_a_case_that_balloons_is_a_memory_error_not_an_oom():
+    with pytest.raises(MemoryError), memory_limit(CASE_BYTES):
+        bytearray(2 * CASE_BYTES)
+    bytearray(2 * CASE_BYTES)  # the limit is lifted after the case
 
 
 def test_the_mutations_reach_every_outcome(folder):

@@ -79,7 +79,7 @@ def test_rows_equal_direct_simulations_in_grid_order():
 )
 def test_bad_grids_fail_before_any_run(bad, key, value, tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(runner, "simulate", lambda sc: calls.append(sc))
+    monkeypatch.setattr(runner, "simulate", lambda sc, **kw: calls.append(sc))
     with pytest.raises(cs.ScenarioError) as err:
         sweep(base4(), bad, workers=1, out=tmp_path / "runs.csv")
     assert key in str(err.value) and value in str(err.value)
@@ -96,10 +96,10 @@ def test_zip_axes_of_different_lengths_are_an_error():
 def test_invalid_combinations_and_failed_runs_are_rows(monkeypatch):
     real = runner.simulate
 
-    def flaky(sc):
+    def flaky(sc, **kw):
         if sc.parallel.pp == 2:
             raise RuntimeError("boom at pp=2")
-        return real(sc)
+        return real(sc, **kw)
 
     monkeypatch.setattr(runner, "simulate", flaky)
     df = sweep(base4(), {"parallel.pp": [1, 2, 3, 4]}, workers=1)
@@ -113,17 +113,17 @@ def test_rows_saved_as_runs_finish_and_interrupt_then_resume(tmp_path, monkeypat
     out = tmp_path / "runs.csv"
     real, calls = runner.simulate, []
 
-    def interrupt_third(sc):
+    def interrupt_third(sc, **kw):
         calls.append(sc)
         if len(calls) == 3:
             raise KeyboardInterrupt
-        return real(sc)
+        return real(sc, **kw)
 
     monkeypatch.setattr(runner, "simulate", interrupt_third)
     with pytest.raises(KeyboardInterrupt):
         sweep(base4(), GRID, workers=1, out=out)
     assert len(pd.read_csv(out)) == 2  # the two finished runs are on disk
-    monkeypatch.setattr(runner, "simulate", lambda sc: (calls.append(sc), real(sc))[1])
+    monkeypatch.setattr(runner, "simulate", lambda sc, **kw: (calls.append(sc), real(sc, **kw))[1])
     resumed = sweep(base4(), GRID, workers=1, out=out)
     assert len(calls) == 3 + 4  # only the 4 unfinished runs ran again
     fresh = sweep(base4(), GRID, workers=1)

@@ -61,6 +61,28 @@ def test_bad_timeouts(timeout, executor, expected):
         sweep(base(), {"training.global_batch": [FAST]}, executor=executor, timeout=timeout)
 
 
+def test_the_cli_refuses_a_timeout_on_dask_in_one_line(tmp_path, capsys):
+    """A Dask worker runs rows off the main thread, where no alarm can stop them: refused."""
+    from clustersim.cli import main
+
+    scen = tmp_path / "s.yaml"
+    scen.write_text(json.dumps(base()))
+    argv = [
+        "sweep",
+        str(scen),
+        "--grid",
+        f"training.global_batch={FAST}",
+        "--executor",
+        "dask",
+        "--timeout",
+        "5",
+    ]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: timeout: 5.0 is invalid; needs executor='local' (a per-run time limit in each worker)"
+    ]
+
+
 def _descendants(pid: int) -> list[psutil.Process]:
     return psutil.Process(pid).children(recursive=True)
 
@@ -122,7 +144,9 @@ def test_ctrl_c_stops_a_sweep_and_its_workers_at_once(tmp_path):
         time.sleep(0.5)  # let the runs start
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=20)
-        assert code == 130 and proc.stderr.read().decode() == "interrupted\n"
+        err = proc.stderr.read().decode().splitlines()
+        assert code == 130 and err[-1] == "interrupted"
+        assert all(line.startswith("clustersim: runs: ") for line in err[:-1])  # progress lines only
     assert _gone(workers, within_s=5)
 
 
@@ -134,7 +158,9 @@ def test_a_torn_journal_line_costs_exactly_one_rerun(tmp_path, monkeypatch):
     lines = journal.read_bytes().splitlines(keepends=True)
     journal.write_bytes(b"".join(lines[:2]) + lines[2][: len(lines[2]) // 2])  # killed mid-write of row 3
     real, calls = runner.simulate, []
-    monkeypatch.setattr(runner, "simulate", lambda sc: (calls.append(sc.training.global_batch), real(sc))[1])
+    monkeypatch.setattr(
+        runner, "simulate", lambda sc, **kw: (calls.append(sc.training.global_batch), real(sc, **kw))[1]
+    )
     resumed = sweep(base(), grid, workers=1, out=out)
     assert sorted(calls) == [24, 32]  # the torn row and the one never journaled, each once
     assert list(resumed["status"]) == ["ok"] * 4

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 SWEEP_SHOWN = (
     "status",
@@ -53,7 +54,8 @@ def _executor_args(p: argparse.ArgumentParser) -> None:
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="progress bar (default: only on a terminal)",
+        help="progress bar (default: a bar on a terminal, else a log line every 15 s; "
+        "--no-progress: nothing)",
     )
 
 
@@ -128,6 +130,14 @@ def _base(args):
     return load_scenario(args.scenario).with_overrides(parse_overrides(args.set))
 
 
+def _progress(flag: bool | None) -> bool | str:
+    """The sweep's ``progress`` for ``--progress`` / ``--no-progress`` / neither: off a
+    terminal, log lines, so a long sweep or search is never silent."""
+    if flag is not None:
+        return flag
+    return sys.stderr.isatty() or "log"
+
+
 def cmd_sweep(args) -> int:
     from .grid import is_sweep_file, load_sweep_file, parse_axes
     from .sweeper import sweep
@@ -146,7 +156,7 @@ def cmd_sweep(args) -> int:
         workers=args.workers,
         out=args.out,
         scheduler=args.scheduler,
-        progress=args.progress,
+        progress=_progress(args.progress),
         timeout=args.timeout,
     )
     swept = list(dict.fromkeys([*grid, *zipped]))
@@ -185,7 +195,7 @@ def cmd_search(args) -> int:
         workers=args.workers,
         scheduler=args.scheduler,
         out=args.out,
-        progress=args.progress,
+        progress=_progress(args.progress),
         timeout=args.timeout,
     )
     print(res.explain(args.top))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ..hardware.node_groups import device_memory
 from ..modes import compile_job
-from ..resolve import resolve
+from ..resolve import Job, resolve
 from ..scenario import Scenario
 
 
@@ -23,12 +23,14 @@ def estimate_peak_memory(sc: Scenario) -> int:
     return max(device_peak_memory(sc))
 
 
-def device_peak_memory(sc: Scenario) -> list[int]:
-    """Peak bytes of every device (index = device; a folded twin shows 0: see its representative)."""
-    return [peak for peak, _ in compile_job(resolve(sc), fold=True).memory_peaks()]
+def device_peak_memory(sc: Scenario | Job) -> list[int]:
+    """Peak bytes of every device (index = device; a folded twin shows 0: see its
+    representative), of a scenario or its resolved Job."""
+    job = sc if isinstance(sc, Job) else resolve(sc)
+    return [peak for peak, _ in compile_job(job, fold=True).memory_peaks()]
 
 
-def tightest_fit(sc: Scenario) -> tuple[int, int]:
+def tightest_fit(sc: Scenario | Job) -> tuple[int, int]:
     """(estimated peak bytes, memory capacity) of the device fullest relative to its own
     GPU's memory — on a uniform cluster the fullest GPU; with ``node_groups`` a small GPU
     may be tighter than a fuller big one."""

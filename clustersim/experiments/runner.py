@@ -73,7 +73,7 @@ def run_one(
             except ScenarioError as exc:
                 return {**row, "status": "invalid", "error": str(exc), **ids}
             try:
-                res = simulate(sc)
+                res = simulate(sc, progress=False)  # (the sweep reports progress, not each row)
             except Exception as exc:  # a failed run is a row, not the end of the sweep
                 return {**row, "status": "error", "error": f"{type(exc).__name__}: {exc}", **ids}
     except RunTimeout:

@@ -100,8 +100,7 @@ def run_sweep(
     todo = [(i, o) for i, o in unique.items() if i not in done]
     lost = 0
     try:
-        with Progress(len(unique), progress, desc) as bar:
-            bar.update(len(unique) - len(todo))
+        with Progress(len(unique), progress, desc, done=len(unique) - len(todo)) as bar:
             if todo:
                 with make_executor(executor, workers, scheduler, runs=len(todo)) as ex:
                     lost = _drain(ex, raw, todo, (b_id, timeout), store, bar)

@@ -59,6 +59,8 @@ class PipelineMode(TrainingMode):
             activations=job.activation_compression,
             replicas=None if job.replicas is None else list(job.replicas),
             data_parallel=job.data_parallel,
+            sharded_optimizer=job.parallel.zero > 0
+            or bool(job.parallel.data_parallel and job.parallel.data_parallel.distributed_optimizer),
         )
 
     def report(self, spans: pd.DataFrame, job: Job) -> ModeReport:

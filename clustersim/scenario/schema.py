@@ -55,6 +55,25 @@ class ArrivalSpec(_Spec):
         return self
 
 
+class FixedCostsSpec(_Spec):
+    """The fixed costs of a training step that are not FLOPs or bytes of the model
+    (docs/models.md, "Fixed costs"), each an op of the Program: ``kernel_launch`` per kernel
+    (None: the GPU's calibrated launch, ``launch_s`` of clustersim.workload.cost_model; 0:
+    none), ``microbatch_overhead`` per pass of a micro-batch on a model chunk (the
+    framework's host-side gap), and the per-step work before the optimizer — the fp16 loss
+    scale's unscale and inf check, the gradient-clipping norm, the tied-embedding gradient
+    all-reduce between the first and the last stage — and ``pipeline_gather``, the TP
+    all-gather of a pipeline boundary tensor sent in 1/tp pieces — each on unless turned
+    off. Real models only: a synthetic model's times are the whole pass."""
+
+    kernel_launch: Annotated[Time | None, Range(0, 0.01)] = None
+    microbatch_overhead: Annotated[Time, Range(0, 1)] = 50e-6
+    loss_scale_check: bool = True
+    grad_clip: bool = True
+    tied_embedding_allreduce: bool = True
+    pipeline_gather: bool = True
+
+
 class TrainingSpec(_Spec):
     """Batch sizes (samples; m = global / (micro × dp)), precision, recompute, optimizer.
 
@@ -74,6 +93,7 @@ class TrainingSpec(_Spec):
     #: the stack whose defaults fill what the scenario leaves unstated
     #: (clustersim.scenario.frameworks); ``megatron_2021`` fills nothing
     framework: Literal["megatron_2021", "megatron_core", "deepspeed", "fsdp2"] = "megatron_2021"
+    fixed_costs: FixedCostsSpec = FixedCostsSpec()
 
 
 class CompressionSpec(_Spec):
@@ -248,9 +268,30 @@ class ParallelSpec(_Spec):
         return known(name, SCHEDULES, "schedule")
 
 
+#: ``simulation.fidelity`` → the settings it stands for (docs/fidelity.md); a field the
+#: scenario states itself wins over its preset. ``exact`` is today's defaults.
+FIDELITY_PRESETS: dict[str, dict[str, str]] = {
+    "exact": {"network": "packet", "collective_model": "fabric", "granularity": "layer", "fold": "auto"},
+    "balanced": {"network": "flow", "collective_model": "fabric", "granularity": "stage", "fold": "auto"},
+    "fast": {
+        "network": "analytical",
+        "collective_model": "analytical",
+        "granularity": "stage",
+        "fold": "auto",
+    },
+}
+
+
 class SimulationSpec(_Spec):
     """How to simulate: iterations, network model, packet chunk size, seed."""
 
+    #: ``exact`` | ``balanced`` | ``fast``: network, collective model, granularity and
+    #: folding together (:data:`FIDELITY_PRESETS`); the fields stated beside it win
+    fidelity: Literal["exact", "balanced", "fast"] = "exact"
+    #: refuse a run estimated past this many simulated events or Program ops before compiling
+    #: it (clustersim.resolve.estimate): a few minutes' work on a 2-core machine
+    max_events: Annotated[int, Range(1, 10**12)] = 200_000_000
+    max_ops: Annotated[int, Range(1, 10**10)] = 10_000_000
     iterations: Annotated[int, Range(1, 100_000)] = 1
     network: str = "packet"
     #: bytes per packet-model chunk (default 1 MiB); at least 4 KiB, so a message is never
@@ -276,6 +317,14 @@ class SimulationSpec(_Spec):
     #: ``des``: the SimPy engine; ``dag``: the DAG evaluator, exact where the run is
     #: contention-free (clustersim.engine.dag); ``auto``: ``dag`` where it is exact
     evaluator: Literal["auto", "des", "dag"] = "auto"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_fidelity(cls, raw: Any) -> Any:
+        if not isinstance(raw, dict):
+            return raw
+        preset = FIDELITY_PRESETS.get(raw.get("fidelity", "exact"))
+        return raw if preset is None else {**preset, **raw}  # (a bad name: the field check)
 
     @field_validator("collectives")
     @classmethod

@@ -55,7 +55,7 @@ from ..errors import ProgramError
 from ..memory_kinds import StaticMemory
 from ..parallel.plan import Plan
 from ..program import COLLECTIVE, COMPUTE, EP_LANE, Op, Program
-from ..workload.stage_cost import StageCost
+from ..workload.stage_cost import Segment, StageCost
 from .compression import Compression, coded_activation_bytes, emit_codec
 from .context_parallel import emit_ring, link_ring_transfers
 from .data_parallel import DataParallel, StageSync
@@ -63,6 +63,7 @@ from .gradient_sync import emit_gradient_allreduce
 from .orders import run_orders, stage_chunks
 from .overlap import interleave
 from .registry import Schedule
+from .step_work import emit_step_work
 from .tp_overlap import emit_overlap
 
 
@@ -77,6 +78,7 @@ def compile_pipeline(
     activations: Compression | None = None,
     replicas: list | None = None,
     data_parallel: DataParallel | None = None,
+    sharded_optimizer: bool = False,
 ) -> Program:
     """The Program of ``iterations`` training iterations of ``schedule`` under ``plan``.
 
@@ -88,7 +90,9 @@ def compile_pipeline(
     :class:`~clustersim.parallel.hetero.ReplicaWork` — its own chunk costs and micro-batch
     count, used instead of ``costs`` and ``m``; replicas meet at the gradient all-reduce.
     ``data_parallel``: the data-parallel traffic of :mod:`.data_parallel` (None: one
-    all-reduce per stage and step)."""
+    all-reduce per stage and step). ``sharded_optimizer``: the optimizer is sharded over
+    the data-parallel group (ZeRO ≥ 1, the distributed optimizer), so the step's scalar
+    all-reduces span every GPU (:mod:`.step_work`)."""
     p = plan.pp
     if data_parallel is not None and (compression is not None or replicas or schedule.directions > 1):
         raise ProgramError(
@@ -113,7 +117,19 @@ def compile_pipeline(
     for r in range(1 if fold else plan.replicas):
         cr, mr = work[r]
         _emit_replica(
-            prog, plan, schedule, cr, orders[mr], mr, v, r, fold, compression, activations, data_parallel
+            prog,
+            plan,
+            schedule,
+            cr,
+            orders[mr],
+            mr,
+            v,
+            r,
+            fold,
+            compression,
+            activations,
+            data_parallel,
+            sharded_optimizer,
         )
     if plan.cp > 1:
         link_ring_transfers(prog)
@@ -181,6 +197,7 @@ def emit_pass(
     stash: int = 0,
     fold: bool = False,
     after: Op | None = None,
+    received: bool = False,
 ) -> tuple[Op, Op]:
     """Emit one pass (its segments) on the device of (stage, r, t); return (first, last) op.
 
@@ -189,11 +206,13 @@ def emit_pass(
     TP collectives share one stream in Megatron-LM). ``alloc``
     bytes are allocated when the first segment starts and ``free`` released when the last
     ends (default: a forward allocates and a backward frees the activation memory);
-    ``stash`` of them are a stashed weight version (a pass allocates or frees, not both)."""
+    ``stash`` of them are a stashed weight version (a pass allocates or frees, not both).
+    ``received``: the pass consumes another stage's tensor, all-gathered first over the
+    TP group when ``cost.recv_gather`` says so (training.fixed_costs)."""
     emit = _Segments(prog, plan, stage, r, t, it, name or f"{phase}{mb}", version, fold)
     first, last = None, after  # a pass starts after the previous pass on this GPU, its collectives included
     deps = (last.id,) if last is not None else ()
-    segs = cost.segments(phase, split_backward=split)
+    segs = pass_segments(cost, phase, split, received)
     k = 0
     while k < len(segs):
         # a compute segment marked ``overlap`` runs beside its neighbouring collective (the
@@ -214,6 +233,19 @@ def emit_pass(
         last = emit.join(last, deps[1:], phase, mb)
     attach_memory(first, last, cost, phase, alloc, free, stash)
     return first, last
+
+
+def pass_segments(cost: StageCost, phase: str, split: bool, received: bool) -> tuple[Segment, ...]:
+    """The segments a pass runs: its cost's, after the fixed costs before it
+    (training.fixed_costs) — the framework's work, then Megatron-LM 2021's all-gather of a
+    tensor received from another stage (``received``) when ``cost.recv_gather`` says so."""
+    segments = cost.segments(phase, split_backward=split)
+    if received and cost.recv_gather:  # Megatron's scatter/gather: the pieces the TP ranks sent
+        gather = Segment("collective", nbytes=cost.recv_gather, collective="all_gather", name="pp all-gather")
+        segments = (gather,) + segments
+    if cost.pass_overhead:  # the framework's work before the pass
+        segments = (Segment("compute", cost.pass_overhead, name="framework"),) + segments
+    return segments
 
 
 @dataclass(frozen=True)
@@ -284,9 +316,8 @@ class _Segments:
         tag = f"tp it{self.it} s{self.stage} r{self.r} {self.name} #{k}"
         plan, st, r, t = self.plan, self.stage, self.r, self.t
         if seg.kind == "compute":  # an expert-parallel rank runs its own experts' work
-            op = compute(
-                *(seg.ranks[plan.expert_rank(dev)] if seg.ranks else (seg.duration, seg.flops)), deps
-            )
+            work = seg.ranks[plan.expert_rank(dev)] if seg.ranks else (seg.duration, seg.flops)
+            op = compute(*work, deps, f"{seg.name} {self.name}" if seg.name else self.name)
             return op, op, ()
         if seg.kind == "collective" and seg.group == "cp":  # Ulysses: over this rank's CP group
             cp_tag = f"cp it{self.it} s{st} r{r // plan.cp} t{t} {self.name} #{k}"
@@ -367,7 +398,22 @@ def _expert_collective(prog, plan, seg, k, dev, name, fold, deps, labels) -> Op:
 
 
 def _emit_stage(
-    prog, plan, schedule, costs, order, m, v, s, r, t, passes, fold, compression, activations, data_parallel
+    prog,
+    plan,
+    schedule,
+    costs,
+    order,
+    m,
+    v,
+    s,
+    r,
+    t,
+    passes,
+    fold,
+    compression,
+    activations,
+    data_parallel,
+    sharded,
 ) -> None:
     dev = plan.device(s, r, t)
     has_w = {(j, k) for ph, j, k in order if ph == "W"}
@@ -378,6 +424,8 @@ def _emit_stage(
             data_parallel, prog, plan, schedule, costs, order, s, r, t, v, m, fold, partial(_pass_name, m, v)
         )
     version, fwd_version, last, last_it = 0, {}, None, 0
+    # the stages holding the first and last chunk (the tied embedding's two copies)
+    edge_stages = (schedule.stage_of(0, plan.pp), schedule.stage_of(len(costs) - 1, plan.pp))
     pairs = getattr(order, "pairs", frozenset())
     for i, (ph, j, k) in enumerate(order):
         if ph == "O":
@@ -422,6 +470,21 @@ def _emit_stage(
                     compression=compression,
                     fold=fold,
                     shadows=tuple(g for g in plan.expert_groups(s, "edp") if dev not in g) if fold else (),
+                )
+            if schedule.flush:  # flush-free updates have no global step work (.step_work)
+                deps = emit_step_work(
+                    prog,
+                    plan,
+                    [costs[c] for c in stage_chunks(schedule, s, plan.pp, v)],
+                    edge_stages,
+                    s=s,
+                    r=r,
+                    t=t,
+                    it=last_it,
+                    label=label,
+                    sharded=sharded,
+                    fold=fold,
+                    deps=deps,
                 )
             opt = sum(costs[c].optimizer for c in stage_chunks(schedule, s, plan.pp, v))
             last = prog.add(
@@ -469,7 +532,7 @@ def _emit_stage(
         else:
             pj = job[0]
             run = partial(emit_pass, prog, plan, phase=ph, stage=s, r=r, t=t, mb=pj.mb, it=last_it)
-            run = partial(run, version=fwd_version[(j, k)], fold=fold)
+            run = partial(run, version=fwd_version[(j, k)], fold=fold, received=pj.received)
             if sync is not None and sync.layered(ph, j, k):
                 ends = [sync.emit(run, pj.cost, ph, j, k, last_it, after=last, **pj.kw)]
             else:
@@ -504,6 +567,8 @@ class _PassJob:
     coded_in: int
     coded_out: int
     labels: dict
+    #: the pass consumes another stage's tensor (its Megatron-2021 all-gather, .fixed costs)
+    received: bool
 
     @property
     def key(self) -> tuple[int, int]:
@@ -522,7 +587,8 @@ class _PassJob:
         coded_in, coded_out = coded_activation_bytes(activations, schedule, plan, s, r, t, transfers)
         kw = {"split": split and ph == "B", "name": name, "alloc": alloc, "free": free, "stash": stashed}
         labels = {"stage": s, "microbatch": j % m, "phase": ph, "iteration": j // m}
-        return cls(ph, j, k, costs[k], j % m, name, kw, coded_in, coded_out, labels)
+        received = transfers[0] is not None and schedule.stage_of(transfers[0][0], plan.pp) != s
+        return cls(ph, j, k, costs[k], j % m, name, kw, coded_in, coded_out, labels, received)
 
 
 def emit_pair(prog: Program, plan: Plan, job: list[_PassJob], versions, r: int, t: int, fold: bool, after):
@@ -531,7 +597,7 @@ def emit_pair(prog: Program, plan: Plan, job: list[_PassJob], versions, r: int, 
     ``after``); the pair's last op also waits for the other pass's end. Return each pass's
     (op its receive gates, last op)."""
     s = job[0].labels["stage"]
-    segs = [pj.cost.segments(pj.ph, split_backward=pj.kw["split"]) for pj in job]
+    segs = [pass_segments(pj.cost, pj.ph, pj.kw["split"], pj.received) for pj in job]
     emit = [
         _Segments(prog, plan, s, r, t, pj.labels["iteration"], pj.name, v, fold)
         for pj, v in zip(job, versions)
@@ -581,6 +647,7 @@ def _emit_replica(
     compression: Compression | None = None,
     activations: Compression | None = None,
     data_parallel: DataParallel | None = None,
+    sharded: bool = False,
 ) -> None:
     p = plan.pp
     tp_ranks = range(1 if fold else plan.tp)
@@ -603,6 +670,7 @@ def _emit_replica(
                 compression,
                 activations,
                 data_parallel,
+                sharded,
             )
     sends: dict[tuple, Op] = {}
     for s, order in enumerate(orders):

@@ -269,7 +269,11 @@ class StageSync:
         first, last = None, after
         for i, unit in enumerate(units):
             segs = tuple(seg for layer in unit for seg in pieces[layer])
-            piece = replace(cost, passes={ph: segs, "Bi": segs})
+            # the framework's per-pass work and the received tensor's gather run once, before the first unit
+            head = {"pass_overhead": cost.pass_overhead, "recv_gather": cost.recv_gather} if i == 0 else {}
+            piece = replace(
+                cost, passes={ph: segs, "Bi": segs}, **({"pass_overhead": 0.0, "recv_gather": 0} | head)
+            )
             a, f = (alloc if i == 0 else 0), (free if i == len(units) - 1 else 0)
             gather = self._gather(ph, j, k, unit) if self.dp.fsdp else None
             op0, last = emit_pass(

@@ -23,7 +23,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -193,10 +193,29 @@ class CostModel:
         comp = work.flops / (self.gpu.peak_flops * matmul_efficiency(self.eff, work.gemm))
         return max(comp, mem) + self.eff.launch_s
 
+    def launched(self, work: Work, op: str = "", phase: str = "") -> int:
+        """1 if :meth:`time` charges ``work`` the per-kernel launch ``eff.launch_s`` — a
+        roofline kernel — else 0: no work, a profiled time (measured whole) or an FP8 GEMM
+        (:mod:`.fp8` prices its casts and launches itself)."""
+        if (work.flops == 0 and work.bytes == 0) or work.fp8_casts is not None:
+            return 0
+        if self.profile is not None and self.profile.lookup(op, phase, work.gemm) is not None:
+            return 0
+        return 1
+
+    def without_launch(self) -> CostModel:
+        """This model with ``launch_s`` 0: kernels whose launch the Program charges as an
+        op of its own (:func:`.segments.launch_items`)."""
+        return replace(self, eff=replace(self.eff, launch_s=0.0))
+
+    def memory_pass(self, nbytes: float) -> float:
+        """One memory-bound multi-tensor kernel over ``nbytes`` of HBM traffic (0 for none)."""
+        if nbytes <= 0:
+            return 0.0
+        return nbytes / (self.gpu.hbm_bandwidth * self.eff.memory) + self.eff.launch_s
+
     def optimizer_time(self, params: float, bytes_per_param: float = 32.0) -> float:
         """Adam step: memory-bound over the fp32 master weights, m, v (read+write), the
         gradient (read) and the 16-bit weight copy (write): 4·2·3 + 4 + 4 = 32 bytes/param
         (Megatron's fused multi-tensor Adam)."""
-        if params <= 0:
-            return 0.0
-        return params * bytes_per_param / (self.gpu.hbm_bandwidth * self.eff.memory) + self.eff.launch_s
+        return self.memory_pass(params * bytes_per_param)

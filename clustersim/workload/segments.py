@@ -1,18 +1,21 @@
 """Turn op sequences into pass segments: compute kernels merged, TP collectives between.
 
-A pass is built from a list of *items*: ``("c", seconds, flops)`` for a kernel,
-``("e", seconds per rank, flops per rank)`` for work that differs between the ranks of an
-expert-parallel group (:class:`~.ops.ExpertRanks`), ``("p", seconds, flops)`` for a kernel
-that runs beside its neighbouring collective (:attr:`~.ops.LayerOp.overlap`),
-``("x", kind, nbytes, name, group, matrix)`` for a collective over ``group``
-(:data:`~.ops.COMM_GROUPS`, or ``cp``: the context-parallel group; ``matrix``: an uneven
-all-to-all's bytes, or empty) and ``("r", seconds, flops, nbytes, name)`` for ring
-attention (per step, :mod:`.context_parallel`). Consecutive kernels merge into one compute
-:class:`Segment` (they run back to back on one stream; with per-rank items, the Segment
-carries each rank's sums); side-by-side kernels merge into their own; each collective
-becomes a collective Segment the compiler places on the ``tp`` lane over the stage's TP
-group, on the ``cp`` lane over its CP group or on the ``ep`` lane over an expert group; a
-ring becomes a ``ring`` Segment the compiler expands into steps.
+A pass is built from a list of *items*: ``("c", seconds, flops, launches)`` for a kernel
+(``launches``: 1 when its launch is priced apart, see :func:`launch_items`),
+``("e", seconds per rank, flops per rank, launches)`` for work that differs between the
+ranks of an expert-parallel group (:class:`~.ops.ExpertRanks`), ``("p", seconds, flops,
+launches)`` for a kernel that runs beside its neighbouring collective
+(:attr:`~.ops.LayerOp.overlap`), ``("x", kind, nbytes, name, group, matrix)`` for a
+collective over ``group`` (:data:`~.ops.COMM_GROUPS`, or ``cp``: the context-parallel group;
+``matrix``: an uneven all-to-all's bytes, or empty), ``("r", seconds, flops, nbytes,
+name)`` for ring attention (per step, :mod:`.context_parallel`) and ``("f", seconds,
+name)`` for a fixed cost of its own (the pass's kernel launches). Consecutive kernels merge
+into one compute :class:`Segment` (they run back to back on one stream; with per-rank
+items, the Segment carries each rank's sums); side-by-side kernels merge into their own;
+each collective becomes a collective Segment the compiler places on the ``tp`` lane over
+the stage's TP group, on the ``cp`` lane over its CP group or on the ``ep`` lane over an
+expert group; a ring becomes a ``ring`` Segment the compiler expands into steps; a fixed
+cost is a named compute Segment, first in its pass.
 With ``granularity="stage"`` a pass is one collective per kind carrying the summed bytes
 between the two halves of its compute — far fewer simulated events for huge validation
 runs, at the price of the per-collective latency terms (negligible for these sizes).
@@ -59,7 +62,9 @@ def forward_items(
             if not core_only:
                 out.append((_cp_item(op, cm, backward=False), ""))
         elif not core_only or op.attention_core:
-            out.append((("p" if op.overlap else "c", cm.time(op.fwd, op.name, "F"), op.fwd.flops), op.name))
+            kind = "p" if op.overlap else "c"
+            item = (kind, cm.time(op.fwd, op.name, "F"), op.fwd.flops, cm.launched(op.fwd, op.name, "F"))
+            out.append((item, op.name))
     if overlap is not None:
         return merge_forward(out, overlap)
     return [item for item, _ in out]
@@ -71,6 +76,7 @@ def _per_rank(items: list[list[tuple]]) -> tuple:
         "e",
         tuple(sum(i[1] for i in rank) for rank in items),
         tuple(sum(i[2] for i in rank) for rank in items),
+        max(sum(i[3] for i in rank) for rank in items),  # every rank launches its experts' kernels
     )
 
 
@@ -96,24 +102,43 @@ def backward_items(
         assert isinstance(op, LayerOp)
         if overlap is not None and op.name in AG_GEMMS + RS_GEMMS:
             parts = [("dgrad", op.bwd_input, "B")] * inputs + [("wgrad", op.bwd_weight, "W")] * weight
-            out += [(("c", cm.time(w, op.name, ph), w.flops), op.name, part) for part, w, ph in parts]
+            out += [
+                (("c", cm.time(w, op.name, ph), w.flops, cm.launched(w, op.name, ph)), op.name, part)
+                for part, w, ph in parts
+            ]
             continue
         t = flops = 0.0
+        n = 0
         if inputs:
             t += cm.time(op.bwd_input, op.name, "B")
             flops += op.bwd_input.flops
+            n += cm.launched(op.bwd_input, op.name, "B")
         if weight:
             t += cm.time(op.bwd_weight, op.name, "W")
             flops += op.bwd_weight.flops
+            n += cm.launched(op.bwd_weight, op.name, "W")
         if t or flops:
-            out.append((("p" if op.overlap and inputs else "c", t, flops), op.name, ""))
+            out.append((("p" if op.overlap and inputs else "c", t, flops, n), op.name, ""))
     if overlap is not None:
         return merge_backward(out, overlap)
     return [item for item, _, _ in out]
 
 
+def launch_items(items: list[tuple], launch_s: float) -> list[tuple]:
+    """``items`` preceded by their kernels' launches as one fixed cost, ``("f", n ·
+    launch_s, "launch")`` for the n kernels whose launch the cost model left out (none
+    when n or ``launch_s`` is 0) — a GEMM overlapped with a TP collective counts as one:
+    the CPU issues each kernel of an eager-mode pass in turn (Megatron-LM without CUDA
+    graphs), so a pass pays n launches."""
+    n = sum(1 if i[0] == "o" else i[3] for i in items if i[0] in ("c", "e", "p", "o"))
+    return [("f", n * launch_s, "launch")] + items if n and launch_s else items
+
+
 def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment, ...]:
     """Segments of a pass from its items (see module doc)."""
+    fixed = tuple(Segment("compute", i[1], name=i[2]) for i in items if i[0] == "f")
+    if fixed:  # the fixed costs run first, then the pass's kernels and collectives
+        return fixed + to_segments([i for i in items if i[0] != "f"], granularity)
     if granularity == "stage":
         if any(i[0] in "or" for i in items):  # the scenario rules refuse this; a caller may not
             raise ValueError("overlapped TP items and ring attention need granularity 'layer'")

@@ -23,7 +23,17 @@ For each model chunk (a pipeline stage, or a virtual stage) on each of its GPUs:
   layer with the last; bytes in ``grad_reduce_dtype`` / ``param_gather_dtype``), which the
   bucketed, sharded and FSDP data-parallel traffic uses (:mod:`clustersim.schedules.data_parallel`);
 * **memory** — static bytes by kind from :mod:`.memory_model`; ``activation_memory`` per
-  micro-batch, which the compiler allocates per forward and frees per backward.
+  micro-batch, which the compiler allocates per forward and frees per backward;
+* **fixed costs** (``training.fixed_costs``, docs/models.md) — kernels are priced without
+  their launch and each pass (each layer's, with ``parallel.data_parallel``) starts with a
+  ``launch`` segment of its kernels × the launch time; ``pass_overhead`` per pass; per step
+  the fp16 unscale + inf-check pass (8 bytes per local fp32 gradient: read, write), the
+  clipping norm's pass (4 bytes: read) and the tied word-embedding gradient
+  (vocab · hidden / tp fp32 values, Megatron's ``main_grad``) of the first and last chunk;
+  with tp > 1 and no sequence parallelism, ``recv_gather`` = the b·s·h boundary tensor the
+  receiver all-gathers from the 1/tp pieces the TP ranks sent (Megatron-LM 2021's
+  ``--scatter-gather-tensors-in-pipeline``, on by default: ``gather_split_1d_tensor`` after
+  every receive; with sequence parallelism the tensor already is the s/tp shard).
 """
 
 from __future__ import annotations
@@ -40,7 +50,7 @@ from .memory_model import DTYPE_BYTES, ELEMENT_BYTES, static_bytes, zero_shards
 from .moe_dispatch import ExpertSplit, dispatch_buffer_bytes
 from .ops import ExpertRanks
 from .resolve import resolve_transformer
-from .segments import backward_items, compute_time, forward_items, to_segments
+from .segments import backward_items, compute_time, forward_items, launch_items, to_segments
 from .stage_cost import StageCost, even_partition
 from .tp_overlap import TPOverlap, overlap_of
 from .transformer_ops import embedding_ops, layer_ops, mtp_ops, output_ops
@@ -50,6 +60,10 @@ from .transformer_ops import embedding_ops, layer_ops, mtp_ops, output_ops
 #: fp32 gradients the 18 bytes/param memory model counts — for every precision
 GRAD_COMM_BYTES = {"bf16": 4, "fp32": 4, "fp16": 4, "fp8": 4}
 ZERO3_COMM_FACTOR = 1.5  # ZeRO-3: reduce-scatter grads + all-gather params in F and B
+#: HBM bytes per local fp32 gradient of the per-step passes: the fp16 unscale and inf check
+#: (``torch._amp_foreach_non_finite_check_and_unscale_``, in place: read + write) and the
+#: clipping norm (``multi_tensor_l2norm``: read) — Megatron-LM's optimizer.py / clip_grads.py
+UNSCALE_BYTES, GRAD_NORM_BYTES = 8, 4
 
 
 @dataclass(frozen=True)
@@ -111,6 +125,34 @@ class TrainSetup:
         return ELEMENT_BYTES[self.precision]
 
 
+@dataclass(frozen=True)
+class FixedCosts:
+    """``training.fixed_costs`` resolved on one GPU type: seconds per kernel launch and per
+    pass, and which per-step work runs."""
+
+    launch_s: float
+    pass_overhead: float
+    unscale: bool
+    grad_norm: bool
+    tied_embedding: bool
+    pipeline_gather: bool
+
+    @classmethod
+    def of(cls, sc, cm: CostModel, precision: str) -> FixedCosts:
+        """The fixed costs of scenario ``sc`` with kernels priced by ``cm`` (the launch
+        default is ``cm``'s calibrated ``launch_s``); the unscale runs with fp16 only."""
+        fc = sc.training.fixed_costs
+        launch = cm.eff.launch_s if fc.kernel_launch is None else fc.kernel_launch
+        return cls(
+            launch,
+            fc.microbatch_overhead,
+            fc.loss_scale_check and precision == "fp16",
+            fc.grad_clip,
+            fc.tied_embedding_allreduce,
+            fc.pipeline_gather,
+        )
+
+
 def _cost_model(sc, st: TrainSetup) -> CostModel:
     custom = sc.cluster.custom_gpu
     if st.precision == "fp8":
@@ -139,17 +181,17 @@ def _grad_bytes(st: TrainSetup, params: float) -> int:
     return int(params * GRAD_COMM_BYTES[st.precision] * (ZERO3_COMM_FACTOR if st.zero >= 3 else 1.0))
 
 
-def _optimizer_time(st: TrainSetup, cm: CostModel, params: float, expert: float) -> float:
-    """The optimizer step on this GPU's shard of dense and expert parameters."""
-    if not expert:
-        return cm.optimizer_time(params / zero_shards("optimizer", st.zero, st.shards))
+def _local_grads(st: TrainSetup, params: float, expert: float) -> float:
+    """The fp32 gradients the optimizer steps on this GPU: its shard of the dense and of
+    the expert-parallel experts' parameters (``expert`` of ``params``)."""
     dense = (params - expert) / zero_shards("optimizer", st.zero, st.shards)
-    return cm.optimizer_time(dense + expert / zero_shards("optimizer", st.zero, st.expert_shards))
+    return dense + expert / zero_shards("optimizer", st.zero, st.expert_shards) if expert else dense
 
 
 def _stage(
     st: TrainSetup,
     cm: CostModel,
+    fixed: FixedCosts,
     f_items,
     b_items,
     bi_items,
@@ -160,12 +202,9 @@ def _stage(
     work_buffer: float,
     expert: float = 0.0,
 ) -> StageCost:
-    passes = {
-        "F": to_segments(f_items, st.granularity),
-        "B": to_segments(b_items, st.granularity),
-        "Bi": to_segments(bi_items, st.granularity),
-        "W": to_segments(w_items, st.granularity),
-    }
+    items = {"F": f_items, "B": b_items, "Bi": bi_items, "W": w_items}
+    passes = {ph: to_segments(launch_items(i, fixed.launch_s), st.granularity) for ph, i in items.items()}
+    grads = _local_grads(st, params, expert)  # the optimizer's local fp32 gradients
     (tf, ff), (tb, fb), (tw, _) = (compute_time(passes[k]) for k in ("F", "B", "W"))
     return StageCost(
         forward=tf,
@@ -175,12 +214,15 @@ def _stage(
         activation_memory=int(act_mem),
         # buffers: the recompute working set and the p2p send and recv buffers
         static=_static(st, params, work_buffer + 2 * send_bytes, expert),
-        optimizer=_optimizer_time(st, cm, params, expert),
+        optimizer=cm.optimizer_time(grads),
         forward_flops=ff,
         backward_flops=fb,
         grad_bytes=_grad_bytes(st, params - expert),
         expert_grad_bytes=_grad_bytes(st, expert),
         passes=passes,
+        pass_overhead=fixed.pass_overhead,
+        unscale=cm.memory_pass(grads * UNSCALE_BYTES) if fixed.unscale else 0.0,
+        grad_norm=cm.memory_pass(grads * GRAD_NORM_BYTES) if fixed.grad_norm else 0.0,
     )
 
 
@@ -241,11 +283,14 @@ def transformer_chunk_costs(
     if st.cp > 1:  # every op but attention's core runs on the GPU's s/cp tokens
         cfg = replace(cfg, seq_len=cfg.seq_len // st.cp)
     cm = _cost_model(sc, st)
+    fixed = FixedCosts.of(sc, cm, st.precision)
+    km = cm.without_launch()  # kernels; their launches are the passes' own segments
     b, tp, sp, e = st.micro_batch, st.tp, st.sp, st.e
     emb = embedding_ops(cfg, b, tp, sp, e)
     out = output_ops(cfg, b, tp, sp, e) + mtp_ops(cfg, b, tp, sp, e, st.split)
     order = cfg.layer_kinds()
-    kinds = {moe: _layer_kind(cfg, st, cm, moe) for moe in sorted(set(order))}
+    kinds = {moe: _layer_kind(cfg, st, km, moe) for moe in sorted(set(order))}
+    tied = int(cfg.vocab * cfg.hidden / tp * GRAD_COMM_BYTES[st.precision])
     send = b * cfg.seq_len * cfg.hidden * e / tp
     partition = partition or even_partition(cfg.layers, chunks)
     costs, start = [], 0
@@ -256,17 +301,17 @@ def transformer_chunk_costs(
         start += n
         runs = [kinds[moe] for moe in mine]
         count = {moe: mine.count(moe) for moe in kinds if moe in mine}
-        f = forward_items(pre, cm) + [i for L in runs for i in L.f] + forward_items(post, cm)
-        b_all = backward_items(post, cm) + [i for L in runs[::-1] for i in L.b] + backward_items(pre, cm)
+        f = forward_items(pre, km) + [i for L in runs for i in L.f] + forward_items(post, km)
+        b_all = backward_items(post, km) + [i for L in runs[::-1] for i in L.b] + backward_items(pre, km)
         bi = (
-            backward_items(post, cm, weight=False)
+            backward_items(post, km, weight=False)
             + [i for L in runs[::-1] for i in L.bi]
-            + backward_items(pre, cm, weight=False)
+            + backward_items(pre, km, weight=False)
         )
         w = (
-            backward_items(post, cm, inputs=False)
+            backward_items(post, km, inputs=False)
             + [i for L in runs[::-1] for i in L.w]
-            + backward_items(pre, cm, inputs=False)
+            + backward_items(pre, km, inputs=False)
         )
         extra = [op for op in pre + post if hasattr(op, "params")]
         params = sum(c * kinds[moe].params for moe, c in count.items()) + sum(op.params for op in extra)
@@ -276,14 +321,18 @@ def transformer_chunk_costs(
         buffers += max((kinds[moe].dispatch for moe in count), default=0.0)  # one layer exchanges at a time
         expert = sum(c * kinds[moe].expert for moe, c in count.items())
         expert += sum(op.params for op in post if isinstance(op, ExpertRanks))  # the MTP layers'
-        cost = _stage(st, cm, f, b_all, bi, w, params, act_mem, 0 if last else send, buffers, expert)
+        cost = _stage(st, cm, fixed, f, b_all, bi, w, params, act_mem, 0 if last else send, buffers, expert)
+        if fixed.pipeline_gather and tp > 1 and not sp:
+            cost = replace(cost, recv_gather=int(send * tp))
+        if cfg.tied_embeddings and fixed.tied_embedding and len(partition) > 1 and (first or last):
+            cost = replace(cost, tied_grad_bytes=tied)  # the compiler keeps it where the ends' stages differ
         if sc.parallel.data_parallel is not None:
-            cost = _per_layer(sc, st, cm, cost, (pre, post), runs)
+            cost = _per_layer(sc, st, km, fixed, cost, (pre, post), runs)
         costs.append(cost)
     return costs
 
 
-def _per_layer(sc, st, cm, cost, ends, runs: list[_LayerKind]) -> StageCost:
+def _per_layer(sc, st, cm, fixed: FixedCosts, cost, ends, runs: list[_LayerKind]) -> StageCost:
     """``cost`` with its passes and DP bytes per layer (module doc). ``ends``: the ops
     before the first layer and after the last; ``runs``: the chunk's layers in order."""
     pre, post = ends
@@ -304,7 +353,9 @@ def _per_layer(sc, st, cm, cost, ends, runs: list[_LayerKind]) -> StageCost:
         else:  # a backward item list runs last op first
             layers[0] = layers[0] + first
             layers[-1] = last + layers[-1]
-        passes[ph] = tuple(to_segments(items, st.granularity) for items in layers)
+        passes[ph] = tuple(
+            to_segments(launch_items(items, fixed.launch_s), st.granularity) for items in layers
+        )
     params = [float(run.params) for run in runs]
     params[0] += sum(op.params for op in pre if hasattr(op, "params"))
     params[-1] += sum(op.params for op in post if hasattr(op, "params"))
@@ -375,6 +426,8 @@ def cnn_chunk_costs(
             "FP8 (Transformer Engine) is for transformer models; use bf16, fp16 or fp32",
         )
     cm = _cost_model(sc, st)
+    fixed = FixedCosts.of(sc, cm, st.precision)
+    km = cm.without_launch()  # kernels; their launches are the passes' own segments
     layers = cnn_layers(sc.model.preset, st.micro_batch, st.e, sc.model.image_size, sc.model.classes)
     per_layer = [
         sum(i[1] for i in forward_items(list(L.ops), cm) + backward_items(list(L.ops), cm)) for L in layers
@@ -388,15 +441,16 @@ def cnn_chunk_costs(
         full_act = sum(op.activation for op in ops)
         first_in = chunk[0].ops[0].activation
         act = {"none": full_act, "selective": full_act, "full": first_in}[st.recompute]
-        rec = forward_items(ops, cm) if st.recompute == "full" else []
+        rec = forward_items(ops, km) if st.recompute == "full" else []
         costs.append(
             _stage(
                 st,
                 cm,
-                forward_items(ops, cm),
-                rec + backward_items(ops, cm),
-                rec + backward_items(ops, cm, weight=False),
-                backward_items(ops, cm, inputs=False),
+                fixed,
+                forward_items(ops, km),
+                rec + backward_items(ops, km),
+                rec + backward_items(ops, km, weight=False),
+                backward_items(ops, km, inputs=False),
                 sum(op.params for op in ops),
                 act,
                 0 if start == len(layers) else chunk[-1].output_bytes,

@@ -66,6 +66,15 @@ class StageCost:
     ``layer_weights`` are the per-layer bytes the data-parallel gradient reduction and
     parameter all-gather move (:mod:`clustersim.schedules.data_parallel`); without them a
     pass splits into ``layers`` equal compute pieces and the bytes split evenly.
+    The fixed costs (``training.fixed_costs``; real models only): ``pass_overhead`` s of
+    framework work before each pass of a micro-batch; per step, ``unscale`` s (fp16: the
+    loss scale's unscale and inf check over the local gradients) and ``grad_norm`` s (the
+    clipping norm's pass over them), each followed by an all-reduce of one fp32 scalar, and
+    ``tied_grad_bytes`` of tied-embedding gradient all-reduced between the first and the
+    last chunk (:mod:`clustersim.schedules.step_work`); the kernel launches are named
+    segments of the passes; ``recv_gather`` bytes (the whole boundary tensor) are
+    all-gathered over the TP group after each receive from another stage (Megatron's
+    scatter/gather: each TP rank sent 1/tp of it).
     """
 
     forward: float
@@ -90,6 +99,11 @@ class StageCost:
     #: and ``layer_weights`` then count the rest): reduced over the expert-data-parallel group
     layer_expert_grads: tuple[int, ...] = ()
     layer_expert_weights: tuple[int, ...] = ()
+    pass_overhead: float = 0.0
+    unscale: float = 0.0
+    grad_norm: float = 0.0
+    tied_grad_bytes: int = 0
+    recv_gather: int = 0
 
     def segments(self, phase: str, split_backward: bool = False) -> tuple[Segment, ...]:
         """The segments of ``phase``. With ``split_backward``, ``"B"`` is the input-gradient
