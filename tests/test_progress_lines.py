@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import io
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -98,7 +99,9 @@ def no_compiling(monkeypatch):
 def test_a_run_over_a_minute_prints_its_estimate_and_advice_before_starting(capsys, no_compiling):
     assert main(["run", GPT7, "--set", "simulation.fidelity=exact"]) == 130
     first, *_, last = capsys.readouterr().err.splitlines()
-    assert first.startswith("clustersim: gpt-7.5b-64xh100-balanced: estimated ~1.2 M ops, ~62.6 M events, ~")
+    assert re.match(
+        r"clustersim: gpt-7.5b-64xh100-balanced: estimated ~[\d.]+ M ops, ~[\d.]+ M events, ~", first
+    )
     assert "; faster: simulation.fidelity: fast (" in first and "simulation.fidelity: balanced (" in first
     assert last == "interrupted"
 
@@ -109,7 +112,7 @@ def test_a_silent_library_run_over_a_minute_logs_its_advice(caplog, no_compiling
         cs.simulate(sc)  # progress="auto" off a terminal: no bar, no lines
     (record,) = caplog.records
     assert (
-        "estimated ~1.2 M ops" in record.getMessage()
+        re.search(r"estimated ~[\d.]+ M ops", record.getMessage())
         and "simulation.fidelity: balanced" in record.getMessage()
     )
 
