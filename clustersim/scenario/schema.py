@@ -323,8 +323,9 @@ class SimulationSpec(_Spec):
     def _apply_fidelity(cls, raw: Any) -> Any:
         if not isinstance(raw, dict):
             return raw
-        preset = FIDELITY_PRESETS.get(raw.get("fidelity", "exact"))
-        return raw if preset is None else {**preset, **raw}  # (a bad name: the field check)
+        name = raw.get("fidelity", "exact")
+        preset = FIDELITY_PRESETS.get(name) if isinstance(name, str) else None
+        return raw if preset is None else {**preset, **raw}  # (a bad name or type: the field check)
 
     @field_validator("collectives")
     @classmethod
