@@ -23,15 +23,23 @@ MIN_BANDWIDTH = 1e6
 MAX_LATENCY = 1.0
 
 
+def _quantity_key(key: str) -> bool:
+    return key in ("bandwidth", "latency") or key.endswith(("_bandwidth", "_latency"))
+
+
 def _bare_numbers(node: Any, path: str) -> Iterator[tuple[str, str, float]]:
-    """(path, key, value) of every int/float leaf under ``node`` (bools excluded)."""
+    """(path, key, value) of every int/float leaf under ``node`` named like a bandwidth or a
+    latency (bools excluded; an int past float's range is left to the field's own check)."""
     items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
     for key, value in items:
         where = f"{path}.{key}" if path else str(key)
         if isinstance(value, (dict, list)):
             yield from _bare_numbers(value, where)
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            yield where, str(key), float(value)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and _quantity_key(str(key)):
+            try:
+                yield where, str(key), float(value)
+            except OverflowError:
+                continue
 
 
 def unit_hints(raw: dict[str, Any]) -> list[ScenarioWarning]:
