@@ -4,9 +4,11 @@ and turning it off removes exactly it (docs/models.md, "Fixed costs")."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import simpy
+import yaml
 
 import clustersim as cs
 from clustersim.collectives.group import Group
@@ -19,6 +21,8 @@ from clustersim.workload.ops import LayerOp
 from clustersim.workload.stage_builder import GRAD_NORM_BYTES, UNSCALE_BYTES
 from clustersim.workload.transformer import TransformerConfig
 from clustersim.workload.transformer_ops import embedding_ops, layer_ops, output_ops
+
+ROOT = Path(__file__).resolve().parents[1]
 
 L = A100_EFFICIENCY.launch_s
 HBM = get_gpu("A100-SXM4-80GB").hbm_bandwidth
@@ -238,3 +242,14 @@ def test_launch_is_moved_out_of_the_kernels_not_added():
     n_f, _ = _kernels(ops)
     bare = resolve(cs.load_scenario(off)).chunk_costs[0].forward
     assert cost.forward - bare == pytest.approx(n_f * L, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "framework,gather", [("megatron_2021", True), ("megatron_core", False), ("fsdp2", False)]
+)
+def test_only_megatron_2021_gathers_pipeline_tensors(framework, gather):
+    raw = yaml.safe_load((ROOT / "scenarios/quickstart.yaml").read_text())
+    raw["training"]["framework"] = framework
+    assert cs.load_scenario(raw).training.fixed_costs.pipeline_gather is gather
+    raw["training"]["fixed_costs"] = {"pipeline_gather": True}  # a stated value wins
+    assert cs.load_scenario(raw).training.fixed_costs.pipeline_gather is True

@@ -31,6 +31,10 @@ other profile runs today's NCCL, whose ring across hosts pays its α's in full
   with ``zero: 0`` stated it is PyTorch DDP: overlapped buckets of 25 MiB, the first 1 MiB;
   flash attention.
 
+Every profile but ``megatron_2021`` also turns ``training.fixed_costs.pipeline_gather`` off:
+Megatron-Core removed Megatron-LM 2021's scatter/gather of pipeline boundary tensors, and
+DeepSpeed and FSDP never had it.
+
 Where the filled-in scenario overlaps something (a data-parallel overlap flag, FSDP units,
 ``tp_comm_overlap``), a profile other than ``megatron_2021`` also fills
 ``cluster.comm_compute_slowdown`` with the GPU's default (:mod:`clustersim.hardware.interference`).
@@ -97,6 +101,11 @@ def apply_framework(raw: dict[str, Any]) -> dict[str, Any]:
             cluster = {**cluster, "comm_compute_slowdown": slowdown}
     if isinstance(cluster, dict):
         out["cluster"] = {"collective_latency": "nccl", **cluster}
+    training = out.get("training")
+    fixed = training.get("fixed_costs") if isinstance(training, dict) else None
+    if isinstance(training, dict) and (fixed is None or isinstance(fixed, dict)):
+        # Megatron-Core dropped Megatron-LM 2021's pipeline scatter/gather; the others never had it
+        out["training"] = {**training, "fixed_costs": {"pipeline_gather": False, **(fixed or {})}}
     model = out.get("model")
     flash = framework in ("megatron_core", "fsdp2")
     if flash and isinstance(model, dict) and _model_kind(model) == "literal['transformer']":
