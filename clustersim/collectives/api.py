@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..errors import ScenarioError
 from .group import Group
-from .registry import ALGORITHMS, KINDS, Options, as_run, choose_algorithm, per_host
+from .registry import ALGORITHMS, KINDS, Options, as_run, per_host, plan
 from .schedule import execute
 
 
@@ -24,6 +24,7 @@ def run_collective(
     channels: int | None = None,
     chunks: int | None = None,
     servers: list[str] | None = None,
+    protocols=None,
 ):
     """SimPy process generator: run collective ``kind`` among ``members`` starting now.
 
@@ -35,12 +36,20 @@ def run_collective(
     NCCL-derived defaults (:data:`~clustersim.hardware.presets.DEFAULT_ALPHA`). ``root``
     is the root of broadcast/reduce (default: first member) and the server of
     ``parameter_server``. ``channels``, ``chunks``, ``servers`` tune ring channels,
-    pipeline chunks and parameter servers. Returns ``{member: finish time (s)}``.
+    pipeline chunks and parameter servers. ``protocols``: the system's NCCL protocols
+    (``cluster.collective_protocols``, :mod:`.protocol`; None: Simple alone) — the call
+    runs the one NCCL's tuner would pick: its latency first, then the schedule on the
+    protocol's wire bytes. Returns ``{member: finish time (s)}``.
     """
-    group = check_group(env, fabric, kind, members, nbytes, algorithm, alpha, root, servers)
+    group = check_group(env, fabric, kind, members, nbytes, algorithm, alpha, root, servers, protocols)
     kind, nbytes = as_run(kind, nbytes)
-    name = choose_algorithm(group, kind, nbytes) if algorithm == "auto" else algorithm
-    engines, _ = build_schedule(group, kind, name, int(nbytes), root, channels, chunks, servers)
+    if algorithm != "auto" and len(group.members) > 1:
+        check_shape(group, kind, algorithm)  # before its cost is estimated
+    name, protocol, _ = plan(group, kind, nbytes, algorithm)
+    wire = protocol.wire_bytes(nbytes)
+    engines, _ = build_schedule(group, kind, name, wire, root, channels, chunks, servers)
+    if protocol.latency > 0:
+        yield env.timeout(protocol.latency)
     start = env.now
     finish = dict.fromkeys(group.members, start)
     yield from execute(env, fabric, engines, group.alpha_of, group.pace_of, label or f"{kind}:{name}", finish)
@@ -64,7 +73,9 @@ def check_shape(group: Group, kind: str, name: str) -> None:
         raise ScenarioError("collective.algorithm", name, why)
 
 
-def check_group(env, fabric, kind, members, nbytes, algorithm, alpha, root, servers=None) -> Group:
+def check_group(
+    env, fabric, kind, members, nbytes, algorithm, alpha, root, servers=None, protocols=None
+) -> Group:
     """Validate a collective call; return its :class:`Group`. Errors name the field."""
     if kind not in KINDS:
         raise ScenarioError("collective.kind", kind, f"known kinds: {', '.join(KINDS)}")
@@ -100,4 +111,4 @@ def check_group(env, fabric, kind, members, nbytes, algorithm, alpha, root, serv
         and not (algorithm == "parameter_server" and (graph is None or root in graph))
     ):
         raise ScenarioError("collective.root", root, f"must be one of the members: {', '.join(members)}")
-    return Group(env, fabric, list(members), alpha)
+    return Group(env, fabric, list(members), alpha, protocols)

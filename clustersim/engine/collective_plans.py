@@ -6,8 +6,8 @@ Shared by the SimPy engine (:mod:`clustersim.engine.interpreter`) and the DAG ev
 
 from __future__ import annotations
 
-from ..collectives import choose_algorithm, estimate_time
 from ..collectives.group import Group
+from ..collectives.registry import plan
 from ..program import Op
 
 
@@ -15,13 +15,22 @@ class CollectivePlans:
     """``plans(op) -> (algorithm, time)``, worked out once per (kind, group, size, requested
     algorithm): the algorithm is the op's own, else the scenario's for its kind
     (``algorithms``), else the ``auto`` choice (the α-β model's fastest); the time is its
-    α-β time on the group's links under ``collective_model: analytical``, else None (the
-    fabric times it)."""
+    α-β time on the group's links, with the NCCL protocol the tuner picks (``protocols``,
+    :mod:`clustersim.collectives.protocol`), under ``collective_model: analytical``, else
+    None (the fabric times it)."""
 
     def __init__(
-        self, env, fabric, names: list[str], alpha, algorithms: dict[str, str], collective_model: str
+        self,
+        env,
+        fabric,
+        names: list[str],
+        alpha,
+        algorithms: dict[str, str],
+        collective_model: str,
+        protocols=None,
     ):
         self.env, self.fabric, self.names, self.alpha = env, fabric, names, alpha
+        self.protocols = protocols
         self.algorithms, self.collective_model = algorithms, collective_model
         self._known: dict[tuple, tuple[str, float | None]] = {}
 
@@ -30,14 +39,8 @@ class CollectivePlans:
         key = (op.collective, op.group, op.nbytes, requested)
         known = self._known.get(key)
         if known is None:
-            group = Group(self.env, self.fabric, [self.names[d] for d in op.group], self.alpha)
-            algorithm = (
-                requested if requested != "auto" else choose_algorithm(group, op.collective, op.nbytes)
-            )
-            t = (
-                None
-                if self.collective_model != "analytical"
-                else estimate_time(op.collective, algorithm, len(op.group), op.nbytes, **group.shape())
-            )
-            known = self._known[key] = (algorithm, t)
+            names = [self.names[d] for d in op.group]
+            group = Group(self.env, self.fabric, names, self.alpha, self.protocols)
+            algorithm, _, t = plan(group, op.collective, op.nbytes, requested)
+            known = self._known[key] = (algorithm, t if self.collective_model == "analytical" else None)
         return known

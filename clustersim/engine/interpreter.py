@@ -76,6 +76,7 @@ class Engine:
         comm_compute_slowdown: float = 1.0,
         collective_model: str = "fabric",
         compute_scale: list[float] | None = None,
+        protocols=None,
     ):
         """``alpha``: per-step collective latency (see :func:`clustersim.collectives.run_collective`);
         ``algorithms``: collective kind → algorithm for ops that say ``auto``;
@@ -85,10 +86,11 @@ class Engine:
         fabric; ``analytical`` holds the members for the algorithm's α-β time on the
         group's links (no contention, one event — for large sweeps);
         ``compute_scale``: per-op factors on compute durations (stragglers, noise; see
-        :mod:`clustersim.engine.variability`)."""
+        :mod:`clustersim.engine.variability`); ``protocols``: the system's NCCL protocols
+        (``cluster.collective_protocols``; None: Simple alone)."""
         self.program, self.env, self.fabric, self.recorder = program, env, fabric, recorder
         self.memory = MemoryLedger(program.static_memory, memory_capacity, recorder)
-        self.alpha, self.algorithms = alpha, algorithms or {}
+        self.alpha, self.algorithms, self.protocols = alpha, algorithms or {}, protocols
         self.slowdown = comm_compute_slowdown
         self.collective_model = collective_model
         # collectives in progress per device, and an event that fires when that changes
@@ -109,7 +111,7 @@ class Engine:
         self.names = program.device_names
         # op -> (algorithm, analytical time or None), cached per collective shape
         self._collective_plan = CollectivePlans(
-            env, fabric, self.names, alpha, self.algorithms, collective_model
+            env, fabric, self.names, alpha, self.algorithms, collective_model, protocols
         )
         self._rendezvous: dict[str, list] = {}
         self.lanes = program.lanes()
@@ -334,6 +336,7 @@ class Engine:
                 algorithm=algorithm,
                 alpha=self.alpha,
                 label=op.tag,
+                protocols=self.protocols,
             )
             own_done = self.env.process(own)  # first, as replica 0 would be in the unfolded run
             for group in op.shadows if self.fabric.shares_links else ():  # folded twins' collectives
@@ -347,6 +350,7 @@ class Engine:
                         algorithm=algorithm,
                         alpha=self.alpha,
                         label=op.tag,
+                        protocols=self.protocols,
                     )
                 )
             own_done.callbacks.append(ended)
