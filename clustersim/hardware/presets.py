@@ -18,7 +18,7 @@ ONE rule per link technology, never fitted to the busbw a test compares against:
 
 ``collective_alpha`` holds the per-step latency of collectives (NCCL ``tuning.cc``
 hwLat, Ring/Simple). ``collective_protocols`` holds NCCL's three protocols as one system
-runs them (latency once per collective, bandwidth fraction; :data:`NCCL_PROTOCOLS_A100`,
+runs them (latency once per collective, bandwidth fraction; :data:`NCCL_PROTOCOLS_A100`, :data:`NCCL_PROTOCOLS_H100`,
 :mod:`clustersim.collectives.protocol`): the size dependence of a collective's cost. Presets leave ``comm_compute_slowdown`` unset: 1.0 (off) unless a
 framework profile that overlaps fills the GPU's default (:mod:`.interference`). The measured busbw
 rows each preset is checked against are listed in :data:`PRESET_SOURCES` and the
@@ -61,12 +61,23 @@ NCCL_PROTOCOLS_A100: dict[str, dict[str, float]] = {
     "ll128": {"latency": 87e-6, "efficiency": 0.71},
     "simple": {"latency": 246e-6, "efficiency": 1.0},
 }
-#: H100/H200: A100's values, NOT fitted on Hopper — the measurement set has no Ring/Tree
-#: nccl-tests curve below the plateau for H100 (Azure's ND H100 v5 curve ran NVLS, which
-#: clustersim does not model); NCCL's own tuner constants for SM90 (tuning.cc: hwLat and
-#: baseLat are the same as SM80's, perChMaxRingLL128Bws 36.7 vs 20 GB/s) give no reason to
-#: expect a smaller latency, and a larger LL128 cap the A100 fit does not reach anyway
-NCCL_PROTOCOLS_H100 = NCCL_PROTOCOLS_A100
+#: H100/H200 (``dgx_h100``, ``hgx_h200``), calibrated ONCE the same way on the one H100 curve
+#: below the plateau in the measurement set — Azure ND H100 v5, all_reduce_perf over 8 GPUs,
+#: NCCL 2.18.5 (Azure/AI-benchmarking-guide 'Azure Results/ND_H100_v5_results.md'), its rows
+#: under 256 MiB — which ran NVLS (NVLink SHARP), NCCL's default all-reduce on one HGX H100
+#: node. clustersim does not model NVLS (its plateau, ~480 GB/s busbw, stays at the ring's
+#: ~370), so these values carry NVLS's quicker ramp on a ring's bandwidth: right for
+#: single-node all-reduces as NCCL runs them by default, optimistic for reduce-scatter,
+#: all-gather and multi-node rings below the plateau (no H100 Ring curve was found):
+#: * LL: efficiency 0.5 fixed; latency 23 µs fitted (the ~26 µs floor up to 32 KiB);
+#: * LL128: latency 26 µs and efficiency 0.85 fitted (1–8 MiB);
+#: * Simple: efficiency 1.0; latency 33 µs fitted.
+#: Residual on those rows: within 30 % per size (docs/validation.md, context rows).
+NCCL_PROTOCOLS_H100: dict[str, dict[str, float]] = {
+    "ll": {"latency": 23e-6, "efficiency": 0.5},
+    "ll128": {"latency": 26e-6, "efficiency": 0.85},
+    "simple": {"latency": 33e-6, "efficiency": 1.0},
+}
 
 _ALPHA_NVLINK = {"intra_node": DEFAULT_ALPHA["nvlink"], "inter_node": DEFAULT_ALPHA["net"]}
 _ALPHA_PCIE = {"intra_node": DEFAULT_ALPHA["pcie"], "inter_node": DEFAULT_ALPHA["net"]}
