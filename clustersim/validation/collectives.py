@@ -47,7 +47,7 @@ BANDS = ((MiB, "small"), (256 * MiB, "medium"), (math.inf, "large"))
 #: so those two bounds state how well the calibrated form follows that curve (the worst
 #: sizes: 1 MiB, where LL hands over to LL128, and 128 MiB, where Azure's curve dips), not
 #: an independent check; the 3-node 128 MiB row is one.
-TOLERANCE = {"large": 0.15, "medium": 0.15, "small": 0.10}
+TOLERANCE = {"large": 0.15, "medium": 0.15, "small": 0.08}
 
 #: more ranks than this are not simulated (the packet fabric's event count grows as n²)
 MAX_SIMULATED_RANKS = 64
