@@ -22,16 +22,19 @@ MAIN_GRAD_BYTES = 8
 
 
 def with_grad_accumulation(ops: list, e: int) -> list:
-    """``ops`` with, before each op that holds parameters, its weight-gradient accumulation:
-    an op of ``params × (e + 8)`` bytes of backward-weight work (so in the backward it runs
-    right after the op's own), the experts of each expert-parallel rank alike."""
-    out: list = []
-    for op in ops:
-        if isinstance(op, ExpertRanks):
-            out.append(op.map(lambda rank: with_grad_accumulation(rank, e)))
-            continue
-        if isinstance(op, LayerOp) and op.params:
-            work = Work(0.0, op.params * (e + MAIN_GRAD_BYTES))
-            out.append(LayerOp("grad_accumulation", NO_WORK, NO_WORK, work))
-        out.append(op)
-    return out
+    """``ops`` (a layer, or the embedding or output ops) preceded by the weight-gradient
+    accumulation of each op holding parameters: an op of ``params × (e + 8)`` bytes of
+    backward-weight work, one kernel each. First in forward order, they run at the end of
+    the layer's backward (Megatron's hooks fire during it, as each gradient is produced; the
+    pass takes their sum either way) and never between a collective and the GEMM it is
+    pipelined with (``parallel.tp_comm_overlap``); each expert-parallel rank's experts alike."""
+    acc = [
+        LayerOp("grad_accumulation", NO_WORK, NO_WORK, Work(0.0, op.params * (e + MAIN_GRAD_BYTES)))
+        for op in ops
+        if isinstance(op, LayerOp) and op.params
+    ]
+    rest = [
+        op.map(lambda rank: with_grad_accumulation(rank, e)) if isinstance(op, ExpertRanks) else op
+        for op in ops
+    ]
+    return acc + rest
