@@ -25,7 +25,10 @@ def resolve(sc: Scenario) -> Job:
     parts = schedule.model_chunks(plan.pp, par.virtual_stages)  # a bidirectional schedule holds each twice
     partition = resolve_partition(sc, parts)
     types = list(dict.fromkeys([cl.gpu, *gpu_types(cl)]))
-    costs = {g: chunk_costs(sc, parts, partition, gpu=g) * schedule.directions for g in types}
+    if sc.model.kind == "trace":  # the trace holds its ops' times: nothing to price
+        costs = {g: [] for g in types}
+    else:
+        costs = {g: chunk_costs(sc, parts, partition, gpu=g) * schedule.directions for g in types}
     layer_costs = None
     if par.parameter_server is not None:  # workers push and pull per layer
         n = model_layers(sc.model)
