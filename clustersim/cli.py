@@ -1,5 +1,7 @@
-"""Command line: ``clustersim run SCENARIO [--out DIR] [--set key=value ...] [--quiet]``,
-``clustersim plot DIR`` (re-draw a saved bundle's pictures) and ``clustersim list``.
+"""Command line: ``clustersim run SCENARIO [--out DIR] [--set key=value ...] [--quiet] [--chakra DIR]``,
+``clustersim plot DIR`` (re-draw a saved bundle's pictures), ``clustersim export-chakra
+SCENARIO DIR`` (Chakra ET files), ``clustersim calibrate TRACE`` (a PyTorch profiler trace
+against the cost model) and ``clustersim list``.
 
 The contract (:data:`CONTRACT`, shown by ``--help``): a user error — a bad scenario or
 override, a deadlocked program, a file that cannot be read or written — prints one
@@ -52,12 +54,29 @@ def cmd_run(args) -> int:
     progress = progress_arg(args.quiet)
     res = simulate(sc, progress=progress)
     print(summary_table(res.summary))
+    if args.chakra:
+        from .simulate import export_chakra
+
+        files = export_chakra(sc, args.chakra)
+        print(f"\nChakra ET written to {args.chakra}/ ({len(files)} rank files, comm_group.json)")
     if args.out:
         how = progress_mode(progress)
         report = Reporter(sc.name, bar=how == "bar") if how else None
         with report.phase("saving") if report else contextlib.nullcontext():
             out = res.save(args.out)
         print(f"\nresult written to {out}/ (gantt.png, trace.json for ui.perfetto.dev, …)")
+    return 0
+
+
+def cmd_export_chakra(args) -> int:
+    from .scenario import load_scenario, parse_overrides
+    from .simulate import export_chakra
+
+    sc = load_scenario(args.scenario)
+    if args.set:
+        sc = sc.with_overrides(parse_overrides(args.set))
+    files = export_chakra(sc, args.folder)
+    print(f"{len(files)} rank files ({files[0].name} … {files[-1].name}) and comm_group.json in {args.folder}/")
     return 0
 
 
@@ -173,7 +192,28 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--quiet", action="store_true", help="no estimate, progress bar or progress lines on stderr"
     )
+    run.add_argument(
+        "--chakra",
+        metavar="DIR",
+        help="also write the run's Program as Chakra ET files, one per rank (docs/interop.md)",
+    )
     run.set_defaults(func=cmd_run)
+    exp = sub.add_parser(
+        "export-chakra",
+        parents=[common],
+        epilog=CONTRACT,
+        help="write a scenario's Program as Chakra ET files (ASTRA-sim's input), one per rank",
+        description="Write the Program SCENARIO compiles to as Chakra execution traces: DIR/trace.<rank>.et "
+        "(a GlobalMetadata message, then one Node per op; ASTRA-sim: --workload-configuration=DIR/trace) and "
+        "DIR/comm_group.json (each collective's ranks by pg_name). model: {kind: trace, chakra: DIR} reads "
+        "them back into the same Program. Fields mapped and what is not carried: docs/interop.md.",
+    )
+    exp.add_argument("scenario", help="scenario YAML file")
+    exp.add_argument("folder", help="directory for the rank files (created; earlier rank files replaced)")
+    exp.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario field"
+    )
+    exp.set_defaults(func=cmd_export_chakra)
     plot = sub.add_parser(
         "plot", parents=[common], epilog=CONTRACT, help="re-draw the pictures of a saved result bundle"
     )
