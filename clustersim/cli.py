@@ -76,7 +76,9 @@ def cmd_export_chakra(args) -> int:
     if args.set:
         sc = sc.with_overrides(parse_overrides(args.set))
     files = export_chakra(sc, args.folder)
-    print(f"{len(files)} rank files ({files[0].name} … {files[-1].name}) and comm_group.json in {args.folder}/")
+    print(
+        f"{len(files)} rank files ({files[0].name} … {files[-1].name}) and comm_group.json in {args.folder}/"
+    )
     return 0
 
 

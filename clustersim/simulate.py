@@ -51,7 +51,9 @@ def compile_scenario(sc: Scenario, fold: bool | None = None) -> Program:
     return compile_job(resolve(sc), fold)
 
 
-def export_chakra(scenario: Scenario | Program | str | Path | dict[str, Any], folder: str | Path) -> list[Path]:
+def export_chakra(
+    scenario: Scenario | Program | str | Path | dict[str, Any], folder: str | Path
+) -> list[Path]:
     """Write the Program of ``scenario`` (a Scenario, a YAML path, a dict, or a Program
     itself) to ``folder`` as Chakra ET files, one per rank, plus ``comm_group.json``
     (:mod:`clustersim.interop.chakra_export`, docs/interop.md); returns the rank files.

@@ -76,4 +76,6 @@ def _read_varint(data: bytes, pos: int, path, what: str) -> tuple[int, int]:
         value |= (byte & 0x7F) << (7 * i)
         if not byte & 0x80:
             return value, pos + i + 1
-    raise ScenarioError(FIELD, str(path), f"{what}: the length prefix at byte {pos} is over {_MAX_VARINT} bytes")
+    raise ScenarioError(
+        FIELD, str(path), f"{what}: the length prefix at byte {pos} is over {_MAX_VARINT} bytes"
+    )

@@ -154,7 +154,9 @@ def import_chakra(folder: str | Path, num_gpus: int | None = None) -> Program:
         gpus = sum(1 for name in names if name.startswith("gpu"))
         if gpus != num_gpus:
             raise ScenarioError(
-                FIELD, str(folder), f"the trace has {gpus} GPU ranks ({paths[0].name} …); the cluster has {num_gpus} GPUs"
+                FIELD,
+                str(folder),
+                f"the trace has {gpus} GPU ranks ({paths[0].name} …); the cluster has {num_gpus} GPUs",
             )
     groups = _comm_groups(Path(folder), len(ranks))
     order = _merge(ranks)
