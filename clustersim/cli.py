@@ -82,6 +82,39 @@ def cmd_export_chakra(args) -> int:
     return 0
 
 
+def cmd_calibrate(args) -> int:
+    from .errors import ScenarioError
+    from .interop.calibrate import compare, gpu_of, scenario_profile, table, write_profile
+    from .interop.kineto import read_kineto
+
+    trace = read_kineto(args.trace)
+    sc = None
+    if args.scenario:
+        from .scenario import load_scenario
+
+        sc = load_scenario(args.scenario)
+    elif args.profile:
+        raise ScenarioError(
+            "--profile", args.profile, "the op names of a model.profile table come from --scenario"
+        )
+    gpu = args.gpu or (sc.cluster.gpu if sc else gpu_of(trace.device))
+    if gpu is None:
+        raise ScenarioError(
+            "--gpu", None, f"the trace's device {trace.device!r} is not a catalog GPU; name one"
+        )
+    print(f"{args.trace}: {trace.device or 'device not named'}; predictions for {gpu}")
+    if trace.unattributed:
+        print(f"({trace.unattributed} kernels not charged to an op: no launch or op links to them)")
+    print(table(compare(trace, gpu)))
+    if sc is not None:
+        profile, rows = scenario_profile(trace, sc)
+        print(f"\n{sc.name}: its layer's GEMMs the trace measured ({len(rows)} of them)")
+        print(table(rows) if rows else "none: no GEMM of the trace has a shape of this model's layer")
+        if args.profile:
+            print(f"\nmodel.profile table written to {write_profile(profile, args.profile)}")
+    return 0
+
+
 def progress_arg(quiet: bool) -> bool | str:
     """``simulate``'s ``progress`` for a command: nothing with ``--quiet``, a bar on a
     terminal, else log lines (a pipe or a batch log still hears from a long run)."""
@@ -216,6 +249,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario field"
     )
     exp.set_defaults(func=cmd_export_chakra)
+    cal = sub.add_parser(
+        "calibrate",
+        parents=[common],
+        epilog=CONTRACT,
+        help="compare a PyTorch profiler trace's kernel times with the cost model's predictions",
+        description="Read a torch.profiler Chrome-trace JSON (kernels charged to the ATen op that launched "
+        "them via correlation ids) and print per op and shape: calls, measured µs, the cost model's "
+        "predicted µs (matrix products) and measured / predicted. With --scenario, the same for each GEMM "
+        "of the scenario's transformer layer the trace measured; --profile writes those as a "
+        "model.profile table (op,phase,m,n,k,time_us). docs/interop.md.",
+    )
+    cal.add_argument("trace", help="PyTorch profiler trace (Chrome-trace JSON with traceEvents)")
+    cal.add_argument(
+        "--gpu", help="GPU catalog name to predict for (default: the scenario's, else the trace's device)"
+    )
+    cal.add_argument(
+        "--scenario", help="a transformer scenario whose layer ops the trace's GEMMs are mapped onto"
+    )
+    cal.add_argument(
+        "--profile", metavar="CSV", help="write the mapped times as a model.profile table (needs --scenario)"
+    )
+    cal.set_defaults(func=cmd_calibrate)
     plot = sub.add_parser(
         "plot", parents=[common], epilog=CONTRACT, help="re-draw the pictures of a saved result bundle"
     )
