@@ -336,3 +336,81 @@ def test_unknown_group_and_cycle(tmp_path):
         write_trace(path, meta, nodes)
     msg = _error(cyc)
     assert "trace.3.et" in msg and "its dependencies form a cycle" in msg
+
+
+def _hand_made(folder: Path) -> Path:
+    """A foreign-style trace, as ASTRA-sim's generators write one (no clustersim attributes,
+    no comm_group.json): on each of 4 ranks a 1000 µs compute, then an all-reduce of 64 MiB
+    over all ranks; rank 0 then sends 1 MiB to rank 1 (comm_tag 7)."""
+    from clustersim.interop.chakra_attrs import attr
+    from clustersim.interop.chakra_file import write_trace
+    from clustersim.interop.chakra_schema import GlobalMetadata, Node
+
+    folder.mkdir()
+    for rank in range(4):
+        nodes = [Node(id=1, name="fwd", type=4, duration_micros=1000, attr=[attr("is_cpu_op", False)])]
+        coll = Node(id=2, name="all-reduce", type=7, data_deps=[1])
+        coll.attr.extend([attr("is_cpu_op", False), attr("comm_type", 0), attr("comm_size", 64 * 2**20)])
+        nodes.append(coll)
+        if rank in (0, 1):
+            p2p = Node(id=3, name="p2p", type=5 if rank == 0 else 6, data_deps=[2])
+            p2p.attr.extend(
+                [
+                    attr("comm_src", 0, "int32"),
+                    attr("comm_dst", 1, "int32"),
+                    attr("comm_size", 2**20),
+                    attr("comm_tag", 7, "int32"),
+                ]
+            )
+            nodes.append(p2p)
+        write_trace(folder / f"allreduce.{rank}.et", GlobalMetadata(version="0.0.4"), nodes)
+    return folder
+
+
+def test_a_foreign_trace_simulates_like_the_same_program_written_by_clustersim(tmp_path):
+    foreign = cs.import_chakra(_hand_made(tmp_path / "foreign"), 4)
+    assert [(op.device, op.lane, op.kind, op.name) for op in foreign.ops] == [
+        (0, "compute", COMPUTE, "fwd"),
+        (1, "compute", COMPUTE, "fwd"),
+        (2, "compute", COMPUTE, "fwd"),
+        (3, "compute", COMPUTE, "fwd"),
+        (0, "comm", COLLECTIVE, "all-reduce"),
+        (1, "comm", COLLECTIVE, "all-reduce"),
+        (2, "comm", COLLECTIVE, "all-reduce"),
+        (3, "comm", COLLECTIVE, "all-reduce"),
+        (0, "send", SEND, "p2p"),
+        (1, "recv", RECV, "p2p"),
+    ]  # merged by (node id, rank)
+    coll = foreign.ops[4]
+    assert (coll.collective, coll.group, coll.nbytes, coll.tag) == (
+        "all_reduce",
+        (0, 1, 2, 3),
+        64 * 2**20,
+        "all#0",
+    )
+    assert foreign.ops[0].duration == 1000 * 1e-6 and foreign.ops[8].peer == 9 and foreign.ops[9].deps == (5,)
+    export_chakra(foreign, tmp_path / "own")  # the same Program, now with clustersim's attributes
+    cluster = {
+        "nodes": 1,
+        "gpus_per_node": 4,
+        "gpu": "A100-SXM4-80GB",
+        "intra_node": {"kind": "nvswitch", "bandwidth": "300 GB/s", "latency": "2 us"},
+    }
+    runs = [
+        cs.simulate(
+            {
+                "name": "t",
+                "cluster": cluster,
+                "model": {"kind": "trace", "chakra": str(tmp_path / d)},
+                "training": {"global_batch": 4},
+            },
+            progress=False,
+        )
+        for d in ("foreign", "own")
+    ]
+    assert runs[0].spans.reset_index(drop=True).equals(runs[1].spans.reset_index(drop=True))
+    spans = runs[0].spans
+    comp = spans[spans["kind"] == "compute"]
+    assert list(comp["end_s"] - comp["start_s"]) == [1e-3] * 4
+    ar = spans[spans["kind"] == "collective"]
+    assert (ar["start_s"] >= 1e-3).all() and (ar["end_s"] > ar["start_s"]).all()

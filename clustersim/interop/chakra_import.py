@@ -173,8 +173,8 @@ def import_chakra(folder: str | Path, num_gpus: int | None = None) -> Program:
         kind = _KIND[node.type]
         lane = rk.attr(node, OWN + "lane", _LANE[kind])
         before = last_on_lane.get((rk.rank, lane))
-        deps = [new_id[rk.rank, d] for d in dict.fromkeys([*node.data_deps, *node.ctrl_deps])]
-        deps = [d for d in deps if d != before or d in _ids(rk, node.data_deps, new_id)]
+        deps = [new_id[rk.rank, d] for d in node.data_deps]
+        deps += [c for c in (new_id[rk.rank, d] for d in node.ctrl_deps) if c != before and c not in deps]
         remote = rk.attr(node, OWN + "remote_deps", [])
         for r, d in zip(remote[::2], remote[1::2]):
             if (r, d) not in new_id:
@@ -203,10 +203,6 @@ def import_chakra(folder: str | Path, num_gpus: int | None = None) -> Program:
     except ProgramError as exc:
         raise ScenarioError(FIELD, str(folder), f"the traces do not form a runnable program: {exc}") from None
     return prog
-
-
-def _ids(rk: _Rank, deps, new_id) -> set[int]:
-    return {new_id[rk.rank, d] for d in deps}
 
 
 def _merge(ranks: list[_Rank]) -> list[tuple[_Rank, object]]:
