@@ -126,7 +126,7 @@ def _node(op: Op, program: Program, lane_before: int | None, groups: dict):
             a.append(attr(OWN + "flops", float(op.flops)))
     else:
         a.append(attr("comm_size", min(round(op.nbytes), _INT64)))
-        if op.nbytes != round(op.nbytes) or not isinstance(op.nbytes, int):
+        if not isinstance(op.nbytes, int):  # a float byte count comes back as it was
             a.append(attr(OWN + "nbytes", float(op.nbytes)))
     if op.kind in (SEND, RECV):
         peer = program.ops[op.peer]
