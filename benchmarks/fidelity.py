@@ -4,11 +4,14 @@ it). Prints one row per run; the packet runs take minutes to hours on a 2-core m
 ``--no-packet`` leaves them out. Numbers are recorded in docs/fidelity.md.
 
 ``--short`` runs GPT-3 175B / 1,024 A100 alone with ``training.global_batch: 128`` (16
-micro-batches per replica instead of 192): the packet reference in tens of minutes instead
-of hours. What the oversubscription comparison needs is unchanged — the same stages, the
-same 2.7 GB data-parallel all-reduce per stage over the same spines, started in the same
-1F1B cool-down order one backward apart — while the compute before it shrinks 12×, so
-the all-reduce's share of the iteration grows.
+micro-batches per replica instead of 192) and, on the packet network, 4 MiB chunks instead
+of 1 MiB: the packet reference in minutes instead of hours (its events are the data-parallel
+all-reduces' chunks on every hop, 64 twins' worth per stage; 4× fewer). What the
+oversubscription comparison needs is unchanged — the same stages, the same 2.7 GB
+data-parallel all-reduce per stage over the same spines, started in the same 1F1B
+cool-down order one backward apart — while the compute before it shrinks 12×, so the
+all-reduce's share of the iteration grows. The larger chunk adds at most (hops − 1) chunk
+times per ring step to packet's store-and-forward term (docs/fidelity.md).
 
     python benchmarks/fidelity.py [--no-packet | --fidelity exact|balanced|fast] [--short]
 """
@@ -24,7 +27,10 @@ import clustersim as cs
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ("gpt-7.5b-64xh100-balanced.yaml", "gpt3-175b-1024xa100-balanced.yaml")
 #: the shortened GPT-3 175B packet reference (``--short``)
-SHORT = ("gpt3-175b-1024xa100-balanced.yaml", {"training.global_batch": 128})
+SHORT = (
+    "gpt3-175b-1024xa100-balanced.yaml",
+    {"training.global_batch": 128, "simulation.chunk_size": "4 MiB"},
+)
 
 
 def run(
