@@ -141,27 +141,25 @@ def in_subprocess(raw: dict, max_s: float | None = None) -> dict:
 def row(label: str, r: dict, target: str = "") -> str:
     tf = f"{r['tflops_per_gpu']:.0f}" if r.get("tflops_per_gpu") else "-"
     return (
-        f"{label:<34} {r['gpus']:>6} {r['m']:>5} {r['folded']:>7} {r['wall_s']:>9.2f} {r['rss_gib']:>8.2f} "
+        f"{label:<34} {r['gpus']:>6} {r['m']:>5} {r['folded']:>7} {r['wall_s']:>9.2f} {r['cpu_s']:>8.2f} "
+        f"{r['rss_gib']:>8.2f} "
         f"{r['iteration_s']:>10.3f} {tf:>7} {r['events']:>10}  {target}"
     )
 
 
 def fidelity_table(max_s: float) -> None:
-    """One row per size and preset: wall seconds and simulated events, or the estimate."""
-    print(
-        f"{'case':<24} {'GPUs':>6} {'fidelity':>9} {'wall s':>9} {'CPU s':>9} {'events':>10} {'iter s':>10}  estimate"
-    )
+    """One row per size and preset: wall and CPU seconds and simulated events, or the estimate."""
+    head = ("GPUs", "fidelity", "wall s", "CPU s", "events", "iter s")
+    print(f"{'case':<24} " + " ".join(f"{h:>9}" for h in head) + "  estimate")
     for label, raw in fidelity_cases():
         for fidelity in ("exact", "balanced", "fast"):
             r = in_subprocess(at_fidelity(raw, fidelity), max_s)
             if "estimate" in r:
-                line = f"{label:<24} {'':>6} {fidelity:>9} {'-':>9} {'-':>9} {'-':>10} {'-':>10}  {r['estimate']} (not run)"
+                cells, note = ["", fidelity, "-", "-", "-", "-"], f"{r['estimate']} (not run)"
             else:
-                line = (
-                    f"{label:<24} {r['gpus']:>6} {fidelity:>9} {r['wall_s']:>9.2f} {r['cpu_s']:>9.2f} {r['events']:>10} "
-                    f"{r['iteration_s']:>10.4f}"
-                )
-            print(line, flush=True)
+                cells = [r["gpus"], fidelity, f"{r['wall_s']:.2f}", f"{r['cpu_s']:.2f}", r["events"]]
+                cells, note = cells + [f"{r['iteration_s']:.4f}"], ""
+            print(f"{label:<24} " + " ".join(f"{c:>9}" for c in cells) + f"  {note}", flush=True)
 
 
 def main() -> None:
@@ -180,7 +178,8 @@ def main() -> None:
         fidelity_table(60.0 if args.max_s is None else args.max_s)
         return
     print(
-        f"{'case':<34} {'GPUs':>6} {'m':>5} {'folded':>7} {'wall s':>9} {'RSS GiB':>8} {'iter s':>10} "
+        f"{'case':<34} {'GPUs':>6} {'m':>5} {'folded':>7} {'wall s':>9} {'CPU s':>8} {'RSS GiB':>8} "
+        f"{'iter s':>10} "
         f"{'TFLOP/s':>7} {'events':>10}  target"
     )
     print(row("(a) GPT-3 175B folded", in_subprocess(gpt3_175b(True)), "≤ 5 s"), flush=True)
