@@ -19,7 +19,10 @@ the computing segments of both in issue order, and a communication segment runs 
 own lane (``tp``; ``ep`` for the MoE dispatch/combine, one FIFO stream for both chunks, as
 DeepSeek's communication SMs run one kernel after the other) while the next stretch — the
 other chunk's compute — runs. So one chunk's all-to-all is hidden behind the other
-chunk's next stretch: exposed max(0, all-to-all − that stretch) each time.
+chunk's next stretch: exposed max(0, X − C) each time, and a pair whose stretches each end
+in one all-to-all takes U + Σ max(X, C) + P (U, P: its first and last stretch) — each
+all-to-all and the stretch beside it start together, the lane and the compute both free
+(tests/test_ep_dualpipe.py).
 
 Which chunk leads: the one with less compute before its first communication (the
 backward, whose first component is the combine's gradient after a small unpermute), so
