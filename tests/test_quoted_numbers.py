@@ -37,6 +37,8 @@ def _quotes():
 
 QUOTES = list(_quotes())
 _RUNS: dict = {}
+#: scenarios whose run takes over ~20 s: their quotes run with the slow tests
+SLOW = {"deepseek-v3-2048xh800-dualpipe.yaml"}
 
 
 def _summary(scenario: str, sets: str) -> dict:
@@ -52,7 +54,11 @@ def test_something_is_quoted():
     assert {q[0] for q in QUOTES} >= {"quickstart.yaml", "synthetic-4stage-1f1b.yaml"}
 
 
-@pytest.mark.parametrize("scenario,sets,pairs", QUOTES, ids=[f"{q[0]}{q[1]}" for q in QUOTES])
+@pytest.mark.parametrize(
+    "scenario,sets,pairs",
+    [pytest.param(*q, marks=[pytest.mark.slow] if q[0] in SLOW else []) for q in QUOTES],
+    ids=[f"{q[0]}{q[1]}" for q in QUOTES],
+)
 def test_quoted_numbers_are_printed(scenario, sets, pairs):
     summary = _summary(scenario, sets)
     for key, value in pairs:
