@@ -74,7 +74,7 @@ def _quotes():
 QUOTES = list(_quotes())
 _SUMMARIES: dict = {}
 #: runs whose whole Result a story test reads (the others keep only their summary)
-_KEEP = {("scenarios/quickstart.yaml", ())}
+_KEEP = {("scenarios/quickstart.yaml", ()), ("scenarios/edgepipe-vit-large-4xT4-1GbE.yaml", ())}
 _RESULTS: dict = {}
 
 
@@ -205,6 +205,26 @@ def test_quickstart_explanation_matches_its_breakdown():
     assert (
         f"{T[-1]:.1f} ms of compute per micro-batch against {min(T[:-1]):.1f}–{max(T[:-1]):.1f} ms" in readme
     )
+
+
+def test_edgepipe_latency_is_its_forwards_and_hops():
+    """The EdgePipe header splits the empty-pipeline latency into its stages' forwards and the
+    hops between them: on an idle pipeline the first request's latency is exactly their sum."""
+    res = _simulate("scenarios/edgepipe-vit-large-4xT4-1GbE.yaml")
+    first = res.spans[res.spans.microbatch == 0]
+    took = (first.end_s - first.start_s).groupby([first.lane, first.device]).sum()
+    forwards, hops = took["compute"], took["send"]
+    latency = res.summary["first_request_latency_s"]
+    assert forwards.sum() + hops.sum() == pytest.approx(latency, rel=1e-12)
+    fwd, hop = forwards.mean() * 1e3, hops.mean() * 1e3
+    assert forwards.max() - forwards.min() < 0.05e-3 and hops.max() - hops.min() < 1e-9  # alike stages
+    header = _prose(ROOT / "scenarios/edgepipe-vit-large-4xT4-1GbE.yaml")
+    for phrase in [
+        f"a stage's forward takes ~{fwd:.1f} ms",
+        f"takes ~{hop:.1f} ms over the 1 Gbit/s hop",
+        f"({len(forwards)} × {fwd:.1f} + {len(hops)} × {hop:.1f} ≈ {latency * 1e3:.1f} ms)",
+    ]:
+        assert phrase in header, phrase
 
 
 def test_validation_table_rows_are_the_runs():
