@@ -1,7 +1,10 @@
 """Scale benchmark: wall time and peak memory of large simulations (issue "Scale").
 
-    python benchmarks/scale.py            # everything (the unfolded 1,024-GPU run takes minutes)
+    python benchmarks/scale.py            # every row of docs/performance.md's table (the unfolded
+                                          # 1,024-GPU run takes minutes)
     python benchmarks/scale.py --quick    # skip the unfolded run
+    python benchmarks/scale.py --fidelity # README's "Which fidelity do I need?": 16 / 1,024 / 16,384
+                                          # GPUs at exact / balanced / fast
 
 Prints a table:
   (a) GPT-3 175B on 1,024 A100 (DGX-A100 fat tree; TP 8, PP 16, DP 8; batch 1,536, micro-batch 1;
@@ -12,6 +15,12 @@ Prints a table:
 Every run is a fresh subprocess so its peak RSS is its own. Fidelity for (a)–(c):
 ``network: analytical``, ``collective_model: analytical``, ``granularity: stage`` — the fastest
 that keeps Megatron's Table 1 within its stated error (docs/validation.md).
+
+``--fidelity`` runs the quickstart (16 GPUs), GPT-3 175B (1,024, the balanced scenario) and
+(b) (16,384) under each ``simulation.fidelity`` preset, the scenario's own network settings
+removed so the preset decides; a run whose pre-run estimate (clustersim/resolve/estimate.py)
+is over ``--max-s`` seconds (default 60: where clustersim starts printing advice) is not run
+and its estimate is printed instead.
 """
 
 from __future__ import annotations
@@ -22,8 +31,12 @@ import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 FAST = {"network": "analytical", "collective_model": "analytical", "granularity": "stage"}
+ROOT = Path(__file__).resolve().parent.parent
+#: the simulation settings a fidelity preset sets (a scenario stating one overrides its preset)
+PRESET_KEYS = ("network", "collective_model", "granularity", "fold")
 
 
 def gpt3_175b(fold: bool) -> dict:
@@ -69,19 +82,44 @@ def gpus_sweep(gpus: int, m: int = 8) -> dict:
     }
 
 
-def run_one(raw: dict) -> dict:
-    """Simulate in this process; report wall time, peak RSS and the headline numbers."""
-    from clustersim import simulate  # imports what simulate needs, outside the timing
+def at_fidelity(raw: dict, fidelity: str) -> dict:
+    """``raw`` under a fidelity preset, with the settings the preset decides removed."""
+    sim = {k: v for k, v in raw.get("simulation", {}).items() if k not in PRESET_KEYS}
+    return {**raw, "name": f"{raw['name']} {fidelity}", "simulation": {**sim, "fidelity": fidelity}}
 
-    t0 = time.perf_counter()
+
+def fidelity_cases() -> list[tuple[str, dict]]:
+    """The three sizes of README's fidelity table."""
+    from clustersim.scenario import read_yaml
+
+    return [
+        ("quickstart (GPT 1.3B)", read_yaml(ROOT / "scenarios" / "quickstart.yaml")),
+        ("GPT-3 175B", read_yaml(ROOT / "scenarios" / "gpt3-175b-1024xa100-balanced.yaml")),
+        ("LLaMA-3-405B-like", llama3_405b()),
+    ]
+
+
+def run_one(raw: dict, max_s: float | None = None) -> dict:
+    """Simulate in this process; report wall time, peak RSS and the headline numbers — or,
+    when the pre-run estimate is over ``max_s`` seconds, only the estimate."""
+    from clustersim import load_scenario, simulate  # imports what simulate needs, outside the timing
+    from clustersim.resolve import resolve
+    from clustersim.resolve.estimate import estimate
+
+    if max_s is not None:
+        est = estimate(resolve(load_scenario(raw)))
+        if est.seconds > max_s:
+            return {"name": raw["name"], "estimate": est.line()}
+    t0, c0 = time.perf_counter(), time.process_time()
     res = simulate(raw, progress=False)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     s = res.summary
     return {
         "name": raw["name"],
         "gpus": s["num_gpus"],
         "folded": s["folded"].split(":")[0].split(" (")[0],
         "wall_s": wall,
+        "cpu_s": cpu,  # the process's own CPU seconds: what a shared machine's load does not stretch
         "rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
         "iteration_s": s["iteration_time_s"],
         "events": s["sim_events"],
@@ -90,8 +128,11 @@ def run_one(raw: dict) -> dict:
     }
 
 
-def in_subprocess(raw: dict) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--one", json.dumps(raw)], capture_output=True, text=True)
+def in_subprocess(raw: dict, max_s: float | None = None) -> dict:
+    cmd = [sys.executable, __file__, "--one", json.dumps(raw)] + (
+        [] if max_s is None else ["--max-s", str(max_s)]
+    )
+    out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode:
         raise RuntimeError(out.stderr[-2000:])
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -100,21 +141,45 @@ def in_subprocess(raw: dict) -> dict:
 def row(label: str, r: dict, target: str = "") -> str:
     tf = f"{r['tflops_per_gpu']:.0f}" if r.get("tflops_per_gpu") else "-"
     return (
-        f"{label:<34} {r['gpus']:>6} {r['m']:>5} {r['folded']:>7} {r['wall_s']:>9.2f} {r['rss_gib']:>8.2f} "
+        f"{label:<34} {r['gpus']:>6} {r['m']:>5} {r['folded']:>7} {r['wall_s']:>9.2f} {r['cpu_s']:>8.2f} "
+        f"{r['rss_gib']:>8.2f} "
         f"{r['iteration_s']:>10.3f} {tf:>7} {r['events']:>10}  {target}"
     )
+
+
+def fidelity_table(max_s: float) -> None:
+    """One row per size and preset: wall and CPU seconds and simulated events, or the estimate."""
+    head = ("GPUs", "fidelity", "wall s", "CPU s", "events", "iter s")
+    print(f"{'case':<24} " + " ".join(f"{h:>9}" for h in head) + "  estimate")
+    for label, raw in fidelity_cases():
+        for fidelity in ("exact", "balanced", "fast"):
+            r = in_subprocess(at_fidelity(raw, fidelity), max_s)
+            if "estimate" in r:
+                cells, note = ["", fidelity, "-", "-", "-", "-"], f"{r['estimate']} (not run)"
+            else:
+                cells = [r["gpus"], fidelity, f"{r['wall_s']:.2f}", f"{r['cpu_s']:.2f}", r["events"]]
+                cells, note = cells + [f"{r['iteration_s']:.4f}"], ""
+            print(f"{label:<24} " + " ".join(f"{c:>9}" for c in cells) + f"  {note}", flush=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description="clustersim scale benchmark")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--quick", action="store_true", help="skip the unfolded 1,024-GPU run")
+    ap.add_argument("--fidelity", action="store_true", help="README's table: 3 sizes × 3 fidelity presets")
+    ap.add_argument(
+        "--max-s", type=float, help="--fidelity: run only what is estimated under this (default 60 s)"
+    )
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(run_one(json.loads(args.one))))
+        print(json.dumps(run_one(json.loads(args.one), args.max_s)))
+        return
+    if args.fidelity:
+        fidelity_table(60.0 if args.max_s is None else args.max_s)
         return
     print(
-        f"{'case':<34} {'GPUs':>6} {'m':>5} {'folded':>7} {'wall s':>9} {'RSS GiB':>8} {'iter s':>10} "
+        f"{'case':<34} {'GPUs':>6} {'m':>5} {'folded':>7} {'wall s':>9} {'CPU s':>8} {'RSS GiB':>8} "
+        f"{'iter s':>10} "
         f"{'TFLOP/s':>7} {'events':>10}  target"
     )
     print(row("(a) GPT-3 175B folded", in_subprocess(gpt3_175b(True)), "≤ 5 s"), flush=True)

@@ -6,6 +6,7 @@ Public API::
     sc = cs.load_scenario("scenarios/quickstart.yaml")
     res = cs.simulate(sc.with_overrides({"parallel.schedule": "gpipe"}))
     res.summary, res.spans, res.devices, res.plot_gantt(), res.to_chrome_trace("t.json")
+    cs.export_chakra(sc, "et/")   # Chakra ET files, one per rank; model: {kind: trace, chakra: et/} reads them
 
 The names below are imported on first use (PEP 562), so ``import clustersim`` and
 ``clustersim --help`` stay fast: pydantic, pandas, networkx and the experiments package
@@ -29,6 +30,8 @@ _LAZY = {
     "Scenario": ".scenario",
     "SearchResult": ".experiments",
     "compile_scenario": ".simulate",
+    "export_chakra": ".simulate",
+    "import_chakra": ".interop.chakra_import",
     "load_result": ".trace.bundle",
     "load_scenario": ".scenario",
     "register_schedule": ".schedules",

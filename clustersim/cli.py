@@ -1,5 +1,7 @@
-"""Command line: ``clustersim run SCENARIO [--out DIR] [--set key=value ...] [--quiet]``,
-``clustersim plot DIR`` (re-draw a saved bundle's pictures) and ``clustersim list``.
+"""Command line: ``clustersim run SCENARIO [--out DIR] [--set key=value ...] [--quiet] [--chakra DIR]``,
+``clustersim plot DIR`` (re-draw a saved bundle's pictures), ``clustersim export-chakra
+SCENARIO DIR`` (Chakra ET files), ``clustersim calibrate TRACE`` (a PyTorch profiler trace
+against the cost model) and ``clustersim list``.
 
 The contract (:data:`CONTRACT`, shown by ``--help``): a user error — a bad scenario or
 override, a deadlocked program, a file that cannot be read or written — prints one
@@ -52,12 +54,64 @@ def cmd_run(args) -> int:
     progress = progress_arg(args.quiet)
     res = simulate(sc, progress=progress)
     print(summary_table(res.summary))
+    if args.chakra:
+        from .simulate import export_chakra
+
+        files = export_chakra(sc, args.chakra)
+        print(f"\nChakra ET written to {args.chakra}/ ({len(files)} rank files, comm_group.json)")
     if args.out:
         how = progress_mode(progress)
         report = Reporter(sc.name, bar=how == "bar") if how else None
         with report.phase("saving") if report else contextlib.nullcontext():
             out = res.save(args.out)
         print(f"\nresult written to {out}/ (gantt.png, trace.json for ui.perfetto.dev, …)")
+    return 0
+
+
+def cmd_export_chakra(args) -> int:
+    from .scenario import load_scenario, parse_overrides
+    from .simulate import export_chakra
+
+    sc = load_scenario(args.scenario)
+    if args.set:
+        sc = sc.with_overrides(parse_overrides(args.set))
+    files = export_chakra(sc, args.folder)
+    print(
+        f"{len(files)} rank files ({files[0].name} … {files[-1].name}) and comm_group.json in {args.folder}/"
+    )
+    return 0
+
+
+def cmd_calibrate(args) -> int:
+    from .errors import ScenarioError
+    from .interop.calibrate import compare, gpu_of, scenario_profile, table, write_profile
+    from .interop.kineto import read_kineto
+
+    trace = read_kineto(args.trace)
+    sc = None
+    if args.scenario:
+        from .scenario import load_scenario
+
+        sc = load_scenario(args.scenario)
+    elif args.profile:
+        raise ScenarioError(
+            "--profile", args.profile, "the op names of a model.profile table come from --scenario"
+        )
+    gpu = args.gpu or (sc.cluster.gpu if sc else gpu_of(trace.device))
+    if gpu is None:
+        raise ScenarioError(
+            "--gpu", None, f"the trace's device {trace.device!r} is not a catalog GPU; name one"
+        )
+    print(f"{args.trace}: {trace.device or 'device not named'}; predictions for {gpu}")
+    if trace.unattributed:
+        print(f"({trace.unattributed} kernels not charged to an op: no launch or op links to them)")
+    print(table(compare(trace, gpu)))
+    if sc is not None:
+        profile, rows = scenario_profile(trace, sc)
+        print(f"\n{sc.name}: its layer's GEMMs the trace measured ({len(rows)} of them)")
+        print(table(rows) if rows else "none: no GEMM of the trace has a shape of this model's layer")
+        if args.profile:
+            print(f"\nmodel.profile table written to {write_profile(profile, args.profile)}")
     return 0
 
 
@@ -173,7 +227,50 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--quiet", action="store_true", help="no estimate, progress bar or progress lines on stderr"
     )
+    run.add_argument(
+        "--chakra",
+        metavar="DIR",
+        help="also write the run's Program as Chakra ET files, one per rank (docs/interop.md)",
+    )
     run.set_defaults(func=cmd_run)
+    exp = sub.add_parser(
+        "export-chakra",
+        parents=[common],
+        epilog=CONTRACT,
+        help="write a scenario's Program as Chakra ET files (ASTRA-sim's input), one per rank",
+        description="Write the Program SCENARIO compiles to as Chakra execution traces: DIR/trace.<rank>.et "
+        "(a GlobalMetadata message, then one Node per op; ASTRA-sim: --workload-configuration=DIR/trace) and "
+        "DIR/comm_group.json (each collective's ranks by pg_name). model: {kind: trace, chakra: DIR} reads "
+        "them back into the same Program. Fields mapped and what is not carried: docs/interop.md.",
+    )
+    exp.add_argument("scenario", help="scenario YAML file")
+    exp.add_argument("folder", help="directory for the rank files (created; earlier rank files replaced)")
+    exp.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario field"
+    )
+    exp.set_defaults(func=cmd_export_chakra)
+    cal = sub.add_parser(
+        "calibrate",
+        parents=[common],
+        epilog=CONTRACT,
+        help="compare a PyTorch profiler trace's kernel times with the cost model's predictions",
+        description="Read a torch.profiler Chrome-trace JSON (kernels charged to the ATen op that launched "
+        "them via correlation ids) and print per op and shape: calls, measured µs, the cost model's "
+        "predicted µs (matrix products) and measured / predicted. With --scenario, the same for each GEMM "
+        "of the scenario's transformer layer the trace measured; --profile writes those as a "
+        "model.profile table (op,phase,m,n,k,time_us). docs/interop.md.",
+    )
+    cal.add_argument("trace", help="PyTorch profiler trace (Chrome-trace JSON with traceEvents)")
+    cal.add_argument(
+        "--gpu", help="GPU catalog name to predict for (default: the scenario's, else the trace's device)"
+    )
+    cal.add_argument(
+        "--scenario", help="a transformer scenario whose layer ops the trace's GEMMs are mapped onto"
+    )
+    cal.add_argument(
+        "--profile", metavar="CSV", help="write the mapped times as a model.profile table (needs --scenario)"
+    )
+    cal.set_defaults(func=cmd_calibrate)
     plot = sub.add_parser(
         "plot", parents=[common], epilog=CONTRACT, help="re-draw the pictures of a saved result bundle"
     )

@@ -32,6 +32,8 @@ MAX_BYTES = {
     "scenario": 1 * MiB,
     "model.hf_config": 1 * MiB,
     "model.profile": 16 * MiB,
+    "model.chakra": 256 * MiB,
+    "kineto trace": 256 * MiB,
     "--set": 64 * 2**10,
 }
 #: deepest nesting of YAML/JSON collections (shipped scenarios use at most 5)
@@ -43,6 +45,12 @@ MAX_NODES = 100_000
 def read_text(path: str | Path, field: str, kind: str | None = None) -> str:
     """The UTF-8 text of file ``path``, refused (naming ``field``) when missing, larger
     than ``MAX_BYTES[kind or field]`` or not UTF-8."""
+    return decode(read_bytes(path, field, kind), field, str(path))
+
+
+def read_bytes(path: str | Path, field: str, kind: str | None = None) -> bytes:
+    """The bytes of file ``path``, refused (naming ``field``) when missing or larger than
+    ``MAX_BYTES[kind or field]``."""
     p = Path(path)
     if not p.is_file():
         raise ScenarioError(field, str(path), "expected the path of an existing file")
@@ -54,7 +62,7 @@ def read_text(path: str | Path, field: str, kind: str | None = None) -> str:
         data = fh.read(cap + 1)  # the file may have grown since stat
     if len(data) > cap:
         raise ScenarioError(field, str(path), f"the file is over {cap:,} bytes; at most {cap:,} are read")
-    return decode(data, field, str(path))
+    return data
 
 
 def decode(data: bytes, field: str, source: str) -> str:

@@ -21,6 +21,7 @@ from .engine.network_setup import build_network
 from .engine.variability import compute_scales
 from .faults import simulate_job
 from .hardware.node_groups import device_memory
+from .interop.chakra_export import export_chakra as write_chakra
 from .modes import compile_job, mode_of
 from .program import Program
 from .progress import Reporter, SimProgress
@@ -48,6 +49,17 @@ def compile_scenario(sc: Scenario, fold: bool | None = None) -> Program:
     ``fold``: None applies ``simulation.fold``; True folds whenever folding is exact
     (tools that only need one GPU per stage, e.g. the memory estimate)."""
     return compile_job(resolve(sc), fold)
+
+
+def export_chakra(
+    scenario: Scenario | Program | str | Path | dict[str, Any], folder: str | Path
+) -> list[Path]:
+    """Write the Program of ``scenario`` (a Scenario, a YAML path, a dict, or a Program
+    itself) to ``folder`` as Chakra ET files, one per rank, plus ``comm_group.json``
+    (:mod:`clustersim.interop.chakra_export`, docs/interop.md); returns the rank files.
+    ``model: {kind: trace, chakra: folder}`` reads them back into the same Program."""
+    prog = scenario if isinstance(scenario, Program) else compile_scenario(load_scenario(scenario))
+    return write_chakra(prog, folder)
 
 
 def simulate(scenario: Scenario | str | Path | dict[str, Any], progress: bool | str = "auto") -> Result:
@@ -132,4 +144,4 @@ def _announce(job: Job, est: Estimate, report: Reporter | None, warn: bool) -> N
         LOG.warning("%s: %s", job.name, line)
 
 
-__all__ = ["simulate", "compile_scenario", "device_layout", "run_job"]
+__all__ = ["simulate", "compile_scenario", "device_layout", "export_chakra", "run_job"]

@@ -251,12 +251,6 @@ def test_mixtral_ep8_fits_where_megatron_core_fits_it():
         ),
         ({"ep": 2, "dp_split": [1, 1, 1, 1, 1, 1, 1, 1]}, {}, "parallel.dp_split", "accepted: even"),
         ({"ep": 16, "cp": 2}, {"experts": 16, "attention": "flash"}, "parallel.ep", "tp × cp × dp = 8 GPUs"),
-        (
-            {"ep": 2, "pp": 2, "schedule": "dualpipe"},
-            {"layers": 4},
-            "parallel.schedule",
-            "a bidirectional schedule's mirrored stages",
-        ),
     ],
 )
 def test_bad_expert_parallel_values_are_refused(parallel, model, field, message):

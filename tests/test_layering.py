@@ -26,7 +26,7 @@ RANKS: list[set[str]] = [
     {"network"},
     {"collectives"},
     {"workload"},
-    {"parallel"},
+    {"parallel", "interop"},
     {"schedules"},
     {"planner"},
     {"scenario"},

@@ -61,7 +61,7 @@ NCCL_PROTOCOLS_A100: dict[str, dict[str, float]] = {
     "ll128": {"latency": 87e-6, "efficiency": 0.71},
     "simple": {"latency": 246e-6, "efficiency": 1.0},
 }
-#: H100/H200 (``dgx_h100``, ``hgx_h200``), calibrated ONCE the same way on the one H100 curve
+#: H100/H200/H800 (``dgx_h100``, ``hgx_h200``, ``hgx_h800``: H100 silicon), calibrated ONCE the same way on the one H100 curve
 #: below the plateau in the measurement set — Azure ND H100 v5, all_reduce_perf over 8 GPUs,
 #: NCCL 2.18.5 (Azure/AI-benchmarking-guide 'Azure Results/ND_H100_v5_results.md'), its rows
 #: under 256 MiB — which ran NVLS (NVLink SHARP), NCCL's default all-reduce on one HGX H100
@@ -109,6 +109,11 @@ CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
     "dgx_h100": _dgx("H100-SXM5-80GB", 18, NVLINK_EFF_H100, 400, NCCL_PROTOCOLS_H100),
     # HGX H200: same NVLink4/NVSwitch and 8x NDR 400 Gbit/s as HGX H100, 141 GB HBM3e
     "hgx_h200": _dgx("H200-SXM-141GB", 18, NVLINK_EFF_H100, 400, NCCL_PROTOCOLS_H100),
+    # HGX H800: H100 silicon with 8 NVLink4 links = 200 GB/s per GPU per direction (400 GB/s
+    # bidirectional; gpu_datasheets.csv), 8x CX7 400 Gbit/s IB as in DeepSeek-V3's cluster
+    # (tech report §3.1: NVLink within nodes, IB across; effective 0.824 · 200 = 165 GB/s
+    # NVLink and 47 GB/s IB against the report's quoted 160 and 50 GB/s, §3.2.2)
+    "hgx_h800": _dgx("H800-SXM5-80GB", 8, NVLINK_EFF_H100, 400, NCCL_PROTOCOLS_H100),
     # a PCIe server: 8 GPUs behind a PCIe Gen4 x16 switch (32 GB/s per direction),
     # 2x 100 Gbit/s NICs
     "pcie_node": {
@@ -134,6 +139,8 @@ PRESET_SOURCES: dict[str, list[str]] = {
         "NVIDIA/nccl-tests issue #309 (4x HGX H100 8x400G, 365.84 GB/s)",
     ],
     "hgx_h200": ["NVIDIA/nccl-tests issue #283 (248 nodes x 8 H200, ~350 GB/s; directional)"],
+    # the one H800 row (NVIDIA/nccl #1374, 215 GB/s) is an NVLS all-reduce, which is not modelled
+    "hgx_h800": [],
     "pcie_node": [],
 }
 

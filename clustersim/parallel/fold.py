@@ -43,6 +43,8 @@ class FoldDecision:
 
 def _obstacle(job) -> str | None:
     cl, par = job.cluster, job.parallel
+    if job.model.kind == "trace":
+        return "a trace model runs every rank its files hold"
     if par.stage_replicas is not None:
         return "stage_replicas makes stages differ"
     if job.num_gpus < cl.num_gpus:

@@ -107,6 +107,8 @@ def estimate(job, knobs: _Knobs | None = None) -> Estimate:
     hops = _Hops(job, k.network)
     if job.layer_costs is not None:  # a parameter server: workers push and pull per layer
         return _parameter_server(job, k, hops)
+    if job.trace is not None:
+        return _trace(job.trace, k, hops)
     plan, cl = job.plan, job.cluster
     gpn = cl.gpus_per_node
     m = job.num_microbatches
@@ -157,6 +159,21 @@ def _parameter_server(job, k: _Knobs, hops: _Hops) -> Estimate:
     ops = k.iterations * (n * (2 * m + 4) * len(layers) + len(layers))
     events = k.iterations * (n * (2 * m * len(layers) + 2 * per_layer) + len(layers))
     return _priced(k, ops, events)
+
+
+def _trace(prog, k: _Knobs, hops: _Hops) -> Estimate:
+    """A trace's ops are known (and run once, whatever ``simulation.iterations``): each
+    costs one event, a message its packets or flow events (taken between nodes), a
+    collective its algorithm's messages."""
+    events = 0.0
+    for op in prog.ops:
+        events += 1
+        if op.kind == "send":
+            events += _message_events(k, op.nbytes, hops.inter)
+        elif op.kind == "collective":
+            n = len(op.group)
+            events += _own_events(k, n) + _collective_events(k, op.collective, n, op.nbytes, hops.inter)
+    return _priced(k, len(prog.ops), events)
 
 
 def _priced(k: _Knobs, ops: float, events: float) -> Estimate:

@@ -19,9 +19,11 @@ from typing import Any
 
 import networkx as nx
 
+from ..interop.chakra_import import import_chakra
 from ..parallel.fold import FoldDecision, can_fold, decide_fold
 from ..parallel.hetero import ReplicaWork
 from ..parallel.plan import Plan
+from ..program import Program
 from ..scenario.cluster_spec import ClusterSpec
 from ..scenario.model_spec import ModelSpec
 from ..scenario.schema import ParallelSpec, SimulationSpec, TrainingSpec
@@ -104,6 +106,14 @@ class Job:
         """``parallel.data_parallel`` resolved for this job's gradient group of dp × cp ranks
         (None: one all-reduce per stage and step; :mod:`clustersim.schedules.data_parallel`)."""
         return DataParallel.of(self.parallel, self.plan.replicas)
+
+    @cached_property
+    def trace(self) -> Program | None:
+        """A trace model's Program, read once from ``model.chakra`` (:mod:`clustersim.interop`;
+        its ranks must be the job's GPUs); None for every other model."""
+        if self.model.kind != "trace":
+            return None
+        return import_chakra(self.model.chakra, self.num_gpus)
 
     @cached_property
     def fold(self) -> FoldDecision:

@@ -25,13 +25,17 @@ def resolve(sc: Scenario) -> Job:
     parts = schedule.model_chunks(plan.pp, par.virtual_stages)  # a bidirectional schedule holds each twice
     partition = resolve_partition(sc, parts)
     types = list(dict.fromkeys([cl.gpu, *gpu_types(cl)]))
-    costs = {g: chunk_costs(sc, parts, partition, gpu=g) * schedule.directions for g in types}
+    trace = sc.model.kind == "trace"  # the trace holds its ops' times: nothing to price
+    if trace:
+        costs = {g: [] for g in types}
+    else:
+        costs = {g: chunk_costs(sc, parts, partition, gpu=g) * schedule.directions for g in types}
     layer_costs = None
     if par.parameter_server is not None:  # workers push and pull per layer
         n = model_layers(sc.model)
         layer_costs = {g: chunk_costs(sc, n, [1] * n, gpu=g) for g in types}
     replicas = None
-    if needs_replica_work(cl, par) and par.parameter_server is None:
+    if needs_replica_work(cl, par) and par.parameter_server is None and not trace:
         replicas = tuple(replica_work(cl, par, sc.training, plan, schedule, costs, sc.num_microbatches))
     return Job(
         name=sc.name,

@@ -8,14 +8,14 @@ expert-data-parallel side: the expert ``RankGenerator`` has ``cp = 1``), so that
 by ``etp × ep`` (the world size by ``etp × ep × pp``); ``num_experts`` must divide by
 ``ep``; with EP and TP together sequence parallelism is required (MoE README: "When using
 MoE with expert parallelism and tensor parallelism, sequence parallelism must be
-enabled"); the shared expert overlap needs the ``alltoall`` dispatcher. Bidirectional
-schedules (DualPipe) are refused: their mirrored stages' expert gradients are not summed.
+enabled"); the shared expert overlap needs the ``alltoall`` dispatcher. A bidirectional
+schedule (DualPipe) runs with expert parallelism: the compiler sums the mirrored stages'
+expert gradients (:mod:`clustersim.schedules.compiler`).
 """
 
 from __future__ import annotations
 
 from ..errors import ScenarioError
-from ..schedules import SCHEDULES
 from ..workload.resolve import resolve_transformer
 
 
@@ -64,13 +64,6 @@ def check_expert_parallel(spec, dp: int) -> None:
     if par.moe_shared_expert_overlap and par.moe_token_dispatcher != "alltoall":
         raise ScenarioError(
             "parallel.moe_shared_expert_overlap", True, "needs parallel.moe_token_dispatcher: alltoall"
-        )
-    if SCHEDULES[par.schedule].directions > 1:
-        raise ScenarioError(
-            "parallel.schedule",
-            par.schedule,
-            "a bidirectional schedule's mirrored stages would sum their expert gradients too: not "
-            "modelled with expert parallelism; accepted: a one-direction schedule, or ep 1 and etp = tp",
         )
     for name, why in (
         ("stage_replicas", "runs without data-parallel replicas"),

@@ -1,5 +1,6 @@
 """The ``model`` section of a scenario: a synthetic model, a transformer (preset, HF
-config or explicit sizes) or a CNN preset — one pydantic union chosen by ``kind``."""
+config or explicit sizes), a CNN preset or execution traces — one pydantic union chosen
+by ``kind``."""
 
 from __future__ import annotations
 
@@ -140,6 +141,16 @@ class CNNModel(_ModelSection):
         return known(name, CNN_PRESETS, "CNN preset", list(CNN_PRESETS))
 
 
+class TraceModel(_ModelSection):
+    """A workload read from execution traces: ``chakra`` is a folder of MLCommons Chakra ET
+    files, one per rank (``<prefix>.<rank>.et``, as ASTRA-sim reads them), rank r running
+    on ``gpu{r}`` of the cluster (docs/interop.md). The ops, their durations and bytes
+    come from the trace; ``parallel``, ``training`` and the cost model are not consulted."""
+
+    kind: Literal["trace"] = "trace"
+    chakra: str
+
+
 def _model_kind(raw: Any) -> str:
     """The union branch of a ``model`` section: its ``kind``, else cnn for a CNN preset,
     else transformer. Tags are spelled like pydantic's own branch tags (``literal[...]``)
@@ -153,12 +164,14 @@ def _model_kind(raw: Any) -> str:
         )
     else:
         return "literal['transformer']"
-    return f"literal['{kind}']" if kind in ("synthetic", "transformer", "cnn") else "literal['transformer']"
+    known_kind = kind in ("synthetic", "transformer", "cnn", "trace")
+    return f"literal['{kind}']" if known_kind else "literal['transformer']"
 
 
 ModelSpec = Annotated[
     Annotated[SyntheticModel, Tag("literal['synthetic']")]
     | Annotated[TransformerModel, Tag("literal['transformer']")]
-    | Annotated[CNNModel, Tag("literal['cnn']")],
+    | Annotated[CNNModel, Tag("literal['cnn']")]
+    | Annotated[TraceModel, Tag("literal['trace']")],
     Discriminator(_model_kind),
 ]

@@ -126,6 +126,14 @@ def check_rules(spec: ScenarioSpec) -> None:
             par.tp,
             "a synthetic model has per-GPU layer times and cannot be split by tensor parallelism; accepted: 1",
         )
+    if spec.model.kind == "trace":
+        for key in ("tp", "pp", "cp"):
+            if getattr(par, key) > 1:
+                raise ScenarioError(
+                    f"parallel.{key}",
+                    getattr(par, key),
+                    "a trace model (model.kind: trace) brings its own parallelism; accepted: 1",
+                )
     if par.tp > 1 and spec.model.kind == "cnn":
         raise ScenarioError(
             "parallel.tp", par.tp, "CNN models run data and pipeline parallel only; accepted: 1"

@@ -35,7 +35,7 @@ from .cluster_spec import (  # noqa: F401  (re-exported: the schema's public nam
     StragglerSpec,
 )
 from .fields import Bandwidth, Bytes, Range, Time, _Spec, known
-from .model_spec import CNNModel, ModelSpec, SyntheticModel, TransformerModel  # noqa: F401
+from .model_spec import CNNModel, ModelSpec, SyntheticModel, TraceModel, TransformerModel  # noqa: F401
 
 
 class ArrivalSpec(_Spec):

@@ -28,8 +28,10 @@ replica r and tensor-parallel rank t, on the device of (stage s, r, t), the comp
   * at every optimizer step ``("O", i)``: with dp > 1, a gradient all-reduce over the
     stage's data-parallel group (with a bidirectional schedule, also over the mirrored
     stage p − 1 − s, which holds the same chunks — at any dp) on the ``comm`` lane after
-    the stage's last pass (with gradient compression, the ops of :mod:`.gradient_sync`),
-    then the optimizer op
+    the stage's last pass (with gradient compression, the ops of :mod:`.gradient_sync`);
+    with expert parallelism, the experts' gradients over the expert-data-parallel group
+    (with a bidirectional schedule, also over its GPUs' twins in stage p − 1 − s — what
+    DualPipe's example sums for every parameter); then the optimizer op
     (after the all-reduce), which creates the next weight version. With
     ``parallel.data_parallel``, :mod:`.data_parallel` emits the data-parallel traffic
     instead (buckets, overlap, sharding, FSDP units) and splits passes into layers.
@@ -456,20 +458,26 @@ def _emit_stage(
                     arrivals=1 if mirror == s else 2,  # folded: both stages' representatives meet
                 )
             expert = sum(costs[c].expert_grad_bytes for c in stage_chunks(schedule, s, plan.pp, v))
-            if expert and plan.edp > 1 and sync is None:  # expert gradients: over the expert-DP group
+            # expert gradients: over the expert-DP group, and (bidirectional) the mirrored
+            # stage's GPUs holding the same experts of the same chunks
+            mirror = plan.pp - 1 - s if schedule.directions > 1 else s
+            group = _with_mirror(plan, plan.expert_group(dev, "edp"), s, mirror)
+            if expert and len(group) > 1 and sync is None:
+                others = (g for g in plan.expert_groups(s, "edp") if dev not in g)
                 deps = emit_gradient_allreduce(
                     prog,
                     dev,
-                    plan.expert_group(dev, "edp"),
+                    group,
                     expert,
                     stage=s,
                     iteration=last_it,
                     label=label + " experts",
-                    tag=f"edp-allreduce it{last_it} u{j} s{s} g{plan.expert_group(dev, 'edp')[0]}",
+                    tag=f"edp-allreduce it{last_it} u{j} s{min(s, mirror)} g{group[0]}",
                     deps=deps,
                     compression=compression,
                     fold=fold,
-                    shadows=tuple(g for g in plan.expert_groups(s, "edp") if dev not in g) if fold else (),
+                    shadows=tuple(_with_mirror(plan, g, s, mirror) for g in others) if fold else (),
+                    arrivals=1 if mirror == s else 2,  # folded: both stages' representatives meet
                 )
             if schedule.flush:  # flush-free updates have no global step work (.step_work)
                 deps = emit_step_work(
@@ -595,7 +603,7 @@ def emit_pair(prog: Program, plan: Plan, job: list[_PassJob], versions, r: int, 
     """Emit an overlapped F&B pair (:mod:`.overlap`): the two passes' segments in the
     interleaved issue order, each after the previous segment of its own pass (both after
     ``after``); the pair's last op also waits for the other pass's end. Return each pass's
-    (op its receive gates, last op)."""
+    (op its receive gates — the pair's first, whichever chunk leads —, last op)."""
     s = job[0].labels["stage"]
     segs = [pass_segments(pj.cost, pj.ph, pj.kw["split"], pj.received) for pj in job]
     emit = [
@@ -603,7 +611,8 @@ def emit_pair(prog: Program, plan: Plan, job: list[_PassJob], versions, r: int, 
         for pj, v in zip(job, versions)
     ]
     prev, firsts, extra = [after, after], [None, None], [(), ()]
-    for which, i in interleave(*segs):
+    order = interleave(*segs)
+    for which, i in order:
         pj = job[which]
         deps = ((prev[which].id,) if prev[which] is not None else ()) + extra[which]
         head, prev[which], extra[which] = emit[which].segment(segs[which][i], i, deps, pj.ph, pj.mb)
@@ -620,13 +629,23 @@ def emit_pair(prog: Program, plan: Plan, job: list[_PassJob], versions, r: int, 
         )
     # both passes' receives gate the pair's first op: DualPipe waits for the pair's inputs
     # together (``_forward_backward_chunk``: recv F, recv B, then ``_commit_and_wait_comm``)
-    return [(firsts[0], prev[0]), (firsts[0], prev[1])]
+    head = firsts[order[0][0]]
+    return [(head, prev[0]), (head, prev[1])]
 
 
 def _sum_group(plan: Plan, s: int, mirror: int, t: int) -> tuple[int, ...]:
     """The GPUs whose gradients TP rank ``t`` of stage ``s`` sums: its data-parallel replicas,
     and those of stage ``mirror`` when that stage holds the same chunks (``s`` otherwise)."""
-    return tuple(sorted({*plan.dp_group(s, t), *plan.dp_group(mirror, t)}))
+    return _with_mirror(plan, plan.dp_group(s, t), s, mirror)
+
+
+def _with_mirror(plan: Plan, group: tuple[int, ...], s: int, mirror: int) -> tuple[int, ...]:
+    """``group`` (GPUs of stage ``s``) with the GPUs at the same places of stage ``mirror``
+    (the stage holding the same chunks under a bidirectional schedule; ``s``: none), sorted:
+    stage ``mirror``'s GPU at the same index in its stage has the same TP, data-parallel and
+    expert coordinates."""
+    shift = (mirror - s) * plan.tp * plan.replicas
+    return tuple(sorted({*group, *(d + shift for d in group)}))
 
 
 def _pass_name(m: int, v: int, ph: str, j: int, k: int) -> str:

@@ -12,7 +12,10 @@ from .resolve import resolve_transformer
 
 
 def model_layers(model) -> int:
-    """Partitionable layers of a model section (transformer layers, CNN units, synthetic layers)."""
+    """Partitionable layers of a model section (transformer layers, CNN units, synthetic
+    layers; a trace is one unit: it brings its own partition)."""
+    if model.kind == "trace":
+        return 1
     if model.kind == "transformer":
         return resolve_transformer(model).layers
     if model.kind == "cnn":

@@ -1,0 +1,81 @@
+"""Reading and writing one Chakra ET file: a GlobalMetadata message, then Node messages.
+
+Each message is length-delimited — a base-128 varint byte count, then that many bytes —
+as Chakra's ``protolib.encodeMessage`` writes and ASTRA-sim's feeder reads. The framing is
+done here by hand (a few lines) so that a damaged file is refused with where it broke: the
+file, the node's position and, once parsed, its id.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from google.protobuf.message import DecodeError
+
+from ..errors import ScenarioError
+from ..output import atomic_path
+from ..reader import read_bytes
+from .chakra_schema import GlobalMetadata, Node
+
+#: the scenario field trace files are named under in errors
+FIELD = "model.chakra"
+#: a varint longer than this many bytes is not a 64-bit length
+_MAX_VARINT = 10
+
+
+def varint(n: int) -> bytes:
+    """``n`` ≥ 0 as a protobuf base-128 varint (seven bits a byte, low first)."""
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def write_trace(path: str | Path, metadata, nodes) -> Path:
+    """Write ``metadata`` (a GlobalMetadata) and ``nodes`` (Node messages) to ``path``."""
+    with atomic_path(path) as tmp, tmp.open("wb") as fh:
+        for msg in (metadata, *nodes):
+            body = msg.SerializeToString()
+            fh.write(varint(len(body)))
+            fh.write(body)
+    return Path(path)
+
+
+def read_trace(path: str | Path) -> tuple:
+    """``(metadata, nodes)`` of the ET file ``path``; a ScenarioError names the file and the
+    node (its position from 0, and its id once known) where the bytes stop making sense."""
+    data = read_bytes(path, FIELD)
+    messages, pos = [], 0
+    while pos < len(data):
+        what = "the global metadata" if not messages else f"node #{len(messages) - 1} (from 0)"
+        size, pos = _read_varint(data, pos, path, what)
+        if pos + size > len(data):
+            raise ScenarioError(
+                FIELD, str(path), f"{what} is truncated: {size} bytes announced, {len(data) - pos} left"
+            )
+        cls = Node if messages else GlobalMetadata
+        try:
+            messages.append(cls.FromString(data[pos : pos + size]))
+        except DecodeError as exc:
+            raise ScenarioError(FIELD, str(path), f"{what} is not a Chakra {cls.__name__}: {exc}") from None
+        pos += size
+    if not messages:
+        raise ScenarioError(FIELD, str(path), "the file is empty; expected a GlobalMetadata message first")
+    return messages[0], messages[1:]
+
+
+def _read_varint(data: bytes, pos: int, path, what: str) -> tuple[int, int]:
+    """The varint at ``data[pos:]`` and the position after it."""
+    value = 0
+    for i in range(_MAX_VARINT):
+        if pos + i >= len(data):
+            raise ScenarioError(FIELD, str(path), f"{what}: truncated varint length prefix at byte {pos}")
+        byte = data[pos + i]
+        value |= (byte & 0x7F) << (7 * i)
+        if not byte & 0x80:
+            return value, pos + i + 1
+    raise ScenarioError(
+        FIELD, str(path), f"{what}: the length prefix at byte {pos} is over {_MAX_VARINT} bytes"
+    )

@@ -1,0 +1,36 @@
+"""The trace mode: a Job whose model is execution traces (``model.kind: trace``).
+
+The Program is the one the traces hold (:mod:`clustersim.interop.chakra_import`, read once
+by ``Job.trace``); nothing is compiled from ``parallel`` or the cost model. The reported
+window is the last iteration the ops name (an imported foreign trace has iteration 0
+throughout: the whole run), as for every mode (:func:`clustersim.metrics.iteration_window`).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ..program import Program
+from ..resolve import Job
+from .base import MODES, ModeReport, TrainingMode
+
+
+class TraceMode(TrainingMode):
+    name = "trace"
+    description = "replay Chakra execution traces (model.kind: trace), one file per rank"
+    priority = -10  # before every mode that compiles from parallel and the model
+    memory_columns = False  # memory comes from the trace's own moves, not a model
+
+    def applies(self, job: Job) -> bool:
+        return job.trace is not None
+
+    def compile(self, job: Job, fold: bool) -> Program:
+        return job.trace
+
+    def report(self, spans: pd.DataFrame, job: Job) -> ModeReport:
+        out = super().report(spans, job)
+        out.summary = {"schedule": "trace", "trace": job.model.chakra}  # no schedule compiled it
+        return out
+
+
+MODES.add(TraceMode())
