@@ -106,6 +106,7 @@ def run_job(job: Job, progress: bool | str = False) -> Result:
         comm_compute_slowdown=cl.comm_compute_slowdown,
         collective_model=job.simulation.collective_model,
         compute_scale=compute_scales(job, prog),
+        protocols=cl.collective_protocols,
     )
     bar = SimProgress(len(prog.ops), desc=job.name) if how == "bar" and evaluator is Engine else None
     if bar is not None:

@@ -21,12 +21,13 @@ MODES = {
 
 
 @pytest.mark.parametrize("row", read_table("korthikanti_table4_layer_times"), ids=lambda r: r["experiment"])
-def test_22b_layer_within_10_percent_of_korthikanti_table4(row):
+def test_22b_layer_within_5_percent_of_korthikanti_table4(row):
     # one 22B layer, TP = 8 on the dgx_a100 preset's NVSwitch, b = 4, s = 2048; the baseline
-    # row calibrated the two A100 efficiencies, the other four rows are checks
+    # row calibrated the two A100 efficiencies, the other four rows are checks (issue 16's
+    # must-hold: every row within 5 %)
     f, b = layer_times(*MODES[row["experiment"]])
-    assert f * 1e3 == pytest.approx(float(row["forward_ms"]), rel=0.10)
-    assert b * 1e3 == pytest.approx(float(row["backward_ms"]), rel=0.10)
+    assert f * 1e3 == pytest.approx(float(row["forward_ms"]), rel=0.05)
+    assert b * 1e3 == pytest.approx(float(row["backward_ms"]), rel=0.05)
 
 
 def test_small_gemms_are_less_efficient():

@@ -12,11 +12,13 @@ import yaml
 
 import clustersim as cs
 from clustersim.collectives.group import Group
+from clustersim.collectives.protocol import resolve_protocols
 from clustersim.engine.network_setup import build_network
 from clustersim.hardware.gpus import get_gpu
 from clustersim.record import Recorder
 from clustersim.resolve import resolve
 from clustersim.workload.cost_model import A100_EFFICIENCY
+from clustersim.workload.grad_accumulation import MAIN_GRAD_BYTES, with_grad_accumulation
 from clustersim.workload.ops import LayerOp
 from clustersim.workload.stage_builder import GRAD_NORM_BYTES, UNSCALE_BYTES
 from clustersim.workload.transformer import TransformerConfig
@@ -75,13 +77,18 @@ def _config() -> TransformerConfig:
     return resolve_transformer(cs.load_scenario(ONE_GPU).spec.model)
 
 
-def test_launch_op_is_kernel_count_times_launch():
-    cfg = _config()
-    ops = (
+def _ops(cfg) -> list:
+    """The one-GPU model's ops (tp 1, bf16), embedding to loss."""
+    return (
         embedding_ops(cfg, 1, 1, False, 2)
         + LAYERS * layer_ops(cfg, 1, 1, False, 2)
         + output_ops(cfg, 1, 1, False, 2)
     )
+
+
+def test_launch_op_is_kernel_count_times_launch():
+    cfg = _config()
+    ops = with_grad_accumulation(_ops(cfg), 2)  # megatron_2021: one main_grad add per weight op
     n_f, n_b = _kernels(ops)
     res = _run(ONE_GPU)
     launches = _named(res, "launch ")
@@ -118,6 +125,24 @@ def test_turning_one_off_removes_exactly_it(off, prefix, count):
     assert len(on.spans) - len(without.spans) == count
 
 
+def test_grad_accumulation_adds_every_weight_gradient_into_fp32_main_grad():
+    """megatron_2021: after each of the 4 micro-batches' backward, one add per weight op over
+    its parameters, reading the bf16 gradient (2 bytes) and the fp32 main_grad (4) and
+    writing it (4), each with its launch; turning it off removes exactly that time, and
+    Megatron-Core (gradient-accumulation fusion) has none."""
+    holders = [op for op in _ops(_config()) if isinstance(op, LayerOp) and op.params]
+    params = sum(op.params for op in holders)
+    per_micro_batch = params * (2 + MAIN_GRAD_BYTES) / (HBM * A100_EFFICIENCY.memory) + len(holders) * L
+    on, off = _run(ONE_GPU), _run(ONE_GPU, grad_accumulation=False)
+    assert params == resolve(cs.load_scenario(ONE_GPU)).chunk_costs[0].static.weights / 2
+    assert on.summary["iteration_time_s"] - off.summary["iteration_time_s"] == pytest.approx(
+        4 * per_micro_batch, rel=1e-9
+    )
+    core = copy.deepcopy(ONE_GPU)
+    core["training"]["framework"] = "megatron_core"
+    assert not cs.load_scenario(core).training.fixed_costs.grad_accumulation
+
+
 def test_grad_norm_pass_reads_the_local_fp32_gradients():
     res = _run(ONE_GPU)
     params = resolve(cs.load_scenario(ONE_GPU)).chunk_costs[0].static.weights / 2  # bf16 weights
@@ -136,15 +161,20 @@ def test_loss_scale_check_with_fp16_only():
     assert _named(_run(fp16, loss_scale_check=False), "loss-scale check").empty
 
 
-def _ring_allreduce(raw: dict, group: list[int], nbytes: float) -> float:
-    """The ring's α-β all-reduce time over ``group`` on the scenario's idle fabric:
-    2(n − 1)(α + S/(n·B)), α and B the group's intra-node step (collectives.group)."""
+def _ring(raw: dict, group: list[int], nbytes: float, steps: int) -> float:
+    """A ring's α-β time over ``group`` on the scenario's idle fabric: ``steps`` (α + S/(n·B))
+    — all-reduce 2(n − 1) steps, all-gather n − 1 — α and B the group's intra-node step
+    (collectives.group), under the preset's NCCL protocol of least time (its latency + the
+    ring on its wire bytes)."""
     job = resolve(cs.load_scenario(raw))
     env = simpy.Environment()
     fabric = build_network(job, env, Recorder())
     shape = Group(env, fabric, [f"gpu{d}" for d in group], job.cluster.collective_alpha).shape()
     n = len(group)
-    return 2 * (n - 1) * (shape["alpha"] + nbytes / (n * shape["bw"]))
+    return min(
+        p.latency + steps * (shape["alpha"] + p.wire_bytes(nbytes) / (n * shape["bw"]))
+        for p in resolve_protocols(job.cluster.collective_protocols)
+    )
 
 
 def test_scalar_allreduces_span_the_model_parallel_group():
@@ -161,7 +191,7 @@ def test_scalar_allreduces_span_the_model_parallel_group():
             mine = ar[ar.device.isin([f"gpu{d}" for d in group])]
             assert len(mine) == 4 and mine.start_s.nunique() == 1  # one rendezvous per replica
             assert (mine.end_s - mine.start_s).tolist() == pytest.approx(
-                [_ring_allreduce(raw, group, 4)] * 4, rel=1e-9
+                [_ring(raw, group, 4, 2 * (len(group) - 1))] * 4, rel=1e-9
             )
 
 
@@ -211,9 +241,10 @@ def test_pipeline_gather_after_each_receive_over_the_tp_group():
     assert set(gathers.bytes) == {SEQ * HIDDEN * 2}  # b · s · h 16-bit elements
     group = [job.plan.device(1, 0, t) for t in range(2)]
     n, s = 2, SEQ * HIDDEN * 2
-    shape = _ring_allreduce(DGX, group, s) / (2 * (n - 1))  # α + S/(n·B): one ring step
     mine = gathers[gathers.device.isin([f"gpu{d}" for d in group])]
-    assert (mine.end_s - mine.start_s).tolist() == pytest.approx([(n - 1) * shape] * len(mine), rel=1e-9)
+    assert (mine.end_s - mine.start_s).tolist() == pytest.approx(
+        [_ring(DGX, group, s, n - 1)] * len(mine), rel=1e-9
+    )
     assert _named(_run(DGX, pipeline_gather=False), "pp all-gather").empty
     sp = copy.deepcopy(DGX)
     sp["parallel"] = {**DGX["parallel"], "sequence_parallel": True}
@@ -227,12 +258,7 @@ def test_launch_is_moved_out_of_the_kernels_not_added():
     from clustersim.workload.cost_model import CostModel
     from clustersim.workload.segments import backward_items, forward_items
 
-    cfg = _config()
-    ops = (
-        embedding_ops(cfg, 1, 1, False, 2)
-        + LAYERS * layer_ops(cfg, 1, 1, False, 2)
-        + output_ops(cfg, 1, 1, False, 2)
-    )
+    ops = with_grad_accumulation(_ops(_config()), 2)
     cm = CostModel.for_gpu("A100-SXM4-80GB")
     cost = resolve(cs.load_scenario(ONE_GPU)).chunk_costs[0]
     assert cost.forward == pytest.approx(sum(i[1] for i in forward_items(ops, cm)), rel=1e-12)
@@ -251,5 +277,6 @@ def test_only_megatron_2021_gathers_pipeline_tensors(framework, gather):
     raw = yaml.safe_load((ROOT / "scenarios/quickstart.yaml").read_text())
     raw["training"]["framework"] = framework
     assert cs.load_scenario(raw).training.fixed_costs.pipeline_gather is gather
+    assert cs.load_scenario(raw).training.fixed_costs.grad_accumulation is gather  # unfused in 2021 only
     raw["training"]["fixed_costs"] = {"pipeline_gather": True}  # a stated value wins
     assert cs.load_scenario(raw).training.fixed_costs.pipeline_gather is True

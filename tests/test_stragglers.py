@@ -143,7 +143,10 @@ def test_shipped_pipedream_straggler_scenario_is_paced_by_the_straggler():
     assert conv.activation_bytes < sc.simulation.chunk_size
     transfer = nic.latency + 2 * conv.activation_bytes / nic.bandwidth
     slow = cs.simulate(sc, progress=False)
-    ops = slow.spans[slow.spans["device"] == f"gpu{straggler}"]
+    # from iteration 1 on: in iteration 0 the other replicas' first sends may still hold the
+    # links when gpu3's first forward ends (warm-up, before the run settles into gpu3's loop)
+    spans = slow.spans
+    ops = spans[(spans["device"] == f"gpu{straggler}") & (spans["iteration"] > 0)]
     took = (ops["end_s"] - ops["start_s"]).groupby(ops["kind"])
     assert took.get_group("send").to_numpy() == pytest.approx(transfer, rel=1e-9)
     assert took.get_group("recv").to_numpy() == pytest.approx(transfer, rel=1e-9)

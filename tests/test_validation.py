@@ -21,21 +21,27 @@ SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios" / "validation"
 FAST_ROWS = [0, 1, 2, 3]
 
 
-def test_megatron_table1_fast_rows():
-    rows = megatron_rows()
-    results = run_rows([rows[i] for i in FAST_ROWS])
+#: issue 16's must-hold for Table 1 with the megatron_2021 profile: mean and max |error|
+MEAN_BOUND, MAX_BOUND = 0.05, 0.10
+
+
+def _within_bounds(results: list[dict]) -> None:
     errors = [abs(r["error"]) for r in results]
     # ONE set of A100 efficiencies (calibrated on Korthikanti Table 4 only), ONE micro-batch rule
-    assert sum(errors) / len(errors) <= 0.07, results
-    assert max(errors) <= 0.15, results
+    assert sum(errors) / len(errors) <= MEAN_BOUND, results
+    assert max(errors) <= MAX_BOUND, results
     assert not any(r["oom"] for r in results)
 
 
-@pytest.mark.slow
-def test_megatron_table1_pipeline_rows():
+def test_megatron_table1_fast_rows():
     rows = megatron_rows()
-    results = run_rows([rows[4], rows[5]])
-    assert all(abs(r["error"]) <= 0.15 for r in results), results
+    _within_bounds(run_rows([rows[i] for i in FAST_ROWS]))
+
+
+@pytest.mark.slow
+def test_megatron_table1_all_rows():
+    # all ten rows (the 1T row alone simulates for minutes): the must-hold as stated
+    _within_bounds(run_rows(megatron_rows()))
 
 
 def test_micro_batch_rule_is_stated_and_shipped_scenarios_follow_it():

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..errors import ScenarioError
 from .group import Group
-from .registry import ALGORITHMS, KINDS, Options, as_run, choose_algorithm, per_host
+from .registry import ALGORITHMS, KINDS, Options, as_run, busiest_buffer, per_host, plan
 from .schedule import execute
 
 
@@ -26,6 +26,7 @@ def run_collective(
     servers: list[str] | None = None,
     split: tuple | None = None,
     latency: str = "overlapped",
+    protocols=None,
 ):
     """SimPy process generator: run collective ``kind`` among ``members`` starting now.
 
@@ -39,12 +40,25 @@ def run_collective(
     ``parameter_server``. ``channels``, ``chunks``, ``servers`` tune ring channels,
     pipeline chunks and parameter servers; ``latency`` how a ring across hosts pays its α's
     (``cluster.collective_latency``, :mod:`.cost`). ``split[i][j]``: the bytes member i sends
-    member j in an uneven all-to-all (all-to-all-v; ``direct`` only). Returns ``{member: finish time (s)}``.
+    member j in an uneven all-to-all (all-to-all-v; ``direct`` only). ``protocols``: the
+    system's NCCL protocols (``cluster.collective_protocols``, :mod:`.protocol`; None: Simple
+    alone) — the call runs the one NCCL's tuner would pick: its latency first, then the
+    schedule on the protocol's wire bytes. Returns ``{member: finish time (s)}``.
     """
-    group = check_group(env, fabric, kind, members, nbytes, algorithm, alpha, root, servers, latency)
+    group = check_group(
+        env, fabric, kind, members, nbytes, algorithm, alpha, root, servers, latency, protocols
+    )
     kind, nbytes = as_run(kind, nbytes)
-    name = choose_algorithm(group, kind, nbytes) if algorithm == "auto" else algorithm
-    engines, _ = build_schedule(group, kind, name, int(nbytes), root, channels, chunks, servers, split)
+    if algorithm != "auto" and len(group.members) > 1:
+        check_shape(group, kind, algorithm)  # before its cost is estimated
+    name, protocol, _ = plan(group, kind, busiest_buffer(split) if split else nbytes, algorithm)
+    if split is not None:  # each message of an all-to-all-v takes its protocol's wire bytes
+        split = tuple(tuple(protocol.wire_bytes(b) for b in row) for row in split)
+    engines, _ = build_schedule(
+        group, kind, name, protocol.wire_bytes(nbytes), root, channels, chunks, servers, split
+    )
+    if protocol.latency > 0:
+        yield env.timeout(protocol.latency)
     start = env.now
     finish = dict.fromkeys(group.members, start)
     yield from execute(env, fabric, engines, group.alpha_of, group.pace_of, label or f"{kind}:{name}", finish)
@@ -79,7 +93,17 @@ def check_shape(group: Group, kind: str, name: str) -> None:
 
 
 def check_group(
-    env, fabric, kind, members, nbytes, algorithm, alpha, root, servers=None, latency="overlapped"
+    env,
+    fabric,
+    kind,
+    members,
+    nbytes,
+    algorithm,
+    alpha,
+    root,
+    servers=None,
+    latency="overlapped",
+    protocols=None,
 ) -> Group:
     """Validate a collective call; return its :class:`Group`. Errors name the field."""
     if kind not in KINDS:
@@ -116,4 +140,4 @@ def check_group(
         and not (algorithm == "parameter_server" and (graph is None or root in graph))
     ):
         raise ScenarioError("collective.root", root, f"must be one of the members: {', '.join(members)}")
-    return Group(env, fabric, list(members), alpha, latency)
+    return Group(env, fabric, list(members), alpha, latency, protocols)

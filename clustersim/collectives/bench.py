@@ -61,7 +61,8 @@ def measure(
     chunk_size: int | None = None,
     alpha=None,
 ) -> Measurement:
-    """Run ``kind`` of ``nbytes`` among every GPU of ``cluster`` (a resolved cluster dict)."""
+    """Run ``kind`` of ``nbytes`` among every GPU of ``cluster`` (a resolved cluster dict),
+    with its ``collective_alpha`` and ``collective_protocols``."""
     graph = build_topology(cluster)
     members = gpu_names(graph)
     n = len(members)
@@ -72,15 +73,18 @@ def measure(
     )  # the analytical model ignores it
     if alpha is None:
         alpha = cluster.get("collective_alpha")
+    protocols = cluster.get("collective_protocols")
     from .api import check_group
     from .registry import choose_algorithm
 
     name = algorithm
     if algorithm == "auto":
         name = choose_algorithm(
-            check_group(env, fabric, kind, members, nbytes, "auto", alpha, None), kind, nbytes
+            check_group(env, fabric, kind, members, nbytes, "auto", alpha, None, protocols=protocols),
+            kind,
+            nbytes,
         )
-    proc = env.process(run_collective(env, fabric, kind, members, nbytes, name, alpha))
+    proc = env.process(run_collective(env, fabric, kind, members, nbytes, name, alpha, protocols=protocols))
     env.run(proc)
     t = env.now
     algbw = nbytes / t if t > 0 else float("inf")

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from ..errors import ScenarioError
 from ..hardware.presets import DEFAULT_ALPHA
 from ..topology.routing import Router
+from .protocol import resolve_protocols
 
 #: α per link kind a user sets (``cluster.collective_alpha``): same host vs different hosts
 ALPHA_KEYS = ("intra_node", "inter_node")
@@ -48,11 +49,15 @@ def _non_negative(field: str, value: object) -> float:
 
 
 class Group:
-    """A validated group of members on a fabric, with per-pair α and link-speed lookups."""
+    """A validated group of members on a fabric, with per-pair α and link-speed lookups, and
+    the system's NCCL protocols (:mod:`.protocol`; None: Simple alone)."""
 
-    def __init__(self, env, fabric, members: list[str], alpha=None, latency: str = "overlapped"):
+    def __init__(
+        self, env, fabric, members: list[str], alpha=None, latency: str = "overlapped", protocols=None
+    ):
         self.env, self.fabric, self.members = env, fabric, list(members)
         self.latency = latency  # how a ring across hosts pays its α's (cluster.collective_latency)
+        self.protocols = resolve_protocols(protocols)
         self.graph = getattr(fabric, "graph", None)
         # the fabric's router (its routes and costs are cached there), or one of our own
         self.router = None if self.graph is None else getattr(fabric, "router", None) or Router(self.graph)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from .algorithm import ALGORITHMS, KINDS, Algorithm, Options  # noqa: F401  (re-exported)
 from .cost import Shape
 from .group import Group
+from .protocol import SIMPLE, Protocol, choose
 
 
 def per_host(group: Group) -> tuple[int, ...]:
@@ -53,13 +54,35 @@ def as_run(kind: str, nbytes: float) -> tuple[str, float]:
 def choose_algorithm(group: Group, kind: str, nbytes: int) -> str:
     """The ``auto`` choice: the smallest α-β estimate among algorithms able to run (a
     barrier is chosen as the zero-byte all-reduce it runs as)."""
+    return plan(group, kind, nbytes)[0]
+
+
+def plan(group: Group, kind: str, nbytes: int, algorithm: str = "auto") -> tuple[str, Protocol, float]:
+    """(algorithm, protocol, idle-network seconds) of one collective, as NCCL's tuner picks
+    them: the least ``protocol latency + α-β time on the protocol's wire bytes`` over the
+    group's protocols and — for ``auto`` — the algorithms able to run."""
     kind, nbytes = as_run(kind, nbytes)
     shape, n, hosts = group.shape(), len(group.members), per_host(group)
-    best, best_t = None, float("inf")
-    for algo in ALGORITHMS.values():
-        if kind not in algo.kinds or not algo.in_auto(n, hosts) or algo.fits(kind, n, hosts) is not None:
-            continue
-        t = estimate_time(kind, algo.name, len(group.members), nbytes, **shape)
-        if t < best_t:
-            best, best_t = algo.name, t
+    if algorithm == "auto":
+        names = [
+            a.name
+            for a in ALGORITHMS.values()
+            if kind in a.kinds and a.in_auto(n, hosts) and a.fits(kind, n, hosts) is None
+        ]
+    else:
+        names = [algorithm]
+    protocols = group.protocols if n > 1 else (SIMPLE,)  # nothing to send: no protocol latency
+    best = (None, protocols[0], float("inf"))
+    for name in names:
+        proto, t = choose(protocols, nbytes, lambda s, a=name: estimate_time(kind, a, n, s, **shape))
+        if t < best[2]:
+            best = (name, proto, t)
     return best
+
+
+def busiest_buffer(split: tuple) -> int:
+    """The most bytes any member of an uneven all-to-all (``split[i][j]``: i sends j) sends
+    or receives: the buffer its α-β time and protocol choice are worked out on."""
+    sent = [sum(row) for row in split]
+    received = [sum(col) for col in zip(*split)]
+    return max(sent + received)

@@ -6,8 +6,8 @@ Shared by the SimPy engine (:mod:`clustersim.engine.interpreter`) and the DAG ev
 
 from __future__ import annotations
 
-from ..collectives import choose_algorithm, estimate_time
 from ..collectives.group import Group
+from ..collectives.registry import busiest_buffer, plan
 from ..program import Op
 
 
@@ -15,9 +15,10 @@ class CollectivePlans:
     """``plans(op) -> (algorithm, time)``, worked out once per (kind, group, size, requested
     algorithm): the algorithm is the op's own, else the scenario's for its kind
     (``algorithms``), else the ``auto`` choice (the α-β model's fastest); the time is its
-    α-β time on the group's links under ``collective_model: analytical``, else None (the
-    fabric times it). An uneven all-to-all (``op.split``) is timed as the even one of its
-    busiest rank's buffer (the most any member sends or receives). ``latency`` is
+    α-β time on the group's links, with the NCCL protocol the tuner picks (``protocols``,
+    :mod:`clustersim.collectives.protocol`), under ``collective_model: analytical``, else
+    None (the fabric times it). An uneven all-to-all (``op.split``) is timed as the even one
+    of its busiest rank's buffer (the most any member sends or receives). ``latency`` is
     ``cluster.collective_latency``."""
 
     def __init__(
@@ -29,8 +30,10 @@ class CollectivePlans:
         algorithms: dict[str, str],
         collective_model: str,
         latency: str = "overlapped",
+        protocols=None,
     ):
         self.env, self.fabric, self.names, self.alpha, self.latency = env, fabric, names, alpha, latency
+        self.protocols = protocols
         self.algorithms, self.collective_model = algorithms, collective_model
         self._known: dict[tuple, tuple[str, float | None]] = {}
 
@@ -39,22 +42,9 @@ class CollectivePlans:
         key = (op.collective, op.group, op.nbytes, requested, op.split)
         known = self._known.get(key)
         if known is None:
-            group = Group(self.env, self.fabric, [self.names[d] for d in op.group], self.alpha, self.latency)
-            algorithm = (
-                requested if requested != "auto" else choose_algorithm(group, op.collective, op.nbytes)
-            )
+            names = [self.names[d] for d in op.group]
+            group = Group(self.env, self.fabric, names, self.alpha, self.latency, self.protocols)
             nbytes = busiest_buffer(op.split) if op.split else op.nbytes
-            t = (
-                None
-                if self.collective_model != "analytical"
-                else estimate_time(op.collective, algorithm, len(op.group), nbytes, **group.shape())
-            )
-            known = self._known[key] = (algorithm, t)
+            algorithm, _, t = plan(group, op.collective, nbytes, requested)
+            known = self._known[key] = (algorithm, t if self.collective_model == "analytical" else None)
         return known
-
-
-def busiest_buffer(split: tuple) -> int:
-    """The most bytes any member of an uneven all-to-all sends or receives."""
-    sent = [sum(row) for row in split]
-    received = [sum(col) for col in zip(*split)]
-    return max(sent + received)

@@ -143,13 +143,21 @@ class DagEngine:
         comm_compute_slowdown: float = 1.0,
         collective_model: str = "fabric",
         compute_scale: list[float] | None = None,
+        protocols=None,
     ):
         if comm_compute_slowdown != 1.0:
             raise ValueError("the DAG evaluator needs comm_compute_slowdown 1 (see contention_free)")
         self.program, self.recorder = program, recorder
         self.memory = MemoryLedger(program.static_memory, memory_capacity, recorder)
         self._plan_collective = CollectivePlans(
-            env, fabric, program.device_names, alpha, algorithms or {}, collective_model, collective_latency
+            env,
+            fabric,
+            program.device_names,
+            alpha,
+            algorithms or {},
+            collective_model,
+            collective_latency,
+            protocols,
         )
         ops, names = program.ops, program.device_names
         durations = (

@@ -77,6 +77,7 @@ class Engine:
         comm_compute_slowdown: float = 1.0,
         collective_model: str = "fabric",
         compute_scale: list[float] | None = None,
+        protocols=None,
     ):
         """``alpha``: per-step collective latency (see :func:`clustersim.collectives.run_collective`);
         ``collective_latency``: how a ring across hosts pays it (``cluster.collective_latency``);
@@ -87,10 +88,12 @@ class Engine:
         fabric; ``analytical`` holds the members for the algorithm's α-β time on the
         group's links (no contention, one event — for large sweeps);
         ``compute_scale``: per-op factors on compute durations (stragglers, noise; see
-        :mod:`clustersim.engine.variability`)."""
+        :mod:`clustersim.engine.variability`); ``protocols``: the system's NCCL protocols
+        (``cluster.collective_protocols``; None: Simple alone)."""
         self.program, self.env, self.fabric, self.recorder = program, env, fabric, recorder
         self.memory = MemoryLedger(program.static_memory, memory_capacity, recorder)
         self.alpha, self.latency, self.algorithms = alpha, collective_latency, algorithms or {}
+        self.protocols = protocols
         self.slowdown = comm_compute_slowdown
         self.collective_model = collective_model
         # collectives in progress per device, and an event that fires when that changes
@@ -111,7 +114,7 @@ class Engine:
         self.names = program.device_names
         # op -> (algorithm, analytical time or None), cached per collective shape
         self._collective_plan = CollectivePlans(
-            env, fabric, self.names, alpha, self.algorithms, collective_model, collective_latency
+            env, fabric, self.names, alpha, self.algorithms, collective_model, collective_latency, protocols
         )
         self._rendezvous: dict[str, list] = {}
         self.lanes = program.lanes()
@@ -338,6 +341,7 @@ class Engine:
                 label=op.tag,
                 split=op.split or None,
                 latency=self.latency,
+                protocols=self.protocols,
             )
             own_done = self.env.process(own)  # first, as replica 0 would be in the unfolded run
             for group in op.shadows if self.fabric.shares_links else ():  # folded twins' collectives
@@ -353,6 +357,7 @@ class Engine:
                         label=op.tag,
                         split=op.split or None,
                         latency=self.latency,
+                        protocols=self.protocols,
                     )
                 )
             own_done.callbacks.append(ended)

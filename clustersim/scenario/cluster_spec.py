@@ -85,6 +85,15 @@ class PcieSpec(_Spec):
     latency: Time = 0.0
 
 
+class ProtocolSpec(_Spec):
+    """One NCCL protocol of the system (``cluster.collective_protocols``; see
+    :mod:`clustersim.collectives.protocol`): ``latency`` once per collective, on top of the
+    per-step α; ``efficiency``, the fraction of the link bandwidth its payload gets."""
+
+    latency: Annotated[Time, Range(0, 1)]
+    efficiency: Annotated[float, Range(0, 1, open_lo=True)]
+
+
 class NoiseSpec(_Spec):
     """Multiplicative noise on every compute op's time: ``lognormal`` with mean 1 and
     log-space standard deviation ``sigma``, or ``normal`` with mean 1 and standard
@@ -150,6 +159,11 @@ class ClusterSpec(_Spec):
     #: how a ring across hosts pays its α's: overlapped (behind the busiest port's work) or
     #: nccl (in full, as NCCL's tuner; clustersim.collectives.cost)
     collective_latency: Literal["overlapped", "nccl"] = "overlapped"
+    #: NCCL protocols the tuner chooses from per collective ({ll, ll128, simple}: latency,
+    #: efficiency); None = Simple alone, no latency beyond α (presets carry a calibration)
+    collective_protocols: dict[Literal["ll", "ll128", "simple"], ProtocolSpec] | None = Field(
+        default=None, min_length=1
+    )
     #: compute slowdown while a collective runs on the same GPU (1.0 = no interference); unset,
     #: a profile that overlaps fills the GPU's default (clustersim.hardware.interference)
     comm_compute_slowdown: Annotated[float, Range(1, 100)] = 1.0

@@ -104,8 +104,11 @@ def apply_framework(raw: dict[str, Any]) -> dict[str, Any]:
     training = out.get("training")
     fixed = training.get("fixed_costs") if isinstance(training, dict) else None
     if isinstance(training, dict) and (fixed is None or isinstance(fixed, dict)):
-        # Megatron-Core dropped Megatron-LM 2021's pipeline scatter/gather; the others never had it
-        out["training"] = {**training, "fixed_costs": {"pipeline_gather": False, **(fixed or {})}}
+        # Megatron-Core dropped Megatron-LM 2021's pipeline scatter/gather; the others never had
+        # it. Megatron-Core fuses the main_grad accumulation into the wgrad GEMM; DeepSpeed's and
+        # FSDP's accumulation is not modelled
+        off = {"pipeline_gather": False, "grad_accumulation": False}
+        out["training"] = {**training, "fixed_costs": {**off, **(fixed or {})}}
     model = out.get("model")
     flash = framework in ("megatron_core", "fsdp2")
     if flash and isinstance(model, dict) and _model_kind(model) == "literal['transformer']":

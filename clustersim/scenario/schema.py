@@ -64,7 +64,10 @@ class FixedCostsSpec(_Spec):
     scale's unscale and inf check, the gradient-clipping norm, the tied-embedding gradient
     all-reduce between the first and the last stage — and ``pipeline_gather``, the TP
     all-gather of a pipeline boundary tensor sent in 1/tp pieces — each on unless turned
-    off. Real models only: a synthetic model's times are the whole pass."""
+    off; ``grad_accumulation``, Megatron-LM 2021's unfused add of every weight gradient
+    into its fp32 ``main_grad`` after each micro-batch's backward (transformers;
+    clustersim.workload.grad_accumulation). Real models only: a synthetic model's times are
+    the whole pass."""
 
     kernel_launch: Annotated[Time | None, Range(0, 0.01)] = None
     microbatch_overhead: Annotated[Time, Range(0, 1)] = 50e-6
@@ -72,6 +75,7 @@ class FixedCostsSpec(_Spec):
     grad_clip: bool = True
     tied_embedding_allreduce: bool = True
     pipeline_gather: bool = True
+    grad_accumulation: bool = True
 
 
 class TrainingSpec(_Spec):

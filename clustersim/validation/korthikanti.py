@@ -48,19 +48,28 @@ def _fabric(tp: int):
             "simulation": {"network": "packet"},
         }
     )
-    env = simpy.Environment()
-    return env, build_network(resolve(sc), env, Recorder()), [f"gpu{i}" for i in range(tp)]
+    env, job = simpy.Environment(), resolve(sc)
+    fabric = build_network(job, env, Recorder())
+    return env, fabric, [f"gpu{i}" for i in range(tp)], job.cluster
 
 
 def _run(items: list[tuple], tp: int) -> float:
-    env, fabric, members = _fabric(tp)
+    env, fabric, members, cluster = _fabric(tp)
 
     def proc():
         for it in items:
             if it[0] == "c":
                 yield env.timeout(it[1])
             else:
-                yield from run_collective(env, fabric, it[1], members, it[2])
+                yield from run_collective(
+                    env,
+                    fabric,
+                    it[1],
+                    members,
+                    it[2],
+                    alpha=cluster.collective_alpha,
+                    protocols=cluster.collective_protocols,
+                )
 
     env.process(proc())
     env.run()

@@ -46,6 +46,7 @@ from ..memory_kinds import StaticMemory
 from .cnn import cnn_layers
 from .cost_model import CostModel, ProfileTable
 from .fp8 import check_fp8, fp8_cache_bytes, te_fp8_layer
+from .grad_accumulation import with_grad_accumulation
 from .memory_model import DTYPE_BYTES, ELEMENT_BYTES, static_bytes, zero_shards
 from .moe_dispatch import ExpertSplit, dispatch_buffer_bytes
 from .ops import ExpertRanks
@@ -136,6 +137,7 @@ class FixedCosts:
     grad_norm: bool
     tied_embedding: bool
     pipeline_gather: bool
+    grad_accumulation: bool = False
 
     @classmethod
     def of(cls, sc, cm: CostModel, precision: str) -> FixedCosts:
@@ -150,6 +152,7 @@ class FixedCosts:
             fc.grad_clip,
             fc.tied_embedding_allreduce,
             fc.pipeline_gather,
+            fc.grad_accumulation,
         )
 
 
@@ -244,13 +247,15 @@ class _LayerKind:
     dispatch: float = 0.0
 
 
-def _layer_kind(cfg, st: TrainSetup, cm: CostModel, moe: bool) -> _LayerKind:
+def _layer_kind(cfg, st: TrainSetup, cm: CostModel, moe: bool, accumulate: bool) -> _LayerKind:
     b, tp, sp, e = st.micro_batch, st.tp, st.sp, st.e
     layer = layer_ops(cfg, b, tp, sp, e, moe, st.cp, st.cp_comm, st.split)
     fp8_cache = 0.0
     if st.precision == "fp8":
         layer = te_fp8_layer(layer)
         fp8_cache = fp8_cache_bytes(layer)
+    if accumulate:
+        layer = with_grad_accumulation(layer, e)
     ov = st.tp_overlap
     lf, lb = forward_items(layer, cm, overlap=ov), backward_items(layer, cm, overlap=ov)
     lbi = backward_items(layer, cm, weight=False, overlap=ov)
@@ -288,8 +293,10 @@ def transformer_chunk_costs(
     b, tp, sp, e = st.micro_batch, st.tp, st.sp, st.e
     emb = embedding_ops(cfg, b, tp, sp, e)
     out = output_ops(cfg, b, tp, sp, e) + mtp_ops(cfg, b, tp, sp, e, st.split)
+    if fixed.grad_accumulation:
+        emb, out = with_grad_accumulation(emb, e), with_grad_accumulation(out, e)
     order = cfg.layer_kinds()
-    kinds = {moe: _layer_kind(cfg, st, km, moe) for moe in sorted(set(order))}
+    kinds = {moe: _layer_kind(cfg, st, km, moe, fixed.grad_accumulation) for moe in sorted(set(order))}
     tied = int(cfg.vocab * cfg.hidden / tp * GRAD_COMM_BYTES[st.precision])
     send = b * cfg.seq_len * cfg.hidden * e / tp
     partition = partition or even_partition(cfg.layers, chunks)

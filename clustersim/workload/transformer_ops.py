@@ -128,6 +128,16 @@ def embedding_ops(cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int) -> 
     return ops
 
 
+#: bytes per fp32 logit of Megatron-LM's vocab-parallel cross-entropy (``mpu/cross_entropy.py``
+#: ``_VocabParallelCrossEntropy``, unfused: ``cross_entropy_loss_fusion`` is off by default),
+#: one memory-bound kernel per line: forward the cast of the 16-bit logits to fp32 (writes 4;
+#: the 16-bit read is the ``e`` of the op), max (reads 4), ``sub_`` (4 + 4), ``exp`` in place
+#: (4 + 4), sum (4), ``div_`` (4 + 4) — 36; backward ``mul_`` by the loss gradient (4 + 4) and
+#: the cast back (reads 4; writes ``e``) — 12. (It was one fused pass, 4 + 4.)
+CE_FORWARD_FP32_BYTES = 36
+CE_BACKWARD_FP32_BYTES = 12
+
+
 def output_ops(cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int) -> list:
     """Final norm, vocab-parallel logits GEMM and cross-entropy (fp32 logits)."""
     s, h, v = cfg.seq_len, cfg.hidden, cfg.vocab
@@ -141,7 +151,13 @@ def output_ops(cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int) -> lis
     ops += [enter] if enter else []
     ops.append(logits)
     ops.append(
-        elementwise("cross_entropy", b * s * v / tp, 2 * e + 4, 4 + 2 * e, activation=b * s * v / tp * 4)
+        elementwise(
+            "cross_entropy",
+            b * s * v / tp,
+            e + CE_FORWARD_FP32_BYTES,
+            CE_BACKWARD_FP32_BYTES + e,
+            activation=b * s * v / tp * 4,
+        )
     )
     return ops
 

@@ -1,0 +1,86 @@
+"""NCCL's protocols (LL, LL128, Simple): why a collective's cost depends on its size.
+
+NCCL runs every collective with one of three protocols and picks, per call, the
+(algorithm, protocol) pair of least *estimated* time (``src/graph/tuning.cc``
+``ncclTopoTuneModel`` fills ``latencies`` and ``bandwidths`` per pair;
+``ncclTopoGetAlgoTime`` is ``latency + bytes / bandwidth``; ``src/enqueue.cc`` takes the
+minimum). The protocols trade latency for bandwidth:
+
+* **LL** — 8-byte lines of 4 data bytes + a 4-byte flag: the lowest latency, half the
+  wire carries flags (tuning.cc also caps its ring bandwidth, ``busBw × 1/4`` for
+  all-reduce, ``llMaxBws``);
+* **LL128** — 128-byte lines with an 8-byte flag (120/128 of the wire, tuning.cc
+  ``× 0.92``), capped per channel (``perChMaxRingLL128Bws``);
+* **Simple** — the full link bandwidth, with the largest latency: big chunks through a
+  deep pipeline of FIFO slots, and all channels are filled only once there is enough data
+  (enqueue.cc drops channels while ``nBytes < nChannels · nThreads · threadThreshold``).
+
+clustersim models a protocol as what it does to one collective: ``latency`` once per call
+(seconds, on top of the algorithm's per-step α; it holds NCCL's ``baseLat``, the launch
+and the pipeline fill that nccl-tests times) and ``efficiency``, the fraction of the link
+bandwidth its payload gets. On the fabric a protocol's message occupies the links as
+``nbytes / efficiency`` bytes would (flags and partly filled channels take link time), so
+contention sees it too; the α-β cost is the algorithm's closed form on those bytes, plus
+``latency``. :func:`choose` is NCCL's rule: the least time over the pairs allowed.
+
+The values are per system (``cluster.collective_protocols``; the presets carry a
+calibration on nccl-tests curves, :mod:`clustersim.hardware.presets`). Without them a
+cluster runs Simple alone at no extra latency — the pure α-β model of the algorithms.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+#: NCCL's protocols, in the order ties are broken (NCCL_PROTO_LL, LL128, SIMPLE)
+PROTOCOLS = ("ll", "ll128", "simple")
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """One protocol of a system: ``latency`` (s, once per collective) and ``efficiency``
+    (fraction of the link bandwidth its payload gets, 0 < e ≤ 1)."""
+
+    name: str
+    latency: float
+    efficiency: float
+
+    def wire_bytes(self, nbytes: float) -> int:
+        """The bytes whose link time one ``nbytes`` message of this protocol takes."""
+        return int(nbytes) if self.efficiency == 1.0 else math.ceil(nbytes / self.efficiency)
+
+
+#: the protocol of a cluster that states none: Simple, no latency beyond the algorithm's α
+SIMPLE = Protocol("simple", 0.0, 1.0)
+
+
+def resolve_protocols(spec: Mapping[str, Mapping[str, float]] | Iterable[Protocol] | None) -> tuple:
+    """The protocols a cluster's ``collective_protocols`` names (PROTOCOLS order), or
+    ``(SIMPLE,)`` for None. Accepts ``{name: {latency, efficiency}}`` — plain dicts (a
+    preset) or the scenario's validated ``ProtocolSpec`` — or Protocols."""
+    if spec is None:
+        return (SIMPLE,)
+    if isinstance(spec, Mapping):
+        items = [Protocol(name, *_values(v)) for name, v in spec.items()]
+    else:
+        items = list(spec)
+    return tuple(sorted(items, key=lambda p: PROTOCOLS.index(p.name))) or (SIMPLE,)
+
+
+def _values(v) -> tuple[float, float]:
+    if isinstance(v, Mapping):
+        return float(v["latency"]), float(v["efficiency"])
+    return float(v.latency), float(v.efficiency)
+
+
+def choose(protocols: tuple, nbytes: float, time_of: Callable[[int], float]) -> tuple[Protocol, float]:
+    """NCCL's choice: the protocol of least ``latency + time_of(wire bytes)``, and that time
+    (ties go to the first in :data:`PROTOCOLS` order)."""
+    best, best_t = protocols[0], math.inf
+    for p in protocols:
+        t = p.latency + time_of(p.wire_bytes(nbytes))
+        if t < best_t:
+            best, best_t = p, t
+    return best, best_t
