@@ -1,5 +1,5 @@
-"""Command line: ``clustersim run SCENARIO [--out DIR] [--set key=value ...] [--quiet] [--chakra DIR]``,
-``clustersim plot DIR`` (re-draw a saved bundle's pictures), ``clustersim export-chakra
+"""Command line: ``clustersim run SCENARIO [--out DIR [--plots]] [--set key=value ...] [--quiet]
+[--chakra DIR]``, ``clustersim plot DIR`` (re-draw a saved bundle's pictures), ``clustersim export-chakra
 SCENARIO DIR`` (Chakra ET files), ``clustersim calibrate TRACE`` (a PyTorch profiler trace
 against the cost model) and ``clustersim list``.
 
@@ -17,7 +17,7 @@ import sys
 import traceback
 import warnings
 
-from .errors import ClusterSimError, ScenarioWarning, shorten
+from .errors import ClusterSimError, OutputError, ScenarioWarning, shorten
 from .progress import Reporter
 from .progress import mode as progress_mode
 
@@ -48,6 +48,8 @@ def cmd_run(args) -> int:
     from .scenario import load_scenario, parse_overrides
     from .simulate import simulate
 
+    if args.plots and not args.out:
+        raise OutputError("--plots: the pictures are drawn into the --out folder; add --out DIR")
     sc = load_scenario(args.scenario)
     if args.set:
         sc = sc.with_overrides(parse_overrides(args.set))
@@ -63,8 +65,14 @@ def cmd_run(args) -> int:
         how = progress_mode(progress)
         report = Reporter(sc.name, bar=how == "bar") if how else None
         with report.phase("saving") if report else contextlib.nullcontext():
-            out = res.save(args.out)
-        print(f"\nresult written to {out}/ (gantt.png, trace.json for ui.perfetto.dev, …)")
+            out = res.save(args.out, plots=args.plots)
+        if args.plots:
+            print(f"\nresult written to {out}/ (gantt.png, trace.json for ui.perfetto.dev, …)")
+        else:
+            print(
+                f"\nresult written to {out}/ (summary, spans, trace.json for ui.perfetto.dev, …); "
+                f"pictures: clustersim plot {out}, or run with --plots"
+            )
     return 0
 
 
@@ -216,7 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
         "run", parents=[common], epilog=CONTRACT, help="simulate a scenario and print its summary"
     )
     run.add_argument("scenario", help="scenario YAML file")
-    run.add_argument("--out", help="directory for the result bundle (summary, spans, gantt, trace)")
+    run.add_argument(
+        "--out", help="directory for the result bundle (summary, spans, trace; pictures with --plots)"
+    )
     run.add_argument(
         "--set",
         action="append",
@@ -231,6 +241,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--chakra",
         metavar="DIR",
         help="also write the run's Program as Chakra ET files, one per rank (docs/interop.md)",
+    )
+    run.add_argument(
+        "--plots",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="with --out, also draw the pictures (gantt, utilization, memory, breakdown): seconds "
+        "more; off by default, `clustersim plot DIR` draws them later",
     )
     run.set_defaults(func=cmd_run)
     exp = sub.add_parser(

@@ -15,6 +15,7 @@ from typing import Any
 
 import simpy
 
+from .engine.collector import collector_paused
 from .engine.dag import choose_evaluator
 from .engine.interpreter import Engine
 from .engine.network_setup import build_network
@@ -87,6 +88,17 @@ def run_job(job: Job, progress: bool | str = False) -> Result:
     report = Reporter(job.name, bar=how == "bar") if how else None
     _announce(job, est, report, warn=progress == "auto")
     mode = mode_of(job)
+    with collector_paused():  # from compiling to the run's end (engine/collector.py)
+        engine, evaluator_note = _compile_and_run(job, report, how)
+    with _phase(report, "building the result"):
+        result = assemble_result(job, mode, engine, engine.recorder, time.perf_counter() - wall0)
+    result.summary["evaluator"] = evaluator_note
+    return result
+
+
+def _compile_and_run(job: Job, report: Reporter | None, how: str | None) -> tuple:
+    """Compile ``job`` and run it on the evaluator that fits; returns that evaluator (the
+    engine or the DAG pass, run) and the note saying which it is and why."""
     with _phase(report, "compiling"):
         prog = compile_job(job)
     env, rec = simpy.Environment(), Recorder()
@@ -120,10 +132,7 @@ def run_job(job: Job, progress: bool | str = False) -> Result:
             bar.close()
     if bar is not None:
         engine.events -= bar.events  # the bar's own wake-ups are not simulated events
-    with _phase(report, "building the result"):
-        result = assemble_result(job, mode, engine, rec, time.perf_counter() - wall0)
-    result.summary["evaluator"] = evaluator_note
-    return result
+    return engine, evaluator_note
 
 
 def _phase(report: Reporter | None, what: str, done=None, total: int | None = None):

@@ -147,6 +147,7 @@ def test_a_reused_out_keeps_no_stale_file(fault_run, tmp_path):
             "scenarios/synthetic-4stage-1f1b.yaml",
             "--out",
             str(out),
+            "--plots",
         ],
         capture_output=True,
         text=True,

@@ -1,5 +1,6 @@
 """Chrome/Perfetto trace: format rules checked by a small validator, and content vs spans."""
 
+import io
 import json
 import subprocess
 import sys
@@ -147,6 +148,32 @@ def test_overlapping_spans_go_to_an_overflow_track():
     doc = {"traceEvents": chrome_events(spans)}
     tracks = validate_trace(doc)
     assert sum(len(v) for v in tracks.values()) == 4 and len(tracks) == 2
+
+
+def test_only_the_overlapping_lane_moves_and_its_overflow_is_named():
+    clean = [("gpu0", "compute", "compute", f"F{i}", 0, i, i, i + 1.0, 0, 1.0, "fwd", 0) for i in range(3)]
+    spans = pd.DataFrame(
+        clean
+        + [("gpu0", "comm", "collective", "c0", 0, -1, 0.0, 2.0, 8, 0.0, "", 0)]
+        + [("gpu0", "comm", "collective", "c1", 0, -1, 1.0, 3.0, 8, 0.0, "", 0)],
+        columns=list(SPAN_FIELDS),
+    )
+    events = chrome_events(spans)
+    tid = {e["name"]: e["tid"] for e in events if e["ph"] == "X"}
+    names = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert tid["F0"] == tid["F1"] == tid["F2"] and tid["c0"] != tid["c1"]
+    assert names[tid["F0"]] == "gpu0 compute" and names[tid["c0"]] == "gpu0 comm"
+    assert names[tid["c1"]] == "gpu0 comm +1" and tid["c1"] == 3  # after the two lanes' tracks
+
+
+def test_trace_file_is_the_pure_python_encoders_bytes(result, tmp_path):
+    # written with json.dumps (the C encoder) in one write; json.dump streams the same
+    # document through the pure-Python encoder
+    path = result.to_chrome_trace(tmp_path / "t.json")
+    doc = {"traceEvents": chrome_events(result.spans, result.devices, result.memory), "displayTimeUnit": "ms"}
+    slow = io.StringIO()
+    json.dump(doc, slow, separators=(",", ":"))
+    assert path.read_bytes() == slow.getvalue().encode()
 
 
 def test_writing_a_trace_loads_no_matplotlib(tmp_path):

@@ -75,6 +75,24 @@ def test_overrides_make_a_new_scenario():
     assert sc2.resolved()["model"]["forward"] == pytest.approx(1e-3)
 
 
+def test_cli_run_draws_pictures_with_plots_and_only_into_out(tmp_path):
+    out = tmp_path / "out"
+    cli = [sys.executable, "-m", "clustersim.cli", "run", "scenarios/synthetic-4stage-1f1b.yaml", "--quiet"]
+    proc = subprocess.run([*cli, "--out", str(out), "--plots"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert {p.name for p in out.glob("*.png")} == {
+        "gantt.png",
+        "utilization.png",
+        "memory.png",
+        "breakdown.png",
+    }
+    proc = subprocess.run([*cli, "--plots"], capture_output=True, text=True)
+    assert (
+        proc.returncode == 2
+        and proc.stderr == "error: --plots: the pictures are drawn into the --out folder; add --out DIR\n"
+    )
+
+
 def test_cli_run_and_list(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run(
@@ -94,7 +112,9 @@ def test_cli_run_and_list(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert "iteration_time_s" in proc.stdout and "gpipe" in proc.stdout
-    assert (out / "gantt.png").exists()
+    # pictures only when asked (--plots): the data and the trace always
+    assert {"summary.json", "spans.csv", "trace.json"} <= {p.name for p in out.iterdir()}
+    assert not list(out.glob("*.png")) and f"clustersim plot {out}" in proc.stdout
     proc = subprocess.run([sys.executable, "-m", "clustersim.cli", "list"], capture_output=True, text=True)
     assert proc.returncode == 0
     for word in ("schedules:", "1f1b", "gpipe", "GPUs:", "A100-SXM4-80GB", "network models:"):

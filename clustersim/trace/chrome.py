@@ -30,6 +30,12 @@ from ..viz.colors import activities, cname_of
 from ..viz.rows import LANE_ORDER, busiest_links, natural_key
 
 US = 1e6
+#: the Python type each span column is written as
+_JSON_TYPE = {
+    **dict.fromkeys(("device", "lane", "kind", "name", "phase"), str),
+    **dict.fromkeys(("stage", "microbatch", "bytes", "iteration"), "int64"),
+    **dict.fromkeys(("start_s", "end_s", "flops"), "float64"),
+}
 GIB = 2**30
 LINK_COUNTERS = 64
 
@@ -74,13 +80,30 @@ def _tracks(spans: pd.DataFrame, devices: pd.DataFrame | None) -> tuple[np.ndarr
     return procs, tracks, meta
 
 
-def _no_overlap(slices: list[dict], names: dict[tuple[int, int], str], meta: list[dict]) -> None:
-    """Move slices that overlap the previous one of their track to an overflow track."""
+def _no_overlap(
+    slices: list[dict], track: np.ndarray, names: dict[tuple[int, int], str], meta: list[dict]
+) -> None:
+    """Move slices that overlap the previous one of their track to an overflow track.
+
+    ``track``: a code per slice for its (pid, tid). A lane's spans never overlap, so first
+    the check is made for every track at once (by start, then duration, each slice against
+    the end of the one before it); only a track where some slice fails it — or holds a NaN
+    time — is walked slice by slice, placing each on the first of its tracks free by then."""
+    ts = np.fromiter((e["ts"] for e in slices), float, len(slices))
+    dur = np.fromiter((e["dur"] for e in slices), float, len(slices))
+    order = np.lexsort((dur, ts, track))
+    t, s, d = track[order], ts[order], dur[order]
+    prev_end = np.r_[-1.0, np.where(t[1:] == t[:-1], s[:-1] + d[:-1], -1.0)]
+    walk = set(t[~(s >= prev_end - 1e-6) | np.isnan(d)].tolist())
+    if not walk:
+        return
     by_track: dict[tuple[int, int], list[dict]] = {}
     for e in slices:
         by_track.setdefault((e["pid"], e["tid"]), []).append(e)
     next_tid = {pid: max(t for p, t in by_track if p == pid) + 1 for pid, _ in by_track}
-    for (pid, tid), evs in list(by_track.items()):
+    for code, ((pid, tid), evs) in enumerate(by_track.items()):
+        if code not in walk:
+            continue
         evs.sort(key=lambda e: (e["ts"], e["dur"]))
         ends: list[tuple[float, int]] = [(-1.0, tid)]  # (end, tid) of each track of this lane
         for e in evs:
@@ -198,35 +221,40 @@ def chrome_events(
     arrows and counters."""
     procs, tracks, meta = _tracks(spans, devices)
     acts = activities(spans)
-    cols = [spans[c].to_numpy() for c in SPAN_FIELDS]
+    cname = {act: cname_of(act) for act in set(acts)}
+    # the columns as Python objects of the JSON types, converted in C (.astype, .tolist)
+    # rather than one float()/int()/str() call per cell; the same values, so the same bytes
+    cols = [spans[c].astype(_JSON_TYPE[c]).to_numpy().tolist() for c in SPAN_FIELDS]
     slices = []
-    for (d, ln, k, name, st, mb, s, e, nb, fl, ph, it), act in zip(zip(*cols), acts):
+    for (d, ln, k, name, st, mb, s, e, nb, fl, ph, it), act in zip(zip(*cols), acts.tolist()):
         pid, tid = tracks[(d, ln)]
         slices.append(
             {
                 "ph": "X",
-                "name": str(name),
-                "cat": str(act),
-                "cname": cname_of(act),
+                "name": name,
+                "cat": act,
+                "cname": cname[act],
                 "pid": pid,
                 "tid": tid,
-                "ts": float(s) * US,
-                "dur": max(float(e) - float(s), 0.0) * US,
+                "ts": s * US,
+                "dur": max(e - s, 0.0) * US,
                 "args": {
-                    "stage": int(st),
-                    "microbatch": int(mb),
-                    "bytes": int(nb),
-                    "flops": float(fl),
-                    "phase": str(ph),
-                    "iteration": int(it),
-                    "kind": str(k),
-                    "device": str(d),
-                    "lane": str(ln),
+                    "stage": st,
+                    "microbatch": mb,
+                    "bytes": nb,
+                    "flops": fl,
+                    "phase": ph,
+                    "iteration": it,
+                    "kind": k,
+                    "device": d,
+                    "lane": ln,
                 },
             }
         )
     names = {v: (k[0] if k[1] == "link" else f"{k[0]} {k[1]}") for k, v in tracks.items()}
-    _no_overlap(slices, names, meta)
+    # each slice's track as a code in order of first appearance (the order tracks are walked)
+    track = pd.factorize(spans["device"].astype(str) + "\t" + spans["lane"].astype(str))[0]
+    _no_overlap(slices, track, names, meta)
     return (
         meta
         + slices
