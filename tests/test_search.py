@@ -7,6 +7,7 @@ import re
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import clustersim as cs
@@ -41,8 +42,11 @@ def transformer_base(**model) -> dict:
 def test_synthetic_plan_space_is_every_valid_pp_dp_schedule():
     sc = cs.load_scenario(GPT13B_LIKE)
     plans = plan_space(sc, 64)
-    want = {(pp, s) for pp in (1, 2, 4, 8) for s in ("1f1b", "gpipe")}  # pp | 40 and pp | 64
-    assert {(p["parallel.pp"], p["parallel.schedule"]) for p in plans} == want
+    want = {(pp, s, None) for pp in (1, 2, 4, 8) for s in ("1f1b", "gpipe")}  # pp | 40 and pp | 64
+    # interleaved: pp > 1 and pp × v | 40 layers; no zero-bubble schedule (backward_weight is 0)
+    want |= {(2, "interleaved", 2), (2, "interleaved", 4), (4, "interleaved", 2)}
+    got = {(p["parallel.pp"], p["parallel.schedule"], p.get("parallel.virtual_stages")) for p in plans}
+    assert got == want
     for p in plans:
         assert p["parallel.tp"] == 1 and p["parallel.pp"] * p["parallel.dp"] == 64
         assert p["training.micro_batch"] == 1  # synthetic costs are per micro-batch: not a knob
@@ -156,7 +160,7 @@ def test_pruned_plans_would_not_have_fit(gpt13b_like):
     assert len(pruned) >= 2 and len(fits) >= 2
     base = cs.load_scenario(GPT13B_LIKE)
     for row in pruned.to_dict("records"):
-        over = {k: row[k] for k in row if k.startswith("parallel.") or k.startswith("training.")}
+        over = {k: v for k, v in row.items() if k.split(".")[0] in ("parallel", "training") and pd.notna(v)}
         assert cs.simulate(base.with_overrides(over)).summary["oom"], row["plan"]
     # and the estimate is the simulated peak for every plan that ran
     assert fits["est_memory_gib"].tolist() == pytest.approx(fits["peak_memory_gib"].tolist(), rel=1e-9)
