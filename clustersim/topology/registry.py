@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from pathlib import Path
 from functools import lru_cache
+from pathlib import Path
 from typing import Annotated, Union
 
 import networkx as nx
