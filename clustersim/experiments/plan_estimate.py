@@ -17,8 +17,9 @@ simulation itself would start from:
   chunks; DualPipe (p/2 − 1)·max(0, T_F&B + T_B − 3T_W) with T_F&B = t_F + t_B + t_W
   (DeepSeek-V3 report Table 2), DualPipe-V the same on its p − 1 half-stage chunk pairs;
   any other schedule as 1F1B;
-* **exposed communication** — the pipeline's fill and drain cross 2(p − 1) stage
-  boundaries (latency + bytes / bandwidth each); the data-parallel gradient all-reduce
+* **exposed communication** — the pipeline's fill and drain send a micro-batch across
+  every stage boundary of its route down and back (2(p − 1) for one chunk per stage,
+  2(p·v − 1) interleaved; latency + bytes / bandwidth each); the data-parallel gradient all-reduce
   (and the experts' over the expert-data-parallel group) after the last backward — all of
   it in the 2021 model, what outlasts one micro-batch's backward with
   ``overlap_grad_reduce``; then the optimizer step.
@@ -129,23 +130,25 @@ class _Network:
 
 
 def _bubble(schedule: Schedule, p: int, v: int, f: float, b: float, w: float) -> float:
-    """The schedule's bubble (module docstring) from the slowest stage's times per micro-batch."""
+    """The schedule's bubble (module docstring). ``f``, ``b``, ``w``: the F, B and W per
+    micro-batch summed over the stages other than the slowest — the fill and drain pass
+    through each of them once — so on p equal stages ``f`` is (p − 1)·t_F."""
     if p == 1:
         return 0.0
     name = schedule.name
     if name == "interleaved":
-        return (p - 1) * (f + b + w) / v
+        return (f + b + w) / v
     if name == "zb_h1":
-        return (p - 1) * max(0.0, f + b - w)
+        return max(0.0, f + b - w)
     if name == "zb_h2":
-        return (p - 1) * max(0.0, f + b - 2 * w)
+        return max(0.0, f + b - 2 * w)
     if name == "zb_v":  # two half-stage chunks per stage
-        return (p - 1) * max(0.0, f + b - 2 * w) / 2
+        return max(0.0, f + b - 2 * w) / 2
     if name == "dualpipe":  # a micro-batch visits one of the stage's two copies
-        return (p / 2 - 1) * max(0.0, f + 2 * b - 2 * w)
+        return (p / 2 - 1) / (p - 1) * max(0.0, f + 2 * b - 2 * w)
     if name == "dualpipe_v":
-        return (p - 1) * max(0.0, f + 2 * b - 2 * w) / 2
-    return (p - 1) * (f + b + w)
+        return max(0.0, f + 2 * b - 2 * w) / 2
+    return f + b + w
 
 
 class Estimator:
@@ -170,12 +173,12 @@ class Estimator:
             self._priced[key] = (job, [self._pass_times(job, c) for c in job.chunk_costs])
         job, times = self._priced[key]  # the costs of a plan that may differ in its schedule
         m = sc.num_microbatches
-        split, vectors = self._profile(schedule, job.plan.pp, m, v, sc.simulation.iterations)
+        split, paired, vectors = self._profile(schedule, job.plan.pp, m, v, sc.simulation.iterations)
         if self._fast_memory(job):
             memory, capacity = self._memory(job, schedule, vectors)
         else:
             memory, capacity = tightest_fit(job if job.schedule is schedule else resolve(sc))
-        return self._time(job, schedule, times, split, m, self._network(job), memory, capacity)
+        return self._time(job, schedule, times, split, paired, m, self._network(job), memory, capacity)
 
     # ---- memory -----------------------------------------------------------------------------
 
@@ -191,16 +194,16 @@ class Estimator:
         )
 
     def _profile(self, schedule: Schedule, p: int, m: int, v: int, iterations: int):
-        """(whether the order splits backwards, per stage the live (activations, stashed
-        weights) counts per local chunk at each forward that can set the peak)."""
+        """(whether the order splits backwards, per stage the share of its forwards run in
+        an overlapped F&B pair, per stage the live (activations, stashed weights) counts
+        per local chunk at each forward that can set the peak)."""
         key = (schedule.name, p, m, v, 1 if schedule.flush else iterations)
         if key not in self._profiles:
             orders = run_orders(schedule, p, m, v, key[-1])
             split = any(ph == "W" for order in orders for ph, _, _ in order)
-            self._profiles[key] = (
-                split,
-                [_live_vectors(schedule, order, s, p, v) for s, order in enumerate(orders)],
-            )
+            paired = [len(order.pairs) / max(1, sum(ph == "F" for ph, _, _ in order)) for order in orders]
+            vectors = [_live_vectors(schedule, order, s, p, v) for s, order in enumerate(orders)]
+            self._profiles[key] = (split, paired, vectors)
         return self._profiles[key]
 
     @staticmethod
@@ -231,9 +234,11 @@ class Estimator:
         for phase, split in (("F", False), ("B", False), ("Bi", True), ("W", True)):
             segs = pass_segments(cost, phase[0], split, job.plan.pp > 1)
             out[phase] = _segments_time(segs, groups, net)
+            # the pass's communication: what an overlapped F&B pair can hide under the other's compute
+            out[phase + " comm"] = out[phase] - sum(g.duration for g in segs if g.kind == "compute")
         return out
 
-    def _time(self, job, schedule, times, split, m, net, memory, capacity) -> PlanEstimate:
+    def _time(self, job, schedule, times, split, paired, m, net, memory, capacity) -> PlanEstimate:
         plan, p, v = job.plan, job.plan.pp, job.parallel.virtual_stages
         d = schedule.directions
         per_stage = []
@@ -242,16 +247,17 @@ class Estimator:
             f = sum(times[k]["F"] for k in ks) / d
             b = sum(times[k]["Bi" if split else "B"] for k in ks) / d
             w = sum(times[k]["W"] for k in ks) / d if split else 0.0
-            per_stage.append((f + b + w, f, b, w, s))
-        total, f, b, w, slow = max(per_stage)
-        bubble = _bubble(schedule, p, v, f, b, w)
+            per_stage.append((f + b + w - paired[s] * _hidden(times, ks, d), f, b, w, s))
+        total, *_, slow = max(per_stage)
+        others = [x for x in per_stage if x[-1] != slow]
+        bubble = _bubble(schedule, p, v, *(sum(x[i] for x in others) for i in (1, 2, 3)))
         costs = job.chunk_costs
         hops = 0.0
-        if p > 1:
+        if p > 1:  # a micro-batch's route down and back: each chunk boundary between two stages
+            route = schedule.route(0, len(costs))
+            cross = [(schedule.stage_of(k, p), schedule.stage_of(k + 1, p)) for k in route[:-1]]
             nbytes = max(c.activation_bytes for c in costs)
-            hops = (
-                2 * (p - 1) * max(net.send(plan.device(s), plan.device(s + 1), nbytes) for s in range(p - 1))
-            )
+            hops = 2 * sum(net.send(plan.device(a), plan.device(b), nbytes) for a, b in cross if a != b)
         sync, optimizer = 0.0, 0.0
         overlap = job.parallel.data_parallel is not None and job.parallel.data_parallel.overlap_grad_reduce
         for s in range(p):
@@ -273,6 +279,17 @@ class Estimator:
         compute = m * total
         comm = hops + sync
         return PlanEstimate(compute + bubble + comm + optimizer, compute, bubble, comm, memory, capacity)
+
+
+def _hidden(times: list[dict[str, float]], chunks: list[int], d: int) -> float:
+    """Seconds an overlapped F&B pair hides per micro-batch on a stage holding ``chunks``:
+    each pass's communication, as far as the other pass has compute to run beside it
+    (:mod:`clustersim.schedules.overlap`)."""
+    f = sum(times[k]["F"] for k in chunks) / d
+    fc = sum(times[k]["F comm"] for k in chunks) / d
+    b = sum(times[k]["B"] for k in chunks) / d
+    bc = sum(times[k]["B comm"] for k in chunks) / d
+    return min(fc, b - bc) + min(bc, f - fc)
 
 
 def _flat(held: list[tuple[int, int]]) -> list[int]:
