@@ -231,6 +231,7 @@ def test_megatron_162b_prefers_pp8_tp8():
         schedules=["1f1b"],
         vary={"training.recompute": ["full"], "parallel.zero": [0], "parallel.sequence_parallel": [False]},
         workers=2,
+        top_k=None,  # every plan that fits: the extremes are in the ranking too
     )
     best = res.best
     assert (best["parallel.pp"], best["parallel.tp"]) == (8, 8)

@@ -10,8 +10,9 @@
    ``out``); with progress shown, the plan count and the simulations' wall-time estimate
    (:mod:`clustersim.resolve.estimate`) are printed before they start. ``time_budget``
    bounds the whole search: plans not reached in it are ``unexplored``, a simulation past
-   it times out. ``top_k=None`` is the search before the estimate: every plan that fits is
-   simulated, its memory by the exact ledger replay (:func:`.memory.tightest_fit`);
+   it times out. ``top_k=None`` is the search before the estimate: its space (no ep, cp,
+   TP overlap or new schedules unless asked for), every plan that fits simulated, its
+   memory by the exact ledger replay (:func:`.memory.tightest_fit`);
 4. rank by the objective: ``throughput`` (samples/s, or tokens/s where the summary has
    it), ``time`` to train on ``budget`` samples/tokens, or ``cost`` (GPU-hours × price);
 5. explain the winners: iteration time split into bubble and exposed communication,
@@ -260,8 +261,10 @@ def search(
     safety margin. ``executor``/``workers``/``timeout`` are as for :func:`sweep`; with ``out`` the
     simulations are journaled as they finish (a rerun resumes) and the ranked table of
     every plan is written there at the end. ``top_k``: how many of the estimate's best
-    plans to simulate (None: every plan that fits, each pruned by the exact memory replay —
-    the search before the estimate); ``time_budget``: wall seconds for the whole search
+    plans to simulate (None: the search before the estimate — its space, ``plans.plan_space(…,
+    classic=True)``: no ep, cp, TP overlap or this wave's schedules unless asked for by
+    ``schedules``/``vary``; every plan that fits simulated, pruned by the exact memory
+    replay); ``time_budget``: wall seconds for the whole search
     (module docstring).
     """
     if objective not in OBJECTIVES:
@@ -285,8 +288,8 @@ def search(
     counts = [sc.num_gpus] if gpus is None else [gpus] if isinstance(gpus, int) else list(gpus)
     knobs = {"micro_batches": micro_batches, "schedules": schedules, "vary": vary}
     deadline = t0 + (time_budget if time_budget is not None else float("inf"))
-    if top_k is None:
-        rows = _candidates(sc, raw, counts, knobs, memory_fraction, progress)
+    if top_k is None:  # the search before the estimate: its space, its exact memory replay
+        rows = _candidates(sc, raw, counts, {**knobs, "classic": True}, memory_fraction, progress)
     else:
         rows = _estimated(sc, raw, counts, knobs, memory_fraction, progress, deadline)
         _top_k(rows, raw, objective, top_k)

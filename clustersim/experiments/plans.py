@@ -53,8 +53,10 @@ KNOBS: dict[str, tuple[Any, ...]] = {
     "training.recompute": ("none", "selective", "full"),
     "parallel.zero": (0, 1, 2, 3),
     "parallel.sequence_parallel": (False, True),
-    "parallel.tp_comm_overlap": (False, True),
 }
+#: knobs added to the space with the estimate (session 6): a ``classic`` space leaves them,
+#: cp, ep and :data:`MODERN_SCHEDULES` out — the space of the search before the estimate
+MODERN_KNOBS: dict[str, tuple[Any, ...]] = {"parallel.tp_comm_overlap": (False, True)}
 #: overlap knobs of ``parallel.data_parallel``, searched when the base scenario sets that section
 DATA_PARALLEL_KNOBS: dict[str, tuple[Any, ...]] = {
     "parallel.data_parallel.overlap_grad_reduce": (False, True),
@@ -104,12 +106,14 @@ def plan_space(
     micro_batches: Sequence[int] | None = None,
     schedules: Sequence[str] | None = None,
     vary: Mapping[str, Sequence[Any]] | None = None,
+    classic: bool = False,
 ) -> list[dict[str, Any]]:
     """Every plan for ``gpus`` GPUs as override dicts (cluster resize included) that the
     loader accepts: the :func:`plan_candidates` whose scenario loads (its rules — expert
     groups, context-parallel chunks, each schedule's own check — refuse the others)."""
     out = []
-    for plan in plan_candidates(sc, gpus, micro_batches=micro_batches, schedules=schedules, vary=vary):
+    knobs = {"micro_batches": micro_batches, "schedules": schedules, "vary": vary, "classic": classic}
+    for plan in plan_candidates(sc, gpus, **knobs):
         try:
             sc.with_overrides(plan)
         except ScenarioError:
@@ -125,9 +129,11 @@ def plan_candidates(
     micro_batches: Sequence[int] | None = None,
     schedules: Sequence[str] | None = None,
     vary: Mapping[str, Sequence[Any]] | None = None,
+    classic: bool = False,
 ) -> list[dict[str, Any]]:
     """The plans for ``gpus`` GPUs by the divisibility rules of the module docstring, as
-    override dicts (cluster resize included) — before the loader's own rules."""
+    override dicts (cluster resize included) — before the loader's own rules. ``classic``:
+    the space of the search before the estimate (:data:`MODERN_KNOBS`)."""
     cluster = cluster_overrides(sc, gpus)
     gpn = cluster.get("cluster.gpus_per_node", sc.cluster.gpus_per_node)
     synthetic = sc.model.kind == "synthetic"
@@ -140,16 +146,17 @@ def plan_candidates(
     else:
         tps = [1]
     mbs = list(micro_batches or ([sc.training.micro_batch] if synthetic else DEFAULT_MICRO_BATCHES))
-    scheds = list(schedules or default_schedules(sc))
+    scheds = list(schedules or default_schedules(sc, classic))
     unknown = [s for s in scheds if s not in SCHEDULES]
     if unknown:
         raise ScenarioError(
             "schedules", unknown[0], f"not a known schedule; known: {', '.join(sorted(SCHEDULES))}"
         )
-    extra = {} if synthetic else {k: list(vals) for k, vals in KNOBS.items()}
-    if not synthetic and sc.parallel.data_parallel is not None:
-        extra.update({k: list(vals) for k, vals in DATA_PARALLEL_KNOBS.items()})
-    axes = {"parallel.cp": context_parallel_sizes(sc, gpus), "parallel.ep": divisors(experts)}
+    knobs = {} if synthetic else {**KNOBS, **({} if classic else MODERN_KNOBS)}
+    if not synthetic and not classic and sc.parallel.data_parallel is not None:
+        knobs.update(DATA_PARALLEL_KNOBS)
+    extra = {k: list(vals) for k, vals in knobs.items()}
+    axes = {} if classic else {"parallel.cp": context_parallel_sizes(sc, gpus), "parallel.ep": divisors(experts)}
     axes = {k: vals for k, vals in axes.items() if vals != [1]}  # absent: the scenario's own (1)
     extra.update(axes)
     extra.update({k: list(vals) for k, vals in (vary or {}).items()})
@@ -183,12 +190,12 @@ def plan_candidates(
     return plans
 
 
-def default_schedules(sc: Scenario) -> list[str]:
+def default_schedules(sc: Scenario, classic: bool = False) -> list[str]:
     """The schedules a search tries unless told: the registry's ``search_rank`` ones, then
-    :data:`MODERN_SCHEDULES`; for a synthetic model without a W part, none that splits the
-    backward (it would run as 1F1B)."""
+    (unless ``classic``) :data:`MODERN_SCHEDULES`; for a synthetic model without a W part,
+    none that splits the backward (it would run as 1F1B)."""
     ranked = sorted((s for s in SCHEDULES.values() if s.search_rank is not None), key=lambda s: s.search_rank)
-    names = [s.name for s in ranked] + [n for n in MODERN_SCHEDULES if n in SCHEDULES]
+    names = [s.name for s in ranked] + [n for n in MODERN_SCHEDULES if n in SCHEDULES and not classic]
     names = list(dict.fromkeys(names))
     if sc.model.kind == "synthetic" and sc.model.backward_weight == 0:
         names = [n for n in names if not splits_backward(SCHEDULES[n])]
