@@ -235,7 +235,9 @@ class Estimator:
             segs = pass_segments(cost, phase[0], split, job.plan.pp > 1)
             out[phase] = _segments_time(segs, groups, net)
             # the pass's communication: what an overlapped F&B pair can hide under the other's compute
-            out[phase + " comm"] = out[phase] - sum(g.duration for g in segs if g.kind == "compute")
+            # (a ring's attention chunks and an overlap's GEMM are compute: only what outlasts them is not)
+            compute = sum(g.duration for g in segs if g.kind != "collective")
+            out[phase + " comm"] = max(0.0, out[phase] - compute)
         return out
 
     def _time(self, job, schedule, times, split, paired, m, net, memory, capacity) -> PlanEstimate:

@@ -156,7 +156,9 @@ def plan_candidates(
     if not synthetic and not classic and sc.parallel.data_parallel is not None:
         knobs.update(DATA_PARALLEL_KNOBS)
     extra = {k: list(vals) for k, vals in knobs.items()}
-    axes = {} if classic else {"parallel.cp": context_parallel_sizes(sc, gpus), "parallel.ep": divisors(experts)}
+    axes = (
+        {} if classic else {"parallel.cp": context_parallel_sizes(sc, gpus), "parallel.ep": divisors(experts)}
+    )
     axes = {k: vals for k, vals in axes.items() if vals != [1]}  # absent: the scenario's own (1)
     extra.update(axes)
     extra.update({k: list(vals) for k, vals in (vary or {}).items()})
