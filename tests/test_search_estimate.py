@@ -233,7 +233,7 @@ def test_pruning_removes_exactly_the_plans_over_capacity(small_search):
     assert (estimated["status"] == "pruned").any() and (estimated["status"] != "pruned").any()
     ran = t[t["status"] == "ok"]  # compared with a run: the estimate is the simulated peak
     assert ran["est_memory_gib"].tolist() == pytest.approx(ran["peak_memory_gib"].tolist(), rel=1e-9)
-    pruned = estimated[estimated["status"] == "pruned"].sort_values("est_memory_gib").iloc[0]
+    pruned = estimated[estimated["status"] == "pruned"].sort_values("est_memory_gib").to_dict("records")[0]
     over = {k: v for k, v in pruned.items() if k.split(".")[0] in ("parallel", "training") and pd.notna(v)}
     peak = cs.simulate(cs.load_scenario(dense_base()).with_overrides(over)).summary["peak_memory_gib"]
     assert peak == pytest.approx(pruned["est_memory_gib"], rel=1e-9) and peak > cap
