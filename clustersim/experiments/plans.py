@@ -9,7 +9,7 @@ A plan is a dict of scenario overrides. Rules (Megatron-LM's, and the project's 
   the base scenario; ``ep`` (expert parallelism) the divisors of a MoE model's routed
   experts — each plan is then loaded, so the expert rules
   (:mod:`clustersim.scenario.expert_rules`: the expert groups inside a stage's
-  tp × cp × dp GPUs, sequence parallelism with TP, no bidirectional schedule) refuse what
+  tp × cp × dp GPUs, sequence parallelism with TP) refuse what
   cannot run and the plan is listed ``invalid`` with the loader's message;
 * schedules: those registered with a ``search_rank`` and this wave's :data:`MODERN_SCHEDULES`
   (pp > 1 only: at pp = 1 they are 1F1B); a schedule taking any number of chunks per stage
