@@ -178,6 +178,19 @@ def cmd_validate(args) -> int:
     return 0
 
 
+#: the parallelism fields beyond tp/pp/dp, as ``clustersim list`` shows them (docs/moe.md,
+#: docs/context_parallel.md); ``clustersim search`` searches ep and cp where they apply
+PARALLEL_OPTIONS = [
+    ("ep", "expert parallelism: a MoE model's routed experts over ep GPUs of each stage"),
+    ("etp", "expert-tensor-parallel size (unset: tp)"),
+    ("moe_token_dispatcher", "alltoall | allgather"),
+    ("moe_shared_expert_overlap", "the shared expert beside the dispatch all-to-alls"),
+    ("cp", "context parallelism: each sequence split over cp GPUs (flash attention)"),
+    ("cp_comm_type", "p2p (ring attention) | a2a (Ulysses)"),
+    ("virtual_stages", "model chunks per stage (interleaved; zb_v, dualpipe_v: 2)"),
+]
+
+
 def cmd_list(args) -> int:
     from .collectives import ALGORITHMS
     from .hardware.gpus import GPUS
@@ -186,6 +199,7 @@ def cmd_list(args) -> int:
     from .network.factory import DIRECT_DESCRIPTION, NETWORK_MODELS
     from .schedules import SCHEDULES
     from .topology import TOPOLOGIES
+    from .workload.hf_config import hf_config_table
     from .workload.model_presets import model_preset_table
 
     sections = {
@@ -195,7 +209,9 @@ def cmd_list(args) -> int:
         "topologies": TOPOLOGIES.table(),
         "collective algorithms": ALGORITHMS.table(),
         "training modes": MODES.table(),
+        "parallel options (parallel.*)": PARALLEL_OPTIONS,
         "model presets": model_preset_table(),
+        "HF model configs (model.hf_config)": hf_config_table(),
         "cluster presets": [(n, "") for n in CLUSTER_PRESETS],
     }
     for title, items in sections.items():

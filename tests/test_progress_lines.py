@@ -132,11 +132,22 @@ def test_the_sweep_eta_is_this_sessions_rate_after_a_resume():
     )  # 90 left × 15 s / 10
 
 
-def test_search_states_its_plan_count_and_estimate_before_starting(capsys):
-    assert main(["search", SYNTH, "--gpus", "4", "--workers", "1"]) == 0
+@pytest.mark.parametrize(
+    "top_k, line",
+    [
+        # the default: 9 plans (1F1B, GPipe, interleaved v2/v4 over pp), the estimate's best 5 simulated
+        ("5", re.compile(r"clustersim: search: 9 plans — estimated in .+: 4 estimated, 5 to simulate; ~")),
+        (
+            "all",
+            re.compile("clustersim: search: 6 plans — 6 to simulate; ~"),
+        ),  # the search before the estimate
+    ],
+)
+def test_search_states_its_plan_count_and_estimate_before_starting(capsys, top_k, line):
+    assert main(["search", SYNTH, "--gpus", "4", "--workers", "1", "--top-k", top_k]) == 0
     err = capsys.readouterr().err.splitlines()
     stated = [line for line in err if line.startswith("clustersim: search: ")]
-    assert stated == [stated[0]] and stated[0].startswith("clustersim: search: 6 plans — 6 to simulate; ~")
+    assert stated == [stated[0]] and line.match(stated[0]), stated
     assert err.index(stated[0]) < err.index(
         next(line for line in err if line.startswith("clustersim: plans: "))
     )

@@ -4,7 +4,8 @@
 [--zip KEY=V,..] [--out runs.csv] [--executor local|dask] [--workers N] [--scheduler URL]
 [--timeout SECONDS]``
 (SCENARIO may also be a sweep file with a ``sweep:`` section), and
-``clustersim search SCENARIO --gpus 64 [--objective throughput|time|cost] [--out plans.csv]``.
+``clustersim search SCENARIO --gpus 64 [--objective throughput|time|cost] [--top-k 5|all]
+[--time-budget SECONDS] [--out plans.csv]``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,16 @@ SWEEP_SHOWN = (
 
 def _ints(text: str) -> list[int]:
     return [int(v) for v in text.split(",") if v.strip()]
+
+
+def _top_k(text: str) -> int | None:
+    """``--top-k``: a count, or ``all`` (None: simulate every plan that fits)."""
+    if text.strip().lower() == "all":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number of plans or 'all'") from None
 
 
 def _names(text: str) -> list[str]:
@@ -113,6 +124,22 @@ def add_commands(sub, parents=(), epilog: str | None = None) -> None:
     )
     se.add_argument("--top", type=int, default=5, help="plans to print")
     se.add_argument(
+        "--top-k",
+        type=_top_k,
+        default=5,
+        metavar="K",
+        help="simulate the K best plans by the analytical estimate (default 5); 'all': every plan "
+        "that fits, pruned by the exact memory replay (the search before the estimate)",
+    )
+    se.add_argument(
+        "--time-budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="wall seconds for the whole search: plans not estimated by then are 'unexplored', "
+        "simulations get what is left as their time limit",
+    )
+    se.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override the base scenario"
     )
     se.add_argument(
@@ -197,6 +224,8 @@ def cmd_search(args) -> int:
         out=args.out,
         progress=_progress(args.progress),
         timeout=args.timeout,
+        top_k=args.top_k,
+        time_budget=args.time_budget,
     )
     print(res.explain(args.top))
     if args.out:

@@ -1,11 +1,18 @@
 """``search(base, gpus)``: which parallel plan should I run?
 
-1. enumerate every valid plan for the GPU count(s) (:mod:`.plans`);
-2. prune the plans whose estimated peak memory per GPU exceeds the GPU's capacity
-   (:func:`.memory.tightest_fit`; each GPU against its own memory) — before simulating anything
-   — and estimate each one's simulation time (:mod:`clustersim.resolve.estimate`); with
-   progress shown, the plan count and the estimate are printed before the simulations start;
-3. simulate the rest as one sweep (any executor; resumable with ``out``);
+1. enumerate every plan for the GPU count(s) (:mod:`.plans`: tp, cp, ep, pp, dp,
+   micro-batch, schedule and its chunks, ZeRO, recompute, sequence parallelism, overlap
+   options) and load each one — the loader's rules refuse what cannot run (``invalid``);
+2. estimate every plan at analytical speed (:mod:`.plan_estimate`: iteration time in
+   closed form, peak memory by the schedule's order) and prune the plans whose peak memory
+   per GPU exceeds the GPU's capacity — before simulating anything;
+3. simulate the ``top_k`` best by the estimate as one sweep (any executor; resumable with
+   ``out``); with progress shown, the plan count and the simulations' wall-time estimate
+   (:mod:`clustersim.resolve.estimate`) are printed before they start. ``time_budget``
+   bounds the whole search: plans not reached in it are ``unexplored``, a simulation past
+   it times out. ``top_k=None`` is the search before the estimate: its space (no ep, cp,
+   TP overlap or new schedules unless asked for), every plan that fits simulated, its
+   memory by the exact ledger replay (:func:`.memory.tightest_fit`);
 4. rank by the objective: ``throughput`` (samples/s, or tokens/s where the summary has
    it), ``time`` to train on ``budget`` samples/tokens, or ``cost`` (GPU-hours × price);
 5. explain the winners: iteration time split into bubble and exposed communication,
@@ -31,7 +38,8 @@ from ..scenario import Scenario, load_scenario
 from ..scenario.loader import apply_overrides
 from . import grid as grids
 from .memory import tightest_fit
-from .plans import label, placement, plan_space
+from .plan_estimate import Estimator
+from .plans import label, placement, plan_candidates
 from .progress import Progress
 from .store import save_table
 from .sweeper import base_raw, run_sweep
@@ -42,8 +50,11 @@ OBJECTIVES = ("throughput", "time", "cost")
 
 class SearchResult:
     """Every plan considered, ranked. ``table`` has one row per plan: its knobs, ``status``
-    (``ok``, ``pruned``, ``oom``, ``error``, ``invalid``), estimated and simulated memory,
-    the summary metrics, ``throughput``, the objective's column and ``rank`` (1 = best)."""
+    (``ok``, ``pruned``, ``oom``, ``error``, ``invalid``; with the estimate also
+    ``estimated`` — fits, not among the top-k — and ``unexplored`` — past the time budget),
+    estimated and simulated memory, the estimate (``est_iteration_s``, ``est_throughput``,
+    ``est_rank``), the summary metrics, ``throughput``, the objective's column and ``rank``
+    (1 = best simulated)."""
 
     def __init__(self, table: pd.DataFrame, objective: str, unit: str, wall_s: float):
         self.table, self.objective, self.unit, self.wall_s = table, objective, unit, wall_s
@@ -64,6 +75,21 @@ class SearchResult:
         if self.ranked.empty:
             raise ScenarioError("search", "no plan", "no plan fits in memory and simulates; see .table")
         return self.ranked.iloc[0].to_dict()
+
+    @property
+    def estimate_gap(self) -> float | None:
+        """How far the estimate's best plan simulates from the best simulated plan: 1 −
+        its simulated objective / the best's (0: the estimate's top-1 is the DES-confirmed
+        best); None without an estimate or when that plan did not simulate ok."""
+        t = self.table
+        if "est_rank" not in t.columns or self.ranked.empty:
+            return None
+        top = t[t["est_rank"] == t["est_rank"].min()].iloc[0]
+        if top["status"] != "ok":
+            return None
+        key = {"throughput": "throughput", "time": "time_to_train_s", "cost": "cost"}[self.objective]
+        best = self.ranked.iloc[0][key]
+        return 1 - top[key] / best if self.objective == "throughput" else 1 - best / top[key]
 
     def top(self, n: int = 5) -> pd.DataFrame:
         return self.ranked.head(n)
@@ -96,7 +122,7 @@ def _candidates(
     the estimated wall seconds of its simulation (``est_sim_s``,
     :mod:`clustersim.resolve.estimate`)."""
     rows = []
-    plans = [(n, plan) for n in counts for plan in plan_space(sc, n, **knobs)]
+    plans = [(n, plan) for n in counts for plan in plan_candidates(sc, n, **knobs)]
     with Progress(len(plans), progress, "checking plans") as bar:
         for n, plan in plans:
             rows.append(_candidate(raw, n, plan, memory_fraction))
@@ -125,7 +151,75 @@ def _candidate(raw: dict[str, Any], n: int, plan: dict[str, Any], memory_fractio
     return row
 
 
-def _plan_line(rows: list[dict[str, Any]], workers: int | None) -> str:
+def _estimated(
+    sc: Scenario,
+    raw: dict[str, Any],
+    counts: Sequence[int],
+    knobs: dict[str, Any],
+    memory_fraction: float,
+    progress: bool | str | None,
+    deadline: float,
+) -> list[dict[str, Any]]:
+    """One row per candidate plan with its estimate (:mod:`.plan_estimate`): knobs,
+    placement, estimated memory, iteration time and throughput, pruned or not; plans not
+    reached before ``deadline`` (``time.perf_counter``) are ``unexplored``."""
+    rows, est = [], Estimator()
+    plans = [(n, plan) for n in counts for plan in plan_candidates(sc, n, **knobs)]
+    tokens = sc.model.kind == "transformer"
+    with Progress(len(plans), progress, "estimating plans") as bar:
+        for n, plan in plans:
+            row: dict[str, Any] = {"gpus": n, "plan": label(plan), "run_id": grids.run_id(plan), **plan}
+            if time.perf_counter() > deadline:
+                rows.append({**row, "status": "unexplored", "error": "past the time budget"})
+                continue
+            try:
+                cand = Scenario(apply_overrides(raw, plan))
+            except ScenarioError as exc:
+                rows.append({**row, "status": "invalid", "error": str(exc)})
+                continue
+            e = est.estimate(cand, plan)
+            p = cand.parallel
+            row.update(placement(p.tp, p.pp, cand.dp, cand.cluster.gpus_per_node))
+            fits = e.memory_bytes <= e.capacity_bytes * memory_fraction
+            per_sample = cand.model.seq_len if tokens else 1
+            row.update(
+                est_memory_gib=e.memory_bytes / GIB,
+                capacity_gib=e.capacity_bytes / GIB,
+                est_iteration_s=e.iteration_s,
+                est_bubble_s=e.bubble_s,
+                est_comm_s=e.comm_s,
+                est_throughput=cand.training.global_batch * per_sample / e.iteration_s,
+                status="to-run" if fits else "pruned",
+                error=""
+                if fits
+                else f"estimated {e.memory_bytes / GIB:.1f} GiB > "
+                f"{e.capacity_bytes * memory_fraction / GIB:.1f} GiB",
+            )
+            rows.append(row)
+            bar.update()
+    return rows
+
+
+def _top_k(rows: list[dict[str, Any]], raw: dict[str, Any], objective: str, top_k: int) -> None:
+    """Rank the plans that fit by the estimated objective (``est_rank``); the best
+    ``top_k`` stay ``to-run`` (with their simulations' wall-time estimate), the rest
+    become ``estimated``."""
+    fit = [r for r in rows if r["status"] == "to-run"]
+    if objective == "cost":
+        fit.sort(key=lambda r: r["gpus"] / r["est_throughput"])
+    else:  # throughput, or time to train a budget: the same order
+        fit.sort(key=lambda r: -r["est_throughput"])
+    for i, r in enumerate(fit):
+        r["est_rank"] = i + 1
+        if i >= top_k:
+            r["status"] = "estimated"
+            continue
+        r["est_sim_s"] = estimate(
+            resolve(Scenario(apply_overrides(raw, {k: r[k] for k in r if "." in k})))
+        ).seconds
+
+
+def _plan_line(rows: list[dict[str, Any]], workers: int | None, elapsed: float = 0.0) -> str:
     """``search: 1,656 plans — 1,200 to simulate, 400 pruned, 56 invalid; ~12 min of
     simulation on 2 workers``: what the search is about to do."""
     counts: dict[str, int] = {}
@@ -134,6 +228,8 @@ def _plan_line(rows: list[dict[str, Any]], workers: int | None) -> str:
     n = workers or os.cpu_count() or 1
     total = sum(r["est_sim_s"] for r in rows if r["status"] == "to-run")
     parts = ", ".join(f"{c:,} {'to simulate' if s == 'to-run' else s}" for s, c in counts.items())
+    if "estimated" in counts:
+        parts = f"estimated in {elapsed_text(elapsed)}: " + parts
     return f"search: {len(rows):,} plans — {parts}; ~{elapsed_text(total / n)} of simulation on {n} workers"
 
 
@@ -154,6 +250,8 @@ def search(
     out: str | Path | None = None,
     progress: bool | None = None,
     timeout: float | None = None,
+    top_k: int | None = 5,
+    time_budget: float | None = None,
 ) -> SearchResult:
     """Search the parallel plans of ``base`` on ``gpus`` GPUs (default: its cluster's) and
     rank them by ``objective``. ``budget`` (samples, or tokens when the model has a
@@ -162,7 +260,12 @@ def search(
     (dotted key → values) narrow or widen the space; ``memory_fraction`` < 1 keeps a
     safety margin. ``executor``/``workers``/``timeout`` are as for :func:`sweep`; with ``out`` the
     simulations are journaled as they finish (a rerun resumes) and the ranked table of
-    every plan is written there at the end.
+    every plan is written there at the end. ``top_k``: how many of the estimate's best
+    plans to simulate (None: the search before the estimate — its space, ``plans.plan_space(…,
+    classic=True)``: no ep, cp, TP overlap or this wave's schedules unless asked for by
+    ``schedules``/``vary``; every plan that fits simulated, pruned by the exact memory
+    replay); ``time_budget``: wall seconds for the whole search
+    (module docstring).
     """
     if objective not in OBJECTIVES:
         raise ScenarioError("objective", objective, f"known objectives: {', '.join(OBJECTIVES)}")
@@ -172,6 +275,10 @@ def search(
         )
     if not 0 < memory_fraction <= 1:
         raise ScenarioError("memory_fraction", memory_fraction, "expected a fraction in (0, 1]")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
+        raise ScenarioError("top_k", top_k, "expected a whole number of plans ≥ 0, or None for all")
+    if time_budget is not None and not time_budget > 0:
+        raise ScenarioError("time_budget", time_budget, "expected seconds > 0")
     t0 = time.perf_counter()
     raw = base_raw(base)
     sc = load_scenario(raw)
@@ -180,10 +287,21 @@ def search(
         vary = grids.as_axes(vary, "vary")
     counts = [sc.num_gpus] if gpus is None else [gpus] if isinstance(gpus, int) else list(gpus)
     knobs = {"micro_batches": micro_batches, "schedules": schedules, "vary": vary}
-    rows = _candidates(sc, raw, counts, knobs, memory_fraction, progress)
+    deadline = t0 + (time_budget if time_budget is not None else float("inf"))
+    if top_k is None:  # the search before the estimate: its space, its exact memory replay
+        rows = _candidates(sc, raw, counts, {**knobs, "classic": True}, memory_fraction, progress)
+    else:
+        rows = _estimated(sc, raw, counts, knobs, memory_fraction, progress, deadline)
+        _top_k(rows, raw, objective, top_k)
     if progress or (progress is None and sys.stderr.isatty()):
-        print(f"clustersim: {_plan_line(rows, workers)}", file=sys.stderr, flush=True)
+        line = _plan_line(rows, workers, time.perf_counter() - t0)
+        print(f"clustersim: {line}", file=sys.stderr, flush=True)
     to_run = [{k: r[k] for k in r if "." in k} for r in rows if r["status"] == "to-run"]
+    if time_budget is not None:  # what is left of the budget bounds each simulation
+        left = deadline - time.perf_counter()
+        to_run = to_run if left > 0 else []
+        if to_run and executor == "local":  # (a per-run limit exists on local workers only)
+            timeout = left if timeout is None else min(timeout, left)
     sims = run_sweep(
         raw,
         to_run,
@@ -242,7 +360,17 @@ def _rank(
     table["rank"] = table[key].where(ok).rank(method="first", ascending=objective != "throughput")
     # ranked plans first, then the ones that ran but failed, then pruned, then invalid
     order = table["rank"].fillna(len(table) + table["status"].map(_STATUS_ORDER).fillna(1))
+    if "est_rank" in table.columns:  # the estimated plans by their estimate
+        order = order + table["est_rank"].fillna(0).where(table["rank"].isna(), 0) / (len(table) + 1)
     return table.iloc[order.argsort(kind="stable")].reset_index(drop=True), unit
 
 
-_STATUS_ORDER = {"oom": 1, "error": 1, "pruned": 2, "invalid": 3}
+_STATUS_ORDER = {
+    "oom": 1,
+    "error": 1,
+    "timeout": 1,
+    "estimated": 1.5,
+    "pruned": 2,
+    "unexplored": 2.5,
+    "invalid": 3,
+}

@@ -28,16 +28,20 @@ def _placement(row: dict[str, Any]) -> str:
 
 
 def top_table(ranked: pd.DataFrame, unit: str, n: int) -> str:
-    """Aligned table of the ``n`` best plans."""
+    """Aligned table of the ``n`` best plans (with the estimate's iteration time and rank
+    beside the simulated one when the search estimated)."""
+    est = "est_iteration_s" in ranked.columns
     head = (
-        f"{'rank':>4}  {'plan':<28} {'gpus':>4} {unit + '/s':>12} {'iter s':>9} {'bubble':>7} "
-        f"{'exp.comm':>8} {'peak GiB':>8} {'headroom':>8}  placement"
+        f"{'rank':>4}  {'plan':<28} {'gpus':>4} {unit + '/s':>12} "
+        + (f"{'est.rank':>8} {'est. s':>9} " if est else "")
+        + f"{'iter s':>9} {'bubble':>7} {'exp.comm':>8} {'peak GiB':>8} {'headroom':>8}  placement"
     )
     lines = [head]
     for row in ranked.head(n).to_dict("records"):
+        estimated = f"{int(row['est_rank']):>8} {row['est_iteration_s']:>9.4g} " if est else ""
         lines.append(
             f"{int(row['rank']):>4}  {row['plan']:<28} {int(row['gpus']):>4} {row['throughput']:>12.4g} "
-            f"{row['iteration_time_s']:>9.4g} {_pct(row['bubble_fraction']):>7} "
+            f"{estimated}{row['iteration_time_s']:>9.4g} {_pct(row['bubble_fraction']):>7} "
             f"{_pct(row['exposed_comm_fraction']):>8} {row['peak_memory_gib']:>8.1f} "
             f"{row['memory_headroom_gib']:>8.1f}  {_placement(row)}"
         )
@@ -72,11 +76,20 @@ def explain(result, n: int = 5) -> str:
     """The full search report (what ``clustersim search`` prints)."""
     t = result.table
     counts = t["status"].value_counts().to_dict()
-    simulated = sum(counts.get(s, 0) for s in ("ok", "oom", "error"))
+    simulated = sum(counts.get(s, 0) for s in ("ok", "oom", "error", "timeout"))
+    estimated = (
+        "" if "est_rank" not in t.columns else f"{int(t['est_rank'].notna().sum())} fit by the estimate, "
+    )
     lines = [
-        f"{len(t)} plans: {counts.get('pruned', 0)} pruned by the memory estimate, {simulated} simulated "
-        f"({counts.get('ok', 0)} ok) in {result.wall_s:.1f} s; objective: {result.objective}"
+        f"{len(t)} plans: {estimated}{counts.get('pruned', 0)} pruned by the memory estimate, {simulated} "
+        f"simulated ({counts.get('ok', 0)} ok) in {result.wall_s:.1f} s; objective: {result.objective}"
     ]
+    for status, reason in (
+        ("invalid", "refused by the scenario rules"),
+        ("unexplored", "past the time budget"),
+    ):
+        if "est_rank" in t.columns and counts.get(status):
+            lines.append(f"{counts[status]} plans {status} ({reason})")
     ranked = result.ranked
     if ranked.empty:
         lines.append("no plan fits in memory and simulates")
@@ -87,7 +100,15 @@ def explain(result, n: int = 5) -> str:
             lines.append("Why: " + why(rows[0], rows[1], result.unit))
             if len(rows) > 2:
                 lines.append("And vs the slowest: " + why(rows[0], rows[-1], result.unit))
-    failed = t[t["status"].isin(["oom", "error"])]
+    gap = result.estimate_gap
+    if gap is not None:
+        top = t[t["est_rank"] == 1].iloc[0]["plan"]
+        lines.append(
+            f"The estimate's top-1 ({top}) simulates {_pct(gap)} below the best simulated plan"
+            if gap > 0
+            else f"The estimate's top-1 ({top}) is the best simulated plan"
+        )
+    failed = t[t["status"].isin(["oom", "error", "timeout"])]
     for row in failed.head(5).to_dict("records"):
         lines.append(f"{row['status']}: {row['plan']} {row.get('error', '')}".rstrip())
     pruned = result.pruned

@@ -30,6 +30,7 @@ class PlanReport:
     #: one); empty when per-stage replication was searched too
     uniform_only: str = ""
     tp: int = 1
+    cp: int = 1  # a worker is a tp × cp group of GPUs
 
     @property
     def speedup_over_dp(self) -> float:
@@ -59,6 +60,8 @@ class PlanReport:
     def table(self) -> str:
         """A human-readable summary (what ``clustersim plan`` prints)."""
         on = f"{self.gpus} GPUs" if self.tp == 1 else f"{self.gpus} tensor-parallel groups of {self.tp} GPUs"
+        if self.cp > 1:
+            on = f"{self.gpus} tensor × context-parallel groups of {self.tp} × {self.cp} GPUs"
         lines = [
             f"PipeDream planner on {on} (model estimates, per minibatch):",
             f"  data parallel             {self.data_parallel_s * 1e3:10.3f} ms",
@@ -89,11 +92,19 @@ def plan_scenario(sc) -> PlanReport:
     choose which GPUs each stage gets, so the planner searches the uniform plans only —
     pp stages × dp replicas, each stage priced on its own GPUs (:mod:`.hetero`) — and the
     best of them is the plan it proposes."""
-    layers, net, tp = layer_profiles(sc), network_of(sc), sc.parallel.tp
-    n = sc.num_gpus // tp  # workers: a tensor-parallel group is one
+    layers, net, tp, cp, ep = (
+        layer_profiles(sc),
+        network_of(sc),
+        sc.parallel.tp,
+        sc.parallel.cp,
+        sc.parallel.ep,
+    )
+    n = sc.num_gpus // (tp * cp)  # workers: a tensor- (and context-) parallel group is one
     why = heterogeneity(sc.cluster)
     if why is None and tp > 1:
         why = f"tp = {tp}, and stage_replicas run without tensor parallelism"
+    if why is None and (cp > 1 or ep > 1):  # the expert and context-parallel rules refuse stage_replicas
+        why = f"{'cp' if cp > 1 else 'ep'} = {max(cp, ep)}, and stage_replicas run without it"
     if why is not None:
         return _plan_uniform_only(sc, layers, net, n, why)
     opt = Optimizer(layers, net, gpu_spec(sc.cluster, sc.cluster.gpu).memory_bytes)
@@ -125,6 +136,7 @@ def _plan_uniform_only(sc, layers, net, workers: int, why: str) -> PlanReport:
                     "parallel.pp": pp,
                     "parallel.dp": workers // pp,
                     "parallel.virtual_stages": 1,
+                    "parallel.schedule": "pipedream",  # what the report's overrides run
                     "parallel.partition": "balanced",
                     "parallel.dp_split": "even",
                 }
@@ -147,4 +159,4 @@ def _plan_uniform_only(sc, layers, net, workers: int, why: str) -> PlanReport:
         if 1 in plans
         else opt.stage_time(0, len(layers) - 1, workers, factor=slowest)
     )
-    return PlanReport(workers, plans[upp], plans[upp], upp, dp_time, why, sc.parallel.tp)
+    return PlanReport(workers, plans[upp], plans[upp], upp, dp_time, why, sc.parallel.tp, sc.parallel.cp)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Union
 
@@ -67,7 +68,13 @@ def check_options(cluster: dict, field: str = "cluster") -> None:
 
 
 def _options_union() -> TypeAdapter:
-    models = tuple(dict.fromkeys(t.options for t in TOPOLOGIES.values()))
+    return _union_of(tuple(dict.fromkeys(t.options for t in TOPOLOGIES.values())))
+
+
+@lru_cache(maxsize=8)
+def _union_of(models: tuple) -> TypeAdapter:
+    """The adapter of the registered topologies' options (built once per set of them: a
+    TypeAdapter costs milliseconds, and a plan search loads thousands of scenarios)."""
     union = models[0] if len(models) == 1 else Union[models]  # noqa: UP007  (built at run time)
     return TypeAdapter(Annotated[union, Field(discriminator="kind")])
 

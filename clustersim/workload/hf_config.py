@@ -126,3 +126,20 @@ def _moe_fields(cfg: dict, kind: str, count, path: str) -> dict:
         "dense_layers": count("first_k_dense_replace", 0),
         "moe_step": count("decoder_sparse_step", 0) or count("moe_layer_freq", 1),
     }
+
+
+def hf_config_table() -> list[tuple[str, str]]:
+    """(name, one-line description) of every shipped ``config.json`` (``model.hf_config:
+    NAME``), for ``clustersim list``: parameters (active ones for MoE), layers, experts."""
+    rows = []
+    for file in sorted(DATA_HF.glob("*.json")):
+        c = load_hf_config(file.stem)
+        moe = (
+            f", {c.experts} experts top-{c.experts_per_token} ({c.active_params() / 1e9:.1f}B active)"
+            if c.experts > 1
+            else ""
+        )
+        rows.append(
+            (file.stem, f"{c.params() / 1e9:.1f}B params, l={c.layers} h={c.hidden} a={c.heads}{moe}")
+        )
+    return rows
