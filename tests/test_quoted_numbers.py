@@ -188,7 +188,8 @@ def test_quickstart_explanation_matches_its_breakdown():
     assert bubble[-1] < ideal < min(bubble[:-1])
     others, wait = sum(T[:-1]) / (p - 1), T[-1] - sum(T[:-1]) / (p - 1)
     formula = ((p - 1) * others + (p - 1) / p * m * wait) * 1e-3 / iteration  # mean idle over stages
-    assert abs(formula - s["bubble_fraction"]) < 0.02  # what it leaves out: waits for transfers
+    assert 0 < s["bubble_fraction"] - formula < 0.03  # what it leaves out: waits for transfers and the
+    # last stage's exposed TP all-reduces (its pace is compute + exposed TP, T counts compute only)
     against = (
         f"{T[-1]:.1f} ms of forward + backward per micro-batch against {min(T[:-1]):.1f}–{max(T[:-1]):.1f} ms"
     )
@@ -217,7 +218,8 @@ def test_edgepipe_latency_is_its_forwards_and_hops():
     latency = res.summary["first_request_latency_s"]
     assert forwards.sum() + hops.sum() == pytest.approx(latency, rel=1e-12)
     fwd, hop = forwards.mean() * 1e3, hops.mean() * 1e3
-    assert forwards.max() - forwards.min() < 0.05e-3 and hops.max() - hops.min() < 1e-9  # alike stages
+    # alike stages: the last one also runs the classifier head (4 % of a forward here)
+    assert forwards.max() - forwards.min() < 0.05 * forwards.mean() and hops.max() - hops.min() < 1e-9
     header = _prose(ROOT / "scenarios/edgepipe-vit-large-4xT4-1GbE.yaml")
     for phrase in [
         f"a stage's forward takes ~{fwd:.1f} ms",
