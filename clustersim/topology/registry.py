@@ -116,7 +116,10 @@ def no_link_reason(g: nx.DiGraph) -> str:
 
 
 def remove_failed_links(g: nx.DiGraph, links) -> None:
-    """Remove both directions of every failed cable ``[a, b]`` (``cluster.failed_links``)."""
+    """Remove both directions of every failed cable ``[a, b]`` (``cluster.failed_links``);
+    routes then depend on which failed, so the builder's ``hierarchy`` no longer names them."""
+    if links:
+        g.graph.pop("hierarchy", None)
     for k, (a, b) in enumerate(links):
         if not (g.has_edge(a, b) or g.has_edge(b, a)):
             raise ScenarioError(f"cluster.failed_links[{k}]", [a, b], no_link_reason(g))
