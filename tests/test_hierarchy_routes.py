@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clustersim.topology import TOPOLOGIES, Router, build_topology
+from clustersim.topology.plugin import levels
 
 from .test_topology import EVERY_KIND, cluster
 
@@ -57,6 +58,7 @@ def test_hierarchy_routes_are_the_searched_routes(c):
             for key in FLOW_KEYS:
                 assert named.path(src, dst, key) == searched.path(src, dst, key), (src, dst, key)
     assert named._pred is None  # no pair needed the search
+    assert levels(g) == levels(searched.graph)  # the fold check's placement, too
 
 
 def test_every_shipped_kind_is_named_or_searched():

@@ -70,6 +70,23 @@ class Hierarchy:
             **kw,
         )
 
+    def placement(self) -> dict[str, tuple[int, frozenset, int]]:
+        """Per GPU (site 0, the switches its NIC links to, server): what
+        :func:`.plugin.levels` reads off the graph, from the layout."""
+        gpn, nics = self.gpus_per_node, self.nics_per_node
+        out = {}
+        for i in range(self.gpus):
+            host, k = divmod(i, gpn)
+            k = k * nics // gpn
+            if self.network == "clos":
+                above = frozenset({f"leaf{host // self.nodes_per_leaf}"})
+            elif self.network == "rail":
+                above = frozenset({f"rail{k}"})
+            else:  # a lone server's NICs link to no switch; a star's to its centre (the hub is one)
+                above = frozenset({self.centre} if self.centre not in ("", "server") else ())
+            out[f"gpu{i}"] = (0, above, host)
+        return out
+
     def _gpu(self, name: str) -> int | None:
         """``N`` for a GPU node ``gpuN`` of this hierarchy, else None."""
         if name.startswith("gpu") and name[3:].isdigit():
