@@ -23,45 +23,15 @@ import sys
 import time
 from pathlib import Path
 
-import simpy
-
 import clustersim as cs
 from clustersim.engine.dag import choose_evaluator
-from clustersim.engine.variability import compute_scales
-from clustersim.hardware.node_groups import device_memory
 from clustersim.modes import compile_job
-from clustersim.network.factory import build_fabric
-from clustersim.record import Recorder
 from clustersim.resolve import resolve
 from clustersim.topology.graph import check_connected
 
 sys.path.insert(0, str(Path(__file__).parent))
-from scale import FAST, gpt3_175b, llama3_405b  # noqa: E402, I001
-
-
-def construct(job, prog, graph) -> tuple[float, tuple]:
-    """(construction CPU s, records of the run) of the run's evaluator on ``graph``."""
-    env, rec = simpy.Environment(), Recorder()
-    fabric = build_fabric(job.simulation.network, env, rec, graph)
-    cls, _ = choose_evaluator(job, prog)
-    cl = job.cluster
-    t0 = time.process_time()
-    engine = cls(
-        prog,
-        env,
-        fabric,
-        rec,
-        device_memory(cl, prog.num_devices, job.num_gpus),
-        alpha=cl.collective_alpha,
-        collective_latency=cl.collective_latency,
-        algorithms=job.simulation.collectives,
-        comm_compute_slowdown=cl.comm_compute_slowdown,
-        collective_model=job.simulation.collective_model,
-        compute_scale=compute_scales(job, prog),
-    )
-    built = time.process_time() - t0
-    engine.run()
-    return built, (rec.ops, rec.memory, engine.memory.peak, engine.events)
+from dag_speed import timed_run  # noqa: E402, I001
+from scale import FAST, gpt3_175b, llama3_405b  # noqa: E402
 
 
 def measure(label: str, raw: dict, repeat: int) -> None:
@@ -77,8 +47,9 @@ def measure(label: str, raw: dict, repeat: int) -> None:
     check_s = time.process_time() - t0
     rows = []
     for _ in range(repeat):
-        before, rec_before = construct(job, prog, searched)
-        after, rec_after = construct(job, prog, named)
+        cls, _ = choose_evaluator(job, prog)
+        before, _, rec_before = timed_run(cls, job, prog, searched)
+        after, _, rec_after = timed_run(cls, job, prog, named)
         if rec_before != rec_after:
             raise SystemExit(f"{label}: named and searched routes gave different records")
         rows.append((before, after))
@@ -96,16 +67,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="skip the unfolded 1,024-GPU Program")
     ap.add_argument("--repeat", type=int, default=3, help="back-to-back rounds per case (default 3)")
+    ap.add_argument("--only", default="", help="run only the cases whose label contains this text")
     args = ap.parse_args()
     print(f"fidelity {FAST}; CPU seconds, medians of {args.repeat} rounds")
     print(
         f"{'case':<30} {'GPUs':>6} {'ops':>10} {'searched':>10} {'named':>9} {'ratio':>8} "
         f"{'conn. s':>8}   check"
     )
-    measure("(b) LLaMA-3-405B-like folded", llama3_405b(), args.repeat)
-    measure("(a) GPT-3 175B folded", gpt3_175b(True), args.repeat)
+    cases = [("(b) LLaMA-3-405B-like folded", llama3_405b()), ("(a) GPT-3 175B folded", gpt3_175b(True))]
     if not args.quick:
-        measure("(a) GPT-3 175B unfolded", gpt3_175b(False), args.repeat)
+        cases.append(("(a) GPT-3 175B unfolded", gpt3_175b(False)))
+    for label, raw in cases:
+        if args.only in label:
+            measure(label, raw, args.repeat)
 
 
 if __name__ == "__main__":
