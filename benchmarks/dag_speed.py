@@ -32,18 +32,24 @@ from clustersim.engine.interpreter import Engine
 from clustersim.engine.network_setup import build_network
 from clustersim.engine.variability import compute_scales
 from clustersim.hardware.node_groups import device_memory
+from clustersim.modes import compile_job
+from clustersim.network.factory import build_fabric
 from clustersim.record import Recorder
-from clustersim.simulate import compile_scenario
+from clustersim.resolve import resolve
 
 sys.path.insert(0, str(Path(__file__).parent))
 from baseline import bare_simpy_rate  # noqa: E402, I001
 from scale import gpt3_175b  # noqa: E402
 
 
-def timed_run(cls, sc, prog) -> tuple[float, float, tuple]:
-    """(construction CPU s, run CPU s, records) of one evaluator on a fresh fabric."""
+def timed_run(cls, sc, prog, graph=None) -> tuple[float, float, tuple]:
+    """(construction CPU s, run CPU s, records) of one evaluator on a fresh fabric (on
+    ``graph`` instead of the scenario's topology when given)."""
     env, rec = simpy.Environment(), Recorder()
-    fabric = build_network(sc, env, rec)
+    if graph is None:
+        fabric = build_network(sc, env, rec)
+    else:
+        fabric = build_fabric(sc.simulation.network, env, rec, graph)
     cl = sc.cluster
     t0 = time.process_time()
     engine = cls(
@@ -51,8 +57,9 @@ def timed_run(cls, sc, prog) -> tuple[float, float, tuple]:
         env,
         fabric,
         rec,
-        device_memory(cl, prog.num_devices),
+        device_memory(cl, prog.num_devices, sc.num_gpus),
         alpha=cl.collective_alpha,
+        collective_latency=cl.collective_latency,
         algorithms=sc.simulation.collectives,
         comm_compute_slowdown=cl.comm_compute_slowdown,
         collective_model=sc.simulation.collective_model,
@@ -65,9 +72,9 @@ def timed_run(cls, sc, prog) -> tuple[float, float, tuple]:
 
 
 def measure(label: str, raw: dict, repeat: int) -> None:
-    sc = cs.load_scenario(raw)
+    sc = resolve(cs.load_scenario(raw))  # the Job: the fabric is built on its topology graph
     t0 = time.process_time()
-    prog = compile_scenario(sc)
+    prog = compile_job(sc)
     compile_s = time.process_time() - t0
     gc.collect()
     gc.freeze()

@@ -5,6 +5,7 @@
     python benchmarks/scale.py --quick    # skip the unfolded run
     python benchmarks/scale.py --fidelity # README's "Which fidelity do I need?": 16 / 1,024 / 16,384
                                           # GPUs at exact / balanced / fast
+    python benchmarks/scale.py --quick --only "(b)" --against /tmp/main   # before → after
 
 Prints a table:
   (a) GPT-3 175B on 1,024 A100 (DGX-A100 fat tree; TP 8, PP 16, DP 8; batch 1,536, micro-batch 1;
@@ -21,12 +22,18 @@ that keeps Megatron's Table 1 within its stated error (docs/validation.md).
 removed so the preset decides; a run whose pre-run estimate (clustersim/resolve/estimate.py)
 is over ``--max-s`` seconds (default 60: where clustersim starts printing advice) is not run
 and its estimate is printed instead.
+
+``--against DIR`` runs every row of the table a second time on the code in ``DIR`` (another
+checkout, put first on ``PYTHONPATH``) right before this checkout's run, and adds both runs'
+CPU seconds and their ratio to the row; ``--only TEXT`` keeps the rows whose label contains
+``TEXT``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -128,11 +135,13 @@ def run_one(raw: dict, max_s: float | None = None) -> dict:
     }
 
 
-def in_subprocess(raw: dict, max_s: float | None = None) -> dict:
+def in_subprocess(raw: dict, max_s: float | None = None, code: str | None = None) -> dict:
+    """:func:`run_one` in a fresh process, on the code in directory ``code`` when given."""
     cmd = [sys.executable, __file__, "--one", json.dumps(raw)] + (
         [] if max_s is None else ["--max-s", str(max_s)]
     )
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    env = None if code is None else {**os.environ, "PYTHONPATH": code}
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode:
         raise RuntimeError(out.stderr[-2000:])
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -170,6 +179,8 @@ def main() -> None:
     ap.add_argument(
         "--max-s", type=float, help="--fidelity: run only what is estimated under this (default 60 s)"
     )
+    ap.add_argument("--only", help="run only the rows whose label contains this text")
+    ap.add_argument("--against", help="also run each row on the code in this directory (before → after)")
     args = ap.parse_args()
     if args.one:
         print(json.dumps(run_one(json.loads(args.one), args.max_s)))
@@ -180,16 +191,29 @@ def main() -> None:
     print(
         f"{'case':<34} {'GPUs':>6} {'m':>5} {'folded':>7} {'wall s':>9} {'CPU s':>8} {'RSS GiB':>8} "
         f"{'iter s':>10} "
-        f"{'TFLOP/s':>7} {'events':>10}  target"
+        f"{'TFLOP/s':>7} {'events':>10}  target" + ("   CPU s before → after, ratio" if args.against else "")
     )
-    print(row("(a) GPT-3 175B folded", in_subprocess(gpt3_175b(True)), "≤ 5 s"), flush=True)
+
+    def show(label: str, raw: dict, target: str = "") -> None:
+        if args.only and args.only not in label:
+            return
+        before = in_subprocess(raw, code=args.against) if args.against else None
+        r = in_subprocess(raw)
+        line = row(label, r, target)
+        if before is not None:
+            line += f"   {before['cpu_s']:.2f} → {r['cpu_s']:.2f}, {before['cpu_s'] / r['cpu_s']:.1f}×"
+        print(line, flush=True)
+
+    show("(a) GPT-3 175B folded", gpt3_175b(True), "≤ 5 s")
     if not args.quick:
-        print(row("(a) GPT-3 175B unfolded", in_subprocess(gpt3_175b(False)), "≤ 600 s"), flush=True)
-    print(row("(b) LLaMA-3-405B-like folded", in_subprocess(llama3_405b()), "≤ 60 s, ≤ 4 GiB"), flush=True)
+        show("(a) GPT-3 175B unfolded", gpt3_175b(False), "≤ 600 s")
+    show("(b) LLaMA-3-405B-like folded", llama3_405b(), "≤ 60 s, ≤ 4 GiB")
     for gpus in (64, 256, 1024, 4096, 16384):
-        print(row(f"(c) GPT 18.4B, {gpus} GPUs", in_subprocess(gpus_sweep(gpus))), flush=True)
+        show(f"(c) GPT 18.4B, {gpus} GPUs", gpus_sweep(gpus))
     for m in (8, 32, 128, 512):
-        print(row(f"(c) GPT 18.4B, 1024 GPUs, m={m}", in_subprocess(gpus_sweep(1024, m))), flush=True)
+        show(f"(c) GPT 18.4B, 1024 GPUs, m={m}", gpus_sweep(1024, m))
+    if args.only and args.only not in "(d)":
+        return
     out = subprocess.run([sys.executable, "benchmarks/engine_speed.py"], capture_output=True, text=True)
     print("(d) " + "\n    ".join(out.stdout.strip().splitlines()))
 

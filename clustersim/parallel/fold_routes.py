@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from itertools import combinations
 
+import numpy as np
+
 from ..topology import TOPOLOGIES
 
 #: what a pair of GPUs shares, by level (0 = the same server … 3 = nothing: two sites)
@@ -29,32 +31,62 @@ def _level(where: dict[str, tuple], a: int, b: int) -> int:
     return 0 if host_a == host_b else 1 if leaf_a == leaf_b else 2 if site_a == site_b else 3
 
 
+class _Levels:
+    """:func:`_level` over arrays of GPU indices: the placement as (host, leaf, site) codes
+    per GPU, so every twin of a 16,384-GPU plan is compared in a few array passes."""
+
+    def __init__(self, where: dict[str, tuple], gpus: int):
+        places = [where[f"gpu{i}"] for i in range(gpus)]
+        leaves: dict[frozenset, int] = {}
+        self.site = np.array([site for site, _, _ in places])
+        self.leaf = np.array([leaves.setdefault(leaf, len(leaves)) for _, leaf, _ in places])
+        self.host = np.array([host for _, _, host in places])
+
+    def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.where(
+            self.host[a] == self.host[b],
+            0,
+            np.where(self.leaf[a] == self.leaf[b], 1, np.where(self.site[a] == self.site[b], 2, 3)),
+        )
+
+
 def route_obstacle(job) -> str | None:
     """Why twins' routes differ from their representative's (None if they do not); reads
     the placement the Job's topology graph declares (:attr:`clustersim.resolve.Job.graph`,
-    built once per cluster)."""
+    built once per cluster). The first twin that differs, in (stage, replica, TP rank)
+    order, is named."""
     where = TOPOLOGIES[job.graph.graph["kind"]].placement(job.graph)
     if isinstance(where, str):
         return where
-    plan = job.plan
+    return twin_obstacle(job.plan, where, wrap=job.parallel.virtual_stages > 1)
+
+
+def twin_obstacle(plan, where: dict[str, tuple], wrap: bool = False) -> str | None:
+    """:func:`route_obstacle` for ``plan`` on the placement ``where`` (GPU name → (site,
+    leaf switches, server)); ``wrap``: the last stage also sends to the first (interleaved
+    schedules)."""
+    level = _Levels(where, plan.num_devices)
+    # device(stage, replica, tp rank) = tp rank + tp × (replica + replicas × stage)
+    devices = np.arange(plan.num_devices).reshape(plan.pp, plan.replicas, plan.tp)
     hops = [(s, s + 1) for s in range(plan.pp - 1)]
-    if job.parallel.virtual_stages > 1 and plan.pp > 1:
+    if wrap and plan.pp > 1:
         hops.append((plan.pp - 1, 0))  # an interleaved schedule's chunks wrap around
-    for s, nxt in hops:
-        level = _level(where, plan.device(s), plan.device(nxt))
-        for r in range(plan.dp):
-            for t in range(plan.tp):
-                twin = _level(where, plan.device(s, r, t), plan.device(nxt, r, t))
-                if twin != level:
-                    return (
-                        f"stage {s}'s replica {r}, TP rank {t} sends to stage {nxt} within {LEVELS[twin]}, "
-                        f"replica 0 within {LEVELS[level]}"
-                    )
-    for s in range(plan.pp):
-        ring = [_level(where, a, b) for a, b in _ring(plan.dp_group(s))]
-        for t in range(1, plan.tp):
-            if [_level(where, a, b) for a, b in _ring(plan.dp_group(s, t))] != ring:
-                return f"stage {s}'s data-parallel group of TP rank {t} is laid out unlike TP rank 0's"
+    if hops:
+        src, nxt = (devices[[h[k] for h in hops], : plan.dp] for k in (0, 1))
+        twins = level(src, nxt)  # (hop, replica, tp rank)
+        differ = twins != twins[:, :1, :1]
+        if differ.any():
+            h, r, t = np.unravel_index(np.argmax(differ), differ.shape)
+            s, n = hops[h]
+            return (
+                f"stage {s}'s replica {r}, TP rank {t} sends to stage {n} within {LEVELS[twins[h, r, t]]}, "
+                f"replica 0 within {LEVELS[twins[h, 0, 0]]}"
+            )
+    rings = level(devices, np.roll(devices, -1, axis=1))  # each data-parallel group's ring
+    differ = (rings != rings[:, :, :1]).any(axis=1)  # (stage, tp rank): unlike TP rank 0's
+    if differ.any():
+        s, t = np.unravel_index(np.argmax(differ), differ.shape)
+        return f"stage {s}'s data-parallel group of TP rank {t} is laid out unlike TP rank 0's"
     return _expert_obstacle(plan, where)
 
 
@@ -71,7 +103,3 @@ def _expert_obstacle(plan, where) -> str | None:
                 if [_level(where, a, b) for a, b in combinations(group, 2)] != pattern:
                     return f"stage {s}'s {kind} group {list(group)} is laid out unlike {list(first)}"
     return None
-
-
-def _ring(group: tuple[int, ...]):
-    return zip(group, group[1:] + group[:1])

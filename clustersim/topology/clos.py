@@ -28,6 +28,7 @@ import networkx as nx
 
 from ..errors import ScenarioError
 from .graph import add_link, check_fields, count_field, latency_field, positive_number
+from .hierarchy import Hierarchy
 from .plugin import TOPOLOGIES, Topology, TopologyOptions, levels
 from .servers import ServerSpec, add_server
 
@@ -75,6 +76,7 @@ def build_clos(cluster: dict, field: str = "cluster") -> nx.DiGraph:
         for nic in add_server(g, spec, n):
             add_link(g, nic, f"leaf{n // per_leaf}", spec.nic_bandwidth, spec.nic_latency / 2, "nic")
     g.graph["border"] = [f"spine{s}" for s in range(spines)]
+    g.graph["hierarchy"] = Hierarchy.of(spec, "clos", spines, nodes_per_leaf=per_leaf)
     return g
 
 

@@ -32,7 +32,11 @@ class TopologyOptions(BaseModel):
 
 def levels(graph: nx.DiGraph) -> dict[str, Placement]:
     """Per GPU node: (site, switches its own NIC links to, server) — the levels of a
-    hierarchical topology (``site`` is 0 outside a wan)."""
+    hierarchical topology (``site`` is 0 outside a wan); from the builder's layout where it
+    declares one (:mod:`.hierarchy`)."""
+    hierarchy = graph.graph.get("hierarchy")
+    if hierarchy is not None:
+        return hierarchy.placement()
     nodes = graph.nodes
     out = {}
     for node, data in nodes(data=True):

@@ -34,6 +34,7 @@ import networkx as nx
 
 from ..errors import ScenarioError
 from .graph import add_link, check_fields, count_field, latency_field, positive_number
+from .hierarchy import Hierarchy
 from .plugin import TOPOLOGIES, Topology, TopologyOptions, levels
 from .servers import ServerSpec, add_server
 
@@ -77,6 +78,7 @@ def build_rail(cluster: dict, field: str = "cluster") -> nx.DiGraph:
         for k, nic in enumerate(add_server(g, spec, n)):
             add_link(g, nic, rails[k], spec.nic_bandwidth, spec.nic_latency / 2, "nic")
     g.graph["border"] = [f"spine{s}" for s in range(spines)] or rails
+    g.graph["hierarchy"] = Hierarchy.of(spec, "rail", spines)
     return g
 
 

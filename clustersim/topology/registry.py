@@ -6,7 +6,8 @@ typed options and its placement levels. Every module of this package that regist
 is imported here, so a new topology is one new file. ``auto`` (the scenario default)
 means ``single_node`` for one node and ``fat_tree`` otherwise. Every built graph is
 checked the same way: GPU count matches ``nodes × gpus_per_node``, every GPU reaches
-every other GPU.
+every other GPU (searched for, except on an intact hierarchical build, whose routes
+:mod:`.hierarchy` names for every pair).
 """
 
 from __future__ import annotations
@@ -108,8 +109,9 @@ def build_topology(cluster: dict) -> nx.DiGraph:
                 cluster.get("nodes", 1),
                 f"nodes × gpus_per_node must equal the {len(gpus)} GPUs the wan sites hold",
             )
-    field = "cluster.topology.links" if g.graph["kind"] == "custom" else "cluster.topology"
-    check_connected(g, "cluster.failed_links" if cluster.get("failed_links") else field)
+    if "hierarchy" not in g.graph:  # an intact hierarchy joins every pair (hierarchy.py)
+        field = "cluster.topology.links" if g.graph["kind"] == "custom" else "cluster.topology"
+        check_connected(g, "cluster.failed_links" if cluster.get("failed_links") else field)
     return g
 
 
@@ -123,7 +125,10 @@ def no_link_reason(g: nx.DiGraph) -> str:
 
 
 def remove_failed_links(g: nx.DiGraph, links) -> None:
-    """Remove both directions of every failed cable ``[a, b]`` (``cluster.failed_links``)."""
+    """Remove both directions of every failed cable ``[a, b]`` (``cluster.failed_links``);
+    routes then depend on which failed, so the builder's ``hierarchy`` no longer names them."""
+    if links:
+        g.graph.pop("hierarchy", None)
     for k, (a, b) in enumerate(links):
         if not (g.has_edge(a, b) or g.has_edge(b, a)):
             raise ScenarioError(f"cluster.failed_links[{k}]", [a, b], no_link_reason(g))

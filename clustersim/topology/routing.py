@@ -15,8 +15,12 @@ to 8 consecutive GPUs land 2 per spine on 4 spines — while every flow still ke
 path, the same in every run and process. Flows between one pair of GPUs spread by giving
 them different ``flow_key`` values (e.g. channel indices 0, 1, 2, …).
 
-Distances to each destination are computed once (one reverse BFS per destination); next
-hops only for the nodes a path visits; every path is cached.
+On the hierarchical topologies (``single_node``, ``fat_tree``, ``rail``, ``star``) the
+builder declares its layout (graph attribute ``hierarchy``, :mod:`.hierarchy`) and a route
+between GPUs is written down from it in O(levels) — the same path the search below finds.
+Elsewhere (and for other endpoints) distances to each destination are computed once (one
+reverse BFS per destination); next hops only for the nodes a path visits; every path is
+cached.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from itertools import pairwise
 import networkx as nx
 
 from ..errors import ScenarioError
+from .hierarchy import Hierarchy
 
 
 def _stable_hash(text: str) -> int:
@@ -50,7 +55,8 @@ class Router:
 
     def __init__(self, graph: nx.DiGraph):
         self.graph = graph
-        self._pred = {v: tuple(graph.pred[v]) for v in graph}  # who links into each node
+        self.hierarchy: Hierarchy | None = graph.graph.get("hierarchy")
+        self._pred: dict[str, tuple[str, ...]] | None = None  # who links into each node (on demand)
         self._dist: dict[str, dict[str, int]] = {}
         self._next: dict[tuple[str, str], tuple[str, ...]] = {}
         self._paths: dict[tuple, tuple[str, ...]] = {}
@@ -62,6 +68,8 @@ class Router:
         if dist is None:
             # a plain level-by-level BFS over the predecessor lists: networkx's generic one
             # costs most of building a 1,000-GPU job's routes
+            if self._pred is None:
+                self._pred = {v: tuple(self.graph.pred[v]) for v in self.graph}
             pred, dist, level, hops = self._pred, {dst: 0}, [dst], 0
             while level:
                 hops += 1
@@ -109,6 +117,11 @@ class Router:
         cached = self._paths.get(key)
         if cached is not None:
             return cached
+        if self.hierarchy is not None and src in self.graph:
+            path = self.hierarchy.path(src, dst, self.flow_number(src, dst, flow_key))
+            if path is not None:
+                self._paths[key] = path
+                return path
         for end, name in (("src", src), ("dst", dst)):
             if name not in self.graph:
                 raise ScenarioError(f"route.{end}", name, "a node of the topology (gpu0, gpu1, …)")

@@ -13,6 +13,7 @@ import networkx as nx
 
 from ..errors import ScenarioError
 from .graph import check_fields
+from .hierarchy import Hierarchy
 from .plugin import TOPOLOGIES, Topology, TopologyOptions, levels
 from .servers import ServerSpec, add_server
 
@@ -39,6 +40,7 @@ def build_single_node(cluster: dict, field: str = "cluster") -> nx.DiGraph:
         )
     g = nx.DiGraph()
     g.graph["border"] = add_server(g, spec, 0)
+    g.graph["hierarchy"] = Hierarchy.of(spec, "none")
     return g
 
 

@@ -22,6 +22,7 @@ from typing import Literal
 import networkx as nx
 
 from .graph import bandwidth_field, check_fields, latency_field
+from .hierarchy import Hierarchy
 from .plugin import TOPOLOGIES, Topology, TopologyOptions
 from .servers import ServerSpec, add_server
 
@@ -67,6 +68,7 @@ def build_star(cluster: dict, field: str = "cluster") -> nx.DiGraph:
             g.add_edge(nic, centre, bandwidth=up, latency=lat, kind="nic")
             g.add_edge(centre, nic, bandwidth=down, latency=lat, kind="nic")
     g.graph["border"] = [SERVER]
+    g.graph["hierarchy"] = Hierarchy.of(spec, "star", centre=centre)
     return g
 
 

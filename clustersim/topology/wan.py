@@ -93,7 +93,8 @@ def build_wan(cluster: dict, field: str = "cluster") -> nx.DiGraph:
             if "host" in data:
                 data["host"] += host_off
             data["site"] = k
-        g.update(sub)
+        g.update(sub)  # also copies the site's graph attributes
+        g.graph.pop("hierarchy", None)  # the site's layout, under names this graph renamed
         gw = f"site{k}.gw"
         g.add_node(gw, kind="switch", site=k)
         for b in border:
