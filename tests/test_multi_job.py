@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+import yaml
 
 import clustersim as cs
 from clustersim.errors import ScenarioError
@@ -253,3 +254,35 @@ def test_overrides_and_resolved_scenario():
     out = sc.resolved()
     assert [j["placement"]["gpus"] for j in out["jobs"]] == [[0, 2], [1, 3]]
     assert out["jobs"][1]["parallel"]["gpus"] == 2
+
+
+SCENARIO = "scenarios/two-jobs-oversubscribed-fat-tree.yaml"
+
+
+def test_shipped_scenario_matches_the_fair_share():
+    """Each all-reduce is S/B longer sharing the 2:1 uplinks (S: the gradient, B: one NIC)
+    and as alone on the non-blocking tree (the scenario header's closed form)."""
+    sc = cs.load_scenario(SCENARIO)
+    oversub, flat = (
+        cs.simulate(sc.with_overrides({"cluster.topology.oversubscription": k}), progress=False)
+        for k in (2, 1)
+    )
+    for name in ("job_a", "job_b"):
+        ar = flat.jobs[name].spans
+        grad = int(ar.loc[ar["kind"] == "collective", "bytes"].iloc[0])
+        assert _allreduce_s(oversub.jobs[name]) - _allreduce_s(flat.jobs[name]) == pytest.approx(
+            grad / 50e9, rel=1e-9
+        )
+    raw = yaml.safe_load(open(SCENARIO))
+    alone = cs.simulate({**raw, "jobs": raw["jobs"][:1]}, progress=False)
+    assert flat.summary["job_a.iteration_time_s"] == alone.summary["job_a.iteration_time_s"]
+
+
+def test_combined_result_saves_and_draws(tmp_path):
+    res = cs.simulate(SCENARIO, progress=False)
+    fig = res.plot_gantt()
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert any(label.startswith("gpu8 ") and "job_b" in label for label in labels)
+    res.to_chrome_trace(tmp_path / "trace.json")
+    loaded = cs.load_result(res.save(tmp_path / "bundle", plots=False))
+    assert loaded.summary["job_b.iteration_time_s"] == res.summary["job_b.iteration_time_s"]
