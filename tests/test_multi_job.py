@@ -236,6 +236,16 @@ def test_placement_policies():
         ),
         ([("a", {}, {"gpus": [0], "policy": "packed"})], "give either gpus or policy, not both"),
         (
+            [
+                (
+                    "a",
+                    {"dp": 2, "gradient_compression": {"ratio": 10, "links": "inter_node"}},
+                    {"gpus": [0, 4]},
+                )
+            ],
+            "jobs[0].parallel.gradient_compression.links: 'inter_node' is invalid",
+        ),
+        (
             [("a", {"dp": 1}, {"gpus": [0]}), ("a", {"dp": 1}, {"gpus": [1]})],
             "each job needs a name of its own",
         ),

@@ -110,6 +110,7 @@ class MultiJobScenario:
                 self.jobs[entry.name] = Scenario(one)
             except ScenarioError as exc:
                 raise ScenarioError(f"jobs[{k}].{exc.field}", exc.value, exc.expected) from None
+            _check_compression(self.jobs[entry.name], k)
             self.placement[entry.name] = gpus
             self.start[entry.name] = entry.start
 
@@ -182,6 +183,20 @@ def _place(entry: JobEntrySpec, k: int, raw: dict, cluster: ClusterSpec, owner: 
             f"jobs[{k}].parallel.gpus", n, f"only {len(free)} of the cluster's {total} GPUs are left free"
         )
     return tuple(sorted(free[:n]))
+
+
+def _check_compression(sc, k: int) -> None:
+    """Compression domains (``links`` other than ``all``) are read off the topology where the
+    job compiles — the cluster's first n GPUs, not its placed ones — so they are refused."""
+    for what in ("gradient_compression", "activation_compression"):
+        spec = getattr(sc.parallel, what)
+        if spec is not None and spec.links != "all":
+            raise ScenarioError(
+                f"jobs[{k}].parallel.{what}.links",
+                spec.links,
+                "a job of a multi-job scenario compresses on all links only (its domains would be "
+                "read where it compiles, on the cluster's first GPUs, not where it is placed)",
+            )
 
 
 def _gpu_count(entry: JobEntrySpec, k: int) -> int:
