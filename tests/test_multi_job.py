@@ -296,3 +296,11 @@ def test_combined_result_saves_and_draws(tmp_path):
     res.to_chrome_trace(tmp_path / "trace.json")
     loaded = cs.load_result(res.save(tmp_path / "bundle", plots=False))
     assert loaded.summary["job_b.iteration_time_s"] == res.summary["job_b.iteration_time_s"]
+
+
+def test_single_job_tools_refuse_a_multi_job_scenario_by_name():
+    sc = cs.load_scenario(SCENARIO)
+    with pytest.raises(ScenarioError, match=r"^jobs: \['job_a', 'job_b'\] is invalid; a multi-job scenario"):
+        cs.compile_scenario(sc)
+    with pytest.raises(ScenarioError, match="^model: None is invalid; a multi-job scenario has no top-level"):
+        _ = sc.model

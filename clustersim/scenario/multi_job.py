@@ -117,6 +117,11 @@ class MultiJobScenario:
     name = property(lambda self: self.spec.name)
     cluster = property(lambda self: self.spec.cluster)
     simulation = property(lambda self: self.spec.simulation)
+    model = property(lambda self: _per_job("model"))
+    training = property(lambda self: _per_job("training"))
+    parallel = property(lambda self: _per_job("parallel"))
+    faults = property(lambda self: _per_job("faults"))
+    recovery = property(lambda self: _per_job("recovery"))
 
     @property
     def num_gpus(self) -> int:
@@ -147,6 +152,17 @@ class MultiJobScenario:
     def __repr__(self) -> str:
         jobs = ", ".join(f"{n}: {len(g)} GPUs" for n, g in self.placement.items())
         return f"MultiJobScenario({self.name!r}, {jobs})"
+
+
+def _per_job(section: str):
+    """What a tool that reads one job's ``section`` gets from a multi-job scenario: an error
+    for the user (only ``simulate`` / ``clustersim run`` take several jobs)."""
+    raise ScenarioError(
+        section,
+        None,
+        "a multi-job scenario has no top-level section of its own here (each of its jobs has one); "
+        "it runs with simulate / clustersim run — to plan, search or sweep a job, give it as a scenario of its own",
+    )
 
 
 def _place(entry: JobEntrySpec, k: int, raw: dict, cluster: ClusterSpec, owner: dict[int, str]) -> tuple:
