@@ -43,7 +43,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..collectives.group import resolve_alpha
-from ..collectives.registry import choose_algorithm, estimate_time
+from ..collectives.protocol import resolve_protocols
+from ..collectives.registry import plan as collective_plan
 from ..hardware.node_groups import device_memory, heterogeneity
 from ..modes import mode_of
 from ..resolve import Job, resolve
@@ -69,10 +70,12 @@ class PlanEstimate:
 
 
 class _Host:
-    """The α-β view of a group for :func:`choose_algorithm`: members, hosts and shape."""
+    """The α-β view of a group for :func:`~clustersim.collectives.registry.plan`: members, hosts,
+    shape and the system's NCCL protocols."""
 
-    def __init__(self, devices: tuple[int, ...], gpn: int, shape: dict[str, Any]):
+    def __init__(self, devices: tuple[int, ...], gpn: int, shape: dict[str, Any], protocols):
         self.members = list(devices)
+        self.protocols = protocols
         self.hosts: dict[int, list[int]] = {}
         for d in devices:
             self.hosts.setdefault(d // gpn, []).append(d)
@@ -104,6 +107,7 @@ class _Network:
             "latency": cl.collective_latency,
         }
         self.algorithms = dict(job.simulation.collectives)
+        self.protocols = resolve_protocols(cl.collective_protocols)
         self._seen: dict[tuple, float] = {}
 
     def collective(self, kind: str, devices: tuple[int, ...], nbytes: float) -> float:
@@ -118,9 +122,9 @@ class _Network:
     def _collective(self, kind: str, devices: tuple[int, ...], nbytes: float) -> float:
         per_host = max(1, sum(1 for d in devices if d // self.gpn == devices[0] // self.gpn))
         shape = {**self.shape, "bw_inter": self.nic_bw * min(self.nics, per_host) / per_host}
-        group = _Host(devices, self.gpn, shape)
-        algo = self.algorithms.get(kind) or choose_algorithm(group, kind, int(nbytes))
-        return estimate_time(kind, algo, len(devices), nbytes, **group.shape())
+        group = _Host(devices, self.gpn, shape, self.protocols)
+        # the engine's choice and time: least protocol latency + α-β on the protocol's wire bytes
+        return collective_plan(group, kind, int(nbytes), self.algorithms.get(kind) or "auto")[2]
 
     def send(self, a: int, b: int, nbytes: float) -> float:
         """A point-to-point message from device ``a`` to ``b`` (latency + bytes / bandwidth)."""
