@@ -24,13 +24,14 @@ from .faults import simulate_job
 from .hardware.node_groups import device_memory
 from .interop.chakra_export import export_chakra as write_chakra
 from .modes import compile_job, mode_of
+from .multijob import simulate_jobs
 from .program import Program
 from .progress import Reporter, SimProgress
 from .progress import mode as progress_mode
 from .record import Recorder
 from .resolve import Job, Layout, resolve
 from .resolve.estimate import ADVICE_S, Estimate, advice, check_budget
-from .scenario import Scenario, load_scenario
+from .scenario import MultiJobScenario, Scenario, load_scenario
 from .trace.assemble import assemble_result
 from .trace.result import Result
 
@@ -70,6 +71,8 @@ def simulate(scenario: Scenario | str | Path | dict[str, Any], progress: bool | 
     always (True), as periodic log lines on stderr (``"log"``) or never (False); see
     :mod:`clustersim.progress`."""
     sc = load_scenario(scenario)
+    if isinstance(sc, MultiJobScenario):  # several jobs sharing the cluster (docs/multi_job.md)
+        return simulate_jobs(sc, build_engine)
     if sc.faults or sc.recovery is not None:  # a whole job: one run per configuration (docs/faults.md)
         return simulate_job(sc, run_job, progress)
     return run_job(resolve(sc), progress)
@@ -101,9 +104,30 @@ def _compile_and_run(job: Job, report: Reporter | None, how: str | None) -> tupl
     engine or the DAG pass, run) and the note saying which it is and why."""
     with _phase(report, "compiling"):
         prog = compile_job(job)
+    engine, evaluator_note = build_engine(job, prog)
+    bar = SimProgress(len(prog.ops), desc=job.name) if how == "bar" and isinstance(engine, Engine) else None
+    if bar is not None:
+        bar.attach(engine.env, engine.finished_count)
+    counted = engine.finished_count if how == "log" else None  # (a bar counts for itself)
+    try:
+        with _phase(report, "running", counted, len(prog.ops)):
+            engine.run()
+    finally:
+        if bar is not None:
+            bar.close()
+    if bar is not None:
+        engine.events -= bar.events  # the bar's own wake-ups are not simulated events
+    return engine, evaluator_note
+
+
+def build_engine(job: Job, prog: Program, gpus: int | None = None) -> tuple[Any, str]:
+    """The evaluator (SimPy engine, or the DAG pass where exact) of ``prog`` on ``job``'s
+    fabric, ready to run (its records: ``.recorder``), and the summary's ``evaluator`` note.
+    ``gpus``: the devices with a GPU's memory capacity (default the Job's GPUs; a multi-job
+    run: all of the cluster's)."""
     env, rec = simpy.Environment(), Recorder()
     fabric = build_network(job, env, rec)
-    capacity = device_memory(job.cluster, prog.num_devices, job.num_gpus)
+    capacity = device_memory(job.cluster, prog.num_devices, job.num_gpus if gpus is None else gpus)
     cl = job.cluster
     evaluator, evaluator_note = choose_evaluator(job, prog)  # the DAG pass where exact (engine/dag.py)
     engine = evaluator(
@@ -120,18 +144,6 @@ def _compile_and_run(job: Job, report: Reporter | None, how: str | None) -> tupl
         compute_scale=compute_scales(job, prog),
         protocols=cl.collective_protocols,
     )
-    bar = SimProgress(len(prog.ops), desc=job.name) if how == "bar" and evaluator is Engine else None
-    if bar is not None:
-        bar.attach(env, engine.finished_count)
-    counted = engine.finished_count if how == "log" else None  # (a bar counts for itself)
-    try:
-        with _phase(report, "running", counted, len(prog.ops)):
-            engine.run()
-    finally:
-        if bar is not None:
-            bar.close()
-    if bar is not None:
-        engine.events -= bar.events  # the bar's own wake-ups are not simulated events
     return engine, evaluator_note
 
 
@@ -153,4 +165,4 @@ def _announce(job: Job, est: Estimate, report: Reporter | None, warn: bool) -> N
         LOG.warning("%s: %s", job.name, line)
 
 
-__all__ = ["simulate", "compile_scenario", "device_layout", "export_chakra", "run_job"]
+__all__ = ["simulate", "build_engine", "compile_scenario", "device_layout", "export_chakra", "run_job"]

@@ -37,7 +37,7 @@ RANKS: list[set[str]] = [
     {"viz"},
     {"trace"},
     {"modes"},
-    {"faults"},
+    {"faults", "multijob"},
     {"simulate"},
     {"validation", "experiments"},
     {"cli"},

@@ -1,7 +1,8 @@
 """Numbers the README, the docs and the scenario headers quote are the numbers the scenarios print.
 
 A scenario header states them on ``# Prints: key value, key value`` lines, where each key is a
-summary key of the scenario's run; ``# Prints (--set k=v ...): …`` quotes a variant, and the
+summary key of the scenario's run (a multi-job scenario's per-job numbers: ``job.key``,
+docs/multi_job.md); ``# Prints (--set k=v ...): …`` quotes a variant, and the
 word ``slow`` in the parentheses (``# Prints (slow; --set k=v): …``) puts a run of minutes
 under ``pytest -m slow``. The README and docs/*.md put an HTML comment
 ``<!-- prints: scenarios/X.yaml [(…)] key value … -->`` after the paragraph (or table) that
@@ -25,7 +26,7 @@ import clustersim as cs
 ROOT = Path(__file__).resolve().parents[1]
 HEADER = re.compile(r"^# Prints(?: \(([^)]*)\))?: (.+)$", re.M)
 COMMENT = re.compile(r"<!-- prints: (\S+)(?: \(([^)]*)\))? (.+?) -->")
-PAIR = re.compile(r"(\w+) (-?\d+(?:\.\d+)?)([kMG]?)(?![\w.])")
+PAIR = re.compile(r"([\w.]+) (-?\d+(?:\.\d+)?)([kMG]?)(?![\w.])")  # keys: also ``job.key`` (multi-job)
 SCALE = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9}
 #: shipped scenario files without a quote here: a sweep file (run by `clustersim sweep`), the
 #: Megatron Table 1 rows (docs/validation.md quotes their predictions: checked below) and the

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from ..errors import ScenarioError
 from ..hardware.node_groups import gpu_types
 from ..parallel.hetero import needs_replica_work, replica_work
 from ..parallel.plan import Plan
 from ..planner import resolve_partition
-from ..scenario import Scenario
+from ..scenario import MultiJobScenario, Scenario
 from ..schedules.registry import SCHEDULES
 from ..schedules.replicated import ReplicaLayout
 from ..workload.rules import model_layers
@@ -17,6 +18,10 @@ from .job import Job
 def resolve(sc: Scenario) -> Job:
     """The :class:`Job` of scenario ``sc``: its layout, partition (the planner runs here,
     once), chunk costs per GPU type and micro-batches per replica."""
+    if isinstance(sc, MultiJobScenario):  # each of its jobs resolves alone (clustersim.multijob)
+        raise ScenarioError(
+            "jobs", list(sc.jobs), "a multi-job scenario is simulated as a whole (simulate, clustersim run)"
+        )
     par, cl = sc.parallel, sc.cluster
     plan = Plan.of(sc)
     layout = plan if par.stage_replicas is None else ReplicaLayout(par.stage_replicas, cl.gpus_per_node)

@@ -14,6 +14,7 @@ import yaml
 
 from ..errors import ScenarioError
 from .loader import apply_overrides, parse_overrides, read_yaml, validate_spec
+from .multi_job import MultiJobScenario
 from .presets import expand_cluster_preset
 from .rules import check_rules, job_gpus, resolve_dp
 from .schema import ScenarioSpec
@@ -76,15 +77,16 @@ class Scenario:
         )
 
 
-def load_scenario(source: str | Path | dict[str, Any] | Scenario) -> Scenario:
-    """Load and validate a scenario from a YAML path or a dict (or pass a Scenario through)."""
-    if isinstance(source, Scenario):
+def load_scenario(source: str | Path | dict[str, Any] | Scenario) -> Scenario | MultiJobScenario:
+    """Load and validate a scenario from a YAML path or a dict (or pass a Scenario through);
+    one with ``jobs`` is a :class:`~.multi_job.MultiJobScenario` (docs/multi_job.md)."""
+    if isinstance(source, (Scenario, MultiJobScenario)):
         return source
-    if isinstance(source, dict):
-        return Scenario(source)
     if isinstance(source, (str, Path)):
-        return Scenario(read_yaml(source))
+        source = read_yaml(source)
+    if isinstance(source, dict):
+        return MultiJobScenario(source) if "jobs" in source else Scenario(source)
     raise ScenarioError("scenario", source, "expected a YAML file path or a dict")
 
 
-__all__ = ["Scenario", "load_scenario", "parse_overrides"]
+__all__ = ["MultiJobScenario", "Scenario", "load_scenario", "parse_overrides"]

@@ -31,6 +31,8 @@ class Result:
         job: DataFrame of the job timeline (one row per iteration, checkpoint, failure,
             restart, migration; docs/faults.md) when the scenario has ``faults`` or
             ``recovery``; None otherwise.
+        jobs: a multi-job scenario only (else None): each job's own Result by job name
+            (docs/multi_job.md).
     """
 
     def __init__(
@@ -43,6 +45,7 @@ class Result:
         requests: pd.DataFrame | None = None,
         waits: pd.DataFrame | Callable[[], pd.DataFrame] | None = None,
         job: pd.DataFrame | None = None,
+        jobs: dict[str, Result] | None = None,
     ):
         self.summary, self.spans, self.devices, self.memory, self.scenario = (
             summary,
@@ -53,6 +56,7 @@ class Result:
         )
         self.requests = requests
         self.job = job
+        self.jobs = jobs
         self._waits = waits
 
     @property

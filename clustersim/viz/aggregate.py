@@ -31,7 +31,10 @@ from .rows import (
 
 
 def _groups(info):
-    """Group key per GPU: its stage when stages are known, else its node, else itself."""
+    """Group key per GPU: its stage when stages are known (per job in a multi-job run),
+    else its node, else itself."""
+    if "job" in info.columns:
+        return info["job"] + ", stage " + info["stage"].astype(str), "job"
     if (info["stage"] >= 0).any():
         return info["stage"], "stage"
     if (info["node"] >= 0).any():

@@ -173,6 +173,8 @@ def _axes_labels(ax, rows, centres, tops, info, scale) -> None:
     for i, (dev, lane) in enumerate(rows):
         if dev != prev and lane != "link":
             tag = dev
+            if "job" in info.columns and dev in info.index:
+                tag += f" {info.at[dev, 'job']}"
             if dev in info.index and info.at[dev, "stage"] >= 0:
                 tag += f" s{info.at[dev, 'stage']}"
             if dev in info.index and info.at[dev, "node"] >= 0:

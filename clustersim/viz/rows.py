@@ -41,7 +41,7 @@ def device_names(devices) -> set[str] | None:
 
 def device_info(spans: pd.DataFrame, devices: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per GPU seen in ``spans`` (natural order): ``stage``, ``node`` and ``gpu``
-    (the GPU type).
+    (the GPU type), and ``job`` when ``devices`` has it (a multi-job run).
 
     From ``devices`` when given, else the most common stage of the GPU's compute spans,
     node −1 and an empty type."""
@@ -52,6 +52,8 @@ def device_info(spans: pd.DataFrame, devices: pd.DataFrame | None = None) -> pd.
         info = table[["stage", "node"]].reindex(names).fillna(-1).astype(int)
         gpu = table["gpu"] if "gpu" in table.columns else pd.Series("", index=table.index)
         info["gpu"] = gpu.reindex(names).fillna("").astype(str)
+        if "job" in table.columns:  # a multi-job run (docs/multi_job.md): rows say whose GPU
+            info["job"] = table["job"].reindex(names).fillna("").astype(str)
         return info
     comp = spans[(spans["lane"] == "compute") & (spans["stage"] >= 0)]
     stage = comp.groupby("device")["stage"].agg(lambda s: int(s.mode().iloc[0])) if len(comp) else pd.Series()
