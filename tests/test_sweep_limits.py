@@ -143,11 +143,11 @@ def test_ctrl_c_stops_a_sweep_and_its_workers_at_once(tmp_path):
     with _slow_cli_sweep(tmp_path) as (proc, workers):
         time.sleep(0.5)  # let the runs start
         proc.send_signal(signal.SIGINT)
-        code = proc.wait(timeout=20)
+        code = proc.wait(timeout=60)  # the runs take minutes; the margin is for a loaded machine
         err = proc.stderr.read().decode().splitlines()
-        assert code == 130 and err[-1] == "interrupted"
+        assert code == 130 and err[-1] == "interrupted", err
         assert all(line.startswith("clustersim: runs: ") for line in err[:-1])  # progress lines only
-    assert _gone(workers, within_s=5)
+    assert _gone(workers, within_s=15)
 
 
 def test_a_torn_journal_line_costs_exactly_one_rerun(tmp_path, monkeypatch):
