@@ -130,24 +130,40 @@ def _candidates(
     return rows
 
 
-def _candidate(raw: dict[str, Any], n: int, plan: dict[str, Any], memory_fraction: float) -> dict[str, Any]:
+def _loaded(raw: dict[str, Any], n: int, plan: dict[str, Any]) -> tuple[dict[str, Any], Scenario | None]:
+    """A plan's row (knobs, and its placement once it loads) and its scenario — ``None``, with
+    the row ``invalid``, where the loader refuses it."""
     row: dict[str, Any] = {"gpus": n, "plan": label(plan), "run_id": grids.run_id(plan), **plan}
     try:
         cand = Scenario(apply_overrides(raw, plan))
     except ScenarioError as exc:
-        return {**row, "status": "invalid", "error": str(exc)}
-    job = resolve(cand)
-    est, cap = tightest_fit(job)
+        return {**row, "status": "invalid", "error": str(exc)}, None
     p = cand.parallel
     row.update(placement(p.tp, p.pp, cand.dp, cand.cluster.gpus_per_node))
-    fits = est <= cap * memory_fraction
+    return row, cand
+
+
+def _fit(row: dict[str, Any], memory: float, capacity: float, memory_fraction: float, **estimates) -> None:
+    """Fill in a loaded plan's memory columns, its ``estimates`` and whether it fits
+    (``to-run``) or is ``pruned``."""
+    fits = memory <= capacity * memory_fraction
     row.update(
-        est_memory_gib=est / GIB,
-        capacity_gib=cap / GIB,
-        est_sim_s=estimate(job).seconds,
+        est_memory_gib=memory / GIB,
+        capacity_gib=capacity / GIB,
+        **estimates,
         status="to-run" if fits else "pruned",
-        error="" if fits else f"estimated {est / GIB:.1f} GiB > {cap * memory_fraction / GIB:.1f} GiB",
+        error=""
+        if fits
+        else f"estimated {memory / GIB:.1f} GiB > {capacity * memory_fraction / GIB:.1f} GiB",
     )
+
+
+def _candidate(raw: dict[str, Any], n: int, plan: dict[str, Any], memory_fraction: float) -> dict[str, Any]:
+    row, cand = _loaded(raw, n, plan)
+    if cand is not None:
+        job = resolve(cand)
+        est, cap = tightest_fit(job)
+        _fit(row, est, cap, memory_fraction, est_sim_s=estimate(job).seconds)
     return row
 
 
@@ -168,35 +184,27 @@ def _estimated(
     tokens = sc.model.kind == "transformer"
     with Progress(len(plans), progress, "estimating plans") as bar:
         for n, plan in plans:
-            row: dict[str, Any] = {"gpus": n, "plan": label(plan), "run_id": grids.run_id(plan), **plan}
+            bar.update()
             if time.perf_counter() > deadline:
+                row = {"gpus": n, "plan": label(plan), "run_id": grids.run_id(plan), **plan}
                 rows.append({**row, "status": "unexplored", "error": "past the time budget"})
                 continue
-            try:
-                cand = Scenario(apply_overrides(raw, plan))
-            except ScenarioError as exc:
-                rows.append({**row, "status": "invalid", "error": str(exc)})
+            row, cand = _loaded(raw, n, plan)
+            rows.append(row)
+            if cand is None:
                 continue
             e = est.estimate(cand, plan)
-            p = cand.parallel
-            row.update(placement(p.tp, p.pp, cand.dp, cand.cluster.gpus_per_node))
-            fits = e.memory_bytes <= e.capacity_bytes * memory_fraction
             per_sample = cand.model.seq_len if tokens else 1
-            row.update(
-                est_memory_gib=e.memory_bytes / GIB,
-                capacity_gib=e.capacity_bytes / GIB,
+            _fit(
+                row,
+                e.memory_bytes,
+                e.capacity_bytes,
+                memory_fraction,
                 est_iteration_s=e.iteration_s,
                 est_bubble_s=e.bubble_s,
                 est_comm_s=e.comm_s,
                 est_throughput=cand.training.global_batch * per_sample / e.iteration_s,
-                status="to-run" if fits else "pruned",
-                error=""
-                if fits
-                else f"estimated {e.memory_bytes / GIB:.1f} GiB > "
-                f"{e.capacity_bytes * memory_fraction / GIB:.1f} GiB",
             )
-            rows.append(row)
-            bar.update()
     return rows
 
 

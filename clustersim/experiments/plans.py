@@ -99,20 +99,12 @@ def cluster_overrides(sc: Scenario, gpus: int) -> dict[str, Any]:
     raise ScenarioError("gpus", gpus, f"expected a multiple of cluster.gpus_per_node = {gpn} (whole nodes)")
 
 
-def plan_space(
-    sc: Scenario,
-    gpus: int,
-    *,
-    micro_batches: Sequence[int] | None = None,
-    schedules: Sequence[str] | None = None,
-    vary: Mapping[str, Sequence[Any]] | None = None,
-    classic: bool = False,
-) -> list[dict[str, Any]]:
+def plan_space(sc: Scenario, gpus: int, **knobs: Any) -> list[dict[str, Any]]:
     """Every plan for ``gpus`` GPUs as override dicts (cluster resize included) that the
-    loader accepts: the :func:`plan_candidates` whose scenario loads (its rules — expert
-    groups, context-parallel chunks, each schedule's own check — refuse the others)."""
+    loader accepts: the :func:`plan_candidates` (same keywords) whose scenario loads (its
+    rules — expert groups, context-parallel chunks, each schedule's own check — refuse the
+    others)."""
     out = []
-    knobs = {"micro_batches": micro_batches, "schedules": schedules, "vary": vary, "classic": classic}
     for plan in plan_candidates(sc, gpus, **knobs):
         try:
             sc.with_overrides(plan)
