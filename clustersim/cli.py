@@ -221,6 +221,14 @@ def cmd_list(args) -> int:
     return 0
 
 
+def _scenario_arguments(p: argparse.ArgumentParser, what: str) -> None:
+    """A command's SCENARIO argument and its repeatable ``--set KEY=VALUE`` overrides."""
+    p.add_argument("scenario", help=what)
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario field"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -276,11 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
         "DIR/comm_group.json (each collective's ranks by pg_name). model: {kind: trace, chakra: DIR} reads "
         "them back into the same Program. Fields mapped and what is not carried: docs/interop.md.",
     )
-    exp.add_argument("scenario", help="scenario YAML file")
+    _scenario_arguments(exp, "scenario YAML file")
     exp.add_argument("folder", help="directory for the rank files (created; earlier rank files replaced)")
-    exp.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario field"
-    )
     exp.set_defaults(func=cmd_export_chakra)
     cal = sub.add_parser(
         "calibrate",
@@ -317,10 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=CONTRACT,
         help="PipeDream's planner: partition and replicate the model's layers",
     )
-    pln.add_argument("scenario", help="scenario YAML file (its model, cluster and GPU count are used)")
-    pln.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario field"
-    )
+    _scenario_arguments(pln, "scenario YAML file (its model, cluster and GPU count are used)")
     pln.set_defaults(func=cmd_plan)
     val = sub.add_parser(
         "validate",
