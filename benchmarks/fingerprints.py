@@ -74,12 +74,19 @@ FAST = {
 
 
 def cases():
-    """(name, path, overrides) of every case."""
+    """(name, path or scenario dict, overrides) of every case."""
     for path in sorted((ROOT / "scenarios").glob("*.yaml")):
         yield path.stem, path, {}
     for path in sorted((ROOT / "scenarios" / "validation").glob("*.yaml")):
         yield f"validation/{path.stem}", path, FAST
     yield from VARIANTS
+    # the speed targets' cases (benchmarks/scale.py): what the fast paths must not change
+    sys.path.insert(0, str(Path(__file__).parent))
+    import scale
+
+    yield "scale/gpt3-175b-folded", scale.gpt3_175b(True), {}
+    yield "scale/gpt3-175b-unfolded", scale.gpt3_175b(False), {}
+    yield "scale/llama3-405b-16384-folded", scale.llama3_405b(), {}
 
 
 def _frame_digest(h, df) -> None:
@@ -91,7 +98,7 @@ def _frame_digest(h, df) -> None:
         h.update(repr(tuple(row)).encode())
 
 
-def fingerprint(path: Path, overrides: dict, ignore: frozenset[str] = frozenset()) -> str:
+def fingerprint(path: Path | dict, overrides: dict, ignore: frozenset[str] = frozenset()) -> str:
     """SHA-256 over one case's spans, devices, memory, requests and summary (less the
     summary fields in ``ignore``)."""
     import clustersim as cs
