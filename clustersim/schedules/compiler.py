@@ -648,6 +648,17 @@ def _with_mirror(plan: Plan, group: tuple[int, ...], s: int, mirror: int) -> tup
     return tuple(sorted({*group, *(d + shift for d in group)}))
 
 
+def _send_twins(plan: Plan, s: int, to: int) -> tuple[tuple[int, int], ...]:
+    """The (src, dst) pairs of the folded-away twins of a send from stage ``s``'s representative
+    to stage ``to``'s: every other (dp rank, tp rank) sends alongside it (module docstring)."""
+    return tuple(
+        (plan.device(s, rr, tt), plan.device(to, rr, tt))
+        for rr in range(plan.dp)
+        for tt in range(plan.tp)
+        if (rr, tt) != (0, 0)
+    )
+
+
 def _pass_name(m: int, v: int, ph: str, j: int, k: int) -> str:
     """The name of pass (ph, j, k): phase and micro-batch, and the chunk when v > 1."""
     return f"{ph}{j % m}" + (f"c{k}" if v > 1 else "")
@@ -692,6 +703,7 @@ def _emit_replica(
                 sharded,
             )
     sends: dict[tuple, Op] = {}
+    twins: dict[tuple[int, int], tuple] = {}  # (stage, stage it sends to) → the folded sends' shadows
     for s, order in enumerate(orders):
         for t in tp_ranks:
             for ph, j, k in order:
@@ -709,16 +721,8 @@ def _emit_replica(
                 if coded_activation_bytes(activations, schedule, plan, s, r, t, transfers)[1]:
                     size = activations.shrunk(size)  # the pass compressed what it sends
                 label = f"{ph}{j % m}" + (f"c{k}" if v > 1 else "")
-                twins = (
-                    tuple(
-                        (plan.device(s, rr, tt), plan.device(to, rr, tt))
-                        for rr in range(plan.dp)
-                        for tt in range(plan.tp)
-                        if (rr, tt) != (0, 0)
-                    )
-                    if fold
-                    else ()
-                )
+                if (s, to) not in twins:  # the same pairs for every send from s to to
+                    twins[(s, to)] = _send_twins(plan, s, to) if fold else ()
                 sends[(to, t, ph, j, nxt)] = prog.add(
                     src.device,
                     "send",
@@ -729,7 +733,7 @@ def _emit_replica(
                     iteration=j // m,
                     nbytes=size,
                     deps=(src.id,),
-                    shadows=twins,
+                    shadows=twins[(s, to)],
                 )
     for s, order in enumerate(orders):
         for t in tp_ranks:
