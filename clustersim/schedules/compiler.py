@@ -64,6 +64,7 @@ from .data_parallel import DataParallel, StageSync
 from .gradient_sync import emit_gradient_allreduce
 from .orders import run_orders, stage_chunks
 from .overlap import interleave
+from .pass_template import PassTemplate
 from .registry import Schedule
 from .step_work import emit_step_work
 from .tp_overlap import emit_overlap
@@ -429,6 +430,7 @@ def _emit_stage(
     # the stages holding the first and last chunk (the tied embedding's two copies)
     edge_stages = (schedule.stage_of(0, plan.pp), schedule.stage_of(len(costs) - 1, plan.pp))
     pairs = getattr(order, "pairs", frozenset())
+    templates: dict[tuple, PassTemplate] = {}  # _PassJob.same → its pass's template
     for i, (ph, j, k) in enumerate(order):
         if ph == "O":
             deps = (last.id,) if last is not None else ()
@@ -539,12 +541,19 @@ def _emit_stage(
             ends = emit_pair(prog, plan, job, [fwd_version[x.key] for x in job], r, t, fold, last)
         else:
             pj = job[0]
-            run = partial(emit_pass, prog, plan, phase=ph, stage=s, r=r, t=t, mb=pj.mb, it=last_it)
-            run = partial(run, version=fwd_version[(j, k)], fold=fold, received=pj.received)
             if sync is not None and sync.layered(ph, j, k):
+                run = partial(emit_pass, prog, plan, phase=ph, stage=s, r=r, t=t, mb=pj.mb, it=last_it)
+                run = partial(run, version=fwd_version[(j, k)], fold=fold, received=pj.received)
                 ends = [sync.emit(run, pj.cost, ph, j, k, last_it, after=last, **pj.kw)]
-            else:
-                ends = [run(pj.cost, after=last, **pj.kw)]
+            else:  # the same pass for every micro-batch: emitted once, stamped (.pass_template)
+                template = templates.get(pj.same)
+                if template is None:
+                    kw = {**pj.kw, "version": 0, "fold": fold, "received": pj.received}
+                    emit = partial(
+                        emit_pass, plan=plan, cost=pj.cost, phase=ph, stage=s, r=r, t=t, mb=0, **kw
+                    )
+                    template = templates[pj.same] = PassTemplate.record(emit)
+                ends = [template.stamp(prog, pj.name, pj.mb, last_it, fwd_version[(j, k)], last)]
         for pj, (first, end), dec in zip(job, ends, decoded):
             if pj.coded_out:  # coded before its send (which waits on the pass's last op)
                 end = emit_codec(
@@ -585,6 +594,13 @@ class _PassJob:
     @property
     def key_phase(self) -> tuple[str, int, int]:
         return (self.ph, self.j, self.k)
+
+    @property
+    def same(self) -> tuple:
+        """What a pass on this GPU must share with this one to emit the same ops, up to its
+        micro-batch, iteration, weight version and the op it starts after (.pass_template)."""
+        kw = self.kw
+        return (self.ph, self.k, self.received, kw["split"], kw["alloc"], kw["free"], kw["stash"])
 
     @classmethod
     def of(cls, schedule, plan, costs, activations, ph, j, k, m, v, s, r, t, has_w, stash) -> _PassJob:
