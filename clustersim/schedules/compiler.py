@@ -51,7 +51,7 @@ weight stashing); an optimizer op carries the version it creates.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import partial
+from functools import cache, partial
 
 from ..errors import ProgramError
 from ..memory_kinds import StaticMemory
@@ -114,9 +114,10 @@ def compile_pipeline(
             schedule.validate(p, mr, v)  # chunks per stage and the schedule's own constraints
             orders[mr] = run_orders(schedule, p, mr, v, iterations)
     prog = Program(plan.num_devices)
-    for dev in range(plan.num_devices):
-        chunks = stage_chunks(schedule, plan.coords(dev)[0], p, v)
-        prog.static_memory[dev] = stage_static_memory(schedule, [costs[k] for k in chunks])
+    static = [
+        stage_static_memory(schedule, [costs[k] for k in stage_chunks(schedule, s, p, v)]) for s in range(p)
+    ]
+    prog.static_memory = [static[plan.coords(dev)[0]] for dev in range(plan.num_devices)]
     for r in range(1 if fold else plan.replicas):
         cr, mr = work[r]
         _emit_replica(
@@ -431,6 +432,7 @@ def _emit_stage(
     edge_stages = (schedule.stage_of(0, plan.pp), schedule.stage_of(len(costs) - 1, plan.pp))
     pairs = getattr(order, "pairs", frozenset())
     templates: dict[tuple, PassTemplate] = {}  # _PassJob.same → its pass's template
+    kind = cache(partial(_pass_kind, schedule, plan, costs, activations, s, r, t, stash))
     for i, (ph, j, k) in enumerate(order):
         if ph == "O":
             deps = (last.id,) if last is not None else ()
@@ -515,11 +517,9 @@ def _emit_stage(
             continue
         if i - 1 in pairs:
             continue  # the backward of a pair: emitted with its forward
-        job = [_PassJob.of(schedule, plan, costs, activations, ph, j, k, m, v, s, r, t, has_w, stash)]
+        job = [_PassJob.of(kind, ph, j, k, m, v, s, has_w)]
         if i in pairs:
-            job.append(
-                _PassJob.of(schedule, plan, costs, activations, *order[i + 1], m, v, s, r, t, has_w, stash)
-            )
+            job.append(_PassJob.of(kind, *order[i + 1], m, v, s, has_w))
         last_it = j // m
         if ph == "F":
             fwd_version[(j, k)] = version
@@ -603,16 +603,25 @@ class _PassJob:
         return (self.ph, self.k, self.received, kw["split"], kw["alloc"], kw["free"], kw["stash"])
 
     @classmethod
-    def of(cls, schedule, plan, costs, activations, ph, j, k, m, v, s, r, t, has_w, stash) -> _PassJob:
+    def of(cls, kind, ph, j, k, m, v, s, has_w) -> _PassJob:
+        """Pass (ph, j, k) on a GPU of stage ``s``; ``kind(ph, k, split)``: what it shares with
+        the same pass of every micro-batch (:func:`_pass_kind`)."""
         split = (j, k) in has_w
-        alloc, free, stashed = pass_memory(costs[k], ph, split, stash)
+        cost, memory, coded_in, coded_out, received = kind(ph, k, split)
         name = _pass_name(m, v, ph, j, k)
-        transfers = pass_transfers(costs, ph, k, schedule.route(k, len(costs)))
-        coded_in, coded_out = coded_activation_bytes(activations, schedule, plan, s, r, t, transfers)
-        kw = {"split": split and ph == "B", "name": name, "alloc": alloc, "free": free, "stash": stashed}
+        kw = {"split": split and ph == "B", "name": name, **memory}
         labels = {"stage": s, "microbatch": j % m, "phase": ph, "iteration": j // m}
-        received = transfers[0] is not None and schedule.stage_of(transfers[0][0], plan.pp) != s
-        return cls(ph, j, k, costs[k], j % m, name, kw, coded_in, coded_out, labels, received)
+        return cls(ph, j, k, cost, j % m, name, kw, coded_in, coded_out, labels, received)
+
+
+def _pass_kind(schedule, plan, costs, activations, s, r, t, stash, ph, k, split) -> tuple:
+    """(cost, memory keywords, bytes decoded before, bytes coded after, whether it receives from
+    another stage) of a pass (ph, ·, k) on the device of (s, r, t): the same for every micro-batch."""
+    alloc, free, stashed = pass_memory(costs[k], ph, split, stash)
+    transfers = pass_transfers(costs, ph, k, schedule.route(k, len(costs)))
+    coded_in, coded_out = coded_activation_bytes(activations, schedule, plan, s, r, t, transfers)
+    received = transfers[0] is not None and schedule.stage_of(transfers[0][0], plan.pp) != s
+    return costs[k], {"alloc": alloc, "free": free, "stash": stashed}, coded_in, coded_out, received
 
 
 def emit_pair(prog: Program, plan: Plan, job: list[_PassJob], versions, r: int, t: int, fold: bool, after):
@@ -720,10 +729,15 @@ def _emit_replica(
             )
     sends: dict[tuple, Op] = {}
     twins: dict[tuple[int, int], tuple] = {}  # (stage, stage it sends to) → the folded sends' shadows
+    moves = {
+        (ph, k): pass_transfers(costs, ph, k, schedule.route(k, len(costs)))
+        for ph in "FB"
+        for k in range(len(costs))
+    }
     for s, order in enumerate(orders):
         for t in tp_ranks:
             for ph, j, k in order:
-                transfers = pass_transfers(costs, ph, k, schedule.route(k, len(costs)))
+                transfers = moves.get((ph, k), (None, None))  # W and O move nothing
                 sent = transfers[1]
                 if sent is None:
                     continue
