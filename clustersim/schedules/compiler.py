@@ -50,8 +50,8 @@ weight stashing); an optimizer op carries the version it creates.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from functools import cache, partial
+from dataclasses import dataclass, field, replace
+from functools import cache, cached_property, partial
 
 from ..errors import ProgramError
 from ..memory_kinds import StaticMemory
@@ -265,6 +265,27 @@ class _Segments:
     name: str
     version: int
     fold: bool
+    #: (expert group kind) → (this GPU's group, the stage's other groups when folded), shared
+    #: by the passes of a GPU that pass it in
+    experts: dict = field(default_factory=dict)
+
+    @cached_property
+    def dev(self) -> int:
+        return self.plan.device(self.stage, self.r, self.t)
+
+    @cached_property
+    def group(self) -> tuple[int, ...]:
+        """The GPU's TP group."""
+        return tuple(self.plan.device(self.stage, self.r, q) for q in range(self.plan.tp))
+
+    def expert(self, kind: str) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+        """This GPU's expert group of ``kind`` and, folded, the stage's other groups of that
+        kind (which run the same collective alongside)."""
+        if kind not in self.experts:
+            group = self.plan.expert_group(self.dev, kind)
+            others = self.plan.expert_groups(self.stage, kind) if self.fold else ()
+            self.experts[kind] = (group, tuple(g for g in others if g != group))
+        return self.experts[kind]
 
     def _labels(self, phase: str, mb: int) -> dict:
         return {
@@ -283,9 +304,8 @@ class _Segments:
         a TP or CP collective, an expert group's collective on the ``ep`` lane (the MoE
         dispatch/combine), ring attention, or a TP collective pipelined with its GEMM in
         chunks on both lanes (:mod:`.tp_overlap`)."""
-        dev = self.plan.device(self.stage, self.r, self.t)
+        dev, group = self.dev, self.group
         labels = self._labels(phase, mb)
-        group = tuple(self.plan.device(self.stage, self.r, q) for q in range(self.plan.tp))
 
         def compute(duration: float, flops: float, deps: tuple[int, ...], label: str = self.name) -> Op:
             return self.prog.add(
@@ -332,7 +352,9 @@ class _Segments:
             op = collective(seg.name or f"tp {seg.collective}", seg.collective, seg.nbytes, deps, tag)
             return op, op, ()
         if seg.kind == "collective":  # over an expert group (ep, etp, tp_ep)
-            op = _expert_collective(self.prog, plan, seg, k, dev, self.name, self.fold, deps, labels)
+            op = _expert_collective(
+                self.prog, seg, k, dev, self.expert(seg.group), self.name, self.fold, deps, labels
+            )
             return op, op, ()
         if seg.kind == "ring":  # ring attention: per-step chunks and K/V transfers around the CP ring
             ring_tag = f"ring it{self.it} s{st} r{r // plan.cp} t{t} {self.name} #{k}"
@@ -342,9 +364,8 @@ class _Segments:
     def join(self, last: Op, extra: tuple[int, ...], phase: str, mb: int) -> Op:
         """A zero-time op after ``last`` and ``extra``: where a pass ends when an overlapped
         collective outlasts its last kernel."""
-        dev = self.plan.device(self.stage, self.r, self.t)
         return self.prog.add(
-            dev,
+            self.dev,
             "compute",
             COMPUTE,
             f"{self.name} join",
@@ -376,14 +397,13 @@ def _overlapping(a, b) -> bool:
     return (a.overlap and b.kind == "collective") or (a.kind == "collective" and b.overlap)
 
 
-def _expert_collective(prog, plan, seg, k, dev, name, fold, deps, labels) -> Op:
-    """Segment k of a pass on ``dev``, a collective over an expert group, on the
-    :data:`~clustersim.program.EP_LANE`; its members sit in other replicas, so the tag
+def _expert_collective(prog, seg, k, dev, groups, name, fold, deps, labels) -> Op:
+    """Segment k of a pass on ``dev``, a collective over an expert group (``groups``: the
+    group and, folded, the stage's other groups of its kind — :meth:`_Segments.expert`), on
+    the :data:`~clustersim.program.EP_LANE`; its members sit in other replicas, so the tag
     names the group by its first device."""
-    group = plan.expert_group(dev, seg.group)
+    group, shadows = groups
     nbytes = sum(seg.matrix[group.index(dev)]) if seg.matrix else seg.nbytes  # an all-to-all-v: its row
-    # folded: the stage's other groups of this kind run the same collective alongside
-    shadows = tuple(g for g in plan.expert_groups(labels["stage"], seg.group) if g != group) if fold else ()
     return prog.add(
         dev,
         EP_LANE,
@@ -433,6 +453,7 @@ def _emit_stage(
     pairs = getattr(order, "pairs", frozenset())
     templates: dict[tuple, PassTemplate] = {}  # _PassJob.same → its pass's template
     kind = cache(partial(_pass_kind, schedule, plan, costs, activations, s, r, t, stash))
+    experts: dict = {}  # the GPU's expert groups (_Segments.expert), for its overlapped pairs
     for i, (ph, j, k) in enumerate(order):
         if ph == "O":
             deps = (last.id,) if last is not None else ()
@@ -538,7 +559,7 @@ def _emit_stage(
             decoded.append(last if pj.coded_in else None)
         ends, done = [], []
         if len(job) == 2:
-            ends = emit_pair(prog, plan, job, [fwd_version[x.key] for x in job], r, t, fold, last)
+            ends = emit_pair(prog, plan, job, [fwd_version[x.key] for x in job], r, t, fold, last, experts)
         else:
             pj = job[0]
             if sync is not None and sync.layered(ph, j, k):
@@ -624,15 +645,18 @@ def _pass_kind(schedule, plan, costs, activations, s, r, t, stash, ph, k, split)
     return costs[k], {"alloc": alloc, "free": free, "stash": stashed}, coded_in, coded_out, received
 
 
-def emit_pair(prog: Program, plan: Plan, job: list[_PassJob], versions, r: int, t: int, fold: bool, after):
+def emit_pair(
+    prog: Program, plan: Plan, job: list[_PassJob], versions, r: int, t: int, fold: bool, after, experts: dict
+):
     """Emit an overlapped F&B pair (:mod:`.overlap`): the two passes' segments in the
     interleaved issue order, each after the previous segment of its own pass (both after
-    ``after``); the pair's last op also waits for the other pass's end. Return each pass's
-    (op its receive gates — the pair's first, whichever chunk leads —, last op)."""
+    ``after``); the pair's last op also waits for the other pass's end. ``experts``: the
+    GPU's expert groups, filled as its passes need them (:meth:`_Segments.expert`). Return
+    each pass's (op its receive gates — the pair's first, whichever chunk leads —, last op)."""
     s = job[0].labels["stage"]
     segs = [pass_segments(pj.cost, pj.ph, pj.kw["split"], pj.received) for pj in job]
     emit = [
-        _Segments(prog, plan, s, r, t, pj.labels["iteration"], pj.name, v, fold)
+        _Segments(prog, plan, s, r, t, pj.labels["iteration"], pj.name, v, fold, experts)
         for pj, v in zip(job, versions)
     ]
     prev, firsts, extra = [after, after], [None, None], [(), ()]
