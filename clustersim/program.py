@@ -15,6 +15,7 @@ without its recv.
 
 from __future__ import annotations
 
+import operator
 import sys
 
 from .errors import ProgramError
@@ -154,6 +155,50 @@ class Op:
     def __repr__(self) -> str:
         return f"Op#{self.id}({self.name!r} on gpu{self.device}/{self.lane})"
 
+    def row(self) -> tuple:
+        """The op's fields in ``__slots__`` order (what :meth:`from_row` takes back)."""
+        return _ROW(self)
+
+    @classmethod
+    def from_row(cls, row) -> Op:
+        """An op whose fields are ``row``, in ``__slots__`` order: a copy of :meth:`row`'s op
+        without the keyword binding and conversions of ``__init__`` (a compiler stamping one
+        op many times, :mod:`clustersim.schedules.pass_template`, then sets what differs)."""
+        op = cls.__new__(cls)
+        (
+            op.id,
+            op.device,
+            op.lane,
+            op.kind,
+            op.name,
+            op.stage,
+            op.microbatch,
+            op.phase,
+            op.iteration,
+            op.duration,
+            op.nbytes,
+            op.flops,
+            op.deps,
+            op.peer,
+            op.mem_alloc,
+            op.mem_free,
+            op.stash_alloc,
+            op.stash_free,
+            op.group,
+            op.collective,
+            op.algorithm,
+            op.tag,
+            op.version,
+            op.lane_id,
+            op.arrivals,
+            op.shadows,
+            op.split,
+        ) = row
+        return op
+
+
+_ROW = operator.attrgetter(*Op.__slots__)
+
 
 class Program:
     """Per-device ordered ops with dependencies, plus the static memory of each device."""
@@ -174,7 +219,14 @@ class Program:
         """Append an op to ``device``'s ``lane`` (after every op already on that lane)."""
         if kind not in OP_KINDS:
             raise ProgramError(f"op {name!r}: kind {kind!r} is not one of {', '.join(OP_KINDS)}")
-        op = Op(len(self.ops), device, lane, kind, name, **fields)
+        return self.append(Op(len(self.ops), device, lane, kind, name, **fields))
+
+    def append(self, op: Op) -> Op:
+        """Append ``op``, built with id ``len(self.ops)`` (:meth:`Op.from_row`), to its device's
+        lane as :meth:`add` does; its ``lane_id`` is set here."""
+        if op.id != len(self.ops):
+            raise ProgramError(f"{op!r} appended as op #{len(self.ops)}: its id must be its index")
+        device, lane = op.device, op.lane
         self.ops.append(op)
         lane_ops = self._lanes.get((device, lane))
         if lane_ops is None:

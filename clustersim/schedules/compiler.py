@@ -50,8 +50,8 @@ weight stashing); an optimizer op carries the version it creates.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from functools import partial
+from dataclasses import dataclass, field, replace
+from functools import cache, cached_property, partial
 
 from ..errors import ProgramError
 from ..memory_kinds import StaticMemory
@@ -64,6 +64,7 @@ from .data_parallel import DataParallel, StageSync
 from .gradient_sync import emit_gradient_allreduce
 from .orders import run_orders, stage_chunks
 from .overlap import interleave
+from .pass_template import PassTemplate
 from .registry import Schedule
 from .step_work import emit_step_work
 from .tp_overlap import emit_overlap
@@ -113,9 +114,10 @@ def compile_pipeline(
             schedule.validate(p, mr, v)  # chunks per stage and the schedule's own constraints
             orders[mr] = run_orders(schedule, p, mr, v, iterations)
     prog = Program(plan.num_devices)
-    for dev in range(plan.num_devices):
-        chunks = stage_chunks(schedule, plan.coords(dev)[0], p, v)
-        prog.static_memory[dev] = stage_static_memory(schedule, [costs[k] for k in chunks])
+    static = [
+        stage_static_memory(schedule, [costs[k] for k in stage_chunks(schedule, s, p, v)]) for s in range(p)
+    ]
+    prog.static_memory = [static[plan.coords(dev)[0]] for dev in range(plan.num_devices)]
     for r in range(1 if fold else plan.replicas):
         cr, mr = work[r]
         _emit_replica(
@@ -263,6 +265,27 @@ class _Segments:
     name: str
     version: int
     fold: bool
+    #: (expert group kind) → (this GPU's group, the stage's other groups when folded), shared
+    #: by the passes of a GPU that pass it in
+    experts: dict = field(default_factory=dict)
+
+    @cached_property
+    def dev(self) -> int:
+        return self.plan.device(self.stage, self.r, self.t)
+
+    @cached_property
+    def group(self) -> tuple[int, ...]:
+        """The GPU's TP group."""
+        return tuple(self.plan.device(self.stage, self.r, q) for q in range(self.plan.tp))
+
+    def expert(self, kind: str) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+        """This GPU's expert group of ``kind`` and, folded, the stage's other groups of that
+        kind (which run the same collective alongside)."""
+        if kind not in self.experts:
+            group = self.plan.expert_group(self.dev, kind)
+            others = self.plan.expert_groups(self.stage, kind) if self.fold else ()
+            self.experts[kind] = (group, tuple(g for g in others if g != group))
+        return self.experts[kind]
 
     def _labels(self, phase: str, mb: int) -> dict:
         return {
@@ -281,9 +304,8 @@ class _Segments:
         a TP or CP collective, an expert group's collective on the ``ep`` lane (the MoE
         dispatch/combine), ring attention, or a TP collective pipelined with its GEMM in
         chunks on both lanes (:mod:`.tp_overlap`)."""
-        dev = self.plan.device(self.stage, self.r, self.t)
+        dev, group = self.dev, self.group
         labels = self._labels(phase, mb)
-        group = tuple(self.plan.device(self.stage, self.r, q) for q in range(self.plan.tp))
 
         def compute(duration: float, flops: float, deps: tuple[int, ...], label: str = self.name) -> Op:
             return self.prog.add(
@@ -330,7 +352,9 @@ class _Segments:
             op = collective(seg.name or f"tp {seg.collective}", seg.collective, seg.nbytes, deps, tag)
             return op, op, ()
         if seg.kind == "collective":  # over an expert group (ep, etp, tp_ep)
-            op = _expert_collective(self.prog, plan, seg, k, dev, self.name, self.fold, deps, labels)
+            op = _expert_collective(
+                self.prog, seg, k, dev, self.expert(seg.group), self.name, self.fold, deps, labels
+            )
             return op, op, ()
         if seg.kind == "ring":  # ring attention: per-step chunks and K/V transfers around the CP ring
             ring_tag = f"ring it{self.it} s{st} r{r // plan.cp} t{t} {self.name} #{k}"
@@ -340,9 +364,8 @@ class _Segments:
     def join(self, last: Op, extra: tuple[int, ...], phase: str, mb: int) -> Op:
         """A zero-time op after ``last`` and ``extra``: where a pass ends when an overlapped
         collective outlasts its last kernel."""
-        dev = self.plan.device(self.stage, self.r, self.t)
         return self.prog.add(
-            dev,
+            self.dev,
             "compute",
             COMPUTE,
             f"{self.name} join",
@@ -374,14 +397,13 @@ def _overlapping(a, b) -> bool:
     return (a.overlap and b.kind == "collective") or (a.kind == "collective" and b.overlap)
 
 
-def _expert_collective(prog, plan, seg, k, dev, name, fold, deps, labels) -> Op:
-    """Segment k of a pass on ``dev``, a collective over an expert group, on the
-    :data:`~clustersim.program.EP_LANE`; its members sit in other replicas, so the tag
+def _expert_collective(prog, seg, k, dev, groups, name, fold, deps, labels) -> Op:
+    """Segment k of a pass on ``dev``, a collective over an expert group (``groups``: the
+    group and, folded, the stage's other groups of its kind — :meth:`_Segments.expert`), on
+    the :data:`~clustersim.program.EP_LANE`; its members sit in other replicas, so the tag
     names the group by its first device."""
-    group = plan.expert_group(dev, seg.group)
+    group, shadows = groups
     nbytes = sum(seg.matrix[group.index(dev)]) if seg.matrix else seg.nbytes  # an all-to-all-v: its row
-    # folded: the stage's other groups of this kind run the same collective alongside
-    shadows = tuple(g for g in plan.expert_groups(labels["stage"], seg.group) if g != group) if fold else ()
     return prog.add(
         dev,
         EP_LANE,
@@ -429,6 +451,9 @@ def _emit_stage(
     # the stages holding the first and last chunk (the tied embedding's two copies)
     edge_stages = (schedule.stage_of(0, plan.pp), schedule.stage_of(len(costs) - 1, plan.pp))
     pairs = getattr(order, "pairs", frozenset())
+    templates: dict[tuple, PassTemplate] = {}  # _PassJob.same → its pass's template
+    kind = cache(partial(_pass_kind, schedule, plan, costs, activations, s, r, t, stash))
+    experts: dict = {}  # the GPU's expert groups (_Segments.expert), for its overlapped pairs
     for i, (ph, j, k) in enumerate(order):
         if ph == "O":
             deps = (last.id,) if last is not None else ()
@@ -513,11 +538,9 @@ def _emit_stage(
             continue
         if i - 1 in pairs:
             continue  # the backward of a pair: emitted with its forward
-        job = [_PassJob.of(schedule, plan, costs, activations, ph, j, k, m, v, s, r, t, has_w, stash)]
+        job = [_PassJob.of(kind, ph, j, k, m, v, s, has_w)]
         if i in pairs:
-            job.append(
-                _PassJob.of(schedule, plan, costs, activations, *order[i + 1], m, v, s, r, t, has_w, stash)
-            )
+            job.append(_PassJob.of(kind, *order[i + 1], m, v, s, has_w))
         last_it = j // m
         if ph == "F":
             fwd_version[(j, k)] = version
@@ -536,15 +559,22 @@ def _emit_stage(
             decoded.append(last if pj.coded_in else None)
         ends, done = [], []
         if len(job) == 2:
-            ends = emit_pair(prog, plan, job, [fwd_version[x.key] for x in job], r, t, fold, last)
+            ends = emit_pair(prog, plan, job, [fwd_version[x.key] for x in job], r, t, fold, last, experts)
         else:
             pj = job[0]
-            run = partial(emit_pass, prog, plan, phase=ph, stage=s, r=r, t=t, mb=pj.mb, it=last_it)
-            run = partial(run, version=fwd_version[(j, k)], fold=fold, received=pj.received)
             if sync is not None and sync.layered(ph, j, k):
+                run = partial(emit_pass, prog, plan, phase=ph, stage=s, r=r, t=t, mb=pj.mb, it=last_it)
+                run = partial(run, version=fwd_version[(j, k)], fold=fold, received=pj.received)
                 ends = [sync.emit(run, pj.cost, ph, j, k, last_it, after=last, **pj.kw)]
-            else:
-                ends = [run(pj.cost, after=last, **pj.kw)]
+            else:  # the same pass for every micro-batch: emitted once, stamped (.pass_template)
+                template = templates.get(pj.same)
+                if template is None:
+                    kw = {**pj.kw, "version": 0, "fold": fold, "received": pj.received}
+                    emit = partial(
+                        emit_pass, plan=plan, cost=pj.cost, phase=ph, stage=s, r=r, t=t, mb=0, **kw
+                    )
+                    template = templates[pj.same] = PassTemplate.record(emit)
+                ends = [template.stamp(prog, pj.name, pj.mb, last_it, fwd_version[(j, k)], last)]
         for pj, (first, end), dec in zip(job, ends, decoded):
             if pj.coded_out:  # coded before its send (which waits on the pass's last op)
                 end = emit_codec(
@@ -586,28 +616,47 @@ class _PassJob:
     def key_phase(self) -> tuple[str, int, int]:
         return (self.ph, self.j, self.k)
 
+    @property
+    def same(self) -> tuple:
+        """What a pass on this GPU must share with this one to emit the same ops, up to its
+        micro-batch, iteration, weight version and the op it starts after (.pass_template)."""
+        kw = self.kw
+        return (self.ph, self.k, self.received, kw["split"], kw["alloc"], kw["free"], kw["stash"])
+
     @classmethod
-    def of(cls, schedule, plan, costs, activations, ph, j, k, m, v, s, r, t, has_w, stash) -> _PassJob:
+    def of(cls, kind, ph, j, k, m, v, s, has_w) -> _PassJob:
+        """Pass (ph, j, k) on a GPU of stage ``s``; ``kind(ph, k, split)``: what it shares with
+        the same pass of every micro-batch (:func:`_pass_kind`)."""
         split = (j, k) in has_w
-        alloc, free, stashed = pass_memory(costs[k], ph, split, stash)
+        cost, memory, coded_in, coded_out, received = kind(ph, k, split)
         name = _pass_name(m, v, ph, j, k)
-        transfers = pass_transfers(costs, ph, k, schedule.route(k, len(costs)))
-        coded_in, coded_out = coded_activation_bytes(activations, schedule, plan, s, r, t, transfers)
-        kw = {"split": split and ph == "B", "name": name, "alloc": alloc, "free": free, "stash": stashed}
+        kw = {"split": split and ph == "B", "name": name, **memory}
         labels = {"stage": s, "microbatch": j % m, "phase": ph, "iteration": j // m}
-        received = transfers[0] is not None and schedule.stage_of(transfers[0][0], plan.pp) != s
-        return cls(ph, j, k, costs[k], j % m, name, kw, coded_in, coded_out, labels, received)
+        return cls(ph, j, k, cost, j % m, name, kw, coded_in, coded_out, labels, received)
 
 
-def emit_pair(prog: Program, plan: Plan, job: list[_PassJob], versions, r: int, t: int, fold: bool, after):
+def _pass_kind(schedule, plan, costs, activations, s, r, t, stash, ph, k, split) -> tuple:
+    """(cost, memory keywords, bytes decoded before, bytes coded after, whether it receives from
+    another stage) of a pass (ph, ·, k) on the device of (s, r, t): the same for every micro-batch."""
+    alloc, free, stashed = pass_memory(costs[k], ph, split, stash)
+    transfers = pass_transfers(costs, ph, k, schedule.route(k, len(costs)))
+    coded_in, coded_out = coded_activation_bytes(activations, schedule, plan, s, r, t, transfers)
+    received = transfers[0] is not None and schedule.stage_of(transfers[0][0], plan.pp) != s
+    return costs[k], {"alloc": alloc, "free": free, "stash": stashed}, coded_in, coded_out, received
+
+
+def emit_pair(
+    prog: Program, plan: Plan, job: list[_PassJob], versions, r: int, t: int, fold: bool, after, experts: dict
+):
     """Emit an overlapped F&B pair (:mod:`.overlap`): the two passes' segments in the
     interleaved issue order, each after the previous segment of its own pass (both after
-    ``after``); the pair's last op also waits for the other pass's end. Return each pass's
-    (op its receive gates — the pair's first, whichever chunk leads —, last op)."""
+    ``after``); the pair's last op also waits for the other pass's end. ``experts``: the
+    GPU's expert groups, filled as its passes need them (:meth:`_Segments.expert`). Return
+    each pass's (op its receive gates — the pair's first, whichever chunk leads —, last op)."""
     s = job[0].labels["stage"]
     segs = [pass_segments(pj.cost, pj.ph, pj.kw["split"], pj.received) for pj in job]
     emit = [
-        _Segments(prog, plan, s, r, t, pj.labels["iteration"], pj.name, v, fold)
+        _Segments(prog, plan, s, r, t, pj.labels["iteration"], pj.name, v, fold, experts)
         for pj, v in zip(job, versions)
     ]
     prev, firsts, extra = [after, after], [None, None], [(), ()]
@@ -646,6 +695,17 @@ def _with_mirror(plan: Plan, group: tuple[int, ...], s: int, mirror: int) -> tup
     expert coordinates."""
     shift = (mirror - s) * plan.tp * plan.replicas
     return tuple(sorted({*group, *(d + shift for d in group)}))
+
+
+def _send_twins(plan: Plan, s: int, to: int) -> tuple[tuple[int, int], ...]:
+    """The (src, dst) pairs of the folded-away twins of a send from stage ``s``'s representative
+    to stage ``to``'s: every other (dp rank, tp rank) sends alongside it (module docstring)."""
+    return tuple(
+        (plan.device(s, rr, tt), plan.device(to, rr, tt))
+        for rr in range(plan.dp)
+        for tt in range(plan.tp)
+        if (rr, tt) != (0, 0)
+    )
 
 
 def _pass_name(m: int, v: int, ph: str, j: int, k: int) -> str:
@@ -692,10 +752,16 @@ def _emit_replica(
                 sharded,
             )
     sends: dict[tuple, Op] = {}
+    twins: dict[tuple[int, int], tuple] = {}  # (stage, stage it sends to) → the folded sends' shadows
+    moves = {
+        (ph, k): pass_transfers(costs, ph, k, schedule.route(k, len(costs)))
+        for ph in "FB"
+        for k in range(len(costs))
+    }
     for s, order in enumerate(orders):
         for t in tp_ranks:
             for ph, j, k in order:
-                transfers = pass_transfers(costs, ph, k, schedule.route(k, len(costs)))
+                transfers = moves.get((ph, k), (None, None))  # W and O move nothing
                 sent = transfers[1]
                 if sent is None:
                     continue
@@ -709,16 +775,8 @@ def _emit_replica(
                 if coded_activation_bytes(activations, schedule, plan, s, r, t, transfers)[1]:
                     size = activations.shrunk(size)  # the pass compressed what it sends
                 label = f"{ph}{j % m}" + (f"c{k}" if v > 1 else "")
-                twins = (
-                    tuple(
-                        (plan.device(s, rr, tt), plan.device(to, rr, tt))
-                        for rr in range(plan.dp)
-                        for tt in range(plan.tp)
-                        if (rr, tt) != (0, 0)
-                    )
-                    if fold
-                    else ()
-                )
+                if (s, to) not in twins:  # the same pairs for every send from s to to
+                    twins[(s, to)] = _send_twins(plan, s, to) if fold else ()
                 sends[(to, t, ph, j, nxt)] = prog.add(
                     src.device,
                     "send",
@@ -729,7 +787,7 @@ def _emit_replica(
                     iteration=j // m,
                     nbytes=size,
                     deps=(src.id,),
-                    shadows=twins,
+                    shadows=twins[(s, to)],
                 )
     for s, order in enumerate(orders):
         for t in tp_ranks:
