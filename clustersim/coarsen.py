@@ -7,95 +7,144 @@ only at the run's ends (the first op may allocate, the last may free). The merge
 starts when the first did and lasts the sum of their durations, so every other op's
 start and end — and the iteration time — are unchanged, with fewer events to simulate.
 Per-layer detail (``simulation.granularity: layer``) is kept by not running this pass.
+
+Which ops merge is worked out over columns of the ops (numpy); the new Program's ops are
+then made field by field, without :meth:`Program.add`'s keyword handling per op.
 """
 
 from __future__ import annotations
 
+import sys
+from itertools import chain
+from operator import attrgetter
+
+import numpy as np
+
 from .program import COMPUTE, RECV, Op, Program
 
-#: in :func:`_sole_dependents`: no op waits on this one / more than one op does
-_NONE, _MANY = -1, -2
+_ID, _KIND, _DEPS, _PEER = map(attrgetter, ("id", "kind", "deps", "peer"))
+_PASS = attrgetter("stage", "microbatch", "phase", "iteration")
+_MEM_ALLOC, _MEM_FREE = attrgetter("mem_alloc"), attrgetter("mem_free")
+_new_op = Op.__new__
 
 
-def _sole_dependents(prog: Program) -> list[int]:
-    """Per op: the id of the one op that waits on it (a dep, or a recv on its send),
-    _NONE if none does, _MANY if several do."""
-    sole = [_NONE] * len(prog.ops)
-    for op in prog.ops:
-        i = op.id
-        waits = (*op.deps, op.peer) if op.kind == RECV else op.deps
-        for d in waits:
-            s = sole[d]
-            sole[d] = i if s == _NONE or s == i else _MANY
-    return sole
-
-
-def _joins(a: Op, b: Op, sole: list[int]) -> bool:
-    return (
-        a.kind == COMPUTE
-        and b.kind == COMPUTE
-        and (a.stage, a.microbatch, a.phase, a.iteration) == (b.stage, b.microbatch, b.phase, b.iteration)
-        and all(d == a.id for d in b.deps)
-        and sole[a.id] in (_NONE, b.id)
-        and a.mem_free == 0
-        and b.mem_alloc == 0
+def _heads(prog: Program, deps: list[tuple[int, ...]]) -> np.ndarray | None:
+    """Per op id: the id of the first op of the run it merges into (itself when it heads
+    a run or merges with nothing), or None when no two ops merge. ``deps``: each op's."""
+    ops, n = prog.ops, len(prog.ops)
+    lanes = prog.lanes().values()
+    order = np.fromiter(map(_ID, chain.from_iterable(lanes)), np.int64, n)  # ops lane by lane
+    first = np.zeros(n, bool)  # whether order[k] is its lane's first op
+    first[np.cumsum([0, *map(len, lanes)][:-1])] = True
+    a, b = order[:-1], order[1:]  # each op and the next on its lane (where ~first[1:])
+    before = np.full(n, -1, np.int64)
+    before[b[~first[1:]]] = a[~first[1:]]
+    after = np.full(n, -1, np.int64)
+    after[a[~first[1:]]] = b[~first[1:]]
+    # who waits on whom: the deps, and a recv on its send
+    waiter = np.repeat(np.arange(n, dtype=np.int64), np.fromiter(map(len, deps), np.int64, n))
+    waited = np.fromiter(chain.from_iterable(deps), np.int64, len(waiter))
+    kinds = list(map(_KIND, ops))
+    recvs = np.array([i for i, k in enumerate(kinds) if k == RECV], np.int64)
+    sends = np.fromiter(map(_PEER, map(ops.__getitem__, recvs.tolist())), np.int64, len(recvs))
+    waits_other = np.zeros(n, bool)  # it waits on an op other than the one before it
+    waits_other[waiter[waited != before[waiter]]] = True
+    waiter, waited = np.concatenate((waiter, recvs)), np.concatenate((waited, sends))
+    awaited_other = np.zeros(n, bool)  # an op other than the one after it waits on it
+    awaited_other[waited[waiter != after[waited]]] = True
+    compute = np.array([k == COMPUTE for k in kinds])
+    codes: dict[tuple, int] = {}
+    passes = np.fromiter((codes.setdefault(p, len(codes)) for p in map(_PASS, ops)), np.int64, n)
+    alloc = np.fromiter(map(_MEM_ALLOC, ops), float, n)
+    free = np.fromiter(map(_MEM_FREE, ops), float, n)
+    joins = (
+        ~first[1:]
+        & compute[a]
+        & compute[b]
+        & (passes[a] == passes[b])
+        & ~waits_other[b]
+        & ~awaited_other[a]
+        & (free[a] == 0)
+        & (alloc[b] == 0)
     )
+    if not joins.any():
+        return None
+    at = np.arange(n)
+    at[1:][joins] = 0  # a run's ops take the position of its first op
+    heads = np.empty(n, np.int64)
+    heads[order] = order[np.maximum.accumulate(at)]
+    return heads
 
 
 def coarsen(prog: Program) -> Program:
     """A new Program with every mergeable run of compute ops merged into one op, or
     ``prog`` itself when no two ops merge (e.g. a real model's per-stage cost model,
     which already gives each pass one compute op)."""
-    sole = _sole_dependents(prog)
-    head_of: dict[int, int] = {}  # old op id → old id of the run's first op
-    for lane_ops in prog.lanes().values():
-        for a, b in zip(lane_ops, lane_ops[1:]):
-            if _joins(a, b, sole):
-                head_of[b.id] = head_of.get(a.id, a.id)
-    if not head_of:
+    ops, n = prog.ops, len(prog.ops)
+    deps = list(map(_DEPS, ops))
+    heads = _heads(prog, deps) if n > 1 else None
+    if heads is None:
         return prog
+    kept = heads == np.arange(n)
+    new_id = np.cumsum(kept) - 1
+    new_id = new_id[heads]  # a merged op's new id is its run's
+    mapped = new_id[np.fromiter(chain.from_iterable(deps), np.int64)].tolist()
+    offsets = np.cumsum([0, *map(len, deps)]).tolist()
+    ids = new_id.tolist()
     out = Program(prog.num_devices, prog.device_names)
     out.static_memory = list(prog.static_memory)
-    new_id: dict[int, int] = {}
-    for op in prog.ops:
-        head = head_of.get(op.id)
-        if head is not None:
-            merged = out.ops[new_id[head]]
-            merged.duration += op.duration
-            merged.flops += op.flops
-            merged.mem_free += op.mem_free
-            merged.stash_free += op.stash_free
-            new_id[op.id] = merged.id
-            continue
-        copy = out.add(
-            op.device,
-            op.lane,
-            op.kind,
-            op.name,
-            stage=op.stage,
-            microbatch=op.microbatch,
-            phase=op.phase,
-            iteration=op.iteration,
-            duration=op.duration,
-            nbytes=op.nbytes,
-            flops=op.flops,
-            deps=op.deps,
-            peer=op.peer,
-            mem_alloc=op.mem_alloc,
-            mem_free=op.mem_free,
-            stash_alloc=op.stash_alloc,
-            stash_free=op.stash_free,
-            group=op.group,
-            collective=op.collective,
-            algorithm=op.algorithm,
-            tag=op.tag,
-            version=op.version,
-            arrivals=op.arrivals,
-            shadows=op.shadows,
-        )
-        new_id[op.id] = copy.id
-    for op in out.ops:
-        op.deps = tuple(dict.fromkeys(new_id[d] for d in op.deps if new_id[d] != op.id))
-        if op.peer >= 0:
-            op.peer = new_id[op.peer]
+    copies, lanes = out.ops, out._lanes
+    intern = sys.intern
+    for i in np.flatnonzero(kept).tolist():
+        op, k = ops[i], len(copies)
+        lo, hi = offsets[i], offsets[i + 1]
+        if hi == lo:
+            waits = ()
+        elif hi == lo + 1:
+            waits = () if mapped[lo] == k else (mapped[lo],)
+        else:
+            waits = tuple(dict.fromkeys(d for d in mapped[lo:hi] if d != k))
+        peer = op.peer
+        c = _new_op(Op)  # Op's fields, one statement each (cheaper than unpacking a tuple)
+        c.id = k
+        c.device = op.device
+        c.lane = op.lane
+        c.kind = intern(op.kind)
+        c.name = op.name
+        c.stage = op.stage
+        c.microbatch = op.microbatch
+        c.phase = op.phase
+        c.iteration = op.iteration
+        c.duration = op.duration
+        c.nbytes = op.nbytes
+        c.flops = op.flops
+        c.deps = waits
+        c.peer = ids[peer] if peer >= 0 else peer
+        c.mem_alloc = op.mem_alloc
+        c.mem_free = op.mem_free
+        c.stash_alloc = op.stash_alloc
+        c.stash_free = op.stash_free
+        c.group = tuple(op.group)
+        c.collective = op.collective
+        c.algorithm = op.algorithm
+        c.tag = op.tag
+        c.version = op.version
+        c.arrivals = op.arrivals
+        c.shadows = tuple(op.shadows)
+        c.split = ()  # as Program.add left it when this pass copied ops through it
+        key = (c.device, c.lane)
+        on_lane = lanes.get(key)
+        if on_lane is None:
+            on_lane = lanes[key] = []
+            c.lane_id = len(lanes) - 1
+        else:
+            c.lane_id = on_lane[0].lane_id
+        on_lane.append(c)
+        copies.append(c)
+    for i in np.flatnonzero(~kept).tolist():  # in op order: each run's durations summed in order
+        op, merged = ops[i], copies[ids[i]]
+        merged.duration += op.duration
+        merged.flops += op.flops
+        merged.mem_free += op.mem_free
+        merged.stash_free += op.stash_free
     return out

@@ -17,6 +17,10 @@ from __future__ import annotations
 
 import operator
 import sys
+from itertools import chain
+from operator import attrgetter, le
+
+import numpy as np
 
 from .errors import ProgramError
 from .memory_kinds import StaticMemory
@@ -30,6 +34,7 @@ EP_LANE = "ep"
 #: lane of compute ops that stand for waiting, not GPU work (inference request arrivals,
 #: :mod:`clustersim.schedules.inference`): no speed factor or interference applies to them
 ARRIVAL_LANE = "arrival"
+_P2P = (SEND, RECV)
 
 #: parameter-server lane names (:mod:`clustersim.schedules.parameter_server`), the one place
 #: they are spelled (the metrics of :mod:`clustersim.trace.ps_metrics` find ops by them): a
@@ -264,7 +269,42 @@ class Program:
 
     def check(self) -> None:
         """Raise :class:`ProgramError` if a dependency is missing, a cycle exists, a
-        send/recv is unmatched or an op moves negative memory — naming the ops involved."""
+        send/recv is unmatched or an op moves negative memory — naming the ops involved.
+
+        Each rule is first tested as a whole, over columns of the ops (C-level ``map``s and
+        numpy); only a Program that breaks one goes through that rule's op-by-op pass,
+        which finds the first op breaking it and says so."""
+        ops = self.ops
+        deps = list(map(_DEPS, ops))
+        flat = list(chain.from_iterable(deps))
+        if not self._fields_hold(flat):
+            self._check_fields()
+        kinds = list(map(_KIND, ops))
+        p2p = [op for op, k in zip(ops, kinds) if k in _P2P]
+        if not _matched(ops, p2p):
+            self._check_matching()
+        self._check_collectives([op for op, k in zip(ops, kinds) if k == COLLECTIVE])
+        if not self._acyclic(deps, flat, kinds):
+            self._check_acyclic()
+
+    def _fields_hold(self, flat: list[int]) -> bool:
+        """Whether every op's device, deps (``flat``: all of them) and memory fields pass
+        :meth:`_check_fields`."""
+        ops = self.ops
+        if not ops:
+            return True
+        devices = list(map(_DEVICE, ops))
+        if min(devices) < 0 or max(devices) >= self.num_devices:
+            return False
+        if flat and (min(flat) < 0 or max(flat) >= len(ops)):
+            return False
+        alloc, free = list(map(_MEM_ALLOC, ops)), list(map(_MEM_FREE, ops))
+        stash_alloc, stash_free = list(map(_STASH_ALLOC, ops)), list(map(_STASH_FREE, ops))
+        if min(alloc) < 0 or min(free) < 0 or min(stash_alloc) < 0 or min(stash_free) < 0:
+            return False
+        return all(map(le, stash_alloc, alloc)) and all(map(le, stash_free, free))
+
+    def _check_fields(self) -> None:
         n = len(self.ops)
         for op in self.ops:
             if not 0 <= op.device < self.num_devices:
@@ -283,9 +323,6 @@ class Program:
                     f"(stash_alloc={op.stash_alloc} of mem_alloc={op.mem_alloc}, "
                     f"stash_free={op.stash_free} of mem_free={op.mem_free})"
                 )
-        self._check_matching()
-        self._check_collectives()
-        self._check_acyclic()
 
     def _check_matching(self) -> None:
         ops = self.ops
@@ -309,30 +346,41 @@ class Program:
                 out.setdefault(op.tag, []).append(op)
         return out
 
-    def _check_collectives(self) -> None:
-        for tag, members in self.collective_members().items():
+    def _check_collectives(self, collective_ops: list[Op]) -> None:
+        by_tag: dict[str, list[Op]] = {}
+        for op in collective_ops:
+            members = by_tag.get(op.tag)
+            if members is None:
+                by_tag[op.tag] = [op]
+            else:
+                members.append(op)
+        valid: dict[tuple[int, ...], frozenset] = {}  # a group found valid → its devices
+        for tag, members in by_tag.items():
             first = members[0]
             group = first.group
-            if len(set(group)) != len(group):
-                dup = next(d for d in group if group.count(d) > 1)
-                raise ProgramError(f"collective {tag!r}: gpu{dup} appears twice in its group {list(group)}")
-            for d in group:
-                if not 0 <= d < self.num_devices:
+            devices = valid.get(group)
+            if devices is None:
+                if len(set(group)) != len(group):
+                    dup = next(d for d in group if group.count(d) > 1)
                     raise ProgramError(
-                        f"collective {tag!r}: group member {d} is not a device (0..{self.num_devices - 1})"
+                        f"collective {tag!r}: gpu{dup} appears twice in its group {list(group)}"
                     )
-            for op in members:  # an uneven all-to-all's members agree on its matrix, each sends its row
-                if (op.group, op.collective, op.split or op.nbytes) != (
-                    group,
-                    first.collective,
-                    first.split or first.nbytes,
-                ):
+                for d in group:
+                    if not 0 <= d < self.num_devices:
+                        raise ProgramError(
+                            f"collective {tag!r}: group member {d} is not a device (0..{self.num_devices - 1})"
+                        )
+                devices = valid[group] = frozenset(group)
+            # an uneven all-to-all's members agree on its matrix, each sends its row
+            agreed = (group, first.collective, first.split or first.nbytes)
+            for op in members:
+                if (op.group, op.collective, op.split or op.nbytes) != agreed:
                     raise ProgramError(
                         f"collective {tag!r}: members disagree — {first!r} has {first.collective} of "
                         f"{first.nbytes} bytes over {list(group)}, {op!r} has {op.collective} of "
                         f"{op.nbytes} bytes over {list(op.group)}"
                     )
-                if op.device not in group:
+                if op.device not in devices:
                     raise ProgramError(f"collective {tag!r}: {op!r} is not in its group {list(group)}")
             want = first.arrivals or len(group)
             present = {op.device for op in members}
@@ -341,6 +389,55 @@ class Program:
             if len(present) < want:
                 missing = [f"gpu{d}" for d in group if d not in present]
                 raise ProgramError(f"collective {tag!r}: members that never reach it: {', '.join(missing)}")
+
+    def _acyclic(self, deps: list[tuple[int, ...]], flat: list[int], kinds: list[str]) -> bool:
+        """Whether the graph :meth:`_check_acyclic` builds has no cycle (``deps``, ``flat``:
+        each op's deps and all of them; ``kinds``: each op's kind): Kahn's algorithm in
+        numpy, one round per layer of the graph — every op whose waits have all ended
+        ends in the round, and takes one off the waits of what waits on it."""
+        ops, n = self.ops, len(self.ops)
+        if not n:
+            return True
+        lanes = self.lanes().values()
+        in_lanes = np.fromiter(map(_ID, chain.from_iterable(lanes)), np.int64, n)
+        heads = np.zeros(n, bool)  # whether in_lanes[k] is its lane's first op
+        heads[np.cumsum([0] + list(map(len, lanes))[:-1])] = True
+        later, earlier = in_lanes[1:][~heads[1:]], in_lanes[:-1][~heads[1:]]
+        before = np.full(n, -1, np.int64)  # per op, the op before it on its lane (-1: none)
+        before[later] = earlier
+        dep_of = np.repeat(np.arange(n, dtype=np.int64), np.fromiter(map(len, deps), np.int64, n))
+        waited = np.array(flat, np.int64)
+        recvs = np.array([i for i, k in enumerate(kinds) if k == RECV], np.int64)
+        sends = np.fromiter(map(_PEER, map(ops.__getitem__, recvs.tolist())), np.int64, len(recvs))
+        # collective c is node n + c: its members wait on it, it on what its members wait on
+        tags: dict[str, int] = {}
+        members = np.array([i for i, k in enumerate(kinds) if k == COLLECTIVE], np.int64)
+        node = np.full(n, -1, np.int64)
+        node[members] = [n + tags.setdefault(ops[i].tag, len(tags)) for i in members.tolist()]
+        by_member = node[dep_of] >= 0
+        member_before = before[members]
+        behind = member_before >= 0
+        src = np.concatenate(
+            (earlier, waited, sends, waited[by_member], member_before[behind], node[members])
+        )
+        dst = np.concatenate((later, dep_of, recvs, node[dep_of[by_member]], node[members[behind]], members))
+        total = n + len(tags)
+        succ = dst[np.argsort(src, kind="stable")]
+        first = np.zeros(total + 1, np.int64)
+        np.cumsum(np.bincount(src, minlength=total), out=first[1:])
+        waits = np.bincount(dst, minlength=total)
+        ends = np.flatnonzero(waits == 0)
+        ended = 0
+        while len(ends):
+            ended += len(ends)
+            lo, count = first[ends], first[ends + 1] - first[ends]
+            out = int(count.sum())
+            if not out:
+                break
+            took = succ[np.repeat(lo - (np.cumsum(count) - count), count) + np.arange(out)]
+            np.subtract.at(waits, took, 1)
+            ends = np.unique(took[waits[took] == 0])
+        return ended == total
 
     def _check_acyclic(self) -> None:
         # Kahn's algorithm over explicit deps, the implicit lane-order edges, and one virtual
@@ -395,6 +492,30 @@ class Program:
                 + "; ".join(steps[:-1])
                 + f"; and, closing the cycle, {steps[-1]}"
             )
+
+
+_ID, _KIND, _DEVICE, _DEPS, _PEER = map(attrgetter, ("id", "kind", "device", "deps", "peer"))
+_MEM_ALLOC, _MEM_FREE = attrgetter("mem_alloc"), attrgetter("mem_free")
+_STASH_ALLOC, _STASH_FREE = attrgetter("stash_alloc"), attrgetter("stash_free")
+
+
+def _matched(ops: list[Op], p2p: list[Op]) -> bool:
+    """Whether every send and recv of ``p2p`` passes :meth:`Program._check_matching`: its
+    peer is an op of the other kind, of its size, whose peer is it."""
+    n = len(ops)
+    for op in p2p:
+        peer = op.peer
+        if not 0 <= peer < n:
+            return False
+        other = ops[peer]
+        if (
+            other.peer != op.id
+            or other.kind == op.kind
+            or other.kind not in _P2P
+            or other.nbytes != op.nbytes
+        ):
+            return False
+    return True
 
 
 def _a_cycle(succ: list[list[int]], indeg: list[int]) -> list[int]:

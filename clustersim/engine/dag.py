@@ -166,8 +166,14 @@ class DagEngine:
             else [op.duration * f for op, f in zip(ops, compute_scale)]
         )
 
+        times: dict[tuple, float | None] = {}  # (src, dst, bytes) → the fabric's fixed time
+
         def send_time(op) -> float | None:
-            return fabric.fixed_time(names[op.device], names[ops[op.peer].device], op.nbytes)
+            key = (op.device, ops[op.peer].device, op.nbytes)
+            t = times.get(key, times)
+            if t is times:
+                t = times[key] = fabric.fixed_time(names[key[0]], names[key[1]], op.nbytes)
+            return t
 
         self._plans = [
             compile_lane(program, lane_ops, durations, False, send_time)
@@ -178,24 +184,21 @@ class DagEngine:
         self._want: list[int] = []  # per collective: how many members hold an op for it
         events = 0  # SimPy events the engine would process: see the class docstring
         for _, plan in self._plans:
-            for k, entry in enumerate(plan):
-                what = entry[1]
-                if what == SENT:
-                    raise ValueError(
-                        f"{ops[entry[0]]!r}: the fabric has no fixed time for it (see contention_free)"
-                    )
-                if what == HOLD:
-                    events += 1
-                elif what == JOINED:
-                    op = ops[entry[0]]
-                    c = tags.get(op.tag)
-                    if c is None:
-                        c = tags[op.tag] = len(self._want)
-                        self._want.append(op.arrivals or len(op.group))
-                        events += 3
-                    # (c, α-β time): read here, so run() is the pass alone; the time of
-                    # the last member to arrive is the one used, as in the engine
-                    plan[k] = (entry[0], what, (c, self._plan_collective(op)[1]), *entry[3:])
+            whats = [entry[1] for entry in plan]
+            events += whats.count(HOLD)
+            for k in [k for k, what in enumerate(whats) if what == SENT or what == JOINED]:
+                entry = plan[k]
+                op = ops[entry[0]]
+                if entry[1] == SENT:
+                    raise ValueError(f"{op!r}: the fabric has no fixed time for it (see contention_free)")
+                c = tags.get(op.tag)
+                if c is None:
+                    c = tags[op.tag] = len(self._want)
+                    self._want.append(op.arrivals or len(op.group))
+                    events += 3
+                # (c, α-β time): read here, so run() is the pass alone; the time of
+                # the last member to arrive is the one used, as in the engine
+                plan[k] = (entry[0], JOINED, (c, self._plan_collective(op)[1]), *entry[3:])
         self._events = events
         self._lanes: list[_Lane] = []
         self.events = 0

@@ -62,10 +62,11 @@ def compile_lane(
     time it."""
     ops = program.ops
     firsts, plan = [], []
+    add_first, add_entry = firsts.append, plan.append
     for op in lane_ops:
-        kind, arg = op.kind, None
+        i, kind, lane_id = op.id, op.kind, op.lane_id
         if kind is COMPUTE:
-            arg = durations[op.id]
+            arg = durations[i]
             what = INSTANT if arg <= 0 else SLOWED if slowed and is_gpu_work(op) else HOLD
         elif kind is SEND:
             arg = send_time(op)
@@ -73,13 +74,19 @@ def compile_lane(
         elif kind is RECV:
             what, arg = POSTED, op.peer
         else:  # COLLECTIVE (Program.add admits no other kind)
-            what = JOINED
-        lane_id = op.lane_id
-        waits = [d for d in op.deps if ops[d].lane_id != lane_id]
-        if kind is RECV:
-            waits.append(op.peer)
-        firsts.append(waits[0] if waits else -1)
-        plan.append((op.id, what, arg, tuple(waits[1:]) or None, op.mem_alloc, op.mem_free, op.device))
+            what, arg = JOINED, None
+        deps = op.deps
+        if len(deps) == 1 and kind is not RECV:  # most ops: no list to build
+            d = deps[0]
+            add_first(d if ops[d].lane_id != lane_id else -1)
+            more = None
+        else:
+            waits = [d for d in deps if ops[d].lane_id != lane_id]
+            if kind is RECV:
+                waits.append(op.peer)
+            add_first(waits[0] if waits else -1)
+            more = tuple(waits[1:]) or None
+        add_entry((i, what, arg, more, op.mem_alloc, op.mem_free, op.device))
     firsts.append(-1)
     plan.append(_LANE_END)
     return firsts, plan
