@@ -128,21 +128,25 @@ class ReplicatedRun:
         device = self._rep[[o.device for o in ops]][op] + k
         _, start, end = (np.array(c) for c in zip(*rec.ops)) if ops else ([], np.array([]), np.array([]))
         cols = {}
+        names = prog.device_names
         lanes, lane_code = _codes([o.lane for o in ops])
-        order = np.lexsort((_rank(lanes)[lane_code[op]], _rank(prog.device_names)[device], start[op]))
+        # sorted as spans_frame sorts: by start, device name, lane name, then op id (stable),
+        # on one integer key (the starts ranked among the folded run's few distinct ones)
+        starts, start_rank = np.unique(start, return_inverse=True)
+        key = (start_rank[op] * len(names) + _rank(prog.device_names)[device]) * len(lanes)
+        order = np.argsort(key + _rank(lanes)[lane_code[op]], kind="stable")
         op, device = op[order], device[order]
-        names = np.array(prog.device_names, dtype=object)
-        cols["device"] = names[device]
-        cols["lane"] = lanes[lane_code[op]]
-        for field, attr in (("kind", "kind"), ("name", "name"), ("phase", "phase")):
-            values, code = _codes([getattr(o, attr) for o in ops])
-            cols[field] = values[code[op]]
+        cols["device"] = _strings(prog.device_names).take(device)
+        cols["lane"] = _strings(lanes).take(lane_code[op])
+        for field in ("kind", "name", "phase"):
+            values, code = _codes([getattr(o, field) for o in ops])
+            cols[field] = _strings(values).take(code[op])
         for field, attr in (("stage", "stage"), ("microbatch", "microbatch"), ("iteration", "iteration")):
             cols[field] = np.array([getattr(o, attr) for o in ops], dtype=np.int64)[op]
         cols["start_s"], cols["end_s"] = start[op], end[op]
         cols["bytes"] = np.array([o.nbytes for o in ops], dtype=np.int64)[op]
         cols["flops"] = np.array([o.flops for o in ops], dtype=np.float64)[op]
-        return pd.DataFrame({f: cols[f] for f in SPAN_FIELDS})
+        return pd.DataFrame({f: cols[f] for f in SPAN_FIELDS}, copy=False)  # (not stacked into blocks)
 
     def _memory(self) -> pd.DataFrame:
         """The memory timeline (module docstring): the first sample of every device (its
@@ -175,6 +179,12 @@ def _codes(values: list) -> tuple[np.ndarray, np.ndarray]:
     index: dict = {}
     code = np.fromiter((index.setdefault(v, len(index)) for v in values), np.int64, len(values))
     return np.array(list(index), dtype=object), code
+
+
+def _strings(values):
+    """``values`` (strings) as the array pandas makes of a column of them (its string dtype
+    where it has one), so that taking rows from it needs no per-row check."""
+    return pd.Series(list(values)).array
 
 
 def _rank(values) -> np.ndarray:
