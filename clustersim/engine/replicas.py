@@ -79,17 +79,40 @@ class ReplicatedRun:
 
     def waits(self, folded: pd.DataFrame) -> pd.DataFrame:
         """The unfolded run's waits from the folded run's (:mod:`clustersim.trace.waits`):
-        each row once per twin, both GPUs remapped, sorted as the waits table is (rows of
-        equal start and device may come in another order than the unfolded run's)."""
+        each row once per twin (replica r, TP rank t), both GPUs remapped, sorted as the
+        waits table is. A rendezvous row names the collective's last member; in the
+        unfolded run that is, of the tied twins in the copy of the collective that twin
+        (r, t) joins, the first in op order: replica 0 where the group spans replicas, TP
+        rank 0 where it spans TP ranks, else (r, t) itself."""
         index = {name: d for d, name in enumerate(self.program.device_names)}
         names = np.array(self.program.device_names, dtype=object)
+        tp = self.plan.tp
         rows = np.repeat(np.arange(len(folded)), self.twins)
         k = np.tile(np.arange(self.twins), len(folded))
+        spans = self._spanned()  # collective name → (spans replicas, spans TP ranks)
+        keep = np.array(
+            [
+                (1, 1) if why == "data" else tuple(0 if x else 1 for x in spans[op])
+                for why, op in zip(folded["reason"], folded["waited_for_op"])
+            ],
+            dtype=np.int64,
+        ).reshape(-1, 2)[rows]
+        last = (k // tp) * keep[:, 0] * tp + (k % tp) * keep[:, 1]
         out = folded.iloc[rows].reset_index(drop=True)
-        for col in ("device", "waited_for_device"):
+        for col, twin in (("device", k), ("waited_for_device", last)):
             dev = np.array([index[n] for n in folded[col]], dtype=np.int64)
-            out[col] = names[self._rep[dev][rows] + k]
+            out[col] = names[self._rep[dev][rows] + twin]
         return out.sort_values(["start_s", "device"], kind="stable").reset_index(drop=True)
+
+    def _spanned(self) -> dict[str, tuple[bool, bool]]:
+        """Per collective name, whether its group spans replicas and TP ranks (its members'
+        offsets from their stage's representative)."""
+        tp, out = self.plan.tp, {}
+        for op in self.program.ops:
+            if op.kind is COLLECTIVE and op.name not in out:
+                offsets = [d - self._rep[d] for d in op.group]
+                out[op.name] = (any(o >= tp for o in offsets), any(o % tp for o in offsets))
+        return out
 
     def _events(self, folded: int) -> int:
         """The SimPy events the unfolded run processes (module docstring)."""
