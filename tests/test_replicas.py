@@ -130,3 +130,13 @@ def test_not_replicated_says_why():
     res = cs.simulate(sc, progress=False)
     assert res.summary["evaluator"].startswith("dag (contention-free")
     assert "not replicated: twins differ: compute noise makes replicas differ" in res.summary["evaluator"]
+
+
+def test_packet_network_is_not_replicated():
+    """Twins that are twins, but on the packet fabric (sends share links): every GPU runs
+    on SimPy, and the fabric's link spans are in the Result."""
+    sc = _scenario(nodes=2, dp=2, simulation__network="packet", simulation__max_chunks=2)
+    res = cs.simulate(sc, progress=False)
+    assert res.summary["evaluator"].startswith("des (network 'packet' times sends by what shares their links")
+    assert (res.spans["lane"] == "link").any()
+    assert res.spans["device"].nunique() >= 16 + 1  # every GPU and links

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from ..parallel.fold import fold_obstacle
-from ..program import COLLECTIVE, Program
+from ..program import COLLECTIVE
 from ..record import SPAN_FIELDS
 
 
@@ -50,7 +50,7 @@ def replica_obstacle(job, mode_name: str) -> str | None:
     twins = fold_obstacle(job)
     if twins is not None:
         return f"twins differ: {twins}"
-    exact, why = contention_free(job, Program(0))
+    exact, why = contention_free(job, None)
     return None if exact else why
 
 
