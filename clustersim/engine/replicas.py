@@ -16,8 +16,9 @@ records are expanded to every GPU as the unfolded run makes them, in array passe
 * memory: every GPU's samples are its representative's, in the same order; across GPUs,
   the samples of one time and device run are repeated per twin, twins in device order
   (the order the unfolded run appends them in where twins run one after another; where
-  the unfolded engine interleaves twins' lanes differently at one time, e.g. interleaved
-  or bidirectional schedules, only that cross-device order at equal times differs);
+  the unfolded engine interleaves twins' lanes differently at one time — interleaved and
+  bidirectional schedules, after a collective over the replicas (its copies end TP rank
+  by TP rank) — only that cross-device order at equal times differs);
 * peaks, capacity and OOM per GPU: its representative's;
 * ``events``: what the unfolded run counts (tp·dp per held op; 3 per collective, each
   folded collective standing for tp·dp·arrivals / group size copies).
@@ -109,9 +110,11 @@ class ReplicatedRun:
         offsets from their stage's representative)."""
         tp, out = self.plan.tp, {}
         for op in self.program.ops:
-            if op.kind is COLLECTIVE and op.name not in out:
+            if op.kind is COLLECTIVE:
                 offsets = [d - self._rep[d] for d in op.group]
-                out[op.name] = (any(o >= tp for o in offsets), any(o % tp for o in offsets))
+                spans = (any(o >= tp for o in offsets), any(o % tp for o in offsets))
+                if out.setdefault(op.name, spans) != spans:  # the waits name ops, not collectives
+                    raise RuntimeError(f"collectives named {op.name!r} span different groups")
         return out
 
     def _events(self, folded: int) -> int:
