@@ -19,6 +19,7 @@ from .engine.collector import collector_paused
 from .engine.dag import choose_evaluator
 from .engine.interpreter import Engine
 from .engine.network_setup import build_network
+from .engine.replicas import ReplicatedRun, replica_obstacle
 from .engine.variability import compute_scales
 from .faults import simulate_job
 from .hardware.node_groups import device_memory
@@ -101,10 +102,24 @@ def run_job(job: Job, progress: bool | str = False) -> Result:
 
 def _compile_and_run(job: Job, report: Reporter | None, how: str | None) -> tuple:
     """Compile ``job`` and run it on the evaluator that fits; returns that evaluator (the
-    engine or the DAG pass, run) and the note saying which it is and why."""
+    engine or the DAG pass, run) and the note saying which it is and why. An unfolded run
+    whose twins are exact twins on a contention-free fabric runs its folded Program once
+    and reads it as every replica's (:mod:`clustersim.engine.replicas`)."""
+    why_not = replica_obstacle(job, mode_of(job).name)
     with _phase(report, "compiling"):
-        prog = compile_job(job)
+        prog = compile_job(job, True if why_not is None else None)
     engine, evaluator_note = build_engine(job, prog)
+    if why_not is None:
+        counted = engine.finished_count if how == "log" else None
+        with _phase(report, "running", counted, len(prog.ops)):
+            engine.run()
+        run = ReplicatedRun(engine, job.plan)
+        return (
+            run,
+            f"dag ×{run.twins} replicas (each stage's tp × dp twins evaluated once; {evaluator_note[5:]}",
+        )
+    if not job.fold.enabled and evaluator_note.startswith("dag"):
+        evaluator_note += f"; not replicated: {why_not}"
     bar = SimProgress(len(prog.ops), desc=job.name) if how == "bar" and isinstance(engine, Engine) else None
     if bar is not None:
         bar.attach(engine.env, engine.finished_count)

@@ -43,9 +43,10 @@ from .memory import MemoryLedger
 FIXED_TIME_NETWORKS = ("direct", "analytical")
 
 
-def contention_free(job, program: Program) -> tuple[bool, str]:
+def contention_free(job, program: Program | None) -> tuple[bool, str]:
     """Whether the DAG evaluator reproduces the SimPy engine exactly for ``program`` under
-    ``job`` (the resolved Job, or anything with its ``cluster`` and ``simulation``), and why.
+    ``job`` (the resolved Job, or anything with its ``cluster`` and ``simulation``), and why;
+    ``program`` None: for any Program of the job (as if it held sends and collectives).
 
     Read off the engine: it needs SimPy only where an op's time is not known when it
     starts — a send on the ``packet`` or ``flow`` model (fair shares, queues), or on the
@@ -63,7 +64,7 @@ def contention_free(job, program: Program) -> tuple[bool, str]:
         sim.network == "analytical" and cl.link_degradations
     )
     if not fixed_sends or sim.collective_model != "analytical":  # then it depends on what the Program holds
-        kinds = {op.kind for op in program.ops}
+        kinds = {SEND, COLLECTIVE} if program is None else {op.kind for op in program.ops}
         if SEND in kinds and sim.network not in FIXED_TIME_NETWORKS:
             return False, f"network {sim.network!r} times sends by what shares their links"
         if SEND in kinds and not fixed_sends:

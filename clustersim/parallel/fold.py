@@ -82,7 +82,7 @@ def _obstacle(job) -> str | None:
     return None
 
 
-def _why_not(job) -> str | None:
+def fold_obstacle(job) -> str | None:
     """Why folding ``job`` would not be exact; the routes are compared last (they read the
     topology graph)."""
     from .fold_routes import route_obstacle
@@ -92,7 +92,7 @@ def _why_not(job) -> str | None:
 
 def can_fold(job) -> bool:
     """Whether folding this Job (:class:`clustersim.resolve.Job`) is exact (see the module docstring)."""
-    return _why_not(job) is None
+    return fold_obstacle(job) is None
 
 
 def decide_fold(job) -> FoldDecision:
@@ -101,7 +101,7 @@ def decide_fold(job) -> FoldDecision:
     if want is False:
         return FoldDecision(False, "no")
     if want is True:
-        why = _why_not(job)
+        why = fold_obstacle(job)
         if why is not None:
             raise ScenarioError(
                 "simulation.fold", True, f"cannot fold this scenario: {why}; use false or auto"
@@ -109,7 +109,7 @@ def decide_fold(job) -> FoldDecision:
         return FoldDecision(True, _describe(job))
     if _obstacle(job) is None and job.num_gpus < AUTO_FOLD_MIN_GPUS:
         return FoldDecision(False, f"no (auto folds from {AUTO_FOLD_MIN_GPUS} GPUs)")
-    why = _why_not(job)
+    why = fold_obstacle(job)
     if why is not None:
         return FoldDecision(False, f"no ({why})")
     return FoldDecision(True, _describe(job))

@@ -30,7 +30,8 @@ GIB = 2**30
 def assemble_result(job: Job, mode, engine, rec: Recorder, wall_s: float) -> Result:
     """The Result of ``engine``'s finished run of ``job``, compiled by training ``mode``."""
     prog = engine.program
-    report = mode.report(spans_frame(prog, rec), job)
+    replicated = getattr(engine, "memory_frame", None) is not None  # clustersim/engine/replicas.py
+    report = mode.report(engine.spans if replicated else spans_frame(prog, rec), job)
     spans, window, iter_time = report.spans, report.window, report.iteration_time_s
     parts = metrics.device_breakdown(spans, window).set_index("device")
     devices = _devices(job, engine, spans, parts)
@@ -79,8 +80,11 @@ def assemble_result(job: Job, mode, engine, rec: Recorder, wall_s: float) -> Res
         "sim_events": engine.events,
         "wall_time_s": wall_s,
     }
-    memory = pd.DataFrame.from_records(rec.memory, columns=["device", "time_s", "allocated_bytes"])
-    memory["device"] = memory["device"].map(dict(enumerate(prog.device_names)))
+    if replicated:
+        memory = engine.memory_frame
+    else:
+        memory = pd.DataFrame.from_records(rec.memory, columns=["device", "time_s", "allocated_bytes"])
+        memory["device"] = memory["device"].map(dict(enumerate(prog.device_names)))
     return Result(
         summary,
         spans,
@@ -88,7 +92,9 @@ def assemble_result(job: Job, mode, engine, rec: Recorder, wall_s: float) -> Res
         memory,
         job.resolved,
         requests=report.requests,
-        waits=partial(wait_table, prog, rec.ops),
+        waits=(lambda: engine.waits(wait_table(prog, rec.ops)))
+        if replicated
+        else partial(wait_table, prog, rec.ops),
     )
 
 
