@@ -131,7 +131,7 @@ def coarsen(prog: Program) -> Program:
         c.version = op.version
         c.arrivals = op.arrivals
         c.shadows = tuple(op.shadows)
-        c.split = ()  # as Program.add left it when this pass copied ops through it
+        c.split = op.split  # an uneven all-to-all keeps its matrix
         key = (c.device, c.lane)
         on_lane = lanes.get(key)
         if on_lane is None:

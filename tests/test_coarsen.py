@@ -63,3 +63,27 @@ def test_ops_with_outside_dependents_stay_separate():
     prog.add(0, "compute", "compute", "F0", duration=1.0, phase="F", microbatch=0, deps=(a.id,))
     prog.add(1, "compute", "compute", "X", duration=1.0, deps=(a.id,))  # someone else needs a's end
     assert len(coarsen(prog).ops) == 3
+
+
+def test_an_uneven_all_to_all_keeps_its_matrix():
+    """Coarsening copies every op it does not merge whole: an all-to-all-v's ``split``
+    matrix too (it was dropped before session 7, making the exchange even)."""
+    prog = cs.Program(2)
+    a = prog.add(0, "compute", "compute", "F0", duration=1.0, phase="F", microbatch=0)
+    prog.add(0, "compute", "compute", "F0", duration=1.0, phase="F", microbatch=0, deps=(a.id,))
+    matrix = ((0, 30), (10, 0))
+    for dev, row in enumerate(matrix):
+        prog.add(
+            dev,
+            "ep",
+            "collective",
+            "ep dispatch",
+            nbytes=sum(row),
+            group=(0, 1),
+            collective="all_to_all",
+            tag="d0",
+            split=matrix,
+        )
+    out = coarsen(prog)
+    assert len(out.ops) == 3
+    assert [op.split for op in out.ops if op.kind == "collective"] == [matrix, matrix]
