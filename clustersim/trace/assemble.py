@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from .. import metrics
+from ..engine.collector import collector_paused
 from ..hardware.node_groups import describe, device_gpus
 from ..metrics import COMM_KINDS
 from ..parallel.fold import representatives
@@ -28,6 +29,7 @@ from .waits import wait_table
 GIB = 2**30
 
 
+@collector_paused()  # the tables' many small objects would each wake it over the live Program
 def assemble_result(job: Job, mode, engine, rec: Recorder, wall_s: float) -> Result:
     """The Result of ``engine``'s finished run of ``job``, compiled by training ``mode``."""
     prog = engine.program
