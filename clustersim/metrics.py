@@ -132,7 +132,8 @@ def device_breakdown(spans: pd.DataFrame, window: tuple[float, float] | None = N
     starts, ends = g["start_s"].to_numpy(), g["end_s"].to_numpy()
     lanes = g["lane"].astype(str)
     on_compute = (lanes == "compute").to_numpy()
-    kind_of = {k: (lanes.map(COMM_OF_LANE) == k).to_numpy() for k in COMM_KINDS}
+    comm = lanes.map(COMM_OF_LANE).to_numpy()  # (mapped once, compared per kind)
+    kind_of = {k: comm == k for k in COMM_KINDS}
     columns = ["device", *PARTS, *(f"exposed_{k}" for k in COMM_KINDS)]
     rows = []
     for dev, at in _groups(g, ["device"]):

@@ -21,11 +21,8 @@ from .engine.interpreter import Engine
 from .engine.network_setup import build_network
 from .engine.replicas import ReplicatedRun, replica_obstacle
 from .engine.variability import compute_scales
-from .faults import simulate_job
 from .hardware.node_groups import device_memory
-from .interop.chakra_export import export_chakra as write_chakra
 from .modes import compile_job, mode_of
-from .multijob import simulate_jobs
 from .program import Program
 from .progress import Reporter, SimProgress
 from .progress import mode as progress_mode
@@ -62,6 +59,8 @@ def export_chakra(
     (:mod:`clustersim.interop.chakra_export`, docs/interop.md); returns the rank files.
     ``model: {kind: trace, chakra: folder}`` reads them back into the same Program."""
     prog = scenario if isinstance(scenario, Program) else compile_scenario(load_scenario(scenario))
+    from .interop.chakra_export import export_chakra as write_chakra  # (protobuf: only for this)
+
     return write_chakra(prog, folder)
 
 
@@ -72,9 +71,14 @@ def simulate(scenario: Scenario | str | Path | dict[str, Any], progress: bool | 
     always (True), as periodic log lines on stderr (``"log"``) or never (False); see
     :mod:`clustersim.progress`."""
     sc = load_scenario(scenario)
+    # (the multi-job and whole-job runners are imported only by the scenarios that need them)
     if isinstance(sc, MultiJobScenario):  # several jobs sharing the cluster (docs/multi_job.md)
+        from .multijob import simulate_jobs
+
         return simulate_jobs(sc, build_engine)
     if sc.faults or sc.recovery is not None:  # a whole job: one run per configuration (docs/faults.md)
+        from .faults import simulate_job
+
         return simulate_job(sc, run_job, progress)
     return run_job(resolve(sc), progress)
 

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..errors import ScenarioError
 from ..hardware.node_groups import heterogeneity
 from .plan import Plan
@@ -122,6 +124,7 @@ def _describe(job) -> str:
     )
 
 
-def representative(plan: Plan, device: int) -> int:
-    """The simulated GPU whose row stands for ``device`` in a folded run."""
-    return plan.device(plan.coords(device)[0], 0, 0)
+def representatives(plan: Plan, stages: np.ndarray) -> np.ndarray:
+    """The simulated GPU whose row stands for each device in a folded run, given the
+    devices' ``stages`` (an array): its stage's first GPU."""
+    return plan.device(stages, 0, 0)

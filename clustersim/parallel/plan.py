@@ -33,6 +33,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -96,8 +98,13 @@ class Plan:
         base = replica - replica % self.cp
         return tuple(self.device(stage, base + c, tp_rank) for c in range(self.cp))
 
+    def coords_of(self, devices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`coords` of every device in the array ``devices``: (stages, replicas, tp ranks)."""
+        rest = devices // self.tp
+        return rest // self.replicas, rest % self.replicas, devices % self.tp
+
     def node(self, device: int) -> int:
-        """The server (node) a device sits in."""
+        """The server (node) a device sits in (elementwise for an array of devices)."""
         return device // self.gpus_per_node
 
     def dp_group(self, stage: int, tp_rank: int = 0) -> tuple[int, ...]:

@@ -19,7 +19,6 @@ from typing import Any
 
 import networkx as nx
 
-from ..interop.chakra_import import import_chakra
 from ..parallel.fold import FoldDecision, can_fold, decide_fold
 from ..parallel.hetero import ReplicaWork
 from ..parallel.plan import Plan
@@ -113,6 +112,8 @@ class Job:
         its ranks must be the job's GPUs); None for every other model."""
         if self.model.kind != "trace":
             return None
+        from ..interop.chakra_import import import_chakra  # (protobuf: only trace models need it)
+
         return import_chakra(self.model.chakra, self.num_gpus)
 
     @cached_property

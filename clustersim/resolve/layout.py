@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from typing import Protocol
 
+import numpy as np
+
 
 class Layout(Protocol):
     """Device numbering of a job: ``coords(dev) -> (stage, dp_rank, tp_rank)`` (with stage
     replicas, dp_rank is the device's replica index within its stage), the server a device
-    sits in, and how many devices there are."""
+    sits in (elementwise for an array of devices), and how many devices there are."""
 
     tp: int
     pp: int
@@ -26,5 +28,9 @@ class Layout(Protocol):
     def device(self, stage: int, dp_rank: int = 0, tp_rank: int = 0) -> int: ...
 
     def coords(self, device: int) -> tuple[int, int, int]: ...
+
+    def coords_of(self, devices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`coords` of an array of devices, as three arrays."""
+        ...
 
     def node(self, device: int) -> int: ...

@@ -26,6 +26,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from itertools import accumulate
 
+import numpy as np
+
 from ..errors import ProgramError
 from ..program import COLLECTIVE, COMPUTE, Op, Program
 from ..workload.stage_cost import StageCost
@@ -67,7 +69,13 @@ class ReplicaLayout:
         stage = bisect_right(self.first, device) - 1
         return stage, device - self.first[stage], 0
 
+    def coords_of(self, devices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`coords` of every device in the array ``devices``."""
+        stage = np.searchsorted(self.first, devices, side="right") - 1
+        return stage, devices - np.asarray(self.first)[stage], np.zeros_like(devices)
+
     def node(self, device: int) -> int:
+        """The server a device sits in (elementwise for an array of devices)."""
         return device // self.gpus_per_node
 
     def replica_of(self, stage: int, j: int) -> int:

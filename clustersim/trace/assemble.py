@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from functools import partial
 
+import numpy as np
 import pandas as pd
 
 from .. import metrics
+from ..engine.collector import collector_paused
 from ..hardware.node_groups import describe, device_gpus
 from ..metrics import COMM_KINDS
-from ..parallel.fold import representative
+from ..parallel.fold import representatives
 from ..record import Recorder
 from ..resolve import Job
 from ..schedules import update_staleness
@@ -27,6 +29,7 @@ from .waits import wait_table
 GIB = 2**30
 
 
+@collector_paused()  # the tables' many small objects would each wake it over the live Program
 def assemble_result(job: Job, mode, engine, rec: Recorder, wall_s: float) -> Result:
     """The Result of ``engine``'s finished run of ``job``, compiled by training ``mode``."""
     prog = engine.program
@@ -99,34 +102,35 @@ def assemble_result(job: Job, mode, engine, rec: Recorder, wall_s: float) -> Res
 
 
 def _devices(job: Job, engine, spans: pd.DataFrame, parts: pd.DataFrame) -> pd.DataFrame:
-    """One row per GPU of the job (a folded GPU shows its representative's row)."""
-    layout, fold = job.layout, job.fold.enabled
-    bubbles = parts["bubble"] + parts["idle"]
+    """One row per GPU of the job (a folded GPU shows its representative's row), built
+    column by column: coordinates from the layout's arrays, each GPU's values taken from
+    its representative's."""
+    layout, n = job.layout, job.layout.num_devices
+    stage, dp_rank, tp_rank = layout.coords_of(np.arange(n))
+    rep = representatives(job.plan, stage) if job.fold.enabled else np.arange(n)
+    rep_names = [f"gpu{r}" for r in rep.tolist()]
     comp = spans[spans["lane"] == "compute"]
     busy_all = comp.groupby("device")["end_s"].sum() - comp.groupby("device")["start_s"].sum()
     makespan = float(spans["end_s"].max())
-    gpus = device_gpus(job.cluster)
-    rows = []
-    for dev in range(layout.num_devices):
-        stage, dp_rank, tp_rank = layout.coords(dev)
-        rep = representative(job.plan, dev) if fold else dev
-        name = f"gpu{rep}"
-        rows.append(
-            {
-                "device": f"gpu{dev}",
-                "node": layout.node(dev),
-                "gpu": gpus[dev],
-                "stage": stage,
-                "tp_rank": tp_rank,
-                "dp_rank": dp_rank,
-                "busy_fraction": float(busy_all.get(name, 0.0)) / makespan if makespan > 0 else 0.0,
-                "bubble_fraction": bubbles.get(name, 1.0),
-                "peak_memory_bytes": engine.memory.peak[rep],
-                "memory_capacity_bytes": engine.memory.capacity[rep],
-                "oom": engine.memory.oom(rep),
-            }
-        )
-    return pd.DataFrame(rows)
+    busy = busy_all.reindex(rep_names, fill_value=0.0).to_numpy(dtype=float)
+    bubbles = (parts["bubble"] + parts["idle"]).reindex(rep_names, fill_value=1.0)
+    mem, reps = engine.memory, rep.tolist()
+    oom = {r: mem.oom(r) for r in set(reps)}
+    return pd.DataFrame(
+        {
+            "device": [f"gpu{d}" for d in range(n)],
+            "node": layout.node(np.arange(n)),
+            "gpu": device_gpus(job.cluster)[:n],
+            "stage": stage,
+            "tp_rank": tp_rank,
+            "dp_rank": dp_rank,
+            "busy_fraction": busy / makespan if makespan > 0 else np.zeros(n),
+            "bubble_fraction": bubbles.to_numpy(dtype=float),
+            "peak_memory_bytes": [mem.peak[r] for r in reps],
+            "memory_capacity_bytes": [mem.capacity[r] for r in reps],
+            "oom": [oom[r] for r in reps],
+        }
+    )
 
 
 def _max_staleness(prog) -> int:

@@ -30,6 +30,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from ..engine.collector import collector_paused
 from ..output import atomic_path, remove, write_text
 from ..viz.rows import per_lane_fits
 
@@ -87,6 +88,7 @@ def _write_csv(df: pd.DataFrame, path: Path) -> None:
         df.to_csv(tmp, index=False)
 
 
+@collector_paused()  # (the trace's event dicts: engine/collector.py)
 def save_result(res, directory: str | Path, plots: bool = True) -> Path:
     """Write ``res`` as a bundle into ``directory`` (created) and return its path. Every
     file is written atomically and never through a symbolic link (:mod:`clustersim.output`)."""

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..engine.collector import collector_paused
 from ..output import open_atomic
 from ..record import SPAN_FIELDS
 from ..viz.binning import busy_fraction_over_time, default_window
@@ -225,8 +226,12 @@ def chrome_events(
     # the columns as Python objects of the JSON types, converted in C (.astype, .tolist)
     # rather than one float()/int()/str() call per cell; the same values, so the same bytes
     cols = [spans[c].astype(_JSON_TYPE[c]).to_numpy().tolist() for c in SPAN_FIELDS]
+    start, end = (spans[c].to_numpy(dtype="float64") for c in ("start_s", "end_s"))
+    span = end - start
+    # µs in one array pass: the same IEEE products (and max(·, 0.0)'s NaN) as per slice
+    ts, dur = (start * US).tolist(), (np.where(0.0 > span, 0.0, span) * US).tolist()
     slices = []
-    for (d, ln, k, name, st, mb, s, e, nb, fl, ph, it), act in zip(zip(*cols), acts.tolist()):
+    for (d, ln, k, name, st, mb, _, _, nb, fl, ph, it), act, t, du in zip(zip(*cols), acts.tolist(), ts, dur):
         pid, tid = tracks[(d, ln)]
         slices.append(
             {
@@ -236,8 +241,8 @@ def chrome_events(
                 "cname": cname[act],
                 "pid": pid,
                 "tid": tid,
-                "ts": s * US,
-                "dur": max(e - s, 0.0) * US,
+                "ts": t,
+                "dur": du,
                 "args": {
                     "stage": st,
                     "microbatch": mb,
@@ -263,6 +268,7 @@ def chrome_events(
     )
 
 
+@collector_paused()  # a dict per event, millions in a large run: none in a cycle (engine/collector.py)
 def write_chrome_trace(
     spans: pd.DataFrame, path: Path, devices: pd.DataFrame | None = None, memory: pd.DataFrame | None = None
 ) -> Path:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from .. import metrics
@@ -175,29 +176,50 @@ class Result:
         )
 
 
+#: the Op attribute behind each span column of a Program op (its times are the recorder's)
+_OP_ATTR = {f: "nbytes" if f == "bytes" else f for f in SPAN_FIELDS if f not in ("start_s", "end_s")}
+
+
 def spans_frame(program, recorder) -> pd.DataFrame:
     """The spans DataFrame: executed Program ops (their static fields joined with the
-    recorded times) plus the fabric's link spans, sorted by start time (stable)."""
-    ops, names = program.ops, program.device_names
-    rows = []
-    for i, start, end in recorder.ops:
-        o = ops[i]
-        rows.append(
-            (
-                names[o.device],
-                o.lane,
-                o.kind,
-                o.name,
-                o.stage,
-                o.microbatch,
-                start,
-                end,
-                o.nbytes,
-                o.flops,
-                o.phase,
-                o.iteration,
-            )
-        )
-    rows += recorder.spans
-    df = pd.DataFrame.from_records(rows, columns=list(SPAN_FIELDS))
-    return df.sort_values(["start_s", "device", "lane"], kind="stable").reset_index(drop=True)
+    recorded times) plus the fabric's link spans, sorted by start time, then device, then
+    lane (stable).
+
+    Built column by column — one list per field, the order computed once on the arrays
+    and every column taken by it — with the dtypes a frame built row by row infers."""
+    if not recorder.ops and not recorder.spans:
+        return pd.DataFrame.from_records([], columns=list(SPAN_FIELDS))
+    cols = _op_columns(program, recorder.ops)
+    for field, values in zip(SPAN_FIELDS, zip(*recorder.spans)):
+        cols[field] += values
+    arrays = {field: _column(values) for field, values in cols.items()}
+    order = np.lexsort((_ranks(arrays["lane"]), _ranks(arrays["device"]), arrays["start_s"]))
+    return pd.DataFrame({field: a[order] for field, a in arrays.items()})
+
+
+def _op_columns(program, records) -> dict[str, list]:
+    """Per span field (in :data:`SPAN_FIELDS` order), the values of the executed ops
+    ``records`` ((op id, start, end) each)."""
+    ops = program.ops
+    ids, starts, ends = (list(c) for c in zip(*records)) if records else ([], [], [])
+    run = ops if len(ids) == len(ops) else [ops[i] for i in ids]  # (all ran: the ids are 0 … n − 1)
+    times = {"start_s": starts, "end_s": ends}
+    cols = {f: times[f] if f in times else [getattr(o, _OP_ATTR[f]) for o in run] for f in SPAN_FIELDS}
+    cols["device"] = [program.device_names[d] for d in cols["device"]]
+    return cols
+
+
+def _column(values: list):
+    """``values`` as an array of the dtype pandas infers for the list: NumPy's own where
+    that is int64 or float64 (plain numbers, the common case, converted in C), else
+    pandas' inference itself (strings, mixed kinds)."""
+    if values and not isinstance(values[0], str):
+        a = np.asarray(values)
+        if a.dtype in (np.int64, np.float64):
+            return a
+    return pd.Series(values).array
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    """Each value's rank among the sorted distinct values (the sort key pandas uses)."""
+    return pd.factorize(values, sort=True)[0]

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from ..memory_kinds import StaticMemory
 from ..program import Program
 
@@ -119,7 +121,7 @@ STATIC_COLUMNS = {
 }
 
 
-def memory_columns(job, devices, program: Program) -> tuple[dict[str, list[float]], str]:
+def memory_columns(job, devices, program: Program) -> tuple[dict[str, np.ndarray], str]:
     """Per-device memory columns by kind for ``res.devices`` and an OOM hint ("" if all fit).
 
     The static kinds are the run's ``Program.static_memory``; ``stashed_weights_bytes``
@@ -127,34 +129,32 @@ def memory_columns(job, devices, program: Program) -> tuple[dict[str, list[float
     weight copy plus the stashed versions held at the device's peak
     (:meth:`~clustersim.program.Program.memory_peaks`); activations the simulated peak
     minus all of those. A device without ops of its own (a folded-away twin) shows its
-    stage's representative, as its peak does. ``job``: the run's :class:`~clustersim.resolve.Job`.
+    stage's first device, as its peak does. ``job``: the run's :class:`~clustersim.resolve.Job`.
+    Each kind is worked out once per device with ops, then taken for every device.
     """
     stash = job.schedule.weights != "single"
-    peaks, has_ops = program.memory_peaks(), {op.device for op in program.ops}
-    cols: dict[str, list[float]] = {c: [] for c in STATIC_COLUMNS.values()}
-    cols["activations_bytes"] = []
+    n = len(devices)
+    stages = devices["stage"].to_numpy()
+    with_ops = np.zeros(n, dtype=bool)
+    with_ops[[d for d, _ in program.lanes() if d < n]] = True
+    _, first, of_stage = np.unique(stages, return_index=True, return_inverse=True)
+    held, at = np.unique(np.where(with_ops, np.arange(n), first[of_stage]), return_inverse=True)
+    peaks = program.memory_peaks()
+    # the stashed weights held at the peak: a second copy, or the versions in flight
+    statics = [replace(program.static_memory[d], stashed=peaks[d][1]) for d in held.tolist()]
+
+    def per_device(kind: str) -> np.ndarray:
+        return np.array([float(getattr(m, kind)) for m in statics])[at]
+
+    cols = {col: per_device(kind) for kind, col in STATIC_COLUMNS.items()}
+    peak, cap = devices["peak_memory_bytes"].to_numpy(), devices["memory_capacity_bytes"].to_numpy()
+    act = peak.astype(float) - per_device("total")
+    cols["activations_bytes"] = act = np.where(act > 0.0, act, 0.0)  # (as max(0.0, ·) would)
     if stash:
-        cols["stashed_weights_bytes"] = []
-    hint, rep = "", {}
-    for dev, (stage, peak, cap) in enumerate(
-        zip(devices["stage"], devices["peak_memory_bytes"], devices["memory_capacity_bytes"])
-    ):
-        src = dev if dev in has_ops else rep[stage]
-        rep.setdefault(stage, src)
-        # the stashed weights held at the peak: a second copy, or the versions in flight
-        static = replace(program.static_memory[src], stashed=peaks[src][1])
-        act = max(0.0, float(peak) - static.total)
-        for kind, col in STATIC_COLUMNS.items():
-            cols[col].append(float(getattr(static, kind)))
-        cols["activations_bytes"].append(act)
-        if stash:
-            cols["stashed_weights_bytes"].append(float(static.stashed))
-        if peak > cap and not hint:
-            hint = f"stage {stage}: " + oom_hint(
-                MemoryBreakdown(static, act, cap),
-                job.training.recompute,
-                job.parallel.zero,
-                job.parallel.tp,
-                job.parallel.pp,
-            )
-    return cols, hint
+        cols["stashed_weights_bytes"] = per_device("stashed")
+    over = np.flatnonzero(peak > cap)
+    if not len(over):
+        return cols, ""
+    dev, par = int(over[0]), job.parallel
+    b = MemoryBreakdown(statics[at[dev]], float(act[dev]), cap[dev])
+    return cols, f"stage {stages[dev]}: " + oom_hint(b, job.training.recompute, par.zero, par.tp, par.pp)
