@@ -37,9 +37,11 @@ from simpy.events import NORMAL, URGENT, Event
 
 __all__ = [
     "EVENT",
+    "FIRE",
     "NORMAL",
     "TIME",
     "URGENT",
+    "Fired",
     "Succeeded",
     "call_soon",
     "event_ids",
@@ -62,6 +64,26 @@ class Succeeded(Event):
 
     _ok = True
     _value = None
+
+
+def _fire(event: Fired) -> None:
+    event.fire(event.env._now)
+
+
+#: the callbacks of every :class:`Fired` event: its own ``fire(now)``, nothing else
+FIRE = (_fire,)
+
+
+class Fired(Succeeded):
+    """A :class:`Succeeded` event whose one callback is its own :meth:`fire` — the owner's
+    bookkeeping, which nothing else listens to. Subclasses set ``callbacks = FIRE`` (again
+    each time they are pushed, as ``step()`` clears it) and ``env``. A loop that pops the
+    queue itself may, on an entry whose event's ``callbacks is FIRE``, call
+    ``event.fire(time)`` in place of ``step()``: the same call, without step's frame."""
+
+    def fire(self, now: float) -> None:
+        """Do what this event stands for, at ``now`` (the time of its queue entry)."""
+        raise NotImplementedError
 
 
 def event_queue(env: simpy.Environment) -> list:

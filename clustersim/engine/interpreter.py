@@ -41,7 +41,17 @@ from ..errors import SimulationStall
 from ..network.base import Fabric
 from ..program import COLLECTIVE, RECV, Op, Program
 from ..record import Recorder
-from ..simpy_fast import EVENT, NORMAL, TIME, call_soon, event_ids, event_queue, scheduled_count, set_now
+from ..simpy_fast import (
+    EVENT,
+    FIRE,
+    NORMAL,
+    TIME,
+    call_soon,
+    event_ids,
+    event_queue,
+    scheduled_count,
+    set_now,
+)
 from .collective_plans import CollectivePlans
 from .lanes import (
     DONE,
@@ -177,7 +187,7 @@ class Engine:
         # describes them). The clock (env.now) is only set where something else reads it:
         # before an op starts through the fabric, a collective or a process, and when the
         # loop returns (env.step sets it itself).
-        queue, ids, env_step = event_queue(env), event_ids(env), env.step
+        queue, ids, env_step, fire = event_queue(env), event_ids(env), env.step, FIRE
         at_time, at_event = TIME, EVENT  # where SimPy's queue entries keep them
 
         now = env.now
@@ -199,6 +209,10 @@ class Engine:
                             now = heappop(queue)[at_time]
                             lane = ev.lane
                             break
+                        if ev.callbacks is fire:  # the fabric's own moment (a chunk-hop): in place
+                            now = heappop(queue)[at_time]
+                            ev.fire(now)
+                            continue
                         env_step()
                         now = env.now
                         if woken:
