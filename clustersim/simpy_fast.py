@@ -67,6 +67,7 @@ class Succeeded(Event):
 
 
 def _fire(event: Fired) -> None:
+    event.callbacks = FIRE  # step() cleared it: the event may be pushed again
     event.fire(event.env._now)
 
 
@@ -76,8 +77,9 @@ FIRE = (_fire,)
 
 class Fired(Succeeded):
     """A :class:`Succeeded` event whose one callback is its own :meth:`fire` — the owner's
-    bookkeeping, which nothing else listens to. Subclasses set ``callbacks = FIRE`` (again
-    each time they are pushed, as ``step()`` clears it) and ``env``. A loop that pops the
+    bookkeeping, which nothing else listens to. Subclasses set ``callbacks = FIRE`` and
+    ``env``; ``callbacks`` is FIRE again when ``fire`` runs, so ``fire`` may push the
+    event again (re-arm it) whether ``step()`` or a loop called it. A loop that pops the
     queue itself may, on an entry whose event's ``callbacks is FIRE``, call
     ``event.fire(time)`` in place of ``step()``: the same call, without step's frame."""
 

@@ -113,9 +113,11 @@ class _Hop(Fired):
     def fire(self, now: float) -> None:
         """At ``now``: the flow's next chunk (``inject``), then this event's own chunk
         (``hop ≥ 1``), each arrives at its link — queued FIFO (Lindley: it starts when the
-        link is free), recorded, and its next moment pushed. One frame for both: this runs
-        once per chunk-hop."""
+        link is free), recorded, and its next moment pushed (an entry of SimPy's queue as
+        clustersim.simpy_fast describes it). All in one frame: this runs once per chunk-hop."""
         flow = self.flow
+        fabric = flow.fabric
+        heap, ids = fabric._heap, fabric._ids
         hop = 0 if self.inject else self.hop
         while True:
             if hop:
@@ -132,61 +134,51 @@ class _Hop(Fired):
                 else finish_time(link.profile, start, size, f"link {link.name}")
             )
             link.free_at = end
-            if size:
-                _record(flow, link, start, end, size)
-            fabric = flow.fabric
+            if size:  # the link's busy span: the flow's open one extended if back to back
+                if link.flow is flow and start - link.span_end <= start * _MERGE_RTOL:
+                    link.span_end = end
+                    link.span_bytes += size
+                    fabric._spans[link.span_idx] = (
+                        link.name,
+                        "link",
+                        "link",
+                        flow.label,
+                        -1,
+                        -1,
+                        link.span_start,
+                        end,
+                        link.span_bytes,
+                        0.0,
+                        "",
+                        -1,
+                    )
+                else:
+                    spans = fabric._spans
+                    link.flow, link.span_idx = flow, len(spans)
+                    link.span_start, link.span_end, link.span_bytes = start, end, size
+                    spans.append(
+                        (link.name, "link", "link", flow.label, -1, -1, start, end, size, 0.0, "", -1)
+                    )
             if hop == flow.last_hop:
                 if last:  # the message's last byte lands at end + latency
                     succeed_at(self.env, flow.done, end + link.latency)
                 elif not hop:  # a one-link route: the next chunk follows when this one has left
-                    _push(fabric, end, flow.injector)
+                    heappush(heap, (end, NORMAL, next(ids), flow.injector))
             elif hop:  # this chunk goes on to the next link
                 self.hop, self.inject = hop + 1, False
-                _push(fabric, end + link.latency, self)
+                heappush(heap, (end + link.latency, NORMAL, next(ids), self))
             elif last:
-                _push(fabric, end + link.latency, _Hop(self.env, flow, 1, size, True, False))
+                chunk = _Hop(self.env, flow, 1, size, True, False)
+                heappush(heap, (end + link.latency, NORMAL, next(ids), chunk))
             elif link.latency == 0.0:  # reaches link 1 as the next chunk enters link 0: one event
-                _push(fabric, end, _Hop(self.env, flow, 1, size, False, True))
+                heappush(heap, (end, NORMAL, next(ids), _Hop(self.env, flow, 1, size, False, True)))
             else:
-                _push(fabric, end, flow.injector)
-                _push(fabric, end + link.latency, _Hop(self.env, flow, 1, size, False, False))
+                heappush(heap, (end, NORMAL, next(ids), flow.injector))
+                chunk = _Hop(self.env, flow, 1, size, False, False)
+                heappush(heap, (end + link.latency, NORMAL, next(ids), chunk))
             if hop or not self.hop:
                 return
             hop = self.hop  # the chunk that arrived with the injection
-
-
-def _push(fabric: PacketFabric, at: float, hop: _Hop) -> None:
-    """Put ``hop`` on SimPy's queue at ``at``, after every entry already there at ``at``
-    (an entry as clustersim.simpy_fast describes it)."""
-    hop.callbacks = FIRE  # step() cleared it if the event was processed there before
-    heappush(fabric._heap, (at, NORMAL, next(fabric._ids), hop))
-
-
-def _record(flow: _Flow, link: _Link, start: float, end: float, size: int) -> None:
-    """Record ``link`` busy from ``start`` to ``end`` carrying ``size`` bytes of ``flow``:
-    extend its open span when the flow's previous chunk there ended right before."""
-    spans = flow.fabric._spans
-    if link.flow is flow and start - link.span_end <= start * _MERGE_RTOL:
-        link.span_end = end
-        link.span_bytes += size
-        spans[link.span_idx] = (
-            link.name,
-            "link",
-            "link",
-            flow.label,
-            -1,
-            -1,
-            link.span_start,
-            end,
-            link.span_bytes,
-            0.0,
-            "",
-            -1,
-        )
-    else:
-        link.flow, link.span_idx = flow, len(spans)
-        link.span_start, link.span_end, link.span_bytes = start, end, size
-        spans.append((link.name, "link", "link", flow.label, -1, -1, start, end, size, 0.0, "", -1))
 
 
 class PacketFabric(Fabric):
