@@ -36,7 +36,7 @@ from heapq import heappop, heappush
 
 import simpy
 
-from ..collectives import run_collective
+from ..collectives.api import Call, prepare_collective
 from ..errors import SimulationStall
 from ..network.base import Fabric
 from ..program import COLLECTIVE, RECV, Op, Program
@@ -127,6 +127,7 @@ class Engine:
             env, fabric, self.names, alpha, self.algorithms, collective_model, collective_latency, protocols
         )
         self._rendezvous: dict[str, list] = {}
+        self._calls: dict[tuple, Call] = {}  # collective calls, prepared once (_call)
         self.lanes = program.lanes()
         names, slowed = self.names, self.slowdown != 1.0
 
@@ -333,7 +334,6 @@ class Engine:
 
     def _run_collective(self, op: Op, finished: simpy.Event, _event=None) -> None:
         """Start ``op``'s collective now; ``finished`` succeeds when it has ended."""
-        names = self.names
         algorithm, analytical_time = self._collective_plan(op)
         self._collectives_change(op.group, +1)
 
@@ -344,37 +344,31 @@ class Engine:
         if analytical_time is not None:
             self.env.timeout(analytical_time).callbacks.append(ended)
         else:
-            own = run_collective(
+            # first, as replica 0 would be in the unfolded run
+            own_done = self.env.process(self._call(op, op.group, algorithm).run(op.tag))
+            for group in op.shadows if self.fabric.shares_links else ():  # folded twins' collectives
+                self.env.process(self._call(op, group, algorithm).run(op.tag))
+            own_done.callbacks.append(ended)
+
+    def _call(self, op: Op, group: tuple[int, ...], algorithm: str) -> Call:
+        """``op``'s collective among the devices ``group`` by ``algorithm``, checked and
+        planned once per (kind, group, size, algorithm, split) — every micro-batch repeats it."""
+        key = (op.collective, group, op.nbytes, algorithm, op.split)
+        call = self._calls.get(key)
+        if call is None:
+            call = self._calls[key] = prepare_collective(
                 self.env,
                 self.fabric,
                 op.collective,
-                [names[d] for d in op.group],
+                [self.names[d] for d in group],
                 op.nbytes,
-                algorithm=algorithm,
-                alpha=self.alpha,
-                label=op.tag,
+                algorithm,
+                self.alpha,
                 split=op.split or None,
                 latency=self.latency,
                 protocols=self.protocols,
             )
-            own_done = self.env.process(own)  # first, as replica 0 would be in the unfolded run
-            for group in op.shadows if self.fabric.shares_links else ():  # folded twins' collectives
-                self.env.process(
-                    run_collective(
-                        self.env,
-                        self.fabric,
-                        op.collective,
-                        [names[d] for d in group],
-                        op.nbytes,
-                        algorithm=algorithm,
-                        alpha=self.alpha,
-                        label=op.tag,
-                        split=op.split or None,
-                        latency=self.latency,
-                        protocols=self.protocols,
-                    )
-                )
-            own_done.callbacks.append(ended)
+        return call
 
     def _stall_report(self) -> str:
         ops, lines, finished = self.program.ops, [], self.finished
