@@ -28,7 +28,10 @@ reach the destination before the last one cost no event at all.
 Links of infinite bandwidth and zero latency (free wires, e.g. GPU→NIC without PCIe)
 are skipped. Busy periods are appended to ``recorder.spans`` as
 ``(link, "link", "link", label, -1, -1, start, end, bytes, 0.0, "", -1)``; back-to-back chunks of
-the same flow on a link extend one span instead of adding another.
+the same flow on a link extend one span instead of adding another. A span's tuple is
+rewritten when it is complete — the flow's last chunk has crossed the link, or another
+chunk opened the link's next span — not per chunk, so while a message is still in flight
+its open spans read as they were when they opened.
 """
 
 from __future__ import annotations
@@ -138,27 +141,15 @@ class _Hop(Fired):
                 if link.flow is flow and start - link.span_end <= start * _MERGE_RTOL:
                     link.span_end = end
                     link.span_bytes += size
-                    fabric._spans[link.span_idx] = (
-                        link.name,
-                        "link",
-                        "link",
-                        flow.label,
-                        -1,
-                        -1,
-                        link.span_start,
-                        end,
-                        link.span_bytes,
-                        0.0,
-                        "",
-                        -1,
-                    )
+                    if last:  # the flow's span here is complete (else written when it closes)
+                        fabric._spans[link.span_idx] = _span(link)
                 else:
                     spans = fabric._spans
+                    if link.flow is not None:  # the open span closes: write it as it ended
+                        spans[link.span_idx] = _span(link)
                     link.flow, link.span_idx = flow, len(spans)
                     link.span_start, link.span_end, link.span_bytes = start, end, size
-                    spans.append(
-                        (link.name, "link", "link", flow.label, -1, -1, start, end, size, 0.0, "", -1)
-                    )
+                    spans.append(_span(link))
             if hop == flow.last_hop:
                 if last:  # the message's last byte lands at end + latency
                     succeed_at(self.env, flow.done, end + link.latency)
@@ -179,6 +170,12 @@ class _Hop(Fired):
             if hop or not self.hop:
                 return
             hop = self.hop  # the chunk that arrived with the injection
+
+
+def _span(link: _Link) -> tuple:
+    """The span tuple (clustersim.record.SPAN_FIELDS) of ``link``'s open busy period."""
+    name, label = link.name, link.flow.label
+    return (name, "link", "link", label, -1, -1, link.span_start, link.span_end, link.span_bytes, 0.0, "", -1)
 
 
 class PacketFabric(Fabric):
