@@ -81,10 +81,14 @@ class Fired(Succeeded):
     ``env``; ``callbacks`` is FIRE again when ``fire`` runs, so ``fire`` may push the
     event again (re-arm it) whether ``step()`` or a loop called it. A loop that pops the
     queue itself may, on an entry whose event's ``callbacks is FIRE``, call
-    ``event.fire(time)`` in place of ``step()``: the same call, without step's frame."""
+    ``event.fire(time)`` in place of ``step()``: the same call, without step's frame.
+    ``fire`` may go on to pop and handle the entries after its own at the head of the
+    queue, in queue order, that are its own kind; it then sets the clock (:func:`set_now`)
+    to the last one's time, so a caller reads ``env.now`` after it."""
 
     def fire(self, now: float) -> None:
-        """Do what this event stands for, at ``now`` (the time of its queue entry)."""
+        """Do what this event stands for, at ``now`` (the time of its queue entry), and
+        perhaps what the entries of its kind after it do (see the class)."""
         raise NotImplementedError
 
 

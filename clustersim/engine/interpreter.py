@@ -210,9 +210,9 @@ class Engine:
                             now = heappop(queue)[at_time]
                             lane = ev.lane
                             break
-                        if ev.callbacks is fire:  # the fabric's own moment (a chunk-hop): in place
-                            now = heappop(queue)[at_time]
-                            ev.fire(now)
+                        if ev.callbacks is fire:  # the fabric's own moments (chunk-hops): in place
+                            ev.fire(heappop(queue)[at_time])
+                            now = env.now  # it may go on with the ones after it
                             continue
                         env_step()
                         now = env.now

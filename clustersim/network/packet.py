@@ -37,7 +37,7 @@ its open spans read as they were when they opened.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from heapq import heappush
+from heapq import heappop, heappush
 
 import networkx as nx
 import simpy
@@ -45,7 +45,7 @@ from simpy.events import Event
 
 from ..errors import ScenarioError
 from ..record import Recorder
-from ..simpy_fast import FIRE, NORMAL, Fired, event_ids, event_queue, succeed_at
+from ..simpy_fast import EVENT, FIRE, NORMAL, TIME, Fired, event_ids, event_queue, set_now, succeed_at
 from ..topology.graph import is_wire
 from ..topology.routing import Router
 from .base import Fabric
@@ -113,63 +113,75 @@ class _Hop(Fired):
         self.env, self.callbacks = env, FIRE
         self.flow, self.hop, self.size, self.last, self.inject = flow, hop, size, last, inject
 
-    def fire(self, now: float) -> None:
+    def fire(self, now: float, more: bool = True) -> None:
         """At ``now``: the flow's next chunk (``inject``), then this event's own chunk
         (``hop ≥ 1``), each arrives at its link — queued FIFO (Lindley: it starts when the
         link is free), recorded, and its next moment pushed (an entry of SimPy's queue as
-        clustersim.simpy_fast describes it). All in one frame: this runs once per chunk-hop."""
-        flow = self.flow
-        fabric = flow.fabric
-        heap, ids = fabric._heap, fabric._ids
-        hop = 0 if self.inject else self.hop
+        clustersim.simpy_fast describes it). Then, with ``more`` (False: a transfer's first
+        chunk, sent from within another event), the same for each hop at the head of the
+        queue after it, in queue order, until the head is another kind of event; the clock
+        is left at the last one's time. All in one frame: this runs once per chunk-hop."""
+        ev, env = self, self.env
+        heap, ids = self.flow.fabric._heap, self.flow.fabric._ids
         while True:
-            if hop:
-                size, last = self.size, self.last
-            else:  # the next chunk of the message enters the first link
-                size = flow.chunk if flow.remaining > flow.chunk else flow.remaining
-                flow.remaining -= size
-                last = flow.remaining == 0
-            link = flow.links[hop]
-            start = link.free_at if link.free_at > now else now
-            end = (
-                start + size / link.bandwidth
-                if link.profile is None
-                else finish_time(link.profile, start, size, f"link {link.name}")
-            )
-            link.free_at = end
-            if size:  # the link's busy span: the flow's open one extended if back to back
-                if link.flow is flow and start - link.span_end <= start * _MERGE_RTOL:
-                    link.span_end = end
-                    link.span_bytes += size
-                    if last:  # the flow's span here is complete (else written when it closes)
-                        fabric._spans[link.span_idx] = _span(link)
+            flow = ev.flow
+            hop = 0 if ev.inject else ev.hop
+            while True:
+                if hop:
+                    size, last = ev.size, ev.last
+                else:  # the next chunk of the message enters the first link
+                    size = flow.chunk if flow.remaining > flow.chunk else flow.remaining
+                    flow.remaining -= size
+                    last = flow.remaining == 0
+                link = flow.links[hop]
+                start = link.free_at if link.free_at > now else now
+                end = (
+                    start + size / link.bandwidth
+                    if link.profile is None
+                    else finish_time(link.profile, start, size, f"link {link.name}")
+                )
+                link.free_at = end
+                if size:  # the link's busy span: the flow's open one extended if back to back
+                    if link.flow is flow and start - link.span_end <= start * _MERGE_RTOL:
+                        link.span_end = end
+                        link.span_bytes += size
+                        if last:  # the flow's span here is complete (else written when it closes)
+                            flow.fabric._spans[link.span_idx] = _span(link)
+                    else:
+                        spans = flow.fabric._spans
+                        if link.flow is not None:  # the open span closes: write it as it ended
+                            spans[link.span_idx] = _span(link)
+                        link.flow, link.span_idx = flow, len(spans)
+                        link.span_start, link.span_end, link.span_bytes = start, end, size
+                        spans.append(_span(link))
+                if hop == flow.last_hop:
+                    if last:  # the message's last byte lands at end + latency
+                        succeed_at(env, flow.done, end + link.latency)
+                    elif not hop:  # a one-link route: the next chunk follows when this one has left
+                        heappush(heap, (end, NORMAL, next(ids), flow.injector))
+                elif hop:  # this chunk goes on to the next link
+                    ev.hop, ev.inject = hop + 1, False
+                    heappush(heap, (end + link.latency, NORMAL, next(ids), ev))
+                elif last:
+                    chunk = _Hop(env, flow, 1, size, True, False)
+                    heappush(heap, (end + link.latency, NORMAL, next(ids), chunk))
+                elif link.latency == 0.0:  # reaches link 1 as the next chunk enters link 0: one event
+                    heappush(heap, (end, NORMAL, next(ids), _Hop(env, flow, 1, size, False, True)))
                 else:
-                    spans = fabric._spans
-                    if link.flow is not None:  # the open span closes: write it as it ended
-                        spans[link.span_idx] = _span(link)
-                    link.flow, link.span_idx = flow, len(spans)
-                    link.span_start, link.span_end, link.span_bytes = start, end, size
-                    spans.append(_span(link))
-            if hop == flow.last_hop:
-                if last:  # the message's last byte lands at end + latency
-                    succeed_at(self.env, flow.done, end + link.latency)
-                elif not hop:  # a one-link route: the next chunk follows when this one has left
                     heappush(heap, (end, NORMAL, next(ids), flow.injector))
-            elif hop:  # this chunk goes on to the next link
-                self.hop, self.inject = hop + 1, False
-                heappush(heap, (end + link.latency, NORMAL, next(ids), self))
-            elif last:
-                chunk = _Hop(self.env, flow, 1, size, True, False)
-                heappush(heap, (end + link.latency, NORMAL, next(ids), chunk))
-            elif link.latency == 0.0:  # reaches link 1 as the next chunk enters link 0: one event
-                heappush(heap, (end, NORMAL, next(ids), _Hop(self.env, flow, 1, size, False, True)))
-            else:
-                heappush(heap, (end, NORMAL, next(ids), flow.injector))
-                chunk = _Hop(self.env, flow, 1, size, False, False)
-                heappush(heap, (end + link.latency, NORMAL, next(ids), chunk))
-            if hop or not self.hop:
-                return
-            hop = self.hop  # the chunk that arrived with the injection
+                    chunk = _Hop(env, flow, 1, size, False, False)
+                    heappush(heap, (end + link.latency, NORMAL, next(ids), chunk))
+                if hop or not ev.hop:
+                    break
+                hop = ev.hop  # the chunk that arrived with the injection
+            if not more or not heap:
+                break
+            entry = heap[0]
+            if entry[EVENT].__class__ is not _Hop:
+                break
+            heappop(heap)
+            now, ev = entry[TIME], entry[EVENT]
+        set_now(env, now)
 
 
 def _span(link: _Link) -> tuple:
@@ -258,5 +270,5 @@ class PacketFabric(Fabric):
             chunk = -(-int(nbytes) // self.max_chunks)
         flow = _Flow(self, links, int(nbytes), chunk, done, label)
         self.chunk_hops += max(1, -(-flow.remaining // flow.chunk)) * len(links)
-        flow.injector.fire(self.env.now)
+        flow.injector.fire(self.env.now, more=False)
         return done
