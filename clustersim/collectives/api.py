@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..errors import ScenarioError
 from .group import Group
 from .registry import ALGORITHMS, KINDS, Options, as_run, busiest_buffer, per_host, plan
-from .schedule import execute
+from .schedule import start
 
 
 def run_collective(
@@ -87,7 +87,9 @@ class Call:
             yield env.timeout(self.protocol.latency)
         finish = dict.fromkeys(group.members, env.now)
         label = label or f"{self.kind}:{self.name}"
-        yield from execute(env, group.fabric, engines, group.alpha_of, group.pace_of, label, finish)
+        done = start(env, group.fabric, engines, group.alpha_of, group.pace_of, label, finish)
+        if done is not None:
+            yield done
         return {m: finish[m] for m in group.members}
 
 
