@@ -13,9 +13,10 @@ an allocation per op or per chunk-hop:
   :class:`Succeeded` event per lane at an absolute time, and pops those events itself
   (``heappop(queue)``, reading entries at :data:`TIME` and :data:`EVENT`) instead of
   letting ``step()`` call them back;
-* the packet fabric (:mod:`clustersim.network.packet`) schedules its chunk-hop events,
-  and with :func:`succeed_at` a message's end, at absolute times (no
-  ``now + (at − now)`` rounding).
+* the packet fabric (:mod:`clustersim.network.packet`) schedules its chunk-hop events
+  (:class:`Fired`: the engine's loop calls their ``fire`` in place of ``step()``, and
+  ``fire`` goes on with the chunk-hops at the head of the queue), and with
+  :func:`succeed_at` a message's end, at absolute times (no ``now + (at − now)`` rounding).
 
 Both get the queue and the eid counter from here (:func:`event_queue`,
 :func:`event_ids`) and push entries ``(at, NORMAL, next(ids), event)`` inline — the one

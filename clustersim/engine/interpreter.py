@@ -19,8 +19,9 @@ and none per dependency. A send whose fabric knows its time up front
 (``Fabric.fixed_time``: the direct and analytical models) is held by its lane like a
 compute op — the same single event, without a call into the fabric. The run loop pops
 SimPy's event queue itself: the end of a held op (the lane's :class:`LaneEnd`) is
-handled in place, in the loop's own frame; every other event goes through SimPy's
-``env.step()``. What the loop reads per op is laid out before the run
+handled in place, in the loop's own frame; a fabric's own moments (the packet fabric's
+chunk-hops, :class:`~clustersim.simpy_fast.Fired`) are handed to their ``fire`` directly;
+every other event goes through SimPy's ``env.step()``. What the loop reads per op is laid out before the run
 (:mod:`clustersim.engine.lanes`).
 
 Ties at equal simulated times: SimPy processes events in (time, FIFO) order; when an op
@@ -171,8 +172,9 @@ class Engine:
         """The simulation loop, over the engine's tables held in locals. It drives SimPy's
         event queue itself: a lane's held op ends with the lane's :class:`LaneEnd` on the
         queue, which the loop pops and handles in place (no SimPy callback, no call per
-        op); every other event — fabric, collectives,
-        processes, a progress bar — goes through ``env.step()`` exactly as ``env.run()``
+        op); a Fired event (a chunk-hop) is popped and its ``fire`` called, which may go on
+        with the Fired events after it and sets the clock; every other event — transfers'
+        ends, collectives, processes, a progress bar — goes through ``env.step()`` exactly as ``env.run()``
         would, and the lanes whose ops it ended come back through ``woken``. Time order and
         SimPy's FIFO order among equal times are kept: after an event, the lane it ended
         runs until it must wait for time or for another lane, then each lane that woke
