@@ -13,9 +13,10 @@ an allocation per op or per chunk-hop:
   :class:`Succeeded` event per lane at an absolute time, and pops those events itself
   (``heappop(queue)``, reading entries at :data:`TIME` and :data:`EVENT`) instead of
   letting ``step()`` call them back;
-* the packet fabric (:mod:`clustersim.network.packet`) schedules its chunk-hop events,
-  and with :func:`succeed_at` a message's end, at absolute times (no
-  ``now + (at − now)`` rounding).
+* the packet fabric (:mod:`clustersim.network.packet`) schedules its chunk-hop events
+  (:class:`Fired`: the engine's loop calls their ``fire`` in place of ``step()``, and
+  ``fire`` goes on with the chunk-hops at the head of the queue), and with
+  :func:`succeed_at` a message's end, at absolute times (no ``now + (at − now)`` rounding).
 
 Both get the queue and the eid counter from here (:func:`event_queue`,
 :func:`event_ids`) and push entries ``(at, NORMAL, next(ids), event)`` inline — the one
@@ -37,9 +38,11 @@ from simpy.events import NORMAL, URGENT, Event
 
 __all__ = [
     "EVENT",
+    "FIRE",
     "NORMAL",
     "TIME",
     "URGENT",
+    "Fired",
     "Succeeded",
     "call_soon",
     "event_ids",
@@ -62,6 +65,32 @@ class Succeeded(Event):
 
     _ok = True
     _value = None
+
+
+def _fire(event: Fired) -> None:
+    event.callbacks = FIRE  # step() cleared it: the event may be pushed again
+    event.fire(event.env._now)
+
+
+#: the callbacks of every :class:`Fired` event: its own ``fire(now)``, nothing else
+FIRE = (_fire,)
+
+
+class Fired(Succeeded):
+    """A :class:`Succeeded` event whose one callback is its own :meth:`fire` — the owner's
+    bookkeeping, which nothing else listens to. Subclasses set ``callbacks = FIRE`` and
+    ``env``; ``callbacks`` is FIRE again when ``fire`` runs, so ``fire`` may push the
+    event again (re-arm it) whether ``step()`` or a loop called it. A loop that pops the
+    queue itself may, on an entry whose event's ``callbacks is FIRE``, call
+    ``event.fire(time)`` in place of ``step()``: the same call, without step's frame.
+    ``fire`` may go on to pop and handle the entries after its own at the head of the
+    queue, in queue order, that are its own kind; it then sets the clock (:func:`set_now`)
+    to the last one's time, so a caller reads ``env.now`` after it."""
+
+    def fire(self, now: float) -> None:
+        """Do what this event stands for, at ``now`` (the time of its queue entry), and
+        perhaps what the entries of its kind after it do (see the class)."""
+        raise NotImplementedError
 
 
 def event_queue(env: simpy.Environment) -> list:

@@ -16,9 +16,11 @@ from simpy.events import Event
 
 from clustersim.simpy_fast import (
     EVENT,
+    FIRE,
     NORMAL,
     TIME,
     URGENT,
+    Fired,
     Succeeded,
     call_soon,
     event_ids,
@@ -106,6 +108,44 @@ def test_call_soon_runs_where_a_process_started_now_takes_its_first_step():
     env.run()
     assert log == ["process started before", "call_soon", "process started after", "normal event"]
     assert scheduled_count(env) == 8  # normal, call_soon, 2 × (initialize, timeout, end)
+
+
+class _Ticks(Fired):
+    """Fires ``left`` times, ``step`` apart, re-arming itself; logs each time it fires."""
+
+    def __init__(self, env, step, left, log):
+        self.env, self.callbacks, self.step, self.left, self.log = env, FIRE, step, left, log
+
+    def fire(self, now):
+        self.log.append(now)
+        self.left -= 1
+        if self.left:
+            _push(self.env, now + self.step, self)
+
+
+def _ticks_and_a_timeout(env, log):
+    _push(env, 0.5, _Ticks(env, 0.5, 4, log))
+    env.timeout(1.25).callbacks.append(lambda ev: log.append(("timeout", env.now)))
+
+
+def test_a_fired_event_re_arms_itself_under_step_and_in_a_loop_that_calls_fire_in_place():
+    env, by_step = simpy.Environment(), []
+    _ticks_and_a_timeout(env, by_step)
+    env.run()
+    assert by_step == [0.5, 1.0, ("timeout", 1.25), 1.5, 2.0]  # callbacks are FIRE again each time
+
+    env2, in_place = simpy.Environment(), []
+    _ticks_and_a_timeout(env2, in_place)
+    queue = event_queue(env2)
+    while queue:
+        if queue[0][EVENT].callbacks is FIRE:
+            entry = heappop(queue)
+            set_now(env2, entry[TIME])
+            entry[EVENT].fire(entry[TIME])
+        else:
+            env2.step()
+    assert in_place == by_step and env2.now == env.now == 2.0
+    assert scheduled_count(env2) == scheduled_count(env) == 5
 
 
 def test_installed_simpy_is_in_the_range_setup_cfg_pins():

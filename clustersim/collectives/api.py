@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..errors import ScenarioError
 from .group import Group
 from .registry import ALGORITHMS, KINDS, Options, as_run, busiest_buffer, per_host, plan
-from .schedule import execute
+from .schedule import start
 
 
 def run_collective(
@@ -45,6 +45,73 @@ def run_collective(
     alone) — the call runs the one NCCL's tuner would pick: its latency first, then the
     schedule on the protocol's wire bytes. Returns ``{member: finish time (s)}``.
     """
+    call = prepare_collective(
+        env,
+        fabric,
+        kind,
+        members,
+        nbytes,
+        algorithm,
+        alpha,
+        root,
+        channels=channels,
+        chunks=chunks,
+        servers=servers,
+        split=split,
+        latency=latency,
+        protocols=protocols,
+    )
+    return (yield from call.run(label))
+
+
+class Call:
+    """One collective call checked and planned — its :class:`Group`, the algorithm and NCCL
+    protocol it runs, the bytes on the wire — which :meth:`run` runs from scratch each time.
+    Nothing here depends on when it runs, so a caller that repeats a call (the engine: every
+    micro-batch's same collective) prepares it once (:func:`prepare_collective`)."""
+
+    __slots__ = ("group", "kind", "name", "protocol", "nbytes", "options")
+
+    def __init__(self, group: Group, kind: str, name: str, protocol, nbytes: int, options: Options):
+        self.group, self.kind, self.name, self.protocol = group, kind, name, protocol
+        self.nbytes, self.options = nbytes, options
+
+    def run(self, label: str = ""):
+        """SimPy process generator: run the call starting now (:func:`run_collective`)."""
+        group, env = self.group, self.group.env
+        if len(group.members) == 1 and self.name != "parameter_server":
+            engines = []
+        else:
+            engines, _ = ALGORITHMS[self.name].build(group, self.kind, self.nbytes, self.options)
+        if self.protocol.latency > 0:
+            yield env.timeout(self.protocol.latency)
+        finish = dict.fromkeys(group.members, env.now)
+        label = label or f"{self.kind}:{self.name}"
+        done = start(env, group.fabric, engines, group.alpha_of, group.pace_of, label, finish)
+        if done is not None:
+            yield done
+        return {m: finish[m] for m in group.members}
+
+
+def prepare_collective(
+    env,
+    fabric,
+    kind: str,
+    members: list[str],
+    nbytes: int,
+    algorithm: str = "auto",
+    alpha: float | dict | None = None,
+    root: str | None = None,
+    *,
+    channels: int | None = None,
+    chunks: int | None = None,
+    servers: list[str] | None = None,
+    split: tuple | None = None,
+    latency: str = "overlapped",
+    protocols=None,
+) -> Call:
+    """Check and plan one collective call (arguments as :func:`run_collective`'s); raises
+    ScenarioError naming the field for a call that cannot run."""
     group = check_group(
         env, fabric, kind, members, nbytes, algorithm, alpha, root, servers, latency, protocols
     )
@@ -54,35 +121,18 @@ def run_collective(
     name, protocol, _ = plan(group, kind, busiest_buffer(split) if split else nbytes, algorithm)
     if split is not None:  # each message of an all-to-all-v takes its protocol's wire bytes
         split = tuple(tuple(protocol.wire_bytes(b) for b in row) for row in split)
-    engines, _ = build_schedule(
-        group, kind, name, protocol.wire_bytes(nbytes), root, channels, chunks, servers, split
-    )
-    if protocol.latency > 0:
-        yield env.timeout(protocol.latency)
-    start = env.now
-    finish = dict.fromkeys(group.members, start)
-    yield from execute(env, fabric, engines, group.alpha_of, group.pace_of, label or f"{kind}:{name}", finish)
-    return {m: finish[m] for m in group.members}
+    if len(group.members) > 1 or name == "parameter_server":
+        check_schedule(group, kind, name, split)
+    options = Options(root, channels, chunks, servers, split)
+    return Call(group, kind, name, protocol, protocol.wire_bytes(nbytes), options)
 
 
-def build_schedule(
-    group: Group,
-    kind: str,
-    name: str,
-    nbytes: int,
-    root=None,
-    channels=None,
-    chunks=None,
-    servers=None,
-    split=None,
-):
-    """Compile one collective into engine programs (see :mod:`.schedule`)."""
-    if len(group.members) == 1 and name != "parameter_server":
-        return [], {}
+def check_schedule(group: Group, kind: str, name: str, split) -> None:
+    """Raise ScenarioError when ``name`` cannot build ``kind`` on this group (its shape, or
+    an uneven all-to-all it cannot run)."""
     check_shape(group, kind, name)
     if split is not None and (kind != "all_to_all" or name != "direct"):
         raise ScenarioError("collective.algorithm", name, "an uneven all-to-all (split) runs by direct only")
-    return ALGORITHMS[name].build(group, kind, nbytes, Options(root, channels, chunks, servers, split))
 
 
 def check_shape(group: Group, kind: str, name: str) -> None:

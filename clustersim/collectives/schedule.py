@@ -4,7 +4,7 @@ An algorithm does not move bytes itself. It builds, for every *engine* (one in-o
 sender on one rank, like one NCCL channel's thread block), an ordered list of
 :class:`Msg`. A message waits for the arrival of the messages it depends on (the data it
 forwards or reduces), then for its engine to be free, then for the per-step latency α,
-then travels on the fabric. :func:`execute` runs the engines as SimPy processes.
+then travels on the fabric. :func:`start` runs the engines.
 
 Timing assumptions (stated once, here):
 
@@ -24,7 +24,9 @@ from collections.abc import Callable, Sequence
 
 import simpy
 
-__all__ = ["Msg", "execute", "split"]
+from ..simpy_fast import call_soon, succeed_at
+
+__all__ = ["Msg", "split", "start"]
 
 
 class Msg:
@@ -54,7 +56,7 @@ def split(total: int, parts: int) -> list[int]:
     return [base + (1 if i < rem else 0) for i in range(parts)]
 
 
-def execute(
+def start(
     env: simpy.Environment,
     fabric,
     engines: Sequence[Sequence[Msg]],
@@ -62,19 +64,24 @@ def execute(
     pace_of: Callable,
     label: str,
     finish: dict[str, float],
-):
-    """SimPy generator: run every engine's messages; return when all have arrived.
+) -> simpy.Event | None:
+    """Start every engine's messages now; return the event that fires when all have arrived
+    (None when there are none).
 
     ``alpha_of(src, dst)`` gives the step latency α in seconds, ``pace_of(src, dst)``
     the injection bandwidth in bytes/s (or ``None`` to wait for arrival). ``finish``
     (member → seconds) is raised to the arrival time of every message a member sends or
     receives, so afterwards it holds each member's own completion time.
+
+    Each engine is a :class:`_Sender` stepped by callbacks, which schedules the events a
+    SimPy process running it would, in the same order (its start, its waits, its end), at
+    a fraction of a generator's cost per step.
     """
     # one countdown over every message: when the last one lands the collective is done
     # (every engine has issued its last message by then, so nothing else needs waiting for)
     left = [sum(len(prog) for prog in engines)]
     if not left[0]:
-        return
+        return None
     all_done = env.event()
 
     def landed(_event) -> None:
@@ -86,24 +93,71 @@ def execute(
         for m in prog:
             m.done.callbacks.append(landed)
         if prog:
-            env.process(_engine(env, fabric, prog, alpha_of, pace_of, label, finish))
-    yield all_done
+            # where a process started now takes its first step (URGENT, at now)
+            call_soon(env, _Sender(env, fabric, prog, alpha_of, pace_of, label, finish).resume)
+    return all_done
 
 
-def _engine(env, fabric, prog, alpha_of, pace_of, label, finish):
-    free_at = env.now
-    for m in prog:
-        for dep in m.deps:
-            if not dep.processed:
-                yield dep
-        if free_at > env.now:
-            yield env.timeout(free_at - env.now)
-        _issue(env, fabric, m, alpha_of(m.src, m.dst) if m.alpha is None else m.alpha, label, finish)
-        bw = pace_of(m.src, m.dst)
-        if bw:
-            free_at = env.now + m.nbytes / (bw * m.share)
-        else:
-            yield m.done
+class _Sender:
+    """One engine: its messages in order, each issued once its deps have arrived and the
+    engine is free (``free_at``), paced by ``pace_of`` or, without a known bandwidth,
+    after the previous one arrived. :meth:`resume` is the callback of whatever it waits
+    for; ``i`` is the message it is at, ``d`` the next of that message's deps to check,
+    ``paced`` whether it has waited for the engine to be free for message ``i``."""
+
+    __slots__ = (
+        "env",
+        "fabric",
+        "prog",
+        "alpha_of",
+        "pace_of",
+        "label",
+        "finish",
+        "i",
+        "d",
+        "paced",
+        "free_at",
+    )
+
+    def __init__(self, env, fabric, prog, alpha_of, pace_of, label, finish):
+        self.env, self.fabric, self.prog, self.label, self.finish = env, fabric, prog, label, finish
+        self.alpha_of, self.pace_of = alpha_of, pace_of
+        self.i, self.d, self.paced, self.free_at = 0, 0, False, env.now
+
+    def resume(self, _event=None) -> None:
+        """Go on from where the engine waited, until it must wait again or is done."""
+        env, prog = self.env, self.prog
+        while self.i < len(prog):
+            m = prog[self.i]
+            if not self.paced:
+                deps = m.deps
+                while self.d < len(deps):
+                    dep = deps[self.d]
+                    self.d += 1
+                    if dep.callbacks is not None:  # not processed yet: go on once it is
+                        dep.callbacks.append(self.resume)
+                        return
+                self.paced = True
+                if self.free_at > env.now:
+                    env.timeout(self.free_at - env.now).callbacks.append(self.resume)
+                    return
+            _issue(
+                env,
+                self.fabric,
+                m,
+                self.alpha_of(m.src, m.dst) if m.alpha is None else m.alpha,
+                self.label,
+                self.finish,
+            )
+            bw = self.pace_of(m.src, m.dst)
+            self.i, self.d, self.paced = self.i + 1, 0, False
+            if bw:
+                self.free_at = env.now + m.nbytes / (bw * m.share)
+            else:
+                m.done.callbacks.append(self.resume)
+                return
+        # the end a process would schedule (nothing waits on it)
+        succeed_at(env, env.event(), env.now)
 
 
 def _issue(env, fabric, m: Msg, alpha: float, label: str, finish: dict[str, float]) -> None:

@@ -19,8 +19,9 @@ and none per dependency. A send whose fabric knows its time up front
 (``Fabric.fixed_time``: the direct and analytical models) is held by its lane like a
 compute op — the same single event, without a call into the fabric. The run loop pops
 SimPy's event queue itself: the end of a held op (the lane's :class:`LaneEnd`) is
-handled in place, in the loop's own frame; every other event goes through SimPy's
-``env.step()``. What the loop reads per op is laid out before the run
+handled in place, in the loop's own frame; a fabric's own moments (the packet fabric's
+chunk-hops, :class:`~clustersim.simpy_fast.Fired`) are handed to their ``fire`` directly;
+every other event goes through SimPy's ``env.step()``. What the loop reads per op is laid out before the run
 (:mod:`clustersim.engine.lanes`).
 
 Ties at equal simulated times: SimPy processes events in (time, FIFO) order; when an op
@@ -36,12 +37,22 @@ from heapq import heappop, heappush
 
 import simpy
 
-from ..collectives import run_collective
+from ..collectives.api import Call, prepare_collective
 from ..errors import SimulationStall
 from ..network.base import Fabric
 from ..program import COLLECTIVE, RECV, Op, Program
 from ..record import Recorder
-from ..simpy_fast import EVENT, NORMAL, TIME, call_soon, event_ids, event_queue, scheduled_count, set_now
+from ..simpy_fast import (
+    EVENT,
+    FIRE,
+    NORMAL,
+    TIME,
+    call_soon,
+    event_ids,
+    event_queue,
+    scheduled_count,
+    set_now,
+)
 from .collective_plans import CollectivePlans
 from .lanes import (
     DONE,
@@ -117,6 +128,7 @@ class Engine:
             env, fabric, self.names, alpha, self.algorithms, collective_model, collective_latency, protocols
         )
         self._rendezvous: dict[str, list] = {}
+        self._calls: dict[tuple, Call] = {}  # collective calls, prepared once (_call)
         self.lanes = program.lanes()
         names, slowed = self.names, self.slowdown != 1.0
 
@@ -160,8 +172,9 @@ class Engine:
         """The simulation loop, over the engine's tables held in locals. It drives SimPy's
         event queue itself: a lane's held op ends with the lane's :class:`LaneEnd` on the
         queue, which the loop pops and handles in place (no SimPy callback, no call per
-        op); every other event — fabric, collectives,
-        processes, a progress bar — goes through ``env.step()`` exactly as ``env.run()``
+        op); a Fired event (a chunk-hop) is popped and its ``fire`` called, which may go on
+        with the Fired events after it and sets the clock; every other event — transfers'
+        ends, collectives, processes, a progress bar — goes through ``env.step()`` exactly as ``env.run()``
         would, and the lanes whose ops it ended come back through ``woken``. Time order and
         SimPy's FIFO order among equal times are kept: after an event, the lane it ended
         runs until it must wait for time or for another lane, then each lane that woke
@@ -177,7 +190,7 @@ class Engine:
         # describes them). The clock (env.now) is only set where something else reads it:
         # before an op starts through the fabric, a collective or a process, and when the
         # loop returns (env.step sets it itself).
-        queue, ids, env_step = event_queue(env), event_ids(env), env.step
+        queue, ids, env_step, fire = event_queue(env), event_ids(env), env.step, FIRE
         at_time, at_event = TIME, EVENT  # where SimPy's queue entries keep them
 
         now = env.now
@@ -199,6 +212,10 @@ class Engine:
                             now = heappop(queue)[at_time]
                             lane = ev.lane
                             break
+                        if ev.callbacks is fire:  # the fabric's own moments (chunk-hops): in place
+                            ev.fire(heappop(queue)[at_time])
+                            now = env.now  # it may go on with the ones after it
+                            continue
                         env_step()
                         now = env.now
                         if woken:
@@ -319,7 +336,6 @@ class Engine:
 
     def _run_collective(self, op: Op, finished: simpy.Event, _event=None) -> None:
         """Start ``op``'s collective now; ``finished`` succeeds when it has ended."""
-        names = self.names
         algorithm, analytical_time = self._collective_plan(op)
         self._collectives_change(op.group, +1)
 
@@ -330,37 +346,31 @@ class Engine:
         if analytical_time is not None:
             self.env.timeout(analytical_time).callbacks.append(ended)
         else:
-            own = run_collective(
+            # first, as replica 0 would be in the unfolded run
+            own_done = self.env.process(self._call(op, op.group, algorithm).run(op.tag))
+            for group in op.shadows if self.fabric.shares_links else ():  # folded twins' collectives
+                self.env.process(self._call(op, group, algorithm).run(op.tag))
+            own_done.callbacks.append(ended)
+
+    def _call(self, op: Op, group: tuple[int, ...], algorithm: str) -> Call:
+        """``op``'s collective among the devices ``group`` by ``algorithm``, checked and
+        planned once per (kind, group, size, algorithm, split) — every micro-batch repeats it."""
+        key = (op.collective, group, op.nbytes, algorithm, op.split)
+        call = self._calls.get(key)
+        if call is None:
+            call = self._calls[key] = prepare_collective(
                 self.env,
                 self.fabric,
                 op.collective,
-                [names[d] for d in op.group],
+                [self.names[d] for d in group],
                 op.nbytes,
-                algorithm=algorithm,
-                alpha=self.alpha,
-                label=op.tag,
+                algorithm,
+                self.alpha,
                 split=op.split or None,
                 latency=self.latency,
                 protocols=self.protocols,
             )
-            own_done = self.env.process(own)  # first, as replica 0 would be in the unfolded run
-            for group in op.shadows if self.fabric.shares_links else ():  # folded twins' collectives
-                self.env.process(
-                    run_collective(
-                        self.env,
-                        self.fabric,
-                        op.collective,
-                        [names[d] for d in group],
-                        op.nbytes,
-                        algorithm=algorithm,
-                        alpha=self.alpha,
-                        label=op.tag,
-                        split=op.split or None,
-                        latency=self.latency,
-                        protocols=self.protocols,
-                    )
-                )
-            own_done.callbacks.append(ended)
+        return call
 
     def _stall_report(self) -> str:
         ops, lines, finished = self.program.ops, [], self.finished

@@ -28,13 +28,16 @@ reach the destination before the last one cost no event at all.
 Links of infinite bandwidth and zero latency (free wires, e.g. GPU→NIC without PCIe)
 are skipped. Busy periods are appended to ``recorder.spans`` as
 ``(link, "link", "link", label, -1, -1, start, end, bytes, 0.0, "", -1)``; back-to-back chunks of
-the same flow on a link extend one span instead of adding another.
+the same flow on a link extend one span instead of adding another. A span's tuple is
+rewritten when it is complete — the flow's last chunk has crossed the link, or another
+chunk opened the link's next span — not per chunk, so while a message is still in flight
+its open spans read as they were when they opened.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
-from heapq import heappush
+from heapq import heappop, heappush
 
 import networkx as nx
 import simpy
@@ -42,7 +45,7 @@ from simpy.events import Event
 
 from ..errors import ScenarioError
 from ..record import Recorder
-from ..simpy_fast import NORMAL, Succeeded, event_ids, event_queue, succeed_at
+from ..simpy_fast import EVENT, FIRE, NORMAL, TIME, Fired, event_ids, event_queue, set_now, succeed_at
 from ..topology.graph import is_wire
 from ..topology.routing import Router
 from .base import Fabric
@@ -87,46 +90,104 @@ class _Link:
 
 
 class _Flow:
-    """One message in flight: its route, bytes not yet injected, and its done event."""
+    """One message in flight: its route, bytes not yet injected, its done event, and the
+    event it re-arms for each moment its next chunk enters the first link."""
 
-    __slots__ = ("links", "last_hop", "remaining", "chunk", "done", "label")
+    __slots__ = ("fabric", "links", "last_hop", "remaining", "chunk", "done", "label", "injector")
 
-    def __init__(self, links: tuple, nbytes: int, chunk: int, done: Event, label: str):
-        self.links, self.last_hop = links, len(links) - 1
+    def __init__(self, fabric: PacketFabric, links: tuple, nbytes: int, chunk: int, done: Event, label: str):
+        self.fabric, self.links, self.last_hop = fabric, links, len(links) - 1
         self.remaining, self.chunk, self.done, self.label = nbytes, chunk, done, label
+        self.injector = _Hop(fabric.env, self, 0, 0, False, True)
 
 
-class _Hop(Succeeded):
-    """A scheduled moment ``at``: chunk ``size`` reaches link ``hop`` of ``flow`` (or, with
-    ``inject``, the sender's next chunk enters link 0 — both when latency is zero)."""
+class _Hop(Fired):
+    """A moment of a flow, pushed on SimPy's queue at its time: chunk ``size`` reaches link
+    ``hop ≥ 1`` of ``flow``, and/or, with ``inject``, the sender's next chunk enters link 0
+    (both at once when link 0 has no latency). A chunk's event is re-armed for each link it
+    reaches after the first; a flow's injector (``hop`` 0) for each chunk it sends."""
 
-    __slots__ = ("fabric", "flow", "hop", "size", "last", "inject", "at")
+    __slots__ = ("env", "callbacks", "flow", "hop", "size", "last", "inject")
 
-    def __init__(
-        self, fabric: PacketFabric, flow: _Flow, hop: int, size: int, last: bool, inject: bool, at: float
-    ):
-        self.env = fabric.env
-        self.callbacks = _FIRE  # shared and immutable: SimPy only iterates it
-        self.fabric, self.flow, self.hop, self.size, self.last, self.inject, self.at = (
-            fabric,
-            flow,
-            hop,
-            size,
-            last,
-            inject,
-            at,
-        )
-        heappush(fabric._heap, (at, NORMAL, next(fabric._ids), self))  # at ``at``, FIFO
+    def __init__(self, env: simpy.Environment, flow: _Flow, hop: int, size: int, last: bool, inject: bool):
+        self.env, self.callbacks = env, FIRE
+        self.flow, self.hop, self.size, self.last, self.inject = flow, hop, size, last, inject
+
+    def fire(self, now: float, more: bool = True) -> None:
+        """At ``now``: the flow's next chunk (``inject``), then this event's own chunk
+        (``hop ≥ 1``), each arrives at its link — queued FIFO (Lindley: it starts when the
+        link is free), recorded, and its next moment pushed (an entry of SimPy's queue as
+        clustersim.simpy_fast describes it). Then, with ``more`` (False: a transfer's first
+        chunk, sent from within another event), the same for each hop at the head of the
+        queue after it, in queue order, until the head is another kind of event; the clock
+        is left at the last one's time. All in one frame: this runs once per chunk-hop."""
+        ev, env = self, self.env
+        heap, ids = self.flow.fabric._heap, self.flow.fabric._ids
+        while True:
+            flow = ev.flow
+            hop = 0 if ev.inject else ev.hop
+            while True:
+                if hop:
+                    size, last = ev.size, ev.last
+                else:  # the next chunk of the message enters the first link
+                    size = flow.chunk if flow.remaining > flow.chunk else flow.remaining
+                    flow.remaining -= size
+                    last = flow.remaining == 0
+                link = flow.links[hop]
+                start = link.free_at if link.free_at > now else now
+                end = (
+                    start + size / link.bandwidth
+                    if link.profile is None
+                    else finish_time(link.profile, start, size, f"link {link.name}")
+                )
+                link.free_at = end
+                if size:  # the link's busy span: the flow's open one extended if back to back
+                    if link.flow is flow and start - link.span_end <= start * _MERGE_RTOL:
+                        link.span_end = end
+                        link.span_bytes += size
+                        if last:  # the flow's span here is complete (else written when it closes)
+                            flow.fabric._spans[link.span_idx] = _span(link)
+                    else:
+                        spans = flow.fabric._spans
+                        if link.flow is not None:  # the open span closes: write it as it ended
+                            spans[link.span_idx] = _span(link)
+                        link.flow, link.span_idx = flow, len(spans)
+                        link.span_start, link.span_end, link.span_bytes = start, end, size
+                        spans.append(_span(link))
+                if hop == flow.last_hop:
+                    if last:  # the message's last byte lands at end + latency
+                        succeed_at(env, flow.done, end + link.latency)
+                    elif not hop:  # a one-link route: the next chunk follows when this one has left
+                        heappush(heap, (end, NORMAL, next(ids), flow.injector))
+                elif hop:  # this chunk goes on to the next link
+                    ev.hop, ev.inject = hop + 1, False
+                    heappush(heap, (end + link.latency, NORMAL, next(ids), ev))
+                elif last:
+                    chunk = _Hop(env, flow, 1, size, True, False)
+                    heappush(heap, (end + link.latency, NORMAL, next(ids), chunk))
+                elif link.latency == 0.0:  # reaches link 1 as the next chunk enters link 0: one event
+                    heappush(heap, (end, NORMAL, next(ids), _Hop(env, flow, 1, size, False, True)))
+                else:
+                    heappush(heap, (end, NORMAL, next(ids), flow.injector))
+                    chunk = _Hop(env, flow, 1, size, False, False)
+                    heappush(heap, (end + link.latency, NORMAL, next(ids), chunk))
+                if hop or not ev.hop:
+                    break
+                hop = ev.hop  # the chunk that arrived with the injection
+            if not more or not heap:
+                break
+            entry = heap[0]
+            if entry[EVENT].__class__ is not _Hop:
+                break
+            heappop(heap)
+            now, ev = entry[TIME], entry[EVENT]
+        set_now(env, now)
 
 
-def _fire(ev: _Hop) -> None:
-    if ev.inject:
-        ev.fabric._inject(ev.flow, ev.at)
-    if ev.hop:
-        ev.fabric._serve(ev.flow, ev.hop, ev.size, ev.last, ev.at)
-
-
-_FIRE = (_fire,)
+def _span(link: _Link) -> tuple:
+    """The span tuple (clustersim.record.SPAN_FIELDS) of ``link``'s open busy period."""
+    name, label = link.name, link.flow.label
+    return (name, "link", "link", label, -1, -1, link.span_start, link.span_end, link.span_bytes, 0.0, "", -1)
 
 
 class PacketFabric(Fabric):
@@ -207,59 +268,7 @@ class PacketFabric(Fabric):
         chunk = self.chunk_size
         if self.max_chunks is not None and nbytes > chunk * self.max_chunks:
             chunk = -(-int(nbytes) // self.max_chunks)
-        flow = _Flow(links, int(nbytes), chunk, done, label)
+        flow = _Flow(self, links, int(nbytes), chunk, done, label)
         self.chunk_hops += max(1, -(-flow.remaining // flow.chunk)) * len(links)
-        self._inject(flow, self.env.now)
+        flow.injector.fire(self.env.now, more=False)
         return done
-
-    def _inject(self, flow: _Flow, now: float) -> None:
-        size = flow.chunk if flow.remaining > flow.chunk else flow.remaining
-        flow.remaining -= size
-        self._serve(flow, 0, size, flow.remaining == 0, now)
-
-    def _serve(self, flow: _Flow, hop: int, size: int, last: bool, now: float) -> None:
-        """Chunk ``size`` arrives at link ``hop`` at ``now`` (the current time): queue it,
-        record it, send it on."""
-        link = flow.links[hop]
-        start = link.free_at if link.free_at > now else now
-        end = (
-            start + size / link.bandwidth
-            if link.profile is None
-            else finish_time(link.profile, start, size, f"link {link.name}")
-        )
-        link.free_at = end
-        if size:
-            if link.flow is flow and start - link.span_end <= start * _MERGE_RTOL:
-                link.span_end = end
-                link.span_bytes += size
-                self._spans[link.span_idx] = (
-                    link.name,
-                    "link",
-                    "link",
-                    flow.label,
-                    -1,
-                    -1,
-                    link.span_start,
-                    end,
-                    link.span_bytes,
-                    0.0,
-                    "",
-                    -1,
-                )
-            else:
-                spans = self._spans
-                link.flow, link.span_idx = flow, len(spans)
-                link.span_start, link.span_end, link.span_bytes = start, end, size
-                spans.append((link.name, "link", "link", flow.label, -1, -1, start, end, size, 0.0, "", -1))
-        inject = hop == 0 and not last
-        if hop == flow.last_hop:
-            if last:  # the message's last byte lands at end + latency
-                succeed_at(self.env, flow.done, end + link.latency)
-            if inject:
-                _Hop(self, flow, 0, 0, False, True, end)
-        elif inject and link.latency == 0.0:
-            _Hop(self, flow, hop + 1, size, last, True, end)
-        else:
-            if inject:
-                _Hop(self, flow, 0, 0, False, True, end)
-            _Hop(self, flow, hop + 1, size, last, False, end + link.latency)
