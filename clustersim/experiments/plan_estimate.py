@@ -1,28 +1,29 @@
 """A plan's iteration time and peak memory without compiling it — to rank a search's space.
 
-:class:`Estimator` prices one loaded plan (a Scenario) in closed form, from what the
+:class:`Estimator` prices one loaded plan (a Scenario) without ops, from what the
 simulation itself would start from:
 
-* **compute per stage** — the chunk costs of the cost model (:func:`clustersim.resolve.resolve`,
+* **each pass** — the chunk costs of the cost model (:func:`clustersim.resolve.resolve`,
   cached over plans that differ only in their schedule), each pass's segments as the
-  compiler emits them (:func:`clustersim.schedules.compiler.pass_segments`): compute
-  kernels, plus TP / CP / EP collectives and ring-attention steps priced by the α-β closed
-  forms of :mod:`clustersim.collectives` on an idle network (the algorithm ``auto`` would
-  pick, :func:`~clustersim.collectives.registry.choose_algorithm`);
-* **bubble** by the schedule's formula, from the slowest stage's F, B and W per
-  micro-batch (t_F, t_B, t_W; B the input-gradient part where the schedule splits it):
-  GPipe / 1F1B (p − 1)(t_F + t_B + t_W) (Narayanan et al. 2021 §2.2); interleaved that / v;
-  ZB-H1 (p − 1)·max(0, t_F + t_B − t_W) and ZB-H2 (p − 1)·max(0, t_F + t_B − 2t_W) (Qi et al.
-  2024, "Zero Bubble Pipeline Parallelism" Table 1); ZB-V the ZB-H2 form on its half-stage
-  chunks; DualPipe (p/2 − 1)·max(0, T_F&B + T_B − 3T_W) with T_F&B = t_F + t_B + t_W
-  (DeepSeek-V3 report Table 2), DualPipe-V the same on its p − 1 half-stage chunk pairs;
-  any other schedule as 1F1B;
-* **exposed communication** — the pipeline's fill and drain send a micro-batch across
-  every stage boundary of its route down and back (2(p − 1) for one chunk per stage,
-  2(p·v − 1) interleaved; latency + bytes / bandwidth each); the data-parallel gradient all-reduce
-  (and the experts' over the expert-data-parallel group) after the last backward — all of
-  it in the 2021 model, what outlasts one micro-batch's backward with
-  ``overlap_grad_reduce``; then the optimizer step.
+  compiler emits them (:func:`clustersim.schedules.compiler.pass_segments`, with the
+  Megatron-2021 all-gather where the pass receives from another stage): compute kernels,
+  plus TP / CP / EP collectives and ring-attention steps priced by the α-β closed forms of
+  :mod:`clustersim.collectives` on an idle network (the algorithm ``auto`` would pick,
+  :func:`~clustersim.collectives.registry.choose_algorithm`); an overlapped F&B pair both
+  passes less the communication each hides under the other's compute;
+* **the pipeline** — a flushing schedule's own per-stage order for one iteration, timed
+  stage by stage (:mod:`.stage_timing`: each pass after the previous one on its stage and
+  after its input's send; the longest path over (stage, pass)), so the fill, drain and
+  every idle gap are the schedule's own — V placement, chunks, split backwards and F&B
+  pairs included, with no formula per schedule. A flush-free schedule (PipeDream, searched
+  only when asked for) takes 1F1B's (p − 1)(t_F + t_B) bubble on its slowest stage and the
+  fill and drain's sends along a micro-batch's route;
+* **the step** — after each stage's last pass its data-parallel gradient all-reduce (and
+  the experts' over the expert-data-parallel group; with ``overlap_grad_reduce`` what
+  outlasts one micro-batch's backward), then a flushing schedule's step work
+  (:mod:`clustersim.schedules.step_work`: the tied embedding's all-reduce between the
+  first and the last chunk's stages, the loss-scale check and gradient norm with their
+  scalar all-reduces over every stage) and the optimizer.
 
 Peak memory is the engine's ledger replayed over the schedule's order per stage, without
 ops: each stage's static bytes (:func:`~clustersim.schedules.compiler.stage_static_memory`)
@@ -110,16 +111,20 @@ class _Network:
         }
         self.algorithms = dict(job.simulation.collectives)
         self.protocols = resolve_protocols(cl.collective_protocols)
-        self._seen: dict[tuple, float] = {}
+        self._seen: dict[tuple, float] = {}  # by the group's hosts
+        self._asked: dict[tuple, float] = {}  # by its devices: the same groups come back plan after plan
 
     def collective(self, kind: str, devices: tuple[int, ...], nbytes: float) -> float:
         """Idle-network seconds of collective ``kind`` of ``nbytes`` over ``devices``."""
         if len(devices) <= 1:
             return 0.0
-        key = (kind, tuple(d // self.gpn for d in devices), nbytes)  # its hosts are its shape
-        if key not in self._seen:
-            self._seen[key] = self._collective(kind, devices, nbytes)
-        return self._seen[key]
+        t = self._asked.get((kind, devices, nbytes))
+        if t is None:
+            key = (kind, tuple(d // self.gpn for d in devices), nbytes)  # its hosts are its shape
+            if key not in self._seen:
+                self._seen[key] = self._collective(kind, devices, nbytes)
+            t = self._asked[kind, devices, nbytes] = self._seen[key]
+        return t
 
     def _collective(self, kind: str, devices: tuple[int, ...], nbytes: float) -> float:
         per_host = max(1, sum(1 for d in devices if d // self.gpn == devices[0] // self.gpn))

@@ -44,6 +44,8 @@ class Timeline:
         counts = [dict() for _ in range(p)]
         n_chunks = len({k for order in orders for ph, _, k in order if ph != "O"})
         made: dict[tuple[str, int, int], int] = {}  # (phase, j, k) → the step its consumer waits for
+        route = [schedule.route(k, n_chunks) for k in range(n_chunks)]
+        stage_of = [schedule.stage_of(k, p) for k in range(n_chunks)]
 
         def index(table: dict, items: list, x) -> int:
             if x not in table:
@@ -53,9 +55,8 @@ class Timeline:
 
         def source(ph: str, j: int, k: int) -> tuple[str, int, int] | None:
             """The pass whose output pass (ph, j, k) consumes (None: it consumes none)."""
-            route = schedule.route(k, n_chunks)
             c = k - 1 if ph == "F" else k + 1
-            return (ph, j, c) if ph in ("F", "B") and c in route else None
+            return (ph, j, c) if ph in ("F", "B") and c in route[k] else None
 
         def step(s: int, key: Key, dep: tuple | None, out: tuple | None) -> None:
             """A step on stage ``s`` reading ``key``, after ``dep``'s output, producing ``out``'s."""
@@ -65,14 +66,14 @@ class Timeline:
             if out is not None and out[0] in ("F", "B"):
                 ph, _, k = out
                 nxt = k + 1 if ph == "F" else k - 1
-                to = schedule.stage_of(nxt, p)
-                if nxt in schedule.route(k, n_chunks) and to != s:
+                if nxt in route[k] and stage_of[nxt] != s:
+                    to = stage_of[nxt]
                     send = index(send_of, self.sends, (s, to, min(k, nxt)))
                 made[out] = len(self._steps)
             self._steps.append((s, ki, made[dep] if dep is not None else -1, send))
 
         def received(s: int, src) -> bool:
-            return src is not None and schedule.stage_of(src[2], p) != s
+            return src is not None and stage_of[src[2]] != s
 
         items = [[x for x in order if x[0] != "O"] for order in orders]  # O: the last item
         pairs = [order.pairs for order in orders]
