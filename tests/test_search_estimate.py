@@ -6,6 +6,8 @@ of the best of the top-k."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,9 +22,13 @@ from clustersim.resolve import resolve
 from clustersim.schedules import SCHEDULES
 
 GIB = 2**30
-#: the time estimate's bound against the simulation on these models (fast fidelity): measured
-#: worst 9.3% (ZB-H2 at m = p, where its W cannot fill the bubble the formula assumes filled)
-TIME_BOUND = 0.10
+REPO = Path(__file__).resolve().parent.parent
+#: the time estimate's bound against the simulation on these models: measured worst 2.7%
+#: (DualPipe on the MoE model: an F&B pair is timed as its two passes less the communication
+#: each hides under the other's compute, not by its interleaved segments); 9.3% before the
+#: estimate timed the schedule's order stage by stage and priced the step's tied-embedding
+#: all-reduce (session 7)
+TIME_BOUND = 0.03
 
 
 def moe_base(nodes: int = 2, gpn: int = 8, seq_len: int = 8192, fast: bool = False) -> dict:
@@ -199,27 +205,61 @@ def small_search():
     memory capped so that some plans prune."""
     vary = {"training.recompute": ["none"], "parallel.zero": [0], "parallel.tp_comm_overlap": [False]}
     return search(
-        dense_base(True), 16, micro_batches=[1], vary=vary, memory_fraction=0.25, top_k=5, workers=1
+        dense_base(True), 16, micro_batches=[1], vary=vary, memory_fraction=0.25, top_k=10, workers=1
     )
 
 
-#: how far the estimate's top-1 may simulate below the best of the top 5 on the small dense
-#: search: measured 3.4% — NOT the 1% issue #19 asks for (ZB-V with its embedding and head
-#: on one stage is estimated ~4% slow: that stage is busy from the first forward to the last
-#: W, so it has less bubble than the formula's fill and drain give it; open). On the shipped
-#: search scenario the gap is 0 (tests/test_search.py, notebooks/04-plan-search).
-SMALL_GAP = 0.04
+#: how far the estimate's top-1 may simulate below the best of the simulated top-k (issue #19:
+#: within 1%). Measured 0 on the small dense search (its top-1 is ZB-V, the DES best of the top
+#: 10; 3.4% off with the closed-form bubble, which gave the V-placed stage holding the embedding
+#: and the head a fill and drain it does not have), on the shipped sweep's search below and on
+#: gpt13b-like (tests/test_search.py).
+SMALL_GAP = 0.01
 
 
 def test_estimates_top1_simulates_close_to_the_best_of_the_top_k(small_search):
     res = small_search
     ranked = res.ranked
-    assert len(ranked) == 5 and set(ranked["est_rank"]) == {1, 2, 3, 4, 5}
+    assert len(ranked) == 10 and set(ranked["est_rank"]) == set(range(1, 11))
     top1 = ranked[ranked["est_rank"] == 1].iloc[0]
     assert res.estimate_gap == pytest.approx(1 - top1["throughput"] / ranked["throughput"].max())
     assert 0 <= res.estimate_gap <= SMALL_GAP
     text = res.explain(5)
     assert "est.rank" in text and "estimate's top-1" in text
+
+
+def test_estimates_top1_is_the_des_best_on_the_shipped_sweeps_search():
+    """scenarios/sweeps/quickstart-pp-schedule.yaml's base searched over its whole space (every
+    plan that fits simulated): the estimate's top-1 simulates within 1% of the best."""
+    from clustersim.experiments.grid import load_sweep_file
+
+    base = load_sweep_file(REPO / "scenarios/sweeps/quickstart-pp-schedule.yaml")[0]
+    res = search(base, top_k=100, workers=1)
+    assert len(res.ranked) == len(res.table[res.table["est_rank"].notna()]) >= 9  # all confirmed
+    assert 0 <= res.estimate_gap <= SMALL_GAP
+
+
+FLUSHING = ["1f1b", "gpipe", "interleaved", "zb_h1", "zb_h2", "zb_v", "dualpipe", "dualpipe_v"]
+
+
+@pytest.mark.parametrize("schedule", FLUSHING)
+def test_stage_timing_is_the_simulation_where_passes_hold_no_communication(schedule):
+    """tp = cp = dp = 1 on one node: each pass is compute only, so timing the schedule's order
+    stage by stage (clustersim/experiments/stage_timing.py) with the sends between the stages
+    and the step work is the simulated iteration — V placement, chunks, split backwards and
+    F&B pairs included. What remains are microseconds: the estimate's α-β model charges each
+    send and collective its link latencies (1–2 µs) where the engine's route charges fewer."""
+    base = dense_base(True)
+    base["cluster"].update(nodes=1, gpus_per_node=4, nic={"bandwidth": "400 Gbit/s", "per_node": 4})
+    base["training"]["global_batch"] = 16
+    plan = {"parallel.tp": 1, "parallel.pp": 4, "parallel.dp": 1, "parallel.schedule": schedule}
+    if schedule == "interleaved":
+        plan["parallel.virtual_stages"] = 2
+    sc = cs.load_scenario(base).with_overrides(plan)
+    e = Estimator().estimate(sc, plan)
+    sim = cs.simulate(sc).summary["iteration_time_s"]
+    assert e.iteration_s == pytest.approx(sim, rel=5e-5, abs=0)
+    assert abs(e.iteration_s - sim) < 20e-6
 
 
 def test_pruning_removes_exactly_the_plans_over_capacity(small_search):

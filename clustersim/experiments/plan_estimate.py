@@ -1,28 +1,29 @@
 """A plan's iteration time and peak memory without compiling it — to rank a search's space.
 
-:class:`Estimator` prices one loaded plan (a Scenario) in closed form, from what the
+:class:`Estimator` prices one loaded plan (a Scenario) without ops, from what the
 simulation itself would start from:
 
-* **compute per stage** — the chunk costs of the cost model (:func:`clustersim.resolve.resolve`,
+* **each pass** — the chunk costs of the cost model (:func:`clustersim.resolve.resolve`,
   cached over plans that differ only in their schedule), each pass's segments as the
-  compiler emits them (:func:`clustersim.schedules.compiler.pass_segments`): compute
-  kernels, plus TP / CP / EP collectives and ring-attention steps priced by the α-β closed
-  forms of :mod:`clustersim.collectives` on an idle network (the algorithm ``auto`` would
-  pick, :func:`~clustersim.collectives.registry.choose_algorithm`);
-* **bubble** by the schedule's formula, from the slowest stage's F, B and W per
-  micro-batch (t_F, t_B, t_W; B the input-gradient part where the schedule splits it):
-  GPipe / 1F1B (p − 1)(t_F + t_B + t_W) (Narayanan et al. 2021 §2.2); interleaved that / v;
-  ZB-H1 (p − 1)·max(0, t_F + t_B − t_W) and ZB-H2 (p − 1)·max(0, t_F + t_B − 2t_W) (Qi et al.
-  2024, "Zero Bubble Pipeline Parallelism" Table 1); ZB-V the ZB-H2 form on its half-stage
-  chunks; DualPipe (p/2 − 1)·max(0, T_F&B + T_B − 3T_W) with T_F&B = t_F + t_B + t_W
-  (DeepSeek-V3 report Table 2), DualPipe-V the same on its p − 1 half-stage chunk pairs;
-  any other schedule as 1F1B;
-* **exposed communication** — the pipeline's fill and drain send a micro-batch across
-  every stage boundary of its route down and back (2(p − 1) for one chunk per stage,
-  2(p·v − 1) interleaved; latency + bytes / bandwidth each); the data-parallel gradient all-reduce
-  (and the experts' over the expert-data-parallel group) after the last backward — all of
-  it in the 2021 model, what outlasts one micro-batch's backward with
-  ``overlap_grad_reduce``; then the optimizer step.
+  compiler emits them (:func:`clustersim.schedules.compiler.pass_segments`, with the
+  Megatron-2021 all-gather where the pass receives from another stage): compute kernels,
+  plus TP / CP / EP collectives and ring-attention steps priced by the α-β closed forms of
+  :mod:`clustersim.collectives` on an idle network (the algorithm ``auto`` would pick,
+  :func:`~clustersim.collectives.registry.choose_algorithm`); an overlapped F&B pair both
+  passes less the communication each hides under the other's compute;
+* **the pipeline** — a flushing schedule's own per-stage order for one iteration, timed
+  stage by stage (:mod:`.stage_timing`: each pass after the previous one on its stage and
+  after its input's send; the longest path over (stage, pass)), so the fill, drain and
+  every idle gap are the schedule's own — V placement, chunks, split backwards and F&B
+  pairs included, with no formula per schedule. A flush-free schedule (PipeDream, searched
+  only when asked for) takes 1F1B's (p − 1)(t_F + t_B) bubble on its slowest stage and the
+  fill and drain's sends along a micro-batch's route;
+* **the step** — after each stage's last pass its data-parallel gradient all-reduce (and
+  the experts' over the expert-data-parallel group; with ``overlap_grad_reduce`` what
+  outlasts one micro-batch's backward), then a flushing schedule's step work
+  (:mod:`clustersim.schedules.step_work`: the tied embedding's all-reduce between the
+  first and the last chunk's stages, the loss-scale check and gradient norm with their
+  scalar all-reduces over every stage) and the optimizer.
 
 Peak memory is the engine's ledger replayed over the schedule's order per stage, without
 ops: each stage's static bytes (:func:`~clustersim.schedules.compiler.stage_static_memory`)
@@ -40,7 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..collectives.group import resolve_alpha
 from ..collectives.protocol import resolve_protocols
@@ -52,8 +53,10 @@ from ..scenario import Scenario
 from ..schedules.compiler import pass_memory, pass_segments, stage_static_memory
 from ..schedules.orders import run_orders, stage_chunks
 from ..schedules.registry import SCHEDULES, Schedule
+from ..schedules.step_work import SCALAR_BYTES, grad_stats_group
 from ..topology.servers import nics_per_node
 from .memory import tightest_fit
+from .stage_timing import Timeline
 
 
 @dataclass(frozen=True)
@@ -108,16 +111,20 @@ class _Network:
         }
         self.algorithms = dict(job.simulation.collectives)
         self.protocols = resolve_protocols(cl.collective_protocols)
-        self._seen: dict[tuple, float] = {}
+        self._seen: dict[tuple, float] = {}  # by the group's hosts
+        self._asked: dict[tuple, float] = {}  # by its devices: the same groups come back plan after plan
 
     def collective(self, kind: str, devices: tuple[int, ...], nbytes: float) -> float:
         """Idle-network seconds of collective ``kind`` of ``nbytes`` over ``devices``."""
         if len(devices) <= 1:
             return 0.0
-        key = (kind, tuple(d // self.gpn for d in devices), nbytes)  # its hosts are its shape
-        if key not in self._seen:
-            self._seen[key] = self._collective(kind, devices, nbytes)
-        return self._seen[key]
+        t = self._asked.get((kind, devices, nbytes))
+        if t is None:
+            key = (kind, tuple(d // self.gpn for d in devices), nbytes)  # its hosts are its shape
+            if key not in self._seen:
+                self._seen[key] = self._collective(kind, devices, nbytes)
+            t = self._asked[kind, devices, nbytes] = self._seen[key]
+        return t
 
     def _collective(self, kind: str, devices: tuple[int, ...], nbytes: float) -> float:
         per_host = max(1, sum(1 for d in devices if d // self.gpn == devices[0] // self.gpn))
@@ -133,26 +140,18 @@ class _Network:
         return self.nic_lat + nbytes / self.nic_bw
 
 
-def _bubble(schedule: Schedule, p: int, v: int, f: float, b: float, w: float) -> float:
-    """The schedule's bubble (module docstring). ``f``, ``b``, ``w``: the F, B and W per
-    micro-batch summed over the stages other than the slowest — the fill and drain pass
-    through each of them once — so on p equal stages ``f`` is (p − 1)·t_F."""
-    if p == 1:
-        return 0.0
-    name = schedule.name
-    if name == "interleaved":
-        return (f + b + w) / v
-    if name == "zb_h1":
-        return max(0.0, f + b - w)
-    if name == "zb_h2":
-        return max(0.0, f + b - 2 * w)
-    if name == "zb_v":  # two half-stage chunks per stage
-        return max(0.0, f + b - 2 * w) / 2
-    if name == "dualpipe":  # a micro-batch visits one of the stage's two copies
-        return (p / 2 - 1) / (p - 1) * max(0.0, f + 2 * b - 2 * w)
-    if name == "dualpipe_v":
-        return max(0.0, f + 2 * b - 2 * w) / 2
-    return f + b + w
+class _Shape(NamedTuple):
+    """What the estimate reads of a schedule's orders for one (schedule, p, m, v)."""
+
+    #: whether the order splits backwards into B and W
+    split: bool
+    #: one iteration's passes to time (None: a flush-free schedule, timed in closed form)
+    timeline: Timeline | None
+    #: per stage the live (activations, stashed weights) counts per local chunk at each
+    #: forward that can set the peak (:func:`_live_vectors`)
+    vectors: list[list[tuple[int, ...]]]
+    #: per stage the model chunks it holds
+    chunks: list[list[int]]
 
 
 class Estimator:
@@ -162,7 +161,7 @@ class Estimator:
 
     def __init__(self) -> None:
         self._priced: dict[tuple, tuple[Job, list[dict[str, float]]]] = {}
-        self._profiles: dict[tuple, tuple[bool, list[list[tuple[int, ...]]]]] = {}
+        self._profiles: dict[tuple, _Shape] = {}
         self._networks: dict[int, _Network] = {}
 
     def estimate(self, sc: Scenario, plan: Mapping[str, Any]) -> PlanEstimate:
@@ -174,15 +173,16 @@ class Estimator:
         key += (schedule.model_chunks(sc.parallel.pp, v), schedule.directions, v)
         if key not in self._priced:
             job = resolve(sc)
-            self._priced[key] = (job, [self._pass_times(job, c) for c in job.chunk_costs])
+            groups, net, pipelined = _groups(job), self._network(job), job.plan.pp > 1
+            self._priced[key] = (job, [_PassTimes(c, groups, net, pipelined) for c in job.chunk_costs])
         job, times = self._priced[key]  # the costs of a plan that may differ in its schedule
         m = sc.num_microbatches
-        split, paired, vectors = self._profile(schedule, job.plan.pp, m, v, sc.simulation.iterations)
+        shape = self._profile(schedule, job.plan.pp, m, v, sc.simulation.iterations)
         if self._fast_memory(job):
-            memory, capacity = self._memory(job, schedule, vectors)
+            memory, capacity = self._memory(job, schedule, shape)
         else:
             memory, capacity = tightest_fit(job if job.schedule is schedule else resolve(sc))
-        return self._time(job, schedule, times, split, paired, m, self._network(job), memory, capacity)
+        return self._time(job, schedule, times, shape, m, self._network(job), memory, capacity)
 
     # ---- memory -----------------------------------------------------------------------------
 
@@ -197,26 +197,24 @@ class Estimator:
             and not fsdp
         )
 
-    def _profile(self, schedule: Schedule, p: int, m: int, v: int, iterations: int):
-        """(whether the order splits backwards, per stage the share of its forwards run in
-        an overlapped F&B pair, per stage the live (activations, stashed weights) counts
-        per local chunk at each forward that can set the peak)."""
+    def _profile(self, schedule: Schedule, p: int, m: int, v: int, iterations: int) -> _Shape:
         key = (schedule.name, p, m, v, 1 if schedule.flush else iterations)
         if key not in self._profiles:
             orders = run_orders(schedule, p, m, v, key[-1])
             split = any(ph == "W" for order in orders for ph, _, _ in order)
-            paired = [len(order.pairs) / max(1, sum(ph == "F" for ph, _, _ in order)) for order in orders]
+            timeline = Timeline(schedule, orders, p) if schedule.flush else None
             vectors = [_live_vectors(schedule, order, s, p, v) for s, order in enumerate(orders)]
-            self._profiles[key] = (split, paired, vectors)
+            chunks = [stage_chunks(schedule, s, p, v) for s in range(p)]
+            self._profiles[key] = _Shape(split, timeline, vectors, chunks)
         return self._profiles[key]
 
     @staticmethod
-    def _memory(job: Job, schedule: Schedule, vectors) -> tuple[float, float]:
-        costs, p, v = job.chunk_costs, job.plan.pp, job.parallel.virtual_stages
+    def _memory(job: Job, schedule: Schedule, shape: _Shape) -> tuple[float, float]:
+        costs, vectors = job.chunk_costs, shape.vectors
         stash = schedule.weights == "stash"
         peak = 0.0
-        for s in range(p):
-            chunks = [costs[k] for k in stage_chunks(schedule, s, p, v)]
+        for s, ks in enumerate(shape.chunks):
+            chunks = [costs[k] for k in ks]
             static = stage_static_memory(schedule, chunks).total
             held = [(c.activation_memory, c.weight_bytes if stash else 0) for c in chunks]
             live = max((sum(n * b for n, b in zip(vec, _flat(held))) for vec in vectors[s]), default=0)
@@ -231,43 +229,39 @@ class Estimator:
             self._networks[n] = _Network(job)
         return self._networks[n]
 
-    def _pass_times(self, job: Job, cost) -> dict[str, float]:
-        net = self._network(job)
-        groups = _groups(job)
-        out = {}
-        for phase, split in (("F", False), ("B", False), ("Bi", True), ("W", True)):
-            segs = pass_segments(cost, phase[0], split, job.plan.pp > 1)
-            out[phase] = _segments_time(segs, groups, net)
-            # the pass's communication: what an overlapped F&B pair can hide under the other's compute
-            # (a ring's attention chunks and an overlap's GEMM are compute: only what outlasts them is not)
-            compute = sum(g.duration for g in segs if g.kind != "collective")
-            out[phase + " comm"] = max(0.0, out[phase] - compute)
-        return out
-
-    def _time(self, job, schedule, times, split, paired, m, net, memory, capacity) -> PlanEstimate:
-        plan, p, v = job.plan, job.plan.pp, job.parallel.virtual_stages
-        d = schedule.directions
-        per_stage = []
-        for s in range(p):
-            ks = stage_chunks(schedule, s, p, v)
-            f = sum(times[k]["F"] for k in ks) / d
-            b = sum(times[k]["Bi" if split else "B"] for k in ks) / d
-            w = sum(times[k]["W"] for k in ks) / d if split else 0.0
-            per_stage.append((f + b + w - paired[s] * _hidden(times, ks, d), f, b, w, s))
-        total, *_, slow = max(per_stage)
-        others = [x for x in per_stage if x[-1] != slow]
-        bubble = _bubble(schedule, p, v, *(sum(x[i] for x in others) for i in (1, 2, 3)))
+    def _time(self, job, schedule, times, shape: _Shape, m, net, memory, capacity) -> PlanEstimate:
+        plan, p, split, timeline = job.plan, job.plan.pp, shape.split, shape.timeline
         costs = job.chunk_costs
+        d = schedule.directions
+        per_stage = []  # per micro-batch: (F, B, W) of each stage, its chunks' share
+        phases = ("F", "Bi", "W") if split else ("F", "B")
+        for ks in shape.chunks:
+            per_stage.append(
+                tuple(sum(times[k][ph, p > 1][0] for k in ks) / d for ph in phases) + (0.0,) * (not split)
+            )
         hops = 0.0
         if p > 1:  # a micro-batch's route down and back: each chunk boundary between two stages
             route = schedule.route(0, len(costs))
             cross = [(schedule.stage_of(k, p), schedule.stage_of(k + 1, p)) for k in route[:-1]]
             nbytes = max(c.activation_bytes for c in costs)
             hops = 2 * sum(net.send(plan.device(a), plan.device(b), nbytes) for a, b in cross if a != b)
-        sync, optimizer = 0.0, 0.0
+        if timeline is not None:  # the schedule's own order, timed pass by pass
+            durations = [_duration(times, key) for key in timeline.keys]
+            sends = [
+                net.send(plan.device(a), plan.device(b), costs[c].activation_bytes)
+                for a, b, c in timeline.sends
+            ]
+            ends = timeline.run(durations, sends)
+            compute = max(timeline.busy(durations))
+            hops = min(hops, max(ends) - compute)
+        else:  # flush-free (PipeDream, asked for only): the 1F1B closed form on the slowest stage
+            *_, slow = max((sum(x), s) for s, x in enumerate(per_stage))
+            compute = m * sum(per_stage[slow])
+            fill = sum(sum(x) for s, x in enumerate(per_stage) if s != slow)
+            ends = [compute + fill + hops] * p
+        ready = list(ends)  # each stage's gradients reduced over its data-parallel group
         overlap = job.parallel.data_parallel is not None and job.parallel.data_parallel.overlap_grad_reduce
-        for s in range(p):
-            ks = stage_chunks(schedule, s, p, v)
+        for s, ks in enumerate(shape.chunks):
             t_sync = 0.0
             if plan.replicas > 1 or d > 1:
                 mirror = p - 1 - s if d > 1 else s
@@ -276,26 +270,82 @@ class Estimator:
             expert = sum(costs[k].expert_grad_bytes for k in ks)
             if expert and plan.edp > 1:
                 t_sync += net.collective("all_reduce", plan.expert_group(plan.device(s), "edp"), expert)
-            if overlap:
-                t_sync = max(0.0, t_sync - per_stage[s][2] - per_stage[s][3])
-            sync = max(sync, t_sync)
-            optimizer = max(
-                optimizer, sum(costs[k].optimizer + costs[k].unscale + costs[k].grad_norm for k in ks)
-            )
-        compute = m * total
-        comm = hops + sync
-        return PlanEstimate(compute + bubble + comm + optimizer, compute, bubble, comm, memory, capacity)
+            if overlap:  # what outlasts the stage's last backward
+                t_sync = max(0.0, t_sync - per_stage[s][1] - per_stage[s][2])
+            ready[s] += t_sync
+        done, optimizer = _step(job, schedule, shape, net, ready)
+        span = max(ends)
+        optimizer = min(optimizer, done - span)
+        bubble = span - compute - hops
+        return PlanEstimate(done, compute, bubble, hops + done - span - optimizer, memory, capacity)
 
 
-def _hidden(times: list[dict[str, float]], chunks: list[int], d: int) -> float:
-    """Seconds an overlapped F&B pair hides per micro-batch on a stage holding ``chunks``:
-    each pass's communication, as far as the other pass has compute to run beside it
-    (:mod:`clustersim.schedules.overlap`)."""
-    f = sum(times[k]["F"] for k in chunks) / d
-    fc = sum(times[k]["F comm"] for k in chunks) / d
-    b = sum(times[k]["B"] for k in chunks) / d
-    bc = sum(times[k]["B comm"] for k in chunks) / d
-    return min(fc, b - bc) + min(bc, f - fc)
+def _step(
+    job: Job, schedule: Schedule, shape: _Shape, net: _Network, ready: list[float]
+) -> tuple[float, float]:
+    """(when the last stage's optimizer ends, the longest stage's step compute) from when
+    each stage's gradients are reduced (``ready``): a flushing schedule's step work of
+    :mod:`clustersim.schedules.step_work` — the tied embedding's all-reduce between the
+    first and last chunk's stages, the loss-scale check and the gradient norm, each a
+    pass over the stage's gradients and a scalar all-reduce over every stage (a
+    rendezvous) — then each stage's optimizer."""
+    plan, p, costs = job.plan, job.plan.pp, job.chunk_costs
+    chunks = [[costs[k] for k in ks] for ks in shape.chunks]
+    t = list(ready)
+    if schedule.flush:
+        ends = (schedule.stage_of(0, p), schedule.stage_of(len(costs) - 1, p))
+        tied = max(sum(c.tied_grad_bytes for c in chunks[s]) for s in ends)
+        if tied and ends[0] != ends[1]:
+            pair = tuple(plan.device(s) for s in ends)
+            t[ends[0]] = t[ends[1]] = max(t[s] for s in ends) + net.collective("all_reduce", pair, tied)
+        group = grad_stats_group(plan, 0, job.parallel.zero > 0)
+        for work in ("unscale", "grad_norm"):
+            seconds = [sum(getattr(c, work) for c in cs) for cs in chunks]
+            if any(seconds):
+                t = [x + y for x, y in zip(t, seconds)]
+                if len(group) > 1:
+                    t = [max(t) + net.collective("all_reduce", group, SCALAR_BYTES)] * p
+    optimizer = [sum(c.optimizer for c in cs) for cs in chunks]
+    step = max(sum(c.optimizer + c.unscale + c.grad_norm for c in cs) for cs in chunks)
+    return max(x + y for x, y in zip(t, optimizer)), step
+
+
+class _PassTimes(dict):
+    """One chunk's passes: per (phase — F, B, Bi the input-gradient part, W —, whether the
+    pass received its input from another stage) its seconds and, of them, its communication
+    — what an overlapped F&B pair can hide under the other pass's compute (a ring's
+    attention chunks and an overlap's GEMM are compute: only what outlasts them is not).
+    Each is priced when first asked for: a plan needs only the passes its schedule runs."""
+
+    def __init__(self, cost, groups: Mapping[str, tuple[int, ...]], net: _Network, pipelined: bool):
+        super().__init__()
+        self._cost, self._groups, self._net, self._pipelined = cost, groups, net, pipelined
+
+    def __missing__(self, key: tuple[str, bool]) -> tuple[float, float]:
+        phase, received = key
+        if received and not (self._cost.recv_gather and self._pipelined):
+            value = self[phase, False]  # nothing is gathered: the same pass
+        else:
+            segs = pass_segments(self._cost, phase[0], phase in ("Bi", "W"), received)
+            total = _segments_time(segs, self._groups, self._net)
+            compute = sum(g.duration for g in segs if g.kind != "collective")
+            value = (total, max(0.0, total - compute))
+        self[key] = value
+        return value
+
+
+def _duration(times: list[dict], key: tuple) -> float:
+    """Seconds of a :class:`.stage_timing.Timeline` key: a pass's, or an overlapped F&B pair's
+    — both passes less the communication each hides under the other's compute
+    (:mod:`clustersim.schedules.overlap`); the empty key (a pair's wait for its input) is 0."""
+    if not key:
+        return 0.0
+    if key[0] != "F&B":
+        return times[key[1]][key[0], key[2]][0]
+    _, kf, rf, phase, kb, rb = key
+    f, fc = times[kf]["F", rf]
+    b, bc = times[kb][phase, rb]
+    return f + b - min(fc, b - bc) - min(bc, f - fc)
 
 
 def _flat(held: list[tuple[int, int]]) -> list[int]:

@@ -3,8 +3,8 @@
 1. enumerate every plan for the GPU count(s) (:mod:`.plans`: tp, cp, ep, pp, dp,
    micro-batch, schedule and its chunks, ZeRO, recompute, sequence parallelism, overlap
    options) and load each one — the loader's rules refuse what cannot run (``invalid``);
-2. estimate every plan at analytical speed (:mod:`.plan_estimate`: iteration time in
-   closed form, peak memory by the schedule's order) and prune the plans whose peak memory
+2. estimate every plan at analytical speed (:mod:`.plan_estimate`: iteration time by
+   the schedule's order timed stage by stage, peak memory by that order) and prune the plans whose peak memory
    per GPU exceeds the GPU's capacity — before simulating anything;
 3. simulate the ``top_k`` best by the estimate as one sweep (any executor; resumable with
    ``out``); with progress shown, the plan count and the simulations' wall-time estimate
