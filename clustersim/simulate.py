@@ -19,7 +19,7 @@ from .engine.collector import collector_paused
 from .engine.dag import choose_evaluator
 from .engine.interpreter import Engine
 from .engine.network_setup import build_network
-from .engine.replicas import ReplicatedRun, replica_obstacle
+from .engine.replicas import ReplicatedRun
 from .engine.variability import compute_scales
 from .hardware.node_groups import device_memory
 from .modes import compile_job, mode_of
@@ -29,6 +29,7 @@ from .progress import mode as progress_mode
 from .record import Recorder
 from .resolve import Job, Layout, resolve
 from .resolve.estimate import ADVICE_S, Estimate, advice, check_budget
+from .resolve.replication import replica_obstacle
 from .scenario import MultiJobScenario, Scenario, load_scenario
 from .trace.assemble import assemble_result
 from .trace.result import Result
@@ -91,11 +92,11 @@ def run_job(job: Job, progress: bool | str = False) -> Result:
     estimate is the first line, with advice when the run would take over a minute (which
     also goes to the ``clustersim`` logger when nothing is shown)."""
     wall0 = time.perf_counter()
-    est = check_budget(job)
+    mode = mode_of(job)
+    est = check_budget(job, mode.name)  # (priced as replicated where simulate replicates it)
     how = progress_mode(progress)
     report = Reporter(job.name, bar=how == "bar") if how else None
-    _announce(job, est, report, warn=progress == "auto")
-    mode = mode_of(job)
+    _announce(job, est, report, warn=progress == "auto", mode_name=mode.name)
     with collector_paused():  # from compiling to the run's end (engine/collector.py)
         engine, evaluator_note = _compile_and_run(job, report, how)
     with _phase(report, "building the result"):
@@ -170,11 +171,11 @@ def _phase(report: Reporter | None, what: str, done=None, total: int | None = No
     return report.phase(what, done, total) if report is not None else contextlib.nullcontext()
 
 
-def _announce(job: Job, est: Estimate, report: Reporter | None, warn: bool) -> None:
+def _announce(job: Job, est: Estimate, report: Reporter | None, warn: bool, mode_name: str) -> None:
     """The estimate line (shown runs), with advice for a run estimated over a minute — which
     a run silent by default (``progress="auto"`` off a terminal) logs as a warning, so no
     long run starts unannounced; ``progress=False`` (a sweep's rows) stays silent."""
-    tips = advice(job, est) if est.seconds > ADVICE_S else []
+    tips = advice(job, est, mode_name) if est.seconds > ADVICE_S else []
     line = f"estimated {est.line()}"
     if tips:
         line += f"; faster: {'; '.join(tips[:3])}"

@@ -32,49 +32,13 @@ from heapq import heappop, heappush
 
 from ..errors import ScenarioError, SimulationStall
 from ..network.base import Fabric
-from ..program import COLLECTIVE, RECV, SEND, Program
+from ..program import COLLECTIVE, RECV, Program
 from ..record import Recorder
+from ..resolve.replication import contention_free
 from .collective_plans import CollectivePlans
 from .collector import collector_paused
 from .lanes import DONE, END, HOLD, INSTANT, JOINED, POSTED, SENT, compile_lane, wait_more, waiter_table
 from .memory import MemoryLedger
-
-#: the network models whose sends take a time fixed before the run (``Fabric.fixed_time``)
-FIXED_TIME_NETWORKS = ("direct", "analytical")
-
-
-def contention_free(job, program: Program | None) -> tuple[bool, str]:
-    """Whether the DAG evaluator reproduces the SimPy engine exactly for ``program`` under
-    ``job`` (the resolved Job, or anything with its ``cluster`` and ``simulation``), and why;
-    ``program`` None: for any Program of the job (as if it held sends and collectives).
-
-    Read off the engine: it needs SimPy only where an op's time is not known when it
-    starts — a send on the ``packet`` or ``flow`` model (fair shares, queues), or on the
-    analytical one inside a link degradation window (the time depends on the start); a
-    collective under ``collective_model: fabric`` (point-to-point steps on the network);
-    and a compute op under ``comm_compute_slowdown`` > 1 (its rate changes as collectives
-    start and end). Compute noise, stragglers and per-GPU speeds are allowed: they are
-    per-op factors fixed before the run from the seed, the same in both. (A job with
-    faults simulates each of its configurations through ``simulate``, which decides per
-    configuration.)"""
-    cl, sim = job.cluster, job.simulation
-    if cl.comm_compute_slowdown != 1.0:
-        return False, f"comm_compute_slowdown {cl.comm_compute_slowdown} couples compute to collectives"
-    fixed_sends = sim.network in FIXED_TIME_NETWORKS and not (
-        sim.network == "analytical" and cl.link_degradations
-    )
-    if not fixed_sends or sim.collective_model != "analytical":  # then it depends on what the Program holds
-        kinds = {SEND, COLLECTIVE} if program is None else {op.kind for op in program.ops}
-        if SEND in kinds and sim.network not in FIXED_TIME_NETWORKS:
-            return False, f"network {sim.network!r} times sends by what shares their links"
-        if SEND in kinds and not fixed_sends:
-            return False, "link_degradations make a send's time depend on when it starts"
-        if COLLECTIVE in kinds and sim.collective_model != "analytical":
-            return (
-                False,
-                f"collective_model {sim.collective_model!r} runs collectives as steps on the network",
-            )
-    return True, f"contention-free: network {sim.network}, collective_model {sim.collective_model}"
 
 
 def choose_evaluator(job, program: Program) -> tuple[type, str]:

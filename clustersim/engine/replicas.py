@@ -1,7 +1,7 @@
 """Replicated evaluation: an unfolded contention-free run evaluated once per stage.
 
 Where folding is exact (:func:`clustersim.parallel.fold.can_fold`: the tp × dp twins of a
-stage are twins) and the DAG evaluator is (:func:`~clustersim.engine.dag.contention_free`:
+stage are twins) and the DAG evaluator is (:func:`~clustersim.resolve.replication.contention_free`:
 no op's time depends on what else is in flight), every twin's ops take the times of its
 stage representative's, to the bit — on these fabrics a send's time depends only on the
 kinds of links it crosses (which the fold check compares) and a collective's on its
@@ -33,26 +33,8 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
-from ..parallel.fold import fold_obstacle
 from ..program import COLLECTIVE
 from ..record import SPAN_FIELDS
-
-
-def replica_obstacle(job, mode_name: str) -> str | None:
-    """Why ``job`` (unfolded) cannot be evaluated as replicas of its folded Program, or None."""
-    from .dag import contention_free
-
-    if job.fold.enabled:
-        return "the run is folded"
-    if mode_name != "pipeline":
-        return f"the {mode_name} mode's Program is not laid out by stage replicas"
-    if job.simulation.evaluator == "des":
-        return "simulation.evaluator: des"
-    twins = fold_obstacle(job)
-    if twins is not None:
-        return f"twins differ: {twins}"
-    exact, why = contention_free(job, None)
-    return None if exact else why
 
 
 class ReplicatedRun:

@@ -11,6 +11,14 @@ under ``collective_model: analytical`` three events. Folded runs count the shado
 the twins they drop. The wall time is ops × :data:`SECONDS_PER_OP` + events × the
 network's :data:`SECONDS_PER_EVENT` (measured on the project's 2-core machine, docs/fidelity.md).
 
+An unfolded run that ``simulate`` evaluates as replicas of its folded Program
+(:func:`.replication.replica_obstacle`, given the run's training mode) is priced as it runs:
+the folded evaluation (its ops and events) plus every span expanded to the tp × dp twins
+(:data:`SECONDS_PER_ROW`). Its ``ops`` are then the ops the run records (every GPU's, the
+rows of its tables: the memory side of the budget) and its ``events`` the events it
+evaluates (the folded pass's: the time side), so ``max_ops`` compares the expanded rows
+and ``max_events`` the folded work.
+
 It is an estimate, not a count: tests/test_estimate.py holds it within 2× of the real op and
 event counts of shipped scenarios. :func:`check_budget` refuses a run whose estimate passes
 ``simulation.max_events`` or ``simulation.max_ops`` — before compiling, so a slip of a few
@@ -27,12 +35,16 @@ from ..errors import ProgramError, ScenarioError
 from ..schedules.orders import stage_order
 from ..topology.graph import is_wire
 from ..topology.routing import Router
+from .replication import replica_obstacle
 
 #: wall seconds per op (compile, check, engine plans, result tables) and per simulated event,
 #: measured on the project's 2-core machine (docs/fidelity.md); a rough scale, not a promise
 SECONDS_PER_OP = 30e-6
 SECONDS_PER_EVENT = {"packet": 3e-6, "flow": 9e-6}  # (a flow event re-solves the shares)
 OTHER_SECONDS_PER_EVENT = 4e-6
+#: wall seconds per op of a replicated run for expanding its span to each twin (spans,
+#: memory samples, result tables; GPT-3 175B and LLaMA-3 405B unfolded, docs/performance.md)
+SECONDS_PER_ROW = 2.5e-6
 #: the packet model's chunk when ``simulation.chunk_size`` is unset (network/packet.py)
 DEFAULT_CHUNK = 1 << 20
 #: events a flow-model message costs: its start, its end and its share of the rate changes
@@ -47,15 +59,22 @@ ADVICE_S = 60.0
 
 @dataclass(frozen=True)
 class Estimate:
-    """Ops of the Program, simulated events and wall seconds a run is expected to take."""
+    """Ops the run records, events it simulates and wall seconds it is expected to take;
+    ``replicas``: how many twins each evaluated op stands for (1 unless replicated, module
+    docstring)."""
 
     ops: int
     events: int
     seconds: float
+    replicas: int = 1
 
     def line(self) -> str:
-        """One line for the log: ``~1.2 M ops, ~54 M events, ~3 min``."""
-        return f"~{_count(self.ops)} ops, ~{_count(self.events)} events, ~{_duration(self.seconds)}"
+        """One line for the log: ``~1.2 M ops, ~54 M events, ~3 min`` (a replicated run:
+        ``~2.7 M ops (~42 k evaluated × 64 replicas), …``)."""
+        ops = f"~{_count(self.ops)} ops"
+        if self.replicas > 1:
+            ops += f" (~{_count(self.ops / self.replicas)} evaluated × {self.replicas} replicas)"
+        return f"{ops}, ~{_count(self.events)} events, ~{_duration(self.seconds)}"
 
 
 def _count(n: float) -> str:
@@ -101,9 +120,15 @@ def _knobs(job) -> _Knobs:
     )
 
 
-def estimate(job, knobs: _Knobs | None = None) -> Estimate:
-    """The cost of running ``job`` (a resolved Job) under its own settings, or ``knobs``."""
+def estimate(job, knobs: _Knobs | None = None, mode_name: str | None = None) -> Estimate:
+    """The cost of running ``job`` (a resolved Job) under its own settings, or ``knobs``;
+    ``mode_name``: the training mode ``simulate`` runs it in, which decides whether an
+    unfolded run is replicated (None: a run that is not, e.g. one job of a multi-job run)."""
     k = knobs or _knobs(job)
+    if mode_name is not None and not k.fold:
+        why_not = replica_obstacle(job, mode_name, False, k.network, k.collective_model)
+        if why_not is None:
+            return _replicated(job, k)
     hops = _Hops(job, k.network)
     if job.layer_costs is not None:  # a parameter server: workers push and pull per layer
         return _parameter_server(job, k, hops)
@@ -148,6 +173,14 @@ def estimate(job, knobs: _Knobs | None = None) -> Estimate:
         ops += per_rank_ops * replicas * ranks
         events += per_rank_events * replicas * ranks
     return _priced(k, ops * k.iterations, events * k.iterations)
+
+
+def _replicated(job, k: _Knobs) -> Estimate:
+    """The folded run's estimate, plus each of its ops expanded to the tp × dp twins."""
+    folded = estimate(job, replace(k, fold=True))
+    twins = job.plan.tp * job.plan.dp
+    rows = folded.ops * twins
+    return Estimate(rows, folded.events, folded.seconds + rows * SECONDS_PER_ROW, twins)
 
 
 def _parameter_server(job, k: _Knobs, hops: _Hops) -> Estimate:
@@ -306,9 +339,10 @@ _ALTERNATIVES = (
 )
 
 
-def advice(job, est: Estimate | None = None) -> list[str]:
-    """What brings the estimate down, best first: ``'simulation.fold: true (~1.2 k ops, …; 40× fewer events)'``."""
-    est = est or estimate(job)
+def advice(job, est: Estimate | None = None, mode_name: str | None = None) -> list[str]:
+    """What brings the estimate down, best first: ``'simulation.fold: true (~1.2 k ops, …; 40× fewer events)'``
+    (``mode_name`` as in :func:`estimate`)."""
+    est = est or estimate(job, mode_name=mode_name)
     base = _knobs(job)
     out = []
     for label, change in _ALTERNATIVES:
@@ -319,7 +353,7 @@ def advice(job, est: Estimate | None = None) -> list[str]:
             alt = replace(alt, fold=True)
         if alt == base:
             continue
-        other = estimate(job, alt)
+        other = estimate(job, alt, mode_name)
         if other.seconds < est.seconds / 1.5:
             out.append(
                 (other.seconds, f"{label} ({other.line()}; {est.seconds / other.seconds:.0f}× faster)")
@@ -327,17 +361,18 @@ def advice(job, est: Estimate | None = None) -> list[str]:
     return [text for _, text in sorted(out)]
 
 
-def check_budget(job) -> Estimate:
-    """The run's :class:`Estimate`; a ScenarioError on ``simulation.max_events`` (or
-    ``max_ops``) with the estimate and :func:`advice` when it passes the budget."""
-    est = estimate(job)
+def check_budget(job, mode_name: str | None = None) -> Estimate:
+    """The run's :class:`Estimate` (``mode_name`` as in :func:`estimate`); a ScenarioError on
+    ``simulation.max_events`` (or ``max_ops``) with the estimate and :func:`advice` when it
+    passes the budget."""
+    est = estimate(job, mode_name=mode_name)
     sim = job.simulation
     for field, used, budget in (
         ("max_ops", est.ops, sim.max_ops),
         ("max_events", est.events, sim.max_events),
     ):
         if used > budget:
-            tips = advice(job, est)
+            tips = advice(job, est, mode_name)
             hint = f"; to reduce it: {'; '.join(tips[:3])}" if tips else ""
             raise ScenarioError(
                 f"simulation.{field}",
