@@ -104,9 +104,11 @@ def make_executor(
             yield pool
         except BaseException:  # interrupted or failed: do not wait for the runs in flight
             _kill_workers(pool)
+            # nor for the pool's threads: one may be writing to a pipe a killed worker no
+            # longer reads (a ctrl-C then hung in shutdown(wait=True) in fresh-clone runs)
+            pool.shutdown(wait=False, cancel_futures=True)
             raise
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+        pool.shutdown(wait=True, cancel_futures=True)
         return
     if executor == "dask":
         with _dask_client(workers, scheduler) as client:
