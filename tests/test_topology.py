@@ -331,3 +331,13 @@ def test_a_topology_typo_is_refused_even_where_no_topology_is_built():
     )
     raw["cluster"]["topology"] = {"kind": "fat_tree", "spines": 2}
     assert load_scenario(raw).cluster.topology == {"kind": "fat_tree", "spines": 2}
+
+
+def test_a_links_two_directions_hold_separate_attributes():
+    """Changing one direction of a link (a fabric derating it) leaves the other as built."""
+    from clustersim.topology.graph import add_link
+
+    g = nx.DiGraph()
+    add_link(g, "a", "b", 2.0e9, 1e-6, "nic")
+    g["a"]["b"]["bandwidth"] = 1.0e9
+    assert g["b"]["a"] == {"bandwidth": 2.0e9, "latency": 1e-6, "kind": "nic"}

@@ -26,8 +26,8 @@ NODE_KINDS = ("gpu", "nic", "switch", "host", "server")
 def add_link(g: nx.DiGraph, a: str, b: str, bandwidth: float, latency: float, kind: str) -> None:
     """Add one physical link between ``a`` and ``b``: an edge in each direction (each with
     its own copy of the attributes). One ``add_edges_from`` call, not two ``add_edge``
-    calls: a 16,384-GPU fat tree adds 106k edges, and the keyword handling of two calls per
-    link was a third of building it (issue #19)."""
+    calls: a 16,384-GPU fat tree adds 106k edges, and two calls per link took half as long
+    again (0.68 vs 0.45 s CPU for 53k links, issue #19)."""
     attrs = {"bandwidth": bandwidth, "latency": latency, "kind": kind}
     g.add_edges_from(((a, b, attrs), (b, a, attrs)))
 
