@@ -18,7 +18,8 @@ from __future__ import annotations
 import operator
 import sys
 from itertools import chain
-from operator import attrgetter, le
+from collections import Counter
+from operator import attrgetter, contains, eq, itemgetter, le
 
 import numpy as np
 
@@ -283,7 +284,9 @@ class Program:
         p2p = [op for op, k in zip(ops, kinds) if k in _P2P]
         if not _matched(ops, p2p):
             self._check_matching()
-        self._check_collectives([op for op, k in zip(ops, kinds) if k == COLLECTIVE])
+        collective_ops = [op for op, k in zip(ops, kinds) if k == COLLECTIVE]
+        if not _collectives_hold(collective_ops, self.num_devices):
+            self._check_collectives(collective_ops)
         if not self._acyclic(deps, flat, kinds):
             self._check_acyclic()
 
@@ -516,6 +519,35 @@ def _matched(ops: list[Op], p2p: list[Op]) -> bool:
         ):
             return False
     return True
+
+
+_AGREED = attrgetter("group", "collective", "split", "nbytes")
+_TAG, _ARRIVALS = attrgetter("tag"), attrgetter("arrivals")
+
+
+def _collectives_hold(collective_ops: list[Op], num_devices: int) -> bool:
+    """Whether the collective ops pass :meth:`Program._check_collectives`, tested over
+    columns of them (C-level ``map``s; a folded Program holds one op per collective, so
+    a loop per collective is one per op): each tag's members agree with its first on
+    group, collective and size, sit in the group, one per device, at least ``arrivals``
+    (0: the whole group) of them; and each group lists distinct devices."""
+    tags = list(map(_TAG, collective_ops))
+    agreed = [(g, c, s or b) for g, c, s, b in map(_AGREED, collective_ops)]
+    first = dict(zip(reversed(tags), reversed(agreed)))  # tag → its first member's
+    if not all(map(eq, agreed, map(first.__getitem__, tags))):
+        return False
+    for group in {a[0] for a in first.values()}:
+        if not group or len(set(group)) != len(group) or min(group) < 0 or max(group) >= num_devices:
+            return False
+    devices = list(map(_DEVICE, collective_ops))
+    if not all(map(contains, map(itemgetter(0), agreed), devices)):
+        return False
+    if len(set(zip(tags, devices))) != len(tags):
+        return False
+    wants = [a or len(k[0]) for a, k in zip(map(_ARRIVALS, collective_ops), agreed)]
+    want = dict(zip(reversed(tags), reversed(wants)))  # the first member's arrivals
+    members = Counter(tags)
+    return all(members[tag] >= w for tag, w in want.items())
 
 
 def _a_cycle(succ: list[list[int]], indeg: list[int]) -> list[int]:

@@ -53,6 +53,8 @@ def programs(draw):
             fields["tag"] = draw(st.sampled_from(["a", "b", "c"]))
             fields["collective"] = draw(st.sampled_from(["all_reduce", "all_reduce", "all_gather"]))
             fields["arrivals"] = draw(st.sampled_from([0, 0, 1]))
+            # an all-to-all-v: members agree on the matrix, each op's nbytes its own row
+            fields["split"] = draw(st.sampled_from([(), (), ((0, 5), (15, 0))]))
         prog.add(dev, lane, kind, f"op{i}", **fields)
     return prog
 
@@ -82,7 +84,8 @@ def _repaired(prog: Program, rules: int) -> Program:
                     op.kind = "compute"
             group = tuple(sorted(on)) if rules >= 5 else first.group
             for op in members:
-                op.group, op.collective, op.nbytes, op.arrivals = group, first.collective, first.nbytes, 0
+                op.group, op.collective, op.split, op.arrivals = group, first.collective, first.split, 0
+                op.nbytes = op.nbytes if first.split else first.nbytes  # (a matrix: sizes may differ)
     return prog
 
 

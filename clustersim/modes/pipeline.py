@@ -61,6 +61,7 @@ class PipelineMode(TrainingMode):
             data_parallel=job.data_parallel,
             sharded_optimizer=job.parallel.zero > 0
             or bool(job.parallel.data_parallel and job.parallel.data_parallel.distributed_optimizer),
+            coarse=job.simulation.granularity == "stage",  # (compile_job coarsens it)
         )
 
     def report(self, spans: pd.DataFrame, job: Job) -> ModeReport:

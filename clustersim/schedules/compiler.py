@@ -82,6 +82,7 @@ def compile_pipeline(
     replicas: list | None = None,
     data_parallel: DataParallel | None = None,
     sharded_optimizer: bool = False,
+    coarse: bool = False,
 ) -> Program:
     """The Program of ``iterations`` training iterations of ``schedule`` under ``plan``.
 
@@ -95,7 +96,10 @@ def compile_pipeline(
     ``data_parallel``: the data-parallel traffic of :mod:`.data_parallel` (None: one
     all-reduce per stage and step). ``sharded_optimizer``: the optimizer is sharded over
     the data-parallel group (ZeRO ≥ 1, the distributed optimizer), so the step's scalar
-    all-reduces span every GPU (:mod:`.step_work`)."""
+    all-reduces span every GPU (:mod:`.step_work`). ``coarse``: each pass emitted once and
+    stamped (:mod:`.pass_template`) is coarsened once, before stamping, as
+    :func:`~clustersim.coarsen.coarsen` would coarsen its every copy (for a Program that
+    will be coarsened: fewer ops to stamp, check and merge)."""
     p = plan.pp
     if data_parallel is not None and (compression is not None or replicas or schedule.directions > 1):
         raise ProgramError(
@@ -134,6 +138,7 @@ def compile_pipeline(
             activations,
             data_parallel,
             sharded_optimizer,
+            coarse,
         )
     if plan.cp > 1:
         link_ring_transfers(prog)
@@ -438,6 +443,7 @@ def _emit_stage(
     activations,
     data_parallel,
     sharded,
+    coarse,
 ) -> None:
     dev = plan.device(s, r, t)
     has_w = {(j, k) for ph, j, k in order if ph == "W"}
@@ -573,7 +579,7 @@ def _emit_stage(
                     emit = partial(
                         emit_pass, plan=plan, cost=pj.cost, phase=ph, stage=s, r=r, t=t, mb=0, **kw
                     )
-                    template = templates[pj.same] = PassTemplate.record(emit)
+                    template = templates[pj.same] = PassTemplate.record(emit, coarse)
                 ends = [template.stamp(prog, pj.name, pj.mb, last_it, fwd_version[(j, k)], last)]
         for pj, (first, end), dec in zip(job, ends, decoded):
             if pj.coded_out:  # coded before its send (which waits on the pass's last op)
@@ -727,6 +733,7 @@ def _emit_replica(
     activations: Compression | None = None,
     data_parallel: DataParallel | None = None,
     sharded: bool = False,
+    coarse: bool = False,
 ) -> None:
     p = plan.pp
     tp_ranks = range(1 if fold else plan.tp)
@@ -750,6 +757,7 @@ def _emit_replica(
                 activations,
                 data_parallel,
                 sharded,
+                coarse,
             )
     sends: dict[tuple, Op] = {}
     twins: dict[tuple[int, int], tuple] = {}  # (stage, stage it sends to) → the folded sends' shadows

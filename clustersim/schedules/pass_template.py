@@ -17,12 +17,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..coarsen import merge_runs
 from ..program import COMPUTE, Op, Program
 
 #: what the scratch emission writes for the pass's name and iteration, replaced when stamping
 _NAME, _ITERATION = "\x00pass\x00", "\x00iteration\x00"
-#: the op the scratch emission starts after: a dependency on id -1 is one on the stamp's ``after``
-_AFTER = Op(-1, -1, "", COMPUTE, "the op before the pass")
+#: the lane of the scratch emission's op 0, the op the pass starts after (alone on its lane)
+_BEFORE = "\x00before\x00"
 
 
 def _marked(text: str) -> bool:
@@ -42,18 +43,27 @@ class PassTemplate:
     last: int
 
     @classmethod
-    def record(cls, emit: Callable[..., tuple[Op, Op]]) -> PassTemplate:
+    def record(cls, emit: Callable[..., tuple[Op, Op]], coarse: bool = False) -> PassTemplate:
         """The template of the pass ``emit(prog, name=…, it=…, after=…)`` emits (returning its
-        (first, last) op, as :func:`~.compiler.emit_pass`), given every other argument."""
+        (first, last) op, as :func:`~.compiler.emit_pass`), given every other argument;
+        ``coarse``: with its runs of compute ops merged (:func:`~clustersim.coarsen.merge_runs`),
+        which is exact because ops outside a pass only ever wait on its last op or are
+        waited on by its first (recvs, the next pass, sends), so only those two are kept
+        at their run's end and head."""
         scratch = Program(0)  # never checked or run: it only collects the pass's ops
-        first, last = emit(scratch, name=_NAME, it=_ITERATION, after=_AFTER)
-        ops = scratch.ops
+        before = scratch.add(0, _BEFORE, COMPUTE, "the op before the pass")
+        first, last = emit(scratch, name=_NAME, it=_ITERATION, after=before)
+        if coarse:
+            scratch, ids = merge_runs(scratch, starts=(first.id,), ends=(last.id,))
+            if ids is not None:
+                first, last = scratch.ops[ids[first.id]], scratch.ops[ids[last.id]]
+        ops = scratch.ops[1:]  # ids one above the template's: op 0 (the op before) is -1
         return cls(
             tuple(op.row() for op in ops),
-            tuple(op.deps for op in ops),
+            tuple(tuple(d - 1 for d in op.deps) for op in ops),
             tuple((_marked(op.name), _marked(op.tag)) for op in ops),
-            first.id,
-            last.id,
+            first.id - 1,
+            last.id - 1,
         )
 
     def stamp(
