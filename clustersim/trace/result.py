@@ -7,6 +7,7 @@ engine internals — so a saved and reloaded result draws and reports the same.
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -204,8 +205,8 @@ def _op_columns(program, records) -> dict[str, list]:
     ids, starts, ends = (list(c) for c in zip(*records)) if records else ([], [], [])
     run = ops if len(ids) == len(ops) else [ops[i] for i in ids]  # (all ran: the ids are 0 … n − 1)
     times = {"start_s": starts, "end_s": ends}
-    cols = {f: times[f] if f in times else [getattr(o, _OP_ATTR[f]) for o in run] for f in SPAN_FIELDS}
-    cols["device"] = [program.device_names[d] for d in cols["device"]]
+    cols = {f: times[f] if f in times else list(map(attrgetter(_OP_ATTR[f]), run)) for f in SPAN_FIELDS}
+    cols["device"] = list(map(program.device_names.__getitem__, cols["device"]))
     return cols
 
 
