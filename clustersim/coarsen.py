@@ -27,12 +27,9 @@ _PASS = attrgetter("stage", "microbatch", "phase", "iteration")
 _MEM_ALLOC, _MEM_FREE = attrgetter("mem_alloc"), attrgetter("mem_free")
 
 
-def _heads(
-    prog: Program, deps: list[tuple[int, ...]], starts: tuple[int, ...], ends: tuple[int, ...]
-) -> np.ndarray | None:
+def _heads(prog: Program, deps: list[tuple[int, ...]]) -> np.ndarray | None:
     """Per op id: the id of the first op of the run it merges into (itself when it heads
-    a run or merges with nothing), or None when no two ops merge. ``deps``: each op's;
-    ``starts``, ``ends``: ops that must head and end their run (see :func:`merge_runs`)."""
+    a run or merges with nothing), or None when no two ops merge. ``deps``: each op's."""
     ops, n = prog.ops, len(prog.ops)
     lanes = prog.lanes().values()
     order = np.fromiter(map(_ID, chain.from_iterable(lanes)), np.int64, n)  # ops lane by lane
@@ -54,8 +51,6 @@ def _heads(
     waiter, waited = np.concatenate((waiter, recvs)), np.concatenate((waited, sends))
     awaited_other = np.zeros(n, bool)  # an op other than the one after it waits on it
     awaited_other[waited[waiter != after[waited]]] = True
-    waits_other[list(starts)] = True  # (as if an op outside waited on them, or they on one)
-    awaited_other[list(ends)] = True
     compute = np.array([k == COMPUTE for k in kinds])
     codes: dict[tuple, int] = {}
     passes = np.fromiter((codes.setdefault(p, len(codes)) for p in map(_PASS, ops)), np.int64, n)
@@ -87,17 +82,12 @@ def coarsen(prog: Program) -> Program:
     return merge_runs(prog)[0]
 
 
-def merge_runs(
-    prog: Program, starts: tuple[int, ...] = (), ends: tuple[int, ...] = ()
-) -> tuple[Program, list[int] | None]:
-    """:func:`coarsen`, where the ops ``starts`` must each head their run (nothing merges
-    into the op before them) and the ops ``ends`` end theirs (nothing after them merges
-    into them) — for a part of a Program that ops emitted later will wait on or be waited
-    on by (:mod:`clustersim.schedules.pass_template`); and per op of ``prog``, the id of
-    the op it became (None: no two ops merge, ``prog`` is returned itself)."""
+def merge_runs(prog: Program) -> tuple[Program, list[int] | None]:
+    """:func:`coarsen`, and per op of ``prog`` the id of the op it became (None: no two
+    ops merge, ``prog`` is returned itself)."""
     ops, n = prog.ops, len(prog.ops)
     deps = list(map(_DEPS, ops))
-    heads = _heads(prog, deps, starts, ends) if n > 1 else None
+    heads = _heads(prog, deps) if n > 1 else None
     if heads is None:
         return prog, None
     kept = heads == np.arange(n)

@@ -1,6 +1,7 @@
 """A pass stamped from its template (clustersim/schedules/pass_template.py) is, op for op and
 field for field, the pass emit_pass emits — for every segment kind, micro-batch, iteration,
-weight version and preceding op — and Op.from_row copies every field Op.row lists."""
+weight version and preceding op (and coarsened once at its template, the coarsened pass) —
+and Op.from_row copies every field Op.row lists."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from functools import partial
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from clustersim.coarsen import coarsen
 from clustersim.memory_kinds import StaticMemory
 from clustersim.parallel.plan import Plan
 from clustersim.program import COMPUTE, Op, Program
@@ -69,25 +71,40 @@ def _cost(segments, overhead: float, gather: int) -> StageCost:
     ),
     memory=st.sampled_from([{}, {"alloc": 5, "free": 0, "stash": 2}, {"alloc": 0, "free": 9, "stash": 0}]),
     first=st.booleans(),
+    coarse=st.booleans(),
+    outside=st.booleans(),
 )
 def test_stamped_pass_is_the_emitted_pass(
-    segments, phase, where, overhead, gather, received, fold, name, labels, memory, first
+    segments, phase, where, overhead, gather, received, fold, name, labels, memory, first, coarse, outside
 ):
+    """Stamped from a coarse template (``coarse``), the Program coarsened is the emitted
+    Program coarsened — also when ops emitted later (``outside``) wait on each pass's last
+    op and each pass's first op on them, as sends and recvs do."""
     cost = _cost(segments, overhead, gather)
     stage, r, t = where
     emit = partial(emit_pass, plan=PLAN, cost=cost, phase=phase, stage=stage, r=r, t=t, fold=fold)
     emit = partial(emit, received=received, **memory)
-    template = PassTemplate.record(partial(emit, mb=0, version=0))
+    template = PassTemplate.record(partial(emit, mb=0, version=0), coarse)
     direct, stamped = Program(PLAN.num_devices), Program(PLAN.num_devices)
     after = {}  # each program's op the next pass starts after
     for prog in (direct, stamped):
         after[prog] = None if first else prog.add(1, "compute", COMPUTE, "before", duration=1.0)
+    ends = {direct: [], stamped: []}
     for mb, it, version in labels:  # successive passes with their own labels and names
         label = f"{name}{mb}"
         a = emit(direct, mb=mb, it=it, version=version, name=label, after=after[direct])
         b = template.stamp(stamped, label, mb, it, version, after[stamped])
-        assert (a[0].id, a[1].id) == (b[0].id, b[1].id)
+        if not coarse:
+            assert (a[0].id, a[1].id) == (b[0].id, b[1].id)
         after[direct], after[stamped] = a[1], b[1]
+        ends[direct].append(a)
+        ends[stamped].append(b)
+    for prog in (direct, stamped) if outside else ():
+        for head, last in ends[prog]:
+            sent = prog.add(0, "send", COMPUTE, "after the pass", deps=(last.id,))
+            head.deps += (prog.add(0, "recv", COMPUTE, "before the pass", deps=(sent.id,)).id,)
+    if coarse:
+        direct, stamped = coarsen(direct), coarsen(stamped)
     assert [op.row() for op in stamped.ops] == [op.row() for op in direct.ops]
     assert stamped.lanes().keys() == direct.lanes().keys()
 

@@ -47,14 +47,15 @@ class PassTemplate:
         """The template of the pass ``emit(prog, name=…, it=…, after=…)`` emits (returning its
         (first, last) op, as :func:`~.compiler.emit_pass`), given every other argument;
         ``coarse``: with its runs of compute ops merged (:func:`~clustersim.coarsen.merge_runs`),
-        which is exact because ops outside a pass only ever wait on its last op or are
-        waited on by its first (recvs, the next pass, sends), so only those two are kept
-        at their run's end and head."""
+        as :func:`~clustersim.coarsen.coarsen` would merge them in every stamped copy: ops
+        emitted outside a pass only wait on its last op or are waited on by its first
+        (sends, the next pass; recvs), and nothing in the pass runs before the first or
+        after the last on their lanes (tests/test_pass_template.py)."""
         scratch = Program(0)  # never checked or run: it only collects the pass's ops
         before = scratch.add(0, _BEFORE, COMPUTE, "the op before the pass")
         first, last = emit(scratch, name=_NAME, it=_ITERATION, after=before)
         if coarse:
-            scratch, ids = merge_runs(scratch, starts=(first.id,), ends=(last.id,))
+            scratch, ids = merge_runs(scratch)
             if ids is not None:
                 first, last = scratch.ops[ids[first.id]], scratch.ops[ids[last.id]]
         ops = scratch.ops[1:]  # ids one above the template's: op 0 (the op before) is -1
