@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import operator
 import sys
-from itertools import chain
 from collections import Counter
+from itertools import chain
 from operator import attrgetter, contains, eq, itemgetter, le
 
 import numpy as np
