@@ -8,7 +8,7 @@ from itertools import pairwise
 
 import pytest
 import simpy
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from clustersim.errors import ScenarioError
@@ -74,6 +74,7 @@ def star_of(n_senders: int, bandwidth=1e9, latency=1e-6):
     bw=st.floats(1e8, 1e12),
     lat=st.lists(st.floats(0, 1e-3), min_size=5, max_size=5),
 )
+@example(hops=2, nbytes=1844991, chunk=4100, bw=183177592071.0, lat=[0.00084, 0, 0, 0, 0])
 @settings(max_examples=60, deadline=None)
 def test_idle_route_time_is_the_pipeline_formula(hops, nbytes, chunk, bw, lat):
     """S/B + (h − 1)·c/B + Σ l_i with c = min(chunk, S), the largest chunk."""
@@ -90,8 +91,8 @@ def test_idle_route_time_is_the_pipeline_formula(hops, nbytes, chunk, bw, lat):
     assert t - ta == pytest.approx(
         (hops - 1) * min(chunk, nbytes) / bw, rel=1e-6, abs=max(1e-12 * t, 4 * steps * math.ulp(t))
     )
-    if hops <= 2:
-        assert abs(t - ta) <= chunk / bw * (1 + 1e-9)
+    if hops <= 2:  # (with the same float noise: a 4 kB chunk's time is below it at 0.8 ms)
+        assert abs(t - ta) <= chunk / bw * (1 + 1e-9) + 4 * steps * math.ulp(t)
 
 
 def test_one_hop_matches_direct_fabric():
