@@ -41,7 +41,10 @@ class ReplicatedRun:
     """A finished DAG run of a folded Program, read as the unfolded run of ``plan``: the
     evaluator interface :func:`clustersim.trace.assemble.assemble_result` reads
     (``program``, ``recorder``, ``memory``, ``events``) plus the unfolded ``spans`` and
-    ``memory_frame`` DataFrames."""
+    ``memory_frame`` DataFrames, and, for tables per GPU computed once per stage and
+    copied to its twins (whose spans are its representative's to the bit),
+    ``representative`` (per device), ``on_representative`` (per row of ``spans``) and
+    ``first_seen`` (the devices in the order ``spans`` first shows them)."""
 
     def __init__(self, engine, plan):
         self.program, self.recorder, self.memory = engine.program, engine.recorder, engine.memory
@@ -49,9 +52,9 @@ class ReplicatedRun:
         self.twins = plan.tp * plan.dp
         prog = self.program
         stage_of = np.array([plan.coords(d)[0] for d in range(prog.num_devices)])
-        self._rep = plan.device(0, 0, 0) + plan.tp * plan.replicas * stage_of  # device → its representative
+        self.representative = plan.device(0, 0, 0) + plan.tp * plan.replicas * stage_of  # per device
         self.events = self._events(engine.events)
-        for d, r in enumerate(self._rep.tolist()):  # every GPU shows its representative's peak
+        for d, r in enumerate(self.representative.tolist()):  # every GPU shows its representative's peak
             self.memory.peak[d] = self.memory.peak[r]
         self.spans = self._spans()
         self.memory_frame = self._memory()
@@ -84,7 +87,7 @@ class ReplicatedRun:
         out = folded.iloc[rows].reset_index(drop=True)
         for col, twin in (("device", k), ("waited_for_device", last)):
             dev = np.array([index[n] for n in folded[col]], dtype=np.int64)
-            out[col] = names[self._rep[dev][rows] + twin]
+            out[col] = names[self.representative[dev][rows] + twin]
         return out.sort_values(["start_s", "device"], kind="stable").reset_index(drop=True)
 
     def _spanned(self) -> dict[str, tuple[bool, bool]]:
@@ -93,7 +96,7 @@ class ReplicatedRun:
         tp, out = self.plan.tp, {}
         for op in self.program.ops:
             if op.kind is COLLECTIVE:
-                offsets = [d - self._rep[d] for d in op.group]
+                offsets = [d - self.representative[d] for d in op.group]
                 spans = (any(o >= tp for o in offsets), any(o % tp for o in offsets))
                 if out.setdefault(op.name, spans) != spans:  # the waits name ops, not collectives
                     raise RuntimeError(f"collectives named {op.name!r} span different groups")
@@ -133,7 +136,7 @@ class ReplicatedRun:
         if len(rec.ops) != len(ops) or rec.spans:
             raise RuntimeError("a replicated run needs every op ended and no link spans")
         op, k = self._order()
-        device = self._rep[[o.device for o in ops]][op] + k
+        device = self.representative[[o.device for o in ops]][op] + k
         _, start, end = (np.array(c) for c in zip(*rec.ops)) if ops else ([], np.array([]), np.array([]))
         cols = {}
         names = prog.device_names
@@ -144,6 +147,10 @@ class ReplicatedRun:
         key = (start_rank[op] * len(names) + _rank(prog.device_names)[device]) * len(lanes)
         order = np.argsort(key + _rank(lanes)[lane_code[op]], kind="stable")
         op, device = op[order], device[order]
+        #: which rows are a representative's, and the devices in the order the rows first show them
+        self.on_representative = self.representative[device] == device
+        firsts = np.unique(device, return_index=True)[1]
+        self.first_seen = device[np.sort(firsts)]
         cols["device"] = _strings(prog.device_names).take(device)
         cols["lane"] = _strings(lanes).take(lane_code[op])
         for field in ("kind", "name", "phase"):

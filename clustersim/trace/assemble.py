@@ -36,7 +36,8 @@ def assemble_result(job: Job, mode, engine, rec: Recorder, wall_s: float) -> Res
     replicated = getattr(engine, "memory_frame", None) is not None  # clustersim/engine/replicas.py
     report = mode.report(engine.spans if replicated else spans_frame(prog, rec), job)
     spans, window, iter_time = report.spans, report.window, report.iteration_time_s
-    parts = metrics.device_breakdown(spans, window).set_index("device")
+    parts = _breakdown(engine, spans, window) if replicated else metrics.device_breakdown(spans, window)
+    parts = parts.set_index("device")
     devices = _devices(job, engine, spans, parts)
     if report.devices is not None:
         devices = devices.join(report.devices, on="device")
@@ -101,6 +102,19 @@ def assemble_result(job: Job, mode, engine, rec: Recorder, wall_s: float) -> Res
     )
 
 
+def _breakdown(run, spans: pd.DataFrame, window: tuple[float, float]) -> pd.DataFrame:
+    """:func:`metrics.device_breakdown` of a replicated run (clustersim/engine/replicas.py):
+    computed over the representatives' rows only — a twin's spans are its
+    representative's, so its row is too, to the bit — and copied to every GPU, in the
+    order the spans first show them (as the breakdown's own rows are)."""
+    reps = metrics.device_breakdown(spans[run.on_representative], window).set_index("device")
+    names = np.array(run.program.device_names, dtype=object)
+    order = run.first_seen
+    parts = reps.loc[names[run.representative[order]]].reset_index(drop=True)
+    parts.insert(0, "device", names[order])
+    return parts
+
+
 def _devices(job: Job, engine, spans: pd.DataFrame, parts: pd.DataFrame) -> pd.DataFrame:
     """One row per GPU of the job (a folded GPU shows its representative's row), built
     column by column: coordinates from the layout's arrays, each GPU's values taken from
@@ -109,10 +123,14 @@ def _devices(job: Job, engine, spans: pd.DataFrame, parts: pd.DataFrame) -> pd.D
     stage, dp_rank, tp_rank = layout.coords_of(np.arange(n))
     rep = representatives(job.plan, stage) if job.fold.enabled else np.arange(n)
     rep_names = [f"gpu{r}" for r in rep.tolist()]
-    comp = spans[spans["lane"] == "compute"]
+    rows, shown = spans, rep_names  # the rows summed, and whose sum each GPU shows
+    on_rep = getattr(engine, "on_representative", None)
+    if on_rep is not None:  # replicated: a twin's busy time is its representative's (_breakdown)
+        rows, shown = spans[on_rep], [f"gpu{r}" for r in engine.representative.tolist()]
+    comp = rows[rows["lane"] == "compute"]
     busy_all = comp.groupby("device")["end_s"].sum() - comp.groupby("device")["start_s"].sum()
     makespan = float(spans["end_s"].max())
-    busy = busy_all.reindex(rep_names, fill_value=0.0).to_numpy(dtype=float)
+    busy = busy_all.reindex(shown, fill_value=0.0).to_numpy(dtype=float)
     bubbles = (parts["bubble"] + parts["idle"]).reindex(rep_names, fill_value=1.0)
     mem, reps = engine.memory, rep.tolist()
     oom = {r: mem.oom(r) for r in set(reps)}
