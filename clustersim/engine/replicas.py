@@ -149,8 +149,10 @@ class ReplicatedRun:
         op, device = op[order], device[order]
         #: which rows are a representative's, and the devices in the order the rows first show them
         self.on_representative = self.representative[device] == device
-        firsts = np.unique(device, return_index=True)[1]
-        self.first_seen = device[np.sort(firsts)]
+        first = np.full(prog.num_devices, len(device))  # each device's first row
+        np.minimum.at(first, device, np.arange(len(device)))
+        shown = np.flatnonzero(first < len(device))
+        self.first_seen = shown[np.argsort(first[shown])]
         cols["device"] = _strings(prog.device_names).take(device)
         cols["lane"] = _strings(lanes).take(lane_code[op])
         for field in ("kind", "name", "phase"):
