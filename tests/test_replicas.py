@@ -77,8 +77,8 @@ def _same_as_unfolded(sc: dict, same_order: bool = True) -> None:
     twins = want.summary["tp"] * want.summary["dp"]
     assert got.summary["evaluator"].startswith(f"dag ×{twins} replicas"), got.summary["evaluator"]
     assert len(got.spans) == len(want.spans) > 0
-    pd.testing.assert_frame_equal(got.spans, want.spans)
-    pd.testing.assert_frame_equal(got.devices, want.devices)
+    pd.testing.assert_frame_equal(got.spans, want.spans, check_exact=True)
+    pd.testing.assert_frame_equal(got.devices, want.devices, check_exact=True)
     assert _summary(got) == _summary(want)
     # every GPU's own timeline in the unfolded run's order; across GPUs at one time, the
     # order is the unfolded run's where twins run one after another
@@ -140,3 +140,29 @@ def test_packet_network_is_not_replicated():
     assert res.summary["evaluator"].startswith("des (network 'packet' times sends by what shares their links")
     assert (res.spans["lane"] == "link").any()
     assert res.spans["device"].nunique() >= 16 + 1  # every GPU and links
+
+
+@pytest.mark.parametrize("pp", [1, 4])
+def test_the_breakdown_copied_to_twins_is_the_breakdown_of_every_gpu(pp, monkeypatch):
+    # computed over the representatives' rows only, it must equal, to the bit, the breakdown
+    # over every GPU's rows (one representative, pp = 1, included)
+    import importlib
+
+    from clustersim import metrics
+
+    assemble = importlib.import_module("clustersim.trace.assemble")
+    seen = []
+
+    def compared(run, spans, window):
+        got = real(run, spans, window)
+        pd.testing.assert_frame_equal(got, metrics.device_breakdown(spans, window), check_exact=True)
+        seen.append(len(got))
+        return got
+
+    real = assemble._breakdown
+    monkeypatch.setattr(assemble, "_breakdown", compared)
+    sc = _scenario(dp=32 // pp)
+    sc["parallel"]["pp"] = pp
+    res = cs.simulate(cs.load_scenario(sc), progress=False)
+    assert res.summary["evaluator"].startswith(f"dag ×{64 // pp} replicas")
+    assert seen == [res.summary["num_gpus"]]

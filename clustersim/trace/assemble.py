@@ -123,14 +123,10 @@ def _devices(job: Job, engine, spans: pd.DataFrame, parts: pd.DataFrame) -> pd.D
     stage, dp_rank, tp_rank = layout.coords_of(np.arange(n))
     rep = representatives(job.plan, stage) if job.fold.enabled else np.arange(n)
     rep_names = [f"gpu{r}" for r in rep.tolist()]
-    rows, shown = spans, rep_names  # the rows summed, and whose sum each GPU shows
-    on_rep = getattr(engine, "on_representative", None)
-    if on_rep is not None:  # replicated: a twin's busy time is its representative's (_breakdown)
-        rows, shown = spans[on_rep], [f"gpu{r}" for r in engine.representative.tolist()]
-    comp = rows[rows["lane"] == "compute"]
+    comp = spans[spans["lane"] == "compute"]
     busy_all = comp.groupby("device")["end_s"].sum() - comp.groupby("device")["start_s"].sum()
     makespan = float(spans["end_s"].max())
-    busy = busy_all.reindex(shown, fill_value=0.0).to_numpy(dtype=float)
+    busy = busy_all.reindex(rep_names, fill_value=0.0).to_numpy(dtype=float)
     bubbles = (parts["bubble"] + parts["idle"]).reindex(rep_names, fill_value=1.0)
     mem, reps = engine.memory, rep.tolist()
     oom = {r: mem.oom(r) for r in set(reps)}
