@@ -12,7 +12,7 @@ import pytest
 
 import clustersim as cs
 from clustersim.record import SPAN_FIELDS
-from clustersim.trace.chrome import chrome_events
+from clustersim.trace.chrome import chrome_events, write_chrome_trace
 from tests.conftest import synthetic
 
 META = {"process_name", "thread_name", "process_sort_index", "thread_sort_index"}
@@ -174,6 +174,29 @@ def test_trace_file_is_the_pure_python_encoders_bytes(result, tmp_path):
     slow = io.StringIO()
     json.dump(doc, slow, separators=(",", ":"))
     assert path.read_bytes() == slow.getvalue().encode()
+
+
+def test_trace_file_is_json_dumps_of_the_events_for_awkward_values(tmp_path):
+    # the slices are written from their columns (_Slices.json_text): each distinct value is
+    # encoded once, floats told apart by bit pattern — -0.0 beside 0.0, NaN, infinities,
+    # names to escape — and a lane whose overlapping spans move to an overflow track
+    inf, nan = float("inf"), float("nan")
+    rows = [
+        ("gpu0", "compute", "compute", 'F0 "quoted", é ☃', 0, 0, 0.0, 1.0, 0, 1.5, "fwd", 0),
+        ("gpu0", "compute", "compute", "F1\ttab\\", 0, 1, 1.0, 2.0, 0, -0.0, "fwd", 0),
+        ("gpu0", "comm", "collective", "tp all-reduce", 0, -1, -0.0, 3.0, 2**40, nan, "", 0),
+        ("gpu0", "comm", "collective", "tp all-reduce", 0, -1, 1.0, 2.0, 8, inf, "", 0),
+        ("gpu1", "comm", "collective", "dp all-reduce", 1, -1, 0.5, nan, 8, -inf, "", 1),
+        ("gpu1", "send", "send", "send F0 s0->s1", 1, 0, 0.1, 0.1 + 1e-9, 8, 0.0, "", 1),
+        ("gpu0->gpu1", "link", "link", "gpu0->gpu1", -1, -1, 0.1, 0.3, 8, 0.0, "", 1),
+    ]
+    spans = pd.DataFrame(rows, columns=list(SPAN_FIELDS))
+    path = write_chrome_trace(spans, tmp_path / "t.json")
+    events = chrome_events(spans)
+    assert any(e["name"] == "thread_name" and e["args"]["name"].endswith(" +1") for e in events)
+    assert path.read_text() == json.dumps(
+        {"traceEvents": events, "displayTimeUnit": "ms"}, separators=(",", ":")
+    )
 
 
 def test_writing_a_trace_loads_no_matplotlib(tmp_path):

@@ -4,11 +4,13 @@ with the traceback only under ``--debug`` (issue 18, item 5)."""
 
 from __future__ import annotations
 
+import configparser
 import importlib
 from pathlib import Path
 
 import pytest
 
+import clustersim.cli as cli
 from clustersim.cli import CONTRACT, REPORT, build_parser, main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,3 +91,21 @@ def test_help_states_the_contract():
 def test_readme_states_the_contract():
     readme = (ROOT / "README.md").read_text()
     assert "## Command line" in readme and CONTRACT in " ".join(readme.split())
+
+
+def test_the_console_command_exits_with_mains_status_and_freezes_only_after(monkeypatch):
+    # console() is the console script and `python -m clustersim.cli`; gc.freeze (the exit's
+    # collection skipped) comes after main returned, i.e. after every file was written
+    calls = []
+    monkeypatch.setattr(cli, "main", lambda: calls.append("main") or 2)
+    monkeypatch.setattr(cli.gc, "freeze", lambda: calls.append("freeze"))
+    with pytest.raises(SystemExit) as exit_:
+        cli.console()
+    assert exit_.value.code == 2 and calls == ["main", "freeze"]
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    assert cfg["options.entry_points"]["console_scripts"].split() == [
+        "clustersim",
+        "=",
+        "clustersim.cli:console",
+    ]

@@ -133,6 +133,8 @@ class _Hop(Fired):
                     size = flow.chunk if flow.remaining > flow.chunk else flow.remaining
                     flow.remaining -= size
                     last = flow.remaining == 0
+                    if last:  # no chunk left to inject: drop the flow ↔ injector cycle, so a
+                        flow.injector = None  # finished flow is freed at once, not by the collector
                 link = flow.links[hop]
                 start = link.free_at if link.free_at > now else now
                 end = (

@@ -31,8 +31,9 @@ import pandas as pd
 import yaml
 
 from ..engine.collector import collector_paused
-from ..output import atomic_path, remove, write_text
+from ..output import atomic_path, open_atomic, remove, write_text
 from ..viz.rows import per_lane_fits
+from .csv_text import csv_text
 
 #: every picture a bundle can hold
 PICTURES = ("gantt.png", "utilization.png", "memory.png", "breakdown.png", "heatmap.png", "job.png")
@@ -84,8 +85,15 @@ def _write_table(df: pd.DataFrame, out: Path, stem: str, parquet: bool) -> None:
 
 
 def _write_csv(df: pd.DataFrame, path: Path) -> None:
-    with atomic_path(path) as tmp:
-        df.to_csv(tmp, index=False)
+    """``df.to_csv(path, index=False)``'s bytes, made a column at a time where
+    :func:`~.csv_text.csv_text` knows every column's kind (a bundle's tables), else by pandas."""
+    text = csv_text(df)
+    if text is None:
+        with atomic_path(path) as tmp:
+            df.to_csv(tmp, index=False)
+        return
+    with open_atomic(path, newline="") as fh:  # (newline="": the line ends as written, as pandas)
+        fh.write(text)
 
 
 @collector_paused()  # (the trace's event dicts: engine/collector.py)
