@@ -303,12 +303,9 @@ def transformer_chunk_costs(
     tied = int(cfg.vocab * cfg.hidden / tp * GRAD_COMM_BYTES[st.precision])
     send = b * cfg.seq_len * cfg.hidden * e / tp
     partition = partition or even_partition(cfg.layers, chunks)
-    costs, start = [], 0
-    for k, n in enumerate(partition):
-        first, last = k == 0, k == len(partition) - 1
+
+    def chunk(first: bool, last: bool, mine: tuple) -> StageCost:
         pre, post = (emb if first else []), (out if last else [])
-        mine = order[start : start + n]
-        start += n
         runs = [kinds[moe] for moe in mine]
         count = {moe: mine.count(moe) for moe in kinds if moe in mine}
         f = forward_items(pre, km) + [i for L in runs for i in L.f] + forward_items(post, km)
@@ -338,7 +335,18 @@ def transformer_chunk_costs(
             cost = replace(cost, tied_grad_bytes=tied)  # the compiler keeps it where the ends' stages differ
         if sc.parallel.data_parallel is not None:
             cost = _per_layer(sc, st, km, fixed, cost, (pre, post), runs)
-        costs.append(cost)
+        return cost
+
+    # chunks of the same layers cost the same: a planner's profile is one chunk per layer,
+    # of as many kinds as the model has, and a pipeline's middle stages are alike
+    made: dict[tuple, StageCost] = {}
+    costs, start = [], 0
+    for k, n in enumerate(partition):
+        key = (k == 0, k == len(partition) - 1, tuple(order[start : start + n]))
+        start += n
+        if key not in made:
+            made[key] = chunk(*key)
+        costs.append(made[key])
     return costs
 
 
