@@ -26,9 +26,10 @@ NODE_KINDS = ("gpu", "nic", "switch", "host", "server")
 # The builders write networkx's adjacency themselves (``_node``, ``_succ``, ``_pred``: what
 # ``DiGraph.add_node`` and ``add_edges_from`` write, without their per-call checks), through
 # :func:`add_node` and :func:`add_link` here, the one module that does: a 16,384-GPU fat tree
-# is 35k nodes and 106k edges, 0.22 s CPU through networkx's calls and 0.14 s written here
-# (issue #19). tests/test_topology.py checks that both ways make the same graph, down to
-# the order of every node's neighbours, so a networkx that keeps its graph otherwise fails there.
+# is 35k nodes and 106k edges, 0.24–0.28 s CPU through networkx's calls and 0.14–0.16 s
+# written here (issue #19; a server's links in one call saved no more). tests/test_topology.py
+# checks that both ways make the same graph, down to the order of every node's neighbours,
+# so a networkx that keeps its graph otherwise fails there.
 
 
 def add_node(g: nx.DiGraph, name: str, **attrs) -> None:
