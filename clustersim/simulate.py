@@ -81,7 +81,8 @@ def simulate(scenario: Scenario | str | Path | dict[str, Any], progress: bool | 
         from .faults import simulate_job
 
         return simulate_job(sc, run_job, progress)
-    return run_job(resolve(sc), progress)
+    with collector_paused():  # resolving too: the Job's costs live as long as the run (engine/collector.py)
+        return run_job(resolve(sc), progress)
 
 
 def run_job(job: Job, progress: bool | str = False) -> Result:
@@ -91,18 +92,18 @@ def run_job(job: Job, progress: bool | str = False) -> Result:
     ``simulation.max_events`` / ``max_ops`` it is refused before compiling; when shown, the
     estimate is the first line, with advice when the run would take over a minute (which
     also goes to the ``clustersim`` logger when nothing is shown)."""
-    wall0 = time.perf_counter()
-    mode = mode_of(job)
-    est = check_budget(job, mode.name)  # (priced as replicated where simulate replicates it)
-    how = progress_mode(progress)
-    report = Reporter(job.name, bar=how == "bar") if how else None
-    _announce(job, est, report, warn=progress == "auto", mode_name=mode.name)
-    with collector_paused():  # from compiling to the run's end (engine/collector.py)
+    with collector_paused():  # from the estimate (it builds the topology graph) to the Result
+        wall0 = time.perf_counter()
+        mode = mode_of(job)
+        est = check_budget(job, mode.name)  # (priced as replicated where simulate replicates it)
+        how = progress_mode(progress)
+        report = Reporter(job.name, bar=how == "bar") if how else None
+        _announce(job, est, report, warn=progress == "auto", mode_name=mode.name)
         engine, evaluator_note = _compile_and_run(job, report, how)
-    with _phase(report, "building the result"):
-        result = assemble_result(job, mode, engine, engine.recorder, time.perf_counter() - wall0)
-    result.summary["evaluator"] = evaluator_note
-    return result
+        with _phase(report, "building the result"):
+            result = assemble_result(job, mode, engine, engine.recorder, time.perf_counter() - wall0)
+        result.summary["evaluator"] = evaluator_note
+        return result
 
 
 def _compile_and_run(job: Job, report: Reporter | None, how: str | None) -> tuple:

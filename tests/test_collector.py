@@ -1,8 +1,7 @@
-"""The cyclic garbage collector never runs while a Program is compiled or run
-(clustersim/engine/collector.py), and is left as the caller had it."""
+"""The cyclic garbage collector never runs while simulate() resolves, compiles and runs a
+job and builds its Result (clustersim/engine/collector.py), and is left as the caller had it."""
 
 import gc
-import importlib
 import sys
 
 import pytest
@@ -13,12 +12,26 @@ from clustersim.engine.dag import DagEngine
 from clustersim.engine.interpreter import Engine
 from clustersim.errors import SimulationStall
 from clustersim.modes import compile_job
-from clustersim.simulate import run_job
+from clustersim.resolve import resolve
+from clustersim.resolve.estimate import check_budget
+from clustersim.simulate import build_engine, run_job
 from clustersim.trace.assemble import assemble_result
 
 SYNTHETIC = "scenarios/synthetic-4stage-1f1b.yaml"
-#: functions that, on the stack, mean a Program is being compiled or run
-PAUSED = {f.__code__ for f in (compile_job, Engine.run, Engine._run_loop, DagEngine.run, DagEngine._evaluate)}
+#: functions that, on the stack, mean a job is being resolved, estimated (its topology
+#: graph built), compiled or run, or its Result built
+PAUSED = {
+    f.__code__
+    for f in (
+        resolve,
+        check_budget,
+        compile_job,
+        build_engine,
+        Engine.run,
+        DagEngine.run,
+        assemble_result.__wrapped__,  # (its own pause's wrapper is contextlib's)
+    )
+}
 
 
 @pytest.fixture
@@ -44,24 +57,18 @@ def collections(monkeypatch):
 
 
 @pytest.mark.parametrize("evaluator", ["des", "dag"])
-def test_no_collection_while_compiling_or_running(collections, evaluator, monkeypatch):
+@pytest.mark.parametrize("entry", ["simulate", "run_job"])
+def test_no_collection_while_simulating(collections, evaluator, entry):
     sc = cs.load_scenario(SYNTHETIC).with_overrides(
         {"simulation.evaluator": evaluator, "simulation.network": "analytical"}
     )
-    enabled = []  # whether the collector is on while the result is built
-
-    def assemble(*args, **kwargs):
-        enabled.append(gc.isenabled())
-        return assemble_result(*args, **kwargs)
-
-    monkeypatch.setattr(importlib.import_module("clustersim.simulate"), "assemble_result", assemble)
-    res = cs.simulate(sc, progress=False)
+    job = resolve(sc) if entry == "run_job" else None  # (run_job's caller resolves unpaused)
+    assert collections, "the collector never ran: the test would see nothing"
+    before = len(collections)
+    res = cs.simulate(sc, progress=False) if job is None else run_job(job)
     assert res.summary["evaluator"].startswith(evaluator)
     assert gc.isenabled()
-    inside = [codes for codes in collections if run_job.__code__ in codes]
-    assert inside, "the collector never ran during simulate(): the test saw nothing"
-    assert all(not codes & PAUSED for codes in inside)
-    assert enabled == [True]  # on again for the result
+    assert not [codes for codes in collections[before:] if codes & PAUSED]
 
 
 def test_a_collector_turned_off_stays_off_and_one_on_comes_back_after_an_error():

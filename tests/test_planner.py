@@ -7,6 +7,8 @@ import random
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import clustersim as cs
 from clustersim.cli import main
@@ -20,6 +22,7 @@ from clustersim.planner import (
     uniform_partition,
 )
 from clustersim.topology import build_topology
+from clustersim.workload.stage_builder import balanced_partition, contiguous_min_max
 from clustersim.workload.stage_cost import chunk_costs
 from tests.conftest import synthetic
 
@@ -169,3 +172,53 @@ def test_cli_plan(capsys):
     assert main(["plan", str(VGG)]) == 0
     out = capsys.readouterr().out
     assert "best pipeline 15-1" in out and "--set parallel.pp=" in out
+
+
+def _loop_min_max(rows, fits):
+    """contiguous_min_max as it was written before its array form: a cell at a time."""
+    chunks, n = len(rows), len(rows[0])
+    prefix = [list(itertools.accumulate(row, initial=0.0)) for row in rows]
+    best = [[math.inf] * (n + 1) for _ in range(chunks + 1)]
+    cut = [[0] * (n + 1) for _ in range(chunks + 1)]
+    best[0][0] = 0.0
+    for k in range(1, chunks + 1):
+        for i in range(k, n - (chunks - k) + 1):
+            for j in range(k - 1, i):
+                if best[k - 1][j] == math.inf or not fits(k - 1, j, i):
+                    continue
+                v = max(best[k - 1][j], prefix[k - 1][i] - prefix[k - 1][j])
+                if v < best[k][i]:
+                    best[k][i], cut[k][i] = v, j
+    if best[chunks][n] == math.inf:
+        return None
+    sizes, i = [], n
+    for k in range(chunks, 0, -1):
+        sizes.append(i - cut[k][i])
+        i = cut[k][i]
+    return sizes[::-1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(1, 12).flatmap(
+        lambda n: st.tuples(
+            st.lists(  # small whole costs: ties everywhere, so the tie-break is compared too
+                st.lists(st.sampled_from([0.0, 0.1, 0.2, 0.3, 1.0, 2.0, 3.0]), min_size=n, max_size=n),
+                min_size=1,
+                max_size=n,
+            ),
+            st.integers(0, 2**32),
+            st.sampled_from([0.0, 0.3, 1.0]),
+        )
+    )
+)
+def test_contiguous_min_max_is_the_cell_by_cell_programme(case):
+    rows, seed, refuse = case
+    rng = random.Random(seed)
+    refused = {c for c in itertools.product(range(len(rows)), range(13), range(13)) if rng.random() < refuse}
+    fits = (lambda k, i, j: (k, i, j) not in refused) if refuse else None
+    got = contiguous_min_max(rows, fits)
+    assert got == _loop_min_max(rows, fits or (lambda k, i, j: True))
+    assert got is None or all(type(s) is int for s in got)
+    if rows[1:] == rows[:-1]:
+        assert balanced_partition(rows[0], len(rows)) == contiguous_min_max(rows)

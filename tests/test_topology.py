@@ -341,3 +341,96 @@ def test_a_links_two_directions_hold_separate_attributes():
     add_link(g, "a", "b", 2.0e9, 1e-6, "nic")
     g["a"]["b"]["bandwidth"] = 1.0e9
     assert g["b"]["a"] == {"bandwidth": 2.0e9, "latency": 1e-6, "kind": "nic"}
+
+
+def _through_networkx(monkeypatch):
+    """The builders' node and link helpers replaced by networkx's own calls (what they
+    write directly, clustersim/topology/graph.py)."""
+    from clustersim.topology import graph, servers
+
+    def add_link(g, a, b, bandwidth, latency, kind):
+        attrs = {"bandwidth": bandwidth, "latency": latency, "kind": kind}
+        g.add_edges_from(((a, b, attrs), (b, a, attrs)))
+
+    def add_node(g, name, **attrs):
+        g.add_node(name, **attrs)
+
+    for module in (
+        graph,
+        servers,
+        *(__import__(t.factory.__module__, fromlist=["_"]) for t in TOPOLOGIES.values()),
+    ):
+        for name, helper in (("add_link", add_link), ("add_node", add_node)):
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, helper)
+
+
+def _everything(g: nx.DiGraph) -> tuple:
+    """All a DiGraph holds, in its order: its fields, its nodes' attributes and each node's
+    successors and predecessors with their edge attributes."""
+    return (
+        sorted(vars(g)),
+        [(n, list(d.items())) for n, d in g._node.items()],
+        *(
+            [(n, [(v, list(d.items())) for v, d in nbrs.items()]) for n, nbrs in adj.items()]
+            for adj in (g._succ, g._pred)
+        ),
+    )
+
+
+CLOS = cluster(
+    6,
+    4,
+    {"kind": "fat_tree", "nodes_per_leaf": 4},
+    nic={"bandwidth": 2.5e10, "latency": 1e-6, "per_node": 2, "efficiency": 1.0},
+)
+
+
+@pytest.mark.parametrize("kind", [*sorted(EVERY_KIND), "uneven_clos", "pcie"])
+def test_the_builders_make_the_graph_networkx_calls_make(kind, monkeypatch):
+    spec = {"uneven_clos": CLOS, "pcie": cluster(2, 4, pcie={"bandwidth": 3.2e10, "latency": 1e-7})}.get(
+        kind
+    ) or EVERY_KIND[kind]
+    direct = build_topology(spec)
+    with monkeypatch.context() as m:
+        _through_networkx(m)
+        public = build_topology(spec)
+    assert _everything(direct) == _everything(public)
+    assert direct.graph == public.graph
+    for u, v, data in direct.edges(data=True):  # one dict per direction, seen from both ends
+        assert direct._pred[v][u] is data and (not direct.has_edge(v, u) or direct._succ[v][u] is not data)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(
+                st.just("node"),
+                st.sampled_from("abcd"),
+                st.dictionaries(st.sampled_from(["kind", "host"]), st.integers(0, 3)),
+            ),
+            st.tuples(
+                st.just("link"), st.sampled_from("abcd"), st.sampled_from("abcd"), st.sampled_from([1.0, 2.0])
+            ),
+        ),
+        max_size=12,
+    )
+)
+def test_node_and_link_helpers_write_what_networkx_writes(calls):
+    """Any sequence of them, nodes added by a link, links added again and self-links included."""
+    from clustersim.topology.graph import add_link, add_node
+
+    direct, public = nx.DiGraph(), nx.DiGraph()
+    for call in calls:
+        if call[0] == "node":
+            add_node(direct, call[1], **call[2])
+            public.add_node(call[1], **call[2])
+        else:
+            _, a, b, bw = call
+            add_link(direct, a, b, bw, 1e-6, "nic")
+            attrs = {"bandwidth": bw, "latency": 1e-6, "kind": "nic"}
+            public.add_edges_from(((a, b, attrs), (b, a, attrs)))
+    assert _everything(direct) == _everything(public)
+    for u, v, data in direct.edges(data=True):
+        assert direct._pred[v][u] is data and (u == v or direct._succ[v][u] is not data)

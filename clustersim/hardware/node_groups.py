@@ -44,8 +44,10 @@ def gpu_spec(cluster, name: str) -> GPUSpec:
 
 
 def device_specs(cluster) -> list[GPUSpec]:
-    """The spec of every device's GPU."""
-    return [gpu_spec(cluster, name) for name in device_gpus(cluster)]
+    """The spec of every device's GPU (each GPU type's looked up once: 16,384 devices are
+    one or two types)."""
+    specs = {name: gpu_spec(cluster, name) for name in gpu_types(cluster)}
+    return [specs[name] for name in device_gpus(cluster)]
 
 
 def device_factors(cluster, num_devices: int) -> np.ndarray:

@@ -76,7 +76,7 @@ def balanced_by_stage(sc, chunks: int) -> list[int]:
 
     caps = [hw[s][1] for s in stage]
     fitting = contiguous_min_max(rows, lambda k, i, j: memory(k, i, j) <= caps[k])
-    return fitting or contiguous_min_max(rows, lambda k, i, j: True)
+    return fitting or contiguous_min_max(rows)
 
 
 def stage_limits(sc) -> tuple[list[float], list[float]]:

@@ -22,7 +22,7 @@ import networkx as nx
 from pydantic import Field, TypeAdapter, ValidationError
 
 from ..errors import ScenarioError
-from .graph import check_connected, gpu_names
+from .graph import check_connected
 from .plugin import TOPOLOGIES
 
 # every module of the package registers its topologies when imported (plugin.py)
@@ -99,15 +99,14 @@ def build_topology(cluster: dict) -> nx.DiGraph:
     """
     g = build_site(cluster, "cluster")
     remove_failed_links(g, cluster.get("failed_links") or [])
-    gpus = gpu_names(g)
-    g.graph["num_gpus"] = len(gpus)
+    gpus = g.graph["num_gpus"] = sum(1 for _, kind in g.nodes(data="kind") if kind == "gpu")
     if g.graph["kind"] == "wan":
         expected = cluster.get("nodes", 1) * cluster.get("gpus_per_node", 8)
-        if expected != len(gpus):
+        if expected != gpus:
             raise ScenarioError(
                 "cluster.nodes",
                 cluster.get("nodes", 1),
-                f"nodes × gpus_per_node must equal the {len(gpus)} GPUs the wan sites hold",
+                f"nodes × gpus_per_node must equal the {gpus} GPUs the wan sites hold",
             )
     if "hierarchy" not in g.graph:  # an intact hierarchy joins every pair (hierarchy.py)
         field = "cluster.topology.links" if g.graph["kind"] == "custom" else "cluster.topology"

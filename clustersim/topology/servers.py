@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from ..errors import ScenarioError
-from .graph import add_link, add_wire, bandwidth_field, count_field, latency_field, positive_number
+from .graph import add_link, add_node, add_wire, bandwidth_field, count_field, latency_field, positive_number
 
 
 def nics_per_node(per_node: int | None, gpus_per_node: int) -> int:
@@ -94,10 +94,10 @@ def add_server(g: nx.DiGraph, spec: ServerSpec, n: int, with_nics: bool = True) 
     gpn = spec.gpus_per_node
     gpus = [f"gpu{n * gpn + j}" for j in range(gpn)]
     for gpu in gpus:
-        g.add_node(gpu, kind="gpu", host=n)
+        add_node(g, gpu, kind="gpu", host=n)
     if gpn > 1:
         switch = f"{'nvswitch' if spec.intra_kind == 'nvswitch' else 'pcie'}{n}"
-        g.add_node(switch, kind="switch", host=n)
+        add_node(g, switch, kind="switch", host=n)
         link_kind = "nvlink" if spec.intra_kind == "nvswitch" else "pcie"
         for gpu in gpus:
             add_link(g, gpu, switch, spec.intra_bandwidth, spec.intra_latency / 2, link_kind)
@@ -105,7 +105,7 @@ def add_server(g: nx.DiGraph, spec: ServerSpec, n: int, with_nics: bool = True) 
         return []
     nics = [f"node{n}.nic{k}" for k in range(spec.nics_per_node)]
     for nic in nics:
-        g.add_node(nic, kind="nic", host=n)
+        add_node(g, nic, kind="nic", host=n)
     for j, gpu in enumerate(gpus):
         nic = nics[j * spec.nics_per_node // gpn]
         if spec.pcie_bandwidth is None:

@@ -40,6 +40,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from itertools import accumulate
+
+import numpy as np
 
 from ..errors import ScenarioError
 from ..memory_kinds import StaticMemory
@@ -300,12 +303,9 @@ def transformer_chunk_costs(
     tied = int(cfg.vocab * cfg.hidden / tp * GRAD_COMM_BYTES[st.precision])
     send = b * cfg.seq_len * cfg.hidden * e / tp
     partition = partition or even_partition(cfg.layers, chunks)
-    costs, start = [], 0
-    for k, n in enumerate(partition):
-        first, last = k == 0, k == len(partition) - 1
+
+    def chunk(first: bool, last: bool, mine: tuple) -> StageCost:
         pre, post = (emb if first else []), (out if last else [])
-        mine = order[start : start + n]
-        start += n
         runs = [kinds[moe] for moe in mine]
         count = {moe: mine.count(moe) for moe in kinds if moe in mine}
         f = forward_items(pre, km) + [i for L in runs for i in L.f] + forward_items(post, km)
@@ -335,7 +335,18 @@ def transformer_chunk_costs(
             cost = replace(cost, tied_grad_bytes=tied)  # the compiler keeps it where the ends' stages differ
         if sc.parallel.data_parallel is not None:
             cost = _per_layer(sc, st, km, fixed, cost, (pre, post), runs)
-        costs.append(cost)
+        return cost
+
+    # chunks of the same layers cost the same: a planner's profile is one chunk per layer,
+    # of as many kinds as the model has, and a pipeline's middle stages are alike
+    made: dict[tuple, StageCost] = {}
+    costs, start = [], 0
+    for k, n in enumerate(partition):
+        key = (k == 0, k == len(partition) - 1, tuple(order[start : start + n]))
+        start += n
+        if key not in made:
+            made[key] = chunk(*key)
+        costs.append(made[key])
     return costs
 
 
@@ -389,35 +400,38 @@ def _per_layer(sc, st, cm, fixed: FixedCosts, cost, ends, runs: list[_LayerKind]
 def balanced_partition(costs: list[float], chunks: int) -> list[int]:
     """Contiguous split of ``costs`` into ``chunks`` non-empty parts minimising the
     largest part's sum (PipeDream's optimiser does the same per stage)."""
-    return contiguous_min_max([costs] * chunks, lambda k, i, j: True)
+    return contiguous_min_max([costs] * chunks)
 
 
-def contiguous_min_max(rows: list[list[float]], fits) -> list[int] | None:
+def contiguous_min_max(rows: list[list[float]], fits=None) -> list[int] | None:
     """Split items 0..n−1 into ``len(rows)`` contiguous non-empty parts, part k costing
     ``Σ rows[k][i..j)``, minimising the largest part's cost among splits where every
-    ``fits(k, i, j)``; None if none fits (dynamic programme, O(chunks · n²))."""
+    ``fits(k, i, j)`` (None: every part fits); None if none fits. A dynamic programme,
+    O(chunks · n²), each part's table in one array pass: of equally good splits the one
+    whose last cut comes first, part by part from the end."""
     chunks, n = len(rows), len(rows[0])
-    prefix = [[0.0] for _ in rows]
+    ends, starts = np.arange(n + 1)[:, None], np.arange(n + 1)[None, :]
+    best = np.full(n + 1, math.inf)  # best[i]: the largest part of the best split of 0..i so far
+    best[0] = 0.0
+    cuts = []
     for k, row in enumerate(rows):
-        for c in row:
-            prefix[k].append(prefix[k][-1] + c)
-    best = [[math.inf] * (n + 1) for _ in range(chunks + 1)]
-    cut = [[0] * (n + 1) for _ in range(chunks + 1)]
-    best[0][0] = 0.0
-    for k in range(1, chunks + 1):
-        for i in range(k, n - (chunks - k) + 1):
-            for j in range(k - 1, i):
-                if best[k - 1][j] == math.inf or not fits(k - 1, j, i):
-                    continue
-                v = max(best[k - 1][j], prefix[k - 1][i] - prefix[k - 1][j])
-                if v < best[k][i]:
-                    best[k][i], cut[k][i] = v, j
-    if best[chunks][n] == math.inf:
+        prefix = np.array(list(accumulate(row, initial=0.0)))  # (the sums a loop would make)
+        # part k is items j..i: after k parts before it, leaving chunks − k − 1 after it
+        ok = (starts >= k) & (starts < ends) & (ends > k) & (ends <= n - (chunks - k - 1))
+        ok &= np.isfinite(best)[None, :]
+        if fits is not None:
+            for i, j in zip(*np.nonzero(ok)):
+                ok[i, j] = fits(k, int(j), int(i))
+        worst = np.where(ok, np.maximum(best[None, :], prefix[:, None] - prefix[None, :]), math.inf)
+        cut = worst.argmin(axis=1)  # the first of the smallest
+        best = worst[ends[:, 0], cut]
+        cuts.append(cut)
+    if best[n] == math.inf:
         return None
     sizes, i = [], n
-    for k in range(chunks, 0, -1):
-        sizes.append(i - cut[k][i])
-        i = cut[k][i]
+    for cut in reversed(cuts):
+        sizes.append(i - int(cut[i]))
+        i = int(cut[i])
     return sizes[::-1]
 
 
