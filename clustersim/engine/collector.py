@@ -13,12 +13,6 @@ numbers, kept for the run, and building it woke the collector for two full colle
 So ``simulate()`` keeps it off from resolving to the Result: the folded LLaMA-3-405B-like
 run (benchmarks/scale.py) takes 0.86 → 0.60 s CPU in a fresh process (medians of 5).
 
-When the collector resumes, every object made meanwhile would still be in its youngest
-generation, so the first young collection after the block would traverse them all (the
-Result keeps the Program for its lazy tables): 0.2–0.3 s after a folded GPT-1T run of
-227,714 ops. So they are first moved to the oldest generation — ``gc.freeze()`` then
-``gc.unfreeze()``, which splices the lists without visiting an object — where only a
-full collection looks at them, as at objects that lived long anyway.
 """
 
 from __future__ import annotations
@@ -31,11 +25,8 @@ from collections.abc import Iterator
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
     """Run the block with the cyclic garbage collector off, and turn it back on after
-    (also when the block raises), with the objects made meanwhile — and any the process
-    held in the younger generations — in the oldest generation (module docstring), unless
-    the process holds frozen objects (``gc.freeze``), which must stay frozen. A
-    collector the caller had turned off stays off; cycles made inside wait for the
-    collector's next full collection."""
+    (also when the block raises). A collector the caller had turned off stays off; cycles
+    made inside wait for the collector's first pass after the block."""
     if not gc.isenabled():
         yield
         return
@@ -43,7 +34,4 @@ def collector_paused() -> Iterator[None]:
     try:
         yield
     finally:
-        if not gc.get_freeze_count():  # (a caller's frozen objects, e.g. before a fork, stay frozen)
-            gc.freeze()  # every tracked object into the permanent generation, in O(1)…
-            gc.unfreeze()  # …and from there into the oldest
         gc.enable()
