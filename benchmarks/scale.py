@@ -32,6 +32,7 @@ CPU seconds and their ratio to the row; ``--only TEXT`` keeps the rows whose lab
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -127,12 +128,24 @@ def run_one(raw: dict, max_s: float | None = None) -> dict:
         "folded": s["folded"].split(":")[0].split(" (")[0],
         "wall_s": wall,
         "cpu_s": cpu,  # the process's own CPU seconds: what a shared machine's load does not stretch
-        "rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        "rss_gib": peak_rss_gib(),
         "iteration_s": s["iteration_time_s"],
         "events": s["sim_events"],
         "tflops_per_gpu": s.get("tflops_per_gpu"),
         "m": s["num_microbatches"],
     }
+
+
+def peak_rss_gib() -> float:
+    """This process's peak RSS: Linux's ``VmHWM`` (the high-water mark of this program's own
+    memory) where there is one — ``ru_maxrss`` also keeps that of the parent it was forked
+    from, so a child of a large benchmark process reported the parent's peak — else
+    ``ru_maxrss``."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 2**20  # kB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
 def in_subprocess(raw: dict, max_s: float | None = None, code: str | None = None) -> dict:
