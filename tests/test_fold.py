@@ -262,3 +262,21 @@ def test_fold_is_refused_where_routes_depend_on_position(monkeypatch):
         cs.simulate(raw, progress=False).summary["folded"]
         == "no (routes on a ring topology depend on where a GPU sits; folding is not checked there)"
     )
+
+
+@pytest.mark.parametrize("tp,pp,dp,cp", [(1, 2, 1, 1), (2, 4, 3, 1), (8, 3, 4, 2), (4, 2, 1, 1)])
+def test_twin_pairs_are_every_other_dp_and_tp_ranks_devices(tp, pp, dp, cp):
+    # the devices a folded transfer's shadows name: Plan.device of both stages at every
+    # (dp rank, tp rank) but the representatives' (0, 0), in that order
+    from clustersim.parallel.plan import Plan
+
+    plan = Plan(tp=tp, pp=pp, dp=dp, gpus_per_node=8, cp=cp)
+    for a in range(pp):
+        for b in range(pp):
+            want = [
+                (plan.device(a, rr, tt), plan.device(b, rr, tt))
+                for rr in range(dp)
+                for tt in range(tp)
+                if (rr, tt) != (0, 0)
+            ]
+            assert list(plan.twin_pairs(a, b)) == want

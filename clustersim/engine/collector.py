@@ -12,7 +12,6 @@ estimate are the same: a 16,384-GPU job's topology graph is 212k dicts of names 
 numbers, kept for the run, and building it woke the collector for two full collections.
 So ``simulate()`` keeps it off from resolving to the Result: the folded LLaMA-3-405B-like
 run (benchmarks/scale.py) takes 0.86 → 0.60 s CPU in a fresh process (medians of 5).
-
 """
 
 from __future__ import annotations

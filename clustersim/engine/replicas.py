@@ -56,7 +56,7 @@ class ReplicatedRun:
         self.events = self._events(engine.events)
         for d, r in enumerate(self.representative.tolist()):  # every GPU shows its representative's peak
             self.memory.peak[d] = self.memory.peak[r]
-        self.spans = self._spans()
+        self.spans, self.on_representative, self.first_seen = self._spans()
         self.memory_frame = self._memory()
 
     def finished_count(self) -> int:
@@ -130,7 +130,9 @@ class ReplicatedRun:
         k = (np.arange(dp)[:, None] * tp + t[None, :]).ravel()
         return np.tile(op, dp), k
 
-    def _spans(self) -> pd.DataFrame:
+    def _spans(self) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+        """The unfolded spans (module docstring); per row, whether it is a representative's;
+        and the devices in the order the rows first show them."""
         prog, rec = self.program, self.recorder
         ops = prog.ops
         if len(rec.ops) != len(ops) or rec.spans:
@@ -147,12 +149,6 @@ class ReplicatedRun:
         key = (start_rank[op] * len(names) + _rank(prog.device_names)[device]) * len(lanes)
         order = np.argsort(key + _rank(lanes)[lane_code[op]], kind="stable")
         op, device = op[order], device[order]
-        #: which rows are a representative's, and the devices in the order the rows first show them
-        self.on_representative = self.representative[device] == device
-        first = np.full(prog.num_devices, len(device))  # each device's first row
-        np.minimum.at(first, device, np.arange(len(device)))
-        shown = np.flatnonzero(first < len(device))
-        self.first_seen = shown[np.argsort(first[shown])]
         cols["device"] = _strings(prog.device_names).take(device)
         cols["lane"] = _strings(lanes).take(lane_code[op])
         for field in ("kind", "name", "phase"):
@@ -163,7 +159,14 @@ class ReplicatedRun:
         cols["start_s"], cols["end_s"] = start[op], end[op]
         cols["bytes"] = np.array([o.nbytes for o in ops], dtype=np.int64)[op]
         cols["flops"] = np.array([o.flops for o in ops], dtype=np.float64)[op]
-        return pd.DataFrame({f: cols[f] for f in SPAN_FIELDS}, copy=False)  # (not stacked into blocks)
+        first = np.full(prog.num_devices, len(device))  # each device's first row
+        np.minimum.at(first, device, np.arange(len(device)))
+        shown = np.flatnonzero(first < len(device))
+        return (
+            pd.DataFrame({f: cols[f] for f in SPAN_FIELDS}, copy=False),  # (not stacked into blocks)
+            self.representative[device] == device,
+            shown[np.argsort(first[shown])],
+        )
 
     def _memory(self) -> pd.DataFrame:
         """The memory timeline (module docstring): the first sample of every device (its

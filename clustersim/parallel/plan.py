@@ -86,6 +86,15 @@ class Plan:
         """The device index of (stage, replica ``dp_rank`` = cp_rank + cp × dp rank, tp_rank)."""
         return tp_rank + self.tp * (dp_rank + self.replicas * stage)
 
+    def twin_pairs(self, a: int, b: int) -> tuple[tuple[int, int], ...]:
+        """(device of stage ``a``, device of stage ``b``) at every (dp rank, tp rank) but
+        (0, 0): the twins folding leaves out of a transfer between the two stages'
+        representatives, in (dp rank, tp rank) order."""
+        offsets = (tt + self.tp * rr for rr in range(self.dp) for tt in range(self.tp))
+        first_a, first_b = self.device(a), self.device(b)
+        next(offsets)  # (0, 0): the representatives themselves
+        return tuple((first_a + k, first_b + k) for k in offsets)
+
     def coords(self, device: int) -> tuple[int, int, int]:
         """(stage, replica, tp_rank) of a device index (the replica is the dp rank when cp = 1)."""
         tp_rank = device % self.tp

@@ -703,23 +703,6 @@ def _with_mirror(plan: Plan, group: tuple[int, ...], s: int, mirror: int) -> tup
     return tuple(sorted({*group, *(d + shift for d in group)}))
 
 
-def _send_twins(plan: Plan, s: int, to: int, offsets: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
-    """The (src, dst) pairs of the folded-away twins of a send from stage ``s``'s representative
-    to stage ``to``'s: every other (dp rank, tp rank) sends alongside it (module docstring).
-    ``offsets``: :func:`_twin_offsets`."""
-    src, dst = plan.device(s), plan.device(to)
-    return tuple((src + k, dst + k) for k in offsets)
-
-
-def _twin_offsets(plan: Plan) -> tuple[int, ...]:
-    """How far each (dp rank, tp rank) twin but the first sits from its stage's first device:
-    the same in every stage (``Plan.device``)."""
-    first = plan.device(0)
-    return tuple(
-        plan.device(0, rr, tt) - first for rr in range(plan.dp) for tt in range(plan.tp) if (rr, tt) != (0, 0)
-    )
-
-
 def _pass_name(m: int, v: int, ph: str, j: int, k: int) -> str:
     """The name of pass (ph, j, k): phase and micro-batch, and the chunk when v > 1."""
     return f"{ph}{j % m}" + (f"c{k}" if v > 1 else "")
@@ -767,7 +750,6 @@ def _emit_replica(
             )
     sends: dict[tuple, Op] = {}
     twins: dict[tuple[int, int], tuple] = {}  # (stage, stage it sends to) → the folded sends' shadows
-    offsets = _twin_offsets(plan) if fold else ()
     moves = {
         (ph, k): pass_transfers(costs, ph, k, schedule.route(k, len(costs)))
         for ph in "FB"
@@ -791,7 +773,7 @@ def _emit_replica(
                     size = activations.shrunk(size)  # the pass compressed what it sends
                 label = f"{ph}{j % m}" + (f"c{k}" if v > 1 else "")
                 if (s, to) not in twins:  # the same pairs for every send from s to to
-                    twins[(s, to)] = _send_twins(plan, s, to, offsets) if fold else ()
+                    twins[(s, to)] = plan.twin_pairs(s, to) if fold else ()
                 sends[(to, t, ph, j, nxt)] = prog.add(
                     src.device,
                     "send",

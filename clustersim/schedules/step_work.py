@@ -68,16 +68,7 @@ def emit_step_work(
     labels = {"stage": s, "iteration": it}
     tied = sum(c.tied_grad_bytes for c in costs)
     if tied and ends[0] != ends[1] and s in ends:
-        twins = (
-            tuple(
-                (plan.device(ends[0], rr, tt), plan.device(ends[1], rr, tt))
-                for rr in range(plan.dp)
-                for tt in range(plan.tp)
-                if (rr, tt) != (0, 0)
-            )
-            if fold
-            else ()
-        )
+        twins = plan.twin_pairs(*ends) if fold else ()
         deps = (
             prog.add(
                 dev,

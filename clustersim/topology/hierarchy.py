@@ -74,15 +74,17 @@ class Hierarchy:
         """Per GPU (site 0, the switches its NIC links to, server): what
         :func:`.plugin.levels` reads off the graph, from the layout."""
         gpn, nics = self.gpus_per_node, self.nics_per_node
-        # the switches above each of a server's GPUs: one set per leaf or rail, shared
+        # the switches above each of a server's GPUs, one set per leaf or rail shared by its GPUs:
+        # under a clos the server's leaf, else the same for every server
         if self.network == "rail":
-            above = [frozenset({f"rail{j * nics // gpn}"}) for j in range(gpn)]
+            every = [frozenset({f"rail{j * nics // gpn}"}) for j in range(gpn)]
         else:  # a lone server's NICs link to no switch; a star's to its centre (the hub is one)
-            above = [frozenset({self.centre} if self.centre not in ("", "server") else ())] * gpn
+            every = [frozenset({self.centre} if self.centre not in ("", "server") else ())] * gpn
         out = {}
         for host in range(self.gpus // gpn):
-            if self.network == "clos":
-                above = [frozenset({f"leaf{host // self.nodes_per_leaf}"})] * gpn
+            above = (
+                [frozenset({f"leaf{host // self.nodes_per_leaf}"})] * gpn if self.network == "clos" else every
+            )
             for j, switches in enumerate(above):
                 out[f"gpu{host * gpn + j}"] = (0, switches, host)
         return out

@@ -259,6 +259,8 @@ class _Slices:
         return ",".join(_SLICE_JSON % row for row in zip(*(_json_column(f) for f in self._fields())))
 
 
+#: time bins of the trace's counter tracks
+COUNTER_BINS = 200
 #: the ``args`` of an X slice, in their order
 _ARGS = ("stage", "microbatch", "bytes", "flops", "phase", "iteration", "kind", "device", "lane")
 #: an X slice's JSON with compact separators, one ``%s`` per field of ``_Slices._fields``
@@ -305,7 +307,7 @@ def chrome_events(
     spans: pd.DataFrame,
     devices: pd.DataFrame | None = None,
     memory: pd.DataFrame | None = None,
-    counter_bins: int = 200,
+    counter_bins: int = COUNTER_BINS,
 ) -> list[dict]:
     """All trace events: metadata, one ``X`` slice per span (in ``spans`` order), flow
     arrows and counters."""
@@ -322,7 +324,7 @@ def write_chrome_trace(
     slices written from their columns (:meth:`_Slices.json_text`), the other events by
     the C encoder, in one write."""
     path = Path(path)
-    meta, sl, flows, counters = _parts(spans, devices, memory, 200)
+    meta, sl, flows, counters = _parts(spans, devices, memory, COUNTER_BINS)
     events = [_encode(meta)[1:-1], sl.json_text(), _encode(flows)[1:-1], _encode(counters)[1:-1]]
     with open_atomic(path) as fh:
         fh.write('{"traceEvents":[' + ",".join(e for e in events if e) + '],"displayTimeUnit":"ms"}')
