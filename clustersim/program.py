@@ -9,8 +9,8 @@ time by the cost model; communication ops carry bytes and let the fabric decide.
 
 Ops of a lane run in the order they were added to the Program — that order is the
 schedule. ``Program.check()`` rejects malformed programs before they run: a missing
-dependency, a cycle (through deps and lane order, which would deadlock), or a send
-without its recv.
+dependency, a cycle (through deps and lane order, which would deadlock; or, for a run on
+the DAG pass, as soon as that pass stalls), or a send without its recv.
 """
 
 from __future__ import annotations
@@ -268,13 +268,21 @@ class Program:
         """Ops grouped by (device, lane), each list in execution order (do not mutate)."""
         return self._lanes
 
-    def check(self) -> None:
+    def check(self, acyclic: bool = True) -> None:
         """Raise :class:`ProgramError` if a dependency is missing, a cycle exists, a
         send/recv is unmatched or an op moves negative memory — naming the ops involved.
 
         Each rule is first tested as a whole, over columns of the ops (C-level ``map``s and
         numpy); only a Program that breaks one goes through that rule's op-by-op pass,
-        which finds the first op breaking it and says so."""
+        which finds the first op breaking it and says so.
+
+        ``acyclic`` False leaves cycles through other lanes to the evaluator that runs the
+        Program next, when it proves there are none by running it: the DAG pass
+        (:mod:`clustersim.engine.dag`) ends every op exactly when the graph
+        :meth:`check_acyclic` searches has no cycle, and its caller asks
+        :meth:`check_acyclic` to name the cycle of a run that stalls. The pass reads
+        waits on other lanes only, so an op waiting on itself or on a later op of its
+        own lane — a cycle too — is still refused here."""
         ops = self.ops
         deps = list(map(_DEPS, ops))
         flat = list(chain.from_iterable(deps))
@@ -287,8 +295,8 @@ class Program:
         collective_ops = [op for op, k in zip(ops, kinds) if k == COLLECTIVE]
         if not _collectives_hold(collective_ops, self.num_devices):
             self._check_collectives(collective_ops)
-        if not self._acyclic(deps, flat, kinds):
-            self._check_acyclic()
+        if not (self._acyclic(deps, flat, kinds) if acyclic else self._lane_waits_hold(deps, flat)):
+            self.check_acyclic()
 
     def _fields_hold(self, flat: list[int]) -> bool:
         """Whether every op's device, deps (``flat``: all of them) and memory fields pass
@@ -394,7 +402,7 @@ class Program:
                 raise ProgramError(f"collective {tag!r}: members that never reach it: {', '.join(missing)}")
 
     def _acyclic(self, deps: list[tuple[int, ...]], flat: list[int], kinds: list[str]) -> bool:
-        """Whether the graph :meth:`_check_acyclic` builds has no cycle (``deps``, ``flat``:
+        """Whether the graph :meth:`check_acyclic` builds has no cycle (``deps``, ``flat``:
         each op's deps and all of them; ``kinds``: each op's kind): Kahn's algorithm in
         numpy, one round per layer of the graph — every op whose waits have all ended
         ends in the round, and takes one off the waits of what waits on it."""
@@ -442,7 +450,19 @@ class Program:
             ends = np.unique(took[waits[took] == 0])
         return ended == total
 
-    def _check_acyclic(self) -> None:
+    def _lane_waits_hold(self, deps: list[tuple[int, ...]], flat: list[int]) -> bool:
+        """Whether no op waits on itself or on a later op of its own lane (``deps``,
+        ``flat``: each op's deps and all of them): ids rise along a lane, so such a wait
+        is a cycle."""
+        n = len(self.ops)
+        waiter = np.repeat(np.arange(n, dtype=np.int64), np.fromiter(map(len, deps), np.int64, n))
+        waited = np.array(flat, np.int64)
+        lane_of = np.fromiter(map(_LANE_ID, self.ops), np.int64, n)
+        return not ((waited >= waiter) & (lane_of[waited] == lane_of[waiter])).any()
+
+    def check_acyclic(self) -> None:
+        """Raise :class:`ProgramError` naming a dependency cycle (through deps, lane order,
+        a recv's send and a collective's rendezvous: it would deadlock), if there is one."""
         # Kahn's algorithm over explicit deps, the implicit lane-order edges, and one virtual
         # node per collective that every member's start feeds and every member's end needs
         # (the rendezvous), so crossed collective orders are caught as cycles too.
@@ -498,6 +518,7 @@ class Program:
 
 
 _ID, _KIND, _DEVICE, _DEPS, _PEER = map(attrgetter, ("id", "kind", "device", "deps", "peer"))
+_LANE_ID = attrgetter("lane_id")
 _MEM_ALLOC, _MEM_FREE = attrgetter("mem_alloc"), attrgetter("mem_free")
 _STASH_ALLOC, _STASH_FREE = attrgetter("stash_alloc"), attrgetter("stash_free")
 

@@ -22,14 +22,15 @@ from .engine.network_setup import build_network
 from .engine.replicas import ReplicatedRun
 from .engine.variability import compute_scales
 from .hardware.node_groups import device_memory
-from .modes import compile_job, mode_of
+from .errors import SimulationStall
+from .modes import compile_job, mode_of, name_cycle
 from .program import Program
 from .progress import Reporter, SimProgress
 from .progress import mode as progress_mode
 from .record import Recorder
 from .resolve import Job, Layout, resolve
 from .resolve.estimate import ADVICE_S, Estimate, advice, check_budget
-from .resolve.replication import replica_obstacle
+from .resolve.replication import contention_free, replica_obstacle
 from .scenario import MultiJobScenario, Scenario, load_scenario
 from .trace.assemble import assemble_result
 from .trace.result import Result
@@ -112,12 +113,14 @@ def _compile_and_run(job: Job, report: Reporter | None, how: str | None) -> tupl
     whose twins are exact twins on a contention-free fabric runs its folded Program once
     and reads it as every replica's (:mod:`clustersim.engine.replicas`)."""
     why_not = replica_obstacle(job, mode_of(job).name)
+    # the DAG pass runs any Program of such a job, and it proves the Program acyclic
+    dag = job.simulation.evaluator != "des" and contention_free(job, None)[0]
     with _phase(report, "compiling"):
-        prog = compile_job(job, True if why_not is None else None)
+        prog = compile_job(job, True if why_not is None else None, acyclic=not dag)
     engine, evaluator_note = build_engine(job, prog)
     if why_not is None:
         counted = engine.finished_count if how == "log" else None
-        with _phase(report, "running", counted, len(prog.ops)):
+        with _phase(report, "running", counted, len(prog.ops)), _cycles_named(job, prog, dag):
             engine.run()
         run = ReplicatedRun(engine, job.plan)
         return (
@@ -131,7 +134,7 @@ def _compile_and_run(job: Job, report: Reporter | None, how: str | None) -> tupl
         bar.attach(engine.env, engine.finished_count)
     counted = engine.finished_count if how == "log" else None  # (a bar counts for itself)
     try:
-        with _phase(report, "running", counted, len(prog.ops)):
+        with _phase(report, "running", counted, len(prog.ops)), _cycles_named(job, prog, dag):
             engine.run()
     finally:
         if bar is not None:
@@ -139,6 +142,18 @@ def _compile_and_run(job: Job, report: Reporter | None, how: str | None) -> tupl
     if bar is not None:
         engine.events -= bar.events  # the bar's own wake-ups are not simulated events
     return engine, evaluator_note
+
+
+@contextlib.contextmanager
+def _cycles_named(job: Job, prog: Program, unchecked: bool):
+    """A stall of a run whose Program's cycles were left to the DAG pass (``unchecked``)
+    raises the ProgramError naming the cycle, as compiling would have, if there is one."""
+    try:
+        yield
+    except SimulationStall:
+        if unchecked:
+            name_cycle(job, prog)
+        raise
 
 
 def build_engine(job: Job, prog: Program, gpus: int | None = None) -> tuple[Any, str]:

@@ -29,22 +29,38 @@ def mode_of(job: Job) -> TrainingMode:
     return next(mode for mode in MODES.values() if mode.applies(job))
 
 
-def compile_job(job: Job, fold: bool | None = None) -> Program:
+def compile_job(job: Job, fold: bool | None = None, acyclic: bool = True) -> Program:
     """The checked Program of ``job`` — coarsened when ``simulation.granularity`` is
     ``stage``. ``fold``: None applies the Job's fold decision; True folds whenever folding
-    is exact (tools that need one GPU per stage, e.g. the memory estimate)."""
+    is exact (tools that need one GPU per stage, e.g. the memory estimate). ``acyclic``
+    False: cycles are left to the DAG pass that runs it next (:meth:`Program.check`; a
+    stalled run's cycle is named by :func:`name_cycle`)."""
     fold = job.fold.enabled if fold is None else fold and job.foldable
     mode = mode_of(job)
     prog = mode.compile(job, fold)
     try:
-        prog.check()
-    except ProgramError as exc:  # name what produced the Program: the user changes that
-        par = job.parallel
-        raise ProgramError(
-            f"the {mode.name} Program of schedule {par.schedule!r} (pp = {par.pp}, m = "
-            f"{job.num_microbatches}, virtual_stages = {par.virtual_stages}) is invalid: {exc}"
-        ) from None
+        prog.check(acyclic)
+    except ProgramError as exc:
+        raise _invalid(job, mode, exc) from None
     return coarsen(prog) if job.simulation.granularity == "stage" else prog
 
 
-__all__ = ["MODES", "ModeReport", "TrainingMode", "compile_job", "mode_of"]
+def name_cycle(job: Job, prog: Program) -> None:
+    """Raise the ProgramError :func:`compile_job` raises for a cycle in ``job``'s Program
+    ``prog``, if it holds one (a run whose cycle check was left to the DAG pass stalled)."""
+    try:
+        prog.check_acyclic()
+    except ProgramError as exc:
+        raise _invalid(job, mode_of(job), exc) from None
+
+
+def _invalid(job: Job, mode: TrainingMode, exc: ProgramError) -> ProgramError:
+    """``exc`` naming what produced the Program: the user changes that."""
+    par = job.parallel
+    return ProgramError(
+        f"the {mode.name} Program of schedule {par.schedule!r} (pp = {par.pp}, m = "
+        f"{job.num_microbatches}, virtual_stages = {par.virtual_stages}) is invalid: {exc}"
+    )
+
+
+__all__ = ["MODES", "ModeReport", "TrainingMode", "compile_job", "mode_of", "name_cycle"]
