@@ -21,8 +21,8 @@ from .engine.interpreter import Engine
 from .engine.network_setup import build_network
 from .engine.replicas import ReplicatedRun
 from .engine.variability import compute_scales
-from .hardware.node_groups import device_memory
 from .errors import SimulationStall
+from .hardware.node_groups import device_memory
 from .modes import compile_job, mode_of, name_cycle
 from .program import Program
 from .progress import Reporter, SimProgress
