@@ -139,9 +139,13 @@ def memory_columns(job, devices, program: Program) -> tuple[dict[str, np.ndarray
     with_ops[[d for d, _ in program.lanes() if d < n]] = True
     _, first, of_stage = np.unique(stages, return_index=True, return_inverse=True)
     held, at = np.unique(np.where(with_ops, np.arange(n), first[of_stage]), return_inverse=True)
-    peaks = program.memory_peaks()
-    # the stashed weights held at the peak: a second copy, or the versions in flight
-    statics = [replace(program.static_memory[d], stashed=peaks[d][1]) for d in held.tolist()]
+    # the stashed weights held at the peak: a second copy, or the versions in flight (a
+    # schedule with one weight version stashes none: its static memory is all there is)
+    if stash:
+        peaks = program.memory_peaks()
+        statics = [replace(program.static_memory[d], stashed=peaks[d][1]) for d in held.tolist()]
+    else:
+        statics = [program.static_memory[d] for d in held.tolist()]
 
     def per_device(kind: str) -> np.ndarray:
         return np.array([float(getattr(m, kind)) for m in statics])[at]
