@@ -90,7 +90,7 @@ def test_quiet_writes_nothing(capsys):
 def no_compiling(monkeypatch):
     """An interrupt where compiling would start: the run has announced itself by then."""
 
-    def refuse(job, fold=None):
+    def refuse(*args, **kwargs):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(importlib.import_module("clustersim.simulate"), "compile_job", refuse)
