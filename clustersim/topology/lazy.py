@@ -88,10 +88,9 @@ def _layout(g: nx.DiGraph) -> Layout | None:
 
 def node_data(g: nx.DiGraph, name: str) -> dict:
     """``g.nodes[name]``, to read only (KeyError for a node ``g`` does not have)."""
-    layout = _layout(g)
-    if layout is None:
+    if type(g) is not LazyDiGraph:  # (inline :func:`_layout`: collective groups ask per member)
         return g.nodes[name]
-    data = layout.node(name)
+    data = g.__dict__["_layout"].node(name)
     if data is None:
         raise KeyError(name)
     return data

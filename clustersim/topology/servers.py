@@ -122,9 +122,9 @@ def add_server(g: nx.DiGraph, spec: ServerSpec, n: int, with_nics: bool = True) 
 def number(name: str, prefix: str) -> int | None:
     """``N`` for a name written ``f"{prefix}{N}"``, else None (also for names not strings,
     which networkx allows and no builder makes)."""
-    if isinstance(name, str) and name.startswith(prefix):
-        digits = name[len(prefix) :]
-        if digits.isascii() and digits.isdigit() and str(int(digits)) == digits:
+    if type(name) is str and name.startswith(prefix):
+        digits = name[len(prefix) :]  # written as str(N) writes it: ASCII, no leading zero
+        if digits.isdecimal() and digits.isascii() and (digits[0] != "0" or digits == "0"):
             return int(digits)
     return None
 
