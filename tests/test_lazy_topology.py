@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+import threading
 from types import SimpleNamespace
 
 import networkx as nx
@@ -177,3 +178,15 @@ def test_a_folded_analytical_run_on_a_fat_tree_never_writes_its_graph():
     result = cs.simulate(raw, progress=False)
     assert result.summary["folded"].startswith("yes")
     assert type(topology_graph(load_scenario(raw).cluster)) is LazyDiGraph
+
+
+def test_threads_reading_one_lazy_graph_all_see_it_whole():
+    c = cluster(16, 8, {"kind": "fat_tree", "nodes_per_leaf": 2})
+    lazy, expected = build_topology(c), _everything(_written(c))[1:]
+    seen = []
+    threads = [threading.Thread(target=lambda: seen.append(_everything(lazy)[1:])) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == 8 and all(s == expected for s in seen)

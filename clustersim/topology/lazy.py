@@ -19,9 +19,14 @@ graph on every node and pair of nodes of random builds.
 
 from __future__ import annotations
 
+import threading
 from typing import Protocol
 
 import networkx as nx
+
+#: held while a graph is written: a cached graph may be shared by a sweep's threads (a Dask
+#: worker runs several), and none may read it half-written
+_WRITING = threading.Lock()
 
 
 class Layout(Protocol):
@@ -73,12 +78,19 @@ class LazyDiGraph(nx.DiGraph):
         return g
 
     def _write_now(self) -> None:
-        """Become the plain DiGraph the layout writes (an empty one without a layout)."""
-        layout = self.__dict__.pop("_layout", None)
-        self.__class__ = nx.DiGraph
-        self._node, self._adj, self._pred = {}, {}, {}
-        if layout is not None:
-            layout.write(self)
+        """Become the plain DiGraph the layout writes (an empty one without a layout): the
+        graph is written aside and its dicts taken over, the class changed last, so a
+        thread reads either through these descriptors (and waits here) or the whole graph."""
+        with _WRITING:
+            if type(self) is not LazyDiGraph:  # another thread wrote it meanwhile
+                return
+            written = nx.DiGraph()
+            layout = self.__dict__.pop("_layout", None)
+            if layout is not None:
+                layout.write(written)
+            for name in ("_node", "_adj", "_succ", "_pred"):
+                self.__dict__[name] = written.__dict__[name]
+            self.__class__ = nx.DiGraph
 
 
 def _layout(g: nx.DiGraph) -> Layout | None:
