@@ -1,14 +1,16 @@
 """Topology graphs whose networkx adjacency is written on first use.
 
-A 16,384-GPU fat tree is 35k nodes and 106k links, about 0.15 s of CPU to write — more
-than the rest of a folded analytical run on it reads: the fold check, the routes (named
-from the builder's :mod:`.hierarchy`) and the α–β costs along them only ask for a few
-nodes' and links' attributes. So the hierarchical builders return a
-:class:`LazyDiGraph`: a :class:`networkx.DiGraph` holding its :class:`Layout` (what the
+A 16,384-GPU fat tree is 35k nodes and 106k links, about 0.15 s of CPU to write, while a
+folded analytical run on it reads only some of their attributes: the fold check and the
+routes come from the builder's :mod:`.hierarchy`, and the α–β costs and collective groups
+ask for the links along those routes and the server of each member. So the ``fat_tree``/``leaf_spine`` and ``rail`` builders (the large
+ones; ``single_node`` and ``star`` write at once) return a :class:`LazyDiGraph`: a :class:`networkx.DiGraph` holding its :class:`Layout` (what the
 builder decided) and its graph attributes (``g.graph``), whose nodes and links the layout
 writes the first time anything reads networkx's own dicts (``_node``, ``_adj``, ``_succ``,
-``_pred``: every networkx method and view goes through them). From then on it *is* a
-plain DiGraph — its class too — exactly the graph the builder used to write at once.
+``_pred``: every networkx method and view goes through them; like :mod:`.graph`, this
+relies on networkx's own attribute names, and tests/test_topology.py and
+tests/test_lazy_topology.py fail if they change). From then on it *is* a plain DiGraph —
+its class too — exactly the graph the builder used to write at once.
 
 Until then :func:`node_data`, :func:`link_data`, :func:`has_node` and :func:`successors`
 answer from the layout; on any other graph they read networkx's. The routers, fabrics and
