@@ -386,15 +386,19 @@ CLOS = cluster(
 )
 
 
-@pytest.mark.parametrize("kind", [*sorted(EVERY_KIND), "uneven_clos", "pcie"])
+@pytest.mark.parametrize("kind", [*sorted(EVERY_KIND), "uneven_clos", "pcie", "rail"])
 def test_the_builders_make_the_graph_networkx_calls_make(kind, monkeypatch):
-    spec = {"uneven_clos": CLOS, "pcie": cluster(2, 4, pcie={"bandwidth": 3.2e10, "latency": 1e-7})}.get(
-        kind
-    ) or EVERY_KIND[kind]
+    spec = {
+        "uneven_clos": CLOS,
+        "pcie": cluster(2, 4, pcie={"bandwidth": 3.2e10, "latency": 1e-7}),
+        "rail": cluster(3, 4, {"kind": "rail", "spines": 2}),
+    }.get(kind) or EVERY_KIND[kind]
     direct = build_topology(spec)
+    len(direct)  # a fat tree is written on first use (topology/lazy.py): now, and
     with monkeypatch.context() as m:
         _through_networkx(m)
         public = build_topology(spec)
+        len(public)  # here by networkx's calls
     assert _everything(direct) == _everything(public)
     assert direct.graph == public.graph
     for u, v, data in direct.edges(data=True):  # one dict per direction, seen from both ends

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 from ..errors import ScenarioError
 from ..hardware.presets import DEFAULT_ALPHA
+from ..topology.lazy import node_data, successors
 from ..topology.routing import Router
 from .protocol import resolve_protocols
 
@@ -63,7 +64,7 @@ class Group:
         self.router = None if self.graph is None else getattr(fabric, "router", None) or Router(self.graph)
         self._paths: dict[tuple[str, str], tuple[float, float, tuple]] = {}
         if self.graph is not None:
-            self.host = {m: self.graph.nodes[m].get("host", m) for m in self.members}
+            self.host = {m: node_data(self.graph, m).get("host", m) for m in self.members}
         else:
             self.host = dict.fromkeys(self.members, 0)
         self.alpha = resolve_alpha(alpha, self._intra_kind())
@@ -77,8 +78,8 @@ class Group:
         if g is None or not self.members:
             return "nvlink"
         first = self.members[0]
-        for _, nbr in g.out_edges(first):
-            if "pcie" in str(g.nodes[nbr].get("kind", "")) or "pcie" in str(nbr):
+        for nbr in successors(g, first):
+            if "pcie" in str(node_data(g, nbr).get("kind", "")) or "pcie" in str(nbr):
                 return "pcie"
         return "nvlink"
 
@@ -126,7 +127,9 @@ class Group:
         if len(groups) > 1:
             other = groups[1]
             paths = [self.path(a, other[i % len(other)]) for i, a in enumerate(first)]
-            nics = {next((x for x in p[2] if self.graph.nodes[x].get("kind") == "nic"), None) for p in paths}
+            nics = {
+                next((x for x in p[2] if node_data(self.graph, x).get("kind") == "nic"), None) for p in paths
+            }
             nics.discard(None)
             share = (len(nics) or len(first)) / len(first)
             out["bw_inter"] = min(p[0] for p in paths) * share

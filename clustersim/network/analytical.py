@@ -23,6 +23,7 @@ import simpy
 
 from ..errors import ScenarioError
 from ..record import Recorder
+from ..topology.lazy import link_data
 from ..topology.routing import Router
 from .base import Fabric
 from .degradation import finish_time, min_profile, rate_profile
@@ -73,14 +74,14 @@ class AnalyticalFabric(Fabric):
     def _windowed(self, src: str, dst: str, flow_key: Hashable) -> str:
         """The route's links that have degradation windows, for a stall message."""
         links = self.router.links(src, dst, flow_key)
-        hit = [f"{u}->{v}" for u, v in links if self.graph.edges[u, v].get("windows")]
+        hit = [f"{u}->{v}" for u, v in links if link_data(self.graph, u, v).get("windows")]
         return f"link {' or '.join(hit)} (on the route {src} → {dst})"
 
     def _profile(self, src: str, dst: str, flow_key: Hashable) -> list | None:
         """The route's bottleneck bandwidth over time when a degradation window touches it."""
         key = (src, dst, flow_key)
         if key not in self._profiles:
-            edges = [self.graph.edges[u, v] for u, v in self.router.links(src, dst, flow_key)]
+            edges = [link_data(self.graph, u, v) for u, v in self.router.links(src, dst, flow_key)]
             hit = any(e.get("windows") for e in edges)
             self._profiles[key] = (
                 min_profile(

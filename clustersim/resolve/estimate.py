@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from ..errors import ProgramError, ScenarioError
 from ..schedules.orders import stage_order
 from ..topology.graph import is_wire
+from ..topology.lazy import link_data
 from ..topology.routing import Router
 from .replication import replica_obstacle
 
@@ -256,7 +257,7 @@ class _Hops:
                 links = router.links(f"gpu{a}", f"gpu{b}")
             except ScenarioError:  # no route between the samples: the run says so if it needs one
                 return 1
-            return max(1, sum(1 for u, w in links if not is_wire(graph.edges[u, w])))
+            return max(1, sum(1 for u, w in links if not is_wire(link_data(graph, u, w))))
 
         if gpn > 1:
             self.intra = hops(0, 1)

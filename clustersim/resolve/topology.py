@@ -3,8 +3,9 @@
 The graph carries the cluster's link degradation windows (edge attribute ``windows``), so
 the fabric, the fold check and the compression domains all read the same graph. Builds
 of the last two cluster sections (as JSON) are kept: a plan search resolves many jobs on
-one cluster, and a 16,384-GPU topology takes about a second to build (two, not more:
-such a graph holds tens of MB). Nothing may modify a returned graph.
+one cluster, and a written 16,384-GPU topology takes a tenth of a second to build (two, not
+more: such a graph holds tens of MB; a fat tree's or a rail's is written only when read,
+:mod:`clustersim.topology.lazy`). Nothing may modify a returned graph.
 """
 
 from __future__ import annotations

@@ -16,12 +16,14 @@ Fields (all optional):
 * ``latency`` — latency of one leaf↔spine link (default: half of ``nic.latency``, the same
   as one NIC↔leaf link).
 
-Switches are named ``leaf{j}`` and ``spine{s}``.
+Switches are named ``leaf{j}`` and ``spine{s}``. The graph is written on first use
+(:mod:`.lazy`); :class:`ClosLayout` answers for its nodes and links until then.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Literal
 
 import networkx as nx
@@ -29,8 +31,10 @@ import networkx as nx
 from ..errors import ScenarioError
 from .graph import add_link, check_fields, count_field, latency_field, positive_number
 from .hierarchy import Hierarchy
+from .lazy import LazyDiGraph
 from .plugin import TOPOLOGIES, Topology, TopologyOptions, levels
 from .servers import ServerSpec, add_server
+from .tiers import TwoTierLayout
 
 
 class FatTreeOptions(TopologyOptions):
@@ -61,23 +65,44 @@ def build_clos(cluster: dict, field: str = "cluster") -> nx.DiGraph:
     if oversub < 1.0:
         raise ScenarioError(f"{tf}.oversubscription", oversub, "expected a ratio ≥ 1 (1 = full bisection)")
     uplink_lat = latency_field(topo.get("latency", spec.nic_latency / 2), f"{tf}.latency")
-    leaves = math.ceil(spec.nodes / per_leaf)
     uplink_bw = per_leaf * spec.nics_per_node * spec.nic_bandwidth / (oversub * spines)
+    return LazyDiGraph.of(
+        ClosLayout(spec, spines, uplink_bw, uplink_lat, nodes_per_leaf=per_leaf),
+        border=[f"spine{s}" for s in range(spines)],
+        hierarchy=Hierarchy.of(spec, "clos", spines, nodes_per_leaf=per_leaf),
+    )
 
-    g = nx.DiGraph()
-    for s in range(spines):
-        g.add_node(f"spine{s}", kind="switch")
-    for j in range(leaves):
-        leaf = f"leaf{j}"
-        g.add_node(leaf, kind="switch")
-        for s in range(spines):
-            add_link(g, leaf, f"spine{s}", uplink_bw, uplink_lat, "fabric")
-    for n in range(spec.nodes):
-        for nic in add_server(g, spec, n):
-            add_link(g, nic, f"leaf{n // per_leaf}", spec.nic_bandwidth, spec.nic_latency / 2, "nic")
-    g.graph["border"] = [f"spine{s}" for s in range(spines)]
-    g.graph["hierarchy"] = Hierarchy.of(spec, "clos", spines, nodes_per_leaf=per_leaf)
-    return g
+
+@dataclass(frozen=True)
+class ClosLayout(TwoTierLayout):
+    """What :func:`build_clos` decided (:class:`.tiers.TwoTierLayout`, the leaves its lower
+    tier): the graph it writes and the answers for it."""
+
+    nodes_per_leaf: int
+    lower = "leaf"
+
+    @property
+    def lower_switches(self) -> int:
+        return math.ceil(self.spec.nodes / self.nodes_per_leaf)
+
+    def lower_of(self, host: int, k: int) -> int:
+        return host // self.nodes_per_leaf
+
+    def write(self, g: nx.DiGraph) -> None:
+        """Spines, then each leaf with its uplinks, then each server with its NICs' links."""
+        spec = self.spec
+        for s in range(self.spines):
+            g.add_node(f"spine{s}", kind="switch")
+        for j in range(self.lower_switches):
+            leaf = f"leaf{j}"
+            g.add_node(leaf, kind="switch")
+            for s in range(self.spines):
+                add_link(g, leaf, f"spine{s}", self.uplink_bandwidth, self.uplink_latency, "fabric")
+        for n in range(spec.nodes):
+            for k, nic in enumerate(add_server(g, spec, n)):
+                add_link(
+                    g, nic, f"leaf{self.lower_of(n, k)}", spec.nic_bandwidth, spec.nic_latency / 2, "nic"
+                )
 
 
 TOPOLOGIES.add(

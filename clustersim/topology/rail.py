@@ -24,10 +24,14 @@ Placement (folding): the levels are (site 0, the rail switch a GPU's NIC links t
 server), so a twin's send crosses the same kind of links as its representative's exactly
 when the two pairs are both same-server, both same-rail or both cross-rail. With spines,
 cross-rail routes differ in shape (spine or NVLink forwarding), so folding is refused there.
+
+The graph is written on first use (:mod:`.lazy`); :class:`RailLayout` answers for its nodes
+and links until then.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 import networkx as nx
@@ -35,8 +39,10 @@ import networkx as nx
 from ..errors import ScenarioError
 from .graph import add_link, check_fields, count_field, latency_field, positive_number
 from .hierarchy import Hierarchy
+from .lazy import LazyDiGraph, has_node
 from .plugin import TOPOLOGIES, Topology, TopologyOptions, levels
 from .servers import ServerSpec, add_server
+from .tiers import TwoTierLayout
 
 
 class RailOptions(TopologyOptions):
@@ -59,32 +65,46 @@ def build_rail(cluster: dict, field: str = "cluster") -> nx.DiGraph:
     if oversub < 1.0:
         raise ScenarioError(f"{tf}.oversubscription", oversub, "expected a ratio ≥ 1 (1 = full bisection)")
     uplink_lat = latency_field(topo.get("latency", spec.nic_latency / 2), f"{tf}.latency")
-    g = nx.DiGraph()
-    rails = [f"rail{k}" for k in range(spec.nics_per_node)]
-    for rail in rails:
-        g.add_node(rail, kind="switch")
-    for s in range(spines):
-        g.add_node(f"spine{s}", kind="switch")
+    uplink_bw = spec.nodes * spec.nic_bandwidth / (oversub * spines) if spines else 0.0
+    return LazyDiGraph.of(
+        RailLayout(spec, spines, uplink_bw, uplink_lat),
+        border=[f"spine{s}" for s in range(spines)] or [f"rail{k}" for k in range(spec.nics_per_node)],
+        hierarchy=Hierarchy.of(spec, "rail", spines),
+    )
+
+
+@dataclass(frozen=True)
+class RailLayout(TwoTierLayout):
+    """What :func:`build_rail` decided (:class:`.tiers.TwoTierLayout`, the rails its lower
+    tier): the graph it writes and the answers for it."""
+
+    lower = "rail"
+
+    @property
+    def lower_switches(self) -> int:
+        return self.spec.nics_per_node
+
+    def lower_of(self, host: int, k: int) -> int:
+        return k
+
+    def write(self, g: nx.DiGraph) -> None:
+        """Rails, then each spine with its links to every rail, then each server with its NICs' links."""
+        spec = self.spec
+        rails = [f"rail{k}" for k in range(spec.nics_per_node)]
         for rail in rails:
-            add_link(
-                g,
-                rail,
-                f"spine{s}",
-                spec.nodes * spec.nic_bandwidth / (oversub * spines),
-                uplink_lat,
-                "fabric",
-            )
-    for n in range(spec.nodes):
-        for k, nic in enumerate(add_server(g, spec, n)):
-            add_link(g, nic, rails[k], spec.nic_bandwidth, spec.nic_latency / 2, "nic")
-    g.graph["border"] = [f"spine{s}" for s in range(spines)] or rails
-    g.graph["hierarchy"] = Hierarchy.of(spec, "rail", spines)
-    return g
+            g.add_node(rail, kind="switch")
+        for s in range(self.spines):
+            g.add_node(f"spine{s}", kind="switch")
+            for rail in rails:
+                add_link(g, rail, f"spine{s}", self.uplink_bandwidth, self.uplink_latency, "fabric")
+        for n in range(spec.nodes):
+            for k, nic in enumerate(add_server(g, spec, n)):
+                add_link(g, nic, rails[self.lower_of(n, k)], spec.nic_bandwidth, spec.nic_latency / 2, "nic")
 
 
 def rail_placement(g: nx.DiGraph):
     """Levels without spines; with spines, why folding is refused (module docstring)."""
-    if any(n.startswith("spine") for n in g):
+    if has_node(g, "spine0"):  # spines are spine0, spine1, …
         return "cross-rail routes on a rail topology with spines take the spine or NVLink forwarding by ECMP"
     return levels(g)
 

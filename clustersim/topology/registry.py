@@ -99,7 +99,12 @@ def build_topology(cluster: dict) -> nx.DiGraph:
     """
     g = build_site(cluster, "cluster")
     remove_failed_links(g, cluster.get("failed_links") or [])
-    gpus = g.graph["num_gpus"] = sum(1 for _, kind in g.nodes(data="kind") if kind == "gpu")
+    hierarchy = g.graph.get("hierarchy")  # (counting the nodes would write a lazy graph, lazy.py)
+    gpus = g.graph["num_gpus"] = (
+        hierarchy.gpus
+        if hierarchy is not None
+        else sum(1 for _, kind in g.nodes(data="kind") if kind == "gpu")
+    )
     if g.graph["kind"] == "wan":
         expected = cluster.get("nodes", 1) * cluster.get("gpus_per_node", 8)
         if expected != gpus:

@@ -34,6 +34,7 @@ import networkx as nx
 
 from ..errors import ScenarioError
 from .hierarchy import Hierarchy
+from .lazy import has_node, link_data, node_data
 
 
 def _stable_hash(text: str) -> int:
@@ -104,7 +105,7 @@ class Router:
 
     def flow_number(self, src: str, dst: str, flow_key: Hashable = None) -> int:
         """The number ECMP choices are taken from (see the module docstring)."""
-        host = self.graph.nodes[src].get("host", 0)
+        host = node_data(self.graph, src).get("host", 0)
         return _index(dst) + host + (0 if flow_key is None else _index(flow_key))
 
     def path(self, src: str, dst: str, flow_key: Hashable = None) -> tuple[str, ...]:
@@ -117,7 +118,7 @@ class Router:
         cached = self._paths.get(key)
         if cached is not None:
             return cached
-        if self.hierarchy is not None and src in self.graph:
+        if self.hierarchy is not None and has_node(self.graph, src):
             path = self.hierarchy.path(src, dst, self.flow_number(src, dst, flow_key))
             if path is not None:
                 self._paths[key] = path
@@ -152,7 +153,7 @@ class Router:
         if cost is None:
             latency, bottleneck = 0.0, math.inf
             for u, v in self.links(src, dst, flow_key):
-                data = self.graph.edges[u, v]
+                data = link_data(self.graph, u, v)
                 latency += data["latency"]
                 bottleneck = min(bottleneck, data["bandwidth"])
             cost = self._costs[key] = (latency, bottleneck)

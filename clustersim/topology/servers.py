@@ -12,10 +12,14 @@ through one switch, so each NIC↔switch link gets half. ``efficiency`` multipli
 nominal bandwidth (protocol overhead). GPU ``j`` of a server uses NIC
 ``j * per_node // gpus_per_node`` (one NIC per GPU "rail" when ``per_node == gpus_per_node``);
 the GPU↔NIC link is the configured PCIe link, or a free wire when ``cluster.pcie`` is unset.
+
+:func:`server_node`, :func:`server_link` and :func:`gpu_successors` answer for a server's
+nodes and links from those names alone, without the graph (:mod:`.lazy`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import networkx as nx
@@ -96,7 +100,7 @@ def add_server(g: nx.DiGraph, spec: ServerSpec, n: int, with_nics: bool = True) 
     for gpu in gpus:
         add_node(g, gpu, kind="gpu", host=n)
     if gpn > 1:
-        switch = f"{'nvswitch' if spec.intra_kind == 'nvswitch' else 'pcie'}{n}"
+        switch = f"{_switch_name(spec)}{n}"
         add_node(g, switch, kind="switch", host=n)
         link_kind = "nvlink" if spec.intra_kind == "nvswitch" else "pcie"
         for gpu in gpus:
@@ -113,3 +117,75 @@ def add_server(g: nx.DiGraph, spec: ServerSpec, n: int, with_nics: bool = True) 
         else:
             add_link(g, gpu, nic, spec.pcie_bandwidth, spec.pcie_latency, "pcie")
     return nics
+
+
+def number(name: str, prefix: str) -> int | None:
+    """``N`` for a name written ``f"{prefix}{N}"``, else None (also for names not strings,
+    which networkx allows and no builder makes)."""
+    if type(name) is str and name.startswith(prefix):
+        digits = name[len(prefix) :]  # written as str(N) writes it: ASCII, no leading zero
+        if digits.isdecimal() and digits.isascii() and (digits[0] != "0" or digits == "0"):
+            return int(digits)
+    return None
+
+
+def numbered(name: str, prefix: str, count: int) -> bool:
+    """Whether ``name`` is ``f"{prefix}{i}"`` for some ``i < count``."""
+    i = number(name, prefix)
+    return i is not None and i < count
+
+
+def nic_number(name: str) -> tuple[int, int] | None:
+    """``(n, k)`` for the name ``node{n}.nic{k}``, else None."""
+    if not isinstance(name, str):
+        return None
+    head, dot, tail = name.partition(".")
+    n, k = number(head, "node"), number(tail, "nic")
+    return None if n is None or k is None or not dot else (n, k)
+
+
+def _switch_name(spec: ServerSpec) -> str:
+    return "nvswitch" if spec.intra_kind == "nvswitch" else "pcie"
+
+
+def server_node(spec: ServerSpec, name: str) -> dict | None:
+    """The attributes :func:`add_server` gives node ``name`` on a cluster of ``spec``'s
+    servers, None for a name it does not add."""
+    gpu = number(name, "gpu")
+    if gpu is not None:
+        return {"kind": "gpu", "host": gpu // spec.gpus_per_node} if gpu < spec.num_gpus else None
+    host = number(name, _switch_name(spec))
+    if host is not None:
+        return {"kind": "switch", "host": host} if spec.gpus_per_node > 1 and host < spec.nodes else None
+    nic = nic_number(name)
+    if nic is not None and nic[0] < spec.nodes and nic[1] < spec.nics_per_node:
+        return {"kind": "nic", "host": nic[0]}
+    return None
+
+
+def server_link(spec: ServerSpec, u: str, v: str) -> dict | None:
+    """The attributes :func:`add_server` gives the link ``u → v`` (either end a GPU), None
+    for a pair it does not link. Both directions of a server's links are alike."""
+    for gpu, other in ((u, v), (v, u)):
+        i = number(gpu, "gpu")
+        if i is None or i >= spec.num_gpus:
+            continue
+        host, j = divmod(i, spec.gpus_per_node)
+        if spec.gpus_per_node > 1 and other == f"{_switch_name(spec)}{host}":
+            kind = "nvlink" if spec.intra_kind == "nvswitch" else "pcie"
+            return {"bandwidth": spec.intra_bandwidth, "latency": spec.intra_latency / 2, "kind": kind}
+        if other == f"node{host}.nic{j * spec.nics_per_node // spec.gpus_per_node}":
+            if spec.pcie_bandwidth is None:
+                return {"bandwidth": math.inf, "latency": 0.0, "kind": "wire"}
+            return {"bandwidth": spec.pcie_bandwidth, "latency": spec.pcie_latency, "kind": "pcie"}
+    return None
+
+
+def gpu_successors(spec: ServerSpec, name: str) -> list[str] | None:
+    """What GPU ``name`` links to, in :func:`add_server`'s order; None for other names."""
+    i = number(name, "gpu")
+    if i is None or i >= spec.num_gpus:
+        return None
+    host, j = divmod(i, spec.gpus_per_node)
+    nic = f"node{host}.nic{j * spec.nics_per_node // spec.gpus_per_node}"
+    return [f"{_switch_name(spec)}{host}", nic] if spec.gpus_per_node > 1 else [nic]

@@ -235,11 +235,14 @@ def _model(gpu: str, eff: Efficiency, fp8: bool) -> CostModel:
     return CostModel(replace(spec, peak_flops=datasheet(gpu).fp8_flops) if fp8 else spec, eff)
 
 
+def _gemm_work(m: int, n: int, k: int, dtype: str) -> Work:
+    return Work(2.0 * m * n * k, ELEMENT_BYTES[dtype] * (m * k + k * n) + OUTPUT_BYTES * m * n, (m, n, k))
+
+
 def gemm_seconds(gpu: str, eff: Efficiency, m: int, n: int, k: int, dtype: str) -> float:
     """Seconds of one M×N×K GEMM on ``gpu`` under ``eff`` — the cost model's roofline,
     on the FP8 peak when ``dtype`` is fp8."""
-    work = Work(2.0 * m * n * k, ELEMENT_BYTES[dtype] * (m * k + k * n) + OUTPUT_BYTES * m * n, (m, n, k))
-    return _model(gpu, eff, dtype == "fp8").time(work)
+    return _model(gpu, eff, dtype == "fp8").time(_gemm_work(m, n, k, dtype))
 
 
 def _measured_seconds(r: Measurement) -> float:
@@ -263,9 +266,13 @@ def fit_gemm(
         top = matmul_max if matmul_max is not None else math.exp(x[2])
         return Efficiency(top, math.exp(x[0]), memory, math.exp(x[1]))
 
+    works = [_gemm_work(r.m, r.n, r.k, dtype) for r in rows]
+
     def residuals(x: np.ndarray) -> np.ndarray:
-        e = eff_of(x)
-        return np.log([gemm_seconds(gpu, e, r.m, r.n, r.k, dtype) for r in rows]) - measured
+        # gemm_seconds of every row, its model made once per step (a fresh process fits on
+        # its first run: this is most of that fit)
+        model = _model(gpu, eff_of(x), dtype == "fp8")
+        return np.log([model.time(w) for w in works]) - measured
 
     x0 = [math.log(64.0), math.log(4e-6)] + ([] if matmul_max is not None else [math.log(0.8)])
     return eff_of(_lm(residuals, x0))
