@@ -93,7 +93,7 @@ class ServerSpec:
         )
 
 
-def add_server(g: nx.DiGraph, spec: ServerSpec, n: int, with_nics: bool = True) -> list[str]:
+def add_server(g: nx.DiGraph, spec: ServerSpec, n: int) -> list[str]:
     """Add server ``n`` (GPUs, intra-node switch, NICs) to ``g``; return its NIC names."""
     gpn = spec.gpus_per_node
     gpus = [f"gpu{n * gpn + j}" for j in range(gpn)]
@@ -105,8 +105,6 @@ def add_server(g: nx.DiGraph, spec: ServerSpec, n: int, with_nics: bool = True) 
         link_kind = "nvlink" if spec.intra_kind == "nvswitch" else "pcie"
         for gpu in gpus:
             add_link(g, gpu, switch, spec.intra_bandwidth, spec.intra_latency / 2, link_kind)
-    if not with_nics:
-        return []
     nics = [f"node{n}.nic{k}" for k in range(spec.nics_per_node)]
     for nic in nics:
         add_node(g, nic, kind="nic", host=n)
