@@ -18,7 +18,7 @@ collective) hands the lane back to the run loop. This costs one SimPy event per 
 and none per dependency. A send whose fabric knows its time up front
 (``Fabric.fixed_time``: the direct and analytical models) is held by its lane like a
 compute op — the same single event, without a call into the fabric. The run loop pops
-SimPy's event queue itself: the end of a held op (the lane's :class:`LaneEnd`) is
+SimPy's event queue itself: the end of a held op (the :class:`Lane` itself, its own end event) is
 handled in place, in the loop's own frame; a fabric's own moments (the packet fabric's
 chunk-hops, :class:`~clustersim.simpy_fast.Fired`) are handed to their ``fire`` directly;
 every other event goes through SimPy's ``env.step()``. What the loop reads per op is laid out before the run
@@ -63,7 +63,6 @@ from .lanes import (
     POSTED,
     SLOWED,
     Lane,
-    LaneEnd,
     compile_lane,
     wait_more,
     waiter_table,
@@ -170,7 +169,7 @@ class Engine:
 
     def _run_loop(self) -> None:
         """The simulation loop, over the engine's tables held in locals. It drives SimPy's
-        event queue itself: a lane's held op ends with the lane's :class:`LaneEnd` on the
+        event queue itself: a lane's held op ends with the lane itself (its own end event) on the
         queue, which the loop pops and handles in place (no SimPy callback, no call per
         op); a Fired event (a chunk-hop) is popped and its ``fire`` called, which may go on
         with the Fired events after it and sets the clock; every other event — transfers'
@@ -185,7 +184,7 @@ class Engine:
         end, ready, woken, samples = self.end, self._ready, self._woken, self.recorder.memory
         # the memory ledger's change(), inlined; it is still called to report a Program bug
         held, peak, change = self.memory.current, self.memory.peak, self.memory.change
-        # A held op's end is its lane's LaneEnd pushed on the queue directly (what env.timeout
+        # A held op's end is its lane pushed on the queue directly (what env.timeout
         # does, minus two Python frames and an allocation; entries as clustersim.simpy_fast
         # describes them). The clock (env.now) is only set where something else reads it:
         # before an op starts through the fabric, a collective or a process, and when the
@@ -208,9 +207,9 @@ class Engine:
                             set_now(env, now)
                             return
                         ev = queue[0][at_event]
-                        if ev.__class__ is LaneEnd:
+                        if ev.__class__ is Lane:
                             now = heappop(queue)[at_time]
-                            lane = ev.lane
+                            lane = ev
                             break
                         if ev.callbacks is fire:  # the fabric's own moments (chunk-hops): in place
                             ev.fire(heappop(queue)[at_time])
@@ -259,7 +258,7 @@ class Engine:
                 done = True
                 if what == HOLD:
                     start[i] = now
-                    heappush(queue, (now + arg, NORMAL, next(ids), lane.end))
+                    heappush(queue, (now + arg, NORMAL, next(ids), lane))
                     break
                 if what == POSTED:  # the span starts when the recv was posted or its send started
                     posted, t_send = lane.t, start[arg]
