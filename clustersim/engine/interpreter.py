@@ -54,6 +54,7 @@ from ..simpy_fast import (
     set_now,
 )
 from .collective_plans import CollectivePlans
+from .collector import collector_paused
 from .lanes import (
     DONE,
     END,
@@ -157,7 +158,13 @@ class Engine:
             for lane_ops, (firsts, plan) in zip(self.lanes.values(), self._plans)
         ]
         self._ready.extend(self._lane_states)
-        self._run_loop()
+        # As the DAG pass does: the run makes no reference cycles (a lane is its own end
+        # event, a link forgets a finished flow), only small containers that live until it
+        # ends (spans, memory samples) and would set the cyclic collector off over and
+        # over, each pass over the Program's ops too (the quickstart: ~120 young and ~10
+        # older collections per run when a caller has not paused it, as simulate() does)
+        with collector_paused():
+            self._run_loop()
         # every event scheduled was processed once the loop returns: the simulated events
         self.events = scheduled_count(self.env)
         start, end, ops = self.start, self.end, self.recorder.ops
@@ -206,7 +213,8 @@ class Engine:
                         if not queue:
                             set_now(env, now)
                             return
-                        ev = queue[0][at_event]
+                        entry = queue[0]
+                        ev = entry[at_event]
                         if ev.__class__ is Lane:
                             now = heappop(queue)[at_time]
                             lane = ev
@@ -215,8 +223,8 @@ class Engine:
                             ev.fire(heappop(queue)[at_time])
                             now = env.now  # it may go on with the ones after it
                             continue
+                        now = entry[at_time]  # where step() sets the clock: the entry it pops
                         env_step()
-                        now = env.now
                         if woken:
                             lane = woken.popleft()
                             break

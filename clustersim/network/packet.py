@@ -186,11 +186,10 @@ class _Hop(Fired):
                 hop = ev.hop  # the chunk that arrived with the injection
             if not more or not heap:
                 break
-            entry = heap[0]
-            if entry[EVENT].__class__ is not _Hop:
+            ev = heap[0][EVENT]
+            if ev.__class__ is not _Hop:
                 break
-            heappop(heap)
-            now, ev = entry[TIME], entry[EVENT]
+            now = heappop(heap)[TIME]
         set_now(env, now)
 
 
@@ -271,7 +270,9 @@ class PacketFabric(Fabric):
         """
         if nbytes < 0:
             raise ScenarioError("transfer.nbytes", nbytes, "a size ≥ 0 bytes")
-        links = self.route(src, dst, flow_key)
+        links = self._routes.get((src, dst, flow_key))
+        if links is None:  # (the route's first flow; a call less for the rest)
+            links = self.route(src, dst, flow_key)
         if not links:
             return self.env.timeout(0.0)
         done = Event(self.env)
