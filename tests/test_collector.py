@@ -71,6 +71,25 @@ def test_no_collection_while_simulating(collections, evaluator, entry):
     assert not [codes for codes in collections[before:] if codes & PAUSED]
 
 
+@pytest.mark.parametrize("evaluator", ["des", "dag"])
+def test_an_evaluator_run_directly_pauses_the_collector_itself(collections, evaluator):
+    # (benchmarks and the multi-job runner call Engine.run / DagEngine.run themselves)
+    sc = cs.load_scenario(SYNTHETIC).with_overrides(
+        {
+            "simulation.evaluator": evaluator,
+            "simulation.network": "packet" if evaluator == "des" else "analytical",
+        }
+    )
+    job = resolve(sc)
+    engine, note = build_engine(job, compile_job(job))
+    assert note.startswith(evaluator)
+    before = len(collections)
+    engine.run()
+    assert gc.isenabled()
+    loops = {Engine._run_loop.__code__, DagEngine._evaluate.__code__}  # (what each run spends its time in)
+    assert not [codes for codes in collections[before:] if codes & loops]
+
+
 def test_a_collector_turned_off_stays_off_and_one_on_comes_back_after_an_error():
     gc.disable()
     try:

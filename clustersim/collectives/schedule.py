@@ -46,7 +46,7 @@ class Msg:
         self, env: simpy.Environment, src: str, dst: str, nbytes: int, deps: Sequence = (), share: float = 1.0
     ):
         self.src, self.dst, self.nbytes, self.share = src, dst, int(nbytes), share
-        self.deps = tuple(d for d in deps if d is not None)
+        self.deps = tuple(deps) if None not in deps else tuple(d for d in deps if d is not None)
         self.done = env.event()
         self.alpha: float | None = None
 
