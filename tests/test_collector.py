@@ -71,6 +71,25 @@ def test_no_collection_while_simulating(collections, evaluator, entry):
     assert not [codes for codes in collections[before:] if codes & PAUSED]
 
 
+@pytest.mark.parametrize("evaluator", ["des", "dag"])
+def test_an_evaluator_run_directly_pauses_the_collector_itself(collections, evaluator):
+    # (benchmarks and the multi-job runner call Engine.run / DagEngine.run themselves)
+    sc = cs.load_scenario(SYNTHETIC).with_overrides(
+        {
+            "simulation.evaluator": evaluator,
+            "simulation.network": "packet" if evaluator == "des" else "analytical",
+        }
+    )
+    job = resolve(sc)
+    engine, note = build_engine(job, compile_job(job))
+    assert note.startswith(evaluator)
+    before = len(collections)
+    engine.run()
+    assert gc.isenabled()
+    loops = {Engine._run_loop.__code__, DagEngine._evaluate.__code__}  # (what each run spends its time in)
+    assert not [codes for codes in collections[before:] if codes & loops]
+
+
 def test_a_collector_turned_off_stays_off_and_one_on_comes_back_after_an_error():
     gc.disable()
     try:
@@ -101,3 +120,24 @@ def test_what_runs_leave_in_cycles_is_collected_between_runs():
     for _ in range(6):
         cs.simulate(sc, progress=False)
     assert environments() - before <= 1
+
+
+@pytest.mark.parametrize("network", ["packet", "analytical"])
+def test_a_finished_run_is_freed_by_reference_counting(network):
+    # nothing a run makes is in a reference cycle once simulate() returns (a lane is its
+    # own end event; a link forgets a flow once its last chunk crossed; a flow carries no
+    # fabric), so reference counting frees the run and the collector's first pass after it
+    # has only SimPy's Environment to traverse: it binds its event constructors to itself
+    import simpy
+
+    sc = cs.load_scenario(SYNTHETIC).with_overrides({"simulation.network": network})
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        cs.simulate(sc, progress=False)
+        gc.collect()
+        left = [o for o in gc.garbage if type(o).__module__ not in ("builtins", "itertools")]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert [type(o) for o in left] == [simpy.Environment]

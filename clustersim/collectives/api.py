@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..errors import ScenarioError
 from .group import Group
 from .registry import ALGORITHMS, KINDS, Options, as_run, busiest_buffer, per_host, plan
-from .schedule import start
+from .schedule import recipe, replay, start
 
 
 def run_collective(
@@ -70,11 +70,13 @@ class Call:
     Nothing here depends on when it runs, so a caller that repeats a call (the engine: every
     micro-batch's same collective) prepares it once (:func:`prepare_collective`)."""
 
-    __slots__ = ("group", "kind", "name", "protocol", "nbytes", "options")
+    __slots__ = ("group", "kind", "name", "protocol", "nbytes", "options", "recipe")
 
     def __init__(self, group: Group, kind: str, name: str, protocol, nbytes: int, options: Options):
         self.group, self.kind, self.name, self.protocol = group, kind, name, protocol
         self.nbytes, self.options = nbytes, options
+        #: the first build's :func:`~.schedule.recipe` (empty: built every time), None before it
+        self.recipe: tuple | None = None
 
     def run(self, label: str = ""):
         """SimPy process generator: run the call starting now (:func:`run_collective`)."""
@@ -82,7 +84,7 @@ class Call:
         if len(group.members) == 1 and self.name != "parameter_server":
             engines = []
         else:
-            engines, _ = ALGORITHMS[self.name].build(group, self.kind, self.nbytes, self.options)
+            engines = self._engines()
         if self.protocol.latency > 0:
             yield env.timeout(self.protocol.latency)
         finish = dict.fromkeys(group.members, env.now)
@@ -91,6 +93,18 @@ class Call:
         if done is not None:
             yield done
         return {m: finish[m] for m in group.members}
+
+    def _engines(self) -> list:
+        """The call's message engines, made anew for each run (their events fire once): the
+        algorithm builds them the first time, and later runs replay that build's recipe,
+        which skips the algorithm's own bookkeeping (a TP all-reduce repeats thousands of
+        times) — unless the build scheduled an event of its own (the recipe is empty)."""
+        if self.recipe:
+            return replay(self.group.env, self.recipe)
+        engines, _ = ALGORITHMS[self.name].build(self.group, self.kind, self.nbytes, self.options)
+        if self.recipe is None:
+            self.recipe = recipe(engines)
+        return engines
 
 
 def prepare_collective(

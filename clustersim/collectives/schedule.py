@@ -21,12 +21,13 @@ Timing assumptions (stated once, here):
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import chain
 
 import simpy
 
 from ..simpy_fast import call_soon, succeed_at
 
-__all__ = ["Msg", "split", "start"]
+__all__ = ["Msg", "recipe", "replay", "split", "start"]
 
 
 class Msg:
@@ -45,9 +46,44 @@ class Msg:
         self, env: simpy.Environment, src: str, dst: str, nbytes: int, deps: Sequence = (), share: float = 1.0
     ):
         self.src, self.dst, self.nbytes, self.share = src, dst, int(nbytes), share
-        self.deps = tuple(d for d in deps if d is not None)
+        self.deps = tuple(deps) if None not in deps else tuple(d for d in deps if d is not None)
         self.done = env.event()
         self.alpha: float | None = None
+
+
+def recipe(engines: Sequence[Sequence[Msg]]) -> tuple:
+    """What :func:`replay` needs to make ``engines`` again with fresh events: per engine,
+    per message ``(src, dst, nbytes, share, alpha, deps)``, ``deps`` the positions (in
+    engine then message order) of the messages whose arrivals it waits for. Empty when a
+    message waits for any other event (one the build scheduled itself, e.g. a ring's
+    fill gate), which a replay could not make at the same moment."""
+    position = {m.done: k for k, m in enumerate(chain.from_iterable(engines))}
+    rows = []
+    for prog in engines:
+        row = []
+        for m in prog:
+            if any(d not in position for d in m.deps):
+                return ()
+            row.append((m.src, m.dst, m.nbytes, m.share, m.alpha, tuple(position[d] for d in m.deps)))
+        rows.append(tuple(row))
+    return tuple(rows)
+
+
+def replay(env: simpy.Environment, recipe: tuple) -> list[list[Msg]]:
+    """The engines a :func:`recipe` was taken from, made again: the same messages, each
+    with a new ``done`` event, waiting for the same messages' arrivals in the same order."""
+    engines, made = [], []
+    for row in recipe:
+        prog = []
+        for src, dst, nbytes, share, alpha, _ in row:
+            m = Msg(env, src, dst, nbytes, (), share)
+            m.alpha = alpha
+            prog.append(m)
+        engines.append(prog)
+        made += prog
+    for m, (*_, deps) in zip(made, chain.from_iterable(recipe)):
+        m.deps = tuple(made[k].done for k in deps)
+    return engines
 
 
 def split(total: int, parts: int) -> list[int]:

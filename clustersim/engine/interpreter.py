@@ -18,7 +18,7 @@ collective) hands the lane back to the run loop. This costs one SimPy event per 
 and none per dependency. A send whose fabric knows its time up front
 (``Fabric.fixed_time``: the direct and analytical models) is held by its lane like a
 compute op — the same single event, without a call into the fabric. The run loop pops
-SimPy's event queue itself: the end of a held op (the lane's :class:`LaneEnd`) is
+SimPy's event queue itself: the end of a held op (the :class:`Lane` itself, its own end event) is
 handled in place, in the loop's own frame; a fabric's own moments (the packet fabric's
 chunk-hops, :class:`~clustersim.simpy_fast.Fired`) are handed to their ``fire`` directly;
 every other event goes through SimPy's ``env.step()``. What the loop reads per op is laid out before the run
@@ -54,6 +54,7 @@ from ..simpy_fast import (
     set_now,
 )
 from .collective_plans import CollectivePlans
+from .collector import collector_paused
 from .lanes import (
     DONE,
     END,
@@ -63,7 +64,6 @@ from .lanes import (
     POSTED,
     SLOWED,
     Lane,
-    LaneEnd,
     compile_lane,
     wait_more,
     waiter_table,
@@ -158,7 +158,13 @@ class Engine:
             for lane_ops, (firsts, plan) in zip(self.lanes.values(), self._plans)
         ]
         self._ready.extend(self._lane_states)
-        self._run_loop()
+        # As the DAG pass does: the run makes no reference cycles (a lane is its own end
+        # event, a link forgets a finished flow), only small containers that live until it
+        # ends (spans, memory samples) and would set the cyclic collector off over and
+        # over, each pass over the Program's ops too (the quickstart: ~120 young and ~10
+        # older collections per run when a caller has not paused it, as simulate() does)
+        with collector_paused():
+            self._run_loop()
         # every event scheduled was processed once the loop returns: the simulated events
         self.events = scheduled_count(self.env)
         start, end, ops = self.start, self.end, self.recorder.ops
@@ -170,7 +176,7 @@ class Engine:
 
     def _run_loop(self) -> None:
         """The simulation loop, over the engine's tables held in locals. It drives SimPy's
-        event queue itself: a lane's held op ends with the lane's :class:`LaneEnd` on the
+        event queue itself: a lane's held op ends with the lane itself (its own end event) on the
         queue, which the loop pops and handles in place (no SimPy callback, no call per
         op); a Fired event (a chunk-hop) is popped and its ``fire`` called, which may go on
         with the Fired events after it and sets the clock; every other event — transfers'
@@ -185,7 +191,7 @@ class Engine:
         end, ready, woken, samples = self.end, self._ready, self._woken, self.recorder.memory
         # the memory ledger's change(), inlined; it is still called to report a Program bug
         held, peak, change = self.memory.current, self.memory.peak, self.memory.change
-        # A held op's end is its lane's LaneEnd pushed on the queue directly (what env.timeout
+        # A held op's end is its lane pushed on the queue directly (what env.timeout
         # does, minus two Python frames and an allocation; entries as clustersim.simpy_fast
         # describes them). The clock (env.now) is only set where something else reads it:
         # before an op starts through the fabric, a collective or a process, and when the
@@ -207,17 +213,18 @@ class Engine:
                         if not queue:
                             set_now(env, now)
                             return
-                        ev = queue[0][at_event]
-                        if ev.__class__ is LaneEnd:
+                        entry = queue[0]
+                        ev = entry[at_event]
+                        if ev.__class__ is Lane:
                             now = heappop(queue)[at_time]
-                            lane = ev.lane
+                            lane = ev
                             break
                         if ev.callbacks is fire:  # the fabric's own moments (chunk-hops): in place
                             ev.fire(heappop(queue)[at_time])
                             now = env.now  # it may go on with the ones after it
                             continue
+                        now = entry[at_time]  # where step() sets the clock: the entry it pops
                         env_step()
-                        now = env.now
                         if woken:
                             lane = woken.popleft()
                             break
@@ -259,7 +266,7 @@ class Engine:
                 done = True
                 if what == HOLD:
                     start[i] = now
-                    heappush(queue, (now + arg, NORMAL, next(ids), lane.end))
+                    heappush(queue, (now + arg, NORMAL, next(ids), lane))
                     break
                 if what == POSTED:  # the span starts when the recv was posted or its send started
                     posted, t_send = lane.t, start[arg]

@@ -3,8 +3,8 @@
 The interpreter (:mod:`clustersim.engine.interpreter`) steps lanes op by op in Python;
 what it does per op is fixed before the run, so each op is compiled here into one plain
 tuple (a *plan* entry) and each lane into a :class:`Lane`: its plan, the first op each
-entry waits for, its position, and the one SimPy event it re-arms for every op it holds
-for a known time. Nothing here changes what is simulated; it only saves attribute
+entry waits for, its position; the lane is itself the SimPy event it re-arms for every op it
+holds for a known time. Nothing here changes what is simulated; it only saves attribute
 lookups, branches and allocations in the loop that runs once per op.
 """
 
@@ -92,32 +92,26 @@ def compile_lane(
     return firsts, plan
 
 
-class LaneEnd(Succeeded):
-    """The end of the op a lane holds for a known time: a SimPy event on SimPy's queue,
-    scheduled when armed (as a Timeout is). Each lane owns one and re-arms it for each
-    such op (a lane holds at most one op at a time). The engine's run loop pops it from
-    the queue itself and advances its ``lane`` in place, so SimPy never calls it back:
-    it has no callbacks and always succeeds, with value None (:mod:`clustersim.simpy_fast`)."""
-
-    __slots__ = ("callbacks", "env", "lane")
-
-    def __init__(self, env, lane):
-        self.env, self.callbacks, self.lane = env, None, lane
-
-
-class Lane:
+class Lane(Succeeded):
     """Execution state of one (device, lane): its ops, ``firsts`` and ``plan`` (see
     :func:`compile_lane`), the index ``idx`` of the op it runs or waits to start, and
     ``t``, the time it reached that op (when the op before it ended). A running op that
     ends with an event of a process, the fabric or a collective calls :meth:`wake`,
-    which hands the lane to the run loop's ``woken`` queue."""
+    which hands the lane to the run loop's ``woken`` queue.
 
-    __slots__ = ("ops", "firsts", "plan", "idx", "t", "woken", "end")
+    The lane is also the SimPy event of the end of the op it holds for a known time: it
+    is put on SimPy's queue when armed (as a Timeout is), once per such op (a lane holds
+    at most one op at a time), and the engine's run loop pops it and advances the lane in
+    place, so SimPy never calls it back: it has no callbacks and always succeeds, with
+    value None (:mod:`clustersim.simpy_fast`). Being its own event, a lane makes no
+    reference cycle (a separate end event and its lane would refer to each other, and a
+    finished run would wait for the cyclic collector to be freed)."""
+
+    __slots__ = ("ops", "firsts", "plan", "idx", "t", "woken", "env", "callbacks")
 
     def __init__(self, ops: list[Op], firsts: list[int], plan: list[tuple], woken, env):
         self.ops, self.firsts, self.plan, self.idx, self.t = ops, firsts, plan, 0, env.now
-        self.woken = woken
-        self.end = LaneEnd(env, self)
+        self.woken, self.env, self.callbacks = woken, env, None
 
     def wake(self, event) -> None:
         """SimPy callback of the event that ends this lane's running op."""

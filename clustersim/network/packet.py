@@ -63,7 +63,8 @@ _MERGE_RTOL = 1e-12
 
 
 class _Link:
-    """One directed link: its FIFO state (``free_at``) and its open trace span."""
+    """One directed link: its FIFO state (``free_at``) and its last trace span, with
+    ``flow`` the flow that may still extend it (None once that flow's last chunk crossed)."""
 
     __slots__ = (
         "name",
@@ -91,27 +92,30 @@ class _Link:
 
 class _Flow:
     """One message in flight: its route, bytes not yet injected, its done event, and the
-    event it re-arms for each moment its next chunk enters the first link."""
+    event it re-arms for each moment its next chunk enters the first link. ``shared`` is
+    its fabric's :attr:`PacketFabric.shared`, which its chunk-hops read in one step."""
 
-    __slots__ = ("fabric", "links", "last_hop", "remaining", "chunk", "done", "label", "injector")
+    __slots__ = ("shared", "links", "last_hop", "remaining", "chunk", "done", "label", "injector")
 
-    def __init__(self, fabric: PacketFabric, links: tuple, nbytes: int, chunk: int, done: Event, label: str):
-        self.fabric, self.links, self.last_hop = fabric, links, len(links) - 1
+    def __init__(self, shared: tuple, links: tuple, nbytes: int, chunk: int, done: Event, label: str):
+        self.shared, self.links, self.last_hop = shared, links, len(links) - 1
         self.remaining, self.chunk, self.done, self.label = nbytes, chunk, done, label
-        self.injector = _Hop(fabric.env, self, 0, 0, False, True)
+        injector = self.injector = _Hop(done.env)
+        injector.flow, injector.hop, injector.size, injector.last, injector.inject = self, 0, 0, False, True
 
 
 class _Hop(Fired):
     """A moment of a flow, pushed on SimPy's queue at its time: chunk ``size`` reaches link
     ``hop ≥ 1`` of ``flow``, and/or, with ``inject``, the sender's next chunk enters link 0
     (both at once when link 0 has no latency). A chunk's event is re-armed for each link it
-    reaches after the first; a flow's injector (``hop`` 0) for each chunk it sends."""
+    reaches after the first, and once it has reached the last one it is put aside (``flow``
+    None) to carry a later chunk; a flow's injector (``hop`` 0) is re-armed for each chunk
+    it sends. Whoever takes one sets all five of its fields."""
 
     __slots__ = ("env", "callbacks", "flow", "hop", "size", "last", "inject")
 
-    def __init__(self, env: simpy.Environment, flow: _Flow, hop: int, size: int, last: bool, inject: bool):
+    def __init__(self, env: simpy.Environment):
         self.env, self.callbacks = env, FIRE
-        self.flow, self.hop, self.size, self.last, self.inject = flow, hop, size, last, inject
 
     def fire(self, now: float, more: bool = True) -> None:
         """At ``now``: the flow's next chunk (``inject``), then this event's own chunk
@@ -122,7 +126,7 @@ class _Hop(Fired):
         queue after it, in queue order, until the head is another kind of event; the clock
         is left at the last one's time. All in one frame: this runs once per chunk-hop."""
         ev, env = self, self.env
-        heap, ids = self.flow.fabric._heap, self.flow.fabric._ids
+        heap, ids, spans, spare = self.flow.shared  # (every flow of the fabric carries the same)
         while True:
             flow = ev.flow
             hop = 0 if ev.inject else ev.hop
@@ -136,7 +140,8 @@ class _Hop(Fired):
                     if last:  # no chunk left to inject: drop the flow ↔ injector cycle, so a
                         flow.injector = None  # finished flow is freed at once, not by the collector
                 link = flow.links[hop]
-                start = link.free_at if link.free_at > now else now
+                free = link.free_at
+                start = free if free > now else now
                 end = (
                     start + size / link.bandwidth
                     if link.profile is None
@@ -148,41 +153,43 @@ class _Hop(Fired):
                         link.span_end = end
                         link.span_bytes += size
                         if last:  # the flow's span here is complete (else written when it closes)
-                            flow.fabric._spans[link.span_idx] = _span(link)
+                            spans[link.span_idx] = _span(link)
                     else:
-                        spans = flow.fabric._spans
                         if link.flow is not None:  # the open span closes: write it as it ended
                             spans[link.span_idx] = _span(link)
                         link.flow, link.span_idx = flow, len(spans)
                         link.span_start, link.span_end, link.span_bytes = start, end, size
                         spans.append(_span(link))
+                    if last:  # its span here is complete and written: the link forgets the flow,
+                        link.flow = None  # so a finished flow is freed without the collector
                 if hop == flow.last_hop:
                     if last:  # the message's last byte lands at end + latency
                         succeed_at(env, flow.done, end + link.latency)
-                    elif not hop:  # a one-link route: the next chunk follows when this one has left
+                    if hop:  # this chunk has arrived: its event may carry another one
+                        ev.flow = None
+                        spare.append(ev)
+                    elif not last:  # a one-link route: the next chunk follows when this one has left
                         heappush(heap, (end, NORMAL, next(ids), flow.injector))
                 elif hop:  # this chunk goes on to the next link
                     ev.hop, ev.inject = hop + 1, False
                     heappush(heap, (end + link.latency, NORMAL, next(ids), ev))
-                elif last:
-                    chunk = _Hop(env, flow, 1, size, True, False)
-                    heappush(heap, (end + link.latency, NORMAL, next(ids), chunk))
-                elif link.latency == 0.0:  # reaches link 1 as the next chunk enters link 0: one event
-                    heappush(heap, (end, NORMAL, next(ids), _Hop(env, flow, 1, size, False, True)))
-                else:
-                    heappush(heap, (end, NORMAL, next(ids), flow.injector))
-                    chunk = _Hop(env, flow, 1, size, False, False)
+                else:  # the chunk goes on to link 1; with no latency on link 0 it reaches link
+                    # 1 as the next chunk enters link 0, and one event stands for both
+                    both = not last and link.latency == 0.0
+                    if not last and not both:
+                        heappush(heap, (end, NORMAL, next(ids), flow.injector))
+                    chunk = spare.pop() if spare else _Hop(env)
+                    chunk.flow, chunk.hop, chunk.size, chunk.last, chunk.inject = flow, 1, size, last, both
                     heappush(heap, (end + link.latency, NORMAL, next(ids), chunk))
                 if hop or not ev.hop:
                     break
                 hop = ev.hop  # the chunk that arrived with the injection
             if not more or not heap:
                 break
-            entry = heap[0]
-            if entry[EVENT].__class__ is not _Hop:
+            ev = heap[0][EVENT]
+            if ev.__class__ is not _Hop:
                 break
-            heappop(heap)
-            now, ev = entry[TIME], entry[EVENT]
+            now = heappop(heap)[TIME]
         set_now(env, now)
 
 
@@ -228,11 +235,11 @@ class PacketFabric(Fabric):
         self.links: dict[tuple[str, str], _Link] = {}
         #: chunk services of the transfers started so far (chunks × links); for benchmarks
         self.chunk_hops = 0
-        self._spans = recorder.spans
         self._routes: dict[tuple, tuple[_Link, ...]] = {}
-        # SimPy's queue and eid counter, to schedule a _Hop at its absolute time (its entry
-        # as clustersim.simpy_fast describes it)
-        self._heap, self._ids = event_queue(env), event_ids(env)
+        #: what every flow's chunk-hops use: SimPy's queue and eid counter, to schedule a
+        #: _Hop at its absolute time (its entry as clustersim.simpy_fast describes it), the
+        #: recorder's spans, and the chunk events put aside to carry later chunks
+        self.shared = (event_queue(env), event_ids(env), recorder.spans, [])
 
     def route(self, src: str, dst: str, flow_key: Hashable = None) -> tuple[_Link, ...]:
         """The links (free wires left out) a flow from ``src`` to ``dst`` crosses."""
@@ -263,14 +270,16 @@ class PacketFabric(Fabric):
         """
         if nbytes < 0:
             raise ScenarioError("transfer.nbytes", nbytes, "a size ≥ 0 bytes")
-        links = self.route(src, dst, flow_key)
+        links = self._routes.get((src, dst, flow_key))
+        if links is None:  # (the route's first flow; a call less for the rest)
+            links = self.route(src, dst, flow_key)
         if not links:
             return self.env.timeout(0.0)
         done = Event(self.env)
         chunk = self.chunk_size
         if self.max_chunks is not None and nbytes > chunk * self.max_chunks:
             chunk = -(-int(nbytes) // self.max_chunks)
-        flow = _Flow(self, links, int(nbytes), chunk, done, label)
+        flow = _Flow(self.shared, links, int(nbytes), chunk, done, label)
         self.chunk_hops += max(1, -(-flow.remaining // flow.chunk)) * len(links)
         flow.injector.fire(self.env.now, more=False)
         return done
