@@ -37,7 +37,12 @@ def hierarchical_clusters(draw) -> dict:
         topo["spines"] = draw(st.integers(0, 3))
     elif kind == "star" and draw(st.booleans()):
         topo["server_bandwidth"] = "10 GB/s"
-    c = cluster(nodes, gpn, topo)
+    return drawn_servers(draw, cluster(nodes, gpn, topo), gpn)
+
+
+def drawn_servers(draw, c: dict, gpn: int) -> dict:
+    """Cluster ``c`` (``gpn`` GPUs per node) with its servers drawn: NICs per node, NVSwitch
+    or PCIe inside, and a PCIe link between GPU and NIC or none."""
     c["nic"] = dict(c["nic"], per_node=draw(st.integers(1, gpn)))
     if draw(st.booleans()):
         c["intra_node"] = dict(c["intra_node"], kind="pcie")

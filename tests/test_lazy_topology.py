@@ -21,6 +21,7 @@ from clustersim.scenario import load_scenario
 from clustersim.topology import Router, build_topology
 from clustersim.topology.lazy import LazyDiGraph, has_node, link_data, node_data, successors
 
+from .test_hierarchy_routes import drawn_servers
 from .test_topology import _everything, cluster
 
 LAZY = ("fat_tree", "leaf_spine", "rail")
@@ -38,13 +39,7 @@ def lazy_clusters(draw) -> dict:
         topo["nodes_per_leaf"] = draw(st.integers(1, nodes))
         topo["spines"] = draw(st.integers(1, 11))
         topo["oversubscription"] = draw(st.sampled_from([1, 1.5, 3]))
-    c = cluster(nodes, gpn, topo)
-    c["nic"] = dict(c["nic"], per_node=draw(st.integers(1, gpn)))
-    if draw(st.booleans()):
-        c["intra_node"] = dict(c["intra_node"], kind="pcie")
-    if draw(st.booleans()):
-        c["pcie"] = {"bandwidth": "32 GB/s", "latency": "1 us"}
-    return c
+    return drawn_servers(draw, cluster(nodes, gpn, topo), gpn)
 
 
 def _written(c: dict) -> nx.DiGraph:
