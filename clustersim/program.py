@@ -438,7 +438,7 @@ class Program:
         np.cumsum(np.bincount(src, minlength=total), out=first[1:])
         waits = np.bincount(dst, minlength=total)
         # the pass one op at a time over plain lists: the Programs checked for cycles here
-        # are the SimPy engine's (the DAG pass proves its own, see check), mostly tens of ops
+        # are mostly the SimPy engine's (the DAG pass proves its own, see check), tens of ops
         # wide and thousands of layers deep, where a round of NumPy calls per layer cost
         # more (quickstart 0.031 → 0.015 s); a wide one (5,120 lanes, 110k ops) takes 1.4×
         # the rounds' time, little beside its SimPy run

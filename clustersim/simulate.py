@@ -120,7 +120,7 @@ def _compile_and_run(job: Job, report: Reporter | None, how: str | None) -> tupl
     engine, evaluator_note = build_engine(job, prog)
     if why_not is None:
         counted = engine.finished_count if how == "log" else None
-        with _phase(report, "running", counted, len(prog.ops)), _cycles_named(job, prog, dag):
+        with _phase(report, "running", counted, len(prog.ops)), _cycles_named(job, prog):
             engine.run()
         run = ReplicatedRun(engine, job.plan)
         return (
@@ -134,7 +134,7 @@ def _compile_and_run(job: Job, report: Reporter | None, how: str | None) -> tupl
         bar.attach(engine.env, engine.finished_count)
     counted = engine.finished_count if how == "log" else None  # (a bar counts for itself)
     try:
-        with _phase(report, "running", counted, len(prog.ops)), _cycles_named(job, prog, dag):
+        with _phase(report, "running", counted, len(prog.ops)), _cycles_named(job, prog):
             engine.run()
     finally:
         if bar is not None:
@@ -145,14 +145,13 @@ def _compile_and_run(job: Job, report: Reporter | None, how: str | None) -> tupl
 
 
 @contextlib.contextmanager
-def _cycles_named(job: Job, prog: Program, unchecked: bool):
-    """A stall of a run whose Program's cycles were left to the DAG pass (``unchecked``)
-    raises the ProgramError naming the cycle, as compiling would have, if there is one."""
+def _cycles_named(job: Job, prog: Program):
+    """A stalled run raises the ProgramError naming its Program's cycle, as compiling
+    would have, if there is one (compiling leaves cycles to the DAG pass), else the stall."""
     try:
         yield
     except SimulationStall:
-        if unchecked:
-            name_cycle(job, prog)
+        name_cycle(job, prog)
         raise
 
 

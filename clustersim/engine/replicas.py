@@ -33,6 +33,7 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
+from ..parallel.fold import representatives
 from ..program import COLLECTIVE
 from ..record import SPAN_FIELDS
 
@@ -52,7 +53,7 @@ class ReplicatedRun:
         self.twins = plan.tp * plan.dp
         prog = self.program
         stage_of = np.array([plan.coords(d)[0] for d in range(prog.num_devices)])
-        self.representative = plan.device(0, 0, 0) + plan.tp * plan.replicas * stage_of  # per device
+        self.representative = representatives(plan, stage_of)  # per device
         self.events = self._events(engine.events)
         for d, r in enumerate(self.representative.tolist()):  # every GPU shows its representative's peak
             self.memory.peak[d] = self.memory.peak[r]

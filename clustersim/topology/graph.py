@@ -42,6 +42,15 @@ def add_node(g: nx.DiGraph, name: str, **attrs) -> None:
     _changed(g)
 
 
+def link_attrs(bandwidth: float, latency: float, kind: str) -> dict:
+    """The attributes of one direction of a link (what :func:`add_link` writes)."""
+    return {"bandwidth": bandwidth, "latency": latency, "kind": kind}
+
+
+#: a free wire's (bandwidth, latency, kind): :func:`add_wire`
+WIRE = (math.inf, 0.0, "wire")
+
+
 def add_link(g: nx.DiGraph, a: str, b: str, bandwidth: float, latency: float, kind: str) -> None:
     """Add one physical link between ``a`` and ``b``: an edge in each direction, each with
     its own attribute dict — ``g.add_edges_from(((a, b, attrs), (b, a, attrs)))`` (module
@@ -56,8 +65,8 @@ def add_link(g: nx.DiGraph, a: str, b: str, bandwidth: float, latency: float, ki
             data.update(bandwidth=bandwidth, latency=latency, kind=kind)
             pred[v][u] = data
     else:
-        succ[a][b] = pred[b][a] = {"bandwidth": bandwidth, "latency": latency, "kind": kind}
-        succ[b][a] = pred[a][b] = {"bandwidth": bandwidth, "latency": latency, "kind": kind}
+        succ[a][b] = pred[b][a] = link_attrs(bandwidth, latency, kind)
+        succ[b][a] = pred[a][b] = link_attrs(bandwidth, latency, kind)
     _changed(g)
 
 
@@ -70,7 +79,7 @@ def _changed(g: nx.DiGraph) -> None:
 
 def add_wire(g: nx.DiGraph, a: str, b: str) -> None:
     """Join ``a`` and ``b`` by a free wire (infinite bandwidth, zero latency)."""
-    add_link(g, a, b, math.inf, 0.0, "wire")
+    add_link(g, a, b, *WIRE)
 
 
 def is_wire(data: dict) -> bool:

@@ -19,13 +19,22 @@ nodes and links from those names alone, without the graph (:mod:`.lazy`).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import networkx as nx
 
 from ..errors import ScenarioError
-from .graph import add_link, add_node, add_wire, bandwidth_field, count_field, latency_field, positive_number
+from .graph import (
+    WIRE,
+    add_link,
+    add_node,
+    add_wire,
+    bandwidth_field,
+    count_field,
+    latency_field,
+    link_attrs,
+    positive_number,
+)
 
 
 def nics_per_node(per_node: int | None, gpus_per_node: int) -> int:
@@ -102,9 +111,8 @@ def add_server(g: nx.DiGraph, spec: ServerSpec, n: int) -> list[str]:
     if gpn > 1:
         switch = f"{_switch_name(spec)}{n}"
         add_node(g, switch, kind="switch", host=n)
-        link_kind = "nvlink" if spec.intra_kind == "nvswitch" else "pcie"
         for gpu in gpus:
-            add_link(g, gpu, switch, spec.intra_bandwidth, spec.intra_latency / 2, link_kind)
+            add_link(g, gpu, switch, spec.intra_bandwidth, spec.intra_latency / 2, _intra_link_kind(spec))
     nics = [f"node{n}.nic{k}" for k in range(spec.nics_per_node)]
     for nic in nics:
         add_node(g, nic, kind="nic", host=n)
@@ -146,6 +154,10 @@ def _switch_name(spec: ServerSpec) -> str:
     return "nvswitch" if spec.intra_kind == "nvswitch" else "pcie"
 
 
+def _intra_link_kind(spec: ServerSpec) -> str:
+    return "nvlink" if spec.intra_kind == "nvswitch" else "pcie"
+
+
 def server_node(spec: ServerSpec, name: str) -> dict | None:
     """The attributes :func:`add_server` gives node ``name`` on a cluster of ``spec``'s
     servers, None for a name it does not add."""
@@ -170,12 +182,11 @@ def server_link(spec: ServerSpec, u: str, v: str) -> dict | None:
             continue
         host, j = divmod(i, spec.gpus_per_node)
         if spec.gpus_per_node > 1 and other == f"{_switch_name(spec)}{host}":
-            kind = "nvlink" if spec.intra_kind == "nvswitch" else "pcie"
-            return {"bandwidth": spec.intra_bandwidth, "latency": spec.intra_latency / 2, "kind": kind}
+            return link_attrs(spec.intra_bandwidth, spec.intra_latency / 2, _intra_link_kind(spec))
         if other == f"node{host}.nic{j * spec.nics_per_node // spec.gpus_per_node}":
             if spec.pcie_bandwidth is None:
-                return {"bandwidth": math.inf, "latency": 0.0, "kind": "wire"}
-            return {"bandwidth": spec.pcie_bandwidth, "latency": spec.pcie_latency, "kind": "pcie"}
+                return link_attrs(*WIRE)
+            return link_attrs(spec.pcie_bandwidth, spec.pcie_latency, "pcie")
     return None
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from .graph import link_attrs
 from .servers import ServerSpec, gpu_successors, nic_number, numbered, server_link, server_node
 
 
@@ -61,13 +62,9 @@ class TwoTierLayout(ABC):
                 and k < self.spec.nics_per_node
                 and b == f"{self.lower}{self.lower_of(host, k)}"
             ):
-                return {
-                    "bandwidth": self.spec.nic_bandwidth,
-                    "latency": self.spec.nic_latency / 2,
-                    "kind": "nic",
-                }
+                return link_attrs(self.spec.nic_bandwidth, self.spec.nic_latency / 2, "nic")
         elif numbered(a, self.lower, self.lower_switches) and numbered(b, "spine", self.spines):
-            return {"bandwidth": self.uplink_bandwidth, "latency": self.uplink_latency, "kind": "fabric"}
+            return link_attrs(self.uplink_bandwidth, self.uplink_latency, "fabric")
         return None
 
     def successors(self, name: str) -> list[str] | None:
