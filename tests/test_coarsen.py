@@ -5,12 +5,13 @@ import simpy
 
 import clustersim as cs
 from clustersim.coarsen import coarsen
+from clustersim.compilers.pipeline.compile import compile_pipeline
 from clustersim.engine.interpreter import Engine
 from clustersim.memory_kinds import StaticMemory
 from clustersim.network import DirectFabric
 from clustersim.parallel.plan import Plan
 from clustersim.record import Recorder
-from clustersim.schedules import SCHEDULES, compile_pipeline
+from clustersim.schedules import SCHEDULES
 from clustersim.workload import Segment, StageCost
 
 

@@ -11,14 +11,15 @@ import pytest
 import simpy
 
 import clustersim as cs
+from clustersim.compilers import compile_job
+from clustersim.compilers.pipeline.compile import compile_pipeline
 from clustersim.engine.interpreter import Engine
 from clustersim.memory_kinds import StaticMemory
-from clustersim.modes import compile_job
 from clustersim.network import DirectFabric
 from clustersim.parallel.plan import Plan
 from clustersim.record import Recorder
 from clustersim.resolve import resolve
-from clustersim.schedules import SCHEDULES, compile_pipeline
+from clustersim.schedules import SCHEDULES
 from clustersim.workload import Segment, StageCost
 from clustersim.workload.attention import flash_forward_flops
 from clustersim.workload.context_parallel import CPComm, CPRing, ring_attention, ulysses_attention

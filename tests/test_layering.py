@@ -35,7 +35,7 @@ RANKS: list[set[str]] = [
     {"metrics"},
     {"viz"},
     {"trace"},
-    {"modes"},
+    {"compilers"},
     {"faults", "multijob"},
     {"simulate"},
     {"validation", "experiments"},

@@ -7,13 +7,13 @@ import pandas as pd
 import pytest
 
 import clustersim as cs
+from clustersim.compilers import compile_job
 from clustersim.engine.collector import collector_paused
-from clustersim.modes import compile_job
 from clustersim.parallel.fold import representatives
 from clustersim.parallel.plan import Plan
+from clustersim.parallel.replica_layout import ReplicaLayout
 from clustersim.record import SPAN_FIELDS
 from clustersim.resolve import resolve
-from clustersim.schedules.replicated import ReplicaLayout
 from clustersim.simulate import build_engine
 from clustersim.trace.result import spans_frame
 

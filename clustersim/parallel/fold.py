@@ -5,7 +5,7 @@ stage runs the same ops at the same times, when the hardware is uniform. Folding
 replica 0, TP rank 0 of each stage and drops the others' ops, which divides the op count
 by tp × dp. What the dropped twins do to *shared* resources is kept: their pipeline
 sends and data-parallel all-reduces still load the fabric as shadow traffic (see
-:mod:`clustersim.schedules.compiler`). Results are reported for every GPU: a folded GPU
+:mod:`clustersim.compilers.pipeline.compile`). Results are reported for every GPU: a folded GPU
 shows its representative's row.
 
 Folding is exact when the twins really are twins: one GPU type at one speed, an even

@@ -19,6 +19,8 @@ from typing import Any
 
 import networkx as nx
 
+from ..parallel.compression import Compression, compression_of
+from ..parallel.data_parallel import DataParallel
 from ..parallel.fold import FoldDecision, can_fold, decide_fold
 from ..parallel.hetero import ReplicaWork
 from ..parallel.plan import Plan
@@ -26,8 +28,6 @@ from ..program import Program
 from ..scenario.cluster_spec import ClusterSpec
 from ..scenario.model_spec import ModelSpec
 from ..scenario.schema import ParallelSpec, SimulationSpec, TrainingSpec
-from ..schedules.compression import Compression, compression_of
-from ..schedules.data_parallel import DataParallel
 from ..schedules.orders import stage_chunks
 from ..schedules.registry import Schedule
 from ..workload.stage_cost import StageCost
@@ -103,7 +103,7 @@ class Job:
     @cached_property
     def data_parallel(self) -> DataParallel | None:
         """``parallel.data_parallel`` resolved for this job's gradient group of dp × cp ranks
-        (None: one all-reduce per stage and step; :mod:`clustersim.schedules.data_parallel`)."""
+        (None: one all-reduce per stage and step; :mod:`clustersim.compilers.pipeline.data_parallel`)."""
         return DataParallel.of(self.parallel, self.plan.replicas)
 
     @cached_property

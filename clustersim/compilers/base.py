@@ -45,7 +45,7 @@ class TrainingMode:
 
     name: str = ""
     description: str = ""
-    #: where :func:`clustersim.modes.mode_of` asks it (ascending): a mode that claims
+    #: where :func:`clustersim.compilers.mode_of` asks it (ascending): a mode that claims
     #: only some Jobs goes before one that takes every Job the others leave
     priority: int = 0
     #: whether ``res.devices`` gets the memory-by-kind columns of a real model
@@ -70,5 +70,5 @@ class TrainingMode:
 
 
 #: the registered training modes, kept in :attr:`TrainingMode.priority` order (the order
-#: :func:`clustersim.modes.mode_of` asks them); each mode's module adds its own
+#: :func:`clustersim.compilers.mode_of` asks them); each mode's module adds its own
 MODES: Registry[TrainingMode] = Registry("training mode", "training", order=lambda m: m.priority)

@@ -33,9 +33,9 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
-from ..parallel.fold import representatives
-from ..program import COLLECTIVE
-from ..record import SPAN_FIELDS
+from ...parallel.fold import representatives
+from ...program import COLLECTIVE
+from ...record import SPAN_FIELDS
 
 
 class ReplicatedRun:

@@ -28,9 +28,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import ProgramError
-from ..program import COLLECTIVE, Program
-from .compression import Compression, emit_codec
+from ...errors import ProgramError
+from ...parallel.compression import Compression
+from ...program import COLLECTIVE, Program
+from .codecs import emit_codec
 
 
 def emit_gradient_allreduce(

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .. import metrics
-from ..errors import ScenarioError
-from ..program import Program
-from ..resolve import Job
-from ..schedules import compile_pipeline
-from .base import MODES, ModeReport, TrainingMode
+from ... import metrics
+from ...errors import ScenarioError
+from ...program import Program
+from ...resolve import Job
+from ..base import MODES, ModeReport, TrainingMode
+from .compile import compile_pipeline
 
 
 def check_iterations(job: Job) -> None:
