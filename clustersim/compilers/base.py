@@ -19,6 +19,7 @@ from .. import metrics
 from ..plugins import Registry
 from ..program import Program
 from ..resolve import Job
+from ..workload.memory_model import memory_columns
 
 
 @dataclass
@@ -62,6 +63,14 @@ class TrainingMode:
         """The (unchecked, fine-grained) Program of ``job``; ``fold``: emit one
         representative GPU per stage (a decision already checked exact)."""
         raise NotImplementedError
+
+    def memory_table(self, job: Job, devices: pd.DataFrame, prog: Program) -> tuple[dict, str]:
+        """The memory-by-kind columns of ``res.devices`` and the OOM hint ("" if all fit)
+        (:func:`clustersim.workload.memory_model.memory_columns`) — for a real model in a
+        mode that reports them (:attr:`memory_columns`), else none."""
+        if job.model.kind == "synthetic" or not self.memory_columns:
+            return {}, ""
+        return memory_columns(job, devices, prog)
 
     def report(self, spans: pd.DataFrame, job: Job) -> ModeReport:
         """This mode's window, iteration time and fields, from the run's spans."""

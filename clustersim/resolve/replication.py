@@ -9,8 +9,8 @@ functions allow, and ``simulate`` asks them (as the estimate does).
 
 from __future__ import annotations
 
-from ..parallel.fold import fold_obstacle
 from ..program import COLLECTIVE, SEND, Program
+from .fold import fold_obstacle
 
 #: the network models whose sends take a time fixed before the run (``Fabric.fixed_time``)
 FIXED_TIME_NETWORKS = ("direct", "analytical")

@@ -301,7 +301,7 @@ class SimulationSpec(_Spec):
     #: bytes per packet-model chunk (default 1 MiB); at least 4 KiB, so a message is never
     #: millions of events
     chunk_size: Annotated[Bytes | None, Range(4096, 2**40)] = None
-    #: simulate one GPU per stage and mirror it to its TP/DP twins (clustersim.parallel.fold);
+    #: simulate one GPU per stage and mirror it to its TP/DP twins (clustersim.resolve.fold);
     #: ``auto`` folds large uniform jobs
     fold: bool | Literal["auto"] = "auto"
     #: cap on chunks per message (packet model): bigger messages use bigger chunks — fewer

@@ -17,10 +17,8 @@ from .. import metrics
 from ..engine.collector import collector_paused
 from ..hardware.node_groups import describe, device_gpus
 from ..metrics import COMM_KINDS
-from ..parallel.fold import representatives
 from ..record import Recorder
 from ..resolve import Job
-from ..workload.memory_model import memory_columns
 from .result import Result, spans_frame
 from .throughput import throughput_metrics
 from .versions import update_staleness
@@ -43,11 +41,9 @@ def assemble_result(job: Job, mode, engine, rec: Recorder, wall_s: float) -> Res
     devices = _devices(job, engine, spans, parts)
     if report.devices is not None:
         devices = devices.join(report.devices, on="device")
-    oom_hint = ""
-    if job.model.kind != "synthetic" and mode.memory_columns:  # memory by kind, and why it does not fit
-        cols, oom_hint = memory_columns(job, devices, prog)
-        for key, values in cols.items():
-            devices[key] = values
+    cols, oom_hint = mode.memory_table(job, devices, prog)  # memory by kind, and why it does not fit
+    for key, values in cols.items():
+        devices[key] = values
     stage_bubble = devices.groupby("stage")["bubble_fraction"].mean()
     plan = job.plan
     summary = {
@@ -123,7 +119,7 @@ def _devices(job: Job, engine, spans: pd.DataFrame, parts: pd.DataFrame) -> pd.D
     its representative's."""
     layout, n = job.layout, job.layout.num_devices
     stage, dp_rank, tp_rank = layout.coords_of(np.arange(n))
-    rep = representatives(job.plan, stage) if job.fold.enabled else np.arange(n)
+    rep = job.plan.representatives(stage) if job.fold.enabled else np.arange(n)
     rep_names = [f"gpu{r}" for r in rep.tolist()]
     comp = spans[spans["lane"] == "compute"]
     busy_all = comp.groupby("device")["end_s"].sum() - comp.groupby("device")["start_s"].sum()

@@ -36,7 +36,7 @@ replica r and tensor-parallel rank t, on the device of (stage s, r, t), the comp
     ``parallel.data_parallel``, :mod:`.data_parallel` emits the data-parallel traffic
     instead (buckets, overlap, sharding, FSDP units) and splits passes into layers.
 
-Folding (``fold=True``, see :mod:`clustersim.parallel.fold`): only replica 0, TP rank 0
+Folding (``fold=True``, see :mod:`clustersim.resolve.fold`): only replica 0, TP rank 0
 is emitted — one representative per stage. Its collectives name the whole group but
 expect one arrival (the folded twins arrive with it by symmetry; two for a mirrored
 stages' all-reduce, whose two stages each send a representative); its sends and its DP

@@ -21,7 +21,7 @@ step of a stage with dp > 1. What it emits on the device, in order, depends on
 The cross-domain collectives are tagged per shard index, the intra-domain ones per
 domain, so every member of a sub-group meets the same rendezvous. Folding (one
 representative per stage) keeps only the plain and ``all`` forms; ``inter_site`` and
-``inter_node`` are refused by :mod:`clustersim.parallel.fold`.
+``inter_node`` are refused by :mod:`clustersim.resolve.fold`.
 """
 
 from __future__ import annotations
