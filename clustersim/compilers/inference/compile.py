@@ -33,6 +33,7 @@ from ...program import ARRIVAL_LANE, COMPUTE, RECV, SEND, Op, Program
 from ...schedules.registry import Schedule
 from ...workload.stage_cost import StageCost
 from ..pipeline.compile import emit_replica
+from ..pipeline.context import CompileContext
 
 #: the per-stage order of a forward-only pipeline: every request's forward, in request order
 FORWARD_ONLY = Schedule(
@@ -74,7 +75,7 @@ def compile_inference(
     for r in range(plan.dp):
         begin = len(prog.ops)
         mine = replicas[r].costs if replicas else costs
-        emit_replica(prog, plan, FORWARD_ONLY, mine, orders, m, 1, r)
+        emit_replica(CompileContext(FORWARD_ONLY, plan, mine, m, prog=prog), orders, r)
         firsts = _set_memory(prog.ops[begin:], mine, p)
         _emit_arrivals(prog, plan, r, [arrivals[j * plan.dp + r] for j in range(m)], firsts)
     return prog

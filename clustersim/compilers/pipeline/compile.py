@@ -53,50 +53,24 @@ weight stashing); an optimizer op carries the version it creates.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ...errors import ProgramError
-from ...parallel.compression import Compression
-from ...parallel.data_parallel import DataParallel
-from ...parallel.plan import Plan
 from ...program import Op, Program
 from ...schedules.orders import run_orders, stage_chunks
-from ...schedules.registry import Schedule
 from ...workload.pass_costs import pass_transfers, stage_static_memory
-from ...workload.stage_cost import StageCost
 from .codecs import coded_activation_bytes
+from .context import CompileContext
 from .context_parallel import link_ring_transfers
 from .stages import emit_stage
 
 
-def compile_pipeline(
-    schedule: Schedule,
-    plan: Plan,
-    costs: list[StageCost],
-    m: int,
-    iterations: int = 1,
-    fold: bool = False,
-    compression: Compression | None = None,
-    activations: Compression | None = None,
-    replicas: list | None = None,
-    data_parallel: DataParallel | None = None,
-    sharded_optimizer: bool = False,
-    coarse: bool = False,
-) -> Program:
-    """The Program of ``iterations`` training iterations of ``schedule`` under ``plan``.
-
-    ``costs`` holds one entry per model chunk (p·v of them, in model order). ``fold``
-    emits one representative per stage (module docstring). ``compression``: DP gradients
-    are compressed for their all-reduce, on all or on chosen links (:mod:`.gradient_sync`);
-    ``activations``: pipeline sends across compressed links are (:mod:`.compression`).
-    ``replicas`` (heterogeneous clusters): per data-parallel replica a
-    :class:`~clustersim.parallel.hetero.ReplicaWork` — its own chunk costs and micro-batch
-    count, used instead of ``costs`` and ``m``; replicas meet at the gradient all-reduce.
-    ``data_parallel``: the data-parallel traffic of :mod:`.data_parallel` (None: one
-    all-reduce per stage and step). ``sharded_optimizer``: the optimizer is sharded over
-    the data-parallel group (ZeRO ≥ 1, the distributed optimizer), so the step's scalar
-    all-reduces span every GPU (:mod:`.step_work`). ``coarse``: each pass emitted once and
-    stamped (:mod:`.pass_template`) is coarsened once, before stamping, as
-    :func:`~clustersim.coarsen.coarsen` would coarsen its every copy (for a Program that
-    will be coarsened: fewer ops to stamp, check and merge)."""
+def compile_pipeline(ctx: CompileContext) -> Program:
+    """The Program of ``ctx.iterations`` training iterations of ``ctx.schedule`` under
+    ``ctx.plan`` (:class:`.context.CompileContext` says what each field does; ``fold``:
+    module docstring)."""
+    schedule, plan, costs, m, replicas = ctx.schedule, ctx.plan, ctx.costs, ctx.m, ctx.replicas
+    compression, data_parallel, iterations = ctx.compression, ctx.data_parallel, ctx.iterations
     p = plan.pp
     if data_parallel is not None and (compression is not None or replicas or schedule.directions > 1):
         raise ProgramError(
@@ -115,74 +89,32 @@ def compile_pipeline(
             schedule.validate(p, mr, v)  # chunks per stage and the schedule's own constraints
             orders[mr] = run_orders(schedule, p, mr, v, iterations)
     prog = Program(plan.num_devices)
+    ctx = replace(ctx, prog=prog)
     static = [
         stage_static_memory(schedule.weights, [costs[k] for k in stage_chunks(schedule, s, p, v)])
         for s in range(p)
     ]
     prog.static_memory = [static[plan.coords(dev)[0]] for dev in range(plan.num_devices)]
-    for r in range(1 if fold else plan.replicas):
+    for r in range(1 if ctx.fold else plan.replicas):
         cr, mr = work[r]
-        emit_replica(
-            prog,
-            plan,
-            schedule,
-            cr,
-            orders[mr],
-            mr,
-            v,
-            r,
-            fold,
-            compression,
-            activations,
-            data_parallel,
-            sharded_optimizer,
-            coarse,
-        )
+        emit_replica(ctx if not replicas else replace(ctx, costs=cr, m=mr), orders[mr], r)
     if plan.cp > 1:
         link_ring_transfers(prog)
     return prog
 
 
-def emit_replica(
-    prog: Program,
-    plan: Plan,
-    schedule: Schedule,
-    costs: list[StageCost],
-    orders,
-    m: int,
-    v: int,
-    r: int,
-    fold: bool = False,
-    compression: Compression | None = None,
-    activations: Compression | None = None,
-    data_parallel: DataParallel | None = None,
-    sharded: bool = False,
-    coarse: bool = False,
-) -> None:
+def emit_replica(ctx: CompileContext, orders, r: int) -> None:
+    """Data-parallel replica ``r`` of ``ctx``'s Program: every stage's GPUs
+    (:func:`.stages.emit_stage`; folded, TP rank 0 only), then the sends and recvs between
+    stages, sends in producer order and recvs in consumer order."""
+    prog, plan, schedule, costs, m, v = ctx.prog, ctx.plan, ctx.schedule, ctx.costs, ctx.m, ctx.v
+    fold, activations = ctx.fold, ctx.activations
     p = plan.pp
     tp_ranks = range(1 if fold else plan.tp)
     passes: dict[tuple, tuple[Op, Op]] = {}
     for s, order in enumerate(orders):
         for t in tp_ranks:
-            emit_stage(
-                prog,
-                plan,
-                schedule,
-                costs,
-                order,
-                m,
-                v,
-                s,
-                r,
-                t,
-                passes,
-                fold,
-                compression,
-                activations,
-                data_parallel,
-                sharded,
-                coarse,
-            )
+            emit_stage(ctx, order, s, r, t, passes)
     sends: dict[tuple, Op] = {}
     twins: dict[tuple[int, int], tuple] = {}  # (stage, stage it sends to) → the folded sends' shadows
     moves = {

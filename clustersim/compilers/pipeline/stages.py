@@ -20,6 +20,7 @@ from ...schedules.orders import stage_chunks
 from ...workload.pass_costs import pass_memory, pass_segments, pass_transfers
 from ...workload.stage_cost import StageCost
 from .codecs import coded_activation_bytes, emit_codec
+from .context import CompileContext
 from .data_parallel import StageSync
 from .gradient_sync import emit_gradient_allreduce
 from .overlap import interleave
@@ -28,25 +29,17 @@ from .passes import SegmentEmitter, attach_memory, emit_pass
 from .step_work import emit_step_work
 
 
-def emit_stage(
-    prog,
-    plan,
-    schedule,
-    costs,
-    order,
-    m,
-    v,
-    s,
-    r,
-    t,
-    passes,
-    fold,
-    compression,
-    activations,
-    data_parallel,
-    sharded,
-    coarse,
-) -> None:
+def emit_stage(ctx: CompileContext, order, s: int, r: int, t: int, passes: dict) -> None:
+    """The ops of GPU (stage ``s``, replica ``r``, TP rank ``t``) along its stage's
+    ``order``; each pass's (first op its receive gates, last op) goes into ``passes``."""
+    prog, plan, schedule, costs, m, v = ctx.prog, ctx.plan, ctx.schedule, ctx.costs, ctx.m, ctx.v
+    fold, compression, activations, data_parallel = (
+        ctx.fold,
+        ctx.compression,
+        ctx.activations,
+        ctx.data_parallel,
+    )
+    sharded, coarse = ctx.sharded, ctx.coarse
     dev = plan.device(s, r, t)
     has_w = {(j, k) for ph, j, k in order if ph == "W"}
     stash = schedule.weights == "stash"
@@ -60,7 +53,7 @@ def emit_stage(
     edge_stages = (schedule.stage_of(0, plan.pp), schedule.stage_of(len(costs) - 1, plan.pp))
     pairs = getattr(order, "pairs", frozenset())
     templates: dict[tuple, PassTemplate] = {}  # _PassJob.same → its pass's template
-    kind = cache(partial(_pass_kind, schedule, plan, costs, activations, s, r, t, stash))
+    kind = cache(partial(_pass_kind, ctx, s, r, t, stash))
     experts: dict = {}  # the GPU's expert groups (SegmentEmitter.expert), for its overlapped pairs
     for i, (ph, j, k) in enumerate(order):
         if ph == "O":
@@ -243,12 +236,15 @@ class _PassJob:
         return cls(ph, j, k, cost, j % m, name, kw, coded_in, coded_out, labels, received)
 
 
-def _pass_kind(schedule, plan, costs, activations, s, r, t, stash, ph, k, split) -> tuple:
+def _pass_kind(
+    ctx: CompileContext, s: int, r: int, t: int, stash: bool, ph: str, k: int, split: bool
+) -> tuple:
     """(cost, memory keywords, bytes decoded before, bytes coded after, whether it receives from
     another stage) of a pass (ph, ·, k) on the device of (s, r, t): the same for every micro-batch."""
+    schedule, plan, costs = ctx.schedule, ctx.plan, ctx.costs
     alloc, free, stashed = pass_memory(costs[k], ph, split, stash)
     transfers = pass_transfers(costs, ph, k, schedule.route(k, len(costs)))
-    coded_in, coded_out = coded_activation_bytes(activations, schedule, plan, s, r, t, transfers)
+    coded_in, coded_out = coded_activation_bytes(ctx.activations, schedule, plan, s, r, t, transfers)
     received = transfers[0] is not None and schedule.stage_of(transfers[0][0], plan.pp) != s
     return costs[k], {"alloc": alloc, "free": free, "stash": stashed}, coded_in, coded_out, received
 
