@@ -1,7 +1,7 @@
 """``training.framework``: the bundle of defaults of the stack a scenario says it runs.
 
 A profile fills what the scenario does not state — ``parallel.data_parallel`` options
-(:mod:`clustersim.schedules.data_parallel`), ``parallel.zero`` (FSDP2 shards fully) and
+(:mod:`clustersim.compilers.pipeline.data_parallel`), ``parallel.zero`` (FSDP2 shards fully) and
 ``model.attention`` — before validation; a stated value always wins, field by field.
 ``megatron_2021`` (the default) fills nothing: today's results stay identical. Every
 other profile runs today's NCCL, whose ring across hosts pays its α's in full

@@ -21,7 +21,7 @@ For each model chunk (a pipeline stage, or a virtual stage) on each of its GPUs:
 * **per layer** — with ``parallel.data_parallel`` each chunk also carries its passes and
   its gradient / parameter bytes per layer (the embedding with the first layer, the output
   layer with the last; bytes in ``grad_reduce_dtype`` / ``param_gather_dtype``), which the
-  bucketed, sharded and FSDP data-parallel traffic uses (:mod:`clustersim.schedules.data_parallel`);
+  bucketed, sharded and FSDP data-parallel traffic uses (:mod:`clustersim.compilers.pipeline.data_parallel`);
 * **memory** — static bytes by kind from :mod:`.memory_model`; ``activation_memory`` per
   micro-batch, which the compiler allocates per forward and frees per backward;
 * **fixed costs** (``training.fixed_costs``, docs/models.md) — kernels are priced without
