@@ -73,10 +73,18 @@ def zero_shards(kind: str, zero: int, dp: int) -> int:
 
 
 def static_bytes(
-    params: float, precision: str, optimizer: str, zero: int, dp: int
+    params: float, precision: str, optimizer: str, zero: int, dp: int, grad_dtype: str | None = None
 ) -> tuple[float, float, float]:
-    """(weights, gradients, optimizer states) bytes for ``params`` held on one GPU."""
+    """(weights, gradients, optimizer states) bytes for ``params`` held on one GPU.
+
+    ``grad_dtype``: the dtype of the gradient buffer the data-parallel reduction runs on
+    (``parallel.data_parallel.grad_reduce_dtype``; None: the precision's own, fp32
+    ``main_grad``). Megatron-Core allocates its grad buffer in fp32 only with
+    ``grad_reduce_in_fp32``, else in the parameters' dtype
+    (megatron/core/distributed/param_and_grad_buffer.py, ``grad_dtype``); DeepSpeed keeps
+    bf16 gradients — the ZeRO paper's 2 + 2 + 12 = 16 bytes/param."""
     w, g, o = BYTES_PER_PARAM[(precision, optimizer)]
+    g = DTYPE_BYTES[grad_dtype] if grad_dtype else g
     return (
         params * w / zero_shards("weights", zero, dp),
         params * g / zero_shards("grads", zero, dp),

@@ -105,6 +105,7 @@ class TrainSetup:
             par.cp,
             par.cp_comm_type,
             ExpertSplit(par.ep, par.etp or par.tp, par.moe_token_dispatcher, par.moe_shared_expert_overlap),
+            grad_dtype=par.data_parallel.grad_reduce_dtype if par.data_parallel else None,
         )
 
     shards: int = 0
@@ -114,6 +115,9 @@ class TrainSetup:
     cp_comm: str = "p2p"
     #: how MoE layers split their experts (:mod:`.moe_dispatch`)
     split: ExpertSplit = ExpertSplit()
+    #: the gradient buffer's dtype (``parallel.data_parallel.grad_reduce_dtype``; None: the
+    #: precision's own — :func:`.memory_model.static_bytes`)
+    grad_dtype: str | None = None
 
     def __post_init__(self):
         if not self.shards:  # ZeRO shards over the whole DP group unless HSDP says fewer
@@ -173,14 +177,16 @@ def _cost_model(sc, st: TrainSetup) -> CostModel:
     return CostModel.for_gpu(st.gpu, ProfileTable.read(profile) if profile else None, custom)
 
 
-def _static(st: TrainSetup, params: float, buffers: float, expert: float = 0.0) -> StaticMemory:
+def _static(
+    st: TrainSetup, params: float, buffers: float, expert: float = 0.0
+) -> tuple[StaticMemory, StaticMemory]:
     """Static bytes of ``params`` on one GPU, of which ``expert`` are expert-parallel experts
-    (ZeRO shards those over the expert-data-parallel group, the rest over DP)."""
-    w, g, o = static_bytes(params - expert, st.precision, st.optimizer, st.zero, st.shards)
-    if expert:
-        we, ge, oe = static_bytes(expert, st.precision, st.optimizer, st.zero, st.expert_shards)
-        w, g, o = w + we, g + ge, o + oe
-    return StaticMemory(weights=int(w), grads=int(g), optimizer=int(o), buffers=int(buffers))
+    (ZeRO shards those over the expert-data-parallel group, the rest over DP): all of them,
+    and the experts' part."""
+    w, g, o = static_bytes(params - expert, st.precision, st.optimizer, st.zero, st.shards, st.grad_dtype)
+    we, ge, oe = static_bytes(expert, st.precision, st.optimizer, st.zero, st.expert_shards, st.grad_dtype)
+    total = StaticMemory(weights=int(w + we), grads=int(g + ge), optimizer=int(o + oe), buffers=int(buffers))
+    return total, StaticMemory(weights=int(we), grads=int(ge), optimizer=int(oe))
 
 
 def _grad_bytes(st: TrainSetup, params: float) -> int:
@@ -211,6 +217,8 @@ def _stage(
     items = {"F": f_items, "B": b_items, "Bi": bi_items, "W": w_items}
     passes = {ph: to_segments(launch_items(i, fixed.launch_s), st.granularity) for ph, i in items.items()}
     grads = _local_grads(st, params, expert)  # the optimizer's local fp32 gradients
+    # buffers: the recompute working set and the p2p send and recv buffers
+    static, experts = _static(st, params, work_buffer + 2 * send_bytes, expert)
     (tf, ff), (tb, fb), (tw, _) = (compute_time(passes[k]) for k in ("F", "B", "W"))
     return StageCost(
         forward=tf,
@@ -218,8 +226,8 @@ def _stage(
         backward_weight=tw,
         activation_bytes=int(send_bytes),
         activation_memory=int(act_mem),
-        # buffers: the recompute working set and the p2p send and recv buffers
-        static=_static(st, params, work_buffer + 2 * send_bytes, expert),
+        static=static,
+        expert_static=experts,
         optimizer=cm.optimizer_time(grads),
         forward_flops=ff,
         backward_flops=fb,
