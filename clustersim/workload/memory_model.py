@@ -38,7 +38,7 @@ BYTES_PER_PARAM: dict[tuple[str, str], tuple[int, int, int]] = {
 #: in BF16 except the FP8 GEMM inputs (:mod:`.fp8`)
 ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 2}
 #: bytes per element of a data-parallel reduction / all-gather dtype (parallel.data_parallel)
-DTYPE_BYTES = {"fp32": 4, "bf16": 2}
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
 @dataclass(frozen=True)
