@@ -111,7 +111,7 @@ def test_static_bytes_are_megatrons_distributed_optimizer_table():
     d = 8
     for row in read_table("megatron_distopt_bytes_per_param"):
         zero = 1 if row["distributed_optimizer"] == "yes" else 0
-        held = sum(static_bytes(1.0, row["param_dtype"], "adam", zero, d, row["grad_dtype"]))
+        held = sum(static_bytes(1.0, row["param_dtype"], "adam", zero, d, grad_dtype=row["grad_dtype"]))
         # a 16-bit gradient buffer: the optimizer makes its fp32 copy at the step (freed before
         # the next forward), which the table counts and the peak under a backward does not hold
         step_copy = 4 / (d if zero else 1) if row["grad_dtype"] == "fp16" else 0.0
@@ -125,7 +125,14 @@ def test_static_bytes_are_the_zero_papers_model_states():
 
     for row in read_table("zero_fig1_memory"):
         held = sum(
-            static_bytes(float(row["params"]), "fp16", "adam", int(row["zero_stage"]), int(row["dp"]), "fp16")
+            static_bytes(
+                float(row["params"]),
+                "fp16",
+                "adam",
+                int(row["zero_stage"]),
+                int(row["dp"]),
+                grad_dtype="fp16",
+            )
         )
         assert held / 1e9 == pytest.approx(float(row["per_gpu_GB"]), abs=0.05)
 
@@ -159,7 +166,7 @@ def test_fp8_parameters_hold_the_linears_in_one_byte_and_cache_only_the_transpos
     assert fp8.spec.parallel.data_parallel.param_gather_dtype == "fp8"
     cfg = resolve_transformer(fp8.model)
     linear = sum(fp8_linear_params(layer_ops(cfg, 1, 2, False, 2)))  # per layer on one TP rank
-    for a, b, chunk in zip(resolve(fp8).chunk_costs, resolve(bf16).chunk_costs, (0, 1)):
+    for a, b in zip(resolve(fp8).chunk_costs, resolve(bf16).chunk_costs, strict=True):
         saved = linear * cfg.layers / 2  # the chunk's layers
         assert b.static.weights - a.static.weights == pytest.approx(saved, abs=2)
         assert b.static.buffers - a.static.buffers == pytest.approx(saved, abs=2)

@@ -73,13 +73,7 @@ def zero_shards(kind: str, zero: int, dp: int) -> int:
 
 
 def static_bytes(
-    params: float,
-    precision: str,
-    optimizer: str,
-    zero: int,
-    dp: int,
-    grad_dtype: str | None = None,
-    fp8_params: float = 0.0,
+    params: float, precision: str, optimizer: str, zero: int, dp: int, *, grad_dtype=None, fp8_params=0.0
 ) -> tuple[float, float, float]:
     """(weights, gradients, optimizer states) bytes for ``params`` held on one GPU.
 
