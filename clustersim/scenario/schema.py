@@ -194,7 +194,9 @@ class DataParallelSpec(_Spec):
     distributed_optimizer: bool = False
     overlap_param_gather: bool = False
     grad_reduce_dtype: Literal["fp32", "bf16"] = "fp32"
-    param_gather_dtype: Literal["bf16", "fp32"] = "bf16"
+    #: ``fp8``: the FP8 linears' weights are FP8 parameters (Megatron-Core's
+    #: ``--fp8-param-gather``; training.precision fp8 only; clustersim.workload.fp8)
+    param_gather_dtype: Literal["bf16", "fp32", "fp8"] = "bf16"
     fsdp_unit: Annotated[int, Range(1, 100_000)] = 1
     reshard_after_forward: bool = True
     prefetch: Annotated[int, Range(0, 1_000)] = 1

@@ -56,7 +56,9 @@ class StageCost:
     ``backward`` is the whole backward time (B + W); ``backward_weight`` its W part.
     ``activation_bytes`` is sent to the next stage per micro-batch (and the same gradient
     size comes back); ``activation_memory`` is kept per in-flight micro-batch; ``static``
-    is held for the whole run, by kind.
+    is held for the whole run, by kind, ``expert_static`` the part of it that is
+    expert-parallel experts' (ZeRO shards it over the expert-data-parallel group; a
+    checkpoint's writers follow, :mod:`clustersim.faults.state`).
     ``passes`` optionally maps a phase (``"F"``, ``"B"``, ``"W"``; ``"Bi"`` the input-
     gradient part of ``"B"``) to its segments; a phase without an entry is one compute
     segment of its time.
@@ -104,6 +106,7 @@ class StageCost:
     grad_norm: float = 0.0
     tied_grad_bytes: int = 0
     recv_gather: int = 0
+    expert_static: StaticMemory = StaticMemory()
 
     def segments(self, phase: str, split_backward: bool = False) -> tuple[Segment, ...]:
         """The segments of ``phase``. With ``split_backward``, ``"B"`` is the input-gradient
