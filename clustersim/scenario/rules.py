@@ -16,7 +16,7 @@ from ..parallel.plan import Plan
 from ..schedules import SCHEDULES
 from ..schedules.orders import stage_order
 from ..schedules.registry import replicable_schedules
-from ..topology.registry import check_options
+from ..topology.registry import typed_options
 from ..workload.rules import check_model_rules, model_layers
 from ..workload.tp_overlap import check_tp_overlap
 from .context_parallel_rules import check_context_parallel
@@ -86,7 +86,7 @@ def check_rules(spec: ScenarioSpec) -> None:
             nic.per_node,
             f"at most gpus_per_node ({spec.cluster.gpus_per_node}) NICs per node",
         )
-    check_options(spec.cluster.model_dump(), "cluster")
+    typed_options(spec.cluster.model_dump(), "cluster")  # refused at load, also where no graph is built
     if spec.cluster.nodes > 1 and spec.cluster.topology.get("kind") == "single_node":
         raise ScenarioError(
             "cluster.topology.kind",
