@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import simpy
 
 from ..hardware.presets import expand_preset
+from ..network.base import FabricOptions
 from ..network.factory import build_fabric
 from ..record import Recorder
 from ..topology import build_topology
@@ -70,9 +71,7 @@ def measure(
     n = len(members)
     env = simpy.Environment()
     chunk = chunk_size or chunk_size_for(nbytes, n)
-    fabric = build_fabric(
-        network, env, Recorder(), graph, chunk_size=chunk
-    )  # the analytical model ignores it
+    fabric = build_fabric(network, env, Recorder(), graph, FabricOptions(chunk))  # analytical ignores it
     tuning = Tuning(
         cluster.get("collective_alpha") if alpha is None else alpha,
         protocols=cluster.get("collective_protocols"),
