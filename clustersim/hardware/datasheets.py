@@ -1,33 +1,44 @@
-"""Datasheet numbers of the catalog GPUs beyond the three the cost model reads.
+"""The GPU catalog's one source: ``clustersim/data/gpu_datasheets.csv``, one row per GPU.
 
-One row per catalog GPU in ``clustersim/data/gpu_datasheets.csv``: dense 16-bit and FP8
-tensor peaks, memory as marketed and as the driver reports it, HBM bandwidth and the
-scale-up link (NVLink / Infinity Fabric) per direction, with the source of the numbers.
-:mod:`.gpus` holds the entries the simulator runs on; a test keeps the two in agreement.
+Each row holds a GPU's published numbers — dense 16-bit and FP8 tensor peaks, memory as
+marketed and as the driver reports it, HBM bandwidth, the scale-up link (NVLink /
+Infinity Fabric) per direction, the SM (CU) count — with the source of each. Everything
+that needs a GPU's numbers reads them here: :mod:`.gpus` (the catalog the simulator runs
+on), :mod:`.interference` (SM counts) and the cost model's calibration. Adding a GPU is
+adding a row; one without kernel measurements of its own is priced with the efficiencies
+of the nearest calibrated GPU (:func:`clustersim.workload.calibration.calibrated_as`).
+
+``CLUSTERSIM_GPU_DATASHEETS`` names another table in the same columns (read at import),
+e.g. the shipped one with a site's own rows added.
 
 Memory: vendors' "80 GB" is the HBM's binary capacity — nvidia-smi shows 81920 MiB
 (A100) and 81559 MiB (H100, after the driver's reservation). ``memory_usable_bytes`` is
 that driver-reported total, the figure the memory ledger compares against (what a
-framework's allocator can hand out, less its CUDA context): the catalog's
-``memory_bytes`` is this figure wherever it is recorded.
+framework's allocator can hand out, less its CUDA context). Numbers are parsed as the
+decimals they are written as (``0.9`` TB/s is exactly ``900e9`` bytes/s).
 """
 
 from __future__ import annotations
 
 import csv
+import os
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from functools import cache
 from pathlib import Path
 
 from ..errors import ScenarioError
 
-DATASHEETS_CSV = Path(__file__).resolve().parent.parent / "data" / "gpu_datasheets.csv"
+SHIPPED_CSV = Path(__file__).resolve().parent.parent / "data" / "gpu_datasheets.csv"
+#: the table read: the shipped one unless ``CLUSTERSIM_GPU_DATASHEETS`` names another
+DATASHEETS_CSV = Path(os.environ.get("CLUSTERSIM_GPU_DATASHEETS") or SHIPPED_CSV)
 
 
 @dataclass(frozen=True)
 class Datasheet:
     """One GPU's published numbers. Units: FLOP/s, bytes, bytes/s; ``fp8_flops`` is 0
-    where the GPU has no FP8 tensor cores, ``memory_usable_bytes`` 0 where unrecorded."""
+    where the GPU has no FP8 tensor cores, ``memory_usable_bytes`` 0 where unrecorded;
+    ``sms``: streaming multiprocessors (AMD: compute units)."""
 
     gpu: str
     dense16_flops: float
@@ -37,36 +48,92 @@ class Datasheet:
     hbm_bandwidth: float
     scale_up: str
     scale_up_bandwidth: float
+    sms: int
+    sms_source: str
     spec_source: str
     memory_source: str
     verification: str
 
+    @property
+    def memory_bytes(self) -> int:
+        """The memory the ledger holds: the driver-reported total where recorded, else the
+        marketed decimal figure."""
+        return self.memory_usable_bytes or self.memory_marketed_bytes
 
-def _number(text: str, scale: float) -> float:
-    return float(text) * scale if text else 0.0
+
+#: column → (unit scale, whether a value is required)
+_NUMBERS = {
+    "bf16_fp16_dense_tflops": ("1e12", True),
+    "fp8_dense_tflops": ("1e12", False),
+    "memory_marketed_GB": ("1e9", True),
+    "memory_usable_bytes": ("1", False),
+    "hbm_TBps": ("1e12", True),
+    "scale_up_GBps_per_dir": ("1e9", True),
+    "sms": ("1", True),
+}
+_TEXTS = ("gpu", "scale_up", "sms_source", "spec_source", "memory_usable_source", "verification")
+
+
+def _number(path: Path, row: dict[str, str], column: str) -> Decimal:
+    """The cell ``column`` of ``row`` in base units (0 where optional and blank); a
+    ScenarioError naming the table, row and column otherwise."""
+    scale, required = _NUMBERS[column]
+    text = (row.get(column) or "").strip()
+    where = f"{path.name} row {row.get('gpu')!r}, column {column}"
+    if not text and not required:
+        return Decimal(0)
+    try:
+        value = Decimal(text) * Decimal(scale)
+    except InvalidOperation:
+        value = Decimal(-1)
+    if not value.is_finite() or value < 0 or (required and value == 0):
+        need = "a number > 0" if required else "a number ≥ 0, or blank"
+        raise ScenarioError(where, text, f"expected {need}")
+    return value
+
+
+def _sheet(path: Path, row: dict[str, str]) -> Datasheet:
+    missing = [c for c in (*_NUMBERS, *_TEXTS) if c not in row]
+    if missing:
+        raise ScenarioError(f"{path.name} columns", sorted(row), f"missing {', '.join(missing)}")
+    num = {c: _number(path, row, c) for c in _NUMBERS}
+    if num["sms"] != int(num["sms"]):
+        raise ScenarioError(
+            f"{path.name} row {row['gpu']!r}, column sms", row["sms"], "expected a whole number"
+        )
+    return Datasheet(
+        gpu=row["gpu"],
+        dense16_flops=float(num["bf16_fp16_dense_tflops"]),
+        fp8_flops=float(num["fp8_dense_tflops"]),
+        memory_marketed_bytes=int(num["memory_marketed_GB"]),
+        memory_usable_bytes=int(num["memory_usable_bytes"]),
+        hbm_bandwidth=float(num["hbm_TBps"]),
+        scale_up=row["scale_up"],
+        scale_up_bandwidth=float(num["scale_up_GBps_per_dir"]),
+        sms=int(num["sms"]),
+        sms_source=row["sms_source"],
+        spec_source=row["spec_source"],
+        memory_source=row["memory_usable_source"],
+        verification=row["verification"],
+    )
+
+
+def read_datasheets(path: str | Path) -> dict[str, Datasheet]:
+    """GPU name → its row, in table order, of a CSV in ``gpu_datasheets.csv``'s columns."""
+    path = Path(path)
+    with path.open(newline="") as fh:
+        sheets = [_sheet(path, row) for row in csv.DictReader(fh)]
+    names = [s.gpu for s in sheets]
+    for name in names:
+        if not name or names.count(name) > 1:
+            raise ScenarioError(f"{path.name} column gpu", name, "expected a non-empty name, once per table")
+    return {s.gpu: s for s in sheets}
 
 
 @cache
 def datasheets() -> dict[str, Datasheet]:
-    """Catalog GPU name → its datasheet row (read once)."""
-    with DATASHEETS_CSV.open() as fh:
-        rows = list(csv.DictReader(fh))
-    return {
-        r["gpu"]: Datasheet(
-            gpu=r["gpu"],
-            dense16_flops=_number(r["bf16_fp16_dense_tflops"], 1e12),
-            fp8_flops=_number(r["fp8_dense_tflops"], 1e12),
-            memory_marketed_bytes=int(_number(r["memory_marketed_GB"], 1e9)),
-            memory_usable_bytes=int(_number(r["memory_usable_bytes"], 1.0)),
-            hbm_bandwidth=_number(r["hbm_TBps"], 1e12),
-            scale_up=r["scale_up"],
-            scale_up_bandwidth=_number(r["scale_up_GBps_per_dir"], 1e9),
-            spec_source=r["spec_source"],
-            memory_source=r["memory_usable_source"],
-            verification=r["verification"],
-        )
-        for r in rows
-    }
+    """Catalog GPU name → its datasheet row, in table order (read once)."""
+    return read_datasheets(DATASHEETS_CSV)
 
 
 def datasheet(gpu: str) -> Datasheet:
