@@ -61,61 +61,52 @@ class Datasheet:
         return self.memory_usable_bytes or self.memory_marketed_bytes
 
 
-#: column → (unit scale, whether a value is required)
+#: numeric column → (Datasheet field, unit scale to base units, type, whether required)
 _NUMBERS = {
-    "bf16_fp16_dense_tflops": ("1e12", True),
-    "fp8_dense_tflops": ("1e12", False),
-    "memory_marketed_GB": ("1e9", True),
-    "memory_usable_bytes": ("1", False),
-    "hbm_TBps": ("1e12", True),
-    "scale_up_GBps_per_dir": ("1e9", True),
-    "sms": ("1", True),
+    "bf16_fp16_dense_tflops": ("dense16_flops", "1e12", float, True),
+    "fp8_dense_tflops": ("fp8_flops", "1e12", float, False),
+    "memory_marketed_GB": ("memory_marketed_bytes", "1e9", int, True),
+    "memory_usable_bytes": ("memory_usable_bytes", "1", int, False),
+    "hbm_TBps": ("hbm_bandwidth", "1e12", float, True),
+    "scale_up_GBps_per_dir": ("scale_up_bandwidth", "1e9", float, True),
+    "sms": ("sms", "1", int, True),
 }
-_TEXTS = ("gpu", "scale_up", "sms_source", "spec_source", "memory_usable_source", "verification")
+#: text column → Datasheet field
+_TEXTS = {
+    "gpu": "gpu",
+    "scale_up": "scale_up",
+    "sms_source": "sms_source",
+    "spec_source": "spec_source",
+    "memory_usable_source": "memory_source",
+    "verification": "verification",
+}
 
 
-def _number(path: Path, row: dict[str, str], column: str) -> Decimal:
-    """The cell ``column`` of ``row`` in base units (0 where optional and blank); a
-    ScenarioError naming the table, row and column otherwise."""
-    scale, required = _NUMBERS[column]
+def _number(path: Path, row: dict[str, str], column: str) -> float | int:
+    """The cell ``column`` of ``row`` in base units, parsed as the decimal it is written
+    as (0 where optional and blank); a ScenarioError naming the table, row and column."""
+    _, scale, kind, required = _NUMBERS[column]
     text = (row.get(column) or "").strip()
-    where = f"{path.name} row {row.get('gpu')!r}, column {column}"
     if not text and not required:
-        return Decimal(0)
+        return kind(0)
     try:
         value = Decimal(text) * Decimal(scale)
     except InvalidOperation:
         value = Decimal(-1)
-    if not value.is_finite() or value < 0 or (required and value == 0):
-        need = "a number > 0" if required else "a number ≥ 0, or blank"
-        raise ScenarioError(where, text, f"expected {need}")
-    return value
+    whole = kind is not int or (value.is_finite() and value == value.to_integral_value())
+    if not value.is_finite() or value < 0 or (required and value == 0) or not whole:
+        need = "a whole number" if kind is int else "a number"
+        need += " > 0" if required else " ≥ 0, or blank"
+        raise ScenarioError(f"{path.name} row {row.get('gpu')!r}, column {column}", text, f"expected {need}")
+    return kind(value)
 
 
 def _sheet(path: Path, row: dict[str, str]) -> Datasheet:
     missing = [c for c in (*_NUMBERS, *_TEXTS) if c not in row]
     if missing:
         raise ScenarioError(f"{path.name} columns", sorted(row), f"missing {', '.join(missing)}")
-    num = {c: _number(path, row, c) for c in _NUMBERS}
-    if num["sms"] != int(num["sms"]):
-        raise ScenarioError(
-            f"{path.name} row {row['gpu']!r}, column sms", row["sms"], "expected a whole number"
-        )
-    return Datasheet(
-        gpu=row["gpu"],
-        dense16_flops=float(num["bf16_fp16_dense_tflops"]),
-        fp8_flops=float(num["fp8_dense_tflops"]),
-        memory_marketed_bytes=int(num["memory_marketed_GB"]),
-        memory_usable_bytes=int(num["memory_usable_bytes"]),
-        hbm_bandwidth=float(num["hbm_TBps"]),
-        scale_up=row["scale_up"],
-        scale_up_bandwidth=float(num["scale_up_GBps_per_dir"]),
-        sms=int(num["sms"]),
-        sms_source=row["sms_source"],
-        spec_source=row["spec_source"],
-        memory_source=row["memory_usable_source"],
-        verification=row["verification"],
-    )
+    numbers = {field: _number(path, row, column) for column, (field, *_) in _NUMBERS.items()}
+    return Datasheet(**numbers, **{field: row[column] for column, field in _TEXTS.items()})
 
 
 def read_datasheets(path: str | Path) -> dict[str, Datasheet]:
