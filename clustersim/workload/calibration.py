@@ -39,9 +39,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..hardware.datasheets import datasheet
+from ..hardware.datasheets import datasheet, datasheets
 from ..hardware.gpus import get_gpu
-from .cost_model import A100_EFFICIENCY, CostModel, Efficiency
+from .cost_model import A100_EFFICIENCY, EFFICIENCY, CostModel, Efficiency
 from .ops import Work
 
 MEASUREMENTS_CSV = Path(__file__).resolve().parent.parent / "data" / "gpu_kernel_measurements.csv"
@@ -192,6 +192,37 @@ CALIBRATIONS: dict[str, Plan] = {
         note="BF16 maximum from its MAMF row, shape constants from the FP8 sweep",
     ),
 }
+
+
+def calibrated_gpus() -> list[str]:
+    """Catalog GPUs with an efficiency set of their own (A100's validated point, or a
+    plan of :data:`CALIBRATIONS`), in table order."""
+    return [g for g in datasheets() if g in EFFICIENCY or g in CALIBRATIONS]
+
+
+def calibrated_as(gpu: str) -> str:
+    """The calibrated GPU whose efficiencies catalog GPU ``gpu`` is priced with: itself, or
+    — for a row without kernel measurements — the nearest calibrated GPU, nearest by
+    ``|ln(peak/peak')| + |ln(HBM/HBM')|`` (the two peaks the efficiencies are fractions
+    of; a tie goes to the earlier row). The fractions then apply to ``gpu``'s own peaks."""
+    if gpu in EFFICIENCY or gpu in CALIBRATIONS:
+        return gpu
+    own = datasheet(gpu)
+
+    def distance(other: str) -> float:
+        sheet = datasheet(other)
+        return abs(math.log(own.dense16_flops / sheet.dense16_flops)) + abs(
+            math.log(own.hbm_bandwidth / sheet.hbm_bandwidth)
+        )
+
+    return min(calibrated_gpus(), key=distance)
+
+
+def calibration_status(gpu: str) -> str:
+    """``calibrated``, or ``transfer from <GPU>`` for a catalog GPU priced with the
+    efficiencies of another (:func:`calibrated_as`)."""
+    donor = calibrated_as(gpu)
+    return "calibrated" if donor == gpu else f"transfer from {donor}"
 
 
 #: (rms of the relative error over a set of rows, largest relative error of any row) by

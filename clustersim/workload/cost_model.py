@@ -13,8 +13,8 @@ ONE set of efficiencies per GPU type. A100's is calibrated on a single measureme
 one 22B-model layer at TP=8 (Korthikanti et al. 2022 Table 4: forward 7.7 ms, backward
 11.9 ms, including its TP all-reduces) — and then validated, unchanged, on Megatron's
 Table 1 (see docs/validation.md). Hopper, Blackwell and MI300X are calibrated on
-published kernel-level measurements (:mod:`.calibration`); other GPUs reuse A100's
-fractions (an assumption, flagged in ``source``). A :class:`ProfileTable` of measured op times overrides the model
+published kernel-level measurements (:mod:`.calibration`); another catalog GPU borrows the
+efficiencies of the nearest calibrated one (a transfer, said in ``source`` and a warning). A :class:`ProfileTable` of measured op times overrides the model
 for the ops it lists.
 """
 
@@ -23,12 +23,13 @@ from __future__ import annotations
 import csv
 import io
 import math
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import ScenarioError, shorten
-from ..hardware.gpus import GPUSpec, get_gpu
+from ..errors import CalibrationTransfer, ScenarioError, shorten
+from ..hardware.gpus import GPUS, GPUSpec, get_gpu
 from ..reader import read_text
 from .ops import AttentionShape, Work
 
@@ -74,13 +75,26 @@ EFFICIENCY: dict[str, Efficiency] = {
 
 def efficiency_for(gpu: str) -> Efficiency:
     """The efficiency set of ``gpu``: A100's validated point, the kernel-level calibration
-    of :mod:`.calibration` for the GPUs it covers, else A100's (flagged as uncalibrated)."""
+    of :mod:`.calibration` for the GPUs it covers; for another catalog GPU (a row without
+    kernel measurements) the set of the nearest calibrated GPU
+    (:func:`.calibration.calibrated_as`), said in ``source`` and in a
+    :class:`~clustersim.errors.CalibrationTransfer` warning; else (a custom GPU like no
+    catalog GPU) A100's, flagged as uncalibrated."""
     if gpu in EFFICIENCY:
         return EFFICIENCY[gpu]
-    from .calibration import CALIBRATIONS, calibration  # imports this module: resolve at call time
+    # calibration imports this module: resolve at call time
+    from .calibration import CALIBRATIONS, calibrated_as, calibration
 
     if gpu in CALIBRATIONS:
         return calibration(gpu).dense16
+    if gpu in GPUS:
+        donor = calibrated_as(gpu)
+        note = (
+            f"has no kernel measurements of its own: priced with {donor}'s efficiencies (the nearest "
+            "calibrated GPU) as fractions of its own datasheet peaks"
+        )
+        warnings.warn(CalibrationTransfer("cluster.gpu", gpu, note), stacklevel=3)
+        return replace(efficiency_for(donor), source=f"{gpu} (transfer) {note}")
     a = A100_EFFICIENCY
     return Efficiency(
         a.matmul_max,
@@ -136,11 +150,14 @@ class ProfileTable:
 
 
 def attention_curve_for(gpu: str) -> AttentionCurve | None:
-    """The calibrated FlashAttention curve of ``gpu`` (:mod:`.calibration`), or None
-    where its data has none (only Hopper has FA3 tables: H100, H200, H800)."""
-    from .calibration import CALIBRATIONS, calibration  # imports this module: resolve at call time
+    """The calibrated FlashAttention curve of ``gpu``, or of the GPU it is priced as
+    (:func:`.calibration.calibrated_as`), or None where that GPU's data has none (only
+    Hopper has FA3 tables: H100, H200, H800) or ``gpu`` is not in the catalog."""
+    # calibration imports this module: resolve at call time
+    from .calibration import CALIBRATIONS, calibrated_as, calibration
 
-    return calibration(gpu).attention if gpu in CALIBRATIONS else None
+    donor = calibrated_as(gpu) if gpu in GPUS else gpu
+    return calibration(donor).attention if donor in CALIBRATIONS else None
 
 
 @dataclass(frozen=True)
