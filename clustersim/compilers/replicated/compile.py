@@ -30,7 +30,7 @@ from ...schedules.orders import run_orders
 from ...schedules.registry import Schedule, replicable_schedules
 from ...workload.pass_costs import pass_memory, pass_transfers, stage_static_memory
 from ...workload.stage_cost import StageCost
-from ..pipeline.passes import emit_pass
+from ..pipeline.passes import Gpu, PassWork, emit_pass
 
 
 def merged_updates(schedule: Schedule, order: list[tuple[str, int, int]], r: int, m: int) -> dict[int, tuple]:
@@ -136,23 +136,10 @@ def _emit_replica_stage(
         if ph == "F":
             fwd_version[j] = version
         alloc, free, stashed = pass_memory(cost, ph, split, schedule.weights == "stash")
+        work = PassWork(cost, ph, split and ph == "B", alloc, free, stashed)
+        gpu = Gpu(layout, s, i, 0)
         passes[(s, ph, j)] = emit_pass(
-            prog,
-            layout,
-            cost,
-            ph,
-            s,
-            i,
-            0,
-            j % m,
-            j // m,
-            split=split and ph == "B",
-            name=f"{ph}{j % m}",
-            version=fwd_version[j],
-            alloc=alloc,
-            free=free,
-            stash=stashed,
-            after=last,
+            prog, gpu, work, name=f"{ph}{j % m}", mb=j % m, it=j // m, version=fwd_version[j], after=last
         )
         last = passes[(s, ph, j)][1]
 
