@@ -173,11 +173,11 @@ class SegmentEmitter:
                 label,
                 nbytes=nbytes,
                 deps=deps,
+                arrivals=1 if self.fold else 0,  # folded: the representative stands for its twins
                 group=members,
                 collective=kind,
                 algorithm=algorithm,
                 tag=tag,
-                arrivals=1 if self.fold else 0,
                 **labels,
             )
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import cache, partial
 
 from ...parallel.plan import Plan
-from ...program import COMPUTE, Program
+from ...program import Program
 from ...schedules.orders import stage_chunks
 from ...workload.pass_costs import pass_memory, pass_segments, pass_transfers
 from .codecs import coded_activation_bytes, emit_codec
@@ -26,6 +26,7 @@ from .overlap import interleave
 from .pass_template import PassTemplate
 from .passes import Gpu, PassWork, SegmentEmitter, attach_memory, emit_pass
 from .step_work import emit_step_work
+from .wiring import emit_optimizer
 
 
 def emit_stage(ctx: CompileContext, order, s: int, r: int, t: int, passes: dict) -> None:
@@ -90,18 +91,7 @@ def emit_stage(ctx: CompileContext, order, s: int, r: int, t: int, passes: dict)
                 chunks = [costs[c] for c in stage_chunks(schedule, s, plan.pp, v)]
                 deps = emit_step_work(ctx, chunks, edge_stages, s, r, t, it=last_it, label=label, deps=deps)
             opt = sum(costs[c].optimizer for c in stage_chunks(schedule, s, plan.pp, v))
-            last = prog.add(
-                dev,
-                "compute",
-                COMPUTE,
-                "optimizer" if schedule.flush else f"optimizer u{j}",
-                stage=s,
-                phase="O",
-                iteration=last_it,
-                duration=opt,
-                deps=deps,
-                version=version + 1,
-            )
+            last = emit_optimizer(prog, dev, s, last_it, label, opt, deps, version + 1)
             if sync is not None:
                 last = sync.after_optimizer(last, j, last_it, label)
             version += 1
