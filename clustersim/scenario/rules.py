@@ -23,7 +23,6 @@ from .context_parallel_rules import check_context_parallel
 from .expert_rules import check_expert_parallel
 from .fault_rules import check_fault_rules
 from .hetero_rules import check_dp_split, check_node_groups
-from .parameter_server_rules import check_parameter_server
 from .schema import ScenarioSpec
 
 
@@ -95,8 +94,6 @@ def check_rules(spec: ScenarioSpec) -> None:
         )
     if par.stage_replicas is not None:
         check_stage_replicas(spec)
-    if par.parameter_server is not None:
-        check_parameter_server(spec)
     if par.gpus is not None and par.gpus > n:
         raise ScenarioError("parallel.gpus", par.gpus, f"at most the cluster's {n} GPUs")
     dp = resolve_dp(spec)
