@@ -16,17 +16,6 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "clustersim"
 MAX_PARAMETERS = 10
 
-#: TEMPORARY — the compilers' files whose long functions another change is rewriting into a
-#: compile context (issue 30, item 4: compile_pipeline, emit_pass, _emit_stage, _pass_kind,
-#: _emit_replica, DataParallel.of, emit, emit_gradient_allreduce, emit_step_work). The
-#: coordinator deletes this set (and its use below) once that change is merged; add nothing.
-PENDING_COMPILER_MOVE = {
-    "clustersim/compilers/pipeline/data_parallel.py",
-    "clustersim/compilers/pipeline/gradient_sync.py",
-    "clustersim/compilers/pipeline/passes.py",
-    "clustersim/compilers/pipeline/step_work.py",
-}
-
 
 def parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
     """The parameter names of ``fn`` that count: every kind, less a leading self/cls."""
@@ -53,7 +42,7 @@ def too_long(package: Path = PACKAGE) -> dict[str, int]:
 
 
 def test_no_function_takes_more_than_ten_parameters():
-    over = {k: n for k, n in too_long().items() if k.split(":")[0] not in PENDING_COMPILER_MOVE}
+    over = too_long()
     assert not over, (
         f"functions over {MAX_PARAMETERS} parameters (group what belongs together in a frozen "
         f"dataclass): {over}"
