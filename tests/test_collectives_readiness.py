@@ -79,10 +79,10 @@ def run(algorithm: str, kind: str, shape: tuple[int, int], network: str, latency
     if network == "unpaced":  # no known bandwidth: each engine waits for arrival
         fabric = DirectFabric(env, rec, float("inf"), 1e-6)
     else:
-        fabric = build_fabric(network, env, rec, build_topology(cluster(*shape)), chunk_size=MiB)
+        fabric = build_fabric(network, env, rec, build_topology(cluster(*shape)), chunk_size=MiB // 8)
     group = Group(env, fabric, members, {"intra_node": 2e-6, "inter_node": 5e-6}, latency)
     root = members[-1] if kind in ("broadcast", "reduce") else None
-    engines, _ = ALGORITHMS[algorithm].build(group, kind, 8 * MiB + 3, Options(root=root))
+    engines, _ = ALGORITHMS[algorithm].build(group, kind, MiB + 3, Options(root=root))
     msgs = [m for prog in engines for m in prog]
     readiness = {id(d): len(d.events) for m in msgs for d in m.deps if type(d) is Readiness}
     size = (max(len(m.deps) for m in msgs), sum(len(m.deps) for m in msgs), sum(readiness.values()))
