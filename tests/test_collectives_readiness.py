@@ -13,6 +13,7 @@ from clustersim.collectives import ALGORITHMS, Group
 from clustersim.collectives.algorithm import Options
 from clustersim.collectives.schedule import Readiness, all_of, start
 from clustersim.network import DirectFabric
+from clustersim.network.base import FabricOptions
 from clustersim.network.factory import build_fabric
 from clustersim.record import Recorder
 from clustersim.simpy_fast import scheduled_count
@@ -79,7 +80,8 @@ def run(algorithm: str, kind: str, shape: tuple[int, int], network: str, latency
     if network == "unpaced":  # no known bandwidth: each engine waits for arrival
         fabric = DirectFabric(env, rec, float("inf"), 1e-6)
     else:
-        fabric = build_fabric(network, env, rec, build_topology(cluster(*shape)), chunk_size=MiB // 8)
+        graph = build_topology(cluster(*shape))
+        fabric = build_fabric(network, env, rec, graph, FabricOptions(chunk_size=MiB // 8))
     group = Group(env, fabric, members, {"intra_node": 2e-6, "inter_node": 5e-6}, latency)
     root = members[-1] if kind in ("broadcast", "reduce") else None
     engines, _ = ALGORITHMS[algorithm].build(group, kind, MiB + 3, Options(root=root))
