@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from .algorithm import ALGORITHMS, KINDS, Algorithm
 from .cost import Shape
-from .schedule import Msg, split
+from .schedule import Msg, all_of, split
 
 
 def build_direct(
@@ -29,7 +29,7 @@ def build_direct(
     (member → host) splits each rank's all-to-all sends into a same-host and a network
     engine; ``sizes[i][j]``: the bytes rank i sends rank j in an uneven all-to-all."""
     n = len(order)
-    have = {m: tuple(ready.get(m, ())) for m in order}
+    have = {m: all_of(ready.get(m, ())) for m in order}
     if kind == "all_reduce":
         e1, d1 = build_direct(env, "reduce_scatter", order, nbytes, have)
         e2, d2 = build_direct(env, "all_gather", order, nbytes, d1)
@@ -41,7 +41,7 @@ def build_direct(
             msgs = [Msg(env, root, m, nbytes, have[root]) for m in others]
             return [msgs], {**have, **{msg.dst: (msg.done,) for msg in msgs}}
         msgs = [Msg(env, m, root, nbytes, have[m]) for m in others]
-        return [[msg] for msg in msgs], {**have, root: have[root] + tuple(msg.done for msg in msgs)}
+        return [[msg] for msg in msgs], {**have, root: all_of(have[root] + tuple(msg.done for msg in msgs))}
     shard = split(nbytes, n)
     engines, got = [], {m: list(have[m]) if kind == "reduce_scatter" else [] for m in order}
     for i, src in enumerate(order):
@@ -57,7 +57,7 @@ def build_direct(
             engines += [near, [msg for msg in prog if host[msg.dst] != host[src]]]
         else:
             engines.append(prog)
-    done = {m: tuple(got[m]) or have[m] for m in order}
+    done = {m: all_of(got[m]) or have[m] for m in order}
     return engines, done
 
 

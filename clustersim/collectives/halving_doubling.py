@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from .algorithm import ALGORITHMS, Algorithm
 from .cost import Shape
-from .schedule import Msg
+from .schedule import Msg, all_of
 
 
 def is_power_of_two(n: int) -> bool:
@@ -32,11 +32,11 @@ def build_halving_doubling(
     if kind != "all_reduce" and p != n:
         raise ValueError("power of two required")
     engines = {m: [] for m in order}
-    have = {m: tuple(ready.get(m, ())) for m in order}
+    have = {m: all_of(ready.get(m, ())) for m in order}
     for e in range(p, n):  # fold extras into their partners
         msg = Msg(env, order[e], order[e - p], nbytes, have[order[e]])
         engines[order[e]].append(msg)
-        have[order[e - p]] += (msg.done,)
+        have[order[e - p]] = all_of(have[order[e - p]] + (msg.done,))
     core = order[:p]
     steps = p.bit_length() - 1
     plan = []

@@ -17,6 +17,7 @@ from __future__ import annotations
 from .algorithm import ALGORITHMS, Algorithm
 from .cost import Shape
 from .ring import build_ring
+from .schedule import all_of
 
 
 def build_hierarchical(
@@ -30,7 +31,7 @@ def build_hierarchical(
     if any(len(g) != m for g in groups):
         raise ValueError("every host needs the same number of members")
     engines = []
-    have = {x: tuple(ready.get(x, ())) for g in groups for x in g}
+    have = {x: all_of(ready.get(x, ())) for g in groups for x in g}
     for g in groups:  # phase 1: reduce-scatter inside each host
         e, d = build_ring(env, "reduce_scatter", [g], nbytes, have)
         engines += e

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from .algorithm import ALGORITHMS, Algorithm
 from .cost import Shape
-from .schedule import Msg, split
+from .schedule import Msg, all_of, split
 
 
 def build_parameter_server(
@@ -23,7 +23,7 @@ def build_parameter_server(
     """Push/pull schedule; returns (engines, done events per rank)."""
     servers = list(servers) if servers else [root if root is not None else order[0]]
     shards = split(nbytes, len(servers))
-    have = {m: tuple(ready.get(m, ())) for m in {*order, *servers}}
+    have = {m: all_of(ready.get(m, ())) for m in {*order, *servers}}
     engines = []
     pushed = {s: list(have[s]) for s in servers}
     if kind in ("all_reduce", "reduce"):
@@ -33,14 +33,14 @@ def build_parameter_server(
                 pushed[msg.dst].append(msg.done)
             engines.append(prog)
         if kind == "reduce":
-            return engines, {**have, **{s: tuple(pushed[s]) for s in servers}}
+            return engines, {**have, **{s: all_of(pushed[s]) for s in servers}}
     got = {w: list(have[w]) for w in order}
     for s, size in zip(servers, shards, strict=True):
-        prog = [Msg(env, s, w, size, tuple(pushed[s])) for w in order if w != s]
+        prog = [Msg(env, s, w, size, all_of(pushed[s])) for w in order if w != s]
         for msg in prog:
             got[msg.dst].append(msg.done)
         engines.append(prog)
-    return engines, {**have, **{w: tuple(got[w]) for w in order}}
+    return engines, {**have, **{w: all_of(got[w]) for w in order}}
 
 
 def never(n: int, per_host: tuple[int, ...]) -> bool:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from .algorithm import ALGORITHMS, KINDS, Algorithm
 from .cost import Shape
-from .schedule import Msg, split
+from .schedule import Msg, all_of, split
 
 #: chunking of pipelined chains and trees: at most this many chunks, none below MIN
 MAX_PIPELINE_CHUNKS = 64
@@ -53,17 +53,18 @@ def _chain(env, order, nsteps, size_of, ready):
 
     Returns (engines, last arrival event per rank)."""
     n = len(order)
+    ready = {m: all_of(ready.get(m, ())) for m in order}
     engines = [[] for _ in range(n)]
     prev = [None] * n  # message that arrived at rank i in the previous step
     for s in range(nsteps):
         cur = [None] * n
         for i, src in enumerate(order):
-            deps = ready.get(src, ()) if s == 0 else (prev[i].done,)
+            deps = ready[src] if s == 0 else (prev[i].done,)
             msg = Msg(env, src, order[(i + 1) % n], size_of(s, i), deps)
             engines[i].append(msg)
             cur[(i + 1) % n] = msg
         prev = cur
-    done = {m: ((prev[i].done,) if prev[i] else tuple(ready.get(m, ()))) for i, m in enumerate(order)}
+    done = {m: ((prev[i].done,) if prev[i] else ready[m]) for i, m in enumerate(order)}
     return engines, done
 
 
@@ -86,7 +87,7 @@ def build_ring(env, kind: str, orders: list[list[str]], nbytes: int, ready: dict
         engines.extend(e)
         for m, evs in d.items():
             done[m] = done.get(m, ()) + tuple(evs)
-    return engines, done
+    return engines, {m: all_of(evs) for m, evs in done.items()}
 
 
 def pipelined_chain(env, kind, order, nbytes, ready, root, chunks=None):
@@ -99,18 +100,19 @@ def pipelined_chain(env, kind, order, nbytes, ready, root, chunks=None):
     # broadcast: root first; reduce: root last
     chain = order[r:] + order[:r] if kind == "broadcast" else order[r + 1 :] + order[: r + 1]
     n, sizes = len(chain), split(nbytes, pipeline_chunks(nbytes, chunks))
+    ready = {m: all_of(ready.get(m, ())) for m in chain}
     engines = [[] for _ in range(n)]
     last = [None] * n
     arrived = [[None] * len(sizes) for _ in range(n)]
     for j, size in enumerate(sizes):
         for p in range(n - 1):
-            deps = tuple(ready.get(chain[p], ())) if p == 0 else (arrived[p][j].done,)
+            deps = ready[chain[p]] if p == 0 else (arrived[p][j].done,)
             if kind == "reduce" and p > 0:
-                deps += tuple(ready.get(chain[p], ()))
+                deps += ready[chain[p]]
             msg = Msg(env, chain[p], chain[p + 1], size, deps)
             engines[p].append(msg)
             arrived[p + 1][j] = last[p + 1] = msg
-    done = {m: ((last[p].done,) if last[p] else tuple(ready.get(m, ()))) for p, m in enumerate(chain)}
+    done = {m: ((last[p].done,) if last[p] else ready[m]) for p, m in enumerate(chain)}
     return engines, done
 
 

@@ -16,28 +16,74 @@ Timing assumptions (stated once, here):
   optimistic and the fabric's FIFO links do the queueing; on a fabric without a known
   bandwidth the engine waits for arrival.
 * Reductions are free (they run at HBM speed, far above link speed).
+
+A member's readiness — every event it waits for before it may send — enters a message as one
+dependency (:func:`all_of`, a :class:`Readiness` when it is more than one event), so no
+message carries more than a constant number of them, and checking a readiness again costs
+O(1): it remembers how many of its events it has found fired.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import chain
 
 import simpy
 
 from ..simpy_fast import call_soon, succeed_at
 
-__all__ = ["Msg", "recipe", "replay", "split", "start"]
+__all__ = ["Msg", "Readiness", "all_of", "recipe", "replay", "split", "start"]
+
+
+class Readiness:
+    """Several events as one dependency: it has fired once every event of ``events`` has.
+
+    It answers ``callbacks`` as an event does — ``None`` once all have fired, else the
+    callback list of the first that has not, so a waiter appended there is woken exactly
+    where it would be had it checked the events one by one in order — and keeps the count
+    ``fired`` of its leading events found fired, so every check after the first starts there:
+    its waiters together read each event once, plus O(1) per check.
+    """
+
+    __slots__ = ("events", "fired")
+
+    def __init__(self, events: Sequence):
+        self.events, self.fired = tuple(events), 0
+
+    @property
+    def callbacks(self) -> list | None:
+        """The callback list of the first event not yet fired (None: all have)."""
+        events, k = self.events, self.fired
+        while k < len(events):
+            waiting = events[k].callbacks
+            if waiting is not None:
+                self.fired = k
+                return waiting
+            k += 1
+        self.fired = k
+        return None
+
+
+def all_of(events: Iterable) -> tuple:
+    """The deps of a message that waits for every event of ``events`` (``None`` skipped; a
+    :class:`Readiness` among them stands for its own events, in place): the event itself
+    when there is one, else one :class:`Readiness` over them in the same order."""
+    flat = []
+    for e in events:
+        if e is not None:
+            flat.extend(e.events if type(e) is Readiness else (e,))
+    return tuple(flat) if len(flat) <= 1 else (Readiness(flat),)
 
 
 class Msg:
     """One point-to-point message of a schedule: ``nbytes`` from ``src`` to ``dst``.
 
-    ``deps`` are events (usually other messages' ``done``) that must have fired before
-    it is issued; ``done`` fires when its last byte has arrived at ``dst``. ``share`` is
-    the fraction of the sender's port its engine paces itself at (algorithms that run
-    several engines on one port at once give each its part). ``alpha``, when set, is its
-    step latency instead of the group's (a ring that paid its α's up front sets 0).
+    ``deps`` are events (usually other messages' ``done``, or a member's :class:`Readiness`)
+    that must have fired before it is issued; ``done`` fires when its last byte has arrived
+    at ``dst``. ``share`` is the fraction of the sender's port its engine paces itself at
+    (algorithms that run several engines on one port at once give each its part).
+    ``alpha``, when set, is its step latency instead of the group's (a ring that paid its
+    α's up front sets 0).
     """
 
     __slots__ = ("src", "dst", "nbytes", "deps", "done", "share", "alpha")
@@ -54,24 +100,37 @@ class Msg:
 def recipe(engines: Sequence[Sequence[Msg]]) -> tuple:
     """What :func:`replay` needs to make ``engines`` again with fresh events: per engine,
     per message ``(src, dst, nbytes, share, alpha, deps)``, ``deps`` the positions (in
-    engine then message order) of the messages whose arrivals it waits for. Empty when a
-    message waits for any other event (one the build scheduled itself, e.g. a ring's
-    fill gate), which a replay could not make at the same moment."""
+    engine then message order) of the messages whose arrivals it waits for — a tuple of
+    positions for a :class:`Readiness`. Empty when a message waits for any other event (one
+    the build scheduled itself, e.g. a ring's fill gate), which a replay could not make at
+    the same moment."""
     position = {m.done: k for k, m in enumerate(chain.from_iterable(engines))}
+    gates: dict[int, tuple | None] = {}  # id of a Readiness → its events' positions
+
+    def where(dep):
+        if type(dep) is not Readiness:
+            return position.get(dep)
+        if id(dep) not in gates:
+            at = tuple(position.get(e) for e in dep.events)
+            gates[id(dep)] = None if None in at else at
+        return gates[id(dep)]
+
     rows = []
     for prog in engines:
         row = []
         for m in prog:
-            if any(d not in position for d in m.deps):
+            deps = tuple(where(d) for d in m.deps)
+            if None in deps:
                 return ()
-            row.append((m.src, m.dst, m.nbytes, m.share, m.alpha, tuple(position[d] for d in m.deps)))
+            row.append((m.src, m.dst, m.nbytes, m.share, m.alpha, deps))
         rows.append(tuple(row))
     return tuple(rows)
 
 
 def replay(env: simpy.Environment, recipe: tuple) -> list[list[Msg]]:
     """The engines a :func:`recipe` was taken from, made again: the same messages, each
-    with a new ``done`` event, waiting for the same messages' arrivals in the same order."""
+    with a new ``done`` event, waiting for the same messages' arrivals in the same order
+    (messages that waited for the same events share one deps tuple and :class:`Readiness`)."""
     engines, made = [], []
     for row in recipe:
         prog = []
@@ -81,8 +140,19 @@ def replay(env: simpy.Environment, recipe: tuple) -> list[list[Msg]]:
             prog.append(m)
         engines.append(prog)
         made += prog
+    shared: dict[tuple, tuple] = {}  # deps positions → the deps made for them
+
+    def dep(k):
+        if type(k) is int:
+            return made[k].done
+        if k not in shared:
+            shared[k] = Readiness([made[j].done for j in k])
+        return shared[k]
+
     for m, (*_, deps) in zip(made, chain.from_iterable(recipe)):
-        m.deps = tuple(made[k].done for k in deps)
+        if deps not in shared:
+            shared[deps] = tuple(dep(k) for k in deps)
+        m.deps = shared[deps]
     return engines
 
 
@@ -138,8 +208,8 @@ class _Sender:
     """One engine: its messages in order, each issued once its deps have arrived and the
     engine is free (``free_at``), paced by ``pace_of`` or, without a known bandwidth,
     after the previous one arrived. :meth:`resume` is the callback of whatever it waits
-    for; ``i`` is the message it is at, ``d`` the next of that message's deps to check,
-    ``paced`` whether it has waited for the engine to be free for message ``i``."""
+    for; ``i`` is the message it is at, ``d`` the first of that message's deps not found
+    processed, ``paced`` whether it has waited for the engine to be free for message ``i``."""
 
     __slots__ = (
         "env",
@@ -166,13 +236,16 @@ class _Sender:
         while self.i < len(prog):
             m = prog[self.i]
             if not self.paced:
-                deps = m.deps
-                while self.d < len(deps):
-                    dep = deps[self.d]
-                    self.d += 1
-                    if dep.callbacks is not None:  # not processed yet: go on once it is
-                        dep.callbacks.append(self.resume)
+                deps, d = m.deps, self.d
+                while d < len(deps):
+                    # not processed yet: look again once it is (a Readiness answers with its
+                    # first event not yet processed, so it is looked at again until all are)
+                    waiting = deps[d].callbacks
+                    if waiting is not None:
+                        waiting.append(self.resume)
+                        self.d = d
                         return
+                    d += 1
                 self.paced = True
                 if self.free_at > env.now:
                     env.timeout(self.free_at - env.now).callbacks.append(self.resume)

@@ -16,7 +16,7 @@ import math
 from .algorithm import ALGORITHMS, Algorithm
 from .cost import Shape
 from .ring import pipeline_chunks
-from .schedule import Msg, split
+from .schedule import Msg, all_of, split
 
 
 def binary_tree(n: int) -> list[int]:
@@ -60,9 +60,10 @@ def build_tree(env, kind: str, order: list[str], nbytes: int, ready: dict, root=
     """Double-binary-tree all-reduce schedule; returns (engines, done events per rank)."""
     if kind != "all_reduce":
         raise ValueError(kind)
+    ready = {m: all_of(ready.get(m, ())) for m in order}
     done = {m: () for m in order}
     if len(order) == 1:
-        return [], {m: tuple(ready.get(m, ())) for m in order}
+        return [], ready
     # one engine per rank, tree and phase. In the reduce phase a rank sends up both trees
     # at once, so each up-engine paces itself at half its port (``share``): a flow that
     # injects at full rate floods the FIFO ahead of the other tree's critical path.
@@ -78,9 +79,9 @@ def build_tree(env, kind: str, order: list[str], nbytes: int, ready: dict, root=
             if parent[m] is None:
                 continue
             for j, size in enumerate(sizes):
-                deps = tuple(ready.get(m, ())) + tuple(up[c][j].done for c in children[m])
+                deps = ready[m] + tuple(up[c][j].done for c in children[m])
                 up[m].append(Msg(env, m, parent[m], size, deps, share=0.5))
-        reduced = tuple(up[c][-1].done for c in children[top]) + tuple(ready.get(top, ()))
+        reduced = tuple(up[c][-1].done for c in children[top]) + ready[top]
         for m in _pre_order(children, top):
             for j, size in enumerate(sizes):
                 # the root broadcasts once its whole half is reduced
@@ -94,7 +95,7 @@ def build_tree(env, kind: str, order: list[str], nbytes: int, ready: dict, root=
             done[m] += reduced if m == top else (down[m][-1].done,)
     engines = [prog for m in order for prog in ups[m]]
     engines += [[msg for group in prog for msg in group] for m in order for prog in downs[m]]
-    return engines, done
+    return engines, {m: all_of(evs) for m, evs in done.items()}
 
 
 def _interleave(down, kids, k):
