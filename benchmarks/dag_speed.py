@@ -27,12 +27,12 @@ from pathlib import Path
 import simpy
 
 import clustersim as cs
+from clustersim.compilers import compile_job
 from clustersim.engine.dag import DagEngine
 from clustersim.engine.interpreter import Engine
 from clustersim.engine.network_setup import build_network
 from clustersim.engine.variability import compute_scales
 from clustersim.hardware.node_groups import device_memory
-from clustersim.modes import compile_job
 from clustersim.network.factory import build_fabric
 from clustersim.record import Recorder
 from clustersim.resolve import resolve

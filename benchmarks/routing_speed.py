@@ -27,8 +27,8 @@ import tracemalloc
 from pathlib import Path
 
 import clustersim as cs
+from clustersim.compilers import compile_job
 from clustersim.engine.dag import choose_evaluator
-from clustersim.modes import compile_job
 from clustersim.resolve import resolve
 from clustersim.topology import Router
 from clustersim.topology.graph import check_connected

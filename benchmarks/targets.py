@@ -13,7 +13,7 @@ targets, ≤ 1 for "≤" ones):
 * GPT-3 175B / 1,024 A100 at scale.py's fast fidelity, folded (and unfolded with
   ``--unfolded``): ops per CPU-second of ``simulate()`` ÷ the bare loop's events per
   CPU-second (target ≥ 1.0; the ops of every GPU, also when an unfolded run is evaluated
-  as replicas, engine/replicas.py), and the evaluator that runs it (``auto``: the DAG pass,
+  as replicas, compilers/pipeline/replicas.py), and the evaluator that runs it (``auto``: the DAG pass,
   replicated where exact) against the SimPy engine (``simulation.evaluator: des``) — CPU
   time of ``simulate()`` des ÷ auto.
 * The issue's sizes (GPT-3 175B folded/unfolded, LLaMA-3-405B-like on 16,384 GPUs

@@ -200,9 +200,9 @@ PARALLEL_OPTIONS = [
 
 def cmd_list(args) -> int:
     from .collectives import ALGORITHMS
+    from .compilers import MODES
     from .hardware.gpus import GPUS
     from .hardware.presets import CLUSTER_PRESETS
-    from .modes import MODES
     from .network.factory import DIRECT_DESCRIPTION, NETWORK_MODELS
     from .schedules import SCHEDULES
     from .topology import TOPOLOGIES

@@ -102,7 +102,7 @@ COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
 COMM_OF_LANE = {
     "tp": "tp",
     "cp": "cp",
-    "cp send": "cp",  # ring attention's K/V transfers (clustersim.schedules.context_parallel)
+    "cp send": "cp",  # ring attention's K/V transfers (clustersim.compilers.pipeline.context_parallel)
     "cp recv": "cp",
     "ep": "ep",
     "send": "pp",

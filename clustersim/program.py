@@ -33,11 +33,11 @@ OP_KINDS = (COMPUTE, SEND, RECV, COLLECTIVE)
 #: finds them by ``op.lane == EP_LANE`` (their names: ``ep dispatch``, ``ep combine``, …)
 EP_LANE = "ep"
 #: lane of compute ops that stand for waiting, not GPU work (inference request arrivals,
-#: :mod:`clustersim.schedules.inference`): no speed factor or interference applies to them
+#: :mod:`clustersim.compilers.inference`): no speed factor or interference applies to them
 ARRIVAL_LANE = "arrival"
 _P2P = (SEND, RECV)
 
-#: parameter-server lane names (:mod:`clustersim.schedules.parameter_server`), the one place
+#: parameter-server lane names (:mod:`clustersim.compilers.parameter_server`), the one place
 #: they are spelled (the metrics of :mod:`clustersim.trace.ps_metrics` find ops by them): a
 #: worker's ``PULL`` (recvs), ``compute`` and ``PUSH`` (sends) lanes; a server's per-worker
 #: ``PULL``, ``PUSH`` and ``APPLY`` lanes (:func:`server_lane`) and its one ``UPDATE`` lane
@@ -169,7 +169,7 @@ class Op:
     def from_row(cls, row) -> Op:
         """An op whose fields are ``row``, in ``__slots__`` order: a copy of :meth:`row`'s op
         without the keyword binding and conversions of ``__init__`` (a compiler stamping one
-        op many times, :mod:`clustersim.schedules.pass_template`, then sets what differs)."""
+        op many times, :mod:`clustersim.compilers.pipeline.pass_template`, then sets what differs)."""
         op = cls.__new__(cls)
         (
             op.id,

@@ -1,7 +1,7 @@
 """``simulate(scenario) -> Result``: resolve → compile → engine → Result.
 
 The scenario is resolved once into a :class:`~clustersim.resolve.Job`; the training mode
-that runs it (:mod:`clustersim.modes`) compiles the Program and contributes its part of
+that runs it (:mod:`clustersim.compilers`) compiles the Program and contributes its part of
 the Result (:mod:`clustersim.trace.assemble`).
 """
 
@@ -15,15 +15,15 @@ from typing import Any
 
 import simpy
 
+from .compilers import compile_job, mode_of, name_cycle
+from .compilers.pipeline.replicas import ReplicatedRun
 from .engine.collector import collector_paused
 from .engine.dag import choose_evaluator
 from .engine.interpreter import Engine
 from .engine.network_setup import build_network
-from .engine.replicas import ReplicatedRun
 from .engine.variability import compute_scales
 from .errors import SimulationStall
 from .hardware.node_groups import device_memory
-from .modes import compile_job, mode_of, name_cycle
 from .program import Program
 from .progress import Reporter, SimProgress
 from .progress import mode as progress_mode
@@ -111,7 +111,7 @@ def _compile_and_run(job: Job, report: Reporter | None, how: str | None) -> tupl
     """Compile ``job`` and run it on the evaluator that fits; returns that evaluator (the
     engine or the DAG pass, run) and the note saying which it is and why. An unfolded run
     whose twins are exact twins on a contention-free fabric runs its folded Program once
-    and reads it as every replica's (:mod:`clustersim.engine.replicas`)."""
+    and reads it as every replica's (:mod:`clustersim.compilers.pipeline.replicas`)."""
     why_not = replica_obstacle(job, mode_of(job).name)
     # the DAG pass runs any Program of such a job, and it proves the Program acyclic
     dag = job.simulation.evaluator != "des" and contention_free(job, None)[0]

@@ -1,5 +1,5 @@
 """Compression of pipeline activations (and their gradients) on chosen links
-(``parallel.activation_compression``, clustersim.schedules.compression)."""
+(``parallel.activation_compression``, clustersim.parallel.compression)."""
 
 import pytest
 

@@ -5,12 +5,14 @@ import simpy
 
 import clustersim as cs
 from clustersim.coarsen import coarsen
+from clustersim.compilers.pipeline.compile import compile_pipeline
+from clustersim.compilers.pipeline.context import CompileContext
 from clustersim.engine.interpreter import Engine
 from clustersim.memory_kinds import StaticMemory
 from clustersim.network import DirectFabric
 from clustersim.parallel.plan import Plan
 from clustersim.record import Recorder
-from clustersim.schedules import SCHEDULES, compile_pipeline
+from clustersim.schedules import SCHEDULES
 from clustersim.workload import Segment, StageCost
 
 
@@ -34,9 +36,8 @@ def _run(prog: cs.Program):
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
 @pytest.mark.parametrize("p,m,layers", [(1, 3, 4), (4, 8, 3), (3, 5, 1)])
 def test_coarsened_equals_per_layer(schedule, p, m, layers):
-    prog = compile_pipeline(
-        SCHEDULES[schedule], Plan(1, p, 1, 8), _per_layer_costs(p, layers, 1e-3, 2e-3, 2**22), m, iterations=2
-    )
+    costs = _per_layer_costs(p, layers, 1e-3, 2e-3, 2**22)
+    prog = compile_pipeline(CompileContext(SCHEDULES[schedule], Plan(1, p, 1, 8), costs, m, iterations=2))
     prog.check()
     fine = coarsen(prog)
     fine.check()

@@ -7,11 +7,11 @@ import sys
 import pytest
 
 import clustersim as cs
+from clustersim.compilers import compile_job
 from clustersim.engine.collector import collector_paused
 from clustersim.engine.dag import DagEngine
 from clustersim.engine.interpreter import Engine
 from clustersim.errors import SimulationStall
-from clustersim.modes import compile_job
 from clustersim.resolve import resolve
 from clustersim.resolve.estimate import check_budget
 from clustersim.simulate import build_engine, run_job

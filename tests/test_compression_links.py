@@ -1,6 +1,6 @@
 """Gradient compression on chosen links (``parallel.gradient_compression.links``):
 ``inter_site`` / ``inter_node`` compress only the all-reduce step that crosses sites /
-servers (clustersim.schedules.gradient_sync)."""
+servers (clustersim.compilers.pipeline.gradient_sync)."""
 
 from pathlib import Path
 

@@ -11,14 +11,16 @@ import pytest
 import simpy
 
 import clustersim as cs
+from clustersim.compilers import compile_job
+from clustersim.compilers.pipeline.compile import compile_pipeline
+from clustersim.compilers.pipeline.context import CompileContext
 from clustersim.engine.interpreter import Engine
 from clustersim.memory_kinds import StaticMemory
-from clustersim.modes import compile_job
 from clustersim.network import DirectFabric
 from clustersim.parallel.plan import Plan
 from clustersim.record import Recorder
 from clustersim.resolve import resolve
-from clustersim.schedules import SCHEDULES, compile_pipeline
+from clustersim.schedules import SCHEDULES
 from clustersim.workload import Segment, StageCost
 from clustersim.workload.attention import flash_forward_flops
 from clustersim.workload.context_parallel import CPComm, CPRing, ring_attention, ulysses_attention
@@ -64,7 +66,7 @@ def test_ring_exposed_time_is_the_sum_of_transfer_minus_chunk_per_step(cp, kv):
     fwd = [int(kv)] * (cp - 1) + [0]
     bwd = [int(kv)] + [int(2 * kv)] * (cp - 2) + [int(kv)]
     cost = _ring_layer(steps_f, steps_b, fwd, bwd)
-    prog = compile_pipeline(SCHEDULES["1f1b"], Plan(1, 1, 1, 8, cp=cp), [cost], 1)
+    prog = compile_pipeline(CompileContext(SCHEDULES["1f1b"], Plan(1, 1, 1, 8, cp=cp), [cost], 1))
     prog.check()
     times = _run(prog)
 
@@ -82,7 +84,7 @@ def test_ring_sends_kv_forward_and_kv_plus_dkv_backward_to_the_next_cp_rank():
     cp, x = 4, 1000
     cost = _ring_layer([1e-4] * cp, [2e-4] * cp, [x] * 3 + [0], [x, 2 * x, 2 * x, x])
     plan = Plan(2, 1, 1, 8, cp=cp)
-    prog = compile_pipeline(SCHEDULES["1f1b"], plan, [cost], 1)
+    prog = compile_pipeline(CompileContext(SCHEDULES["1f1b"], plan, [cost], 1))
     sends = [op for op in prog.ops if op.lane == "cp send"]
     for dev in range(plan.num_devices):
         mine = [op for op in sends if op.device == dev]

@@ -133,7 +133,7 @@ def test_dag_and_simpy_give_the_same_result(name):
     auto = cs.simulate(sc, progress=False)
     des = cs.simulate(sc.with_overrides({"simulation.evaluator": "des"}), progress=False)
     # (an unfolded run whose twins are twins runs as replicas of its folded Program:
-    # clustersim/engine/replicas.py, tests/test_replicas.py)
+    # clustersim/compilers/pipeline/replicas.py, tests/test_replicas.py)
     assert auto.summary["evaluator"].startswith(("dag (contention-free", "dag ×"))
     assert des.summary["evaluator"] == "des (simulation.evaluator: des)"
     if auto.summary["evaluator"].startswith("dag ×"):  # each GPU's memory rows in order (replicas.py)

@@ -12,7 +12,7 @@ import pytest
 
 import clustersim as cs
 from clustersim.cli import main
-from clustersim.modes import compile_job
+from clustersim.compilers import compile_job
 from clustersim.resolve import resolve
 from clustersim.resolve.estimate import advice, check_budget, estimate
 from clustersim.simulate import run_job

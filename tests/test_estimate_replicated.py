@@ -1,5 +1,5 @@
 """The estimate of a run ``simulate`` evaluates as replicas of its folded Program
-(clustersim/engine/replicas.py) prices it as it runs: the folded evaluation plus the spans
+(clustersim/compilers/pipeline/replicas.py) prices it as it runs: the folded evaluation plus the spans
 expanded to every twin — its ops are the ops the run records, its events the events the
 folded pass evaluates — and a large unfolded run that replication makes cheap is neither
 refused by the budget nor advised to fold."""

@@ -7,6 +7,7 @@ the job time exactly.
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
@@ -527,3 +528,38 @@ def test_a_link_fault_after_an_elastic_replan_is_refused_whether_it_cuts_or_rero
         r"not modelled",
     ):
         cs.simulate(sc.with_overrides({"recovery.policy": "elastic", "faults": faults}), progress=False)
+
+
+@pytest.mark.parametrize(
+    "framework,zero,writers",
+    [
+        ("megatron_2021", 0, 1),  # DDP: replica 0 writes everything
+        ("deepspeed", 1, 4),  # ZeRO-1/2: every replica its optimizer shard, replica 0 the weights
+        ("deepspeed", 2, 4),
+        ("megatron_core", 0, 4),  # the distributed optimizer: as ZeRO-1
+        ("deepspeed", 3, 4),  # ZeRO-3 and FSDP: every replica its shard of both
+        ("fsdp2", 3, 4),
+    ],
+)
+def test_checkpoint_is_the_ranks_shards_and_14_bytes_per_parameter(framework, zero, writers):
+    from clustersim.faults.state import rank_checkpoint_bytes
+    from clustersim.workload.resolve import resolve_transformer
+
+    sc = cs.load_scenario("scenarios/quickstart.yaml").with_overrides(
+        {"training.framework": framework, "parallel.zero": zero, "parallel.dp": 4, "cluster.nodes": 4}
+    )
+    job = resolve(sc)
+    per_rank = rank_checkpoint_bytes(job)
+    assert checkpoint_bytes(job) == pytest.approx(per_rank.sum(), rel=1e-12)
+    # bf16 weights (2) + fp32 master weights and Adam's m, v (12): one copy of the model's
+    # state — and of what each TP rank holds whole (norms, position embeddings: 0.3 % here),
+    # one per TP rank, as Megatron's per-rank model files keep them
+    params = resolve_transformer(sc.model).params()
+    assert checkpoint_bytes(job) == pytest.approx(14 * params, rel=0.005)
+    plan = job.plan
+    replicas = np.array([plan.coords(d)[1] for d in range(plan.num_devices)])
+    assert len(set(replicas[per_rank > 0])) == writers  # who writes: the first copy of each shard
+    if zero == 3:  # a full shard per rank: every GPU of a stage writes the same bytes
+        stage = np.array([plan.coords(d)[0] for d in range(plan.num_devices)])
+        for s in range(plan.pp):
+            assert np.ptp(per_rank[stage == s]) < 1e-6 * per_rank[stage == s].max()

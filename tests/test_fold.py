@@ -3,8 +3,8 @@
 import pytest
 
 import clustersim as cs
-from clustersim.parallel import fold
-from clustersim.parallel.fold import AUTO_FOLD_MIN_GPUS
+from clustersim.resolve import fold
+from clustersim.resolve.fold import AUTO_FOLD_MIN_GPUS
 
 
 def _job(

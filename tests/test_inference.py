@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import clustersim as cs
+from clustersim.compilers.inference.compile import arrival_times
 from clustersim.hardware.gpus import get_gpu
 from clustersim.scenario.schema import ArrivalSpec
-from clustersim.schedules.inference import arrival_times
 from clustersim.topology import build_topology
 from clustersim.topology.routing import Router
 from clustersim.workload.resolve import resolve_transformer

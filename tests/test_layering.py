@@ -35,7 +35,7 @@ RANKS: list[set[str]] = [
     {"metrics"},
     {"viz"},
     {"trace"},
-    {"modes"},
+    {"compilers"},
     {"faults", "multijob"},
     {"simulate"},
     {"validation", "experiments"},
@@ -132,3 +132,18 @@ def test_reader_sees_function_level_imports(tmp_path):
         ("low", "high"): ["clustersim/low/__init__.py:2"],
         ("high", "low"): ["clustersim/high.py:1"],
     }
+
+
+#: what a unit must never import, whatever the ranks allow: the engine runs any Program and
+#: the trace reads any run, so neither may know how a Program was compiled (parallel plans,
+#: schedules, workloads, compilers) — a compiler's report or simulate passes in what they need
+NEVER: dict[str, set[str]] = {
+    "engine": {"parallel", "schedules", "workload", "compilers"},
+    "trace": {"parallel", "schedules", "workload", "compilers"},
+}
+
+
+@pytest.mark.parametrize("unit", sorted(NEVER))
+def test_nevers(unit):
+    bad = {dst: where for (src, dst), where in EDGES.items() if src == unit and dst in NEVER[unit]}
+    assert not bad, f"{unit} must never import {sorted(bad)}: {bad} (docs/architecture.md, 'The nevers')"

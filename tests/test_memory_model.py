@@ -101,3 +101,79 @@ def test_breakdown_follows_an_explicit_partition():
     per_layer = (even.groupby("stage")["params_bytes"].first()[1]) / 6  # stage 1: 6 layers when even
     assert dev[1] == pytest.approx(8 * per_layer, rel=1e-9)
     assert dev[2] == pytest.approx(8 * per_layer, rel=1e-9)
+
+
+def test_static_bytes_are_megatrons_distributed_optimizer_table():
+    # docs.nvidia.com/megatron-core/.../distrib_optimizer.html: bytes per parameter by param and
+    # grad dtype, without and with the distributed optimizer (replicated + sharded/d)
+    from clustersim.validation.data import read_table
+
+    d = 8
+    for row in read_table("megatron_distopt_bytes_per_param"):
+        zero = 1 if row["distributed_optimizer"] == "yes" else 0
+        held = sum(static_bytes(1.0, row["param_dtype"], "adam", zero, d, grad_dtype=row["grad_dtype"]))
+        # a 16-bit gradient buffer: the optimizer makes its fp32 copy at the step (freed before
+        # the next forward), which the table counts and the peak under a backward does not hold
+        step_copy = 4 / (d if zero else 1) if row["grad_dtype"] == "fp16" else 0.0
+        published = float(row["bytes_per_param_replicated"]) + float(row["bytes_per_param_over_dp"]) / d
+        assert held + step_copy == pytest.approx(published, rel=1e-12)
+
+
+def test_static_bytes_are_the_zero_papers_model_states():
+    # Rajbhandari et al. 2020 Figure 1 and §3.1: fp16 weights and gradients, K = 12
+    from clustersim.validation.data import read_table
+
+    for row in read_table("zero_fig1_memory"):
+        held = sum(
+            static_bytes(
+                float(row["params"]),
+                "fp16",
+                "adam",
+                int(row["zero_stage"]),
+                int(row["dp"]),
+                grad_dtype="fp16",
+            )
+        )
+        assert held / 1e9 == pytest.approx(float(row["per_gpu_GB"]), abs=0.05)
+
+
+def _h100_fp8(**data_parallel):
+    return cs.load_scenario(
+        {
+            "name": "fp8-params",
+            "cluster": {"preset": "dgx_h100", "nodes": 1},
+            "model": {"preset": "gpt-1.3b", "seq_len": 2048},
+            "training": {"framework": "megatron_core", "global_batch": 16, "precision": "fp8"},
+            "parallel": {
+                "tp": 2,
+                "pp": 2,
+                "dp": 2,
+                **({"data_parallel": data_parallel} if data_parallel else {}),
+            },
+            "simulation": {"network": "analytical", "granularity": "stage"},
+        }
+    )
+
+
+def test_fp8_parameters_hold_the_linears_in_one_byte_and_cache_only_the_transpose():
+    # NeMo's FP8 recipe (fp8_param_gather=True), the megatron_core default under fp8: each FP8
+    # linear's weight is 1 byte (not BF16's 2) and TE caches only its FP8 transpose (1, not 2)
+    from clustersim.resolve import resolve
+    from clustersim.workload.fp8 import fp8_linear_params
+    from clustersim.workload.resolve import resolve_transformer
+
+    fp8, bf16 = _h100_fp8(), _h100_fp8(param_gather_dtype="bf16")
+    assert fp8.spec.parallel.data_parallel.param_gather_dtype == "fp8"
+    cfg = resolve_transformer(fp8.model)
+    linear = sum(fp8_linear_params(layer_ops(cfg, 1, 2, False, 2)))  # per layer on one TP rank
+    for a, b in zip(resolve(fp8).chunk_costs, resolve(bf16).chunk_costs, strict=True):
+        saved = linear * cfg.layers / 2  # the chunk's layers
+        assert b.static.weights - a.static.weights == pytest.approx(saved, abs=2)
+        assert b.static.buffers - a.static.buffers == pytest.approx(saved, abs=2)
+        assert a.static.optimizer == b.static.optimizer  # fp32 master weights either way
+
+
+def test_fp8_parameters_need_fp8_training():
+    sc = _h100_fp8(param_gather_dtype="fp8").with_overrides({"training.precision": "bf16"})
+    with pytest.raises(cs.ScenarioError, match="param_gather_dtype"):
+        cs.simulate(sc, progress=False)

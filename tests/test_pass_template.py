@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clustersim.coarsen import coarsen
+from clustersim.compilers.pipeline.pass_template import PassTemplate
+from clustersim.compilers.pipeline.passes import emit_pass
 from clustersim.memory_kinds import StaticMemory
 from clustersim.parallel.plan import Plan
 from clustersim.program import COMPUTE, Op, Program
-from clustersim.schedules.compiler import emit_pass
-from clustersim.schedules.pass_template import PassTemplate
 from clustersim.workload.stage_cost import Segment, StageCost
 from clustersim.workload.tp_overlap import BULK, PIPELINE, RING
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import clustersim as cs
+from clustersim.parallel.replica_layout import ReplicaLayout
 from clustersim.planner import plan_scenario
-from clustersim.schedules.replicated import ReplicaLayout
 from tests.conftest import synthetic
 
 SCENARIOS = Path(__file__).parents[1] / "scenarios"

@@ -4,8 +4,8 @@ declared placement alone (clustersim/topology/rail.py states the assumptions).""
 import pytest
 
 import clustersim as cs
-from clustersim.parallel.fold_routes import route_obstacle
 from clustersim.resolve import resolve
+from clustersim.resolve.fold import route_obstacle
 from clustersim.topology import Router, build_topology
 
 

@@ -9,8 +9,8 @@ import pytest
 
 import clustersim as cs
 from clustersim.collectives import ALGORITHMS, estimate_time
+from clustersim.compilers import MODES
 from clustersim.hardware.gpus import GPUS
-from clustersim.modes import MODES
 from clustersim.network.factory import NETWORK_MODELS
 from clustersim.plugins import Plugin, Registry
 from clustersim.scenario.schema import ParallelSpec

@@ -1,5 +1,5 @@
 """An unfolded contention-free run evaluated as replicas of its folded Program
-(clustersim/engine/replicas.py) reports what the real unfolded run reports: the same spans
+(clustersim/compilers/pipeline/replicas.py) reports what the real unfolded run reports: the same spans
 in the same order, device table, summary (``sim_events`` included) and every GPU's memory
 timeline; compared with ``simulation.evaluator: des``, which runs every GPU on SimPy."""
 

@@ -7,13 +7,12 @@ import pandas as pd
 import pytest
 
 import clustersim as cs
+from clustersim.compilers import compile_job
 from clustersim.engine.collector import collector_paused
-from clustersim.modes import compile_job
-from clustersim.parallel.fold import representatives
 from clustersim.parallel.plan import Plan
+from clustersim.parallel.replica_layout import ReplicaLayout
 from clustersim.record import SPAN_FIELDS
 from clustersim.resolve import resolve
-from clustersim.schedules.replicated import ReplicaLayout
 from clustersim.simulate import build_engine
 from clustersim.trace.result import spans_frame
 
@@ -26,7 +25,7 @@ def test_plan_coords_of_is_coords_of_each_device(tp, pp, dp, cp):
     assert arrays.tolist() == [list(plan.coords(d)) for d in devices.tolist()]
     assert plan.node(devices).tolist() == [plan.node(d) for d in devices.tolist()]
     # the representative is the stage's first GPU: stage × tp × cp × dp
-    assert representatives(plan, arrays[:, 0]).tolist() == [
+    assert plan.representatives(arrays[:, 0]).tolist() == [
         (d // (tp * cp * dp)) * tp * cp * dp for d in devices.tolist()
     ]
 

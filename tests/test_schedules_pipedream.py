@@ -3,7 +3,7 @@
 import pytest
 
 import clustersim as cs
-from clustersim.schedules import max_versions_alive, update_staleness
+from clustersim.trace.versions import max_versions_alive, update_staleness
 from tests.conftest import synthetic
 
 

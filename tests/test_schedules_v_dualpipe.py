@@ -2,7 +2,7 @@
 
 Per model chunk: T_F forward, T_B = backward − backward_weight (input gradient), T_W =
 backward_weight; DualPipe's "B" is the full backward T_B + T_W. T_F&B, an overlapped pair's
-time, is T_F + T_B + T_W on compute-only stages (clustersim.schedules.overlap). Bubble =
+time, is T_F + T_B + T_W on compute-only stages (clustersim.compilers.pipeline.overlap). Bubble =
 the iteration's compute span − a stage's compute time (every stage computes the same), as
 the DualPipe README counts it.
 """
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import clustersim as cs
-from clustersim.schedules.overlap import interleave
+from clustersim.compilers.pipeline.overlap import interleave
 from clustersim.workload.stage_cost import Segment
 from tests.conftest import synthetic
 

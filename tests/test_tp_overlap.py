@@ -51,7 +51,7 @@ def ring_time(nbytes: float, bw: float, n: int = TP) -> float:
 def hidden(seg, bw: float, n: int = TP) -> float:
     """What overlapping ``seg`` saves against its plain collective followed by its GEMM:
     plain = chunks·g + ring(S); overlapped as the chunk pipeline's closed form
-    (clustersim.schedules.tp_overlap)."""
+    (clustersim.compilers.pipeline.tp_overlap)."""
     k, S = seg.chunks, seg.nbytes
     g, plain = seg.duration / k, seg.duration + ring_time(S, bw, n)
     if seg.method == RING:  # n − 1 ring steps of S/n each (a direct all-gather of S/(n−1))

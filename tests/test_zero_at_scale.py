@@ -10,8 +10,8 @@ import simpy
 import clustersim as cs
 from clustersim.collectives import Group, estimate_time, run_collective
 from clustersim.network import PacketFabric
+from clustersim.parallel.data_parallel import fill_buckets, parameter_pieces
 from clustersim.record import Recorder
-from clustersim.schedules.data_parallel import fill_buckets, parameter_pieces
 from clustersim.topology import build_topology
 from tests.conftest import synthetic
 

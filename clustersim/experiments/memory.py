@@ -12,8 +12,8 @@ partition — without running the engine.
 
 from __future__ import annotations
 
+from ..compilers import compile_job
 from ..hardware.node_groups import device_memory
-from ..modes import compile_job
 from ..resolve import Job, resolve
 from ..scenario import Scenario
 

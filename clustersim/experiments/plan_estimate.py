@@ -5,7 +5,7 @@ simulation itself would start from:
 
 * **each pass** — the chunk costs of the cost model (:func:`clustersim.resolve.resolve`,
   cached over plans that differ only in their schedule), each pass's segments as the
-  compiler emits them (:func:`clustersim.schedules.compiler.pass_segments`, with the
+  compiler emits them (:func:`clustersim.workload.pass_costs.pass_segments`, with the
   Megatron-2021 all-gather where the pass receives from another stage): compute kernels,
   plus TP / CP / EP collectives and ring-attention steps priced by the α-β closed forms of
   :mod:`clustersim.collectives` on an idle network (the algorithm ``auto`` would pick,
@@ -21,14 +21,14 @@ simulation itself would start from:
 * **the step** — after each stage's last pass its data-parallel gradient all-reduce (and
   the experts' over the expert-data-parallel group; with ``overlap_grad_reduce`` what
   outlasts one micro-batch's backward), then a flushing schedule's step work
-  (:mod:`clustersim.schedules.step_work`: the tied embedding's all-reduce between the
+  (:mod:`clustersim.compilers.pipeline.step_work`: the tied embedding's all-reduce between the
   first and the last chunk's stages, the loss-scale check and gradient norm with their
   scalar all-reduces over every stage) and the optimizer.
 
 Peak memory is the engine's ledger replayed over the schedule's order per stage, without
-ops: each stage's static bytes (:func:`~clustersim.schedules.compiler.stage_static_memory`)
+ops: each stage's static bytes (:func:`~clustersim.workload.pass_costs.stage_static_memory`)
 plus, at every forward, the activations (and stashed weights) its passes hold —
-:func:`~clustersim.schedules.compiler.pass_memory`, the compiler's own rule — so it equals
+:func:`~clustersim.workload.pass_costs.pass_memory`, the compiler's own rule — so it equals
 :func:`clustersim.experiments.memory.tightest_fit` wherever the uniform pipeline compiler
 runs without FSDP units; other modes (parameter servers, stage replicas, inference, mixed
 GPUs, ZeRO-3 with ``parallel.data_parallel``) take that exact replay instead.
@@ -46,15 +46,15 @@ from typing import Any, NamedTuple
 from ..collectives.group import resolve_alpha
 from ..collectives.protocol import resolve_protocols
 from ..collectives.registry import plan as collective_plan
+from ..compilers import mode_of
 from ..hardware.node_groups import device_memory, heterogeneity
-from ..modes import mode_of
+from ..parallel.data_parallel import SCALAR_BYTES, grad_stats_group
 from ..resolve import Job, resolve
 from ..scenario import Scenario
-from ..schedules.compiler import pass_memory, pass_segments, stage_static_memory
 from ..schedules.orders import run_orders, stage_chunks
 from ..schedules.registry import SCHEDULES, Schedule
-from ..schedules.step_work import SCALAR_BYTES, grad_stats_group
 from ..topology.servers import nics_per_node
+from ..workload.pass_costs import pass_memory, pass_segments, stage_static_memory
 from .memory import tightest_fit
 from .stage_timing import Timeline
 
@@ -215,7 +215,7 @@ class Estimator:
         peak = 0.0
         for s, ks in enumerate(shape.chunks):
             chunks = [costs[k] for k in ks]
-            static = stage_static_memory(schedule, chunks).total
+            static = stage_static_memory(schedule.weights, chunks).total
             held = [(c.activation_memory, c.weight_bytes if stash else 0) for c in chunks]
             live = max((sum(n * b for n, b in zip(vec, _flat(held))) for vec in vectors[s]), default=0)
             peak = max(peak, static + live)
@@ -285,7 +285,7 @@ def _step(
 ) -> tuple[float, float]:
     """(when the last stage's optimizer ends, the longest stage's step compute) from when
     each stage's gradients are reduced (``ready``): a flushing schedule's step work of
-    :mod:`clustersim.schedules.step_work` — the tied embedding's all-reduce between the
+    :mod:`clustersim.compilers.pipeline.step_work` — the tied embedding's all-reduce between the
     first and last chunk's stages, the loss-scale check and the gradient norm, each a
     pass over the stage's gradients and a scalar all-reduce over every stage (a
     rendezvous) — then each stage's optimizer."""
@@ -337,7 +337,7 @@ class _PassTimes(dict):
 def _duration(times: list[dict], key: tuple) -> float:
     """Seconds of a :class:`.stage_timing.Timeline` key: a pass's, or an overlapped F&B pair's
     — both passes less the communication each hides under the other's compute
-    (:mod:`clustersim.schedules.overlap`); the empty key (a pair's wait for its input) is 0."""
+    (:mod:`clustersim.compilers.pipeline.overlap`); the empty key (a pair's wait for its input) is 0."""
     if not key:
         return 0.0
     if key[0] != "F&B":

@@ -31,7 +31,7 @@ class Timeline:
     """The timing steps of one shape's per-stage orders (one iteration of a flushing
     schedule, optimizer items left out). ``keys``: the distinct pass durations the steps
     read, ``sends``: the distinct (from stage, to stage, boundary chunk) transfers, whose
-    bytes are ``costs[chunk].activation_bytes`` (:func:`~clustersim.schedules.compiler.pass_transfers`);
+    bytes are ``costs[chunk].activation_bytes`` (:func:`~clustersim.workload.pass_costs.pass_transfers`);
     ``counts``: per stage, (key index, how many passes of it) — the stage's busy time."""
 
     def __init__(self, schedule: Schedule, orders: list[StageOrder], p: int):

@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from ..compilers import compile_job, mode_of
 from ..engine.collector import collector_paused
-from ..modes import compile_job, mode_of
 from ..resolve import resolve
 from ..resolve.estimate import check_budget
 from ..scenario import MultiJobScenario

@@ -20,8 +20,6 @@ from itertools import combinations
 
 import numpy as np
 
-from ..topology import TOPOLOGIES
-
 #: what a pair of GPUs shares, by level (0 = the same server … 3 = nothing: two sites)
 LEVELS = ("one server", "one leaf switch", "one site", "two sites")
 
@@ -48,17 +46,6 @@ class _Levels:
             0,
             np.where(self.leaf[a] == self.leaf[b], 1, np.where(self.site[a] == self.site[b], 2, 3)),
         )
-
-
-def route_obstacle(job) -> str | None:
-    """Why twins' routes differ from their representative's (None if they do not); reads
-    the placement the Job's topology graph declares (:attr:`clustersim.resolve.Job.graph`,
-    built once per cluster). The first twin that differs, in (stage, replica, TP rank)
-    order, is named."""
-    where = TOPOLOGIES[job.graph.graph["kind"]].placement(job.graph)
-    if isinstance(where, str):
-        return where
-    return twin_obstacle(job.plan, where, wrap=job.parallel.virtual_stages > 1)
 
 
 def twin_obstacle(plan, where: dict[str, tuple], wrap: bool = False) -> str | None:

@@ -86,6 +86,11 @@ class Plan:
         """The device index of (stage, replica ``dp_rank`` = cp_rank + cp × dp rank, tp_rank)."""
         return tp_rank + self.tp * (dp_rank + self.replicas * stage)
 
+    def representatives(self, stages):
+        """The simulated GPU whose row stands for each device in a folded run, given the
+        devices' ``stages`` (an array): its stage's first GPU."""
+        return self.device(stages, 0, 0)
+
     def twin_pairs(self, a: int, b: int) -> tuple[tuple[int, int], ...]:
         """(device of stage ``a``, device of stage ``b``) at every (dp rank, tp rank) but
         (0, 0): the twins folding leaves out of a transfer between the two stages'

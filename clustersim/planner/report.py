@@ -2,7 +2,7 @@
 
 The full optimizer may give every stage its own replication (e.g. VGG-16's ``15-1``);
 :meth:`PlanReport.best_overrides` runs it through ``parallel.stage_replicas`` (see
-:mod:`clustersim.schedules.replicated`). The report also holds the best *uniform* plan
+:mod:`clustersim.compilers.replicated`). The report also holds the best *uniform* plan
 (pp stages × dp replicas, over every divisor pp of the GPU count), whose
 :meth:`PlanReport.overrides` run it with the uniform Plan.
 """

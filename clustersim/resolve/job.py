@@ -19,18 +19,19 @@ from typing import Any
 
 import networkx as nx
 
-from ..parallel.fold import FoldDecision, can_fold, decide_fold
+from ..parallel.compression import Compression, compression_of
+from ..parallel.data_parallel import DataParallel
 from ..parallel.hetero import ReplicaWork
 from ..parallel.plan import Plan
 from ..program import Program
 from ..scenario.cluster_spec import ClusterSpec
 from ..scenario.model_spec import ModelSpec
 from ..scenario.schema import ParallelSpec, SimulationSpec, TrainingSpec
-from ..schedules.compression import Compression, compression_of
-from ..schedules.data_parallel import DataParallel
 from ..schedules.orders import stage_chunks
 from ..schedules.registry import Schedule
+from ..workload.resolve import TransformerConfig, resolve_transformer
 from ..workload.stage_cost import StageCost
+from .fold import FoldDecision, can_fold, decide_fold
 from .layout import Layout
 from .topology import topology_graph
 
@@ -103,7 +104,7 @@ class Job:
     @cached_property
     def data_parallel(self) -> DataParallel | None:
         """``parallel.data_parallel`` resolved for this job's gradient group of dp × cp ranks
-        (None: one all-reduce per stage and step; :mod:`clustersim.schedules.data_parallel`)."""
+        (None: one all-reduce per stage and step; :mod:`clustersim.compilers.pipeline.data_parallel`)."""
         return DataParallel.of(self.parallel, self.plan.replicas)
 
     @cached_property
@@ -117,8 +118,15 @@ class Job:
         return import_chakra(self.model.chakra, self.num_gpus)
 
     @cached_property
+    def transformer(self) -> TransformerConfig | None:
+        """The resolved transformer of a ``model.kind: transformer`` job (its closed-form
+        FLOPs and tokens, :func:`clustersim.workload.resolve.resolve_transformer`); None for
+        every other model."""
+        return resolve_transformer(self.model) if self.model.kind == "transformer" else None
+
+    @cached_property
     def fold(self) -> FoldDecision:
-        """``simulation.fold`` applied to this job (:mod:`clustersim.parallel.fold`)."""
+        """``simulation.fold`` applied to this job (:mod:`clustersim.resolve.fold`)."""
         return decide_fold(self)
 
     @cached_property

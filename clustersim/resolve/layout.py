@@ -2,7 +2,7 @@
 layout share.
 
 A uniform TP × PP × DP job is laid out by :class:`~clustersim.parallel.plan.Plan`; a job
-with ``parallel.stage_replicas`` by :class:`~clustersim.schedules.replicated.ReplicaLayout`
+with ``parallel.stage_replicas`` by :class:`~clustersim.parallel.replica_layout.ReplicaLayout`
 (stage s has its own r_s GPUs, tp = 1). Compilers, result building and the memory columns
 read either through :class:`Layout`.
 """

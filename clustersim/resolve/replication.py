@@ -3,14 +3,14 @@ is in flight, and replicated evaluation where an unfolded run's twins are exact 
 
 Pure decisions on the Job (no Program needed), kept below the engine so that the pre-run
 estimate (:mod:`.estimate`) prices a run as the evaluator the run gets will run it:
-:mod:`clustersim.engine.dag` and :mod:`clustersim.engine.replicas` evaluate what these
+:mod:`clustersim.engine.dag` and :mod:`clustersim.compilers.pipeline.replicas` evaluate what these
 functions allow, and ``simulate`` asks them (as the estimate does).
 """
 
 from __future__ import annotations
 
-from ..parallel.fold import fold_obstacle
 from ..program import COLLECTIVE, SEND, Program
+from .fold import fold_obstacle
 
 #: the network models whose sends take a time fixed before the run (``Fabric.fixed_time``)
 FIXED_TIME_NETWORKS = ("direct", "analytical")
@@ -61,7 +61,7 @@ def replica_obstacle(
     collective_model: str | None = None,
 ) -> str | None:
     """Why ``job`` (unfolded) cannot be evaluated as replicas of its folded Program
-    (:mod:`clustersim.engine.replicas`), or None; ``mode_name``: the training mode that runs
+    (:mod:`clustersim.compilers.pipeline.replicas`), or None; ``mode_name``: the training mode that runs
     it; ``fold``, ``network``, ``collective_model``: in place of the job's settings."""
     if job.fold.enabled if fold is None else fold:
         return "the run is folded"

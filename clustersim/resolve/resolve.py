@@ -6,10 +6,10 @@ from ..errors import ScenarioError
 from ..hardware.node_groups import gpu_types
 from ..parallel.hetero import needs_replica_work, replica_work
 from ..parallel.plan import Plan
+from ..parallel.replica_layout import ReplicaLayout
 from ..planner import resolve_partition
 from ..scenario import MultiJobScenario, Scenario
 from ..schedules.registry import SCHEDULES
-from ..schedules.replicated import ReplicaLayout
 from ..workload.rules import model_layers
 from ..workload.stage_cost import chunk_costs
 from .job import Job

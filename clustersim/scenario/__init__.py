@@ -27,22 +27,17 @@ class Scenario:
     ``parallel``, ``simulation``, ``faults``, ``recovery``. Derived: ``num_gpus``, ``dp``, ``num_microbatches``.
     """
 
-    __slots__ = ("_raw", "spec", "dp")
+    #: the sections, read as plain attributes (the layers below resolve read them many times)
+    SECTIONS = ("name", "cluster", "model", "training", "parallel", "simulation", "faults", "recovery")
+    __slots__ = ("_raw", "spec", "dp", *SECTIONS)
 
     def __init__(self, raw: dict[str, Any]):
         self._raw = raw
         self.spec: ScenarioSpec = validate_spec(expand_cluster_preset(raw))
         check_rules(self.spec)
         self.dp: int = resolve_dp(self.spec)
-
-    name = property(lambda self: self.spec.name)
-    cluster = property(lambda self: self.spec.cluster)
-    model = property(lambda self: self.spec.model)
-    training = property(lambda self: self.spec.training)
-    parallel = property(lambda self: self.spec.parallel)
-    simulation = property(lambda self: self.spec.simulation)
-    faults = property(lambda self: self.spec.faults)
-    recovery = property(lambda self: self.spec.recovery)
+        for section in self.SECTIONS:
+            setattr(self, section, getattr(self.spec, section))
 
     @property
     def num_gpus(self) -> int:

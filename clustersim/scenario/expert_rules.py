@@ -10,7 +10,7 @@ by ``etp × ep`` (the world size by ``etp × ep × pp``); ``num_experts`` must d
 MoE with expert parallelism and tensor parallelism, sequence parallelism must be
 enabled"); the shared expert overlap needs the ``alltoall`` dispatcher. A bidirectional
 schedule (DualPipe) runs with expert parallelism: the compiler sums the mirrored stages'
-expert gradients (:mod:`clustersim.schedules.compiler`).
+expert gradients (:mod:`clustersim.compilers.pipeline.compile`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``training.framework``: the bundle of defaults of the stack a scenario says it runs.
 
 A profile fills what the scenario does not state — ``parallel.data_parallel`` options
-(:mod:`clustersim.schedules.data_parallel`), ``parallel.zero`` (FSDP2 shards fully) and
+(:mod:`clustersim.compilers.pipeline.data_parallel`), ``parallel.zero`` (FSDP2 shards fully) and
 ``model.attention`` — before validation; a stated value always wins, field by field.
 ``megatron_2021`` (the default) fills nothing: today's results stay identical. Every
 other profile runs today's NCCL, whose ring across hosts pays its α's in full
@@ -13,7 +13,9 @@ other profile runs today's NCCL, whose ring across hosts pays its α's in full
   ``parallel.tp_comm_overlap`` where sequence parallelism runs (tp > 1, per-layer
   granularity): NeMo's Megatron-Core H100 performance recipes set ``tp_comm_overlap=True``
   (``MegatronCommOverlapCallback`` with the ``userbuffers_*_h100_*`` configs, e.g.
-  nemo/collections/llm/recipes/llama3_70b.py);
+  nemo/collections/llm/recipes/llama3_70b.py); with ``training.precision: fp8`` also FP8
+  parameters (``param_gather_dtype: fp8``): NeMo's ``bf16_with_fp8_mixed``
+  (nemo/collections/llm/recipes/precision/mixed_precision.py) sets ``fp8_param_gather=True``;
 * ``deepspeed``: buckets of 5e8 elements (``reduce_bucket_size`` /
   ``allgather_bucket_size``), ``overlap_comm`` on for ZeRO-3 only (DeepSpeed's dynamic
   default), ZeRO-2 reducing its buckets after every micro-batch's backward (its gradient
@@ -55,10 +57,17 @@ DEEPSPEED_BUCKET_BYTES = int(5e8) * 2
 DEEPSPEED_GPT_LAYER_PARAMETERS = 4
 
 
-def _data_parallel(framework: str, zero: int) -> dict[str, Any]:
-    """The profile's ``parallel.data_parallel`` defaults under ZeRO stage ``zero``."""
+def _data_parallel(framework: str, zero: int, precision: object) -> dict[str, Any]:
+    """The profile's ``parallel.data_parallel`` defaults under ZeRO stage ``zero`` and
+    ``training.precision`` ``precision``."""
     if framework == "megatron_core":
-        return {"distributed_optimizer": True, "overlap_grad_reduce": True, "overlap_param_gather": True}
+        fp8 = {"param_gather_dtype": "fp8"} if precision == "fp8" else {}
+        return {
+            "distributed_optimizer": True,
+            "overlap_grad_reduce": True,
+            "overlap_param_gather": True,
+            **fp8,
+        }
     if framework == "deepspeed":
         return {
             "bucket_size": DEEPSPEED_BUCKET_BYTES,
@@ -89,7 +98,8 @@ def apply_framework(raw: dict[str, Any]) -> dict[str, Any]:
     zero = parallel.get("zero", 0)
     stated = parallel.get("data_parallel") or {}
     if isinstance(stated, dict) and isinstance(zero, int):
-        parallel["data_parallel"] = {**_data_parallel(framework, zero), **stated}
+        precision = training.get("precision")
+        parallel["data_parallel"] = {**_data_parallel(framework, zero, precision), **stated}
     if framework == "megatron_core" and _sequence_parallel(raw):
         parallel.setdefault("tp_comm_overlap", True)
     out["parallel"] = parallel

@@ -1,6 +1,6 @@
 """Rules of forward-only (inference) scenarios: ``training.mode: inference``.
 
-Inference compiles forward passes only (:mod:`clustersim.schedules.inference`), so every
+Inference compiles forward passes only (:mod:`clustersim.compilers.inference`), so every
 setting that exists for the backward pass, the gradients or the optimizer is refused by
 name rather than silently ignored (``training.optimizer`` alone is ignored: it has a
 default and no effect without an optimizer step).

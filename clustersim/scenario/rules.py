@@ -10,12 +10,12 @@ from __future__ import annotations
 import warnings
 
 from ..errors import ScenarioError, ScenarioWarning
+from ..parallel.compression import check_even_domains
+from ..parallel.data_parallel import check_data_parallel
 from ..parallel.plan import Plan
 from ..schedules import SCHEDULES
-from ..schedules.compression import check_even_domains
 from ..schedules.orders import stage_order
-from ..schedules.parameter_server import check_parameter_server
-from ..schedules.replicated import replicable_schedules
+from ..schedules.registry import replicable_schedules
 from ..topology.registry import check_options
 from ..workload.rules import check_model_rules, model_layers
 from ..workload.tp_overlap import check_tp_overlap
@@ -23,6 +23,7 @@ from .context_parallel_rules import check_context_parallel
 from .expert_rules import check_expert_parallel
 from .fault_rules import check_fault_rules
 from .hetero_rules import check_dp_split, check_node_groups
+from .parameter_server_rules import check_parameter_server
 from .schema import ScenarioSpec
 
 
@@ -114,8 +115,6 @@ def check_rules(spec: ScenarioSpec) -> None:
         )
     check_context_parallel(spec)
     if par.data_parallel is not None:
-        from ..schedules.data_parallel import check_data_parallel
-
         check_data_parallel(spec, dp * par.cp)  # the gradient group spans dp × cp
     gc = par.gradient_compression
     if gc is not None and gc.links != "all" and par.stage_replicas is None and par.parameter_server is None:

@@ -105,7 +105,7 @@ class CompressionSpec(_Spec):
     activations: bytes shrink ``ratio`` times; compressing and decompressing cost
     ``time_per_gib`` of GPU time per GiB of uncompressed data (half before the transfer,
     half after). ``links``: where — ``all``, ``inter_site`` or ``inter_node`` (only what
-    crosses sites / servers; clustersim.schedules.compression and .gradient_sync)."""
+    crosses sites / servers; clustersim.parallel.compression and .gradient_sync)."""
 
     ratio: Annotated[float, Range(1, 1_000_000)]
     time_per_gib: Time = 0.0
@@ -166,7 +166,7 @@ class ParameterServerSpec(_Spec):
 
 class DataParallelSpec(_Spec):
     """How data-parallel gradients and parameters move, under the frameworks' names
-    (:mod:`clustersim.schedules.data_parallel`). Absent: one all-reduce per stage after its
+    (:mod:`clustersim.compilers.pipeline.data_parallel`). Absent: one all-reduce per stage after its
     last backward, ZeRO changing memory only (the 2021 Megatron-LM model).
 
     ``overlap_grad_reduce``: each bucket's reduction starts when the last backward that
@@ -194,7 +194,9 @@ class DataParallelSpec(_Spec):
     distributed_optimizer: bool = False
     overlap_param_gather: bool = False
     grad_reduce_dtype: Literal["fp32", "bf16"] = "fp32"
-    param_gather_dtype: Literal["bf16", "fp32"] = "bf16"
+    #: ``fp8``: the FP8 linears' weights are FP8 parameters (Megatron-Core's
+    #: ``--fp8-param-gather``; training.precision fp8 only; clustersim.workload.fp8)
+    param_gather_dtype: Literal["bf16", "fp32", "fp8"] = "bf16"
     fsdp_unit: Annotated[int, Range(1, 100_000)] = 1
     reshard_after_forward: bool = True
     prefetch: Annotated[int, Range(0, 1_000)] = 1
@@ -220,7 +222,7 @@ class ParallelSpec(_Spec):
     #: micro-batches per data-parallel replica: even | speed (by each replica's GPUs) | [m0, m1, ...]
     dp_split: Annotated[str | list[int], _dp_split_value] = "even"
     #: GPUs per pipeline stage, PipeDream-style (e.g. [15, 1]); stage s's replicas take
-    #: micro-batches round robin (clustersim.schedules.replicated). Needs tp = 1, dp = 1/auto
+    #: micro-batches round robin (clustersim.compilers.replicated). Needs tp = 1, dp = 1/auto
     stage_replicas: Annotated[list[int] | None, _replicas_value] = None
     sequence_parallel: bool = False
     #: Megatron-Core ``--tp-comm-overlap`` (Transformer Engine userbuffers): with sequence
@@ -251,7 +253,7 @@ class ParallelSpec(_Spec):
     data_parallel: DataParallelSpec | None = None
     #: compress data-parallel gradients before their all-reduce (e.g. over WAN links)
     gradient_compression: CompressionSpec | None = None
-    #: train with parameter server(s) instead of all-reduce (clustersim.schedules.parameter_server)
+    #: train with parameter server(s) instead of all-reduce (clustersim.compilers.parameter_server)
     parameter_server: ParameterServerSpec | None = None
     #: compress pipeline activations and their gradients on the chosen links' sends
     activation_compression: CompressionSpec | None = None
@@ -301,7 +303,7 @@ class SimulationSpec(_Spec):
     #: bytes per packet-model chunk (default 1 MiB); at least 4 KiB, so a message is never
     #: millions of events
     chunk_size: Annotated[Bytes | None, Range(4096, 2**40)] = None
-    #: simulate one GPU per stage and mirror it to its TP/DP twins (clustersim.parallel.fold);
+    #: simulate one GPU per stage and mirror it to its TP/DP twins (clustersim.resolve.fold);
     #: ``auto`` folds large uniform jobs
     fold: bool | Literal["auto"] = "auto"
     #: cap on chunks per message (packet model): bigger messages use bigger chunks — fewer

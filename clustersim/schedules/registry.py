@@ -154,3 +154,8 @@ def register_schedule(
         return fn
 
     return wrap
+
+
+def replicable_schedules() -> list[str]:
+    """Registered schedules that can run with ``stage_replicas`` (one chunk per stage)."""
+    return sorted(n for n, s in SCHEDULES.items() if s.chunks == 1 and s.placement == "loop")

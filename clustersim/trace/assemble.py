@@ -2,7 +2,7 @@
 
 Every run reports the same per-device rows (coordinates, busy and bubble fractions,
 memory) and headline fields; the mode that compiled the Job contributes its window,
-iteration time, summary fields and device columns (:class:`clustersim.modes.ModeReport`).
+iteration time, summary fields and device columns (:class:`clustersim.compilers.ModeReport`).
 Metric definitions: :mod:`.metrics` and ``docs/metrics.md``.
 """
 
@@ -17,13 +17,11 @@ from .. import metrics
 from ..engine.collector import collector_paused
 from ..hardware.node_groups import describe, device_gpus
 from ..metrics import COMM_KINDS
-from ..parallel.fold import representatives
 from ..record import Recorder
 from ..resolve import Job
-from ..schedules import update_staleness
-from ..workload.memory_model import memory_columns
 from .result import Result, spans_frame
 from .throughput import throughput_metrics
+from .versions import update_staleness
 from .waits import wait_table
 
 GIB = 2**30
@@ -33,7 +31,9 @@ GIB = 2**30
 def assemble_result(job: Job, mode, engine, rec: Recorder, wall_s: float) -> Result:
     """The Result of ``engine``'s finished run of ``job``, compiled by training ``mode``."""
     prog = engine.program
-    replicated = getattr(engine, "memory_frame", None) is not None  # clustersim/engine/replicas.py
+    replicated = (
+        getattr(engine, "memory_frame", None) is not None
+    )  # clustersim/compilers/pipeline/replicas.py
     report = mode.report(engine.spans if replicated else spans_frame(prog, rec), job)
     spans, window, iter_time = report.spans, report.window, report.iteration_time_s
     parts = _breakdown(engine, spans, window) if replicated else metrics.device_breakdown(spans, window)
@@ -41,11 +41,9 @@ def assemble_result(job: Job, mode, engine, rec: Recorder, wall_s: float) -> Res
     devices = _devices(job, engine, spans, parts)
     if report.devices is not None:
         devices = devices.join(report.devices, on="device")
-    oom_hint = ""
-    if job.model.kind != "synthetic" and mode.memory_columns:  # memory by kind, and why it does not fit
-        cols, oom_hint = memory_columns(job, devices, prog)
-        for key, values in cols.items():
-            devices[key] = values
+    cols, oom_hint = mode.memory_table(job, devices, prog)  # memory by kind, and why it does not fit
+    for key, values in cols.items():
+        devices[key] = values
     stage_bubble = devices.groupby("stage")["bubble_fraction"].mean()
     plan = job.plan
     summary = {
@@ -103,7 +101,7 @@ def assemble_result(job: Job, mode, engine, rec: Recorder, wall_s: float) -> Res
 
 
 def _breakdown(run, spans: pd.DataFrame, window: tuple[float, float]) -> pd.DataFrame:
-    """:func:`metrics.device_breakdown` of a replicated run (clustersim/engine/replicas.py):
+    """:func:`metrics.device_breakdown` of a replicated run (clustersim/compilers/pipeline/replicas.py):
     computed over the representatives' rows only — a twin's spans are its
     representative's, so its row is too, to the bit — and copied to every GPU, in the
     order the spans first show them (as the breakdown's own rows are)."""
@@ -121,7 +119,7 @@ def _devices(job: Job, engine, spans: pd.DataFrame, parts: pd.DataFrame) -> pd.D
     its representative's."""
     layout, n = job.layout, job.layout.num_devices
     stage, dp_rank, tp_rank = layout.coords_of(np.arange(n))
-    rep = representatives(job.plan, stage) if job.fold.enabled else np.arange(n)
+    rep = job.plan.representatives(stage) if job.fold.enabled else np.arange(n)
     rep_names = [f"gpu{r}" for r in rep.tolist()]
     comp = spans[spans["lane"] == "compute"]
     busy_all = comp.groupby("device")["end_s"].sum() - comp.groupby("device")["start_s"].sum()

@@ -22,7 +22,6 @@ from __future__ import annotations
 import pandas as pd
 
 from ..hardware.node_groups import device_specs
-from ..workload.resolve import resolve_transformer
 
 NONE = {"tokens_per_s": None, "tflops_per_gpu": None, "mfu": None, "hfu": None}
 
@@ -48,7 +47,7 @@ def throughput_metrics(job, iteration_time_s: float, spans: pd.DataFrame) -> dic
             return NONE
         full = job.training.recompute == "full" and job.training.mode != "inference"
         return _rates(job, iteration_time_s, hw_flops - forward if full else hw_flops, hw_flops)
-    cfg = resolve_transformer(job.model)
+    cfg = job.transformer
     batch = job.training.global_batch
     model_flops = cfg.iteration_flops(batch, recompute=False)
     hw_flops = cfg.iteration_flops(batch, recompute=job.training.recompute == "full")

@@ -34,6 +34,13 @@ byte per element instead of 2; every other saved tensor (norm inputs, the MLP
 pre-activation, attention's Q/K/V and scores, dropout masks) stays BF16. The casts of the
 steady micro-batches are priced; the once-per-step weight recast is not (4 bytes per
 linear parameter per step, small next to the optimizer's 32).
+
+With FP8 parameters (``parallel.data_parallel.param_gather_dtype: fp8``: Megatron-Core's
+``--fp8-param-gather``, which NeMo's ``bf16_with_fp8_mixed`` sets and the
+``megatron_core`` profile fills under ``precision: fp8``) the linears' weights are FP8
+tensors: 1 byte per parameter instead of the BF16 weight's 2, the cache keeping only the
+FP8 transpose, and the parameter all-gather moving them in FP8 (the fp32 master weights
+stay in the optimizer) — 2 bytes per linear parameter where BF16 parameters take 4.
 """
 
 from __future__ import annotations
@@ -61,6 +68,8 @@ TE_MLA_MOE_LINEARS = (
 )
 #: bytes per linear parameter of TE's cached FP8 weight and its FP8 transpose
 FP8_WEIGHT_CACHE_BYTES = 2
+#: of those, the FP8 weight's: not a cached copy when the parameter is FP8 itself
+FP8_PARAM_CACHE_SAVED = 1
 #: bytes per element of a saved FP8 GEMM input against its BF16 original
 FP8_SAVED_FRACTION = 0.5
 
@@ -150,14 +159,24 @@ def te_fp8_layer(ops: list) -> list:
     return out
 
 
-def fp8_cache_bytes(ops: list) -> float:
-    """Bytes of TE's cached FP8 weights (+ transposes) of a layer's FP8 linears: the
-    k×n weight of each (biases are not cast)."""
-    mine = [
-        x for op in ops for x in (op.ranks[0] if isinstance(op, ExpertRanks) else (op,))
-    ]  # one rank's experts
-    return sum(
-        FP8_WEIGHT_CACHE_BYTES * op.fwd.gemm[1] * op.fwd.gemm[2]
-        for op in mine
-        if isinstance(op, LayerOp) and op.name in TE_LINEARS + TE_MLA_MOE_LINEARS
-    )
+def fp8_linear_params(ops: list) -> tuple[float, float]:
+    """(dense, expert-parallel experts') parameters of a layer's FP8 linears on one GPU (one
+    rank's experts): the k×n weight of each (biases are not cast)."""
+
+    def weights(items) -> float:
+        return sum(
+            op.fwd.gemm[1] * op.fwd.gemm[2]
+            for op in items
+            if isinstance(op, LayerOp) and op.name in TE_LINEARS + TE_MLA_MOE_LINEARS
+        )
+
+    experts = [x for op in ops if isinstance(op, ExpertRanks) for x in op.ranks[0]]
+    return weights([op for op in ops if not isinstance(op, ExpertRanks)]), weights(experts)
+
+
+def fp8_cache_bytes(ops: list, fp8_params: bool = False) -> float:
+    """Bytes of TE's cached FP8 weights (+ transposes) of a layer's FP8 linears; with
+    ``fp8_params`` (the parameters themselves FP8, Megatron's ``--fp8-param-gather``) only
+    the transposes: the FP8 weight is the parameter (:func:`.memory_model.static_bytes`)."""
+    per_param = FP8_WEIGHT_CACHE_BYTES - (FP8_PARAM_CACHE_SAVED if fp8_params else 0)
+    return per_param * sum(fp8_linear_params(ops))

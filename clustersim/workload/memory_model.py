@@ -38,7 +38,7 @@ BYTES_PER_PARAM: dict[tuple[str, str], tuple[int, int, int]] = {
 #: in BF16 except the FP8 GEMM inputs (:mod:`.fp8`)
 ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 2}
 #: bytes per element of a data-parallel reduction / all-gather dtype (parallel.data_parallel)
-DTYPE_BYTES = {"fp32": 4, "bf16": 2}
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 
 @dataclass(frozen=True)
@@ -73,12 +73,22 @@ def zero_shards(kind: str, zero: int, dp: int) -> int:
 
 
 def static_bytes(
-    params: float, precision: str, optimizer: str, zero: int, dp: int
+    params: float, precision: str, optimizer: str, zero: int, dp: int, *, grad_dtype=None, fp8_params=0.0
 ) -> tuple[float, float, float]:
-    """(weights, gradients, optimizer states) bytes for ``params`` held on one GPU."""
+    """(weights, gradients, optimizer states) bytes for ``params`` held on one GPU.
+
+    ``grad_dtype``: the dtype of the gradient buffer the data-parallel reduction runs on
+    (``parallel.data_parallel.grad_reduce_dtype``; None: the precision's own, fp32
+    ``main_grad``). Megatron-Core allocates its grad buffer in fp32 only with
+    ``grad_reduce_in_fp32``, else in the parameters' dtype
+    (megatron/core/distributed/param_and_grad_buffer.py, ``grad_dtype``); DeepSpeed keeps
+    bf16 gradients — the ZeRO paper's 2 + 2 + 12 = 16 bytes/param. ``fp8_params`` of the
+    ``params`` are held as FP8 instead (1 byte: Megatron's ``--fp8-param-gather``, NeMo's
+    FP8 recipes; the fp32 master copy stays in the optimizer states)."""
     w, g, o = BYTES_PER_PARAM[(precision, optimizer)]
+    g = DTYPE_BYTES[grad_dtype] if grad_dtype else g
     return (
-        params * w / zero_shards("weights", zero, dp),
+        (params * w - fp8_params * (w - DTYPE_BYTES["fp8"])) / zero_shards("weights", zero, dp),
         params * g / zero_shards("grads", zero, dp),
         params * o / zero_shards("optimizer", zero, dp),
     )

@@ -21,7 +21,7 @@ For each model chunk (a pipeline stage, or a virtual stage) on each of its GPUs:
 * **per layer** — with ``parallel.data_parallel`` each chunk also carries its passes and
   its gradient / parameter bytes per layer (the embedding with the first layer, the output
   layer with the last; bytes in ``grad_reduce_dtype`` / ``param_gather_dtype``), which the
-  bucketed, sharded and FSDP data-parallel traffic uses (:mod:`clustersim.schedules.data_parallel`);
+  bucketed, sharded and FSDP data-parallel traffic uses (:mod:`clustersim.compilers.pipeline.data_parallel`);
 * **memory** — static bytes by kind from :mod:`.memory_model`; ``activation_memory`` per
   micro-batch, which the compiler allocates per forward and frees per backward;
 * **fixed costs** (``training.fixed_costs``, docs/models.md) — kernels are priced without
@@ -48,7 +48,7 @@ from ..errors import ScenarioError
 from ..memory_kinds import StaticMemory
 from .cnn import cnn_layers
 from .cost_model import CostModel, ProfileTable
-from .fp8 import check_fp8, fp8_cache_bytes, te_fp8_layer
+from .fp8 import check_fp8, fp8_cache_bytes, fp8_linear_params, te_fp8_layer
 from .grad_accumulation import with_grad_accumulation
 from .memory_model import DTYPE_BYTES, ELEMENT_BYTES, static_bytes, zero_shards
 from .moe_dispatch import ExpertSplit, dispatch_buffer_bytes
@@ -105,6 +105,8 @@ class TrainSetup:
             par.cp,
             par.cp_comm_type,
             ExpertSplit(par.ep, par.etp or par.tp, par.moe_token_dispatcher, par.moe_shared_expert_overlap),
+            grad_dtype=par.data_parallel.grad_reduce_dtype if par.data_parallel else None,
+            fp8_params=bool(par.data_parallel) and par.data_parallel.param_gather_dtype == "fp8",
         )
 
     shards: int = 0
@@ -114,6 +116,11 @@ class TrainSetup:
     cp_comm: str = "p2p"
     #: how MoE layers split their experts (:mod:`.moe_dispatch`)
     split: ExpertSplit = ExpertSplit()
+    #: the gradient buffer's dtype (``parallel.data_parallel.grad_reduce_dtype``; None: the
+    #: precision's own — :func:`.memory_model.static_bytes`)
+    grad_dtype: str | None = None
+    #: the FP8 linears' weights held as FP8 (``param_gather_dtype: fp8``; :mod:`.fp8`)
+    fp8_params: bool = False
 
     def __post_init__(self):
         if not self.shards:  # ZeRO shards over the whole DP group unless HSDP says fewer
@@ -169,18 +176,43 @@ def _cost_model(sc, st: TrainSetup) -> CostModel:
                 f"the custom GPU {st.gpu!r} has no FP8 calibration; use bf16 or fp16, or a catalog GPU",
             )
         check_fp8(st.gpu)
+    elif st.fp8_params:
+        raise ScenarioError(
+            "parallel.data_parallel.param_gather_dtype",
+            "fp8",
+            f"FP8 parameters need training.precision: fp8 (not {st.precision}); use bf16 or fp32",
+        )
     profile = getattr(sc.model, "profile", None)
     return CostModel.for_gpu(st.gpu, ProfileTable.read(profile) if profile else None, custom)
 
 
-def _static(st: TrainSetup, params: float, buffers: float, expert: float = 0.0) -> StaticMemory:
+def _static(
+    st: TrainSetup, params: float, buffers: float, expert: float = 0.0, fp8: tuple[float, float] = (0.0, 0.0)
+) -> tuple[StaticMemory, StaticMemory]:
     """Static bytes of ``params`` on one GPU, of which ``expert`` are expert-parallel experts
-    (ZeRO shards those over the expert-data-parallel group, the rest over DP)."""
-    w, g, o = static_bytes(params - expert, st.precision, st.optimizer, st.zero, st.shards)
-    if expert:
-        we, ge, oe = static_bytes(expert, st.precision, st.optimizer, st.zero, st.expert_shards)
-        w, g, o = w + we, g + ge, o + oe
-    return StaticMemory(weights=int(w), grads=int(g), optimizer=int(o), buffers=int(buffers))
+    (ZeRO shards those over the expert-data-parallel group, the rest over DP): all of them,
+    and the experts' part. ``fp8``: the (dense, expert) parameters held as FP8 (:mod:`.fp8`)."""
+    dense_fp8, expert_fp8 = fp8 if st.fp8_params else (0.0, 0.0)
+    w, g, o = static_bytes(
+        params - expert,
+        st.precision,
+        st.optimizer,
+        st.zero,
+        st.shards,
+        grad_dtype=st.grad_dtype,
+        fp8_params=dense_fp8,
+    )
+    we, ge, oe = static_bytes(
+        expert,
+        st.precision,
+        st.optimizer,
+        st.zero,
+        st.expert_shards,
+        grad_dtype=st.grad_dtype,
+        fp8_params=expert_fp8,
+    )
+    total = StaticMemory(weights=int(w + we), grads=int(g + ge), optimizer=int(o + oe), buffers=int(buffers))
+    return total, StaticMemory(weights=int(we), grads=int(ge), optimizer=int(oe))
 
 
 def _grad_bytes(st: TrainSetup, params: float) -> int:
@@ -207,10 +239,13 @@ def _stage(
     send_bytes: float,
     work_buffer: float,
     expert: float = 0.0,
+    fp8: tuple[float, float] = (0.0, 0.0),
 ) -> StageCost:
     items = {"F": f_items, "B": b_items, "Bi": bi_items, "W": w_items}
     passes = {ph: to_segments(launch_items(i, fixed.launch_s), st.granularity) for ph, i in items.items()}
     grads = _local_grads(st, params, expert)  # the optimizer's local fp32 gradients
+    # buffers: the recompute working set and the p2p send and recv buffers
+    static, experts = _static(st, params, work_buffer + 2 * send_bytes, expert, fp8)
     (tf, ff), (tb, fb), (tw, _) = (compute_time(passes[k]) for k in ("F", "B", "W"))
     return StageCost(
         forward=tf,
@@ -218,8 +253,8 @@ def _stage(
         backward_weight=tw,
         activation_bytes=int(send_bytes),
         activation_memory=int(act_mem),
-        # buffers: the recompute working set and the p2p send and recv buffers
-        static=_static(st, params, work_buffer + 2 * send_bytes, expert),
+        static=static,
+        expert_static=experts,
         optimizer=cm.optimizer_time(grads),
         forward_flops=ff,
         backward_flops=fb,
@@ -248,15 +283,17 @@ class _LayerKind:
     fp8_cache: float
     expert: float = 0.0
     dispatch: float = 0.0
+    #: (dense, expert) parameters of its FP8 linears (:func:`.fp8.fp8_linear_params`)
+    fp8_linear: tuple[float, float] = (0.0, 0.0)
 
 
 def _layer_kind(cfg, st: TrainSetup, cm: CostModel, moe: bool, accumulate: bool) -> _LayerKind:
     b, tp, sp, e = st.micro_batch, st.tp, st.sp, st.e
     layer = layer_ops(cfg, b, tp, sp, e, moe, st.cp, st.cp_comm, st.split)
-    fp8_cache = 0.0
+    fp8_cache, fp8_linear = 0.0, (0.0, 0.0)
     if st.precision == "fp8":
         layer = te_fp8_layer(layer)
-        fp8_cache = fp8_cache_bytes(layer)
+        fp8_cache, fp8_linear = fp8_cache_bytes(layer, st.fp8_params), fp8_linear_params(layer)
     if accumulate:
         layer = with_grad_accumulation(layer, e)
     ov = st.tp_overlap
@@ -277,7 +314,7 @@ def _layer_kind(cfg, st: TrainSetup, cm: CostModel, moe: bool, accumulate: bool)
     params = sum(op.params for op in layer if hasattr(op, "params"))
     expert = sum(op.params for op in layer if isinstance(op, ExpertRanks))
     dispatch = dispatch_buffer_bytes(cfg, b, tp, e, st.split) if expert else 0.0
-    return _LayerKind(lf, rec + lb, rec + lbi, lw, params, act, work, fp8_cache, expert, dispatch)
+    return _LayerKind(lf, rec + lb, rec + lbi, lw, params, act, work, fp8_cache, expert, dispatch, fp8_linear)
 
 
 def transformer_chunk_costs(
@@ -328,7 +365,9 @@ def transformer_chunk_costs(
         buffers += max((kinds[moe].dispatch for moe in count), default=0.0)  # one layer exchanges at a time
         expert = sum(c * kinds[moe].expert for moe, c in count.items())
         expert += sum(op.params for op in post if isinstance(op, ExpertRanks))  # the MTP layers'
-        cost = _stage(st, cm, fixed, f, b_all, bi, w, params, act_mem, 0 if last else send, buffers, expert)
+        fp8 = tuple(sum(c * kinds[moe].fp8_linear[i] for moe, c in count.items()) for i in (0, 1))
+        send_out = 0 if last else send
+        cost = _stage(st, cm, fixed, f, b_all, bi, w, params, act_mem, send_out, buffers, expert, fp8)
         if fixed.pipeline_gather and tp > 1 and not sp:
             cost = replace(cost, recv_gather=int(send * tp))
         if cfg.tied_embeddings and fixed.tied_embedding and len(partition) > 1 and (first or last):
@@ -381,19 +420,26 @@ def _per_layer(sc, st, cm, fixed: FixedCosts, cost, ends, runs: list[_LayerKind]
     expert[-1] += sum(op.params for op in post if isinstance(op, ExpertRanks))
     spec = sc.parallel.data_parallel
     grad, weight = DTYPE_BYTES[spec.grad_reduce_dtype], DTYPE_BYTES[spec.param_gather_dtype]
+    # FP8 parameters: only the FP8 linears' weights gather in FP8, the rest in BF16
+    other = DTYPE_BYTES["bf16"] if spec.param_gather_dtype == "fp8" else weight
+
+    def gathered(q: float, fp8: float) -> int:
+        return int(q * other - fp8 * (other - weight))
+
+    fp8 = [run.fp8_linear for run in runs]
     if any(expert):
         params = [q - x for q, x in zip(params, expert)]
         cost = replace(
             cost,
             layer_expert_grads=tuple(int(x * grad) for x in expert),
-            layer_expert_weights=tuple(int(x * weight) for x in expert),
+            layer_expert_weights=tuple(gathered(x, f[1]) for x, f in zip(expert, fp8)),
         )
     return replace(
         cost,
         layers=n,
         layer_passes=passes,
         layer_grads=tuple(int(q * grad) for q in params),
-        layer_weights=tuple(int(q * weight) for q in params),
+        layer_weights=tuple(gathered(q, f[0]) for q, f in zip(params, fp8)),
     )
 
 

@@ -56,7 +56,9 @@ class StageCost:
     ``backward`` is the whole backward time (B + W); ``backward_weight`` its W part.
     ``activation_bytes`` is sent to the next stage per micro-batch (and the same gradient
     size comes back); ``activation_memory`` is kept per in-flight micro-batch; ``static``
-    is held for the whole run, by kind.
+    is held for the whole run, by kind, ``expert_static`` the part of it that is
+    expert-parallel experts' (ZeRO shards it over the expert-data-parallel group; a
+    checkpoint's writers follow, :mod:`clustersim.faults.state`).
     ``passes`` optionally maps a phase (``"F"``, ``"B"``, ``"W"``; ``"Bi"`` the input-
     gradient part of ``"B"``) to its segments; a phase without an entry is one compute
     segment of its time.
@@ -64,14 +66,14 @@ class StageCost:
     a phase (as ``passes``) to per-layer segments in model order (a real model's embedding
     rides with its first layer, the output layer with its last), and ``layer_grads`` /
     ``layer_weights`` are the per-layer bytes the data-parallel gradient reduction and
-    parameter all-gather move (:mod:`clustersim.schedules.data_parallel`); without them a
+    parameter all-gather move (:mod:`clustersim.compilers.pipeline.data_parallel`); without them a
     pass splits into ``layers`` equal compute pieces and the bytes split evenly.
     The fixed costs (``training.fixed_costs``; real models only): ``pass_overhead`` s of
     framework work before each pass of a micro-batch; per step, ``unscale`` s (fp16: the
     loss scale's unscale and inf check over the local gradients) and ``grad_norm`` s (the
     clipping norm's pass over them), each followed by an all-reduce of one fp32 scalar, and
     ``tied_grad_bytes`` of tied-embedding gradient all-reduced between the first and the
-    last chunk (:mod:`clustersim.schedules.step_work`); the kernel launches are named
+    last chunk (:mod:`clustersim.compilers.pipeline.step_work`); the kernel launches are named
     segments of the passes; ``recv_gather`` bytes (the whole boundary tensor) are
     all-gathered over the TP group after each receive from another stage (Megatron's
     scatter/gather: each TP rank sent 1/tp of it).
@@ -104,6 +106,7 @@ class StageCost:
     grad_norm: float = 0.0
     tied_grad_bytes: int = 0
     recv_gather: int = 0
+    expert_static: StaticMemory = StaticMemory()
 
     def segments(self, phase: str, split_backward: bool = False) -> tuple[Segment, ...]:
         """The segments of ``phase``. With ``split_backward``, ``"B"`` is the input-gradient

@@ -20,7 +20,7 @@ and how, is TE's default table (``transformer_engine/pytorch/module/base.py``,
 Here those become items for :mod:`.segments` (``("o", kind, bytes, name, seconds, flops,
 method, chunks)``: the collective, then the GEMM work it pipelines with) and segments the
 compiler emits as separate ops — GEMM chunks on the compute lane, communication chunks on
-the ``tp`` lane (:mod:`clustersim.schedules.tp_overlap`) — so the engine produces the
+the ``tp`` lane (:mod:`clustersim.compilers.pipeline.tp_overlap`) — so the engine produces the
 overlap. Pairs are found by the GEMM's name next to the collective; other TP points (the
 embedding's and output layer's, those next to MLA's down-projections or the MoE MLP, a
 backward split into B and W) stay plain collectives.

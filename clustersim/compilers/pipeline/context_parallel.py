@@ -20,8 +20,8 @@ whole Program is emitted.
 
 from __future__ import annotations
 
-from ..errors import ProgramError
-from ..program import COMPUTE, RECV, SEND, Op, Program
+from ...errors import ProgramError
+from ...program import COMPUTE, RECV, SEND, Op, Program
 
 CP_SEND, CP_RECV = "cp send", "cp recv"
 

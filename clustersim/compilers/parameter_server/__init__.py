@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..program import Program
-from ..resolve import Job
-from ..schedules.parameter_server import parameter_server_program
-from ..trace.ps_metrics import harmonic_period, ps_summary
-from .base import MODES, ModeReport, TrainingMode
-from .pipeline import training_report
+from ...program import Program
+from ...resolve import Job
+from ...trace.ps_metrics import harmonic_period, ps_summary
+from ..base import MODES, ModeReport, TrainingMode
+from ..pipeline import training_report
+from .compile import parameter_server_program
 
 
 class ParameterServerMode(TrainingMode):
-    """Workers run at their own pace (:mod:`clustersim.schedules.parameter_server`): the
+    """Workers run at their own pace (:mod:`clustersim.compilers.parameter_server`): the
     iteration time is the harmonic mean of their periods, and each worker's period and
     staleness join ``res.devices`` (:mod:`clustersim.trace.ps_metrics`, docs/metrics.md)."""
 

@@ -3,7 +3,7 @@
 ``training.mode: inference`` compiles to this Program instead of a training schedule.
 Every micro-batch is one request; with dp replicas, request q goes to replica q mod dp
 as that replica's request q div dp. Per replica, the pipeline compiler's own emission
-(:func:`clustersim.schedules.compiler.emit_pass` and its send/recv wiring) runs an order
+(:func:`clustersim.compilers.pipeline.passes.emit_pass` and its send/recv wiring) runs an order
 of forwards only, in request order, on every stage — no backward, no gradient
 all-reduce, no optimizer step. On top of it this module sets:
 
@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..memory_kinds import StaticMemory
-from ..parallel.plan import Plan
-from ..program import ARRIVAL_LANE, COMPUTE, RECV, SEND, Op, Program
-from ..workload.stage_cost import StageCost
-from .compiler import _emit_replica
-from .registry import Schedule
+from ...memory_kinds import StaticMemory
+from ...parallel.plan import Plan
+from ...program import ARRIVAL_LANE, COMPUTE, RECV, SEND, Op, Program
+from ...schedules.registry import Schedule
+from ...workload.stage_cost import StageCost
+from ..pipeline.compile import emit_replica
+from ..pipeline.context import CompileContext
 
 #: the per-stage order of a forward-only pipeline: every request's forward, in request order
 FORWARD_ONLY = Schedule(
@@ -74,7 +75,7 @@ def compile_inference(
     for r in range(plan.dp):
         begin = len(prog.ops)
         mine = replicas[r].costs if replicas else costs
-        _emit_replica(prog, plan, FORWARD_ONLY, mine, orders, m, 1, r)
+        emit_replica(CompileContext(FORWARD_ONLY, plan, mine, m, prog=prog), orders, r)
         firsts = _set_memory(prog.ops[begin:], mine, p)
         _emit_arrivals(prog, plan, r, [arrivals[j * plan.dp + r] for j in range(m)], firsts)
     return prog

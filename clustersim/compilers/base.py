@@ -19,6 +19,7 @@ from .. import metrics
 from ..plugins import Registry
 from ..program import Program
 from ..resolve import Job
+from ..workload.memory_model import memory_columns
 
 
 @dataclass
@@ -45,7 +46,7 @@ class TrainingMode:
 
     name: str = ""
     description: str = ""
-    #: where :func:`clustersim.modes.mode_of` asks it (ascending): a mode that claims
+    #: where :func:`clustersim.compilers.mode_of` asks it (ascending): a mode that claims
     #: only some Jobs goes before one that takes every Job the others leave
     priority: int = 0
     #: whether ``res.devices`` gets the memory-by-kind columns of a real model
@@ -63,6 +64,14 @@ class TrainingMode:
         representative GPU per stage (a decision already checked exact)."""
         raise NotImplementedError
 
+    def memory_table(self, job: Job, devices: pd.DataFrame, prog: Program) -> tuple[dict, str]:
+        """The memory-by-kind columns of ``res.devices`` and the OOM hint ("" if all fit)
+        (:func:`clustersim.workload.memory_model.memory_columns`) — for a real model in a
+        mode that reports them (:attr:`memory_columns`), else none."""
+        if job.model.kind == "synthetic" or not self.memory_columns:
+            return {}, ""
+        return memory_columns(job, devices, prog)
+
     def report(self, spans: pd.DataFrame, job: Job) -> ModeReport:
         """This mode's window, iteration time and fields, from the run's spans."""
         window = metrics.iteration_window(spans)
@@ -70,5 +79,5 @@ class TrainingMode:
 
 
 #: the registered training modes, kept in :attr:`TrainingMode.priority` order (the order
-#: :func:`clustersim.modes.mode_of` asks them); each mode's module adds its own
+#: :func:`clustersim.compilers.mode_of` asks them); each mode's module adds its own
 MODES: Registry[TrainingMode] = Registry("training mode", "training", order=lambda m: m.priority)

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..program import Program
-from ..resolve import Job
-from ..schedules.replicated import compile_replicated
-from .base import MODES, ModeReport, TrainingMode
-from .pipeline import check_iterations, training_report
+from ...program import Program
+from ...resolve import Job
+from ..base import MODES, ModeReport, TrainingMode
+from ..pipeline import check_iterations, training_report
+from .compile import compile_replicated
 
 
 class ReplicatedMode(TrainingMode):
-    """PipeDream's "15-1" plans: stage s on its own r_s GPUs (:mod:`clustersim.schedules.replicated`)."""
+    """PipeDream's "15-1" plans: stage s on its own r_s GPUs (:mod:`clustersim.compilers.replicated`)."""
 
     name = "stage_replicated"
     description = "a pipeline whose stages each have their own replication (parallel.stage_replicas)"

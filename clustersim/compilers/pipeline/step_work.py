@@ -28,20 +28,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..parallel.plan import Plan
-from ..program import COLLECTIVE, COMPUTE, Program
-from ..workload.stage_cost import StageCost
-
-#: bytes of the scalar each step's found-inf and norm all-reduces move (one fp32)
-SCALAR_BYTES = 4
-
-
-def grad_stats_group(plan: Plan, r: int, sharded: bool) -> tuple[int, ...]:
-    """The devices the step's scalar all-reduces span: replica ``r``'s model-parallel group
-    (every stage, every TP rank), or every device with a sharded (distributed) optimizer."""
-    if sharded:
-        return tuple(range(plan.num_devices))
-    return tuple(plan.device(s, r, t) for s in range(plan.pp) for t in range(plan.tp))
+from ...parallel.data_parallel import SCALAR_BYTES, grad_stats_group
+from ...parallel.plan import Plan
+from ...program import COLLECTIVE, COMPUTE, Program
+from ...workload.stage_cost import StageCost
 
 
 def emit_step_work(

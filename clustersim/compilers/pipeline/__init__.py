@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .. import metrics
-from ..errors import ScenarioError
-from ..program import Program
-from ..resolve import Job
-from ..schedules import compile_pipeline
-from .base import MODES, ModeReport, TrainingMode
+from ... import metrics
+from ...errors import ScenarioError
+from ...program import Program
+from ...resolve import Job
+from ..base import MODES, ModeReport, TrainingMode
+from .compile import compile_pipeline
+from .context import CompileContext
 
 
 def check_iterations(job: Job) -> None:
@@ -48,7 +49,7 @@ class PipelineMode(TrainingMode):
 
     def compile(self, job: Job, fold: bool) -> Program:
         check_iterations(job)
-        return compile_pipeline(
+        ctx = CompileContext(
             job.schedule,
             job.plan,
             job.chunk_costs,
@@ -57,12 +58,13 @@ class PipelineMode(TrainingMode):
             fold=fold,
             compression=job.gradient_compression,
             activations=job.activation_compression,
-            replicas=None if job.replicas is None else list(job.replicas),
+            replicas=job.replicas,
             data_parallel=job.data_parallel,
-            sharded_optimizer=job.parallel.zero > 0
+            sharded=job.parallel.zero > 0
             or bool(job.parallel.data_parallel and job.parallel.data_parallel.distributed_optimizer),
             coarse=job.simulation.granularity == "stage",  # (compile_job coarsens it)
         )
+        return compile_pipeline(ctx)
 
     def report(self, spans: pd.DataFrame, job: Job) -> ModeReport:
         return training_report(spans, job)

@@ -21,8 +21,8 @@ taking ``c`` s, the idle-network times (tests/test_tp_overlap.py checks them) ar
 
 from __future__ import annotations
 
-from ..workload.stage_cost import Segment
-from ..workload.tp_overlap import PIPELINE, RING
+from ...workload.stage_cost import Segment
+from ...workload.tp_overlap import PIPELINE, RING
 
 
 def emit_overlap(seg: Segment, deps: tuple[int, ...], compute, collective, tag: str):

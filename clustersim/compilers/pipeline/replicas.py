@@ -1,6 +1,6 @@
 """Replicated evaluation: an unfolded contention-free run evaluated once per stage.
 
-Where folding is exact (:func:`clustersim.parallel.fold.can_fold`: the tp × dp twins of a
+Where folding is exact (:func:`clustersim.resolve.fold.can_fold`: the tp × dp twins of a
 stage are twins) and the DAG evaluator is (:func:`~clustersim.resolve.replication.contention_free`:
 no op's time depends on what else is in flight), every twin's ops take the times of its
 stage representative's, to the bit — on these fabrics a send's time depends only on the
@@ -33,9 +33,8 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
-from ..parallel.fold import representatives
-from ..program import COLLECTIVE
-from ..record import SPAN_FIELDS
+from ...program import COLLECTIVE
+from ...record import SPAN_FIELDS
 
 
 class ReplicatedRun:
@@ -53,7 +52,7 @@ class ReplicatedRun:
         self.twins = plan.tp * plan.dp
         prog = self.program
         stage_of = np.array([plan.coords(d)[0] for d in range(prog.num_devices)])
-        self.representative = representatives(plan, stage_of)  # per device
+        self.representative = plan.representatives(stage_of)  # per device
         self.events = self._events(engine.events)
         for d, r in enumerate(self.representative.tolist()):  # every GPU shows its representative's peak
             self.memory.peak[d] = self.memory.peak[r]

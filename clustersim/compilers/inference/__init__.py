@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..program import Program
-from ..resolve import Job
-from ..schedules.inference import arrival_times, compile_inference
-from ..trace.requests import request_metrics, split_requests
-from .base import MODES, ModeReport, TrainingMode
+from ...program import Program
+from ...resolve import Job
+from ...trace.requests import request_metrics, split_requests
+from ..base import MODES, ModeReport, TrainingMode
+from .compile import arrival_times, compile_inference
 
 
 class InferenceMode(TrainingMode):
     """Requests arrive on an arrival lane and flow forward through the pipeline
-    (:mod:`clustersim.schedules.inference`). The reported "iteration" is serving every
+    (:mod:`clustersim.compilers.inference`). The reported "iteration" is serving every
     request: from t = 0 to the last one's end (docs/inference.md)."""
 
     name = "inference"

@@ -21,16 +21,17 @@ step of a stage with dp > 1. What it emits on the device, in order, depends on
 The cross-domain collectives are tagged per shard index, the intra-domain ones per
 domain, so every member of a sub-group meets the same rendezvous. Folding (one
 representative per stage) keeps only the plain and ``all`` forms; ``inter_site`` and
-``inter_node`` are refused by :mod:`clustersim.parallel.fold`.
+``inter_node`` are refused by :mod:`clustersim.resolve.fold`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import ProgramError
-from ..program import COLLECTIVE, Program
-from .compression import Compression, emit_codec
+from ...errors import ProgramError
+from ...parallel.compression import Compression
+from ...program import COLLECTIVE, Program
+from .codecs import emit_codec
 
 
 def emit_gradient_allreduce(

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..coarsen import merge_runs
-from ..program import COMPUTE, Op, Program
+from ...coarsen import merge_runs
+from ...program import COMPUTE, Op, Program
 
 #: what the scratch emission writes for the pass's name and iteration, replaced when stamping
 _NAME, _ITERATION = "\x00pass\x00", "\x00iteration\x00"

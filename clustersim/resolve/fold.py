@@ -1,11 +1,11 @@
-"""Symmetry folding: simulate one representative GPU per pipeline stage.
+"""Symmetry folding of a Job: whether to simulate one representative GPU per pipeline stage.
 
 In a TP × PP × DP job every data-parallel replica and every tensor-parallel rank of a
 stage runs the same ops at the same times, when the hardware is uniform. Folding keeps
 replica 0, TP rank 0 of each stage and drops the others' ops, which divides the op count
 by tp × dp. What the dropped twins do to *shared* resources is kept: their pipeline
 sends and data-parallel all-reduces still load the fabric as shadow traffic (see
-:mod:`clustersim.schedules.compiler`). Results are reported for every GPU: a folded GPU
+:mod:`clustersim.compilers.pipeline.compile`). Results are reported for every GPU: a folded GPU
 shows its representative's row.
 
 Folding is exact when the twins really are twins: one GPU type at one speed, an even
@@ -16,7 +16,8 @@ crossing the same kinds of links as its representative's
 (:mod:`clustersim.parallel.fold_routes`). With expert parallelism the representative's
 expert collectives (the MoE all-to-alls, the expert gradients' all-reduce) expect one
 arrival and carry the stage's other expert groups as shadows; an uneven expert load (the
-expert ranks' work or all-to-all bytes differ) is not folded. It is refused otherwise — an explicit ``simulation.fold: true`` is an error naming
+expert ranks' work or all-to-all bytes differ) is not folded. It is refused otherwise (each twin's placement is compared by
+:mod:`clustersim.parallel.fold_routes`) — an explicit ``simulation.fold: true`` is an error naming
 the reason; ``auto`` quietly runs unfolded and says why in the summary.
 """
 
@@ -24,11 +25,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..errors import ScenarioError
 from ..hardware.node_groups import heterogeneity
-from .plan import Plan
+from ..parallel.fold_routes import twin_obstacle
+from ..topology import TOPOLOGIES
 
 #: ``fold: auto`` folds jobs of at least this many GPUs (below it, unfolded runs are quick
 #: and show every GPU's own spans)
@@ -87,8 +87,6 @@ def _obstacle(job) -> str | None:
 def fold_obstacle(job) -> str | None:
     """Why folding ``job`` would not be exact; the routes are compared last (they read the
     topology graph)."""
-    from .fold_routes import route_obstacle
-
     return _obstacle(job) or route_obstacle(job)
 
 
@@ -124,7 +122,12 @@ def _describe(job) -> str:
     )
 
 
-def representatives(plan: Plan, stages: np.ndarray) -> np.ndarray:
-    """The simulated GPU whose row stands for each device in a folded run, given the
-    devices' ``stages`` (an array): its stage's first GPU."""
-    return plan.device(stages, 0, 0)
+def route_obstacle(job) -> str | None:
+    """Why twins' routes differ from their representative's (None if they do not); reads
+    the placement the Job's topology graph declares (:attr:`clustersim.resolve.Job.graph`,
+    built once per cluster). The first twin that differs, in (stage, replica, TP rank)
+    order, is named."""
+    where = TOPOLOGIES[job.graph.graph["kind"]].placement(job.graph)
+    if isinstance(where, str):
+        return where
+    return twin_obstacle(job.plan, where, wrap=job.parallel.virtual_stages > 1)

@@ -23,68 +23,14 @@ closes any remainder).
 
 from __future__ import annotations
 
-from bisect import bisect_right
-from itertools import accumulate
-
-import numpy as np
-
-from ..errors import ProgramError
-from ..program import COLLECTIVE, COMPUTE, Op, Program
-from ..workload.stage_cost import StageCost
-from .compiler import emit_pass, pass_memory, pass_transfers, stage_static_memory
-from .orders import run_orders
-from .registry import SCHEDULES, Schedule
-
-
-def replicable_schedules() -> list[str]:
-    """Registered schedules that can run with ``stage_replicas`` (one chunk per stage)."""
-    return sorted(n for n, s in SCHEDULES.items() if s.chunks == 1 and s.placement == "loop")
-
-
-class ReplicaLayout:
-    """Device numbering of a pipeline with ``replicas[s]`` GPUs on stage s (tp = 1).
-
-    Offers the part of :class:`~clustersim.parallel.plan.Plan`'s interface that
-    :func:`.compiler.emit_pass` and result building use (``device``, ``coords``, ``node``,
-    ``tp``, ``pp``, ``num_devices``)."""
-
-    tp = 1
-
-    def __init__(self, replicas: list[int] | tuple[int, ...], gpus_per_node: int):
-        self.replicas = tuple(replicas)
-        self.pp = len(self.replicas)
-        self.gpus_per_node = gpus_per_node
-        self.first = (0, *accumulate(self.replicas))  # first device of each stage, and the total
-
-    @property
-    def num_devices(self) -> int:
-        return self.first[-1]
-
-    def device(self, stage: int, replica: int = 0, tp_rank: int = 0) -> int:
-        """The device of ``replica`` of ``stage``."""
-        return self.first[stage] + replica
-
-    def coords(self, device: int) -> tuple[int, int, int]:
-        """(stage, replica, tp_rank = 0) of a device."""
-        stage = bisect_right(self.first, device) - 1
-        return stage, device - self.first[stage], 0
-
-    def coords_of(self, devices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:meth:`coords` of every device in the array ``devices``."""
-        stage = np.searchsorted(self.first, devices, side="right") - 1
-        return stage, devices - np.asarray(self.first)[stage], np.zeros_like(devices)
-
-    def node(self, device: int) -> int:
-        """The server a device sits in (elementwise for an array of devices)."""
-        return device // self.gpus_per_node
-
-    def replica_of(self, stage: int, j: int) -> int:
-        """The replica of ``stage`` that runs (run-wide) micro-batch ``j``: round robin."""
-        return j % self.replicas[stage]
-
-    def group(self, stage: int) -> tuple[int, ...]:
-        """The stage's replicas: its gradient all-reduce group."""
-        return tuple(range(self.first[stage], self.first[stage + 1]))
+from ...errors import ProgramError
+from ...parallel.replica_layout import ReplicaLayout
+from ...program import COLLECTIVE, COMPUTE, Op, Program
+from ...schedules.orders import run_orders
+from ...schedules.registry import Schedule, replicable_schedules
+from ...workload.pass_costs import pass_memory, pass_transfers, stage_static_memory
+from ...workload.stage_cost import StageCost
+from ..pipeline.passes import emit_pass
 
 
 def merged_updates(schedule: Schedule, order: list[tuple[str, int, int]], r: int, m: int) -> dict[int, tuple]:
@@ -122,7 +68,7 @@ def compile_replicated(
     orders = run_orders(schedule, p, m, 1, iterations)
     prog = Program(layout.num_devices)
     for dev in range(layout.num_devices):
-        prog.static_memory[dev] = stage_static_memory(schedule, [costs[layout.coords(dev)[0]]])
+        prog.static_memory[dev] = stage_static_memory(schedule.weights, [costs[layout.coords(dev)[0]]])
     passes: dict[tuple, tuple[Op, Op]] = {}
     for s, order in enumerate(orders):
         updates = merged_updates(schedule, order, layout.replicas[s], m)

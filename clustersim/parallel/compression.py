@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import networkx as nx
 
 from ..errors import ScenarioError
-from ..program import COMPUTE, Op, Program
 from ..topology import build_topology
 from ..topology.graph import gpu_names
 from ..topology.wan import gpu_sites
@@ -81,35 +80,3 @@ def check_even_domains(spec, cluster, plan) -> None:
                     f"compressed all-reduce needs the same number in each {where}; accepted: all, or a "
                     f"plan/cluster that does",
                 )
-
-
-def coded_activation_bytes(
-    codec: Compression | None,
-    schedule,
-    plan,
-    s: int,
-    r: int,
-    t: int,
-    transfers: tuple[tuple[int, int] | None, ...],
-) -> tuple[int, int]:
-    """(bytes decompressed before, bytes compressed after) a pass on the device of (s, r, t)
-    whose (received, sent) are ``transfers`` (:func:`.compiler.pass_transfers`): a transfer's
-    bytes where its neighbour chunk sits on another stage across a compressed link, else 0."""
-    if codec is None:
-        return 0, 0
-    here = plan.device(s, r, t)
-
-    def coded(transfer: tuple[int, int] | None) -> int:
-        if transfer is None:
-            return 0
-        chunk, nbytes = transfer
-        to = schedule.stage_of(chunk, plan.pp)
-        return nbytes if to != s and codec.crosses(here, plan.device(to, r, t)) else 0
-
-    received, sent = transfers
-    return coded(received), coded(sent)
-
-
-def emit_codec(prog: Program, dev: int, name: str, seconds: float, deps: tuple[int, ...], **labels) -> Op:
-    """A (de)compression kernel of ``seconds`` on ``dev``'s compute lane, after ``deps``."""
-    return prog.add(dev, "compute", COMPUTE, name, duration=seconds, deps=deps, **labels)

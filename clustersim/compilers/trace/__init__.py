@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..program import Program
-from ..resolve import Job
-from .base import MODES, ModeReport, TrainingMode
+from ...program import Program
+from ...resolve import Job
+from ..base import MODES, ModeReport, TrainingMode
 
 
 class TraceMode(TrainingMode):

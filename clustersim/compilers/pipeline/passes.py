@@ -1,0 +1,247 @@
+"""One pass of the pipeline compiler: a pass's segments as ops on one GPU.
+
+:func:`emit_pass` emits the segments of one pass (F, B or W of a micro-batch on a model
+chunk, :func:`clustersim.workload.pass_costs.pass_segments`) on the device of (stage,
+replica, TP rank); :class:`SegmentEmitter` turns each segment into its ops — a compute
+kernel, a TP or CP collective, an expert group's collective, ring attention or a TP
+collective pipelined with its GEMM — and :func:`attach_memory` puts the pass's memory on
+its first and last op. The stage emitter (:mod:`.stages`) calls these for every pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from ...parallel.plan import Plan
+from ...program import COLLECTIVE, COMPUTE, EP_LANE, Op, Program
+from ...workload.pass_costs import pass_segments
+from ...workload.stage_cost import StageCost
+from .context_parallel import emit_ring
+from .tp_overlap import emit_overlap
+
+
+def emit_pass(
+    prog: Program,
+    plan: Plan,
+    cost: StageCost,
+    phase: str,
+    stage: int,
+    r: int,
+    t: int,
+    mb: int,
+    it: int,
+    *,
+    split: bool = False,
+    name: str | None = None,
+    version: int = -1,
+    alloc: int | None = None,
+    free: int | None = None,
+    stash: int = 0,
+    fold: bool = False,
+    after: Op | None = None,
+    received: bool = False,
+) -> tuple[Op, Op]:
+    """Emit one pass (its segments) on the device of (stage, r, t); return (first, last) op.
+
+    ``split``: the backward is the input-gradient part only (a W pass follows). ``after``:
+    the previous pass's last op on this GPU, which the first segment waits for (kernels and
+    TP collectives share one stream in Megatron-LM). ``alloc``
+    bytes are allocated when the first segment starts and ``free`` released when the last
+    ends (default: a forward allocates and a backward frees the activation memory);
+    ``stash`` of them are a stashed weight version (a pass allocates or frees, not both).
+    ``received``: the pass consumes another stage's tensor, all-gathered first over the
+    TP group when ``cost.recv_gather`` says so (training.fixed_costs)."""
+    emit = SegmentEmitter(prog, plan, stage, r, t, it, name or f"{phase}{mb}", version, fold)
+    first, last = None, after  # a pass starts after the previous pass on this GPU, its collectives included
+    deps = (last.id,) if last is not None else ()
+    segs = pass_segments(cost, phase, split, received)
+    k = 0
+    while k < len(segs):
+        # a compute segment marked ``overlap`` runs beside its neighbouring collective (the
+        # shared expert beside the token all-to-alls): both wait for what came before, and
+        # what follows waits for both (never at a pass's end)
+        n = 2 if k + 2 < len(segs) and _overlapping(segs[k], segs[k + 1]) else 1
+        ends: tuple[int, ...] = ()
+        for i in range(k, k + n):
+            # ``more``: further ops the next segment waits for (a bulk overlap's collective, a ring's last recv)
+            head, op, more = emit.segment(segs[i], i, deps, phase, mb)
+            first = first or head
+            ends += (op.id,) + more
+            if n == 1 or op.kind == COMPUTE:
+                last = op
+        deps = ends
+        k += n
+    if len(deps) > 1:  # the pass ends once the overlapped collective (or a ring's last recv) has too
+        last = emit.join(last, deps[1:], phase, mb)
+    attach_memory(first, last, cost, phase, alloc, free, stash)
+    return first, last
+
+
+@dataclass(frozen=True)
+class SegmentEmitter:
+    """Emits the ops of a pass's segments on the device of (stage, r, t), labelled ``name``."""
+
+    prog: Program
+    plan: Plan
+    stage: int
+    r: int
+    t: int
+    it: int
+    name: str
+    version: int
+    fold: bool
+    #: (expert group kind) → (this GPU's group, the stage's other groups when folded), shared
+    #: by the passes of a GPU that pass it in
+    experts: dict = field(default_factory=dict)
+
+    @cached_property
+    def dev(self) -> int:
+        return self.plan.device(self.stage, self.r, self.t)
+
+    @cached_property
+    def group(self) -> tuple[int, ...]:
+        """The GPU's TP group."""
+        return tuple(self.plan.device(self.stage, self.r, q) for q in range(self.plan.tp))
+
+    def expert(self, kind: str) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+        """This GPU's expert group of ``kind`` and, folded, the stage's other groups of that
+        kind (which run the same collective alongside)."""
+        if kind not in self.experts:
+            group = self.plan.expert_group(self.dev, kind)
+            others = self.plan.expert_groups(self.stage, kind) if self.fold else ()
+            self.experts[kind] = (group, tuple(g for g in others if g != group))
+        return self.experts[kind]
+
+    def _labels(self, phase: str, mb: int) -> dict:
+        return {
+            "stage": self.stage,
+            "microbatch": mb,
+            "phase": phase,
+            "iteration": self.it,
+            "version": self.version,
+        }
+
+    def segment(
+        self, seg, k: int, deps: tuple[int, ...], phase: str, mb: int
+    ) -> tuple[Op, Op, tuple[int, ...]]:
+        """(first op, last op, ops the next segment must also wait for) of segment ``k``: a
+        compute kernel (an expert-parallel rank's own experts' work where the ranks differ),
+        a TP or CP collective, an expert group's collective on the ``ep`` lane (the MoE
+        dispatch/combine), ring attention, or a TP collective pipelined with its GEMM in
+        chunks on both lanes (:mod:`.tp_overlap`)."""
+        dev, group = self.dev, self.group
+        labels = self._labels(phase, mb)
+
+        def compute(duration: float, flops: float, deps: tuple[int, ...], label: str = self.name) -> Op:
+            return self.prog.add(
+                dev, "compute", COMPUTE, label, duration=duration, flops=flops, deps=deps, **labels
+            )
+
+        def collective(
+            label: str,
+            kind: str,
+            nbytes: int,
+            deps,
+            tag: str,
+            algorithm: str = "auto",
+            lane: str = "tp",
+            members=group,
+        ) -> Op:
+            return self.prog.add(
+                dev,
+                lane,
+                COLLECTIVE,
+                label,
+                nbytes=nbytes,
+                deps=deps,
+                group=members,
+                collective=kind,
+                algorithm=algorithm,
+                tag=tag,
+                arrivals=1 if self.fold else 0,
+                **labels,
+            )
+
+        tag = f"tp it{self.it} s{self.stage} r{self.r} {self.name} #{k}"
+        plan, st, r, t = self.plan, self.stage, self.r, self.t
+        if seg.kind == "compute":  # an expert-parallel rank runs its own experts' work
+            work = seg.ranks[plan.expert_rank(dev)] if seg.ranks else (seg.duration, seg.flops)
+            op = compute(*work, deps, f"{seg.name} {self.name}" if seg.name else self.name)
+            return op, op, ()
+        if seg.kind == "collective" and seg.group == "cp":  # Ulysses: over this rank's CP group
+            cp_tag = f"cp it{self.it} s{st} r{r // plan.cp} t{t} {self.name} #{k}"
+            members = plan.cp_ring(st, r, t)
+            op = collective(seg.name, seg.collective, seg.nbytes, deps, cp_tag, lane="cp", members=members)
+            return op, op, ()
+        if seg.kind == "collective" and seg.group == "tp":
+            op = collective(seg.name or f"tp {seg.collective}", seg.collective, seg.nbytes, deps, tag)
+            return op, op, ()
+        if seg.kind == "collective":  # over an expert group (ep, etp, tp_ep)
+            op = _expert_collective(
+                self.prog, seg, k, dev, self.expert(seg.group), self.name, self.fold, deps, labels
+            )
+            return op, op, ()
+        if seg.kind == "ring":  # ring attention: per-step chunks and K/V transfers around the CP ring
+            ring_tag = f"ring it{self.it} s{st} r{r // plan.cp} t{t} {self.name} #{k}"
+            return emit_ring(self.prog, dev, seg, plan.cp_ring(st, r, t), self.name, ring_tag, deps, **labels)
+        return emit_overlap(seg, deps, compute, collective, tag)
+
+    def join(self, last: Op, extra: tuple[int, ...], phase: str, mb: int) -> Op:
+        """A zero-time op after ``last`` and ``extra``: where a pass ends when an overlapped
+        collective outlasts its last kernel."""
+        return self.prog.add(
+            self.dev,
+            "compute",
+            COMPUTE,
+            f"{self.name} join",
+            duration=0.0,
+            flops=0.0,
+            deps=(last.id,) + extra,
+            **self._labels(phase, mb),
+        )
+
+
+def attach_memory(first: Op, last: Op, cost: StageCost, phase: str, alloc, free, stash: int) -> None:
+    """``alloc`` bytes taken when a pass's ``first`` op starts, ``free`` released when its
+    ``last`` ends (None: a forward allocates, a backward frees the activation memory);
+    ``stash`` of them a stashed weight version (a pass allocates or frees, not both)."""
+    if alloc is None:
+        alloc = cost.activation_memory if phase == "F" else 0
+    if free is None:
+        free = cost.activation_memory if phase == "B" else 0
+    first.mem_alloc += alloc
+    last.mem_free += free
+    if alloc:
+        first.stash_alloc += stash
+    else:
+        last.stash_free += stash
+
+
+def _overlapping(a, b) -> bool:
+    """Whether segments ``a`` and ``b`` run side by side (one collective, one overlapped compute)."""
+    return (a.overlap and b.kind == "collective") or (a.kind == "collective" and b.overlap)
+
+
+def _expert_collective(prog, seg, k, dev, groups, name, fold, deps, labels) -> Op:
+    """Segment k of a pass on ``dev``, a collective over an expert group (``groups``: the
+    group and, folded, the stage's other groups of its kind — :meth:`SegmentEmitter.expert`), on
+    the :data:`~clustersim.program.EP_LANE`; its members sit in other replicas, so the tag
+    names the group by its first device."""
+    group, shadows = groups
+    nbytes = sum(seg.matrix[group.index(dev)]) if seg.matrix else seg.nbytes  # an all-to-all-v: its row
+    return prog.add(
+        dev,
+        EP_LANE,
+        COLLECTIVE,
+        seg.name,
+        nbytes=nbytes,
+        deps=deps,
+        group=group,
+        split=seg.matrix,
+        shadows=shadows,
+        collective=seg.collective,
+        tag=f"{seg.group} it{labels['iteration']} s{labels['stage']} g{group[0]} {name} #{k}",
+        arrivals=1 if fold else 0,
+        **labels,
+    )

@@ -1,0 +1,152 @@
+"""The resolved ``parallel.data_parallel`` options and the bucket arithmetic they imply.
+
+:class:`DataParallel` is what the pipeline compiler's data-parallel emitter
+(:mod:`clustersim.compilers.pipeline.data_parallel`, which describes the traffic) and the
+estimates read; the helpers cut a chunk's gradients and parameters into buckets and
+pieces and split a data-parallel group for HSDP; :func:`grad_stats_group` is the group of a
+step's scalar all-reduces (:mod:`clustersim.compilers.pipeline.step_work`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ProgramError, ScenarioError
+from ..workload.memory_model import DTYPE_BYTES
+
+#: Megatron-Core's default bucket with overlap_grad_reduce: max(40M, 1M·dp) parameters
+#: (megatron/core/distributed/distributed_data_parallel_config.py, ``bucket_size``)
+MCORE_BUCKET_PARAMS, MCORE_BUCKET_PARAMS_PER_DP = 40_000_000, 1_000_000
+
+
+@dataclass(frozen=True)
+class DataParallel:
+    """The resolved ``parallel.data_parallel`` options (see :mod:`clustersim.scenario.schema`)."""
+
+    overlap_grad_reduce: bool = False
+    bucket_size: int | None = None
+    first_bucket_size: int | None = None
+    sharded: bool = False
+    overlap_param_gather: bool = False
+    fsdp: bool = False
+    unit: int = 1
+    reshard_after_forward: bool = True
+    prefetch: int = 1
+    shard_group: int | None = None
+    parameters: int = 1
+    every_micro_batch: bool = False
+
+    @classmethod
+    def of(cls, parallel, dp: int) -> DataParallel | None:
+        """The options of a scenario's ``parallel`` section with ``dp`` replicas; None
+        when ``data_parallel`` is unset (today's single all-reduce)."""
+        spec = parallel.data_parallel
+        if spec is None:
+            return None
+        bucket = spec.bucket_size
+        if bucket is None and spec.overlap_grad_reduce:
+            params = max(MCORE_BUCKET_PARAMS, MCORE_BUCKET_PARAMS_PER_DP * dp)
+            bucket = params * DTYPE_BYTES[spec.grad_reduce_dtype]
+        return cls(
+            overlap_grad_reduce=spec.overlap_grad_reduce,
+            bucket_size=None if bucket is None else int(bucket),
+            first_bucket_size=None if spec.first_bucket_size is None else int(spec.first_bucket_size),
+            sharded=parallel.zero in (1, 2) or spec.distributed_optimizer,
+            overlap_param_gather=spec.overlap_param_gather,
+            fsdp=parallel.zero == 3,
+            unit=spec.fsdp_unit,
+            reshard_after_forward=spec.reshard_after_forward,
+            prefetch=spec.prefetch,
+            shard_group=spec.shard_group_size,
+            parameters=spec.parameters_per_layer,
+            every_micro_batch=spec.reduce_every_micro_batch and parallel.zero != 3,
+        )
+
+
+def check_data_parallel(spec, dp: int) -> None:
+    """Refuse ``parallel.data_parallel`` settings that cannot run (field, value, accepted)."""
+    par, opts = spec.parallel, spec.parallel.data_parallel
+    for name, other in (
+        ("gradient_compression", par.gradient_compression),
+        ("parameter_server", par.parameter_server),
+        ("stage_replicas", par.stage_replicas),
+    ):
+        if other is not None:
+            raise ScenarioError(f"parallel.{name}", "set", "not with parallel.data_parallel; accepted: unset")
+    if par.dp_split != "even":
+        raise ScenarioError(
+            "parallel.dp_split", par.dp_split, "replicas of parallel.data_parallel run alike; accepted: even"
+        )
+    g = opts.shard_group_size
+    if g is not None and (par.zero != 3 or dp % g):
+        raise ScenarioError(
+            "parallel.data_parallel.shard_group_size",
+            g,
+            f"HSDP needs parallel.zero: 3 and a divisor of dp = {dp}",
+        )
+
+
+def buckets(layer_bytes: tuple[int, ...], size: int | None, first: int | None = None) -> list[list[int]]:
+    """Layer indices per bucket: filled last layer first, a bucket closing once it holds
+    ``size`` bytes (None: one bucket of all) — the first once it holds ``first`` bytes
+    when given (PyTorch DDP's small first bucket)."""
+    out, cur, held = [], [], 0
+    for layer in reversed(range(len(layer_bytes))):
+        cur.append(layer)
+        held += layer_bytes[layer]
+        cap = first if first is not None and not out else size
+        if cap is not None and held >= cap:
+            out.append(cur)
+            cur, held = [], 0
+    if cur:
+        out.append(cur)
+    return out
+
+
+def parameter_pieces(layer_bytes, layers, parameters: int) -> list[int]:
+    """The bytes of each separately gathered parameter of ``layers`` (model order):
+    ``parameters`` equal pieces per layer (DeepSpeed ZeRO-3 gathers each weight matrix on
+    its own), or with one, the unit's flat parameter (FSDP: one collective per unit)."""
+    if parameters == 1:
+        return [sum(int(layer_bytes[layer]) for layer in layers)]
+    out = []
+    for layer in layers:
+        base, rem = divmod(int(layer_bytes[layer]), parameters)
+        out += [base + (1 if i < rem else 0) for i in range(parameters)]
+    return out
+
+
+def fill_buckets(sizes: list[int], cap: int | None) -> list[int]:
+    """Bytes per bucket of parameters ``sizes`` in the order they are reduced, by
+    DeepSpeed's rule: a bucket holding something is reduced before a parameter that would
+    take it past ``cap`` joins (stage3.py ``reduce_independent_p_g_buckets_and_remove_grads``);
+    None: one bucket."""
+    out = [0]
+    for size in sizes:
+        if cap is not None and out[-1] and out[-1] + size > cap:
+            out.append(0)
+        out[-1] += size
+    return out
+
+
+def hsdp_groups(group: tuple[int, ...], dev: int, g: int | None) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(shard group, replicate group) of ``dev`` in DP ``group``: g consecutive members
+    shard; members at the same place in each shard group replicate (g None: all shard)."""
+    g = g or len(group)
+    if len(group) % g:
+        raise ProgramError(f"shard_group_size {g} does not divide the data-parallel group of {len(group)}")
+    i = group.index(dev)
+    start = i - i % g
+    return group[start : start + g], group[i % g :: g]
+
+
+#: bytes of the scalar each step's found-inf and norm all-reduces move (one fp32)
+SCALAR_BYTES = 4
+
+
+def grad_stats_group(plan, r: int, sharded: bool) -> tuple[int, ...]:
+    """The devices the step's scalar all-reduces span: replica ``r``'s model-parallel group
+    (every stage, every TP rank), or every device with a sharded (distributed) optimizer."""
+    if sharded:
+        return tuple(range(plan.num_devices))
+    return tuple(plan.device(s, r, t) for s in range(plan.pp) for t in range(plan.tp))
