@@ -35,6 +35,7 @@ _LAZY = {
     "load_result": ".trace.bundle",
     "load_scenario": ".scenario",
     "register_schedule": ".schedules",
+    "resolve_scenario": ".simulate",
     "search": ".experiments",
     "simulate": ".simulate",
     "sweep": ".experiments",

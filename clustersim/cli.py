@@ -206,12 +206,13 @@ def cmd_list(args) -> int:
     from .network.factory import DIRECT_DESCRIPTION, NETWORK_MODELS
     from .schedules import SCHEDULES
     from .topology import TOPOLOGIES
-    from .workload.calibration import calibration_note
+    from .workload.calibration import calibration_status
     from .workload.hf_config import hf_config_table
     from .workload.model_presets import model_preset_table
 
     sections = {
-        "GPUs": [(name, f"{desc}; kernels: {calibration_note(name)}") for name, desc in GPUS.table()],
+        # each GPU says whether its kernel efficiencies are its own or borrowed (a transfer)
+        "GPUs": [(name, f"{line}; {calibration_status(name)}") for name, line in GPUS.table()],
         "schedules": SCHEDULES.table(),
         "network models": [*NETWORK_MODELS.table(), ("direct", DIRECT_DESCRIPTION)],
         "topologies": TOPOLOGIES.table(),

@@ -55,6 +55,13 @@ class ScenarioWarning(UserWarning):
         super().__init__(f"{field}: {short_repr(value)} {hint}")
 
 
+class CalibrationTransfer(ScenarioWarning):
+    """A catalog GPU without kernel measurements of its own is priced with the efficiencies
+    of the nearest calibrated GPU, applied to its own datasheet peaks
+    (:func:`clustersim.workload.calibration.calibrated_as`): valid, but its compute times
+    are a transfer, not a fit."""
+
+
 class ProgramError(ClusterSimError):
     """A Program (the IR) is malformed: missing dependency, cycle, unmatched send/recv."""
 

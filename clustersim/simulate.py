@@ -15,7 +15,7 @@ from typing import Any
 
 import simpy
 
-from .compilers import compile_job, mode_of, name_cycle
+from .compilers import check_job, compile_job, mode_of, name_cycle
 from .compilers.pipeline.replicas import ReplicatedRun
 from .engine.collector import collector_paused
 from .engine.dag import choose_evaluator
@@ -50,7 +50,7 @@ def compile_scenario(sc: Scenario, fold: bool | None = None) -> Program:
 
     ``fold``: None applies ``simulation.fold``; True folds whenever folding is exact
     (tools that only need one GPU per stage, e.g. the memory estimate)."""
-    return compile_job(resolve(sc), fold)
+    return compile_job(resolve_scenario(sc), fold)
 
 
 def export_chakra(
@@ -83,7 +83,16 @@ def simulate(scenario: Scenario | str | Path | dict[str, Any], progress: bool | 
 
         return simulate_job(sc, run_job, progress)
     with collector_paused():  # resolving too: the Job's costs live as long as the run (engine/collector.py)
-        return run_job(resolve(sc), progress)
+        return run_job(resolve_scenario(sc), progress)
+
+
+def resolve_scenario(scenario: Scenario | str | Path | dict[str, Any]) -> Job:
+    """The checked Job of a single-job scenario (a Scenario, a YAML path or a dict): resolved
+    (:func:`clustersim.resolve.resolve`), then refused by the compiler that would run it
+    where it cannot (:func:`clustersim.compilers.check_job`) — what :func:`simulate` does
+    before it estimates, compiles or runs anything. The scenario's own field rules ran at
+    load (:func:`clustersim.load_scenario`)."""
+    return check_job(resolve(load_scenario(scenario)))
 
 
 def run_job(job: Job, progress: bool | str = False) -> Result:

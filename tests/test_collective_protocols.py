@@ -8,7 +8,7 @@ import pytest
 import simpy
 
 import clustersim as cs
-from clustersim.collectives import run_collective
+from clustersim.collectives import Shape, Tuning, run_collective
 from clustersim.collectives.group import Group
 from clustersim.collectives.protocol import SIMPLE, Protocol, choose, resolve_protocols
 from clustersim.collectives.registry import estimate_time, plan
@@ -25,7 +25,7 @@ def _fabric(env):
 
 
 def _ring(n: int, s: float, alpha: float) -> float:
-    return estimate_time("all_reduce", "ring", n, s, B, alpha + LAT)
+    return estimate_time("all_reduce", "ring", Shape(n, B, alpha + LAT), s)
 
 
 def test_choice_is_the_least_latency_plus_wire_time():
@@ -45,7 +45,7 @@ def test_fabric_run_is_latency_plus_the_schedule_on_wire_bytes():
     members = [f"gpu{i}" for i in range(4)]
     s = 2**16  # LL: 5 µs + the ring on 2S bytes
     proc = env.process(
-        run_collective(env, _fabric(env), "all_reduce", members, s, "ring", 0.0, protocols=TABLE)
+        run_collective(env, _fabric(env), "all_reduce", members, s, "ring", Tuning(0.0, protocols=TABLE))
     )
     env.run(proc)
     assert env.now == pytest.approx(5e-6 + _ring(4, 2 * s, 0.0), rel=1e-9)
@@ -57,7 +57,9 @@ def test_analytical_plan_equals_the_fabric_time():
     fabric = _fabric(env)
     members = [f"gpu{i}" for i in range(4)]
     name, proto, t = plan(Group(env, fabric, members, 0.0, protocols=TABLE), "all_reduce", s, "ring")
-    proc = env.process(run_collective(env, fabric, "all_reduce", members, s, "ring", 0.0, protocols=TABLE))
+    proc = env.process(
+        run_collective(env, fabric, "all_reduce", members, s, "ring", Tuning(0.0, protocols=TABLE))
+    )
     env.run(proc)
     assert (name, proto.name) == ("ring", "simple") and env.now == pytest.approx(t, rel=1e-9)
     assert t == pytest.approx(50e-6 + _ring(4, s, 0.0), rel=1e-12)
@@ -72,7 +74,9 @@ def test_without_protocols_the_cost_is_the_pure_alpha_beta_form():
 
 def test_one_member_pays_no_protocol_latency():
     env = simpy.Environment()
-    proc = env.process(run_collective(env, _fabric(env), "all_reduce", ["gpu0"], 2**20, protocols=TABLE))
+    proc = env.process(
+        run_collective(env, _fabric(env), "all_reduce", ["gpu0"], 2**20, tuning=Tuning(protocols=TABLE))
+    )
     env.run(proc)
     assert env.now == 0.0
 

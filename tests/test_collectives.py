@@ -7,7 +7,7 @@ import math
 import pytest
 import simpy
 
-from clustersim.collectives import ALGORITHMS, run_collective
+from clustersim.collectives import ALGORITHMS, Options, Tuning, run_collective
 from clustersim.network import DirectFabric, PacketFabric
 from clustersim.record import Recorder
 from clustersim.topology import build_topology
@@ -30,7 +30,9 @@ def run(fabric_of, kind, n, nbytes, algorithm, alpha, **kw):
     env = simpy.Environment()
     fabric = fabric_of(env)
     members = [f"gpu{i}" for i in range(n)]
-    proc = env.process(run_collective(env, fabric, kind, members, nbytes, algorithm, alpha, **kw))
+    proc = env.process(
+        run_collective(env, fabric, kind, members, nbytes, algorithm, Tuning(alpha), Options(**kw))
+    )
     env.run(proc)
     return env.now, proc.value
 

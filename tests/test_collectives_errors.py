@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import simpy
 
-from clustersim.collectives import ALGORITHMS, run_collective
+from clustersim.collectives import ALGORITHMS, Options, Tuning, run_collective
 from clustersim.errors import ScenarioError
 from clustersim.network import DirectFabric, PacketFabric
 from clustersim.record import Recorder
@@ -27,7 +27,8 @@ def packet_fabric(env, n=4, nodes=1):
 def call(members, kind="all_reduce", algorithm="auto", fabric=None, **kw):
     env = simpy.Environment()
     fabric = fabric(env) if fabric else packet_fabric(env)
-    env.run(env.process(run_collective(env, fabric, kind, members, kw.pop("nbytes", 1024), algorithm, **kw)))
+    nbytes, tuning = kw.pop("nbytes", 1024), Tuning(kw.pop("alpha", None))
+    env.run(env.process(run_collective(env, fabric, kind, members, nbytes, algorithm, tuning, Options(**kw))))
 
 
 def error_of(*args, **kw) -> ScenarioError:

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import simpy
 
-from clustersim.collectives import ALGORITHMS, Group, estimate_time, run_collective
+from clustersim.collectives import ALGORITHMS, Group, Tuning, estimate_time, run_collective
 from clustersim.collectives.bench import measure
 from clustersim.collectives.registry import per_host
 from clustersim.network import PacketFabric
@@ -65,8 +65,8 @@ def test_auto_considers_hierarchical_only_across_hosts():
     assert not ps.in_auto(8, per_host(one)) and not ps.in_auto(16, per_host(two))
     # why: with one host, 2(m−1)(α + S/(mB)) is the ring's 2(n−1)α + 2(n−1)/n·S/B (m = n)
     shape = one.shape()
-    assert estimate_time("all_reduce", "hierarchical", 8, 64 * MiB, **shape) == pytest.approx(
-        estimate_time("all_reduce", "ring", 8, 64 * MiB, **shape), rel=1e-12
+    assert estimate_time("all_reduce", "hierarchical", shape, 64 * MiB) == pytest.approx(
+        estimate_time("all_reduce", "ring", shape, 64 * MiB), rel=1e-12
     )
 
 
@@ -107,7 +107,7 @@ def test_a_call_run_again_from_its_recipe_runs_as_freshly_built(algorithm, laten
         fabric = PacketFabric(env, rec, graph, chunk_size=MiB)
 
         def prepare():
-            return prepare_collective(env, fabric, kind, members, 8 * MiB, algorithm, 2e-6, latency=latency)
+            return prepare_collective(env, fabric, kind, members, 8 * MiB, algorithm, Tuning(2e-6, latency))
 
         call, out = prepare(), []
 

@@ -120,11 +120,9 @@ def test_all_to_all_across_nodes_equals_its_alpha_beta_form():
     shape = group.shape()
 
     def direct(w):
-        return max(
-            shape["alpha"] + 7 / 16 * w / shape["bw"], shape["alpha_inter"] + 8 / 16 * w / shape["bw_inter"]
-        )
+        return max(shape.alpha + 7 / 16 * w / shape.bw, shape.alpha_inter + 8 / 16 * w / shape.bw_inter)
 
-    assert direct(S) == pytest.approx(estimate_time("all_to_all", "direct", 16, S, **shape), rel=1e-15)
+    assert direct(S) == pytest.approx(estimate_time("all_to_all", "direct", shape, S), rel=1e-15)
     protocols = resolve_protocols(sc.cluster.collective_protocols)
     # the wire bytes go out as 16 whole-byte shards, the largest rounded up
     expected = min(p.latency + direct(16 * math.ceil(p.wire_bytes(S) / 16)) for p in protocols)

@@ -17,6 +17,7 @@ from clustersim.network import (
     NETWORK_MODELS,
     AnalyticalFabric,
     DirectFabric,
+    FabricOptions,
     PacketFabric,
     build_fabric,
 )
@@ -31,7 +32,7 @@ MiB = 1 << 20
 def run_flows(graph, flows, kind="packet", chunk_size=None):
     """Start ``flows`` = [(src, dst, nbytes[, start_s])]; return (finish times, spans, fabric)."""
     env, rec = simpy.Environment(), Recorder()
-    fabric = build_fabric(kind, env, rec, graph, chunk_size=chunk_size)
+    fabric = build_fabric(kind, env, rec, graph, FabricOptions(chunk_size))
     finish = [None] * len(flows)
 
     def start(i, src, dst, nbytes, at):
@@ -240,8 +241,8 @@ def test_same_inputs_same_spans_and_labels_do_not_change_timing():
 def test_factory_builds_each_model_and_rejects_unknown_ones():
     g = build_topology(chain(2))
     env, rec = simpy.Environment(), Recorder()
-    assert isinstance(build_fabric("packet", env, rec, g, chunk_size=4096), PacketFabric)
-    assert build_fabric("packet", env, rec, g, chunk_size=4096).chunk_size == 4096
+    assert isinstance(build_fabric("packet", env, rec, g, FabricOptions(4096)), PacketFabric)
+    assert build_fabric("packet", env, rec, g, FabricOptions(4096)).chunk_size == 4096
     assert isinstance(build_fabric("analytical", env, rec, g), AnalyticalFabric)
     assert isinstance(build_fabric(None, env, rec, g), PacketFabric)
     with pytest.raises(ScenarioError) as info:
@@ -251,7 +252,7 @@ def test_factory_builds_each_model_and_rejects_unknown_ones():
         == f"simulation.network: 'fluid' is invalid; known network models: {', '.join(NETWORK_MODELS)}"
     )
     with pytest.raises(ScenarioError) as info:
-        build_fabric("packet", env, rec, g, chunk_size=0)
+        build_fabric("packet", env, rec, g, FabricOptions(0))
     assert info.value.field == "simulation.chunk_size"
 
 

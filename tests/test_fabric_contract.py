@@ -35,3 +35,25 @@ def test_every_network_model_keeps_the_fabric_contract(kind):
     for (dst, nbytes), took in zip((("gpu1", 1 << 20), ("gpu5", 3 << 20)), ends, strict=True):
         latency, bottleneck = fabric.router.cost("gpu0", dst)
         assert took >= (latency + nbytes / bottleneck) * (1 - 1e-12)
+
+
+def test_a_model_receives_the_scenarios_typed_options(monkeypatch):
+    """A network model is built from the scenario's typed options (``simulation.chunk_size``,
+    ``simulation.max_chunks``), not the raw dict: a registered model sees what the file says."""
+    import clustersim as cs
+    from clustersim.network.analytical import AnalyticalFabric
+    from clustersim.network.base import FabricOptions
+    from clustersim.plugins import Plugin
+
+    seen: list[FabricOptions] = []
+
+    def build(env, recorder, graph, options):
+        seen.append(options)
+        return AnalyticalFabric(env, recorder, graph)
+
+    monkeypatch.setitem(NETWORK_MODELS, "spy", Plugin("spy", "records its options", factory=build))
+    sc = cs.load_scenario("scenarios/synthetic-4stage-1f1b.yaml").with_overrides(
+        {"simulation.network": "spy", "simulation.chunk_size": "256 KiB", "simulation.max_chunks": 7}
+    )
+    cs.simulate(sc, progress=False)
+    assert seen and set(seen) == {FabricOptions(256 * 1024, 7)}

@@ -173,7 +173,7 @@ def _ring(raw: dict, group: list[int], nbytes: float, steps: int) -> float:
     shape = Group(env, fabric, [f"gpu{d}" for d in group], job.cluster.collective_alpha).shape()
     n = len(group)
     return min(
-        p.latency + steps * (shape["alpha"] + p.wire_bytes(nbytes) / (n * shape["bw"]))
+        p.latency + steps * (shape.alpha + p.wire_bytes(nbytes) / (n * shape.bw))
         for p in resolve_protocols(job.cluster.collective_protocols)
     )
 

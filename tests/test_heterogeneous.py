@@ -230,10 +230,11 @@ def test_pipedream_planner_gives_slower_gpus_fewer_layers():
 
 def test_search_balances_stages_and_splits_batches_on_mixed_clusters():
     from clustersim.experiments import search
+    from clustersim.experiments.plan_search import Execution, SearchSpace
 
     raw = _mixed([1.0, 1.0, 0.5, 0.5], p=1, total_mb=8)  # 2 fast nodes, then 2 half-speed ones
     raw["model"]["layers"] = 6  # 1 ms forward + 2 ms backward per layer on a fast GPU
-    result = search(raw, schedules=["1f1b"], progress=False)
+    result = search(raw, space=SearchSpace(schedules=["1f1b"]), execution=Execution(progress=False))
     table = result.table.set_index("parallel.pp")
     assert table.loc[2, "parallel.partition"] == "balanced" and table.loc[2, "parallel.dp_split"] == "speed"
     assert table.loc[1, "parallel.dp_split"] == "speed" and (table["status"] == "ok").all()

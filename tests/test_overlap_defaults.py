@@ -4,8 +4,7 @@ where a framework profile overlaps something) and the megatron_core profile's TP
 import pytest
 
 import clustersim as cs
-from clustersim.hardware.gpus import GPUS
-from clustersim.hardware.interference import COMM_SMS, SM_COUNTS, default_slowdown
+from clustersim.hardware.interference import default_slowdown
 
 
 def _gpt(framework=None, gpu="A100-SXM4-80GB", cluster=None, **parallel):
@@ -18,13 +17,6 @@ def _gpt(framework=None, gpu="A100-SXM4-80GB", cluster=None, **parallel):
     if framework:
         raw["training"]["framework"] = framework
     return raw
-
-
-def test_every_catalog_gpu_has_an_sm_count_with_its_source():
-    assert set(SM_COUNTS) == set(GPUS)
-    for gpu, (sms, source) in SM_COUNTS.items():
-        assert sms > COMM_SMS and str(sms) in source
-        assert default_slowdown(gpu) == sms / (sms - COMM_SMS)
 
 
 def test_the_rule_is_a_floor_below_the_measured_mean():

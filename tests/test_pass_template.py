@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from clustersim.coarsen import coarsen
 from clustersim.compilers.pipeline.pass_template import PassTemplate
-from clustersim.compilers.pipeline.passes import emit_pass
+from clustersim.compilers.pipeline.passes import Gpu, PassWork, emit_pass
 from clustersim.memory_kinds import StaticMemory
 from clustersim.parallel.plan import Plan
 from clustersim.program import COMPUTE, Op, Program
@@ -82,8 +82,8 @@ def test_stamped_pass_is_the_emitted_pass(
     op and each pass's first op on them, as sends and recvs do."""
     cost = _cost(segments, overhead, gather)
     stage, r, t = where
-    emit = partial(emit_pass, plan=PLAN, cost=cost, phase=phase, stage=stage, r=r, t=t, fold=fold)
-    emit = partial(emit, received=received, **memory)
+    work = PassWork(cost, phase, received=received, **memory)
+    emit = partial(emit_pass, gpu=Gpu(PLAN, stage, r, t, fold), work=work)
     template = PassTemplate.record(partial(emit, mb=0, version=0), coarse)
     direct, stamped = Program(PLAN.num_devices), Program(PLAN.num_devices)
     after = {}  # each program's op the next pass starts after

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import clustersim as cs
-from clustersim.collectives import ALGORITHMS, estimate_time
+from clustersim.collectives import ALGORITHMS, Shape, estimate_time
 from clustersim.compilers import MODES
 from clustersim.hardware.gpus import GPUS
 from clustersim.network.factory import NETWORK_MODELS
@@ -66,12 +66,12 @@ def test_virtual_stages_defaults_to_the_schedules_declared_chunks(schedule):
 def test_every_algorithm_prices_each_kind_it_runs_and_more_bytes_cost_more(algo):
     # the α-β cost on a 2-host × 4 group it fits: positive, finite, increasing in the size
     n, per_host = 8, (4, 4)
-    shape = {"bw": 100e9, "alpha": 5e-6, "nodes": 2, "bw_inter": 10e9, "alpha_inter": 2e-5}
+    shape = Shape(n, bw=100e9, alpha=5e-6, nodes=2, bw_inter=10e9, alpha_inter=2e-5)
     priced = 0
     for kind in sorted(algo.kinds - {"barrier"}):
         if algo.fits(kind, n, per_host) is not None:
             continue
-        small, big = (estimate_time(kind, algo.name, n, s, **shape) for s in (2**20, 2**26))
+        small, big = (estimate_time(kind, algo.name, shape, s) for s in (2**20, 2**26))
         assert 0 < small < big < math.inf
         priced += 1
     assert priced > 0

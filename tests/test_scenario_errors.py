@@ -9,7 +9,7 @@ import yaml
 
 import clustersim as cs
 from clustersim.hardware.gpus import GPUS
-from clustersim.network.factory import NETWORK_MODEL_NAMES
+from clustersim.network.factory import network_model_names
 from clustersim.schedules import SCHEDULES
 from tests.conftest import synthetic
 
@@ -59,7 +59,7 @@ def _error(overrides: dict, base: dict = BASE) -> str:
         ),
         (
             {"simulation.network": "wifi"},
-            f"simulation.network: 'wifi' is invalid; not a known network model; known: {', '.join(NETWORK_MODEL_NAMES)}",
+            f"simulation.network: 'wifi' is invalid; not a known network model; known: {', '.join(network_model_names())}",
         ),
         (
             {"parallel.pp": 3},

@@ -11,11 +11,14 @@ import pandas as pd
 import pytest
 
 import clustersim as cs
-from clustersim.experiments import estimate_peak_memory, plan_space, search
+from clustersim.experiments import Execution, SearchSpace, estimate_peak_memory, plan_space, search
 from clustersim.experiments.plan_estimate import Estimator
 from clustersim.experiments.plans import placement
 from clustersim.workload.calibration import calibration
 from tests.conftest import synthetic
+
+#: the simulations in this process, in order
+ONE_WORKER = Execution(workers=1)
 
 REPO = Path(__file__).resolve().parent.parent
 GPT13B_LIKE = REPO / "scenarios/sweeps/gpt13b-like-synthetic-64gpu.yaml"
@@ -133,7 +136,7 @@ def test_memory_estimate_equals_simulated_peak_for_a_transformer():
 @pytest.fixture(scope="module")
 def gpt13b_like():
     t0 = time.perf_counter()
-    res = search(GPT13B_LIKE, 64, workers=2)
+    res = search(GPT13B_LIKE, 64, execution=Execution(workers=2))
     return res, time.perf_counter() - t0
 
 
@@ -184,12 +187,14 @@ def test_objectives_time_and_cost():
     base["cluster"]["gpus_per_node"] = 4
     base["parallel"]["dp"] = "auto"
     base["training"]["global_batch"] = 8
-    res = search(base, [2, 4], objective="time", budget=1e4, workers=1)
+    res = search(base, [2, 4], objective="time", budget=1e4, execution=ONE_WORKER)
     ranked = res.ranked
     assert set(ranked["gpus"]) == {2, 4}
     assert ranked["time_to_train_s"].is_monotonic_increasing
     assert ranked.iloc[0]["time_to_train_s"] == pytest.approx(1e4 / ranked.iloc[0]["samples_per_s"])
-    cost = search(base, [2, 4], objective="cost", budget=1e4, price_per_gpu_hour=2.0, workers=1).ranked
+    cost = search(
+        base, [2, 4], objective="cost", budget=1e4, price_per_gpu_hour=2.0, execution=ONE_WORKER
+    ).ranked
     assert cost["cost"].is_monotonic_increasing
     assert cost.iloc[0]["cost"] == pytest.approx(
         cost.iloc[0]["gpus"] * 2.0 * cost.iloc[0]["time_to_train_s"] / 3600
@@ -231,10 +236,12 @@ def test_megatron_162b_prefers_pp8_tp8():
     res = search(
         REPO / "scenarios/megatron-162b-64gpu-search.yaml",
         64,
-        micro_batches=[1],
-        schedules=["1f1b"],
-        vary={"training.recompute": ["full"], "parallel.zero": [0], "parallel.sequence_parallel": [False]},
-        workers=2,
+        space=SearchSpace(
+            [1],
+            ["1f1b"],
+            {"training.recompute": ["full"], "parallel.zero": [0], "parallel.sequence_parallel": [False]},
+        ),
+        execution=Execution(workers=2),
         top_k=None,  # every plan that fits: the extremes are in the ranking too
     )
     best = res.best
@@ -288,10 +295,12 @@ def test_gpt13b_transformer_search_beats_megatron_hand_picked():
     res = search(
         base,
         64,
-        micro_batches=[1],
-        schedules=["1f1b"],
-        vary={"training.recompute": ["full"], "parallel.zero": [0], "parallel.sequence_parallel": [False]},
-        workers=2,
+        space=SearchSpace(
+            [1],
+            ["1f1b"],
+            {"training.recompute": ["full"], "parallel.zero": [0], "parallel.sequence_parallel": [False]},
+        ),
+        execution=Execution(workers=2),
     )
     sc = cs.load_scenario(base)
     for tp, pp in [(8, 8), (8, 4), (4, 8), (8, 2)]:

@@ -14,12 +14,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import clustersim as cs
-from clustersim.experiments import plan_space, search
+from clustersim.experiments import Execution, SearchSpace, plan_space, search
 from clustersim.experiments.memory import tightest_fit
 from clustersim.experiments.plan_estimate import Estimator
 from clustersim.experiments.plans import MODERN_SCHEDULES, label
 from clustersim.resolve import resolve
 from clustersim.schedules import SCHEDULES
+
+#: the simulations in this process, in order
+ONE_WORKER = Execution(workers=1)
 
 GIB = 2**30
 REPO = Path(__file__).resolve().parent.parent
@@ -205,7 +208,11 @@ def small_search():
     memory capped so that some plans prune."""
     vary = {"training.recompute": ["none"], "parallel.zero": [0], "parallel.tp_comm_overlap": [False]}
     return search(
-        dense_base(True), 16, micro_batches=[1], vary=vary, memory_fraction=0.25, top_k=10, workers=1
+        dense_base(True),
+        16,
+        space=SearchSpace([1], vary=vary, memory_fraction=0.25),
+        top_k=10,
+        execution=ONE_WORKER,
     )
 
 
@@ -234,7 +241,7 @@ def test_estimates_top1_is_the_des_best_on_the_shipped_sweeps_search():
     from clustersim.experiments.grid import load_sweep_file
 
     base = load_sweep_file(REPO / "scenarios/sweeps/quickstart-pp-schedule.yaml")[0]
-    res = search(base, top_k=100, workers=1)
+    res = search(base, top_k=100, execution=ONE_WORKER)
     assert len(res.ranked) == len(res.table[res.table["est_rank"].notna()]) >= 9  # all confirmed
     assert 0 <= res.estimate_gap <= SMALL_GAP
 
@@ -281,7 +288,7 @@ def test_pruning_removes_exactly_the_plans_over_capacity(small_search):
 def test_top_k_all_is_the_search_before_the_estimate_and_time_budget_stops_it():
     base = cs.load_scenario(dense_base(True))
     vary = {"training.recompute": ["none"], "parallel.zero": [0]}
-    old = search(base, 8, micro_batches=[1], schedules=["1f1b"], vary=vary, top_k=None, workers=1)
+    old = search(base, 8, space=SearchSpace([1], ["1f1b"], vary), top_k=None, execution=ONE_WORKER)
     assert "est_rank" not in old.table.columns and set(old.table["status"]) <= {
         "ok",
         "pruned",
@@ -289,7 +296,9 @@ def test_top_k_all_is_the_search_before_the_estimate_and_time_budget_stops_it():
         "oom",
     }
     assert old.estimate_gap is None
-    quick = search(base, 16, micro_batches=[1], vary=vary, top_k=0, time_budget=1e-9, workers=1)
+    quick = search(
+        base, 16, space=SearchSpace([1], vary=vary), top_k=0, time_budget=1e-9, execution=ONE_WORKER
+    )
     assert "parallel.tp_comm_overlap" not in old.table.columns  # the classic space
     assert set(quick.table["status"]) == {"unexplored"} and quick.ranked.empty
     with pytest.raises(cs.ScenarioError, match="top_k"):

@@ -281,7 +281,7 @@ def test_oversubscription_below_one():
 
 def test_unknown_topology_field_is_not_ignored():
     err = _error(cluster(4, 8, {"kind": "fat_tree", "oversubsription": 2}))
-    assert err.field == "cluster.topology.oversubsription" and "known: kind, nodes_per_leaf" in str(err)
+    assert err.field == "cluster.topology.oversubsription" and "accepts: kind, nodes_per_leaf" in str(err)
 
 
 def test_wan_site_errors_carry_the_site_path():
@@ -438,3 +438,11 @@ def test_node_and_link_helpers_write_what_networkx_writes(calls):
     assert _everything(direct) == _everything(public)
     for u, v, data in direct.edges(data=True):
         assert direct._pred[v][u] is data and (u == v or direct._succ[v][u] is not data)
+
+
+@pytest.mark.parametrize("value", ["4", True, 4.0])
+def test_an_option_of_the_wrong_type_is_refused_not_coerced(value):
+    # the builder receives the options typed (strict): "4", true or 4.0 is no count of servers
+    err = _error(cluster(4, 8, {"kind": "fat_tree", "nodes_per_leaf": value}))
+    assert err.field == "cluster.topology.nodes_per_leaf" and err.value == value
+    assert "fat_tree accepts: kind, nodes_per_leaf" in str(err)

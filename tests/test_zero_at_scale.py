@@ -8,7 +8,7 @@ import pytest
 import simpy
 
 import clustersim as cs
-from clustersim.collectives import Group, estimate_time, run_collective
+from clustersim.collectives import Group, Tuning, estimate_time, run_collective
 from clustersim.network import PacketFabric
 from clustersim.parallel.data_parallel import fill_buckets, parameter_pieces
 from clustersim.record import Recorder
@@ -140,11 +140,11 @@ def test_packet_fabric_ring_across_hosts_pays_the_fill_as_the_closed_form_says(n
     env = simpy.Environment()
     fabric = PacketFabric(env, Recorder(), graph, chunk_size=1 << 20)
     proc = env.process(
-        run_collective(env, fabric, "all_gather", members, nbytes, "ring", alpha, latency="nccl")
+        run_collective(env, fabric, "all_gather", members, nbytes, "ring", Tuning(alpha, "nccl"))
     )
     env.run()
     shape = Group(env, SimpleNamespace(graph=graph), members, alpha, "nccl").shape()
-    want = estimate_time("all_gather", "ring", n, nbytes, **shape)
+    want = estimate_time("all_gather", "ring", shape, nbytes)
     assert want == pytest.approx(ring("all_gather", n, nbytes, "nccl"), rel=1e-12)
     assert max(proc.value.values()) == pytest.approx(want, rel=0.04)
 

@@ -11,7 +11,9 @@ this package is imported here, so an algorithm module registers itself
 import importlib
 import pkgutil
 
+from .algorithm import Options, Tuning
 from .api import run_collective
+from .cost import Shape
 from .group import DEFAULT_ALPHA, Group, resolve_alpha
 from .registry import ALGORITHMS, KINDS, Algorithm, choose_algorithm, estimate_time
 
@@ -21,6 +23,9 @@ __all__ = [
     "KINDS",
     "Algorithm",
     "Group",
+    "Options",
+    "Shape",
+    "Tuning",
     "choose_algorithm",
     "estimate_time",
     "resolve_alpha",

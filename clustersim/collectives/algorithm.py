@@ -7,7 +7,7 @@ shape rules, and adds its :class:`Algorithm` to :data:`ALGORITHMS` when imported
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ..plugins import Plugin, Registry
@@ -26,6 +26,28 @@ class Options:
     chunks: int | None = None
     servers: list[str] | None = None
     split: tuple | None = None
+
+
+#: a call without per-call knobs
+NO_OPTIONS = Options()
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The system's collective settings, alike for every call of a run: ``alpha``, the
+    per-step latency (``cluster.collective_alpha``: seconds, ``{"intra_node": s,
+    "inter_node": s}`` or None for NCCL-derived defaults); ``latency``, how a ring across
+    hosts pays its α's (``cluster.collective_latency``: overlapped | nccl, :mod:`.cost`);
+    ``protocols``, the NCCL protocols the tuner picks from (``cluster.collective_protocols``,
+    :mod:`.protocol`; None: Simple alone)."""
+
+    alpha: float | Mapping[str, float] | None = None
+    latency: str = "overlapped"
+    protocols: Mapping | None = None
+
+
+#: NCCL-derived α, overlapped ring latency, Simple alone
+DEFAULT_TUNING = Tuning()
 
 
 def fits_any(kind: str, n: int, per_host: tuple[int, ...]) -> str | None:

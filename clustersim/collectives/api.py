@@ -4,9 +4,12 @@ into a :class:`~clustersim.errors.ScenarioError`. The algorithms are rows of
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..errors import ScenarioError
+from .algorithm import DEFAULT_TUNING, NO_OPTIONS, Options, Tuning
 from .group import Group
-from .registry import ALGORITHMS, KINDS, Options, as_run, busiest_buffer, per_host, plan
+from .registry import ALGORITHMS, KINDS, as_run, busiest_buffer, per_host, plan
 from .schedule import recipe, replay, start
 
 
@@ -17,50 +20,26 @@ def run_collective(
     members: list[str],
     nbytes: int,
     algorithm: str = "auto",
-    alpha: float | dict | None = None,
-    root: str | None = None,
+    tuning: Tuning = DEFAULT_TUNING,
+    options: Options = NO_OPTIONS,
     label: str = "",
-    *,
-    channels: int | None = None,
-    chunks: int | None = None,
-    servers: list[str] | None = None,
-    split: tuple | None = None,
-    latency: str = "overlapped",
-    protocols=None,
 ):
     """SimPy process generator: run collective ``kind`` among ``members`` starting now.
 
     ``nbytes`` is the per-rank buffer as in nccl-tests (all-reduce: the buffer; all-gather:
     the total output; reduce-scatter: the total input; all-to-all: each rank's whole send
     buffer). ``algorithm`` is a key of :data:`ALGORITHMS` or ``"auto"`` (the fastest by
-    the α-β model of :mod:`.cost`). ``alpha`` is the per-step latency in seconds: one
-    number for every step, a mapping ``{"intra_node": s, "inter_node": s}``, or None for
-    NCCL-derived defaults (:data:`~clustersim.hardware.presets.DEFAULT_ALPHA`). ``root``
-    is the root of broadcast/reduce (default: first member) and the server of
-    ``parameter_server``. ``channels``, ``chunks``, ``servers`` tune ring channels,
-    pipeline chunks and parameter servers; ``latency`` how a ring across hosts pays its α's
-    (``cluster.collective_latency``, :mod:`.cost`). ``split[i][j]``: the bytes member i sends
-    member j in an uneven all-to-all (all-to-all-v; ``direct`` only). ``protocols``: the
-    system's NCCL protocols (``cluster.collective_protocols``, :mod:`.protocol`; None: Simple
-    alone) — the call runs the one NCCL's tuner would pick: its latency first, then the
-    schedule on the protocol's wire bytes. Returns ``{member: finish time (s)}``.
+    the α-β model of :mod:`.cost`). ``tuning`` is the system's :class:`~.algorithm.Tuning`
+    (per-step α, how a ring across hosts pays it, NCCL protocols): the call runs the
+    protocol NCCL's tuner would pick — its latency first, then the schedule on the
+    protocol's wire bytes. ``options`` are the call's own :class:`~.algorithm.Options`:
+    ``root`` of broadcast/reduce (default: first member) and the server of
+    ``parameter_server``; ``channels``, ``chunks``, ``servers`` tune ring channels,
+    pipeline chunks and parameter servers; ``split[i][j]``: the bytes member i sends member
+    j in an uneven all-to-all (all-to-all-v; ``direct`` only). Returns ``{member: finish
+    time (s)}``.
     """
-    call = prepare_collective(
-        env,
-        fabric,
-        kind,
-        members,
-        nbytes,
-        algorithm,
-        alpha,
-        root,
-        channels=channels,
-        chunks=chunks,
-        servers=servers,
-        split=split,
-        latency=latency,
-        protocols=protocols,
-    )
+    call = prepare_collective(env, fabric, kind, members, nbytes, algorithm, tuning, options)
     return (yield from call.run(label))
 
 
@@ -114,30 +93,22 @@ def prepare_collective(
     members: list[str],
     nbytes: int,
     algorithm: str = "auto",
-    alpha: float | dict | None = None,
-    root: str | None = None,
-    *,
-    channels: int | None = None,
-    chunks: int | None = None,
-    servers: list[str] | None = None,
-    split: tuple | None = None,
-    latency: str = "overlapped",
-    protocols=None,
+    tuning: Tuning = DEFAULT_TUNING,
+    options: Options = NO_OPTIONS,
 ) -> Call:
     """Check and plan one collective call (arguments as :func:`run_collective`'s); raises
     ScenarioError naming the field for a call that cannot run."""
-    group = check_group(
-        env, fabric, kind, members, nbytes, algorithm, alpha, root, servers, latency, protocols
-    )
+    group = check_group(env, fabric, kind, members, nbytes, algorithm, tuning, options)
     kind, nbytes = as_run(kind, nbytes)
     if algorithm != "auto" and len(group.members) > 1:
         check_shape(group, kind, algorithm)  # before its cost is estimated
+    split = options.split
     name, protocol, _ = plan(group, kind, busiest_buffer(split) if split else nbytes, algorithm)
     if split is not None:  # each message of an all-to-all-v takes its protocol's wire bytes
         split = tuple(tuple(protocol.wire_bytes(b) for b in row) for row in split)
+        options = replace(options, split=split)
     if len(group.members) > 1 or name == "parameter_server":
         check_schedule(group, kind, name, split)
-    options = Options(root, channels, chunks, servers, split)
     return Call(group, kind, name, protocol, protocol.wire_bytes(nbytes), options)
 
 
@@ -159,15 +130,12 @@ def check_shape(group: Group, kind: str, name: str) -> None:
 def check_group(
     env,
     fabric,
-    kind,
-    members,
-    nbytes,
-    algorithm,
-    alpha,
-    root,
-    servers=None,
-    latency="overlapped",
-    protocols=None,
+    kind: str,
+    members: list[str],
+    nbytes: int,
+    algorithm: str,
+    tuning: Tuning = DEFAULT_TUNING,
+    options: Options = NO_OPTIONS,
 ) -> Group:
     """Validate a collective call; return its :class:`Group`. Errors name the field."""
     if kind not in KINDS:
@@ -192,16 +160,17 @@ def check_group(
         seen.add(m)
     graph = getattr(fabric, "graph", None)
     if graph is not None:
-        for m in [*members, *(servers or [])]:
+        for m in [*members, *(options.servers or [])]:
             if m not in graph:
                 field = "collective.members" if m in seen else "collective.servers"
                 raise ScenarioError(field, m, "not a node of the fabric's topology (GPU i is 'gpu<i>')")
     if isinstance(nbytes, bool) or not isinstance(nbytes, int | float) or nbytes < 0:
         raise ScenarioError("collective.nbytes", nbytes, "expected a size in bytes >= 0")
+    root = options.root
     if (
         root is not None
         and root not in seen
         and not (algorithm == "parameter_server" and (graph is None or root in graph))
     ):
         raise ScenarioError("collective.root", root, f"must be one of the members: {', '.join(members)}")
-    return Group(env, fabric, list(members), alpha, latency, protocols)
+    return Group(env, fabric, list(members), tuning.alpha, tuning.latency, tuning.protocols)

@@ -14,11 +14,14 @@ from dataclasses import dataclass
 import simpy
 
 from ..hardware.presets import expand_preset
+from ..network.base import FabricOptions
 from ..network.factory import build_fabric
 from ..record import Recorder
 from ..topology import build_topology
 from ..topology.graph import gpu_names
-from .api import run_collective
+from .algorithm import Tuning
+from .api import check_group, run_collective
+from .registry import choose_algorithm
 
 #: packet-fabric chunks per message at most; chunk = max(MIN_CHUNK, S / (n · this))
 CHUNKS_PER_MESSAGE = 64
@@ -68,23 +71,15 @@ def measure(
     n = len(members)
     env = simpy.Environment()
     chunk = chunk_size or chunk_size_for(nbytes, n)
-    fabric = build_fabric(
-        network, env, Recorder(), graph, chunk_size=chunk
-    )  # the analytical model ignores it
-    if alpha is None:
-        alpha = cluster.get("collective_alpha")
-    protocols = cluster.get("collective_protocols")
-    from .api import check_group
-    from .registry import choose_algorithm
-
+    fabric = build_fabric(network, env, Recorder(), graph, FabricOptions(chunk))  # analytical ignores it
+    tuning = Tuning(
+        cluster.get("collective_alpha") if alpha is None else alpha,
+        protocols=cluster.get("collective_protocols"),
+    )
     name = algorithm
     if algorithm == "auto":
-        name = choose_algorithm(
-            check_group(env, fabric, kind, members, nbytes, "auto", alpha, None, protocols=protocols),
-            kind,
-            nbytes,
-        )
-    proc = env.process(run_collective(env, fabric, kind, members, nbytes, name, alpha, protocols=protocols))
+        name = choose_algorithm(check_group(env, fabric, kind, members, nbytes, "auto", tuning), kind, nbytes)
+    proc = env.process(run_collective(env, fabric, kind, members, nbytes, name, tuning))
     env.run(proc)
     t = env.now
     algbw = nbytes / t if t > 0 else float("inf")

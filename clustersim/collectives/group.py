@@ -19,6 +19,7 @@ from ..errors import ScenarioError
 from ..hardware.presets import DEFAULT_ALPHA
 from ..topology.lazy import node_data, successors
 from ..topology.routing import Router
+from .cost import Shape
 from .protocol import resolve_protocols
 
 #: α per link kind a user sets (``cluster.collective_alpha``): same host vs different hosts
@@ -103,8 +104,8 @@ class Group:
         bw = self.path(src, dst)[0]
         return bw if 0 < bw < float("inf") else None
 
-    def shape(self) -> dict:
-        """α-β parameters of this group for :func:`~clustersim.collectives.cost.estimate_time`.
+    def shape(self) -> Shape:
+        """α-β parameters of this group for :func:`~clustersim.collectives.registry.estimate_time`.
 
         ``bw``/``alpha``: a step between two members of one host (α includes the path
         latency); ``bw_inter``: the network bandwidth one rank gets while every rank of
@@ -136,4 +137,4 @@ class Group:
             out["alpha_inter"] = self.alpha["inter_node"] + max(p[1] for p in paths)
             if out["bw"] == float("inf"):
                 out["bw"] = out["bw_inter"]
-        return out
+        return Shape(len(self.members), **out)

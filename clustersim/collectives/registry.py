@@ -7,7 +7,7 @@ NCCL's tuner does; ties go to the first registered.
 
 from __future__ import annotations
 
-from .algorithm import ALGORITHMS, KINDS, Algorithm, Options  # noqa: F401  (re-exported)
+from .algorithm import ALGORITHMS, KINDS, Algorithm  # noqa: F401  (re-exported)
 from .cost import Shape
 from .group import Group
 from .protocol import SIMPLE, Protocol, choose
@@ -18,31 +18,16 @@ def per_host(group: Group) -> tuple[int, ...]:
     return tuple(len(v) for v in group.hosts.values())
 
 
-def estimate_time(
-    kind: str,
-    algorithm: str,
-    n: int,
-    nbytes: float,
-    bw: float,
-    alpha: float,
-    *,
-    nodes: int = 1,
-    bw_inter: float | None = None,
-    alpha_inter: float | None = None,
-    servers: int = 1,
-    latency: str = "overlapped",
-) -> float:
-    """Idle-network time (s) of ``kind`` by ``algorithm`` over ``n`` ranks (:mod:`.cost`).
-
-    ``bw`` is bytes/s per rank, ``alpha`` seconds per step. ``nodes``/``bw_inter``/
-    ``alpha_inter`` describe a group spread over hosts; ``latency`` how a ring spread over
-    hosts pays its α's (``overlapped`` | ``nccl``, see :mod:`.cost`). Raises ``KeyError`` for an unknown
-    algorithm or a kind its form does not cover.
+def estimate_time(kind: str, algorithm: str, shape: Shape, nbytes: float, servers: int = 1) -> float:
+    """Idle-network time (s) of ``kind`` by ``algorithm`` on a group of ``shape`` (its
+    ranks, per-rank bandwidths and α's, hosts and how a ring across them pays its α's:
+    :class:`~.cost.Shape`) for a buffer of ``nbytes`` (:mod:`.cost`); ``servers``: the
+    parameter servers. Raises ``KeyError`` for an unknown algorithm or a kind its form does
+    not cover.
     """
-    if n <= 1:
+    if shape.n <= 1:
         return 0.0
     kind, nbytes = as_run(kind, nbytes)
-    shape = Shape(n, bw, alpha, nodes, bw_inter, alpha_inter, latency)
     return ALGORITHMS[algorithm].cost(shape, kind, float(nbytes), servers)
 
 
@@ -74,7 +59,7 @@ def plan(group: Group, kind: str, nbytes: int, algorithm: str = "auto") -> tuple
     protocols = group.protocols if n > 1 else (SIMPLE,)  # nothing to send: no protocol latency
     best = (None, protocols[0], float("inf"))
     for name in names:
-        proto, t = choose(protocols, nbytes, lambda s, a=name: estimate_time(kind, a, n, s, **shape))
+        proto, t = choose(protocols, nbytes, lambda s, a=name: estimate_time(kind, a, shape, s))
         if t < best[2]:
             best = (name, proto, t)
     return best

@@ -152,7 +152,7 @@ def build(group, kind: str, nbytes: int, options):
     ready = {}
     fill = group.latency == "nccl" and len(group.hosts) > 1 and kind in _STEPS
     if fill:
-        shape = Shape(len(group.members), **group.shape())
+        shape = group.shape()
         gate = env.timeout(_STEPS[kind](shape.n) * fill_alpha(shape))
         ready = dict.fromkeys(group.members, (gate,))
     engines, done = build_ring(env, kind, orders, nbytes, ready, options.root, options.chunks)

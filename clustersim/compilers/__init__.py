@@ -29,6 +29,13 @@ def mode_of(job: Job) -> TrainingMode:
     return next(mode for mode in MODES.values() if mode.applies(job))
 
 
+def check_job(job: Job) -> Job:
+    """``job``, once the mode that runs it has found nothing it cannot run
+    (:meth:`TrainingMode.check`; raises ScenarioError otherwise)."""
+    mode_of(job).check(job)
+    return job
+
+
 def compile_job(job: Job, fold: bool | None = None, acyclic: bool = True) -> Program:
     """The checked Program of ``job`` — coarsened when ``simulation.granularity`` is
     ``stage``. ``fold``: None applies the Job's fold decision; True folds whenever folding
@@ -37,6 +44,7 @@ def compile_job(job: Job, fold: bool | None = None, acyclic: bool = True) -> Pro
     stalled run's cycle is named by :func:`name_cycle`)."""
     fold = job.fold.enabled if fold is None else fold and job.foldable
     mode = mode_of(job)
+    mode.check(job)
     prog = mode.compile(job, fold)
     try:
         prog.check(acyclic)
@@ -63,4 +71,4 @@ def _invalid(job: Job, mode: TrainingMode, exc: ProgramError) -> ProgramError:
     )
 
 
-__all__ = ["MODES", "ModeReport", "TrainingMode", "compile_job", "mode_of", "name_cycle"]
+__all__ = ["MODES", "ModeReport", "TrainingMode", "check_job", "compile_job", "mode_of", "name_cycle"]

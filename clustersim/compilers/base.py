@@ -59,6 +59,11 @@ class TrainingMode:
         """Whether this mode runs ``job`` (modes are asked in registry order)."""
         raise NotImplementedError
 
+    def check(self, job: Job) -> None:
+        """Raise ScenarioError (naming the field, the value and what is accepted) for what
+        this mode cannot run in ``job``: its cross-feature refusals, run right after resolve
+        (:func:`clustersim.compilers.check_job`), before anything is compiled or run."""
+
     def compile(self, job: Job, fold: bool) -> Program:
         """The (unchecked, fine-grained) Program of ``job``; ``fold``: emit one
         representative GPU per stage (a decision already checked exact)."""

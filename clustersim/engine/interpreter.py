@@ -37,6 +37,7 @@ from heapq import heappop, heappush
 
 import simpy
 
+from ..collectives.algorithm import Options, Tuning
 from ..collectives.api import Call, prepare_collective
 from ..errors import SimulationStall
 from ..network.base import Fabric
@@ -372,10 +373,8 @@ class Engine:
                 [self.names[d] for d in group],
                 op.nbytes,
                 algorithm,
-                self.alpha,
-                split=op.split or None,
-                latency=self.latency,
-                protocols=self.protocols,
+                Tuning(self.alpha, self.latency, self.protocols),
+                Options(split=op.split or None),
             )
         return call
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import simpy
 
-from ..network.base import DirectFabric, Fabric
+from ..network.base import DirectFabric, Fabric, FabricOptions
 from ..network.factory import build_fabric
 from ..record import Recorder
 
@@ -17,11 +17,5 @@ def build_network(job, env: simpy.Environment, recorder: Recorder) -> Fabric:
         intra = job.cluster.intra_node
         return DirectFabric(env, recorder, intra.bandwidth * intra.efficiency, intra.latency)
     chunk = job.simulation.chunk_size
-    return build_fabric(
-        kind,
-        env,
-        recorder,
-        job.graph,
-        chunk_size=int(chunk) if chunk else None,
-        max_chunks=job.simulation.max_chunks,
-    )
+    options = FabricOptions(int(chunk) if chunk else None, job.simulation.max_chunks)
+    return build_fabric(kind, env, recorder, job.graph, options)

@@ -3,7 +3,8 @@
 ``sweep(base, grid, zip=None, executor="local", workers=None, out=None)`` → DataFrame, one
 row per run (swept values + summary), saved as runs finish and resumable.
 ``search(base, gpus=N)`` → :class:`SearchResult`: every valid plan, memory-pruned,
-simulated, ranked and explained. Both run on a local process pool or a Dask cluster.
+simulated, ranked and explained (its space a :class:`SearchSpace`, where its simulations
+run an :class:`Execution`). Both run on a local process pool or a Dask cluster.
 """
 
 import importlib
@@ -12,8 +13,10 @@ import importlib
 #: first use (PEP 562), so the CLI can add its subcommands without loading pandas
 _LAZY = {
     "EXECUTOR_NAMES": (".executors", "EXECUTOR_NAMES"),
+    "Execution": (".plan_search", "Execution"),
     "InProcessExecutor": (".executors", "InProcessExecutor"),
     "SearchResult": (".plan_search", "SearchResult"),
+    "SearchSpace": (".plan_search", "SearchSpace"),
     "estimate_peak_memory": (".memory", "estimate_peak_memory"),
     "expand_grid": (".grid", "expand"),
     "make_executor": (".executors", "make_executor"),

@@ -205,7 +205,7 @@ def cmd_sweep(args) -> int:
 
 def cmd_search(args) -> int:
     from .grid import parse_axes
-    from .plan_search import search
+    from .plan_search import Execution, SearchSpace, search
 
     gpus = args.gpus[0] if args.gpus and len(args.gpus) == 1 else args.gpus
     res = search(
@@ -214,16 +214,13 @@ def cmd_search(args) -> int:
         objective=args.objective,
         budget=args.budget,
         price_per_gpu_hour=args.price,
-        micro_batches=args.micro_batches,
-        schedules=args.schedules,
-        vary=parse_axes(args.vary, "--vary"),
-        memory_fraction=args.memory_fraction,
-        executor=args.executor,
-        workers=args.workers,
-        scheduler=args.scheduler,
+        space=SearchSpace(
+            args.micro_batches, args.schedules, parse_axes(args.vary, "--vary"), args.memory_fraction
+        ),
+        execution=Execution(
+            args.executor, args.workers, args.scheduler, _progress(args.progress), args.timeout
+        ),
         out=args.out,
-        progress=_progress(args.progress),
-        timeout=args.timeout,
         top_k=args.top_k,
         time_budget=args.time_budget,
     )

@@ -43,6 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from ..collectives.cost import Shape
 from ..collectives.group import resolve_alpha
 from ..collectives.protocol import resolve_protocols
 from ..collectives.registry import plan as collective_plan
@@ -82,11 +83,11 @@ class _Host:
         self.hosts: dict[int, list[int]] = {}
         for d in devices:
             self.hosts.setdefault(d // gpn, []).append(d)
-        self._shape = {**shape, "nodes": len(self.hosts)}
         if len(self.hosts) == 1:
-            self._shape = {k: v for k, v in self._shape.items() if not k.endswith("_inter")}
+            shape = {k: v for k, v in shape.items() if not k.endswith("_inter")}
+        self._shape = Shape(len(devices), **shape, nodes=len(self.hosts))
 
-    def shape(self) -> dict[str, Any]:
+    def shape(self) -> Shape:
         return self._shape
 
 

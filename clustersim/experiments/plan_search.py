@@ -25,6 +25,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -241,6 +242,32 @@ def _plan_line(rows: list[dict[str, Any]], workers: int | None, elapsed: float =
     return f"search: {len(rows):,} plans — {parts}; ~{elapsed_text(total / n)} of simulation on {n} workers"
 
 
+@dataclass(frozen=True)
+class SearchSpace:
+    """What :func:`search` tries beyond the plans' own knobs: ``micro_batches``,
+    ``schedules`` and ``vary`` (dotted key → values) narrow or widen the space (None: the
+    defaults of :func:`.plans.plan_candidates`); ``memory_fraction`` < 1 keeps a safety
+    margin of each GPU's memory."""
+
+    micro_batches: Sequence[int] | None = None
+    schedules: Sequence[str] | None = None
+    vary: Mapping[str, Sequence[Any]] | None = None
+    memory_fraction: float = 1.0
+
+
+@dataclass(frozen=True)
+class Execution:
+    """Where and how the simulations of a :func:`search` run, as for :func:`.sweeper.sweep`:
+    ``executor`` (``"local"``, ``"dask"`` or an Executor), ``workers``, the Dask
+    ``scheduler``, ``progress`` (None: shown on a terminal) and the per-run ``timeout`` (s)."""
+
+    executor: Any = "local"
+    workers: int | None = None
+    scheduler: str | None = None
+    progress: bool | None = None
+    timeout: float | None = None
+
+
 def search(
     base: Scenario | str | Path | Mapping[str, Any],
     gpus: int | Sequence[int] | None = None,
@@ -248,33 +275,27 @@ def search(
     objective: str = "throughput",
     budget: float | None = None,
     price_per_gpu_hour: float = 1.0,
-    micro_batches: Sequence[int] | None = None,
-    schedules: Sequence[str] | None = None,
-    vary: Mapping[str, Sequence[Any]] | None = None,
-    memory_fraction: float = 1.0,
-    executor: Any = "local",
-    workers: int | None = None,
-    scheduler: str | None = None,
+    space: SearchSpace = SearchSpace(),
+    execution: Execution = Execution(),
     out: str | Path | None = None,
-    progress: bool | None = None,
-    timeout: float | None = None,
     top_k: int | None = 5,
     time_budget: float | None = None,
 ) -> SearchResult:
     """Search the parallel plans of ``base`` on ``gpus`` GPUs (default: its cluster's) and
     rank them by ``objective``. ``budget`` (samples, or tokens when the model has a
     sequence length) is needed for ``time`` and gives ``cost`` a total; ``cost`` is
-    GPU-hours × ``price_per_gpu_hour``. ``micro_batches``, ``schedules`` and ``vary``
-    (dotted key → values) narrow or widen the space; ``memory_fraction`` < 1 keeps a
-    safety margin. ``executor``/``workers``/``timeout`` are as for :func:`sweep`; with ``out`` the
+    GPU-hours × ``price_per_gpu_hour``. ``space`` (:class:`SearchSpace`) narrows or widens
+    the plans tried and keeps a memory margin; ``execution`` (:class:`Execution`) says
+    where the simulations run; with ``out`` the
     simulations are journaled as they finish (a rerun resumes) and the ranked table of
     every plan is written there at the end. ``top_k``: how many of the estimate's best
     plans to simulate (None: the search before the estimate — its space, ``plans.plan_space(…,
     classic=True)``: no ep, cp, TP overlap or this wave's schedules unless asked for by
-    ``schedules``/``vary``; every plan that fits simulated, pruned by the exact memory
+    the space's ``schedules``/``vary``; every plan that fits simulated, pruned by the exact memory
     replay); ``time_budget``: wall seconds for the whole search
     (module docstring).
     """
+    memory_fraction, vary, progress = space.memory_fraction, space.vary, execution.progress
     if objective not in OBJECTIVES:
         raise ScenarioError("objective", objective, f"known objectives: {', '.join(OBJECTIVES)}")
     if objective == "time" and budget is None:
@@ -294,7 +315,7 @@ def search(
         grids.check_axes(raw, vary)
         vary = grids.as_axes(vary, "vary")
     counts = [sc.num_gpus] if gpus is None else [gpus] if isinstance(gpus, int) else list(gpus)
-    knobs = {"micro_batches": micro_batches, "schedules": schedules, "vary": vary}
+    knobs = {"micro_batches": space.micro_batches, "schedules": space.schedules, "vary": vary}
     deadline = t0 + (time_budget if time_budget is not None else float("inf"))
     if top_k is None:  # the search before the estimate: its space, its exact memory replay
         rows = _candidates(sc, raw, counts, {**knobs, "classic": True}, memory_fraction, progress)
@@ -302,21 +323,22 @@ def search(
         rows = _estimated(sc, raw, counts, knobs, memory_fraction, progress, deadline)
         _top_k(rows, raw, objective, top_k)
     if progress or (progress is None and sys.stderr.isatty()):
-        line = _plan_line(rows, workers, time.perf_counter() - t0)
+        line = _plan_line(rows, execution.workers, time.perf_counter() - t0)
         print(f"clustersim: {line}", file=sys.stderr, flush=True)
     to_run = [{k: r[k] for k in r if "." in k} for r in rows if r["status"] == "to-run"]
+    timeout = execution.timeout
     if time_budget is not None:  # what is left of the budget bounds each simulation
         left = deadline - time.perf_counter()
         to_run = to_run if left > 0 else []
-        if to_run and executor == "local":  # (a per-run limit exists on local workers only)
+        if to_run and execution.executor == "local":  # (a per-run limit exists on local workers only)
             timeout = left if timeout is None else min(timeout, left)
     sims = run_sweep(
         raw,
         to_run,
-        executor=executor,
-        workers=workers,
+        executor=execution.executor,
+        workers=execution.workers,
         out=out,
-        scheduler=scheduler,
+        scheduler=execution.scheduler,
         progress=progress,
         desc="plans",
         timeout=timeout,

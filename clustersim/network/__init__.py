@@ -1,7 +1,7 @@
 """How bytes move between GPUs: the fabric models behind one interface (:class:`Fabric`)."""
 
 from .analytical import AnalyticalFabric
-from .base import DirectFabric, Fabric
+from .base import DirectFabric, Fabric, FabricOptions
 from .factory import DEFAULT_NETWORK_MODEL, NETWORK_MODELS, build_fabric
 from .packet import DEFAULT_CHUNK_SIZE, PacketFabric
 
@@ -12,6 +12,7 @@ __all__ = [
     "AnalyticalFabric",
     "DirectFabric",
     "Fabric",
+    "FabricOptions",
     "PacketFabric",
     "build_fabric",
 ]

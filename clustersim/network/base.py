@@ -17,6 +17,7 @@ every pair. A new network model subclasses it and provides these.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import simpy
@@ -27,6 +28,18 @@ if TYPE_CHECKING:
     import networkx as nx
 
     from ..topology.routing import Router
+
+
+@dataclass(frozen=True)
+class FabricOptions:
+    """A network model's typed options (``simulation.chunk_size``, ``simulation.max_chunks``),
+    read once from the scenario and handed to every model's :meth:`Fabric.build`; a model
+    that has no use for one ignores it. ``chunk_size``: bytes per packet-model chunk (None:
+    the model's default); ``max_chunks``: the most chunks one message is cut into (None: no
+    bound)."""
+
+    chunk_size: int | None = None
+    max_chunks: int | None = None
 
 
 class Fabric(ABC):
@@ -61,6 +74,13 @@ class Fabric(ABC):
         where link spans go."""
         self.env = env
         self.recorder = recorder
+
+    @classmethod
+    def build(cls, env: simpy.Environment, recorder: Recorder, graph: nx.DiGraph, options: FabricOptions):
+        """The fabric over topology ``graph`` with the scenario's typed ``options`` — how
+        :data:`~clustersim.network.factory.NETWORK_MODELS` builds every model (a model whose
+        constructor takes options overrides this)."""
+        return cls(env, recorder, graph)
 
     @abstractmethod
     def transfer(self, src: str, dst: str, nbytes: int, label: str = "") -> simpy.Event:

@@ -12,51 +12,56 @@ import simpy
 from ..plugins import Plugin, Registry
 from ..record import Recorder
 from .analytical import AnalyticalFabric
-from .base import Fabric
+from .base import Fabric, FabricOptions
 from .flow import FlowFabric
 from .packet import PacketFabric
 
-#: network model name → plugin whose factory is a Fabric class taking ``(env, recorder, graph, …)``
+#: network model name → plugin whose factory builds its Fabric from ``(env, recorder, graph,
+#: options)`` (:meth:`~clustersim.network.base.Fabric.build`, typed :class:`FabricOptions`)
 NETWORK_MODELS: Registry[Plugin] = Registry("network model", "simulation.network")
 for _model in (
     Plugin(
-        "packet", "store-and-forward chunks on every topology link; contention is real", factory=PacketFabric
+        "packet",
+        "store-and-forward chunks on every topology link; contention is real",
+        factory=PacketFabric.build,
     ),
     Plugin(
         "flow",
         "each message a fluid flow on its route, rates max-min fair over the links",
-        factory=FlowFabric,
+        factory=FlowFabric.build,
     ),
     Plugin(
         "analytical",
         "latency + bytes / bottleneck bandwidth per message, no contention",
-        factory=AnalyticalFabric,
+        factory=AnalyticalFabric.build,
     ),
 ):
     NETWORK_MODELS.add(_model)
 DEFAULT_NETWORK_MODEL = "packet"
-#: the topology-based models above plus ``direct``: a private link per GPU pair at the
-#: intra-node bandwidth, no topology (``simulation.network``)
-NETWORK_MODEL_NAMES = (*NETWORK_MODELS, "direct")
+
+
+def network_model_names() -> tuple[str, ...]:
+    """What ``simulation.network`` accepts: every registered model (read when asked, so a
+    model registered after import is accepted) plus ``direct``, a private link per GPU pair
+    at the intra-node bandwidth, no topology."""
+    return (*NETWORK_MODELS, "direct")
+
+
 #: one-line description of ``direct`` for ``clustersim list`` (it is built without a topology)
 DIRECT_DESCRIPTION = "a private link per GPU pair at the intra-node bandwidth, no topology"
 
 
 def build_fabric(
-    kind: str,
+    kind: str | None,
     env: simpy.Environment,
     recorder: Recorder,
     graph: nx.DiGraph,
-    chunk_size: int | None = None,
-    max_chunks: int | None = None,
+    options: FabricOptions = FabricOptions(),  # noqa: B008 (frozen: one shared default is safe)
 ) -> Fabric:
-    """Build the fabric ``kind`` over ``graph``.
+    """Build the fabric ``kind`` over ``graph`` with the scenario's typed ``options``.
 
-    ``kind`` None means the default (``packet``). ``chunk_size`` (bytes) and
-    ``max_chunks`` (per message) apply to the packet model only; None keeps the defaults. An unknown kind is a ScenarioError on
+    ``kind`` None means the default (``packet``). An unknown kind is a ScenarioError on
     ``simulation.network`` listing the known ones.
     """
     model = NETWORK_MODELS.lookup(DEFAULT_NETWORK_MODEL if kind is None else kind)
-    if model.name == "packet":
-        return PacketFabric(env, recorder, graph, chunk_size=chunk_size, max_chunks=max_chunks)
-    return model.factory(env, recorder, graph)
+    return model.factory(env, recorder, graph, options)

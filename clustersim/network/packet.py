@@ -48,7 +48,7 @@ from ..record import Recorder
 from ..simpy_fast import EVENT, FIRE, NORMAL, TIME, Fired, event_ids, event_queue, set_now, succeed_at
 from ..topology.graph import is_wire
 from ..topology.routing import Router
-from .base import Fabric
+from .base import Fabric, FabricOptions
 from .degradation import Windows, finish_time, rate_profile
 
 #: Default chunk size: 1 MiB. The pipeline error of store-and-forward is one chunk's
@@ -205,6 +205,11 @@ class PacketFabric(Fabric):
     ``graph`` is a topology from :func:`clustersim.topology.build_topology`; routes come
     from a :class:`~clustersim.topology.Router` over it (ECMP by flow).
     """
+
+    @classmethod
+    def build(cls, env: simpy.Environment, recorder: Recorder, graph: nx.DiGraph, options: FabricOptions):
+        """The packet fabric with the scenario's chunk size and chunk cap."""
+        return cls(env, recorder, graph, chunk_size=options.chunk_size, max_chunks=options.max_chunks)
 
     def __init__(
         self,

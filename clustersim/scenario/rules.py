@@ -16,14 +16,13 @@ from ..parallel.plan import Plan
 from ..schedules import SCHEDULES
 from ..schedules.orders import stage_order
 from ..schedules.registry import replicable_schedules
-from ..topology.registry import check_options
+from ..topology.registry import typed_options
 from ..workload.rules import check_model_rules, model_layers
 from ..workload.tp_overlap import check_tp_overlap
 from .context_parallel_rules import check_context_parallel
 from .expert_rules import check_expert_parallel
 from .fault_rules import check_fault_rules
 from .hetero_rules import check_dp_split, check_node_groups
-from .parameter_server_rules import check_parameter_server
 from .schema import ScenarioSpec
 
 
@@ -86,7 +85,7 @@ def check_rules(spec: ScenarioSpec) -> None:
             nic.per_node,
             f"at most gpus_per_node ({spec.cluster.gpus_per_node}) NICs per node",
         )
-    check_options(spec.cluster.model_dump(), "cluster")
+    typed_options(spec.cluster.model_dump(), "cluster")  # refused at load, also where no graph is built
     if spec.cluster.nodes > 1 and spec.cluster.topology.get("kind") == "single_node":
         raise ScenarioError(
             "cluster.topology.kind",
@@ -95,8 +94,6 @@ def check_rules(spec: ScenarioSpec) -> None:
         )
     if par.stage_replicas is not None:
         check_stage_replicas(spec)
-    if par.parameter_server is not None:
-        check_parameter_server(spec)
     if par.gpus is not None and par.gpus > n:
         raise ScenarioError("parallel.gpus", par.gpus, f"at most the cluster's {n} GPUs")
     dp = resolve_dp(spec)

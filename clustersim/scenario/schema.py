@@ -22,7 +22,7 @@ from pydantic import (
 )
 
 from ..collectives import ALGORITHMS, KINDS
-from ..network.factory import NETWORK_MODEL_NAMES
+from ..network.factory import network_model_names
 from ..schedules import SCHEDULES
 from .cluster_spec import (  # noqa: F401  (re-exported: the schema's public names)
     ClusterSpec,
@@ -347,7 +347,8 @@ class SimulationSpec(_Spec):
     @field_validator("network")
     @classmethod
     def _known_network(cls, name: str) -> str:
-        return known(name, NETWORK_MODEL_NAMES, "network model", NETWORK_MODEL_NAMES)
+        names = network_model_names()
+        return known(name, names, "network model", names)
 
 
 class FaultSpec(_Spec):

@@ -29,11 +29,11 @@ from typing import Literal
 import networkx as nx
 
 from ..errors import ScenarioError
-from .graph import add_link, check_fields, count_field, latency_field, positive_number
+from .graph import add_link, count_field, latency_field, positive_number
 from .hierarchy import Hierarchy
 from .lazy import LazyDiGraph
-from .plugin import TOPOLOGIES, Topology, TopologyOptions, levels
-from .servers import ServerSpec, add_server
+from .plugin import TOPOLOGIES, Site, Topology, TopologyOptions, levels
+from .servers import add_server
 from .tiers import TwoTierLayout
 
 
@@ -43,28 +43,24 @@ class FatTreeOptions(TopologyOptions):
     kind: Literal["fat_tree", "leaf_spine"]
     nodes_per_leaf: int | None = None
     spines: int | None = None
-    oversubscription: float | None = None
+    oversubscription: float = 1.0
     latency: float | str | None = None
 
 
-FIELDS = tuple(FatTreeOptions.model_fields)
-
-
-def build_clos(cluster: dict, field: str = "cluster") -> nx.DiGraph:
+def build_clos(site: Site) -> nx.DiGraph:
     """Build a leaf–spine (two-tier fat-tree) cluster; see the module docstring for fields."""
-    topo = cluster.get("topology") or {}
-    tf = f"{field}.topology"
-    check_fields(topo, FIELDS, tf)
-    spec = ServerSpec.from_cluster(cluster, field)
-    per_leaf = topo.get("nodes_per_leaf")
+    opts, spec, tf = site.options, site.servers, site.topology_field
+    per_leaf = opts.nodes_per_leaf
     if per_leaf is None:
         per_leaf = min(spec.nodes, max(1, 32 // spec.nics_per_node))
     per_leaf = count_field(per_leaf, f"{tf}.nodes_per_leaf")
-    spines = count_field(topo.get("spines", spec.nics_per_node), f"{tf}.spines")
-    oversub = positive_number(topo.get("oversubscription", 1.0), f"{tf}.oversubscription")
+    spines = count_field(spec.nics_per_node if opts.spines is None else opts.spines, f"{tf}.spines")
+    oversub = positive_number(opts.oversubscription, f"{tf}.oversubscription")
     if oversub < 1.0:
         raise ScenarioError(f"{tf}.oversubscription", oversub, "expected a ratio ≥ 1 (1 = full bisection)")
-    uplink_lat = latency_field(topo.get("latency", spec.nic_latency / 2), f"{tf}.latency")
+    uplink_lat = latency_field(
+        spec.nic_latency / 2 if opts.latency is None else opts.latency, f"{tf}.latency"
+    )
     uplink_bw = per_leaf * spec.nics_per_node * spec.nic_bandwidth / (oversub * spines)
     return LazyDiGraph.of(
         ClosLayout(spec, spines, uplink_bw, uplink_lat, nodes_per_leaf=per_leaf),

@@ -26,8 +26,7 @@ import networkx as nx
 
 from ..errors import ScenarioError
 from .graph import NODE_KINDS, bandwidth_field, check_fields, count_field, latency_field
-from .plugin import TOPOLOGIES, Topology, TopologyOptions
-from .servers import ServerSpec
+from .plugin import TOPOLOGIES, Site, Topology, TopologyOptions
 
 
 class CustomOptions(TopologyOptions):
@@ -38,7 +37,6 @@ class CustomOptions(TopologyOptions):
     links: list | None = None
 
 
-FIELDS = tuple(CustomOptions.model_fields)
 NODE_FIELDS = ("name", "kind", "host", "border")
 LINK_FIELDS = ("src", "dst", "bandwidth", "latency", "bidirectional")
 
@@ -97,17 +95,14 @@ def _add_links(g: nx.DiGraph, items: object, tf: str) -> None:
             g.add_edge(a, b, bandwidth=bw, latency=lat, kind="custom")
 
 
-def build_custom(cluster: dict, field: str = "cluster") -> nx.DiGraph:
+def build_custom(site: Site) -> nx.DiGraph:
     """Build the network listed in ``cluster.topology.nodes`` / ``links``."""
-    topo = cluster.get("topology") or {}
-    tf = f"{field}.topology"
-    check_fields(topo, FIELDS, tf)
-    spec = ServerSpec.from_cluster(cluster, field)
+    spec, tf = site.servers, site.topology_field
     g = nx.DiGraph()
     for i in range(spec.num_gpus):
         g.add_node(f"gpu{i}", kind="gpu", host=i // spec.gpus_per_node)
-    border = _add_nodes(g, topo.get("nodes", []), tf)
-    _add_links(g, topo.get("links"), tf)
+    border = _add_nodes(g, site.options.nodes, tf)
+    _add_links(g, site.options.links, tf)
     g.graph["border"] = border or ["gpu0"]
     return g
 

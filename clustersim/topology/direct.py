@@ -20,8 +20,8 @@ from typing import Literal
 import networkx as nx
 
 from ..errors import ScenarioError
-from .graph import add_link, bandwidth_field, check_fields, count_field, latency_field
-from .plugin import TOPOLOGIES, Topology, TopologyOptions
+from .graph import add_link, bandwidth_field, count_field, latency_field
+from .plugin import TOPOLOGIES, Site, Topology, TopologyOptions
 from .servers import ServerSpec
 
 
@@ -49,10 +49,11 @@ def _graph_with_gpus(spec: ServerSpec) -> nx.DiGraph:
     return g
 
 
-def _linker(topo: dict, spec: ServerSpec, tf: str):
+def _linker(site: Site):
     """Return ``join(i, j)`` adding the link between GPU i and GPU j."""
-    bw = None if "bandwidth" not in topo else bandwidth_field(topo["bandwidth"], f"{tf}.bandwidth")
-    lat = None if "latency" not in topo else latency_field(topo["latency"], f"{tf}.latency")
+    opts, spec, tf = site.options, site.servers, site.topology_field
+    bw = None if opts.bandwidth is None else bandwidth_field(opts.bandwidth, f"{tf}.bandwidth")
+    lat = None if opts.latency is None else latency_field(opts.latency, f"{tf}.latency")
 
     def join(g: nx.DiGraph, i: int, j: int) -> None:
         if i == j:
@@ -65,14 +66,11 @@ def _linker(topo: dict, spec: ServerSpec, tf: str):
     return join
 
 
-def build_ring(cluster: dict, field: str = "cluster") -> nx.DiGraph:
+def build_ring(site: Site) -> nx.DiGraph:
     """Build a bidirectional ring over all GPUs of the cluster."""
-    topo = cluster.get("topology") or {}
-    tf = f"{field}.topology"
-    check_fields(topo, tuple(RingOptions.model_fields), tf)
-    spec = ServerSpec.from_cluster(cluster, field)
+    spec = site.servers
     g = _graph_with_gpus(spec)
-    join = _linker(topo, spec, tf)
+    join = _linker(site)
     n = spec.num_gpus
     for i in range(n):
         join(g, i, (i + 1) % n)
@@ -83,14 +81,11 @@ def _square_factor(n: int) -> int:
     return max(d for d in range(1, math.isqrt(n) + 1) if n % d == 0)
 
 
-def build_torus_2d(cluster: dict, field: str = "cluster") -> nx.DiGraph:
+def build_torus_2d(site: Site) -> nx.DiGraph:
     """Build a 2-D torus (wrap-around grid) over all GPUs of the cluster."""
-    topo = cluster.get("topology") or {}
-    tf = f"{field}.topology"
-    check_fields(topo, tuple(Torus2dOptions.model_fields), tf)
-    spec = ServerSpec.from_cluster(cluster, field)
+    spec, tf = site.servers, site.topology_field
     n = spec.num_gpus
-    rows, cols = topo.get("rows"), topo.get("cols")
+    rows, cols = site.options.rows, site.options.cols
     if rows is None and cols is None:
         rows = spec.nodes if spec.nodes > 1 else _square_factor(n)
     if rows is not None:
@@ -102,7 +97,7 @@ def build_torus_2d(cluster: dict, field: str = "cluster") -> nx.DiGraph:
     if rows * cols != n:
         raise ScenarioError(f"{tf}.rows", rows, f"rows × cols ({rows} × {cols}) must equal the GPU count {n}")
     g = _graph_with_gpus(spec)
-    join = _linker(topo, spec, tf)
+    join = _linker(site)
     for r in range(rows):
         for c in range(cols):
             i = r * cols + c

@@ -2,7 +2,7 @@
 
 A topology module defines ``TOPOLOGIES`` entries (:class:`Topology`) at import; the registry
 (:mod:`.registry`) imports every module of this package, so adding a topology is adding one
-file. ``placement(graph)`` says where each GPU sits — ``(site, leaf, host)``: the site
+file. Its builder receives a :class:`Site`: the servers, read once, and its options, typed. ``placement(graph)`` says where each GPU sits — ``(site, leaf, host)``: the site
 index, the switches the GPU's own NIC links to, its server — for topologies whose routes
 depend only on the levels two GPUs share; folding (:mod:`clustersim.parallel.fold_routes`)
 compares twins' levels with their representative's. A topology whose routes depend on
@@ -11,23 +11,49 @@ position returns a reason string instead, and folding is refused there.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 import networkx as nx
 from pydantic import BaseModel, ConfigDict
 
 from ..plugins import Plugin, Registry
+from .servers import ServerSpec
 
 #: where a GPU sits: (site index, switches its NIC links to, server index)
 Placement = tuple[int, frozenset, int]
 
 
 class TopologyOptions(BaseModel):
-    """Base of every topology's options (``cluster.topology``): unknown keys are refused.
-    Quantities stay as written (``"100 Gbit/s"``); the builder parses them, naming the field."""
+    """Base of every topology's options (``cluster.topology``): unknown keys are refused, and
+    so is a value of the wrong type (strict: ``"4"`` or ``true`` is no count). Quantities stay
+    as written (``"100 Gbit/s"``); the builder parses them, naming the field."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+@dataclass(frozen=True)
+class Site:
+    """What a topology's builder receives: the ``cluster`` mapping it builds (its servers
+    read from it once, as :attr:`servers`), ``field``, the path errors name (``cluster``,
+    or a wan site's), and ``options``, ``cluster.topology`` validated into the topology's
+    own :class:`TopologyOptions` model."""
+
+    cluster: Mapping
+    field: str
+    options: TopologyOptions
+
+    @cached_property
+    def servers(self) -> ServerSpec:
+        """The servers' hardware (``nodes``, ``gpus_per_node``, ``intra_node``, ``nic``,
+        ``pcie``) in base units, checked."""
+        return ServerSpec.from_cluster(self.cluster, self.field)
+
+    @property
+    def topology_field(self) -> str:
+        """The path of ``options`` (``cluster.topology``) in errors."""
+        return f"{self.field}.topology"
 
 
 def levels(graph: nx.DiGraph) -> dict[str, Placement]:
@@ -57,10 +83,10 @@ def position_dependent(graph: nx.DiGraph) -> str:
 
 @dataclass(frozen=True)
 class Topology(Plugin):
-    """A topology kind: ``factory(cluster: dict, field: str) -> nx.DiGraph`` builds it (GPU
-    nodes carry ``kind``/``host``, links ``bandwidth``/``latency``/``kind``); ``options`` is
-    its :class:`TopologyOptions` model (with ``kind`` a Literal of its name); ``placement``
-    as in the module docstring."""
+    """A topology kind: ``factory(site: Site) -> nx.DiGraph`` builds it (GPU nodes carry
+    ``kind``/``host``, links ``bandwidth``/``latency``/``kind``); ``options`` is its
+    :class:`TopologyOptions` model (with ``kind`` a Literal of its name), which the builder
+    receives validated as ``site.options``; ``placement`` as in the module docstring."""
 
     placement: Callable[[nx.DiGraph], dict[str, Placement] | str] = position_dependent
 

@@ -37,11 +37,11 @@ from typing import Literal
 import networkx as nx
 
 from ..errors import ScenarioError
-from .graph import add_link, check_fields, count_field, latency_field, positive_number
+from .graph import add_link, count_field, latency_field, positive_number
 from .hierarchy import Hierarchy
 from .lazy import LazyDiGraph, has_node
-from .plugin import TOPOLOGIES, Topology, TopologyOptions, levels
-from .servers import ServerSpec, add_server
+from .plugin import TOPOLOGIES, Site, Topology, TopologyOptions, levels
+from .servers import add_server
 from .tiers import TwoTierLayout
 
 
@@ -49,22 +49,21 @@ class RailOptions(TopologyOptions):
     """``cluster.topology`` of ``rail`` (module docstring)."""
 
     kind: Literal["rail"]
-    spines: int | None = None
-    oversubscription: float | None = None
+    spines: int = 0
+    oversubscription: float = 1.0
     latency: float | str | None = None
 
 
-def build_rail(cluster: dict, field: str = "cluster") -> nx.DiGraph:
+def build_rail(site: Site) -> nx.DiGraph:
     """Build a rail-optimized cluster; see the module docstring for fields."""
-    topo = cluster.get("topology") or {}
-    tf = f"{field}.topology"
-    check_fields(topo, tuple(RailOptions.model_fields), tf)
-    spec = ServerSpec.from_cluster(cluster, field)
-    spines = count_field(topo.get("spines", 0), f"{tf}.spines", minimum=0)
-    oversub = positive_number(topo.get("oversubscription", 1.0), f"{tf}.oversubscription")
+    opts, spec, tf = site.options, site.servers, site.topology_field
+    spines = count_field(opts.spines, f"{tf}.spines", minimum=0)
+    oversub = positive_number(opts.oversubscription, f"{tf}.oversubscription")
     if oversub < 1.0:
         raise ScenarioError(f"{tf}.oversubscription", oversub, "expected a ratio ≥ 1 (1 = full bisection)")
-    uplink_lat = latency_field(topo.get("latency", spec.nic_latency / 2), f"{tf}.latency")
+    uplink_lat = latency_field(
+        spec.nic_latency / 2 if opts.latency is None else opts.latency, f"{tf}.latency"
+    )
     uplink_bw = spec.nodes * spec.nic_bandwidth / (oversub * spines) if spines else 0.0
     return LazyDiGraph.of(
         RailLayout(spec, spines, uplink_bw, uplink_lat),

@@ -1,8 +1,9 @@
 """The topology registry and its entry point :func:`build_topology`.
 
 ``TOPOLOGIES`` maps the word a scenario uses (``cluster.topology.kind``) to a
-:class:`~.plugin.Topology`: its builder ``(cluster: dict, field: str) -> nx.DiGraph``, its
-typed options and its placement levels. Every module of this package that registers one
+:class:`~.plugin.Topology`: its builder ``(site: Site) -> nx.DiGraph``, its typed options
+and its placement levels. :func:`build_site` validates ``cluster.topology`` into the kind's
+options model once (:func:`typed_options`) and hands the builder that object. Every module of this package that registers one
 is imported here, so a new topology is one new file. ``auto`` (the scenario default)
 means ``single_node`` for one node and ``fat_tree`` otherwise. Every built graph is
 checked the same way: GPU count matches ``nodes × gpus_per_node``, every GPU reaches
@@ -23,7 +24,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 
 from ..errors import ScenarioError
 from .graph import check_connected
-from .plugin import TOPOLOGIES
+from .plugin import TOPOLOGIES, Site, TopologyOptions
 
 # every module of the package registers its topologies when imported (plugin.py)
 for _module in pkgutil.iter_modules([str(Path(__file__).parent)]):
@@ -50,14 +51,14 @@ def _kind(cluster: dict, field: str) -> str:
     return kind
 
 
-def check_options(cluster: dict, field: str = "cluster") -> None:
-    """Validate ``cluster.topology`` against the discriminated union of every registered
-    topology's options (on ``kind``, ``auto`` resolved): a ScenarioError naming the bad
-    option, its value and the options that topology accepts."""
+def typed_options(cluster: dict, field: str = "cluster") -> TopologyOptions:
+    """``cluster.topology`` validated against the discriminated union of every registered
+    topology's options (on ``kind``, ``auto`` resolved): its kind's options model, or a
+    ScenarioError naming the bad option, its value and the options that topology accepts."""
     kind = _kind(cluster, field)
     topo = {**(cluster.get("topology") or {}), "kind": kind}
     try:
-        _options_union().validate_python(topo)
+        return _options_union().validate_python(topo)
     except ValidationError as exc:
         err = exc.errors()[0]
         key = ".".join(str(p) for p in err["loc"][1:])
@@ -82,9 +83,9 @@ def _union_of(models: tuple) -> TypeAdapter:
 
 def build_site(cluster: dict, field: str = "cluster") -> nx.DiGraph:
     """Build the graph of ``cluster`` with the builder its ``topology.kind`` names (unchecked)."""
-    kind = _kind(cluster, field)
-    g = TOPOLOGIES[kind].factory(cluster, field)
-    g.graph["kind"] = kind
+    options = typed_options(cluster, field)
+    g = TOPOLOGIES[options.kind].factory(Site(cluster, field, options))
+    g.graph["kind"] = options.kind
     g.graph["topology"] = cluster.get("topology") or {}
     return g
 

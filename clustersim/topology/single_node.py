@@ -12,10 +12,9 @@ from typing import Literal
 import networkx as nx
 
 from ..errors import ScenarioError
-from .graph import check_fields
 from .hierarchy import Hierarchy
-from .plugin import TOPOLOGIES, Topology, TopologyOptions, levels
-from .servers import ServerSpec, add_server
+from .plugin import TOPOLOGIES, Site, Topology, TopologyOptions, levels
+from .servers import add_server
 
 
 class SingleNodeOptions(TopologyOptions):
@@ -24,17 +23,12 @@ class SingleNodeOptions(TopologyOptions):
     kind: Literal["single_node"]
 
 
-FIELDS = tuple(SingleNodeOptions.model_fields)
-
-
-def build_single_node(cluster: dict, field: str = "cluster") -> nx.DiGraph:
+def build_single_node(site: Site) -> nx.DiGraph:
     """Build one server: ``gpu0..gpu{G-1}`` around ``nvswitch0`` (or ``pcie0``)."""
-    topo = cluster.get("topology") or {}
-    check_fields(topo, FIELDS, f"{field}.topology")
-    spec = ServerSpec.from_cluster(cluster, field)
+    spec = site.servers
     if spec.nodes != 1:
         raise ScenarioError(
-            f"{field}.topology.kind",
+            f"{site.topology_field}.kind",
             "single_node",
             f"a cluster of {spec.nodes} nodes needs a multi-node topology (e.g. fat_tree)",
         )

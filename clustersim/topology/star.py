@@ -21,10 +21,10 @@ from typing import Literal
 
 import networkx as nx
 
-from .graph import bandwidth_field, check_fields, latency_field
+from .graph import bandwidth_field, latency_field
 from .hierarchy import Hierarchy
-from .plugin import TOPOLOGIES, Topology, TopologyOptions
-from .servers import ServerSpec, add_server
+from .plugin import TOPOLOGIES, Site, Topology, TopologyOptions
+from .servers import add_server
 
 
 class StarOptions(TopologyOptions):
@@ -38,27 +38,23 @@ class StarOptions(TopologyOptions):
     server_bandwidth: float | str | None = None
 
 
-FIELDS = tuple(StarOptions.model_fields)
 SERVER = "server"
 #: the switch in front of the server when ``server_bandwidth`` limits its NIC
 HUB = "hub"
 
 
-def build_star(cluster: dict, field: str = "cluster") -> nx.DiGraph:
+def build_star(site: Site) -> nx.DiGraph:
     """Build a star: every node's NICs joined to the central ``server`` node."""
-    topo = cluster.get("topology") or {}
-    tf = f"{field}.topology"
-    check_fields(topo, FIELDS, tf)
-    spec = ServerSpec.from_cluster(cluster, field)
-    bw = bandwidth_field(topo.get("bandwidth", spec.nic_bandwidth), f"{tf}.bandwidth")
-    up = bandwidth_field(topo.get("uplink", bw), f"{tf}.uplink")
-    down = bandwidth_field(topo.get("downlink", bw), f"{tf}.downlink")
-    lat = latency_field(topo.get("latency", spec.nic_latency), f"{tf}.latency")
+    opts, spec, tf = site.options, site.servers, site.topology_field
+    bw = bandwidth_field(spec.nic_bandwidth if opts.bandwidth is None else opts.bandwidth, f"{tf}.bandwidth")
+    up = bw if opts.uplink is None else bandwidth_field(opts.uplink, f"{tf}.uplink")
+    down = bw if opts.downlink is None else bandwidth_field(opts.downlink, f"{tf}.downlink")
+    lat = latency_field(spec.nic_latency if opts.latency is None else opts.latency, f"{tf}.latency")
     g = nx.DiGraph()
     g.add_node(SERVER, kind="server")
     centre = SERVER
-    if topo.get("server_bandwidth") is not None:
-        own = bandwidth_field(topo["server_bandwidth"], f"{tf}.server_bandwidth")
+    if opts.server_bandwidth is not None:
+        own = bandwidth_field(opts.server_bandwidth, f"{tf}.server_bandwidth")
         centre = HUB
         g.add_node(HUB, kind="switch")
         g.add_edge(HUB, SERVER, bandwidth=own, latency=0.0, kind="nic")

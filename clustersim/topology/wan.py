@@ -25,8 +25,8 @@ from typing import Literal
 import networkx as nx
 
 from ..errors import ScenarioError
-from .graph import add_link, add_wire, bandwidth_field, check_fields, gpu_names, latency_field
-from .plugin import TOPOLOGIES, Topology, TopologyOptions, levels
+from .graph import add_link, add_wire, bandwidth_field, gpu_names, latency_field
+from .plugin import TOPOLOGIES, Site, Topology, TopologyOptions, levels
 
 
 class WanOptions(TopologyOptions):
@@ -35,11 +35,10 @@ class WanOptions(TopologyOptions):
     kind: Literal["wan"]
     sites: list | None = None
     bandwidth: float | str | None = None
-    latency: float | str | None = None
+    latency: float | str = 0.0
     links: list | None = None
 
 
-FIELDS = tuple(WanOptions.model_fields)
 _INHERITED = ("gpus_per_node", "intra_node", "nic", "pcie")
 
 
@@ -59,26 +58,24 @@ def _site_cluster(parent: dict, site: object, field: str) -> dict:
     return merged
 
 
-def build_wan(cluster: dict, field: str = "cluster") -> nx.DiGraph:
+def build_wan(site: Site) -> nx.DiGraph:
     """Build a multi-site cluster; see the module docstring for fields."""
     from .registry import build_site  # registry imports this module
 
-    topo = cluster.get("topology") or {}
-    tf = f"{field}.topology"
-    check_fields(topo, FIELDS, tf)
-    sites = topo.get("sites")
+    opts, cluster, tf = site.options, site.cluster, site.topology_field
+    sites = opts.sites
     if not isinstance(sites, list) or not sites:
         raise ScenarioError(
             f"{tf}.sites", sites, "a non-empty list of sites, each a cluster such as {nodes: 2}"
         )
-    bw = None if "bandwidth" not in topo else bandwidth_field(topo["bandwidth"], f"{tf}.bandwidth")
-    lat = latency_field(topo.get("latency", 0.0), f"{tf}.latency")
+    bw = None if opts.bandwidth is None else bandwidth_field(opts.bandwidth, f"{tf}.bandwidth")
+    lat = latency_field(opts.latency, f"{tf}.latency")
 
     g = nx.DiGraph()
     gpu_off = host_off = 0
-    for k, site in enumerate(sites):
+    for k, part in enumerate(sites):
         sf = f"{tf}.sites[{k}]"
-        sub_cluster = _site_cluster(cluster, site, sf)
+        sub_cluster = _site_cluster(cluster, part, sf)
         sub = build_site(sub_cluster, sf)
         n_gpus = len(gpu_names(sub))
 
@@ -102,7 +99,7 @@ def build_wan(cluster: dict, field: str = "cluster") -> nx.DiGraph:
         gpu_off += n_gpus
         host_off += sub_cluster["nodes"]
 
-    links = topo.get("links")
+    links = opts.links
     if links is None:
         pairs = [({}, a, b) for a in range(len(sites)) for b in range(a + 1, len(sites))]
     else:

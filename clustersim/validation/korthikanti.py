@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import simpy
 
-from ..collectives import run_collective
+from ..collectives import Tuning, run_collective
 from ..engine.network_setup import build_network
 from ..record import Recorder
 from ..resolve import resolve
@@ -55,21 +55,14 @@ def _fabric(tp: int):
 
 def _run(items: list[tuple], tp: int) -> float:
     env, fabric, members, cluster = _fabric(tp)
+    tuning = Tuning(cluster.collective_alpha, protocols=cluster.collective_protocols)
 
     def proc():
         for it in items:
             if it[0] == "c":
                 yield env.timeout(it[1])
             else:
-                yield from run_collective(
-                    env,
-                    fabric,
-                    it[1],
-                    members,
-                    it[2],
-                    alpha=cluster.collective_alpha,
-                    protocols=cluster.collective_protocols,
-                )
+                yield from run_collective(env, fabric, it[1], members, it[2], tuning=tuning)
 
     env.process(proc())
     env.run()

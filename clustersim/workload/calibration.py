@@ -11,8 +11,8 @@ asserted on.
 
 ONE calibration per GPU type and dtype, stated up front in :data:`CALIBRATIONS` (which
 GPU's rows set each part; a part taken from a sibling GPU is a transfer, said in the plan's
-note); a GPU with no plan takes the plan of the calibrated GPU nearest in datasheet 16-bit
-peak (:func:`transfer_source`), marked as a transfer by ``clustersim list``:
+note); a catalog GPU with no plan borrows the set of the nearest calibrated GPU
+(:func:`calibrated_as`), marked as a transfer by ``clustersim list``:
 
 * ``memory`` = measured STREAM triad / datasheet HBM bandwidth;
 * ``matmul_max`` = the maximum-achievable-matmul (MAMF) row over the peak: the best mean
@@ -42,7 +42,6 @@ import numpy as np
 
 from ..hardware.datasheets import datasheet, datasheets
 from ..hardware.gpus import get_gpu
-from ..hardware.interference import SM_COUNTS
 from .cost_model import CostModel, Efficiency
 from .ops import Work
 
@@ -170,6 +169,8 @@ _A100, _H100, _H200, _B200, _GB200, _MI300X = (
     "GB200-186GB",
     "MI300X-192GB",
 )
+#: the calibration a custom GPU like no catalog GPU is priced with (flagged as uncalibrated)
+FALLBACK_GPU = _A100
 _H100_PARTS = (Part((_H100, "bf16"), (_H100, "bf16")), Part((_H100, "fp8"), (_H100, "fp8")))
 
 #: GPU → its one calibration
@@ -216,6 +217,41 @@ CALIBRATIONS: dict[str, Plan] = {
 }
 
 
+def calibrated_gpus() -> list[str]:
+    """Catalog GPUs with an efficiency set of their own (a plan of :data:`CALIBRATIONS`), in
+    table order."""
+    return [g for g in datasheets() if g in CALIBRATIONS]
+
+
+def calibrated_as(gpu: str) -> str:
+    """The calibrated GPU whose efficiencies catalog GPU ``gpu`` is priced with: itself, or
+    — for a row without kernel measurements — the nearest calibrated GPU, nearest by
+    ``|ln(peak/peak')| + |ln(HBM/HBM')|`` (the two peaks the efficiencies are fractions
+    of; a tie goes to the earlier row). The fractions then apply to ``gpu``'s own peaks."""
+    if gpu in CALIBRATIONS:
+        return gpu
+    own = datasheet(gpu)
+
+    def distance(other: str) -> float:
+        sheet = datasheet(other)
+        return abs(math.log(own.dense16_flops / sheet.dense16_flops)) + abs(
+            math.log(own.hbm_bandwidth / sheet.hbm_bandwidth)
+        )
+
+    return min(calibrated_gpus(), key=distance)
+
+
+def calibration_status(gpu: str) -> str:
+    """``calibrated`` (on its own kernel-level rows), ``calibrated, in part a transfer: …``
+    (a plan that takes some parts from a sibling GPU, its note), or ``transfer from <GPU>``
+    for a catalog GPU priced with the efficiencies of another (:func:`calibrated_as`)."""
+    donor = calibrated_as(gpu)
+    if donor != gpu:
+        return f"transfer from {donor}"
+    plan = CALIBRATIONS[gpu]
+    return "calibrated" if plan.sources() == {gpu} else f"calibrated, in part a transfer: {plan.note}"
+
+
 #: (rms of the relative error over a set of rows, largest relative error of any row) by
 #: role; a set = one GPU, kernel, dtype. Set from the data's own scatter, one pair per
 #: role, never per row: the same GEMM measured twice moves up to 9 % (XLA's two sm_90
@@ -253,40 +289,10 @@ def _lm(residuals: Callable[[np.ndarray], np.ndarray], x0: Sequence[float], iter
 
 
 def sm_count(gpu: str) -> int:
-    """SMs of ``gpu`` (:data:`clustersim.hardware.interference.SM_COUNTS`; 0 if unknown:
-    no wave quantization)."""
-    return SM_COUNTS[gpu][0] if gpu in SM_COUNTS else 0
-
-
-def transfer_source(gpu: str) -> str:
-    """The GPU whose calibration ``gpu`` runs on: itself when :data:`CALIBRATIONS` has a
-    plan for it, else the calibrated GPU nearest in datasheet 16-bit peak (log distance),
-    else (no datasheet) A100 80GB."""
-    if gpu in CALIBRATIONS:
-        return gpu
-    sheets = datasheets()
-    if gpu not in sheets:
-        return _A100
-    peak = sheets[gpu].dense16_flops
-
-    def rank(c: str) -> tuple:
-        # nearest peak; on a tie, a GPU whose GEMMs are fitted on its own rows (A100 80GB,
-        # not the 40GB that borrows them), then by name
-        return abs(math.log(sheets[c].dense16_flops / peak)), CALIBRATIONS[c].dense16.shape[0] != c, c
-
-    return min(CALIBRATIONS, key=rank)
-
-
-def calibration_note(gpu: str) -> str:
-    """How ``gpu``'s model is calibrated, in words, for ``clustersim list``: on its own
-    kernel-level rows, or a transfer (named) from other GPUs' rows."""
-    source = transfer_source(gpu)
-    if source != gpu:
-        return f"transfer: {source}'s calibration (nearest datasheet peak; no kernel rows of its own)"
-    plan = CALIBRATIONS[gpu]
-    if plan.sources() == {gpu}:
-        return "calibrated on its own kernel-level rows"
-    return f"transfer in part: {plan.note}"
+    """SMs of ``gpu`` (the catalog's ``sms`` column, ``gpu_datasheets.csv``; 0 if not in the
+    catalog: no wave quantization)."""
+    sheet = datasheets().get(gpu)
+    return 0 if sheet is None else sheet.sms
 
 
 def _polish(residuals: Callable[[np.ndarray], np.ndarray], x: np.ndarray) -> np.ndarray:
@@ -446,18 +452,6 @@ class Calibration:
     dense16: Efficiency
     fp8: Efficiency | None
     attention: AttentionCurve | None
-
-    def dense16_for(self, gpu: str) -> Efficiency:
-        """The 16-bit efficiency for ``gpu``: this GPU's own, or — ``gpu`` transferring
-        from this one — the same constants on ``gpu``'s SM count, flagged in ``source``."""
-        if gpu == self.gpu:
-            return self.dense16
-        return replace(
-            self.dense16,
-            sms=sm_count(gpu),
-            source=f"{gpu}: transferred from {self.gpu} (nearest calibrated datasheet peak), "
-            f"not calibrated on {gpu} measurements",
-        )
 
 
 def _memory(gpu: str) -> float:

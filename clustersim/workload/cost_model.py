@@ -24,9 +24,8 @@ takes the efficiency of :meth:`CostModel.attention_efficiency` in place of ``mat
 an FP8 GEMM is priced by :mod:`.fp8` (FP8 peak, its own calibrated efficiency, casts).
 
 ONE set of efficiencies per GPU type and dtype, fitted to kernel-level measurements only
-(:mod:`.calibration`: A100, Hopper, Blackwell, MI300X); a GPU without measurements takes
-the set of the calibrated GPU nearest in datasheet peak, flagged as a transfer in
-``source``. A :class:`ProfileTable` of measured op times overrides the model for the ops it
+(:mod:`.calibration`: A100, Hopper, Blackwell, MI300X); another catalog GPU borrows the set of
+the nearest calibrated one (a transfer, said in ``source`` and a warning). A :class:`ProfileTable` of measured op times overrides the model for the ops it
 lists.
 """
 
@@ -35,13 +34,14 @@ from __future__ import annotations
 import csv
 import io
 import math
+import warnings
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import ScenarioError, shorten
-from ..hardware.gpus import GPUSpec, get_gpu
+from ..errors import CalibrationTransfer, ScenarioError, shorten
+from ..hardware.gpus import GPUS, GPUSpec, get_gpu
 from ..reader import read_text
 from .ops import AttentionShape, Work
 
@@ -76,12 +76,28 @@ SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
 
 
 def efficiency_for(gpu: str) -> Efficiency:
-    """The efficiency set of ``gpu``: its kernel-level calibration (:mod:`.calibration`),
-    or — for a GPU without measurements — the nearest calibrated GPU's, flagged in
-    ``source`` as a transfer."""
-    from .calibration import calibration, transfer_source  # imports this module: resolve at call time
+    """The efficiency set of ``gpu``: its kernel-level calibration (:mod:`.calibration`);
+    for another catalog GPU (a row without kernel measurements) the set of the nearest
+    calibrated GPU (:func:`.calibration.calibrated_as`) on its own SM count, said in
+    ``source`` and in a :class:`~clustersim.errors.CalibrationTransfer` warning; else (a
+    custom GPU like no catalog GPU) A100 80GB's without wave quantization (no SM count),
+    flagged as uncalibrated."""
+    # calibration imports this module: resolve at call time
+    from .calibration import CALIBRATIONS, FALLBACK_GPU, calibrated_as, calibration, sm_count
 
-    return calibration(transfer_source(gpu)).dense16_for(gpu)
+    if gpu in CALIBRATIONS:
+        return calibration(gpu).dense16
+    if gpu not in GPUS:
+        source = f"{gpu}: A100 fractions reused, not calibrated on {gpu} measurements"
+        return replace(calibration(FALLBACK_GPU).dense16, sms=sm_count(gpu), source=source)
+    donor = calibrated_as(gpu)
+    note = (
+        f"has no kernel measurements of its own: priced with {donor}'s efficiencies (the nearest "
+        "calibrated GPU) as fractions of its own datasheet peaks"
+    )
+    warnings.warn(CalibrationTransfer("cluster.gpu", gpu, note), stacklevel=3)
+    # the donor's constants; wave quantization runs over this GPU's own SMs
+    return replace(calibration(donor).dense16, sms=sm_count(gpu), source=f"{gpu} (transfer) {note}")
 
 
 @lru_cache(maxsize=65536)
@@ -159,11 +175,14 @@ class ProfileTable:
 
 
 def attention_curve_for(gpu: str) -> AttentionCurve | None:
-    """The calibrated FlashAttention curve of ``gpu`` (:mod:`.calibration`), or None
-    where its data has none (only Hopper has FA3 tables: H100, H200, H800)."""
-    from .calibration import CALIBRATIONS, calibration  # imports this module: resolve at call time
+    """The calibrated FlashAttention curve of ``gpu``, or of the GPU it is priced as
+    (:func:`.calibration.calibrated_as`), or None where that GPU's data has none (only
+    Hopper has FA3 tables: H100, H200, H800) or ``gpu`` is not in the catalog."""
+    # calibration imports this module: resolve at call time
+    from .calibration import CALIBRATIONS, calibrated_as, calibration
 
-    return calibration(gpu).attention if gpu in CALIBRATIONS else None
+    donor = calibrated_as(gpu) if gpu in GPUS else gpu
+    return calibration(donor).attention if donor in CALIBRATIONS else None
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ from dataclasses import dataclass, replace
 from ..errors import ScenarioError
 from ..hardware.datasheets import datasheet, datasheets
 from ..hardware.gpus import get_gpu
-from .calibration import calibration, gemm_seconds
+from .calibration import CALIBRATIONS, calibrated_as, calibration, gemm_seconds
 from .ops import ExpertRanks, LayerOp, Work
 
 #: bytes touched per cast element: read BF16 (2) + write FP8 (1) [+ transposed FP8 (1)]
@@ -106,7 +106,7 @@ def fp8_gemm_time(
         raise ValueError(f"scaling {scaling!r}: expected one of {', '.join(SCALINGS)}")
     if datasheet(gpu).fp8_flops <= 0:
         raise ValueError(f"{gpu} has no FP8 tensor cores (gpu_datasheets.csv)")
-    eff = calibration(gpu).fp8
+    eff = calibration(calibrated_as(gpu)).fp8  # a GPU without FP8 rows: its donor's set
     bandwidth = get_gpu(gpu).hbm_bandwidth * eff.memory
     per_element = CAST_BYTES[transpose] + (AMAX_BYTES if scaling == "current" else 0.0)
     kernels = 2 if scaling == "current" else 1
@@ -115,13 +115,20 @@ def fp8_gemm_time(
 
 
 def check_fp8(gpu: str) -> None:
-    """A ScenarioError unless ``gpu`` has FP8 tensor cores (``gpu_datasheets.csv``)."""
+    """A ScenarioError unless ``gpu`` has FP8 tensor cores (``gpu_datasheets.csv``) and an
+    FP8 calibration, its own or its donor's (:func:`.calibration.calibrated_as`)."""
     if datasheet(gpu).fp8_flops <= 0:
         fp8 = sorted(name for name, sheet in datasheets().items() if sheet.fp8_flops > 0)
         raise ScenarioError(
             "training.precision",
             "fp8",
             f"{gpu} has no FP8 tensor cores; use bf16, fp16 or fp32, or a GPU with FP8: {', '.join(fp8)}",
+        )
+    if calibrated_as(gpu) not in CALIBRATIONS:
+        raise ScenarioError(
+            "training.precision",
+            "fp8",
+            f"{gpu} is priced as {calibrated_as(gpu)}, which has no FP8 calibration; use bf16 or fp16",
         )
 
 

@@ -226,14 +226,22 @@ def _local_grads(st: TrainSetup, params: float, expert: float) -> float:
     return dense + expert / zero_shards("optimizer", st.zero, st.expert_shards) if expert else dense
 
 
+@dataclass(frozen=True)
+class _PassItems:
+    """A chunk's kernel items per pass: forward, backward (whole), backward for inputs and
+    backward for weights (zero-bubble schedules split the backward)."""
+
+    f: list
+    b: list
+    bi: list
+    w: list
+
+
 def _stage(
     st: TrainSetup,
     cm: CostModel,
     fixed: FixedCosts,
-    f_items,
-    b_items,
-    bi_items,
-    w_items,
+    items: _PassItems,
     params: float,
     act_mem: float,
     send_bytes: float,
@@ -241,8 +249,8 @@ def _stage(
     expert: float = 0.0,
     fp8: tuple[float, float] = (0.0, 0.0),
 ) -> StageCost:
-    items = {"F": f_items, "B": b_items, "Bi": bi_items, "W": w_items}
-    passes = {ph: to_segments(launch_items(i, fixed.launch_s), st.granularity) for ph, i in items.items()}
+    by_phase = {"F": items.f, "B": items.b, "Bi": items.bi, "W": items.w}
+    passes = {ph: to_segments(launch_items(i, fixed.launch_s), st.granularity) for ph, i in by_phase.items()}
     grads = _local_grads(st, params, expert)  # the optimizer's local fp32 gradients
     # buffers: the recompute working set and the p2p send and recv buffers
     static, experts = _static(st, params, work_buffer + 2 * send_bytes, expert, fp8)
@@ -367,7 +375,9 @@ def transformer_chunk_costs(
         expert += sum(op.params for op in post if isinstance(op, ExpertRanks))  # the MTP layers'
         fp8 = tuple(sum(c * kinds[moe].fp8_linear[i] for moe, c in count.items()) for i in (0, 1))
         send_out = 0 if last else send
-        cost = _stage(st, cm, fixed, f, b_all, bi, w, params, act_mem, send_out, buffers, expert, fp8)
+        cost = _stage(
+            st, cm, fixed, _PassItems(f, b_all, bi, w), params, act_mem, send_out, buffers, expert, fp8
+        )
         if fixed.pipeline_gather and tp > 1 and not sp:
             cost = replace(cost, recv_gather=int(send * tp))
         if cfg.tied_embeddings and fixed.tied_embedding and len(partition) > 1 and (first or last):
@@ -514,10 +524,12 @@ def cnn_chunk_costs(
                 st,
                 cm,
                 fixed,
-                forward_items(ops, km),
-                rec + backward_items(ops, km),
-                rec + backward_items(ops, km, weight=False),
-                backward_items(ops, km, inputs=False),
+                _PassItems(
+                    forward_items(ops, km),
+                    rec + backward_items(ops, km),
+                    rec + backward_items(ops, km, weight=False),
+                    backward_items(ops, km, inputs=False),
+                ),
                 sum(op.params for op in ops),
                 act,
                 0 if start == len(layers) else chunk[-1].output_bytes,

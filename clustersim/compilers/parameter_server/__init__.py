@@ -9,6 +9,7 @@ from ...resolve import Job
 from ...trace.ps_metrics import harmonic_period, ps_summary
 from ..base import MODES, ModeReport, TrainingMode
 from ..pipeline import training_report
+from .check import check_parameter_server
 from .compile import parameter_server_program
 
 
@@ -24,6 +25,9 @@ class ParameterServerMode(TrainingMode):
 
     def applies(self, job: Job) -> bool:
         return job.parallel.parameter_server is not None
+
+    def check(self, job: Job) -> None:
+        check_parameter_server(job)
 
     def compile(self, job: Job, fold: bool) -> Program:
         return parameter_server_program(job)

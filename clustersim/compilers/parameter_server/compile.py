@@ -45,8 +45,8 @@ from ...collectives.schedule import split
 from ...hardware.node_groups import device_gpus, gpu_types
 from ...memory_kinds import StaticMemory
 from ...program import APPLY, COMPUTE, PULL, PUSH, RECV, SEND, UPDATE, Op, Program, server_lane
-from ...scenario.parameter_server_rules import HYBRID, SYNC
 from ...workload.stage_cost import StageCost
+from .check import HYBRID, SYNC
 
 
 @dataclass(frozen=True)

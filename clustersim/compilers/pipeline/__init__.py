@@ -47,8 +47,10 @@ class PipelineMode(TrainingMode):
     def applies(self, job: Job) -> bool:
         return True
 
-    def compile(self, job: Job, fold: bool) -> Program:
+    def check(self, job: Job) -> None:
         check_iterations(job)
+
+    def compile(self, job: Job, fold: bool) -> Program:
         ctx = CompileContext(
             job.schedule,
             job.plan,

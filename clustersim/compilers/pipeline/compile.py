@@ -63,6 +63,7 @@ from .codecs import coded_activation_bytes
 from .context import CompileContext
 from .context_parallel import link_ring_transfers
 from .stages import emit_stage
+from .wiring import Wiring
 
 
 def compile_pipeline(ctx: CompileContext) -> Program:
@@ -115,6 +116,7 @@ def emit_replica(ctx: CompileContext, orders, r: int) -> None:
     for s, order in enumerate(orders):
         for t in tp_ranks:
             emit_stage(ctx, order, s, r, t, passes)
+    wiring = Wiring(prog, m)
     sends: dict[tuple, Op] = {}
     twins: dict[tuple[int, int], tuple] = {}  # (stage, stage it sends to) → the folded sends' shadows
     moves = {
@@ -141,18 +143,7 @@ def emit_replica(ctx: CompileContext, orders, r: int) -> None:
                 label = f"{ph}{j % m}" + (f"c{k}" if v > 1 else "")
                 if (s, to) not in twins:  # the same pairs for every send from s to to
                     twins[(s, to)] = plan.twin_pairs(s, to) if fold else ()
-                sends[(to, t, ph, j, nxt)] = prog.add(
-                    src.device,
-                    "send",
-                    "send",
-                    f"send {label} s{s}->s{to}",
-                    stage=s,
-                    microbatch=j % m,
-                    iteration=j // m,
-                    nbytes=size,
-                    deps=(src.id,),
-                    shadows=twins[(s, to)],
-                )
+                sends[(to, t, ph, j, nxt)] = wiring.send(src, label, s, to, j, size, twins[(s, to)])
     for s, order in enumerate(orders):
         for t in tp_ranks:
             dev = plan.device(s, r, t)
@@ -160,17 +151,4 @@ def emit_replica(ctx: CompileContext, orders, r: int) -> None:
                 send = sends.get((s, t, ph, j, k))
                 if send is None:
                     continue
-                recv = prog.add(
-                    dev,
-                    "recv",
-                    "recv",
-                    "recv" + send.name[4:],
-                    stage=s,
-                    microbatch=j % m,
-                    iteration=j // m,
-                    nbytes=send.nbytes,
-                    peer=send.id,
-                )
-                send.peer = recv.id
-                consumer = passes[(s, t, ph, j, k)][0]
-                consumer.deps = consumer.deps + (recv.id,)
+                wiring.recv(dev, send, s, j, passes[(s, t, ph, j, k)][0])

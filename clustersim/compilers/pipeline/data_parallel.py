@@ -47,6 +47,8 @@ from ...errors import ProgramError
 from ...parallel.data_parallel import DataParallel, buckets, fill_buckets, hsdp_groups, parameter_pieces
 from ...program import COLLECTIVE, Op, Program
 from ...schedules.orders import stage_chunks
+from .context import CompileContext
+from .passes import PassWork
 
 
 @dataclass
@@ -81,12 +83,14 @@ class StageSync:
     reduced: Op | None = None  # the last FSDP gradient collective
 
     @classmethod
-    def of(cls, dp, prog, plan, schedule, costs, order, s, r, t, v, m, fold, name_of) -> StageSync:
+    def of(cls, ctx: CompileContext, order, s: int, r: int, t: int, name_of) -> StageSync:
         """The sync of the GPU (stage ``s``, replica ``r``, TP rank ``t``) along ``order``
-        (chunk costs ``costs``); ``name_of(phase, j, k)`` names a pass as the compiler does."""
+        under ``ctx`` (its ``data_parallel``, chunk costs, plan and Program);
+        ``name_of(phase, j, k)`` names a pass as the compiler does."""
+        dp, prog, plan, costs, m, fold = ctx.data_parallel, ctx.prog, ctx.plan, ctx.costs, ctx.m, ctx.fold
         if fold and dp.shard_group:
             raise ProgramError("HSDP (parallel.data_parallel.shard_group_size) cannot be folded")
-        chunks = stage_chunks(schedule, s, plan.pp, v)
+        chunks = stage_chunks(ctx.schedule, s, plan.pp, ctx.v)
         sync = cls(dp, prog, plan, costs, chunks, s, t, plan.device(s, r, t), fold, name_of=name_of, m=m)
         sync.split = {(j, k) for ph, j, k in order if ph == "W"}
         seen: dict[int, tuple] = {}
@@ -133,12 +137,12 @@ class StageSync:
 
     # -- passes ----------------------------------------------------------------------------
 
-    def emit(
-        self, emit_pass, cost, ph: str, j: int, k: int, it: int, *, name, after, alloc, free, stash, split
-    ):
-        """Emit pass (ph, j, k) of iteration ``it`` unit by unit through ``emit_pass`` (the
-        compiler's, its other arguments bound); return its (first, last) op."""
-        pieces = cost.layer_segments(ph, split)
+    def emit(self, run, work: PassWork, j: int, k: int, it: int, *, name: str, after: Op | None):
+        """Emit pass (``work.phase``, j, k) of iteration ``it`` unit by unit through
+        ``run(work, name=…, after=…)`` (:func:`.passes.emit_pass`, its GPU and labels
+        bound), after op ``after``; return its (first, last) op."""
+        ph, cost, alloc, free, stash = work.phase, work.cost, work.alloc, work.free, work.stash
+        pieces = cost.layer_segments(ph, work.split)
         units = self.units(len(pieces), ph)
         gathered = self.gathers.pop(k, {}) if ph == "F" else {}
         first, last = None, after
@@ -151,15 +155,8 @@ class StageSync:
             )
             a, f = (alloc if i == 0 else 0), (free if i == len(units) - 1 else 0)
             gather = self._gather(ph, j, k, unit) if self.dp.fsdp else None
-            op0, last = emit_pass(
-                piece,
-                split=split,
-                name=f"{name} l{min(unit)}",
-                after=last,
-                alloc=a,
-                free=f,
-                stash=stash if a or (f and not alloc) else 0,
-            )
+            part = replace(work, cost=piece, alloc=a, free=f, stash=stash if a or (f and not alloc) else 0)
+            op0, last = run(part, name=f"{name} l{min(unit)}", after=last)
             waits = [gathered[layer].id for layer in unit if layer in gathered]
             if gather is not None:
                 waits.append(gather.id)

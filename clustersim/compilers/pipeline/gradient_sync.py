@@ -35,26 +35,18 @@ from .codecs import emit_codec
 
 
 def emit_gradient_allreduce(
-    prog: Program,
-    dev: int,
+    emit: GradientEmitter,
     group: tuple[int, ...],
     grad: int,
     *,
-    stage: int,
-    iteration: int,
-    label: str,
     tag: str,
     deps: tuple[int, ...],
     compression: Compression | None,
-    fold: bool = False,
-    shadows: tuple = (),
-    arrivals: int = 1,
 ) -> tuple[int, ...]:
-    """Emit ``dev``'s ops of the gradient all-reduce of ``grad`` bytes over ``group``
+    """Emit ``emit.dev``'s ops of the gradient all-reduce of ``grad`` bytes over ``group``
     (module docstring); return the deps the optimizer op waits on. ``tag`` names this
-    all-reduce (sub-collectives extend it); ``fold``/``shadows`` as in the compiler;
-    ``arrivals``: the simulated members when folded (2 where two stages share the group)."""
-    emit = _Emitter(prog, dev, stage, iteration, label, fold, shadows, arrivals)
+    all-reduce (sub-collectives extend it)."""
+    stage, fold, dev = emit.stage, emit.fold, emit.dev
     if compression is None:
         return emit.collective("all-reduce", "all_reduce", group, grad, tag, deps)
     if compression.domains is None:
@@ -89,16 +81,20 @@ def emit_gradient_allreduce(
 
 
 @dataclass(frozen=True)
-class _Emitter:
-    """The ops of one device's gradient all-reduce: collectives on ``comm``, codecs on ``compute``."""
+class GradientEmitter:
+    """The ops of one device's gradient all-reduce (:func:`emit_gradient_allreduce`):
+    collectives on ``comm``, codecs on ``compute``, on ``dev`` of ``prog``, labelled with
+    ``stage``, ``iteration`` and ``label``. ``fold``: one GPU per stage is emitted, its
+    collectives expecting ``arrivals`` members (2 where two stages share the group) and
+    carrying the folded twins' groups as ``shadows``."""
 
     prog: Program
     dev: int
     stage: int
     iteration: int
     label: str
-    fold: bool
-    shadows: tuple
+    fold: bool = False
+    shadows: tuple = ()
     arrivals: int = 1
 
     def collective(

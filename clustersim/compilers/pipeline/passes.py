@@ -21,41 +21,59 @@ from .context_parallel import emit_ring
 from .tp_overlap import emit_overlap
 
 
+@dataclass(frozen=True)
+class Gpu:
+    """The GPU a pass runs on: (``stage``, replica ``r``, TP rank ``t``) of ``plan`` (a
+    :class:`~clustersim.parallel.plan.Plan` or a
+    :class:`~clustersim.parallel.replica_layout.ReplicaLayout`); ``fold``: its collectives
+    stand for its folded twins' too (one arrival)."""
+
+    plan: Plan
+    stage: int
+    r: int
+    t: int
+    fold: bool = False
+
+
+@dataclass(frozen=True)
+class PassWork:
+    """What a pass emits, the same for every micro-batch that runs it (:mod:`.pass_template`):
+    its ``cost`` and ``phase``; ``split``: the backward is the input-gradient part only (a W
+    pass follows); ``alloc`` bytes allocated when its first segment starts and ``free``
+    released when its last ends (None: a forward allocates and a backward frees the
+    activation memory), ``stash`` of them a stashed weight version (a pass allocates or
+    frees, not both); ``received``: it consumes another stage's tensor, all-gathered first
+    over the TP group when ``cost.recv_gather`` says so (training.fixed_costs)."""
+
+    cost: StageCost
+    phase: str
+    split: bool = False
+    alloc: int | None = None
+    free: int | None = None
+    stash: int = 0
+    received: bool = False
+
+
 def emit_pass(
     prog: Program,
-    plan: Plan,
-    cost: StageCost,
-    phase: str,
-    stage: int,
-    r: int,
-    t: int,
+    gpu: Gpu,
+    work: PassWork,
+    *,
+    name: str,
     mb: int,
     it: int,
-    *,
-    split: bool = False,
-    name: str | None = None,
     version: int = -1,
-    alloc: int | None = None,
-    free: int | None = None,
-    stash: int = 0,
-    fold: bool = False,
     after: Op | None = None,
-    received: bool = False,
 ) -> tuple[Op, Op]:
-    """Emit one pass (its segments) on the device of (stage, r, t); return (first, last) op.
-
-    ``split``: the backward is the input-gradient part only (a W pass follows). ``after``:
-    the previous pass's last op on this GPU, which the first segment waits for (kernels and
-    TP collectives share one stream in Megatron-LM). ``alloc``
-    bytes are allocated when the first segment starts and ``free`` released when the last
-    ends (default: a forward allocates and a backward frees the activation memory);
-    ``stash`` of them are a stashed weight version (a pass allocates or frees, not both).
-    ``received``: the pass consumes another stage's tensor, all-gathered first over the
-    TP group when ``cost.recv_gather`` says so (training.fixed_costs)."""
-    emit = SegmentEmitter(prog, plan, stage, r, t, it, name or f"{phase}{mb}", version, fold)
+    """Emit one pass (``work``'s segments) on ``gpu`` as pass ``name`` of micro-batch ``mb``
+    in iteration ``it`` at weight ``version``; return its (first, last) op. ``after``: the
+    previous pass's last op on this GPU, which the first segment waits for (kernels and TP
+    collectives share one stream in Megatron-LM)."""
+    phase = work.phase
+    emit = SegmentEmitter(prog, gpu.plan, gpu.stage, gpu.r, gpu.t, it, name, version, gpu.fold)
     first, last = None, after  # a pass starts after the previous pass on this GPU, its collectives included
     deps = (last.id,) if last is not None else ()
-    segs = pass_segments(cost, phase, split, received)
+    segs = pass_segments(work.cost, phase, work.split, work.received)
     k = 0
     while k < len(segs):
         # a compute segment marked ``overlap`` runs beside its neighbouring collective (the
@@ -74,7 +92,7 @@ def emit_pass(
         k += n
     if len(deps) > 1:  # the pass ends once the overlapped collective (or a ring's last recv) has too
         last = emit.join(last, deps[1:], phase, mb)
-    attach_memory(first, last, cost, phase, alloc, free, stash)
+    attach_memory(first, last, work)
     return first, last
 
 
@@ -155,11 +173,11 @@ class SegmentEmitter:
                 label,
                 nbytes=nbytes,
                 deps=deps,
+                arrivals=1 if self.fold else 0,  # folded: the representative stands for its twins
                 group=members,
                 collective=kind,
                 algorithm=algorithm,
                 tag=tag,
-                arrivals=1 if self.fold else 0,
                 **labels,
             )
 
@@ -202,20 +220,22 @@ class SegmentEmitter:
         )
 
 
-def attach_memory(first: Op, last: Op, cost: StageCost, phase: str, alloc, free, stash: int) -> None:
-    """``alloc`` bytes taken when a pass's ``first`` op starts, ``free`` released when its
-    ``last`` ends (None: a forward allocates, a backward frees the activation memory);
-    ``stash`` of them a stashed weight version (a pass allocates or frees, not both)."""
+def attach_memory(first: Op, last: Op, work: PassWork) -> None:
+    """``work.alloc`` bytes taken when a pass's ``first`` op starts, ``work.free`` released
+    when its ``last`` ends (None: a forward allocates, a backward frees the activation
+    memory); ``work.stash`` of them a stashed weight version (a pass allocates or frees,
+    not both)."""
+    alloc, free, phase = work.alloc, work.free, work.phase
     if alloc is None:
-        alloc = cost.activation_memory if phase == "F" else 0
+        alloc = work.cost.activation_memory if phase == "F" else 0
     if free is None:
-        free = cost.activation_memory if phase == "B" else 0
+        free = work.cost.activation_memory if phase == "B" else 0
     first.mem_alloc += alloc
     last.mem_free += free
     if alloc:
-        first.stash_alloc += stash
+        first.stash_alloc += work.stash
     else:
-        last.stash_free += stash
+        last.stash_free += work.stash
 
 
 def _overlapping(a, b) -> bool:

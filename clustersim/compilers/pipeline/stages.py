@@ -15,18 +15,18 @@ from dataclasses import dataclass
 from functools import cache, partial
 
 from ...parallel.plan import Plan
-from ...program import COMPUTE, Program
+from ...program import Program
 from ...schedules.orders import stage_chunks
 from ...workload.pass_costs import pass_memory, pass_segments, pass_transfers
-from ...workload.stage_cost import StageCost
 from .codecs import coded_activation_bytes, emit_codec
 from .context import CompileContext
 from .data_parallel import StageSync
-from .gradient_sync import emit_gradient_allreduce
+from .gradient_sync import GradientEmitter, emit_gradient_allreduce
 from .overlap import interleave
 from .pass_template import PassTemplate
-from .passes import SegmentEmitter, attach_memory, emit_pass
+from .passes import Gpu, PassWork, SegmentEmitter, attach_memory, emit_pass
 from .step_work import emit_step_work
+from .wiring import emit_optimizer
 
 
 def emit_stage(ctx: CompileContext, order, s: int, r: int, t: int, passes: dict) -> None:
@@ -39,15 +39,14 @@ def emit_stage(ctx: CompileContext, order, s: int, r: int, t: int, passes: dict)
         ctx.activations,
         ctx.data_parallel,
     )
-    sharded, coarse = ctx.sharded, ctx.coarse
+    coarse = ctx.coarse
     dev = plan.device(s, r, t)
     has_w = {(j, k) for ph, j, k in order if ph == "W"}
     stash = schedule.weights == "stash"
     sync = None
     if data_parallel is not None and plan.replicas > 1:
-        sync = StageSync.of(
-            data_parallel, prog, plan, schedule, costs, order, s, r, t, v, m, fold, partial(pass_name, m, v)
-        )
+        sync = StageSync.of(ctx, order, s, r, t, partial(pass_name, m, v))
+    gpu = Gpu(plan, s, r, t, fold)
     version, fwd_version, last, last_it = 0, {}, None, 0
     # the stages holding the first and last chunk (the tied embedding's two copies)
     edge_stages = (schedule.stage_of(0, plan.pp), schedule.stage_of(len(costs) - 1, plan.pp))
@@ -68,21 +67,10 @@ def emit_stage(ctx: CompileContext, order, s: int, r: int, t: int, passes: dict)
                 mirror = plan.pp - 1 - s if schedule.directions > 1 else s
                 group = _sum_group(plan, s, mirror, t)
                 twins = tuple(_sum_group(plan, s, mirror, q) for q in range(1, plan.tp)) if fold else ()
-                deps = emit_gradient_allreduce(
-                    prog,
-                    dev,
-                    group,
-                    grad,
-                    stage=s,
-                    iteration=last_it,
-                    label=label,
-                    tag=f"dp-allreduce it{last_it} u{j} s{min(s, mirror)} t{t}",
-                    deps=deps,
-                    compression=compression,
-                    fold=fold,
-                    shadows=twins,
-                    arrivals=1 if mirror == s else 2,  # folded: both stages' representatives meet
-                )
+                # folded: both stages' representatives meet
+                emit = GradientEmitter(prog, dev, s, last_it, label, fold, twins, 1 if mirror == s else 2)
+                tag = f"dp-allreduce it{last_it} u{j} s{min(s, mirror)} t{t}"
+                deps = emit_gradient_allreduce(emit, group, grad, tag=tag, deps=deps, compression=compression)
             expert = sum(costs[c].expert_grad_bytes for c in stage_chunks(schedule, s, plan.pp, v))
             # expert gradients: over the expert-DP group, and (bidirectional) the mirrored
             # stage's GPUs holding the same experts of the same chunks
@@ -90,49 +78,20 @@ def emit_stage(ctx: CompileContext, order, s: int, r: int, t: int, passes: dict)
             group = _with_mirror(plan, plan.expert_group(dev, "edp"), s, mirror)
             if expert and len(group) > 1 and sync is None:
                 others = (g for g in plan.expert_groups(s, "edp") if dev not in g)
+                shadows = tuple(_with_mirror(plan, g, s, mirror) for g in others) if fold else ()
+                # folded: both stages' representatives meet
+                emit = GradientEmitter(
+                    prog, dev, s, last_it, label + " experts", fold, shadows, 1 if mirror == s else 2
+                )
+                tag = f"edp-allreduce it{last_it} u{j} s{min(s, mirror)} g{group[0]}"
                 deps = emit_gradient_allreduce(
-                    prog,
-                    dev,
-                    group,
-                    expert,
-                    stage=s,
-                    iteration=last_it,
-                    label=label + " experts",
-                    tag=f"edp-allreduce it{last_it} u{j} s{min(s, mirror)} g{group[0]}",
-                    deps=deps,
-                    compression=compression,
-                    fold=fold,
-                    shadows=tuple(_with_mirror(plan, g, s, mirror) for g in others) if fold else (),
-                    arrivals=1 if mirror == s else 2,  # folded: both stages' representatives meet
+                    emit, group, expert, tag=tag, deps=deps, compression=compression
                 )
             if schedule.flush:  # flush-free updates have no global step work (.step_work)
-                deps = emit_step_work(
-                    prog,
-                    plan,
-                    [costs[c] for c in stage_chunks(schedule, s, plan.pp, v)],
-                    edge_stages,
-                    s=s,
-                    r=r,
-                    t=t,
-                    it=last_it,
-                    label=label,
-                    sharded=sharded,
-                    fold=fold,
-                    deps=deps,
-                )
+                chunks = [costs[c] for c in stage_chunks(schedule, s, plan.pp, v)]
+                deps = emit_step_work(ctx, chunks, edge_stages, s, r, t, it=last_it, label=label, deps=deps)
             opt = sum(costs[c].optimizer for c in stage_chunks(schedule, s, plan.pp, v))
-            last = prog.add(
-                dev,
-                "compute",
-                COMPUTE,
-                "optimizer" if schedule.flush else f"optimizer u{j}",
-                stage=s,
-                phase="O",
-                iteration=last_it,
-                duration=opt,
-                deps=deps,
-                version=version + 1,
-            )
+            last = emit_optimizer(prog, dev, s, last_it, label, opt, deps, version + 1)
             if sync is not None:
                 last = sync.after_optimizer(last, j, last_it, label)
             version += 1
@@ -160,20 +119,16 @@ def emit_stage(ctx: CompileContext, order, s: int, r: int, t: int, passes: dict)
             decoded.append(last if pj.coded_in else None)
         ends, done = [], []
         if len(job) == 2:
-            ends = emit_pair(prog, plan, job, [fwd_version[x.key] for x in job], r, t, fold, last, experts)
+            ends = emit_pair(prog, gpu, job, [fwd_version[x.key] for x in job], last, experts)
         else:
             pj = job[0]
             if sync is not None and sync.layered(ph, j, k):
-                run = partial(emit_pass, prog, plan, phase=ph, stage=s, r=r, t=t, mb=pj.mb, it=last_it)
-                run = partial(run, version=fwd_version[(j, k)], fold=fold, received=pj.received)
-                ends = [sync.emit(run, pj.cost, ph, j, k, last_it, after=last, **pj.kw)]
+                run = partial(emit_pass, prog, gpu, mb=pj.mb, it=last_it, version=fwd_version[(j, k)])
+                ends = [sync.emit(run, pj.work, j, k, last_it, name=pj.name, after=last)]
             else:  # the same pass for every micro-batch: emitted once, stamped (.pass_template)
                 template = templates.get(pj.same)
                 if template is None:
-                    kw = {**pj.kw, "version": 0, "fold": fold, "received": pj.received}
-                    emit = partial(
-                        emit_pass, plan=plan, cost=pj.cost, phase=ph, stage=s, r=r, t=t, mb=0, **kw
-                    )
+                    emit = partial(emit_pass, gpu=gpu, work=pj.work, mb=0, version=0)
                     template = templates[pj.same] = PassTemplate.record(emit, coarse)
                 ends = [template.stamp(prog, pj.name, pj.mb, last_it, fwd_version[(j, k)], last)]
         for pj, (first, end), dec in zip(job, ends, decoded):
@@ -193,21 +148,19 @@ def emit_stage(ctx: CompileContext, order, s: int, r: int, t: int, passes: dict)
 
 @dataclass(frozen=True)
 class _PassJob:
-    """What the compiler emits for one pass (ph, j, k) on a device: its cost, micro-batch,
-    name, memory and the bytes its activation codecs (de)compress."""
+    """What the compiler emits for one pass (ph, j, k) on a device: its work (the same for
+    every micro-batch, :func:`_pass_kind`), micro-batch, name and the bytes its activation
+    codecs (de)compress."""
 
     ph: str
     j: int
     k: int
-    cost: StageCost
+    work: PassWork
     mb: int
     name: str
-    kw: dict
     coded_in: int
     coded_out: int
     labels: dict
-    #: the pass consumes another stage's tensor (its Megatron-2021 all-gather, .fixed costs)
-    received: bool
 
     @property
     def key(self) -> tuple[int, int]:
@@ -221,46 +174,43 @@ class _PassJob:
     def same(self) -> tuple:
         """What a pass on this GPU must share with this one to emit the same ops, up to its
         micro-batch, iteration, weight version and the op it starts after (.pass_template)."""
-        kw = self.kw
-        return (self.ph, self.k, self.received, kw["split"], kw["alloc"], kw["free"], kw["stash"])
+        w = self.work
+        return (self.ph, self.k, w.received, w.split, w.alloc, w.free, w.stash)
 
     @classmethod
     def of(cls, kind, ph, j, k, m, v, s, has_w) -> _PassJob:
         """Pass (ph, j, k) on a GPU of stage ``s``; ``kind(ph, k, split)``: what it shares with
         the same pass of every micro-batch (:func:`_pass_kind`)."""
-        split = (j, k) in has_w
-        cost, memory, coded_in, coded_out, received = kind(ph, k, split)
-        name = pass_name(m, v, ph, j, k)
-        kw = {"split": split and ph == "B", "name": name, **memory}
+        work, coded_in, coded_out = kind(ph, k, (j, k) in has_w)
         labels = {"stage": s, "microbatch": j % m, "phase": ph, "iteration": j // m}
-        return cls(ph, j, k, cost, j % m, name, kw, coded_in, coded_out, labels, received)
+        return cls(ph, j, k, work, j % m, pass_name(m, v, ph, j, k), coded_in, coded_out, labels)
 
 
 def _pass_kind(
     ctx: CompileContext, s: int, r: int, t: int, stash: bool, ph: str, k: int, split: bool
-) -> tuple:
-    """(cost, memory keywords, bytes decoded before, bytes coded after, whether it receives from
-    another stage) of a pass (ph, ·, k) on the device of (s, r, t): the same for every micro-batch."""
+) -> tuple[PassWork, int, int]:
+    """(work, bytes decoded before, bytes coded after) of a pass (ph, ·, k) on the device of
+    (s, r, t): the same for every micro-batch."""
     schedule, plan, costs = ctx.schedule, ctx.plan, ctx.costs
     alloc, free, stashed = pass_memory(costs[k], ph, split, stash)
     transfers = pass_transfers(costs, ph, k, schedule.route(k, len(costs)))
     coded_in, coded_out = coded_activation_bytes(ctx.activations, schedule, plan, s, r, t, transfers)
     received = transfers[0] is not None and schedule.stage_of(transfers[0][0], plan.pp) != s
-    return costs[k], {"alloc": alloc, "free": free, "stash": stashed}, coded_in, coded_out, received
+    work = PassWork(costs[k], ph, split and ph == "B", alloc, free, stashed, received)
+    return work, coded_in, coded_out
 
 
-def emit_pair(
-    prog: Program, plan: Plan, job: list[_PassJob], versions, r: int, t: int, fold: bool, after, experts: dict
-):
-    """Emit an overlapped F&B pair (:mod:`.overlap`): the two passes' segments in the
-    interleaved issue order, each after the previous segment of its own pass (both after
+def emit_pair(prog: Program, gpu: Gpu, job: list[_PassJob], versions, after, experts: dict):
+    """Emit an overlapped F&B pair (:mod:`.overlap`) on ``gpu``: the two passes' segments in
+    the interleaved issue order, each after the previous segment of its own pass (both after
     ``after``); the pair's last op also waits for the other pass's end. ``experts``: the
     GPU's expert groups, filled as its passes need them (:meth:`SegmentEmitter.expert`). Return
     each pass's (op its receive gates — the pair's first, whichever chunk leads —, last op)."""
-    s = job[0].labels["stage"]
-    segs = [pass_segments(pj.cost, pj.ph, pj.kw["split"], pj.received) for pj in job]
+    segs = [pass_segments(pj.work.cost, pj.ph, pj.work.split, pj.work.received) for pj in job]
     emit = [
-        SegmentEmitter(prog, plan, s, r, t, pj.labels["iteration"], pj.name, v, fold, experts)
+        SegmentEmitter(
+            prog, gpu.plan, gpu.stage, gpu.r, gpu.t, pj.labels["iteration"], pj.name, v, gpu.fold, experts
+        )
         for pj, v in zip(job, versions)
     ]
     prev, firsts, extra = [after, after], [None, None], [(), ()]
@@ -277,9 +227,7 @@ def emit_pair(
     other = prev[1] if final is prev[0] else prev[0]
     final.deps = final.deps + (other.id,)
     for which, pj in enumerate(job):
-        attach_memory(
-            firsts[which], prev[which], pj.cost, pj.ph, pj.kw["alloc"], pj.kw["free"], pj.kw["stash"]
-        )
+        attach_memory(firsts[which], prev[which], pj.work)
     # both passes' receives gate the pair's first op: DualPipe waits for the pair's inputs
     # together (``_forward_backward_chunk``: recv F, recv B, then ``_commit_and_wait_comm``)
     head = firsts[order[0][0]]

@@ -29,31 +29,29 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ...parallel.data_parallel import SCALAR_BYTES, grad_stats_group
-from ...parallel.plan import Plan
-from ...program import COLLECTIVE, COMPUTE, Program
+from ...program import COLLECTIVE, COMPUTE
 from ...workload.stage_cost import StageCost
+from .context import CompileContext
 
 
 def emit_step_work(
-    prog: Program,
-    plan: Plan,
+    ctx: CompileContext,
     costs: Sequence[StageCost],
     ends: tuple[int, int],
-    *,
     s: int,
     r: int,
     t: int,
+    *,
     it: int,
     label: str,
-    sharded: bool,
-    fold: bool,
     deps: tuple[int, ...],
 ) -> tuple[int, ...]:
     """Emit (stage ``s``, replica ``r``, TP rank ``t``)'s per-step work (module doc) for
-    ``costs`` (the stage's chunks) after ``deps``; return what the optimizer waits for.
-    ``ends``: the stages of the first and the last model chunk. ``fold``: only replica 0,
-    TP rank 0 is emitted (one GPU per stage arrives at the scalar all-reduces); the folded
-    twins' collectives ride as shadows."""
+    ``costs`` (the stage's chunks) into ``ctx.prog`` after ``deps``; return what the
+    optimizer waits for. ``ends``: the stages of the first and the last model chunk.
+    Folded (``ctx.fold``), only replica 0, TP rank 0 is emitted (one GPU per stage arrives
+    at the scalar all-reduces); the folded twins' collectives ride as shadows."""
+    prog, plan, sharded, fold = ctx.prog, ctx.plan, ctx.sharded, ctx.fold
     dev = plan.device(s, r, t)
     labels = {"stage": s, "iteration": it}
     tied = sum(c.tied_grad_bytes for c in costs)

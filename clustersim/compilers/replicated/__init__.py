@@ -21,8 +21,10 @@ class ReplicatedMode(TrainingMode):
     def applies(self, job: Job) -> bool:
         return job.parallel.stage_replicas is not None
 
-    def compile(self, job: Job, fold: bool) -> Program:
+    def check(self, job: Job) -> None:
         check_iterations(job)
+
+    def compile(self, job: Job, fold: bool) -> Program:
         return compile_replicated(
             job.schedule, job.layout, job.chunk_costs, job.num_microbatches, job.simulation.iterations
         )

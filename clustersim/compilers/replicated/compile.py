@@ -25,12 +25,14 @@ from __future__ import annotations
 
 from ...errors import ProgramError
 from ...parallel.replica_layout import ReplicaLayout
-from ...program import COLLECTIVE, COMPUTE, Op, Program
+from ...program import Op, Program
 from ...schedules.orders import run_orders
 from ...schedules.registry import Schedule, replicable_schedules
 from ...workload.pass_costs import pass_memory, pass_transfers, stage_static_memory
 from ...workload.stage_cost import StageCost
-from ..pipeline.passes import emit_pass
+from ..pipeline.gradient_sync import GradientEmitter, emit_gradient_allreduce
+from ..pipeline.passes import Gpu, PassWork, emit_pass
+from ..pipeline.wiring import Wiring, emit_optimizer
 
 
 def merged_updates(schedule: Schedule, order: list[tuple[str, int, int]], r: int, m: int) -> dict[int, tuple]:
@@ -102,32 +104,12 @@ def _emit_replica_stage(
             deps = (last.id,) if last is not None else ()
             label = "" if schedule.flush else f" u{u}"
             if r > 1:
-                ar = prog.add(
-                    dev,
-                    "comm",
-                    COLLECTIVE,
-                    f"dp all-reduce s{s}{label}",
-                    stage=s,
-                    iteration=it,
-                    nbytes=cost.gradient_bytes,
-                    deps=deps,
-                    group=layout.group(s),
-                    collective="all_reduce",
-                    tag=f"replica-allreduce it{it} u{u} s{s}",
+                emit = GradientEmitter(prog, dev, s, it, label)
+                tag = f"replica-allreduce it{it} u{u} s{s}"
+                deps = emit_gradient_allreduce(
+                    emit, layout.group(s), cost.gradient_bytes, tag=tag, deps=deps, compression=None
                 )
-                deps = (ar.id,)
-            last = prog.add(
-                dev,
-                "compute",
-                COMPUTE,
-                f"optimizer{label}",
-                stage=s,
-                phase="O",
-                iteration=it,
-                duration=cost.optimizer,
-                deps=deps,
-                version=version + 1,
-            )
+            last = emit_optimizer(prog, dev, s, it, label, cost.optimizer, deps, version + 1)
             version += 1
             continue
         if j % r != i:
@@ -136,23 +118,10 @@ def _emit_replica_stage(
         if ph == "F":
             fwd_version[j] = version
         alloc, free, stashed = pass_memory(cost, ph, split, schedule.weights == "stash")
+        work = PassWork(cost, ph, split and ph == "B", alloc, free, stashed)
+        gpu = Gpu(layout, s, i, 0)
         passes[(s, ph, j)] = emit_pass(
-            prog,
-            layout,
-            cost,
-            ph,
-            s,
-            i,
-            0,
-            j % m,
-            j // m,
-            split=split and ph == "B",
-            name=f"{ph}{j % m}",
-            version=fwd_version[j],
-            alloc=alloc,
-            free=free,
-            stash=stashed,
-            after=last,
+            prog, gpu, work, name=f"{ph}{j % m}", mb=j % m, it=j // m, version=fwd_version[j], after=last
         )
         last = passes[(s, ph, j)][1]
 
@@ -161,41 +130,17 @@ def _wire_transfers(
     prog: Program, layout: ReplicaLayout, costs: list[StageCost], orders: list, m: int, passes: dict
 ) -> None:
     """Sends in producer order and recvs in consumer order, replica to replica."""
+    wiring = Wiring(prog, m)
     sends: dict[tuple, Op] = {}
     for s, order in enumerate(orders):
         for ph, j, _ in order:
             sent = pass_transfers(costs, ph, s)[1]  # one chunk per stage: the neighbour chunk is its stage
-            if sent is None:
-                continue
-            to, size = sent
-            src = passes[(s, ph, j)][1]
-            sends[(to, ph, j)] = prog.add(
-                src.device,
-                "send",
-                "send",
-                f"send {ph}{j % m} s{s}->s{to}",
-                stage=s,
-                microbatch=j % m,
-                iteration=j // m,
-                nbytes=size,
-                deps=(src.id,),
-            )
+            if sent is not None:
+                to, size = sent
+                sends[(to, ph, j)] = wiring.send(passes[(s, ph, j)][1], f"{ph}{j % m}", s, to, j, size)
     for s, order in enumerate(orders):
         for ph, j, _ in order:
             send = sends.get((s, ph, j))
-            if send is None:
-                continue
-            recv = prog.add(
-                layout.device(s, layout.replica_of(s, j)),
-                "recv",
-                "recv",
-                "recv" + send.name[4:],
-                stage=s,
-                microbatch=j % m,
-                iteration=j // m,
-                nbytes=send.nbytes,
-                peer=send.id,
-            )
-            send.peer = recv.id
-            consumer = passes[(s, ph, j)][0]
-            consumer.deps = consumer.deps + (recv.id,)
+            if send is not None:
+                dev = layout.device(s, layout.replica_of(s, j))
+                wiring.recv(dev, send, s, j, passes[(s, ph, j)][0])

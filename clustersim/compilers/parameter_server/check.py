@@ -1,22 +1,23 @@
 """Cross-field rules of ``parallel.parameter_server``: what a parameter-server job cannot combine.
 
-The modes' words (``sync``, ``async``, ``hybrid``) are defined here, where the scenario
-is checked, and read by the parameter-server compiler
-(:mod:`clustersim.compilers.parameter_server`).
+The parameter-server compiler's :meth:`~clustersim.compilers.base.TrainingMode.check`,
+run on the resolved Job before anything is compiled or run. The modes' words (``sync``,
+``async``, ``hybrid``) are defined here and read by the compiler (:mod:`.compile`).
 """
 
 from __future__ import annotations
 
-from ..errors import ScenarioError
-from ..topology import build_topology
-from ..workload.rules import model_layers
+from ...errors import ScenarioError
+from ...resolve import Job
+from ...topology import build_topology
+from ...workload.rules import model_layers
 
 SYNC, ASYNC, HYBRID = "sync", "async", "hybrid"
 
 
-def check_parameter_server(spec) -> None:
+def check_parameter_server(job: Job) -> None:
     """Raise ScenarioError if ``parallel.parameter_server`` cannot run as asked."""
-    par = spec.parallel
+    par = job.parallel
     ps, f = par.parameter_server, "parallel.parameter_server"
     for name in ("tp", "pp", "virtual_stages"):
         if getattr(par, name) != 1:
@@ -47,14 +48,14 @@ def check_parameter_server(spec) -> None:
             "the async iterations before switching to sync: "
             "required with mode hybrid (a whole number ≥ 1), unset otherwise",
         )
-    if spec.simulation.network == "direct":
+    if job.simulation.network == "direct":
         raise ScenarioError(
             "simulation.network",
             "direct",
             f"{f} needs a topology for its servers; accepted: packet, flow or analytical",
         )
     if ps.buckets is not None:
-        layers = model_layers(spec.model)
+        layers = model_layers(job.model)
         if not ps.per_layer or sum(ps.buckets) != layers:
             raise ScenarioError(
                 f"{f}.buckets",
@@ -64,7 +65,7 @@ def check_parameter_server(spec) -> None:
             )
     if len(set(ps.servers)) != len(ps.servers):
         raise ScenarioError(f"{f}.servers", ps.servers, "each server once")
-    graph = build_topology(spec.cluster.model_dump())
+    graph = build_topology(job.cluster.model_dump())
     others = sorted(n for n, kind in graph.nodes(data="kind") if kind != "gpu")
     for k, name in enumerate(ps.servers):
         if name not in others:
