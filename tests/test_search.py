@@ -317,7 +317,8 @@ def test_no_ranked_plan_reports_mfu_above_the_best_achievable_gemm(path):
     # and MFU counts model FLOPs only: a ranked plan above it would be a pricing bug
     sc = cs.load_scenario(path)
     gpus = sc.cluster.nodes * sc.cluster.gpus_per_node
-    res = search(path, gpus, micro_batches=[1], schedules=["1f1b"], workers=2)
+    space = SearchSpace(micro_batches=[1], schedules=["1f1b"])
+    res = search(path, gpus, space=space, execution=Execution(workers=2))
     best = calibration(sc.cluster.gpu).dense16.matmul_max
     mfu = res.ranked["mfu"].dropna()
     assert len(mfu) and (mfu <= best).all(), (list(mfu), best)
