@@ -186,6 +186,7 @@ def test_calibrated_gpus_use_their_calibration():
         assert eff == calibration(name).dense16 and eff.source.startswith("calibrated on kernel-level")
     assert calibration_status("A100-SXM4-80GB") == "calibrated"
     assert calibration_status("H200-SXM-141GB").startswith("calibrated, in part a transfer")
+    assert calibration_status("H800-SXM5-80GB").startswith("calibrated, a transfer, on a sibling's rows")
 
 
 def test_a_transfer_runs_its_donors_constants_over_its_own_sms():

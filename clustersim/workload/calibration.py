@@ -243,13 +243,17 @@ def calibrated_as(gpu: str) -> str:
 
 def calibration_status(gpu: str) -> str:
     """``calibrated`` (on its own kernel-level rows), ``calibrated, in part a transfer: …``
-    (a plan that takes some parts from a sibling GPU, its note), or ``transfer from <GPU>``
+    or ``calibrated, a transfer, on a sibling's rows: …`` (a plan that takes some or all
+    parts from a sibling GPU, its note), or ``transfer from <GPU>``
     for a catalog GPU priced with the efficiencies of another (:func:`calibrated_as`)."""
     donor = calibrated_as(gpu)
     if donor != gpu:
         return f"transfer from {donor}"
-    plan = CALIBRATIONS[gpu]
-    return "calibrated" if plan.sources() == {gpu} else f"calibrated, in part a transfer: {plan.note}"
+    sources = CALIBRATIONS[gpu].sources()
+    if sources == {gpu}:
+        return "calibrated"
+    borrowed = "in part a transfer" if gpu in sources else "a transfer, on a sibling's rows"
+    return f"calibrated, {borrowed}: {CALIBRATIONS[gpu].note}"
 
 
 #: (rms of the relative error over a set of rows, largest relative error of any row) by
