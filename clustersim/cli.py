@@ -25,8 +25,11 @@ from .progress import mode as progress_mode
 CONTRACT = (
     "Exit status: 0 done; 2 a user error (bad scenario, --set value or file; one 'error:' line "
     "on stderr); 1 an internal error (a bug: a short message asking for a report; --debug adds "
-    "the traceback); 130 interrupted."
+    "the traceback); 3 `validate`: a table outside its stated tolerance (its FAIL line, and one "
+    "'validation failed:' line on stderr each); 130 interrupted."
 )
+#: ``clustersim validate``'s exit status when a table fails its tolerance
+VALIDATION_FAILED = 3
 REPORT = (
     "this is a bug in clustersim, not in your input: please report it with the command line "
     "and the scenario file (rerun with --debug for the traceback)"
@@ -162,7 +165,7 @@ def cmd_validate(args) -> int:
     from .validation.report import run_validation
 
     rows = [int(x) for x in args.rows.split(",")] if args.rows else None
-    md, results = run_validation(
+    md, results, verdicts = run_validation(
         rows,
         progress=lambda r: print(
             f"  {r['model']:<12} predicted {r['predicted']:6.1f} published {r['published']:5.0f} TFLOP/s "
@@ -176,7 +179,10 @@ def cmd_validate(args) -> int:
 
         write_text(args.out, md + "\n")
         print(f"\nwritten to {args.out}")
-    return 0
+    failed = [v for v in verdicts if not v.passed]
+    for v in failed:
+        print(f"validation failed: {v.table}: {v.detail}", file=sys.stderr)
+    return VALIDATION_FAILED if failed else 0
 
 
 #: the parallelism fields beyond tp/pp/dp, as ``clustersim list`` shows them (docs/moe.md,

@@ -11,7 +11,7 @@ import clustersim as cs
 from clustersim.errors import ScenarioError
 from clustersim.hardware.gpus import get_gpu
 from clustersim.workload.calibration import calibration
-from clustersim.workload.cost_model import A100_EFFICIENCY, CostModel
+from clustersim.workload.cost_model import CostModel, efficiency_for
 from clustersim.workload.model_presets import TRANSFORMER_PRESETS
 from clustersim.workload.stage_cost import chunk_costs
 from clustersim.workload.transformer_ops import layer_ops
@@ -65,10 +65,11 @@ def test_flash_times_on_h100_follow_the_fa3_curve():
 @pytest.mark.parametrize("causal", [True, False])
 def test_flash_times_elsewhere_use_the_gemm_efficiency_at_the_head_shape(causal):
     cfg = replace(GPT, attention="flash", causal=causal)
-    op, cm, e = _op(cfg, "flash_attention"), CostModel.for_gpu(A100), A100_EFFICIENCY
+    op, cm, e = _op(cfg, "flash_attention"), CostModel.for_gpu(A100), efficiency_for(A100)
     assert cm.attention is None
     s = cfg.seq_len // 2 if causal else cfg.seq_len
-    frac = e.matmul_max * (s / (s + e.dim_half)) ** 2 * cfg.head_dim / (cfg.head_dim + e.dim_half)
+    # the GEMM terms at (s, s, head_dim), no wave quantization (the grid spans batch × heads)
+    frac = e.matmul_max * (s / (s + e.dim_half)) ** 2 * cfg.head_dim / (cfg.head_dim + e.k_half)
     gpu = get_gpu(A100)
     for work in (op.fwd, op.bwd_input):
         want = (

@@ -17,7 +17,7 @@ from clustersim.engine.network_setup import build_network
 from clustersim.hardware.gpus import get_gpu
 from clustersim.record import Recorder
 from clustersim.resolve import resolve
-from clustersim.workload.cost_model import A100_EFFICIENCY
+from clustersim.workload.cost_model import efficiency_for
 from clustersim.workload.grad_accumulation import MAIN_GRAD_BYTES, with_grad_accumulation
 from clustersim.workload.ops import LayerOp
 from clustersim.workload.stage_builder import GRAD_NORM_BYTES, UNSCALE_BYTES
@@ -26,6 +26,7 @@ from clustersim.workload.transformer_ops import embedding_ops, layer_ops, output
 
 ROOT = Path(__file__).resolve().parents[1]
 
+A100_EFFICIENCY = efficiency_for("A100-SXM4-80GB")
 L = A100_EFFICIENCY.launch_s
 HBM = get_gpu("A100-SXM4-80GB").hbm_bandwidth
 HIDDEN, VOCAB, SEQ, LAYERS = 256, 1024, 128, 2

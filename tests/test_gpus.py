@@ -116,7 +116,7 @@ def test_every_row_is_calibrated_or_says_whose_efficiencies_it_borrows(name):
     donor = calibrated_as(name)
     assert donor in calibrated_gpus()
     if not _transfer(name):
-        assert calibration_status(name) == "calibrated"
+        assert calibration_status(name).startswith("calibrated")  # (a plan may borrow parts: its note)
         assert "transfer" not in efficiency_for(name).source
         return
     # a transfer: no measurements of its own set it; the donor's fractions, said so
@@ -124,7 +124,9 @@ def test_every_row_is_calibrated_or_says_whose_efficiencies_it_borrows(name):
     assert calibration_status(name) == f"transfer from {donor}"
     with pytest.warns(CalibrationTransfer, match=f"priced with {donor}'s efficiencies"):
         eff = efficiency_for(name)
-    assert replace(eff, source="") == replace(efficiency_for(donor), source="")
+    # the donor's constants, wave quantization over this GPU's own SMs
+    assert eff.sms == datasheet(name).sms
+    assert replace(eff, sms=0, source="") == replace(efficiency_for(donor), sms=0, source="")
     assert f"{name} (transfer)" in eff.source
     assert attention_curve_for(name) == attention_curve_for(donor)
 

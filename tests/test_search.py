@@ -14,6 +14,7 @@ import clustersim as cs
 from clustersim.experiments import Execution, SearchSpace, estimate_peak_memory, plan_space, search
 from clustersim.experiments.plan_estimate import Estimator
 from clustersim.experiments.plans import placement
+from clustersim.workload.calibration import calibration
 from tests.conftest import synthetic
 
 #: the simulations in this process, in order
@@ -306,3 +307,18 @@ def test_gpt13b_transformer_search_beats_megatron_hand_picked():
         hand = cs.simulate(sc.with_overrides({"parallel.tp": tp, "parallel.pp": pp}))
         if not hand.summary["oom"]:
             assert res.best["samples_per_s"] >= hand.summary["samples_per_s"] * (1 - 1e-12)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _has_transformers(), reason="needs the transformer model (real-model presets)")
+@pytest.mark.parametrize("path", sorted(REPO.glob("scenarios/*search*.yaml")), ids=lambda p: p.stem)
+def test_no_ranked_plan_reports_mfu_above_the_best_achievable_gemm(path):
+    # every GEMM runs at most at its GPU's calibrated matmul_max (the MAMF row over the peak),
+    # and MFU counts model FLOPs only: a ranked plan above it would be a pricing bug
+    sc = cs.load_scenario(path)
+    gpus = sc.cluster.nodes * sc.cluster.gpus_per_node
+    space = SearchSpace(micro_batches=[1], schedules=["1f1b"])
+    res = search(path, gpus, space=space, execution=Execution(workers=2))
+    best = calibration(sc.cluster.gpu).dense16.matmul_max
+    mfu = res.ranked["mfu"].dropna()
+    assert len(mfu) and (mfu <= best).all(), (list(mfu), best)

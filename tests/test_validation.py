@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 import clustersim as cs
+from clustersim.cli import VALIDATION_FAILED
 from clustersim.validation.megatron import (
     MICRO_BATCH_RULE,
     megatron_rows,
@@ -15,6 +16,8 @@ from clustersim.validation.megatron import (
     preset_name,
     run_rows,
 )
+from clustersim.validation.report import megatron_verdict
+from clustersim.validation.verdict import within
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios" / "validation"
 #: rows that simulate in seconds (pp ≤ 1, ≤ 256 GPUs); `clustersim validate` runs all ten
@@ -78,6 +81,21 @@ def test_validate_cli_one_row(capsys, tmp_path):
     from clustersim.cli import main
 
     out = tmp_path / "v.md"
-    assert main(["validate", "--rows", "0", "--out", str(out)]) == 0
+    status = main(["validate", "--rows", "0", "--out", str(out)])
     text = out.read_text()
     assert "gpt-1.7b" in text and "Mean absolute error" in text and "22B" in text
+    # every table ends with its pass/fail line; the exit status says whether one failed
+    verdicts = [line for line in text.splitlines() if line.startswith(("**PASS**", "**FAIL**"))]
+    tables = text.count("\n### ") + 3  # per-GPU and per-preset sections, Table 1, Table 4, memory
+    assert len(verdicts) == tables
+    failed = [line for line in verdicts if line.startswith("**FAIL**")]
+    assert status == (VALIDATION_FAILED if failed else 0)
+    assert "validation failed:" in capsys.readouterr().err if failed else True
+
+
+def test_a_table_outside_its_tolerance_fails_its_verdict():
+    rows = [{"error": e} for e in (0.02, -0.04, 0.11)]  # mean 5.7 %, largest 11 %
+    verdict = megatron_verdict(rows)
+    assert not verdict.passed and "11.0%" in verdict.line() and verdict.line().startswith("**FAIL**")
+    assert megatron_verdict([{"error": e} for e in (0.02, -0.04, 0.09)]).passed
+    assert within("t", [0.05, -0.049], 0.05).passed and not within("t", [0.051], 0.05).passed

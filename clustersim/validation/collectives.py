@@ -30,6 +30,7 @@ from functools import cache
 
 from ..collectives.bench import Measurement, measure, preset_cluster
 from .data import DATA
+from .verdict import Verdict
 
 MEASUREMENTS_CSV = DATA / "nccl_collective_measurements.csv"
 
@@ -171,6 +172,31 @@ def _rows_table(group: list[CollectiveRow], sources: list[str]) -> list[str]:
     return lines
 
 
+def preset_verdict(preset: str, group: list[CollectiveRow]) -> Verdict:
+    """Every simulated ``check`` row of ``group`` against its band's :data:`TOLERANCE`."""
+    checked = [(r, error(r)) for r in group if r.role == "check"]
+    checked = [(r, e) for r, e in checked if e is not None]
+    failed = [
+        f"{r.system} {r.collective} {_size(r.nbytes)} {e:+.1%}"
+        for r, e in checked
+        if abs(e) > TOLERANCE[r.band]
+    ]
+    detail = f"{len(checked)} check rows within their band's tolerance" if not failed else "; ".join(failed)
+    return Verdict(f"collectives {preset or 'without a preset'}", not failed, detail)
+
+
+def collective_verdicts() -> list[Verdict]:
+    """The pass/fail of every preset's collective table."""
+    return [preset_verdict(p, g) for p, g in _groups().items()]
+
+
+def _groups() -> dict[str, list[CollectiveRow]]:
+    groups: dict[str, list[CollectiveRow]] = defaultdict(list)
+    for r in sorted(rows(), key=lambda r: not r.cluster):
+        groups[r.cluster.split(" ")[0]].append(r)
+    return groups
+
+
 def preset_table(preset: str, group: list[CollectiveRow]) -> str:
     """The Markdown section of the rows compared with one cluster preset (or with none):
     summary per set, all rows, each system's note, sources."""
@@ -190,15 +216,14 @@ def preset_table(preset: str, group: list[CollectiveRow]) -> str:
     ]
     lines += [*(f"- {system}: {note}" for system, note in notes.items()), "", "</details>", ""]
     lines += [f"{i}. {s}" for i, s in enumerate(sources, 1)]
+    lines += ["", preset_verdict(preset, group).line()]
     return "\n".join(lines)
 
 
 def collective_tables() -> str:
     """One section per compared preset (file order, rows without one last), after a note
     on bands, roles and tolerances."""
-    groups: dict[str, list[CollectiveRow]] = defaultdict(list)
-    for r in sorted(rows(), key=lambda r: not r.cluster):
-        groups[r.cluster.split(" ")[0]].append(r)
+    groups = _groups()
     bands = ", ".join(f"{name} ≤ {tol:.0%}" for name, tol in TOLERANCE.items())
     intro = (
         "Roles: `check` rows are asserted on (tests/test_collective_validation.py), `context` rows "

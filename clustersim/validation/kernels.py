@@ -11,8 +11,9 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from ..workload.calibration import CALIBRATIONS, TOLERANCE, Measurement, calibration, measurements, predicted
-from ..workload.cost_model import A100_EFFICIENCY, Efficiency
+from ..workload.calibration import TOLERANCE, Measurement, calibration, measurements, predicted
+from ..workload.cost_model import Efficiency
+from .verdict import Verdict
 
 #: the order GPUs appear in the report
 ORDER = (
@@ -29,23 +30,16 @@ ORDER = (
 
 def _constants(name: str, e: Efficiency) -> str:
     return (
-        f"{name}: matmul_max {e.matmul_max:.3f}, dim_half {e.dim_half:.1f}, "
-        f"memory {e.memory:.3f}, launch {e.launch_s * 1e6:.2f} µs"
+        f"{name}: matmul_max {e.matmul_max:.3f}, dim_half {e.dim_half:.1f}, k_half {e.k_half:.1f}, "
+        f"{e.sms} SMs, memory {e.memory:.3f}, launch {e.launch_s * 1e6:.2f} µs"
     )
 
 
 def _header(gpu: str) -> list[str]:
-    if gpu not in CALIBRATIONS:
-        return [
-            f"Model: the validated A100 point ({_constants('16-bit', A100_EFFICIENCY)}); every row is a check."
-        ]
     cal = calibration(gpu)
-    lines = [
-        f"Calibration: {cal.plan.note}.",
-        "",
-        f"- {_constants('16-bit', cal.dense16)}",
-        f"- {_constants('FP8', cal.fp8)}",
-    ]
+    lines = [f"Calibration: {cal.plan.note}.", "", f"- {_constants('16-bit', cal.dense16)}"]
+    if cal.fp8 is not None:
+        lines.append(f"- {_constants('FP8', cal.fp8)}")
     if cal.attention is not None:
         a = cal.attention
         lines.append(
@@ -53,6 +47,30 @@ def _header(gpu: str) -> list[str]:
             f"backward a_max {a.bwd_max:.3f}, s_half {a.bwd_s_half:.0f}; hd_half {a.hd_half:.1f}"
         )
     return lines
+
+
+def _asserted(r: Measurement, p: float | None) -> bool:
+    """Whether a row is held to a tolerance: predicted, a calibrate or check role, and not
+    a calibrating MAMF row (it sets ``matmul_max``; at its own shape the model sits lower by
+    the shape factor)."""
+    return p is not None and r.role in TOLERANCE and not (r.role == "calibrate" and "mamf" in r.impl)
+
+
+def gpu_verdict(gpu: str, rows: list[tuple[Measurement, float | None]]) -> Verdict:
+    """Every (kernel, dtype, role) set of ``gpu``'s rows against :data:`TOLERANCE`."""
+    sets = defaultdict(list)
+    for r, p in rows:
+        if _asserted(r, p):
+            sets[(r.kernel, r.dtype, r.role)].append(p / r.value - 1)
+    failed = []
+    for (kernel, dtype, role), errs in sets.items():
+        rms_tol, row_tol = TOLERANCE[role]
+        rms = math.sqrt(sum(e * e for e in errs) / len(errs))
+        worst = max(abs(e) for e in errs)
+        if rms > rms_tol or worst > row_tol:
+            failed.append(f"{kernel} {dtype or ''} {role}: rms {rms:.1%}, largest {worst:.1%}")
+    detail = f"{len(sets)} sets within their role's tolerance" if not failed else "; ".join(failed)
+    return Verdict(f"kernels {gpu}", not failed, detail)
 
 
 def _summary(rows: list[tuple[Measurement, float | None]]) -> list[str]:
@@ -102,7 +120,18 @@ def gpu_table(gpu: str) -> str:
     detail = _rows_table(rows, sources)
     lines += [*_summary(rows), "", "<details><summary>all rows</summary>", "", *detail, "", "</details>", ""]
     lines += [f"{i}. {s}" for i, s in enumerate(sources, 1)]
+    lines += ["", gpu_verdict(gpu, rows).line()]
     return "\n".join(lines)
+
+
+def kernel_verdicts() -> list[Verdict]:
+    """The pass/fail of every GPU's kernel table (those with rows)."""
+    out = []
+    for gpu in ORDER:
+        rows = [(r, predicted(r)) for r in measurements() if r.gpu == gpu]
+        if rows:
+            out.append(gpu_verdict(gpu, rows))
+    return out
 
 
 def kernel_tables() -> str:

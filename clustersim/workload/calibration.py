@@ -4,28 +4,29 @@ Every number used here is a row of ``clustersim/data/gpu_kernel_measurements.csv
 GEMM throughput by shape (XLA's measured cuBLAS tables, Azure's cuBLASLt/hipBLASLt
 sweeps, ml-engineering's MAMF finder), FlashAttention-3 tables, STREAM-like HBM
 bandwidth — each with its source and verification tag; never end-to-end training
-throughput. A row's ``role`` says what it is for: ``calibrate`` rows set the model,
-``check`` rows test it, ``context`` rows are kept for the record (unknown GPU, unknown
-mask or direction, conflicting editions) and are not asserted on.
+throughput, never a layer time that includes communication. A row's ``role`` says what it
+is for: ``calibrate`` rows set the model, ``check`` rows test it, ``context`` rows are kept
+for the record (unknown GPU, unknown mask or direction, conflicting editions) and are not
+asserted on.
 
-ONE calibration per GPU type, stated up front in :data:`CALIBRATIONS` (which GPU's rows
-set each part; a part taken from a sibling GPU is a transfer, said in the plan's note):
+ONE calibration per GPU type and dtype, stated up front in :data:`CALIBRATIONS` (which
+GPU's rows set each part; a part taken from a sibling GPU is a transfer, said in the plan's
+note); a catalog GPU with no plan borrows the set of the nearest calibrated GPU
+(:func:`calibrated_as`), marked as a transfer by ``clustersim list``:
 
 * ``memory`` = measured STREAM triad / datasheet HBM bandwidth;
 * ``matmul_max`` = the maximum-achievable-matmul (MAMF) row over the peak: the best mean
   throughput of a brute-force shape search is taken as the model's supremum (fitted
   with the rest where a GPU and dtype have no MAMF row);
-* ``dim_half`` and ``launch_s``: least squares on log kernel time over the shape-sweep
-  rows, the model being the cost model's own roofline
-  ``max(F / (peak · matmul_eff), bytes / (HBM · memory)) + launch`` (same code path);
+* ``dim_half``, ``k_half`` and ``launch_s``: least squares on log kernel time over the
+  shape-sweep rows, the model being the cost model's own roofline
+  ``max(F / (peak · matmul_eff), bytes / (HBM · memory)) + launch`` (same code path), with
+  wave quantization over the GPU's SM count (:func:`.cost_model.matmul_efficiency`);
 * FP8 GEMMs get their own set the same way, on the FP8 peak (used by :mod:`.fp8`);
 * attention (where FlashAttention tables exist): ``eff(hd, s) = a_max · s/(s + s_half) ·
   hd/(hd + hd_half)`` of the dense 16-bit peak, forward fitted on the non-causal rows, the
   backward sharing the forward's ``hd_half``; a causal mask halves the FLOPs and runs as
   the unmasked kernel at half the sequence (``s/2``), an assumption the causal rows check.
-
-A100 is not refitted: its efficiency is the validated Korthikanti point in
-:mod:`.cost_model`, and its kernel-level rows here are checks of it.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import numpy as np
 
 from ..hardware.datasheets import datasheet, datasheets
 from ..hardware.gpus import get_gpu
-from .cost_model import A100_EFFICIENCY, EFFICIENCY, CostModel, Efficiency
+from .cost_model import CostModel, Efficiency
 from .ops import Work
 
 MEASUREMENTS_CSV = Path(__file__).resolve().parent.parent / "data" / "gpu_kernel_measurements.csv"
@@ -148,23 +149,45 @@ class Plan:
     GPU is a transfer, said in ``note``)."""
 
     dense16: Part
-    fp8: Part
+    fp8: Part | None
     memory: str
     attention: str = ""
     note: str = ""
 
+    def sources(self) -> set[str]:
+        """Every GPU whose rows set a part of this plan."""
+        parts = [p for p in (self.dense16, self.fp8) if p is not None]
+        named = {p.shape[0] for p in parts} | {p.top[0] for p in parts if p.top is not None}
+        return named | {self.memory} | ({self.attention} if self.attention else set())
 
-_H100, _H200, _B200, _GB200, _MI300X = (
+
+_A100, _H100, _H200, _B200, _GB200, _MI300X = (
+    "A100-SXM4-80GB",
     "H100-SXM5-80GB",
     "H200-SXM-141GB",
     "B200-SXM-180GB",
     "GB200-186GB",
     "MI300X-192GB",
 )
+#: the calibration a custom GPU like no catalog GPU is priced with (flagged as uncalibrated)
+FALLBACK_GPU = _A100
 _H100_PARTS = (Part((_H100, "bf16"), (_H100, "bf16")), Part((_H100, "fp8"), (_H100, "fp8")))
 
 #: GPU → its one calibration
 CALIBRATIONS: dict[str, Plan] = {
+    _A100: Plan(
+        Part((_A100, "fp16"), (_A100, "bf16")),
+        None,
+        _A100,
+        note="A100 rows only: Azure's cuBLASLt FP16 sweep (FP16 and BF16 share the tensor-core rate), "
+        "the BF16 MAMF maximum, Azure's BabelStream triad",
+    ),
+    "A100-SXM4-40GB": Plan(
+        Part((_A100, "fp16"), (_A100, "bf16")),
+        None,
+        "A100-SXM4-40GB",
+        note="GEMMs from A100 80GB (same GA100 die and clocks), memory from its own BabelStream row",
+    ),
     _H100: Plan(*_H100_PARTS, _H100, _H100, "H100 rows only"),
     _H200: Plan(
         *_H100_PARTS,
@@ -195,9 +218,9 @@ CALIBRATIONS: dict[str, Plan] = {
 
 
 def calibrated_gpus() -> list[str]:
-    """Catalog GPUs with an efficiency set of their own (A100's validated point, or a
-    plan of :data:`CALIBRATIONS`), in table order."""
-    return [g for g in datasheets() if g in EFFICIENCY or g in CALIBRATIONS]
+    """Catalog GPUs with an efficiency set of their own (a plan of :data:`CALIBRATIONS`), in
+    table order."""
+    return [g for g in datasheets() if g in CALIBRATIONS]
 
 
 def calibrated_as(gpu: str) -> str:
@@ -205,7 +228,7 @@ def calibrated_as(gpu: str) -> str:
     — for a row without kernel measurements — the nearest calibrated GPU, nearest by
     ``|ln(peak/peak')| + |ln(HBM/HBM')|`` (the two peaks the efficiencies are fractions
     of; a tie goes to the earlier row). The fractions then apply to ``gpu``'s own peaks."""
-    if gpu in EFFICIENCY or gpu in CALIBRATIONS:
+    if gpu in CALIBRATIONS:
         return gpu
     own = datasheet(gpu)
 
@@ -219,10 +242,18 @@ def calibrated_as(gpu: str) -> str:
 
 
 def calibration_status(gpu: str) -> str:
-    """``calibrated``, or ``transfer from <GPU>`` for a catalog GPU priced with the
-    efficiencies of another (:func:`calibrated_as`)."""
+    """``calibrated`` (on its own kernel-level rows), ``calibrated, in part a transfer: …``
+    or ``calibrated, a transfer, on a sibling's rows: …`` (a plan that takes some or all
+    parts from a sibling GPU, its note), or ``transfer from <GPU>``
+    for a catalog GPU priced with the efficiencies of another (:func:`calibrated_as`)."""
     donor = calibrated_as(gpu)
-    return "calibrated" if donor == gpu else f"transfer from {donor}"
+    if donor != gpu:
+        return f"transfer from {donor}"
+    sources = CALIBRATIONS[gpu].sources()
+    if sources == {gpu}:
+        return "calibrated"
+    borrowed = "in part a transfer" if gpu in sources else "a transfer, on a sibling's rows"
+    return f"calibrated, {borrowed}: {CALIBRATIONS[gpu].note}"
 
 
 #: (rms of the relative error over a set of rows, largest relative error of any row) by
@@ -261,6 +292,34 @@ def _lm(residuals: Callable[[np.ndarray], np.ndarray], x0: Sequence[float], iter
     return x
 
 
+def sm_count(gpu: str) -> int:
+    """SMs of ``gpu`` (the catalog's ``sms`` column, ``gpu_datasheets.csv``; 0 if not in the
+    catalog: no wave quantization)."""
+    sheet = datasheets().get(gpu)
+    return 0 if sheet is None else sheet.sms
+
+
+def _polish(residuals: Callable[[np.ndarray], np.ndarray], x: np.ndarray) -> np.ndarray:
+    """Coordinate search on the sum of squares from ``x`` (steps of e^±0.1 down to
+    e^±0.001 on each log constant): the GEMM model is only piecewise smooth — the best tile
+    and split-K switch with the constants — so a gradient method can stop on a kink."""
+    x = np.asarray(x, dtype=float).copy()
+    r = residuals(x)
+    best = float(r @ r)
+    for step in (0.1, 0.03, 0.01, 0.003, 0.001):
+        improved = True
+        while improved:
+            improved = False
+            for j in range(x.size):
+                for sign in (1.0, -1.0):
+                    trial = x.copy()
+                    trial[j] += sign * step
+                    rt = residuals(trial)
+                    if float(rt @ rt) < best:
+                        x, best, improved = trial, float(rt @ rt), True
+    return x
+
+
 def _model(gpu: str, eff: Efficiency, fp8: bool) -> CostModel:
     spec = get_gpu(gpu)
     return CostModel(replace(spec, peak_flops=datasheet(gpu).fp8_flops) if fp8 else spec, eff)
@@ -287,15 +346,19 @@ def _is_mamf(r: Measurement) -> bool:
 def fit_gemm(
     gpu: str, rows: Sequence[Measurement], memory: float, matmul_max: float | None = None
 ) -> Efficiency:
-    """GEMM efficiency fitted to one dtype's shape-sweep ``rows`` of ``gpu`` by least
-    squares on log time, ``memory`` fixed: ``dim_half`` and ``launch_s`` always,
-    ``matmul_max`` too unless given."""
+    """GEMM efficiency fitted to one dtype's shape-sweep ``rows`` of ``gpu`` (wave
+    quantization over its SMs) by least squares on log time, ``memory`` fixed:
+    ``dim_half``, ``k_half`` and ``launch_s`` always, ``matmul_max`` too unless given."""
     dtype = rows[0].dtype
     measured = np.log([_measured_seconds(r) for r in rows])
+    sms = sm_count(gpu)
 
     def eff_of(x: np.ndarray) -> Efficiency:
-        top = matmul_max if matmul_max is not None else math.exp(x[2])
-        return Efficiency(top, math.exp(x[0]), memory, math.exp(x[1]))
+        # a term the rows never bend runs its constant off towards 0 (no effect); bounded
+        # at e^±50 so that a trial step cannot overflow
+        x = np.clip(x, -50.0, 50.0)
+        top = matmul_max if matmul_max is not None else math.exp(x[3])
+        return Efficiency(top, math.exp(x[0]), memory, math.exp(x[1]), k_half=math.exp(x[2]), sms=sms)
 
     works = [_gemm_work(r.m, r.n, r.k, dtype) for r in rows]
 
@@ -305,8 +368,10 @@ def fit_gemm(
         model = _model(gpu, eff_of(x), dtype == "fp8")
         return np.log([model.time(w) for w in works]) - measured
 
-    x0 = [math.log(64.0), math.log(4e-6)] + ([] if matmul_max is not None else [math.log(0.8)])
-    return eff_of(_lm(residuals, x0))
+    x0 = [math.log(64.0), math.log(4e-6), math.log(64.0)] + (
+        [] if matmul_max is not None else [math.log(0.8)]
+    )
+    return eff_of(_polish(residuals, _lm(residuals, x0)))
 
 
 def mamf_fraction(source: Source) -> float | None:
@@ -321,19 +386,29 @@ def mamf_fraction(source: Source) -> float | None:
     return tops[0].value * 1e12 / peak
 
 
+def _peak_kind(dtype: str) -> str:
+    """Which datasheet peak a dtype runs on (FP16 and BF16 share the 16-bit one)."""
+    return "fp8" if dtype == "fp8" else "16-bit"
+
+
 @cache
-def _fitted(source: Source) -> Efficiency:
-    """The shape sweep of ``source`` fitted under the memory fraction of the GPU that
-    ran it (its roofline decides which rows are memory-bound)."""
-    gpu, dtype = source
+def _fitted(part: Part) -> Efficiency:
+    """The shape sweep of ``part.shape`` fitted under the memory fraction of the GPU that
+    ran it (its roofline decides which rows are memory-bound), with ``matmul_max`` fixed
+    by the MAMF row of the same GPU and peak where there is one (``part.top``, else the
+    shape source's own), else fitted too."""
+    gpu, dtype = part.shape
     rows = [r for r in _rows(gpu, "gemm", dtype) if not _is_mamf(r)]
-    return fit_gemm(gpu, rows, _memory(CALIBRATIONS[gpu].memory), mamf_fraction(source))
+    same_peak = part.top is not None and part.top[0] == gpu and _peak_kind(part.top[1]) == _peak_kind(dtype)
+    top = mamf_fraction(part.top) if same_peak else mamf_fraction(part.shape)
+    return fit_gemm(gpu, rows, _memory(CALIBRATIONS[gpu].memory), top)
 
 
 def part_efficiency(part: Part) -> Efficiency:
-    """The efficiency a :class:`Part` names: ``dim_half`` and ``launch_s`` of the shape
-    source's fit, ``matmul_max`` from the ``top`` source's MAMF row when one is named."""
-    shape = _fitted(part.shape)
+    """The efficiency a :class:`Part` names: ``dim_half``, ``k_half`` and ``launch_s`` of
+    the shape source's fit, ``matmul_max`` from the ``top`` source's MAMF row when one is
+    named."""
+    shape = _fitted(part)
     top = mamf_fraction(part.top) if part.top is not None else None
     return shape if top is None else replace(shape, matmul_max=top)
 
@@ -373,12 +448,13 @@ def fit_attention(gpu: str) -> AttentionCurve:
 
 @dataclass(frozen=True)
 class Calibration:
-    """One GPU type's calibrated model: 16-bit and FP8 GEMM efficiencies, attention curve."""
+    """One GPU type's calibrated model: 16-bit and FP8 GEMM efficiencies (FP8 None where
+    the GPU has no FP8 tensor cores), attention curve."""
 
     gpu: str
     plan: Plan
     dense16: Efficiency
-    fp8: Efficiency
+    fp8: Efficiency | None
     attention: AttentionCurve | None
 
 
@@ -391,13 +467,13 @@ def _memory(gpu: str) -> float:
 def calibration(gpu: str) -> Calibration:
     """The calibrated model of ``gpu`` (one of :data:`CALIBRATIONS`), fitted on first use."""
     plan = CALIBRATIONS[gpu]
-    memory = _memory(plan.memory)
+    own = {"memory": _memory(plan.memory), "sms": sm_count(gpu)}
     src = f"calibrated on kernel-level rows ({plan.note}); gpu_kernel_measurements.csv"
     return Calibration(
         gpu,
         plan,
-        replace(part_efficiency(plan.dense16), memory=memory, source=src),
-        replace(part_efficiency(plan.fp8), memory=memory, source=src),
+        replace(part_efficiency(plan.dense16), **own, source=src),
+        None if plan.fp8 is None else replace(part_efficiency(plan.fp8), **own, source=src),
         fit_attention(plan.attention) if plan.attention else None,
     )
 
@@ -405,16 +481,14 @@ def calibration(gpu: str) -> Calibration:
 def predicted(row: Measurement) -> float | None:
     """The model's value for a measurement row, in the row's unit (None where the model
     has no counterpart: collectives, attention other than the fitted FA3 curve)."""
-    dense_a100 = row.gpu.startswith("A100")
-    if not dense_a100 and row.gpu not in CALIBRATIONS:
+    if row.gpu not in CALIBRATIONS:
         return None
-    cal = None if dense_a100 else calibration(row.gpu)
+    cal = calibration(row.gpu)
     if row.kernel == "gemm" and row.dtype in ELEMENT_BYTES:
-        eff = A100_EFFICIENCY if cal is None else (cal.fp8 if row.dtype == "fp8" else cal.dense16)
+        eff = cal.fp8 if row.dtype == "fp8" else cal.dense16
         return 2.0 * row.m * row.n * row.k / gemm_seconds(row.gpu, eff, row.m, row.n, row.k, row.dtype) / 1e12
     if row.kernel.startswith("stream_"):
-        memory = A100_EFFICIENCY.memory if cal is None else cal.dense16.memory
-        return memory * get_gpu(row.gpu).hbm_bandwidth / 1e12
+        return cal.dense16.memory * get_gpu(row.gpu).hbm_bandwidth / 1e12
     if row.kernel in ("attention_fwd", "attention_bwd") and row.impl == "fa3" and cal and cal.attention:
         eff = cal.attention.efficiency(row.head_dim, row.seq_len, row.kernel == "attention_bwd", row.causal)
         return eff * datasheet(row.gpu).dense16_flops / 1e12

@@ -2,20 +2,31 @@
 
     time = max(FLOPs / (peak × matmul_eff(M, N, K)), bytes / (HBM × memory_eff)) + launch
 
-``matmul_eff(M, N, K) = matmul_max × Π_d d / (d + dim_half)`` over the three GEMM
-dimensions: a large GEMM approaches ``matmul_max``; a thin one (the s×s×d attention
-products, small hidden sizes, micro-batch 1 logits) loses efficiency, as cuBLAS tiles
-underfill. Kernels without a GEMM shape are memory-bound (FLOPs ignored). A fused
-attention kernel takes the efficiency of :meth:`CostModel.attention_efficiency` in place
-of ``matmul_eff``; an FP8 GEMM is priced by :mod:`.fp8` (FP8 peak, casts).
+``matmul_eff`` (:func:`matmul_efficiency`) is what a GEMM's shape lets the tensor cores do:
 
-ONE set of efficiencies per GPU type. A100's is calibrated on a single measurement —
-one 22B-model layer at TP=8 (Korthikanti et al. 2022 Table 4: forward 7.7 ms, backward
-11.9 ms, including its TP all-reduces) — and then validated, unchanged, on Megatron's
-Table 1 (see docs/validation.md). Hopper, Blackwell and MI300X are calibrated on
-published kernel-level measurements (:mod:`.calibration`); another catalog GPU borrows the
-efficiencies of the nearest calibrated one (a transfer, said in ``source`` and a warning). A :class:`ProfileTable` of measured op times overrides the model
-for the ops it lists.
+    matmul_eff = matmul_max · M/(M + dim_half) · N/(N + dim_half) · max over tile, split of
+                 [waves(M, N, split) · K'/(K' + k_half)],  K' = K/split
+
+* ``waves``: the M×N output is cut into tiles (:data:`TILES`, the CTA tiles cuBLAS and
+  CUTLASS pick from on Ampere, Hopper and Blackwell); the tiles run in waves of one tile per
+  SM, and the last, partial wave leaves the rest of the SMs idle — the fraction of the
+  launched tile-slots that holds useful output, ``M·N / (⌈tiles/SMs⌉ · SMs · tm·tn)`` (a
+  batched product multiplies the tiles by its batch count). A grid too small to fill the
+  SMs is split along K (split-K, :data:`SPLITS`): more work units, each a shorter K. The
+  best tile and split is taken, with the K term below evaluated at K/split;
+* ``dim_half`` on M and N: a small tile grid underfills each SM's pipeline;
+* ``k_half`` on K: each tile pays a fixed prologue/epilogue (loading the first stages,
+  writing the output), amortised over its K loop, so a short K runs below the large-K rate;
+* a skinny M (few tokens) is memory-bound: the roofline's bytes decide it.
+
+Kernels without a GEMM shape are memory-bound (FLOPs ignored). A fused attention kernel
+takes the efficiency of :meth:`CostModel.attention_efficiency` in place of ``matmul_eff``;
+an FP8 GEMM is priced by :mod:`.fp8` (FP8 peak, its own calibrated efficiency, casts).
+
+ONE set of efficiencies per GPU type and dtype, fitted to kernel-level measurements only
+(:mod:`.calibration`: A100, Hopper, Blackwell, MI300X); another catalog GPU borrows the set of
+the nearest calibrated one (a transfer, said in ``source`` and a warning). A :class:`ProfileTable` of measured op times overrides the model for the ops it
+lists.
 """
 
 from __future__ import annotations
@@ -25,6 +36,7 @@ import io
 import math
 import warnings
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,78 +51,91 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Efficiency:
-    """Achievable fractions of a GPU's peaks, and the per-kernel launch overhead (s)."""
+    """Achievable fractions of a GPU's peaks, and the per-kernel launch overhead (s):
+    ``matmul_max`` the best GEMM fraction, ``dim_half`` and ``k_half`` the shape constants
+    and ``sms`` the SM count of :func:`matmul_efficiency` (``k_half`` 0: no K term; ``sms``
+    0: no wave quantization), ``memory`` the fraction of HBM bandwidth a memory-bound
+    kernel reaches."""
 
     matmul_max: float
     dim_half: float
     memory: float
     launch_s: float
     source: str = ""
+    k_half: float = 0.0
+    sms: int = 0
 
 
-#: A100: ``matmul_max`` and ``memory`` are the two numbers solved so the 22B layer's
-#: forward and backward (with TP all-reduces on the dgx_a100 preset, NCCL protocols
-#: included) match Korthikanti 2022 Table 4's baseline row (7.7 / 11.9 ms); the table's
-#: other rows (sequence parallel, selective and full recompute) are then checks, not fits.
-#: The solve is the best pair on a 0.01 grid (the two equations are nearly collinear, so
-#: nearby pairs fit almost as well); re-solved when the TP all-reduce cost became NCCL's
-#: size-dependent one (it was 0.82 / 0.63 with Simple-only collectives, which made the
-#: 96 MiB all-reduces ~30 % too fast). ``memory`` 0.69 is what Megatron's (partly
-#: unfused, 2021) elementwise kernels achieve — below a STREAM triad's ~0.85 of 2.04 TB/s. ``dim_half`` 24: cuBLAS tiles are 64–256 wide, so a GEMM
-#: dimension of 128 (a head) runs at ~84 % of a large one — an assumption, not a fit.
-#: ``launch_s`` 4 µs: CUDA launch + PyTorch eager dispatch per kernel (~3–5 µs).
-A100_EFFICIENCY = Efficiency(
-    matmul_max=0.86,
-    dim_half=24.0,
-    memory=0.69,
-    launch_s=4e-6,
-    source="calibrated: Korthikanti et al. 2022 Table 4 (one 22B layer on A100, TP=8)",
-)
-
-EFFICIENCY: dict[str, Efficiency] = {
-    "A100-SXM4-80GB": A100_EFFICIENCY,
-    "A100-SXM4-40GB": A100_EFFICIENCY,
-}
+#: (rows, columns) of the output tiles a GEMM library picks from: CUTLASS's and cuBLAS's
+#: common CTA tiles on Ampere (sm_80) and Hopper (sm_90, ``128x128``/``128x256``/``256x128``
+#: warp-specialized kernels); Blackwell's 2-SM 256-wide tiles split as two of these
+TILES = ((128, 128), (128, 256), (256, 128))
+#: how many slices a library may cut K into when the tile grid underfills the SMs
+#: (cuBLAS split-K; each slice pays its own prologue/epilogue through the K term)
+SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
 
 
 def efficiency_for(gpu: str) -> Efficiency:
-    """The efficiency set of ``gpu``: A100's validated point, the kernel-level calibration
-    of :mod:`.calibration` for the GPUs it covers; for another catalog GPU (a row without
-    kernel measurements) the set of the nearest calibrated GPU
-    (:func:`.calibration.calibrated_as`), said in ``source`` and in a
-    :class:`~clustersim.errors.CalibrationTransfer` warning; else (a custom GPU like no
-    catalog GPU) A100's, flagged as uncalibrated."""
-    if gpu in EFFICIENCY:
-        return EFFICIENCY[gpu]
+    """The efficiency set of ``gpu``: its kernel-level calibration (:mod:`.calibration`);
+    for another catalog GPU (a row without kernel measurements) the set of the nearest
+    calibrated GPU (:func:`.calibration.calibrated_as`) on its own SM count, said in
+    ``source`` and in a :class:`~clustersim.errors.CalibrationTransfer` warning; else (a
+    custom GPU like no catalog GPU) A100 80GB's without wave quantization (no SM count),
+    flagged as uncalibrated."""
     # calibration imports this module: resolve at call time
-    from .calibration import CALIBRATIONS, calibrated_as, calibration
+    from .calibration import CALIBRATIONS, FALLBACK_GPU, calibrated_as, calibration, sm_count
 
     if gpu in CALIBRATIONS:
         return calibration(gpu).dense16
-    if gpu in GPUS:
-        donor = calibrated_as(gpu)
-        note = (
-            f"has no kernel measurements of its own: priced with {donor}'s efficiencies (the nearest "
-            "calibrated GPU) as fractions of its own datasheet peaks"
-        )
-        warnings.warn(CalibrationTransfer("cluster.gpu", gpu, note), stacklevel=3)
-        return replace(efficiency_for(donor), source=f"{gpu} (transfer) {note}")
-    a = A100_EFFICIENCY
-    return Efficiency(
-        a.matmul_max,
-        a.dim_half,
-        a.memory,
-        a.launch_s,
-        source=f"{gpu}: A100 fractions reused, not calibrated on {gpu} measurements",
+    if gpu not in GPUS:
+        source = f"{gpu}: A100 fractions reused, not calibrated on {gpu} measurements"
+        return replace(calibration(FALLBACK_GPU).dense16, sms=sm_count(gpu), source=source)
+    donor = calibrated_as(gpu)
+    note = (
+        f"has no kernel measurements of its own: priced with {donor}'s efficiencies (the nearest "
+        "calibrated GPU) as fractions of its own datasheet peaks"
     )
+    warnings.warn(CalibrationTransfer("cluster.gpu", gpu, note), stacklevel=3)
+    # the donor's constants; wave quantization runs over this GPU's own SMs
+    return replace(calibration(donor).dense16, sms=sm_count(gpu), source=f"{gpu} (transfer) {note}")
 
 
-def matmul_efficiency(eff: Efficiency, gemm: tuple[int, int, int]) -> float:
-    """Fraction of peak a GEMM of shape (M, N, K) reaches."""
-    out = eff.matmul_max
-    for d in gemm:
-        out *= d / (d + eff.dim_half)
-    return out
+@lru_cache(maxsize=65536)
+def matmul_efficiency(eff: Efficiency, gemm: tuple[int, int, int], batch: int = 1) -> float:
+    """Fraction of peak ``batch`` GEMMs of shape (M, N, K) reach in one kernel (module doc):
+    the best tile of :data:`TILES` and split of K into :data:`SPLITS` slices."""
+    m, n, k = gemm
+    dims = eff.matmul_max * m / (m + eff.dim_half) * n / (n + eff.dim_half)
+    if eff.sms <= 0:
+        return dims * _k_term(eff, k)
+    best = 0.0
+    for tm, tn in TILES:
+        tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
+        for split in SPLITS:
+            # split slices of every tile run as tiles·split work units in waves of sms
+            waves = math.ceil(tiles * split / eff.sms)
+            util = m * n * batch * split / (waves * eff.sms * tm * tn)
+            best = max(best, util * _k_term(eff, k / split))
+            if tiles * split >= eff.sms:
+                break  # more slices only add prologues: the grid already fills the SMs
+    return dims * best
+
+
+def _k_term(eff: Efficiency, k: float) -> float:
+    return k / (k + eff.k_half) if eff.k_half > 0 else 1.0
+
+
+def shape_efficiency(eff: Efficiency, gemm: tuple[int, int, int]) -> float:
+    """Fraction of peak of a GEMM of shape (M, N, K) without wave quantization:
+    ``matmul_max`` times the M, N and K terms of the module doc."""
+    return matmul_efficiency(replace(eff, sms=0), gemm)
+
+
+def gemm_batch(work: Work) -> int:
+    """How many M×N×K products one kernel of ``work`` runs (a batched product's FLOPs are
+    its batch count times 2·M·N·K; at least 1)."""
+    m, n, k = work.gemm
+    return max(1, round(work.flops / (2.0 * m * n * k))) if m * n * k > 0 else 1
 
 
 @dataclass
@@ -176,21 +201,24 @@ class CostModel:
         (``cluster.custom_gpu``), priced with the efficiencies of the GPU it is ``like``."""
         if custom is not None and custom.name == name:
             like = custom.like or name  # an unknown name: A100's fractions, flagged
-            return cls(custom.spec(), efficiency_for(like), profile, attention_curve_for(like))
+            eff = efficiency_for(like)
+            eff = replace(eff, sms=custom.sms) if custom.sms else eff
+            return cls(custom.spec(), eff, profile, attention_curve_for(like))
         return cls(get_gpu(name), efficiency_for(name), profile, attention_curve_for(name))
 
     def attention_efficiency(self, shape: AttentionShape) -> float:
         """Fraction of peak of a fused attention kernel: the GPU's calibrated curve over
         head dim and sequence length where it has one; elsewhere the GPU's GEMM
         efficiency at the kernel's per-head product shape (s', s', head_dim), s' = s/2
-        when causal — the curve's own rule that a causal kernel runs as the unmasked
+        when causal, without wave quantization (the kernel's grid spans batch × heads ×
+        query tiles, many waves) — the curve's own rule that a causal kernel runs as the unmasked
         one at half the sequence. The fallback gives both directions the same
         efficiency, though FlashAttention-2 (Dao 2023) reaches a lower fraction of peak
         backward than forward, so it is optimistic for the backward."""
         if self.attention is not None:
             return self.attention.efficiency(shape.head_dim, shape.seq_len, shape.backward, shape.causal)
         s = shape.seq_len // 2 if shape.causal else shape.seq_len
-        return matmul_efficiency(self.eff, (s, s, shape.head_dim))
+        return shape_efficiency(self.eff, (s, s, shape.head_dim))
 
     def time(self, work: Work, op: str = "", phase: str = "") -> float:
         """Seconds of ``work`` (0 for no work); a profiled (op, phase) wins."""
@@ -210,7 +238,7 @@ class CostModel:
             return max(comp, mem) + self.eff.launch_s
         if work.gemm is None:
             return mem + self.eff.launch_s
-        comp = work.flops / (self.gpu.peak_flops * matmul_efficiency(self.eff, work.gemm))
+        comp = work.flops / (self.gpu.peak_flops * matmul_efficiency(self.eff, work.gemm, gemm_batch(work)))
         return max(comp, mem) + self.eff.launch_s
 
     def launched(self, work: Work, op: str = "", phase: str = "") -> int:
