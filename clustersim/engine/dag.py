@@ -27,7 +27,6 @@ ends ``start + time``; a recv's span starts at ``max(posted, send start)``.
 
 from __future__ import annotations
 
-from collections import deque
 from heapq import heappop, heappush
 
 from ..errors import ScenarioError, SimulationStall
@@ -37,7 +36,8 @@ from ..record import Recorder
 from ..resolve.replication import contention_free
 from .collective_plans import CollectivePlans
 from .collector import collector_paused
-from .lanes import DONE, END, HOLD, INSTANT, JOINED, POSTED, SENT, compile_lane, wait_more, waiter_table
+from .lane_core import LaneStepper
+from .lanes import DONE, END, HOLD, JOINED, SENT, compile_lane, waiter_table
 from .memory import MemoryLedger
 
 
@@ -178,10 +178,12 @@ class DagEngine:
         start, end = [-1.0] * n, [-1.0] * n
         waiters = waiter_table(n)
         self._lanes = [_Lane(firsts, plan) for firsts, plan in self._plans]
+        core = LaneStepper(start, end, waiters, self.memory, self.recorder.memory)
+        next_ended, begin = self._driver(core)
         # The pass makes no reference cycles, only many small containers that would set the
         # cyclic collector off over and over (a third of the pass's time on GPT-3 175B).
         with collector_paused():
-            self._evaluate(start, end, waiters)
+            self._now = core.run(self._lanes, next_ended, begin, 0.0)
         ops = self.recorder.ops
         if waiters.count(DONE) == len(waiters):
             self.events = self._events
@@ -190,119 +192,70 @@ class DagEngine:
             ops.extend((i, start[i], t) for i, t in enumerate(end) if t >= 0.0)
             raise SimulationStall(self._stall_report(waiters))
 
-    def _evaluate(self, start: list[float], end: list[float], waiters: list) -> None:
-        """The pass; fills ``start``, ``end`` and ``waiters`` (DONE per ended op). Lanes are
-        advanced as the engine's run loop advances them: first those an op's end made ready
-        at this time (FIFO), then those a collective's completion woke (in arrival order),
-        then the next queue entry."""
-        samples = self.recorder.memory
-        held, peak, change = self.memory.current, self.memory.peak, self.memory.change
-        want = self._want
+    def _driver(self, core: LaneStepper):
+        """The pass's ``next_ended`` and ``begin`` for the lane-stepping core
+        (:mod:`clustersim.engine.lane_core`), which steps the lanes as the engine's run
+        loop does: first those an op's end made ready at this time (FIFO), then those a
+        collective's completion woke (in arrival order), then the next queue entry."""
+        start, holding, woken, want = core.start, core.holding, core.woken, self._want
         members: list[list[_Lane]] = [[] for _ in want]  # per collective, in arrival order
         member_ids: list[list[int]] = [[] for _ in want]
         self._member_ids = member_ids  # for a stall report
         starting: list[tuple[int, float]] = []  # (c, time): completed in this step, they start next
-        ready, woken = deque(self._lanes), deque()
         # The engine's queue orders entries by (time, sequence), sequence numbers rising
         # as entries are made; so entries of one time come out in the order they were
         # made: a FIFO list per time, and a heap of the times (floats compare faster than
         # the engine's tuples, and equal times — twins — share one list). An entry: the
         # _Lane whose held op ends, collective c's timeout (c) or its completion (~c).
-        now = 0.0
         lists = _Calendar()
-        times = lists.times
-        batch, k = lists[now], 0  # the entries of `now`, and the next one's index
-        heappop(times)  # `now` is being taken
-        while True:
-            if ready:  # a lane an op's end unblocked at `now`: it may start its op
-                lane = ready.popleft()
-                done = False
-            else:  # a lane whose running op has ended
-                if woken:
-                    lane = woken.popleft()
-                else:
-                    if starting:  # SimPy's urgent Initialize: before anything else queued
-                        for c, duration in starting:
-                            lists[now + duration].append(c)
-                        starting.clear()
-                    while True:
-                        if k == len(batch):  # `now` is over: on to the next time
-                            del lists[now]
-                            if not times:
-                                self._now = now
-                                return
-                            now = heappop(times)
-                            batch, k = lists[now], 0
-                        item = batch[k]
-                        k += 1
-                        if item.__class__ is _Lane:
-                            lane = item
-                            break
-                        if item >= 0:  # a timeout: the completion queues behind
-                            batch.append(~item)
-                            continue
-                        woken.extend(members[~item])
-                        lane = woken.popleft()
+
+        def ended():  # a generator: `now`, the entries of `now` and the next one's index live here
+            times, now = lists.times, 0.0
+            batch, k = lists[now], 0
+            heappop(times)  # `now` is being taken
+            while True:
+                for lane in holding:  # the held ops' ends, in the order held
+                    lists[lane.t].append(lane)
+                holding.clear()
+                if starting:  # SimPy's urgent Initialize: before anything else queued
+                    for c, duration in starting:
+                        lists[now + duration].append(c)
+                    starting.clear()
+                while True:
+                    if k == len(batch):  # `now` is over: on to the next time
+                        del lists[now]
+                        if not times:
+                            yield None  # the pass is over: the core asks no more
+                            return
+                        now = heappop(times)
+                        batch, k = lists[now], 0
+                    item = batch[k]
+                    k += 1
+                    if item.__class__ is _Lane:  # its t is the time it was queued at
+                        yield item
                         break
-                done = True
-            plan, firsts, idx = lane.plan, lane.firsts, lane.idx
-            if done:
-                i, what, arg, more, alloc, free, dev = plan[idx]
-            while True:  # over the lane's ops
-                if done:  # op i has ended at `now`
-                    if free:
-                        cur = held[dev] - free
-                        if cur < 0:
-                            change(dev, -free, now)  # raises, naming the bug
-                        held[dev] = cur
-                        samples.append((dev, now, cur))
-                    end[i] = now
-                    w = waiters[i]
-                    waiters[i] = DONE
-                    if w is not None:
-                        if w.__class__ is list:
-                            ready.extend(w)
-                        else:
-                            ready.append(w)
-                    idx += 1
+                    if item >= 0:  # a timeout: the completion queues behind
+                        batch.append(~item)
+                        continue
+                    woken.extend(members[~item])
+                    lane = woken.popleft()
                     lane.t = now
-                d = firsts[idx]
-                w = waiters[d]
-                if w is not DONE:  # blocked on op d
-                    waiters[d] = lane if w is None else w + [lane] if w.__class__ is list else [w, lane]
+                    yield lane
                     break
-                i, what, arg, more, alloc, free, dev = plan[idx]
-                if more is not None and wait_more(waiters, lane, more):
-                    break
-                if alloc:
-                    cur = held[dev] + alloc
-                    held[dev] = cur
-                    if cur > peak[dev]:
-                        peak[dev] = cur
-                    samples.append((dev, now, cur))
-                done = True
-                if what == HOLD:
-                    start[i] = now
-                    lists[now + arg].append(lane)
-                    break
-                if what == POSTED:  # from when the recv was posted or its send started
-                    posted, t_send = lane.t, start[arg]
-                    start[i] = t_send if t_send > posted else posted
-                elif what == INSTANT:
-                    start[i] = now
-                elif what == JOINED:  # arg: (the collective, its time)
-                    c = arg[0]
-                    m = members[c]
-                    m.append(lane)
-                    member_ids[c].append(i)
-                    if len(m) == want[c]:
-                        for j in member_ids[c]:
-                            start[j] = now
-                        starting.append(arg)
-                    break
-                else:  # END
-                    break
-            lane.idx = idx
+
+        def begin(lane: _Lane, what: int, i: int, arg: tuple, now: float) -> None:
+            """Collective member op ``i`` arrives (JOINED, the one kind that reaches here);
+            ``arg``: (the collective, its time). The last arrival starts it."""
+            c = arg[0]
+            m = members[c]
+            m.append(lane)
+            member_ids[c].append(i)
+            if len(m) == want[c]:
+                for j in member_ids[c]:
+                    start[j] = now
+                starting.append(arg)
+
+        return ended().__next__, begin
 
     def _stall_report(self, waiters: list) -> str:
         """The engine's report (:meth:`Engine._stall_report`): each lane's first unfinished
