@@ -178,8 +178,9 @@ class DagEngine:
         start, end = [-1.0] * n, [-1.0] * n
         waiters = waiter_table(n)
         self._lanes = [_Lane(firsts, plan) for firsts, plan in self._plans]
-        core = LaneStepper(start, end, waiters, self.memory, self.recorder.memory)
-        next_ended, begin = self._driver(core)
+        calendar = _Calendar()
+        core = LaneStepper(start, end, waiters, self.memory, self.recorder.memory, calendar=calendar)
+        next_ended, begin = self._driver(core, calendar)
         # The pass makes no reference cycles, only many small containers that would set the
         # cyclic collector off over and over (a third of the pass's time on GPT-3 175B).
         with collector_paused():
@@ -192,12 +193,12 @@ class DagEngine:
             ops.extend((i, start[i], t) for i, t in enumerate(end) if t >= 0.0)
             raise SimulationStall(self._stall_report(waiters))
 
-    def _driver(self, core: LaneStepper):
+    def _driver(self, core: LaneStepper, lists: _Calendar):
         """The pass's ``next_ended`` and ``begin`` for the lane-stepping core
         (:mod:`clustersim.engine.lane_core`), which steps the lanes as the engine's run
         loop does: first those an op's end made ready at this time (FIFO), then those a
         collective's completion woke (in arrival order), then the next queue entry."""
-        start, holding, woken, want = core.start, core.holding, core.woken, self._want
+        start, woken, want = core.start, core.woken, self._want
         members: list[list[_Lane]] = [[] for _ in want]  # per collective, in arrival order
         member_ids: list[list[int]] = [[] for _ in want]
         self._member_ids = member_ids  # for a stall report
@@ -206,17 +207,14 @@ class DagEngine:
         # as entries are made; so entries of one time come out in the order they were
         # made: a FIFO list per time, and a heap of the times (floats compare faster than
         # the engine's tuples, and equal times — twins — share one list). An entry: the
-        # _Lane whose held op ends, collective c's timeout (c) or its completion (~c).
-        lists = _Calendar()
+        # _Lane whose held op ends (the core queues it), collective c's timeout (c) or
+        # its completion (~c).
 
         def ended():  # a generator: `now`, the entries of `now` and the next one's index live here
             times, now = lists.times, 0.0
             batch, k = lists[now], 0
             heappop(times)  # `now` is being taken
             while True:
-                for lane in holding:  # the held ops' ends, in the order held
-                    lists[lane.t].append(lane)
-                holding.clear()
                 if starting:  # SimPy's urgent Initialize: before anything else queued
                     for c, duration in starting:
                         lists[now + duration].append(c)

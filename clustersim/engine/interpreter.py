@@ -32,7 +32,7 @@ Nothing random or wall-clock enters, so the same Program always yields the same 
 from __future__ import annotations
 
 from functools import partial
-from heapq import heappop, heappush
+from heapq import heappop
 
 import simpy
 
@@ -45,7 +45,6 @@ from ..record import Recorder
 from ..simpy_fast import (
     EVENT,
     FIRE,
-    NORMAL,
     TIME,
     call_soon,
     event_ids,
@@ -109,7 +108,20 @@ class Engine:
             if compute_scale is None
             else [op.duration * f for op, f in zip(ops, compute_scale)]
         )
-        self._core = LaneStepper(self.start, self.end, self.waiters, self.memory, recorder.memory)
+        # A held op's end is its lane pushed on SimPy's queue directly by the core (what
+        # env.timeout does, minus two Python frames and an allocation). The clock
+        # (env.now) is only set where something else reads it: before an op starts through
+        # the fabric, a collective or a process, and when the run ends (env.step sets it
+        # itself).
+        self._core = LaneStepper(
+            self.start,
+            self.end,
+            self.waiters,
+            self.memory,
+            recorder.memory,
+            queue=event_queue(env),
+            ids=event_ids(env),
+        )
         self.names = program.device_names
         # op -> (algorithm, analytical time or None), cached per collective shape
         self._collective_plan = CollectivePlans(
@@ -166,34 +178,20 @@ class Engine:
 
     def _next_ended(self):
         """The interpreter's ``next_ended`` for the lane-stepping core
-        (:mod:`clustersim.engine.lane_core`): it queues the lanes the core left holding
-        an op, each the SimPy event of that op's end, then drives SimPy's event queue
-        until an event ends a lane's op. A held op's end is the lane itself, popped here
+        (:mod:`clustersim.engine.lane_core`), and its ``begin``. ``next_ended`` drives
+        SimPy's event queue until an event ends a lane's op. A held op's end is the lane
+        itself (the core queued it), popped here
         (no SimPy callback); a Fired event (a chunk-hop) is popped and its ``fire``
         called, which may go on with the Fired events after it and sets the clock; every
         other event — transfers' ends, collectives, processes, a progress bar — goes
         through ``env.step()`` exactly as ``env.run()`` would, and the lanes whose ops it
         ended come back through ``woken``: the first is returned, the core steps the
         others. Time order and SimPy's FIFO order among equal times are kept."""
-        env, core = self.env, self._core
-        holding, woken = core.holding, core.woken
-        # A held op's end is its lane pushed on the queue directly (what env.timeout
-        # does, minus two Python frames and an allocation; entries as clustersim.simpy_fast
-        # describes them). The clock (env.now) is only set where something else reads it:
-        # before an op starts through the fabric, a collective or a process (begin), and
-        # when the run ends (env.step sets it itself).
-        queue, ids, env_step, fire = event_queue(env), event_ids(env), env.step, FIRE
+        env, woken = self.env, self._core.woken
+        queue, env_step, fire = event_queue(env), env.step, FIRE
         at_time, at_event = TIME, EVENT  # where SimPy's queue entries keep them
 
-        def queue_holding() -> None:
-            for lane in holding:  # in the order held: SimPy numbers its events as made
-                heappush(queue, (lane.t, NORMAL, next(ids), lane))
-            holding.clear()
-
         def next_ended() -> Lane | None:
-            for lane in holding:  # queue_holding(), inline: once per event
-                heappush(queue, (lane.t, NORMAL, next(ids), lane))
-            holding.clear()
             while True:  # let simulated time pass: the next event
                 if not queue:
                     return None
@@ -213,8 +211,7 @@ class Engine:
                     return lane
 
         def begin(lane: Lane, what: int, i: int, arg, now: float) -> None:
-            queue_holding()  # the ends held before this op come first in SimPy's order
-            set_now(env, now)
+            set_now(env, now)  # the clock is set only where something else reads it
             self._begin(what, i).callbacks.append(lane.wake)
 
         return next_ended, begin
