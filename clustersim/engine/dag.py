@@ -210,36 +210,37 @@ class DagEngine:
         # _Lane whose held op ends (the core queues it), collective c's timeout (c) or
         # its completion (~c).
 
-        def ended():  # a generator: `now`, the entries of `now` and the next one's index live here
-            times, now = lists.times, 0.0
-            batch, k = lists[now], 0
-            heappop(times)  # `now` is being taken
-            while True:
-                if starting:  # SimPy's urgent Initialize: before anything else queued
-                    for c, duration in starting:
-                        lists[now + duration].append(c)
-                    starting.clear()
-                while True:
-                    if k == len(batch):  # `now` is over: on to the next time
-                        del lists[now]
-                        if not times:
-                            yield None  # the pass is over: the core asks no more
-                            return
-                        now = heappop(times)
-                        batch, k = lists[now], 0
-                    item = batch[k]
-                    k += 1
-                    if item.__class__ is _Lane:  # its t is the time it was queued at
+        times = lists.times
+
+        def launch(now: float) -> None:
+            """Queue the timeouts of the collectives that completed in the step just
+            taken (SimPy's urgent Initialize: before anything else queued)."""
+            for c, duration in starting:
+                lists[now + duration].append(c)
+            starting.clear()
+
+        def ended():  # a generator, so `now` and the list of its entries stay in its frame
+            now = 0.0
+            if starting:
+                launch(now)
+            while times:
+                now = heappop(times)
+                batch = lists[now]
+                for item in batch:  # a list's iterator sees the entries queued meanwhile
+                    if item.__class__ is _Lane:  # its t is `now`
                         yield item
-                        break
-                    if item >= 0:  # a timeout: the completion queues behind
+                    elif item >= 0:  # a timeout: the completion queues behind
                         batch.append(~item)
                         continue
-                    woken.extend(members[~item])
-                    lane = woken.popleft()
-                    lane.t = now
-                    yield lane
-                    break
+                    else:  # a completion: wake the members
+                        woken.extend(members[~item])
+                        lane = woken.popleft()
+                        lane.t = now
+                        yield lane
+                    if starting:
+                        launch(now)
+                del lists[now]
+            yield None  # the pass is over: the core asks no more
 
         def begin(lane: _Lane, what: int, i: int, arg: tuple, now: float) -> None:
             """Collective member op ``i`` arrives (JOINED, the one kind that reaches here);
