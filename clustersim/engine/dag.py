@@ -27,8 +27,6 @@ ends ``start + time``; a recv's span starts at ``max(posted, send start)``.
 
 from __future__ import annotations
 
-from heapq import heappop, heappush
-
 from ..errors import ScenarioError, SimulationStall
 from ..network.base import Fabric
 from ..program import COLLECTIVE, RECV, Program
@@ -36,7 +34,7 @@ from ..record import Recorder
 from ..resolve.replication import contention_free
 from .collective_plans import CollectivePlans
 from .collector import collector_paused
-from .lane_core import LaneStepper
+from .lane_core import Calendar, LaneStepper
 from .lanes import DONE, END, HOLD, JOINED, SENT, compile_lane, waiter_table
 from .memory import MemoryLedger
 
@@ -65,22 +63,6 @@ class _Lane:
 
     def __init__(self, firsts: list[int], plan: list[tuple]):
         self.firsts, self.plan, self.idx, self.t = firsts, plan, 0, 0.0
-
-
-class _Calendar(dict):
-    """Time → the queue entries of that time, in the order they were made; ``times``:
-    the heap of the times present (a time enters it with its first entry)."""
-
-    __slots__ = ("times",)
-
-    def __init__(self):
-        super().__init__()
-        self.times: list[float] = []
-
-    def __missing__(self, t: float) -> list:
-        heappush(self.times, t)
-        self[t] = entries = []
-        return entries
 
 
 class DagEngine:
@@ -178,13 +160,15 @@ class DagEngine:
         start, end = [-1.0] * n, [-1.0] * n
         waiters = waiter_table(n)
         self._lanes = [_Lane(firsts, plan) for firsts, plan in self._plans]
-        calendar = _Calendar()
-        core = LaneStepper(start, end, waiters, self.memory, self.recorder.memory, calendar=calendar)
-        next_ended, begin = self._driver(core, calendar)
+        calendar = Calendar()
+        core = LaneStepper(
+            start, end, waiters, self.memory, self.recorder.memory, lane_type=_Lane, calendar=calendar
+        )
+        begin, handle = self._collectives(core, calendar)
         # The pass makes no reference cycles, only many small containers that would set the
         # cyclic collector off over and over (a third of the pass's time on GPT-3 175B).
         with collector_paused():
-            self._now = core.run(self._lanes, next_ended, begin, 0.0)
+            self._now = core.run(self._lanes, 0.0, begin, handle)
         ops = self.recorder.ops
         if waiters.count(DONE) == len(waiters):
             self.events = self._events
@@ -193,58 +177,21 @@ class DagEngine:
             ops.extend((i, start[i], t) for i, t in enumerate(end) if t >= 0.0)
             raise SimulationStall(self._stall_report(waiters))
 
-    def _driver(self, core: LaneStepper, lists: _Calendar):
-        """The pass's ``next_ended`` and ``begin`` for the lane-stepping core
-        (:mod:`clustersim.engine.lane_core`), which steps the lanes as the engine's run
-        loop does: first those an op's end made ready at this time (FIFO), then those a
-        collective's completion woke (in arrival order), then the next queue entry."""
+    def _collectives(self, core: LaneStepper, calendar: Calendar):
+        """The core's ``begin`` and ``handle`` (:mod:`clustersim.engine.lane_core`): the
+        collectives, as the engine runs them in 3 SimPy events. On the calendar (the
+        engine's queue: the entries of a time in the order they were made), a collective
+        c is its timeout (c) and its completion (~c); a lane is the end of its held op."""
         start, woken, want = core.start, core.woken, self._want
         members: list[list[_Lane]] = [[] for _ in want]  # per collective, in arrival order
         member_ids: list[list[int]] = [[] for _ in want]
         self._member_ids = member_ids  # for a stall report
-        starting: list[tuple[int, float]] = []  # (c, time): completed in this step, they start next
-        # The engine's queue orders entries by (time, sequence), sequence numbers rising
-        # as entries are made; so entries of one time come out in the order they were
-        # made: a FIFO list per time, and a heap of the times (floats compare faster than
-        # the engine's tuples, and equal times — twins — share one list). An entry: the
-        # _Lane whose held op ends (the core queues it), collective c's timeout (c) or
-        # its completion (~c).
-
-        times = lists.times
-
-        def launch(now: float) -> None:
-            """Queue the timeouts of the collectives that completed in the step just
-            taken (SimPy's urgent Initialize: before anything else queued)."""
-            for c, duration in starting:
-                lists[now + duration].append(c)
-            starting.clear()
-
-        def ended():  # a generator, so `now` and the list of its entries stay in its frame
-            now = 0.0
-            if starting:
-                launch(now)
-            while times:
-                now = heappop(times)
-                batch = lists[now]
-                for item in batch:  # a list's iterator sees the entries queued meanwhile
-                    if item.__class__ is _Lane:  # its t is `now`
-                        yield item
-                    elif item >= 0:  # a timeout: the completion queues behind
-                        batch.append(~item)
-                        continue
-                    else:  # a completion: wake the members
-                        woken.extend(members[~item])
-                        lane = woken.popleft()
-                        lane.t = now
-                        yield lane
-                    if starting:
-                        launch(now)
-                del lists[now]
-            yield None  # the pass is over: the core asks no more
 
         def begin(lane: _Lane, what: int, i: int, arg: tuple, now: float) -> None:
-            """Collective member op ``i`` arrives (JOINED, the one kind that reaches here);
-            ``arg``: (the collective, its time). The last arrival starts it."""
+            """Member op ``i`` arrives (JOINED, the one kind that reaches here); ``arg``:
+            (the collective, its α-β time). The last arrival completes the rendezvous: the
+            collective's start — SimPy's urgent ``Initialize``, run after this step —
+            queues its timeout at ``now + time``."""
             c = arg[0]
             m = members[c]
             m.append(lane)
@@ -252,9 +199,17 @@ class DagEngine:
             if len(m) == want[c]:
                 for j in member_ids[c]:
                     start[j] = now
-                starting.append(arg)
+                calendar.soon.append(arg)
 
-        return ended().__next__, begin
+        def handle(entry: int, now: float) -> None:
+            """A collective's timeout queues its completion at the same time, behind what
+            is already queued; the completion wakes the members in the order they arrived."""
+            if entry >= 0:
+                calendar[now].append(~entry)
+            else:
+                woken.extend(members[~entry])
+
+        return begin, handle
 
     def _stall_report(self, waiters: list) -> str:
         """The engine's report (:meth:`Engine._stall_report`): each lane's first unfinished

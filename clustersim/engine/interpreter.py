@@ -32,7 +32,6 @@ Nothing random or wall-clock enters, so the same Program always yields the same 
 from __future__ import annotations
 
 from functools import partial
-from heapq import heappop
 
 import simpy
 
@@ -43,12 +42,7 @@ from ..network.base import Fabric
 from ..program import COLLECTIVE, RECV, Op, Program
 from ..record import Recorder
 from ..simpy_fast import (
-    EVENT,
-    FIRE,
-    TIME,
     call_soon,
-    event_ids,
-    event_queue,
     scheduled_count,
     set_now,
 )
@@ -108,19 +102,9 @@ class Engine:
             if compute_scale is None
             else [op.duration * f for op, f in zip(ops, compute_scale)]
         )
-        # A held op's end is its lane pushed on SimPy's queue directly by the core (what
-        # env.timeout does, minus two Python frames and an allocation). The clock
-        # (env.now) is only set where something else reads it: before an op starts through
-        # the fabric, a collective or a process, and when the run ends (env.step sets it
-        # itself).
+        # lanes are stepped by the core, which pops SimPy's queue itself (lane_core)
         self._core = LaneStepper(
-            self.start,
-            self.end,
-            self.waiters,
-            self.memory,
-            recorder.memory,
-            queue=event_queue(env),
-            ids=event_ids(env),
+            self.start, self.end, self.waiters, self.memory, recorder.memory, lane_type=Lane, env=env
         )
         self.names = program.device_names
         # op -> (algorithm, analytical time or None), cached per collective shape
@@ -162,11 +146,8 @@ class Engine:
         # ends (spans, memory samples) and would set the cyclic collector off over and
         # over, each pass over the Program's ops too (the quickstart: ~120 young and ~10
         # older collections per run when a caller has not paused it, as simulate() does)
-        next_ended, begin = self._next_ended()
         with collector_paused():
-            now = self._core.run(self._lane_states, next_ended, begin, self.env.now)
-        if now > self.env.now:  # the last event was a held op's end, which sets no clock
-            set_now(self.env, now)
+            set_now(self.env, self._core.run(self._lane_states, self.env.now, self._begin))
         # every event scheduled was processed once the loop returns: the simulated events
         self.events = scheduled_count(self.env)
         start, end, ops = self.start, self.end, self.recorder.ops
@@ -176,56 +157,17 @@ class Engine:
             ops.extend((i, start[i], t) for i, t in enumerate(end) if t >= 0.0)
             raise SimulationStall(self._stall_report())
 
-    def _next_ended(self):
-        """The interpreter's ``next_ended`` for the lane-stepping core
-        (:mod:`clustersim.engine.lane_core`), and its ``begin``. ``next_ended`` drives
-        SimPy's event queue until an event ends a lane's op. A held op's end is the lane
-        itself (the core queued it), popped here
-        (no SimPy callback); a Fired event (a chunk-hop) is popped and its ``fire``
-        called, which may go on with the Fired events after it and sets the clock; every
-        other event — transfers' ends, collectives, processes, a progress bar — goes
-        through ``env.step()`` exactly as ``env.run()`` would, and the lanes whose ops it
-        ended come back through ``woken``: the first is returned, the core steps the
-        others. Time order and SimPy's FIFO order among equal times are kept."""
-        env, woken = self.env, self._core.woken
-        queue, env_step, fire = event_queue(env), env.step, FIRE
-        at_time, at_event = TIME, EVENT  # where SimPy's queue entries keep them
-
-        def next_ended() -> Lane | None:
-            while True:  # let simulated time pass: the next event
-                if not queue:
-                    return None
-                entry = queue[0]
-                ev = entry[at_event]
-                if ev.__class__ is Lane:  # its t is the time it was queued at
-                    heappop(queue)
-                    return ev
-                if ev.callbacks is fire:  # the fabric's own moments (chunk-hops): in place
-                    ev.fire(heappop(queue)[at_time])
-                    continue
-                t = entry[at_time]  # where step() sets the clock: the entry it pops
-                env_step()
-                if woken:
-                    lane = woken.popleft()
-                    lane.t = t
-                    return lane
-
-        def begin(lane: Lane, what: int, i: int, arg, now: float) -> None:
-            set_now(env, now)  # the clock is set only where something else reads it
-            self._begin(what, i).callbacks.append(lane.wake)
-
-        return next_ended, begin
-
-    def _begin(self, what: int, i: int) -> simpy.Event:
-        """Start op ``i`` (SLOWED, SENT or JOINED), which ends with an event of a process,
-        the fabric or a collective; return that event."""
+    def _begin(self, lane: Lane, what: int, i: int, arg, now: float) -> None:
+        """Start op ``i`` (SLOWED, SENT or JOINED) at ``now``; it ends with an event of a
+        process, the fabric or a collective, which wakes ``lane``."""
+        set_now(self.env, now)  # the core sets the clock only where something else reads it
         op = self.program.ops[i]
         if what == JOINED:
-            return self._arrive(op)
-        self.start[i] = self.env.now
-        if what == SLOWED:
-            return self.env.process(self._slowed_compute(op))
-        return self._send(op)
+            ended = self._arrive(op)
+        else:
+            self.start[i] = now
+            ended = self.env.process(self._slowed_compute(op)) if what == SLOWED else self._send(op)
+        ended.callbacks.append(lane.wake)
 
     def _send(self, op: Op) -> simpy.Event:
         names, transfer = self.names, self.fabric.transfer

@@ -2,49 +2,79 @@
 
 Both evaluators run a Program the same way, lane by lane: a lane whose op has ended
 records the end (frees its memory, wakes the lanes waiting on the op) and goes on with its
-next ops until one must wait — for another lane's op, or for time. What differs is only
-where time comes from, so each evaluator is a *driver* that hands the core two things:
+next ops until one must wait — for another lane's op, or for time. Lanes are stepped in
+one order whichever evaluator runs: first the lanes an op's end made ready at this time
+(FIFO), then those an event woke (``woken``, FIFO), then the lane of the next entry in
+time order. What differs is where time comes from, the *source* of the entries:
 
-* ``next_ended()``: the next lane whose held op has ended, with ``lane.t`` its end time
-  (None when nothing is left to happen). The SimPy interpreter
-  (:mod:`clustersim.engine.interpreter`) pops SimPy's event queue; the DAG pass
-  (:mod:`clustersim.engine.dag`) pops its calendar of times.
-* ``begin(lane, what, i, arg, now)``: start op ``i``, whose end the driver reports (a send
-  through the fabric, a collective, a slowed compute op).
+* SimPy's event queue (:mod:`clustersim.engine.interpreter`): a held op's end is the
+  lane itself, pushed as SimPy's entry ``(end, NORMAL, next(ids), lane)`` and popped here
+  (:mod:`clustersim.simpy_fast`); a Fired event (a packet fabric's chunk-hop) is popped
+  and fired in place; every other event goes through ``env.step()``, and the lanes whose
+  ops it ended come back through ``woken``.
+* a :class:`Calendar` (:mod:`clustersim.engine.dag`): the entries of each time in the
+  order they were made, which is SimPy's order; an entry that is not a lane is handed to
+  the driver's ``handle(entry, now)``, and the lanes it ends come back through ``woken``.
 
-The core calls a driver once per lane it takes from the driver and once per op started
-through ``begin``. An op held for a known time — most ops — costs it no call: it queues
-the op's end itself, on SimPy's queue or the DAG pass's calendar (a Python frame per op
-would cost a few per cent of the run: :mod:`clustersim.simpy_fast`). Lanes are stepped in one order whichever
-driver runs: first the lanes an op's end made ready at this time (FIFO), then those an
-event of the driver woke (``woken``, FIFO), then the driver's next lane.
+An op that ends with something other than its time (a send through a contended fabric, a
+collective, a slowed compute op) is started by the driver's ``begin(lane, what, i, arg,
+now)``. Both sources are read inline, in the core's own frame: the core runs once per op,
+and a call into a driver per op (a Python frame, 40–100 ns against ≈ 2 µs per op) would
+cost the DAG pass about 5 % of its run (measured; see docs/performance.md).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from heapq import heappush
+from collections.abc import Callable, Iterable
+from heapq import heappop, heappush
 
-from ..simpy_fast import NORMAL
+import simpy
+
+from ..simpy_fast import EVENT, FIRE, NORMAL, TIME, event_ids, event_queue
 from .lanes import DONE, END, HOLD, INSTANT, POSTED, wait_more
 from .memory import MemoryLedger
+
+
+class Calendar(dict):
+    """Time → the entries of that time, in the order they were made; ``times``: the heap
+    of the times present (a time enters it with its first entry); ``soon``: ``(entry,
+    delay)`` pairs to queue at ``now + delay`` once the lanes of the current step have been
+    stepped (where SimPy runs an urgent event: after the step, before anything else queued)."""
+
+    __slots__ = ("times", "soon")
+
+    def __init__(self):
+        super().__init__()
+        self.times: list[float] = []
+        self.soon: list[tuple[object, float]] = []
+
+    def __missing__(self, t: float) -> list:
+        heappush(self.times, t)
+        self[t] = entries = []
+        return entries
 
 
 class LaneStepper:
     """The state the core steps lanes over: per op, its ``start`` and ``end`` times and its
     waiters (:func:`~clustersim.engine.lanes.waiter_table`); the memory ledger and its
-    samples; the lanes to step at the current time (``ready``) and those an event of the
-    driver woke (``woken``). A lane is any object with the attributes ``plan``,
-    ``firsts``, ``idx`` and ``t`` of :class:`~clustersim.engine.lanes.Lane`.
+    samples; the lanes to step at the current time (``ready``) and those an event woke
+    (``woken``); the source of time, ``env`` (SimPy's queue) or ``calendar``. Lanes are
+    of ``lane_type``, with the attributes ``plan``, ``firsts``, ``idx`` and ``t`` of
+    :class:`~clustersim.engine.lanes.Lane`."""
 
-    Where a held op's end is queued: with ``calendar`` None, on SimPy's event ``queue``
-    (an entry ``(end, NORMAL, next(ids), lane)``: the lane is the event, see
-    :mod:`clustersim.simpy_fast`); else in ``calendar[end]``, the DAG pass's list of the
-    entries of that time. Either way ``lane.t`` is set to the end, the time the driver
-    gives the lane back at."""
-
-    __slots__ = ("start", "end", "waiters", "memory", "samples", "ready", "woken", "queue", "ids", "calendar")
+    __slots__ = (
+        "start",
+        "end",
+        "waiters",
+        "memory",
+        "samples",
+        "lane_type",
+        "env",
+        "calendar",
+        "ready",
+        "woken",
+    )
 
     def __init__(
         self,
@@ -54,26 +84,36 @@ class LaneStepper:
         memory: MemoryLedger,
         samples: list,
         *,
-        queue: list | None = None,
-        ids: Iterator[int] | None = None,
-        calendar: dict[float, list] | None = None,
+        lane_type: type,
+        env: simpy.Environment | None = None,
+        calendar: Calendar | None = None,
     ):
+        if (env is None) == (calendar is None):
+            raise ValueError("a LaneStepper takes its time from one source: env or calendar")
         self.start, self.end, self.waiters = start, end, waiters
-        self.memory, self.samples = memory, samples
-        self.queue, self.ids, self.calendar = queue, ids, calendar
+        self.memory, self.samples, self.lane_type = memory, samples, lane_type
+        self.env, self.calendar = env, calendar
         self.ready: deque = deque()
         self.woken: deque = deque()
 
-    def run(self, lanes: Iterable, next_ended: Callable, begin: Callable, now: float) -> float:
-        """Step ``lanes`` from time ``now`` until ``next_ended()`` returns None; return
-        the time of the last lane stepped. Memory is counted inline (the ledger's
-        ``change()`` is called only to report a Program bug)."""
+    def run(self, lanes: Iterable, now: float, begin: Callable, handle: Callable | None = None) -> float:
+        """Step ``lanes`` from time ``now`` until the source has no entry left; return the
+        time of the last entry taken. ``begin(lane, what, i, arg, now)`` starts op ``i``
+        (what: SLOWED, SENT or JOINED); ``handle(entry, now)`` takes a calendar's entry
+        that is not a lane. Memory is counted inline (the ledger's ``change()`` is called
+        only to report a Program bug)."""
         start, end, waiters, samples = self.start, self.end, self.waiters, self.samples
-        ready, woken = self.ready, self.woken
-        queue, ids, calendar = self.queue, self.ids, self.calendar
         # lists are called by method (rec.append(x), not a bound append): CPython 3.11
         # specializes that call into an inline append
+        ready, woken, lane_type = self.ready, self.woken, self.lane_type
         held, peak, change = self.memory.current, self.memory.peak, self.memory.change
+        env, calendar = self.env, self.calendar
+        if calendar is None:
+            queue, ids, env_step = event_queue(env), event_ids(env), env.step
+        else:
+            times, soon = calendar.times, calendar.soon
+            batch, k = calendar[now], 0  # the entries of `now`, and the next one's index
+            heappop(times)  # `now` is being taken
         ready.extend(lanes)
         while True:  # over the lanes to step
             if ready:  # a lane an op's end made ready at `now`: it may start its op
@@ -83,11 +123,46 @@ class LaneStepper:
             else:  # a lane whose running op has ended
                 if woken:
                     lane = woken.popleft()
-                else:
-                    lane = next_ended()
-                    if lane is None:
-                        return now
-                    now = lane.t
+                elif calendar is None:  # let simulated time pass: SimPy's next event
+                    while True:
+                        if not queue:
+                            return now
+                        entry = queue[0]
+                        ev = entry[EVENT]
+                        if ev.__class__ is lane_type:  # a held op's end: in place
+                            now = heappop(queue)[TIME]
+                            lane = ev
+                            break
+                        if ev.callbacks is FIRE:  # the fabric's own moments (chunk-hops): in place
+                            ev.fire(heappop(queue)[TIME])
+                            now = env.now  # it may go on with the ones after it
+                            continue
+                        now = entry[TIME]  # where step() sets the clock: the entry it pops
+                        env_step()
+                        if woken:
+                            lane = woken.popleft()
+                            break
+                else:  # the calendar's next entry
+                    if soon:
+                        for entry, delay in soon:
+                            calendar[now + delay].append(entry)
+                        soon.clear()
+                    while True:
+                        if k == len(batch):  # `now` is over: on to the next time
+                            del calendar[now]
+                            if not times:
+                                return now
+                            now = heappop(times)
+                            batch, k = calendar[now], 0
+                        entry = batch[k]
+                        k += 1
+                        if entry.__class__ is lane_type:  # a held op's end
+                            lane = entry
+                            break
+                        handle(entry, now)
+                        if woken:
+                            lane = woken.popleft()
+                            break
                 plan, firsts, idx = lane.plan, lane.firsts, lane.idx
                 i, what, arg, more, alloc, free, dev = plan[idx]
                 done = True
@@ -124,13 +199,12 @@ class LaneStepper:
                         peak[dev] = cur
                     samples.append((dev, now, cur))
                 done = True
-                if what == HOLD:  # queue the end (a branch, not a driver's call: once per op)
+                if what == HOLD:  # queue the op's end
                     start[i] = now
-                    lane.t = t = now + arg
-                    if calendar is None:
-                        heappush(queue, (t, NORMAL, next(ids), lane))
+                    if calendar is None:  # the lane is the event of its end
+                        heappush(queue, (now + arg, NORMAL, next(ids), lane))
                     else:
-                        calendar[t].append(lane)
+                        calendar[now + arg].append(lane)
                     break
                 if what == POSTED:  # the span starts when the recv was posted or its send started
                     posted, t_send = lane.t, start[arg]
