@@ -10,11 +10,12 @@ ends them, not merely in some topological order, because the order is part of th
 memory samples are appended as ops allocate and free, and at equal times a device's peak
 depends on whether a free or an allocation comes first. So the evaluator keeps the
 engine's tie-breaking, without SimPy's machinery: the engine's lanes (the same plans,
-:mod:`clustersim.engine.lanes`) advance in the same FIFO order, and the ends of ops that
+:mod:`clustersim.engine.lanes`) are stepped by the same core (:mod:`clustersim.engine.lane_core`)
+in the same FIFO order, its time taken from a calendar instead of SimPy's queue; the ends of ops that
 hold their lane for a time and a collective's phases are queued in the order the engine
 schedules the matching SimPy events and taken in its ``(time, priority, eid)`` order. A
 collective costs the engine 3 events (its start callback, its timeout, its completion);
-here:
+on the calendar (:class:`~clustersim.engine.lane_core.Rendezvous`):
 
 * its start — SimPy's ``Initialize``, urgent, so it runs as soon as the step that
   completed the rendezvous is over — queues its timeout at ``rendezvous + α-β time``;
@@ -34,7 +35,7 @@ from ..record import Recorder
 from ..resolve.replication import contention_free
 from .collective_plans import CollectivePlans
 from .collector import collector_paused
-from .lane_core import Calendar, LaneStepper
+from .lane_core import Calendar, LaneStepper, Rendezvous
 from .lanes import DONE, END, HOLD, JOINED, SENT, compile_lane, waiter_table
 from .memory import MemoryLedger
 
@@ -126,9 +127,8 @@ class DagEngine:
             compile_lane(program, lane_ops, durations, False, send_time)
             for lane_ops in program.lanes().values()
         ]
-        # a collective is an index c; its members' JOINED entries carry c in their arg
-        tags: dict[str, int] = {}
-        self._want: list[int] = []  # per collective: how many members hold an op for it
+        # a collective is a Rendezvous; its members' JOINED entries carry it in their arg
+        collectives: dict[str, Rendezvous] = {}
         events = 0  # SimPy events the engine would process: see the class docstring
         for _, plan in self._plans:
             whats = [entry[1] for entry in plan]
@@ -138,14 +138,13 @@ class DagEngine:
                 op = ops[entry[0]]
                 if entry[1] == SENT:
                     raise ValueError(f"{op!r}: the fabric has no fixed time for it (see contention_free)")
-                c = tags.get(op.tag)
-                if c is None:
-                    c = tags[op.tag] = len(self._want)
-                    self._want.append(op.arrivals or len(op.group))
+                r = collectives.get(op.tag)
+                if r is None:
+                    r = collectives[op.tag] = Rendezvous(op.arrivals or len(op.group))
                     events += 3
-                # (c, α-β time): read here, so run() is the pass alone; the time of
+                # (r, α-β time): read here, so run() is the pass alone; the time of
                 # the last member to arrive is the one used, as in the engine
-                plan[k] = (entry[0], JOINED, (c, self._plan_collective(op)[1]), *entry[3:])
+                plan[k] = (entry[0], JOINED, (r, self._plan_collective(op)[1]), *entry[3:])
         self._events = events
         self._lanes: list[_Lane] = []
         self.events = 0
@@ -155,20 +154,18 @@ class DagEngine:
         return sum(lane.idx for lane in self._lanes)
 
     def run(self) -> None:
-        """Evaluate every op; raise SimulationStall if some never can start (deadlock)."""
+        """Evaluate every op, once; raise SimulationStall if some never can start (deadlock)."""
         n = len(self.program.ops)
         start, end = [-1.0] * n, [-1.0] * n
         waiters = waiter_table(n)
         self._lanes = [_Lane(firsts, plan) for firsts, plan in self._plans]
-        calendar = Calendar()
         core = LaneStepper(
-            start, end, waiters, self.memory, self.recorder.memory, lane_type=_Lane, calendar=calendar
+            start, end, waiters, self.memory, self.recorder.memory, lane_type=_Lane, calendar=Calendar()
         )
-        begin, handle = self._collectives(core, calendar)
         # The pass makes no reference cycles, only many small containers that would set the
         # cyclic collector off over and over (a third of the pass's time on GPT-3 175B).
         with collector_paused():
-            self._now = core.run(self._lanes, 0.0, begin, handle)
+            self._now = core.run(self._lanes, 0.0)
         ops = self.recorder.ops
         if waiters.count(DONE) == len(waiters):
             self.events = self._events
@@ -176,40 +173,6 @@ class DagEngine:
         else:
             ops.extend((i, start[i], t) for i, t in enumerate(end) if t >= 0.0)
             raise SimulationStall(self._stall_report(waiters))
-
-    def _collectives(self, core: LaneStepper, calendar: Calendar):
-        """The core's ``begin`` and ``handle`` (:mod:`clustersim.engine.lane_core`): the
-        collectives, as the engine runs them in 3 SimPy events. On the calendar (the
-        engine's queue: the entries of a time in the order they were made), a collective
-        c is its timeout (c) and its completion (~c); a lane is the end of its held op."""
-        start, woken, want = core.start, core.woken, self._want
-        members: list[list[_Lane]] = [[] for _ in want]  # per collective, in arrival order
-        member_ids: list[list[int]] = [[] for _ in want]
-        self._member_ids = member_ids  # for a stall report
-
-        def begin(lane: _Lane, what: int, i: int, arg: tuple, now: float) -> None:
-            """Member op ``i`` arrives (JOINED, the one kind that reaches here); ``arg``:
-            (the collective, its α-β time). The last arrival completes the rendezvous: the
-            collective's start — SimPy's urgent ``Initialize``, run after this step —
-            queues its timeout at ``now + time``."""
-            c = arg[0]
-            m = members[c]
-            m.append(lane)
-            member_ids[c].append(i)
-            if len(m) == want[c]:
-                for j in member_ids[c]:
-                    start[j] = now
-                calendar.soon.append(arg)
-
-        def handle(entry: int, now: float) -> None:
-            """A collective's timeout queues its completion at the same time, behind what
-            is already queued; the completion wakes the members in the order they arrived."""
-            if entry >= 0:
-                calendar[now].append(~entry)
-            else:
-                woken.extend(members[~entry])
-
-        return begin, handle
 
     def _stall_report(self, waiters: list) -> str:
         """The engine's report (:meth:`Engine._stall_report`): each lane's first unfinished
@@ -224,7 +187,7 @@ class DagEngine:
             if op.kind == RECV and waiters[op.peer] is not DONE:
                 why.append(f"its send {ops[op.peer]!r}")
             if op.kind == COLLECTIVE:
-                arrived = {ops[j].device for j in self._member_ids[arg[0]]}
+                arrived = {ops[j].device for j in arg[0].ids}
                 missing = [names[d] for d in op.group if d not in arrived]
                 why.append(f"collective members that never arrived: {', '.join(missing)}")
             lines.append(f"  {op!r} waits for {'; '.join(why) or 'nothing (engine bug)'}")

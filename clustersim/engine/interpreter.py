@@ -157,7 +157,7 @@ class Engine:
             ops.extend((i, start[i], t) for i, t in enumerate(end) if t >= 0.0)
             raise SimulationStall(self._stall_report())
 
-    def _begin(self, lane: Lane, what: int, i: int, arg, now: float) -> None:
+    def _begin(self, lane: Lane, what: int, i: int, now: float) -> None:
         """Start op ``i`` (SLOWED, SENT or JOINED) at ``now``; it ends with an event of a
         process, the fabric or a collective, which wakes ``lane``."""
         set_now(self.env, now)  # the core sets the clock only where something else reads it

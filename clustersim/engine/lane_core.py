@@ -11,16 +11,17 @@ time order. What differs is where time comes from, the *source* of the entries:
   lane itself, pushed as SimPy's entry ``(end, NORMAL, next(ids), lane)`` and popped here
   (:mod:`clustersim.simpy_fast`); a Fired event (a packet fabric's chunk-hop) is popped
   and fired in place; every other event goes through ``env.step()``, and the lanes whose
-  ops it ended come back through ``woken``.
+  ops it ended come back through ``woken``. An op that ends with an event of SimPy's (a
+  send through a contended fabric, a collective, a slowed compute op) is started by the
+  interpreter's ``begin(lane, what, i, now)``.
 * a :class:`Calendar` (:mod:`clustersim.engine.dag`): the entries of each time in the
-  order they were made, which is SimPy's order; an entry that is not a lane is handed to
-  the driver's ``handle(entry, now)``, and the lanes it ends come back through ``woken``.
+  order they were made, which is SimPy's order — the ends of held ops, and each
+  collective's timeout and completion (:class:`Rendezvous`).
 
-An op that ends with something other than its time (a send through a contended fabric, a
-collective, a slowed compute op) is started by the driver's ``begin(lane, what, i, arg,
-now)``. Both sources are read inline, in the core's own frame: the core runs once per op,
-and a call into a driver per op (a Python frame, 40–100 ns against ≈ 2 µs per op) would
-cost the DAG pass about 5 % of its run (measured; see docs/performance.md).
+Both sources are read inline, in the core's own frame, and so are the calendar's
+collectives: the core runs once per op, and a call per op into a driver (a Python frame,
+40–100 ns against ≈ 2 µs per op) costs a few per cent of a run — measured on the DAG
+pass, whose collectives are a third of its ops (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -38,21 +39,32 @@ from .memory import MemoryLedger
 
 class Calendar(dict):
     """Time → the entries of that time, in the order they were made; ``times``: the heap
-    of the times present (a time enters it with its first entry); ``soon``: ``(entry,
-    delay)`` pairs to queue at ``now + delay`` once the lanes of the current step have been
-    stepped (where SimPy runs an urgent event: after the step, before anything else queued)."""
+    of the times present (a time enters it with its first entry)."""
 
-    __slots__ = ("times", "soon")
+    __slots__ = ("times",)
 
     def __init__(self):
         super().__init__()
         self.times: list[float] = []
-        self.soon: list[tuple[object, float]] = []
 
     def __missing__(self, t: float) -> list:
         heappush(self.times, t)
         self[t] = entries = []
         return entries
+
+
+class Rendezvous:
+    """A collective on a :class:`Calendar`, as the engine runs it in 3 SimPy events: its
+    members' JOINED ops carry ``(rendezvous, α-β time)``; the lanes and op ids arrived, in
+    order; when all ``want`` have arrived, the collective starts — SimPy's urgent
+    ``Initialize``, run after the step — and queues the rendezvous itself, its timeout, at
+    ``now + time``; the timeout queues ``lanes``, its completion, behind what is already
+    queued at that time; the completion wakes the lanes in the order they arrived."""
+
+    __slots__ = ("want", "lanes", "ids")
+
+    def __init__(self, want: int):
+        self.want, self.lanes, self.ids = want, [], []
 
 
 class LaneStepper:
@@ -96,12 +108,11 @@ class LaneStepper:
         self.ready: deque = deque()
         self.woken: deque = deque()
 
-    def run(self, lanes: Iterable, now: float, begin: Callable, handle: Callable | None = None) -> float:
+    def run(self, lanes: Iterable, now: float, begin: Callable | None = None) -> float:
         """Step ``lanes`` from time ``now`` until the source has no entry left; return the
-        time of the last entry taken. ``begin(lane, what, i, arg, now)`` starts op ``i``
-        (what: SLOWED, SENT or JOINED); ``handle(entry, now)`` takes a calendar's entry
-        that is not a lane. Memory is counted inline (the ledger's ``change()`` is called
-        only to report a Program bug)."""
+        time of the last entry taken. ``begin(lane, what, i, now)`` (SimPy's queue
+        only) starts op ``i`` (what: SLOWED, SENT or JOINED). Memory is counted inline
+        (the ledger's ``change()`` is called only to report a Program bug)."""
         start, end, waiters, samples = self.start, self.end, self.waiters, self.samples
         # lists are called by method (rec.append(x), not a bound append): CPython 3.11
         # specializes that call into an inline append
@@ -111,7 +122,8 @@ class LaneStepper:
         if calendar is None:
             queue, ids, env_step = event_queue(env), event_ids(env), env.step
         else:
-            times, soon = calendar.times, calendar.soon
+            times = calendar.times
+            soon: list[tuple[Rendezvous, float]] = []  # collectives started in this step
             batch, k = calendar[now], 0  # the entries of `now`, and the next one's index
             heappop(times)  # `now` is being taken
         ready.extend(lanes)
@@ -144,8 +156,8 @@ class LaneStepper:
                             break
                 else:  # the calendar's next entry
                     if soon:
-                        for entry, delay in soon:
-                            calendar[now + delay].append(entry)
+                        for r, delay in soon:  # collectives that started: their timeouts
+                            calendar[now + delay].append(r)
                         soon.clear()
                     while True:
                         if k == len(batch):  # `now` is over: on to the next time
@@ -159,10 +171,11 @@ class LaneStepper:
                         if entry.__class__ is lane_type:  # a held op's end
                             lane = entry
                             break
-                        handle(entry, now)
-                        if woken:
+                        if entry.__class__ is list:  # a collective's completion
+                            woken.extend(entry)
                             lane = woken.popleft()
                             break
+                        batch.append(entry.lanes)  # its timeout: the completion queues behind
                 plan, firsts, idx = lane.plan, lane.firsts, lane.idx
                 i, what, arg, more, alloc, free, dev = plan[idx]
                 done = True
@@ -211,8 +224,19 @@ class LaneStepper:
                     start[i] = t_send if t_send > posted else posted
                 elif what == INSTANT:
                     start[i] = now
-                else:
-                    if what != END:
-                        begin(lane, what, i, arg, now)
+                elif what == END:
+                    break
+                elif calendar is None:  # it ends with an event of SimPy's
+                    begin(lane, what, i, now)
+                    break
+                else:  # JOINED on the calendar: arg is (its Rendezvous, its time)
+                    r = arg[0]
+                    arrived = r.lanes
+                    arrived.append(lane)
+                    r.ids.append(i)
+                    if len(arrived) == r.want:  # the last arrival starts it
+                        for j in r.ids:
+                            start[j] = now
+                        soon.append(arg)
                     break
             lane.idx = idx
