@@ -17,12 +17,15 @@ op is put on that op's waiter list, and a running op's end (its timeout, transfe
 collective) hands the lane back to the run loop. This costs one SimPy event per timed op
 and none per dependency. A send whose fabric knows its time up front
 (``Fabric.fixed_time``: the direct and analytical models) is held by its lane like a
-compute op — the same single event, without a call into the fabric. The run loop pops
-SimPy's event queue itself: the end of a held op (the :class:`Lane` itself, its own end event) is
-handled in place, in the loop's own frame; a fabric's own moments (the packet fabric's
-chunk-hops, :class:`~clustersim.simpy_fast.Fired`) are handed to their ``fire`` directly;
-every other event goes through SimPy's ``env.step()``. What the loop reads per op is laid out before the run
-(:mod:`clustersim.engine.lanes`).
+compute op — the same single event, without a call into the fabric. The run loop is the
+lane-stepping core the DAG pass shares (:mod:`clustersim.engine.lane_core`), reading
+SimPy's event queue itself: the end of a held op (the :class:`Lane` itself, its own end
+event) is handled in place, in the loop's own frame; a fabric's own moments (the packet
+fabric's chunk-hops, :class:`~clustersim.simpy_fast.Fired`) are handed to their ``fire``
+directly; every other event goes through SimPy's ``env.step()``. What this module keeps is
+what starts an op that ends with an event (:meth:`Engine._begin`): a send through the
+fabric, a collective, a slowed compute op. What the loop reads per op is laid out before
+the run (:mod:`clustersim.engine.lanes`).
 
 Ties at equal simulated times: SimPy processes events in (time, FIFO) order; when an op
 ends, the lanes waiting on it are resumed right after, in the order they started waiting.
@@ -146,7 +149,7 @@ class Engine:
         # ends (spans, memory samples) and would set the cyclic collector off over and
         # over, each pass over the Program's ops too (the quickstart: ~120 young and ~10
         # older collections per run when a caller has not paused it, as simulate() does)
-        with collector_paused():
+        with collector_paused():  # the clock: the time of the last event (a held op's end sets none)
             set_now(self.env, self._core.run(self._lane_states, self.env.now, self._begin))
         # every event scheduled was processed once the loop returns: the simulated events
         self.events = scheduled_count(self.env)
