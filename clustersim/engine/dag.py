@@ -127,8 +127,9 @@ class DagEngine:
             compile_lane(program, lane_ops, durations, False, send_time)
             for lane_ops in program.lanes().values()
         ]
-        # a collective is a Rendezvous; its members' JOINED entries carry it in their arg
-        collectives: dict[str, Rendezvous] = {}
+        # a collective is an index c; its members' JOINED entries carry c in their arg
+        tags: dict[str, int] = {}
+        self._want: list[int] = []  # per collective: how many members hold an op for it
         events = 0  # SimPy events the engine would process: see the class docstring
         for _, plan in self._plans:
             whats = [entry[1] for entry in plan]
@@ -138,13 +139,14 @@ class DagEngine:
                 op = ops[entry[0]]
                 if entry[1] == SENT:
                     raise ValueError(f"{op!r}: the fabric has no fixed time for it (see contention_free)")
-                r = collectives.get(op.tag)
-                if r is None:
-                    r = collectives[op.tag] = Rendezvous(op.arrivals or len(op.group))
+                c = tags.get(op.tag)
+                if c is None:
+                    c = tags[op.tag] = len(self._want)
+                    self._want.append(op.arrivals or len(op.group))
                     events += 3
-                # (r, α-β time): read here, so run() is the pass alone; the time of
+                # (c, α-β time): read here, so run() is the pass alone; the time of
                 # the last member to arrive is the one used, as in the engine
-                plan[k] = (entry[0], JOINED, (r, self._plan_collective(op)[1]), *entry[3:])
+                plan[k] = (entry[0], JOINED, (c, self._plan_collective(op)[1]), *entry[3:])
         self._events = events
         self._lanes: list[_Lane] = []
         self.events = 0
@@ -154,17 +156,25 @@ class DagEngine:
         return sum(lane.idx for lane in self._lanes)
 
     def run(self) -> None:
-        """Evaluate every op, once; raise SimulationStall if some never can start (deadlock)."""
+        """Evaluate every op; raise SimulationStall if some never can start (deadlock)."""
         n = len(self.program.ops)
         start, end = [-1.0] * n, [-1.0] * n
         waiters = waiter_table(n)
         self._lanes = [_Lane(firsts, plan) for firsts, plan in self._plans]
-        core = LaneStepper(
-            start, end, waiters, self.memory, self.recorder.memory, lane_type=_Lane, calendar=Calendar()
-        )
         # The pass makes no reference cycles, only many small containers that would set the
         # cyclic collector off over and over (a third of the pass's time on GPT-3 175B).
         with collector_paused():
+            self._rendezvous = [Rendezvous(want) for want in self._want]
+            core = LaneStepper(
+                start,
+                end,
+                waiters,
+                self.memory,
+                self.recorder.memory,
+                lane_type=_Lane,
+                calendar=Calendar(),
+                rendezvous=self._rendezvous,
+            )
             self._now = core.run(self._lanes, 0.0)
         ops = self.recorder.ops
         if waiters.count(DONE) == len(waiters):
@@ -187,7 +197,7 @@ class DagEngine:
             if op.kind == RECV and waiters[op.peer] is not DONE:
                 why.append(f"its send {ops[op.peer]!r}")
             if op.kind == COLLECTIVE:
-                arrived = {ops[j].device for j in arg[0].ids}
+                arrived = {ops[j].device for j in self._rendezvous[arg[0]].ids}
                 missing = [names[d] for d in op.group if d not in arrived]
                 why.append(f"collective members that never arrived: {', '.join(missing)}")
             lines.append(f"  {op!r} waits for {'; '.join(why) or 'nothing (engine bug)'}")

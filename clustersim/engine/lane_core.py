@@ -55,7 +55,8 @@ class Calendar(dict):
 
 class Rendezvous:
     """A collective on a :class:`Calendar`, as the engine runs it in 3 SimPy events: its
-    members' JOINED ops carry ``(rendezvous, α-β time)``; the lanes and op ids arrived, in
+    members' JOINED ops carry ``(its index in the stepper's rendezvous, α-β time)``; the
+    lanes and op ids arrived, in
     order; when all ``want`` have arrived, the collective starts — SimPy's urgent
     ``Initialize``, run after the step — and queues the rendezvous itself, its timeout, at
     ``now + time``; the timeout queues ``lanes``, its completion, behind what is already
@@ -71,7 +72,8 @@ class LaneStepper:
     """The state the core steps lanes over: per op, its ``start`` and ``end`` times and its
     waiters (:func:`~clustersim.engine.lanes.waiter_table`); the memory ledger and its
     samples; the lanes to step at the current time (``ready``) and those an event woke
-    (``woken``); the source of time, ``env`` (SimPy's queue) or ``calendar``. Lanes are
+    (``woken``); the source of time, ``env`` (SimPy's queue) or ``calendar`` (with its
+    collectives, ``rendezvous``: made per run, as they hold its lanes). Lanes are
     of ``lane_type``, with the attributes ``plan``, ``firsts``, ``idx`` and ``t`` of
     :class:`~clustersim.engine.lanes.Lane`."""
 
@@ -84,6 +86,7 @@ class LaneStepper:
         "lane_type",
         "env",
         "calendar",
+        "rendezvous",
         "ready",
         "woken",
     )
@@ -99,12 +102,13 @@ class LaneStepper:
         lane_type: type,
         env: simpy.Environment | None = None,
         calendar: Calendar | None = None,
+        rendezvous: list[Rendezvous] | None = None,
     ):
         if (env is None) == (calendar is None):
             raise ValueError("a LaneStepper takes its time from one source: env or calendar")
         self.start, self.end, self.waiters = start, end, waiters
         self.memory, self.samples, self.lane_type = memory, samples, lane_type
-        self.env, self.calendar = env, calendar
+        self.env, self.calendar, self.rendezvous = env, calendar, rendezvous
         self.ready: deque = deque()
         self.woken: deque = deque()
 
@@ -122,8 +126,8 @@ class LaneStepper:
         if calendar is None:
             queue, ids, env_step = event_queue(env), event_ids(env), env.step
         else:
-            times = calendar.times
-            soon: list[tuple[Rendezvous, float]] = []  # collectives started in this step
+            times, rendezvous = calendar.times, self.rendezvous
+            soon: list[tuple[int, float]] = []  # collectives started in this step: (index, time)
             batch, k = calendar[now], 0  # the entries of `now`, and the next one's index
             heappop(times)  # `now` is being taken
         ready.extend(lanes)
@@ -156,8 +160,8 @@ class LaneStepper:
                             break
                 else:  # the calendar's next entry
                     if soon:
-                        for r, delay in soon:  # collectives that started: their timeouts
-                            calendar[now + delay].append(r)
+                        for c, delay in soon:  # collectives that started: their timeouts
+                            calendar[now + delay].append(rendezvous[c])
                         soon.clear()
                     while True:
                         if k == len(batch):  # `now` is over: on to the next time
@@ -229,8 +233,8 @@ class LaneStepper:
                 elif calendar is None:  # it ends with an event of SimPy's
                     begin(lane, what, i, now)
                     break
-                else:  # JOINED on the calendar: arg is (its Rendezvous, its time)
-                    r = arg[0]
+                else:  # JOINED on the calendar: arg is (its collective's index, its time)
+                    r = rendezvous[arg[0]]
                     arrived = r.lanes
                     arrived.append(lane)
                     r.ids.append(i)
