@@ -15,7 +15,7 @@ in the same FIFO order, its time taken from a calendar instead of SimPy's queue;
 hold their lane for a time and a collective's phases are queued in the order the engine
 schedules the matching SimPy events and taken in its ``(time, priority, eid)`` order. A
 collective costs the engine 3 events (its start callback, its timeout, its completion);
-on the calendar (:class:`~clustersim.engine.lane_core.Rendezvous`):
+on the calendar (:class:`~clustersim.engine.lane_core.Collectives`):
 
 * its start — SimPy's ``Initialize``, urgent, so it runs as soon as the step that
   completed the rendezvous is over — queues its timeout at ``rendezvous + α-β time``;
@@ -35,7 +35,7 @@ from ..record import Recorder
 from ..resolve.replication import contention_free
 from .collective_plans import CollectivePlans
 from .collector import collector_paused
-from .lane_core import Calendar, LaneStepper, Rendezvous
+from .lane_core import Calendar, Collectives, LaneStepper
 from .lanes import DONE, END, HOLD, JOINED, SENT, compile_lane, waiter_table
 from .memory import MemoryLedger
 
@@ -164,27 +164,34 @@ class DagEngine:
         # The pass makes no reference cycles, only many small containers that would set the
         # cyclic collector off over and over (a third of the pass's time on GPT-3 175B).
         with collector_paused():
-            self._rendezvous = [Rendezvous(want) for want in self._want]
-            core = LaneStepper(
-                start,
-                end,
-                waiters,
-                self.memory,
-                self.recorder.memory,
-                lane_type=_Lane,
-                calendar=Calendar(),
-                rendezvous=self._rendezvous,
-            )
-            self._now = core.run(self._lanes, 0.0)
+            stalled = self._pass(start, end, waiters)
         ops = self.recorder.ops
-        if waiters.count(DONE) == len(waiters):
+        if stalled is None:
             self.events = self._events
             ops.extend(zip(range(n), start, end))
         else:
             ops.extend((i, start[i], t) for i, t in enumerate(end) if t >= 0.0)
-            raise SimulationStall(self._stall_report(waiters))
+            raise SimulationStall(stalled)
 
-    def _stall_report(self, waiters: list) -> str:
+    def _pass(self, start: list[float], end: list[float], waiters: list) -> str | None:
+        """The pass, over collectives made afresh; the stall report if some op never ended.
+        What the run made for its collectives is gone when it returns, before the
+        collector is back (it would traverse them)."""
+        collectives = Collectives.of(self._want)
+        core = LaneStepper(
+            start,
+            end,
+            waiters,
+            self.memory,
+            self.recorder.memory,
+            lane_type=_Lane,
+            calendar=Calendar(),
+            collectives=collectives,
+        )
+        self._now = core.run(self._lanes, 0.0)
+        return None if waiters.count(DONE) == len(waiters) else self._stall_report(waiters, collectives)
+
+    def _stall_report(self, waiters: list, collectives: Collectives) -> str:
         """The engine's report (:meth:`Engine._stall_report`): each lane's first unfinished
         op and what it waits for."""
         ops, names, lines = self.program.ops, self.program.device_names, []
@@ -197,7 +204,7 @@ class DagEngine:
             if op.kind == RECV and waiters[op.peer] is not DONE:
                 why.append(f"its send {ops[op.peer]!r}")
             if op.kind == COLLECTIVE:
-                arrived = {ops[j].device for j in self._rendezvous[arg[0]].ids}
+                arrived = {ops[j].device for j in collectives.ids[arg[0]]}
                 missing = [names[d] for d in op.group if d not in arrived]
                 why.append(f"collective members that never arrived: {', '.join(missing)}")
             lines.append(f"  {op!r} waits for {'; '.join(why) or 'nothing (engine bug)'}")

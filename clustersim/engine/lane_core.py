@@ -16,7 +16,7 @@ time order. What differs is where time comes from, the *source* of the entries:
   interpreter's ``begin(lane, what, i, now)``.
 * a :class:`Calendar` (:mod:`clustersim.engine.dag`): the entries of each time in the
   order they were made, which is SimPy's order — the ends of held ops, and each
-  collective's timeout and completion (:class:`Rendezvous`).
+  collective's timeout and completion (:class:`Collectives`).
 
 Both sources are read inline, in the core's own frame, and so are the calendar's
 collectives: the core runs once per op, and a call per op into a driver (a Python frame,
@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable
 from heapq import heappop, heappush
+from typing import NamedTuple
 
 import simpy
 
@@ -53,19 +54,23 @@ class Calendar(dict):
         return entries
 
 
-class Rendezvous:
-    """A collective on a :class:`Calendar`, as the engine runs it in 3 SimPy events: its
-    members' JOINED ops carry ``(its index in the stepper's rendezvous, α-β time)``; the
-    lanes and op ids arrived, in
-    order; when all ``want`` have arrived, the collective starts — SimPy's urgent
-    ``Initialize``, run after the step — and queues the rendezvous itself, its timeout, at
-    ``now + time``; the timeout queues ``lanes``, its completion, behind what is already
-    queued at that time; the completion wakes the lanes in the order they arrived."""
+class Collectives(NamedTuple):
+    """The collectives on a :class:`Calendar`, by index ``c``, as the engine runs each in 3
+    SimPy events. Their members' JOINED ops carry ``(c, α-β time)``; ``lanes[c]`` and
+    ``ids[c]``: the lanes and op ids arrived, in order. When all ``want[c]`` have arrived,
+    the collective starts — SimPy's urgent ``Initialize``, run after the step — and queues
+    its timeout, the entry ``c``, at ``now + time``; the timeout queues its completion,
+    ``~c``, behind what is already queued at that time; the completion wakes the lanes in
+    the order they arrived. Made per run: they hold its lanes."""
 
-    __slots__ = ("want", "lanes", "ids")
+    want: list[int]
+    lanes: list[list]
+    ids: list[list[int]]
 
-    def __init__(self, want: int):
-        self.want, self.lanes, self.ids = want, [], []
+    @classmethod
+    def of(cls, want: list[int]) -> Collectives:
+        """None arrived yet at collectives of ``want`` members each."""
+        return cls(want, [[] for _ in want], [[] for _ in want])
 
 
 class LaneStepper:
@@ -73,7 +78,7 @@ class LaneStepper:
     waiters (:func:`~clustersim.engine.lanes.waiter_table`); the memory ledger and its
     samples; the lanes to step at the current time (``ready``) and those an event woke
     (``woken``); the source of time, ``env`` (SimPy's queue) or ``calendar`` (with its
-    collectives, ``rendezvous``: made per run, as they hold its lanes). Lanes are
+    ``collectives``). Lanes are
     of ``lane_type``, with the attributes ``plan``, ``firsts``, ``idx`` and ``t`` of
     :class:`~clustersim.engine.lanes.Lane`."""
 
@@ -86,7 +91,7 @@ class LaneStepper:
         "lane_type",
         "env",
         "calendar",
-        "rendezvous",
+        "collectives",
         "ready",
         "woken",
     )
@@ -102,13 +107,13 @@ class LaneStepper:
         lane_type: type,
         env: simpy.Environment | None = None,
         calendar: Calendar | None = None,
-        rendezvous: list[Rendezvous] | None = None,
+        collectives: Collectives | None = None,
     ):
         if (env is None) == (calendar is None):
             raise ValueError("a LaneStepper takes its time from one source: env or calendar")
         self.start, self.end, self.waiters = start, end, waiters
         self.memory, self.samples, self.lane_type = memory, samples, lane_type
-        self.env, self.calendar, self.rendezvous = env, calendar, rendezvous
+        self.env, self.calendar, self.collectives = env, calendar, collectives
         self.ready: deque = deque()
         self.woken: deque = deque()
 
@@ -126,7 +131,8 @@ class LaneStepper:
         if calendar is None:
             queue, ids, env_step = event_queue(env), event_ids(env), env.step
         else:
-            times, rendezvous = calendar.times, self.rendezvous
+            times = calendar.times
+            want, members, member_ids = self.collectives
             soon: list[tuple[int, float]] = []  # collectives started in this step: (index, time)
             batch, k = calendar[now], 0  # the entries of `now`, and the next one's index
             heappop(times)  # `now` is being taken
@@ -161,7 +167,7 @@ class LaneStepper:
                 else:  # the calendar's next entry
                     if soon:
                         for c, delay in soon:  # collectives that started: their timeouts
-                            calendar[now + delay].append(rendezvous[c])
+                            calendar[now + delay].append(c)
                         soon.clear()
                     while True:
                         if k == len(batch):  # `now` is over: on to the next time
@@ -175,11 +181,12 @@ class LaneStepper:
                         if entry.__class__ is lane_type:  # a held op's end
                             lane = entry
                             break
-                        if entry.__class__ is list:  # a collective's completion
-                            woken.extend(entry)
-                            lane = woken.popleft()
-                            break
-                        batch.append(entry.lanes)  # its timeout: the completion queues behind
+                        if entry >= 0:  # collective c's timeout: its completion queues behind
+                            batch.append(~entry)
+                            continue
+                        woken.extend(members[~entry])  # its completion: wake the members
+                        lane = woken.popleft()
+                        break
                 plan, firsts, idx = lane.plan, lane.firsts, lane.idx
                 i, what, arg, more, alloc, free, dev = plan[idx]
                 done = True
@@ -233,13 +240,13 @@ class LaneStepper:
                 elif calendar is None:  # it ends with an event of SimPy's
                     begin(lane, what, i, now)
                     break
-                else:  # JOINED on the calendar: arg is (its collective's index, its time)
-                    r = rendezvous[arg[0]]
-                    arrived = r.lanes
-                    arrived.append(lane)
-                    r.ids.append(i)
-                    if len(arrived) == r.want:  # the last arrival starts it
-                        for j in r.ids:
+                else:  # JOINED on the calendar: arg is (its collective c, its time)
+                    c = arg[0]
+                    m = members[c]
+                    m.append(lane)
+                    member_ids[c].append(i)
+                    if len(m) == want[c]:  # the last arrival starts it
+                        for j in member_ids[c]:
                             start[j] = now
                         soon.append(arg)
                     break
