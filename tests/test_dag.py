@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import clustersim as cs
 from clustersim.engine.dag import DagEngine, choose_evaluator, contention_free
 from clustersim.engine.interpreter import Engine
+from clustersim.engine.lane_core import Calendar, LaneStepper
 from clustersim.memory_kinds import StaticMemory
 from clustersim.network.base import DirectFabric
 from clustersim.program import Program
@@ -307,3 +308,10 @@ def test_a_stall_is_reported_as_the_engine_reports_it(stalled, says):
             )
         reports.append(str(e.value))
     assert reports[0] == reports[1] and says in reports[0]
+
+
+def test_the_lane_core_takes_its_time_from_one_source():
+    # the engine hands the core its SimPy environment, the DAG pass a calendar: one, not both
+    for sources in ({}, {"env": simpy.Environment(), "calendar": Calendar()}):
+        with pytest.raises(ValueError, match="one source: env or calendar"):
+            LaneStepper([], [], [], None, [], lane_type=object, **sources)

@@ -10,11 +10,12 @@ ends them, not merely in some topological order, because the order is part of th
 memory samples are appended as ops allocate and free, and at equal times a device's peak
 depends on whether a free or an allocation comes first. So the evaluator keeps the
 engine's tie-breaking, without SimPy's machinery: the engine's lanes (the same plans,
-:mod:`clustersim.engine.lanes`) advance in the same FIFO order, and the ends of ops that
+:mod:`clustersim.engine.lanes`) are stepped by the same core (:mod:`clustersim.engine.lane_core`)
+in the same FIFO order, its time taken from a calendar instead of SimPy's queue; the ends of ops that
 hold their lane for a time and a collective's phases are queued in the order the engine
 schedules the matching SimPy events and taken in its ``(time, priority, eid)`` order. A
 collective costs the engine 3 events (its start callback, its timeout, its completion);
-here:
+on the calendar (:class:`~clustersim.engine.lane_core.Collectives`):
 
 * its start — SimPy's ``Initialize``, urgent, so it runs as soon as the step that
   completed the rendezvous is over — queues its timeout at ``rendezvous + α-β time``;
@@ -27,9 +28,6 @@ ends ``start + time``; a recv's span starts at ``max(posted, send start)``.
 
 from __future__ import annotations
 
-from collections import deque
-from heapq import heappop, heappush
-
 from ..errors import ScenarioError, SimulationStall
 from ..network.base import Fabric
 from ..program import COLLECTIVE, RECV, Program
@@ -37,7 +35,8 @@ from ..record import Recorder
 from ..resolve.replication import contention_free
 from .collective_plans import CollectivePlans
 from .collector import collector_paused
-from .lanes import DONE, END, HOLD, INSTANT, JOINED, POSTED, SENT, compile_lane, wait_more, waiter_table
+from .lane_core import Calendar, Collectives, LaneStepper
+from .lanes import DONE, END, HOLD, JOINED, SENT, compile_lane, waiter_table
 from .memory import MemoryLedger
 
 
@@ -65,22 +64,6 @@ class _Lane:
 
     def __init__(self, firsts: list[int], plan: list[tuple]):
         self.firsts, self.plan, self.idx, self.t = firsts, plan, 0, 0.0
-
-
-class _Calendar(dict):
-    """Time → the queue entries of that time, in the order they were made; ``times``:
-    the heap of the times present (a time enters it with its first entry)."""
-
-    __slots__ = ("times",)
-
-    def __init__(self):
-        super().__init__()
-        self.times: list[float] = []
-
-    def __missing__(self, t: float) -> list:
-        heappush(self.times, t)
-        self[t] = entries = []
-        return entries
 
 
 class DagEngine:
@@ -181,130 +164,34 @@ class DagEngine:
         # The pass makes no reference cycles, only many small containers that would set the
         # cyclic collector off over and over (a third of the pass's time on GPT-3 175B).
         with collector_paused():
-            self._evaluate(start, end, waiters)
+            stalled = self._pass(start, end, waiters)
         ops = self.recorder.ops
-        if waiters.count(DONE) == len(waiters):
+        if stalled is None:
             self.events = self._events
             ops.extend(zip(range(n), start, end))
         else:
             ops.extend((i, start[i], t) for i, t in enumerate(end) if t >= 0.0)
-            raise SimulationStall(self._stall_report(waiters))
+            raise SimulationStall(stalled)
 
-    def _evaluate(self, start: list[float], end: list[float], waiters: list) -> None:
-        """The pass; fills ``start``, ``end`` and ``waiters`` (DONE per ended op). Lanes are
-        advanced as the engine's run loop advances them: first those an op's end made ready
-        at this time (FIFO), then those a collective's completion woke (in arrival order),
-        then the next queue entry."""
-        samples = self.recorder.memory
-        held, peak, change = self.memory.current, self.memory.peak, self.memory.change
-        want = self._want
-        members: list[list[_Lane]] = [[] for _ in want]  # per collective, in arrival order
-        member_ids: list[list[int]] = [[] for _ in want]
-        self._member_ids = member_ids  # for a stall report
-        starting: list[tuple[int, float]] = []  # (c, time): completed in this step, they start next
-        ready, woken = deque(self._lanes), deque()
-        # The engine's queue orders entries by (time, sequence), sequence numbers rising
-        # as entries are made; so entries of one time come out in the order they were
-        # made: a FIFO list per time, and a heap of the times (floats compare faster than
-        # the engine's tuples, and equal times — twins — share one list). An entry: the
-        # _Lane whose held op ends, collective c's timeout (c) or its completion (~c).
-        now = 0.0
-        lists = _Calendar()
-        times = lists.times
-        batch, k = lists[now], 0  # the entries of `now`, and the next one's index
-        heappop(times)  # `now` is being taken
-        while True:
-            if ready:  # a lane an op's end unblocked at `now`: it may start its op
-                lane = ready.popleft()
-                done = False
-            else:  # a lane whose running op has ended
-                if woken:
-                    lane = woken.popleft()
-                else:
-                    if starting:  # SimPy's urgent Initialize: before anything else queued
-                        for c, duration in starting:
-                            lists[now + duration].append(c)
-                        starting.clear()
-                    while True:
-                        if k == len(batch):  # `now` is over: on to the next time
-                            del lists[now]
-                            if not times:
-                                self._now = now
-                                return
-                            now = heappop(times)
-                            batch, k = lists[now], 0
-                        item = batch[k]
-                        k += 1
-                        if item.__class__ is _Lane:
-                            lane = item
-                            break
-                        if item >= 0:  # a timeout: the completion queues behind
-                            batch.append(~item)
-                            continue
-                        woken.extend(members[~item])
-                        lane = woken.popleft()
-                        break
-                done = True
-            plan, firsts, idx = lane.plan, lane.firsts, lane.idx
-            if done:
-                i, what, arg, more, alloc, free, dev = plan[idx]
-            while True:  # over the lane's ops
-                if done:  # op i has ended at `now`
-                    if free:
-                        cur = held[dev] - free
-                        if cur < 0:
-                            change(dev, -free, now)  # raises, naming the bug
-                        held[dev] = cur
-                        samples.append((dev, now, cur))
-                    end[i] = now
-                    w = waiters[i]
-                    waiters[i] = DONE
-                    if w is not None:
-                        if w.__class__ is list:
-                            ready.extend(w)
-                        else:
-                            ready.append(w)
-                    idx += 1
-                    lane.t = now
-                d = firsts[idx]
-                w = waiters[d]
-                if w is not DONE:  # blocked on op d
-                    waiters[d] = lane if w is None else w + [lane] if w.__class__ is list else [w, lane]
-                    break
-                i, what, arg, more, alloc, free, dev = plan[idx]
-                if more is not None and wait_more(waiters, lane, more):
-                    break
-                if alloc:
-                    cur = held[dev] + alloc
-                    held[dev] = cur
-                    if cur > peak[dev]:
-                        peak[dev] = cur
-                    samples.append((dev, now, cur))
-                done = True
-                if what == HOLD:
-                    start[i] = now
-                    lists[now + arg].append(lane)
-                    break
-                if what == POSTED:  # from when the recv was posted or its send started
-                    posted, t_send = lane.t, start[arg]
-                    start[i] = t_send if t_send > posted else posted
-                elif what == INSTANT:
-                    start[i] = now
-                elif what == JOINED:  # arg: (the collective, its time)
-                    c = arg[0]
-                    m = members[c]
-                    m.append(lane)
-                    member_ids[c].append(i)
-                    if len(m) == want[c]:
-                        for j in member_ids[c]:
-                            start[j] = now
-                        starting.append(arg)
-                    break
-                else:  # END
-                    break
-            lane.idx = idx
+    def _pass(self, start: list[float], end: list[float], waiters: list) -> str | None:
+        """The pass, over collectives made afresh; the stall report if some op never ended.
+        What the run made for its collectives is gone when it returns, before the
+        collector is back (it would traverse them)."""
+        collectives = Collectives.of(self._want)
+        core = LaneStepper(
+            start,
+            end,
+            waiters,
+            self.memory,
+            self.recorder.memory,
+            lane_type=_Lane,
+            calendar=Calendar(),
+            collectives=collectives,
+        )
+        self._now = core.run(self._lanes, 0.0)
+        return None if waiters.count(DONE) == len(waiters) else self._stall_report(waiters, collectives)
 
-    def _stall_report(self, waiters: list) -> str:
+    def _stall_report(self, waiters: list, collectives: Collectives) -> str:
         """The engine's report (:meth:`Engine._stall_report`): each lane's first unfinished
         op and what it waits for."""
         ops, names, lines = self.program.ops, self.program.device_names, []
@@ -317,7 +204,7 @@ class DagEngine:
             if op.kind == RECV and waiters[op.peer] is not DONE:
                 why.append(f"its send {ops[op.peer]!r}")
             if op.kind == COLLECTIVE:
-                arrived = {ops[j].device for j in self._member_ids[arg[0]]}
+                arrived = {ops[j].device for j in collectives.ids[arg[0]]}
                 missing = [names[d] for d in op.group if d not in arrived]
                 why.append(f"collective members that never arrived: {', '.join(missing)}")
             lines.append(f"  {op!r} waits for {'; '.join(why) or 'nothing (engine bug)'}")

@@ -17,12 +17,15 @@ op is put on that op's waiter list, and a running op's end (its timeout, transfe
 collective) hands the lane back to the run loop. This costs one SimPy event per timed op
 and none per dependency. A send whose fabric knows its time up front
 (``Fabric.fixed_time``: the direct and analytical models) is held by its lane like a
-compute op — the same single event, without a call into the fabric. The run loop pops
-SimPy's event queue itself: the end of a held op (the :class:`Lane` itself, its own end event) is
-handled in place, in the loop's own frame; a fabric's own moments (the packet fabric's
-chunk-hops, :class:`~clustersim.simpy_fast.Fired`) are handed to their ``fire`` directly;
-every other event goes through SimPy's ``env.step()``. What the loop reads per op is laid out before the run
-(:mod:`clustersim.engine.lanes`).
+compute op — the same single event, without a call into the fabric. The run loop is the
+lane-stepping core the DAG pass shares (:mod:`clustersim.engine.lane_core`), reading
+SimPy's event queue itself: the end of a held op (the :class:`Lane` itself, its own end
+event) is handled in place, in the loop's own frame; a fabric's own moments (the packet
+fabric's chunk-hops, :class:`~clustersim.simpy_fast.Fired`) are handed to their ``fire``
+directly; every other event goes through SimPy's ``env.step()``. What this module keeps is
+what starts an op that ends with an event (:meth:`Engine._begin`): a send through the
+fabric, a collective, a slowed compute op. What the loop reads per op is laid out before
+the run (:mod:`clustersim.engine.lanes`).
 
 Ties at equal simulated times: SimPy processes events in (time, FIFO) order; when an op
 ends, the lanes waiting on it are resumed right after, in the order they started waiting.
@@ -31,9 +34,7 @@ Nothing random or wall-clock enters, so the same Program always yields the same 
 
 from __future__ import annotations
 
-from collections import deque
 from functools import partial
-from heapq import heappop, heappush
 
 import simpy
 
@@ -44,31 +45,14 @@ from ..network.base import Fabric
 from ..program import COLLECTIVE, RECV, Op, Program
 from ..record import Recorder
 from ..simpy_fast import (
-    EVENT,
-    FIRE,
-    NORMAL,
-    TIME,
     call_soon,
-    event_ids,
-    event_queue,
     scheduled_count,
     set_now,
 )
 from .collective_plans import CollectivePlans
 from .collector import collector_paused
-from .lanes import (
-    DONE,
-    END,
-    HOLD,
-    INSTANT,
-    JOINED,
-    POSTED,
-    SLOWED,
-    Lane,
-    compile_lane,
-    wait_more,
-    waiter_table,
-)
+from .lane_core import LaneStepper
+from .lanes import DONE, JOINED, SLOWED, Lane, compile_lane, waiter_table
 from .memory import MemoryLedger
 
 
@@ -121,8 +105,10 @@ class Engine:
             if compute_scale is None
             else [op.duration * f for op, f in zip(ops, compute_scale)]
         )
-        self._ready: deque[Lane] = deque()  # lanes to advance at the current time, in order
-        self._woken: deque[Lane] = deque()  # lanes whose running op an event of SimPy's ended
+        # lanes are stepped by the core, which pops SimPy's queue itself (lane_core)
+        self._core = LaneStepper(
+            self.start, self.end, self.waiters, self.memory, recorder.memory, lane_type=Lane, env=env
+        )
         self.names = program.device_names
         # op -> (algorithm, analytical time or None), cached per collective shape
         self._collective_plan = CollectivePlans(
@@ -155,17 +141,16 @@ class Engine:
     def run(self) -> None:
         """Start every lane, run the simulation to the end; raise SimulationStall on deadlock."""
         self._lane_states = [
-            Lane(lane_ops, firsts, plan, self._woken, self.env)
+            Lane(lane_ops, firsts, plan, self._core.woken, self.env)
             for lane_ops, (firsts, plan) in zip(self.lanes.values(), self._plans)
         ]
-        self._ready.extend(self._lane_states)
         # As the DAG pass does: the run makes no reference cycles (a lane is its own end
         # event, a link forgets a finished flow), only small containers that live until it
         # ends (spans, memory samples) and would set the cyclic collector off over and
         # over, each pass over the Program's ops too (the quickstart: ~120 young and ~10
         # older collections per run when a caller has not paused it, as simulate() does)
-        with collector_paused():
-            self._run_loop()
+        with collector_paused():  # the clock: the time of the last event (a held op's end sets none)
+            set_now(self.env, self._core.run(self._lane_states, self.env.now, self._begin))
         # every event scheduled was processed once the loop returns: the simulated events
         self.events = scheduled_count(self.env)
         start, end, ops = self.start, self.end, self.recorder.ops
@@ -175,123 +160,17 @@ class Engine:
             ops.extend((i, start[i], t) for i, t in enumerate(end) if t >= 0.0)
             raise SimulationStall(self._stall_report())
 
-    def _run_loop(self) -> None:
-        """The simulation loop, over the engine's tables held in locals. It drives SimPy's
-        event queue itself: a lane's held op ends with the lane itself (its own end event) on the
-        queue, which the loop pops and handles in place (no SimPy callback, no call per
-        op); a Fired event (a chunk-hop) is popped and its ``fire`` called, which may go on
-        with the Fired events after it and sets the clock; every other event — transfers'
-        ends, collectives, processes, a progress bar — goes through ``env.step()`` exactly as ``env.run()``
-        would, and the lanes whose ops it ended come back through ``woken``. Time order and
-        SimPy's FIFO order among equal times are kept: after an event, the lane it ended
-        runs until it must wait for time or for another lane, then each lane that woke
-        (FIFO), all in one frame."""
-        env, start, waiters, begin = self.env, self.start, self.waiters, self._begin
-        # lists are called by method (rec.append(x), not a bound append): CPython 3.11
-        # specializes that call into an inline append
-        end, ready, woken, samples = self.end, self._ready, self._woken, self.recorder.memory
-        # the memory ledger's change(), inlined; it is still called to report a Program bug
-        held, peak, change = self.memory.current, self.memory.peak, self.memory.change
-        # A held op's end is its lane pushed on the queue directly (what env.timeout
-        # does, minus two Python frames and an allocation; entries as clustersim.simpy_fast
-        # describes them). The clock (env.now) is only set where something else reads it:
-        # before an op starts through the fabric, a collective or a process, and when the
-        # loop returns (env.step sets it itself).
-        queue, ids, env_step, fire = event_queue(env), event_ids(env), env.step, FIRE
-        at_time, at_event = TIME, EVENT  # where SimPy's queue entries keep them
-
-        now = env.now
-        while True:  # over the lanes to advance
-            if ready:  # a lane woken at `now` by an op that ended: it may start its op
-                lane = ready.popleft()
-                plan, firsts, idx = lane.plan, lane.firsts, lane.idx
-                done = False
-            else:  # a lane whose running op has ended
-                if woken:
-                    lane = woken.popleft()
-                else:
-                    while True:  # let simulated time pass: the next event
-                        if not queue:
-                            set_now(env, now)
-                            return
-                        entry = queue[0]
-                        ev = entry[at_event]
-                        if ev.__class__ is Lane:
-                            now = heappop(queue)[at_time]
-                            lane = ev
-                            break
-                        if ev.callbacks is fire:  # the fabric's own moments (chunk-hops): in place
-                            ev.fire(heappop(queue)[at_time])
-                            now = env.now  # it may go on with the ones after it
-                            continue
-                        now = entry[at_time]  # where step() sets the clock: the entry it pops
-                        env_step()
-                        if woken:
-                            lane = woken.popleft()
-                            break
-                plan, firsts, idx = lane.plan, lane.firsts, lane.idx
-                i, what, arg, more, alloc, free, dev = plan[idx]
-                done = True
-            while True:  # over the lane's ops
-                if done:  # op i has ended
-                    if free:
-                        cur = held[dev] - free
-                        if cur < 0:
-                            change(dev, -free, now)  # raises, naming the bug
-                        held[dev] = cur
-                        samples.append((dev, now, cur))
-                    end[i] = now
-                    w = waiters[i]
-                    waiters[i] = DONE
-                    if w is not None:  # wake the lanes waiting on op i
-                        if w.__class__ is list:
-                            ready.extend(w)
-                        else:
-                            ready.append(w)
-                    idx += 1
-                    lane.t = now  # the lane reaches its next op
-                d = firsts[idx]  # the first op that op idx waits for
-                w = waiters[d]
-                if w is not DONE:  # blocked: wait on op d
-                    waiters[d] = lane if w is None else w + [lane] if w.__class__ is list else [w, lane]
-                    break
-                i, what, arg, more, alloc, free, dev = plan[idx]
-                if more is not None and wait_more(waiters, lane, more):
-                    break
-                if alloc:
-                    cur = held[dev] + alloc
-                    held[dev] = cur
-                    if cur > peak[dev]:
-                        peak[dev] = cur
-                    samples.append((dev, now, cur))
-                done = True
-                if what == HOLD:
-                    start[i] = now
-                    heappush(queue, (now + arg, NORMAL, next(ids), lane))
-                    break
-                if what == POSTED:  # the span starts when the recv was posted or its send started
-                    posted, t_send = lane.t, start[arg]
-                    start[i] = t_send if t_send > posted else posted
-                elif what == INSTANT:
-                    start[i] = now
-                else:
-                    if what == END:
-                        break
-                    set_now(env, now)
-                    begin(what, i).callbacks.append(lane.wake)
-                    break
-            lane.idx = idx
-
-    def _begin(self, what: int, i: int) -> simpy.Event:
-        """Start op ``i`` (SLOWED, SENT or JOINED), which ends with an event of a process,
-        the fabric or a collective; return that event."""
+    def _begin(self, lane: Lane, what: int, i: int, now: float) -> None:
+        """Start op ``i`` (SLOWED, SENT or JOINED) at ``now``; it ends with an event of a
+        process, the fabric or a collective, which wakes ``lane``."""
+        set_now(self.env, now)  # the core sets the clock only where something else reads it
         op = self.program.ops[i]
         if what == JOINED:
-            return self._arrive(op)
-        self.start[i] = self.env.now
-        if what == SLOWED:
-            return self.env.process(self._slowed_compute(op))
-        return self._send(op)
+            ended = self._arrive(op)
+        else:
+            self.start[i] = now
+            ended = self.env.process(self._slowed_compute(op)) if what == SLOWED else self._send(op)
+        ended.callbacks.append(lane.wake)
 
     def _send(self, op: Op) -> simpy.Event:
         names, transfer = self.names, self.fabric.transfer
