@@ -193,23 +193,9 @@ def _static(
     (ZeRO shards those over the expert-data-parallel group, the rest over DP): all of them,
     and the experts' part. ``fp8``: the (dense, expert) parameters held as FP8 (:mod:`.fp8`)."""
     dense_fp8, expert_fp8 = fp8 if st.fp8_params else (0.0, 0.0)
-    w, g, o = static_bytes(
-        params - expert,
-        st.precision,
-        st.optimizer,
-        st.zero,
-        st.shards,
-        grad_dtype=st.grad_dtype,
-        fp8_params=dense_fp8,
-    )
-    we, ge, oe = static_bytes(
-        expert,
-        st.precision,
-        st.optimizer,
-        st.zero,
-        st.expert_shards,
-        grad_dtype=st.grad_dtype,
-        fp8_params=expert_fp8,
+    (w, g, o), (we, ge, oe) = (
+        static_bytes(n, st.precision, st.optimizer, st.zero, shards, grad_dtype=st.grad_dtype, fp8_params=f8)
+        for n, shards, f8 in ((params - expert, st.shards, dense_fp8), (expert, st.expert_shards, expert_fp8))
     )
     total = StaticMemory(weights=int(w + we), grads=int(g + ge), optimizer=int(o + oe), buffers=int(buffers))
     return total, StaticMemory(weights=int(we), grads=int(ge), optimizer=int(oe))
