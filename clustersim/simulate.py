@@ -66,12 +66,15 @@ def export_chakra(
     return write_chakra(prog, folder)
 
 
-def simulate(scenario: Scenario | str | Path | dict[str, Any], progress: bool | str = "auto") -> Result:
-    """Simulate a scenario (a Scenario, a YAML path or a dict) and return its Result.
+def simulate(scenario: Scenario | Job | str | Path | dict[str, Any], progress: bool | str = "auto") -> Result:
+    """Simulate a scenario (a Scenario, a YAML path or a dict, or the checked Job of one,
+    :func:`resolve_scenario`) and return its Result.
 
     ``progress``: show a bar of finished ops on a terminal or in Jupyter (``"auto"``),
     always (True), as periodic log lines on stderr (``"log"``) or never (False); see
     :mod:`clustersim.progress`."""
+    if isinstance(scenario, Job):
+        return run_job(scenario, progress)
     sc = load_scenario(scenario)
     # (the multi-job and whole-job runners are imported only by the scenarios that need them)
     if isinstance(sc, MultiJobScenario):  # several jobs sharing the cluster (docs/multi_job.md)
