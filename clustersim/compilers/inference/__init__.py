@@ -8,7 +8,7 @@ from ...program import Program
 from ...resolve import Job
 from ...trace.requests import request_metrics, split_requests
 from ..base import MODES, ModeReport, TrainingMode
-from ..pipeline import check_data_parallel
+from .check import check_inference
 from .compile import arrival_times, compile_inference
 
 
@@ -26,7 +26,7 @@ class InferenceMode(TrainingMode):
         return job.training.mode == "inference"
 
     def check(self, job: Job) -> None:
-        check_data_parallel(job)  # (inference runs the uniform pipeline's layout, forward only)
+        check_inference(job)
 
     def compile(self, job: Job, fold: bool) -> Program:
         m = job.num_microbatches

@@ -8,7 +8,7 @@ from ...program import Program
 from ...resolve import Job
 from ...trace.ps_metrics import harmonic_period, ps_summary
 from ..base import MODES, ModeReport, TrainingMode
-from ..pipeline import data_parallel_conflict, training_report
+from ..pipeline import training_report
 from .check import check_parameter_server
 from .compile import parameter_server_program
 
@@ -27,8 +27,6 @@ class ParameterServerMode(TrainingMode):
         return job.parallel.parameter_server is not None
 
     def check(self, job: Job) -> None:
-        if job.parallel.data_parallel is not None:
-            raise data_parallel_conflict("parameter_server")
         check_parameter_server(job)
 
     def compile(self, job: Job, fold: bool) -> Program:

@@ -2,7 +2,8 @@
 
 Its :meth:`~clustersim.compilers.base.TrainingMode.check`, run on the resolved Job right
 after resolve (:func:`clustersim.compilers.check_job`). PipeDream's per-stage replication
-runs plain replicas on one GPU type, without compression or ``parallel.data_parallel``.
+runs plain replicas on one GPU type, without compression, ``parallel.data_parallel``,
+context or expert parallelism.
 What shapes the job is checked at load (:func:`clustersim.scenario.rules.check_stage_replicas`):
 the list (one entry per stage, summing to the job's GPUs), from which the replica layout is
 built, and one model chunk per stage without tensor parallelism, which the partition and
@@ -14,6 +15,7 @@ from __future__ import annotations
 from ...errors import ScenarioError
 from ...hardware.node_groups import gpu_types
 from ...resolve import Job
+from ...scenario.context_parallel_rules import cp_conflict
 from ..pipeline import check_iterations, data_parallel_conflict
 
 
@@ -48,6 +50,10 @@ def check_replicated(job: Job) -> None:
             "with stage_replicas, accepted: even, balanced or a "
             "list (`clustersim plan` prints the planner's partition and replication)",
         )
+    # (expert parallelism needs each stage's tp × cp × dp GPUs to divide by etp × ep, at
+    # load: with stage replicas tp = dp = 1, so only a cp > 1 allows it, refused here)
+    if par.cp > 1:
+        raise cp_conflict("parallel.stage_replicas", par.stage_replicas, par.cp)
     if par.data_parallel is not None:
         raise data_parallel_conflict("stage_replicas")
     check_iterations(job)
