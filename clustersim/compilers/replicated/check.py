@@ -2,8 +2,9 @@
 
 Its :meth:`~clustersim.compilers.base.TrainingMode.check`, run on the resolved Job right
 after resolve (:func:`clustersim.compilers.check_job`). PipeDream's per-stage replication
-runs plain replicas on one GPU type, without compression, ``parallel.data_parallel``,
-context or expert parallelism.
+runs plain replicas on one GPU type, without compression, ``parallel.data_parallel`` or
+context parallelism (and so without expert parallelism, see below).
+
 What shapes the job is checked at load (:func:`clustersim.scenario.rules.check_stage_replicas`):
 the list (one entry per stage, summing to the job's GPUs), from which the replica layout is
 built, and one model chunk per stage without tensor parallelism, which the partition and
