@@ -89,6 +89,15 @@ def simulate(scenario: Scenario | Job | str | Path | dict[str, Any], progress: b
         return run_job(resolve_scenario(sc), progress)
 
 
+def checked(sc: Scenario | MultiJobScenario) -> Scenario | MultiJobScenario | Job:
+    """What :func:`simulate` runs of loaded scenario ``sc``, refused where it cannot run:
+    the checked Job of a single plain job (:func:`resolve_scenario`); a multi-job or a
+    whole-job (faults) scenario as it is — its runner checks each job as it resolves it."""
+    if isinstance(sc, MultiJobScenario) or sc.faults or sc.recovery is not None:
+        return sc
+    return resolve_scenario(sc)
+
+
 def resolve_scenario(scenario: Scenario | str | Path | dict[str, Any]) -> Job:
     """The checked Job of a single-job scenario (a Scenario, a YAML path or a dict): resolved
     (:func:`clustersim.resolve.resolve`), then refused by the compiler that would run it

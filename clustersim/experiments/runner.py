@@ -25,7 +25,7 @@ from typing import Any
 from ..errors import ScenarioError
 from ..scenario import Scenario
 from ..scenario.loader import apply_overrides
-from ..simulate import resolve_scenario, simulate
+from ..simulate import checked, simulate
 
 #: summary fields left out of rows: they differ from run to run of the same scenario, and
 #: a sweep's rows must be identical on any executor and any number of workers
@@ -71,8 +71,7 @@ def run_one(
         with time_limit(timeout_s):
             try:
                 sc = Scenario(apply_overrides(base_raw, overrides))
-                # a plain job is refused by its compiler's check, as by the loader, before it runs
-                run = sc if sc.faults or sc.recovery is not None else resolve_scenario(sc)
+                run = checked(sc)  # refused by its compiler's check, as by the loader, before it runs
             except ScenarioError as exc:
                 return {**row, "status": "invalid", "error": str(exc), **ids}
             try:  # (the sweep reports progress, not each row)
