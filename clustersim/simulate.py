@@ -66,12 +66,15 @@ def export_chakra(
     return write_chakra(prog, folder)
 
 
-def simulate(scenario: Scenario | str | Path | dict[str, Any], progress: bool | str = "auto") -> Result:
-    """Simulate a scenario (a Scenario, a YAML path or a dict) and return its Result.
+def simulate(scenario: Scenario | Job | str | Path | dict[str, Any], progress: bool | str = "auto") -> Result:
+    """Simulate a scenario (a Scenario, a YAML path or a dict, or the checked Job of one,
+    :func:`resolve_scenario`) and return its Result.
 
     ``progress``: show a bar of finished ops on a terminal or in Jupyter (``"auto"``),
     always (True), as periodic log lines on stderr (``"log"``) or never (False); see
     :mod:`clustersim.progress`."""
+    if isinstance(scenario, Job):
+        return run_job(scenario, progress)
     sc = load_scenario(scenario)
     # (the multi-job and whole-job runners are imported only by the scenarios that need them)
     if isinstance(sc, MultiJobScenario):  # several jobs sharing the cluster (docs/multi_job.md)
@@ -84,6 +87,15 @@ def simulate(scenario: Scenario | str | Path | dict[str, Any], progress: bool | 
         return simulate_job(sc, run_job, progress)
     with collector_paused():  # resolving too: the Job's costs live as long as the run (engine/collector.py)
         return run_job(resolve_scenario(sc), progress)
+
+
+def checked(sc: Scenario | MultiJobScenario) -> Scenario | MultiJobScenario | Job:
+    """What :func:`simulate` runs of loaded scenario ``sc``, refused where it cannot run:
+    the checked Job of a single plain job (:func:`resolve_scenario`); a multi-job or a
+    whole-job (faults) scenario as it is — its runner checks each job as it resolves it."""
+    if isinstance(sc, MultiJobScenario) or sc.faults or sc.recovery is not None:
+        return sc
+    return resolve_scenario(sc)
 
 
 def resolve_scenario(scenario: Scenario | str | Path | dict[str, Any]) -> Job:

@@ -107,7 +107,7 @@ def test_stage_replicas_refuse_activation_compression():
     raw = _pipeline("all", per_site=2)
     raw["parallel"] = {"pp": 2, "stage_replicas": [3, 1], "activation_compression": {"ratio": 2}}
     with pytest.raises(cs.ScenarioError, match="parallel.activation_compression.*stage_replicas"):
-        cs.load_scenario(raw)
+        cs.resolve_scenario(raw)
 
 
 def test_folding_is_refused_on_chosen_links():

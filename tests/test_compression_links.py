@@ -166,7 +166,7 @@ def test_unequal_sites_are_an_error():
         match=r"parallel.gradient_compression.links: 'inter_site' is invalid; "
         r"stage 0's data-parallel group holds \{0: 4, 1: 8\} GPUs per site",
     ):
-        cs.load_scenario(raw)  # checked with the scenario, before anything runs
+        cs.resolve_scenario(raw)  # checked by the pipeline compiler right after resolve, before anything runs
 
 
 def test_unknown_links_value_is_an_error():

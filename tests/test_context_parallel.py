@@ -284,3 +284,28 @@ def test_cp_folds_never():
     raw["simulation"]["fold"] = True
     with pytest.raises(cs.ScenarioError, match="context-parallel ranks exchange"):
         cs.simulate(raw, progress=False)
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"parallel": {"pp": 2, "stage_replicas": [1, 1]}}, "parallel.stage_replicas"),
+        (
+            {
+                "parallel": {"parameter_server": {"servers": ["switch"]}},
+                "simulation": {"network": "analytical"},
+            },
+            "parallel.parameter_server",
+        ),
+        ({"training": {"mode": "inference"}, "parallel": {"schedule": "gpipe"}}, "training.mode"),
+    ],
+)
+def test_the_other_modes_compilers_refuse_cp(change, field):
+    """CP runs with the uniform pipeline only: the stage-replicated, parameter-server and
+    inference compilers refuse it in their check, before anything runs."""
+    raw = _scenario("p2p", cp=2, tp=1)
+    for section, values in change.items():
+        raw[section].update(values)
+    with pytest.raises(cs.ScenarioError, match=r"not with parallel.cp > 1 \(cp = 2\)") as err:
+        cs.resolve_scenario(raw)
+    assert err.value.field == field

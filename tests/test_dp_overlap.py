@@ -235,7 +235,7 @@ def test_settings_that_cannot_run_are_refused_naming_the_field(change, field):
     raw = synthetic(1, 2, F, B, dp=4)
     raw["parallel"].update(change)
     with pytest.raises(cs.ScenarioError, match=field.replace(".", r"\.")):
-        cs.load_scenario(raw)
+        cs.resolve_scenario(raw)
 
 
 def _gpt(framework=None, **parallel):

@@ -394,3 +394,29 @@ def test_distributed_optimizer_reduces_expert_buckets_over_expert_dp():
     assert experts.bytes.sum() == 4 * 4 * cfg.mlp_params(cfg.expert_ffn)
     assert len(experts) == 4 and len(dense) >= 1
     assert res.summary["iteration_time_s"] == run(True)[1].summary["iteration_time_s"]
+
+
+@pytest.mark.parametrize(
+    "parallel, training, field, needle",
+    [
+        (
+            {"ep": 2, "parameter_server": {"servers": ["switch"]}},
+            {},
+            "parallel.parameter_server",
+            "all-reduce",
+        ),
+        ({"ep": 8, "schedule": "gpipe"}, {"mode": "inference"}, "parallel.ep", "modelled for training"),
+    ],
+)
+def test_modes_without_expert_parallelism_refuse_it(parallel, training, field, needle):
+    """The parameter-server and inference compilers refuse EP in their check, naming the field."""
+    raw = {
+        "cluster": _node(),
+        "model": dict(MOE),
+        "training": {"global_batch": 8, "micro_batch": 1, **training},
+        "parallel": parallel,
+        "simulation": {"network": "analytical"},
+    }
+    with pytest.raises(cs.ScenarioError, match=needle) as err:
+        cs.resolve_scenario(raw)
+    assert err.value.field == field

@@ -355,7 +355,9 @@ def test_unsupported_combinations_are_refused():
         match=r"parallel.stage_replicas: \[1, 1\] is invalid; stage replication "
         r"runs one GPU type",
     ):
-        sc.with_overrides({"parallel.pp": 2, "model.layers": 2, "parallel.stage_replicas": [1, 1]})
+        cs.resolve_scenario(
+            sc.with_overrides({"parallel.pp": 2, "model.layers": 2, "parallel.stage_replicas": [1, 1]})
+        )
 
 
 def test_same_scenario_same_spans():

@@ -304,3 +304,15 @@ def test_single_job_tools_refuse_a_multi_job_scenario_by_name():
         cs.compile_scenario(sc)
     with pytest.raises(ScenarioError, match="^model: None is invalid; a multi-job scenario has no top-level"):
         _ = sc.model
+
+
+def test_a_job_its_compiler_refuses_is_named_as_the_loader_names_it():
+    """A rule of the job's compiler (checked after resolve, before anything runs) names the
+    field as ``jobs[k].…``, like the loader's."""
+    raw = _fat_tree([_dp_job("a", [0, 2]), _dp_job("b", "1,3")], "analytical")
+    raw["jobs"][1]["parallel"].update(zero=3, data_parallel={"shard_group_size": 4})
+    with pytest.raises(
+        ScenarioError,
+        match=r"^jobs\[1\]\.parallel\.data_parallel\.shard_group_size: 4 is invalid; HSDP needs",
+    ):
+        cs.simulate(raw, progress=False)

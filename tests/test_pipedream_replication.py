@@ -129,8 +129,8 @@ def test_invariants_on_random_replica_vectors(seed):
 def test_bad_stage_replicas_are_named(change, match):
     raw = _replicated([2, 1], [2, 1], 4)
     raw["parallel"].update(change)
-    with pytest.raises(cs.ScenarioError, match=match):
-        cs.load_scenario(raw)
+    with pytest.raises(cs.ScenarioError, match=match):  # (the list's shape at load, the rest at check)
+        cs.resolve_scenario(raw)
 
 
 def test_fold_true_is_refused():

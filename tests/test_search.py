@@ -322,3 +322,17 @@ def test_no_ranked_plan_reports_mfu_above_the_best_achievable_gemm(path):
     best = calibration(sc.cluster.gpu).dense16.matmul_max
     mfu = res.ranked["mfu"].dropna()
     assert len(mfu) and (mfu <= best).all(), (list(mfu), best)
+
+
+@pytest.mark.parametrize("top_k", [None, 5])
+def test_plans_the_compilers_check_refuses_are_invalid_rows(top_k):
+    """HSDP's shard group of 2 cannot divide dp = 1: refused by the pipeline compiler's
+    check on the resolved job (not at load), the pp = 4 plans are ``invalid`` rows naming the
+    field — neither estimated nor simulated — on both the classic and the estimated path."""
+    base = synthetic(p=1, m=8, layers_per_stage=4, activation=2**20, params=2**24, dp=4)
+    base["parallel"].update(dp="auto", zero=3, data_parallel={"shard_group_size": 2})
+    table = search(base, 4, top_k=top_k, execution=ONE_WORKER).table
+    refused = table["plan"].str.contains("dp1")
+    assert refused.any() and (table.loc[refused, "status"] == "invalid").all()
+    assert table.loc[refused, "error"].str.startswith("parallel.data_parallel.shard_group_size: 2").all()
+    assert (table.loc[~refused, "status"] == "ok").all()

@@ -109,6 +109,19 @@ def test_invalid_combinations_and_failed_runs_are_rows(monkeypatch):
     assert df.loc[3, "iteration_time_s"] > 0
 
 
+def test_a_combination_its_compiler_refuses_is_an_invalid_row():
+    """The compiler's check (after resolve) refuses a row as the loader does: ``invalid``,
+    with the refusal naming the field, before it runs; and a base it refuses, up front."""
+    base = base4()
+    base["parallel"].update(pp=1, zero=3, data_parallel={"shard_group_size": 4})
+    df = sweep(base, {"parallel.pp": [1, 2]}, workers=1)
+    assert list(df["status"]) == ["ok", "invalid"]
+    assert df.loc[1, "error"].startswith("parallel.data_parallel.shard_group_size: 4 is invalid")
+    base["parallel"]["pp"] = 2  # the base itself: refused before any run, as by the loader
+    with pytest.raises(cs.ScenarioError, match=r"^parallel\.data_parallel\.shard_group_size: 4"):
+        sweep(base, {"parallel.schedule": ["1f1b", "gpipe"]}, workers=1)
+
+
 def test_rows_saved_as_runs_finish_and_interrupt_then_resume(tmp_path, monkeypatch):
     out = tmp_path / "runs.csv"
     real, calls = runner.simulate, []

@@ -40,14 +40,14 @@ simulation); a search ranks by it and simulates only the best ones.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from ..collectives.cost import Shape
 from ..collectives.group import resolve_alpha
 from ..collectives.protocol import resolve_protocols
 from ..collectives.registry import plan as collective_plan
-from ..compilers import mode_of
+from ..compilers import check_job, mode_of
 from ..hardware.node_groups import device_memory, heterogeneity
 from ..parallel.data_parallel import SCALAR_BYTES, grad_stats_group
 from ..resolve import Job, resolve
@@ -165,8 +165,32 @@ class Estimator:
         self._profiles: dict[tuple, _Shape] = {}
         self._networks: dict[int, _Network] = {}
 
+    def check(self, sc: Scenario, plan: Mapping[str, Any]) -> None:
+        """Refuse plan ``plan`` (the override dict ``sc`` was loaded from) where its compiler
+        would refuse to run it (:func:`clustersim.compilers.check_job`, what ``simulate`` asks
+        first): checked on the priced Job its plan shares, given this plan's own schedule
+        (the checks read the plan's settings and layout, not its chunk costs)."""
+        job, _ = self._priced_job(sc, plan)
+        if job.parallel != sc.parallel:
+            job = replace(job, parallel=sc.parallel, schedule=SCHEDULES[sc.parallel.schedule])
+        check_job(job)
+
     def estimate(self, sc: Scenario, plan: Mapping[str, Any]) -> PlanEstimate:
         """The estimate of plan ``plan`` (the override dict ``sc`` was loaded from)."""
+        schedule = SCHEDULES[sc.parallel.schedule]
+        job, times = self._priced_job(sc, plan)  # the costs of a plan that may differ in its schedule
+        m = sc.num_microbatches
+        v = sc.parallel.virtual_stages
+        shape = self._profile(schedule, job.plan.pp, m, v, sc.simulation.iterations)
+        if self._fast_memory(job):
+            memory, capacity = self._memory(job, schedule, shape)
+        else:
+            memory, capacity = tightest_fit(job if job.schedule is schedule else resolve(sc))
+        return self._time(job, schedule, times, shape, m, self._network(job), memory, capacity)
+
+    def _priced_job(self, sc: Scenario, plan: Mapping[str, Any]) -> tuple[Job, list[dict[str, float]]]:
+        """The resolved Job and pass times of the plans that differ from ``plan`` only in
+        their schedule (resolved on first use)."""
         schedule = SCHEDULES[sc.parallel.schedule]
         v = sc.parallel.virtual_stages
         own = ("parallel.schedule", "parallel.virtual_stages")  # the costs see them as the chunk counts
@@ -176,14 +200,7 @@ class Estimator:
             job = resolve(sc)
             groups, net, pipelined = _groups(job), self._network(job), job.plan.pp > 1
             self._priced[key] = (job, [_PassTimes(c, groups, net, pipelined) for c in job.chunk_costs])
-        job, times = self._priced[key]  # the costs of a plan that may differ in its schedule
-        m = sc.num_microbatches
-        shape = self._profile(schedule, job.plan.pp, m, v, sc.simulation.iterations)
-        if self._fast_memory(job):
-            memory, capacity = self._memory(job, schedule, shape)
-        else:
-            memory, capacity = tightest_fit(job if job.schedule is schedule else resolve(sc))
-        return self._time(job, schedule, times, shape, m, self._network(job), memory, capacity)
+        return self._priced[key]
 
     # ---- memory -----------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..compilers import check_job
 from ..errors import ScenarioError
 from ..progress import elapsed_text
 from ..resolve import resolve
@@ -138,10 +139,16 @@ def _loaded(raw: dict[str, Any], n: int, plan: dict[str, Any]) -> tuple[dict[str
     try:
         cand = Scenario(apply_overrides(raw, plan))
     except ScenarioError as exc:
-        return {**row, "status": "invalid", "error": str(exc)}, None
+        return _invalid(row, exc), None
     p = cand.parallel
     row.update(placement(p.tp, p.pp, cand.dp, cand.cluster.gpus_per_node))
     return row, cand
+
+
+def _invalid(row: dict[str, Any], exc: ScenarioError) -> dict[str, Any]:
+    """``row`` refused before it is estimated or run: by the loader, or by its compiler's
+    check on the resolved job (:func:`clustersim.compilers.check_job`)."""
+    return {**row, "status": "invalid", "error": str(exc)}
 
 
 def _fit(row: dict[str, Any], memory: float, capacity: float, memory_fraction: float, **estimates) -> None:
@@ -163,6 +170,10 @@ def _candidate(raw: dict[str, Any], n: int, plan: dict[str, Any], memory_fractio
     row, cand = _loaded(raw, n, plan)
     if cand is not None:
         job = resolve(cand)
+        try:
+            check_job(job)
+        except ScenarioError as exc:
+            return _invalid(row, exc)
         est, cap = tightest_fit(job)
         _fit(row, est, cap, memory_fraction, est_sim_s=estimate(job).seconds)
     return row
@@ -191,6 +202,11 @@ def _estimated(
                 rows.append({**row, "status": "unexplored", "error": "past the time budget"})
                 continue
             row, cand = _loaded(raw, n, plan)
+            if cand is not None:
+                try:
+                    est.check(cand, plan)
+                except ScenarioError as exc:
+                    row, cand = _invalid(row, exc), None
             rows.append(row)
             if cand is None:
                 continue

@@ -2,7 +2,8 @@
 
 :func:`run_one` is a plain module-level function of plain data (a dict and a dict), so
 any executor can ship it to another process or machine. It never raises for a bad run:
-a combination the scenario rules reject is ``status = "invalid"``, a simulation that
+a combination the scenario rules or its compiler's check reject (before it runs,
+:func:`clustersim.resolve_scenario`) is ``status = "invalid"``, a simulation that
 fails is ``status = "error"``; both carry the message in ``error``; a run still going
 after ``timeout_s`` seconds is stopped and is ``status = "timeout"``. Only interrupts
 (``KeyboardInterrupt``, ``SystemExit``) propagate and stop the sweep.
@@ -24,7 +25,7 @@ from typing import Any
 from ..errors import ScenarioError
 from ..scenario import Scenario
 from ..scenario.loader import apply_overrides
-from ..simulate import simulate
+from ..simulate import checked, simulate
 
 #: summary fields left out of rows: they differ from run to run of the same scenario, and
 #: a sweep's rows must be identical on any executor and any number of workers
@@ -70,10 +71,11 @@ def run_one(
         with time_limit(timeout_s):
             try:
                 sc = Scenario(apply_overrides(base_raw, overrides))
+                run = checked(sc)  # refused by its compiler's check, as by the loader, before it runs
             except ScenarioError as exc:
                 return {**row, "status": "invalid", "error": str(exc), **ids}
-            try:
-                res = simulate(sc, progress=False)  # (the sweep reports progress, not each row)
+            try:  # (the sweep reports progress, not each row)
+                res = simulate(run, progress=False)
             except Exception as exc:  # a failed run is a row, not the end of the sweep
                 return {**row, "status": "error", "error": f"{type(exc).__name__}: {exc}", **ids}
     except RunTimeout:

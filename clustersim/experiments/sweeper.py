@@ -19,6 +19,7 @@ import pandas as pd
 from ..errors import ClusterSimError, ScenarioError
 from ..scenario import Scenario, load_scenario
 from ..scenario.loader import read_yaml
+from ..simulate import checked
 from . import grid as grids
 from .executors import InProcessExecutor, make_executor
 from .progress import Progress
@@ -27,12 +28,13 @@ from .store import RunStore, frame, normalize
 
 
 def base_raw(base: Scenario | str | Path | Mapping[str, Any]) -> dict[str, Any]:
-    """The raw (unresolved) dict of a base scenario, validated once. Overrides apply to
-    this dict, so ``dp: auto`` stays auto when ``pp`` is swept."""
+    """The raw (unresolved) dict of a base scenario, validated once (loaded, and checked
+    by its compiler: :func:`clustersim.simulate.checked`). Overrides apply to this dict, so
+    ``dp: auto`` stays auto when ``pp`` is swept."""
     if isinstance(base, Scenario):
         return dict(base._raw)  # the user's own fields, before defaults were filled in
     raw = read_yaml(base) if isinstance(base, (str, Path)) else dict(base)
-    load_scenario(raw)
+    checked(load_scenario(raw))
     return raw
 
 

@@ -13,6 +13,7 @@ import time
 import networkx as nx
 import pandas as pd
 
+from ..compilers import check_job
 from ..errors import ScenarioError
 from ..resolve import Job, resolve
 from ..topology import build_topology
@@ -43,7 +44,7 @@ def simulate_job(sc, run_job, progress=False):
 
     def run(cfg: Config):
         if cfg not in runs:
-            jobs[cfg] = resolve(scenario_of(sc, cfg))
+            jobs[cfg] = check_job(resolve(scenario_of(sc, cfg)))
             res = run_job(jobs[cfg], progress=progress)
             if runs and res.summary["oom"]:
                 raise ScenarioError(

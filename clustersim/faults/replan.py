@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import simpy
 
+from ..compilers import check_job
 from ..engine.network_setup import build_network
 from ..errors import ScenarioError
 from ..record import Recorder
@@ -66,7 +67,7 @@ def replan(base, old: Config, available: list[int], field: str, value) -> tuple[
     for gpu, role in sorted(held.items()):
         if gpu // gpn in available:
             holders.setdefault(role, []).append(gpu)
-    state = stage_state_bytes(resolve(scenario_of(base, new)))
+    state = stage_state_bytes(check_job(resolve(scenario_of(base, new))))  # (refused as a run would be)
     moves, turn = [], dict.fromkeys(holders, 0)
     for gpu, role in sorted(roles(base, new).items()):
         if held.get(gpu) == role:

@@ -10,11 +10,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from ..compilers import compile_job, mode_of
+from ..compilers import check_job, compile_job, mode_of
 from ..engine.collector import collector_paused
+from ..errors import ScenarioError
 from ..resolve import resolve
 from ..resolve.estimate import check_budget
 from ..scenario import MultiJobScenario
+from ..scenario.multi_job import job_error
 from ..trace.result import Result
 from .merge import merge_programs
 from .split import combined_result, job_result
@@ -25,7 +27,13 @@ def simulate_jobs(sc: MultiJobScenario, build_engine: Callable) -> Result:
     holds each job's own Result. ``build_engine(job, program, gpus) -> (engine, note)`` is
     :func:`clustersim.simulate.build_engine` (handed in: it ranks above)."""
     wall0 = time.perf_counter()
-    jobs = {name: resolve(one) for name, one in sc.jobs.items()}
+    jobs = {}
+    for k, (name, one) in enumerate(sc.jobs.items()):  # each checked before any runs
+        job = resolve(one)
+        try:
+            jobs[name] = check_job(job)
+        except ScenarioError as exc:
+            raise job_error(k, exc) from None
     for job in jobs.values():
         check_budget(job)
     progs = {name: compile_job(job) for name, job in jobs.items()}

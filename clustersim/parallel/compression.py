@@ -12,13 +12,10 @@ op (bytes·c/2) right before the pass that uses them.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 
 import networkx as nx
 
-from ..errors import ScenarioError
-from ..topology import build_topology
 from ..topology.graph import gpu_names
 from ..topology.wan import gpu_sites
 
@@ -61,22 +58,3 @@ def compression_of(spec, g: nx.DiGraph | None) -> Compression | None:
         return Compression(spec.ratio, per_byte)
     domains = gpu_sites(g) if spec.links == "inter_site" else [g.nodes[n]["host"] for n in gpu_names(g)]
     return Compression(spec.ratio, per_byte, spec.links, tuple(domains))
-
-
-def check_even_domains(spec, cluster, plan) -> None:
-    """Raise ScenarioError unless every data-parallel group holds as many GPUs in each site
-    (``inter_site``) or server (``inter_node``): the hierarchical compressed all-reduce
-    (:mod:`.gradient_sync`) needs it."""
-    domains = compression_of(spec, build_topology(cluster.model_dump())).domains
-    where = "site" if spec.links == "inter_site" else "server"
-    for s in range(plan.pp):
-        for t in range(plan.tp):
-            counts = Counter(domains[d] for d in plan.dp_group(s, t))
-            if len(counts) > 1 and len(set(counts.values())) > 1:
-                raise ScenarioError(
-                    "parallel.gradient_compression.links",
-                    spec.links,
-                    f"stage {s}'s data-parallel group holds {dict(counts)} GPUs per {where}; the hierarchical "
-                    f"compressed all-reduce needs the same number in each {where}; accepted: all, or a "
-                    f"plan/cluster that does",
-                )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import ProgramError, ScenarioError
+from ..errors import ProgramError
 from ..workload.memory_model import DTYPE_BYTES
 
 #: Megatron-Core's default bucket with overlap_grad_reduce: max(40M, 1M·dp) parameters
@@ -60,29 +60,6 @@ class DataParallel:
             shard_group=spec.shard_group_size,
             parameters=spec.parameters_per_layer,
             every_micro_batch=spec.reduce_every_micro_batch and parallel.zero != 3,
-        )
-
-
-def check_data_parallel(spec, dp: int) -> None:
-    """Refuse ``parallel.data_parallel`` settings that cannot run (field, value, accepted)."""
-    par, opts = spec.parallel, spec.parallel.data_parallel
-    for name, other in (
-        ("gradient_compression", par.gradient_compression),
-        ("parameter_server", par.parameter_server),
-        ("stage_replicas", par.stage_replicas),
-    ):
-        if other is not None:
-            raise ScenarioError(f"parallel.{name}", "set", "not with parallel.data_parallel; accepted: unset")
-    if par.dp_split != "even":
-        raise ScenarioError(
-            "parallel.dp_split", par.dp_split, "replicas of parallel.data_parallel run alike; accepted: even"
-        )
-    g = opts.shard_group_size
-    if g is not None and (par.zero != 3 or dp % g):
-        raise ScenarioError(
-            "parallel.data_parallel.shard_group_size",
-            g,
-            f"HSDP needs parallel.zero: 3 and a divisor of dp = {dp}",
         )
 
 

@@ -11,16 +11,24 @@ Megatron-Core runs context parallelism inside Transformer Engine's fused attenti
   query heads and the key/value heads on each TP rank must divide by cp ("The number of
   attention heads needs to be divisible by CP size!"), and the sequence as for ``p2p``.
 
-CP runs with the uniform pipeline compiler only: modes and features that lay devices out
-otherwise (stage replicas, parameter servers, inference, mixed GPU types, uneven
-``dp_split``, faults) or merge a pass's collectives (``granularity: stage``, and TP
-overlap's GEMM–collective pipelines, not modelled together with CP) are refused.
+CP runs with the uniform pipeline compiler only: the other modes (stage replicas,
+parameter servers, inference) refuse it in their compiler's check, and here features that
+lay devices out otherwise (mixed GPU types, uneven ``dp_split``, faults) or merge a pass's
+collectives (``granularity: stage``, and TP overlap's GEMM–collective pipelines, not
+modelled together with CP) are refused.
 """
 
 from __future__ import annotations
 
 from ..errors import ScenarioError
 from ..workload.resolve import resolve_transformer
+
+
+def cp_conflict(field: str, value: object, cp: int) -> ScenarioError:
+    """The refusal of ``field`` (at ``value``) together with ``parallel.cp`` = ``cp`` > 1 —
+    here, and by the compilers of the other training modes (stage replicas, parameter
+    servers, inference: :mod:`clustersim.compilers`), which refuse CP in their check."""
+    return ScenarioError(field, value, f"not with parallel.cp > 1 (cp = {cp}); remove one of them")
 
 
 def check_context_parallel(spec) -> None:
@@ -30,9 +38,6 @@ def check_context_parallel(spec) -> None:
     if cp == 1:
         return
     for field, value, on in (
-        ("parallel.stage_replicas", par.stage_replicas, par.stage_replicas is not None),
-        ("parallel.parameter_server", "set", par.parameter_server is not None),
-        ("training.mode", spec.training.mode, spec.training.mode == "inference"),
         ("cluster.node_groups", "set", spec.cluster.node_groups is not None),
         ("parallel.dp_split", par.dp_split, par.dp_split != "even"),
         ("faults", "set", bool(spec.faults)),
@@ -40,7 +45,7 @@ def check_context_parallel(spec) -> None:
         ("parallel.tp_comm_overlap", True, par.tp_comm_overlap),
     ):
         if on:
-            raise ScenarioError(field, value, f"not with parallel.cp > 1 (cp = {cp}); remove one of them")
+            raise cp_conflict(field, value, cp)
     if spec.model.kind != "transformer":
         raise ScenarioError(
             "parallel.cp",

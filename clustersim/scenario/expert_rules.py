@@ -10,7 +10,9 @@ by ``etp × ep`` (the world size by ``etp × ep × pp``); ``num_experts`` must d
 MoE with expert parallelism and tensor parallelism, sequence parallelism must be
 enabled"); the shared expert overlap needs the ``alltoall`` dispatcher. A bidirectional
 schedule (DualPipe) runs with expert parallelism: the compiler sums the mirrored stages'
-expert gradients (:mod:`clustersim.compilers.pipeline.compile`).
+expert gradients (:mod:`clustersim.compilers.pipeline.compile`). Stage replicas, parameter
+servers and inference run without expert parallelism: their compilers refuse it in their
+check (``clustersim/compilers/*/check.py``), with :func:`expert_field` naming the field.
 """
 
 from __future__ import annotations
@@ -19,11 +21,23 @@ from ..errors import ScenarioError
 from ..workload.resolve import resolve_transformer
 
 
+def expert_field(par) -> tuple[str, object] | None:
+    """The field (and its value) that turns expert parallelism on in section ``par`` —
+    ``parallel.ep`` > 1, else an ``etp`` other than tp — or None when it is off."""
+    if par.ep > 1:
+        return "parallel.ep", par.ep
+    if (par.etp or par.tp) != par.tp:
+        return "parallel.etp", par.etp
+    return None
+
+
 def check_expert_parallel(spec, dp: int) -> None:
-    """Raise ScenarioError naming the field when the expert-parallel settings cannot run."""
+    """Raise ScenarioError naming the field when the expert-parallel settings cannot run
+    (the training modes that run without EP refuse it in their compiler's check)."""
     par = spec.parallel
     etp = par.etp or par.tp
-    if par.ep == 1 and etp == par.tp:
+    on = expert_field(par)
+    if on is None:
         if par.moe_shared_expert_overlap:
             raise ScenarioError(
                 "parallel.moe_shared_expert_overlap",
@@ -31,7 +45,7 @@ def check_expert_parallel(spec, dp: int) -> None:
                 "overlaps the shared expert with the expert-parallel all-to-alls: needs parallel.ep > 1",
             )
         return
-    field, value = ("parallel.ep", par.ep) if par.ep > 1 else ("parallel.etp", par.etp)
+    field, value = on
     experts = resolve_transformer(spec.model).experts if spec.model.kind == "transformer" else 1
     if experts <= 1:
         raise ScenarioError(
@@ -65,14 +79,6 @@ def check_expert_parallel(spec, dp: int) -> None:
         raise ScenarioError(
             "parallel.moe_shared_expert_overlap", True, "needs parallel.moe_token_dispatcher: alltoall"
         )
-    for name, why in (
-        ("stage_replicas", "runs without data-parallel replicas"),
-        ("parameter_server", "trains without all-reduce groups"),
-    ):
-        if getattr(par, name) is not None:
-            raise ScenarioError(
-                f"parallel.{name}", "set", f"not supported with expert parallelism ({why}); remove one"
-            )
     if par.data_parallel is not None and par.zero == 3:
         raise ScenarioError(
             "parallel.zero", 3, "FSDP units with expert parallelism are not modelled; accepted: 0, 1, 2"
@@ -81,5 +87,3 @@ def check_expert_parallel(spec, dp: int) -> None:
         raise ScenarioError(
             "parallel.dp_split", par.dp_split, "expert-parallel groups span replicas: accepted: even"
         )
-    if spec.training.mode == "inference":
-        raise ScenarioError(field, value, "expert parallelism is modelled for training; accepted: 1")

@@ -12,7 +12,8 @@ from ..schedules import SCHEDULES
 
 
 def check_node_groups(spec) -> None:
-    """The groups must cover the cluster's nodes; a TP group or a replicated stage must not mix GPU types."""
+    """The groups must cover the cluster's nodes; a TP group must not mix GPU types (a
+    replicated stage: :mod:`clustersim.compilers.replicated.check`)."""
     cl, par = spec.cluster, spec.parallel
     if cl.node_groups is None:
         return
@@ -23,13 +24,6 @@ def check_node_groups(spec) -> None:
             cl.nodes,
             f"node_groups hold {total} nodes; accepted: {total} "
             f"(or leave cluster.nodes out and it is their sum)",
-        )
-    if par.stage_replicas is not None and len(gpu_types(cl)) > 1:
-        raise ScenarioError(
-            "parallel.stage_replicas",
-            par.stage_replicas,
-            "stage replication runs one GPU type; "
-            "with mixed node_groups GPUs use pp × dp with partition balanced and dp_split",
         )
     if len(gpu_types(cl)) > 1 and (par.tp > cl.gpus_per_node or cl.gpus_per_node % par.tp):
         raise ScenarioError(

@@ -109,7 +109,7 @@ class MultiJobScenario:
             try:
                 self.jobs[entry.name] = Scenario(one)
             except ScenarioError as exc:
-                raise ScenarioError(f"jobs[{k}].{exc.field}", exc.value, exc.expected) from None
+                raise job_error(k, exc) from None
             _check_compression(self.jobs[entry.name], k)
             self.placement[entry.name] = gpus
             self.start[entry.name] = entry.start
@@ -199,6 +199,12 @@ def _place(entry: JobEntrySpec, k: int, raw: dict, cluster: ClusterSpec, owner: 
             f"jobs[{k}].parallel.gpus", n, f"only {len(free)} of the cluster's {total} GPUs are left free"
         )
     return tuple(sorted(free[:n]))
+
+
+def job_error(k: int, exc: ScenarioError) -> ScenarioError:
+    """``exc``, raised for job ``k`` checked as a scenario of its own, naming its field as
+    ``jobs[k].…`` (by the loader, and by its compiler's check when the jobs run)."""
+    return ScenarioError(f"jobs[{k}].{exc.field}", exc.value, exc.expected)
 
 
 def _check_compression(sc, k: int) -> None:

@@ -10,9 +10,6 @@ from __future__ import annotations
 import warnings
 
 from ..errors import ScenarioError, ScenarioWarning
-from ..parallel.compression import check_even_domains
-from ..parallel.data_parallel import check_data_parallel
-from ..parallel.plan import Plan
 from ..schedules import SCHEDULES
 from ..schedules.orders import stage_order
 from ..schedules.registry import replicable_schedules
@@ -57,13 +54,6 @@ def check_rules(spec: ScenarioSpec) -> None:
     from .inference import check_inference
 
     check_inference(spec)
-    for field in ("gradient_compression", "activation_compression"):
-        if getattr(par, field) is not None and par.stage_replicas is not None:
-            raise ScenarioError(
-                f"parallel.{field}",
-                getattr(par, field).model_dump(),
-                "not supported with parallel.stage_replicas yet; remove one of them",
-            )
     for k, straggler in enumerate(spec.cluster.stragglers):
         for g in straggler.gpus:
             if not 0 <= g < n:
@@ -111,11 +101,6 @@ def check_rules(spec: ScenarioSpec) -> None:
             f"tp × {'cp × ' if cp else ''}pp × dp must equal {whose}",
         )
     check_context_parallel(spec)
-    if par.data_parallel is not None:
-        check_data_parallel(spec, dp * par.cp)  # the gradient group spans dp × cp
-    gc = par.gradient_compression
-    if gc is not None and gc.links != "all" and par.stage_replicas is None and par.parameter_server is None:
-        check_even_domains(gc, spec.cluster, Plan(par.tp, par.pp, dp, spec.cluster.gpus_per_node, par.cp))
     if par.tp > 1 and spec.model.kind == "synthetic":
         raise ScenarioError(
             "parallel.tp",
@@ -199,7 +184,11 @@ def check_rules(spec: ScenarioSpec) -> None:
 
 
 def check_stage_replicas(spec: ScenarioSpec) -> None:
-    """Rules of ``parallel.stage_replicas`` (PipeDream's per-stage replication, e.g. 15-1)."""
+    """The shape of a ``parallel.stage_replicas`` job (PipeDream's per-stage replication,
+    e.g. 15-1): one entry per stage, summing to the job's GPUs (the replica layout is built
+    from it), and one model chunk per stage without tensor parallelism (what the partition
+    and schedule rules below read). What else it cannot combine with is the stage-replicated
+    compiler's check (:mod:`clustersim.compilers.replicated.check`)."""
     n, par = job_gpus(spec), spec.parallel
     reps = par.stage_replicas
     if len(reps) != par.pp or sum(reps) != n:
@@ -208,10 +197,6 @@ def check_stage_replicas(spec: ScenarioSpec) -> None:
             reps,
             f"give the GPUs of each of the pp = {par.pp} stages, summing to the "
             f"{'job' if par.gpus else 'cluster'}'s {n} GPUs",
-        )
-    if par.dp not in ("auto", 1):
-        raise ScenarioError(
-            "parallel.dp", par.dp, "stage_replicas sets each stage's replication; accepted: auto or 1"
         )
     if par.tp != 1:
         raise ScenarioError(
@@ -222,15 +207,6 @@ def check_stage_replicas(spec: ScenarioSpec) -> None:
             "parallel.virtual_stages",
             par.virtual_stages,
             "stage_replicas runs one model chunk per stage; accepted: 1",
-        )
-    if par.zero:
-        raise ScenarioError("parallel.zero", par.zero, "stage_replicas runs plain replicas; accepted: 0")
-    if par.partition == "pipedream":
-        raise ScenarioError(
-            "parallel.partition",
-            "pipedream",
-            "with stage_replicas, accepted: even, balanced or a "
-            "list (`clustersim plan` prints the planner's partition and replication)",
         )
     sch = SCHEDULES[par.schedule]
     if sch.chunks != 1 or sch.placement != "loop":

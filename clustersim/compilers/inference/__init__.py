@@ -8,6 +8,7 @@ from ...program import Program
 from ...resolve import Job
 from ...trace.requests import request_metrics, split_requests
 from ..base import MODES, ModeReport, TrainingMode
+from .check import check_inference
 from .compile import arrival_times, compile_inference
 
 
@@ -23,6 +24,9 @@ class InferenceMode(TrainingMode):
 
     def applies(self, job: Job) -> bool:
         return job.training.mode == "inference"
+
+    def check(self, job: Job) -> None:
+        check_inference(job)
 
     def compile(self, job: Job, fold: bool) -> Program:
         m = job.num_microbatches

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from ...errors import ScenarioError
 from ...resolve import Job
+from ...scenario.context_parallel_rules import cp_conflict
+from ...scenario.expert_rules import expert_field
 from ...topology import build_topology
 from ...workload.rules import model_layers
+from ..pipeline import data_parallel_conflict
 
 SYNC, ASYNC, HYBRID = "sync", "async", "hybrid"
 
@@ -19,6 +22,14 @@ def check_parameter_server(job: Job) -> None:
     """Raise ScenarioError if ``parallel.parameter_server`` cannot run as asked."""
     par = job.parallel
     ps, f = par.parameter_server, "parallel.parameter_server"
+    if par.cp > 1:
+        raise cp_conflict(f, "set", par.cp)
+    if par.data_parallel is not None:
+        raise data_parallel_conflict("parameter_server")
+    if expert_field(par) is not None:
+        raise ScenarioError(
+            f, "set", "not supported with expert parallelism (trains without all-reduce groups); remove one"
+        )
     for name in ("tp", "pp", "virtual_stages"):
         if getattr(par, name) != 1:
             raise ScenarioError(

@@ -5,28 +5,12 @@ from __future__ import annotations
 import pandas as pd
 
 from ... import metrics
-from ...errors import ScenarioError
 from ...program import Program
 from ...resolve import Job
 from ..base import MODES, ModeReport, TrainingMode
+from .check import check_data_parallel, check_iterations, check_pipeline, data_parallel_conflict
 from .compile import compile_pipeline
 from .context import CompileContext
-
-
-def check_iterations(job: Job) -> None:
-    """Refuse a flush-free run whose every reported period would fall in the final drain
-    (:func:`clustersim.metrics.flush_free_iteration`)."""
-    n, m, p = job.simulation.iterations, job.num_microbatches, job.plan.pp
-    if not job.schedule.flush and metrics.flush_free_iteration(n, m, p) is None:
-        raise ScenarioError(
-            "simulation.iterations",
-            n,
-            f"schedule {job.schedule.name!r} with m = {m} micro-batches on {p} stages: every period "
-            f"between two iteration ends of a {n}-iteration run falls in the final drain (its last "
-            f"{p - 1} micro-batches), so no steady period can be reported; accepted: 1 (one whole "
-            f"iteration) or "
-            f"≥ {metrics.min_flush_free_iterations(m, p)}",
-        )
 
 
 def training_report(spans: pd.DataFrame, job: Job) -> ModeReport:
@@ -48,7 +32,7 @@ class PipelineMode(TrainingMode):
         return True
 
     def check(self, job: Job) -> None:
-        check_iterations(job)
+        check_pipeline(job)
 
     def compile(self, job: Job, fold: bool) -> Program:
         ctx = CompileContext(
@@ -73,3 +57,11 @@ class PipelineMode(TrainingMode):
 
 
 MODES.add(PipelineMode())
+
+__all__ = [
+    "PipelineMode",
+    "check_data_parallel",
+    "check_iterations",
+    "data_parallel_conflict",
+    "training_report",
+]

@@ -7,7 +7,8 @@ import pandas as pd
 from ...program import Program
 from ...resolve import Job
 from ..base import MODES, ModeReport, TrainingMode
-from ..pipeline import check_iterations, training_report
+from ..pipeline import training_report
+from .check import check_replicated
 from .compile import compile_replicated
 
 
@@ -22,7 +23,7 @@ class ReplicatedMode(TrainingMode):
         return job.parallel.stage_replicas is not None
 
     def check(self, job: Job) -> None:
-        check_iterations(job)
+        check_replicated(job)
 
     def compile(self, job: Job, fold: bool) -> Program:
         return compile_replicated(
