@@ -18,6 +18,7 @@ from .multi_job import MultiJobScenario
 from .presets import expand_cluster_preset
 from .rules import check_rules, job_gpus, resolve_dp
 from .schema import ScenarioSpec
+from .trace_rules import check_trace_ranks
 
 
 class Scenario:
@@ -34,6 +35,7 @@ class Scenario:
     def __init__(self, raw: dict[str, Any]):
         self._raw = raw
         self.spec: ScenarioSpec = validate_spec(expand_cluster_preset(raw))
+        check_trace_ranks(self.spec)  # first: the rules below derive fields from the GPU count
         check_rules(self.spec)
         self.dp: int = resolve_dp(self.spec)
         for section in self.SECTIONS:
