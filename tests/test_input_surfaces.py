@@ -5,12 +5,14 @@ accepted (docs/limits.md)."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 import pytest
 
 import clustersim as cs
+from clustersim.cli import main
 from clustersim.interop.chakra_attrs import OWN, attr
 from clustersim.interop.chakra_file import read_trace, write_trace
 from clustersim.interop.chakra_values import MAX_BYTES, MEMORY_KINDS
@@ -137,3 +139,73 @@ def test_chakra_rank_count_is_the_first_error(tmp_path):
     assert "the trace has 4 GPU ranks" in str(err.value) and "the cluster has 8 GPUs" in str(err.value)
     raw["cluster"]["gpus_per_node"] = 4
     assert cs.load_scenario(raw).num_gpus == 4
+
+
+# -- Kineto JSON (case 11) -----------------------------------------------------------------------
+
+KINETO = ROOT / "tests" / "data" / "kineto_sample.json"
+
+
+def _first(events: list, cat: str, linked: bool = False) -> dict:
+    """The first event of ``cat`` (with ``linked``, the first cpu_op a launch names)."""
+    if linked:
+        launched = {e["args"].get("External id") for e in events if e["cat"] == "cuda_runtime"}
+        return next(e for e in events if e["cat"] == cat and e["args"]["External id"] in launched)
+    return next(e for e in events if e.get("cat") == cat)
+
+
+def _break_args(key):
+    return lambda doc: _first(doc["traceEvents"], "cpu_op")["args"].__setitem__(key, [1, 2])
+
+
+@pytest.mark.parametrize(
+    "damage,words",
+    [
+        (_break_args("External id"), "args['External id'] = [1, 2] is invalid; accepted: a whole-number id"),
+        (
+            lambda doc: _first(doc["traceEvents"], "kernel")["args"].__setitem__("correlation", [3]),
+            "cat kernel): args['correlation'] = [3] is invalid; accepted: a whole-number id",
+        ),
+        (
+            lambda doc: _first(doc["traceEvents"], "cpu_op").__setitem__("args", "mm"),
+            "args = 'mm' is invalid; accepted: an object of the op's arguments",
+        ),
+        (
+            lambda doc: _first(doc["traceEvents"], "cpu_op", linked=True).pop("name"),
+            "name = None is invalid; accepted: the ATen op's name, a string",
+        ),
+        (lambda doc: doc.__setitem__("deviceProperties", 7), "deviceProperties = 7 is invalid"),
+        (
+            lambda doc: doc["deviceProperties"][0].__setitem__("name", 100),
+            "deviceProperties = [{",
+        ),
+        (
+            lambda doc: _first(doc["traceEvents"], "cpu_op").__setitem__("ts", "100"),
+            "ts = '100' is invalid; accepted: a finite time in µs",
+        ),
+    ],
+)
+def test_kineto_fields_of_the_wrong_type_are_named(tmp_path, capsys, damage, words):
+    doc = json.loads(KINETO.read_text())
+    damage(doc)
+    bad = tmp_path / "trace.json"
+    bad.write_text(json.dumps(doc))
+    assert main(["calibrate", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: kineto trace: '{bad}' is invalid; ") and err.count("\n") == 1
+    assert words in err and "Traceback" not in err
+    if not words.startswith("deviceProperties"):
+        assert "traceEvents[" in err  # the event, by its index and name
+
+
+def test_kineto_tensor_list_shapes_are_read(tmp_path):
+    """A tensor-list argument (``aten::cat``'s) has a list of shapes as its Input Dims entry:
+    read, not refused, and kept as a hashable key."""
+    from clustersim.interop.kineto import read_kineto
+
+    doc = json.loads(KINETO.read_text())
+    op = _first(doc["traceEvents"], "cpu_op", linked=True)
+    op["name"], op["args"]["Input Dims"] = "aten::cat", [[[2, 3], [2, 3]], []]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    assert any(m.op == "aten::cat" and m.dims == (((2, 3), (2, 3)), ()) for m in read_kineto(path).ops)
