@@ -209,3 +209,107 @@ def test_kineto_tensor_list_shapes_are_read(tmp_path):
     path = tmp_path / "t.json"
     path.write_text(json.dumps(doc))
     assert any(m.op == "aten::cat" and m.dims == (((2, 3), (2, 3)), ()) for m in read_kineto(path).ops)
+
+
+# -- model.profile (case 6) ----------------------------------------------------------------------
+
+SMALL = {
+    "name": "profiled",
+    "cluster": {"nodes": 1, "gpus_per_node": 1, "gpu": "A100-SXM4-80GB"},
+    "model": {"kind": "transformer", "layers": 2, "hidden": 256, "heads": 4, "vocab": 1000, "seq_len": 128},
+    "training": {"global_batch": 2, "micro_batch": 2},
+}
+#: a row the model matches (its qkv GEMM's forward, any shape)
+GOOD = "qkv,F,,,,12"
+
+
+@pytest.mark.parametrize(
+    "row,line,column,words",
+    [
+        ("qvk,F,,,,12", 3, None, "op 'qvk', phase F matches no kernel of this model"),
+        ("qkv,X,,,,12", 3, "phase", "accepted: F, B, W"),
+        ("qkv,F,-256,768,256,12", 3, "m", "all whole numbers from 1 to 2,147,483,647, or all blank"),
+        ("qkv,F,256,768," + "1" + "0" * 400 + ",12", 3, "k", "all whole numbers from 1 to"),
+        (GOOD, 3, "op", "the same op, phase and shape are on line 2; give each once"),
+        ("qkv,F,3,3,3,12", 3, None, "op 'qkv', phase F at m,n,k = 3,3,3 matches no kernel"),
+        ("qkv,F,,,,1e999", 3, "time_us", "accepted: a time in µs from 0 to 1e+12"),
+    ],
+)
+def test_profile_rows_that_match_nothing_are_refused(tmp_path, row, line, column, words):
+    path = tmp_path / "p.csv"
+    path.write_text(f"op,phase,m,n,k,time_us\n{GOOD}\n{row}\n")
+    raw = {**SMALL, "model": {**SMALL["model"], "profile": str(path)}}
+    with pytest.raises(cs.ScenarioError) as err:
+        cs.simulate(raw, progress=False)
+    msg = str(err.value)
+    assert msg.startswith(f"model.profile: '{path}' is invalid; line {line}") and words in msg
+    if column:
+        assert f"line {line}, column {column}: " in msg
+
+
+def test_a_profile_whose_rows_all_match_changes_the_run(tmp_path):
+    path = tmp_path / "p.csv"
+    path.write_text(f"op,phase,m,n,k,time_us\n{GOOD}\n")
+    plain = cs.simulate(SMALL, progress=False).summary["iteration_time_s"]
+    raw = {**SMALL, "model": {**SMALL["model"], "profile": str(path)}}
+    assert cs.simulate(raw, progress=False).summary["iteration_time_s"] != plain
+
+
+# -- HF config.json (case 7) and vocabulary vs TP (case 17) -------------------------------------
+
+
+def _hf(tmp_path: Path, **keys) -> str:
+    cfg = {
+        "model_type": "mixtral",
+        "num_hidden_layers": 2,
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "intermediate_size": 512,
+        "vocab_size": 1000,
+        "max_position_embeddings": 128,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        **keys,
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "key,value,field,accepted",
+    [
+        ("num_local_experts", 1_000_000, "model.experts", "from 1 to 100,000"),
+        ("vocab_size", 10**8, "model.vocab", "from 1 to 10,000,000"),
+        ("num_experts_per_tok", 5000, "model.experts_per_token", "from 1 to 1,000"),
+    ],
+)
+def test_hf_config_keys_are_held_to_their_fields_ranges(tmp_path, key, value, field, accepted):
+    raw = {**SMALL, "model": {"hf_config": _hf(tmp_path, **{key: value})}}
+    with pytest.raises(cs.ScenarioError) as err:
+        cs.load_scenario(raw)
+    assert err.value.field == "model.hf_config"
+    assert f"{key} = {value:,} sets {field}; accepted: {accepted}" in str(err.value)
+
+
+def test_every_shipped_hf_config_is_within_the_ranges():
+    from clustersim.scenario.model_files import check_hf_ranges
+    from clustersim.workload.hf_config import DATA_HF
+
+    for path in sorted(DATA_HF.glob("*.json")):
+        check_hf_ranges(path.stem)
+
+
+def test_a_vocabulary_smaller_than_tp_is_refused_at_load():
+    raw = {
+        **SMALL,
+        "cluster": {"nodes": 1, "gpus_per_node": 8, "gpu": "A100-SXM4-80GB"},
+        "model": {**SMALL["model"], "heads": 8, "vocab": 2},
+        "training": {"global_batch": 1},
+        "parallel": {"tp": 8},
+    }
+    with pytest.raises(cs.ScenarioError) as err:
+        cs.load_scenario(raw)
+    assert "model.vocab = 2 has fewer rows than tp ranks; accepted: tp ≤ 2" in str(err.value)
+    raw["model"]["vocab"] = 8  # one row per TP rank runs
+    assert cs.simulate(raw, progress=False).summary["iteration_time_s"] > 0
