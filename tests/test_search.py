@@ -336,3 +336,40 @@ def test_plans_the_compilers_check_refuses_are_invalid_rows(top_k):
     assert refused.any() and (table.loc[refused, "status"] == "invalid").all()
     assert table.loc[refused, "error"].str.startswith("parallel.data_parallel.shard_group_size: 2").all()
     assert (table.loc[~refused, "status"] == "ok").all()
+
+
+def _recompute_plans(attention: str, top_k: int | None) -> pd.DataFrame:
+    """The loaded plans of a 2-GPU transformer search (one micro-batch size, 1F1B)."""
+    base = transformer_base(attention=attention)
+    base["cluster"] = {"nodes": 1, "gpus_per_node": 2}
+    space = SearchSpace(micro_batches=[1], schedules=["1f1b"])
+    t = search(base, 2, space=space, top_k=top_k, execution=ONE_WORKER).table
+    return t[t["status"] != "invalid"]
+
+
+@pytest.mark.parametrize("top_k", [0, None])
+def test_plans_of_the_same_job_are_one_plan(top_k):
+    """Under FlashAttention, selective recompute re-runs nothing: its plans are the jobs of
+    recompute none and are listed once (the first); under standard attention they differ."""
+    flash = _recompute_plans("flash", top_k)
+    assert "selective" not in set(flash["training.recompute"]) and "none" in set(flash["training.recompute"])
+    knobs = [c for c in flash.columns if c.startswith(("parallel.", "training.", "cluster."))]
+    assert not flash.duplicated(subset=knobs).any()
+    if top_k == 0:
+        standard = _recompute_plans("standard", top_k)
+        assert set(standard["training.recompute"]) == {"none", "selective", "full"}
+        assert len(standard) == len(flash) * 3 // 2  # (none, full) → (none, selective, full)
+
+
+def test_a_search_without_a_single_plan_says_what_to_change(capsys):
+    from clustersim.cli import main
+
+    assert (
+        main(["search", str(REPO / "scenarios" / "quickstart.yaml"), "--gpus", "10000000", "--no-progress"])
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "error: gpus: 10000000 is invalid; no parallel plan splits this job onto 10,000,000 GPUs"
+    )
+    assert "training.global_batch = " in err and "accepted: fewer GPUs" in err and err.count("\n") == 1

@@ -51,6 +51,7 @@ from ..compilers import check_job, mode_of
 from ..hardware.node_groups import device_memory, heterogeneity
 from ..parallel.data_parallel import SCALAR_BYTES, grad_stats_group
 from ..resolve import Job, resolve
+from ..resolve.job import job_identity
 from ..scenario import Scenario
 from ..schedules.orders import run_orders, stage_chunks
 from ..schedules.registry import SCHEDULES, Schedule
@@ -174,6 +175,12 @@ class Estimator:
         if job.parallel != sc.parallel:
             job = replace(job, parallel=sc.parallel, schedule=SCHEDULES[sc.parallel.schedule])
         check_job(job)
+
+    def identity(self, sc: Scenario, plan: Mapping[str, Any]) -> tuple:
+        """The :func:`~clustersim.resolve.job.job_identity` of plan ``plan``'s job, from
+        the costs this estimator priced for it: plans of equal identity are one plan."""
+        job = self._priced_job(sc, plan)[0]
+        return job_identity(sc.resolved(), job.costs, job.layer_costs)
 
     def estimate(self, sc: Scenario, plan: Mapping[str, Any]) -> PlanEstimate:
         """The estimate of plan ``plan`` (the override dict ``sc`` was loaded from)."""

@@ -112,6 +112,23 @@ class SearchResult:
         return self.explain()
 
 
+class _SeenJobs:
+    """The jobs of the plans met so far, by :func:`~clustersim.resolve.job.job_identity`:
+    the text part hashed, the costs compared by value only among equal texts."""
+
+    def __init__(self) -> None:
+        self._costs: dict[str, list] = {}
+
+    def first(self, identity: tuple) -> bool:
+        """Whether no earlier plan had this job (and note it)."""
+        text, costs = identity
+        met = self._costs.setdefault(text, [])
+        if any(c == costs for c in met):
+            return False
+        met.append(costs)
+        return True
+
+
 def _candidates(
     sc: Scenario,
     raw: dict[str, Any],
@@ -123,11 +140,13 @@ def _candidates(
     """One row per candidate plan: knobs, placement, memory estimate, pruned or not, and
     the estimated wall seconds of its simulation (``est_sim_s``,
     :mod:`clustersim.resolve.estimate`)."""
-    rows = []
+    rows, seen = [], _SeenJobs()
     plans = [(n, plan) for n in counts for plan in plan_candidates(sc, n, **knobs)]
     with Progress(len(plans), progress, "checking plans") as bar:
         for n, plan in plans:
-            rows.append(_candidate(raw, n, plan, memory_fraction))
+            row, identity = _candidate(raw, n, plan, memory_fraction)
+            if identity is None or seen.first(identity):  # (a later plan of the same job is that plan)
+                rows.append(row)
             bar.update()
     return rows
 
@@ -166,17 +185,21 @@ def _fit(row: dict[str, Any], memory: float, capacity: float, memory_fraction: f
     )
 
 
-def _candidate(raw: dict[str, Any], n: int, plan: dict[str, Any], memory_fraction: float) -> dict[str, Any]:
+def _candidate(
+    raw: dict[str, Any], n: int, plan: dict[str, Any], memory_fraction: float
+) -> tuple[dict[str, Any], tuple | None]:
+    """A plan's row and its job's identity (None where it does not load or its compiler refuses it)."""
     row, cand = _loaded(raw, n, plan)
-    if cand is not None:
-        job = resolve(cand)
-        try:
-            check_job(job)
-        except ScenarioError as exc:
-            return _invalid(row, exc)
-        est, cap = tightest_fit(job)
-        _fit(row, est, cap, memory_fraction, est_sim_s=estimate(job).seconds)
-    return row
+    if cand is None:
+        return row, None
+    job = resolve(cand)
+    try:
+        check_job(job)
+    except ScenarioError as exc:
+        return _invalid(row, exc), None
+    est, cap = tightest_fit(job)
+    _fit(row, est, cap, memory_fraction, est_sim_s=estimate(job).seconds)
+    return row, job.identity
 
 
 def _estimated(
@@ -191,7 +214,7 @@ def _estimated(
     """One row per candidate plan with its estimate (:mod:`.plan_estimate`): knobs,
     placement, estimated memory, iteration time and throughput, pruned or not; plans not
     reached before ``deadline`` (``time.perf_counter``) are ``unexplored``."""
-    rows, est = [], Estimator()
+    rows, est, seen = [], Estimator(), _SeenJobs()
     plans = [(n, plan) for n in counts for plan in plan_candidates(sc, n, **knobs)]
     tokens = sc.model.kind == "transformer"
     with Progress(len(plans), progress, "estimating plans") as bar:
@@ -207,9 +230,12 @@ def _estimated(
                     est.check(cand, plan)
                 except ScenarioError as exc:
                     row, cand = _invalid(row, exc), None
-            rows.append(row)
             if cand is None:
+                rows.append(row)
                 continue
+            if not seen.first(est.identity(cand, plan)):  # e.g. selective recompute under flash
+                continue
+            rows.append(row)
             e = est.estimate(cand, plan)
             per_sample = cand.model.seq_len if tokens else 1
             _fit(
@@ -338,6 +364,8 @@ def search(
     else:
         rows = _estimated(sc, raw, counts, knobs, memory_fraction, progress, deadline)
         _top_k(rows, raw, objective, top_k)
+    if not rows:
+        raise _no_plans(sc, counts)
     if progress or (progress is None and sys.stderr.isatty()):
         line = _plan_line(rows, execution.workers, time.perf_counter() - t0)
         print(f"clustersim: {line}", file=sys.stderr, flush=True)
@@ -364,6 +392,21 @@ def search(
     if out is not None:  # the full ranked table replaces the simulated rows; the journal stays for resuming
         save_table(table, out)
     return SearchResult(table, objective, unit, time.perf_counter() - t0)
+
+
+def _no_plans(sc: Scenario, counts: list[int]) -> ScenarioError:
+    """The error of a search space without a single plan: what the plans must satisfy and
+    what to change (an empty table has nothing to rank)."""
+    tr = sc.training
+    return ScenarioError(
+        "gpus",
+        counts[0] if len(counts) == 1 else counts,
+        f"no parallel plan splits this job onto {' or '.join(f'{n:,}' for n in counts)} GPUs: "
+        f"training.global_batch = {tr.global_batch} must be a multiple of micro_batch × dp "
+        "(dp = GPUs / (tp × cp × pp)), and tp must split the model (heads, vocabulary) within a node; "
+        "accepted: fewer GPUs, a larger training.global_batch, or more micro_batches/schedules "
+        "in the search space",
+    )
 
 
 def _merge(rows: list[dict[str, Any]], sims: pd.DataFrame) -> pd.DataFrame:

@@ -14,7 +14,7 @@ from google.protobuf.message import DecodeError
 
 from ..errors import ScenarioError
 from ..output import atomic_path
-from ..reader import read_bytes
+from ..reader import MAX_BYTES, read_bytes
 from .chakra_schema import GlobalMetadata, Node
 
 #: the scenario field trace files are named under in errors
@@ -55,15 +55,41 @@ def read_trace(path: str | Path) -> tuple:
             raise ScenarioError(
                 FIELD, str(path), f"{what} is truncated: {size} bytes announced, {len(data) - pos} left"
             )
-        cls = Node if messages else GlobalMetadata
-        try:
-            messages.append(cls.FromString(data[pos : pos + size]))
-        except DecodeError as exc:
-            raise ScenarioError(FIELD, str(path), f"{what} is not a Chakra {cls.__name__}: {exc}") from None
+        messages.append(_parse(Node if messages else GlobalMetadata, data[pos : pos + size], path, what))
         pos += size
     if not messages:
         raise ScenarioError(FIELD, str(path), "the file is empty; expected a GlobalMetadata message first")
     return messages[0], messages[1:]
+
+
+def read_metadata(path: str | Path):
+    """The GlobalMetadata of the ET file ``path`` alone (its first message), read without
+    the nodes that follow: what a rank-count check at load needs."""
+    p = Path(path)
+    with p.open("rb") as fh:
+        head = fh.read(_MAX_VARINT)
+        if not head:
+            raise ScenarioError(
+                FIELD, str(path), "the file is empty; expected a GlobalMetadata message first"
+            )
+        size, pos = _read_varint(head, 0, path, "the global metadata")
+        if size > MAX_BYTES[FIELD]:
+            raise ScenarioError(FIELD, str(path), f"the global metadata announces {size:,} bytes")
+        fh.seek(pos)
+        body = fh.read(size)
+    if len(body) < size:
+        raise ScenarioError(
+            FIELD, str(path), f"the global metadata is truncated: {size} bytes announced, {len(body)} left"
+        )
+    return _parse(GlobalMetadata, body, path, "the global metadata")
+
+
+def _parse(cls, body: bytes, path, what: str):
+    """Message ``cls`` from ``body``; a ScenarioError names ``what`` when it is not one."""
+    try:
+        return cls.FromString(body)
+    except DecodeError as exc:
+        raise ScenarioError(FIELD, str(path), f"{what} is not a Chakra {cls.__name__}: {exc}") from None
 
 
 def _read_varint(data: bytes, pos: int, path, what: str) -> tuple[int, int]:

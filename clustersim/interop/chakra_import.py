@@ -24,18 +24,17 @@ Every malformed input is a ScenarioError naming the file and, within it, the nod
 from __future__ import annotations
 
 import heapq
-import json
 import re
 from collections import defaultdict, deque
 from pathlib import Path
 
 from ..errors import ProgramError, ScenarioError
-from ..memory_kinds import StaticMemory
 from ..program import COLLECTIVE, COMPUTE, RECV, SEND, Program
 from ..reader import read_json_file
+from . import chakra_values as values
 from .chakra_attrs import OWN, attrs_of
 from .chakra_export import COMM_GROUPS, COMM_TYPE, NODE_TYPE
-from .chakra_file import FIELD, read_trace
+from .chakra_file import FIELD, read_metadata, read_trace
 from .chakra_schema import NODE_TYPES
 
 _KIND = {number: kind for kind, number in NODE_TYPE.items()}
@@ -114,6 +113,13 @@ class _Rank:
     def fail(self, node, why: str):
         raise ScenarioError(FIELD, str(self.path), f"node {node.id} ({node.name!r}): {why}")
 
+    def fail_metadata(self, why: str):
+        raise ScenarioError(FIELD, str(self.path), f"global metadata: {why}")
+
+    def failing(self, node):
+        """A ``fail(why)`` for :mod:`.chakra_values` that names this file and ``node``."""
+        return lambda why: self.fail(node, why)
+
     def _topological(self, nodes) -> list:
         """The nodes in dependency order, ties by smallest id (Kahn's algorithm)."""
         indeg = {n.id: len(set(n.data_deps) | set(n.ctrl_deps)) for n in nodes}
@@ -148,16 +154,10 @@ def import_chakra(folder: str | Path, num_gpus: int | None = None) -> Program:
     ``num_gpus``, the ranks must be that many GPUs (plus any non-GPU device, such as a
     parameter server, that clustersim's own export names)."""
     paths = rank_files(folder)
-    ranks = [_Rank(r, p) for r, p in enumerate(paths)]
-    names = [rk.meta_attrs.get(OWN + "device", f"gpu{rk.rank}") for rk in ranks]
     if num_gpus is not None:
-        gpus = sum(1 for name in names if name.startswith("gpu"))
-        if gpus != num_gpus:
-            raise ScenarioError(
-                FIELD,
-                str(folder),
-                f"the trace has {gpus} GPU ranks ({paths[0].name} …); the cluster has {num_gpus} GPUs",
-            )
+        check_rank_count(folder, num_gpus)
+    ranks = [_Rank(r, p) for r, p in enumerate(paths)]
+    names = [_device_name(rk.rank, rk.meta_attrs) for rk in ranks]
     groups = _comm_groups(Path(folder), len(ranks))
     order = _merge(ranks)
     new_id = {(rk.rank, node.id): i for i, (rk, node) in enumerate(order)}
@@ -166,7 +166,7 @@ def import_chakra(folder: str | Path, num_gpus: int | None = None) -> Program:
     for rk in ranks:
         mem = rk.meta_attrs.get(OWN + "static_memory")
         if mem is not None:
-            prog.static_memory[rk.rank] = StaticMemory(*mem)
+            prog.static_memory[rk.rank] = values.static_memory(rk.fail_metadata, OWN + "static_memory", mem)
     seen: dict[tuple[int, str], int] = defaultdict(int)  # collectives of a group met so far, per rank
     last_on_lane: dict[tuple[int, str], int] = {}
     for i, (rk, node) in enumerate(order):
@@ -181,21 +181,14 @@ def import_chakra(folder: str | Path, num_gpus: int | None = None) -> Program:
                 rk.fail(node, f"depends on node {d} of rank {r}, which does not exist")
             deps.append(new_id[r, d])
         fields = {f: rk.attrs[node.id][OWN + f] for f in _OP_FIELDS if OWN + f in rk.attrs[node.id]}
+        fields.update(_quantities(rk, node, kind))
         fields["deps"] = tuple(deps)
-        if kind == COMPUTE:
-            fields["duration"] = rk.attr(node, OWN + "duration_s", node.duration_micros * 1e-6)
-            fields["flops"] = rk.attr(node, OWN + "flops", float(rk.attr(node, "num_ops", 0)))
-        else:
-            fields["nbytes"] = rk.attr(node, OWN + "nbytes", rk.attr(node, "comm_size", required=True))
         if kind in (SEND, RECV):
             fields["peer"] = peers[i]
             fields["tag"] = rk.attr(node, OWN + "tag", "")
         elif kind == COLLECTIVE:
             fields.update(_collective(rk, node, groups, seen))
-        for key in ("shadows", "split"):
-            text = rk.attr(node, OWN + key)
-            if text is not None:
-                fields[key] = tuple(tuple(x) for x in json.loads(text))
+        fields.update(_device_lists(rk, node, kind, len(ranks), fields.get("group", ())))
         op = prog.add(rk.rank, lane, kind, node.name, **fields)
         last_on_lane[rk.rank, lane] = op.id
     try:
@@ -203,6 +196,65 @@ def import_chakra(folder: str | Path, num_gpus: int | None = None) -> Program:
     except ProgramError as exc:
         raise ScenarioError(FIELD, str(folder), f"the traces do not form a runnable program: {exc}") from None
     return prog
+
+
+def check_rank_count(folder: str | Path, num_gpus: int) -> None:
+    """Refuse the traces in ``folder`` unless their GPU ranks are ``num_gpus`` — read from
+    each file's metadata alone, so a scenario can be checked at load before anything else
+    about the job (its batch, its plan) is compared with a GPU count the trace contradicts."""
+    paths = rank_files(folder)
+    names = [_device_name(r, attrs_of(read_metadata(p))) for r, p in enumerate(paths)]
+    gpus = sum(1 for name in names if name.startswith("gpu"))
+    if gpus != num_gpus:
+        raise ScenarioError(
+            FIELD,
+            str(folder),
+            f"the trace has {gpus} GPU ranks ({paths[0].name} …); the cluster has {num_gpus} GPUs "
+            "(accepted: a cluster, or parallel.gpus, of as many GPUs as the trace has ranks)",
+        )
+
+
+def _device_name(rank: int, meta_attrs: dict) -> str:
+    """The device rank ``rank`` runs on: the one clustersim's export names, else ``gpu{rank}``."""
+    name = meta_attrs.get(OWN + "device", f"gpu{rank}")
+    return name if isinstance(name, str) else f"gpu{rank}"
+
+
+def _quantities(rk: _Rank, node, kind: str) -> dict:
+    """A node's seconds, FLOPs and bytes, each checked (:mod:`.chakra_values`)."""
+    fail, out = rk.failing(node), {}
+    if kind == COMPUTE:
+        micros = values.seconds(fail, "duration_micros", node.duration_micros * 1e-6)
+        out["duration"] = values.seconds(fail, OWN + "duration_s", rk.attr(node, OWN + "duration_s", micros))
+        ops = rk.attr(node, OWN + "flops")
+        out["flops"] = (
+            values.flops(fail, OWN + "flops", ops)
+            if ops is not None
+            else float(values.flops(fail, "num_ops", rk.attr(node, "num_ops", 0)))
+        )
+    else:
+        size = rk.attr(node, OWN + "nbytes")
+        name = OWN + "nbytes" if size is not None else "comm_size"
+        out["nbytes"] = values.nbytes(
+            fail, name, size if size is not None else rk.attr(node, name, required=True)
+        )
+    for key in ("mem_alloc", "mem_free", "stash_alloc", "stash_free"):
+        if OWN + key in rk.attrs[node.id]:
+            out[key] = values.nbytes(fail, OWN + key, rk.attrs[node.id][OWN + key])
+    return out
+
+
+def _device_lists(rk: _Rank, node, kind: str, devices: int, group: tuple) -> dict:
+    """A node's ``shadows`` (folded twins' traffic) and ``split`` (all-to-all-v bytes), checked."""
+    out, fail = {}, rk.failing(node)
+    text = rk.attr(node, OWN + "shadows")
+    if text is not None:
+        pairs = 2 if kind in (SEND, RECV) else None
+        out["shadows"] = values.device_lists(fail, OWN + "shadows", text, devices, pairs)
+    text = rk.attr(node, OWN + "split")
+    if text is not None:
+        out["split"] = values.byte_matrix(fail, OWN + "split", text, len(group))
+    return out
 
 
 def _merge(ranks: list[_Rank]) -> list[tuple[_Rank, object]]:

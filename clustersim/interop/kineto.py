@@ -22,7 +22,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ScenarioError
+from ..errors import ScenarioError, short_repr
 from ..reader import read_json_file
 
 FIELD = "kineto trace"
@@ -93,7 +93,9 @@ def read_kineto(path: str | Path) -> KinetoTrace:
     events = doc.get("traceEvents") if isinstance(doc, dict) else None
     if not isinstance(events, list):
         raise ScenarioError(FIELD, str(path), "expected a Chrome-trace JSON object with a traceEvents list")
-    events = [e for e in events if isinstance(e, dict) and e.get("ph", "X") == "X"]
+    events = [
+        _checked(e, k, path) for k, e in enumerate(events) if isinstance(e, dict) and e.get("ph", "X") == "X"
+    ]
     ops = {}  # External id → cpu_op event
     by_thread = defaultdict(list)
     runtime = {}  # correlation → runtime event
@@ -122,7 +124,7 @@ def read_kineto(path: str | Path) -> KinetoTrace:
     for key, us in per_instance.items():
         op = owner[key]
         args = op.get("args") or {}
-        dims = tuple(tuple(d) for d in args.get("Input Dims", ()))
+        dims = _frozen(args.get("Input Dims", []))
         types = tuple(args.get("Input type", ()))
         groups[op["name"], dims, types[:1]].append(us)
     measured = []
@@ -139,8 +141,7 @@ def read_kineto(path: str | Path) -> KinetoTrace:
                 math.fsum(times) / len(times) * 1e-6,
             )
         )
-    props = doc.get("deviceProperties") or [{}]
-    device = props[0].get("name", "") if isinstance(props[0], dict) else ""
+    device = _device(doc.get("deviceProperties"), path)
     return KinetoTrace(sorted(measured, key=lambda m: -m.time_s * m.calls), device, unattributed)
 
 
@@ -159,6 +160,93 @@ def _launcher(rt: dict | None, ops: dict, by_thread: dict) -> dict | None:
         if o["ts"] <= ts <= o["ts"] + o.get("dur", 0)
     ]
     return max(holding, key=lambda o: o["ts"]) if holding else None
+
+
+#: per event category: the ``args`` keys read, each an id (a whole number)
+_ID_ARGS = {
+    "cpu_op": ("External id",),
+    "cuda_runtime": ("correlation", "External id"),
+    "kernel": ("correlation",),
+}
+
+
+def _checked(event: dict, k: int, path) -> dict:
+    """``event`` (``traceEvents[k]``) when the fields read from it have the types a
+    profiler writes: ``args`` an object, ids whole numbers, ``ts``/``dur`` times in µs, a
+    ``cpu_op``'s name a string, its ``Input Dims`` lists of whole numbers and its
+    ``Input type`` strings; else a ScenarioError naming the file, the event and the field."""
+    cat = event.get("cat")
+    if cat not in _ID_ARGS:
+        return event
+
+    def fail(field: str, value, expected: str):
+        raise ScenarioError(
+            FIELD,
+            str(path),
+            f"traceEvents[{k}] ({short_repr(event.get('name'), 60)}, cat {cat}): {field} = "
+            f"{short_repr(value, 60)} is invalid; accepted: {expected}",
+        )
+
+    args = event.get("args") or {}
+    if not isinstance(args, dict):
+        fail("args", args, "an object of the op's arguments")
+    for key in _ID_ARGS[cat]:
+        if key in args and not _whole(args[key]):
+            fail(f"args[{key!r}]", args[key], "a whole-number id")
+    for key in ("pid", "tid"):
+        if not isinstance(event.get(key, 0), (int, str)):
+            fail(key, event[key], "a process or thread id (a number or a name)")
+    if ("ts" in event or cat == "cpu_op") and not _time(event.get("ts")):
+        fail("ts", event["ts"], "a finite time in µs")
+    if "dur" in event and not (_time(event["dur"]) and event["dur"] >= 0):
+        fail("dur", event["dur"], "a time ≥ 0 in µs")
+    if cat == "cpu_op":
+        if not isinstance(event.get("name"), str):
+            fail("name", event.get("name"), "the ATen op's name, a string")
+        dims = args.get("Input Dims", [])
+        if not _shapes(dims):
+            fail("args['Input Dims']", dims, "a list of shapes, each a (nested) list of whole numbers")
+        types = args.get("Input type", [])
+        if not (isinstance(types, list) and all(isinstance(t, str) for t in types)):
+            fail("args['Input type']", types, "a list of dtype names (strings)")
+    return event
+
+
+def _shapes(value) -> bool:
+    """Whether ``value`` is a list of shapes (a tensor list's entry being a list of shapes)."""
+    return isinstance(value, list) and all(_shape(x) for x in value)
+
+
+def _shape(value) -> bool:
+    return isinstance(value, list) and all(_whole(x) or _shape(x) for x in value)
+
+
+def _frozen(value):
+    """``value`` with every list a tuple (a hashable key of shapes)."""
+    return tuple(map(_frozen, value)) if isinstance(value, list) else value
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _time(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _device(props, path) -> str:
+    """The name of the trace's first device (``deviceProperties[0].name``; "" when absent)."""
+    if props is None or props == []:
+        return ""
+    first = props[0] if isinstance(props, list) else None
+    if not isinstance(first, dict) or not isinstance(first.get("name", ""), str):
+        raise ScenarioError(
+            FIELD,
+            str(path),
+            f"deviceProperties = {short_repr(props, 60)} is invalid; accepted: a list of objects "
+            'whose "name" is the device\'s name (a string)',
+        )
+    return first.get("name", "")
 
 
 def _number(event: dict, key: str, path) -> float:

@@ -36,6 +36,19 @@ from .layout import Layout
 from .topology import topology_graph
 
 
+def job_identity(
+    resolved: Mapping[str, Any], costs: Mapping[str, list[StageCost]], layer_costs=None
+) -> tuple:
+    """What two jobs that simulate alike share, as ``(text, costs)``: the resolved scenario
+    without ``training.recompute`` — which reaches the simulation only through the chunk
+    costs (``costs``, ``layer_costs``, compared by value) and, as ``full``, the hardware
+    FLOPs (kept as a flag) — as text. Under FlashAttention ``selective`` recompute re-runs
+    nothing, so its job is the job of ``none`` (a plan search lists such plans once)."""
+    training = {k: v for k, v in resolved["training"].items() if k != "recompute"}
+    full = resolved["training"].get("recompute") == "full"
+    return repr(({**resolved, "training": training}, full)), (dict(costs), layer_costs)
+
+
 @dataclass(frozen=True, eq=False)
 class Job:
     """A resolved scenario (see the module docstring).
@@ -106,6 +119,11 @@ class Job:
         """``parallel.data_parallel`` resolved for this job's gradient group of dp × cp ranks
         (None: one all-reduce per stage and step; :mod:`clustersim.compilers.pipeline.data_parallel`)."""
         return DataParallel.of(self.parallel, self.plan.replicas)
+
+    @cached_property
+    def identity(self) -> tuple:
+        """This job's :func:`job_identity`: equal for jobs that simulate alike."""
+        return job_identity(self.resolved, self.costs, self.layer_costs)
 
     @cached_property
     def trace(self) -> Program | None:

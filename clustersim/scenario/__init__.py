@@ -14,6 +14,7 @@ import yaml
 
 from ..errors import ScenarioError
 from .loader import apply_overrides, parse_overrides, read_yaml, validate_spec
+from .model_files import check_model_files
 from .multi_job import MultiJobScenario
 from .presets import expand_cluster_preset
 from .rules import check_rules, job_gpus, resolve_dp
@@ -34,6 +35,7 @@ class Scenario:
     def __init__(self, raw: dict[str, Any]):
         self._raw = raw
         self.spec: ScenarioSpec = validate_spec(expand_cluster_preset(raw))
+        check_model_files(self.spec)  # first: the rules below derive fields from what they hold
         check_rules(self.spec)
         self.dp: int = resolve_dp(self.spec)
         for section in self.SECTIONS:

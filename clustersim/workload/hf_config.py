@@ -28,6 +28,47 @@ _GPT2_TYPES = ("gpt2", "gpt_neo", "gptj", "gpt_bigcode")
 _QKV_BIAS_TYPES = ("qwen2", "qwen2_moe")
 
 
+#: config.json key → the ``model`` field it sets (its range, docs/limits.md, applies to it)
+HF_FIELDS = {
+    "n_layer": "layers",
+    "num_hidden_layers": "layers",
+    "n_embd": "hidden",
+    "hidden_size": "hidden",
+    "n_head": "heads",
+    "num_attention_heads": "heads",
+    "n_inner": "ffn_hidden",
+    "intermediate_size": "ffn_hidden",
+    "vocab_size": "vocab",
+    "n_positions": "max_position",
+    "max_position_embeddings": "max_position",
+    "num_key_value_heads": "kv_heads",
+    "head_dim": "head_size",
+    "num_local_experts": "experts",
+    "n_routed_experts": "experts",
+    "num_experts": "experts",
+    "num_experts_per_tok": "experts_per_token",
+    "moe_intermediate_size": "moe_ffn_hidden",
+    "shared_expert_intermediate_size": "shared_ffn_hidden",
+    "first_k_dense_replace": "dense_layers",
+    "decoder_sparse_step": "moe_step",
+    "moe_layer_freq": "moe_step",
+    "q_lora_rank": "q_lora_rank",
+    "kv_lora_rank": "kv_lora_rank",
+    "qk_rope_head_dim": "qk_rope_head_dim",
+    "qk_nope_head_dim": "qk_nope_head_dim",
+    "v_head_dim": "v_head_dim",
+    "num_nextn_predict_layers": "mtp_layers",
+}
+
+
+def read_hf_config(path: str) -> dict:
+    """The JSON object of config ``path`` (:func:`find_config`), read through the input boundary."""
+    cfg = read_json_file(find_config(path), "model.hf_config")
+    if not isinstance(cfg, dict):
+        raise ScenarioError("model.hf_config", path, "expected a JSON object (a config.json)")
+    return cfg
+
+
 def find_config(path: str) -> Path:
     """The config file ``path`` names; ScenarioError on ``model.hf_config`` if missing."""
     for cand in (Path(path), DATA_HF / path, DATA_HF / f"{path}.json"):
@@ -39,10 +80,7 @@ def find_config(path: str) -> Path:
 
 def load_hf_config(path: str, seq_len: int | None = None) -> TransformerConfig:
     """The transformer a config.json describes; ``seq_len`` defaults to its max positions."""
-    file = find_config(path)
-    cfg = read_json_file(file, "model.hf_config")
-    if not isinstance(cfg, dict):
-        raise ScenarioError("model.hf_config", path, "expected a JSON object (a config.json)")
+    file, cfg = find_config(path), read_hf_config(path)
     kind = cfg.get("model_type", "")
 
     def count(name: str, default=None):

@@ -2,7 +2,8 @@
 
 Tensor parallelism splits attention heads, key/value heads and the MLP's hidden width
 across the TP group (Megatron-LM), so each must divide by ``tp`` — and so must the MoE
-experts' FFN sizes (Megatron-Core's default expert-tensor-parallel size is TP).
+experts' FFN sizes (Megatron-Core's default expert-tensor-parallel size is TP); the
+vocabulary's rows (embedding, logits) are split too, so there must be at least ``tp``.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ def tp_obstacle(cfg, tp: int, etp: int | None = None) -> str | None:
         return f"model.kv_heads = {cfg.n_kv} and tp must divide one another"
     if cfg.ffn_hidden % tp:
         return f"model.ffn_hidden = {cfg.ffn_hidden} must divide by tp"
+    if cfg.vocab < tp:  # the embedding and the logits GEMM split the vocabulary's rows over TP
+        return f"model.vocab = {cfg.vocab} has fewer rows than tp ranks; accepted: tp ≤ {cfg.vocab}"
     if cfg.experts > 1 and etp is None and cfg.expert_ffn % tp:  # experts split by TP (expert-TP = TP)
         return f"model.moe_ffn_hidden = {cfg.expert_ffn} must divide by tp"
     if cfg.experts > 1 and cfg.shared_ffn_hidden % tp:

@@ -47,12 +47,13 @@ import numpy as np
 from ..errors import ScenarioError
 from ..memory_kinds import StaticMemory
 from .cnn import cnn_layers
-from .cost_model import CostModel, ProfileTable
+from .cost_model import CostModel
 from .fp8 import check_fp8, fp8_cache_bytes, fp8_linear_params, te_fp8_layer
 from .grad_accumulation import with_grad_accumulation
 from .memory_model import DTYPE_BYTES, ELEMENT_BYTES, static_bytes, zero_shards
 from .moe_dispatch import ExpertSplit, dispatch_buffer_bytes
 from .ops import ExpertRanks
+from .profile_rows import read_profile
 from .resolve import resolve_transformer
 from .segments import backward_items, compute_time, forward_items, launch_items, to_segments
 from .stage_cost import StageCost, even_partition
@@ -183,7 +184,13 @@ def _cost_model(sc, st: TrainSetup) -> CostModel:
             f"FP8 parameters need training.precision: fp8 (not {st.precision}); use bf16 or fp32",
         )
     profile = getattr(sc.model, "profile", None)
-    return CostModel.for_gpu(st.gpu, ProfileTable.read(profile) if profile else None, custom)
+    return CostModel.for_gpu(st.gpu, read_profile(profile) if profile else None, custom)
+
+
+def _check_profile(cm: CostModel, st: TrainSetup) -> None:
+    """Once every op of the model is priced: refuse ``model.profile`` rows no op matched."""
+    if cm.profile is not None:
+        cm.profile.check_all_used(f"this model (micro-batch {st.micro_batch}, tp {st.tp})")
 
 
 def _static(
@@ -382,6 +389,7 @@ def transformer_chunk_costs(
         if key not in made:
             made[key] = chunk(*key)
         costs.append(made[key])
+    _check_profile(cm, st)
     return costs
 
 
@@ -522,4 +530,5 @@ def cnn_chunk_costs(
                 full_act if st.recompute == "full" else 0.0,
             )
         )
+    _check_profile(cm, st)
     return costs
