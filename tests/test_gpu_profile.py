@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from clustersim.hardware.gpus import get_gpu
-from clustersim.workload.calibration import fit_gemm, gemm_seconds, read_measurements
+from clustersim.workload.calibration import fit_gemm, gemm_seconds, read_measurements, sm_count
 from clustersim.workload.cost_model import CostModel, Efficiency, ProfileTable
 from clustersim.workload.model_presets import TRANSFORMER_PRESETS
 from clustersim.workload.ops import LayerOp
@@ -26,8 +26,9 @@ gp = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(gp)
 
 GPU = "H100-SXM5-80GB"
-#: the efficiencies the fake GPU runs at: the kernel rows must give them back
-EFF = Efficiency(matmul_max=0.74, dim_half=37.0, memory=0.86, launch_s=6e-6)
+#: the efficiencies the fake GPU runs at, under the calibration's own GEMM model (wave
+#: quantization over the GPU's SMs, a K term): the kernel rows must give them back
+EFF = Efficiency(matmul_max=0.74, dim_half=37.0, memory=0.86, launch_s=6e-6, k_half=48.0, sms=sm_count(GPU))
 FLASH_FRACTION = 0.45
 CONFIG = ("gpt-22b", 4, 8)
 
@@ -116,11 +117,11 @@ def test_kernel_rows_give_back_the_efficiencies_that_made_them(profiled):
     memory = triad.value * 1e12 / get_gpu(GPU).hbm_bandwidth
     assert memory == pytest.approx(EFF.memory, rel=1e-12)
     gemms = [r for r in rows if r.kernel == "gemm"]
-    # the default configurations' shapes pin all three constants (one model's shapes alone
+    # the default configurations' shapes pin all four constants (one model's shapes alone
     # are permutations of a few sizes, along which matmul_max and dim_half trade off)
     assert len(gemms) == len({(r.m, r.n, r.k) for r in gemms}) >= 30
     fitted = fit_gemm(GPU, gemms, memory)
-    for field in ("matmul_max", "dim_half", "launch_s"):
+    for field in ("matmul_max", "dim_half", "launch_s", "k_half"):
         assert getattr(fitted, field) == pytest.approx(getattr(EFF, field), rel=1e-6), field
     flash = [r for r in rows if r.kernel.startswith("attention_")]
     assert {r.kernel for r in flash} == {"attention_fwd", "attention_bwd"}
