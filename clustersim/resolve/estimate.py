@@ -28,14 +28,19 @@ fidelity preset or knob brings the estimate down, and by how much.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from ..errors import ProgramError, ScenarioError
+from ..parallel.data_parallel import SCALAR_BYTES, grad_stats_group
 from ..schedules.orders import stage_order
-from ..topology.graph import is_wire
-from ..topology.lazy import link_data
-from ..topology.routing import Router
+from ..workload.pass_costs import pass_segments, pass_transfers
+from ..workload.stage_cost import Segment
+from ..workload.tp_overlap import BULK, RING
+from .estimate_comm import DEFAULT_CHUNK, STEP_EVENTS, Collectives, Hops, message_events
 from .replication import replica_obstacle
 
 #: wall seconds per op (compile, check, engine plans, result tables) and per simulated event,
@@ -46,14 +51,16 @@ OTHER_SECONDS_PER_EVENT = 4e-6
 #: wall seconds per op of a replicated run for expanding its span to each twin (spans,
 #: memory samples, result tables; GPT-3 175B and LLaMA-3 405B unfolded, docs/performance.md)
 SECONDS_PER_ROW = 2.5e-6
-#: the packet model's chunk when ``simulation.chunk_size`` is unset (network/packet.py)
-DEFAULT_CHUNK = 1 << 20
-#: events a flow-model message costs: its start, its end and its share of the rate changes
-#: other flows cause (measured on GPT-3 175B folded and GPT-7.5B, docs/fidelity.md)
-FLOW_EVENTS = 5
-#: events a collective's point-to-point step costs besides its message (the step's process
-#: waking, the send's completion and the receiver's wake-up; measured, docs/fidelity.md)
-STEP_EVENTS = 3
+#: peak memory: the interpreter with clustersim and its libraries imported, then bytes per op
+#: (the Program, the engine's plans, spans and result tables), per GPU (topology graph,
+#: routes, per-device tables) and per span row a replicated run expands (docs/performance.md)
+BASE_RSS = 110 * 2**20
+RSS_PER_OP = 1700
+RSS_PER_GPU = 20_000
+RSS_PER_ROW = 400
+#: events a collective op adds where communication slows compute (cluster.comm_compute_slowdown):
+#: the re-timing of the compute running beside it (measured on DeepSeek-V3, 2,048 GPUs)
+SLOWDOWN_EVENTS = 5
 #: a run estimated longer than this gets advice printed before it starts
 ADVICE_S = 60.0
 
@@ -68,6 +75,7 @@ class Estimate:
     events: int
     seconds: float
     replicas: int = 1
+    rss_bytes: int = 0
 
     def line(self) -> str:
         """One line for the log: ``~1.2 M ops, ~54 M events, ~3 min`` (a replicated run:
@@ -130,182 +138,209 @@ def estimate(job, knobs: _Knobs | None = None, mode_name: str | None = None) -> 
         why_not = replica_obstacle(job, mode_name, False, k.network, k.collective_model)
         if why_not is None:
             return _replicated(job, k)
-    hops = _Hops(job, k.network)
+    hops = Hops(job, k.network)
+    comm = Collectives(job, k.network, k.chunk, k.max_chunks, hops)
     if job.layer_costs is not None:  # a parameter server: workers push and pull per layer
         return _parameter_server(job, k, hops)
     if job.trace is not None:
-        return _trace(job.trace, k, hops)
-    plan, cl = job.plan, job.cluster
-    gpn = cl.gpus_per_node
-    m = job.num_microbatches
-    tp, dp, pp = plan.tp, plan.dp, plan.pp
-    replicas, ranks = (1, 1) if k.fold else (dp, tp)
-    # a folded send or DP collective carries its twins' traffic on a fabric whose links are
-    # shared; on analytical and direct the shadows load nothing
-    twins = tp * dp if k.fold and k.network in ("packet", "flow") else 1
-    w_share = _weight_share(job, m)
-    tp_hops, tp_channels = (hops.inter, gpn) if tp > gpn else (hops.intra, 1)
-    ops = events = 0.0
-    for s in range(pp):
-        chunks = job.stage_chunks(s)
-        seg_c = seg_x = 0.0  # compute and TP-collective ops of one micro-batch on this stage
-        tp_events = 0.0  # the TP collectives' fabric events
-        for c in chunks:
-            cost = job.chunk_costs[c]
-            for phase, weight in (("F", 1.0), ("B", 1.0), ("W", w_share)):
-                if weight == 0:
-                    continue
-                comp, colls = _pass_ops(cost.segments(phase, split_backward=w_share > 0), k.granularity)
-                seg_c += weight * comp
-                seg_x += weight * len(colls)
-                tp_events += weight * sum(
-                    _collective_events(k, kd, tp, n, tp_hops, tp_channels) for kd, n in colls
-                )
-        # pipeline sends: forward activations out of every chunk but the last, gradients back
-        sends = 2 * len(chunks) - (s == 0) - (s == pp - 1) if pp > 1 else 0
-        act = max((job.chunk_costs[c].activation_bytes for c in chunks), default=0)
-        pp_hops = hops.inter if tp * dp >= gpn else hops.intra
-        per_send = _message_events(k, act, pp_hops) * twins
-        dp_ops, dp_events = _data_parallel(job, k, chunks, dp, tp, gpn, hops, twins)
-        per_rank_ops = m * (seg_c + seg_x + 2 * sends) + dp_ops + 1  # + the optimizer step
-        per_rank_events = (
-            m * (seg_c + _own_events(k, tp) * seg_x + tp_events + sends * per_send) + dp_events + 1
+        return _trace(job, k, hops, comm)
+    plan, m = job.plan, job.num_microbatches
+    stage_replicas = job.parallel.stage_replicas
+    w_share, visits = _order_shares(job, m)
+    gpu = _Gpu(job, k, comm)
+    # inference: forwards only, sent on and never back, no optimizer steps, and one
+    # arrival op per request on each replica's first GPU (compilers/inference/compile.py)
+    serving = job.training.mode == "inference"
+    phases = (("F", 1.0),) if serving else (("F", 1.0), ("B", 1.0), ("W", w_share))
+    ops = events = m * (1 if k.fold else plan.replicas) if serving else 0.0
+    for s in range(plan.pp):
+        # the stage's replicas (cp × dp ranks, or its own stage replicas) of tp GPUs each;
+        # a stage replica runs every r-th micro-batch (compilers/replicated/compile.py)
+        reps = stage_replicas[s] if stage_replicas else plan.replicas
+        gpus, passes = (
+            (1, m * visits) if k.fold else (plan.tp * reps, m * visits / (reps if stage_replicas else 1))
         )
-        ops += per_rank_ops * replicas * ranks
-        events += per_rank_events * replicas * ranks
-    return _priced(k, ops * k.iterations, events * k.iterations)
+        pass_ops = pass_events = 0.0  # one micro-batch's passes on one GPU of this stage
+        for c in job.stage_chunks(s):
+            for phase, weight in phases:
+                if weight:
+                    o, e = gpu.pass_cost(s, c, phase, w_share > 0)
+                    pass_ops += weight * o
+                    pass_events += weight * e
+        # optimizer steps per iteration: one when the schedule flushes, else one per
+        # micro-batch (merged over a stage's replicas: one per r of them)
+        steps = 1 if job.schedule.flush else m / (reps if stage_replicas else 1)
+        steps *= not serving
+        step_ops, step_events = gpu.step_cost(s, job.stage_chunks(s), reps)
+        ops += gpus * (passes * pass_ops + steps * step_ops)
+        events += gpus * (passes * pass_events + steps * step_events)
+    return _priced(k, ops * k.iterations, events * k.iterations, job.num_gpus)
 
 
-def _replicated(job, k: _Knobs) -> Estimate:
-    """The folded run's estimate, plus each of its ops expanded to the tp × dp twins."""
-    folded = estimate(job, replace(k, fold=True))
-    twins = job.plan.tp * job.plan.dp
-    rows = folded.ops * twins
-    return Estimate(rows, folded.events, folded.seconds + rows * SECONDS_PER_ROW, twins)
+class _Gpu:
+    """Prices the work of one GPU of a stage: a pass's segments (ops and simulated events)
+    and an optimizer step's (its gradient reduction and step work), each collective over
+    its own group (TP, CP, an expert group, the data-parallel group) by
+    :class:`.estimate_comm.Collectives`. Unfolded, a member's share of a collective's
+    messages is 1/n of them; folded, the representative's op carries every message of its
+    group and of the groups it stands for (their shadows)."""
+
+    def __init__(self, job, k: _Knobs, comm: Collectives):
+        self.job, self.k, self.comm = job, k, comm
+        self.plan = job.plan
+        self.slowdown = job.cluster.comm_compute_slowdown > 1
+        # a folded send carries its twins' traffic on a fabric whose links are shared; on
+        # analytical and direct the shadows load nothing
+        folded_shared = k.fold and k.network in ("packet", "flow")
+        self.twins = self.plan.tp * self.plan.replicas if folded_shared else 1
+        self._groups: dict[tuple[int, str], tuple[tuple[int, ...], int]] = {}
+
+    def group(self, stage: int, kind: str) -> tuple[tuple[int, ...], int]:
+        """The group of ``kind`` of ``stage``'s first GPU, and how many groups of that kind
+        the stage has that a folded representative stands for."""
+        key = (stage, kind)
+        if key not in self._groups:
+            plan = self.plan
+            if kind == "tp":
+                members, count = tuple(plan.device(stage, 0, t) for t in range(plan.tp)), 1
+            elif kind == "cp":
+                members, count = plan.cp_ring(stage, 0, 0), 1
+            elif kind == "dp":
+                layout = self.job.layout
+                members = layout.group(stage) if self.job.parallel.stage_replicas else plan.dp_group(stage)
+                count = plan.tp
+            else:
+                members = plan.expert_group(plan.device(stage, 0, 0), kind)
+                count = len(plan.expert_groups(stage, kind))
+            self._groups[key] = (members, count)
+        return self._groups[key]
+
+    def collective(self, members: tuple[int, ...], kind: str, nbytes: float, copies: int) -> float:
+        """Events of one GPU's op of a ``kind`` collective over ``members`` (``copies``: the
+        groups a folded representative's op stands for)."""
+        n = len(members)
+        if n <= 1:
+            return 1.0
+        folded = self.k.fold
+        # the rendezvous and phases: three per member on the fabric; three per collective
+        # when timed analytically (engine/dag.py), which folded is the representative's op
+        own = 3.0 if self.k.collective_model != "analytical" or folded else 3 / n
+        if self.slowdown:  # its start and end re-time the compute its GPU is running
+            own += SLOWDOWN_EVENTS
+        if self.k.collective_model == "analytical":
+            return own
+        messages = self.comm.events(members, kind, nbytes)
+        return own + (messages * copies if folded else messages / n)
+
+    def pass_cost(self, stage: int, chunk: int, phase: str, split: bool) -> tuple[float, float]:
+        """(ops, events) of one ``phase`` pass of model ``chunk`` on one GPU of ``stage``:
+        its segments, and the pipeline transfers it receives and sends (a send to another
+        stage is a message; folded, with its twins' as shadows on a shared fabric)."""
+        job, k, pp = self.job, self.k, self.plan.pp
+        costs, schedule = job.chunk_costs, job.schedule
+        got, sent = pass_transfers(costs, phase, chunk, schedule.route(chunk, len(costs)))
+        received = got is not None and schedule.stage_of(got[0], pp) != stage
+        ops = events = float(received)  # the recv
+        if sent is not None and schedule.stage_of(sent[0], pp) != stage:
+            hops = (
+                self.comm.hops.inter
+                if self.plan.tp * self.plan.replicas >= job.cluster.gpus_per_node
+                else self.comm.hops.intra
+            )
+            ops += 1
+            events += 1 + _message_events(k, sent[1], hops) * self.twins
+        o, e = self.segments(pass_segments(costs[chunk], phase, split, received), stage)
+        return ops + o, events + e
+
+    def segments(self, segs, stage: int) -> tuple[float, float]:
+        """(ops, events) of a pass's segments ``segs`` on one GPU of ``stage``."""
+        k = self.k
+        ops = events = 0.0
+        joins = 0
+        # at stage granularity a run of compute ops is one op (clustersim/coarsen.py); a job
+        # resolved per layer priced at stage granularity (the advice's alternative) has its
+        # collectives summed as well
+        coarse = k.granularity == "stage"
+        before = None
+        for seg in _at_stage(segs) if k.granularity != self.job.simulation.granularity else segs:
+            merged, before = coarse and before == "compute" == seg.kind, seg.kind
+            if merged:
+                continue
+            if seg.kind == "compute":
+                ops += 1
+                events += 1
+            elif seg.kind == "collective":
+                members, count = self.group(stage, seg.group)
+                ops += 1
+                events += self.collective(members, seg.collective, seg.nbytes, count)
+            elif seg.kind == "ring":  # ring attention: a chunk per step, a K/V send and recv per step
+                members, _ = self.group(stage, "cp")
+                sent = [b for b in seg.step_bytes if b]
+                hops = (
+                    self.comm.hops.inter
+                    if len({d // self.job.cluster.gpus_per_node for d in members}) > 1
+                    else self.comm.hops.intra
+                )
+                ops += len(seg.steps) + 2 * len(sent)
+                events += len(seg.steps) + sum(STEP_EVENTS + _message_events(k, b, hops) for b in sent)
+                joins = 1
+            else:  # a TP collective pipelined with its GEMM in chunks (compilers/pipeline/tp_overlap.py)
+                members, count = self.group(stage, "tp")
+                pieces = seg.chunks if seg.method != BULK else 1
+                colls = pieces - 1 if seg.method == RING else pieces
+                ops += pieces + colls
+                events += pieces + colls * self.collective(
+                    members, seg.collective, seg.nbytes / max(colls, 1), count
+                )
+                joins = joins or seg.method == BULK
+        return ops + joins, events + joins
+
+    def step_cost(self, stage: int, chunks: list[int], reps: int) -> tuple[float, float]:
+        """(ops, events) of one optimizer step of one GPU of ``stage``: the data-parallel
+        reduction over its ``reps`` replicas (compilers/pipeline/data_parallel.py,
+        gradient_sync.py), the expert gradients' over their group, the step work of a
+        flushing schedule (compilers/pipeline/step_work.py) and the optimizer."""
+        job, plan = self.job, self.plan
+        costs = [job.chunk_costs[c] for c in chunks]
+        ops = events = 1.0  # the optimizer
+        if reps > 1:
+            members, count = self.group(stage, "dp")
+            for kind, pieces, nbytes in _dp_collectives(job, costs):
+                ops += pieces
+                events += pieces * self.collective(members, kind, nbytes / pieces, count)
+        expert = sum(c.expert_grad_bytes for c in costs)
+        if expert and not job.parallel.stage_replicas:
+            members, count = self.group(stage, "edp")
+            ops += 1
+            events += self.collective(members, "all_reduce", expert, count)
+        if not job.schedule.flush or job.parallel.stage_replicas:
+            return ops, events
+        last = job.schedule.stage_of(len(job.chunk_costs) - 1, plan.pp)
+        if any(c.tied_grad_bytes for c in costs) and last != job.schedule.stage_of(0, plan.pp):
+            if stage in (0, last):
+                ops += 1
+                events += self.collective(
+                    (0, 1), "all_reduce", costs[0].tied_grad_bytes, plan.tp * plan.replicas
+                )
+        sharded = job.parallel.zero > 0
+        group = grad_stats_group(plan, 0, sharded)
+        copies = 1 if sharded else plan.dp
+        for seconds in (sum(c.unscale for c in costs), sum(c.grad_norm for c in costs)):
+            if seconds:
+                ops += 1 + (len(group) > 1)
+                events += 1 + (len(group) > 1) * self.collective(
+                    group, "all_reduce", SCALAR_BYTES, copies
+                ) / (plan.pp if self.k.fold else 1)
+        return ops, events
 
 
-def _parameter_server(job, k: _Knobs, hops: _Hops) -> Estimate:
-    """Each worker runs m forward and backward passes per layer and sends and receives
-    each layer's parameters once per iteration; the server applies each layer once."""
-    layers = job.layer_costs[job.cluster.gpu]
-    n, m = job.num_gpus, job.num_microbatches
-    per_layer = sum(_message_events(k, c.gradient_bytes, hops.inter) for c in layers)
-    ops = k.iterations * (n * (2 * m + 4) * len(layers) + len(layers))
-    events = k.iterations * (n * (2 * m * len(layers) + 2 * per_layer) + len(layers))
-    return _priced(k, ops, events)
-
-
-def _trace(prog, k: _Knobs, hops: _Hops) -> Estimate:
-    """A trace's ops are known (and run once, whatever ``simulation.iterations``): each
-    costs one event, a message its packets or flow events (taken between nodes), a
-    collective its algorithm's messages."""
-    events = 0.0
-    for op in prog.ops:
-        events += 1
-        if op.kind == "send":
-            events += _message_events(k, op.nbytes, hops.inter)
-        elif op.kind == "collective":
-            n = len(op.group)
-            events += _own_events(k, n) + _collective_events(k, op.collective, n, op.nbytes, hops.inter)
-    return _priced(k, len(prog.ops), events)
-
-
-def _priced(k: _Knobs, ops: float, events: float) -> Estimate:
-    ops, events = int(ops), int(max(events, ops))
-    per_event = SECONDS_PER_EVENT.get(k.network, OTHER_SECONDS_PER_EVENT)
-    return Estimate(ops, events, ops * SECONDS_PER_OP + events * per_event)
-
-
-def _pass_ops(segs, granularity: str) -> tuple[int, list[tuple[str, int]]]:
-    """A pass's compute ops and its collectives (kind, bytes): as built, or merged as
-    ``granularity: stage`` builds it (compute halves around one summed collective per kind)."""
-    colls = [(s.collective, s.nbytes) for s in segs if s.kind == "collective"]
-    if granularity != "stage":
-        return len(segs) - len(colls), colls
-    sums: dict[str, int] = {}
-    for kind, n in colls:
-        sums[kind] = sums.get(kind, 0) + n
-    return (2 if sums else 1), list(sums.items())
-
-
-def _weight_share(job, m: int) -> float:
-    """W passes per F pass in the schedule's order (zero-bubble schedules split the backward);
-    read off stage 0's order for a few micro-batches."""
-    p, v = job.plan.pp, job.parallel.virtual_stages
-    mm = min(m, 4 * p * v)
-    try:
-        order = stage_order(job.schedule, 0, p, mm, v, 1)
-    except (ScenarioError, ProgramError, ValueError):
-        return 0.0
-    f = sum(1 for item in order if item[0] == "F")
-    return sum(1 for item in order if item[0] == "W") / f if f else 0.0
-
-
-class _Hops:
-    """Links a message crosses inside a node and between nodes (two sample routes)."""
-
-    def __init__(self, job, network: str):
-        self.intra = self.inter = 1
-        if network == "direct":
-            return
-        graph, gpn = job.graph, job.cluster.gpus_per_node
-        router = Router(graph)
-        gpus = job.cluster.num_gpus
-
-        def hops(a: int, b: int) -> int:
-            try:
-                links = router.links(f"gpu{a}", f"gpu{b}")
-            except ScenarioError:  # no route between the samples: the run says so if it needs one
-                return 1
-            return max(1, sum(1 for u, w in links if not is_wire(link_data(graph, u, w))))
-
-        if gpn > 1:
-            self.intra = hops(0, 1)
-        # a GPU 32 nodes on: under another leaf of a fat tree (4–32 nodes per leaf by
-        # default), else on another node — the longest route most traffic takes
-        far = min(gpus - 1, 32 * gpn)
-        self.inter = hops(0, far) if far >= gpn else self.intra
-
-
-def _message_events(k: _Knobs, nbytes: float, hops: int) -> float:
-    """Simulated events of one point-to-point message of ``nbytes`` over ``hops`` links."""
-    if k.network == "packet":
-        chunk = k.chunk
-        if k.max_chunks:
-            chunk = max(chunk, math.ceil(nbytes / k.max_chunks))
-        return max(1, math.ceil(nbytes / chunk)) * hops
-    return FLOW_EVENTS if k.network == "flow" else 1
-
-
-def _own_events(k: _Knobs, n: int) -> float:
-    """Engine events of one member's collective op besides its messages: its rendezvous and
-    phases — three per member on the fabric, three per whole collective when it is timed
-    analytically (engine/dag.py counts them so)."""
-    return 3 / n if k.collective_model == "analytical" else 3
-
-
-def _collective_events(k: _Knobs, kind: str, n: int, nbytes: float, hops: int, channels: int = 1) -> float:
-    """Events one member's collective op costs beyond its own op: none more under the
-    analytical collective model, else the algorithm's messages (ring-like: 2(n − 1) steps of
-    nbytes/n for an all-reduce, n − 1 for the other kinds, on each of ``channels`` rings —
-    NCCL's one ring per member of a host when the group spans hosts, collectives/ring.py)."""
-    if k.collective_model == "analytical" or n <= 1:
-        return 0.0
-    steps = 2 * (n - 1) if kind == "all_reduce" else n - 1
-    return channels * steps * (STEP_EVENTS + _message_events(k, nbytes / n / channels, hops))
-
-
-def _data_parallel(job, k: _Knobs, chunks, dp, tp, gpn, hops, twins) -> tuple[float, float]:
-    """Ops and events of one rank's data-parallel traffic in one iteration."""
-    if dp <= 1:
-        return 0.0, 0.0
+def _dp_collectives(job, costs) -> list[tuple[str, int, float]]:
+    """(kind, pieces, bytes) of a stage's data-parallel collectives per optimizer step:
+    one all-reduce of its gradients, or as ``parallel.data_parallel`` cuts them (buckets,
+    reduce-scatter and all-gather when sharded, per FSDP unit and micro-batch)."""
     d = job.data_parallel
-    spans = tp * dp > gpn
-    dp_hops = hops.inter if spans else hops.intra
-    channels = max(1, gpn // tp) if spans and tp < gpn else 1
-    ops = events = 0.0
-    for c in chunks:
-        cost = job.chunk_costs[c]
+    out = []
+    for cost in costs:
         grads = cost.gradient_bytes
         pieces, kinds = 1, ("all_reduce",)
         if d is not None:
@@ -315,13 +350,87 @@ def _data_parallel(job, k: _Knobs, chunks, dp, tp, gpn, hops, twins) -> tuple[fl
                 kinds = ("reduce_scatter", "all_gather")
             if d.fsdp:
                 pieces = max(pieces, math.ceil(cost.layers / d.unit)) * job.num_microbatches
-        for kind in kinds:
-            ops += pieces
-            events += pieces * (
-                _own_events(k, dp)
-                + _collective_events(k, kind, dp, grads / pieces, dp_hops, channels) * twins
-            )
-    return ops, events
+        out.extend((kind, pieces, grads) for kind in kinds)
+    return out
+
+
+def _replicated(job, k: _Knobs) -> Estimate:
+    """The folded run's estimate, plus each of its ops expanded to the tp × dp twins."""
+    folded = estimate(job, replace(k, fold=True))
+    twins = job.plan.tp * job.plan.dp
+    rows = folded.ops * twins
+    rss = folded.rss_bytes + rows * RSS_PER_ROW + job.num_gpus * RSS_PER_GPU
+    return Estimate(rows, folded.events, folded.seconds + rows * SECONDS_PER_ROW, twins, int(rss))
+
+
+def _parameter_server(job, k: _Knobs, hops: Hops) -> Estimate:
+    """Each worker runs m forward and backward passes per layer and sends and receives
+    each layer's parameters once per iteration; the server applies each layer once."""
+    layers = job.layer_costs[job.cluster.gpu]
+    n, m = job.num_gpus, job.num_microbatches
+    per_layer = sum(_message_events(k, c.gradient_bytes, hops.inter) for c in layers)
+    ops = k.iterations * (n * (2 * m + 4) * len(layers) + len(layers))
+    events = k.iterations * (n * (2 * m * len(layers) + 2 * per_layer) + len(layers))
+    return _priced(k, ops, events, n)
+
+
+def _trace(job, k: _Knobs, hops: Hops, comm: Collectives) -> Estimate:
+    """A trace's ops are known (and run once, whatever ``simulation.iterations``): each
+    costs one event, a message its packets or flow events (taken between nodes), a
+    collective its algorithm's messages."""
+    prog, gpu = job.trace, _Gpu(job, k, comm)
+    events = 0.0
+    for op in prog.ops:
+        events += 1
+        if op.kind == "send":
+            events += _message_events(k, op.nbytes, hops.inter)
+        elif op.kind == "collective":
+            events += gpu.collective(tuple(op.group), op.collective, op.nbytes, 1)
+    return _priced(k, len(prog.ops), events, prog.num_devices)
+
+
+def _priced(k: _Knobs, ops: float, events: float, gpus: int) -> Estimate:
+    ops, events = int(ops), int(max(events, ops))
+    per_event = SECONDS_PER_EVENT.get(k.network, OTHER_SECONDS_PER_EVENT)
+    rss = BASE_RSS + ops * RSS_PER_OP + gpus * RSS_PER_GPU
+    return Estimate(ops, events, ops * SECONDS_PER_OP + events * per_event, rss_bytes=int(rss))
+
+
+def _at_stage(segs: tuple[Segment, ...]) -> tuple[Segment, ...]:
+    """A pass's segments as ``granularity: stage`` builds them (workload/segments.py): its
+    compute around one collective per group and kind carrying their summed bytes (a pass
+    with ring attention or TP overlap runs only per layer, and is kept)."""
+    if any(seg.kind in ("ring", "overlap") for seg in segs):
+        return segs
+    sums: dict[tuple[str, str], int] = {}
+    for seg in segs:
+        if seg.kind == "collective":
+            sums[seg.group, seg.collective] = sums.get((seg.group, seg.collective), 0) + seg.nbytes
+    colls = tuple(Segment("collective", nbytes=b, collective=c, group=g) for (g, c), b in sums.items())
+    compute = Segment("compute")
+    return (compute, *colls, compute) if colls else (compute,)
+
+
+def _order_shares(job, m: int) -> tuple[float, float]:
+    """(W passes per F pass, F passes per micro-batch and model chunk) in the schedule's
+    order — zero-bubble schedules split the backward, a bidirectional one sends each
+    micro-batch through one of a stage's two chunks — read off stage 0's order for a few
+    micro-batches."""
+    p, v = job.plan.pp, job.parallel.virtual_stages
+    mm = min(m, 4 * p * v)
+    try:
+        order = stage_order(job.schedule, 0, p, mm, v, 1)
+    except (ScenarioError, ProgramError, ValueError):
+        return 0.0, 1.0
+    f = sum(1 for item in order if item[0] == "F")
+    if not f:
+        return 0.0, 1.0
+    return sum(1 for item in order if item[0] == "W") / f, f / (mm * len(job.stage_chunks(0)))
+
+
+def _message_events(k: _Knobs, nbytes: float, hops: float) -> float:
+    """Simulated events of one point-to-point message under ``k``'s network model."""
+    return message_events(k.network, k.chunk, k.max_chunks, nbytes, hops)
 
 
 #: alternatives :func:`advice` tries, in order: (what to tell the user, settings changed)
@@ -340,9 +449,12 @@ _ALTERNATIVES = (
 )
 
 
-def advice(job, est: Estimate | None = None, mode_name: str | None = None) -> list[str]:
-    """What brings the estimate down, best first: ``'simulation.fold: true (~1.2 k ops, …; 40× fewer events)'``
-    (``mode_name`` as in :func:`estimate`)."""
+def advice(
+    job, est: Estimate | None = None, mode_name: str | None = None, memory: int | None = None
+) -> list[str]:
+    """What brings the estimate down, best first: ``'simulation.fold: true (~1.2 k ops, …; 40× faster)'``
+    (``mode_name`` as in :func:`estimate`); with ``memory`` (bytes), what brings its peak
+    memory under that, smallest first: ``'simulation.fold: true (…; ~0.4 GiB)'``."""
     est = est or estimate(job, mode_name=mode_name)
     base = _knobs(job)
     out = []
@@ -355,17 +467,38 @@ def advice(job, est: Estimate | None = None, mode_name: str | None = None) -> li
         if alt == base:
             continue
         other = estimate(job, alt, mode_name)
-        if other.seconds < est.seconds / 1.5:
+        if memory is not None:
+            if other.rss_bytes <= memory:
+                out.append((other.rss_bytes, f"{label} ({other.line()}; ~{_gib(other.rss_bytes)})"))
+        elif other.seconds < est.seconds / 1.5:
             out.append(
                 (other.seconds, f"{label} ({other.line()}; {est.seconds / other.seconds:.0f}× faster)")
             )
     return [text for _, text in sorted(out)]
 
 
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.3g} GiB"
+
+
+def available_memory() -> int | None:
+    """Bytes of memory this machine can give a run now: Linux's ``MemAvailable``, else the
+    free physical pages; None where the OS does not say."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024  # kB
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return None
+
+
 def check_budget(job, mode_name: str | None = None) -> Estimate:
     """The run's :class:`Estimate` (``mode_name`` as in :func:`estimate`); a ScenarioError on
     ``simulation.max_events`` (or ``max_ops``) with the estimate and :func:`advice` when it
-    passes the budget."""
+    passes the budget, and on ``memory`` when its peak memory would pass what the machine
+    has available (:func:`available_memory`), with the settings whose estimate fits —
+    refused before it starts, not killed by the operating system halfway."""
     est = estimate(job, mode_name=mode_name)
     sim = job.simulation
     for field, used, budget in (
@@ -381,4 +514,14 @@ def check_budget(job, mode_name: str | None = None) -> Estimate:
                 f"this run is estimated at {est.line()}, past the budget of {_count(budget)} "
                 f"{field.removeprefix('max_')}{hint} (or raise simulation.{field})",
             )
+    free = available_memory()
+    if free is not None and est.rss_bytes > free:
+        tips = advice(job, est, mode_name, memory=free)
+        hint = f"; to fit it: {'; '.join(tips[:3])}" if tips else "; no fidelity setting fits it"
+        raise ScenarioError(
+            "memory",
+            f"~{_gib(est.rss_bytes)}",
+            f"this run is estimated at {est.line()} and ~{_gib(est.rss_bytes)} of memory at its peak, "
+            f"more than the {_gib(free)} this machine has available{hint}",
+        )
     return est
