@@ -1,15 +1,28 @@
-"""What a run will cost before it is compiled: ops, simulated events and wall seconds.
+"""What a run will cost before it is compiled: ops, simulated events, seconds and memory.
 
-:func:`estimate` reads only the resolved Job — GPUs simulated (folded or not), micro-batches,
-model chunks per stage and the segments of each pass (layers and granularity), the schedule's
-phases, pipeline sends, data-parallel collectives, iterations — and prices each op in
-simulated events by the network model: on ``packet`` a message is ``⌈bytes / chunk⌉`` chunks
-on each link of its route (``simulation.chunk_size``, ``max_chunks``), on ``flow`` a start and
-an end, on ``analytical``/``direct`` one timeout; a collective on the fabric is its
-algorithm's point-to-point messages (a ring all-reduce of n members: 2(n − 1) per member),
-under ``collective_model: analytical`` three events. Folded runs count the shadow traffic of
-the twins they drop. The wall time is ops × :data:`SECONDS_PER_OP` + events × the
-network's :data:`SECONDS_PER_EVENT` (measured on the project's 2-core machine, docs/fidelity.md).
+:func:`estimate` reads only the resolved Job and counts what the compilers will build:
+for each stage, its GPUs (tp × the cp × dp replicas, its own stage replicas, or one when
+folded) and the passes each runs (micro-batches the schedule sends through each model
+chunk — one of a bidirectional stage's two chunks; every r-th on a stage replica;
+forwards only when serving), each pass its segments as ``pass_segments`` gives them
+(framework work, Megatron's all-gather of a received tensor, compute, TP/CP/expert
+collectives, ring-attention steps and their K/V transfers, TP overlap's chunks; runs of
+compute merged at stage granularity as ``coarsen`` merges them) and its pipeline
+transfers; per optimizer step the data-parallel collectives (buckets, sharding, FSDP
+units), the expert gradients' all-reduce and a flushing schedule's step work (the tied
+embedding's all-reduce, the loss-scale check and the gradient norm with their scalar
+all-reduces). Each collective is priced by :mod:`.estimate_comm`: the messages of the
+algorithm the run will pick for its group, each at its network model's events; a member
+holds 1/n of them, a folded representative all of them and its shadows'. Under
+``collective_model: analytical`` a collective is three events; where communication slows
+compute (``cluster.comm_compute_slowdown``) each collective op re-times the compute beside
+it (:data:`SLOWDOWN_EVENTS`).
+
+The CPU seconds follow from the counts: ops × :data:`SECONDS_PER_OP` + events × the
+network's :data:`SECONDS_PER_EVENT` (the DAG pass's cheaper rates where it evaluates the
+run); the peak memory (RSS) from the interpreter's own, ops, GPUs and the messages of the
+largest collective call (:data:`BASE_RSS` and the ``RSS_PER_*`` rates), all measured on the
+project's 2-core machine (``benchmarks/estimate_truth.py`` prints estimate against run).
 
 An unfolded run that ``simulate`` evaluates as replicas of its folded Program
 (:func:`.replication.replica_obstacle`, given the run's training mode) is priced as it runs:
@@ -19,11 +32,13 @@ rows of its tables: the memory side of the budget) and its ``events`` the events
 evaluates (the folded pass's: the time side), so ``max_ops`` compares the expanded rows
 and ``max_events`` the folded work.
 
-It is an estimate, not a count: tests/test_estimate.py holds it within 2× of the real op and
-event counts of shipped scenarios. :func:`check_budget` refuses a run whose estimate passes
-``simulation.max_events`` or ``simulation.max_ops`` — before compiling, so a slip of a few
-digits is a one-line error instead of a run that never ends — and :func:`advice` says which
-fidelity preset or knob brings the estimate down, and by how much.
+It is an estimate, not a count: tests/test_estimate.py and tests/test_estimate_truth.py
+hold it within 2× of the real op and event counts of every shipped scenario.
+:func:`check_budget` refuses a run whose estimate passes ``simulation.max_events`` or
+``simulation.max_ops`` — before compiling, so a slip of a few digits is a one-line error
+instead of a run that never ends — or whose memory would pass what the machine has
+available, and :func:`advice` says which fidelity preset or knob brings the estimate
+down (or fits it), and by how much.
 """
 
 from __future__ import annotations
@@ -35,22 +50,26 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import ProgramError, ScenarioError
+from ..network.packet import DEFAULT_CHUNK_SIZE as DEFAULT_CHUNK
 from ..parallel.data_parallel import SCALAR_BYTES, grad_stats_group
 from ..schedules.orders import stage_order
 from ..workload.pass_costs import pass_segments, pass_transfers
 from ..workload.stage_cost import Segment
 from ..workload.tp_overlap import BULK, RING
-from .estimate_comm import DEFAULT_CHUNK, STEP_EVENTS, Collectives, Hops, message_events
-from .replication import replica_obstacle
+from .estimate_comm import STEP_EVENTS, Collectives, Hops, message_events
+from .replication import contention_free, replica_obstacle
 
 #: wall seconds per op (compile, check, engine plans, result tables) and per simulated event,
 #: measured on the project's 2-core machine (docs/fidelity.md); a rough scale, not a promise
 SECONDS_PER_OP = 30e-6
-SECONDS_PER_EVENT = {"packet": 3e-6, "flow": 9e-6}  # (a flow event re-solves the shares)
+SECONDS_PER_EVENT = {"packet": 3e-6, "flow": 8e-6}  # (a flow event re-solves the shares)
 OTHER_SECONDS_PER_EVENT = 4e-6
+#: the same where the DAG pass evaluates the run (engine/dag.py: no SimPy events, each op
+#: stepped once; GPT 1T, 145.6B and 7.5B of Megatron 2021's Table 1)
+DAG_SECONDS_PER_OP, DAG_SECONDS_PER_EVENT = 12e-6, 1e-6
 #: wall seconds per op of a replicated run for expanding its span to each twin (spans,
 #: memory samples, result tables; GPT-3 175B and LLaMA-3 405B unfolded, docs/performance.md)
-SECONDS_PER_ROW = 2.5e-6
+SECONDS_PER_ROW = 0.4e-6
 #: peak memory: the interpreter with clustersim and its libraries imported, then bytes per op
 #: (the Program, the engine's plans, spans and result tables), per GPU (topology graph,
 #: routes, per-device tables) and per span row a replicated run expands (docs/performance.md)
@@ -58,6 +77,7 @@ BASE_RSS = 110 * 2**20
 RSS_PER_OP = 1700
 RSS_PER_GPU = 20_000
 RSS_PER_ROW = 400
+RSS_PER_MESSAGE = 1000
 #: events a collective op adds where communication slows compute (cluster.comm_compute_slowdown):
 #: the re-timing of the compute running beside it (measured on DeepSeek-V3, 2,048 GPUs)
 SLOWDOWN_EVENTS = 5
@@ -174,7 +194,8 @@ def estimate(job, knobs: _Knobs | None = None, mode_name: str | None = None) -> 
         step_ops, step_events = gpu.step_cost(s, job.stage_chunks(s), reps)
         ops += gpus * (passes * pass_ops + steps * step_ops)
         events += gpus * (passes * pass_events + steps * step_events)
-    return _priced(k, ops * k.iterations, events * k.iterations, job.num_gpus)
+    dag = job.simulation.evaluator != "des" and contention_free(job, None, k.network, k.collective_model)[0]
+    return _priced(k, ops * k.iterations, events * k.iterations, job.num_gpus, gpu.peak_messages, dag)
 
 
 class _Gpu:
@@ -189,6 +210,7 @@ class _Gpu:
         self.job, self.k, self.comm = job, k, comm
         self.plan = job.plan
         self.slowdown = job.cluster.comm_compute_slowdown > 1
+        self.peak_messages = 0.0  # the most messages one collective call builds at once
         # a folded send carries its twins' traffic on a fabric whose links are shared; on
         # analytical and direct the shadows load nothing
         folded_shared = k.fold and k.network in ("packet", "flow")
@@ -229,8 +251,10 @@ class _Gpu:
             own += SLOWDOWN_EVENTS
         if self.k.collective_model == "analytical":
             return own
-        messages = self.comm.events(members, kind, nbytes)
-        return own + (messages * copies if folded else messages / n)
+        events, messages = self.comm.events(members, kind, nbytes)
+        # every message of a call (and of the calls it stands for) is built when it starts
+        self.peak_messages = max(self.peak_messages, messages * (copies if folded else 1))
+        return own + (events * copies if folded else events / n)
 
     def pass_cost(self, stage: int, chunk: int, phase: str, split: bool) -> tuple[float, float]:
         """(ops, events) of one ``phase`` pass of model ``chunk`` on one GPU of ``stage``:
@@ -386,14 +410,19 @@ def _trace(job, k: _Knobs, hops: Hops, comm: Collectives) -> Estimate:
             events += _message_events(k, op.nbytes, hops.inter)
         elif op.kind == "collective":
             events += gpu.collective(tuple(op.group), op.collective, op.nbytes, 1)
-    return _priced(k, len(prog.ops), events, prog.num_devices)
+    return _priced(k, len(prog.ops), events, prog.num_devices, gpu.peak_messages)
 
 
-def _priced(k: _Knobs, ops: float, events: float, gpus: int) -> Estimate:
+def _priced(
+    k: _Knobs, ops: float, events: float, gpus: int, messages: float = 0, dag: bool = False
+) -> Estimate:
+    """The Estimate of ``ops`` and ``events`` on ``gpus`` GPUs whose largest collective call
+    builds ``messages`` messages at once; ``dag``: the DAG pass evaluates it."""
     ops, events = int(ops), int(max(events, ops))
-    per_event = SECONDS_PER_EVENT.get(k.network, OTHER_SECONDS_PER_EVENT)
-    rss = BASE_RSS + ops * RSS_PER_OP + gpus * RSS_PER_GPU
-    return Estimate(ops, events, ops * SECONDS_PER_OP + events * per_event, rss_bytes=int(rss))
+    per_op = DAG_SECONDS_PER_OP if dag else SECONDS_PER_OP
+    per_event = DAG_SECONDS_PER_EVENT if dag else SECONDS_PER_EVENT.get(k.network, OTHER_SECONDS_PER_EVENT)
+    rss = BASE_RSS + ops * RSS_PER_OP + gpus * RSS_PER_GPU + messages * RSS_PER_MESSAGE
+    return Estimate(ops, events, ops * per_op + events * per_event, rss_bytes=int(rss))
 
 
 def _at_stage(segs: tuple[Segment, ...]) -> tuple[Segment, ...]:

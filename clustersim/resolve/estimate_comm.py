@@ -25,8 +25,6 @@ from ..topology.graph import is_wire
 from ..topology.lazy import link_data
 from ..topology.routing import Router
 
-#: the packet model's chunk when ``simulation.chunk_size`` is unset (network/packet.py)
-DEFAULT_CHUNK = 1 << 20
 #: events a flow-model message costs: its end, and its share of the allocations and timer
 #: moves (flows starting at one moment share one allocation; measured on rings and
 #: all-to-alls of 16–128 GPUs: 4.2–5.4 events per message with its step's)
@@ -83,13 +81,14 @@ class Collectives:
         cl = job.cluster
         self.tuning = (cl.collective_alpha, cl.collective_latency, cl.collective_protocols)
         self.fabric = None if network == "direct" else SimpleNamespace(graph=job.graph, router=None)
-        self._known: dict[tuple, float] = {}
+        self._known: dict[tuple, tuple[float, float]] = {}
 
-    def events(self, members: tuple[int, ...], kind: str, nbytes: float) -> float:
-        """Events of all messages of one ``kind`` collective of ``nbytes`` over ``members``."""
+    def events(self, members: tuple[int, ...], kind: str, nbytes: float) -> tuple[float, float]:
+        """(events, messages) of one ``kind`` collective of ``nbytes`` over ``members``, all
+        its messages together (the schedule builds them all when the call starts)."""
         n = len(members)
         if n <= 1:
-            return 0.0
+            return 0.0, 0.0
         key = (members[0], members[-1], n, kind, int(nbytes))
         if key not in self._known:
             self._known[key] = self._price(members, kind, nbytes)
@@ -103,7 +102,7 @@ class Collectives:
         group = Group(None, self.fabric, [f"gpu{d}" for d in members], alpha, latency, protocols)
         return plan(group, kind, int(nbytes), requested)[0] or "ring"
 
-    def _price(self, members: tuple[int, ...], kind: str, s: float) -> float:
+    def _price(self, members: tuple[int, ...], kind: str, s: float) -> tuple[float, float]:
         n = len(members)
         hosts = len({d // self.gpn for d in members})
         m = -(-n // hosts)  # members per host
@@ -144,4 +143,4 @@ class Collectives:
             total += count * (
                 STEP_EVENTS + message_events(self.network, self.chunk, self.max_chunks, size, hops)
             )
-        return total
+        return total, sum(count for count, _, _ in parts)
