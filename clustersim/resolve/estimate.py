@@ -67,6 +67,9 @@ OTHER_SECONDS_PER_EVENT = 4e-6
 #: the same where the DAG pass evaluates the run (engine/dag.py: no SimPy events, each op
 #: stepped once; GPT 1T, 145.6B and 7.5B of Megatron 2021's Table 1)
 DAG_SECONDS_PER_OP, DAG_SECONDS_PER_EVENT = 12e-6, 1e-6
+#: flows in flight up to which a flow event costs SECONDS_PER_EVENT; past it, 1 + ln(flows /
+#: this) times that (GPT-7.5B on 64 → 1,024 H100: 7.6 → 32 µs per event, benchmarks/scale.py --family)
+FLOW_GROUP = 64
 #: wall seconds per op of a replicated run for expanding its span to each twin (spans,
 #: memory samples, result tables; GPT-3 175B and LLaMA-3 405B unfolded, docs/performance.md)
 SECONDS_PER_ROW = 0.4e-6
@@ -172,7 +175,8 @@ def estimate(job, knobs: _Knobs | None = None, mode_name: str | None = None) -> 
     # arrival op per request on each replica's first GPU (compilers/inference/compile.py)
     serving = job.training.mode == "inference"
     phases = (("F", 1.0),) if serving else (("F", 1.0), ("B", 1.0), ("W", w_share))
-    ops = events = m * (1 if k.fold else plan.replicas) if serving else 0.0
+    arrivals = m * (1 if k.fold else plan.replicas) if serving else 0.0
+    total = _Work(arrivals, arrivals, arrivals)
     for s in range(plan.pp):
         # the stage's replicas (cp × dp ranks, or its own stage replicas) of tp GPUs each;
         # a stage replica runs every r-th micro-batch (compilers/replicated/compile.py)
@@ -180,22 +184,40 @@ def estimate(job, knobs: _Knobs | None = None, mode_name: str | None = None) -> 
         gpus, passes = (
             (1, m * visits) if k.fold else (plan.tp * reps, m * visits / (reps if stage_replicas else 1))
         )
-        pass_ops = pass_events = 0.0  # one micro-batch's passes on one GPU of this stage
+        per_pass = _Work()  # one micro-batch's passes on one GPU of this stage
         for c in job.stage_chunks(s):
             for phase, weight in phases:
                 if weight:
-                    o, e = gpu.pass_cost(s, c, phase, w_share > 0)
-                    pass_ops += weight * o
-                    pass_events += weight * e
+                    per_pass += gpu.pass_cost(s, c, phase, w_share > 0) * weight
         # optimizer steps per iteration: one when the schedule flushes, else one per
         # micro-batch (merged over a stage's replicas: one per r of them)
         steps = 1 if job.schedule.flush else m / (reps if stage_replicas else 1)
         steps *= not serving
-        step_ops, step_events = gpu.step_cost(s, job.stage_chunks(s), reps)
-        ops += gpus * (passes * pass_ops + steps * step_ops)
-        events += gpus * (passes * pass_events + steps * step_events)
+        total += (per_pass * passes + gpu.step_cost(s, job.stage_chunks(s), reps) * steps) * gpus
     dag = job.simulation.evaluator != "des" and contention_free(job, None, k.network, k.collective_model)[0]
-    return _priced(k, ops * k.iterations, events * k.iterations, job.num_gpus, gpu.peak_messages, dag)
+    return _priced(k, total * k.iterations, job.num_gpus, gpu, dag)
+
+
+@dataclass(frozen=True)
+class _Work:
+    """Ops and simulated events of some part of a run, and the events' CPU ``weight``: each
+    at the network's cost per event, a collective's messages more where they re-solve the
+    shares of many flows (:data:`FLOW_GROUP`)."""
+
+    ops: float = 0.0
+    events: float = 0.0
+    weight: float = 0.0
+
+    def __add__(self, other: _Work) -> _Work:
+        return _Work(self.ops + other.ops, self.events + other.events, self.weight + other.weight)
+
+    def __mul__(self, times: float) -> _Work:
+        return _Work(self.ops * times, self.events * times, self.weight * times)
+
+
+def _plain(ops: float, events: float) -> _Work:
+    """``ops`` ops of ``events`` events at the base cost per event."""
+    return _Work(ops, events, events)
 
 
 class _Gpu:
@@ -237,12 +259,12 @@ class _Gpu:
             self._groups[key] = (members, count)
         return self._groups[key]
 
-    def collective(self, members: tuple[int, ...], kind: str, nbytes: float, copies: int) -> float:
-        """Events of one GPU's op of a ``kind`` collective over ``members`` (``copies``: the
-        groups a folded representative's op stands for)."""
+    def collective(self, members: tuple[int, ...], kind: str, nbytes: float, copies: int) -> _Work:
+        """One GPU's op of a ``kind`` collective over ``members`` (``copies``: the groups of
+        its kind in the stage, side by side; folded, the representative's op stands for them)."""
         n = len(members)
         if n <= 1:
-            return 1.0
+            return _plain(1, 1)
         folded = self.k.fold
         # the rendezvous and phases: three per member on the fabric; three per collective
         # when timed analytically (engine/dag.py), which folded is the representative's op
@@ -250,36 +272,37 @@ class _Gpu:
         if self.slowdown:  # its start and end re-time the compute its GPU is running
             own += SLOWDOWN_EVENTS
         if self.k.collective_model == "analytical":
-            return own
-        events, messages = self.comm.events(members, kind, nbytes)
+            return _plain(1, own)
+        events, messages, width = self.comm.events(members, kind, nbytes)
         # every message of a call (and of the calls it stands for) is built when it starts
         self.peak_messages = max(self.peak_messages, messages * (copies if folded else 1))
-        return own + (events * copies if folded else events / n)
+        events = events * copies if folded else events / n
+        flows = width * copies
+        slower = 1 + math.log(max(flows, FLOW_GROUP) / FLOW_GROUP) if self.k.network == "flow" else 1.0
+        return _Work(1, own + events, own + events * slower)
 
-    def pass_cost(self, stage: int, chunk: int, phase: str, split: bool) -> tuple[float, float]:
-        """(ops, events) of one ``phase`` pass of model ``chunk`` on one GPU of ``stage``:
+    def pass_cost(self, stage: int, chunk: int, phase: str, split: bool) -> _Work:
+        """The work of one ``phase`` pass of model ``chunk`` on one GPU of ``stage``:
         its segments, and the pipeline transfers it receives and sends (a send to another
         stage is a message; folded, with its twins' as shadows on a shared fabric)."""
         job, k, pp = self.job, self.k, self.plan.pp
         costs, schedule = job.chunk_costs, job.schedule
         got, sent = pass_transfers(costs, phase, chunk, schedule.route(chunk, len(costs)))
         received = got is not None and schedule.stage_of(got[0], pp) != stage
-        ops = events = float(received)  # the recv
+        work = _plain(received, received)  # the recv
         if sent is not None and schedule.stage_of(sent[0], pp) != stage:
             hops = (
                 self.comm.hops.inter
                 if self.plan.tp * self.plan.replicas >= job.cluster.gpus_per_node
                 else self.comm.hops.intra
             )
-            ops += 1
-            events += 1 + _message_events(k, sent[1], hops) * self.twins
-        o, e = self.segments(pass_segments(costs[chunk], phase, split, received), stage)
-        return ops + o, events + e
+            work += _plain(1, 1 + _message_events(k, sent[1], hops) * self.twins)
+        return work + self.segments(pass_segments(costs[chunk], phase, split, received), stage)
 
-    def segments(self, segs, stage: int) -> tuple[float, float]:
-        """(ops, events) of a pass's segments ``segs`` on one GPU of ``stage``."""
+    def segments(self, segs, stage: int) -> _Work:
+        """The work of a pass's segments ``segs`` on one GPU of ``stage``."""
         k = self.k
-        ops = events = 0.0
+        work = _Work()
         joins = 0
         # at stage granularity a run of compute ops is one op (clustersim/coarsen.py); a job
         # resolved per layer priced at stage granularity (the advice's alternative) has its
@@ -291,12 +314,10 @@ class _Gpu:
             if merged:
                 continue
             if seg.kind == "compute":
-                ops += 1
-                events += 1
+                work += _plain(1, 1)
             elif seg.kind == "collective":
                 members, count = self.group(stage, seg.group)
-                ops += 1
-                events += self.collective(members, seg.collective, seg.nbytes, count)
+                work += self.collective(members, seg.collective, seg.nbytes, count)
             elif seg.kind == "ring":  # ring attention: a chunk per step, a K/V send and recv per step
                 members, _ = self.group(stage, "cp")
                 sent = [b for b in seg.step_bytes if b]
@@ -305,57 +326,52 @@ class _Gpu:
                     if len({d // self.job.cluster.gpus_per_node for d in members}) > 1
                     else self.comm.hops.intra
                 )
-                ops += len(seg.steps) + 2 * len(sent)
-                events += len(seg.steps) + sum(STEP_EVENTS + _message_events(k, b, hops) for b in sent)
+                events = len(seg.steps) + sum(STEP_EVENTS + _message_events(k, b, hops) for b in sent)
+                work += _plain(len(seg.steps) + 2 * len(sent), events)
                 joins = 1
             else:  # a TP collective pipelined with its GEMM in chunks (compilers/pipeline/tp_overlap.py)
                 members, count = self.group(stage, "tp")
                 pieces = seg.chunks if seg.method != BULK else 1
                 colls = pieces - 1 if seg.method == RING else pieces
-                ops += pieces + colls
-                events += pieces + colls * self.collective(
-                    members, seg.collective, seg.nbytes / max(colls, 1), count
-                )
+                coll = self.collective(members, seg.collective, seg.nbytes / max(colls, 1), count)
+                work += _plain(pieces, pieces) + coll * colls
                 joins = joins or seg.method == BULK
-        return ops + joins, events + joins
+        return work + _plain(joins, joins)
 
-    def step_cost(self, stage: int, chunks: list[int], reps: int) -> tuple[float, float]:
-        """(ops, events) of one optimizer step of one GPU of ``stage``: the data-parallel
+    def step_cost(self, stage: int, chunks: list[int], reps: int) -> _Work:
+        """The work of one optimizer step of one GPU of ``stage``: the data-parallel
         reduction over its ``reps`` replicas (compilers/pipeline/data_parallel.py,
         gradient_sync.py), the expert gradients' over their group, the step work of a
         flushing schedule (compilers/pipeline/step_work.py) and the optimizer."""
         job, plan = self.job, self.plan
         costs = [job.chunk_costs[c] for c in chunks]
-        ops = events = 1.0  # the optimizer
+        work = _plain(1, 1)  # the optimizer
         if reps > 1:
             members, count = self.group(stage, "dp")
             for kind, pieces, nbytes in _dp_collectives(job, costs):
-                ops += pieces
-                events += pieces * self.collective(members, kind, nbytes / pieces, count)
+                work += self.collective(members, kind, nbytes / pieces, count) * pieces
         expert = sum(c.expert_grad_bytes for c in costs)
         if expert and not job.parallel.stage_replicas:
             members, count = self.group(stage, "edp")
-            ops += 1
-            events += self.collective(members, "all_reduce", expert, count)
+            work += self.collective(members, "all_reduce", expert, count)
         if not job.schedule.flush or job.parallel.stage_replicas:
-            return ops, events
+            return work
         last = job.schedule.stage_of(len(job.chunk_costs) - 1, plan.pp)
         if any(c.tied_grad_bytes for c in costs) and last != job.schedule.stage_of(0, plan.pp):
             if stage in (0, last):
-                ops += 1
-                events += self.collective(
-                    (0, 1), "all_reduce", costs[0].tied_grad_bytes, plan.tp * plan.replicas
-                )
+                pair = (0, 1)  # the first and the last stage's GPU (their route: a pair's)
+                work += self.collective(pair, "all_reduce", costs[0].tied_grad_bytes, plan.tp * plan.replicas)
         sharded = job.parallel.zero > 0
         group = grad_stats_group(plan, 0, sharded)
         copies = 1 if sharded else plan.dp
         for seconds in (sum(c.unscale for c in costs), sum(c.grad_norm for c in costs)):
             if seconds:
-                ops += 1 + (len(group) > 1)
-                events += 1 + (len(group) > 1) * self.collective(
-                    group, "all_reduce", SCALAR_BYTES, copies
-                ) / (plan.pp if self.k.fold else 1)
-        return ops, events
+                work += _plain(1, 1)  # the pass over the gradients
+                if len(group) > 1:  # folded, the stages' representatives meet in one call
+                    share = 1 / plan.pp if self.k.fold else 1
+                    reduce = self.collective(group, "all_reduce", SCALAR_BYTES, copies)
+                    work += _Work(1, reduce.events * share, reduce.weight * share)
+        return work
 
 
 def _dp_collectives(job, costs) -> list[tuple[str, int, float]]:
@@ -395,7 +411,7 @@ def _parameter_server(job, k: _Knobs, hops: Hops) -> Estimate:
     per_layer = sum(_message_events(k, c.gradient_bytes, hops.inter) for c in layers)
     ops = k.iterations * (n * (2 * m + 4) * len(layers) + len(layers))
     events = k.iterations * (n * (2 * m * len(layers) + 2 * per_layer) + len(layers))
-    return _priced(k, ops, events, n)
+    return _priced(k, _plain(ops, events), n)
 
 
 def _trace(job, k: _Knobs, hops: Hops, comm: Collectives) -> Estimate:
@@ -403,26 +419,27 @@ def _trace(job, k: _Knobs, hops: Hops, comm: Collectives) -> Estimate:
     costs one event, a message its packets or flow events (taken between nodes), a
     collective its algorithm's messages."""
     prog, gpu = job.trace, _Gpu(job, k, comm)
-    events = 0.0
+    work = _Work()
     for op in prog.ops:
-        events += 1
         if op.kind == "send":
-            events += _message_events(k, op.nbytes, hops.inter)
+            work += _plain(1, 1 + _message_events(k, op.nbytes, hops.inter))
         elif op.kind == "collective":
-            events += gpu.collective(tuple(op.group), op.collective, op.nbytes, 1)
-    return _priced(k, len(prog.ops), events, prog.num_devices, gpu.peak_messages)
+            work += _plain(0, 1) + gpu.collective(tuple(op.group), op.collective, op.nbytes, 1)
+        else:
+            work += _plain(1, 1)
+    return _priced(k, work, prog.num_devices, gpu)
 
 
-def _priced(
-    k: _Knobs, ops: float, events: float, gpus: int, messages: float = 0, dag: bool = False
-) -> Estimate:
-    """The Estimate of ``ops`` and ``events`` on ``gpus`` GPUs whose largest collective call
-    builds ``messages`` messages at once; ``dag``: the DAG pass evaluates it."""
-    ops, events = int(ops), int(max(events, ops))
+def _priced(k: _Knobs, work: _Work, gpus: int, gpu: _Gpu | None = None, dag: bool = False) -> Estimate:
+    """The Estimate of ``work`` on ``gpus`` GPUs (``gpu``: what priced it, for the messages
+    of its largest collective call; None: no collectives); ``dag``: the DAG pass evaluates it."""
+    ops, events = int(work.ops), int(max(work.events, work.ops))
     per_op = DAG_SECONDS_PER_OP if dag else SECONDS_PER_OP
     per_event = DAG_SECONDS_PER_EVENT if dag else SECONDS_PER_EVENT.get(k.network, OTHER_SECONDS_PER_EVENT)
+    weight = work.events if dag else max(work.weight, ops)
+    messages = gpu.peak_messages if gpu is not None else 0.0
     rss = BASE_RSS + ops * RSS_PER_OP + gpus * RSS_PER_GPU + messages * RSS_PER_MESSAGE
-    return Estimate(ops, events, ops * per_op + events * per_event, rss_bytes=int(rss))
+    return Estimate(ops, events, ops * per_op + weight * per_event, rss_bytes=int(rss))
 
 
 def _at_stage(segs: tuple[Segment, ...]) -> tuple[Segment, ...]:

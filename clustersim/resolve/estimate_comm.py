@@ -81,14 +81,15 @@ class Collectives:
         cl = job.cluster
         self.tuning = (cl.collective_alpha, cl.collective_latency, cl.collective_protocols)
         self.fabric = None if network == "direct" else SimpleNamespace(graph=job.graph, router=None)
-        self._known: dict[tuple, tuple[float, float]] = {}
+        self._known: dict[tuple, tuple[float, float, float]] = {}
 
-    def events(self, members: tuple[int, ...], kind: str, nbytes: float) -> tuple[float, float]:
-        """(events, messages) of one ``kind`` collective of ``nbytes`` over ``members``, all
-        its messages together (the schedule builds them all when the call starts)."""
+    def events(self, members: tuple[int, ...], kind: str, nbytes: float) -> tuple[float, float, float]:
+        """(events, messages, width) of one ``kind`` collective of ``nbytes`` over
+        ``members``: all its messages (the schedule builds them when the call starts), and
+        how many are in flight at once."""
         n = len(members)
         if n <= 1:
-            return 0.0, 0.0
+            return 0.0, 0.0, 0.0
         key = (members[0], members[-1], n, kind, int(nbytes))
         if key not in self._known:
             self._known[key] = self._price(members, kind, nbytes)
@@ -102,7 +103,7 @@ class Collectives:
         group = Group(None, self.fabric, [f"gpu{d}" for d in members], alpha, latency, protocols)
         return plan(group, kind, int(nbytes), requested)[0] or "ring"
 
-    def _price(self, members: tuple[int, ...], kind: str, s: float) -> tuple[float, float]:
+    def _price(self, members: tuple[int, ...], kind: str, s: float) -> tuple[float, float, float]:
         n = len(members)
         hosts = len({d // self.gpn for d in members})
         m = -(-n // hosts)  # members per host
@@ -110,7 +111,9 @@ class Collectives:
         alg = self._algorithm(members, kind, s)
         if kind == "barrier":
             kind, s = "all_reduce", 0
-        # (messages, bytes each, share crossing hosts) of the whole call
+        # (messages, bytes each, share crossing hosts) of the whole call; ``width``: the
+        # messages in flight at once (a ring's step on every channel, a rank's one send)
+        width = n
         if alg == "ring" and kind in ("broadcast", "reduce"):
             c = m if hosts > 1 else 1
             k = pipeline_chunks(int(s / c))
@@ -118,11 +121,11 @@ class Collectives:
         elif alg == "ring":
             c = m if hosts > 1 else 1
             steps = 2 * (n - 1) if kind == "all_reduce" else n - 1
-            parts = [(c * steps * n, s / c / n, cross)]
+            parts, width = [(c * steps * n, s / c / n, cross)], c * n
         elif alg == "tree":
             k = pipeline_chunks(int(s / 2))
             phases = 2 if kind == "all_reduce" else 1
-            parts = [(2 * k * phases * (n - 1), s / 2 / k, cross)]
+            parts, width = [(2 * k * phases * (n - 1), s / 2 / k, cross)], 2 * (n - 1)
         elif alg == "halving_doubling":
             p = 1 << (n.bit_length() - 1)
             steps = max(1, int(math.log2(p)))
@@ -143,4 +146,4 @@ class Collectives:
             total += count * (
                 STEP_EVENTS + message_events(self.network, self.chunk, self.max_chunks, size, hops)
             )
-        return total, sum(count for count, _, _ in parts)
+        return total, sum(count for count, _, _ in parts), width
