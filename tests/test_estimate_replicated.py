@@ -64,6 +64,7 @@ def test_a_large_unfolded_run_that_is_replicated_is_not_refused_or_advised_to_fo
     assert est.seconds < ADVICE_S  # so the run's estimate line carries no advice (simulate._announce)
     assert "evaluated × 64 replicas" in est.line()
     unfolded = estimate(job)  # priced as an unfolded run that is not replicated:
-    assert unfolded.seconds > ADVICE_S and any(tip.startswith("simulation.fold: true") for tip in advice(job))
+    assert unfolded.seconds > 5 * est.seconds
+    assert any(tip.startswith("simulation.fold: true") for tip in advice(job))
     with pytest.raises(cs.ScenarioError, match="simulation.max_events"):
         check_budget(job)  # and past the budget

@@ -32,6 +32,9 @@ FLOW_EVENTS = 1.5
 #: events a collective's point-to-point step costs besides its message (the step's process
 #: waking, the send's completion and the receiver's wake-up; measured, docs/fidelity.md)
 STEP_EVENTS = 3
+#: a message shorter than this (latency-bound) ends about as soon as it starts: it adds no
+#: lasting flow whose shares other flows' events re-solve (``Collectives.events``' width)
+LASTING_BYTES = 64 * 1024
 
 
 class Hops:
@@ -140,6 +143,8 @@ class Collectives:
             per = 2 if kind == "all_reduce" else 1
             pairs = n - 1 if kind in ("broadcast", "reduce") else n * (n - 1)
             parts = [(per * pairs, s / n if pairs > n else s, (n - m) / (n - 1) if hosts > 1 else 0.0)]
+        if max(size for _, size, _ in parts) < LASTING_BYTES:
+            width = 0  # its flows end before others start: they join no lasting group
         total = 0.0
         for count, size, inter in parts:
             hops = inter * self.hops.inter + (1 - inter) * self.hops.intra
