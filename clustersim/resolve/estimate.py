@@ -62,6 +62,7 @@ from .replication import contention_free, replica_obstacle
 #: wall seconds per op (compile, check, engine plans, result tables) and per simulated event,
 #: measured on the project's 2-core machine (docs/fidelity.md); a rough scale, not a promise
 SECONDS_PER_OP = 30e-6
+BASE_SECONDS = 0.02  # what any run builds whatever its size (plans, result tables)
 SECONDS_PER_EVENT = {"packet": 3e-6, "flow": 8e-6}  # (a flow event re-solves the shares)
 OTHER_SECONDS_PER_EVENT = 4e-6
 #: the same where the DAG pass evaluates the run (engine/dag.py: no SimPy events, each op
@@ -439,7 +440,8 @@ def _priced(k: _Knobs, work: _Work, gpus: int, gpu: _Gpu | None = None, dag: boo
     weight = work.events if dag else max(work.weight, ops)
     messages = gpu.peak_messages if gpu is not None else 0.0
     rss = BASE_RSS + ops * RSS_PER_OP + gpus * RSS_PER_GPU + messages * RSS_PER_MESSAGE
-    return Estimate(ops, events, ops * per_op + weight * per_event, rss_bytes=int(rss))
+    seconds = BASE_SECONDS + ops * per_op + weight * per_event
+    return Estimate(ops, events, seconds, rss_bytes=int(rss))
 
 
 def _at_stage(segs: tuple[Segment, ...]) -> tuple[Segment, ...]:
