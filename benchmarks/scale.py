@@ -6,6 +6,7 @@
     python benchmarks/scale.py --fidelity # README's "Which fidelity do I need?": 16 / 1,024 / 16,384
                                           # GPUs at exact / balanced / fast
     python benchmarks/scale.py --quick --only "(b)" --against /tmp/main   # before → after
+    python benchmarks/scale.py --family --sizes 16,64,256,1024   # issue 38's benchmark family
 
 Prints a table:
   (a) GPT-3 175B on 1,024 A100 (DGX-A100 fat tree; TP 8, PP 16, DP 8; batch 1,536, micro-batch 1;
@@ -23,6 +24,13 @@ removed so the preset decides; a run whose pre-run estimate (clustersim/resolve/
 is over ``--max-s`` seconds (default 60: where clustersim starts printing advice) is not run
 and its estimate is printed instead.
 
+``--family`` runs issue 38's benchmark family: ``scenarios/gpt-7.5b-64xh100-balanced.yaml``
+with TP 8, PP 1, DP = GPUs / 8, global batch 8 × DP, micro-batch 1 on a 1:1 fat tree, at
+each of ``--sizes`` GPUs (default 16, 64, 256, 1,024, 4,096; the 1,024 and 4,096 runs take
+minutes on the project's 2-core machine), each in a fresh process; it prints CPU seconds,
+peak RSS and simulated events with the pre-run estimate of each (estimate / actual), and
+the growth exponent between successive sizes, log(CPU ratio) / log(GPU ratio).
+
 ``--against DIR`` runs every row of the table a second time on the code in ``DIR`` (another
 checkout, put first on ``PYTHONPATH``) right before this checkout's run, and adds both runs'
 CPU seconds and their ratio to the row; ``--only TEXT`` keeps the rows whose label contains
@@ -34,6 +42,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import resource
 import subprocess
@@ -90,6 +99,51 @@ def gpus_sweep(gpus: int, m: int = 8) -> dict:
     }
 
 
+def family(gpus: int) -> dict:
+    """Issue 38's benchmark family at ``gpus`` GPUs (module docstring)."""
+    from clustersim.scenario import read_yaml
+
+    raw = read_yaml(ROOT / "scenarios" / "gpt-7.5b-64xh100-balanced.yaml")
+    dp = gpus // 8
+    return {
+        **raw,
+        "name": f"gpt-7.5b-{gpus}xh100-balanced",
+        "cluster": {
+            **raw["cluster"],
+            "nodes": gpus // 8,
+            "topology": {"kind": "fat_tree", "oversubscription": 1},
+        },
+        "training": {**raw["training"], "global_batch": 8 * dp, "micro_batch": 1},
+        "parallel": {**raw["parallel"], "tp": 8, "pp": 1, "dp": dp},
+    }
+
+
+def family_table(sizes: list[int]) -> None:
+    """One row per size of the family: CPU s, peak RSS and events, each beside its
+    estimate, and the CPU growth exponent from the size before."""
+    head = ("GPUs", "CPU s", "est/act", "RSS GiB", "est/act", "events", "est/act", "exponent")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(" ".join(f"{h:>9}" for h in head))
+    before = None
+    for gpus in sizes:
+        r = in_subprocess(family(gpus))
+        exponent = ""
+        if before is not None:
+            exponent = f"{math.log(r['cpu_s'] / before['cpu_s']) / math.log(gpus / before['gpus']):.2f}"
+        cells = (
+            gpus,
+            f"{r['cpu_s']:.2f}",
+            f"{r['est_s'] / r['cpu_s']:.2f}",
+            f"{r['rss_gib']:.2f}",
+            f"{r['est_rss_gib'] / r['rss_gib']:.2f}",
+            r["events"],
+            f"{r['est_events'] / r['events']:.2f}",
+            exponent,
+        )
+        print(" ".join(f"{c:>9}" for c in cells), flush=True)
+        before = r
+
+
 def at_fidelity(raw: dict, fidelity: str) -> dict:
     """``raw`` under a fidelity preset, with the settings the preset decides removed."""
     sim = {k: v for k, v in raw.get("simulation", {}).items() if k not in PRESET_KEYS}
@@ -111,13 +165,15 @@ def run_one(raw: dict, max_s: float | None = None) -> dict:
     """Simulate in this process; report wall time, peak RSS and the headline numbers — or,
     when the pre-run estimate is over ``max_s`` seconds, only the estimate."""
     from clustersim import load_scenario, simulate  # imports what simulate needs, outside the timing
+    from clustersim.compilers import mode_of
     from clustersim.resolve import resolve
     from clustersim.resolve.estimate import estimate
 
-    if max_s is not None:
-        est = estimate(resolve(load_scenario(raw)))
-        if est.seconds > max_s:
-            return {"name": raw["name"], "estimate": est.line()}
+    job = resolve(load_scenario(raw))
+    est = estimate(job, mode_name=mode_of(job).name)
+    if max_s is not None and est.seconds > max_s:
+        return {"name": raw["name"], "estimate": est.line()}
+    del job
     t0, c0 = time.perf_counter(), time.process_time()
     res = simulate(raw, progress=False)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -133,6 +189,9 @@ def run_one(raw: dict, max_s: float | None = None) -> dict:
         "events": s["sim_events"],
         "tflops_per_gpu": s.get("tflops_per_gpu"),
         "m": s["num_microbatches"],
+        "est_s": est.seconds,
+        "est_events": est.events,
+        "est_rss_gib": est.rss_bytes / 2**30,
     }
 
 
@@ -192,11 +251,16 @@ def main() -> None:
     ap.add_argument(
         "--max-s", type=float, help="--fidelity: run only what is estimated under this (default 60 s)"
     )
+    ap.add_argument("--family", action="store_true", help="issue 38's benchmark family (module docstring)")
+    ap.add_argument("--sizes", default="16,64,256,1024,4096", help="--family: GPU counts, comma-separated")
     ap.add_argument("--only", help="run only the rows whose label contains this text")
     ap.add_argument("--against", help="also run each row on the code in this directory (before → after)")
     args = ap.parse_args()
     if args.one:
         print(json.dumps(run_one(json.loads(args.one), args.max_s)))
+        return
+    if args.family:
+        family_table([int(n) for n in args.sizes.split(",")])
         return
     if args.fidelity:
         fidelity_table(60.0 if args.max_s is None else args.max_s)

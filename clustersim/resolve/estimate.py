@@ -1,15 +1,28 @@
-"""What a run will cost before it is compiled: ops, simulated events and wall seconds.
+"""What a run will cost before it is compiled: ops, simulated events, seconds and memory.
 
-:func:`estimate` reads only the resolved Job — GPUs simulated (folded or not), micro-batches,
-model chunks per stage and the segments of each pass (layers and granularity), the schedule's
-phases, pipeline sends, data-parallel collectives, iterations — and prices each op in
-simulated events by the network model: on ``packet`` a message is ``⌈bytes / chunk⌉`` chunks
-on each link of its route (``simulation.chunk_size``, ``max_chunks``), on ``flow`` a start and
-an end, on ``analytical``/``direct`` one timeout; a collective on the fabric is its
-algorithm's point-to-point messages (a ring all-reduce of n members: 2(n − 1) per member),
-under ``collective_model: analytical`` three events. Folded runs count the shadow traffic of
-the twins they drop. The wall time is ops × :data:`SECONDS_PER_OP` + events × the
-network's :data:`SECONDS_PER_EVENT` (measured on the project's 2-core machine, docs/fidelity.md).
+:func:`estimate` reads only the resolved Job and counts what the compilers will build:
+for each stage, its GPUs (tp × the cp × dp replicas, its own stage replicas, or one when
+folded) and the passes each runs (micro-batches the schedule sends through each model
+chunk — one of a bidirectional stage's two chunks; every r-th on a stage replica;
+forwards only when serving), each pass its segments as ``pass_segments`` gives them
+(framework work, Megatron's all-gather of a received tensor, compute, TP/CP/expert
+collectives, ring-attention steps and their K/V transfers, TP overlap's chunks; runs of
+compute merged at stage granularity as ``coarsen`` merges them) and its pipeline
+transfers; per optimizer step the data-parallel collectives (buckets, sharding, FSDP
+units), the expert gradients' all-reduce and a flushing schedule's step work (the tied
+embedding's all-reduce, the loss-scale check and the gradient norm with their scalar
+all-reduces). Each collective is priced by :mod:`.estimate_comm`: the messages of the
+algorithm the run will pick for its group, each at its network model's events; a member
+holds 1/n of them, a folded representative all of them and its shadows'. Under
+``collective_model: analytical`` a collective is three events; where communication slows
+compute (``cluster.comm_compute_slowdown``) each collective op re-times the compute beside
+it (:data:`.estimate_gpu.SLOWDOWN_EVENTS`).
+
+The CPU seconds follow from the counts: ops × :data:`SECONDS_PER_OP` + events × the
+network's :data:`SECONDS_PER_EVENT` (the DAG pass's cheaper rates where it evaluates the
+run); the peak memory (RSS) from the interpreter's own, ops, GPUs and the messages of the
+largest collective call (:data:`BASE_RSS` and the ``RSS_PER_*`` rates), all measured on the
+project's 2-core machine (``benchmarks/estimate_truth.py`` prints estimate against run).
 
 An unfolded run that ``simulate`` evaluates as replicas of its folded Program
 (:func:`.replication.replica_obstacle`, given the run's training mode) is priced as it runs:
@@ -19,41 +32,49 @@ rows of its tables: the memory side of the budget) and its ``events`` the events
 evaluates (the folded pass's: the time side), so ``max_ops`` compares the expanded rows
 and ``max_events`` the folded work.
 
-It is an estimate, not a count: tests/test_estimate.py holds it within 2× of the real op and
-event counts of shipped scenarios. :func:`check_budget` refuses a run whose estimate passes
-``simulation.max_events`` or ``simulation.max_ops`` — before compiling, so a slip of a few
-digits is a one-line error instead of a run that never ends — and :func:`advice` says which
-fidelity preset or knob brings the estimate down, and by how much.
+It is an estimate, not a count: tests/test_estimate.py and tests/test_estimate_truth.py
+hold it within 2× of the real op and event counts of every shipped scenario.
+:func:`check_budget` refuses a run whose estimate passes ``simulation.max_events`` or
+``simulation.max_ops`` — before compiling, so a slip of a few digits is a one-line error
+instead of a run that never ends — or whose memory would pass what the machine has
+available, and :func:`advice` says which fidelity preset or knob brings the estimate
+down (or fits it), and by how much.
 """
 
 from __future__ import annotations
 
-import math
+import contextlib
+import os
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from ..errors import ProgramError, ScenarioError
+from ..network.packet import DEFAULT_CHUNK_SIZE as DEFAULT_CHUNK
 from ..schedules.orders import stage_order
-from ..topology.graph import is_wire
-from ..topology.lazy import link_data
-from ..topology.routing import Router
-from .replication import replica_obstacle
+from .estimate_comm import Collectives, Hops
+from .estimate_gpu import GpuWork, Work, message_events_of, plain
+from .replication import contention_free, replica_obstacle
 
 #: wall seconds per op (compile, check, engine plans, result tables) and per simulated event,
 #: measured on the project's 2-core machine (docs/fidelity.md); a rough scale, not a promise
 SECONDS_PER_OP = 30e-6
-SECONDS_PER_EVENT = {"packet": 3e-6, "flow": 9e-6}  # (a flow event re-solves the shares)
+BASE_SECONDS = 0.02  # what any run builds whatever its size (plans, result tables)
+SECONDS_PER_EVENT = {"packet": 3e-6, "flow": 8e-6}  # (a flow event re-solves the shares)
 OTHER_SECONDS_PER_EVENT = 4e-6
+#: the same where the DAG pass evaluates the run (engine/dag.py: no SimPy events, each op
+#: stepped once; GPT 1T, 145.6B and 7.5B of Megatron 2021's Table 1)
+DAG_SECONDS_PER_OP, DAG_SECONDS_PER_EVENT = 12e-6, 1e-6
 #: wall seconds per op of a replicated run for expanding its span to each twin (spans,
 #: memory samples, result tables; GPT-3 175B and LLaMA-3 405B unfolded, docs/performance.md)
-SECONDS_PER_ROW = 2.5e-6
-#: the packet model's chunk when ``simulation.chunk_size`` is unset (network/packet.py)
-DEFAULT_CHUNK = 1 << 20
-#: events a flow-model message costs: its start, its end and its share of the rate changes
-#: other flows cause (measured on GPT-3 175B folded and GPT-7.5B, docs/fidelity.md)
-FLOW_EVENTS = 5
-#: events a collective's point-to-point step costs besides its message (the step's process
-#: waking, the send's completion and the receiver's wake-up; measured, docs/fidelity.md)
-STEP_EVENTS = 3
+SECONDS_PER_ROW = 0.4e-6
+#: peak memory: the interpreter with clustersim and its libraries imported, then bytes per op
+#: (the Program, the engine's plans, spans and result tables), per GPU (topology graph,
+#: routes, per-device tables) and per span row a replicated run expands (docs/performance.md)
+BASE_RSS = 110 * 2**20
+RSS_PER_OP = 1700
+RSS_PER_GPU = 20_000
+RSS_PER_ROW = 400
+RSS_PER_MESSAGE = 1000
 #: a run estimated longer than this gets advice printed before it starts
 ADVICE_S = 60.0
 
@@ -68,6 +89,7 @@ class Estimate:
     events: int
     seconds: float
     replicas: int = 1
+    rss_bytes: int = 0
 
     def line(self) -> str:
         """One line for the log: ``~1.2 M ops, ~54 M events, ~3 min`` (a replicated run:
@@ -130,50 +152,41 @@ def estimate(job, knobs: _Knobs | None = None, mode_name: str | None = None) -> 
         why_not = replica_obstacle(job, mode_name, False, k.network, k.collective_model)
         if why_not is None:
             return _replicated(job, k)
-    hops = _Hops(job, k.network)
+    hops = Hops(job, k.network)
+    comm = Collectives(job, k.network, k.chunk, k.max_chunks, hops)
     if job.layer_costs is not None:  # a parameter server: workers push and pull per layer
         return _parameter_server(job, k, hops)
     if job.trace is not None:
-        return _trace(job.trace, k, hops)
-    plan, cl = job.plan, job.cluster
-    gpn = cl.gpus_per_node
-    m = job.num_microbatches
-    tp, dp, pp = plan.tp, plan.dp, plan.pp
-    replicas, ranks = (1, 1) if k.fold else (dp, tp)
-    # a folded send or DP collective carries its twins' traffic on a fabric whose links are
-    # shared; on analytical and direct the shadows load nothing
-    twins = tp * dp if k.fold and k.network in ("packet", "flow") else 1
-    w_share = _weight_share(job, m)
-    tp_hops, tp_channels = (hops.inter, gpn) if tp > gpn else (hops.intra, 1)
-    ops = events = 0.0
-    for s in range(pp):
-        chunks = job.stage_chunks(s)
-        seg_c = seg_x = 0.0  # compute and TP-collective ops of one micro-batch on this stage
-        tp_events = 0.0  # the TP collectives' fabric events
-        for c in chunks:
-            cost = job.chunk_costs[c]
-            for phase, weight in (("F", 1.0), ("B", 1.0), ("W", w_share)):
-                if weight == 0:
-                    continue
-                comp, colls = _pass_ops(cost.segments(phase, split_backward=w_share > 0), k.granularity)
-                seg_c += weight * comp
-                seg_x += weight * len(colls)
-                tp_events += weight * sum(
-                    _collective_events(k, kd, tp, n, tp_hops, tp_channels) for kd, n in colls
-                )
-        # pipeline sends: forward activations out of every chunk but the last, gradients back
-        sends = 2 * len(chunks) - (s == 0) - (s == pp - 1) if pp > 1 else 0
-        act = max((job.chunk_costs[c].activation_bytes for c in chunks), default=0)
-        pp_hops = hops.inter if tp * dp >= gpn else hops.intra
-        per_send = _message_events(k, act, pp_hops) * twins
-        dp_ops, dp_events = _data_parallel(job, k, chunks, dp, tp, gpn, hops, twins)
-        per_rank_ops = m * (seg_c + seg_x + 2 * sends) + dp_ops + 1  # + the optimizer step
-        per_rank_events = (
-            m * (seg_c + _own_events(k, tp) * seg_x + tp_events + sends * per_send) + dp_events + 1
+        return _trace(job, k, hops, comm)
+    plan, m = job.plan, job.num_microbatches
+    stage_replicas = job.parallel.stage_replicas
+    w_share, visits = _order_shares(job, m)
+    gpu = GpuWork(job, k, comm)
+    # inference: forwards only, sent on and never back, no optimizer steps, and one
+    # arrival op per request on each replica's first GPU (compilers/inference/compile.py)
+    serving = job.training.mode == "inference"
+    phases = (("F", 1.0),) if serving else (("F", 1.0), ("B", 1.0), ("W", w_share))
+    arrivals = m * (1 if k.fold else plan.replicas) if serving else 0.0
+    total = Work(arrivals, arrivals, arrivals)
+    for s in range(plan.pp):
+        # the stage's replicas (cp × dp ranks, or its own stage replicas) of tp GPUs each;
+        # a stage replica runs every r-th micro-batch (compilers/replicated/compile.py)
+        reps = stage_replicas[s] if stage_replicas else plan.replicas
+        gpus, passes = (
+            (1, m * visits) if k.fold else (plan.tp * reps, m * visits / (reps if stage_replicas else 1))
         )
-        ops += per_rank_ops * replicas * ranks
-        events += per_rank_events * replicas * ranks
-    return _priced(k, ops * k.iterations, events * k.iterations)
+        per_pass = Work()  # one micro-batch's passes on one GPU of this stage
+        for c in job.stage_chunks(s):
+            for phase, weight in phases:
+                if weight:
+                    per_pass += gpu.pass_cost(s, c, phase, w_share > 0) * weight
+        # optimizer steps per iteration: one when the schedule flushes, else one per
+        # micro-batch (merged over a stage's replicas: one per r of them)
+        steps = 1 if job.schedule.flush else m / (reps if stage_replicas else 1)
+        steps *= not serving
+        total += (per_pass * passes + gpu.step_cost(s, job.stage_chunks(s), reps) * steps) * gpus
+    dag = job.simulation.evaluator != "des" and contention_free(job, None, k.network, k.collective_model)[0]
+    return _priced(k, total * k.iterations, job.num_gpus, gpu, dag)
 
 
 def _replicated(job, k: _Knobs) -> Estimate:
@@ -181,147 +194,65 @@ def _replicated(job, k: _Knobs) -> Estimate:
     folded = estimate(job, replace(k, fold=True))
     twins = job.plan.tp * job.plan.dp
     rows = folded.ops * twins
-    return Estimate(rows, folded.events, folded.seconds + rows * SECONDS_PER_ROW, twins)
+    rss = folded.rss_bytes + rows * RSS_PER_ROW + job.num_gpus * RSS_PER_GPU
+    return Estimate(rows, folded.events, folded.seconds + rows * SECONDS_PER_ROW, twins, int(rss))
 
 
-def _parameter_server(job, k: _Knobs, hops: _Hops) -> Estimate:
+def _parameter_server(job, k: _Knobs, hops: Hops) -> Estimate:
     """Each worker runs m forward and backward passes per layer and sends and receives
     each layer's parameters once per iteration; the server applies each layer once."""
     layers = job.layer_costs[job.cluster.gpu]
     n, m = job.num_gpus, job.num_microbatches
-    per_layer = sum(_message_events(k, c.gradient_bytes, hops.inter) for c in layers)
+    per_layer = sum(message_events_of(k, c.gradient_bytes, hops.inter) for c in layers)
     ops = k.iterations * (n * (2 * m + 4) * len(layers) + len(layers))
     events = k.iterations * (n * (2 * m * len(layers) + 2 * per_layer) + len(layers))
-    return _priced(k, ops, events)
+    return _priced(k, plain(ops, events), n)
 
 
-def _trace(prog, k: _Knobs, hops: _Hops) -> Estimate:
+def _trace(job, k: _Knobs, hops: Hops, comm: Collectives) -> Estimate:
     """A trace's ops are known (and run once, whatever ``simulation.iterations``): each
     costs one event, a message its packets or flow events (taken between nodes), a
     collective its algorithm's messages."""
-    events = 0.0
+    prog, gpu = job.trace, GpuWork(job, k, comm)
+    work = Work()
     for op in prog.ops:
-        events += 1
         if op.kind == "send":
-            events += _message_events(k, op.nbytes, hops.inter)
+            work += plain(1, 1 + message_events_of(k, op.nbytes, hops.inter))
         elif op.kind == "collective":
-            n = len(op.group)
-            events += _own_events(k, n) + _collective_events(k, op.collective, n, op.nbytes, hops.inter)
-    return _priced(k, len(prog.ops), events)
+            work += plain(0, 1) + gpu.collective(tuple(op.group), op.collective, op.nbytes, 1)
+        else:
+            work += plain(1, 1)
+    return _priced(k, work, prog.num_devices, gpu)
 
 
-def _priced(k: _Knobs, ops: float, events: float) -> Estimate:
-    ops, events = int(ops), int(max(events, ops))
-    per_event = SECONDS_PER_EVENT.get(k.network, OTHER_SECONDS_PER_EVENT)
-    return Estimate(ops, events, ops * SECONDS_PER_OP + events * per_event)
+def _priced(k: _Knobs, work: Work, gpus: int, gpu: GpuWork | None = None, dag: bool = False) -> Estimate:
+    """The Estimate of ``work`` on ``gpus`` GPUs (``gpu``: what priced it, for the messages
+    of its largest collective call; None: no collectives); ``dag``: the DAG pass evaluates it."""
+    ops, events = int(work.ops), int(max(work.events, work.ops))
+    per_op = DAG_SECONDS_PER_OP if dag else SECONDS_PER_OP
+    per_event = DAG_SECONDS_PER_EVENT if dag else SECONDS_PER_EVENT.get(k.network, OTHER_SECONDS_PER_EVENT)
+    weight = work.events if dag else max(work.weight, ops)
+    messages = gpu.peak_messages if gpu is not None else 0.0
+    rss = BASE_RSS + ops * RSS_PER_OP + gpus * RSS_PER_GPU + messages * RSS_PER_MESSAGE
+    seconds = BASE_SECONDS + ops * per_op + weight * per_event
+    return Estimate(ops, events, seconds, rss_bytes=int(rss))
 
 
-def _pass_ops(segs, granularity: str) -> tuple[int, list[tuple[str, int]]]:
-    """A pass's compute ops and its collectives (kind, bytes): as built, or merged as
-    ``granularity: stage`` builds it (compute halves around one summed collective per kind)."""
-    colls = [(s.collective, s.nbytes) for s in segs if s.kind == "collective"]
-    if granularity != "stage":
-        return len(segs) - len(colls), colls
-    sums: dict[str, int] = {}
-    for kind, n in colls:
-        sums[kind] = sums.get(kind, 0) + n
-    return (2 if sums else 1), list(sums.items())
-
-
-def _weight_share(job, m: int) -> float:
-    """W passes per F pass in the schedule's order (zero-bubble schedules split the backward);
-    read off stage 0's order for a few micro-batches."""
+def _order_shares(job, m: int) -> tuple[float, float]:
+    """(W passes per F pass, F passes per micro-batch and model chunk) in the schedule's
+    order — zero-bubble schedules split the backward, a bidirectional one sends each
+    micro-batch through one of a stage's two chunks — read off stage 0's order for a few
+    micro-batches."""
     p, v = job.plan.pp, job.parallel.virtual_stages
     mm = min(m, 4 * p * v)
     try:
         order = stage_order(job.schedule, 0, p, mm, v, 1)
     except (ScenarioError, ProgramError, ValueError):
-        return 0.0
+        return 0.0, 1.0
     f = sum(1 for item in order if item[0] == "F")
-    return sum(1 for item in order if item[0] == "W") / f if f else 0.0
-
-
-class _Hops:
-    """Links a message crosses inside a node and between nodes (two sample routes)."""
-
-    def __init__(self, job, network: str):
-        self.intra = self.inter = 1
-        if network == "direct":
-            return
-        graph, gpn = job.graph, job.cluster.gpus_per_node
-        router = Router(graph)
-        gpus = job.cluster.num_gpus
-
-        def hops(a: int, b: int) -> int:
-            try:
-                links = router.links(f"gpu{a}", f"gpu{b}")
-            except ScenarioError:  # no route between the samples: the run says so if it needs one
-                return 1
-            return max(1, sum(1 for u, w in links if not is_wire(link_data(graph, u, w))))
-
-        if gpn > 1:
-            self.intra = hops(0, 1)
-        # a GPU 32 nodes on: under another leaf of a fat tree (4–32 nodes per leaf by
-        # default), else on another node — the longest route most traffic takes
-        far = min(gpus - 1, 32 * gpn)
-        self.inter = hops(0, far) if far >= gpn else self.intra
-
-
-def _message_events(k: _Knobs, nbytes: float, hops: int) -> float:
-    """Simulated events of one point-to-point message of ``nbytes`` over ``hops`` links."""
-    if k.network == "packet":
-        chunk = k.chunk
-        if k.max_chunks:
-            chunk = max(chunk, math.ceil(nbytes / k.max_chunks))
-        return max(1, math.ceil(nbytes / chunk)) * hops
-    return FLOW_EVENTS if k.network == "flow" else 1
-
-
-def _own_events(k: _Knobs, n: int) -> float:
-    """Engine events of one member's collective op besides its messages: its rendezvous and
-    phases — three per member on the fabric, three per whole collective when it is timed
-    analytically (engine/dag.py counts them so)."""
-    return 3 / n if k.collective_model == "analytical" else 3
-
-
-def _collective_events(k: _Knobs, kind: str, n: int, nbytes: float, hops: int, channels: int = 1) -> float:
-    """Events one member's collective op costs beyond its own op: none more under the
-    analytical collective model, else the algorithm's messages (ring-like: 2(n − 1) steps of
-    nbytes/n for an all-reduce, n − 1 for the other kinds, on each of ``channels`` rings —
-    NCCL's one ring per member of a host when the group spans hosts, collectives/ring.py)."""
-    if k.collective_model == "analytical" or n <= 1:
-        return 0.0
-    steps = 2 * (n - 1) if kind == "all_reduce" else n - 1
-    return channels * steps * (STEP_EVENTS + _message_events(k, nbytes / n / channels, hops))
-
-
-def _data_parallel(job, k: _Knobs, chunks, dp, tp, gpn, hops, twins) -> tuple[float, float]:
-    """Ops and events of one rank's data-parallel traffic in one iteration."""
-    if dp <= 1:
-        return 0.0, 0.0
-    d = job.data_parallel
-    spans = tp * dp > gpn
-    dp_hops = hops.inter if spans else hops.intra
-    channels = max(1, gpn // tp) if spans and tp < gpn else 1
-    ops = events = 0.0
-    for c in chunks:
-        cost = job.chunk_costs[c]
-        grads = cost.gradient_bytes
-        pieces, kinds = 1, ("all_reduce",)
-        if d is not None:
-            if d.bucket_size:
-                pieces = max(1, math.ceil(grads / d.bucket_size))
-            if d.sharded or d.fsdp:
-                kinds = ("reduce_scatter", "all_gather")
-            if d.fsdp:
-                pieces = max(pieces, math.ceil(cost.layers / d.unit)) * job.num_microbatches
-        for kind in kinds:
-            ops += pieces
-            events += pieces * (
-                _own_events(k, dp)
-                + _collective_events(k, kind, dp, grads / pieces, dp_hops, channels) * twins
-            )
-    return ops, events
+    if not f:
+        return 0.0, 1.0
+    return sum(1 for item in order if item[0] == "W") / f, f / (mm * len(job.stage_chunks(0)))
 
 
 #: alternatives :func:`advice` tries, in order: (what to tell the user, settings changed)
@@ -340,9 +271,12 @@ _ALTERNATIVES = (
 )
 
 
-def advice(job, est: Estimate | None = None, mode_name: str | None = None) -> list[str]:
-    """What brings the estimate down, best first: ``'simulation.fold: true (~1.2 k ops, …; 40× fewer events)'``
-    (``mode_name`` as in :func:`estimate`)."""
+def advice(
+    job, est: Estimate | None = None, mode_name: str | None = None, memory: int | None = None
+) -> list[str]:
+    """What brings the estimate down, best first: ``'simulation.fold: true (~1.2 k ops, …; 40× faster)'``
+    (``mode_name`` as in :func:`estimate`); with ``memory`` (bytes), what brings its peak
+    memory under that, smallest first: ``'simulation.fold: true (…; ~0.4 GiB)'``."""
     est = est or estimate(job, mode_name=mode_name)
     base = _knobs(job)
     out = []
@@ -355,17 +289,38 @@ def advice(job, est: Estimate | None = None, mode_name: str | None = None) -> li
         if alt == base:
             continue
         other = estimate(job, alt, mode_name)
-        if other.seconds < est.seconds / 1.5:
+        if memory is not None:
+            if other.rss_bytes <= memory:
+                out.append((other.rss_bytes, f"{label} ({other.line()}; ~{_gib(other.rss_bytes)})"))
+        elif other.seconds < est.seconds / 1.5:
             out.append(
                 (other.seconds, f"{label} ({other.line()}; {est.seconds / other.seconds:.0f}× faster)")
             )
     return [text for _, text in sorted(out)]
 
 
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.3g} GiB"
+
+
+def available_memory() -> int | None:
+    """Bytes of memory this machine can give a run now: Linux's ``MemAvailable``, else the
+    free physical pages; None where the OS does not say."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024  # kB
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return None
+
+
 def check_budget(job, mode_name: str | None = None) -> Estimate:
     """The run's :class:`Estimate` (``mode_name`` as in :func:`estimate`); a ScenarioError on
     ``simulation.max_events`` (or ``max_ops``) with the estimate and :func:`advice` when it
-    passes the budget."""
+    passes the budget, and on ``memory`` when its peak memory would pass what the machine
+    has available (:func:`available_memory`), with the settings whose estimate fits —
+    refused before it starts, not killed by the operating system halfway."""
     est = estimate(job, mode_name=mode_name)
     sim = job.simulation
     for field, used, budget in (
@@ -381,4 +336,14 @@ def check_budget(job, mode_name: str | None = None) -> Estimate:
                 f"this run is estimated at {est.line()}, past the budget of {_count(budget)} "
                 f"{field.removeprefix('max_')}{hint} (or raise simulation.{field})",
             )
+    free = available_memory()
+    if free is not None and est.rss_bytes > free:
+        tips = advice(job, est, mode_name, memory=free)
+        hint = f"; to fit it: {'; '.join(tips[:3])}" if tips else "; no fidelity setting fits it"
+        raise ScenarioError(
+            "memory",
+            f"~{_gib(est.rss_bytes)}",
+            f"this run is estimated at {est.line()} and ~{_gib(est.rss_bytes)} of memory at its peak, "
+            f"more than the {_gib(free)} this machine has available{hint}",
+        )
     return est

@@ -1,0 +1,154 @@
+"""The simulated events of communication, for the pre-run estimate (:mod:`.estimate`).
+
+A message costs the events of its network model (:func:`message_events`: on ``packet``
+``⌈bytes / chunk⌉`` chunks on each link of its route, on ``flow`` a start, an end and its
+share of the re-rating others cause, on ``analytical``/``direct`` one timeout) plus the
+step's own (:data:`STEP_EVENTS`). A collective on the fabric is the messages of the
+algorithm the run picks for it — the same choice (:func:`clustersim.collectives.registry.plan`
+over the group's hosts and links, or ``simulation.collectives``) — counted as each
+algorithm module builds them (``collectives/ring.py``, ``tree.py``, …): a ring over n
+members on N hosts of m is m channels of 2(n − 1) steps of n messages for an all-reduce,
+a double binary tree 2 trees × k pipeline chunks × 2(n − 1) messages, and so on; a
+message crossing hosts takes the route between nodes, one inside a host the intra-node route.
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+from ..collectives.group import Group
+from ..collectives.registry import plan
+from ..collectives.ring import pipeline_chunks
+from ..errors import ScenarioError
+from ..topology.graph import is_wire
+from ..topology.lazy import link_data
+from ..topology.routing import Router
+
+#: events a flow-model message costs: its end, and its share of the allocations and timer
+#: moves (flows starting at one moment share one allocation; measured on rings and
+#: all-to-alls of 16–128 GPUs: 4.2–5.4 events per message with its step's)
+FLOW_EVENTS = 1.5
+#: events a collective's point-to-point step costs besides its message (the step's process
+#: waking, the send's completion and the receiver's wake-up; measured, docs/fidelity.md)
+STEP_EVENTS = 3
+#: a message shorter than this (latency-bound) ends about as soon as it starts: it adds no
+#: lasting flow whose shares other flows' events re-solve (``Collectives.events``' width)
+LASTING_BYTES = 64 * 1024
+
+
+class Hops:
+    """Links a message crosses inside a node and between nodes (two sample routes)."""
+
+    def __init__(self, job, network: str):
+        self.intra = self.inter = 1
+        if network == "direct":
+            return
+        graph, gpn = job.graph, job.cluster.gpus_per_node
+        router = Router(graph)
+        gpus = job.cluster.num_gpus
+
+        def hops(a: int, b: int) -> int:
+            try:
+                links = router.links(f"gpu{a}", f"gpu{b}")
+            except ScenarioError:  # no route between the samples: the run says so if it needs one
+                return 1
+            return max(1, sum(1 for u, w in links if not is_wire(link_data(graph, u, w))))
+
+        if gpn > 1:
+            self.intra = hops(0, 1)
+        # a GPU 32 nodes on: under another leaf of a fat tree (4–32 nodes per leaf by
+        # default), else on another node — the longest route most traffic takes
+        far = min(gpus - 1, 32 * gpn)
+        self.inter = hops(0, far) if far >= gpn else self.intra
+
+
+def message_events(network: str, chunk: int, max_chunks: int | None, nbytes: float, hops: float) -> float:
+    """Simulated events of one point-to-point message of ``nbytes`` over ``hops`` links."""
+    if network == "packet":
+        if max_chunks:
+            chunk = max(chunk, math.ceil(nbytes / max_chunks))
+        return max(1, math.ceil(nbytes / chunk)) * hops
+    return FLOW_EVENTS if network == "flow" else 1
+
+
+class Collectives:
+    """Prices whole collectives over device groups of one job under a network model: the
+    events of every message of one call (all members' together), the algorithm chosen
+    as the run chooses it (module docstring); choices are kept per (group, kind, bytes)."""
+
+    def __init__(self, job, network: str, chunk: int, max_chunks: int | None, hops: Hops):
+        self.network, self.chunk, self.max_chunks, self.hops = network, chunk, max_chunks, hops
+        self.gpn = job.cluster.gpus_per_node
+        self.requested = job.simulation.collectives
+        cl = job.cluster
+        self.tuning = (cl.collective_alpha, cl.collective_latency, cl.collective_protocols)
+        self.fabric = None if network == "direct" else SimpleNamespace(graph=job.graph, router=None)
+        self._known: dict[tuple, tuple[float, float, float]] = {}
+
+    def events(self, members: tuple[int, ...], kind: str, nbytes: float) -> tuple[float, float, float]:
+        """(events, messages, width) of one ``kind`` collective of ``nbytes`` over
+        ``members``: all its messages (the schedule builds them when the call starts), and
+        how many are in flight at once."""
+        n = len(members)
+        if n <= 1:
+            return 0.0, 0.0, 0.0
+        key = (members[0], members[-1], n, kind, int(nbytes))
+        if key not in self._known:
+            self._known[key] = self._price(members, kind, nbytes)
+        return self._known[key]
+
+    def _algorithm(self, members: tuple[int, ...], kind: str, nbytes: float) -> str:
+        requested = self.requested.get(kind, "auto")
+        if self.fabric is None:
+            return "ring" if requested == "auto" else requested
+        alpha, latency, protocols = self.tuning
+        group = Group(None, self.fabric, [f"gpu{d}" for d in members], alpha, latency, protocols)
+        return plan(group, kind, int(nbytes), requested)[0] or "ring"
+
+    def _price(self, members: tuple[int, ...], kind: str, s: float) -> tuple[float, float, float]:
+        n = len(members)
+        hosts = len({d // self.gpn for d in members})
+        m = -(-n // hosts)  # members per host
+        cross = hosts / n if hosts > 1 else 0.0  # share of neighbour messages that leave a host
+        alg = self._algorithm(members, kind, s)
+        if kind == "barrier":
+            kind, s = "all_reduce", 0
+        # (messages, bytes each, share crossing hosts) of the whole call; ``width``: the
+        # messages in flight at once (a ring's step on every channel, a rank's one send)
+        width = n
+        if alg == "ring" and kind in ("broadcast", "reduce"):
+            c = m if hosts > 1 else 1
+            k = pipeline_chunks(int(s / c))
+            parts = [(c * k * (n - 1), s / c / k, cross)]
+        elif alg == "ring":
+            c = m if hosts > 1 else 1
+            steps = 2 * (n - 1) if kind == "all_reduce" else n - 1
+            parts, width = [(c * steps * n, s / c / n, cross)], c * n
+        elif alg == "tree":
+            k = pipeline_chunks(int(s / 2))
+            phases = 2 if kind == "all_reduce" else 1
+            parts, width = [(2 * k * phases * (n - 1), s / 2 / k, cross)], 2 * (n - 1)
+        elif alg == "halving_doubling":
+            p = 1 << (n.bit_length() - 1)
+            steps = max(1, int(math.log2(p)))
+            steps *= 2 if kind == "all_reduce" else 1
+            extra = 2 * (n - p)
+            inter = max(0, math.log2(p) - math.log2(m)) / max(1, math.log2(p)) if hosts > 1 else 0.0
+            parts = [(steps * p, s * (p - 1) / p / max(1, steps / (2 if kind == "all_reduce" else 1)), inter)]
+            parts.append((extra, s, cross))
+        elif alg == "hierarchical":
+            parts = [(2 * (m - 1) * n, s / m, 0.0), (2 * (hosts - 1) * n, s / (m * hosts), 1.0)]
+        else:  # direct (and the parameter server's pushes and pulls): every pair at once
+            per = 2 if kind == "all_reduce" else 1
+            pairs = n - 1 if kind in ("broadcast", "reduce") else n * (n - 1)
+            parts = [(per * pairs, s / n if pairs > n else s, (n - m) / (n - 1) if hosts > 1 else 0.0)]
+        if max(size for _, size, _ in parts) < LASTING_BYTES:
+            width = 0  # its flows end before others start: they join no lasting group
+        total = 0.0
+        for count, size, inter in parts:
+            hops = inter * self.hops.inter + (1 - inter) * self.hops.intra
+            total += count * (
+                STEP_EVENTS + message_events(self.network, self.chunk, self.max_chunks, size, hops)
+            )
+        return total, sum(count for count, _, _ in parts), width
