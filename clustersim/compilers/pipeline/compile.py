@@ -62,8 +62,8 @@ from ...workload.pass_costs import pass_transfers, stage_static_memory
 from .codecs import coded_activation_bytes
 from .context import CompileContext
 from .context_parallel import link_ring_transfers
-from .tp_overlap import TP_RECV, TP_SEND
 from .stages import emit_stage
+from .tp_overlap import TP_RECV, TP_SEND
 from .wiring import Wiring
 
 
