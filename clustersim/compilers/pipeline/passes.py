@@ -212,10 +212,23 @@ class SegmentEmitter:
         emitted, :func:`.context_parallel.link_ring_transfers`)."""
         t, n = self.t, self.plan.tp
         send = self.prog.add(
-            self.dev, TP_SEND, SEND, f"tp send {label}", nbytes=nbytes, deps=deps, tag=f"{tag}.{step} t{t}", **labels
+            self.dev,
+            TP_SEND,
+            SEND,
+            f"tp send {label}",
+            nbytes=nbytes,
+            deps=deps,
+            tag=f"{tag}.{step} t{t}",
+            **labels,
         )
         recv = self.prog.add(
-            self.dev, TP_RECV, RECV, f"tp recv {label}", nbytes=nbytes, tag=f"{tag}.{step} t{(t - 1) % n}", **labels
+            self.dev,
+            TP_RECV,
+            RECV,
+            f"tp recv {label}",
+            nbytes=nbytes,
+            tag=f"{tag}.{step} t{(t - 1) % n}",
+            **labels,
         )
         return send, recv
 
