@@ -101,6 +101,8 @@ PARTS = ("compute", "exposed_comm", "bubble", "idle")
 COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
 COMM_OF_LANE = {
     "tp": "tp",
+    "tp send": "tp",  # TP overlap's userbuffers transfers (clustersim.compilers.pipeline.tp_overlap)
+    "tp recv": "tp",
     "cp": "cp",
     "cp send": "cp",  # ring attention's K/V transfers (clustersim.compilers.pipeline.context_parallel)
     "cp recv": "cp",
@@ -155,6 +157,27 @@ def device_breakdown(spans: pd.DataFrame, window: tuple[float, float] | None = N
         row = (compute / length, (union - compute) / length, bubble / length, idle / length)
         rows.append((dev, *row, *exposed))
     return pd.DataFrame(rows, columns=columns)
+
+
+#: the suffix of a compute op that holds the lane for interference, not kernel work (TE's SM
+#: margin beside TP overlap's userbuffers, :mod:`clustersim.compilers.pipeline.tp_overlap`)
+INTERFERENCE_SUFFIX = " interference"
+
+
+def interference_fraction(spans: pd.DataFrame, window: tuple[float, float]) -> float:
+    """Per GPU, the compute-lane time inside ``window`` spent on interference ops (named
+    ``… interference``: a GEMM's slowdown from the SMs its overlapped communication holds),
+    / the window's length; mean over GPUs (0 where none ran). A part of ``compute``."""
+    t0, t1 = window
+    g = gpu_spans(spans)
+    n = g["device"].nunique()
+    hit = g[(g["lane"] == "compute") & g["name"].astype(str).str.endswith(INTERFERENCE_SUFFIX)]
+    if not n or hit.empty or t1 <= t0:
+        return 0.0
+    busy = sum(
+        busy_time(d["start_s"].to_numpy(), d["end_s"].to_numpy(), t0, t1) for _, d in hit.groupby("device")
+    )
+    return busy / (t1 - t0) / n
 
 
 def lane_utilization(spans: pd.DataFrame, window: tuple[float, float]) -> pd.DataFrame:

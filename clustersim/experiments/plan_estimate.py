@@ -57,6 +57,7 @@ from ..schedules.orders import run_orders, stage_chunks
 from ..schedules.registry import SCHEDULES, Schedule
 from ..topology.servers import nics_per_node
 from ..workload.pass_costs import pass_memory, pass_segments, stage_static_memory
+from ..workload.tp_overlap import PIPELINE, RING
 from .memory import tightest_fit
 from .stage_timing import Timeline
 
@@ -452,5 +453,18 @@ def _segment_time(seg, groups: Mapping[str, tuple[int, ...]], net: _Network) -> 
     if seg.kind == "ring":  # each step: its attention chunk or its K/V transfer, the longer
         hop = (group[0], group[1 % len(group)])
         return sum(max(t, net.send(*hop, x)) for t, x in zip(seg.steps, seg.step_bytes))
-    comm = net.collective(seg.collective, group, seg.nbytes)  # a GEMM-collective pipeline
-    return max(seg.duration, comm) + min(seg.duration, comm) / max(1, seg.chunks)
+    return _overlap_time(seg, group, net)
+
+
+def _overlap_time(seg, group: tuple[int, ...], net: _Network) -> float:
+    """A GEMM pipelined with userbuffers transfers between TP neighbours, the closed forms
+    of :mod:`clustersim.compilers.pipeline.tp_overlap` (n chunks of g s, each transfer c s)."""
+    n, t = seg.chunks, len(group)
+    g = (seg.duration + seg.margin) / n
+    hop = (group[0], group[1 % t])
+    if seg.method == RING:  # n − 1 steps of one shard each
+        return g + (n - 1) * max(g, net.send(*hop, seg.nbytes // t))
+    c = net.send(*hop, seg.nbytes // n * (t - 1) // t)  # a reduce-scatter chunk's share
+    if seg.method == PIPELINE:
+        return g + (n - 1) * max(g, c) + c
+    return max(g, c)  # bulk

@@ -16,7 +16,12 @@ comparison: overlapped training kernels on A100, H100, MI250 and MI210 ran 18.9 
 on average, 40 % at most (Lee et al. 2025, "Characterizing Compute-Communication Overlap in
 GPU-Accelerated Distributed Deep Learning", arXiv:2507.03114); the rule gives 17.4 % for
 A100 and 13.8 % for H100. A profile applies the default only where it overlaps something
-(:mod:`clustersim.scenario.frameworks`); a stated value always wins.
+(:mod:`clustersim.scenario.frameworks`); a stated value always wins. The engine applies it
+while a NCCL collective runs; TP overlap applies it to the GEMMs TE launches with an SM
+margin (``pipeline``, ``bulk``; not ``ring_exchange``, whose copy-engine transfers hold no
+SMs) as their own ``interference`` ops (:mod:`clustersim.workload.tp_overlap`). No
+kernel-level measurement per GPU and overlap kind was found to replace the rule with
+(docs/overlap.md).
 """
 
 from __future__ import annotations

@@ -57,6 +57,8 @@ def _obstacle(job) -> str | None:
         return "parameter-server workers are simulated one by one"
     if par.cp > 1:  # a folded replica would have no CP peers to pass K/V (or all-to-all) with
         return "context-parallel ranks exchange attention data with one another"
+    if par.tp_comm_overlap:  # a folded stage would have no TP neighbours to pass userbuffers with
+        return "TP overlap's userbuffers pass chunks between TP neighbours"
     if cl.stragglers:
         return "stragglers make replicas differ"
     mixed = heterogeneity(cl)

@@ -58,6 +58,7 @@ def assemble_result(job: Job, mode, engine, rec: Recorder, wall_s: float) -> Res
             f"exposed_{k}_fraction": float(parts[f"exposed_{k}"].mean()) if len(parts) else 0.0
             for k in COMM_KINDS
         },
+        **_interference(spans, window),
         "peak_memory_gib": float(devices["peak_memory_bytes"].max()) / GIB,
         "oom": bool(devices["oom"].any()),
         **({"oom_hint": oom_hint} if oom_hint else {}),
@@ -98,6 +99,13 @@ def assemble_result(job: Job, mode, engine, rec: Recorder, wall_s: float) -> Res
         if replicated
         else partial(wait_table, prog, rec.ops),
     )
+
+
+def _interference(spans: pd.DataFrame, window: tuple[float, float]) -> dict:
+    """``interference_fraction`` (:func:`metrics.interference_fraction`) where a run has
+    interference ops (TP overlap under an SM margin), else nothing."""
+    share = metrics.interference_fraction(spans, window)
+    return {"interference_fraction": share} if share else {}
 
 
 def _breakdown(run, spans: pd.DataFrame, window: tuple[float, float]) -> pd.DataFrame:

@@ -21,7 +21,7 @@ between the two halves of its compute — far fewer simulated events for huge va
 runs, at the price of the per-collective latency terms (negligible for these sizes).
 
 With ``parallel.tp_comm_overlap`` a collective and the GEMM it pipelines with become one
-``("o", kind, nbytes, name, seconds, flops, method, chunks)`` item and an ``overlap``
+``("o", kind, nbytes, name, seconds, flops, method, chunks, margin)`` item and an ``overlap``
 Segment, which the compiler emits in chunks (:mod:`.tp_overlap`; per-layer only).
 """
 
@@ -169,8 +169,8 @@ def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment
             segs.append(run.segment())
         run = _Run()
         if i[0] == "o":  # a collective pipelined with a GEMM (tp_overlap): the GEMM's time rides along
-            _, kind, nbytes, name, seconds, flops, method, chunks = i
-            segs.append(Segment("overlap", seconds, flops, nbytes, kind, name, method, chunks))
+            _, kind, nbytes, name, seconds, flops, method, chunks, margin = i
+            segs.append(Segment("overlap", seconds, flops, nbytes, kind, name, method, chunks, margin=margin))
         elif i[0] == "r":
             _, times, flops, sent, name = i
             segs.append(Segment("ring", sum(times), sum(flops), name=name, steps=times, step_bytes=sent))
@@ -228,8 +228,8 @@ class _Run:
 
 def compute_time(segments: tuple[Segment, ...]) -> tuple[float, float]:
     """(seconds, FLOPs) of the compute segments of a pass (an overlap segment's GEMM and a
-    ring's steps included)."""
+    ring's steps included, and the SM margin's cost)."""
     return (
-        sum(s.duration for s in segments if s.kind != "collective"),
+        sum(s.duration + s.margin for s in segments if s.kind != "collective"),
         sum(s.flops for s in segments if s.kind != "collective"),
     )

@@ -102,7 +102,7 @@ class TrainSetup:
             sc.simulation.granularity,
             gpu or sc.cluster.gpu,
             (par.data_parallel.shard_group_size or 0) if par.data_parallel and par.zero == 3 else 0,
-            overlap_of(par),
+            overlap_of(par, sc.cluster.comm_compute_slowdown),
             par.cp,
             par.cp_comm_type,
             ExpertSplit(par.ep, par.etp or par.tp, par.moe_token_dispatcher, par.moe_shared_expert_overlap),

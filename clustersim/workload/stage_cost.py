@@ -47,6 +47,8 @@ class Segment:
     matrix: tuple[tuple[int, ...], ...] = ()
     steps: tuple[float, ...] = ()
     step_bytes: tuple[int, ...] = ()
+    #: an ``overlap``'s GEMM: seconds TE's SM margin adds to it (:mod:`.tp_overlap`)
+    margin: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,21 @@ and how, is TE's default table (``transformer_engine/pytorch/module/base.py``,
   alongside the weight-gradient GEMM (``*_wgrad``), unchunked.
 
 Here those become items for :mod:`.segments` (``("o", kind, bytes, name, seconds, flops,
-method, chunks)``: the collective, then the GEMM work it pipelines with) and segments the
-compiler emits as separate ops — GEMM chunks on the compute lane, communication chunks on
-the ``tp`` lane (:mod:`clustersim.compilers.pipeline.tp_overlap`) — so the engine produces the
-overlap. Pairs are found by the GEMM's name next to the collective; other TP points (the
+method, chunks, margin)``: the collective, then the GEMM work it pipelines with) and segments
+the compiler emits as separate ops — GEMM chunks on the compute lane, the userbuffers
+transfers as sends and receives between TP neighbours on the ``tp send`` / ``tp recv`` lanes
+(:mod:`clustersim.compilers.pipeline.tp_overlap`) — so the engine produces the overlap.
+
+Userbuffers are not NCCL: the chunks move by copy engine (``ring_exchange``, ``use_ce``) or
+by TE's own kernels reading peers' memory over NVLink, so no chunk pays NCCL's per-call
+protocol latency. What they cost the GEMM is TE's SM budget (``initialize_ub``'s
+``get_default_config``): ``ring_exchange`` takes ``num_sm`` 1 with ``set_sm_margin`` off —
+the GEMM keeps every SM; ``pipeline`` and ``bulk`` take ``num_sm`` 16 with
+``set_sm_margin`` on — the GEMM is launched on SMs − 16 for its whole run. That margin is
+``cluster.comm_compute_slowdown`` (the SM rule of :mod:`clustersim.hardware.interference`
+where a profile fills it; 1: none) applied to those GEMMs, carried as ``margin`` seconds
+and emitted as its own ``interference`` op so the breakdown shows it
+(``interference_fraction``, docs/metrics.md). Pairs are found by the GEMM's name next to the collective; other TP points (the
 embedding's and output layer's, those next to MLA's down-projections or the MoE MLP, a
 backward split into B and W) stay plain collectives.
 """
@@ -39,23 +50,34 @@ AG_GEMMS = ("qkv", "mlp_up")
 RS_GEMMS = ("attn_out", "mlp_down")
 
 
+#: the methods whose GEMM TE launches with an SM margin (``set_sm_margin``: not ring exchange)
+SM_MARGIN_METHODS = (PIPELINE, BULK)
+
+
 @dataclass(frozen=True)
 class TPOverlap:
-    """The resolved options: the TP size (ring-exchange chunks) and the pipeline method's splits."""
+    """The resolved options: the TP size (ring-exchange chunks), the pipeline method's splits
+    and the slowdown of a GEMM launched with TE's SM margin (module doc; 1: none)."""
 
     tp: int
     splits: int
+    slowdown: float = 1.0
 
     def chunks(self, method: str) -> int:
         """Chunks of the GEMM for ``method`` (bulk: one)."""
         return {RING: self.tp, PIPELINE: self.splits, BULK: 1}[method]
 
+    def margin(self, method: str, seconds: float) -> float:
+        """Seconds TE's SM margin adds to a GEMM of ``seconds`` overlapped by ``method``."""
+        return seconds * (self.slowdown - 1.0) if method in SM_MARGIN_METHODS else 0.0
 
-def overlap_of(parallel) -> TPOverlap | None:
-    """The scenario's TP overlap (None when ``tp_comm_overlap`` is off)."""
+
+def overlap_of(parallel, slowdown: float = 1.0) -> TPOverlap | None:
+    """The scenario's TP overlap (None when ``tp_comm_overlap`` is off); ``slowdown``:
+    ``cluster.comm_compute_slowdown``, what the SM margin costs a GEMM."""
     if not parallel.tp_comm_overlap:
         return None
-    return TPOverlap(parallel.tp, parallel.tp_comm_overlap_num_splits)
+    return TPOverlap(parallel.tp, parallel.tp_comm_overlap_num_splits, slowdown)
 
 
 def check_tp_overlap(spec) -> None:
@@ -125,4 +147,4 @@ def merge_backward(tagged: list[tuple], ov: TPOverlap) -> list[tuple]:
 
 def _merged(comm: tuple, gemm: tuple, method: str, ov: TPOverlap) -> tuple:
     _, kind, nbytes, name = comm[:4]  # (an expert collective carries its group after)
-    return ("o", kind, nbytes, name, gemm[1], gemm[2], method, ov.chunks(method))
+    return ("o", kind, nbytes, name, gemm[1], gemm[2], method, ov.chunks(method), ov.margin(method, gemm[1]))

@@ -63,6 +63,7 @@ from .codecs import coded_activation_bytes
 from .context import CompileContext
 from .context_parallel import link_ring_transfers
 from .stages import emit_stage
+from .tp_overlap import TP_RECV, TP_SEND
 from .wiring import Wiring
 
 
@@ -101,7 +102,14 @@ def compile_pipeline(ctx: CompileContext) -> Program:
         emit_replica(ctx if not replicas else replace(ctx, costs=cr, m=mr), orders[mr], r)
     if plan.cp > 1:
         link_ring_transfers(prog)
+    if _overlaps_tp(costs):  # the userbuffers transfers between TP neighbours
+        link_ring_transfers(prog, TP_SEND, TP_RECV)
     return prog
+
+
+def _overlaps_tp(costs: list) -> bool:
+    """Whether a chunk pipelines a TP collective with its GEMM (``parallel.tp_comm_overlap``)."""
+    return any(seg.kind == "overlap" for c in costs for segs in c.passes.values() for seg in segs)
 
 
 def emit_replica(ctx: CompileContext, orders, r: int) -> None:

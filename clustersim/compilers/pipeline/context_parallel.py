@@ -58,11 +58,13 @@ def emit_ring(
     return first, last, (recv.id,) if recv is not None else ()
 
 
-def link_ring_transfers(prog: Program) -> None:
-    """Pair every ring send with the recv carrying its tag (module docstring)."""
-    sends = {op.tag: op for op in prog.ops if op.kind == SEND and op.lane == CP_SEND}
+def link_ring_transfers(prog: Program, send_lane: str = CP_SEND, recv_lane: str = CP_RECV) -> None:
+    """Pair every ring send on ``send_lane`` with the recv on ``recv_lane`` carrying its tag
+    (module docstring; TP overlap's userbuffers transfers alike,
+    :mod:`clustersim.compilers.pipeline.tp_overlap`)."""
+    sends = {op.tag: op for op in prog.ops if op.kind == SEND and op.lane == send_lane}
     for op in prog.ops:
-        if op.kind != RECV or op.lane != CP_RECV:
+        if op.kind != RECV or op.lane != recv_lane:
             continue
         send = sends.pop(op.tag, None)
         if send is None:

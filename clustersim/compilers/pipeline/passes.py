@@ -11,14 +11,14 @@ its first and last op. The stage emitter (:mod:`.stages`) calls these for every 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 
 from ...parallel.plan import Plan
-from ...program import COLLECTIVE, COMPUTE, EP_LANE, Op, Program
+from ...program import COLLECTIVE, COMPUTE, EP_LANE, RECV, SEND, Op, Program
 from ...workload.pass_costs import pass_segments
 from ...workload.stage_cost import StageCost
 from .context_parallel import emit_ring
-from .tp_overlap import emit_overlap
+from .tp_overlap import TP_RECV, TP_SEND, emit_overlap
 
 
 @dataclass(frozen=True)
@@ -203,7 +203,34 @@ class SegmentEmitter:
         if seg.kind == "ring":  # ring attention: per-step chunks and K/V transfers around the CP ring
             ring_tag = f"ring it{self.it} s{st} r{r // plan.cp} t{t} {self.name} #{k}"
             return emit_ring(self.prog, dev, seg, plan.cp_ring(st, r, t), self.name, ring_tag, deps, **labels)
-        return emit_overlap(seg, deps, compute, collective, tag)
+        return emit_overlap(seg, deps, compute, partial(self.transfer, tag=tag, labels=labels), plan.tp)
+
+    def transfer(self, label: str, nbytes: int, deps, step: int, *, tag: str, labels: dict) -> tuple[Op, Op]:
+        """A userbuffers transfer of TP overlap (:mod:`.tp_overlap`): this rank's send of
+        ``nbytes`` to the next TP rank after ``deps`` and its receive from the previous one,
+        tagged by ``tag``, ``step`` and the sending rank (paired once the Program is
+        emitted, :func:`.context_parallel.link_ring_transfers`)."""
+        t, n = self.t, self.plan.tp
+        send = self.prog.add(
+            self.dev,
+            TP_SEND,
+            SEND,
+            f"tp send {label}",
+            nbytes=nbytes,
+            deps=deps,
+            tag=f"{tag}.{step} t{t}",
+            **labels,
+        )
+        recv = self.prog.add(
+            self.dev,
+            TP_RECV,
+            RECV,
+            f"tp recv {label}",
+            nbytes=nbytes,
+            tag=f"{tag}.{step} t{(t - 1) % n}",
+            **labels,
+        )
+        return send, recv
 
     def join(self, last: Op, extra: tuple[int, ...], phase: str, mb: int) -> Op:
         """A zero-time op after ``last`` and ``extra``: where a pass ends when an overlapped
