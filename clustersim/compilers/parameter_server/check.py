@@ -11,7 +11,6 @@ from ...errors import ScenarioError
 from ...resolve import Job
 from ...scenario.context_parallel_rules import cp_conflict
 from ...scenario.expert_rules import expert_field
-from ...topology import build_topology
 from ...workload.rules import model_layers
 from ..pipeline import data_parallel_conflict
 
@@ -76,8 +75,8 @@ def check_parameter_server(job: Job) -> None:
             )
     if len(set(ps.servers)) != len(ps.servers):
         raise ScenarioError(f"{f}.servers", ps.servers, "each server once")
-    graph = build_topology(job.cluster.model_dump())
-    others = sorted(n for n, kind in graph.nodes(data="kind") if kind != "gpu")
+    # the Job's own graph: built once per Job (resolve's rule), not again for a check
+    others = sorted(n for n, kind in job.graph.nodes(data="kind") if kind != "gpu")
     for k, name in enumerate(ps.servers):
         if name not in others:
             raise ScenarioError(
