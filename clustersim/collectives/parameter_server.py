@@ -36,7 +36,8 @@ def build_parameter_server(
             return engines, {**have, **{s: all_of(pushed[s]) for s in servers}}
     got = {w: list(have[w]) for w in order}
     for s, size in zip(servers, shards, strict=True):
-        prog = [Msg(env, s, w, size, all_of(pushed[s])) for w in order if w != s]
+        gate = all_of(pushed[s])  # one readiness its pulls share: each push read once
+        prog = [Msg(env, s, w, size, gate) for w in order if w != s]
         for msg in prog:
             got[msg.dst].append(msg.done)
         engines.append(prog)

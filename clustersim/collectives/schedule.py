@@ -140,19 +140,22 @@ def replay(env: simpy.Environment, recipe: tuple) -> list[list[Msg]]:
             prog.append(m)
         engines.append(prog)
         made += prog
-    shared: dict[tuple, tuple] = {}  # deps positions → the deps made for them
+    # two caches, as their keys can be equal tuples: a message's deps (positions of what it
+    # waits for) and a readiness (positions of the events it gathers)
+    deps_made: dict[tuple, tuple] = {}
+    gates: dict[tuple, Readiness] = {}
 
     def dep(k):
         if type(k) is int:
             return made[k].done
-        if k not in shared:
-            shared[k] = Readiness([made[j].done for j in k])
-        return shared[k]
+        if k not in gates:
+            gates[k] = Readiness([made[j].done for j in k])
+        return gates[k]
 
     for m, (*_, deps) in zip(made, chain.from_iterable(recipe)):
-        if deps not in shared:
-            shared[deps] = tuple(dep(k) for k in deps)
-        m.deps = shared[deps]
+        if deps not in deps_made:
+            deps_made[deps] = tuple(dep(k) for k in deps)
+        m.deps = deps_made[deps]
     return engines
 
 

@@ -50,7 +50,7 @@ from dataclasses import dataclass, replace
 from ..errors import ScenarioError
 from ..hardware.datasheets import datasheet, datasheets
 from ..hardware.gpus import get_gpu
-from .calibration import CALIBRATIONS, calibrated_as, calibration, gemm_seconds
+from .calibration import calibrated_as, calibration, gemm_seconds
 from .ops import ExpertRanks, LayerOp, Work
 
 #: bytes touched per cast element: read BF16 (2) + write FP8 (1) [+ transposed FP8 (1)]
@@ -124,7 +124,8 @@ def check_fp8(gpu: str) -> None:
             "fp8",
             f"{gpu} has no FP8 tensor cores; use bf16, fp16 or fp32, or a GPU with FP8: {', '.join(fp8)}",
         )
-    if calibrated_as(gpu) not in CALIBRATIONS:
+    # the donor may be a GPU without FP8 rows (an FP8 part nearest to an A100 in peaks)
+    if calibration(calibrated_as(gpu)).fp8 is None:
         raise ScenarioError(
             "training.precision",
             "fp8",
