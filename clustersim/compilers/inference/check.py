@@ -13,7 +13,7 @@ from ...errors import ScenarioError
 from ...resolve import Job
 from ...scenario.context_parallel_rules import cp_conflict
 from ...scenario.expert_rules import expert_field
-from ..pipeline import check_data_parallel
+from ..pipeline.check import check_data_parallel
 
 
 def check_inference(job: Job) -> None:

@@ -12,7 +12,7 @@ from ...resolve import Job
 from ...scenario.context_parallel_rules import cp_conflict
 from ...scenario.expert_rules import expert_field
 from ...workload.rules import model_layers
-from ..pipeline import data_parallel_conflict
+from ..pipeline.check import data_parallel_conflict
 
 SYNC, ASYNC, HYBRID = "sync", "async", "hybrid"
 

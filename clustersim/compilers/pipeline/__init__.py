@@ -8,7 +8,7 @@ from ... import metrics
 from ...program import Program
 from ...resolve import Job
 from ..base import MODES, ModeReport, TrainingMode
-from .check import check_data_parallel, check_iterations, check_pipeline, data_parallel_conflict
+from .check import check_pipeline
 from .compile import compile_pipeline
 from .context import CompileContext
 
@@ -58,10 +58,4 @@ class PipelineMode(TrainingMode):
 
 MODES.add(PipelineMode())
 
-__all__ = [
-    "PipelineMode",
-    "check_data_parallel",
-    "check_iterations",
-    "data_parallel_conflict",
-    "training_report",
-]
+__all__ = ["PipelineMode", "training_report"]

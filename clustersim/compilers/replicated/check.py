@@ -17,7 +17,7 @@ from ...errors import ScenarioError
 from ...hardware.node_groups import gpu_types
 from ...resolve import Job
 from ...scenario.context_parallel_rules import cp_conflict
-from ..pipeline import check_iterations, data_parallel_conflict
+from ..pipeline.check import check_iterations, data_parallel_conflict
 
 
 def check_replicated(job: Job) -> None:
