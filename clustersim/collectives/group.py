@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 from ..errors import ScenarioError
 from ..hardware.presets import DEFAULT_ALPHA
-from ..topology.lazy import node_data, successors
+from ..topology.lazy import link_data, node_data, successors
 from ..topology.routing import Router
 from .cost import Shape
 from .protocol import resolve_protocols
@@ -64,6 +64,7 @@ class Group:
         # the fabric's router (its routes and costs are cached there), or one of our own
         self.router = None if self.graph is None else getattr(fabric, "router", None) or Router(self.graph)
         self._paths: dict[tuple[str, str], tuple[float, float, tuple]] = {}
+        self._shape: Shape | None = None
         if self.graph is not None:
             self.host = {m: node_data(self.graph, m).get("host", m) for m in self.members}
         else:
@@ -108,9 +109,17 @@ class Group:
         """α-β parameters of this group for :func:`~clustersim.collectives.registry.estimate_time`.
 
         ``bw``/``alpha``: a step between two members of one host (α includes the path
-        latency); ``bw_inter``: the network bandwidth one rank gets while every rank of
-        its host sends (path bottleneck × distinct NICs used / ranks per host); ``latency``:
-        ``cluster.collective_latency``."""
+        latency); ``bw_inter``/``alpha_inter``: the slowest crossing between hosts next to
+        each other in the ring's order (the last back to the first): a ring step waits for
+        its slowest hop. A crossing's bandwidth per rank is its paths' bottleneck × distinct
+        NICs used / ranks per host, and no more than a bottleneck link's bandwidth over the
+        paths that share it (every channel crosses between two sites on the one WAN link);
+        ``latency``: ``cluster.collective_latency``. Computed once per group."""
+        if self._shape is None:
+            self._shape = self._ring_shape()
+        return self._shape
+
+    def _ring_shape(self) -> Shape:
         groups = list(self.hosts.values())
         first = groups[0]
         if len(first) > 1:
@@ -126,15 +135,33 @@ class Group:
             "latency": self.latency,
         }
         if len(groups) > 1:
-            other = groups[1]
-            paths = [self.path(a, other[i % len(other)]) for i, a in enumerate(first)]
-            nics = {
-                next((x for x in p[2] if node_data(self.graph, x).get("kind") == "nic"), None) for p in paths
-            }
-            nics.discard(None)
-            share = (len(nics) or len(first)) / len(first)
-            out["bw_inter"] = min(p[0] for p in paths) * share
-            out["alpha_inter"] = self.alpha["inter_node"] + max(p[1] for p in paths)
+            crossings = [self._crossing(a, groups[(i + 1) % len(groups)]) for i, a in enumerate(groups)]
+            out["bw_inter"] = min(c[0] for c in crossings)
+            out["alpha_inter"] = self.alpha["inter_node"] + max(c[1] for c in crossings)
             if out["bw"] == float("inf"):
                 out["bw"] = out["bw_inter"]
         return Shape(len(self.members), **out)
+
+    def _crossing(self, here: list[str], there: list[str]) -> tuple[float, float]:
+        """(bandwidth per rank, largest path latency) of the ranks of host ``here`` all
+        sending to host ``there`` at once (:meth:`shape`)."""
+        paths = [self.path(a, there[i % len(there)]) for i, a in enumerate(here)]
+        nics = {next((x for x in p[2] if node_data(self.graph, x).get("kind") == "nic"), None) for p in paths}
+        nics.discard(None)
+        share = (len(nics) or len(here)) / len(here)
+        bw = min(p[0] for p in paths) * share
+        sharing: dict[tuple, int] = {}  # bottleneck link → paths through it
+        for p in paths:
+            link = self._bottleneck(p)
+            sharing[link] = sharing.get(link, 0) + 1
+        for p in paths:
+            bw = min(bw, p[0] / sharing[self._bottleneck(p)])
+        return bw, max(p[1] for p in paths)
+
+    def _bottleneck(self, path: tuple[float, float, tuple]) -> tuple:
+        """The first link of ``path``'s nodes with its bottleneck bandwidth."""
+        nodes = path[2]
+        for u, v in zip(nodes, nodes[1:], strict=False):
+            if link_data(self.graph, u, v)["bandwidth"] <= path[0]:
+                return (u, v)
+        return (nodes[0], nodes[-1])

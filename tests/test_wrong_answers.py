@@ -1,0 +1,54 @@
+"""Issue 39's wrong answers given without a warning, each now the right number."""
+
+from __future__ import annotations
+
+import pytest
+
+import clustersim as cs
+from clustersim.collectives.group import resolve_alpha
+from clustersim.resolve import resolve
+from clustersim.topology.routing import Router
+
+
+def _two_sites(bandwidth: str, latency: str) -> dict:
+    """Data parallelism over 4 one-GPU hosts in two sites of two: its ring crosses the WAN
+    between hosts 1 and 2 and back between hosts 3 and 0, at ``fast``."""
+    site = {"nodes": 2, "topology": {"kind": "fat_tree"}}
+    return {
+        "name": "two-sites",
+        "cluster": {
+            "nodes": 4,
+            "gpus_per_node": 1,
+            "nic": {"bandwidth": "100 Gbit/s", "per_node": 1},
+            "topology": {"kind": "wan", "bandwidth": bandwidth, "latency": latency, "sites": [site, site]},
+        },
+        "model": {"kind": "synthetic", "layers": 2, "forward": 1e-3, "backward": 2e-3, "params": "64 MiB"},
+        "training": {"global_batch": 4},
+        "parallel": {"dp": 4},
+        "simulation": {"fidelity": "fast", "collectives": {"all_reduce": "ring"}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("bandwidth", "latency", "wan_bytes_per_s", "wan_s"),
+    [
+        ("1 Gbit/s", "30 ms", 125e6, 0.03),
+        ("100 Gbit/s", "2 s", 12.5e9, 2.0),
+        ("1 Mbit/s", "1 ms", 125e3, 1e-3),
+    ],
+)
+def test_case1_a_cross_site_ring_at_fast_is_its_closed_form_on_the_wan_route(
+    bandwidth, latency, wan_bytes_per_s, wan_s
+):
+    # the ring all-reduce of S bytes over n = 4 ranks, one per host: 2(n − 1) steps, each
+    # α_net + the route's latency + S/n bytes at the slowest hop's bandwidth (the WAN link),
+    # where the ring crosses between the sites (hosts 1 → 2 and 3 → 0)
+    raw = _two_sites(bandwidth, latency)
+    spans = cs.simulate(raw).spans
+    ar = spans[spans["kind"] == "collective"].iloc[0]
+    router = Router(resolve(cs.load_scenario(raw)).graph)
+    route = max(router.cost("gpu1", "gpu2")[0], router.cost("gpu3", "gpu0")[0])
+    assert wan_s < route < wan_s + 1e-4  # the WAN link and a few µs of site links
+    alpha = resolve_alpha(None)["inter_node"]
+    closed = 6 * (alpha + route + ar["bytes"] / (4 * wan_bytes_per_s))
+    assert ar["end_s"] - ar["start_s"] == pytest.approx(closed, rel=1e-12)
