@@ -54,9 +54,7 @@ def cmd_run(args) -> int:
 
     if args.plots and not args.out:
         raise OutputError("--plots: the pictures are drawn into the --out folder; add --out DIR")
-    sc = load_scenario(args.scenario)
-    if args.set:
-        sc = sc.with_overrides(parse_overrides(args.set))
+    sc = load_scenario(args.scenario, parse_overrides(args.set))
     progress = progress_arg(args.quiet)
     res = simulate(sc, progress=progress)
     print(summary_table(res.summary))
@@ -84,9 +82,7 @@ def cmd_export_chakra(args) -> int:
     from .scenario import load_scenario, parse_overrides
     from .simulate import export_chakra
 
-    sc = load_scenario(args.scenario)
-    if args.set:
-        sc = sc.with_overrides(parse_overrides(args.set))
+    sc = load_scenario(args.scenario, parse_overrides(args.set))
     files = export_chakra(sc, args.folder)
     print(
         f"{len(files)} rank files ({files[0].name} … {files[-1].name}) and comm_group.json in {args.folder}/"
@@ -154,9 +150,7 @@ def cmd_plan(args) -> int:
     from .planner import plan_scenario
     from .scenario import load_scenario, parse_overrides
 
-    sc = load_scenario(args.scenario)
-    if args.set:
-        sc = sc.with_overrides(parse_overrides(args.set))
+    sc = load_scenario(args.scenario, parse_overrides(args.set))
     print(plan_scenario(sc).table())
     return 0
 

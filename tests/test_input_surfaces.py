@@ -313,3 +313,84 @@ def test_a_vocabulary_smaller_than_tp_is_refused_at_load():
     assert "model.vocab = 2 has fewer rows than tp ranks; accepted: tp ≤ 2" in str(err.value)
     raw["model"]["vocab"] = 8  # one row per TP rank runs
     assert cs.simulate(raw, progress=False).summary["iteration_time_s"] > 0
+
+
+# -- --set reaches every field, before validation (case 10, item 2) ---------------------------------
+
+TWO_JOBS = ROOT / "scenarios" / "two-jobs-oversubscribed-fat-tree.yaml"
+
+
+def test_set_addresses_a_job_of_a_multi_job_scenario_by_index():
+    # the two jobs share the oversubscribed tree when they start together; started 5 s
+    # apart, each runs alone and faster
+    together = cs.simulate(cs.load_scenario(TWO_JOBS)).summary
+    apart = cs.simulate(cs.load_scenario(TWO_JOBS, {"jobs.1.start": "5 s"})).summary
+    assert apart["job_b.iteration_time_s"] < together["job_b.iteration_time_s"]
+    assert apart["job_b.iteration_time_s"] == pytest.approx(apart["job_a.iteration_time_s"], rel=1e-12)
+
+
+def test_set_on_the_command_line_reaches_a_job(capsys):
+    assert main(["run", str(TWO_JOBS), "--set", "jobs.1.start=5s", "--quiet"]) == 0
+    assert main(["run", str(TWO_JOBS), "--set", "jobs.2.start=5s", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "jobs.2.start" in err and "an index 0 to 1" in err
+
+
+def test_an_override_mends_a_file_before_validation():
+    raw = {
+        "cluster": {"nodes": 1, "gpus_per_node": 4},
+        "model": {"kind": "synthetic", "layers": 4, "forward": 1e-3, "backward": 2e-3},
+        "training": {"global_batch": 4},
+        "parallel": {"pp": 3},  # 3 stages do not divide 4 GPUs: refused alone
+    }
+    with pytest.raises(cs.ScenarioError):
+        cs.load_scenario(raw)
+    assert cs.load_scenario(raw, {"parallel.pp": "4"}).spec.parallel.pp == 4
+
+
+def test_an_override_undoes_what_a_profile_fills():
+    # megatron_core fills flash attention where the file does not state it; --set wins
+    quick = ROOT / "scenarios" / "quickstart.yaml"
+    assert cs.load_scenario(quick, {"training.framework": "megatron_core"}).spec.model.attention == "flash"
+    mine = cs.load_scenario(quick, {"training.framework": "megatron_core", "model.attention": "standard"})
+    assert mine.spec.model.attention == "standard"
+
+
+def test_a_job_named_by_digits_alone_is_refused():
+    raw = read_yaml_dict(TWO_JOBS)
+    raw["jobs"][0]["name"] = "7"
+    with pytest.raises(cs.ScenarioError, match=r"jobs\[0\]\.name.*digits alone"):
+        cs.load_scenario(raw)
+
+
+def read_yaml_dict(path: Path) -> dict:
+    from clustersim.scenario import read_yaml
+
+    return read_yaml(path)
+
+
+# -- a sweep counts its grid before expanding it (case 16, item 5) -----------------------------------
+
+
+def test_a_sweep_of_millions_of_runs_is_refused_before_it_expands(monkeypatch):
+    from clustersim.experiments import grid as grids
+    from clustersim.experiments.sweeper import sweep
+
+    def never(*_):
+        raise AssertionError("the grid was expanded")
+
+    monkeypatch.setattr(grids, "expand", never)
+    axes = {"training.global_batch": list(range(8, 8 * 2001, 8)), "parallel.pp": [1, 2, 4] * 334}
+    with pytest.raises(cs.ScenarioError, match=r"sweep\.grid.*2,004,000 runs.*at most 100,000"):
+        sweep(ROOT / "scenarios" / "quickstart.yaml", axes)
+    assert grids.count(axes) == 2000 * 1002
+    assert grids.count({"a": [1, 2]}, {"b": [1, 2, 3], "c": [4, 5, 6]}) == 6
+
+
+def test_a_sweep_prints_its_count_and_the_base_estimate_first(tmp_path, capsys):
+    quick = ROOT / "scenarios" / "quickstart.yaml"
+    assert main(["sweep", str(quick), "--grid", "parallel.schedule=1f1b,gpipe", "--workers", "1"]) == 0
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first.startswith("sweep: 2 runs; the base run is estimated at ~") and "events" in first
+    assert main(["sweep", str(quick), "--grid", "parallel.schedule=1f1b,gpipe", "--max-runs", "1"]) == 2
+    assert "at most 1 runs" in capsys.readouterr().err

@@ -95,6 +95,11 @@ def add_commands(sub, parents=(), epilog: str | None = None) -> None:
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override the base scenario"
     )
     sw.add_argument("--out", help="results table (.csv or .parquet); rerunning resumes it")
+    sw.add_argument(
+        "--max-runs",
+        type=int,
+        help="refuse a grid of more runs than this before expanding it (default 100,000: docs/limits.md)",
+    )
     _executor_args(sw)
     sw.set_defaults(func=cmd_sweep)
 
@@ -154,7 +159,7 @@ def _base(args):
 
     if not args.set:
         return args.scenario
-    return load_scenario(args.scenario).with_overrides(parse_overrides(args.set))
+    return load_scenario(args.scenario, parse_overrides(args.set))
 
 
 def _progress(flag: bool | None) -> bool | str:
@@ -185,6 +190,7 @@ def cmd_sweep(args) -> int:
         scheduler=args.scheduler,
         progress=_progress(args.progress),
         timeout=args.timeout,
+        max_runs=args.max_runs,
     )
     swept = list(dict.fromkeys([*grid, *zipped]))
     shown = swept + [c for c in SWEEP_SHOWN if c in df.columns]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -124,6 +125,32 @@ def _check_value(base_raw: Mapping[str, Any], key: str, value: Any) -> None:
     except ScenarioError as exc:
         detail = exc.expected if exc.field == key else str(exc)
         raise ScenarioError(key, value, f"grid value rejected: {detail}") from None
+
+
+#: the most runs a sweep expands unless the caller raises it (``max_runs``, ``--max-runs``):
+#: its override dicts alone are ~1 KiB each, and even at ~1 s a run it is days of CPU
+MAX_RUNS = 100_000
+
+
+def count(grid: Grid | None, zip_axes: Grid | None = None) -> int:
+    """How many runs :func:`expand` makes, without making them: the grid axes' lengths
+    multiplied, times the zip axes' common length."""
+    axes, zipped = as_axes(grid, "grid"), as_axes(zip_axes, "zip")
+    n = math.prod(len(v) for v in axes.values())
+    return n * len(next(iter(zipped.values()))) if zipped else n
+
+
+def check_count(runs: int, max_runs: int = MAX_RUNS) -> None:
+    """Refuse a sweep of more than ``max_runs`` runs before it expands (docs/limits.md)."""
+    if isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 1:
+        raise ScenarioError("max_runs", max_runs, "a whole number of runs ≥ 1")
+    if runs > max_runs:
+        raise ScenarioError(
+            "sweep.grid",
+            f"{runs:,} runs",
+            f"at most {max_runs:,} runs (the axes' lengths multiplied); narrow the axes, or raise "
+            "the limit (max_runs=, --max-runs)",
+        )
 
 
 def expand(grid: Grid | None, zip_axes: Grid | None = None) -> list[dict[str, Any]]:

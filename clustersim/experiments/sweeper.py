@@ -9,6 +9,7 @@ runs finished in, so it is the same on any executor and any number of workers.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, BrokenExecutor, wait
 from pathlib import Path
@@ -17,6 +18,8 @@ from typing import Any
 import pandas as pd
 
 from ..errors import ClusterSimError, ScenarioError
+from ..resolve import Job
+from ..resolve.estimate import estimate
 from ..scenario import Scenario, load_scenario
 from ..scenario.loader import read_yaml
 from ..simulate import checked
@@ -38,6 +41,15 @@ def base_raw(base: Scenario | str | Path | Mapping[str, Any]) -> dict[str, Any]:
     return raw
 
 
+def announce(raw: dict[str, Any], runs: int) -> str:
+    """``sweep: 12 runs; the base run ~… each`` — the count and the base run's estimate
+    (:mod:`clustersim.resolve.estimate`; a multi-job or fault scenario has none)."""
+    job = checked(load_scenario(raw))
+    if not isinstance(job, Job):
+        return f"sweep: {runs:,} runs"
+    return f"sweep: {runs:,} runs; the base run is estimated at {estimate(job).line()} each"
+
+
 def sweep(
     base: Scenario | str | Path | Mapping[str, Any],
     grid: Mapping[str, Sequence[Any]] | None = None,
@@ -49,6 +61,7 @@ def sweep(
     scheduler: str | None = None,
     progress: bool | None = None,
     timeout: float | None = None,
+    max_runs: int | None = None,
 ) -> pd.DataFrame:
     """Simulate ``base`` under every combination of ``grid`` (crossed) and ``zip`` (advanced
     together); return one row per run: the swept values, ``status``/``error``, the summary.
@@ -60,14 +73,20 @@ def sweep(
     ``concurrent.futures.Executor``. With ``out`` (``.csv`` or ``.parquet``) rows are saved
     as runs finish and a rerun resumes. ``timeout`` (seconds, local executor only) stops
     a run that takes longer; its row has ``status = "timeout"`` and the others go on.
-    Bad axes raise ScenarioError before any run.
+    Bad axes raise ScenarioError before any run, and so does a grid of more than
+    ``max_runs`` runs (default :data:`~.grid.MAX_RUNS`; counted before it is expanded); with ``progress`` on, the count and
+    the base run's estimate are the first line.
     """
     if isinstance(base, (str, Path)) and grids.is_sweep_file(base):
         base, file_grid, file_zip = grids.load_sweep_file(base)
         grid = {**file_grid, **(grid or {})}
         zip = {**file_zip, **(zip or {})} or None
+    runs = grids.count(grid, zip)
+    grids.check_count(runs, grids.MAX_RUNS if max_runs is None else max_runs)
     raw = base_raw(base)
     grids.check_axes(raw, grid, zip)
+    if progress is not False:
+        print(announce(raw, runs), file=sys.stderr)
     return run_sweep(
         raw,
         grids.expand(grid, zip),

@@ -74,14 +74,21 @@ class Scenario:
         )
 
 
-def load_scenario(source: str | Path | dict[str, Any] | Scenario) -> Scenario | MultiJobScenario:
+def load_scenario(
+    source: str | Path | dict[str, Any] | Scenario, overrides: dict[str, Any] | None = None
+) -> Scenario | MultiJobScenario:
     """Load and validate a scenario from a YAML path or a dict (or pass a Scenario through);
-    one with ``jobs`` is a :class:`~.multi_job.MultiJobScenario` (docs/multi_job.md)."""
+    one with ``jobs`` is a :class:`~.multi_job.MultiJobScenario` (docs/multi_job.md).
+    ``overrides`` (dotted keys, :func:`~.loader.apply_overrides`) are merged into the file
+    as written, before a profile fills defaults and before validation, so an override can
+    undo what the file implies and mend a file that would not validate alone."""
     if isinstance(source, (Scenario, MultiJobScenario)):
-        return source
+        return source.with_overrides(overrides) if overrides else source
     if isinstance(source, (str, Path)):
         source = read_yaml(source)
     if isinstance(source, dict):
+        if overrides:
+            source = apply_overrides(source, overrides)
         return MultiJobScenario(source) if "jobs" in source else Scenario(source)
     raise ScenarioError("scenario", source, "expected a YAML file path or a dict")
 

@@ -106,7 +106,8 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
 
 
 def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """Return a copy of ``raw`` with dotted keys (``"parallel.pp"``) set to new values.
+    """Return a copy of ``raw`` with dotted keys (``"parallel.pp"``) set to new values; a
+    part made of digits indexes a list (``"jobs.1.start"``: the second job's start).
 
     String values are read as YAML (bounded, :mod:`.reader`), so ``"4"`` becomes 4 and
     ``"true"`` True, as they arrive from the command line; bad YAML names the key.
@@ -118,13 +119,32 @@ def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str,
         parts = key.split(".")
         node = out
         for part in parts[:-1]:
-            nxt = node.get(part)
-            if nxt is None:
-                nxt = node[part] = {}
-            if not isinstance(nxt, dict):
-                raise ScenarioError(
-                    key, value, f"{part!r} is not a section, so it has no field {parts[-1]!r}"
-                )
-            node = nxt
-        node[parts[-1]] = value
+            node = _child(node, part, key, value, parts[-1])
+        if isinstance(node, list):
+            node[_index(node, parts[-1], key, value)] = value
+        else:
+            node[parts[-1]] = value
     return out
+
+
+def _child(node: dict | list, part: str, key: str, value: Any, last: str) -> dict | list:
+    """The section ``part`` of ``node`` on the way to ``key``'s field (a missing section
+    of a dict is made)."""
+    if isinstance(node, list):
+        nxt = node[_index(node, part, key, value)]
+    else:
+        nxt = node.get(part)
+        if nxt is None:
+            nxt = node[part] = {}
+    if not isinstance(nxt, dict | list):
+        raise ScenarioError(key, value, f"{part!r} is not a section, so it has no field {last!r}")
+    return nxt
+
+
+def _index(node: list, part: str, key: str, value: Any) -> int:
+    """``part`` as an index of the list ``node`` (0 to len − 1)."""
+    if not part.isdigit() or int(part) >= len(node):
+        raise ScenarioError(
+            key, value, f"{part!r} is not an entry of a list of {len(node)}: an index 0 to {len(node) - 1}"
+        )
+    return int(part)

@@ -93,6 +93,12 @@ class MultiJobScenario:
         self.start: dict[str, float] = {}
         owner: dict[int, str] = {}
         for k, entry in enumerate(self.spec.jobs):
+            if entry.name.isdigit():  # ``--set jobs.N.field`` takes N as an index
+                raise ScenarioError(
+                    f"jobs[{k}].name",
+                    entry.name,
+                    "a name with a letter in it (digits alone address jobs by index)",
+                )
             if entry.name in self.jobs:
                 raise ScenarioError(f"jobs[{k}].name", entry.name, "each job needs a name of its own")
             gpus = _place(entry, k, raw["jobs"][k], cl, owner)
