@@ -52,3 +52,39 @@ def test_case1_a_cross_site_ring_at_fast_is_its_closed_form_on_the_wan_route(
     alpha = resolve_alpha(None)["inter_node"]
     closed = 6 * (alpha + route + ar["bytes"] / (4 * wan_bytes_per_s))
     assert ar["end_s"] - ar["start_s"] == pytest.approx(closed, rel=1e-12)
+
+
+def _folded():
+    quick = "scenarios/quickstart.yaml"
+    res = cs.simulate(cs.load_scenario(quick, {"simulation.fidelity": "fast", "simulation.fold": "true"}))
+    assert res.summary["folded"].startswith("yes")
+    return res
+
+
+def test_case3_a_folded_runs_stage_utilization_is_the_stages_busy_fraction():
+    from clustersim.viz.binning import default_window
+    from clustersim.viz.rows import device_info
+    from clustersim.viz.utilization import _compute_lines
+
+    res = _folded()
+    info = device_info(res.spans, res.devices)
+    names, frac = _compute_lines(res.spans, info, default_window(res.spans, None), 60, max_lines=8)
+    busy = res.devices.groupby("stage")["busy_fraction"].mean()
+    assert len(names) == len(busy) == 4 and "simulated of 4" in names[0]
+    # equal bins over the whole run: their mean is the busy time over the makespan
+    assert frac.mean(axis=1) == pytest.approx(busy.to_numpy(), rel=1e-9, abs=1e-12)
+
+
+def test_case3_a_folded_runs_memory_picture_shows_the_simulated_gpus(monkeypatch):
+    import clustersim.viz.memory as viz_memory
+
+    res = _folded()
+    seen = {}
+
+    def record(memory, *args, **kwargs):
+        seen["devices"] = set(memory["device"])
+
+    monkeypatch.setattr(viz_memory, "plot_memory", record)
+    res.plot_memory()
+    assert seen["devices"] == set(res.spans[res.spans["lane"] == "compute"]["device"])
+    assert len(seen["devices"]) < len(res.devices)

@@ -25,9 +25,17 @@ def _compute_lines(spans, info, window, bins, max_lines):
         return keys, busy_fraction_over_time(comp, keys, comp["device"], window, bins)
     stage = info["stage"]
     keys = sorted(set(stage), key=natural_key)
-    size = np.array([(stage == k).sum() for k in keys], dtype=float)
+    # a folded run simulates some GPUs of a stage (its twins have no spans): the mean is
+    # over those, as the device table's busy_fraction copies theirs to the twins
+    simulated = stage[stage.index.isin(set(comp["device"]))]
+    size = np.array([max(1, (simulated == k).sum()) for k in keys], dtype=float)
+    total = [(stage == k).sum() for k in keys]
     frac = busy_fraction_over_time(comp, keys, comp["device"].map(stage), window, bins, size)
-    return [f"stage {k} (mean of {int(n)})" for k, n in zip(keys, size)], frac
+    names = [
+        f"stage {k} (mean of {int(n)})" if n == t else f"stage {k} (mean of {int(n)} simulated of {t})"
+        for k, n, t in zip(keys, size, total)
+    ]
+    return names, frac
 
 
 def plot_utilization(
