@@ -144,6 +144,10 @@ def test_invariants(raw):
     util = res.utilization()
     assert ((util["busy_fraction"] >= 0) & (util["busy_fraction"] <= 1 + 1e-12)).all()
     assert (res.memory["allocated_bytes"] >= 0).all()
+    # the memory timeline's maximum is each GPU's peak (issue 39 case 4)
+    timeline = res.memory.groupby("device")["allocated_bytes"].max()
+    peaks = res.devices.set_index("device")["peak_memory_bytes"].reindex(timeline.index)
+    assert (timeline == peaks).all()
     assert 0 <= res.summary["bubble_fraction"] <= 1
     lat = sc.cluster.intra_node.latency
     bw = sc.cluster.intra_node.bandwidth

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import clustersim as cs
 from clustersim.collectives.group import resolve_alpha
 from clustersim.resolve import resolve
 from clustersim.topology.routing import Router
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _two_sites(bandwidth: str, latency: str) -> dict:
@@ -55,7 +59,7 @@ def test_case1_a_cross_site_ring_at_fast_is_its_closed_form_on_the_wan_route(
 
 
 def _folded():
-    quick = "scenarios/quickstart.yaml"
+    quick = ROOT / "scenarios" / "quickstart.yaml"
     res = cs.simulate(cs.load_scenario(quick, {"simulation.fidelity": "fast", "simulation.fold": "true"}))
     assert res.summary["folded"].startswith("yes")
     return res
@@ -88,3 +92,28 @@ def test_case3_a_folded_runs_memory_picture_shows_the_simulated_gpus(monkeypatch
     res.plot_memory()
     assert seen["devices"] == set(res.spans[res.spans["lane"] == "compute"]["device"])
     assert len(seen["devices"]) < len(res.devices)
+
+
+SHIPPED = sorted(
+    p
+    for p in (ROOT / "scenarios").glob("*.yaml")
+    if "jobs:" not in p.read_text() and "faults:" not in p.read_text()  # one timeline per job
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_case4_the_memory_timeline_peaks_where_the_summary_says(path):
+    res = cs.simulate(path)
+    timeline = res.memory.groupby("device")["allocated_bytes"].max()
+    peaks = res.devices.set_index("device")["peak_memory_bytes"]
+    assert set(timeline.index) <= set(peaks.index) and len(timeline) > 0
+    assert (timeline == peaks.reindex(timeline.index)).all()
+    assert res.summary["peak_memory_gib"] * 2**30 == pytest.approx(timeline.max(), rel=1e-12)
+
+
+def test_case4_a_folded_runs_timeline_holds_the_simulated_gpus_at_their_peaks():
+    res = _folded()
+    timeline = res.memory.groupby("device")["allocated_bytes"].max()
+    assert set(timeline.index) == set(res.spans[res.spans["lane"] == "compute"]["device"])
+    assert (timeline == res.devices.set_index("device")["peak_memory_bytes"].reindex(timeline.index)).all()

@@ -88,6 +88,16 @@ def assemble_result(job: Job, mode, engine, rec: Recorder, wall_s: float) -> Res
     else:
         memory = pd.DataFrame.from_records(rec.memory, columns=["device", "time_s", "allocated_bytes"])
         memory["device"] = memory["device"].map(dict(enumerate(prog.device_names)))
+        if job.fold.enabled:  # the twins hold only their static memory: the timeline is the simulated GPUs'
+            simulated = {
+                f"gpu{r}"
+                for r in set(
+                    job.plan.representatives(
+                        job.layout.coords_of(np.arange(job.layout.num_devices))[0]
+                    ).tolist()
+                )
+            }
+            memory = memory[memory["device"].isin(simulated)].reset_index(drop=True)
     return Result(
         summary,
         spans,

@@ -120,11 +120,7 @@ class Result:
         """Allocated memory over time per GPU with the capacity (dashed)."""
         from ..viz.memory import plot_memory
 
-        # a folded run's twins hold one sample (their representative's): the picture is
-        # of the GPUs simulated, the ones with spans
-        simulated = self.memory["device"].isin(set(metrics.gpu_spans(self.spans)["device"]))
-        memory = self.memory if simulated.all() else self.memory[simulated]
-        return plot_memory(memory, self.devices, ax=ax, window=window, end_s=self._end())
+        return plot_memory(self.memory, self.devices, ax=ax, window=window, end_s=self._end())
 
     def plot_breakdown(self, ax=None):
         """Per stage, a stacked bar of compute / exposed communication / bubble / idle in the
