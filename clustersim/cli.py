@@ -138,7 +138,6 @@ def cmd_plot(args) -> int:
     out = args.out or args.bundle
     from pathlib import Path
 
-    Path(out).mkdir(parents=True, exist_ok=True)
     files = redraw(res, out)
     if args.trace:
         files.append(res.to_chrome_trace(Path(out) / "trace.json"))

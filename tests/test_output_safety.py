@@ -185,3 +185,79 @@ def test_cli_plot_of_a_foreign_folder(tmp_path):
         proc.stderr
         == f"error: {tmp_path}: not a readable clustersim result bundle: summary.json: Expecting value: line 1 column 1 (char 0)\n"
     )
+
+
+# -- issue 39 case 14, 15 and item 4: folders below the named one, and failures halfway ---------------
+
+
+def _linked_folder(tmp_path: Path) -> tuple[Path, Path]:
+    """``out/et`` → a folder outside ``out``: (the link, the folder it points at)."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "out").mkdir()
+    os.symlink(elsewhere, tmp_path / "out" / "et")
+    return tmp_path / "out" / "et", elsewhere
+
+
+def test_a_linked_folder_is_refused_as_a_bundle_or_a_chakra_folder(result, tmp_path):
+    link, elsewhere = _linked_folder(tmp_path)
+    with pytest.raises(cs.OutputError, match=r"et: is a symbolic link"):
+        result.save(link, plots=False)
+    with pytest.raises(cs.OutputError, match=r"et: is a symbolic link"):
+        cs.export_chakra(cs.load_scenario(synthetic(2, 2)), link)
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_cli_refuses_a_linked_chakra_folder_before_writing(tmp_path):
+    link, elsewhere = _linked_folder(tmp_path)
+    scenario = ROOT / "scenarios" / "synthetic-4stage-1f1b.yaml"
+    done = _cli("run", str(scenario), "--quiet", "--chakra", str(link))
+    assert done.returncode == 2 and "symbolic link" in done.stderr
+    done = _cli("export-chakra", str(scenario), str(link))
+    assert done.returncode == 2 and "symbolic link" in done.stderr
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_folder_reached_through_a_link_in_its_own_path_is_used(result, tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    os.symlink(real, tmp_path / "via")
+    result.save(tmp_path / "via" / "bundle", plots=False)
+    assert (real / "bundle" / "summary.json").is_file()
+
+
+def test_a_failed_save_leaves_the_earlier_bundle_as_it_was(result, tmp_path, monkeypatch):
+    out = tmp_path / "bundle"
+    result.save(out, plots=False)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    (out / "notes.txt").write_text("mine\n")
+
+    real_open = Path.open
+
+    def open_on_a_full_disk(self, *args, **kwargs):  # the disk fills while devices.csv is written
+        if self.name.startswith(".devices.csv."):
+            raise OSError(28, "No space left on device")
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", open_on_a_full_disk)
+    other = cs.simulate(cs.load_scenario(synthetic(2, 4)))  # a run whose summary differs
+    with pytest.raises(cs.OutputError, match=r"bundle/devices\.csv: No space left on device"):
+        other.save(out, plots=False)
+    after = {p.name: p.read_bytes() for p in out.iterdir() if p.name != "notes.txt"}
+    assert after == before  # no file half-replaced, no temporary file left behind
+    assert (out / "notes.txt").read_text() == "mine\n"
+
+
+def test_staging_moves_all_files_or_none(tmp_path):
+    (tmp_path / "a.txt").write_text("old a")
+    with pytest.raises(RuntimeError), output.staged() as stage:
+        output.write_text(tmp_path / "a.txt", "new a", stage)
+        output.write_text(tmp_path / "b.txt", "new b", stage)
+        raise RuntimeError("halfway")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
+    assert (tmp_path / "a.txt").read_text() == "old a"
+    with output.staged() as stage:
+        output.write_text(tmp_path / "a.txt", "new a", stage)
+        output.write_text(tmp_path / "b.txt", "new b", stage)
+        assert (tmp_path / "a.txt").read_text() == "old a"  # nothing moves before the commit
+    assert (tmp_path / "a.txt").read_text() == "new a" and (tmp_path / "b.txt").read_text() == "new b"

@@ -165,7 +165,10 @@ def test_ctrl_c_stops_a_sweep_and_its_workers_at_once(tmp_path):
         code = proc.wait(timeout=60)  # the runs take minutes; the margin is for a loaded machine
         err = proc.stderr.read().decode().splitlines()
         assert code == 130 and err[-1] == "interrupted", err
-        assert all(line.startswith("clustersim: runs: ") for line in err[:-1]), err  # progress lines only
+        assert err[0].startswith("sweep: 2 runs; the base run is estimated at "), err  # the count first
+        assert all(line.startswith("clustersim: runs: ") for line in err[1:-1]), (
+            err
+        )  # then progress lines only
     assert _gone(workers, within_s=15)
 
 

@@ -85,6 +85,7 @@ def sweep(
     grids.check_count(runs, grids.MAX_RUNS if max_runs is None else max_runs)
     raw = base_raw(base)
     grids.check_axes(raw, grid, zip)
+    _check_timeout(timeout, executor)  # every refusal before the first line of output
     if progress is not False:
         print(announce(raw, runs), file=sys.stderr)
     return run_sweep(

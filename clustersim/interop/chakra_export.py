@@ -21,7 +21,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..output import remove, write_text
+from ..output import folder as output_folder
+from ..output import staged, write_text
 from ..program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program
 from .chakra_attrs import OWN, attr
 from .chakra_file import write_trace
@@ -76,7 +77,8 @@ def rank_file(folder: str | Path, rank: int) -> Path:
 def export_chakra(program: Program, folder: str | Path) -> list[Path]:
     """Write ``program`` to ``folder`` as Chakra ET files, one per device (module
     docstring), plus ``comm_group.json``; returns the rank files in rank order. Rank files
-    of an earlier, larger export in ``folder`` are removed, so the folder holds one trace."""
+    of an earlier, larger export in ``folder`` are removed, so the folder holds one trace.
+    The files move into place together once all are written (:mod:`clustersim.output`)."""
     groups: dict[tuple[int, ...], str] = {}
     for op in program.ops:
         if op.kind == COLLECTIVE:
@@ -86,13 +88,14 @@ def export_chakra(program: Program, folder: str | Path) -> list[Path]:
         per_device[op.device].append(op)
     before = {b.id: a.id for ops in program.lanes().values() for a, b in zip(ops, ops[1:])}
     paths = []
-    for rank, ops in enumerate(per_device):
-        nodes = [_node(op, program, before.get(op.id), groups) for op in ops]
-        paths.append(write_trace(rank_file(folder, rank), _metadata(program, rank), nodes))
-    for stale in Path(folder).glob(f"{PREFIX}.*.et"):  # a previous export's ranks past this one's
-        if stale not in paths:
-            remove(stale)
-    write_text(Path(folder) / COMM_GROUPS, json.dumps({name: list(g) for g, name in groups.items()}) + "\n")
+    out = output_folder(folder)
+    with staged() as stage:
+        for rank, ops in enumerate(per_device):
+            nodes = [_node(op, program, before.get(op.id), groups) for op in ops]
+            paths.append(write_trace(rank_file(out, rank), _metadata(program, rank), nodes, stage))
+        # a previous export's ranks past this one's
+        stage.removals = [p for p in out.glob(f"{PREFIX}.*.et") if p not in paths]
+        write_text(out / COMM_GROUPS, json.dumps({name: list(g) for g, name in groups.items()}) + "\n", stage)
     return paths
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from google.protobuf.message import DecodeError
 
 from ..errors import ScenarioError
-from ..output import atomic_path
+from ..output import Staging, atomic_path
 from ..reader import MAX_BYTES, read_bytes
 from .chakra_schema import GlobalMetadata, Node
 
@@ -33,9 +33,10 @@ def varint(n: int) -> bytes:
             return bytes(out)
 
 
-def write_trace(path: str | Path, metadata, nodes) -> Path:
-    """Write ``metadata`` (a GlobalMetadata) and ``nodes`` (Node messages) to ``path``."""
-    with atomic_path(path) as tmp, tmp.open("wb") as fh:
+def write_trace(path: str | Path, metadata, nodes, stage: Staging | None = None) -> Path:
+    """Write ``metadata`` (a GlobalMetadata) and ``nodes`` (Node messages) to ``path`` (with
+    ``stage``: when it commits, :mod:`clustersim.output`)."""
+    with atomic_path(path, stage) as tmp, tmp.open("wb") as fh:
         for msg in (metadata, *nodes):
             body = msg.SerializeToString()
             fh.write(varint(len(body)))

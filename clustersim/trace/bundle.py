@@ -31,7 +31,7 @@ import pandas as pd
 import yaml
 
 from ..engine.collector import collector_paused
-from ..output import atomic_path, open_atomic, remove, write_text
+from ..output import Staging, atomic_path, folder, open_atomic, staged, write_text
 from ..viz.rows import per_lane_fits
 from .csv_text import csv_text
 
@@ -76,32 +76,35 @@ def _has_pyarrow() -> bool:
     return True
 
 
-def _write_table(df: pd.DataFrame, out: Path, stem: str, parquet: bool) -> None:
+def _write_table(df: pd.DataFrame, out: Path, stem: str, parquet: bool, stage: Staging) -> None:
     if parquet:
-        with atomic_path(out / f"{stem}.parquet") as tmp:
+        with atomic_path(out / f"{stem}.parquet", stage) as tmp:
             df.to_parquet(tmp, index=False)
     else:
-        _write_csv(df, out / f"{stem}.csv")
+        _write_csv(df, out / f"{stem}.csv", stage)
 
 
-def _write_csv(df: pd.DataFrame, path: Path) -> None:
+def _write_csv(df: pd.DataFrame, path: Path, stage: Staging | None = None) -> None:
     """``df.to_csv(path, index=False)``'s bytes, made a column at a time where
     :func:`~.csv_text.csv_text` knows every column's kind (a bundle's tables), else by pandas."""
     text = csv_text(df)
     if text is None:
-        with atomic_path(path) as tmp:
+        with atomic_path(path, stage) as tmp:
             df.to_csv(tmp, index=False)
         return
-    with open_atomic(path, newline="") as fh:  # (newline="": the line ends as written, as pandas)
+    with open_atomic(
+        path, newline="", stage=stage
+    ) as fh:  # (newline="": the line ends as written, as pandas)
         fh.write(text)
 
 
 @collector_paused()  # (the trace's event dicts: engine/collector.py)
 def save_result(res, directory: str | Path, plots: bool = True) -> Path:
-    """Write ``res`` as a bundle into ``directory`` (created) and return its path. Every
-    file is written atomically and never through a symbolic link (:mod:`clustersim.output`)."""
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
+    """Write ``res`` as a bundle into ``directory`` (created) and return its path. The
+    files are written under temporary names and renamed into place together once all are
+    complete, never through a symbolic link (:mod:`clustersim.output`): a failure leaves
+    the folder's earlier files as they were."""
+    out = folder(directory)
     parquet = _has_pyarrow()
     tables = ("spans", "memory")
     writes = {"summary.json", "devices.csv", "waits.csv", "scenario.resolved.yaml", "trace.json"}
@@ -109,24 +112,23 @@ def save_result(res, directory: str | Path, plots: bool = True) -> Path:
     writes |= {"requests.csv"} if res.requests is not None else set()
     writes |= {"job.csv"} if res.job is not None else set()
     writes |= set(pictures(res)) if plots else set()
-    # first, so that a run killed half-way never leaves a previous run's file beside its own
-    # (a stale spans.csv twin would even be read instead of the new spans.parquet)
-    for name in BUNDLE_FILES:
-        if name not in writes:
-            remove(out / name)
-    write_text(out / "summary.json", json.dumps(res.summary, indent=2) + "\n")
-    _write_table(res.spans, out, "spans", parquet)
-    _write_csv(res.devices, out / "devices.csv")
-    _write_csv(res.waits, out / "waits.csv")
-    _write_table(res.memory, out, "memory", parquet)
-    write_text(out / "scenario.resolved.yaml", yaml.safe_dump(res.scenario, sort_keys=False))
-    if res.requests is not None:
-        _write_csv(res.requests, out / "requests.csv")
-    if res.job is not None:  # the job timeline of a scenario with faults/recovery
-        _write_csv(res.job, out / "job.csv")
-    res.to_chrome_trace(out / "trace.json")
-    if plots:
-        redraw(res, out)
+    with staged() as stage:
+        # removed at the commit, before the new files move in: a previous run's file never
+        # stays beside this run's (a stale spans.csv twin would be read instead of spans.parquet)
+        stage.removals = [out / name for name in BUNDLE_FILES if name not in writes]
+        write_text(out / "summary.json", json.dumps(res.summary, indent=2) + "\n", stage)
+        _write_table(res.spans, out, "spans", parquet, stage)
+        _write_csv(res.devices, out / "devices.csv", stage)
+        _write_csv(res.waits, out / "waits.csv", stage)
+        _write_table(res.memory, out, "memory", parquet, stage)
+        write_text(out / "scenario.resolved.yaml", yaml.safe_dump(res.scenario, sort_keys=False), stage)
+        if res.requests is not None:
+            _write_csv(res.requests, out / "requests.csv", stage)
+        if res.job is not None:  # the job timeline of a scenario with faults/recovery
+            _write_csv(res.job, out / "job.csv", stage)
+        res.to_chrome_trace(out / "trace.json", stage=stage)
+        if plots:
+            _draw(res, out, 110, stage)
     return out
 
 
@@ -147,16 +149,20 @@ def pictures(res) -> dict:
 
 def redraw(res, directory: str | Path, dpi: int = 110) -> list[Path]:
     """Draw the bundle's pictures of ``res`` into ``directory`` and remove any other
-    :data:`PICTURES` there (a previous drawing's); returns the files written."""
-    out = Path(directory)
+    :data:`PICTURES` there (a previous drawing's), all at once when every picture is
+    drawn; returns the files written."""
+    out = folder(directory)
+    with staged() as stage:
+        return _draw(res, out, dpi, stage)
+
+
+def _draw(res, out: Path, dpi: int, stage: Staging) -> list[Path]:
     figs = pictures(res)
-    for name in PICTURES:
-        if name not in figs:
-            remove(out / name)
+    stage.removals += [out / name for name in PICTURES if name not in figs]
     written = []
     for name, draw in figs.items():
         fig = draw()
-        with atomic_path(out / name) as tmp:
+        with atomic_path(out / name, stage) as tmp:
             fig.savefig(tmp, dpi=dpi, bbox_inches="tight")
         written.append(out / name)
     return written

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..engine.collector import collector_paused
-from ..output import open_atomic
+from ..output import Staging, open_atomic
 from ..record import SPAN_FIELDS
 from ..viz.binning import busy_fraction_over_time, default_window
 from ..viz.colors import activities, cname_of
@@ -317,15 +317,20 @@ def chrome_events(
 
 @collector_paused()  # a list per column and a dict per flow or counter, none in a cycle (engine/collector.py)
 def write_chrome_trace(
-    spans: pd.DataFrame, path: Path, devices: pd.DataFrame | None = None, memory: pd.DataFrame | None = None
+    spans: pd.DataFrame,
+    path: Path,
+    devices: pd.DataFrame | None = None,
+    memory: pd.DataFrame | None = None,
+    stage: Staging | None = None,
 ) -> Path:
-    """Write ``{"traceEvents": [...], "displayTimeUnit": "ms"}`` to ``path`` and return it:
+    """Write ``{"traceEvents": [...], "displayTimeUnit": "ms"}`` to ``path`` (with ``stage``:
+    when it commits, :mod:`clustersim.output`) and return it:
     the bytes ``json.dumps`` (compact separators) writes for :func:`chrome_events`, the
     slices written from their columns (:meth:`_Slices.json_text`), the other events by
     the C encoder, in one write."""
     path = Path(path)
     meta, sl, flows, counters = _parts(spans, devices, memory, COUNTER_BINS)
     events = [_encode(meta)[1:-1], sl.json_text(), _encode(flows)[1:-1], _encode(counters)[1:-1]]
-    with open_atomic(path) as fh:
+    with open_atomic(path, stage=stage) as fh:
         fh.write('{"traceEvents":[' + ",".join(e for e in events if e) + '],"displayTimeUnit":"ms"}')
     return path

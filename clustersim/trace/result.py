@@ -152,12 +152,15 @@ class Result:
 
         return stage_breakdown(self.spans, self.devices)
 
-    def to_chrome_trace(self, path: str | Path) -> Path:
+    def to_chrome_trace(self, path: str | Path, stage=None) -> Path:
         """Write a Chrome/Perfetto trace (open it in ui.perfetto.dev): a process per node, a
-        track per GPU lane and link, flow arrows send → recv, memory and link counters."""
+        track per GPU lane and link, flow arrows send → recv, memory and link counters
+        (``stage``: a :class:`clustersim.output.Staging` it joins, as a bundle's file)."""
         from .chrome import write_chrome_trace
 
-        return write_chrome_trace(self.spans, Path(path), devices=self.devices, memory=self.memory)
+        return write_chrome_trace(
+            self.spans, Path(path), devices=self.devices, memory=self.memory, stage=stage
+        )
 
     def save(self, directory: str | Path, plots: bool = True) -> Path:
         """Write the result bundle into ``directory`` (see :func:`clustersim.trace.bundle.save_result`);
