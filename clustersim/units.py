@@ -5,6 +5,10 @@ strings with a unit: ``"1.5 ms"``, ``"200 Gbit/s"``, ``"25 GB/s"``, ``"16 MiB"``
 ``"312 TFLOP/s"``. Units are converted here, at the edge, and nowhere else: inside
 clustersim time is float seconds, sizes are int bytes, rates are float bytes/s.
 
+A typed options model holds the parsed number: :func:`validator` runs a parser as a pydantic
+validator (``Annotated[float, quantity("time")]``), so the code that reads the model gets
+base units, and a bad value is refused when the model is validated, naming what is accepted.
+
 Decimal prefixes (k, M, G, T, P) are powers of 1000; binary prefixes (Ki, Mi, Gi, Ti)
 are powers of 1024. ``b``/``bit`` means bits (divided by 8 into bytes); ``B`` means bytes.
 """
@@ -13,6 +17,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
+
+from pydantic import BeforeValidator
 
 from .errors import ScenarioError
 
@@ -115,3 +122,24 @@ def parse_bandwidth(value: object, field: str = "value") -> float:
 def parse_flops(value: object, field: str = "value") -> float:
     """FLOP/s from a compute rate ("312 TFLOP/s" → 3.12e14)."""
     return parse(value, "flops", field)
+
+
+def validator(parse_field: Callable[[object, str], float]) -> BeforeValidator:
+    """``parse_field(value, field)`` — a parser of this module, or a stricter one built on
+    them — as a pydantic validator: the model holds the parsed number, and its ScenarioError
+    becomes the ValueError pydantic reports under the field's path, its text saying what is
+    accepted (the loaders turn it back into a ScenarioError naming the field and the value)."""
+
+    def check(value: object) -> float:
+        try:
+            return parse_field(value, "value")
+        except ScenarioError as exc:
+            raise ValueError(exc.expected) from None
+
+    return BeforeValidator(check)
+
+
+def quantity(kind: str) -> BeforeValidator:
+    """:func:`parse` of ``kind`` ('time', 'bytes', 'bandwidth', 'flops') as a pydantic
+    validator (:func:`validator`)."""
+    return validator(lambda value, field: parse(value, kind, field))

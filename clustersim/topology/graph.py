@@ -14,11 +14,12 @@ configured).
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import networkx as nx
 
 from ..errors import ScenarioError
-from ..units import parse_bandwidth, parse_time
+from ..units import parse_bandwidth, parse_time, validator
 
 NODE_KINDS = ("gpu", "nic", "switch", "host", "server")
 
@@ -101,6 +102,13 @@ def latency_field(value: object, field: str) -> float:
     if not (lat >= 0 and math.isfinite(lat)):
         raise ScenarioError(field, value, "a latency must be zero or positive, e.g. 1 us")
     return lat
+
+
+#: a bandwidth option of a typed options model (:class:`~.plugin.TopologyOptions`): the model
+#: holds it in bytes/s, checked by :func:`bandwidth_field`
+Bandwidth = Annotated[float, validator(bandwidth_field)]
+#: a latency option of a typed options model: held in seconds, checked by :func:`latency_field`
+Latency = Annotated[float, validator(latency_field)]
 
 
 def positive_number(value: object, field: str) -> float:

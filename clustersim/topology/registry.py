@@ -63,7 +63,9 @@ def typed_options(cluster: dict, field: str = "cluster") -> TopologyOptions:
         err = exc.errors()[0]
         key = ".".join(str(p) for p in err["loc"][1:])
         accepted = ", ".join(TOPOLOGIES[kind].options.model_fields)
-        why = "unknown option" if err["type"] == "extra_forbidden" else err["msg"]
+        why = (
+            "unknown option" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+        )
         raise ScenarioError(
             f"{field}.topology.{key}", err.get("input"), f"{why}; {kind} accepts: {accepted}"
         ) from None

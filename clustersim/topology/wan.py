@@ -25,7 +25,7 @@ from typing import Literal
 import networkx as nx
 
 from ..errors import ScenarioError
-from .graph import add_link, add_wire, bandwidth_field, gpu_names, latency_field
+from .graph import Bandwidth, Latency, add_link, add_wire, bandwidth_field, gpu_names, latency_field
 from .plugin import TOPOLOGIES, Site, Topology, TopologyOptions, levels
 
 
@@ -34,8 +34,8 @@ class WanOptions(TopologyOptions):
 
     kind: Literal["wan"]
     sites: list | None = None
-    bandwidth: float | str | None = None
-    latency: float | str = 0.0
+    bandwidth: Bandwidth | None = None
+    latency: Latency = 0.0
     links: list | None = None
 
 
@@ -68,8 +68,7 @@ def build_wan(site: Site) -> nx.DiGraph:
         raise ScenarioError(
             f"{tf}.sites", sites, "a non-empty list of sites, each a cluster such as {nodes: 2}"
         )
-    bw = None if opts.bandwidth is None else bandwidth_field(opts.bandwidth, f"{tf}.bandwidth")
-    lat = latency_field(opts.latency, f"{tf}.latency")
+    bw, lat = opts.bandwidth, opts.latency
 
     g = nx.DiGraph()
     gpu_off = host_off = 0
