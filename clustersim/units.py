@@ -5,7 +5,7 @@ strings with a unit: ``"1.5 ms"``, ``"200 Gbit/s"``, ``"25 GB/s"``, ``"16 MiB"``
 ``"312 TFLOP/s"``. Units are converted here, at the edge, and nowhere else: inside
 clustersim time is float seconds, sizes are int bytes, rates are float bytes/s.
 
-A typed options model holds the parsed number: :func:`validator` runs a parser as a pydantic
+A typed options model holds the parsed number: :func:`quantity` is a parser as a pydantic
 validator (``Annotated[float, quantity("time")]``), so the code that reads the model gets
 base units, and a bad value is refused when the model is validated, naming what is accepted.
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
 
 from pydantic import BeforeValidator
 
@@ -124,22 +123,16 @@ def parse_flops(value: object, field: str = "value") -> float:
     return parse(value, "flops", field)
 
 
-def validator(parse_field: Callable[[object, str], float]) -> BeforeValidator:
-    """``parse_field(value, field)`` — a parser of this module, or a stricter one built on
-    them — as a pydantic validator: the model holds the parsed number, and its ScenarioError
-    becomes the ValueError pydantic reports under the field's path, its text saying what is
-    accepted (the loaders turn it back into a ScenarioError naming the field and the value)."""
+def quantity(kind: str) -> BeforeValidator:
+    """:func:`parse` of ``kind`` ('time', 'bytes', 'bandwidth', 'flops') as a pydantic
+    validator: the model holds the parsed number, and a bad value is the ValueError pydantic
+    reports under the field's path, its text saying what is accepted (the loaders turn it
+    back into a ScenarioError naming the field and the value)."""
 
     def check(value: object) -> float:
         try:
-            return parse_field(value, "value")
+            return parse(value, kind)
         except ScenarioError as exc:
             raise ValueError(exc.expected) from None
 
     return BeforeValidator(check)
-
-
-def quantity(kind: str) -> BeforeValidator:
-    """:func:`parse` of ``kind`` ('time', 'bytes', 'bandwidth', 'flops') as a pydantic
-    validator (:func:`validator`)."""
-    return validator(lambda value, field: parse(value, kind, field))
