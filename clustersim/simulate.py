@@ -15,7 +15,7 @@ from typing import Any
 
 import simpy
 
-from .compilers import check_job, compile_job, mode_of, name_cycle
+from .compilers import TrainingMode, check_job, compile_job, mode_of, name_cycle
 from .compilers.pipeline.replicas import ReplicatedRun
 from .engine.collector import collector_paused
 from .engine.dag import choose_evaluator
@@ -121,27 +121,27 @@ def run_job(job: Job, progress: bool | str = False) -> Result:
         how = progress_mode(progress)
         report = Reporter(job.name, bar=how == "bar") if how else None
         _announce(job, est, report, warn=progress == "auto", mode_name=mode.name)
-        engine, evaluator_note = _compile_and_run(job, report, how)
+        engine, evaluator_note = _compile_and_run(job, mode, report, how)
         with _phase(report, "building the result"):
             result = assemble_result(job, mode, engine, engine.recorder, time.perf_counter() - wall0)
         result.summary["evaluator"] = evaluator_note
         return result
 
 
-def _compile_and_run(job: Job, report: Reporter | None, how: str | None) -> tuple:
-    """Compile ``job`` and run it on the evaluator that fits; returns that evaluator (the
+def _compile_and_run(job: Job, mode: TrainingMode, report: Reporter | None, how: str | None) -> tuple:
+    """Compile ``job`` in ``mode`` and run it on the evaluator that fits; returns that evaluator (the
     engine or the DAG pass, run) and the note saying which it is and why. An unfolded run
     whose twins are exact twins on a contention-free fabric runs its folded Program once
     and reads it as every replica's (:mod:`clustersim.compilers.pipeline.replicas`)."""
-    why_not = replica_obstacle(job, mode_of(job).name)
+    why_not = replica_obstacle(job, mode.name)
     # the DAG pass runs any Program of such a job, and it proves the Program acyclic
     dag = job.simulation.evaluator != "des" and contention_free(job, None)[0]
     with _phase(report, "compiling"):
-        prog = compile_job(job, True if why_not is None else None, acyclic=not dag)
+        prog = compile_job(job, True if why_not is None else None, acyclic=not dag, mode=mode)
     engine, evaluator_note = build_engine(job, prog)
     if why_not is None:
         counted = engine.finished_count if how == "log" else None
-        with _phase(report, "running", counted, len(prog.ops)), _cycles_named(job, prog):
+        with _phase(report, "running", counted, len(prog.ops)), _cycles_named(job, prog, mode):
             engine.run()
         run = ReplicatedRun(engine, job.plan)
         return (
@@ -155,7 +155,7 @@ def _compile_and_run(job: Job, report: Reporter | None, how: str | None) -> tupl
         bar.attach(engine.env, engine.finished_count)
     counted = engine.finished_count if how == "log" else None  # (a bar counts for itself)
     try:
-        with _phase(report, "running", counted, len(prog.ops)), _cycles_named(job, prog):
+        with _phase(report, "running", counted, len(prog.ops)), _cycles_named(job, prog, mode):
             engine.run()
     finally:
         if bar is not None:
@@ -166,13 +166,13 @@ def _compile_and_run(job: Job, report: Reporter | None, how: str | None) -> tupl
 
 
 @contextlib.contextmanager
-def _cycles_named(job: Job, prog: Program):
+def _cycles_named(job: Job, prog: Program, mode: TrainingMode):
     """A stalled run raises the ProgramError naming its Program's cycle, as compiling
     would have, if there is one (compiling leaves cycles to the DAG pass), else the stall."""
     try:
         yield
     except SimulationStall:
-        name_cycle(job, prog)
+        name_cycle(job, prog, mode)
         raise
 
 

@@ -5,6 +5,10 @@ strings with a unit: ``"1.5 ms"``, ``"200 Gbit/s"``, ``"25 GB/s"``, ``"16 MiB"``
 ``"312 TFLOP/s"``. Units are converted here, at the edge, and nowhere else: inside
 clustersim time is float seconds, sizes are int bytes, rates are float bytes/s.
 
+A typed options model holds the parsed number: :func:`quantity` is a parser as a pydantic
+validator (``Annotated[float, quantity("time")]``), so the code that reads the model gets
+base units, and a bad value is refused when the model is validated, naming what is accepted.
+
 Decimal prefixes (k, M, G, T, P) are powers of 1000; binary prefixes (Ki, Mi, Gi, Ti)
 are powers of 1024. ``b``/``bit`` means bits (divided by 8 into bytes); ``B`` means bytes.
 """
@@ -13,6 +17,8 @@ from __future__ import annotations
 
 import math
 import re
+
+from pydantic import BeforeValidator
 
 from .errors import ScenarioError
 
@@ -115,3 +121,18 @@ def parse_bandwidth(value: object, field: str = "value") -> float:
 def parse_flops(value: object, field: str = "value") -> float:
     """FLOP/s from a compute rate ("312 TFLOP/s" → 3.12e14)."""
     return parse(value, "flops", field)
+
+
+def quantity(kind: str) -> BeforeValidator:
+    """:func:`parse` of ``kind`` ('time', 'bytes', 'bandwidth', 'flops') as a pydantic
+    validator: the model holds the parsed number, and a bad value is the ValueError pydantic
+    reports under the field's path, its text saying what is accepted (the loaders turn it
+    back into a ScenarioError naming the field and the value)."""
+
+    def check(value: object) -> float:
+        try:
+            return parse(value, kind)
+        except ScenarioError as exc:
+            raise ValueError(exc.expected) from None
+
+    return BeforeValidator(check)

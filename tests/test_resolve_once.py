@@ -32,18 +32,7 @@ def counted_simulate(sc, fresh: bool = True) -> Counter:
     the topology cache emptied first."""
     if fresh:
         resolve_topology._build.cache_clear()
-    calls: Counter = Counter()
-
-    def hook(frame, event, arg):
-        if event == "call" and frame.f_code in COUNTED:
-            calls[COUNTED[frame.f_code]] += 1
-
-    sys.setprofile(hook)
-    try:
-        cs.simulate(sc, progress=False)
-    finally:
-        sys.setprofile(None)
-    return calls
+    return _calls_of(COUNTED, sc)
 
 
 @pytest.mark.parametrize(
@@ -69,3 +58,34 @@ def test_a_second_run_on_the_same_cluster_reuses_the_topology():
     counted_simulate(sc)
     calls = counted_simulate(sc.with_overrides({"parallel.schedule": "gpipe"}), fresh=False)
     assert calls == Counter(resolve_partition=1, chunk_costs=1)
+
+
+def _calls_of(codes: dict, sc) -> Counter:
+    """Calls of each code object of ``codes`` (→ its name) during ``cs.simulate(sc)``."""
+    calls: Counter = Counter()
+
+    def hook(frame, event, arg):
+        if event == "call" and frame.f_code in codes:
+            calls[codes[frame.f_code]] += 1
+
+    sys.setprofile(hook)
+    try:
+        cs.simulate(sc, progress=False)
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [ANALYTICAL, {**ANALYTICAL, "simulation.compute_noise": {"sigma": 0.1}}],  # foldable, not foldable
+    ids=["foldable", "not-foldable"],
+)
+def test_the_mode_check_and_the_fold_obstacle_run_once_per_run(overrides):
+    from clustersim.compilers import MODES
+    from clustersim.resolve import fold
+
+    codes = {type(mode).check.__code__: "check" for mode in MODES.values()}
+    codes[fold.fold_obstacle.__code__] = "fold_obstacle"
+    sc = cs.load_scenario(QUICK).with_overrides(overrides)
+    assert _calls_of(codes, sc) == Counter(check=1, fold_obstacle=1)

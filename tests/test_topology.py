@@ -239,6 +239,36 @@ def test_zero_or_negative_bandwidth_in_custom_link(bad):
     assert "a bandwidth must be positive and finite" in str(err)
 
 
+def test_a_link_item_is_typed_where_it_is_listed():
+    spec = chain(3)
+    spec["topology"]["links"][1]["colour"] = "red"
+    err = _error(spec)
+    assert err.field == "cluster.topology.links[1].colour" and err.value == "red"
+    assert err.expected.endswith("accepts: src, dst, bandwidth, latency, bidirectional")  # the link's own
+    del spec["topology"]["links"][1]["colour"], spec["topology"]["links"][1]["bandwidth"]
+    err = _error(spec)
+    assert err.field == "cluster.topology.links[1].bandwidth" and err.expected.startswith("required")
+    sites = {"kind": "wan", "bandwidth": "1 Gbit/s", "sites": [{"nodes": 1}, {"nodes": 1}]}
+    err = _error(cluster(2, 8, {**sites, "links": [{"src": 0, "dst": 1, "latency": "soon"}]}))
+    assert err.field == "cluster.topology.links[0].latency" and "1.5 ms" in err.expected
+
+
+def test_quantity_options_reach_the_builder_parsed():
+    checked = 0
+    for kind, topology in TOPOLOGIES.items():
+        for name in topology.options.model_fields:
+            written, meant = ("2 us", 2e-6) if "latency" in name else ("8 Gbit/s", 1e9)
+            if "bandwidth" in name or "latency" in name or name in ("uplink", "downlink"):
+                opts = topology.options.model_validate({"kind": kind, name: written})
+                assert getattr(opts, name) == meant, (kind, name)
+                checked += 1
+    assert checked >= 5
+    g = build_topology(cluster(2, 8, {"kind": "star", "uplink": "8 Gbit/s", "latency": "3 us"}))
+    uplinks = {data["bandwidth"] for a, b, data in g.edges(data=True) if b == "server"}
+    assert uplinks == {1e9}
+    assert {data["latency"] for a, b, data in g.edges(data=True) if b == "server"} == {3e-6}
+
+
 def test_zero_nic_bandwidth():
     spec = cluster(2, 8)
     spec["nic"]["bandwidth"] = 0.0

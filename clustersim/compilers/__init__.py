@@ -17,7 +17,7 @@ from ..coarsen import coarsen
 from ..errors import ProgramError
 from ..program import Program
 from ..resolve import Job
-from .base import MODES, ModeReport, TrainingMode
+from .base import MODES, JobContext, ModeReport, TrainingMode
 
 # every module of the package registers its mode (so adding a mode is one file)
 for _module in pkgutil.iter_modules(__path__):
@@ -36,16 +36,18 @@ def check_job(job: Job) -> Job:
     return job
 
 
-def compile_job(job: Job, fold: bool | None = None, acyclic: bool = True) -> Program:
-    """The checked Program of ``job`` — coarsened when ``simulation.granularity`` is
+def compile_job(
+    job: Job, fold: bool | None = None, acyclic: bool = True, mode: TrainingMode | None = None
+) -> Program:
+    """The checked Program of ``job`` — a checked Job (:func:`check_job`, which
+    :func:`clustersim.resolve_scenario` runs) — coarsened when ``simulation.granularity`` is
     ``stage``. ``fold``: None applies the Job's fold decision; True folds whenever folding
     is exact (tools that need one GPU per stage, e.g. the memory estimate). ``acyclic``
     False: cycles are left to the DAG pass that runs it next (:meth:`Program.check`; a
-    stalled run's cycle is named by :func:`name_cycle`)."""
-    fold = job.fold.enabled if fold is None else fold and job.foldable
-    mode = mode_of(job)
-    mode.check(job)
-    prog = mode.compile(job, fold)
+    stalled run's cycle is named by :func:`name_cycle`). ``mode``: the mode that runs
+    ``job``, when the caller holds it (default :func:`mode_of`)."""
+    mode = mode or mode_of(job)
+    prog = mode.compile(JobContext.of(job, fold))
     try:
         prog.check(acyclic)
     except ProgramError as exc:
@@ -53,13 +55,14 @@ def compile_job(job: Job, fold: bool | None = None, acyclic: bool = True) -> Pro
     return coarsen(prog) if job.simulation.granularity == "stage" else prog
 
 
-def name_cycle(job: Job, prog: Program) -> None:
+def name_cycle(job: Job, prog: Program, mode: TrainingMode | None = None) -> None:
     """Raise the ProgramError :func:`compile_job` raises for a cycle in ``job``'s Program
-    ``prog``, if it holds one (a run whose cycle check was left to the DAG pass stalled)."""
+    ``prog``, if it holds one (a run whose cycle check was left to the DAG pass stalled);
+    ``mode`` as in :func:`compile_job`."""
     try:
         prog.check_acyclic()
     except ProgramError as exc:
-        raise _invalid(job, mode_of(job), exc) from None
+        raise _invalid(job, mode or mode_of(job), exc) from None
 
 
 def _invalid(job: Job, mode: TrainingMode, exc: ProgramError) -> ProgramError:
@@ -71,4 +74,13 @@ def _invalid(job: Job, mode: TrainingMode, exc: ProgramError) -> ProgramError:
     )
 
 
-__all__ = ["MODES", "ModeReport", "TrainingMode", "check_job", "compile_job", "mode_of", "name_cycle"]
+__all__ = [
+    "MODES",
+    "JobContext",
+    "ModeReport",
+    "TrainingMode",
+    "check_job",
+    "compile_job",
+    "mode_of",
+    "name_cycle",
+]

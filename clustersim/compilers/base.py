@@ -39,6 +39,22 @@ class ModeReport:
     requests: pd.DataFrame | None = None
 
 
+@dataclass(frozen=True)
+class JobContext:
+    """What a mode compiles a Program from: the checked ``job`` (:func:`clustersim.compilers.check_job`)
+    and ``fold``, whether to emit one representative GPU per stage — a decision already
+    checked exact (:meth:`of` makes it). A mode reads everything else off the Job."""
+
+    job: Job
+    fold: bool = False
+
+    @classmethod
+    def of(cls, job: Job, fold: bool | None = None) -> JobContext:
+        """The context of ``job``; ``fold``: None applies the Job's fold decision
+        (``simulation.fold``), True folds whenever folding is exact."""
+        return cls(job, job.fold.enabled if fold is None else fold and job.foldable)
+
+
 class TrainingMode:
     """One way of running a job. Subclasses set ``name`` and ``description`` and
     implement :meth:`applies` and :meth:`compile`; :meth:`report` defaults to the
@@ -64,9 +80,8 @@ class TrainingMode:
         this mode cannot run in ``job``: its cross-feature refusals, run right after resolve
         (:func:`clustersim.compilers.check_job`), before anything is compiled or run."""
 
-    def compile(self, job: Job, fold: bool) -> Program:
-        """The (unchecked, fine-grained) Program of ``job``; ``fold``: emit one
-        representative GPU per stage (a decision already checked exact)."""
+    def compile(self, ctx: JobContext) -> Program:
+        """The (unchecked, fine-grained) Program of ``ctx.job`` (folded when ``ctx.fold``)."""
         raise NotImplementedError
 
     def memory_table(self, job: Job, devices: pd.DataFrame, prog: Program) -> tuple[dict, str]:

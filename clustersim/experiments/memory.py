@@ -12,7 +12,7 @@ partition — without running the engine.
 
 from __future__ import annotations
 
-from ..compilers import compile_job
+from ..compilers import check_job, compile_job
 from ..hardware.node_groups import device_memory
 from ..resolve import Job, resolve
 from ..scenario import Scenario
@@ -25,8 +25,8 @@ def estimate_peak_memory(sc: Scenario) -> int:
 
 def device_peak_memory(sc: Scenario | Job) -> list[int]:
     """Peak bytes of every device (index = device; a folded twin shows 0: see its
-    representative), of a scenario or its resolved Job."""
-    job = sc if isinstance(sc, Job) else resolve(sc)
+    representative), of a scenario or its checked Job (:func:`clustersim.compilers.check_job`)."""
+    job = sc if isinstance(sc, Job) else check_job(resolve(sc))
     return [peak for peak, _ in compile_job(job, fold=True).memory_peaks()]
 
 

@@ -36,7 +36,8 @@ def simulate_jobs(sc: MultiJobScenario, build_engine: Callable) -> Result:
             raise job_error(k, exc) from None
     for job in jobs.values():
         check_budget(job)
-    progs = {name: compile_job(job) for name, job in jobs.items()}
+    modes = {name: mode_of(job) for name, job in jobs.items()}
+    progs = {name: compile_job(job, mode=modes[name]) for name, job in jobs.items()}
     merged, placed = merge_programs(
         sc.cluster.num_gpus, [(name, progs[name], sc.placement[name], sc.start[name]) for name in jobs]
     )
@@ -50,6 +51,6 @@ def simulate_jobs(sc: MultiJobScenario, build_engine: Callable) -> Result:
     results = {}
     for where in placed:
         job = jobs[where.name]
-        results[where.name] = job_result(job, mode_of(job), progs[where.name], where, engine, rec, wall)
+        results[where.name] = job_result(job, modes[where.name], progs[where.name], where, engine, rec, wall)
         results[where.name].summary["evaluator"] = note
     return combined_result(sc, merged, placed, results, engine, rec, wall, note)

@@ -87,14 +87,10 @@ def _obstacle(job) -> str | None:
 
 
 def fold_obstacle(job) -> str | None:
-    """Why folding ``job`` would not be exact; the routes are compared last (they read the
-    topology graph)."""
+    """Why folding ``job`` would not be exact (None: it is; the module docstring); the
+    routes are compared last (they read the topology graph). A Job computes it once:
+    :attr:`clustersim.resolve.Job.fold_obstacle`."""
     return _obstacle(job) or route_obstacle(job)
-
-
-def can_fold(job) -> bool:
-    """Whether folding this Job (:class:`clustersim.resolve.Job`) is exact (see the module docstring)."""
-    return fold_obstacle(job) is None
 
 
 def decide_fold(job) -> FoldDecision:
@@ -103,7 +99,7 @@ def decide_fold(job) -> FoldDecision:
     if want is False:
         return FoldDecision(False, "no")
     if want is True:
-        why = fold_obstacle(job)
+        why = job.fold_obstacle
         if why is not None:
             raise ScenarioError(
                 "simulation.fold", True, f"cannot fold this scenario: {why}; use false or auto"
@@ -111,7 +107,7 @@ def decide_fold(job) -> FoldDecision:
         return FoldDecision(True, _describe(job))
     if _obstacle(job) is None and job.num_gpus < AUTO_FOLD_MIN_GPUS:
         return FoldDecision(False, f"no (auto folds from {AUTO_FOLD_MIN_GPUS} GPUs)")
-    why = fold_obstacle(job)
+    why = job.fold_obstacle
     if why is not None:
         return FoldDecision(False, f"no ({why})")
     return FoldDecision(True, _describe(job))

@@ -31,7 +31,8 @@ from ..schedules.orders import stage_chunks
 from ..schedules.registry import Schedule
 from ..workload.resolve import TransformerConfig, resolve_transformer
 from ..workload.stage_cost import StageCost
-from .fold import FoldDecision, can_fold, decide_fold
+from . import fold as folding
+from .fold import FoldDecision, decide_fold
 from .layout import Layout
 from .topology import topology_graph
 
@@ -148,6 +149,13 @@ class Job:
         return decide_fold(self)
 
     @cached_property
+    def fold_obstacle(self) -> str | None:
+        """Why folding this job would not be exact, whatever ``simulation.fold`` asks (None:
+        it is exact; :func:`clustersim.resolve.fold.fold_obstacle`), computed once: the fold
+        decision, :attr:`foldable` and the replicated evaluation's check all read it."""
+        return folding.fold_obstacle(self)
+
+    @property
     def foldable(self) -> bool:
         """Whether folding this job is exact, whatever ``simulation.fold`` asks."""
-        return can_fold(self)
+        return self.fold_obstacle is None

@@ -10,7 +10,6 @@ functions allow, and ``simulate`` asks them (as the estimate does).
 from __future__ import annotations
 
 from ..program import COLLECTIVE, SEND, Program
-from .fold import fold_obstacle
 
 #: the network models whose sends take a time fixed before the run (``Fabric.fixed_time``)
 FIXED_TIME_NETWORKS = ("direct", "analytical")
@@ -69,7 +68,7 @@ def replica_obstacle(
         return f"the {mode_name} mode's Program is not laid out by stage replicas"
     if job.simulation.evaluator == "des":
         return "simulation.evaluator: des"
-    twins = None if job.foldable else fold_obstacle(job)  # (foldable is cached on the Job)
+    twins = job.fold_obstacle  # (computed once per Job)
     if twins is not None:
         return f"twins differ: {twins}"
     exact, why = contention_free(job, None, network, collective_model)

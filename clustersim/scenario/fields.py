@@ -9,30 +9,17 @@ from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
 )
 from pydantic_core import core_schema
 
-from .. import units
-from ..errors import ScenarioError
+from ..units import quantity
 
-
-def _quantity(kind: str):
-    def check(value: object) -> float:
-        try:
-            return units.parse(value, kind)
-        except ScenarioError as exc:  # pydantic adds the field path
-            raise ValueError(exc.expected) from None
-
-    return BeforeValidator(check)
-
-
-Time = Annotated[float, _quantity("time"), Field(ge=0)]
-Bytes = Annotated[float, _quantity("bytes"), Field(ge=0)]
-Bandwidth = Annotated[float, _quantity("bandwidth"), Field(gt=0)]
-Flops = Annotated[float, _quantity("flops"), Field(gt=0)]
+Time = Annotated[float, quantity("time"), Field(ge=0)]
+Bytes = Annotated[float, quantity("bytes"), Field(ge=0)]
+Bandwidth = Annotated[float, quantity("bandwidth"), Field(gt=0)]
+Flops = Annotated[float, quantity("flops"), Field(gt=0)]
 
 
 def known(name, registry, what: str, listed=None):

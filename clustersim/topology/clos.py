@@ -29,7 +29,7 @@ from typing import Literal
 import networkx as nx
 
 from ..errors import ScenarioError
-from .graph import add_link, count_field, latency_field, positive_number
+from .graph import Latency, add_link, count_field, positive_number
 from .hierarchy import Hierarchy
 from .lazy import LazyDiGraph
 from .plugin import TOPOLOGIES, Site, Topology, TopologyOptions, levels
@@ -44,7 +44,7 @@ class FatTreeOptions(TopologyOptions):
     nodes_per_leaf: int | None = None
     spines: int | None = None
     oversubscription: float = 1.0
-    latency: float | str | None = None
+    latency: Latency | None = None
 
 
 def build_clos(site: Site) -> nx.DiGraph:
@@ -58,9 +58,7 @@ def build_clos(site: Site) -> nx.DiGraph:
     oversub = positive_number(opts.oversubscription, f"{tf}.oversubscription")
     if oversub < 1.0:
         raise ScenarioError(f"{tf}.oversubscription", oversub, "expected a ratio ≥ 1 (1 = full bisection)")
-    uplink_lat = latency_field(
-        spec.nic_latency / 2 if opts.latency is None else opts.latency, f"{tf}.latency"
-    )
+    uplink_lat = spec.nic_latency / 2 if opts.latency is None else opts.latency
     uplink_bw = per_leaf * spec.nics_per_node * spec.nic_bandwidth / (oversub * spines)
     return LazyDiGraph.of(
         ClosLayout(spec, spines, uplink_bw, uplink_lat, nodes_per_leaf=per_leaf),

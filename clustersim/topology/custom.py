@@ -25,8 +25,18 @@ from typing import Literal
 import networkx as nx
 
 from ..errors import ScenarioError
-from .graph import NODE_KINDS, bandwidth_field, check_fields, count_field, latency_field
+from .graph import NODE_KINDS, Bandwidth, Latency, check_fields, count_field
 from .plugin import TOPOLOGIES, Site, Topology, TopologyOptions
+
+
+class CustomLink(TopologyOptions):
+    """One item of a custom topology's ``links`` (module docstring), its quantities parsed."""
+
+    src: str
+    dst: str
+    bandwidth: Bandwidth
+    latency: Latency = 0.0
+    bidirectional: bool = True
 
 
 class CustomOptions(TopologyOptions):
@@ -34,11 +44,10 @@ class CustomOptions(TopologyOptions):
 
     kind: Literal["custom"]
     nodes: list = []
-    links: list | None = None
+    links: list[CustomLink] | None = None
 
 
 NODE_FIELDS = ("name", "kind", "host", "border")
-LINK_FIELDS = ("src", "dst", "bandwidth", "latency", "bidirectional")
 
 
 def _add_nodes(g: nx.DiGraph, items: object, tf: str) -> list[str]:
@@ -68,31 +77,24 @@ def _add_nodes(g: nx.DiGraph, items: object, tf: str) -> list[str]:
     return border
 
 
-def _add_links(g: nx.DiGraph, items: object, tf: str) -> None:
-    if not isinstance(items, list) or not items:
+def _add_links(g: nx.DiGraph, items: list[CustomLink] | None, tf: str) -> None:
+    if not items:
         raise ScenarioError(f"{tf}.links", items, "a non-empty list of {src, dst, bandwidth} mappings")
     for i, item in enumerate(items):
         lf = f"{tf}.links[{i}]"
-        if not isinstance(item, dict):
-            raise ScenarioError(lf, item, "a mapping such as {src: gpu0, dst: sw0, bandwidth: 25 GB/s}")
-        check_fields(item, LINK_FIELDS, lf)
         for end in ("src", "dst"):
-            if item.get(end) not in g:
+            if getattr(item, end) not in g:
                 raise ScenarioError(
-                    f"{lf}.{end}", item.get(end), "a GPU (gpu0, gpu1, …) or a node listed in nodes"
+                    f"{lf}.{end}", getattr(item, end), "a GPU (gpu0, gpu1, …) or a node listed in nodes"
                 )
-        src, dst = item["src"], item["dst"]
+        src, dst = item.src, item.dst
         if src == dst:
             raise ScenarioError(f"{lf}.dst", dst, "a node other than src")
-        if "bandwidth" not in item:
-            raise ScenarioError(f"{lf}.bandwidth", None, "every link needs a bandwidth, e.g. 25 GB/s")
-        bw = bandwidth_field(item["bandwidth"], f"{lf}.bandwidth")
-        lat = latency_field(item.get("latency", 0.0), f"{lf}.latency")
-        edges = [(src, dst)] if item.get("bidirectional", True) is False else [(src, dst), (dst, src)]
+        edges = [(src, dst), (dst, src)] if item.bidirectional else [(src, dst)]
         for a, b in edges:
             if g.has_edge(a, b):
                 raise ScenarioError(lf, f"{a}->{b}", "each directed link once; this one is listed twice")
-            g.add_edge(a, b, bandwidth=bw, latency=lat, kind="custom")
+            g.add_edge(a, b, bandwidth=item.bandwidth, latency=item.latency, kind="custom")
 
 
 def build_custom(site: Site) -> nx.DiGraph:

@@ -20,7 +20,7 @@ from typing import Literal
 import networkx as nx
 
 from ..errors import ScenarioError
-from .graph import add_link, bandwidth_field, count_field, latency_field
+from .graph import Bandwidth, Latency, add_link, count_field
 from .plugin import TOPOLOGIES, Site, Topology, TopologyOptions
 from .servers import ServerSpec
 
@@ -29,8 +29,8 @@ class RingOptions(TopologyOptions):
     """``cluster.topology`` of ``ring`` (module docstring)."""
 
     kind: Literal["ring"]
-    bandwidth: float | str | None = None
-    latency: float | str | None = None
+    bandwidth: Bandwidth | None = None
+    latency: Latency | None = None
 
 
 class Torus2dOptions(RingOptions):
@@ -51,9 +51,8 @@ def _graph_with_gpus(spec: ServerSpec) -> nx.DiGraph:
 
 def _linker(site: Site):
     """Return ``join(i, j)`` adding the link between GPU i and GPU j."""
-    opts, spec, tf = site.options, site.servers, site.topology_field
-    bw = None if opts.bandwidth is None else bandwidth_field(opts.bandwidth, f"{tf}.bandwidth")
-    lat = None if opts.latency is None else latency_field(opts.latency, f"{tf}.latency")
+    opts, spec = site.options, site.servers
+    bw, lat = opts.bandwidth, opts.latency
 
     def join(g: nx.DiGraph, i: int, j: int) -> None:
         if i == j:

@@ -14,11 +14,13 @@ configured).
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import networkx as nx
+from pydantic import AfterValidator
 
 from ..errors import ScenarioError
-from ..units import parse_bandwidth, parse_time
+from ..units import parse_bandwidth, parse_time, quantity
 
 NODE_KINDS = ("gpu", "nic", "switch", "host", "server")
 
@@ -87,19 +89,50 @@ def is_wire(data: dict) -> bool:
     return data["bandwidth"] == math.inf and data["latency"] == 0.0
 
 
+#: what a link's bandwidth and latency must be, besides a quantity of their kind
+BANDWIDTH_RULE = "a bandwidth must be positive and finite, e.g. 25 GB/s"
+LATENCY_RULE = "a latency must be zero or positive, e.g. 1 us"
+
+
+def _bandwidth_ok(bw: float) -> bool:
+    return bw > 0 and math.isfinite(bw)
+
+
+def _latency_ok(lat: float) -> bool:
+    return lat >= 0 and math.isfinite(lat)
+
+
+def _rule(ok, why: str) -> AfterValidator:
+    """``ok`` as a pydantic check of a parsed quantity, refusing with ``why``."""
+
+    def check(value: float) -> float:
+        if not ok(value):
+            raise ValueError(why)
+        return value
+
+    return AfterValidator(check)
+
+
+#: a bandwidth option of a typed options model (:class:`~.plugin.TopologyOptions`): the model
+#: holds it in bytes/s, positive and finite (as :func:`bandwidth_field` reads one)
+Bandwidth = Annotated[float, quantity("bandwidth"), _rule(_bandwidth_ok, BANDWIDTH_RULE)]
+#: a latency option of a typed options model: held in seconds, zero or positive
+Latency = Annotated[float, quantity("time"), _rule(_latency_ok, LATENCY_RULE)]
+
+
 def bandwidth_field(value: object, field: str) -> float:
     """A positive, finite bandwidth in bytes/s, or a ScenarioError naming ``field``."""
     bw = parse_bandwidth(value, field)
-    if not (bw > 0 and math.isfinite(bw)):
-        raise ScenarioError(field, value, "a bandwidth must be positive and finite, e.g. 25 GB/s")
+    if not _bandwidth_ok(bw):
+        raise ScenarioError(field, value, BANDWIDTH_RULE)
     return bw
 
 
 def latency_field(value: object, field: str) -> float:
     """A non-negative, finite latency in seconds, or a ScenarioError naming ``field``."""
     lat = parse_time(value, field)
-    if not (lat >= 0 and math.isfinite(lat)):
-        raise ScenarioError(field, value, "a latency must be zero or positive, e.g. 1 us")
+    if not _latency_ok(lat):
+        raise ScenarioError(field, value, LATENCY_RULE)
     return lat
 
 

@@ -27,8 +27,10 @@ Placement = tuple[int, frozenset, int]
 
 class TopologyOptions(BaseModel):
     """Base of every topology's options (``cluster.topology``): unknown keys are refused, and
-    so is a value of the wrong type (strict: ``"4"`` or ``true`` is no count). Quantities stay
-    as written (``"100 Gbit/s"``); the builder parses them, naming the field."""
+    so is a value of the wrong type (strict: ``"4"`` or ``true`` is no count). A quantity
+    option typed :data:`~.graph.Bandwidth` or :data:`~.graph.Latency` is parsed as the model is
+    validated (``"100 Gbit/s"`` → 1.25e10 bytes/s): the builder reads numbers in base units,
+    and a bad value is refused naming the option, the value and what is accepted."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 

@@ -37,7 +37,7 @@ from typing import Literal
 import networkx as nx
 
 from ..errors import ScenarioError
-from .graph import add_link, count_field, latency_field, positive_number
+from .graph import Latency, add_link, count_field, positive_number
 from .hierarchy import Hierarchy
 from .lazy import LazyDiGraph, has_node
 from .plugin import TOPOLOGIES, Site, Topology, TopologyOptions, levels
@@ -51,7 +51,7 @@ class RailOptions(TopologyOptions):
     kind: Literal["rail"]
     spines: int = 0
     oversubscription: float = 1.0
-    latency: float | str | None = None
+    latency: Latency | None = None
 
 
 def build_rail(site: Site) -> nx.DiGraph:
@@ -61,9 +61,7 @@ def build_rail(site: Site) -> nx.DiGraph:
     oversub = positive_number(opts.oversubscription, f"{tf}.oversubscription")
     if oversub < 1.0:
         raise ScenarioError(f"{tf}.oversubscription", oversub, "expected a ratio ≥ 1 (1 = full bisection)")
-    uplink_lat = latency_field(
-        spec.nic_latency / 2 if opts.latency is None else opts.latency, f"{tf}.latency"
-    )
+    uplink_lat = spec.nic_latency / 2 if opts.latency is None else opts.latency
     uplink_bw = spec.nodes * spec.nic_bandwidth / (oversub * spines) if spines else 0.0
     return LazyDiGraph.of(
         RailLayout(spec, spines, uplink_bw, uplink_lat),

@@ -17,10 +17,10 @@ import importlib
 import pkgutil
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Union
+from typing import Annotated, Union, get_args
 
 import networkx as nx
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from ..errors import ScenarioError
 from .graph import check_connected
@@ -60,13 +60,36 @@ def typed_options(cluster: dict, field: str = "cluster") -> TopologyOptions:
     try:
         return _options_union().validate_python(topo)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        key = ".".join(str(p) for p in err["loc"][1:])
-        accepted = ", ".join(TOPOLOGIES[kind].options.model_fields)
-        why = "unknown option" if err["type"] == "extra_forbidden" else err["msg"]
-        raise ScenarioError(
-            f"{field}.topology.{key}", err.get("input"), f"{why}; {kind} accepts: {accepted}"
-        ) from None
+        raise _refusal(exc.errors()[0], kind, field) from None
+
+
+def _refusal(err: dict, kind: str, field: str) -> ScenarioError:
+    """The ScenarioError of pydantic's first complaint ``err`` about ``cluster.topology``: the
+    option's path (``links[2].bandwidth``), its value, why, and the options accepted there."""
+    loc = err["loc"][1:]  # (the first is the union's tag)
+    key = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc)
+    model, where = TOPOLOGIES[kind].options, kind
+    for part in loc[:-1]:  # down into a list of typed items (a custom topology's links)
+        if isinstance(part, str):
+            inner = [a for a in _nested(model.model_fields[part].annotation) if _is_model(a)]
+            if inner:
+                model, where = inner[0], f"an item of {kind} {part}"
+    why = {"extra_forbidden": "unknown option", "missing": "required"}.get(
+        err["type"], err["msg"].removeprefix("Value error, ")
+    )
+    value = None if err["type"] == "missing" else err.get("input")
+    return ScenarioError(
+        f"{field}.topology{key}", value, f"{why}; {where} accepts: {', '.join(model.model_fields)}"
+    )
+
+
+def _nested(annotation) -> list:
+    """``annotation`` and every type inside it (``list[Link] | None``: …, ``Link``, ``None``)."""
+    return [annotation, *(a for arg in get_args(annotation) for a in _nested(arg))]
+
+
+def _is_model(t) -> bool:
+    return isinstance(t, type) and issubclass(t, BaseModel)
 
 
 def _options_union() -> TypeAdapter:

@@ -21,7 +21,7 @@ from typing import Literal
 
 import networkx as nx
 
-from .graph import bandwidth_field, latency_field
+from .graph import Bandwidth, Latency
 from .hierarchy import Hierarchy
 from .plugin import TOPOLOGIES, Site, Topology, TopologyOptions
 from .servers import add_server
@@ -31,11 +31,11 @@ class StarOptions(TopologyOptions):
     """``cluster.topology`` of ``star`` (module docstring)."""
 
     kind: Literal["star"]
-    bandwidth: float | str | None = None
-    uplink: float | str | None = None
-    downlink: float | str | None = None
-    latency: float | str | None = None
-    server_bandwidth: float | str | None = None
+    bandwidth: Bandwidth | None = None
+    uplink: Bandwidth | None = None
+    downlink: Bandwidth | None = None
+    latency: Latency | None = None
+    server_bandwidth: Bandwidth | None = None
 
 
 SERVER = "server"
@@ -45,16 +45,16 @@ HUB = "hub"
 
 def build_star(site: Site) -> nx.DiGraph:
     """Build a star: every node's NICs joined to the central ``server`` node."""
-    opts, spec, tf = site.options, site.servers, site.topology_field
-    bw = bandwidth_field(spec.nic_bandwidth if opts.bandwidth is None else opts.bandwidth, f"{tf}.bandwidth")
-    up = bw if opts.uplink is None else bandwidth_field(opts.uplink, f"{tf}.uplink")
-    down = bw if opts.downlink is None else bandwidth_field(opts.downlink, f"{tf}.downlink")
-    lat = latency_field(spec.nic_latency if opts.latency is None else opts.latency, f"{tf}.latency")
+    opts, spec = site.options, site.servers
+    bw = spec.nic_bandwidth if opts.bandwidth is None else opts.bandwidth
+    up = bw if opts.uplink is None else opts.uplink
+    down = bw if opts.downlink is None else opts.downlink
+    lat = spec.nic_latency if opts.latency is None else opts.latency
     g = nx.DiGraph()
     g.add_node(SERVER, kind="server")
     centre = SERVER
     if opts.server_bandwidth is not None:
-        own = bandwidth_field(opts.server_bandwidth, f"{tf}.server_bandwidth")
+        own = opts.server_bandwidth
         centre = HUB
         g.add_node(HUB, kind="switch")
         g.add_edge(HUB, SERVER, bandwidth=own, latency=0.0, kind="nic")

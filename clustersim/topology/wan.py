@@ -25,8 +25,17 @@ from typing import Literal
 import networkx as nx
 
 from ..errors import ScenarioError
-from .graph import add_link, add_wire, bandwidth_field, gpu_names, latency_field
+from .graph import Bandwidth, Latency, add_link, add_wire, gpu_names
 from .plugin import TOPOLOGIES, Site, Topology, TopologyOptions, levels
+
+
+class WanLink(TopologyOptions):
+    """One item of a wan's ``links`` (module docstring): unset quantities are the wan's."""
+
+    src: int
+    dst: int
+    bandwidth: Bandwidth | None = None
+    latency: Latency | None = None
 
 
 class WanOptions(TopologyOptions):
@@ -34,9 +43,9 @@ class WanOptions(TopologyOptions):
 
     kind: Literal["wan"]
     sites: list | None = None
-    bandwidth: float | str | None = None
-    latency: float | str = 0.0
-    links: list | None = None
+    bandwidth: Bandwidth | None = None
+    latency: Latency = 0.0
+    links: list[WanLink] | None = None
 
 
 _INHERITED = ("gpus_per_node", "intra_node", "nic", "pcie")
@@ -68,8 +77,7 @@ def build_wan(site: Site) -> nx.DiGraph:
         raise ScenarioError(
             f"{tf}.sites", sites, "a non-empty list of sites, each a cluster such as {nodes: 2}"
         )
-    bw = None if opts.bandwidth is None else bandwidth_field(opts.bandwidth, f"{tf}.bandwidth")
-    lat = latency_field(opts.latency, f"{tf}.latency")
+    bw, lat = opts.bandwidth, opts.latency
 
     g = nx.DiGraph()
     gpu_off = host_off = 0
@@ -101,36 +109,19 @@ def build_wan(site: Site) -> nx.DiGraph:
 
     links = opts.links
     if links is None:
-        pairs = [({}, a, b) for a in range(len(sites)) for b in range(a + 1, len(sites))]
-    else:
-        if not isinstance(links, list):
-            raise ScenarioError(f"{tf}.links", links, "a list of {src: site, dst: site} links")
-        pairs = []
-        for i, link in enumerate(links):
-            lf = f"{tf}.links[{i}]"
-            ends = []
-            for end in ("src", "dst"):
-                v = link.get(end) if isinstance(link, dict) else None
-                if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < len(sites):
-                    raise ScenarioError(f"{lf}.{end}", v, f"a site index 0..{len(sites) - 1}")
-                ends.append(v)
-            pairs.append((link, ends[0], ends[1]))
-    for i, (link, a, b) in enumerate(pairs):
-        lf = f"{tf}.links[{i}]"
-        if "bandwidth" in link:
-            link_bw = bandwidth_field(link["bandwidth"], f"{lf}.bandwidth")
-        elif bw is not None:
-            link_bw = bw
-        else:
+        links = [WanLink(src=a, dst=b) for a in range(len(sites)) for b in range(a + 1, len(sites))]
+    for i, link in enumerate(links):
+        for end in ("src", "dst"):
+            if not 0 <= getattr(link, end) < len(sites):
+                raise ScenarioError(
+                    f"{tf}.links[{i}].{end}", getattr(link, end), f"a site index 0..{len(sites) - 1}"
+                )
+    for link in links:
+        link_bw = bw if link.bandwidth is None else link.bandwidth
+        if link_bw is None:
             raise ScenarioError(f"{tf}.bandwidth", None, "the long-haul bandwidth, e.g. 1 Gbit/s")
-        add_link(
-            g,
-            f"site{a}.gw",
-            f"site{b}.gw",
-            link_bw,
-            latency_field(link.get("latency", lat), f"{lf}.latency"),
-            "wan",
-        )
+        link_lat = lat if link.latency is None else link.latency
+        add_link(g, f"site{link.src}.gw", f"site{link.dst}.gw", link_bw, link_lat, "wan")
     g.graph["sites"] = len(sites)
     return g
 

@@ -7,7 +7,7 @@ import pandas as pd
 from ...program import Program
 from ...resolve import Job
 from ...trace.requests import request_metrics, split_requests
-from ..base import MODES, ModeReport, TrainingMode
+from ..base import MODES, JobContext, ModeReport, TrainingMode
 from .check import check_inference
 from .compile import arrival_times, compile_inference
 
@@ -28,7 +28,8 @@ class InferenceMode(TrainingMode):
     def check(self, job: Job) -> None:
         check_inference(job)
 
-    def compile(self, job: Job, fold: bool) -> Program:
+    def compile(self, ctx: JobContext) -> Program:
+        job = ctx.job
         m = job.num_microbatches
         times = arrival_times(job.training.arrival, m * job.plan.dp, job.simulation.seed)
         replicas = None if job.replicas is None else list(job.replicas)

@@ -7,7 +7,7 @@ import pandas as pd
 from ...program import Program
 from ...resolve import Job
 from ...trace.ps_metrics import harmonic_period, ps_summary
-from ..base import MODES, ModeReport, TrainingMode
+from ..base import MODES, JobContext, ModeReport, TrainingMode
 from ..pipeline import training_report
 from .check import check_parameter_server
 from .compile import parameter_server_program
@@ -29,8 +29,8 @@ class ParameterServerMode(TrainingMode):
     def check(self, job: Job) -> None:
         check_parameter_server(job)
 
-    def compile(self, job: Job, fold: bool) -> Program:
-        return parameter_server_program(job)
+    def compile(self, ctx: JobContext) -> Program:
+        return parameter_server_program(ctx.job)
 
     def report(self, spans: pd.DataFrame, job: Job) -> ModeReport:
         rep = training_report(spans, job)  # the window the per-GPU breakdown reads

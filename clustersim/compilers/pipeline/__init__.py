@@ -7,7 +7,7 @@ import pandas as pd
 from ... import metrics
 from ...program import Program
 from ...resolve import Job
-from ..base import MODES, ModeReport, TrainingMode
+from ..base import MODES, JobContext, ModeReport, TrainingMode
 from .check import check_pipeline
 from .compile import compile_pipeline
 from .context import CompileContext
@@ -34,23 +34,25 @@ class PipelineMode(TrainingMode):
     def check(self, job: Job) -> None:
         check_pipeline(job)
 
-    def compile(self, job: Job, fold: bool) -> Program:
-        ctx = CompileContext(
-            job.schedule,
-            job.plan,
-            job.chunk_costs,
-            job.num_microbatches,
-            job.simulation.iterations,
-            fold=fold,
-            compression=job.gradient_compression,
-            activations=job.activation_compression,
-            replicas=job.replicas,
-            data_parallel=job.data_parallel,
-            sharded=job.parallel.zero > 0
-            or bool(job.parallel.data_parallel and job.parallel.data_parallel.distributed_optimizer),
-            coarse=job.simulation.granularity == "stage",  # (compile_job coarsens it)
+    def compile(self, ctx: JobContext) -> Program:
+        job = ctx.job
+        return compile_pipeline(
+            CompileContext(
+                job.schedule,
+                job.plan,
+                job.chunk_costs,
+                job.num_microbatches,
+                job.simulation.iterations,
+                fold=ctx.fold,
+                compression=job.gradient_compression,
+                activations=job.activation_compression,
+                replicas=job.replicas,
+                data_parallel=job.data_parallel,
+                sharded=job.parallel.zero > 0
+                or bool(job.parallel.data_parallel and job.parallel.data_parallel.distributed_optimizer),
+                coarse=job.simulation.granularity == "stage",  # (compile_job coarsens it)
+            )
         )
-        return compile_pipeline(ctx)
 
     def report(self, spans: pd.DataFrame, job: Job) -> ModeReport:
         return training_report(spans, job)

@@ -1,6 +1,6 @@
 """Replicated evaluation: an unfolded contention-free run evaluated once per stage.
 
-Where folding is exact (:func:`clustersim.resolve.fold.can_fold`: the tp × dp twins of a
+Where folding is exact (:attr:`clustersim.resolve.Job.foldable`: the tp × dp twins of a
 stage are twins) and the DAG evaluator is (:func:`~clustersim.resolve.replication.contention_free`:
 no op's time depends on what else is in flight), every twin's ops take the times of its
 stage representative's, to the bit — on these fabrics a send's time depends only on the

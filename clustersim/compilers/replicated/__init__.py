@@ -6,7 +6,7 @@ import pandas as pd
 
 from ...program import Program
 from ...resolve import Job
-from ..base import MODES, ModeReport, TrainingMode
+from ..base import MODES, JobContext, ModeReport, TrainingMode
 from ..pipeline import training_report
 from .check import check_replicated
 from .compile import compile_replicated
@@ -25,7 +25,8 @@ class ReplicatedMode(TrainingMode):
     def check(self, job: Job) -> None:
         check_replicated(job)
 
-    def compile(self, job: Job, fold: bool) -> Program:
+    def compile(self, ctx: JobContext) -> Program:
+        job = ctx.job
         return compile_replicated(
             job.schedule, job.layout, job.chunk_costs, job.num_microbatches, job.simulation.iterations
         )

@@ -12,7 +12,7 @@ import pandas as pd
 
 from ...program import Program
 from ...resolve import Job
-from ..base import MODES, ModeReport, TrainingMode
+from ..base import MODES, JobContext, ModeReport, TrainingMode
 
 
 class TraceMode(TrainingMode):
@@ -24,8 +24,8 @@ class TraceMode(TrainingMode):
     def applies(self, job: Job) -> bool:
         return job.trace is not None
 
-    def compile(self, job: Job, fold: bool) -> Program:
-        return job.trace
+    def compile(self, ctx: JobContext) -> Program:
+        return ctx.job.trace
 
     def report(self, spans: pd.DataFrame, job: Job) -> ModeReport:
         out = super().report(spans, job)
