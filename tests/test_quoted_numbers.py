@@ -10,6 +10,7 @@ quotes them, and each value must appear in that paragraph as written. A quoted v
 the digits written: ``0.0499`` to ±0.00005, ``621`` to ±0.5, ``479k`` to ±500 (``k``, ``M``
 and ``G`` multiply by 10³, 10⁶ and 10⁹). Each scenario variant runs once for all its quotes.
 On a mismatch the message gives the line to write instead, rounded as the old one was.
+Every run also holds the memory timeline to the summary's peaks (issue 39 case 4).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pytest
 import yaml
 
 import clustersim as cs
+from tests.test_wrong_answers import timeline_peaks_hold
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADER = re.compile(r"^# Prints(?: \(([^)]*)\))?: (.+)$", re.M)
@@ -84,6 +86,7 @@ def _simulate(scenario: str, sets: tuple[str, ...] = ()):
     if key not in _RESULTS:
         over = {k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in sets)}
         res = cs.simulate(cs.load_scenario(str(ROOT / scenario)).with_overrides(over), progress=False)
+        timeline_peaks_hold(res)
         _SUMMARIES[key] = res.summary
         if key not in _KEEP:
             return res

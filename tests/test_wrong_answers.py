@@ -94,26 +94,20 @@ def test_case3_a_folded_runs_memory_picture_shows_the_simulated_gpus(monkeypatch
     assert len(seen["devices"]) < len(res.devices)
 
 
-SHIPPED = sorted(
-    p
-    for p in (ROOT / "scenarios").glob("*.yaml")
-    if "jobs:" not in p.read_text() and "faults:" not in p.read_text()  # one timeline per job
-)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
-def test_case4_the_memory_timeline_peaks_where_the_summary_says(path):
-    res = cs.simulate(path)
+def timeline_peaks_hold(res) -> None:
+    """Each GPU's memory timeline peaks at its ``peak_memory_bytes``, and the summary's peak
+    is the highest (issue 39 case 4); tests/test_quoted_numbers.py checks it on every run of
+    a shipped scenario it makes."""
     timeline = res.memory.groupby("device")["allocated_bytes"].max()
     peaks = res.devices.set_index("device")["peak_memory_bytes"]
-    assert set(timeline.index) <= set(peaks.index) and len(timeline) > 0
-    assert (timeline == peaks.reindex(timeline.index)).all()
+    # the GPUs; a parameter server's host memory has a timeline but is not a GPU of the table
+    assert all(d in peaks.index or d.startswith("server") for d in timeline.index)
+    timeline = timeline[timeline.index.isin(peaks.index)]
+    assert len(timeline) > 0 and (timeline == peaks.reindex(timeline.index)).all()
     assert res.summary["peak_memory_gib"] * 2**30 == pytest.approx(timeline.max(), rel=1e-12)
 
 
 def test_case4_a_folded_runs_timeline_holds_the_simulated_gpus_at_their_peaks():
     res = _folded()
-    timeline = res.memory.groupby("device")["allocated_bytes"].max()
-    assert set(timeline.index) == set(res.spans[res.spans["lane"] == "compute"]["device"])
-    assert (timeline == res.devices.set_index("device")["peak_memory_bytes"].reindex(timeline.index)).all()
+    assert set(res.memory["device"]) == set(res.spans[res.spans["lane"] == "compute"]["device"])
+    timeline_peaks_hold(res)
