@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import clustersim as cs
 from clustersim.collectives.bench import measure, preset_cluster
 from clustersim.errors import ScenarioError
 from clustersim.workload.fp8 import fp8_gemm_time
@@ -146,3 +147,24 @@ def test_ep_alltoall_rate_against_deepep_and_nccl_rows(row):
     ratio = float(row["GBps"]) * 1e9 / (moved / got.time_s)
     tolerance = {"nccl": 0.03, "deepep_normal": 0.05 if row["transport"] == "nvlink" else 0.25}
     assert abs(ratio - 1) <= tolerance[row["implementation"]]
+
+
+@pytest.mark.parametrize(
+    "framework, stated, expected",
+    [
+        (None, None, False),
+        ("megatron_core", None, True),
+        ("megatron_core", False, False),
+        ("deepspeed", None, False),
+    ],
+)
+def test_megatron_core_profile_fuses_the_permutation(framework, stated, expected):
+    """megatron_core runs TE's fused permutation (the Megatron-Core MoE README's Quick Start);
+    a stated value wins; the other profiles keep Megatron's unfused default."""
+    raw = {
+        "cluster": {"nodes": 1, "gpus_per_node": 8, "gpu": "H100-SXM5-80GB"},
+        "model": {"hf_config": "mixtral-8x7b", "seq_len": 1024, "layers": 2},
+        "training": {"global_batch": 8, "micro_batch": 1, **({"framework": framework} if framework else {})},
+        "parallel": {"dp": 8, "ep": 8, **({} if stated is None else {"moe_permute_fusion": stated})},
+    }
+    assert cs.load_scenario(raw).parallel.moe_permute_fusion is expected
