@@ -9,6 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import clustersim as cs
 from clustersim.collectives.bench import measure, preset_cluster
@@ -168,3 +170,23 @@ def test_megatron_core_profile_fuses_the_permutation(framework, stated, expected
         "parallel": {"dp": 8, "ep": 8, **({} if stated is None else {"moe_permute_fusion": stated})},
     }
     assert cs.load_scenario(raw).parallel.moe_permute_fusion is expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    tokens=st.integers(1, 1 << 16),
+    experts=st.integers(2, 512),
+    top_k=st.integers(1, 16),
+    hidden=st.integers(1, 16384),
+    e=st.sampled_from([1, 2, 4]),
+)
+def test_fused_never_moves_more_and_every_copy_is_read_and_written(tokens, experts, top_k, hidden, e):
+    """For any shape: TE's fused permutation moves no more than Megatron's unfused one, and
+    both read and write every routed copy at least once per pass (a permutation cannot
+    move less)."""
+    copies = tokens * top_k
+    for kernel in (permute_bytes, unpermute_bytes):
+        for fused, unfused in zip(kernel(e, True), kernel(e, False)):
+            f = fused.total(tokens, experts, copies, hidden)
+            assert f <= unfused.total(tokens, experts, copies, hidden)
+            assert f >= e * (copies + tokens) * hidden

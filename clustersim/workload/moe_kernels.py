@@ -115,13 +115,14 @@ def _op(name: str, passes: tuple[Bytes, Bytes], size: tuple, activation: float =
 
 
 def scoring_ops(cfg, tokens: float, e: int) -> list[LayerOp]:
-    """Scores, top-k and the auxiliary loss of ``tokens`` routed tokens; keeps the
-    ``T × E`` probabilities for backward."""
+    """Scores, top-k and the auxiliary loss of ``tokens`` routed tokens; each keeps its
+    ``T × E`` fp32 scores for backward."""
     size = (tokens, cfg.experts, 0.0, cfg.hidden)
     return [
         # the fp32 scores kept for the backward, as before this module priced them
         _op("moe_topk", topk_bytes(cfg.router_score, e), size, activation=tokens * cfg.experts * 4),
-        _op("moe_aux_loss", aux_loss_bytes(e), size),
+        # its fp32 softmax is kept for the softmax's backward
+        _op("moe_aux_loss", aux_loss_bytes(e), size, activation=tokens * cfg.experts * 4),
     ]
 
 
