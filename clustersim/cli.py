@@ -185,6 +185,7 @@ PARALLEL_OPTIONS = [
     ("etp", "expert-tensor-parallel size (unset: tp)"),
     ("moe_token_dispatcher", "alltoall | allgather"),
     ("moe_shared_expert_overlap", "the shared expert beside the dispatch all-to-alls"),
+    ("moe_permute_fusion", "Transformer Engine's fused permute / unpermute kernels"),
     ("cp", "context parallelism: each sequence split over cp GPUs (flash attention)"),
     ("cp_comm_type", "p2p (ring attention) | a2a (Ulysses)"),
     ("virtual_stages", "model chunks per stage (interleaved; zb_v, dualpipe_v: 2)"),

@@ -16,6 +16,9 @@ other profile runs today's NCCL, whose ring across hosts pays its α's in full
   nemo/collections/llm/recipes/llama3_70b.py); with ``training.precision: fp8`` also FP8
   parameters (``param_gather_dtype: fp8``): NeMo's ``bf16_with_fp8_mixed``
   (nemo/collections/llm/recipes/precision/mixed_precision.py) sets ``fp8_param_gather=True``;
+  and Transformer Engine's fused MoE permutation (``parallel.moe_permute_fusion``): the
+  Megatron-Core MoE README's Quick Start (megatron/core/transformer/moe/README.md) trains
+  every MoE model with ``--moe-permute-fusion`` (TransformerConfig's own default is off);
 * ``deepspeed``: buckets of 5e8 elements (``reduce_bucket_size`` /
   ``allgather_bucket_size``), ``overlap_comm`` on for ZeRO-3 only (DeepSpeed's dynamic
   default), ZeRO-2 reducing its buckets after every micro-batch's backward (its gradient
@@ -102,6 +105,8 @@ def apply_framework(raw: dict[str, Any]) -> dict[str, Any]:
         parallel["data_parallel"] = {**_data_parallel(framework, zero, precision), **stated}
     if framework == "megatron_core" and _sequence_parallel(raw):
         parallel.setdefault("tp_comm_overlap", True)
+    if framework == "megatron_core":
+        parallel.setdefault("moe_permute_fusion", True)
     out["parallel"] = parallel
     cluster = out.get("cluster")
     if isinstance(cluster, dict) and "comm_compute_slowdown" not in cluster and _overlaps(parallel):

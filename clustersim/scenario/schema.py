@@ -248,6 +248,9 @@ class ParallelSpec(_Spec):
     moe_token_dispatcher: Literal["alltoall", "allgather"] = "alltoall"
     #: run the shared expert beside the dispatch/combine all-to-alls (``--moe-shared-expert-overlap``)
     moe_shared_expert_overlap: bool = False
+    #: Transformer Engine's fused permute / unpermute / sort-chunks kernels
+    #: (``--moe-permute-fusion``; Megatron-Core's default off; workload/moe_kernels.py)
+    moe_permute_fusion: bool = False
     zero: int = Field(default=0, ge=0, le=3)
     #: bucketed, overlapped and sharded data-parallel communication (unset: the 2021 model)
     data_parallel: DataParallelSpec | None = None

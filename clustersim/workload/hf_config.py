@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..errors import ScenarioError, short_repr
 from ..reader import read_json_file
+from .moe_kernels import ROUTER_SCORES
 from .transformer import TransformerConfig
 
 DATA_HF = Path(__file__).resolve().parent.parent / "data" / "hf"
@@ -152,6 +153,11 @@ def _moe_fields(cfg: dict, kind: str, count, path: str) -> dict:
         raise ScenarioError(
             "model.hf_config", path, "mlp_only_layers is not supported; expected it empty or absent"
         )
+    score = str(cfg.get("scoring_func", "softmax"))
+    if score not in ROUTER_SCORES:
+        raise ScenarioError(
+            "model.hf_config", path, f"scoring_func {score!r}; accepted: {', '.join(ROUTER_SCORES)}"
+        )
     expert_ffn = count("moe_intermediate_size", 0)
     shared = count("n_shared_experts", 0) * expert_ffn or count("shared_expert_intermediate_size", 0)
     return {
@@ -163,6 +169,8 @@ def _moe_fields(cfg: dict, kind: str, count, path: str) -> dict:
         "shared_expert_gate": kind == "qwen2_moe" and shared > 0,
         "dense_layers": count("first_k_dense_replace", 0),
         "moe_step": count("decoder_sparse_step", 0) or count("moe_layer_freq", 1),
+        # DeepSeek's key: sigmoid scores (V3) or softmax (V2, and every model without it)
+        "router_score": score,
     }
 
 

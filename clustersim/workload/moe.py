@@ -32,6 +32,7 @@ import math
 import numpy as np
 
 from ..errors import ScenarioError
+from .moe_kernels import permute_op, scoring_ops, unpermute_op
 from .ops import NO_WORK, LayerOp, elementwise, gemm
 
 EXPERT_LOADS = ("uniform", "skew", "histogram")
@@ -103,14 +104,11 @@ def _expert(name: str, n: float, h: int, up_n: int, ft: int, e: int, gated: bool
 
 
 def router_ops(cfg, local: float, e: int) -> list[LayerOp]:
-    """The router GEMM and softmax/top-k on the ``local`` tokens a rank holds."""
+    """The router GEMM, scores, top-k and auxiliary loss (:mod:`.moe_kernels`) on the
+    ``local`` tokens a rank holds."""
     h = cfg.hidden
     gate_n = cfg.experts + (1 if cfg.shared_expert_gate else 0)  # Qwen2-MoE gates its shared expert
-    return [
-        gemm("moe_router", local, gate_n, h, e, activation=local * h * e),
-        # fp32 softmax over the E scores; its probabilities are kept for backward
-        elementwise("moe_topk", local * cfg.experts, 2 * e, 3 * e, activation=local * cfg.experts * 4),
-    ]
+    return [gemm("moe_router", local, gate_n, h, e, activation=local * h * e), *scoring_ops(cfg, local, e)]
 
 
 def expert_ops(cfg, counts, etp: int, e: int, *, shared: float = 0.0) -> list[LayerOp]:
@@ -128,18 +126,19 @@ def expert_ops(cfg, counts, etp: int, e: int, *, shared: float = 0.0) -> list[La
     return ops
 
 
-def moe_mlp_ops(cfg, b: int, etp: int, e: int, local: float) -> list[LayerOp]:
+def moe_mlp_ops(cfg, b: int, etp: int, e: int, local: float, fused: bool = False) -> list[LayerOp]:
     """The MoE MLP of one layer on one GPU, between the TP region's enter and exit, each
     expert's FFN split over ``etp`` ranks (expert-tensor parallelism; callers pass TP,
     Megatron-Core's default): router GEMM + softmax/top-k on the ``local`` tokens this rank holds (``b·s/t`` with
     sequence parallelism, as Megatron-Core routes before its all-gather dispatch),
     permute, each routed expert on its share of all ``b·s`` tokens, unpermute (keeping
-    the expert outputs for the gradient of the routing weights), shared expert."""
-    h, tokens = cfg.hidden, b * cfg.seq_len
+    the expert outputs for the gradient of the routing weights), shared expert; ``fused``:
+    Transformer Engine's permutation kernels (``moe_permute_fusion``, :mod:`.moe_kernels`)."""
+    tokens = b * cfg.seq_len
     ops = router_ops(cfg, local, e)
     routed = layer_expert_tokens(cfg, tokens)
-    moved = sum(routed) * h  # token copies into and out of expert order
-    ops.append(elementwise("moe_permute", moved, 2 * e, 2 * e))
+    copies = sum(routed)  # token copies into and out of expert order
+    ops.append(permute_op(cfg, tokens, copies, e, fused))
     ops += expert_ops(cfg, routed, etp, e)
-    ops.append(elementwise("moe_unpermute", moved, 2 * e, 2 * e, activation=moved * e))
+    ops.append(unpermute_op(cfg, tokens, copies, e, fused))
     return ops + expert_ops(cfg, (), etp, e, shared=tokens)

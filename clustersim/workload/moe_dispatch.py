@@ -15,7 +15,9 @@ Token dispatchers (Megatron-Core ``moe_token_dispatcher_type``,
 
 * ``alltoall``: permute the ``T_loc·k`` routed copies, all-to-all over the EP group
   (each rank's send buffer ``T_loc·k·h`` elements), all-gather over the ETP group when
-  ``etp`` > 1, experts, reduce-scatter over ETP, all-to-all back, unpermute. Backward runs
+  ``etp`` > 1, regroup the received copies by local expert (``sort_chunks_by_idxs``, when
+  a rank holds more than one), experts, restore the order, reduce-scatter over ETP,
+  all-to-all back, unpermute (kernel bytes: :mod:`.moe_kernels`). Backward runs
   the same collectives in reverse order (an all-to-all's gradient is an all-to-all; an
   all-gather's a reduce-scatter).
 * ``allgather``: all-gather the ``T_loc·h`` hidden states over the ETP × EP group (each
@@ -43,7 +45,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .moe import expert_ops, layer_expert_tokens, router_ops
-from .ops import ExpertRanks, TPComm, elementwise
+from .moe_kernels import permute_op, sort_chunks_op, unpermute_op
+from .ops import ExpertRanks, TPComm
 
 DISPATCHERS = ("alltoall", "allgather")
 
@@ -52,12 +55,14 @@ DISPATCHERS = ("alltoall", "allgather")
 class ExpertSplit:
     """How one MoE layer's routed experts are split: ``ep`` expert-parallel ranks, each
     expert's FFN over ``etp`` ranks; the token ``dispatcher``; whether the shared expert
-    overlaps the all-to-alls."""
+    overlaps the all-to-alls; whether the permutations run Transformer Engine's fused
+    kernels (``moe_permute_fusion``, :mod:`.moe_kernels`)."""
 
     ep: int = 1
     etp: int = 1
     dispatcher: str = "alltoall"
     shared_overlap: bool = False
+    permute_fusion: bool = False
 
     def active(self, tp: int) -> bool:
         """Whether tokens are dispatched at all: with ep = 1 and etp = tp the experts sit
@@ -74,17 +79,24 @@ def rank_tokens(cfg, split: ExpertSplit, pool: float) -> tuple[float, ...]:
 
 
 def _ranks(cfg, split: ExpertSplit, pool: float, e: int, moved: bool) -> ExpertRanks:
-    """Each rank's routed experts (``moved``: with its own permute and unpermute)."""
+    """Each rank's routed experts: ``moved`` (allgather), with its own permute and
+    unpermute of the pool's tokens over its experts' routing map; else (alltoall) with
+    the regrouping of its received copies by local expert and back, when it holds more
+    than one expert."""
     counts = layer_expert_tokens(cfg, int(pool))
-    h, per = cfg.hidden, cfg.experts // split.ep
+    per, fused = cfg.experts // split.ep, split.permute_fusion
     ranks = []
     for i in range(split.ep):
         mine = counts[i * per : (i + 1) * per]
+        n = sum(mine)
         ops = expert_ops(cfg, mine, split.etp, e)
         if moved:
-            n = sum(mine) * h
-            ops = [elementwise("moe_permute", n, 2 * e, 2 * e), *ops]
-            ops.append(elementwise("moe_unpermute", n, 2 * e, 2 * e, activation=n * e))
+            ops = [permute_op(cfg, pool, n, e, fused, per), *ops, unpermute_op(cfg, pool, n, e, fused, per)]
+        elif per > 1:
+            sort, unsort = (
+                sort_chunks_op(name, cfg.hidden, n, e) for name in ("moe_sort_chunks", "moe_unsort_chunks")
+            )
+            ops = [sort, *ops, unsort]
         ranks.append(tuple(ops))
     return ExpertRanks("experts", tuple(ranks))
 
@@ -115,10 +127,10 @@ def ep_moe_ops(cfg, b: int, tp: int, e: int, split: ExpertSplit) -> list:
         ops.append(_ranks(cfg, split, pool, e, moved=True))
         ops.append(TPComm("ep reduce-scatter", "reduce_scatter", "all_gather", nbytes, group="tp_ep"))
         return ops + enter + up + down
-    moved = local * k * h
-    a2a = int(moved * e)
+    copies = local * k
+    a2a = int(copies * h * e)
     matrix = dispatch_matrix(rank_tokens(cfg, split, pool), local / pool * h * e)
-    ops.append(elementwise("moe_permute", moved, 2 * e, 2 * e))
+    ops.append(permute_op(cfg, local, copies, e, split.permute_fusion))
     overlap = split.shared_overlap and bool(up)
     if overlap:
         ops += enter
@@ -134,7 +146,7 @@ def ep_moe_ops(cfg, b: int, tp: int, e: int, split: ExpertSplit) -> list:
     ops.append(TPComm("ep combine", "all_to_all", "all_to_all", a2a, group="ep", matrix=back))
     if overlap:
         ops += [replace(down[0], overlap=True), *down[1:]]
-    ops.append(elementwise("moe_unpermute", moved, 2 * e, 2 * e, activation=moved * e))
+    ops.append(unpermute_op(cfg, local, copies, e, split.permute_fusion))
     return ops if overlap else ops + enter + up + down
 
 

@@ -105,7 +105,13 @@ class TrainSetup:
             overlap_of(par, sc.cluster.comm_compute_slowdown),
             par.cp,
             par.cp_comm_type,
-            ExpertSplit(par.ep, par.etp or par.tp, par.moe_token_dispatcher, par.moe_shared_expert_overlap),
+            ExpertSplit(
+                par.ep,
+                par.etp or par.tp,
+                par.moe_token_dispatcher,
+                par.moe_shared_expert_overlap,
+                par.moe_permute_fusion,
+            ),
             grad_dtype=par.data_parallel.grad_reduce_dtype if par.data_parallel else None,
             fp8_params=bool(par.data_parallel) and par.data_parallel.param_gather_dtype == "fp8",
         )

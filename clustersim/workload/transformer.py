@@ -32,8 +32,10 @@ class TransformerConfig:
     ``moe_step``-th layer is MoE (Qwen's ``decoder_sparse_step``); ``capacity_factor``
     (0: none) drops tokens over an expert's capacity; ``expert_load`` (``uniform``,
     ``skew`` with ``expert_skew``/``expert_seed``, ``histogram`` with
-    ``expert_histogram``) spreads the tokens over the experts. All experts count as
-    parameters; only the tokens each expert gets as FLOPs.
+    ``expert_histogram``) spreads the tokens over the experts; ``router_score`` is the
+    router's score function (``softmax``, or ``sigmoid`` as DeepSeek-V3's
+    ``scoring_func``). All experts count as parameters; only the tokens each expert gets
+    as FLOPs.
 
     Multi-head latent attention (:mod:`.mla`) when ``kv_lora_rank`` > 0, with
     ``q_lora_rank`` (0: no query compression), ``qk_rope_head_dim``,
@@ -70,6 +72,7 @@ class TransformerConfig:
     expert_skew: float = 0.0
     expert_seed: int = 0
     expert_histogram: tuple[float, ...] = ()
+    router_score: str = "softmax"
     head_size: int = 0
     qkv_bias: bool = False
     q_lora_rank: int = 0
