@@ -50,6 +50,17 @@ def check_data_parallel(job: Job) -> None:
         raise ScenarioError(
             "parallel.dp_split", par.dp_split, "replicas of parallel.data_parallel run alike; accepted: even"
         )
+    if opts.deepspeed_zero3 is not None and par.zero == 3 and (job.plan.pp > 1 or par.virtual_stages > 1):
+        field, value = (
+            ("parallel.pp", job.plan.pp)
+            if job.plan.pp > 1
+            else ("parallel.virtual_stages", par.virtual_stages)
+        )
+        raise ScenarioError(
+            field,
+            value,
+            "DeepSpeed ZeRO-3 runs without pipeline parallelism (its PipelineEngine refuses it); accepted: 1",
+        )
     g, dp = opts.shard_group_size, job.plan.replicas
     if g is not None and (par.zero != 3 or dp % g):
         raise ScenarioError(
