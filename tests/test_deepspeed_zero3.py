@@ -10,6 +10,7 @@ import pytest
 import clustersim as cs
 from clustersim.errors import ScenarioError
 from clustersim.parallel.zero3 import Fetch, Zero3Limits, replay, replay_2021
+from clustersim.workload.cost_model import CostModel
 from tests.conftest import synthetic
 
 ALPHA = 1e-6
@@ -187,9 +188,11 @@ def test_reduce_scatter_buckets_follow_deepspeeds_rule():
     assert red["bytes"].tolist() == [2 * sum(pad(g, n) for g in b) for b in (b1, b2, b3, b4, b5)]
 
 
-def test_2021_coordinator_serialises_gathers_compute_and_reductions():
+def test_2021_coordinator_serialises_gathers_copies_compute_and_reductions():
     # v0.3 without overlap_comm: every gathering fetch synchronises the device, each parameter
-    # gathered and reduce-scattered on its own, the reductions in line on the compute stream
+    # gathered and reduce-scattered on its own through PyTorch ≤ 1.9's list-form collectives
+    # (n copy kernels over the bytes, read and written), the reductions in line on the
+    # compute stream: the backward's end is the sum of everything
     n, bw = 4, 1e9
     res = gpt(
         n,
@@ -199,13 +202,22 @@ def test_2021_coordinator_serialises_gathers_compute_and_reductions():
         prefetch_bucket_size=0,
         max_reuse_distance=0,
     )
+    cm = CostModel.for_gpu("A100-SXM4-80GB")
+    launch, hbm = cm.eff.launch_s, cm.gpu.hbm_bandwidth * cm.eff.memory
     ag, comp = lane(res, "gather"), lane(res, "compute")
+    ag = ag[ag["kind"] == "collective"]
     passes = comp[comp["name"].str.contains(" m\\d+[FRB]$")]
     red = comp[comp["name"].str.startswith("zero3 reduce-scatter")]
     assert len(ag) == sum(len(g) for g in gathers_without_prefetch_or_reuse())
     assert len(red) == 2 * 12 + 2 + 2  # every parameter's own: 12 per layer, final norm, embedding
+    moved = list(ag["bytes"]) + list(red["bytes"])
+    copies = res.spans[res.spans["name"].str.startswith("zero3 list copies")]
+    copies = copies[copies["device"] == copies["device"].min()]
+    assert sorted((copies["end_s"] - copies["start_s"]).to_numpy()) == pytest.approx(
+        sorted(n * launch + 2 * b / hbm for b in moved), rel=1e-12
+    )
     busy = float((passes["end_s"] - passes["start_s"]).sum())
-    want = sum(ring(n, b, bw) for b in ag["bytes"]) + busy + sum(ring(n, b, bw) for b in red["bytes"])
+    want = sum(ring(n, b, bw) + n * launch + 2 * b / hbm for b in moved) + busy
     assert float(red["end_s"].max()) == pytest.approx(want, rel=1e-9)
 
 

@@ -40,9 +40,9 @@ class DataParallel:
     zero3: Zero3Limits | None = None
 
     @classmethod
-    def of(cls, parallel, dp: int) -> DataParallel | None:
-        """The options of a scenario's ``parallel`` section with ``dp`` replicas; None
-        when ``data_parallel`` is unset (today's single all-reduce)."""
+    def of(cls, parallel, dp: int, memory: float = float("inf")) -> DataParallel | None:
+        """The options of a scenario's ``parallel`` section with ``dp`` replicas on GPUs of
+        ``memory`` bytes; None when ``data_parallel`` is unset (today's single all-reduce)."""
         spec = parallel.data_parallel
         if spec is None:
             return None
@@ -63,12 +63,13 @@ class DataParallel:
             shard_group=spec.shard_group_size,
             parameters=spec.parameters_per_layer,
             every_micro_batch=spec.reduce_every_micro_batch and parallel.zero != 3,
-            zero3=_zero3(spec) if parallel.zero == 3 else None,
+            zero3=_zero3(spec, memory) if parallel.zero == 3 else None,
         )
 
 
-def _zero3(spec) -> Zero3Limits | None:
-    """The coordinator's limits of ``spec``'s ``deepspeed_zero3`` section (None when unset)."""
+def _zero3(spec, memory: float) -> Zero3Limits | None:
+    """The coordinator's limits of ``spec``'s ``deepspeed_zero3`` section on GPUs of
+    ``memory`` bytes (None when unset)."""
     z = spec.deepspeed_zero3
     if z is None:
         return None
@@ -80,6 +81,7 @@ def _zero3(spec) -> Zero3Limits | None:
         DTYPE_BYTES[spec.param_gather_dtype],
         DTYPE_BYTES[spec.grad_reduce_dtype],
         z.coordinator,
+        memory,
     )
 
 

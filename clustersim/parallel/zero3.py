@@ -61,6 +61,8 @@ class Zero3Limits:
     grad_bytes: int = 2
     #: ``v0.6`` (:func:`replay`, 2022–23) or ``v0.3`` (:func:`replay_2021`, 2021)
     coordinator: str = "v0.6"
+    #: the GPU's memory (bytes): what the gathers running ahead may fill (inf: unbounded)
+    memory: float = float("inf")
 
 
 @dataclass(frozen=True)

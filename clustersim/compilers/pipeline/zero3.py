@@ -30,6 +30,12 @@ runs them (deepspeed/runtime/zero/partitioned_param_coordinator.py, stage3.py):
   .synchronize()`` in the epilogue): what the host issues next — gathers and compute —
   waits for those reduce-scatters.
 
+* **memory**: the host allocates each gather's buffer when it issues it, and PyTorch's
+  caching allocator reuses a freed buffer only once the compute stream has passed the
+  visit that freed it; when the GPU's memory (less the static bytes and one micro-batch's
+  activations) runs out the allocator blocks the host. So a gather waits for the first
+  visit whose end frees enough: the gathers run ahead of the compute as far as memory lets.
+
 The first step's recording of the trace (no prefetch) and the memory-bound copies of
 gradients into the bucket's buffer are not emitted.
 """
@@ -40,6 +46,7 @@ from dataclasses import dataclass, field, replace
 
 from ...errors import ProgramError
 from ...parallel.zero3 import padded, replay, replay_2021
+from ...program import COMPUTE
 from ...workload.stage_cost import Segment
 from .passes import PassWork
 
@@ -113,6 +120,7 @@ class Zero3Sync:
     gate: tuple = ()  # what the host last waited for: everything it issues later waits too
     last_gather: object = None
     live: dict = field(default_factory=dict)  # parameter id → bytes gathered and not freed
+    numel_bytes: dict = field(default_factory=dict)  # the same, for the allocator's budget
     bucket: list = field(default_factory=list)  # parameter ids whose gradients wait in the bucket
     held: int = 0  # their elements
     reduces: list = field(default_factory=list)  # the micro-batch's reduce-scatters
@@ -120,6 +128,10 @@ class Zero3Sync:
     source: object = None  # the visit whose gradient joined the bucket last
     old: bool = False  # DeepSpeed v0.3–v0.5's coordinator (2021)
     ready: dict = field(default_factory=dict)  # parameter id → the visit after which its gradient is whole
+    copy: tuple = (0.0, float("inf"))  # (launch s, HBM bytes/s) of a copy kernel
+    budget: float = float("inf")  # bytes the gathered parameters may hold (the GPU's free memory)
+    allocated: int = 0  # bytes every gather so far allocated
+    frees: list = field(default_factory=list)  # per visit run, (bytes freed up to its end, its last op)
 
     @classmethod
     def of(cls, sync, cost) -> Zero3Sync:
@@ -133,6 +145,8 @@ class Zero3Sync:
             if ph == "B":
                 z.ready.update(dict.fromkeys(z._params(layer, i), len(z.fwd) + v))
         z.old = sync.dp.zero3.coordinator == "v0.3"
+        z.copy = cost.zero3_copy
+        z.budget = sync.dp.zero3.memory - cost.static.total - cost.activation_memory
         z.fetches = (replay_2021 if z.old else replay)(trace, z.numel, sync.dp.zero3)
         return z
 
@@ -205,6 +219,8 @@ class Zero3Sync:
         op0.deps = op0.deps + tuple(d for d in dict.fromkeys(wait + self.gate) if d not in op0.deps)
         self._gather(fetch.prefetch, f"{name} prefetch", j, it, after)
         last.mem_free += sum(self.live.pop(p) for p in fetch.freed)
+        freed = self.frees[-1][0] if self.frees else 0
+        self.frees.append((freed + sum(self.numel_bytes.pop(p) for p in fetch.freed), last))
         if visit[0] == "B":
             _, layer, i = visit
             for p in self._params(layer, i):
@@ -217,6 +233,20 @@ class Zero3Sync:
         ops = (after, self.last_gather, self.reduced)
         return tuple(op.id for op in ops if op is not None)
 
+    def _room(self, nbytes: int) -> tuple[int, ...]:
+        """What a gather of ``nbytes`` waits for so that the gathered parameters fit the
+        budget: the first visit whose end frees enough (PyTorch's caching allocator reuses a
+        freed buffer once the compute stream has passed it, and blocks the host when memory
+        runs out); nothing when they fit, or when no visit run so far frees enough."""
+        self.allocated += nbytes
+        need = self.allocated - self.budget
+        if need <= 0:
+            return ()
+        for freed, op in self.frees:
+            if freed >= need:
+                return (op.id,)
+        return ()
+
     def _gather(self, params, name, j, it, after) -> None:
         """The all-gathers of ``params`` on the gather lane: one coalesced collective, or
         (2021) one per parameter, each after a device synchronisation."""
@@ -226,7 +256,7 @@ class Zero3Sync:
         sets = [(p,) for p in params] if self.old else [params] if params else []
         for q, ps in enumerate(sets):
             sizes = {p: padded(self.numel[p], len(group)) * width for p in ps}
-            deps = self.gate + ((s.opt.id,) if s.opt is not None else ())
+            deps = self.gate + ((s.opt.id,) if s.opt is not None else ()) + self._room(sum(sizes.values()))
             pre = " pre" if name.endswith("prefetch") else ""
             op = s._collective(
                 "gather",
@@ -240,7 +270,28 @@ class Zero3Sync:
             )
             op.mem_alloc += sum(sizes.values())
             self.live.update(sizes)
+            self.numel_bytes.update(sizes)
             self.last_gather = op
+            if self.old:  # all_gather into a list: the rank's pieces copied out of the flat buffer
+                self.last_gather = self._copies("gather", group, sum(sizes.values()), name, (op.id,), it)
+
+    def _copies(self, lane, group, nbytes, name, deps, it):
+        """PyTorch ≤ 1.9's list-form all_gather / reduce_scatter (2021's DeepSpeed): one copy
+        kernel per rank between the list and the flat buffer NCCL runs on (ProcessGroupNCCL's
+        flatten), reading and writing ``nbytes``."""
+        launch, bandwidth = self.copy
+        s = self.sync
+        seconds = len(group) * launch + 2 * nbytes / bandwidth
+        return s.prog.add(
+            s.dev,
+            lane,
+            COMPUTE,
+            f"zero3 list copies {name}",
+            duration=seconds,
+            deps=deps,
+            stage=s.s,
+            iteration=it,
+        )
 
     # -- gradients ---------------------------------------------------------------------------
 
@@ -271,16 +322,20 @@ class Zero3Sync:
             self.gate = (self.reduces[b - MAX_REDUCE_EVENTS - 1].id,)
         overlap = s.dp.overlap_grad_reduce
         sets = [(p,) for p in self.bucket] if self.old else [self.bucket]
+        lane = "comm" if overlap else "compute"
         for q, ps in enumerate(sets):
             nbytes = sum(padded(self.numel[p], len(group)) for p in ps) * s.dp.zero3.grad_bytes
+            deps = (self.source.id,)
+            if self.old:  # the gradient's pieces flattened for NCCL
+                deps = (self._copies(lane, group, nbytes, f"mb{j} b{b}", deps, it).id,)
             self.reduced = s._collective(
-                "comm" if overlap else "compute",
+                lane,
                 "reduce_scatter",
                 group,
                 nbytes,
                 f"z3 rs it{it} mb{j} b{b} q{q} s{s.s} t{s.t} g{group[0]}",
                 f"zero3 reduce-scatter mb{j} b{b}",
-                (self.source.id,),
+                deps,
                 it,
             )
         self.reduces.append(self.reduced)
