@@ -72,9 +72,12 @@ def test_2021_coordinator_synchronises_and_prefetches_only_when_nothing_is_in_fl
 # -- a 2-layer GPT on one node --------------------------------------------------------------------
 
 
-def gpt(n=4, bw=1e9, seq=S, dp_options=None, **z3):
+def gpt(n=4, bw=1e9, seq=S, dp_options=None, memory=None, **z3):
     cluster = synthetic(1, 1, dp=n, bandwidth=bw)["cluster"]  # one node of n A100s
     cluster.update(collective_alpha={"intra_node": ALPHA, "inter_node": ALPHA}, comm_compute_slowdown=1.0)
+    if memory is not None:  # an A100 of less memory
+        a100 = {"peak_flops": 312e12, "hbm_bandwidth": 2.039e12, "like": "A100-SXM4-80GB"}
+        cluster["gpu"] = {"name": "A100-small", "memory": memory, **a100}
     raw = {
         "name": "zero3",
         "cluster": cluster,
@@ -169,6 +172,18 @@ def test_only_the_first_gather_is_exposed_when_compute_is_longer():
     first = ring(n, ag["bytes"].iloc[0], bw)
     want = first + busy + ring(n, red["bytes"].iloc[0], bw)
     assert float(red["end_s"].iloc[0]) == pytest.approx(want, rel=1e-9)
+
+
+def test_gathers_run_ahead_only_as_far_as_memory_lets():
+    # compute-bound: every gather is issued at once and would run far ahead; on a GPU with
+    # 0.5 GB less than that peak the allocator holds them back until visits free enough
+    free = {"prefetch_bucket_size": 0, "max_reuse_distance": 0}
+    ahead = gpt(4, 1e12, seq=2048, **free)
+    peak = float(ahead.devices["peak_memory_bytes"].iloc[0])
+    small = gpt(4, 1e12, seq=2048, memory=int(peak - 5e8), **free)
+    dev = small.devices.iloc[0]
+    assert not small.summary["oom"] and dev["peak_memory_bytes"] <= dev["memory_capacity_bytes"]
+    assert small.summary["iteration_time_s"] >= ahead.summary["iteration_time_s"]
 
 
 def test_reduce_scatter_buckets_follow_deepspeeds_rule():
