@@ -236,19 +236,42 @@ def test_2021_coordinator_serialises_gathers_copies_compute_and_reductions():
     assert float(red["end_s"].max()) == pytest.approx(want, rel=1e-9)
 
 
-def test_deepspeed_profile_runs_its_coordinator_and_pipelines_are_refused():
-    base = {
-        "name": "p",
-        "cluster": {"nodes": 1, "gpus_per_node": 8},
-        "model": {"preset": "gpt-1.3b", "seq_len": 512},
-        "training": {"global_batch": 16, "micro_batch": 1, "framework": "deepspeed"},
-        "parallel": {"dp": 8, "zero": 3},
-    }
-    z3 = cs.load_scenario(base).parallel.data_parallel.deepspeed_zero3
+BASE = {
+    "name": "p",
+    "cluster": {"nodes": 1, "gpus_per_node": 8},
+    "model": {"preset": "gpt-1.3b", "seq_len": 512},
+    "training": {"global_batch": 16, "micro_batch": 1, "framework": "deepspeed"},
+    "parallel": {"dp": 8, "zero": 3},
+}
+SYNTHETIC = {"kind": "synthetic", "layers": 4, "forward": 1e-3, "backward": 2e-3, "params": 1e7}
+
+
+def test_deepspeed_profile_runs_its_coordinator_on_transformers_only():
+    z3 = cs.load_scenario(BASE).parallel.data_parallel.deepspeed_zero3
     assert (z3.prefetch_bucket_size, z3.max_live_parameters, z3.param_persistence_threshold) == (
         5e7,
         1e9,
         1e5,
     )
-    with pytest.raises(ScenarioError, match="parallel.pp"):
-        cs.simulate({**base, "parallel": {"dp": 4, "pp": 2, "zero": 3}}, progress=False)
+    assert z3.coordinator == "v0.6"
+    synthetic_model = cs.load_scenario({**BASE, "model": SYNTHETIC})
+    assert synthetic_model.parallel.data_parallel.deepspeed_zero3 is None  # FSDP units
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"parallel": {"dp": 4, "pp": 2, "zero": 3}}, "parallel.pp"),
+        ({"parallel": {"dp": 8, "zero": 3, "schedule": "gpipe"}}, "parallel.schedule"),
+        (
+            {
+                "model": SYNTHETIC,
+                "parallel": {"dp": 8, "zero": 3, "data_parallel": {"deepspeed_zero3": {}}},
+            },
+            "parallel.data_parallel.deepspeed_zero3",
+        ),
+    ],
+)
+def test_what_deepspeed_zero3_cannot_run_is_refused_naming_the_field(change, field):
+    with pytest.raises(ScenarioError, match=field):
+        cs.simulate({**BASE, **change}, progress=False)

@@ -22,7 +22,8 @@ other profile runs today's NCCL, whose ring across hosts pays its α's in full
   hooks run while ``partition_gradients``; ZeRO-1's only at the accumulation boundary,
   deepspeed/runtime/zero/stage_1_and_2.py), gradients reduced in bf16 (the model dtype;
   ``communication_data_type`` unset), and for ZeRO-3 DeepSpeed's parameter coordinator
-  (``deepspeed_zero3`` with DeepSpeed's defaults, :mod:`clustersim.parallel.zero3`):
+  (``deepspeed_zero3`` with DeepSpeed's defaults, :mod:`clustersim.parallel.zero3`; a
+  transformer's only — other models run FSDP units):
   ``fetch_sub_module`` gathers per submodule, prefetching the trace's next parameters up
   to ``stage3_prefetch_bucket_size`` (5e7 elements, so one matrix of a large model), and
   biases and norms stay resident under ``stage3_param_persistence_threshold`` (1e5)
@@ -55,9 +56,10 @@ FRAMEWORKS = ("megatron_2021", "megatron_core", "deepspeed", "fsdp2")
 DEEPSPEED_BUCKET_BYTES = int(5e8) * 2
 
 
-def _data_parallel(framework: str, zero: int, precision: object) -> dict[str, Any]:
+def _data_parallel(framework: str, zero: int, precision: object, transformer: bool) -> dict[str, Any]:
     """The profile's ``parallel.data_parallel`` defaults under ZeRO stage ``zero`` and
-    ``training.precision`` ``precision``."""
+    ``training.precision`` ``precision`` (``transformer``: the model has the submodules
+    DeepSpeed's ZeRO-3 coordinator fetches for)."""
     if framework == "megatron_core":
         fp8 = {"param_gather_dtype": "fp8"} if precision == "fp8" else {}
         return {
@@ -71,7 +73,7 @@ def _data_parallel(framework: str, zero: int, precision: object) -> dict[str, An
             "bucket_size": DEEPSPEED_BUCKET_BYTES,
             "overlap_grad_reduce": zero == 3,
             "grad_reduce_dtype": "bf16",
-            **({"deepspeed_zero3": {}} if zero == 3 else {}),
+            **({"deepspeed_zero3": {}} if zero == 3 and transformer else {}),
             **({"reduce_every_micro_batch": True} if zero == 2 else {}),
         }
     if zero == 0:  # fsdp2's stack without sharding: PyTorch DDP
@@ -97,7 +99,8 @@ def apply_framework(raw: dict[str, Any]) -> dict[str, Any]:
     stated = parallel.get("data_parallel") or {}
     if isinstance(stated, dict) and isinstance(zero, int):
         precision = training.get("precision")
-        parallel["data_parallel"] = {**_data_parallel(framework, zero, precision), **stated}
+        transformer = _model_kind(raw.get("model")) == "literal['transformer']"
+        parallel["data_parallel"] = {**_data_parallel(framework, zero, precision, transformer), **stated}
     if framework == "megatron_core" and _sequence_parallel(raw):
         parallel.setdefault("tp_comm_overlap", True)
     out["parallel"] = parallel

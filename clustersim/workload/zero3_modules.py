@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import ScenarioError
 from .ops import ExpertRanks, LayerOp
 from .segments import backward_items, forward_items
 
@@ -71,7 +72,11 @@ def submodules(ops: list, cfg, tp: int, cm, recompute: bool = False) -> tuple[Su
     """The hooked submodules of ``ops`` (forward order, module doc), timed by ``cm``;
     ``recompute``: full recompute re-runs their forward."""
     if any(isinstance(op, ExpertRanks) for op in ops):
-        raise ValueError("DeepSpeed ZeRO-3 submodules of MoE layers are not modelled")
+        raise ScenarioError(
+            "parallel.data_parallel.deepspeed_zero3",
+            "set",
+            "DeepSpeed ZeRO-3's coordinator over MoE layers is not modelled; accepted: null (FSDP units)",
+        )
     groups: list[list] = []
     for op in ops:
         if _params(op, cfg, tp) or not groups:

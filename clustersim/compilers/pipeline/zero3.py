@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ...errors import ProgramError
+from ...errors import ProgramError, ScenarioError
 from ...parallel.zero3 import padded, replay, replay_2021
 from ...program import COMPUTE
 from ...workload.stage_cost import Segment
@@ -132,12 +132,17 @@ class Zero3Sync:
     budget: float = float("inf")  # bytes the gathered parameters may hold (the GPU's free memory)
     allocated: int = 0  # bytes every gather so far allocated
     frees: list = field(default_factory=list)  # per visit run, (bytes freed up to its end, its last op)
+    room_at: int = 0  # the first of them that may free enough for the next gather
 
     @classmethod
     def of(cls, sync, cost) -> Zero3Sync:
         """The emitter of a GPU running chunk ``cost`` (its ``layer_modules``)."""
         if not cost.layer_modules:
-            raise ProgramError("DeepSpeed ZeRO-3 needs a transformer's submodules (parallel.zero 3)")
+            raise ScenarioError(
+                "parallel.data_parallel.deepspeed_zero3",
+                "set",
+                "DeepSpeed ZeRO-3's coordinator needs a transformer's submodules; accepted: null (FSDP units)",
+            )
         z = cls(sync, cost.layer_modules)
         z.fwd, z.bwd = visits(cost.layer_modules)
         trace = [z._params(layer, i) for _, layer, i in z.fwd + z.bwd]
@@ -242,10 +247,10 @@ class Zero3Sync:
         need = self.allocated - self.budget
         if need <= 0:
             return ()
-        for freed, op in self.frees:
-            if freed >= need:
-                return (op.id,)
-        return ()
+        # the need only grows: the first visit that frees enough never moves back
+        while self.room_at < len(self.frees) and self.frees[self.room_at][0] < need:
+            self.room_at += 1
+        return (self.frees[self.room_at][1].id,) if self.room_at < len(self.frees) else ()
 
     def _gather(self, params, name, j, it, after) -> None:
         """The all-gathers of ``params`` on the gather lane: one coalesced collective, or
