@@ -28,6 +28,8 @@ once it holds ``bucket_size`` bytes. Per optimizer step, on the stage's GPU:
   its gradients runs on the ``comm`` lane; with HSDP (``shard_group_size`` g) the shard
   group is g consecutive replicas and an all-reduce of the g-th shard across groups
   follows. The optimizer waits for the last of them; the next all-gathers wait for it.
+* **DeepSpeed ZeRO-3** (``zero: 3`` with ``deepspeed_zero3``): the passes and their traffic
+  are :class:`.zero3.Zero3Sync`'s — DeepSpeed's coordinator per submodule, not FSDP units.
 * **experts** (``parallel.ep``): the expert-parallel experts' gradients and parameters
   fill their own buckets (Megatron-Core's separate expert-parallel param-and-grad buffers)
   reduced, and all-gathered, over the expert-data-parallel group, after the chunk's
