@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ..errors import ProgramError
 from ..workload.memory_model import DTYPE_BYTES
+from .zero3 import Zero3Limits
 
 #: Megatron-Core's default bucket with overlap_grad_reduce: max(40M, 1M·dp) parameters
 #: (megatron/core/distributed/distributed_data_parallel_config.py, ``bucket_size``)
@@ -35,11 +36,13 @@ class DataParallel:
     shard_group: int | None = None
     parameters: int = 1
     every_micro_batch: bool = False
+    #: ZeRO-3 through DeepSpeed's parameter coordinator (:mod:`.zero3`); None: FSDP units
+    zero3: Zero3Limits | None = None
 
     @classmethod
-    def of(cls, parallel, dp: int) -> DataParallel | None:
-        """The options of a scenario's ``parallel`` section with ``dp`` replicas; None
-        when ``data_parallel`` is unset (today's single all-reduce)."""
+    def of(cls, parallel, dp: int, memory: float = float("inf")) -> DataParallel | None:
+        """The options of a scenario's ``parallel`` section with ``dp`` replicas on GPUs of
+        ``memory`` bytes; None when ``data_parallel`` is unset (today's single all-reduce)."""
         spec = parallel.data_parallel
         if spec is None:
             return None
@@ -60,7 +63,26 @@ class DataParallel:
             shard_group=spec.shard_group_size,
             parameters=spec.parameters_per_layer,
             every_micro_batch=spec.reduce_every_micro_batch and parallel.zero != 3,
+            zero3=_zero3(spec, memory) if parallel.zero == 3 else None,
         )
+
+
+def _zero3(spec, memory: float) -> Zero3Limits | None:
+    """The coordinator's limits of ``spec``'s ``deepspeed_zero3`` section on GPUs of
+    ``memory`` bytes (None when unset)."""
+    z = spec.deepspeed_zero3
+    if z is None:
+        return None
+    return Zero3Limits(
+        z.prefetch_bucket_size,
+        z.max_live_parameters,
+        z.max_reuse_distance,
+        z.param_persistence_threshold,
+        DTYPE_BYTES[spec.param_gather_dtype],
+        DTYPE_BYTES[spec.grad_reduce_dtype],
+        z.coordinator,
+        memory,
+    )
 
 
 def buckets(layer_bytes: tuple[int, ...], size: int | None, first: int | None = None) -> list[list[int]]:

@@ -220,7 +220,10 @@ def _dp_collectives(job, costs) -> list[tuple[str, int, float]]:
                 pieces = max(1, math.ceil(grads / d.bucket_size))
             if d.sharded or d.fsdp:
                 kinds = ("reduce_scatter", "all_gather")
-            if d.fsdp:
+            visits = 3 * sum(len(m) for m in cost.layer_modules)  # DeepSpeed: forward, recompute, backward
+            if d.fsdp and d.zero3 is not None and visits:
+                pieces = visits * job.num_microbatches
+            elif d.fsdp:
                 pieces = max(pieces, math.ceil(cost.layers / d.unit)) * job.num_microbatches
         out.extend((kind, pieces, grads) for kind in kinds)
     return out

@@ -19,6 +19,7 @@ from typing import Any
 
 import networkx as nx
 
+from ..hardware.node_groups import device_specs
 from ..parallel.compression import Compression, compression_of
 from ..parallel.data_parallel import DataParallel
 from ..parallel.hetero import ReplicaWork
@@ -119,7 +120,8 @@ class Job:
     def data_parallel(self) -> DataParallel | None:
         """``parallel.data_parallel`` resolved for this job's gradient group of dp × cp ranks
         (None: one all-reduce per stage and step; :mod:`clustersim.compilers.pipeline.data_parallel`)."""
-        return DataParallel.of(self.parallel, self.plan.replicas)
+        memory = min(gpu.memory_bytes for gpu in device_specs(self.cluster))  # what ZeRO-3's gathers may fill
+        return DataParallel.of(self.parallel, self.plan.replicas, memory)
 
     @cached_property
     def identity(self) -> tuple:

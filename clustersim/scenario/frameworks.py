@@ -24,10 +24,11 @@ other profile runs today's NCCL, whose ring across hosts pays its α's in full
   default), ZeRO-2 reducing its buckets after every micro-batch's backward (its gradient
   hooks run while ``partition_gradients``; ZeRO-1's only at the accumulation boundary,
   deepspeed/runtime/zero/stage_1_and_2.py), gradients reduced in bf16 (the model dtype;
-  ``communication_data_type`` unset), one-unit prefetch for ZeRO-3, which all-gathers each of a GPT layer's four
-  weight matrices (QKV, projection, FC1, FC2) on its own — ``fetch_sub_module`` gathers
-  per submodule, prefetching the trace's next parameters up to
-  ``stage3_prefetch_bucket_size`` (5e7 elements, so one matrix of a large model), and
+  ``communication_data_type`` unset), and for ZeRO-3 DeepSpeed's parameter coordinator
+  (``deepspeed_zero3`` with DeepSpeed's defaults, :mod:`clustersim.parallel.zero3`; a
+  transformer's only — other models run FSDP units):
+  ``fetch_sub_module`` gathers per submodule, prefetching the trace's next parameters up
+  to ``stage3_prefetch_bucket_size`` (5e7 elements, so one matrix of a large model), and
   biases and norms stay resident under ``stage3_param_persistence_threshold`` (1e5)
   (deepspeed/runtime/zero/partitioned_param_coordinator.py); the attention kernel is not
   implied;
@@ -56,13 +57,12 @@ from .model_spec import _model_kind
 FRAMEWORKS = ("megatron_2021", "megatron_core", "deepspeed", "fsdp2")
 #: DeepSpeed's reduce_bucket_size / allgather_bucket_size: 5e8 elements (bf16: 2 bytes)
 DEEPSPEED_BUCKET_BYTES = int(5e8) * 2
-#: the weight matrices of a GPT layer DeepSpeed ZeRO-3 gathers one by one (QKV, projection, FC1, FC2)
-DEEPSPEED_GPT_LAYER_PARAMETERS = 4
 
 
-def _data_parallel(framework: str, zero: int, precision: object) -> dict[str, Any]:
+def _data_parallel(framework: str, zero: int, precision: object, transformer: bool) -> dict[str, Any]:
     """The profile's ``parallel.data_parallel`` defaults under ZeRO stage ``zero`` and
-    ``training.precision`` ``precision``."""
+    ``training.precision`` ``precision`` (``transformer``: the model has the submodules
+    DeepSpeed's ZeRO-3 coordinator fetches for)."""
     if framework == "megatron_core":
         fp8 = {"param_gather_dtype": "fp8"} if precision == "fp8" else {}
         return {
@@ -76,7 +76,7 @@ def _data_parallel(framework: str, zero: int, precision: object) -> dict[str, An
             "bucket_size": DEEPSPEED_BUCKET_BYTES,
             "overlap_grad_reduce": zero == 3,
             "grad_reduce_dtype": "bf16",
-            **({"parameters_per_layer": DEEPSPEED_GPT_LAYER_PARAMETERS} if zero == 3 else {}),
+            **({"deepspeed_zero3": {}} if zero == 3 and transformer else {}),
             **({"reduce_every_micro_batch": True} if zero == 2 else {}),
         }
     if zero == 0:  # fsdp2's stack without sharding: PyTorch DDP
@@ -102,7 +102,8 @@ def apply_framework(raw: dict[str, Any]) -> dict[str, Any]:
     stated = parallel.get("data_parallel") or {}
     if isinstance(stated, dict) and isinstance(zero, int):
         precision = training.get("precision")
-        parallel["data_parallel"] = {**_data_parallel(framework, zero, precision), **stated}
+        transformer = _model_kind(raw.get("model")) == "literal['transformer']"
+        parallel["data_parallel"] = {**_data_parallel(framework, zero, precision, transformer), **stated}
     if framework == "megatron_core" and _sequence_parallel(raw):
         parallel.setdefault("tp_comm_overlap", True)
     if framework == "megatron_core":

@@ -164,6 +164,25 @@ class ParameterServerSpec(_Spec):
     buckets: list[Annotated[int, Field(ge=1)]] | None = Field(default=None, min_length=1)
 
 
+class DeepSpeedZero3Spec(_Spec):
+    """ZeRO-3 as DeepSpeed's parameter coordinator runs it (v0.6–v0.9,
+    ``partitioned_param_coordinator.py``; :mod:`clustersim.parallel.zero3`): each submodule's
+    parameters all-gathered before it runs, the next ones in the first step's trace
+    prefetched up to ``min(max_live_parameters − available, prefetch_bucket_size)``
+    elements, parameters under ``param_persistence_threshold`` elements kept whole, the
+    gradients reduce-scattered in buckets of ``parallel.data_parallel.bucket_size``.
+    The fields are DeepSpeed's ``stage3_*`` settings, in elements, with its defaults.
+    ``coordinator: v0.3``: DeepSpeed v0.3–v0.5's (2021), which synchronises the device at
+    each fetch that gathers and gathers parameter by parameter."""
+
+    coordinator: Literal["v0.6", "v0.3"] = "v0.6"
+
+    prefetch_bucket_size: Annotated[int, Range(0, 10**15)] = 50_000_000
+    max_live_parameters: Annotated[int, Range(0, 10**15)] = 1_000_000_000
+    max_reuse_distance: Annotated[int, Range(0, 10**15)] = 1_000_000_000
+    param_persistence_threshold: Annotated[int, Range(0, 10**15)] = 100_000
+
+
 class DataParallelSpec(_Spec):
     """How data-parallel gradients and parameters move, under the frameworks' names
     (:mod:`clustersim.compilers.pipeline.data_parallel`). Absent: one all-reduce per stage after its
@@ -203,6 +222,9 @@ class DataParallelSpec(_Spec):
     shard_group_size: Annotated[int | None, Range(1, 100_000)] = None
     parameters_per_layer: Annotated[int, Range(1, 10_000)] = 1
     reduce_every_micro_batch: bool = False
+    #: ZeRO-3 (``parallel.zero: 3``) through DeepSpeed's parameter coordinator instead of
+    #: FSDP units (the ``deepspeed`` profile fills it)
+    deepspeed_zero3: DeepSpeedZero3Spec | None = None
 
 
 class ParallelSpec(_Spec):

@@ -59,6 +59,7 @@ from .segments import backward_items, compute_time, forward_items, launch_items,
 from .stage_cost import StageCost, even_partition
 from .tp_overlap import TPOverlap, overlap_of
 from .transformer_ops import embedding_ops, layer_ops, mtp_ops, output_ops
+from .zero3_modules import submodules
 
 #: bytes per gradient element on the data-parallel wire: Megatron accumulates and
 #: all-reduces fp32 ``main_grad`` (``--accumulate-allreduce-grads-in-fp32``) — the same
@@ -114,6 +115,7 @@ class TrainSetup:
             ),
             grad_dtype=par.data_parallel.grad_reduce_dtype if par.data_parallel else None,
             fp8_params=bool(par.data_parallel) and par.data_parallel.param_gather_dtype == "fp8",
+            zero3=par.zero == 3 and bool(par.data_parallel) and par.data_parallel.deepspeed_zero3 is not None,
         )
 
     shards: int = 0
@@ -128,6 +130,8 @@ class TrainSetup:
     grad_dtype: str | None = None
     #: the FP8 linears' weights held as FP8 (``param_gather_dtype: fp8``; :mod:`.fp8`)
     fp8_params: bool = False
+    #: ZeRO-3 through DeepSpeed's coordinator: the layers' hooked submodules are kept (:mod:`.zero3_modules`)
+    zero3: bool = False
 
     def __post_init__(self):
         if not self.shards:  # ZeRO shards over the whole DP group unless HSDP says fewer
@@ -292,6 +296,8 @@ class _LayerKind:
     dispatch: float = 0.0
     #: (dense, expert) parameters of its FP8 linears (:func:`.fp8.fp8_linear_params`)
     fp8_linear: tuple[float, float] = (0.0, 0.0)
+    #: the hooked submodules DeepSpeed ZeRO-3 fetches for (:mod:`.zero3_modules`; empty unless it runs)
+    modules: tuple = ()
 
 
 def _layer_kind(cfg, st: TrainSetup, cm: CostModel, moe: bool, accumulate: bool) -> _LayerKind:
@@ -321,7 +327,10 @@ def _layer_kind(cfg, st: TrainSetup, cm: CostModel, moe: bool, accumulate: bool)
     params = sum(op.params for op in layer if hasattr(op, "params"))
     expert = sum(op.params for op in layer if isinstance(op, ExpertRanks))
     dispatch = dispatch_buffer_bytes(cfg, b, tp, e, st.split) if expert else 0.0
-    return _LayerKind(lf, rec + lb, rec + lbi, lw, params, act, work, fp8_cache, expert, dispatch, fp8_linear)
+    modules = submodules(layer, cfg, tp, cm, st.recompute == "full") if st.zero3 else ()
+    return _LayerKind(
+        lf, rec + lb, rec + lbi, lw, params, act, work, fp8_cache, expert, dispatch, fp8_linear, modules
+    )
 
 
 def transformer_chunk_costs(
@@ -382,7 +391,7 @@ def transformer_chunk_costs(
         if cfg.tied_embeddings and fixed.tied_embedding and len(partition) > 1 and (first or last):
             cost = replace(cost, tied_grad_bytes=tied)  # the compiler keeps it where the ends' stages differ
         if sc.parallel.data_parallel is not None:
-            cost = _per_layer(sc, st, km, fixed, cost, (pre, post), runs)
+            cost = _per_layer(sc, st, km, fixed, cost, (pre, post), runs, cfg)
         return cost
 
     # chunks of the same layers cost the same: a planner's profile is one chunk per layer,
@@ -399,9 +408,10 @@ def transformer_chunk_costs(
     return costs
 
 
-def _per_layer(sc, st, cm, fixed: FixedCosts, cost, ends, runs: list[_LayerKind]) -> StageCost:
+def _per_layer(sc, st, cm, fixed: FixedCosts, cost, ends, runs: list[_LayerKind], cfg) -> StageCost:
     """``cost`` with its passes and DP bytes per layer (module doc). ``ends``: the ops
-    before the first layer and after the last; ``runs``: the chunk's layers in order."""
+    before the first layer and after the last; ``runs``: the chunk's layers in order;
+    ``cfg``: the model as the GPU runs it."""
     pre, post = ends
     n = len(runs)
     edge = {
@@ -444,6 +454,13 @@ def _per_layer(sc, st, cm, fixed: FixedCosts, cost, ends, runs: list[_LayerKind]
             layer_expert_grads=tuple(int(x * grad) for x in expert),
             layer_expert_weights=tuple(gathered(x, f[1]) for x, f in zip(expert, fp8)),
         )
+    if st.zero3:  # the embedding's submodules run before the first layer's, the output's after the last's
+        modules = [run.modules for run in runs]
+        modules[0] = submodules(pre, cfg, st.tp, cm) + modules[0] if pre else modules[0]
+        modules[-1] = modules[-1] + submodules(post, cfg, st.tp, cm) if post else modules[-1]
+        # a copy kernel's launch and HBM bytes/s: 2021's list-form collectives copy per rank
+        copy = (fixed.launch_s, cm.gpu.hbm_bandwidth * cm.eff.memory)
+        cost = replace(cost, layer_modules=tuple(modules), zero3_copy=copy)
     return replace(
         cost,
         layers=n,

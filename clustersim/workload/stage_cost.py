@@ -109,6 +109,11 @@ class StageCost:
     tied_grad_bytes: int = 0
     recv_gather: int = 0
     expert_static: StaticMemory = StaticMemory()
+    #: per layer, the submodules DeepSpeed ZeRO-3 fetches for (:mod:`.zero3_modules`; a real
+    #: model's embedding's first, its output layer's last); empty unless it runs
+    layer_modules: tuple = ()
+    #: with ``layer_modules``: (seconds per copy kernel's launch, HBM bytes/s) of its copies
+    zero3_copy: tuple[float, float] = (0.0, float("inf"))
 
     def segments(self, phase: str, split_backward: bool = False) -> tuple[Segment, ...]:
         """The segments of ``phase``. With ``split_backward``, ``"B"`` is the input-gradient

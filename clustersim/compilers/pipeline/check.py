@@ -50,6 +50,8 @@ def check_data_parallel(job: Job) -> None:
         raise ScenarioError(
             "parallel.dp_split", par.dp_split, "replicas of parallel.data_parallel run alike; accepted: even"
         )
+    if opts.deepspeed_zero3 is not None and par.zero == 3:
+        _check_deepspeed_zero3(job)
     g, dp = opts.shard_group_size, job.plan.replicas
     if g is not None and (par.zero != 3 or dp % g):
         raise ScenarioError(
@@ -57,6 +59,21 @@ def check_data_parallel(job: Job) -> None:
             g,
             f"HSDP needs parallel.zero: 3 and a divisor of dp = {dp}",
         )
+
+
+def _check_deepspeed_zero3(job: Job) -> None:
+    """DeepSpeed ZeRO-3 runs one model on each GPU, each micro-batch's forward then its
+    backward (its engine's loop; its PipelineEngine refuses ZeRO-3)."""
+    par = job.parallel
+    accepted = (
+        "DeepSpeed ZeRO-3 runs without pipeline parallelism, each micro-batch's forward then its backward"
+    )
+    if job.plan.pp > 1:
+        raise ScenarioError("parallel.pp", job.plan.pp, f"{accepted}; accepted: 1")
+    if par.virtual_stages > 1:
+        raise ScenarioError("parallel.virtual_stages", par.virtual_stages, f"{accepted}; accepted: 1")
+    if par.schedule != "1f1b":
+        raise ScenarioError("parallel.schedule", par.schedule, f"{accepted}; accepted: 1f1b")
 
 
 def check_even_domains(job: Job) -> None:

@@ -28,6 +28,8 @@ once it holds ``bucket_size`` bytes. Per optimizer step, on the stage's GPU:
   its gradients runs on the ``comm`` lane; with HSDP (``shard_group_size`` g) the shard
   group is g consecutive replicas and an all-reduce of the g-th shard across groups
   follows. The optimizer waits for the last of them; the next all-gathers wait for it.
+* **DeepSpeed ZeRO-3** (``zero: 3`` with ``deepspeed_zero3``): the passes and their traffic
+  are :class:`.zero3.Zero3Sync`'s — DeepSpeed's coordinator per submodule, not FSDP units.
 * **experts** (``parallel.ep``): the expert-parallel experts' gradients and parameters
   fill their own buckets (Megatron-Core's separate expert-parallel param-and-grad buffers)
   reduced, and all-gathered, over the expert-data-parallel group, after the chunk's
@@ -49,6 +51,7 @@ from ...program import COLLECTIVE, Op, Program
 from ...schedules.orders import stage_chunks
 from .context import CompileContext
 from .passes import PassWork
+from .zero3 import Zero3Sync
 
 
 @dataclass
@@ -81,6 +84,7 @@ class StageSync:
     unit_bytes: dict = field(default_factory=dict)  # a unit's last all-gather's id → the unit's bytes
     opt: Op | None = None
     reduced: Op | None = None  # the last FSDP gradient collective
+    zero3: Zero3Sync | None = None  # DeepSpeed's coordinator in place of FSDP units (.zero3)
 
     @classmethod
     def of(cls, ctx: CompileContext, order, s: int, r: int, t: int, name_of) -> StageSync:
@@ -93,6 +97,8 @@ class StageSync:
         chunks = stage_chunks(ctx.schedule, s, plan.pp, ctx.v)
         sync = cls(dp, prog, plan, costs, chunks, s, t, plan.device(s, r, t), fold, name_of=name_of, m=m)
         sync.split = {(j, k) for ph, j, k in order if ph == "W"}
+        if dp.zero3 is not None:
+            sync.zero3 = Zero3Sync.of(sync, costs[chunks[0]])
         seen: dict[int, tuple] = {}
         sync.plan_units = [[]]
         for ph, j, k in order:
@@ -103,7 +109,7 @@ class StageSync:
                 continue
             if ph == sync.grad_phase(j, k):
                 seen[k] = (ph, j, k)
-            if dp.fsdp and sync._gathers(ph):
+            if dp.fsdp and dp.zero3 is None and sync._gathers(ph):
                 for unit in sync.units(costs[k].layers, ph):
                     key = (ph, j, k, min(unit))
                     sync.where[key] = (len(sync.plan_units) - 1, len(sync.plan_units[-1]))
@@ -141,6 +147,8 @@ class StageSync:
         """Emit pass (``work.phase``, j, k) of iteration ``it`` unit by unit through
         ``run(work, name=…, after=…)`` (:func:`.passes.emit_pass`, its GPU and labels
         bound), after op ``after``; return its (first, last) op."""
+        if self.zero3 is not None:
+            return self.zero3.emit(run, work, j, it, name=name, after=after)
         ph, cost, alloc, free, stash = work.phase, work.cost, work.alloc, work.free, work.stash
         pieces = cost.layer_segments(ph, work.split)
         units = self.units(len(pieces), ph)
