@@ -50,12 +50,13 @@ def test_flash_times_on_h100_follow_the_named_kernels_curve(kernel):
     op, cm = _op(cfg, "flash_attention"), CostModel.for_gpu(H100)
     curve = next(c for c in calibration(H100).attention if c.impl == kernel)
     gpu, eff = get_gpu(H100), calibration(H100).dense16
-    s, hd = cfg.seq_len / curve.causal_factor, cfg.head_dim  # causal: the fitted sequence factor
+    s = cfg.seq_len / curve.causal_factor  # causal: the fitted sequence factor
+    assert cfg.head_dim == 128  # the curve's unit head dim
     for work, a, sh in (
         (op.fwd, curve.fwd_max, curve.fwd_s_half),
         (op.bwd_input, curve.bwd_max, curve.bwd_s_half),
     ):
-        e = a * s / (s + sh) * hd / (hd + curve.hd_half)
+        e = a * s / (s + sh)  # head dim 128: the curve's own unit
         want = (
             max(work.flops / (gpu.peak_flops * e), work.bytes / (gpu.hbm_bandwidth * eff.memory))
             + eff.launch_s

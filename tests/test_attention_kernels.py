@@ -116,10 +116,12 @@ def test_a_missing_kernel_falls_back_as_its_stack_does():
 
 def test_b200_takes_h100s_cudnn_shape_and_nvidias_maxima():
     h, b = (pick(calibration(g).attention, "cudnn") for g in (H100, B200))
-    assert (b.fwd_s_half, b.bwd_s_half, b.hd_half, b.causal_factor) == (
+    assert (b.fwd_s_half, b.bwd_s_half, b.hd64, b.bwd_hd64, b.hd256, b.causal_factor) == (
         h.fwd_s_half,
         h.bwd_s_half,
-        h.hd_half,
+        h.hd64,
+        h.bwd_hd64,
+        h.hd256,
         h.causal_factor,
     )
     peak = 2250.0

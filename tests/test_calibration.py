@@ -209,18 +209,20 @@ def test_transfers_share_the_named_gpu_constants():
     assert (gb200.dense16.dim_half, gb200.dense16.launch_s) == (b200.dense16.dim_half, b200.dense16.launch_s)
 
 
-def test_attention_curves_rise_with_sequence_and_head_dim_and_a_mask_costs_rate():
+def test_attention_curves_rise_with_sequence_and_a_mask_costs_rate():
     for gpu in ("A100-SXM4-80GB", "H100-SXM5-80GB", "B200-SXM-180GB"):
         for curve in calibration(gpu).attention:
-            for hd in (64, 128, 256):
-                by_s = [curve.efficiency(hd, s) for s in (512, 2048, 8192, 32768)]
-                assert by_s == sorted(by_s) and 0 < by_s[0] and by_s[-1] < curve.fwd_max < 1
-                # the causal kernel runs below the unmasked one at every length
-                assert curve.efficiency(hd, 4096, causal=True) < curve.efficiency(hd, 4096)
-            assert curve.efficiency(64, 4096) < curve.efficiency(128, 4096) < curve.efficiency(256, 4096)
-            # (cuDNN's H100 rows put its forward and backward within 15 % at 16k: no order held)
-            if curve.impl != "cudnn":
-                assert curve.efficiency(128, 16384, backward=True) < curve.efficiency(128, 16384)
+            for hd in (64, 128, 160, 256):
+                for bwd in (False, True):
+                    by_s = [curve.efficiency(hd, s, bwd) for s in (512, 2048, 8192, 32768)]
+                    assert by_s == sorted(by_s) and 0 < by_s[0] and by_s[-1] < 1
+                    # the causal kernel runs below the unmasked one at every length
+                    assert curve.efficiency(hd, 4096, bwd, causal=True) < curve.efficiency(hd, 4096, bwd)
+            # head dim 64 runs below 128 in every figure; 256 is the kernel's own (fitted)
+            assert curve.efficiency(64, 4096) < curve.efficiency(128, 4096)
+            assert curve.head_dim_factor(128) == 1.0 and curve.head_dim_factor(32) == curve.head_dim_factor(
+                64
+            )
     assert calibration("MI300X-192GB").attention == ()
 
 

@@ -43,7 +43,7 @@ def _header(gpu: str) -> list[str]:
     for a in cal.attention:
         lines.append(
             f"- attention {a.impl} ({a.source}): forward a_max {a.fwd_max:.3f}, s_half {a.fwd_s_half:.0f}; "
-            f"backward a_max {a.bwd_max:.3f}, s_half {a.bwd_s_half:.0f}; hd_half {a.hd_half:.1f}; "
+            f"backward a_max {a.bwd_max:.3f}, s_half {a.bwd_s_half:.0f}; at hd 64 ×{a.hd64:.2f} (backward ×{a.bwd_hd64:.2f}), at hd 256 ×{a.hd256:.2f}; "
             f"causal factor {a.causal_factor:.2f}"
         )
     return lines

@@ -11,22 +11,28 @@ Three kernel families are priced, each calibrated per GPU on its own published r
 
 The efficiency of one kernel (fraction of the dense 16-bit peak) is, per direction,
 
-    eff = a_max · s'/(s' + s_half) · hd/(hd + hd_half),   s' = s / c with a causal mask, else s
+    eff = a_max · g(hd) · s'/(s' + s_half),   s' = s / c with a causal mask, else s
 
-with the forward and backward each their own ``a_max`` and ``s_half``, one ``hd_half``,
-and ``c`` the causal mask's sequence factor: the kernel skips the masked tiles (its FLOPs
+with the forward and backward each their own ``a_max`` (the rate at head dim 128),
+``s_half`` and ``g``, the head dim's factor: 1 at 128, fitted at 64 per direction and at
+256 (shared: no backward row has hd 256), linear in log₂ hd between and held at the ends
+outside (the rows are not monotonic in hd: cuDNN
+and FA2 run hd 256 no faster than 128 on H100, FA3 does); and ``c`` the causal mask's
+sequence factor: the kernel skips the masked tiles (its FLOPs
 are counted once, halved), and what is left runs at the rate the causal rows show — about
 the unmasked kernel's at ``s/c``, fitted (``c`` = 2 would be "the unmasked kernel at half
 the sequence"). A row of the fused forward+backward (FlashAttention-2's Fig. 4) is
 predicted as ``3.5 / (1/eff_fwd + 2.5/eff_bwd)`` (backward FLOPs = 2.5 × forward).
 
 Fitting: least squares on log throughput over one (GPU, kernel) set's rows (forward,
-backward, forward+backward, both masks, head dims 64–256, 512–16k tokens), with two weak
-priors — backward ``s_half`` = forward ``s_half`` and ``c`` = 2 — at a tenth of one row's
-weight, which decide only what the rows leave open (A100 has forward+backward sweeps and
-one forward and one backward point). A set too small to give a shape (fewer than three
-sequence lengths: B200's two "up to" numbers) takes ``s_half``, ``hd_half`` and ``c`` from
-the same kernel on the plan's shape donor and fits only the two maxima.
+backward, forward+backward, both masks, head dims 64–256, 512–16k tokens), with weak
+priors — backward ``s_half`` and ``g`` = the forward's, ``c`` = 2, ``g`` = 1 — at a tenth of
+one row's weight, which decide only what the rows leave open (A100 has forward+backward
+sweeps and one forward and one backward point, no hd 256). The causal factor is shared by
+both directions: the FA3 paper has no causal backward, A100's causal forward+backward
+rows set it there. A set too small to give a shape (fewer than three sequence lengths:
+B200's two "up to" numbers) takes ``s_half``, ``g`` and ``c`` from the same kernel on the
+plan's shape donor and fits only the two maxima.
 
 Which kernel a framework runs (:data:`FRAMEWORK_KERNEL`): Transformer Engine gives cuDNN
 (``FusedAttention``) preference on Hopper and later ("Disabling FlashAttention to give
@@ -75,16 +81,25 @@ class AttentionCurve:
     fwd_s_half: float
     bwd_max: float
     bwd_s_half: float
-    hd_half: float
+    hd64: float
+    bwd_hd64: float
+    hd256: float
     causal_factor: float
     source: str = ""
+
+    def head_dim_factor(self, head_dim: float, backward: bool = False) -> float:
+        """``g(hd)``: 1 at 128, ``hd64`` (``bwd_hd64`` backward) at 64, ``hd256`` at 256,
+        linear in log₂ hd between, held at the ends outside."""
+        x = min(max(math.log2(head_dim), 6.0), 8.0) - 7.0
+        end = (self.bwd_hd64 if backward else self.hd64) if x < 0 else self.hd256
+        return math.exp(abs(x) * math.log(end))
 
     def efficiency(self, head_dim: int, seq_len: int, backward: bool = False, causal: bool = False) -> float:
         """Fraction of the dense 16-bit peak of one kernel of ``head_dim`` over ``seq_len``
         keys (FLOPs counted once: halved with a causal mask)."""
         s = seq_len / self.causal_factor if causal else seq_len
         a, sh = (self.bwd_max, self.bwd_s_half) if backward else (self.fwd_max, self.fwd_s_half)
-        return a * s / (s + sh) * head_dim / (head_dim + self.hd_half)
+        return a * self.head_dim_factor(head_dim, backward) * s / (s + sh)
 
     def fwd_bwd_efficiency(self, head_dim: int, seq_len: int, causal: bool = False) -> float:
         """Fraction of peak of a forward and its backward together (FLOP-weighted harmonic mean)."""
@@ -109,7 +124,7 @@ def fit_curve(
 ):
     """The :class:`AttentionCurve` of one (GPU, kernel) set of measurement ``rows``
     (TFLOP/s on a GPU of dense 16-bit peak ``peak_tflops``); with ``shape``, its
-    ``s_half``, ``hd_half`` and causal factor are kept and only the maxima fitted."""
+    ``s_half``, head dim factors and causal factor are kept and only the maxima fitted."""
     rows = [r for r in rows if r.kernel in ROW_KERNELS]
     has_fwd = any(r.kernel != "attention_bwd" for r in rows)
     has_bwd = any(r.kernel != "attention_fwd" for r in rows)
@@ -126,7 +141,9 @@ def fit_curve(
                 shape.fwd_s_half,
                 float(x[1]),
                 shape.bwd_s_half,
-                shape.hd_half,
+                shape.hd64,
+                shape.bwd_hd64,
+                shape.hd256,
                 shape.causal_factor,
                 source,
             )
@@ -137,10 +154,16 @@ def fit_curve(
         pred = np.log([c.predict(r.kernel, r.head_dim, r.seq_len, r.causal) for r in rows]) - measured
         if shape is not None:
             return pred
-        priors = [math.log(c.bwd_s_half / c.fwd_s_half), math.log(c.causal_factor / CAUSAL_PRIOR)]
+        priors = [
+            math.log(c.bwd_s_half / c.fwd_s_half),
+            math.log(c.causal_factor / CAUSAL_PRIOR),
+            math.log(c.bwd_hd64 / c.hd64),
+            math.log(c.hd64),
+            math.log(c.hd256),
+        ]
         return np.concatenate([pred, PRIOR_WEIGHT * np.array(priors)])
 
-    x0 = [0.7, 0.6] if shape is not None else [0.7, 512.0, 0.6, 512.0, 32.0, CAUSAL_PRIOR]
+    x0 = [0.7, 0.6] if shape is not None else [0.7, 512.0, 0.6, 512.0, 0.8, 0.8, 1.0, CAUSAL_PRIOR]
     return curve(levenberg_marquardt(residuals, np.log(x0)))
 
 
