@@ -458,7 +458,7 @@ def calibration(gpu: str) -> Calibration:
 
 def predicted(row: Measurement) -> float | None:
     """The model's value for a measurement row, in the row's unit (None where the model
-    has no counterpart: collectives, attention other than the fitted FA3 curve)."""
+    has no counterpart: collectives, attention rows of a kernel or dtype without a fitted curve)."""
     if row.gpu not in CALIBRATIONS:
         return None
     cal = calibration(row.gpu)
