@@ -169,7 +169,7 @@ def kernel_rows(timer: Timer, gpu: str, configs: list[tuple[str, int, int]], sou
                 base
                 | {
                     "kernel": kernel,
-                    "impl": "flash (torch sdpa)",
+                    "impl": "fa2",  # SDPA's FLASH backend: FlashAttention-2 (an fa2 row)
                     "dtype": "bf16",
                     "head_dim": cfg.head_dim,
                     "seq_len": cfg.seq_len,

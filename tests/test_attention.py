@@ -10,13 +10,14 @@ import pytest
 import clustersim as cs
 from clustersim.errors import ScenarioError
 from clustersim.hardware.gpus import get_gpu
+from clustersim.workload.attention_kernels import KERNELS
 from clustersim.workload.calibration import calibration
 from clustersim.workload.cost_model import CostModel, efficiency_for
 from clustersim.workload.model_presets import TRANSFORMER_PRESETS
 from clustersim.workload.stage_cost import chunk_costs
 from clustersim.workload.transformer_ops import layer_ops
 
-H100, A100 = "H100-SXM5-80GB", "A100-SXM4-80GB"
+H100, A100, MI300X = "H100-SXM5-80GB", "A100-SXM4-80GB", "MI300X-192GB"
 GPT = TRANSFORMER_PRESETS["gpt3-175b"][0]  # dropout, learned positions, MHA
 LLAMA = TRANSFORMER_PRESETS["llama2-70b"][0]  # no dropout, GQA (8 KV heads)
 
@@ -43,16 +44,19 @@ def test_flash_flops_are_flashattention_convention(cfg, causal):
     assert op.bwd_weight.flops == 0 and op.params == 0 and not op.attention_core
 
 
-def test_flash_times_on_h100_follow_the_fa3_curve():
-    cfg = replace(LLAMA, attention="flash")  # causal by default
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_flash_times_on_h100_follow_the_named_kernels_curve(kernel):
+    cfg = replace(LLAMA, attention="flash", attention_kernel=kernel)  # causal by default
     op, cm = _op(cfg, "flash_attention"), CostModel.for_gpu(H100)
-    curve, gpu, eff = calibration(H100).attention, get_gpu(H100), calibration(H100).dense16
-    s, hd = cfg.seq_len / 2, cfg.head_dim  # causal: the unmasked kernel at s/2
+    curve = next(c for c in calibration(H100).attention if c.impl == kernel)
+    gpu, eff = get_gpu(H100), calibration(H100).dense16
+    s = cfg.seq_len / curve.causal_factor  # causal: the fitted sequence factor
+    assert cfg.head_dim == 128  # the curve's unit head dim
     for work, a, sh in (
         (op.fwd, curve.fwd_max, curve.fwd_s_half),
         (op.bwd_input, curve.bwd_max, curve.bwd_s_half),
     ):
-        e = a * s / (s + sh) * hd / (hd + curve.hd_half)
+        e = a * s / (s + sh)  # head dim 128: the curve's own unit
         want = (
             max(work.flops / (gpu.peak_flops * e), work.bytes / (gpu.hbm_bandwidth * eff.memory))
             + eff.launch_s
@@ -65,12 +69,12 @@ def test_flash_times_on_h100_follow_the_fa3_curve():
 @pytest.mark.parametrize("causal", [True, False])
 def test_flash_times_elsewhere_use_the_gemm_efficiency_at_the_head_shape(causal):
     cfg = replace(GPT, attention="flash", causal=causal)
-    op, cm, e = _op(cfg, "flash_attention"), CostModel.for_gpu(A100), efficiency_for(A100)
-    assert cm.attention is None
+    op, cm, e = _op(cfg, "flash_attention"), CostModel.for_gpu(MI300X), efficiency_for(MI300X)
+    assert cm.attention == ()
     s = cfg.seq_len // 2 if causal else cfg.seq_len
     # the GEMM terms at (s, s, head_dim), no wave quantization (the grid spans batch × heads)
     frac = e.matmul_max * (s / (s + e.dim_half)) ** 2 * cfg.head_dim / (cfg.head_dim + e.k_half)
-    gpu = get_gpu(A100)
+    gpu = get_gpu(MI300X)
     for work in (op.fwd, op.bwd_input):
         want = (
             max(work.flops / (gpu.peak_flops * frac), work.bytes / (gpu.hbm_bandwidth * e.memory))

@@ -20,7 +20,7 @@ from clustersim.hardware.datasheets import SHIPPED_CSV, datasheet, datasheets, r
 from clustersim.hardware.gpus import GPUS, get_gpu
 from clustersim.hardware.interference import COMM_SMS, default_slowdown, slowdown_of
 from clustersim.workload.calibration import calibrated_as, calibrated_gpus, calibration_status, measurements
-from clustersim.workload.cost_model import attention_curve_for, efficiency_for
+from clustersim.workload.cost_model import attention_curves_for, efficiency_for
 
 DATA = Path(__file__).parent / "data"
 ROWS = list(datasheets())
@@ -128,7 +128,7 @@ def test_every_row_is_calibrated_or_says_whose_efficiencies_it_borrows(name):
     assert eff.sms == datasheet(name).sms
     assert replace(eff, sms=0, source="") == replace(efficiency_for(donor), sms=0, source="")
     assert f"{name} (transfer)" in eff.source
-    assert attention_curve_for(name) == attention_curve_for(donor)
+    assert attention_curves_for(name) == attention_curves_for(donor)
 
 
 @pytest.mark.parametrize("name", [n for n in ROWS if _transfer(n)])

@@ -9,7 +9,9 @@ other profile runs today's NCCL, whose ring across hosts pays its α's in full
 
 * ``megatron_core``: the distributed optimizer with ``overlap_grad_reduce`` and
   ``overlap_param_gather`` (the flags Megatron-Core's performance recipes turn on),
-  Megatron-Core's bucket (max(40M, 1M·dp) fp32 gradients), flash attention, and
+  Megatron-Core's bucket (max(40M, 1M·dp) fp32 gradients), flash attention on
+  Transformer Engine's cuDNN kernel (``model.attention_kernel: cudnn``; FA2 below Hopper,
+  :mod:`clustersim.workload.attention_kernels`), and
   ``parallel.tp_comm_overlap`` where sequence parallelism runs (tp > 1, per-layer
   granularity): NeMo's Megatron-Core H100 performance recipes set ``tp_comm_overlap=True``
   (``MegatronCommOverlapCallback`` with the ``userbuffers_*_h100_*`` configs, e.g.
@@ -35,7 +37,7 @@ other profile runs today's NCCL, whose ring across hosts pays its α's in full
 * ``fsdp2``: ``parallel.zero: 3`` (``fully_shard``), ``reshard_after_forward``, prefetch
   1, fp32 gradient reduction (the ``MixedPrecisionPolicy`` reduce dtype torchtitan sets);
   with ``zero: 0`` stated it is PyTorch DDP: overlapped buckets of 25 MiB, the first 1 MiB;
-  flash attention.
+  flash attention through SDPA, which torchtitan runs cuDNN-first (``attention_kernel: cudnn``).
 
 Every profile but ``megatron_2021`` also turns ``training.fixed_costs.pipeline_gather`` off:
 Megatron-Core removed Megatron-LM 2021's scatter/gather of pipeline boundary tensors, and
@@ -51,6 +53,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..hardware.interference import custom_slowdown, default_slowdown
+from ..workload.attention_kernels import FRAMEWORK_KERNEL
 from .cluster_spec import ClusterSpec
 from .model_spec import _model_kind
 
@@ -126,9 +129,9 @@ def apply_framework(raw: dict[str, Any]) -> dict[str, Any]:
         off = {"pipeline_gather": False, "grad_accumulation": False}
         out["training"] = {**training, "fixed_costs": {**off, **(fixed or {})}}
     model = out.get("model")
-    flash = framework in ("megatron_core", "fsdp2")
+    flash = framework in FRAMEWORK_KERNEL
     if flash and isinstance(model, dict) and _model_kind(model) == "literal['transformer']":
-        out["model"] = {"attention": "flash", **model}
+        out["model"] = {"attention": "flash", "attention_kernel": FRAMEWORK_KERNEL[framework], **model}
     return out
 
 

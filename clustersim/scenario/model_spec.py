@@ -111,6 +111,11 @@ class TransformerModel(_ModelSection):
     mtp_layers: Annotated[int | None, Range(0, 100)] = None
     #: attention kernel: ``standard`` (Megatron-2021's unfused path, the default) or ``flash``
     attention: Literal["standard", "flash"] | None = None
+    #: the fused kernel ``flash`` runs: fa2 (flash_attn, the default), fa3, cudnn (Transformer
+    #: Engine's FusedAttention); the megatron_core and fsdp2 profiles fill cudnn
+    attention_kernel: Literal["fa2", "fa3", "cudnn"] | None = None
+    #: keys each query attends to at most (sliding-window attention, Mistral); 0 or unset: all
+    sliding_window: Annotated[int | None, Range(0, 100_000_000)] = None
     #: causal (decoder) mask; a flash kernel skips the masked half of the scores
     causal: bool | None = None
     #: CSV of measured op times overriding the cost model (op,phase,m,n,k,time_us)

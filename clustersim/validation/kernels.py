@@ -40,11 +40,11 @@ def _header(gpu: str) -> list[str]:
     lines = [f"Calibration: {cal.plan.note}.", "", f"- {_constants('16-bit', cal.dense16)}"]
     if cal.fp8 is not None:
         lines.append(f"- {_constants('FP8', cal.fp8)}")
-    if cal.attention is not None:
-        a = cal.attention
+    for a in cal.attention:
         lines.append(
-            f"- attention ({a.source}): forward a_max {a.fwd_max:.3f}, s_half {a.fwd_s_half:.0f}; "
-            f"backward a_max {a.bwd_max:.3f}, s_half {a.bwd_s_half:.0f}; hd_half {a.hd_half:.1f}"
+            f"- attention {a.impl} ({a.source}): forward a_max {a.fwd_max:.3f}, s_half {a.fwd_s_half:.0f}; "
+            f"backward a_max {a.bwd_max:.3f}, s_half {a.bwd_s_half:.0f}; at hd 64 ×{a.hd64:.2f} (backward ×{a.bwd_hd64:.2f}), at hd 256 ×{a.hd256:.2f}; "
+            f"causal factor {a.causal_factor:.2f}"
         )
     return lines
 

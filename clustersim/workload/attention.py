@@ -19,8 +19,11 @@
   Q, K, V and the log-sum-exp (``b·a·s·4`` bytes); O is the output projection's input
   and is kept there, as in the standard path. Selective recompute has nothing to re-run:
   the kernel already recomputes its scores, so no flash op is an ``attention_core`` op.
+  Grouped-query attention (fewer K/V heads) leaves the FLOPs and cuts the K/V bytes; a
+  sliding window counts only the pairs inside it (:func:`attended_pairs`).
 
-The flash kernel's efficiency comes from the cost model's attention curve
+The flash kernel (``model.attention_kernel``: FA2, FA3 or cuDNN) and its efficiency come
+from :mod:`.attention_kernels` through the cost model
 (:meth:`~.cost_model.CostModel.attention_efficiency`).
 """
 
@@ -36,9 +39,22 @@ LSE_BYTES = 4
 ATTENTION_KINDS = ("standard", "flash")
 
 
-def flash_forward_flops(b: int, s: int, heads: int, head_dim: int, causal: bool) -> float:
-    """FLOPs of one FlashAttention forward: ``4·b·s²·heads·head_dim``, halved when causal."""
-    return 4.0 * b * s * s * heads * head_dim / (2 if causal else 1)
+def attended_pairs(s: int, causal: bool, window: int = 0) -> float:
+    """(query, key) pairs one head computes over ``s`` tokens: ``s²``, halved when causal
+    (FlashAttention's convention, the masked half of the scores skipped); a sliding
+    ``window`` w < s (each query sees at most w keys) leaves ``s·w − w²/2`` causal and
+    ``2·s·w − w²`` without the mask (a band of half-width w) — both ``s²`` (or ``s²/2``)
+    at w = s."""
+    w = window if 0 < window < s else s
+    return (s * w - w * w / 2) if causal else (2.0 * s * w - w * w)
+
+
+def flash_forward_flops(b: int, s: int, heads: int, head_dim: int, causal: bool, window: int = 0) -> float:
+    """FLOPs of one FlashAttention forward: ``4·b·heads·head_dim`` per attended pair
+    (:func:`attended_pairs`): ``4·b·s²·heads·head_dim``, halved when causal. Grouped-query
+    attention changes no FLOP (every query head still scores every key), only the bytes
+    of K and V."""
+    return 4.0 * b * heads * head_dim * attended_pairs(s, causal, window)
 
 
 def flash_attention(cfg: TransformerConfig, b: int, at: int, kvt: int, e: int) -> LayerOp:
@@ -48,13 +64,17 @@ def flash_attention(cfg: TransformerConfig, b: int, at: int, kvt: int, e: int) -
     q = o = b * s * at * d * e  # query- and output-shaped tensors
     kv = b * s * 2 * kvt * d * e  # K and V
     lse = b * at * s * LSE_BYTES
-    flops = flash_forward_flops(b, s, at, d, cfg.causal)
-    fwd = Work(flops, q + kv + o + lse, attention=AttentionShape(d, s, cfg.causal, False))
+    flops = flash_forward_flops(b, s, at, d, cfg.causal, cfg.sliding_window)
+    # a window w < s runs like the kernel over w keys: the band's edge tiles are masked as a
+    # causal kernel's diagonal ones are, 2·tile/w of the work either way
+    keys = min(cfg.sliding_window, s) if cfg.sliding_window else s
+    impl = cfg.attention_kernel
+    fwd = Work(flops, q + kv + o + lse, attention=AttentionShape(d, keys, cfg.causal, False, impl))
     # backward reads Q, K, V, O, dO and the log-sum-exp; writes dQ, dK, dV
     bwd = Work(
         FLASH_BACKWARD_FACTOR * flops,
         3 * q + o + 2 * kv + lse,
-        attention=AttentionShape(d, s, cfg.causal, True),
+        attention=AttentionShape(d, keys, cfg.causal, True, impl),
     )
     return LayerOp("flash_attention", fwd, bwd, activation=q + kv + lse)
 

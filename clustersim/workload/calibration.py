@@ -2,8 +2,8 @@
 
 Every number used here is a row of ``clustersim/data/gpu_kernel_measurements.csv`` —
 GEMM throughput by shape (XLA's measured cuBLAS tables, Azure's cuBLASLt/hipBLASLt
-sweeps, ml-engineering's MAMF finder), FlashAttention-3 tables, STREAM-like HBM
-bandwidth — each with its source and verification tag; never end-to-end training
+sweeps, ml-engineering's MAMF finder), STREAM-like HBM bandwidth — and of
+``attention_kernel_measurements.csv`` (FlashAttention-2/3 and cuDNN attention figures) — each with its source and verification tag; never end-to-end training
 throughput, never a layer time that includes communication. A row's ``role`` says what it
 is for: ``calibrate`` rows set the model, ``check`` rows test it, ``context`` rows are kept
 for the record (unknown GPU, unknown mask or direction, conflicting editions) and are not
@@ -23,10 +23,8 @@ note); a catalog GPU with no plan borrows the set of the nearest calibrated GPU
   ``max(F / (peak · matmul_eff), bytes / (HBM · memory)) + launch`` (same code path), with
   wave quantization over the GPU's SM count (:func:`.cost_model.matmul_efficiency`);
 * FP8 GEMMs get their own set the same way, on the FP8 peak (used by :mod:`.fp8`);
-* attention (where FlashAttention tables exist): ``eff(hd, s) = a_max · s/(s + s_half) ·
-  hd/(hd + hd_half)`` of the dense 16-bit peak, forward fitted on the non-causal rows, the
-  backward sharing the forward's ``hd_half``; a causal mask halves the FLOPs and runs as
-  the unmasked kernel at half the sequence (``s/2``), an assumption the causal rows check.
+* attention: one curve per fused kernel (FA2, FA3, cuDNN) with rows for the GPU, over
+  direction, head dim, sequence length and mask (:mod:`.attention_kernels`).
 """
 
 from __future__ import annotations
@@ -42,10 +40,14 @@ import numpy as np
 
 from ..hardware.datasheets import datasheet, datasheets
 from ..hardware.gpus import get_gpu
+from .attention_kernels import KERNELS, ROW_KERNELS, AttentionCurve, fit_curve, gives_shape, pick
 from .cost_model import CostModel, Efficiency
+from .least_squares import levenberg_marquardt as _lm
 from .ops import Work
 
 MEASUREMENTS_CSV = Path(__file__).resolve().parent.parent / "data" / "gpu_kernel_measurements.csv"
+#: the fused attention kernels' rows (same columns; :mod:`.attention_kernels`)
+ATTENTION_CSV = MEASUREMENTS_CSV.with_name("attention_kernel_measurements.csv")
 
 #: bytes per GEMM input element by the dtype column; outputs are 16-bit in every case
 #: (an FP8 GEMM writes BF16, as cuBLASLt/hipBLASLt benchmarks and Transformer Engine do)
@@ -90,8 +92,9 @@ def _int(text: str) -> int:
 
 @cache
 def measurements() -> tuple[Measurement, ...]:
-    """All rows of ``gpu_kernel_measurements.csv`` (read once)."""
-    return read_measurements(MEASUREMENTS_CSV)
+    """All rows of ``gpu_kernel_measurements.csv`` and ``attention_kernel_measurements.csv``
+    (read once)."""
+    return read_measurements(MEASUREMENTS_CSV) + read_measurements(ATTENTION_CSV)
 
 
 def read_measurements(path: str | Path) -> tuple[Measurement, ...]:
@@ -153,12 +156,15 @@ class Plan:
     memory: str
     attention: str = ""
     note: str = ""
+    #: the GPU whose attention curves give the shape where ``attention``'s rows give none
+    attention_shape: str = ""
 
     def sources(self) -> set[str]:
         """Every GPU whose rows set a part of this plan."""
         parts = [p for p in (self.dense16, self.fp8) if p is not None]
         named = {p.shape[0] for p in parts} | {p.top[0] for p in parts if p.top is not None}
-        return named | {self.memory} | ({self.attention} if self.attention else set())
+        attention = {g for g in (self.attention, self.attention_shape) if g}
+        return named | {self.memory} | attention
 
 
 _A100, _H100, _H200, _B200, _GB200, _MI300X = (
@@ -179,14 +185,17 @@ CALIBRATIONS: dict[str, Plan] = {
         Part((_A100, "fp16"), (_A100, "bf16")),
         None,
         _A100,
+        _A100,
         note="A100 rows only: Azure's cuBLASLt FP16 sweep (FP16 and BF16 share the tensor-core rate), "
-        "the BF16 MAMF maximum, Azure's BabelStream triad",
+        "the BF16 MAMF maximum, Azure's BabelStream triad, FlashAttention-2's figures",
     ),
     "A100-SXM4-40GB": Plan(
         Part((_A100, "fp16"), (_A100, "bf16")),
         None,
         "A100-SXM4-40GB",
-        note="GEMMs from A100 80GB (same GA100 die and clocks), memory from its own BabelStream row",
+        _A100,
+        note="GEMMs and attention from A100 80GB (same GA100 die and clocks), memory from its own "
+        "BabelStream row",
     ),
     _H100: Plan(*_H100_PARTS, _H100, _H100, "H100 rows only"),
     _H200: Plan(
@@ -200,13 +209,19 @@ CALIBRATIONS: dict[str, Plan] = {
         Part((_B200, "bf16"), (_B200, "bf16")),
         Part((_B200, "fp8"), (_B200, "fp8")),
         _H200,
-        note="memory from H200's HBM3e fraction (no B200 STREAM number found)",
+        _B200,
+        note="memory from H200's HBM3e fraction (no B200 STREAM number found); cuDNN attention "
+        "maxima from NVIDIA's B200 numbers, its curve's shape from H100's cuDNN rows",
+        attention_shape=_H100,
     ),
     _GB200: Plan(
         Part((_B200, "bf16"), (_GB200, "bf16")),
         Part((_B200, "fp8"), (_GB200, "fp8")),
         _H200,
-        note="GEMM shape constants from B200, maxima from GB200's MAMF rows, memory from H200",
+        _B200,
+        note="GEMM shape constants from B200, maxima from GB200's MAMF rows, memory from H200, "
+        "attention as B200's",
+        attention_shape=_H100,
     ),
     _MI300X: Plan(
         Part((_MI300X, "fp8"), (_MI300X, "bf16")),
@@ -263,33 +278,6 @@ def calibration_status(gpu: str) -> str:
 #: (GB200 FP8: Azure's sweep plateau vs the MAMF row), and the model has one fixed cost
 #: per GPU, so launch-bound shapes carry the largest single errors.
 TOLERANCE = {"calibrate": (0.15, 0.50), "check": (0.30, 0.60)}
-
-
-def _lm(residuals: Callable[[np.ndarray], np.ndarray], x0: Sequence[float], iters: int = 300) -> np.ndarray:
-    """Levenberg–Marquardt on a small parameter vector (central-difference Jacobian);
-    deterministic from ``x0``."""
-    x = np.asarray(x0, dtype=float)
-    r = residuals(x)
-    cost, lam = float(r @ r), 1e-3
-    for _ in range(iters):
-        jac = np.empty((r.size, x.size))
-        for j in range(x.size):
-            h = np.zeros_like(x)
-            h[j] = 1e-6
-            jac[:, j] = (residuals(x + h) - residuals(x - h)) / 2e-6
-        a, g = jac.T @ jac, jac.T @ r
-        while lam < 1e12:
-            step = np.linalg.solve(a + lam * np.diag(np.diag(a) + 1e-12), -g)
-            r_new = residuals(x + step)
-            if float(r_new @ r_new) < cost:
-                x, r, cost, lam = x + step, r_new, float(r_new @ r_new), lam / 3
-                break
-            lam *= 4
-        else:
-            return x
-        if np.max(np.abs(step)) < 1e-12:
-            break
-    return x
 
 
 def sm_count(gpu: str) -> int:
@@ -413,37 +401,27 @@ def part_efficiency(part: Part) -> Efficiency:
     return shape if top is None else replace(shape, matmul_max=top)
 
 
-@dataclass(frozen=True)
-class AttentionCurve:
-    """FlashAttention efficiency (fraction of the dense 16-bit peak) over head dim and
-    sequence length: ``a_max · s/(s + s_half) · hd/(hd + hd_half)`` per direction."""
-
-    fwd_max: float
-    fwd_s_half: float
-    bwd_max: float
-    bwd_s_half: float
-    hd_half: float
-    source: str = ""
-
-    def efficiency(self, head_dim: int, seq_len: int, backward: bool = False, causal: bool = False) -> float:
-        """Fraction of peak of one attention kernel; causal = the unmasked kernel at s/2."""
-        s = seq_len / 2 if causal else seq_len
-        a, sh = (self.bwd_max, self.bwd_s_half) if backward else (self.fwd_max, self.fwd_s_half)
-        return a * s / (s + sh) * head_dim / (head_dim + self.hd_half)
-
-
-def fit_attention(gpu: str) -> AttentionCurve:
-    """The attention curve of ``gpu`` fitted to its FA3 ``calibrate`` rows."""
+@cache
+def fit_attention(gpu: str, shape_from: str = "") -> tuple[AttentionCurve, ...]:
+    """The fused attention curves of ``gpu``, one per kernel with ``calibrate`` rows
+    (:mod:`.attention_kernels`); a set too small for a shape takes it from the same
+    kernel on ``shape_from``."""
     peak = datasheet(gpu).dense16_flops / 1e12
-    fwd, bwd = _rows(gpu, "attention_fwd"), _rows(gpu, "attention_bwd")
-
-    def res(rows: list[Measurement], a: float, sh: float, hh: float) -> np.ndarray:
-        pred = [a * r.seq_len / (r.seq_len + sh) * r.head_dim / (r.head_dim + hh) * peak for r in rows]
-        return np.log(pred) - np.log([r.value for r in rows])
-
-    f = np.exp(_lm(lambda x: res(fwd, *np.exp(x)), [math.log(0.7), math.log(512.0), math.log(32.0)]))
-    b = np.exp(_lm(lambda x: res(bwd, *np.exp(x), f[2]), [math.log(0.6), math.log(512.0)]))
-    return AttentionCurve(*map(float, (*f[:2], *b, f[2])), source=f"fitted: {gpu} FlashAttention-3 rows")
+    curves = []
+    for impl in KERNELS:
+        rows = [r for r in measurements() if r.gpu == gpu and r.impl == impl and r.role == "calibrate"]
+        rows = [r for r in rows if r.kernel in ROW_KERNELS and r.dtype == "bf16"]
+        if not rows:
+            continue
+        if gives_shape(rows):
+            curves.append(fit_curve(rows, peak, impl, f"fitted: {gpu} {impl} rows"))
+            continue
+        donor = pick(fit_attention(shape_from), impl) if shape_from else None
+        if donor is None or donor.impl != impl:
+            raise ValueError(f"{gpu} {impl}: too few rows for a shape and no {impl} curve to take it from")
+        source = f"fitted: {gpu} {impl} maxima, shape from {shape_from}"
+        curves.append(fit_curve(rows, peak, impl, source, shape=donor))
+    return tuple(curves)
 
 
 @dataclass(frozen=True)
@@ -455,7 +433,7 @@ class Calibration:
     plan: Plan
     dense16: Efficiency
     fp8: Efficiency | None
-    attention: AttentionCurve | None
+    attention: tuple[AttentionCurve, ...]
 
 
 def _memory(gpu: str) -> float:
@@ -474,13 +452,13 @@ def calibration(gpu: str) -> Calibration:
         plan,
         replace(part_efficiency(plan.dense16), **own, source=src),
         None if plan.fp8 is None else replace(part_efficiency(plan.fp8), **own, source=src),
-        fit_attention(plan.attention) if plan.attention else None,
+        fit_attention(plan.attention, plan.attention_shape) if plan.attention else (),
     )
 
 
 def predicted(row: Measurement) -> float | None:
     """The model's value for a measurement row, in the row's unit (None where the model
-    has no counterpart: collectives, attention other than the fitted FA3 curve)."""
+    has no counterpart: collectives, attention rows of a kernel or dtype without a fitted curve)."""
     if row.gpu not in CALIBRATIONS:
         return None
     cal = calibration(row.gpu)
@@ -489,7 +467,11 @@ def predicted(row: Measurement) -> float | None:
         return 2.0 * row.m * row.n * row.k / gemm_seconds(row.gpu, eff, row.m, row.n, row.k, row.dtype) / 1e12
     if row.kernel.startswith("stream_"):
         return cal.dense16.memory * get_gpu(row.gpu).hbm_bandwidth / 1e12
-    if row.kernel in ("attention_fwd", "attention_bwd") and row.impl == "fa3" and cal and cal.attention:
-        eff = cal.attention.efficiency(row.head_dim, row.seq_len, row.kernel == "attention_bwd", row.causal)
-        return eff * datasheet(row.gpu).dense16_flops / 1e12
+    curve = next((c for c in cal.attention if c.impl == row.impl), None)
+    if row.kernel in ROW_KERNELS and row.dtype == "bf16" and curve is not None:
+        return (
+            curve.predict(row.kernel, row.head_dim, row.seq_len, row.causal)
+            * datasheet(row.gpu).dense16_flops
+            / 1e12
+        )
     return None

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..errors import ScenarioError
 from .attention import FLASH_BACKWARD_FACTOR, LSE_BYTES, flash_attention, flash_forward_flops
 from .ops import AttentionShape, Work
 
@@ -93,7 +94,7 @@ def ring_attention(cfg, b: int, at: int, kvt: int, e: int, cp: int) -> CPRing:
     flops = flash_forward_flops(b, sl, at, d, causal)
 
     def step(i: int, backward: bool) -> Work:
-        shape = AttentionShape(d, sl, causal and i == 0, backward)
+        shape = AttentionShape(d, sl, causal and i == 0, backward, cfg.attention_kernel)
         if backward:
             return Work(FLASH_BACKWARD_FACTOR * flops, 3 * q + o + 2 * kv + lse, attention=shape)
         return Work(flops, q + kv + o + lse, attention=shape)
@@ -127,4 +128,10 @@ def context_parallel_ops(cfg, b: int, at: int, kvt: int, e: int, cp: int, comm: 
     """The attention core under CP ``comm`` (``p2p`` or ``a2a``); ``cfg.seq_len`` is ``s/cp``."""
     if comm == "a2a":
         return ulysses_attention(cfg, b, at, kvt, e, cp)
+    if cfg.sliding_window:  # the ring's steps would each skip a different part of the band
+        raise ScenarioError(
+            "model.sliding_window",
+            cfg.sliding_window,
+            "not modelled under ring attention (parallel.cp_comm: p2p); use a2a",
+        )
     return [ring_attention(cfg, b, at, kvt, e, cp)]

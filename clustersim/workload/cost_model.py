@@ -38,15 +38,12 @@ import warnings
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..errors import CalibrationTransfer, ScenarioError, shorten
 from ..hardware.gpus import GPUS, GPUSpec, get_gpu
 from ..reader import read_text
+from .attention_kernels import AttentionCurve, pick
 from .ops import AttentionShape, Work
-
-if TYPE_CHECKING:
-    from .calibration import AttentionCurve
 
 
 @dataclass(frozen=True)
@@ -174,26 +171,27 @@ class ProfileTable:
         return t if t is not None else self.times.get((op, phase, None))
 
 
-def attention_curve_for(gpu: str) -> AttentionCurve | None:
-    """The calibrated FlashAttention curve of ``gpu``, or of the GPU it is priced as
-    (:func:`.calibration.calibrated_as`), or None where that GPU's data has none (only
-    Hopper has FA3 tables: H100, H200, H800) or ``gpu`` is not in the catalog."""
+def attention_curves_for(gpu: str) -> tuple[AttentionCurve, ...]:
+    """The calibrated fused attention curves of ``gpu`` (one per kernel with rows,
+    :mod:`.attention_kernels`), or of the GPU it is priced as
+    (:func:`.calibration.calibrated_as`); none where that GPU has no attention rows or
+    ``gpu`` is not in the catalog."""
     # calibration imports this module: resolve at call time
     from .calibration import CALIBRATIONS, calibrated_as, calibration
 
     donor = calibrated_as(gpu) if gpu in GPUS else gpu
-    return calibration(donor).attention if donor in CALIBRATIONS else None
+    return calibration(donor).attention if donor in CALIBRATIONS else ()
 
 
 @dataclass(frozen=True)
 class CostModel:
     """Seconds per kernel on one GPU type, with an optional profile table and the GPU's
-    calibrated attention curve (an :class:`~.calibration.AttentionCurve`, or None)."""
+    calibrated fused attention curves (:class:`~.attention_kernels.AttentionCurve`, one per kernel)."""
 
     gpu: GPUSpec
     eff: Efficiency
     profile: ProfileTable | None = None
-    attention: AttentionCurve | None = None
+    attention: tuple[AttentionCurve, ...] = ()
 
     @classmethod
     def for_gpu(cls, name: str, profile: ProfileTable | None = None, custom=None) -> CostModel:
@@ -203,20 +201,22 @@ class CostModel:
             like = custom.like or name  # an unknown name: A100's fractions, flagged
             eff = efficiency_for(like)
             eff = replace(eff, sms=custom.sms) if custom.sms else eff
-            return cls(custom.spec(), eff, profile, attention_curve_for(like))
-        return cls(get_gpu(name), efficiency_for(name), profile, attention_curve_for(name))
+            return cls(custom.spec(), eff, profile, attention_curves_for(like))
+        return cls(get_gpu(name), efficiency_for(name), profile, attention_curves_for(name))
 
     def attention_efficiency(self, shape: AttentionShape) -> float:
-        """Fraction of peak of a fused attention kernel: the GPU's calibrated curve over
-        head dim and sequence length where it has one; elsewhere the GPU's GEMM
+        """Fraction of peak of a fused attention kernel: the calibrated curve of the kernel
+        ``shape.impl`` names (or the one it falls back to, :func:`.attention_kernels.pick`)
+        over direction, head dim, sequence length and mask; elsewhere the GPU's GEMM
         efficiency at the kernel's per-head product shape (s', s', head_dim), s' = s/2
         when causal, without wave quantization (the kernel's grid spans batch × heads ×
         query tiles, many waves) — the curve's own rule that a causal kernel runs as the unmasked
         one at half the sequence. The fallback gives both directions the same
         efficiency, though FlashAttention-2 (Dao 2023) reaches a lower fraction of peak
         backward than forward, so it is optimistic for the backward."""
-        if self.attention is not None:
-            return self.attention.efficiency(shape.head_dim, shape.seq_len, shape.backward, shape.causal)
+        curve = pick(self.attention, shape.impl)
+        if curve is not None:
+            return curve.efficiency(shape.head_dim, shape.seq_len, shape.backward, shape.causal)
         s = shape.seq_len // 2 if shape.causal else shape.seq_len
         return shape_efficiency(self.eff, (s, s, shape.head_dim))
 

@@ -9,7 +9,8 @@ DeepSeek's ``n_routed_experts``, ``n_shared_experts``, ``first_k_dense_replace``
 (with its shared-expert gate), ``decoder_sparse_step``, and ``moe_intermediate_size``,
 ``num_experts_per_tok``. DeepSeek's multi-head latent attention (``q_lora_rank``,
 ``kv_lora_rank``, ``qk_rope_head_dim``, ``qk_nope_head_dim``, ``v_head_dim``) and
-multi-token prediction (``num_nextn_predict_layers``). A relative path is looked up from
+multi-token prediction (``num_nextn_predict_layers``). Mistral's ``sliding_window`` (unless
+``use_sliding_window`` is false, as Qwen2 writes it). A relative path is looked up from
 the working directory, then in the package's ``data/hf/``.
 """
 
@@ -134,6 +135,8 @@ def load_hf_config(path: str, seq_len: int | None = None) -> TransformerConfig:
         qkv_bias=kind in _QKV_BIAS_TYPES,
         dropout=False,
         head_size=count("head_dim", 0),
+        # Mistral's window; Qwen2 writes one beside use_sliding_window: false (then unused)
+        sliding_window=count("sliding_window", 0) if cfg.get("use_sliding_window", True) else 0,
         q_lora_rank=count("q_lora_rank", 0),
         kv_lora_rank=count("kv_lora_rank", 0),
         qk_rope_head_dim=count("qk_rope_head_dim", 0),

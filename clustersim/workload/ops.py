@@ -17,13 +17,15 @@ MASK_BYTES = 1  # dropout masks are uint8 (Megatron fused dropout; Korthikanti Â
 
 @dataclass(frozen=True)
 class AttentionShape:
-    """What a fused (FlashAttention) kernel's efficiency depends on: head dim, sequence
-    length, causal mask, and whether it is the backward kernel."""
+    """What a fused attention kernel's efficiency depends on: head dim, key length (the
+    sliding window where it binds), causal mask, whether it is the backward kernel, and
+    which kernel runs (``fa2``, ``fa3``, ``cudnn``: :mod:`.attention_kernels`)."""
 
     head_dim: int
     seq_len: int
     causal: bool
     backward: bool
+    impl: str = "fa2"
 
 
 @dataclass(frozen=True)

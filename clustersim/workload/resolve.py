@@ -12,6 +12,7 @@ from functools import lru_cache
 
 from ..errors import ScenarioError
 from .attention import ATTENTION_KINDS
+from .attention_kernels import KERNELS
 from .hf_config import load_hf_config
 from .model_presets import CNN_PRESETS, TRANSFORMER_PRESETS, model_preset_names
 from .moe import layer_expert_tokens
@@ -55,6 +56,8 @@ OVERRIDABLE = (
     "mtp_layers",
     "attention",
     "causal",
+    "attention_kernel",
+    "sliding_window",
 )
 REQUIRED = ("layers", "hidden", "heads", "vocab", "seq_len")
 
@@ -141,5 +144,7 @@ def _check_shape(cfg: TransformerConfig) -> None:
         raise ScenarioError("model.norm", cfg.norm, "accepted: layernorm, rmsnorm")
     if cfg.attention not in ATTENTION_KINDS:
         raise ScenarioError("model.attention", cfg.attention, f"accepted: {', '.join(ATTENTION_KINDS)}")
+    if cfg.attention_kernel not in KERNELS:
+        raise ScenarioError("model.attention_kernel", cfg.attention_kernel, f"accepted: {', '.join(KERNELS)}")
     if cfg.position not in ("learned", "rope"):
         raise ScenarioError("model.position", cfg.position, "accepted: learned, rope")

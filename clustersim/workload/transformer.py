@@ -43,6 +43,11 @@ class TransformerConfig:
     modules (DeepSeek-V3 §2.2) each add a projection ``2h → h``, two norms, one layer and
     a second pass of the shared output head; their parameters are not in :meth:`params`
     (the published totals leave them out) but in :meth:`mtp_params`.
+
+    ``attention`` ``flash`` runs the fused kernel ``attention_kernel`` (``fa2``, ``fa3``,
+    ``cudnn``: :mod:`.attention_kernels`); ``sliding_window`` > 0 lets each query attend to
+    at most that many keys (Mistral), 0 to all — the fused kernel skips the tiles outside
+    the window, the ``standard`` path computes all s² scores and masks them (no change).
     """
 
     name: str
@@ -83,6 +88,8 @@ class TransformerConfig:
     mtp_layers: int = 0
     attention: str = "standard"
     causal: bool = True
+    attention_kernel: str = "fa2"
+    sliding_window: int = 0
     published_params: float = 0.0
 
     @property
