@@ -277,7 +277,7 @@ class Estimator:
                 net.send(plan.device(a), plan.device(b), costs[c].activation_bytes)
                 for a, b, c in timeline.sends
             ]
-            ends = timeline.run(durations, sends)
+            ends = timeline.run(durations, sends, apart=_pairs_only_compute(times, timeline.keys))
             compute = max(timeline.busy(durations))
             hops = min(hops, max(ends) - compute)
         else:  # flush-free (PipeDream, asked for only): the 1F1B closed form on the slowest stage
@@ -372,6 +372,15 @@ def _duration(times: list[dict], key: tuple) -> float:
     f, fc = times[kf]["F", rf]
     b, bc = times[kb][phase, rb]
     return f + b - min(fc, b - bc) - min(bc, f - fc)
+
+
+def _pairs_only_compute(times: list[dict], keys: list[tuple]) -> bool:
+    """Whether every overlapped F&B pair's two passes only compute (nothing to hide): the
+    compiler then runs the forward, then the backward (compilers/pipeline/overlap.py)."""
+    pairs = [key for key in keys if key and key[0] == "F&B"]
+    return bool(pairs) and all(
+        times[kf]["F", rf][1] == 0 and times[kb][phase, rb][1] == 0 for _, kf, rf, phase, kb, rb in pairs
+    )
 
 
 def _flat(held: list[tuple[int, int]]) -> list[int]:

@@ -38,12 +38,10 @@ class Timeline:
         self.p = p
         self.keys: list[Key] = []
         self.sends: list[tuple[int, int, int]] = []
-        self._steps: list[tuple[int, int, int, int]] = []  # (stage, key, producing step or −1, send or −1)
         key_of: dict[Key, int] = {}
         send_of: dict[tuple[int, int, int], int] = {}
         counts = [dict() for _ in range(p)]
         n_chunks = len({k for order in orders for ph, _, k in order if ph != "O"})
-        made: dict[tuple[str, int, int], int] = {}  # (phase, j, k) → the step its consumer waits for
         route = [schedule.route(k, n_chunks) for k in range(n_chunks)]
         stage_of = [schedule.stage_of(k, p) for k in range(n_chunks)]
 
@@ -58,61 +56,75 @@ class Timeline:
             c = k - 1 if ph == "F" else k + 1
             return (ph, j, c) if ph in ("F", "B") and c in route[k] else None
 
-        def step(s: int, key: Key, dep: tuple | None, out: tuple | None) -> None:
-            """A step on stage ``s`` reading ``key``, after ``dep``'s output, producing ``out``'s."""
-            ki = index(key_of, self.keys, key)
-            counts[s][ki] = counts[s].get(ki, 0) + 1
-            send = -1
-            if out is not None and out[0] in ("F", "B"):
-                ph, _, k = out
-                nxt = k + 1 if ph == "F" else k - 1
-                if nxt in route[k] and stage_of[nxt] != s:
-                    to = stage_of[nxt]
-                    send = index(send_of, self.sends, (s, to, min(k, nxt)))
-                made[out] = len(self._steps)
-            self._steps.append((s, ki, made[dep] if dep is not None else -1, send))
+        def build(apart: bool) -> list[tuple[int, int, int, int]]:
+            """The steps, a pair as one (``apart`` False) or as its forward then its backward."""
+            steps: list[tuple[int, int, int, int]] = []
+            made: dict[tuple[str, int, int], int] = {}  # (phase, j, k) → the step its consumer waits for
 
-        def received(s: int, src) -> bool:
-            return src is not None and stage_of[src[2]] != s
+            def step(s: int, key: Key, dep: tuple | None, out: tuple | None) -> None:
+                """A step on stage ``s`` reading ``key``, after ``dep``'s output, producing ``out``'s."""
+                ki = index(key_of, self.keys, key)
+                if not apart:
+                    counts[s][ki] = counts[s].get(ki, 0) + 1
+                send = -1
+                if out is not None and out[0] in ("F", "B"):
+                    ph, _, k = out
+                    nxt = k + 1 if ph == "F" else k - 1
+                    if nxt in route[k] and stage_of[nxt] != s:
+                        to = stage_of[nxt]
+                        send = index(send_of, self.sends, (s, to, min(k, nxt)))
+                    made[out] = len(steps)
+                steps.append((s, ki, made[dep] if dep is not None else -1, send))
+
+            def received(s: int, src) -> bool:
+                return src is not None and stage_of[src[2]] != s
+
+            pos = [0] * p
+            while any(pos[s] < len(items[s]) for s in range(p)):
+                moved = False
+                for s in range(p):
+                    while pos[s] < len(items[s]):
+                        i = pos[s]
+                        ph, j, k = items[s][i]
+                        pair = i in pairs[s]
+                        group = items[s][i : i + 2] if pair else [items[s][i]]
+                        srcs = [source(*x) for x in group]
+                        if any(x is not None and x not in made for x in srcs):
+                            break  # its input is not produced yet: another stage's turn
+                        phase = [("Bi" if x[1:] in split[s] else "B") if x[0] == "B" else x[0] for x in group]
+                        if pair and not apart:
+                            (_, _, k2), (sf, sb) = group[1], srcs
+                            key = ("F&B", k, received(s, sf), phase[1], k2, received(s, sb))
+                            step(s, (), sf, None)  # the pair waits for both inputs: the forward's,
+                            step(s, key, sb, group[0])  # then the backward's, and takes the pair's time
+                            step(s, (), None, group[1])  # the backward's output leaves with the forward's
+                        else:  # a pass, or a pair's passes in turn, the forward first
+                            for x, src, ph_x in zip(group, srcs, phase, strict=True):
+                                step(s, (ph_x, x[2], received(s, src)), src, x)
+                        pos[s] += len(group)
+                        moved = True
+                if not moved:
+                    raise ValueError(f"schedule {schedule.name!r}: the stages' orders wait on each other")
+            return steps
 
         items = [[x for x in order if x[0] != "O"] for order in orders]  # O: the last item
         pairs = [order.pairs for order in orders]
         split = [{(j, k) for ph, j, k in its if ph == "W"} for its in items]
-        pos = [0] * p
-        while any(pos[s] < len(items[s]) for s in range(p)):
-            moved = False
-            for s in range(p):
-                while pos[s] < len(items[s]):
-                    i = pos[s]
-                    ph, j, k = items[s][i]
-                    pair = i in pairs[s]
-                    group = items[s][i : i + 2] if pair else [items[s][i]]
-                    srcs = [source(*x) for x in group]
-                    if any(x is not None and x not in made for x in srcs):
-                        break  # its input is not produced yet: another stage's turn
-                    phase = [("Bi" if x[1:] in split[s] else "B") if x[0] == "B" else x[0] for x in group]
-                    if pair:
-                        (_, _, k2), (sf, sb) = group[1], srcs
-                        key = ("F&B", k, received(s, sf), phase[1], k2, received(s, sb))
-                        step(s, (), sf, None)  # the pair waits for both inputs: the forward's,
-                        step(s, key, sb, group[0])  # then the backward's, and takes the pair's time
-                        step(s, (), None, group[1])  # the backward's output leaves with the forward's
-                    else:
-                        step(s, (phase[0], k, received(s, srcs[0])), srcs[0], group[0])
-                    pos[s] += len(group)
-                    moved = True
-            if not moved:
-                raise ValueError(f"schedule {schedule.name!r}: the stages' orders wait on each other")
+        self._steps = build(apart=False)
+        # a pair whose chunks only compute runs its forward, then its backward (the
+        # compiler's order, compilers/pipeline/overlap.py): the forward's output leaves first
+        self._steps_apart = build(apart=True) if any(pairs) else self._steps
         self.counts = [sorted(c.items()) for c in counts]
 
-    def run(self, durations: list[float], sends: list[float]) -> list[float]:
+    def run(self, durations: list[float], sends: list[float], apart: bool = False) -> list[float]:
         """Per stage, the end of its last pass, for ``durations`` (per :attr:`keys`; the
         empty key, a pair's wait for its first input, is 0) and ``sends`` (seconds per
-        :attr:`sends`), from an idle start."""
+        :attr:`sends`), from an idle start; ``apart``: the pairs' chunks only compute, so
+        each pair runs as its forward, then its backward."""
         clock = [0.0] * self.p
         lane = [0.0] * self.p
         ready = [0.0] * len(self._steps)
-        for i, (s, k, dep, send) in enumerate(self._steps):
+        for i, (s, k, dep, send) in enumerate(self._steps_apart if apart else self._steps):
             t = clock[s]
             if dep >= 0 and ready[dep] > t:
                 t = ready[dep]
