@@ -111,6 +111,8 @@ COMM_OF_LANE = {
     "recv": "pp",
     "comm": "dp",
     "gather": "dp",
+    "gather copy": "dp",  # FSDP2's all-gather copy-in stream (clustersim.compilers.pipeline.fsdp2)
+    "replicate": "dp",  # HSDP's all-reduce stream
     "push": "dp",
     "pull": "dp",
 }

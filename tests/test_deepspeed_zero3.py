@@ -72,9 +72,23 @@ def test_2021_coordinator_synchronises_and_prefetches_only_when_nothing_is_in_fl
 # -- a 2-layer GPT on one node --------------------------------------------------------------------
 
 
-def gpt(n=4, bw=1e9, seq=S, dp_options=None, memory=None, **z3):
-    cluster = synthetic(1, 1, dp=n, bandwidth=bw)["cluster"]  # one node of n A100s
+#: the analytical network and ring collectives the closed forms below assume
+RING = {
+    "network": "analytical",
+    "collective_model": "analytical",
+    "collectives": {"all_gather": "ring", "reduce_scatter": "ring", "all_reduce": "ring"},
+}
+
+
+def node(n: int, bw: float) -> dict:
+    """One node of n A100s, links of ``bw`` bytes/s and α = ALPHA, no interference."""
+    cluster = synthetic(1, 1, dp=n, bandwidth=bw)["cluster"]
     cluster.update(collective_alpha={"intra_node": ALPHA, "inter_node": ALPHA}, comm_compute_slowdown=1.0)
+    return cluster
+
+
+def gpt(n=4, bw=1e9, seq=S, dp_options=None, memory=None, **z3):
+    cluster = node(n, bw)
     if memory is not None:  # an A100 of less memory
         a100 = {"peak_flops": 312e12, "hbm_bandwidth": 2.039e12, "like": "A100-SXM4-80GB"}
         cluster["gpu"] = {"name": "A100-small", "memory": memory, **a100}
@@ -91,11 +105,7 @@ def gpt(n=4, bw=1e9, seq=S, dp_options=None, memory=None, **z3):
             "recompute": "full",
         },
         "parallel": {"dp": n, "zero": 3, "data_parallel": {"deepspeed_zero3": z3, **(dp_options or {})}},
-        "simulation": {
-            "network": "analytical",
-            "collective_model": "analytical",
-            "collectives": {"all_gather": "ring", "reduce_scatter": "ring", "all_reduce": "ring"},
-        },
+        "simulation": RING,
     }
     return cs.simulate(raw, progress=False)
 

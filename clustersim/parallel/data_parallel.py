@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import ProgramError
+from ..errors import ProgramError, ScenarioError
 from ..workload.memory_model import DTYPE_BYTES
 from .zero3 import Zero3Limits
 
@@ -34,6 +34,11 @@ class DataParallel:
     reshard_after_forward: bool = True
     prefetch: int = 1
     shard_group: int | None = None
+    #: FSDP2's runtime (:mod:`clustersim.compilers.pipeline.fsdp2`) in place of idealised units
+    fsdp2: bool = False
+    #: bytes per element of the parameter all-gathers and of the gradient reductions
+    gather_bytes: int = 2
+    reduce_bytes: int = 4
     parameters: int = 1
     every_micro_batch: bool = False
     #: ZeRO-3 through DeepSpeed's parameter coordinator (:mod:`.zero3`); None: FSDP units
@@ -61,10 +66,28 @@ class DataParallel:
             reshard_after_forward=spec.reshard_after_forward,
             prefetch=spec.prefetch,
             shard_group=spec.shard_group_size,
+            fsdp2=_fsdp2(spec) and parallel.zero == 3,
+            gather_bytes=DTYPE_BYTES[spec.param_gather_dtype],
+            reduce_bytes=DTYPE_BYTES[spec.grad_reduce_dtype],
             parameters=spec.parameters_per_layer,
             every_micro_batch=spec.reduce_every_micro_batch and parallel.zero != 3,
             zero3=_zero3(spec, memory) if parallel.zero == 3 else None,
         )
+
+
+def _fsdp2(spec) -> bool:
+    """Whether ``spec`` runs FSDP2's runtime; refuses what it does not run with."""
+    if not spec.fsdp2:
+        return False
+    if spec.deepspeed_zero3 is not None:
+        raise ScenarioError(
+            "parallel.data_parallel.fsdp2",
+            True,
+            "FSDP2 or DeepSpeed's coordinator, not both; accepted: false",
+        )
+    if spec.param_gather_dtype == "fp8":
+        raise ScenarioError("parallel.data_parallel.param_gather_dtype", "fp8", "with fsdp2: bf16 or fp32")
+    return True
 
 
 def _zero3(spec, memory: float) -> Zero3Limits | None:

@@ -34,7 +34,8 @@ other profile runs today's NCCL, whose ring across hosts pays its α's in full
   biases and norms stay resident under ``stage3_param_persistence_threshold`` (1e5)
   (deepspeed/runtime/zero/partitioned_param_coordinator.py); the attention kernel is not
   implied;
-* ``fsdp2``: ``parallel.zero: 3`` (``fully_shard``), ``reshard_after_forward``, prefetch
+* ``fsdp2``: ``parallel.zero: 3`` (``fully_shard``) run as FSDP2 runs it (``fsdp2``:
+  :mod:`clustersim.compilers.pipeline.fsdp2`), ``reshard_after_forward``, prefetch
   1, fp32 gradient reduction (the ``MixedPrecisionPolicy`` reduce dtype torchtitan sets);
   with ``zero: 0`` stated it is PyTorch DDP: overlapped buckets of 25 MiB, the first 1 MiB;
   flash attention through SDPA, which torchtitan runs cuDNN-first (``attention_kernel: cudnn``).
@@ -84,7 +85,7 @@ def _data_parallel(framework: str, zero: int, precision: object, transformer: bo
         }
     if zero == 0:  # fsdp2's stack without sharding: PyTorch DDP
         return {"overlap_grad_reduce": True, "bucket_size": "25 MiB", "first_bucket_size": "1 MiB"}
-    return {"reshard_after_forward": True, "prefetch": 1, "grad_reduce_dtype": "fp32"}
+    return {"reshard_after_forward": True, "prefetch": 1, "grad_reduce_dtype": "fp32", "fsdp2": True}
 
 
 def apply_framework(raw: dict[str, Any]) -> dict[str, Any]:

@@ -220,6 +220,10 @@ class DataParallelSpec(_Spec):
     reshard_after_forward: bool = True
     prefetch: Annotated[int, Range(0, 1_000)] = 1
     shard_group_size: Annotated[int | None, Range(1, 100_000)] = None
+    #: ZeRO-3 as PyTorch FSDP2's ``fully_shard`` runs it, torchtitan's wrapping (the ``fsdp2``
+    #: profile fills it): the copy-in/copy-out kernels, its streams' waits, the last unit kept
+    #: after forward (clustersim.compilers.pipeline.fsdp2); false: idealised FSDP units
+    fsdp2: bool = False
     parameters_per_layer: Annotated[int, Range(1, 10_000)] = 1
     reduce_every_micro_batch: bool = False
     #: ZeRO-3 (``parallel.zero: 3``) through DeepSpeed's parameter coordinator instead of

@@ -458,11 +458,12 @@ def _per_layer(sc, st, cm, fixed: FixedCosts, cost, ends, runs: list[_LayerKind]
         modules = [run.modules for run in runs]
         modules[0] = submodules(pre, cfg, st.tp, cm) + modules[0] if pre else modules[0]
         modules[-1] = modules[-1] + submodules(post, cfg, st.tp, cm) if post else modules[-1]
-        # a copy kernel's launch and HBM bytes/s: 2021's list-form collectives copy per rank
-        copy = (fixed.launch_s, cm.gpu.hbm_bandwidth * cm.eff.memory)
-        cost = replace(cost, layer_modules=tuple(modules), zero3_copy=copy)
+        cost = replace(cost, layer_modules=tuple(modules))
+    # a copy kernel's launch and HBM bytes/s: 2021's list-form collectives and FSDP2's copy-in/out
+    copy = (fixed.launch_s, cm.gpu.hbm_bandwidth * cm.eff.memory)
     return replace(
         cost,
+        zero3_copy=copy,
         layers=n,
         layer_passes=passes,
         layer_grads=tuple(int(q * grad) for q in params),

@@ -112,7 +112,7 @@ class StageCost:
     #: per layer, the submodules DeepSpeed ZeRO-3 fetches for (:mod:`.zero3_modules`; a real
     #: model's embedding's first, its output layer's last); empty unless it runs
     layer_modules: tuple = ()
-    #: with ``layer_modules``: (seconds per copy kernel's launch, HBM bytes/s) of its copies
+    #: with per-layer DP bytes: (seconds per copy kernel's launch, HBM bytes/s) of the ZeRO-3 and FSDP2 copies
     zero3_copy: tuple[float, float] = (0.0, float("inf"))
 
     def segments(self, phase: str, split_backward: bool = False) -> tuple[Segment, ...]:

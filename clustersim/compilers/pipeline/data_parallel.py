@@ -30,6 +30,8 @@ once it holds ``bucket_size`` bytes. Per optimizer step, on the stage's GPU:
   follows. The optimizer waits for the last of them; the next all-gathers wait for it.
 * **DeepSpeed ZeRO-3** (``zero: 3`` with ``deepspeed_zero3``): the passes and their traffic
   are :class:`.zero3.Zero3Sync`'s — DeepSpeed's coordinator per submodule, not FSDP units.
+* **FSDP2** (``zero: 3`` with ``fsdp2``): :class:`.fsdp2.Fsdp2Sync`'s — FSDP2's copy-in and
+  copy-out kernels and the waits its streams set, in place of the idealised units above.
 * **experts** (``parallel.ep``): the expert-parallel experts' gradients and parameters
   fill their own buckets (Megatron-Core's separate expert-parallel param-and-grad buffers)
   reduced, and all-gathered, over the expert-data-parallel group, after the chunk's
@@ -43,13 +45,14 @@ collectives with one arrival and its TP twins' groups as shadows; HSDP does not 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ...errors import ProgramError
 from ...parallel.data_parallel import DataParallel, buckets, fill_buckets, hsdp_groups, parameter_pieces
 from ...program import COLLECTIVE, Op, Program
 from ...schedules.orders import stage_chunks
 from .context import CompileContext
+from .fsdp2 import Fsdp2Sync
 from .passes import PassWork
 from .zero3 import Zero3Sync
 
@@ -85,6 +88,7 @@ class StageSync:
     opt: Op | None = None
     reduced: Op | None = None  # the last FSDP gradient collective
     zero3: Zero3Sync | None = None  # DeepSpeed's coordinator in place of FSDP units (.zero3)
+    fsdp2: Fsdp2Sync | None = None  # FSDP2's runtime in place of idealised units (.fsdp2)
 
     @classmethod
     def of(cls, ctx: CompileContext, order, s: int, r: int, t: int, name_of) -> StageSync:
@@ -99,6 +103,8 @@ class StageSync:
         sync.split = {(j, k) for ph, j, k in order if ph == "W"}
         if dp.zero3 is not None:
             sync.zero3 = Zero3Sync.of(sync, costs[chunks[0]])
+        if dp.fsdp2:
+            sync.fsdp2 = Fsdp2Sync.of(sync, costs[chunks[0]])
         seen: dict[int, tuple] = {}
         sync.plan_units = [[]]
         for ph, j, k in order:
@@ -109,7 +115,7 @@ class StageSync:
                 continue
             if ph == sync.grad_phase(j, k):
                 seen[k] = (ph, j, k)
-            if dp.fsdp and dp.zero3 is None and sync._gathers(ph):
+            if dp.fsdp and dp.zero3 is None and not dp.fsdp2 and sync._gathers(ph):
                 for unit in sync.units(costs[k].layers, ph):
                     key = (ph, j, k, min(unit))
                     sync.where[key] = (len(sync.plan_units) - 1, len(sync.plan_units[-1]))
@@ -149,21 +155,16 @@ class StageSync:
         bound), after op ``after``; return its (first, last) op."""
         if self.zero3 is not None:
             return self.zero3.emit(run, work, j, it, name=name, after=after)
-        ph, cost, alloc, free, stash = work.phase, work.cost, work.alloc, work.free, work.stash
+        if self.fsdp2 is not None:
+            return self.fsdp2.emit(run, work, j, k, it, name=name, after=after)
+        ph, cost = work.phase, work.cost
         pieces = cost.layer_segments(ph, work.split)
         units = self.units(len(pieces), ph)
         gathered = self.gathers.pop(k, {}) if ph == "F" else {}
         first, last = None, after
         for i, unit in enumerate(units):
-            segs = tuple(seg for layer in unit for seg in pieces[layer])
-            # the framework's per-pass work and the received tensor's gather run once, before the first unit
-            head = {"pass_overhead": cost.pass_overhead, "recv_gather": cost.recv_gather} if i == 0 else {}
-            piece = replace(
-                cost, passes={ph: segs, "Bi": segs}, **({"pass_overhead": 0.0, "recv_gather": 0} | head)
-            )
-            a, f = (alloc if i == 0 else 0), (free if i == len(units) - 1 else 0)
+            part = work.part(tuple(seg for layer in unit for seg in pieces[layer]), i, len(units))
             gather = self._gather(ph, j, k, unit) if self.dp.fsdp else None
-            part = replace(work, cost=piece, alloc=a, free=f, stash=stash if a or (f and not alloc) else 0)
             op0, last = run(part, name=f"{name} l{min(unit)}", after=last)
             waits = [gathered[layer].id for layer in unit if layer in gathered]
             if gather is not None:

@@ -10,7 +10,7 @@ its first and last op. The stage emitter (:mod:`.stages`) calls these for every 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 
 from ...parallel.plan import Plan
@@ -52,6 +52,19 @@ class PassWork:
     free: int | None = None
     stash: int = 0
     received: bool = False
+
+    def part(self, segs: tuple, i: int, count: int) -> PassWork:
+        """Piece i of ``count`` this pass is cut into (units, submodules), running ``segs``:
+        the framework's per-pass work and the received tensor's gather run with the first,
+        which allocates; the last frees."""
+        cost, ph = self.cost, self.phase
+        head = {"pass_overhead": cost.pass_overhead, "recv_gather": cost.recv_gather} if i == 0 else {}
+        piece = replace(
+            cost, passes={ph: segs, "Bi": segs}, **({"pass_overhead": 0.0, "recv_gather": 0} | head)
+        )
+        a, f = (self.alloc if i == 0 else 0), (self.free if i == count - 1 else 0)
+        stash = self.stash if a or (f and not self.alloc) else 0
+        return replace(self, cost=piece, alloc=a, free=f, stash=stash)
 
 
 def emit_pass(

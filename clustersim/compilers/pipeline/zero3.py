@@ -186,17 +186,14 @@ class Zero3Sync:
             parts += list(zip(here, split_segments(pieces[layer], weights)))
         first, last = None, after
         for n, (visit, segs) in enumerate(parts):
-            head = {"pass_overhead": cost.pass_overhead, "recv_gather": cost.recv_gather} if n == 0 else {}
-            piece = replace(
-                cost, passes={ph: segs, "Bi": segs}, **({"pass_overhead": 0.0, "recv_gather": 0} | head)
-            )
-            a = work.alloc if n == 0 else 0
-            f = work.free if n == len(parts) - 1 else 0
-            part = replace(
-                work, cost=piece, alloc=a, free=f, stash=work.stash if a or (f and not work.alloc) else 0
-            )
             op0, last = self._visit(
-                run, part, visit, f"{name} l{visit[1]} m{visit[2]}{visit[0]}", last, j, it
+                run,
+                work.part(segs, n, len(parts)),
+                visit,
+                f"{name} l{visit[1]} m{visit[2]}{visit[0]}",
+                last,
+                j,
+                it,
             )
             first = first or op0
         if ph != "F":

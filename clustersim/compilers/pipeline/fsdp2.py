@@ -1,0 +1,275 @@
+"""PyTorch FSDP2 (``fully_shard``) on one GPU: its unit all-gathers, copy kernels, streams and waits.
+
+With ``parallel.data_parallel.fsdp2`` (the ``fsdp2`` profile's ZeRO-3) an :class:`Fsdp2Sync`
+emits a stage's passes unit by unit (``fsdp_unit`` layers, torchtitan wraps each
+TransformerBlock) as FSDP2 runs them (torch/distributed/fsdp/_fully_shard/
+_fsdp_param_group.py, _fsdp_collectives.py; the host, which only enqueues, runs ahead):
+
+* **unshard** (``foreach_all_gather``): on the copy-in stream (lane ``gather copy``) the
+  copy-in — a foreach copy casting the fp32 shard to the parameter dtype, then
+  ``all_gather_copy_in`` into the output's slot: 2 kernels reading 4 + e and writing 2e
+  bytes per shard element (e: ``param_gather_dtype``'s bytes) — then on the all-gather
+  stream (lane ``gather``) the all-gather of the unit's padded elements
+  ``ceil(numel/n)·n`` (each rank's shard padded, ``_get_dim0_padded_size``), e bytes each.
+* **wait_for_unshard**: the copy-out (``split_with_sizes_copy``, one kernel reading and
+  writing the e bytes of every padded element) on the compute stream after the all-gather;
+  the unit's compute follows. Both unshard streams then wait for an event: in forward the
+  previous unit's copy-out (its all-gather output is freed only after this copy-out — the
+  note "Overlapping all-gather copy-in and all-gather"), in backward this unit's copy-out.
+  Later all-gathers wait for that event, which is what bounds how far they run ahead.
+* **prefetch**: in forward the next unit's all-gather is issued when its pre-forward runs,
+  which the host reaches right after this unit's wait (implicit prefetch: one unit);
+  ``prefetch`` p > 1 issues the next p (``set_modules_to_forward_prefetch``). In backward
+  ``_backward_prefetch`` issues the next unit's (reverse post-forward order) after this
+  unit's wait; p > 1: the next p (``set_modules_to_backward_prefetch``); p = 0 issues each
+  at its own pre-backward, with the same waits, so the same timing.
+* **reshard**: with ``reshard_after_forward`` a unit's unsharded parameters are freed after
+  its forward and all-gathered again before its backward — except the chunk's last unit
+  (torchtitan: ``reshard_after_forward = layer_id < len(layers) − 1``; the root's are never
+  resharded after forward), whose backward runs first and uses them where they are.
+* **reduce** (``foreach_reduce``): after a unit's backward the compute stream waits for the
+  previous reduce-scatter (``reduce_scatter_state``: its input buffer is then reused), runs
+  the copy-in (``chunk_cat``: reads the e-byte gradients, writes them in the reduce dtype r
+  — ``grad_reduce_dtype``, fp32 in torchtitan — padded), then the reduce-scatter stream
+  (lane ``comm``) reduce-scatters ``ceil(numel/n)·n·r`` bytes over the shard group
+  (ReduceOp.AVG: no division kernel). With HSDP (``shard_group_size``) the all-reduce
+  stream (lane ``replicate``) all-reduces the shard, ``ceil(numel/n)·r`` bytes, across the
+  replicas after it. The optimizer waits for the last of them; the next step's
+  all-gathers wait for the optimizer.
+* **memory**: a unit's all-gather output (padded, e bytes per element) is allocated at its
+  copy-in and freed after its copy-out (forward: after the next unit's copy-out, or at the
+  end of the forward, where the root flushes it); its unsharded parameters from its
+  copy-out until its reshard; the reduce-scatter input from its copy-in until the
+  reduce-scatter ends. Every copy kernel is priced at the GPU's launch plus its bytes over
+  the calibrated HBM bandwidth.
+
+Not emitted: the small post-reduce view/cast on the reduce-scatter stream, the lazy
+initialisation of the first step, and gradient accumulation without reduction
+(``set_requires_gradient_sync(False)``: FSDP2 reduces every micro-batch by default).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ...errors import ScenarioError
+from ...program import COMPUTE, Op
+from .passes import PassWork
+
+#: bytes per element of the sharded parameters the copy-in reads (fp32 master weights under
+#: torchtitan's MixedPrecisionPolicy)
+SHARD_BYTES = 4
+#: kernels the all-gather copy-in launches: the foreach cast copy and ``all_gather_copy_in``
+COPY_IN_KERNELS = 2
+
+
+def padded(numel: int, n: int) -> int:
+    """Elements a unit's all-gather or reduce-scatter over ``n`` GPUs moves: its shard padded
+    to ``ceil(numel / n)`` per rank."""
+    return math.ceil(numel / n) * n
+
+
+@dataclass(frozen=True)
+class UnitBytes:
+    """The bytes one FSDP2 unit moves over a shard group of ``n``: ``numel`` elements padded
+    to ``pad``, ``e`` bytes each gathered, ``r`` bytes each reduced."""
+
+    numel: int
+    n: int
+    e: int
+    r: int
+
+    @property
+    def pad(self) -> int:
+        return padded(self.numel, self.n)
+
+    @property
+    def gathered(self) -> int:
+        """The all-gather's bytes (its output buffer; the unsharded parameters)."""
+        return self.pad * self.e
+
+    @property
+    def reduced(self) -> int:
+        """The reduce-scatter's bytes (its input buffer)."""
+        return self.pad * self.r
+
+    @property
+    def shard(self) -> int:
+        """The HSDP all-reduce's bytes: one rank's reduced shard."""
+        return self.pad // self.n * self.r
+
+    def copy_in(self) -> int:
+        """HBM bytes of the all-gather copy-in: the fp32 shard read, cast, copied into place."""
+        return self.pad // self.n * (SHARD_BYTES + 3 * self.e)
+
+    def copy_out(self) -> int:
+        """HBM bytes of the copy-out: every gathered byte read and written."""
+        return 2 * self.gathered
+
+    def reduce_copy_in(self) -> int:
+        """HBM bytes of the reduce-scatter copy-in: e-byte gradients read, r-byte written."""
+        return self.pad * (self.e + self.r)
+
+
+@dataclass
+class Fsdp2Sync:
+    """The FSDP2 ops of one GPU (module doc), through ``sync`` (its
+    :class:`~.data_parallel.StageSync`: lanes, groups, the optimizer op)."""
+
+    sync: object
+    copy: tuple = (0.0, float("inf"))  # (launch s, HBM bytes/s) of a copy kernel
+    gate: Op | None = None  # the event the unshard streams wait for
+    state: tuple | None = None  # forward: (copy-out, all-gather bytes) whose output is kept
+    issued: dict = field(default_factory=dict)  # (j, k, first) → (all-gather op, UnitBytes)
+    held: dict = field(default_factory=dict)  # (j, k, first) → unsharded bytes kept to backward
+    rs_state: Op | None = None  # the last reduce-scatter (the compute stream waits for it)
+
+    @classmethod
+    def of(cls, sync, cost) -> Fsdp2Sync:
+        """The emitter of a GPU running chunk ``cost``; refuses what FSDP2 is not modelled for."""
+        if sync.dp.parameters != 1:
+            raise ScenarioError(
+                "parallel.data_parallel.parameters_per_layer",
+                sync.dp.parameters,
+                "FSDP2 all-gathers a unit's parameters in one collective; accepted: 1",
+            )
+        if sync.split:
+            raise ScenarioError(
+                "parallel.schedule", "a split backward", "FSDP2 reduces after each unit's whole backward"
+            )
+        return cls(sync, cost.zero3_copy)
+
+    # -- a pass ----------------------------------------------------------------------------
+
+    def emit(self, run, work: PassWork, j: int, k: int, it: int, *, name: str, after):
+        """Emit pass (``work.phase``, micro-batch j, chunk k) of iteration ``it`` unit by unit
+        through ``run`` (:meth:`.data_parallel.StageSync.emit`); return its (first, last) op."""
+        s, ph, cost = self.sync, work.phase, work.cost
+        pieces = cost.layer_segments(ph, work.split)
+        units = s.units(len(pieces), ph)
+        first, last = None, after
+        for i, unit in enumerate(units):
+            part = work.part(tuple(seg for layer in unit for seg in pieces[layer]), i, len(units))
+            key = (j, k, min(unit))
+            out = self._copy_out(ph, key, k, unit, it, name, last)
+            ahead = max(s.dp.prefetch, 1 if ph == "F" else 0)
+            for u in units[i + 1 : i + 1 + ahead]:  # the prefetch, after this unit's wait
+                self._unshard(ph, (j, k, min(u)), k, u, it, name)
+            op0, last = run(part, name=f"{name} l{min(unit)}", after=out or last)
+            if out is not None and out.id not in op0.deps:
+                op0.deps = op0.deps + (out.id,)
+            first = first or op0
+            last = self._post(ph, key, k, unit, it, name, last)
+        if ph == "F" and self.state is not None:  # the root flushes the kept all-gather output
+            last.mem_free += self.state[1]
+            self.state = None
+        return first, last
+
+    def _gathers(self, ph: str, k: int, unit) -> bool:
+        """Whether a unit all-gathers before its ``ph`` pass (module doc: reshard)."""
+        s = self.sync
+        return ph == "F" or (s.dp.reshard_after_forward and max(unit) < s.costs[k].layers - 1)
+
+    def _bytes(self, k: int, unit) -> UnitBytes:
+        s = self.sync
+        e = s.dp.gather_bytes
+        weights = sum(int(s.costs[k].layer_bytes("weights")[layer]) for layer in unit)
+        group, _ = s._groups()
+        return UnitBytes(round(weights / e), len(group), e, s.dp.reduce_bytes)
+
+    def _kernel(self, lane: str, what: str, launches: int, nbytes: int, deps, it: int) -> Op:
+        """A memory-bound copy of ``nbytes`` HBM bytes in ``launches`` kernels on ``lane``."""
+        s = self.sync
+        launch, bandwidth = self.copy
+        return s.prog.add(
+            s.dev,
+            lane,
+            COMPUTE,
+            what,
+            duration=launches * launch + nbytes / bandwidth,
+            deps=tuple(d.id for d in deps if d is not None),
+            stage=s.s,
+            iteration=it,
+        )
+
+    def _comm(self, lane, kind, group, nbytes, what, tag, deps, it) -> Op:
+        """One collective of this GPU's, ``tag`` naming its rendezvous within the iteration."""
+        s = self.sync
+        return s._collective(lane, kind, group, nbytes, f"fsdp2 {tag} it{it} s{s.s} t{s.t}", what, deps, it)
+
+    def _unshard(self, ph, key, k, unit, it, name) -> None:
+        """Issue a unit's copy-in and all-gather (once per pass), waiting for the gate."""
+        if key in self.issued or not self._gathers(ph, k, unit):
+            return
+        s = self.sync
+        ub = self._bytes(k, unit)
+        label = f"{name} l{min(unit)}"
+        wait = (self.gate, s.opt)
+        copy = self._kernel(
+            "gather copy", f"fsdp2 all-gather copy-in {label}", COPY_IN_KERNELS, ub.copy_in(), wait, it
+        )
+        copy.mem_alloc += ub.gathered
+        group, _ = s._groups()
+        deps = tuple(d.id for d in (copy, self.gate, s.opt) if d is not None)
+        what = f"fsdp2 all-gather {label}"
+        ag = self._comm("gather", "all_gather", group, ub.gathered, what, f"ag {label} g{group[0]}", deps, it)
+        self.issued[key] = (ag, ub)
+
+    def _copy_out(self, ph, key, k, unit, it, name, last) -> Op | None:
+        """The unit's wait_for_unshard: its copy-out on the compute stream (None when its
+        parameters are still unsharded), and the gate it sets."""
+        self._unshard(ph, key, k, unit, it, name)
+        got = self.issued.pop(key, None)
+        if got is None:
+            return None
+        ag, ub = got
+        out = self._kernel(
+            "compute", f"fsdp2 all-gather copy-out {name} l{min(unit)}", 1, ub.copy_out(), (last, ag), it
+        )
+        out.mem_alloc += ub.gathered  # the unsharded parameters
+        if ph == "F":
+            if self.state is not None:
+                self.gate, kept = self.state
+                out.mem_free += kept
+            self.state = (out, ub.gathered)
+        else:
+            self.gate = out
+            out.mem_free += ub.gathered  # the all-gather output, freed after the copy-out
+        return out
+
+    def _post(self, ph, key, k, unit, it, name, last) -> Op:
+        """After a unit's pass: its reshard, and after its backward the gradient reduction;
+        return the op the next compute follows."""
+        s = self.sync
+        ub = self._bytes(k, unit)
+        if ph == "F":
+            if self._gathers("B", k, unit):
+                last.mem_free += ub.gathered
+            else:
+                self.held[key] = ub.gathered
+            return last
+        last.mem_free += ub.gathered if self._gathers("B", k, unit) else self.held.pop(key, 0)
+        label = f"{name} l{min(unit)}"
+        copy = self._kernel(
+            "compute",
+            f"fsdp2 reduce-scatter copy-in {label}",
+            1,
+            ub.reduce_copy_in(),
+            (last, self.rs_state),
+            it,
+        )
+        copy.mem_alloc += ub.reduced
+        shard, across = s._groups()
+        what = f"fsdp2 reduce-scatter {label}"
+        rs = self._comm(
+            "comm", "reduce_scatter", shard, ub.reduced, what, f"rs {label} g{shard[0]}", (copy.id,), it
+        )
+        rs.mem_free += ub.reduced
+        self.rs_state = s.reduced = rs
+        if len(across) > 1:
+            tag = f"ar {label} x{shard.index(s.dev)}"
+            s.reduced = self._comm(
+                "replicate", "all_reduce", across, ub.shard, f"hsdp all-reduce {label}", tag, (rs.id,), it
+            )
+        return copy

@@ -1,0 +1,236 @@
+"""FSDP2 (parallel.data_parallel.fsdp2, the ``fsdp2`` profile's ZeRO-3): on a 2-layer GPT on one
+node, the exact all-gathers, reduce-scatters, HSDP all-reduces and copy kernels, and the
+iteration's closed form on an idle fabric (analytical ring, float precision) from FSDP2's
+stream waits (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py)."""
+
+import pytest
+
+import clustersim as cs
+from clustersim.errors import ScenarioError
+from clustersim.simulate import compile_scenario
+from clustersim.workload.cost_model import CostModel
+from tests.conftest import synthetic
+from tests.test_deepspeed_zero3 import RING, H, S, V, node, pad, ring
+
+LONG = 2048  # a sequence long enough that compute hides the gathers
+LAYER = 12 * H * H + 13 * H  # a layer's parameters: QKV, projection, FC1, FC2 with biases, two norms
+
+
+#: each unit's parameters: torchtitan's blocks, the embedding (word, positions) with the first,
+#: the final norm with the last (the output layer is tied to the embedding)
+def units(seq: int = S) -> tuple[int, int]:
+    return (LAYER + V * H + seq * H, LAYER + 2 * H)
+
+
+UNITS = units()
+E, R = 2, 4  # bf16 parameters gathered, fp32 gradients reduced (torchtitan's MixedPrecisionPolicy)
+
+
+def raw(n=4, bw=1e9, seq=S, dp_options=None):
+    return {
+        "name": "fsdp2",
+        "cluster": node(n, bw),
+        "model": {"preset": "gpt-1.3b", "seq_len": seq, "layers": 2},
+        "training": {"global_batch": n, "micro_batch": 1, "precision": "bf16", "framework": "fsdp2"},
+        "parallel": {"dp": n, "data_parallel": dp_options or {}},
+        "simulation": RING,
+    }
+
+
+def run(*args, **kwargs):
+    return cs.simulate(raw(*args, **kwargs), progress=False)
+
+
+def copies():
+    """A copy kernel's launch and the HBM bytes/s memory-bound kernels reach (the calibration)."""
+    cm = CostModel.for_gpu("A100-SXM4-80GB")
+    return cm.eff.launch_s, cm.gpu.hbm_bandwidth * cm.eff.memory
+
+
+def kernels(u: int, n: int) -> dict[str, float]:
+    """The seconds of a unit's copy kernels (FSDP2's ``_fsdp_collectives.py``): the all-gather
+    copy-in (2 kernels: the fp32 shard cast to bf16, then copied into the output's slot),
+    the copy-out (``split_with_sizes_copy``: read and write every gathered byte), the
+    reduce-scatter copy-in (``chunk_cat``: bf16 gradients read, fp32 written)."""
+    launch, hbm = copies()
+    p = pad(u, n)
+    return {
+        "copy-in": 2 * launch + p // n * (4 + 3 * E) / hbm,
+        "copy-out": launch + 2 * E * p / hbm,
+        "rs copy-in": launch + p * (E + R) / hbm,
+    }
+
+
+def lane(res, name: str, prefix: str = ""):
+    sp = res.spans
+    out = sp[(sp["device"] == sp["device"].min()) & (sp["lane"] == name) & sp["name"].str.startswith(prefix)]
+    return out.sort_values("start_s")
+
+
+def unit_compute(res, pass_name: str, layer: int) -> float:
+    """Seconds of a unit's compute kernels (the pass's, not FSDP2's copies)."""
+    c = lane(res, "compute")
+    mine = c[c["name"].str.endswith(f"{pass_name} l{layer}") & ~c["name"].str.startswith("fsdp2")]
+    return float((mine["end_s"] - mine["start_s"]).sum())
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_gathers_and_reductions_per_unit_with_padded_sizes_counts_and_order(n):
+    bw = 1e9
+    res = run(n, bw)
+    ag, rs = lane(res, "gather"), lane(res, "comm", "fsdp2")
+    # forward: block 0 then 1; backward: block 1 kept after forward (torchtitan's last block),
+    # block 0 gathered again; each unit's padded elements in bf16
+    assert ag["name"].tolist() == [f"fsdp2 all-gather {p} l{x}" for p, x in (("F0", 0), ("F0", 1), ("B0", 0))]
+    gathered = [E * pad(u, n) for u in (UNITS[0], UNITS[1], UNITS[0])]
+    assert ag["bytes"].tolist() == gathered
+    assert (ag["end_s"] - ag["start_s"]).to_numpy() == pytest.approx(
+        [ring(n, b, bw) for b in gathered], rel=1e-12
+    )
+    # a reduce-scatter per unit after its backward, last block first, padded fp32
+    reduced = [R * pad(u, n) for u in UNITS[::-1]]
+    assert rs["name"].tolist() == ["fsdp2 reduce-scatter B0 l1", "fsdp2 reduce-scatter B0 l0"]
+    assert rs["bytes"].tolist() == reduced
+    assert (rs["end_s"] - rs["start_s"]).to_numpy() == pytest.approx(
+        [ring(n, b, bw) for b in reduced], rel=1e-12
+    )
+    # the copy kernels: copy-in on its own stream, copy-out and the reduce copy-in on the compute stream
+    k = [kernels(u, n) for u in UNITS]
+    cin, cout = lane(res, "gather copy"), lane(res, "compute", "fsdp2 all-gather copy-out")
+    rsin = lane(res, "compute", "fsdp2 reduce-scatter copy-in")
+    for spans, what, units in (
+        (cin, "copy-in", (0, 1, 0)),
+        (cout, "copy-out", (0, 1, 0)),
+        (rsin, "rs copy-in", (1, 0)),
+    ):
+        want = [k[u][what] for u in units]
+        assert (spans["end_s"] - spans["start_s"]).to_numpy() == pytest.approx(want, rel=1e-12)
+
+
+def iteration(res, n: int, bw: float, seq: int = S) -> float:
+    """The end of the last reduce-scatter by FSDP2's waits (module doc of
+    clustersim.compilers.pipeline.fsdp2), from the closed forms of each collective and copy
+    and the units' compute: forward all-gather x waits for copy-out x − 2 (the first two
+    for nothing), the backward's for the forward's last copy-out but one; a copy-out waits
+    for its all-gather; the compute stream waits for the previous reduce-scatter before a
+    reduce-scatter copy-in."""
+    k = [kernels(u, n) for u in units(seq)]
+    a = [ring(n, E * pad(u, n), bw) for u in units(seq)]
+    rs = [ring(n, R * pad(u, n), bw) for u in units(seq)]
+    f = [unit_compute(res, "F0", x) for x in (0, 1)]
+    b = [unit_compute(res, "B0", x) for x in (0, 1)]
+    ci_f0 = k[0]["copy-in"]
+    ci_f1 = ci_f0 + k[1]["copy-in"]
+    ag_f0 = ci_f0 + a[0]
+    ag_f1 = max(ag_f0, ci_f1) + a[1]
+    co_f0 = ag_f0 + k[0]["copy-out"]
+    f0 = co_f0 + f[0]
+    ci_b0 = max(ci_f1, co_f0) + k[0]["copy-in"]
+    ag_b0 = max(ag_f1, ci_b0) + a[0]
+    co_f1 = max(f0, ag_f1) + k[1]["copy-out"]
+    b1 = co_f1 + f[1] + b[1]
+    rsci1 = b1 + k[1]["rs copy-in"]
+    rs1 = rsci1 + rs[1]
+    co_b0 = max(rsci1, ag_b0) + k[0]["copy-out"]
+    rsci0 = max(co_b0 + b[0], rs1) + k[0]["rs copy-in"]
+    return max(rsci0, rs1) + rs[0]
+
+
+def test_iteration_on_a_slow_fabric_is_the_gather_chain_then_the_reductions():
+    n, bw = 4, 1e9
+    res = run(n, bw)
+    end = float(lane(res, "comm", "fsdp2")["end_s"].max())
+    assert end == pytest.approx(iteration(res, n, bw), rel=1e-9)
+    # slow: the three gathers run back to back, then the backward of block 0 and the reductions
+    a = [ring(n, E * pad(u, n), bw) for u in UNITS]
+    k = [kernels(u, n) for u in UNITS]
+    rs0 = ring(n, R * pad(UNITS[0], n), bw)
+    tail = k[0]["copy-out"] + unit_compute(res, "B0", 0) + k[0]["rs copy-in"] + rs0
+    assert end == pytest.approx(k[0]["copy-in"] + 2 * a[0] + a[1] + tail, rel=1e-9)
+    # the optimizer's work starts when the last reduce-scatter ends
+    assert float(lane(res, "compute", "grad norm")["start_s"].iloc[0]) == pytest.approx(end, rel=1e-12)
+
+
+def test_only_the_first_gather_and_the_copies_are_exposed_when_compute_is_longer():
+    n, bw = 4, 1e12
+    res = run(n, bw, seq=LONG)
+    end = float(lane(res, "comm", "fsdp2")["end_s"].max())
+    assert end == pytest.approx(iteration(res, n, bw, LONG), rel=1e-9)
+    k = [kernels(u, n) for u in units(LONG)]
+    busy = sum(unit_compute(res, p, x) for p in ("F0", "B0") for x in (0, 1))
+    on_compute = 2 * k[0]["copy-out"] + k[1]["copy-out"] + k[0]["rs copy-in"] + k[1]["rs copy-in"]
+    first = k[0]["copy-in"] + ring(n, E * pad(units(LONG)[0], n), bw)
+    want = first + on_compute + busy + ring(n, R * pad(units(LONG)[0], n), bw)
+    assert end == pytest.approx(want, rel=1e-9)
+
+
+def test_without_resharding_nothing_is_gathered_in_backward():
+    res = run(4, 1e9, dp_options={"reshard_after_forward": False})
+    assert lane(res, "gather")["name"].tolist() == ["fsdp2 all-gather F0 l0", "fsdp2 all-gather F0 l1"]
+
+
+def test_hsdp_shards_in_groups_and_all_reduces_each_shard_across_them():
+    n, g, bw = 4, 2, 1e9
+    sc = cs.load_scenario(raw(n, bw, dp_options={"shard_group_size": g}))
+    ops = [
+        op
+        for op in compile_scenario(sc, fold=False).ops
+        if op.name.startswith(("fsdp2 all-", "fsdp2 red", "hsdp"))
+    ]
+    for op in ops:
+        if op.name.startswith("hsdp all-reduce"):  # the replicas at the same place in each shard group
+            assert op.group == (op.device % g, op.device % g + g) and op.lane == "replicate"
+        elif op.name.startswith(("fsdp2 all-gather F", "fsdp2 all-gather B", "fsdp2 reduce-scatter B")):
+            assert op.group == tuple(range(op.device - op.device % g, op.device - op.device % g + g))
+    res = cs.simulate(sc, progress=False)
+    ar, rs = lane(res, "replicate"), lane(res, "comm", "fsdp2")
+    # after each reduce-scatter, the all-reduce of its fp32 shard over 2 replicas, on its own stream
+    shard = [R * pad(u, g) // g for u in UNITS[::-1]]
+    assert ar["bytes"].tolist() == shard
+    assert (ar["start_s"].to_numpy() >= rs["end_s"].to_numpy()).all()
+    assert (ar["end_s"] - ar["start_s"]).to_numpy() == pytest.approx(
+        [2 * ring(2, b, bw) for b in shard], rel=1e-12
+    )
+    assert lane(res, "gather")["bytes"].tolist() == [E * pad(u, g) for u in (UNITS[0], UNITS[1], UNITS[0])]
+
+
+def test_the_fsdp2_profile_runs_fsdp2():
+    dp = cs.load_scenario(raw()).parallel.data_parallel
+    assert (dp.fsdp2, dp.reshard_after_forward, dp.prefetch, dp.grad_reduce_dtype) == (True, True, 1, "fp32")
+
+
+@pytest.mark.parametrize(
+    "options, field",
+    [
+        ({"deepspeed_zero3": {}}, "parallel.data_parallel.fsdp2"),
+        ({"parameters_per_layer": 2}, "parallel.data_parallel.parameters_per_layer"),
+    ],
+)
+def test_what_fsdp2_cannot_run_is_refused_naming_the_field(options, field):
+    with pytest.raises(ScenarioError, match=field.replace(".", r"\.")):
+        run(dp_options=options)
+
+
+def test_a_split_backward_is_refused_naming_the_schedule():
+    r = synthetic(2, 4, 1e-3, 2e-3, layers_per_stage=2, dp=2, params=1e7, schedule="zb_h1")
+    r["model"]["backward_weight"] = 1e-3
+    r["parallel"].update(zero=3, data_parallel={"fsdp2": True})
+    with pytest.raises(ScenarioError, match=r"parallel\.schedule"):
+        cs.simulate(r, progress=False)
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved"])
+def test_dag_evaluator_and_engine_agree(schedule):
+    def spans(evaluator):
+        r = synthetic(2, 4, 1e-3, 2e-3, layers_per_stage=4, dp=2, params=1e7, schedule=schedule, iterations=2)
+        r["parallel"].update(zero=3, data_parallel={"fsdp2": True})
+        if schedule == "interleaved":
+            r["parallel"]["virtual_stages"] = 2
+        r["simulation"].update(collective_model="analytical", evaluator=evaluator)
+        res = cs.simulate(r, progress=False)
+        return res.spans.sort_values(["device", "lane", "start_s", "name"]).reset_index(
+            drop=True
+        ), res.summary
+
+    (des, s1), (dag, s2) = spans("des"), spans("dag")
+    assert des.equals(dag) and s1["peak_memory_gib"] == s2["peak_memory_gib"]
