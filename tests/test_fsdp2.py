@@ -13,17 +13,15 @@ from tests.conftest import synthetic
 from tests.test_deepspeed_zero3 import RING, H, S, V, node, pad, ring
 
 LONG = 2048  # a sequence long enough that compute hides the gathers
-LAYER = 12 * H * H + 13 * H  # a layer's parameters: QKV, projection, FC1, FC2 with biases, two norms
-
-
-#: each unit's parameters: torchtitan's blocks, the embedding (word, positions) with the first,
-#: the final norm with the last (the output layer is tied to the embedding)
-def units(seq: int = S) -> tuple[int, int]:
-    return (LAYER + V * H + seq * H, LAYER + 2 * H)
-
-
-UNITS = units()
+LAYER = 12 * H * H + 13 * H  # a block's parameters: QKV, projection, FC1, FC2 with biases, two norms
+LONG = 2048  # a sequence long enough that compute hides the gathers
 E, R = 2, 4  # bf16 parameters gathered, fp32 gradients reduced (torchtitan's MixedPrecisionPolicy)
+
+
+def units(seq: int = S) -> dict[str, int]:
+    """Each unit's parameters: torchtitan wraps each block, and the root holds the rest — the
+    embedding (word, positions) and the final norm (the output layer is tied to the embedding)."""
+    return {"root": V * H + seq * H + 2 * H, "l0": LAYER, "l1": LAYER}
 
 
 def raw(n=4, bw=1e9, seq=S, dp_options=None):
@@ -76,97 +74,123 @@ def unit_compute(res, pass_name: str, layer: int) -> float:
 
 @pytest.mark.parametrize("n", [3, 4])
 def test_gathers_and_reductions_per_unit_with_padded_sizes_counts_and_order(n):
-    bw = 1e9
+    bw, u = 1e9, units()
     res = run(n, bw)
     ag, rs = lane(res, "gather"), lane(res, "comm", "fsdp2")
-    # forward: block 0 then 1; backward: block 1 kept after forward (torchtitan's last block),
-    # block 0 gathered again; each unit's padded elements in bf16
-    assert ag["name"].tolist() == [f"fsdp2 all-gather {p} l{x}" for p, x in (("F0", 0), ("F0", 1), ("B0", 0))]
-    gathered = [E * pad(u, n) for u in (UNITS[0], UNITS[1], UNITS[0])]
+    # forward: the root, then block 0, block 1; backward: block 1 kept after forward
+    # (torchtitan's last block) and the root never resharded; block 0 gathered again
+    order = (("F0", "root"), ("F0", "l0"), ("F0", "l1"), ("B0", "l0"))
+    assert ag["name"].tolist() == [f"fsdp2 all-gather {p} {x}" for p, x in order]
+    gathered = [E * pad(u[x], n) for _, x in order]
     assert ag["bytes"].tolist() == gathered
     assert (ag["end_s"] - ag["start_s"]).to_numpy() == pytest.approx(
         [ring(n, b, bw) for b in gathered], rel=1e-12
     )
-    # a reduce-scatter per unit after its backward, last block first, padded fp32
-    reduced = [R * pad(u, n) for u in UNITS[::-1]]
-    assert rs["name"].tolist() == ["fsdp2 reduce-scatter B0 l1", "fsdp2 reduce-scatter B0 l0"]
+    # a reduce-scatter per unit after its backward, last block first, the root's last; padded fp32
+    assert rs["name"].tolist() == [f"fsdp2 reduce-scatter B0 {x}" for x in ("l1", "l0", "root")]
+    reduced = [R * pad(u[x], n) for x in ("l1", "l0", "root")]
     assert rs["bytes"].tolist() == reduced
     assert (rs["end_s"] - rs["start_s"]).to_numpy() == pytest.approx(
         [ring(n, b, bw) for b in reduced], rel=1e-12
     )
     # the copy kernels: copy-in on its own stream, copy-out and the reduce copy-in on the compute stream
-    k = [kernels(u, n) for u in UNITS]
     cin, cout = lane(res, "gather copy"), lane(res, "compute", "fsdp2 all-gather copy-out")
     rsin = lane(res, "compute", "fsdp2 reduce-scatter copy-in")
-    for spans, what, units in (
-        (cin, "copy-in", (0, 1, 0)),
-        (cout, "copy-out", (0, 1, 0)),
-        (rsin, "rs copy-in", (1, 0)),
+    for spans, what, which in (
+        (cin, "copy-in", [x for _, x in order]),
+        (cout, "copy-out", [x for _, x in order]),
+        (rsin, "rs copy-in", ["l1", "l0", "root"]),
     ):
-        want = [k[u][what] for u in units]
+        want = [kernels(u[x], n)[what] for x in which]
         assert (spans["end_s"] - spans["start_s"]).to_numpy() == pytest.approx(want, rel=1e-12)
 
 
 def iteration(res, n: int, bw: float, seq: int = S) -> float:
     """The end of the last reduce-scatter by FSDP2's waits (module doc of
     clustersim.compilers.pipeline.fsdp2), from the closed forms of each collective and copy
-    and the units' compute: forward all-gather x waits for copy-out x − 2 (the first two
-    for nothing), the backward's for the forward's last copy-out but one; a copy-out waits
-    for its all-gather; the compute stream waits for the previous reduce-scatter before a
-    reduce-scatter copy-in."""
-    k = [kernels(u, n) for u in units(seq)]
-    a = [ring(n, E * pad(u, n), bw) for u in units(seq)]
-    rs = [ring(n, R * pad(u, n), bw) for u in units(seq)]
+    and the units' compute: a copy-in and its all-gather wait for the gate — in forward the
+    copy-out before the previous one (the root's and block 0's for none), the backward's
+    prefetch block 0's forward copy-out; a copy-out waits for its all-gather; the compute
+    stream waits for the previous reduce-scatter before a reduce-scatter copy-in."""
+    u = units(seq)
+    k = {x: kernels(v, n) for x, v in u.items()}
+    a = {x: ring(n, E * pad(v, n), bw) for x, v in u.items()}
+    rs = {x: ring(n, R * pad(v, n), bw) for x, v in u.items()}
     f = [unit_compute(res, "F0", x) for x in (0, 1)]
     b = [unit_compute(res, "B0", x) for x in (0, 1)]
-    ci_f0 = k[0]["copy-in"]
-    ci_f1 = ci_f0 + k[1]["copy-in"]
-    ag_f0 = ci_f0 + a[0]
-    ag_f1 = max(ag_f0, ci_f1) + a[1]
-    co_f0 = ag_f0 + k[0]["copy-out"]
-    f0 = co_f0 + f[0]
-    ci_b0 = max(ci_f1, co_f0) + k[0]["copy-in"]
-    ag_b0 = max(ag_f1, ci_b0) + a[0]
-    co_f1 = max(f0, ag_f1) + k[1]["copy-out"]
-    b1 = co_f1 + f[1] + b[1]
-    rsci1 = b1 + k[1]["rs copy-in"]
-    rs1 = rsci1 + rs[1]
-    co_b0 = max(rsci1, ag_b0) + k[0]["copy-out"]
-    rsci0 = max(co_b0 + b[0], rs1) + k[0]["rs copy-in"]
-    return max(rsci0, rs1) + rs[0]
+    ci_r = k["root"]["copy-in"]
+    ci_0 = ci_r + k["l0"]["copy-in"]
+    ag_r = ci_r + a["root"]
+    ag_0 = max(ag_r, ci_0) + a["l0"]
+    co_r = ag_r + k["root"]["copy-out"]
+    ci_1 = max(ci_0, co_r) + k["l1"]["copy-in"]
+    ag_1 = max(ag_0, ci_1) + a["l1"]
+    co_0 = max(co_r, ag_0) + k["l0"]["copy-out"]
+    ci_b0 = max(ci_1, co_0) + k["l0"]["copy-in"]
+    ag_b0 = max(ag_1, ci_b0) + a["l0"]
+    co_1 = max(co_0 + f[0], ag_1) + k["l1"]["copy-out"]
+    rsci_1 = co_1 + f[1] + b[1] + k["l1"]["rs copy-in"]
+    rs_1 = rsci_1 + rs["l1"]
+    co_b0 = max(rsci_1, ag_b0) + k["l0"]["copy-out"]
+    rsci_0 = max(co_b0 + b[0], rs_1) + k["l0"]["rs copy-in"]
+    rs_0 = max(rsci_0, rs_1) + rs["l0"]
+    rsci_r = max(rsci_0, rs_0) + k["root"]["rs copy-in"]
+    return max(rsci_r, rs_0) + rs["root"]
 
 
 def test_iteration_on_a_slow_fabric_is_the_gather_chain_then_the_reductions():
-    n, bw = 4, 1e9
+    n, bw, u = 4, 1e9, units()
     res = run(n, bw)
     end = float(lane(res, "comm", "fsdp2")["end_s"].max())
     assert end == pytest.approx(iteration(res, n, bw), rel=1e-9)
-    # slow: the three gathers run back to back, then the backward of block 0 and the reductions
-    a = [ring(n, E * pad(u, n), bw) for u in UNITS]
-    k = [kernels(u, n) for u in UNITS]
-    rs0 = ring(n, R * pad(UNITS[0], n), bw)
-    tail = k[0]["copy-out"] + unit_compute(res, "B0", 0) + k[0]["rs copy-in"] + rs0
-    assert end == pytest.approx(k[0]["copy-in"] + 2 * a[0] + a[1] + tail, rel=1e-9)
+    # slow: the forward's gathers back to back, block 1's compute, then the reduce-scatters
+    # in a chain (each copy-in waits for the previous one), block 0's hidden behind block 1's
+    k = {x: kernels(v, n) for x, v in u.items()}
+    a = sum(ring(n, E * pad(u[x], n), bw) for x in u)
+    block1 = k["l1"]["copy-out"] + unit_compute(res, "F0", 1) + unit_compute(res, "B0", 1)
+    chain = sum(k[x]["rs copy-in"] + ring(n, R * pad(u[x], n), bw) for x in ("l1", "l0", "root"))
+    assert end == pytest.approx(k["root"]["copy-in"] + a + block1 + chain, rel=1e-9)
     # the optimizer's work starts when the last reduce-scatter ends
     assert float(lane(res, "compute", "grad norm")["start_s"].iloc[0]) == pytest.approx(end, rel=1e-12)
 
 
 def test_only_the_first_gather_and_the_copies_are_exposed_when_compute_is_longer():
-    n, bw = 4, 1e12
+    n, bw, u = 4, 1e12, units(LONG)
     res = run(n, bw, seq=LONG)
     end = float(lane(res, "comm", "fsdp2")["end_s"].max())
     assert end == pytest.approx(iteration(res, n, bw, LONG), rel=1e-9)
-    k = [kernels(u, n) for u in units(LONG)]
+    k = {x: kernels(v, n) for x, v in u.items()}
     busy = sum(unit_compute(res, p, x) for p in ("F0", "B0") for x in (0, 1))
-    on_compute = 2 * k[0]["copy-out"] + k[1]["copy-out"] + k[0]["rs copy-in"] + k[1]["rs copy-in"]
-    first = k[0]["copy-in"] + ring(n, E * pad(units(LONG)[0], n), bw)
-    want = first + on_compute + busy + ring(n, R * pad(units(LONG)[0], n), bw)
-    assert end == pytest.approx(want, rel=1e-9)
+    copies_ = sum(k[x]["copy-out"] + k[x]["rs copy-in"] for x in u) + k["l0"]["copy-out"]
+    first = k["root"]["copy-in"] + ring(n, E * pad(u["root"], n), bw)
+    # the root's reduce copy-in waits for block 0's reduce-scatter, exposed with the root's own
+    tail = ring(n, R * pad(u["l0"], n), bw) + ring(n, R * pad(u["root"], n), bw)
+    assert end == pytest.approx(first + copies_ + busy + tail, rel=1e-9)
 
 
 def test_without_resharding_nothing_is_gathered_in_backward():
     res = run(4, 1e9, dp_options={"reshard_after_forward": False})
-    assert lane(res, "gather")["name"].tolist() == ["fsdp2 all-gather F0 l0", "fsdp2 all-gather F0 l1"]
+    assert lane(res, "gather")["name"].tolist() == [f"fsdp2 all-gather F0 {x}" for x in ("root", "l0", "l1")]
+
+
+@pytest.mark.parametrize(
+    "reshard, units_held",
+    [
+        # block 2's forward: its parameters, its all-gather output (kept until block 3's
+        # copy-out), block 3's output (prefetched), and block 2's again for the backward (the
+        # backward's prefetch waits for block 2's forward copy-out only)
+        (True, 4),
+        # block 3's copy-out: the four blocks' parameters (none resharded), block 2's
+        # all-gather output (freed when this copy-out ends) and block 3's
+        (False, 6),
+    ],
+)
+def test_the_memory_peak_counts_the_gathered_buffers_in_flight(reshard, units_held):
+    from tests.test_dp_overlap import run as synthetic_run
+
+    nbytes = 1e7  # a synthetic layer's gathered bytes; its 4 layers' weights are not sharded
+    res = synthetic_run({"fsdp2": True, "reshard_after_forward": reshard}, m=1, params=nbytes, zero=3)
+    assert res.summary["peak_memory_gib"] * 2**30 == pytest.approx((4 + units_held) * nbytes, rel=1e-12)
 
 
 def test_hsdp_shards_in_groups_and_all_reduces_each_shard_across_them():
@@ -185,13 +209,14 @@ def test_hsdp_shards_in_groups_and_all_reduces_each_shard_across_them():
     res = cs.simulate(sc, progress=False)
     ar, rs = lane(res, "replicate"), lane(res, "comm", "fsdp2")
     # after each reduce-scatter, the all-reduce of its fp32 shard over 2 replicas, on its own stream
-    shard = [R * pad(u, g) // g for u in UNITS[::-1]]
+    u = units()
+    shard = [R * pad(u[x], g) // g for x in ("l1", "l0", "root")]
     assert ar["bytes"].tolist() == shard
     assert (ar["start_s"].to_numpy() >= rs["end_s"].to_numpy()).all()
     assert (ar["end_s"] - ar["start_s"]).to_numpy() == pytest.approx(
         [2 * ring(2, b, bw) for b in shard], rel=1e-12
     )
-    assert lane(res, "gather")["bytes"].tolist() == [E * pad(u, g) for u in (UNITS[0], UNITS[1], UNITS[0])]
+    assert lane(res, "gather")["bytes"].tolist() == [E * pad(u[x], g) for x in ("root", "l0", "l1", "l0")]
 
 
 def test_the_fsdp2_profile_runs_fsdp2():
@@ -234,3 +259,10 @@ def test_dag_evaluator_and_engine_agree(schedule):
 
     (des, s1), (dag, s2) = spans("des"), spans("dag")
     assert des.equals(dag) and s1["peak_memory_gib"] == s2["peak_memory_gib"]
+
+
+@pytest.mark.parametrize("pp, reshard", [(1, True), (2, False)])
+def test_the_profile_reshards_after_forward_as_torchtitan_does(pp, reshard):
+    r = raw(4)
+    r["parallel"].update(dp=4 // pp, pp=pp)
+    assert cs.load_scenario(r).parallel.data_parallel.reshard_after_forward is reshard

@@ -35,8 +35,9 @@ other profile runs today's NCCL, whose ring across hosts pays its α's in full
   (deepspeed/runtime/zero/partitioned_param_coordinator.py); the attention kernel is not
   implied;
 * ``fsdp2``: ``parallel.zero: 3`` (``fully_shard``) run as FSDP2 runs it (``fsdp2``:
-  :mod:`clustersim.compilers.pipeline.fsdp2`), ``reshard_after_forward``, prefetch
-  1, fp32 gradient reduction (the ``MixedPrecisionPolicy`` reduce dtype torchtitan sets);
+  :mod:`clustersim.compilers.pipeline.fsdp2`), ``reshard_after_forward`` unless ``pp`` > 1
+  (torchtitan's default policy), prefetch 1, fp32 gradient reduction (the
+  ``MixedPrecisionPolicy`` reduce dtype torchtitan sets);
   with ``zero: 0`` stated it is PyTorch DDP: overlapped buckets of 25 MiB, the first 1 MiB;
   flash attention through SDPA, which torchtitan runs cuDNN-first (``attention_kernel: cudnn``).
 
@@ -63,10 +64,12 @@ FRAMEWORKS = ("megatron_2021", "megatron_core", "deepspeed", "fsdp2")
 DEEPSPEED_BUCKET_BYTES = int(5e8) * 2
 
 
-def _data_parallel(framework: str, zero: int, precision: object, transformer: bool) -> dict[str, Any]:
+def _data_parallel(
+    framework: str, zero: int, precision: object, transformer: bool, pp: object
+) -> dict[str, Any]:
     """The profile's ``parallel.data_parallel`` defaults under ZeRO stage ``zero`` and
     ``training.precision`` ``precision`` (``transformer``: the model has the submodules
-    DeepSpeed's ZeRO-3 coordinator fetches for)."""
+    DeepSpeed's ZeRO-3 coordinator fetches for; ``pp``: the pipeline degree)."""
     if framework == "megatron_core":
         fp8 = {"param_gather_dtype": "fp8"} if precision == "fp8" else {}
         return {
@@ -85,7 +88,10 @@ def _data_parallel(framework: str, zero: int, precision: object, transformer: bo
         }
     if zero == 0:  # fsdp2's stack without sharding: PyTorch DDP
         return {"overlap_grad_reduce": True, "bucket_size": "25 MiB", "first_bucket_size": "1 MiB"}
-    return {"reshard_after_forward": True, "prefetch": 1, "grad_reduce_dtype": "fp32", "fsdp2": True}
+    # torchtitan's "default" reshard policy: not under pipeline parallelism (per-micro-batch
+    # all-gathers), else every block but the last (torchtitan/models/llama3/infra/parallelize.py)
+    reshard = pp in (1, None)
+    return {"reshard_after_forward": reshard, "prefetch": 1, "grad_reduce_dtype": "fp32", "fsdp2": True}
 
 
 def apply_framework(raw: dict[str, Any]) -> dict[str, Any]:
@@ -107,7 +113,8 @@ def apply_framework(raw: dict[str, Any]) -> dict[str, Any]:
     if isinstance(stated, dict) and isinstance(zero, int):
         precision = training.get("precision")
         transformer = _model_kind(raw.get("model")) == "literal['transformer']"
-        parallel["data_parallel"] = {**_data_parallel(framework, zero, precision, transformer), **stated}
+        filled = _data_parallel(framework, zero, precision, transformer, parallel.get("pp"))
+        parallel["data_parallel"] = {**filled, **stated}
     if framework == "megatron_core" and _sequence_parallel(raw):
         parallel.setdefault("tp_comm_overlap", True)
     if framework == "megatron_core":

@@ -434,10 +434,12 @@ def _per_layer(sc, st, cm, fixed: FixedCosts, cost, ends, runs: list[_LayerKind]
             to_segments(launch_items(items, fixed.launch_s), st.granularity) for items in layers
         )
     params = [float(run.params) for run in runs]
-    params[0] += sum(op.params for op in pre if hasattr(op, "params"))
-    params[-1] += sum(op.params for op in post if hasattr(op, "params"))
+    ends = [sum(op.params for op in ops if hasattr(op, "params")) for ops in (pre, post)]
+    params[0] += ends[0]
+    params[-1] += ends[1]
     expert = [run.expert for run in runs]  # expert-parallel experts: reduced over expert-DP
-    expert[-1] += sum(op.params for op in post if isinstance(op, ExpertRanks))
+    expert_post = sum(op.params for op in post if isinstance(op, ExpertRanks))  # the MTP layers'
+    expert[-1] += expert_post
     spec = sc.parallel.data_parallel
     grad, weight = DTYPE_BYTES[spec.grad_reduce_dtype], DTYPE_BYTES[spec.param_gather_dtype]
     # FP8 parameters: only the FP8 linears' weights gather in FP8, the rest in BF16
@@ -464,6 +466,7 @@ def _per_layer(sc, st, cm, fixed: FixedCosts, cost, ends, runs: list[_LayerKind]
     return replace(
         cost,
         zero3_copy=copy,
+        root_weights=(int(ends[0] * other), int((ends[1] - expert_post) * other)),
         layers=n,
         layer_passes=passes,
         layer_grads=tuple(int(q * grad) for q in params),

@@ -103,6 +103,9 @@ class StageCost:
     #: and ``layer_weights`` then count the rest): reduced over the expert-data-parallel group
     layer_expert_grads: tuple[int, ...] = ()
     layer_expert_weights: tuple[int, ...] = ()
+    #: of ``layer_weights``' first and last layer, the bytes of the ops before the first layer
+    #: (the embedding) and after the last (final norm, output layer): FSDP2's root unit
+    root_weights: tuple[int, int] = (0, 0)
     pass_overhead: float = 0.0
     unscale: float = 0.0
     grad_norm: float = 0.0

@@ -62,6 +62,13 @@ from .passes import PassWork
 SHARD_BYTES = 4
 #: kernels the all-gather copy-in launches: the foreach cast copy and ``all_gather_copy_in``
 COPY_IN_KERNELS = 2
+#: the root unit: the parameters outside the blocks (embedding, final norm, output layer)
+ROOT = "root"
+
+
+def label(unit) -> str:
+    """A unit's name within its pass: ``root`` or ``l<first layer>``."""
+    return ROOT if unit == ROOT else f"l{min(unit)}"
 
 
 def padded(numel: int, n: int) -> int:
@@ -145,37 +152,62 @@ class Fsdp2Sync:
     def emit(self, run, work: PassWork, j: int, k: int, it: int, *, name: str, after):
         """Emit pass (``work.phase``, micro-batch j, chunk k) of iteration ``it`` unit by unit
         through ``run`` (:meth:`.data_parallel.StageSync.emit`); return its (first, last) op."""
-        s, ph, cost = self.sync, work.phase, work.cost
-        pieces = cost.layer_segments(ph, work.split)
+        s, ph = self.sync, work.phase
+        pieces = work.cost.layer_segments(ph, work.split)
         units = s.units(len(pieces), ph)
+        ahead = max(s.dp.prefetch, 1 if ph == "F" else 0)
+        root = sum(s.costs[k].root_weights) > 0
         first, last = None, after
+        if root and ph == "F":  # the root's parameters (embedding, output layer) first
+            _, last = self._unit(run, ph, (j, k), ROOT, None, units[:ahead], it, name, last)
         for i, unit in enumerate(units):
             part = work.part(tuple(seg for layer in unit for seg in pieces[layer]), i, len(units))
-            key = (j, k, min(unit))
-            out = self._copy_out(ph, key, k, unit, it, name, last)
-            ahead = max(s.dp.prefetch, 1 if ph == "F" else 0)
-            for u in units[i + 1 : i + 1 + ahead]:  # the prefetch, after this unit's wait
-                self._unshard(ph, (j, k, min(u)), k, u, it, name)
-            op0, last = run(part, name=f"{name} l{min(unit)}", after=out or last)
-            if out is not None and out.id not in op0.deps:
-                op0.deps = op0.deps + (out.id,)
+            later = units[i + 1 : i + 1 + ahead]
+            op0, last = self._unit(run, ph, (j, k), unit, part, later, it, name, last)
             first = first or op0
-            last = self._post(ph, key, k, unit, it, name, last)
+        if root and ph != "F":  # the root's gradients: reduced by the final callback, last
+            _, last = self._unit(run, ph, (j, k), ROOT, None, [], it, name, last)
         if ph == "F" and self.state is not None:  # the root flushes the kept all-gather output
             last.mem_free += self.state[1]
             self.state = None
         return first, last
 
+    def _unit(self, run, ph, mb, unit, part, later, it, name, last):
+        """One unit of pass ``ph`` of micro-batch and chunk ``mb``: its wait (copy-out), the
+        prefetch of the units ``later``, its compute ``part`` (None: the root's, which runs
+        inside its first and last layers), its reshard and reduction; return (first op, last op)."""
+        key = (*mb, label(unit))
+        out = self._copy_out(ph, key, unit, it, name, last)
+        for u in later:  # the prefetch, after this unit's wait
+            self._unshard(ph, (*mb, label(u)), u, it, name)
+        op0, last = None, out or last
+        if part is not None:
+            op0, last = run(part, name=f"{name} {label(unit)}", after=last)
+            if out is not None and out.id not in op0.deps:
+                op0.deps = op0.deps + (out.id,)
+        return op0, self._post(ph, key, unit, it, name, last)
+
     def _gathers(self, ph: str, k: int, unit) -> bool:
         """Whether a unit all-gathers before its ``ph`` pass (module doc: reshard)."""
-        s = self.sync
-        return ph == "F" or (s.dp.reshard_after_forward and max(unit) < s.costs[k].layers - 1)
+        if ph == "F":
+            return True
+        return (
+            unit != ROOT and self.sync.dp.reshard_after_forward and max(unit) < self.sync.costs[k].layers - 1
+        )
 
     def _bytes(self, k: int, unit) -> UnitBytes:
+        """What ``unit`` of chunk k moves: its layers' parameters (the root's outside them)."""
         s = self.sync
-        e = s.dp.gather_bytes
-        weights = sum(int(s.costs[k].layer_bytes("weights")[layer]) for layer in unit)
+        cost = s.costs[k]
+        root = cost.root_weights
+        if unit == ROOT:
+            weights = sum(root)
+        else:
+            layers = cost.layer_bytes("weights")
+            weights = sum(int(layers[layer]) for layer in unit) - root[0] * (0 in unit)
+            weights -= root[1] * (cost.layers - 1 in unit)
         group, _ = s._groups()
+        e = s.dp.gather_bytes
         return UnitBytes(round(weights / e), len(group), e, s.dp.reduce_bytes)
 
     def _kernel(self, lane: str, what: str, launches: int, nbytes: int, deps, it: int) -> Op:
@@ -198,34 +230,35 @@ class Fsdp2Sync:
         s = self.sync
         return s._collective(lane, kind, group, nbytes, f"fsdp2 {tag} it{it} s{s.s} t{s.t}", what, deps, it)
 
-    def _unshard(self, ph, key, k, unit, it, name) -> None:
+    def _unshard(self, ph, key, unit, it, name) -> None:
         """Issue a unit's copy-in and all-gather (once per pass), waiting for the gate."""
+        k = key[1]
         if key in self.issued or not self._gathers(ph, k, unit):
             return
         s = self.sync
         ub = self._bytes(k, unit)
-        label = f"{name} l{min(unit)}"
+        lab = f"{name} {label(unit)}"
         wait = (self.gate, s.opt)
         copy = self._kernel(
-            "gather copy", f"fsdp2 all-gather copy-in {label}", COPY_IN_KERNELS, ub.copy_in(), wait, it
+            "gather copy", f"fsdp2 all-gather copy-in {lab}", COPY_IN_KERNELS, ub.copy_in(), wait, it
         )
         copy.mem_alloc += ub.gathered
         group, _ = s._groups()
         deps = tuple(d.id for d in (copy, self.gate, s.opt) if d is not None)
-        what = f"fsdp2 all-gather {label}"
-        ag = self._comm("gather", "all_gather", group, ub.gathered, what, f"ag {label} g{group[0]}", deps, it)
+        what = f"fsdp2 all-gather {lab}"
+        ag = self._comm("gather", "all_gather", group, ub.gathered, what, f"ag {lab} g{group[0]}", deps, it)
         self.issued[key] = (ag, ub)
 
-    def _copy_out(self, ph, key, k, unit, it, name, last) -> Op | None:
+    def _copy_out(self, ph, key, unit, it, name, last) -> Op | None:
         """The unit's wait_for_unshard: its copy-out on the compute stream (None when its
         parameters are still unsharded), and the gate it sets."""
-        self._unshard(ph, key, k, unit, it, name)
+        self._unshard(ph, key, unit, it, name)
         got = self.issued.pop(key, None)
         if got is None:
             return None
         ag, ub = got
         out = self._kernel(
-            "compute", f"fsdp2 all-gather copy-out {name} l{min(unit)}", 1, ub.copy_out(), (last, ag), it
+            "compute", f"fsdp2 all-gather copy-out {name} {label(unit)}", 1, ub.copy_out(), (last, ag), it
         )
         out.mem_alloc += ub.gathered  # the unsharded parameters
         if ph == "F":
@@ -238,10 +271,10 @@ class Fsdp2Sync:
             out.mem_free += ub.gathered  # the all-gather output, freed after the copy-out
         return out
 
-    def _post(self, ph, key, k, unit, it, name, last) -> Op:
+    def _post(self, ph, key, unit, it, name, last) -> Op:
         """After a unit's pass: its reshard, and after its backward the gradient reduction;
         return the op the next compute follows."""
-        s = self.sync
+        s, k = self.sync, key[1]
         ub = self._bytes(k, unit)
         if ph == "F":
             if self._gathers("B", k, unit):
@@ -250,10 +283,10 @@ class Fsdp2Sync:
                 self.held[key] = ub.gathered
             return last
         last.mem_free += ub.gathered if self._gathers("B", k, unit) else self.held.pop(key, 0)
-        label = f"{name} l{min(unit)}"
+        lab = f"{name} {label(unit)}"
         copy = self._kernel(
             "compute",
-            f"fsdp2 reduce-scatter copy-in {label}",
+            f"fsdp2 reduce-scatter copy-in {lab}",
             1,
             ub.reduce_copy_in(),
             (last, self.rs_state),
@@ -261,15 +294,15 @@ class Fsdp2Sync:
         )
         copy.mem_alloc += ub.reduced
         shard, across = s._groups()
-        what = f"fsdp2 reduce-scatter {label}"
+        what = f"fsdp2 reduce-scatter {lab}"
         rs = self._comm(
-            "comm", "reduce_scatter", shard, ub.reduced, what, f"rs {label} g{shard[0]}", (copy.id,), it
+            "comm", "reduce_scatter", shard, ub.reduced, what, f"rs {lab} g{shard[0]}", (copy.id,), it
         )
         rs.mem_free += ub.reduced
         self.rs_state = s.reduced = rs
         if len(across) > 1:
-            tag = f"ar {label} x{shard.index(s.dev)}"
+            tag = f"ar {lab} x{shard.index(s.dev)}"
             s.reduced = self._comm(
-                "replicate", "all_reduce", across, ub.shard, f"hsdp all-reduce {label}", tag, (rs.id,), it
+                "replicate", "all_reduce", across, ub.shard, f"hsdp all-reduce {lab}", tag, (rs.id,), it
             )
         return copy
