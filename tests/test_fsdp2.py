@@ -236,6 +236,15 @@ def test_what_fsdp2_cannot_run_is_refused_naming_the_field(options, field):
         run(dp_options=options)
 
 
+def test_fsdp2_without_full_sharding_is_refused_and_the_profile_fills_it_for_zero_3_only():
+    r = raw()
+    r["parallel"].update(zero=2, data_parallel={"fsdp2": True})
+    with pytest.raises(ScenarioError, match=r"parallel\.zero"):
+        cs.simulate(r, progress=False)
+    r["parallel"]["data_parallel"] = {}
+    assert cs.load_scenario(r).parallel.data_parallel.fsdp2 is False
+
+
 def test_a_split_backward_is_refused_naming_the_schedule():
     r = synthetic(2, 4, 1e-3, 2e-3, layers_per_stage=2, dp=2, params=1e7, schedule="zb_h1")
     r["model"]["backward_weight"] = 1e-3

@@ -66,7 +66,7 @@ class DataParallel:
             reshard_after_forward=spec.reshard_after_forward,
             prefetch=spec.prefetch,
             shard_group=spec.shard_group_size,
-            fsdp2=_fsdp2(spec) and parallel.zero == 3,
+            fsdp2=_fsdp2(spec, parallel.zero),
             gather_bytes=DTYPE_BYTES[spec.param_gather_dtype],
             reduce_bytes=DTYPE_BYTES[spec.grad_reduce_dtype],
             parameters=spec.parameters_per_layer,
@@ -75,10 +75,13 @@ class DataParallel:
         )
 
 
-def _fsdp2(spec) -> bool:
-    """Whether ``spec`` runs FSDP2's runtime; refuses what it does not run with."""
+def _fsdp2(spec, zero: int) -> bool:
+    """Whether ``spec`` runs FSDP2's runtime (under ZeRO stage ``zero``); refuses what it
+    does not run with."""
     if not spec.fsdp2:
         return False
+    if zero != 3:
+        raise ScenarioError("parallel.zero", zero, "parallel.data_parallel.fsdp2 shards fully: 3")
     if spec.deepspeed_zero3 is not None:
         raise ScenarioError(
             "parallel.data_parallel.fsdp2",

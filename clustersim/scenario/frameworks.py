@@ -91,7 +91,8 @@ def _data_parallel(
     # torchtitan's "default" reshard policy: not under pipeline parallelism (per-micro-batch
     # all-gathers), else every block but the last (torchtitan/models/llama3/infra/parallelize.py)
     reshard = pp in (1, None)
-    return {"reshard_after_forward": reshard, "prefetch": 1, "grad_reduce_dtype": "fp32", "fsdp2": True}
+    fsdp2 = {"fsdp2": True} if zero == 3 else {}
+    return {"reshard_after_forward": reshard, "prefetch": 1, "grad_reduce_dtype": "fp32", **fsdp2}
 
 
 def apply_framework(raw: dict[str, Any]) -> dict[str, Any]:
