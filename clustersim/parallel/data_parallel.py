@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ..errors import ProgramError, ScenarioError
 from ..workload.memory_model import DTYPE_BYTES
+from .megatron_fsdp import MegatronFsdp
 from .zero3 import Zero3Limits
 
 #: Megatron-Core's default bucket with overlap_grad_reduce: max(40M, 1M·dp) parameters
@@ -36,6 +37,8 @@ class DataParallel:
     shard_group: int | None = None
     #: FSDP2's runtime (:mod:`clustersim.compilers.pipeline.fsdp2`) in place of idealised units
     fsdp2: bool = False
+    #: Megatron-FSDP's prefetch budget and reduce queue (:mod:`.megatron_fsdp`) in place of ``prefetch``
+    megatron_fsdp: MegatronFsdp | None = None
     #: bytes per element of the parameter all-gathers and of the gradient reductions
     gather_bytes: int = 2
     reduce_bytes: int = 4
@@ -67,6 +70,7 @@ class DataParallel:
             prefetch=spec.prefetch,
             shard_group=spec.shard_group_size,
             fsdp2=_fsdp2(spec, parallel.zero),
+            megatron_fsdp=_megatron_fsdp(spec, parallel.zero),
             gather_bytes=DTYPE_BYTES[spec.param_gather_dtype],
             reduce_bytes=DTYPE_BYTES[spec.grad_reduce_dtype],
             parameters=spec.parameters_per_layer,
@@ -91,6 +95,20 @@ def _fsdp2(spec, zero: int) -> bool:
     if spec.param_gather_dtype == "fp8":
         raise ScenarioError("parallel.data_parallel.param_gather_dtype", "fp8", "with fsdp2: bf16 or fp32")
     return True
+
+
+def _megatron_fsdp(spec, zero: int) -> MegatronFsdp | None:
+    """Megatron-FSDP's settings of ``spec`` (None when unset); refuses what it does not run with."""
+    m = spec.megatron_fsdp
+    if m is None:
+        return None
+    if zero != 3 or spec.fsdp2 or spec.deepspeed_zero3 is not None:
+        raise ScenarioError(
+            "parallel.data_parallel.megatron_fsdp",
+            "set",
+            "with parallel.zero 3, without fsdp2 or deepspeed_zero3; accepted: null",
+        )
+    return MegatronFsdp(m.communication_unit_size, m.double_buffer)
 
 
 def _zero3(spec, memory: float) -> Zero3Limits | None:

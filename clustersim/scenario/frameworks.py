@@ -21,6 +21,9 @@ other profile runs today's NCCL, whose ring across hosts pays its α's in full
   and Transformer Engine's fused MoE permutation (``parallel.moe_permute_fusion``): the
   Megatron-Core MoE README's Quick Start (megatron/core/transformer/moe/README.md) trains
   every MoE model with ``--moe-permute-fusion`` (TransformerConfig's own default is off);
+  with ``parallel.zero: 3``, Megatron-FSDP (``megatron_fsdp`` with Megatron-LM's defaults:
+  no double buffer, the default communication unit size;
+  :mod:`clustersim.parallel.megatron_fsdp`);
 * ``deepspeed``: buckets of 5e8 elements (``reduce_bucket_size`` /
   ``allgather_bucket_size``), ``overlap_comm`` on for ZeRO-3 only (DeepSpeed's dynamic
   default), ZeRO-2 reducing its buckets after every micro-batch's backward (its gradient
@@ -77,6 +80,7 @@ def _data_parallel(
             "overlap_grad_reduce": True,
             "overlap_param_gather": True,
             **fp8,
+            **({"megatron_fsdp": {}} if zero == 3 else {}),
         }
     if framework == "deepspeed":
         return {

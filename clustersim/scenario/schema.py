@@ -183,6 +183,19 @@ class DeepSpeedZero3Spec(_Spec):
     param_persistence_threshold: Annotated[int, Range(0, 10**15)] = 100_000
 
 
+class MegatronFsdpSpec(_Spec):
+    """ZeRO-3 as Megatron-FSDP runs it (``--use-megatron-fsdp``, ``optim_grads_params``;
+    :mod:`clustersim.parallel.megatron_fsdp`): each unit's bucket all-gathered with the next
+    ones while fewer than ``communication_unit_size`` // 2 elements are taken, the compute
+    waiting for queued reduce-scatters beyond ``communication_unit_size`` elements.
+    ``communication_unit_size``: ``--suggested-communication-unit-size`` (unset: Megatron-FSDP's
+    max(1e9, 2 × the mean unit's elements)); ``double_buffer``: ``--fsdp-double-buffer``
+    (at most the next unit prefetched)."""
+
+    communication_unit_size: Annotated[int | None, Range(1, 10**15)] = None
+    double_buffer: bool = False
+
+
 class DataParallelSpec(_Spec):
     """How data-parallel gradients and parameters move, under the frameworks' names
     (:mod:`clustersim.compilers.pipeline.data_parallel`). Absent: one all-reduce per stage after its
@@ -224,6 +237,8 @@ class DataParallelSpec(_Spec):
     #: profile fills it): the copy-in/copy-out kernels, its streams' waits, the last unit kept
     #: after forward (clustersim.compilers.pipeline.fsdp2); false: idealised FSDP units
     fsdp2: bool = False
+    #: ZeRO-3 as Megatron-FSDP runs it (the ``megatron_core`` profile fills it)
+    megatron_fsdp: MegatronFsdpSpec | None = None
     parameters_per_layer: Annotated[int, Range(1, 10_000)] = 1
     reduce_every_micro_batch: bool = False
     #: ZeRO-3 (``parallel.zero: 3``) through DeepSpeed's parameter coordinator instead of

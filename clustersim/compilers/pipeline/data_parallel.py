@@ -30,6 +30,9 @@ once it holds ``bucket_size`` bytes. Per optimizer step, on the stage's GPU:
   follows. The optimizer waits for the last of them; the next all-gathers wait for it.
 * **DeepSpeed ZeRO-3** (``zero: 3`` with ``deepspeed_zero3``): the passes and their traffic
   are :class:`.zero3.Zero3Sync`'s — DeepSpeed's coordinator per submodule, not FSDP units.
+* **Megatron-FSDP** (``zero: 3`` with ``megatron_fsdp``): the FSDP units above, each
+  gather issued as far ahead as Megatron-FSDP's budget goes within its pass and the compute
+  waiting for queued reduce-scatters beyond its capacity (:mod:`.megatron_fsdp`).
 * **FSDP2** (``zero: 3`` with ``fsdp2``): :class:`.fsdp2.Fsdp2Sync`'s — FSDP2's copy-in and
   copy-out kernels and the waits its streams set, in place of the idealised units above.
 * **experts** (``parallel.ep``): the expert-parallel experts' gradients and parameters
@@ -53,6 +56,7 @@ from ...program import COLLECTIVE, Op, Program
 from ...schedules.orders import stage_chunks
 from .context import CompileContext
 from .fsdp2 import Fsdp2Sync
+from .megatron_fsdp import MegatronFsdpSync
 from .passes import PassWork
 from .zero3 import Zero3Sync
 
@@ -89,6 +93,8 @@ class StageSync:
     reduced: Op | None = None  # the last FSDP gradient collective
     zero3: Zero3Sync | None = None  # DeepSpeed's coordinator in place of FSDP units (.zero3)
     fsdp2: Fsdp2Sync | None = None  # FSDP2's runtime in place of idealised units (.fsdp2)
+    mfsdp: MegatronFsdpSync | None = None  # Megatron-FSDP's prefetch and reduce queue (.megatron_fsdp)
+    hold: Op | None = None  # a reduce-scatter the next compute waits for (Megatron-FSDP's queue)
 
     @classmethod
     def of(cls, ctx: CompileContext, order, s: int, r: int, t: int, name_of) -> StageSync:
@@ -122,7 +128,24 @@ class StageSync:
                     sync.plan_units[-1].append(key)
         sync.issued = [[] for _ in sync.plan_units]
         sync.ran = [[] for _ in sync.plan_units]
+        if dp.megatron_fsdp is not None:
+            layers = [n for k in chunks for n in sync._layers(k)]
+            sync.mfsdp = MegatronFsdpSync.of(dp.megatron_fsdp, sync.plan_units, sync._elements, layers)
         return sync
+
+    def _layers(self, k: int) -> list[int]:
+        """Elements of each layer of chunk k without the embedding's and output layer's."""
+        cost = self.costs[k]
+        weights = list(cost.layer_bytes("weights"))
+        weights[0] -= cost.root_weights[0]
+        weights[-1] -= cost.root_weights[1]
+        return [int(w) // self.dp.gather_bytes for w in weights]
+
+    def _elements(self, key) -> int:
+        """Elements a unit (phase, j, chunk, first layer) gathers."""
+        _, _, k, first = key
+        weights = self.costs[k].layer_bytes("weights")[first : first + self.dp.unit]
+        return sum(int(w) for w in weights) // self.dp.gather_bytes
 
     def units(self, layers: int, ph: str) -> list[list[int]]:
         """The layers of each unit of a pass over ``layers`` layers, in the order it runs
@@ -169,6 +192,9 @@ class StageSync:
             waits = [gathered[layer].id for layer in unit if layer in gathered]
             if gather is not None:
                 waits.append(gather.id)
+            if self.hold is not None:  # the compute stream waits for a queued reduce-scatter
+                waits.append(self.hold.id)
+                self.hold = None
             op0.deps = op0.deps + tuple(dict.fromkeys(waits))
             first = first or op0
             if self.dp.fsdp:
@@ -186,17 +212,24 @@ class StageSync:
         if not self._gathers(ph):
             return None
         step, i = self.where[(ph, j, k, min(unit))]
-        self._issue(step, i + self.dp.prefetch)
+        self._issue(step, self._reach(step, i))
         return self.issued[step][i]
 
+    def _reach(self, step: int, i: int) -> int:
+        """The last unit of the step whose all-gather unit i's hook issues: ``prefetch``
+        ahead, or as far as Megatron-FSDP's budget goes within the pass."""
+        return i + self.dp.prefetch if self.mfsdp is None else self.mfsdp.reach(step, i)
+
     def _issue(self, step: int, upto: int) -> None:
-        """Emit the step's all-gathers up to unit ``upto``: unit x's once unit x − 1 −
-        prefetch has run (at the step's start: once the last optimizer step is done). They
-        are emitted in the order they start, so the Program's order is the memory's."""
-        units, issued, ran, p = self.plan_units[step], self.issued[step], self.ran[step], self.dp.prefetch
+        """Emit the step's all-gathers up to unit ``upto``: unit x's once the unit before
+        the one whose hook issues it (x − prefetch) has run (at the step's start: once the
+        last optimizer step is done). They are emitted in the order they start, so the
+        Program's order is the memory's."""
+        units, issued, ran = self.plan_units[step], self.issued[step], self.ran[step]
         for x in range(len(issued), min(upto, len(units) - 1) + 1):
             ph, j, k, first = units[x]
-            deps = (ran[x - 1 - p],) if x > p else ((self.opt.id,) if self.opt is not None else ())
+            by = x - self.dp.prefetch if self.mfsdp is None else self.mfsdp.issuer(step, x)
+            deps = (ran[by - 1],) if by > 0 else ((self.opt.id,) if self.opt is not None else ())
             layers = range(first, min(first + self.dp.unit, self.costs[k].layers))
             pieces = parameter_pieces(self.costs[k].layer_bytes("weights"), layers, self.dp.parameters)
             group, _ = self._groups()
@@ -226,7 +259,8 @@ class StageSync:
         if gather is not None:
             step, i = self.where[(ph, j, k, min(unit))]
             self.ran[step].append(last.id)
-            self._issue(step, i + 1 + self.dp.prefetch)
+            if i + 1 < len(self.plan_units[step]):
+                self._issue(step, self._reach(step, i + 1))
             if ph == "F" and not self.dp.reshard_after_forward:
                 self.held[key] = self.unit_bytes[gather.id]
             else:
@@ -239,12 +273,16 @@ class StageSync:
         shard, across = self._groups()
         bucketed = fill_buckets(pieces, self.dp.bucket_size if self.dp.parameters > 1 else None)
         for b, nbytes in enumerate(bucketed):
+            if self.mfsdp is not None:
+                self.hold = self.mfsdp.wait(nbytes // self.dp.reduce_bytes) or self.hold
             part = f" b{b}" if len(bucketed) > 1 else ""
             tag = f"fsdp rs it{it} {name} l{min(unit)}{part} s{self.s} t{self.t}"
             what = f"fsdp reduce-scatter {name} l{min(unit)}{part}"
             self.reduced = self._collective(
                 "comm", "reduce_scatter", shard, nbytes, f"{tag} g{shard[0]}", what, (last.id,), it
             )
+            if self.mfsdp is not None:
+                self.mfsdp.queued(self.reduced, nbytes // self.dp.reduce_bytes)
             if len(across) > 1:
                 self.reduced = self._collective(
                     "comm",
@@ -299,6 +337,8 @@ class StageSync:
         """Emit the parameter all-gathers after the optimizer step ``opt``; return the op
         the next pass starts after."""
         self.opt, self.steps = opt, self.steps - 1
+        if self.mfsdp is not None:
+            self.mfsdp.reset()
         if not self.dp.sharded or self.dp.fsdp or (self.dp.overlap_param_gather and self.steps == 0):
             return opt
         last = opt
