@@ -341,6 +341,7 @@ def test_dag_evaluator_and_engine_agree_on_the_overlapped_lanes(opts, zero):
         ({"prefetch": 1, "reshard_after_forward": False}, 3),
         ({"prefetch": 2, "fsdp_unit": 2}, 3),
         ({"prefetch": 1, "parameters_per_layer": 3, "bucket_size": 1e7}, 3),
+        ({"megatron_fsdp": {"communication_unit_size": 10**7}}, 3),
         ({"reduce_every_micro_batch": True, "overlap_param_gather": True, "bucket_size": 1e7}, 2),
         ({"reduce_every_micro_batch": True, "overlap_grad_reduce": True, "bucket_size": 2e7}, 0),
     ],

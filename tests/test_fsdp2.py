@@ -275,3 +275,41 @@ def test_the_profile_reshards_after_forward_as_torchtitan_does(pp, reshard):
     r = raw(4)
     r["parallel"].update(dp=4 // pp, pp=pp)
     assert cs.load_scenario(r).parallel.data_parallel.reshard_after_forward is reshard
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved"])
+def test_every_schedule_gathers_and_reduces_each_byte_as_often_as_fsdp2_does(schedule):
+    # per GPU and step: a reduce-scatter of every gradient byte per micro-batch (the root's
+    # none: a synthetic model has none), an all-gather of every parameter byte per forward
+    # and per backward but the chunk's last unit's (kept from its forward)
+    p, m, layers = 2, 4, 4
+    r = synthetic(
+        p, m, 1e-3, 2e-3, layers_per_stage=layers, dp=2, params=1e7, schedule=schedule, iterations=2
+    )
+    r["parallel"].update(zero=3, data_parallel={"fsdp2": True})
+    chunks = 2 if schedule == "interleaved" else 1
+    if chunks == 2:
+        r["parallel"]["virtual_stages"] = 2
+    sp = cs.simulate(r, progress=False).spans
+    gpu = sp[(sp["kind"] == "collective") & (sp["device"] == sp["device"].iloc[0])]
+    steps = int((sp[(sp["device"] == sp["device"].iloc[0])]["phase"] == "O").sum())
+    layer = 1e7  # a synthetic layer's bytes, gathered and reduced
+    assert gpu[gpu["name"].str.startswith("fsdp2 reduce")]["bytes"].sum() == pytest.approx(
+        steps * m * layers * layer
+    )
+    per_pass = layers * layer
+    gathered = steps * m * (2 * per_pass - chunks * layer)
+    assert gpu[gpu["name"].str.startswith("fsdp2 all-gather")]["bytes"].sum() == pytest.approx(gathered)
+
+
+@pytest.mark.parametrize("fsdp2", [True, False])
+def test_folding_keeps_the_run(fsdp2):
+    def summary(fold):
+        r = synthetic(2, 4, 1e-3, 2e-3, layers_per_stage=4, dp=4, params=1e7, iterations=2, network="flow")
+        r["parallel"].update(zero=3, data_parallel={"fsdp2": True} if fsdp2 else {"megatron_fsdp": {}})
+        r["simulation"]["fold"] = fold
+        return cs.simulate(r, progress=False).summary
+
+    folded, full = summary(True), summary(False)
+    for key in ("iteration_time_s", "peak_memory_gib", "exposed_comm_fraction"):
+        assert folded[key] == pytest.approx(full[key], rel=1e-9)

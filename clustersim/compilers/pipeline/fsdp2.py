@@ -79,36 +79,34 @@ def padded(numel: int, n: int) -> int:
 
 @dataclass(frozen=True)
 class UnitBytes:
-    """The bytes one FSDP2 unit moves over a shard group of ``n``: ``numel`` elements padded
-    to ``pad``, ``e`` bytes each gathered, ``r`` bytes each reduced."""
+    """The bytes one FSDP2 unit moves over a shard group of ``n``: ``numel`` parameter
+    elements gathered, ``e`` bytes each, and ``grads`` gradient elements reduced, ``r`` bytes
+    each (the same count for a real model), each padded to a multiple of n."""
 
     numel: int
+    grads: int
     n: int
     e: int
     r: int
 
     @property
-    def pad(self) -> int:
-        return padded(self.numel, self.n)
-
-    @property
     def gathered(self) -> int:
         """The all-gather's bytes (its output buffer; the unsharded parameters)."""
-        return self.pad * self.e
+        return padded(self.numel, self.n) * self.e
 
     @property
     def reduced(self) -> int:
         """The reduce-scatter's bytes (its input buffer)."""
-        return self.pad * self.r
+        return padded(self.grads, self.n) * self.r
 
     @property
     def shard(self) -> int:
         """The HSDP all-reduce's bytes: one rank's reduced shard."""
-        return self.pad // self.n * self.r
+        return self.reduced // self.n
 
     def copy_in(self) -> int:
         """HBM bytes of the all-gather copy-in: the fp32 shard read, cast, copied into place."""
-        return self.pad // self.n * (SHARD_BYTES + 3 * self.e)
+        return padded(self.numel, self.n) // self.n * (SHARD_BYTES + 3 * self.e)
 
     def copy_out(self) -> int:
         """HBM bytes of the copy-out: every gathered byte read and written."""
@@ -116,7 +114,7 @@ class UnitBytes:
 
     def reduce_copy_in(self) -> int:
         """HBM bytes of the reduce-scatter copy-in: e-byte gradients read, r-byte written."""
-        return self.pad * (self.e + self.r)
+        return padded(self.grads, self.n) * (self.e + self.r)
 
 
 @dataclass
@@ -196,19 +194,20 @@ class Fsdp2Sync:
         )
 
     def _bytes(self, k: int, unit) -> UnitBytes:
-        """What ``unit`` of chunk k moves: its layers' parameters (the root's outside them)."""
+        """What ``unit`` of chunk k moves: its layers' parameters and gradients (the root's
+        outside them)."""
         s = self.sync
         cost = s.costs[k]
-        root = cost.root_weights
+        e, r = s.dp.gather_bytes, s.dp.reduce_bytes
+        root = sum(cost.root_weights) // e
         if unit == ROOT:
-            weights = sum(root)
+            numel = grads = root
         else:
-            layers = cost.layer_bytes("weights")
-            weights = sum(int(layers[layer]) for layer in unit) - root[0] * (0 in unit)
-            weights -= root[1] * (cost.layers - 1 in unit)
+            ends = cost.root_weights[0] * (0 in unit) + cost.root_weights[1] * (cost.layers - 1 in unit)
+            numel = (sum(int(cost.layer_bytes("weights")[layer]) for layer in unit) - ends) // e
+            grads = sum(int(cost.layer_bytes("grads")[layer]) for layer in unit) // r - ends // e
         group, _ = s._groups()
-        e = s.dp.gather_bytes
-        return UnitBytes(round(weights / e), len(group), e, s.dp.reduce_bytes)
+        return UnitBytes(numel, grads, len(group), e, r)
 
     def _kernel(self, lane: str, what: str, launches: int, nbytes: int, deps, it: int) -> Op:
         """A memory-bound copy of ``nbytes`` HBM bytes in ``launches`` kernels on ``lane``."""
