@@ -313,3 +313,40 @@ def test_folding_keeps_the_run(fsdp2):
     folded, full = summary(True), summary(False)
     for key in ("iteration_time_s", "peak_memory_gib", "exposed_comm_fraction"):
         assert folded[key] == pytest.approx(full[key], rel=1e-9)
+
+
+def test_an_integer_reshard_keeps_a_post_forward_shard_and_gathers_it_over_that_many():
+    # reshard_after_forward 2 on 4 GPUs: after block 0's forward a copy keeps this GPU's half
+    # of its parameters; block 0's backward gathers them from it over 2 GPUs (0 and 1)
+    n, g, bw, u = 4, 2, 1e9, units()
+    r = raw(n, bw, dp_options={"reshard_after_forward": g})
+    res = cs.simulate(r, progress=False)
+    launch, hbm = copies()
+    gathered = E * pad(u["l0"], n)
+    ag = lane(res, "gather")
+    back = ag[ag["name"] == "fsdp2 all-gather B0 l0"]
+    assert back["bytes"].tolist() == [gathered]
+    assert float(back["end_s"].iloc[0] - back["start_s"].iloc[0]) == pytest.approx(
+        ring(g, gathered, bw), rel=1e-12
+    )
+    post = lane(res, "compute", "fsdp2 post-forward shard")
+    assert post["name"].tolist() == ["fsdp2 post-forward shard F0 l0"]  # block 1 and the root stay whole
+    assert float(post["end_s"].iloc[0] - post["start_s"].iloc[0]) == pytest.approx(
+        launch + 2 * (gathered // g) / hbm, rel=1e-12
+    )
+    cin = lane(res, "gather copy", "fsdp2 all-gather copy-in B0")
+    assert float(cin["end_s"].iloc[0] - cin["start_s"].iloc[0]) == pytest.approx(
+        2 * launch + pad(u["l0"], n) // g * 4 * E / hbm, rel=1e-12
+    )
+    ops = compile_scenario(cs.load_scenario(r), fold=False).ops
+    (op,) = [op for op in ops if op.device == 2 and op.name == "fsdp2 all-gather B0 l0"]
+    assert op.group == (2, 3)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"reshard_after_forward": 3, "fsdp2": True}, {"reshard_after_forward": 2, "fsdp2": False}],
+)
+def test_an_integer_reshard_is_refused_unless_fsdp2_and_a_divisor(options):
+    with pytest.raises(ScenarioError, match=r"parallel\.data_parallel\.reshard_after_forward"):
+        run(4, dp_options=options)

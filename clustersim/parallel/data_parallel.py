@@ -33,6 +33,8 @@ class DataParallel:
     fsdp: bool = False
     unit: int = 1
     reshard_after_forward: bool = True
+    #: FSDP2's ``reshard_after_forward`` as an integer: the GPUs a unit's post-forward shard spans
+    reshard_group: int | None = None
     prefetch: int = 1
     shard_group: int | None = None
     #: FSDP2's runtime (:mod:`clustersim.compilers.pipeline.fsdp2`) in place of idealised units
@@ -66,7 +68,8 @@ class DataParallel:
             overlap_param_gather=spec.overlap_param_gather,
             fsdp=parallel.zero == 3,
             unit=spec.fsdp_unit,
-            reshard_after_forward=spec.reshard_after_forward,
+            reshard_after_forward=bool(spec.reshard_after_forward),
+            reshard_group=_reshard_group(spec),
             prefetch=spec.prefetch,
             shard_group=spec.shard_group_size,
             fsdp2=_fsdp2(spec, parallel.zero),
@@ -95,6 +98,20 @@ def _fsdp2(spec, zero: int) -> bool:
     if spec.param_gather_dtype == "fp8":
         raise ScenarioError("parallel.data_parallel.param_gather_dtype", "fp8", "with fsdp2: bf16 or fp32")
     return True
+
+
+def _reshard_group(spec) -> int | None:
+    """``reshard_after_forward`` as a group size (None for true or false); FSDP2's only."""
+    value = spec.reshard_after_forward
+    if isinstance(value, bool):
+        return None
+    if not spec.fsdp2:
+        raise ScenarioError(
+            "parallel.data_parallel.reshard_after_forward",
+            value,
+            "an integer with fsdp2 only; accepted: true, false",
+        )
+    return value
 
 
 def _megatron_fsdp(spec, zero: int) -> MegatronFsdp | None:

@@ -230,7 +230,9 @@ class DataParallelSpec(_Spec):
     #: ``--fp8-param-gather``; training.precision fp8 only; clustersim.workload.fp8)
     param_gather_dtype: Literal["bf16", "fp32", "fp8"] = "bf16"
     fsdp_unit: Annotated[int, Range(1, 100_000)] = 1
-    reshard_after_forward: bool = True
+    #: an integer g (FSDP2 only, its ``reshard_after_forward: int``): after forward keep a
+    #: 1/g shard and gather it again over g consecutive GPUs of the shard group
+    reshard_after_forward: bool | Annotated[int, Range(1, 100_000)] = True
     prefetch: Annotated[int, Range(0, 1_000)] = 1
     shard_group_size: Annotated[int | None, Range(1, 100_000)] = None
     #: ZeRO-3 as PyTorch FSDP2's ``fully_shard`` runs it, torchtitan's wrapping (the ``fsdp2``

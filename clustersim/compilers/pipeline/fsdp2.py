@@ -108,6 +108,11 @@ class UnitBytes:
         """HBM bytes of the all-gather copy-in: the fp32 shard read, cast, copied into place."""
         return padded(self.numel, self.n) // self.n * (SHARD_BYTES + 3 * self.e)
 
+    def copy_in_post(self, g: int) -> int:
+        """HBM bytes of the copy-in from a post-forward shard (``reshard_after_forward`` g):
+        already in the parameter dtype, copied twice."""
+        return padded(self.numel, self.n) // g * 4 * self.e
+
     def copy_out(self) -> int:
         """HBM bytes of the copy-out: every gathered byte read and written."""
         return 2 * self.gathered
@@ -128,6 +133,7 @@ class Fsdp2Sync:
     state: tuple | None = None  # forward: (copy-out, all-gather bytes) whose output is kept
     issued: dict = field(default_factory=dict)  # (j, k, first) → (all-gather op, UnitBytes)
     held: dict = field(default_factory=dict)  # (j, k, first) → unsharded bytes kept to backward
+    post: dict = field(default_factory=dict)  # (j, k, first) → (its post-forward copy, bytes kept)
     rs_state: Op | None = None  # the last reduce-scatter (the compute stream waits for it)
 
     @classmethod
@@ -142,6 +148,11 @@ class Fsdp2Sync:
         if sync.split:
             raise ScenarioError(
                 "parallel.schedule", "a split backward", "FSDP2 reduces after each unit's whole backward"
+            )
+        g, shard = sync.dp.reshard_group, len(sync._groups()[0])
+        if g is not None and shard % g:
+            raise ScenarioError(
+                "parallel.data_parallel.reshard_after_forward", g, f"a divisor of the shard group of {shard}"
             )
         return cls(sync, cost.zero3_copy)
 
@@ -237,12 +248,18 @@ class Fsdp2Sync:
         s = self.sync
         ub = self._bytes(k, unit)
         lab = f"{name} {label(unit)}"
-        wait = (self.gate, s.opt)
+        group, _ = s._groups()
+        post, nbytes = self.post.get(key, (None, 0)) if ph != "F" else (None, 0)
+        if post is not None:  # from the post-forward shard, over its g GPUs
+            g = s.dp.reshard_group
+            start = group.index(s.dev) // g * g
+            group = group[start : start + g]
+        moved = ub.copy_in() if post is None else ub.copy_in_post(len(group))
+        wait = (self.gate, s.opt, post)
         copy = self._kernel(
-            "gather copy", f"fsdp2 all-gather copy-in {lab}", COPY_IN_KERNELS, ub.copy_in(), wait, it
+            "gather copy", f"fsdp2 all-gather copy-in {lab}", COPY_IN_KERNELS, moved, wait, it
         )
         copy.mem_alloc += ub.gathered
-        group, _ = s._groups()
         deps = tuple(d.id for d in (copy, self.gate, s.opt) if d is not None)
         what = f"fsdp2 all-gather {lab}"
         ag = self._comm("gather", "all_gather", group, ub.gathered, what, f"ag {lab} g{group[0]}", deps, it)
@@ -268,6 +285,7 @@ class Fsdp2Sync:
         else:
             self.gate = out
             out.mem_free += ub.gathered  # the all-gather output, freed after the copy-out
+            out.mem_free += self.post.pop(key, (None, 0))[1]  # the post-forward shard
         return out
 
     def _post(self, ph, key, unit, it, name, last) -> Op:
@@ -276,10 +294,17 @@ class Fsdp2Sync:
         s, k = self.sync, key[1]
         ub = self._bytes(k, unit)
         if ph == "F":
-            if self._gathers("B", k, unit):
-                last.mem_free += ub.gathered
-            else:
+            if not self._gathers("B", k, unit):
                 self.held[key] = ub.gathered
+            elif s.dp.reshard_group is None:
+                last.mem_free += ub.gathered
+            else:  # _to_sharded_post_forward: this GPU's 1/g of the unsharded parameters kept
+                kept = ub.gathered // s.dp.reshard_group
+                what = f"fsdp2 post-forward shard {name} {label(unit)}"
+                last = self._kernel("compute", what, 1, 2 * kept, (last,), it)
+                last.mem_alloc += kept
+                last.mem_free += ub.gathered
+                self.post[key] = (last, kept)
             return last
         last.mem_free += ub.gathered if self._gathers("B", k, unit) else self.held.pop(key, 0)
         lab = f"{name} {label(unit)}"
