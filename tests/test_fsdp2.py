@@ -350,3 +350,16 @@ def test_an_integer_reshard_keeps_a_post_forward_shard_and_gathers_it_over_that_
 def test_an_integer_reshard_is_refused_unless_fsdp2_and_a_divisor(options):
     with pytest.raises(ScenarioError, match=r"parallel\.data_parallel\.reshard_after_forward"):
         run(4, dp_options=options)
+
+
+def test_fsdp_units_on_a_cnn_are_refused_naming_the_field():
+    # a CNN chunk's passes have no per-layer split to cut units from
+    r = {
+        "name": "vgg fsdp2",
+        "cluster": {"nodes": 1, "gpus_per_node": 4},
+        "model": {"preset": "vgg16"},
+        "training": {"global_batch": 64, "micro_batch": 16, "framework": "fsdp2"},
+        "parallel": {"dp": 4},
+    }
+    with pytest.raises(ScenarioError, match=r"parallel\.zero"):
+        cs.simulate(r, progress=False)

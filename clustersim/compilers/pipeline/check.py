@@ -52,6 +52,12 @@ def check_data_parallel(job: Job) -> None:
         )
     if opts.deepspeed_zero3 is not None and par.zero == 3:
         _check_deepspeed_zero3(job)
+    if par.zero == 3 and job.model.kind == "cnn":  # a CNN chunk's passes have no per-layer split
+        raise ScenarioError(
+            "parallel.zero",
+            3,
+            "FSDP units need per-layer passes (a transformer or synthetic model); accepted: 0-2",
+        )
     g, dp = opts.shard_group_size, job.plan.replicas
     if g is not None and (par.zero != 3 or dp % g):
         raise ScenarioError(
