@@ -253,21 +253,27 @@ def test_a_split_backward_is_refused_naming_the_schedule():
         cs.simulate(r, progress=False)
 
 
-@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved"])
-def test_dag_evaluator_and_engine_agree(schedule):
+def assert_evaluators_agree(r: dict) -> None:
+    """The DAG evaluator and the engine give the same spans and memory peak for scenario ``r``."""
+
     def spans(evaluator):
-        r = synthetic(2, 4, 1e-3, 2e-3, layers_per_stage=4, dp=2, params=1e7, schedule=schedule, iterations=2)
-        r["parallel"].update(zero=3, data_parallel={"fsdp2": True})
-        if schedule == "interleaved":
-            r["parallel"]["virtual_stages"] = 2
-        r["simulation"].update(collective_model="analytical", evaluator=evaluator)
-        res = cs.simulate(r, progress=False)
+        res = cs.simulate({**r, "simulation": {**r["simulation"], "evaluator": evaluator}}, progress=False)
         return res.spans.sort_values(["device", "lane", "start_s", "name"]).reset_index(
             drop=True
         ), res.summary
 
     (des, s1), (dag, s2) = spans("des"), spans("dag")
     assert des.equals(dag) and s1["peak_memory_gib"] == s2["peak_memory_gib"]
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved"])
+def test_dag_evaluator_and_engine_agree(schedule):
+    r = synthetic(2, 4, 1e-3, 2e-3, layers_per_stage=4, dp=2, params=1e7, schedule=schedule, iterations=2)
+    r["parallel"].update(zero=3, data_parallel={"fsdp2": True})
+    if schedule == "interleaved":
+        r["parallel"]["virtual_stages"] = 2
+    r["simulation"]["collective_model"] = "analytical"
+    assert_evaluators_agree(r)
 
 
 @pytest.mark.parametrize("pp, reshard", [(1, True), (2, False)])
@@ -363,3 +369,17 @@ def test_fsdp_units_on_a_cnn_are_refused_naming_the_field():
     }
     with pytest.raises(ScenarioError, match=r"parallel\.zero"):
         cs.simulate(r, progress=False)
+
+
+def test_the_next_micro_batch_waits_for_the_backwards_reductions():
+    # the root's final callback makes the compute stream wait for every reduce-scatter of the
+    # backward: on a slow fabric the second micro-batch's first copy-out starts when the
+    # first's last reduce-scatter (the root's) ends, its all-gather long done
+    r = raw(4, 1e9)
+    r["training"]["global_batch"] = 8  # two micro-batches per GPU
+    res = cs.simulate(r, progress=False)
+    rs = lane(res, "comm", "fsdp2 reduce-scatter B0 root")
+    out = lane(res, "compute", "fsdp2 all-gather copy-out F1 root")
+    ag = lane(res, "gather", "fsdp2 all-gather F1 root")
+    assert float(ag["end_s"].iloc[0]) < float(rs["end_s"].iloc[0])
+    assert float(out["start_s"].iloc[0]) == pytest.approx(float(rs["end_s"].iloc[0]), rel=1e-12)

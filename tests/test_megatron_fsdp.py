@@ -10,6 +10,7 @@ from clustersim.parallel.megatron_fsdp import UNIT_FLOOR, MegatronFsdp, queue_wa
 from clustersim.simulate import compile_scenario
 from tests.conftest import synthetic
 from tests.test_dp_overlap import ALPHA, BW, OPT, STEPS, B, F, end, ring
+from tests.test_fsdp2 import assert_evaluators_agree
 
 S = 1e7  # a synthetic layer's gathered bytes
 U = int(S) // 2  # its elements (bf16)
@@ -113,3 +114,9 @@ def test_what_megatron_fsdp_cannot_run_is_refused_naming_the_field(change):
         r["parallel"]["data_parallel"] = {"megatron_fsdp": {}}
     with pytest.raises(ScenarioError, match=r"parallel\.data_parallel\.megatron_fsdp"):
         cs.simulate(r, progress=False)
+
+
+def test_dag_evaluator_and_engine_agree():
+    r = raw(3 * U, layers=8)
+    r["simulation"]["iterations"] = 2
+    assert_evaluators_agree(r)

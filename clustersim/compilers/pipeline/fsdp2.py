@@ -36,6 +36,9 @@ _fsdp_param_group.py, _fsdp_collectives.py; the host, which only enqueues, runs 
   stream (lane ``replicate``) all-reduces the shard, ``ceil(numel/n)·r`` bytes, across the
   replicas after it. The optimizer waits for the last of them; the next step's
   all-gathers wait for the optimizer.
+* **end of backward** (the root's final callback, ``finalize_backward``): the compute stream
+  waits for every reduction of the backward before what follows — the next micro-batch's
+  forward included.
 * **memory**: a unit's all-gather output (padded, e bytes per element) is allocated at its
   copy-in and freed after its copy-out (forward: after the next unit's copy-out, or at the
   end of the forward, where the root flushes it); its unsharded parameters from its
@@ -135,6 +138,7 @@ class Fsdp2Sync:
     held: dict = field(default_factory=dict)  # (j, k, first) → unsharded bytes kept to backward
     post: dict = field(default_factory=dict)  # (j, k, first) → (its post-forward copy, bytes kept)
     rs_state: Op | None = None  # the last reduce-scatter (the compute stream waits for it)
+    flush: Op | None = None  # the backward's last reduction, which the next compute waits for
 
     @classmethod
     def of(cls, sync, cost) -> Fsdp2Sync:
@@ -176,6 +180,8 @@ class Fsdp2Sync:
             first = first or op0
         if root and ph != "F":  # the root's gradients: reduced by the final callback, last
             _, last = self._unit(run, ph, (j, k), ROOT, None, [], it, name, last)
+        if ph != "F":  # the final callback: the compute stream waits for every reduction
+            self.flush = s.reduced
         if ph == "F" and self.state is not None:  # the root flushes the kept all-gather output
             last.mem_free += self.state[1]
             self.state = None
@@ -186,14 +192,15 @@ class Fsdp2Sync:
         prefetch of the units ``later``, its compute ``part`` (None: the root's, which runs
         inside its first and last layers), its reshard and reduction; return (first op, last op)."""
         key = (*mb, label(unit))
-        out = self._copy_out(ph, key, unit, it, name, last)
+        flush, self.flush = self.flush, None
+        out = self._copy_out(ph, key, unit, it, name, last, flush)
         for u in later:  # the prefetch, after this unit's wait
             self._unshard(ph, (*mb, label(u)), u, it, name)
         op0, last = None, out or last
         if part is not None:
             op0, last = run(part, name=f"{name} {label(unit)}", after=last)
-            if out is not None and out.id not in op0.deps:
-                op0.deps = op0.deps + (out.id,)
+            waits = tuple(op.id for op in (out, flush) if op is not None and op.id not in op0.deps)
+            op0.deps = op0.deps + waits
         return op0, self._post(ph, key, unit, it, name, last)
 
     def _gathers(self, ph: str, k: int, unit) -> bool:
@@ -265,7 +272,7 @@ class Fsdp2Sync:
         ag = self._comm("gather", "all_gather", group, ub.gathered, what, f"ag {lab} g{group[0]}", deps, it)
         self.issued[key] = (ag, ub)
 
-    def _copy_out(self, ph, key, unit, it, name, last) -> Op | None:
+    def _copy_out(self, ph, key, unit, it, name, last, flush=None) -> Op | None:
         """The unit's wait_for_unshard: its copy-out on the compute stream (None when its
         parameters are still unsharded), and the gate it sets."""
         self._unshard(ph, key, unit, it, name)
@@ -274,7 +281,12 @@ class Fsdp2Sync:
             return None
         ag, ub = got
         out = self._kernel(
-            "compute", f"fsdp2 all-gather copy-out {name} {label(unit)}", 1, ub.copy_out(), (last, ag), it
+            "compute",
+            f"fsdp2 all-gather copy-out {name} {label(unit)}",
+            1,
+            ub.copy_out(),
+            (last, ag, flush),
+            it,
         )
         out.mem_alloc += ub.gathered  # the unsharded parameters
         if ph == "F":
