@@ -27,6 +27,11 @@ _fsdp_param_group.py, _fsdp_collectives.py; the host, which only enqueues, runs 
   its forward and all-gathered again before its backward — except the chunk's last unit
   (torchtitan: ``reshard_after_forward = layer_id < len(layers) − 1``; the root's are never
   resharded after forward), whose backward runs first and uses them where they are.
+* **reshard to g** (``reshard_after_forward`` an integer g: FSDP2's post-forward mesh):
+  after a block's forward a copy kernel keeps this GPU's 1/g of its parameters
+  (``_to_sharded_post_forward``) and frees the rest; its backward all-gather reads that
+  shard (already in the parameter dtype: 4e bytes per shard element copied in) over the g
+  consecutive GPUs of the shard group holding it, after that copy.
 * **reduce** (``foreach_reduce``): after a unit's backward the compute stream waits for the
   previous reduce-scatter (``reduce_scatter_state``: its input buffer is then reused), runs
   the copy-in (``chunk_cat``: reads the e-byte gradients, writes them in the reduce dtype r
