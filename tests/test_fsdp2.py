@@ -351,9 +351,13 @@ def test_an_integer_reshard_keeps_a_post_forward_shard_and_gathers_it_over_that_
 
 @pytest.mark.parametrize(
     "options",
-    [{"reshard_after_forward": 3, "fsdp2": True}, {"reshard_after_forward": 2, "fsdp2": False}],
+    [
+        {"reshard_after_forward": 3, "fsdp2": True},
+        {"reshard_after_forward": 1, "fsdp2": True},
+        {"reshard_after_forward": 2, "fsdp2": False},
+    ],
 )
-def test_an_integer_reshard_is_refused_unless_fsdp2_and_a_divisor(options):
+def test_an_integer_reshard_is_refused_unless_fsdp2_and_a_divisor_above_1(options):
     with pytest.raises(ScenarioError, match=r"parallel\.data_parallel\.reshard_after_forward"):
         run(4, dp_options=options)
 
@@ -383,3 +387,9 @@ def test_the_next_micro_batch_waits_for_the_backwards_reductions():
     ag = lane(res, "gather", "fsdp2 all-gather F1 root")
     assert float(ag["end_s"].iloc[0]) < float(rs["end_s"].iloc[0])
     assert float(out["start_s"].iloc[0]) == pytest.approx(float(rs["end_s"].iloc[0]), rel=1e-12)
+
+
+def test_resharding_to_the_whole_shard_group_is_resharding():
+    a, b = run(4, dp_options={"reshard_after_forward": 4}), run(4)
+    assert a.summary["iteration_time_s"] == b.summary["iteration_time_s"]
+    assert a.summary["peak_memory_gib"] == b.summary["peak_memory_gib"]

@@ -137,6 +137,7 @@ class Fsdp2Sync:
 
     sync: object
     copy: tuple = (0.0, float("inf"))  # (launch s, HBM bytes/s) of a copy kernel
+    g: int | None = None  # the post-forward shard's GPUs (``reshard_after_forward`` an integer)
     gate: Op | None = None  # the event the unshard streams wait for
     state: tuple | None = None  # forward: (copy-out, all-gather bytes) whose output is kept
     issued: dict = field(default_factory=dict)  # (j, k, first) → (all-gather op, UnitBytes)
@@ -159,11 +160,14 @@ class Fsdp2Sync:
                 "parallel.schedule", "a split backward", "FSDP2 reduces after each unit's whole backward"
             )
         g, shard = sync.dp.reshard_group, len(sync._groups()[0])
-        if g is not None and shard % g:
+        if g is not None and (g == 1 or shard % g):
             raise ScenarioError(
-                "parallel.data_parallel.reshard_after_forward", g, f"a divisor of the shard group of {shard}"
+                "parallel.data_parallel.reshard_after_forward",
+                g,
+                f"true, false or a divisor of the shard group of {shard} above 1",
             )
-        return cls(sync, cost.zero3_copy)
+        # resharding to the whole shard group is resharding (FSDP2: no post-forward mesh)
+        return cls(sync, cost.zero3_copy, None if g == shard else g)
 
     # -- a pass ----------------------------------------------------------------------------
 
@@ -263,7 +267,7 @@ class Fsdp2Sync:
         group, _ = s._groups()
         post, nbytes = self.post.get(key, (None, 0)) if ph != "F" else (None, 0)
         if post is not None:  # from the post-forward shard, over its g GPUs
-            g = s.dp.reshard_group
+            g = self.g
             start = group.index(s.dev) // g * g
             group = group[start : start + g]
         moved = ub.copy_in() if post is None else ub.copy_in_post(len(group))
@@ -313,10 +317,10 @@ class Fsdp2Sync:
         if ph == "F":
             if not self._gathers("B", k, unit):
                 self.held[key] = ub.gathered
-            elif s.dp.reshard_group is None:
+            elif self.g is None:
                 last.mem_free += ub.gathered
             else:  # _to_sharded_post_forward: this GPU's 1/g of the unsharded parameters kept
-                kept = ub.gathered // s.dp.reshard_group
+                kept = ub.gathered // self.g
                 what = f"fsdp2 post-forward shard {name} {label(unit)}"
                 last = self._kernel("compute", what, 1, 2 * kept, (last,), it)
                 last.mem_alloc += kept
