@@ -16,6 +16,11 @@ other profile runs today's NCCL, whose ring across hosts pays its α's in full
   nemo/collections/llm/recipes/llama3_70b.py); with ``training.precision: fp8`` also FP8
   parameters (``param_gather_dtype: fp8``): NeMo's ``bf16_with_fp8_mixed``
   (nemo/collections/llm/recipes/precision/mixed_precision.py) sets ``fp8_param_gather=True``;
+  and the gradient buffer in bf16 (``grad_reduce_dtype: bf16``): Megatron-Core's
+  ``DistributedDataParallelConfig.grad_reduce_in_fp32`` defaults to False and NeMo's
+  performance recipes set ``plugins.grad_reduce_in_fp32 = False`` (e.g.
+  nemo/collections/llm/recipes/llama3_70b.py ``pretrain_performance_optimizations``,
+  scripts/performance/helpers.py) — 2 bytes per parameter held, not fp32 ``main_grad``'s 4;
 * ``deepspeed``: buckets of 5e8 elements (``reduce_bucket_size`` /
   ``allgather_bucket_size``), ``overlap_comm`` on for ZeRO-3 only (DeepSpeed's dynamic
   default), ZeRO-2 reducing its buckets after every micro-batch's backward (its gradient
@@ -66,6 +71,7 @@ def _data_parallel(framework: str, zero: int, precision: object) -> dict[str, An
             "distributed_optimizer": True,
             "overlap_grad_reduce": True,
             "overlap_param_gather": True,
+            "grad_reduce_dtype": "bf16",
             **fp8,
         }
     if framework == "deepspeed":
