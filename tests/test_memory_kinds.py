@@ -8,12 +8,11 @@ import pytest
 import clustersim as cs
 from clustersim.errors import ProgramError
 from clustersim.memory_kinds import StaticMemory
-from clustersim.parallel.plan import Plan
 from clustersim.planner import resolve_partition
 from clustersim.program import COMPUTE, Program
+from clustersim.resolve import resolve
 from clustersim.simulate import compile_scenario
 from clustersim.workload.memory_model import BYTES_PER_PARAM
-from clustersim.workload.runtime_memory import runtime_reserve
 from clustersim.workload.stage_cost import chunk_costs
 
 GIB = 2**30
@@ -43,7 +42,7 @@ def test_2bw_static_bytes_are_one_more_weight_copy_to_the_byte(quick):
     sc = quick.with_overrides({"parallel.schedule": "pipedream_2bw"})
     costs = chunk_costs(sc, sc.parallel.pp)
     prog = compile_scenario(sc)
-    reserve = runtime_reserve(Plan.of(sc))  # the CUDA context and NCCL's, once per GPU
+    reserve = resolve(sc).runtime_reserve  # the CUDA context and NCCL's, once per GPU
     for dev in range(prog.num_devices):
         c = costs[dev // (sc.parallel.tp * sc.dp)].static  # devices are numbered stage-major
         want = 2 * c.weights + c.grads + c.optimizer + c.buffers + reserve
@@ -79,7 +78,7 @@ def test_single_version_schedules_peak_at_static_plus_activations_in_flight(quic
     res = runs[schedule]
     assert "stashed_weights_bytes" not in res.devices
     in_flight = [p - s if schedule == "1f1b" else m for s in range(p)]
-    reserve = runtime_reserve(Plan.of(quick))  # the CUDA context and NCCL's, once per GPU
+    reserve = resolve(quick).runtime_reserve  # the CUDA context and NCCL's, once per GPU
     want = [c.static.total + reserve + n * c.activation_memory for c, n in zip(costs, in_flight)]
     assert _by_stage(res, "peak_memory_bytes").tolist() == want
 
@@ -113,7 +112,7 @@ def test_every_model_kind_starts_from_the_sum_of_its_kinds(kind, quick):
     costs = chunk_costs(sc, sc.parallel.pp, resolve_partition(sc, sc.parallel.pp))
     res = cs.simulate(sc, progress=False)
     start = res.memory.groupby("device")["allocated_bytes"].first()  # the ledger's first sample
-    per_stage, reserve = sc.parallel.tp * sc.dp, runtime_reserve(Plan.of(sc))
+    per_stage, reserve = sc.parallel.tp * sc.dp, resolve(sc).runtime_reserve
     for dev in range(sc.cluster.num_gpus):
         c = costs[dev // per_stage].static
         assert start[f"gpu{dev}"] - reserve == c.weights + c.grads + c.optimizer + c.buffers == c.total

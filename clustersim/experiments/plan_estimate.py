@@ -57,7 +57,6 @@ from ..schedules.orders import run_orders, stage_chunks
 from ..schedules.registry import SCHEDULES, Schedule
 from ..topology.servers import nics_per_node
 from ..workload.pass_costs import pass_memory, pass_segments, stage_static_memory
-from ..workload.runtime_memory import runtime_reserve
 from ..workload.tp_overlap import PIPELINE, RING
 from .memory import tightest_fit
 from .stage_timing import Timeline
@@ -239,7 +238,7 @@ class Estimator:
     def _memory(job: Job, schedule: Schedule, shape: _Shape) -> tuple[float, float]:
         costs, vectors = job.chunk_costs, shape.vectors
         stash = schedule.weights == "stash"
-        peak, reserve = 0.0, runtime_reserve(job.plan)
+        peak, reserve = 0.0, job.runtime_reserve
         for s, ks in enumerate(shape.chunks):
             chunks = [costs[k] for k in ks]
             static = stage_static_memory(schedule.weights, chunks, reserve).total

@@ -30,6 +30,7 @@ from ..scenario.schema import ParallelSpec, SimulationSpec, TrainingSpec
 from ..schedules.orders import stage_chunks
 from ..schedules.registry import Schedule
 from ..workload.resolve import TransformerConfig, resolve_transformer
+from ..workload.runtime_memory import runtime_reserve
 from ..workload.stage_cost import StageCost
 from .fold import FoldDecision, can_fold, decide_fold
 from .layout import Layout
@@ -89,6 +90,13 @@ class Job:
     def chunk_costs(self) -> list[StageCost]:
         """The StageCost of every model chunk on ``cluster.gpu``."""
         return self.costs[self.cluster.gpu]
+
+    @cached_property
+    def runtime_reserve(self) -> int:
+        """Bytes each GPU holds outside the framework's allocator: the CUDA context and NCCL's
+        communicators (:func:`~clustersim.workload.runtime_memory.runtime_reserve`) — none for
+        a synthetic model, whose bytes are all the scenario states."""
+        return 0 if self.model.kind == "synthetic" else runtime_reserve(self.plan)
 
     def stage_chunks(self, stage: int) -> list[int]:
         """The model chunks the schedule places on pipeline ``stage``."""

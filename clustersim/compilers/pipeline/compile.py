@@ -59,7 +59,6 @@ from ...errors import ProgramError
 from ...program import Op, Program
 from ...schedules.orders import run_orders, stage_chunks
 from ...workload.pass_costs import pass_transfers, stage_static_memory
-from ...workload.runtime_memory import runtime_reserve
 from .codecs import coded_activation_bytes
 from .context import CompileContext
 from .context_parallel import link_ring_transfers
@@ -93,9 +92,10 @@ def compile_pipeline(ctx: CompileContext) -> Program:
             orders[mr] = run_orders(schedule, p, mr, v, iterations)
     prog = Program(plan.num_devices)
     ctx = replace(ctx, prog=prog)
-    reserve = runtime_reserve(plan)  # the CUDA context and NCCL's communicators, per GPU
     static = [
-        stage_static_memory(schedule.weights, [costs[k] for k in stage_chunks(schedule, s, p, v)], reserve)
+        stage_static_memory(
+            schedule.weights, [costs[k] for k in stage_chunks(schedule, s, p, v)], ctx.reserve
+        )
         for s in range(p)
     ]
     prog.static_memory = [static[plan.coords(dev)[0]] for dev in range(plan.num_devices)]
