@@ -50,6 +50,21 @@ def test_in_flight_follows_the_schedule():
     assert in_flight(SCHEDULES["gpipe"].order(0, 4, 8)) == 8
 
 
+@pytest.mark.parametrize("p,v,m", [(8, 6, 16), (4, 2, 8), (4, 3, 12), (2, 4, 2)])
+def test_interleaved_keeps_megatrons_warm_up_plus_one_chunk_micro_batches(p, v, m):
+    # Megatron-Core's interleaved 1F1B (pipeline_parallel/schedules.py): rank s runs
+    # 2(p − s − 1) + (v − 1)·p warm-up forwards (capped at its m·v chunk passes), then one
+    # more forward before its first backward. On the first stage that is Korthikanti et al.
+    # 2022's p·(1 + (p − 1)/(p·v)) micro-batches of a whole stage: p·v + p − 1 chunk ones
+    from clustersim.schedules import SCHEDULES
+
+    order = SCHEDULES["interleaved"].order
+    for s in range(p):
+        assert in_flight(order(s, p, m, v)) == min(2 * (p - s - 1) + (v - 1) * p + 1, m * v)
+    if m * v >= p * v + p - 1:
+        assert in_flight(order(0, p, m, v)) == pytest.approx(v * p * (1 + (p - 1) / (p * v)), rel=1e-12)
+
+
 @pytest.fixture(scope="module")
 def base():
     return cs.load_scenario("scenarios/quickstart.yaml").with_overrides(
