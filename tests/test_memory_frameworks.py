@@ -96,3 +96,15 @@ def test_every_gpu_holds_the_runtime_reserve_in_its_buffers():
     d = cs.simulate(sc, progress=False).devices
     model = d["stage"].map(lambda s: costs[s].static.buffers)
     assert ((d["buffers_bytes"] - model) == runtime_reserve(Plan.of(sc))).all()
+
+
+def test_stage_replicas_hold_their_own_groups_communicators():
+    # parallel.stage_replicas [15, 1] on 16 GPUs: stage 0's GPUs reduce over 15 replicas,
+    # stage 1's GPU over none; both send over the pipeline pair
+    sc = cs.load_scenario("scenarios/pipedream-vgg16-16xV100-10GbE-15-1.yaml")
+    job = resolve(sc)
+    prog = cs.compile_scenario(sc)
+    process, pair, ring = 484 * MIB, 544 * MB, 688 * MB
+    for dev, stage in ((0, 0), (14, 0), (15, 1)):
+        held = prog.static_memory[dev].buffers - job.chunk_costs[stage].static.buffers
+        assert held == int(process + pair + (ring if stage == 0 else 0))

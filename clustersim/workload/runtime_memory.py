@@ -63,7 +63,13 @@ def communicator_bytes(kind: str, size: int) -> float:
     return rows[("communicator", "2" if size == 2 else "3+")]
 
 
+def reserve_bytes(groups: list[tuple[str, int]]) -> int:
+    """Bytes a GPU holds outside the framework's allocator for the whole run: the process
+    (CUDA context, NCCL init) and a communicator for each (kind, size) of ``groups`` with
+    more than one rank."""
+    return int(_rows()[("process", "")] + sum(communicator_bytes(k, n) for k, n in groups if n > 1))
+
+
 def runtime_reserve(plan) -> int:
-    """Bytes one GPU of ``plan`` holds outside the framework's allocator for the whole run:
-    the process (CUDA context, NCCL init) and each of its communicators."""
-    return int(_rows()[("process", "")] + sum(communicator_bytes(k, n) for k, n in communicators(plan)))
+    """:func:`reserve_bytes` of a GPU of ``plan``, over its :func:`communicators`."""
+    return reserve_bytes(communicators(plan))
