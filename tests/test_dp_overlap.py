@@ -263,7 +263,12 @@ def test_megatron_2021_is_the_default_profile_and_fills_nothing():
         (
             "megatron_core",
             0,
-            {"distributed_optimizer": True, "overlap_grad_reduce": True, "overlap_param_gather": True},
+            {
+                "distributed_optimizer": True,
+                "overlap_grad_reduce": True,
+                "overlap_param_gather": True,
+                "grad_reduce_dtype": "bf16",
+            },
             "flash",
         ),
         (
