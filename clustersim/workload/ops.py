@@ -31,13 +31,16 @@ class Work:
     """FLOPs and HBM bytes of one kernel; ``gemm`` = the (M, N, K) shape its efficiency
     depends on, or None for memory-bound kernels; ``attention`` marks a fused attention
     kernel (efficiency from the attention curve); ``fp8_casts`` marks an FP8 GEMM and
-    lists the elements cast to FP8 before it (:mod:`.fp8`; None: not FP8)."""
+    lists the elements cast to FP8 before it (:mod:`.fp8`; None: not FP8); ``memory_kind``
+    which achieved-bandwidth curve a memory-bound kernel runs at (``tuned`` or ``generic``,
+    :mod:`.memory_bandwidth`)."""
 
     flops: float = 0.0
     bytes: float = 0.0
     gemm: tuple[int, int, int] | None = None
     attention: AttentionShape | None = None
     fp8_casts: tuple[float, ...] | None = None
+    memory_kind: str = "tuned"
 
 
 NO_WORK = Work()
@@ -161,12 +164,14 @@ def elementwise(
     params: float = 0.0,
     activation: float = 0.0,
     attention_core: bool = False,
+    kind: str = "tuned",
 ) -> LayerOp:
-    """A memory-bound kernel touching ``elements`` values (bytes per element per pass)."""
+    """A memory-bound kernel touching ``elements`` values (bytes per element per pass),
+    ``kind`` its achieved-bandwidth curve (:class:`Work` ``memory_kind``)."""
     return LayerOp(
         name,
-        Work(0.0, elements * fwd_bytes_per_el),
-        Work(0.0, elements * bwd_bytes_per_el),
+        Work(0.0, elements * fwd_bytes_per_el, memory_kind=kind),
+        Work(0.0, elements * bwd_bytes_per_el, memory_kind=kind),
         params=params,
         activation=activation,
         attention_core=attention_core,
