@@ -36,7 +36,7 @@ CURVE = memory_curves("A100-SXM4-80GB").tuned
 
 
 def _hbm_s(nbytes: float, kernels: int = 1) -> float:
-    return nbytes / (HBM * CURVE.frac_max) + kernels * CURVE.ramp_s
+    return (nbytes + kernels * CURVE.bytes_half) / (HBM * CURVE.frac_max)
 
 
 HIDDEN, VOCAB, SEQ, LAYERS = 256, 1024, 128, 2

@@ -65,9 +65,8 @@ def test_every_row_names_its_source():
 
 
 def test_the_curve_reaches_half_its_plateau_at_x_half_and_the_plateau_when_large():
-    curve, hbm = BandwidthCurve(0.8, 5e-6), 2e12
-    x_half = curve.ramp_s * hbm * curve.frac_max
-    assert curve.fraction(x_half, hbm) == pytest.approx(0.4, rel=1e-12)
+    curve, hbm = BandwidthCurve(0.8, 1e7), 2e12
+    assert curve.fraction(1e7, hbm) == pytest.approx(0.4, rel=1e-12)
     assert curve.fraction(1e15, hbm) == pytest.approx(0.8, rel=1e-5)
     assert curve.fraction(1e6, hbm) < curve.fraction(1e7, hbm) < curve.fraction(1e8, hbm) < 0.8
 
@@ -82,7 +81,7 @@ def test_a_gpu_without_rows_takes_the_nearest_curves_scaled_by_the_triad_ratio()
     own, donor = memory_curves(H200), memory_curves(H100)
     ratio = calibration(H200).dense16.memory / calibration(H100).dense16.memory
     assert own.tuned.frac_max == pytest.approx(donor.tuned.frac_max * ratio, rel=1e-12)
-    assert own.generic.ramp_s == donor.generic.ramp_s
+    assert own.generic.bytes_half == donor.generic.bytes_half
     assert "transfer" in own.tuned.source
 
 
@@ -90,7 +89,7 @@ def test_a_gpu_without_rows_takes_the_nearest_curves_scaled_by_the_triad_ratio()
 def test_the_cost_model_prices_a_memory_bound_kernel_on_its_kinds_curve(kind):
     cm = CostModel.for_gpu(H100)
     curve, hbm, x = memory_curves(H100).of(kind), get_gpu(H100).hbm_bandwidth, 3e7
-    expected = cm.eff.launch_s + x / (hbm * curve.frac_max) + curve.ramp_s
+    expected = cm.eff.launch_s + (x + curve.bytes_half) / (hbm * curve.frac_max)
     assert cm.time(Work(0.0, x, memory_kind=kind)) == pytest.approx(expected, rel=1e-12)
 
 

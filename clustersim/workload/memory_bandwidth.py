@@ -2,12 +2,13 @@
 
 A memory-bound kernel that moves ``x`` bytes takes
 
-    launch + x / (HBM · frac_max) + ramp_s
+    launch + (x + x_half) / (HBM · frac_max)
 
-— it reaches the fraction ``frac_max · x / (x + x_half)`` of the datasheet HBM bandwidth,
-``x_half = ramp_s · HBM · frac_max``: the plateau ``frac_max`` when large, less when small,
-where the fixed ramp-up and tail of the kernel (the first loads in flight, the last
-partial wave of blocks) is not amortised. STREAM's triad (the cost model's ``memory``
+— it reaches the fraction ``frac_max · x / (x + x_half)`` of the datasheet HBM bandwidth:
+the plateau ``frac_max`` when large, less when small, where the fixed ramp-up and tail of
+the kernel (the first loads in flight, the last partial wave of blocks; ``x_half /
+(HBM · frac_max)`` seconds) is not amortised. Both are fractions and sizes, so a GPU priced
+with another's curve runs it on its own HBM bandwidth. STREAM's triad (the cost model's ``memory``
 fraction, still used for GEMMs' and attention's bytes) is one point near the plateau.
 
 Two curves per GPU (:class:`MemoryCurves`), one per kind of kernel (``Impl.kind`` of
@@ -31,8 +32,8 @@ Rows are bf16 or fp32; bandwidth is per byte, so a curve serves every dtype.
 
 A GPU without rows takes the curves of the nearest GPU with rows (the distance of
 :func:`.calibration.calibrated_as`), their plateaus scaled by the ratio of the two GPUs'
-STREAM-triad fractions (each its own measured row) and their ramps kept — a transfer, said
-in ``source``. The ``check`` rows test the byte counts and kernel counts of other
+STREAM-triad fractions (each its own measured row) and their ``x_half`` kept — a transfer,
+said in ``source``. The ``check`` rows test the byte counts and kernel counts of other
 implementations with the fitted curves (tests/test_memory_bandwidth.py).
 """
 
@@ -74,15 +75,15 @@ TOLERANCE = {"tuned": (0.08, 0.15), "generic": (0.25, 0.50), "check": (0.30, 0.6
 @dataclass(frozen=True)
 class BandwidthCurve:
     """Achieved HBM bandwidth of a memory-bound kernel (module doc): the plateau fraction
-    ``frac_max`` of the datasheet bandwidth and the fixed ``ramp_s`` of one kernel."""
+    ``frac_max`` of the datasheet bandwidth, reached half-way by a kernel of ``bytes_half``."""
 
     frac_max: float
-    ramp_s: float
+    bytes_half: float
     source: str = ""
 
     def seconds(self, nbytes: float, hbm: float) -> float:
         """Seconds one kernel moving ``nbytes`` spends on HBM traffic (launch not included)."""
-        return nbytes / (hbm * self.frac_max) + self.ramp_s
+        return (nbytes + self.bytes_half) / (hbm * self.frac_max)
 
     def fraction(self, nbytes: float, hbm: float) -> float:
         """The fraction of ``hbm`` a kernel moving ``nbytes`` achieves (launch not included)."""
@@ -182,7 +183,7 @@ def fit_curve(gpu: str, kind: str) -> BandwidthCurve:
         curve = BandwidthCurve(math.exp(x[0]), math.exp(x[1]))
         return np.log([predicted_us(r, curve, launch) for r in rows]) - measured
 
-    x = _lm(residuals, [math.log(0.8), math.log(2e-6)])
+    x = _lm(residuals, [math.log(0.8), math.log(1e7)])
     source = f"fitted: {gpu} {kind} memory-bound kernel rows (memory_kernel_measurements.csv)"
     return BandwidthCurve(math.exp(x[0]), math.exp(x[1]), source)
 
@@ -212,7 +213,7 @@ def memory_curves(gpu: str) -> MemoryCurves:
     source = f"{gpu} (transfer) {donor}'s curve, plateau scaled by the two GPUs' STREAM-triad fractions"
 
     def moved(base: BandwidthCurve) -> BandwidthCurve:
-        return BandwidthCurve(base.frac_max * scale, base.ramp_s, source)
+        return BandwidthCurve(base.frac_max * scale, base.bytes_half, source)
 
     own = memory_curves(donor)
     return MemoryCurves(moved(own.tuned), moved(own.generic))
