@@ -11,22 +11,25 @@ the kernel (the first loads in flight, the last partial wave of blocks; ``x_half
 with another's curve runs it on its own HBM bandwidth. STREAM's triad (the cost model's ``memory``
 fraction, still used for GEMMs' and attention's bytes) is one point near the plateau.
 
-Two curves per GPU (:class:`MemoryCurves`), one per kind of kernel (``Impl.kind`` of
-:mod:`.kernel_impls`), each fitted to the ``calibrate`` rows of its kind in
+Two curves per GPU (:class:`MemoryCurves`), one per kind of kernel (the kind of each kernel
+of an implementation, :data:`.kernel_impls.IMPLS`), fitted to the ``calibrate`` rows of
 ``data/memory_kernel_measurements.csv`` — kernel-level forward times from Liger-Kernel's
 benchmark table (A100, H100), bytes from the row's implementation in :mod:`.kernel_impls` —
 by least squares on log time through the cost model's own path, ``launch`` fixed at the
 GPU's calibrated ``launch_s``:
 
-* ``tuned``: hand-written Triton kernels (Liger: RMSNorm, LayerNorm, SwiGLU, RoPE, relu²).
-  Fitted apart, their reductions (norms) and elementwise kernels differ by at most 1.3
-  points of plateau and 1 µs of ramp on both GPUs, within the rows' scatter: reductions
-  and elementwise kernels share the curve. PyTorch's own elementwise kernels over
-  contiguous tensors reach it at large sizes (the relu² ``check`` rows: two eager kernels);
-* ``generic``: what PyTorch runs natively or generates — ``nn.LayerNorm``, ``nn.RMSNorm``,
-  ``LlamaRMSNorm``'s fp32 chain, ``rotate_half`` RoPE, SwiGLU over ``torch.chunk`` halves
-  (eager, and Megatron-Core's ``torch.compile``-fused ``bias_swiglu_impl``), Megatron's
-  unfused vocab-parallel cross-entropy — 20–45 % below the tuned curve at large sizes.
+* ``tuned``, fitted to the rows whose kernels are all tuned: hand-written Triton kernels
+  (Liger: RMSNorm, LayerNorm, SwiGLU, RoPE, relu²). Fitted apart, their reductions (norms)
+  and elementwise kernels differ by at most 1.3 points of plateau and 1 µs of ramp on both
+  GPUs, within the rows' scatter: they share the curve. PyTorch's own elementwise kernels
+  over contiguous tensors reach it at large sizes (the relu² ``context`` rows, two eager
+  kernels; below ~30 MB they run 30–60 % faster than the curve's ramp, fitted on Triton's
+  slower launches, says);
+* ``generic``, fitted to the other rows, their tuned kernels at the tuned curve: PyTorch's
+  row reductions and elementwise kernels with a strided or broadcast operand —
+  ``nn.LayerNorm``, ``nn.RMSNorm``, ``LlamaRMSNorm``'s fp32 chain, ``rotate_half`` RoPE,
+  SwiGLU over ``torch.chunk`` halves (eager, and Megatron-Core's ``torch.compile``-fused
+  ``bias_swiglu_impl``), Megatron's unfused vocab-parallel cross-entropy.
 
 Rows are bf16 or fp32; bandwidth is per byte, so a curve serves every dtype.
 
@@ -41,7 +44,7 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
@@ -49,7 +52,7 @@ import numpy as np
 
 from ..hardware.datasheets import datasheet
 from ..hardware.gpus import GPUS, get_gpu
-from .kernel_impls import IMPLS, Impl
+from .kernel_impls import GENERIC, IMPLS, TUNED, Impl
 
 MEMORY_CSV = Path(__file__).resolve().parent.parent / "data" / "memory_kernel_measurements.csv"
 #: measured kernel → the op of :data:`.kernel_impls.IMPLS` whose implementations it runs
@@ -99,7 +102,7 @@ class MemoryCurves:
 
     def of(self, kind: str) -> BandwidthCurve:
         """The curve of kernels of ``kind`` (``tuned`` or ``generic``)."""
-        return self.generic if kind == "generic" else self.tuned
+        return self.generic if kind == GENERIC else self.tuned
 
 
 @dataclass(frozen=True)
@@ -122,10 +125,15 @@ class MemoryRow:
     def implementation(self) -> Impl:
         return IMPLS[KERNEL_OPS[self.kernel]][self.impl]
 
-    def kernel_bytes(self) -> list[float]:
-        """HBM bytes of each forward kernel of the row's implementation."""
+    def kernels(self) -> list[tuple[float, str]]:
+        """(HBM bytes, kind) of each forward kernel of the row's implementation."""
         fwd, _ = self.implementation.bytes(DTYPE_BYTES[self.dtype])
-        return [b * self.rows * self.cols for b in fwd]
+        return [(b * self.rows * self.cols, kind) for b, kind in fwd]
+
+    @property
+    def kind(self) -> str:
+        """``generic`` when any of its kernels is, else ``tuned``: the curve it calibrates."""
+        return GENERIC if any(kind == GENERIC for _, kind in self.kernels()) else TUNED
 
 
 @cache
@@ -160,32 +168,40 @@ def _launch(gpu: str) -> float:
     return calibration(gpu).dense16.launch_s
 
 
-def predicted_us(row: MemoryRow, curve: BandwidthCurve, launch_s: float | None = None) -> float:
+def predicted_us(row: MemoryRow, curves: MemoryCurves, launch_s: float | None = None) -> float:
     """The model's time of ``row`` (µs): each kernel of its implementation launched and
-    priced by ``curve`` on the row's GPU (``launch_s`` None: the GPU's calibrated launch)."""
+    priced by the curve of its kind on the row's GPU (``launch_s`` None: the GPU's
+    calibrated launch)."""
     launch = _launch(row.gpu) if launch_s is None else launch_s
     hbm = get_gpu(row.gpu).hbm_bandwidth
-    return 1e6 * sum(launch + curve.seconds(b, hbm) for b in row.kernel_bytes())
+    return 1e6 * sum(launch + curves.of(kind).seconds(b, hbm) for b, kind in row.kernels())
 
 
-def fit_curve(gpu: str, kind: str) -> BandwidthCurve:
-    """The curve of ``gpu``'s kernels of ``kind`` fitted to its ``calibrate`` rows of that
-    kind (module doc)."""
+def _fit(rows: list[MemoryRow], launch: float, curves) -> BandwidthCurve:
+    """One curve fitted to ``rows`` (``curves(curve)``: the MemoryCurves a trial curve makes)."""
     from .calibration import _lm  # the same Levenberg–Marquardt as the GEMM fit
 
-    rows = [
-        r for r in memory_rows() if r.gpu == gpu and r.role == "calibrate" and r.implementation.kind == kind
-    ]
-    launch = _launch(gpu)
     measured = np.log([r.time_us for r in rows])
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        curve = BandwidthCurve(math.exp(x[0]), math.exp(x[1]))
-        return np.log([predicted_us(r, curve, launch) for r in rows]) - measured
+        both = curves(BandwidthCurve(math.exp(x[0]), math.exp(x[1])))
+        return np.log([predicted_us(r, both, launch) for r in rows]) - measured
 
     x = _lm(residuals, [math.log(0.8), math.log(1e7)])
-    source = f"fitted: {gpu} {kind} memory-bound kernel rows (memory_kernel_measurements.csv)"
-    return BandwidthCurve(math.exp(x[0]), math.exp(x[1]), source)
+    return BandwidthCurve(math.exp(x[0]), math.exp(x[1]))
+
+
+def fit_curves(gpu: str) -> MemoryCurves:
+    """``gpu``'s curves fitted to its ``calibrate`` rows (module doc): the tuned curve to the
+    rows whose kernels are all tuned, then the generic curve to the others, their tuned
+    kernels priced at the tuned curve."""
+    rows = [r for r in memory_rows() if r.gpu == gpu and r.role == "calibrate"]
+    launch = _launch(gpu)
+    source = f"fitted: {gpu} %s memory-bound kernel rows (memory_kernel_measurements.csv)"
+    tuned = _fit([r for r in rows if r.kind == TUNED], launch, lambda c: MemoryCurves(c, c))
+    tuned = replace(tuned, source=source % TUNED)
+    generic = _fit([r for r in rows if r.kind == GENERIC], launch, lambda c: MemoryCurves(tuned, c))
+    return MemoryCurves(tuned, replace(generic, source=source % GENERIC))
 
 
 def _triad(gpu: str) -> float:
@@ -199,7 +215,7 @@ def memory_curves(gpu: str) -> MemoryCurves:
     """The curves of calibrated GPU ``gpu`` (a plan of :data:`.calibration.CALIBRATIONS`):
     its own fits, or the nearest measured GPU's, transferred (module doc)."""
     if gpu in measured_gpus():
-        return MemoryCurves(fit_curve(gpu, "tuned"), fit_curve(gpu, "generic"))
+        return fit_curves(gpu)
     own = datasheet(gpu)
 
     def distance(other: str) -> float:

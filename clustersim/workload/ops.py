@@ -164,14 +164,12 @@ def elementwise(
     params: float = 0.0,
     activation: float = 0.0,
     attention_core: bool = False,
-    kind: str = "tuned",
 ) -> LayerOp:
-    """A memory-bound kernel touching ``elements`` values (bytes per element per pass),
-    ``kind`` its achieved-bandwidth curve (:class:`Work` ``memory_kind``)."""
+    """A memory-bound kernel touching ``elements`` values (bytes per element per pass)."""
     return LayerOp(
         name,
-        Work(0.0, elements * fwd_bytes_per_el, memory_kind=kind),
-        Work(0.0, elements * bwd_bytes_per_el, memory_kind=kind),
+        Work(0.0, elements * fwd_bytes_per_el),
+        Work(0.0, elements * bwd_bytes_per_el),
         params=params,
         activation=activation,
         attention_core=attention_core,
