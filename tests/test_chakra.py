@@ -436,3 +436,23 @@ def test_a_foreign_trace_simulates_like_the_same_program_written_by_clustersim(t
     assert list(comp["end_s"] - comp["start_s"]) == [1e-3] * 4
     ar = spans[spans["kind"] == "collective"]
     assert (ar["start_s"] >= 1e-3).all() and (ar["end_s"] > ar["start_s"]).all()
+
+
+@pytest.mark.parametrize("node_type,value", [(5, 7), (4, 1)])
+def test_a_send_source_must_be_a_rank_on_a_send(tmp_path, node_type, value):
+    # clustersim.source (where a folded ring send's bytes leave from): a device index, on a send
+    from clustersim.interop.chakra_attrs import attr
+
+    files = _four_ranks(tmp_path)
+    _rewrite(
+        files[0],
+        lambda nodes: next(n for n in nodes if n.type == node_type).attr.append(
+            attr("clustersim.source", value)
+        ),
+    )
+    msg = _error(tmp_path)
+    assert (
+        "trace.0.et" in msg
+        and f"clustersim.source holds {value}" in msg
+        and "on a send, a device index 0..3" in msg
+    )
