@@ -120,7 +120,7 @@ class Engine:
         names, slowed = self.names, self.slowdown != 1.0
 
         def send_time(op: Op) -> float | None:
-            return fabric.fixed_time(names[op.device], names[ops[op.peer].device], op.nbytes)
+            return fabric.fixed_time(names[op.origin()], names[ops[op.peer].device], op.nbytes)
 
         self._plans = [
             compile_lane(program, lane_ops, self.durations, slowed, send_time)
@@ -175,7 +175,7 @@ class Engine:
     def _send(self, op: Op) -> simpy.Event:
         names, transfer = self.names, self.fabric.transfer
         # the representative's own flow first: it is replica 0, first in line in the unfolded run
-        done = transfer(names[op.device], names[self.program.ops[op.peer].device], op.nbytes, op.name)
+        done = transfer(names[op.origin()], names[self.program.ops[op.peer].device], op.nbytes, op.name)
         if self.fabric.shares_links:
             for src, dst in op.shadows:  # folded-away twins' traffic loads the fabric too
                 transfer(names[src], names[dst], op.nbytes, op.name)
