@@ -19,9 +19,11 @@ A100 and 13.8 % for H100. A profile applies the default only where it overlaps s
 (:mod:`clustersim.scenario.frameworks`); a stated value always wins. The engine applies it
 while a NCCL collective runs; TP overlap applies it to the GEMMs TE launches with an SM
 margin (``pipeline``, ``bulk``; not ``ring_exchange``, whose copy-engine transfers hold no
-SMs) as their own ``interference`` ops (:mod:`clustersim.workload.tp_overlap`). No
-kernel-level measurement per GPU and overlap kind was found to replace the rule with
-(docs/overlap.md).
+SMs) as their own ``interference`` ops (:mod:`clustersim.workload.tp_overlap`), priced
+there per GEMM shape by the wave model over SMs − ``num_sm``
+(:mod:`clustersim.workload.gemm_interference`, ``data/interference_measurements.csv``);
+this rule is the fallback where a GPU has no SM count, and the engine's rate while a NCCL
+collective runs (docs/overlap.md).
 """
 
 from __future__ import annotations

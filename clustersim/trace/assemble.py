@@ -17,6 +17,7 @@ from .. import metrics
 from ..engine.collector import collector_paused
 from ..hardware.node_groups import describe, device_gpus
 from ..metrics import COMM_KINDS
+from ..program import COMPUTE
 from ..record import Recorder
 from ..resolve import Job
 from .result import Result, spans_frame
@@ -58,7 +59,8 @@ def assemble_result(job: Job, mode, engine, rec: Recorder, wall_s: float) -> Res
             f"exposed_{k}_fraction": float(parts[f"exposed_{k}"].mean()) if len(parts) else 0.0
             for k in COMM_KINDS
         },
-        **(_interference(spans, window) if job.parallel.tp_comm_overlap else {}),
+        **(_interference(spans, window, iter_time) if job.parallel.tp_comm_overlap else {}),
+        **_nccl_interference(engine, rec, window),
         "peak_memory_gib": float(devices["peak_memory_bytes"].max()) / GIB,
         "oom": bool(devices["oom"].any()),
         **({"oom_hint": oom_hint} if oom_hint else {}),
@@ -111,12 +113,29 @@ def assemble_result(job: Job, mode, engine, rec: Recorder, wall_s: float) -> Res
     )
 
 
-def _interference(spans: pd.DataFrame, window: tuple[float, float]) -> dict:
-    """``interference_fraction`` (:func:`metrics.interference_fraction`) where a run has
-    interference ops (TP overlap under an SM margin), else nothing. Asked only of TP-overlap
-    runs: the name scan costs ~0.3 µs a span, 30 % of an unfolded 175B run's CPU."""
+def _interference(spans: pd.DataFrame, window: tuple[float, float], iter_time: float) -> dict:
+    """``interference_fraction`` (:func:`metrics.interference_fraction`) and
+    ``interference_tp_s`` (the same in seconds of the ``iter_time`` s iteration: what TE's SM
+    margin cost the GEMMs beside TP overlap's userbuffers) where a run has interference ops,
+    else nothing. Asked only of TP-overlap runs: the name scan costs ~0.3 µs a span, 30 % of
+    an unfolded 175B run's CPU."""
     share = metrics.interference_fraction(spans, window)
-    return {"interference_fraction": share} if share else {}
+    return {"interference_fraction": share, "interference_tp_s": share * iter_time} if share else {}
+
+
+def _nccl_interference(engine, rec: Recorder, window: tuple[float, float]) -> dict:
+    """``interference_nccl_s``: per GPU (mean over the GPUs that computed), the seconds its
+    compute ops starting inside ``window`` lost running at 1/``comm_compute_slowdown`` beside
+    NCCL collectives (the engine's count, :class:`clustersim.engine.interpreter.Interpreter`);
+    nothing where no compute was slowed."""
+    slowed = getattr(engine, "slowed_s", None)
+    if not slowed:
+        return {}
+    t0, t1 = window
+    ops = engine.program.ops
+    lost = sum(slowed.get(i, 0.0) for i, start, _ in rec.ops if t0 <= start < t1)
+    gpus = {ops[i].device for i, _, _ in rec.ops if ops[i].kind == COMPUTE}
+    return {"interference_nccl_s": lost / len(gpus)}
 
 
 def _breakdown(run, spans: pd.DataFrame, window: tuple[float, float]) -> pd.DataFrame:
