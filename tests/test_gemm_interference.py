@@ -5,9 +5,9 @@ import math
 
 import pytest
 
-from clustersim.hardware.interference import slowdown_of
+from clustersim.hardware.interference import interference_model, interference_rows, slowdown_of, sm_budget
 from clustersim.workload.cost_model import efficiency_for
-from clustersim.workload.gemm_interference import interference_rows, relaunched_slowdown, sm_budget
+from clustersim.workload.gemm_interference import relaunched_slowdown
 from clustersim.workload.ops import Work
 from clustersim.workload.tp_overlap import BULK, KIND, PIPELINE, RING, TPOverlap
 
@@ -89,3 +89,13 @@ def test_tp_margin_per_method():
     assert on.margin(RING, 1.0, eff, work) == 0.0
     assert on.margin(PIPELINE, 1.0, eff, work) == pytest.approx(f - 1, rel=1e-12)
     assert on.margin(BULK, 2.0, None, None) == pytest.approx(0.6, rel=1e-12)
+
+
+def test_the_breakdown_says_which_model_priced_each_kind():
+    """interference_model names the SM rule where the slowdown is the GPU's rule value, else
+    'stated'; TP userbuffers by the wave model on SMs − num_sm, the scalar without SM count."""
+    rule = slowdown_of(132)
+    said = interference_model(132, rule, True)
+    assert "SM rule" in said and f"wave model on {132 - 16} of 132 SMs" in said
+    assert "stated" in interference_model(132, 1.3, False) and "tp" not in interference_model(132, 1.3, False)
+    assert "scalar fallback" in interference_model(0, 1.3, True)

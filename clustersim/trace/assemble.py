@@ -15,6 +15,8 @@ import pandas as pd
 
 from .. import metrics
 from ..engine.collector import collector_paused
+from ..hardware.datasheets import datasheets
+from ..hardware.interference import interference_model
 from ..hardware.node_groups import describe, device_gpus
 from ..metrics import COMM_KINDS
 from ..program import COMPUTE
@@ -61,6 +63,7 @@ def assemble_result(job: Job, mode, engine, rec: Recorder, wall_s: float) -> Res
         },
         **(_interference(spans, window, iter_time) if job.parallel.tp_comm_overlap else {}),
         **_nccl_interference(engine, rec, window),
+        **_interference_model(job),
         "peak_memory_gib": float(devices["peak_memory_bytes"].max()) / GIB,
         "oom": bool(devices["oom"].any()),
         **({"oom_hint": oom_hint} if oom_hint else {}),
@@ -136,6 +139,19 @@ def _nccl_interference(engine, rec: Recorder, window: tuple[float, float]) -> di
     lost = sum(slowed.get(i, 0.0) for i, start, _ in rec.ops if t0 <= start < t1)
     gpus = {ops[i].device for i, _, _ in rec.ops if ops[i].kind == COMPUTE}
     return {"interference_nccl_s": lost / len(gpus)}
+
+
+def _interference_model(job: Job) -> dict:
+    """``interference_model``: which model priced each kind's interference (where any is on)."""
+    cl = job.cluster
+    if cl.comm_compute_slowdown == 1.0:
+        return {}
+    custom = cl.custom_gpu is not None and cl.custom_gpu.name == cl.gpu
+    sheet = None if custom else datasheets().get(cl.gpu)
+    sms = (cl.custom_gpu.sms or 0) if custom else (sheet.sms if sheet else 0)
+    return {
+        "interference_model": interference_model(sms, cl.comm_compute_slowdown, job.parallel.tp_comm_overlap)
+    }
 
 
 def _breakdown(run, spans: pd.DataFrame, window: tuple[float, float]) -> pd.DataFrame:

@@ -43,8 +43,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ScenarioError
+from ..hardware.interference import sm_budget
 from .cost_model import Efficiency, gemm_batch
-from .gemm_interference import relaunched_slowdown, sm_budget
+from .gemm_interference import relaunched_slowdown
 from .ops import Work
 
 RING, PIPELINE, BULK = "ring_exchange", "pipeline", "bulk"
