@@ -1,5 +1,7 @@
 """Default ``cluster.comm_compute_slowdown`` per GPU type: compute slowed while communication
-kernels share the SMs.
+kernels share the SMs; and the table of what each overlap kind's communication holds
+(``data/interference_measurements.csv``: SMs, whether the GEMM is told, measured slowdowns,
+each row with its source — :func:`sm_budget`, :func:`interference_rows`).
 
 NCCL runs a collective as one thread block per channel, each holding an SM for the
 collective's whole duration, and Transformer Engine's userbuffers reserve ``num_sm`` SMs
