@@ -127,6 +127,8 @@ class Engine:
             for lane_ops in self.lanes.values()
         ]
         self.events = 0
+        #: per op id, the seconds a compute op lost running at 1/slowdown beside collectives
+        self.slowed_s: dict[int, float] = {}
 
     def finished_count(self) -> int:
         """How many ops have ended so far (for a progress bar): a lane's ops before the one
@@ -189,6 +191,8 @@ class Engine:
             rate = 1.0 / self.slowdown if self.active_collectives[dev] else 1.0
             t, timer = env.now, env.timeout(work / rate)
             yield timer | self.collectives_changed[dev]
+            if rate != 1.0:  # w s at this rate did w·rate s of work: w·(1 − rate) s lost
+                self.slowed_s[op.id] = self.slowed_s.get(op.id, 0.0) + (env.now - t) * (1.0 - rate)
             if timer.processed:
                 return
             work -= (env.now - t) * rate
