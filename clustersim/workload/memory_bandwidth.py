@@ -7,8 +7,8 @@ A memory-bound kernel that moves ``x`` bytes takes
 — it reaches the fraction ``frac_max · x / (x + x_half)`` of the datasheet HBM bandwidth:
 the plateau ``frac_max`` when large, less when small, where the fixed ramp-up and tail of
 the kernel (the first loads in flight, the last partial wave of blocks; ``x_half /
-(HBM · frac_max)`` seconds) is not amortised. Both are fractions and sizes, so a GPU priced
-with another's curve runs it on its own HBM bandwidth. STREAM's triad (the cost model's ``memory``
+(HBM · frac_max)`` seconds) is not amortised. A GPU priced with another's curve runs it on
+its own HBM bandwidth, the ramp's seconds kept. STREAM's triad (the cost model's ``memory``
 fraction, still used for GEMMs' and attention's bytes) is one point near the plateau.
 
 Two curves per GPU (:class:`MemoryCurves`), one per kind of kernel (the kind of each kernel
@@ -35,8 +35,9 @@ Rows are bf16 or fp32; bandwidth is per byte, so a curve serves every dtype.
 
 A GPU without rows takes the curves of the nearest GPU with rows (the distance of
 :func:`.calibration.calibrated_as`), their plateaus scaled by the ratio of the two GPUs'
-STREAM-triad fractions (each its own measured row) and their ``x_half`` kept — a transfer,
-said in ``source``. The ``check`` rows test the byte counts and kernel counts of other
+STREAM-triad fractions (each its own measured row) and their ``x_half`` scaled by the two
+GPUs' HBM bandwidths, so the ramp's seconds are kept (the first loads' latency; the bytes in
+flight it stands for scale with the bandwidth, Little's law) — a transfer, said in ``source``. The ``check`` rows test the byte counts and kernel counts of other
 implementations with the fitted curves (tests/test_memory_bandwidth.py).
 """
 
@@ -228,8 +229,10 @@ def memory_curves(gpu: str) -> MemoryCurves:
     scale = _triad(gpu) / _triad(donor)
     source = f"{gpu} (transfer) {donor}'s curve, plateau scaled by the two GPUs' STREAM-triad fractions"
 
-    def moved(base: BandwidthCurve) -> BandwidthCurve:
-        return BandwidthCurve(base.frac_max * scale, base.bytes_half, source)
+    ratio = datasheet(gpu).hbm_bandwidth / datasheet(donor).hbm_bandwidth
+
+    def moved(base: BandwidthCurve) -> BandwidthCurve:  # the ramp's seconds kept (memory_curves_for)
+        return BandwidthCurve(base.frac_max * scale, base.bytes_half * ratio, source)
 
     own = memory_curves(donor)
     return MemoryCurves(moved(own.tuned), moved(own.generic))
@@ -237,8 +240,22 @@ def memory_curves(gpu: str) -> MemoryCurves:
 
 def memory_curves_for(gpu: str) -> MemoryCurves | None:
     """The curves a cost model of ``gpu`` prices memory-bound kernels with: those of the
-    calibrated GPU it is priced as (:func:`.calibration.calibrated_as`); None for a GPU not
-    in the catalog (the STREAM-triad fraction of its efficiencies alone)."""
+    calibrated GPU it is priced as (:func:`.calibration.calibrated_as`), their ramp
+    ``bytes_half`` scaled by the two GPUs' HBM bandwidths — the ramp is the time the first
+    loads take to arrive, so the bytes in flight it stands for scale with the bandwidth
+    (Little's law) and its seconds stay the donor's; None for a GPU not in the catalog (the
+    STREAM-triad fraction of its efficiencies alone)."""
     from .calibration import calibrated_as
 
-    return memory_curves(calibrated_as(gpu)) if gpu in GPUS else None
+    if gpu not in GPUS:
+        return None
+    donor = calibrated_as(gpu)
+    curves = memory_curves(donor)
+    if donor == gpu:
+        return curves
+    ratio = get_gpu(gpu).hbm_bandwidth / get_gpu(donor).hbm_bandwidth
+
+    def moved(base: BandwidthCurve) -> BandwidthCurve:
+        return replace(base, bytes_half=base.bytes_half * ratio)
+
+    return MemoryCurves(moved(curves.tuned), moved(curves.generic))
