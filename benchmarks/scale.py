@@ -7,6 +7,7 @@
                                           # GPUs at exact / balanced / fast
     python benchmarks/scale.py --quick --only "(b)" --against /tmp/main   # before → after
     python benchmarks/scale.py --family --sizes 16,64,256,1024   # issue 38's benchmark family
+    python benchmarks/scale.py --family --tp-overlap --sizes 64,128,256,512 --against /tmp/main
 
 Prints a table:
   (a) GPT-3 175B on 1,024 A100 (DGX-A100 fat tree; TP 8, PP 16, DP 8; batch 1,536, micro-batch 1;
@@ -30,6 +31,10 @@ each of ``--sizes`` GPUs (default 16, 64, 256, 1,024, 4,096; the 1,024 and 4,096
 minutes on the project's 2-core machine), each in a fresh process; it prints CPU seconds,
 peak RSS and simulated events with the pre-run estimate of each (estimate / actual), and
 the growth exponent between successive sizes, log(CPU ratio) / log(GPU ratio).
+``--tp-overlap`` runs the family as TP overlap needs it — ``parallel.tp_comm_overlap`` with
+sequence parallelism, ``simulation.granularity: layer`` — at ``fidelity: fast`` (issue 38: at
+most 10 s CPU each from 64 to 512 GPUs); ``--against DIR`` adds each size's CPU seconds on
+the code in ``DIR`` (before → after).
 
 ``--against DIR`` runs every row of the table a second time on the code in ``DIR`` (another
 checkout, put first on ``PYTHONPATH``) right before this checkout's run, and adds both runs'
@@ -99,34 +104,41 @@ def gpus_sweep(gpus: int, m: int = 8) -> dict:
     }
 
 
-def family(gpus: int) -> dict:
-    """Issue 38's benchmark family at ``gpus`` GPUs (module docstring)."""
+def family(gpus: int, tp_overlap: bool = False) -> dict:
+    """Issue 38's benchmark family at ``gpus`` GPUs (module docstring); ``tp_overlap``: its
+    layer-granularity TP-overlap variant at ``fidelity: fast``."""
     from clustersim.scenario import read_yaml
 
     raw = read_yaml(ROOT / "scenarios" / "gpt-7.5b-64xh100-balanced.yaml")
     dp = gpus // 8
+    overlap = {"tp_comm_overlap": True, "sequence_parallel": True} if tp_overlap else {}
+    sim = {"fidelity": "fast", "granularity": "layer"} if tp_overlap else raw["simulation"]
     return {
         **raw,
-        "name": f"gpt-7.5b-{gpus}xh100-balanced",
+        "name": f"gpt-7.5b-{gpus}xh100-{'tp-overlap-layer-fast' if tp_overlap else 'balanced'}",
         "cluster": {
             **raw["cluster"],
             "nodes": gpus // 8,
             "topology": {"kind": "fat_tree", "oversubscription": 1},
         },
         "training": {**raw["training"], "global_batch": 8 * dp, "micro_batch": 1},
-        "parallel": {**raw["parallel"], "tp": 8, "pp": 1, "dp": dp},
+        "parallel": {**raw["parallel"], "tp": 8, "pp": 1, "dp": dp, **overlap},
+        "simulation": sim,
     }
 
 
-def family_table(sizes: list[int]) -> None:
-    """One row per size of the family: CPU s, peak RSS and events, each beside its
-    estimate, and the CPU growth exponent from the size before."""
-    head = ("GPUs", "CPU s", "est/act", "RSS GiB", "est/act", "events", "est/act", "exponent")
+def family_table(sizes: list[int], tp_overlap: bool = False, against: str | None = None) -> None:
+    """One row per size of the family (``tp_overlap``: its TP-overlap variant): CPU s, peak
+    RSS and events, each beside its estimate, the CPU growth exponent from the size before
+    and whether the run folded; ``against``: also the CPU s of the code in that directory,
+    run just before."""
+    head = ("GPUs", "CPU s", "est/act", "RSS GiB", "est/act", "events", "est/act", "exponent", "folded")
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    print(" ".join(f"{h:>9}" for h in head))
+    print(" ".join(f"{h:>9}" for h in head) + ("   CPU s before → after" if against else ""))
     before = None
     for gpus in sizes:
-        r = in_subprocess(family(gpus))
+        old = in_subprocess(family(gpus, tp_overlap), code=against) if against else None
+        r = in_subprocess(family(gpus, tp_overlap))
         exponent = ""
         if before is not None:
             exponent = f"{math.log(r['cpu_s'] / before['cpu_s']) / math.log(gpus / before['gpus']):.2f}"
@@ -139,8 +151,10 @@ def family_table(sizes: list[int]) -> None:
             r["events"],
             f"{r['est_events'] / r['events']:.2f}",
             exponent,
+            r["folded"],
         )
-        print(" ".join(f"{c:>9}" for c in cells), flush=True)
+        vs = f"   {old['cpu_s']:.2f} → {r['cpu_s']:.2f} ({old['folded']} → {r['folded']})" if old else ""
+        print(" ".join(f"{c:>9}" for c in cells) + vs, flush=True)
         before = r
 
 
@@ -253,6 +267,9 @@ def main() -> None:
     )
     ap.add_argument("--family", action="store_true", help="issue 38's benchmark family (module docstring)")
     ap.add_argument("--sizes", default="16,64,256,1024,4096", help="--family: GPU counts, comma-separated")
+    ap.add_argument(
+        "--tp-overlap", action="store_true", help="--family: its layer-granularity TP-overlap variant"
+    )
     ap.add_argument("--only", help="run only the rows whose label contains this text")
     ap.add_argument("--against", help="also run each row on the code in this directory (before → after)")
     args = ap.parse_args()
@@ -260,7 +277,7 @@ def main() -> None:
         print(json.dumps(run_one(json.loads(args.one), args.max_s)))
         return
     if args.family:
-        family_table([int(n) for n in args.sizes.split(",")])
+        family_table([int(n) for n in args.sizes.split(",")], args.tp_overlap, args.against)
         return
     if args.fidelity:
         fidelity_table(60.0 if args.max_s is None else args.max_s)

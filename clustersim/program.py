@@ -78,7 +78,10 @@ class Op:
     ``group``; the others are folded away and arrive with them by symmetry), and
     ``shadows``, the traffic of folded-away twins that still loads the fabric: for a send,
     (src, dst) device pairs; for a collective, further device groups running the same
-    collective at the same time.
+    collective at the same time. A folded ring (TP overlap's userbuffers) pairs a
+    representative's send with its own recv: the send stands for its ring predecessor's,
+    whose bytes leave from ``source`` (−1, the default: the op's own device) — the route
+    the representative's recv is fed over, its own outgoing route being a shadow.
 
     ``split`` makes an all-to-all uneven (an all-to-all-v): ``split[i][j]`` bytes go from
     the group's i-th member to its j-th (the same matrix on every member's op; ``nbytes``
@@ -113,6 +116,7 @@ class Op:
         "arrivals",
         "shadows",
         "split",
+        "source",
     )
 
     def __init__(
@@ -144,6 +148,7 @@ class Op:
         arrivals: int = 0,
         shadows: tuple = (),
         split: tuple = (),
+        source: int = -1,
     ):
         # interned, so the engine's hot path can compare kinds by identity
         self.id, self.device, self.lane, self.kind, self.name = id, device, lane, sys.intern(kind), name
@@ -155,8 +160,12 @@ class Op:
         self.group, self.collective, self.algorithm, self.tag = tuple(group), collective, algorithm, tag
         self.version = version
         self.arrivals, self.shadows = arrivals, tuple(shadows)
-        self.split = split
+        self.split, self.source = split, source
         self.lane_id = -1  # index of (device, lane) in Program.lanes(), set by Program.add
+
+    def origin(self) -> int:
+        """The device a send's bytes leave from: ``source`` where set, else its own."""
+        return self.device if self.source < 0 else self.source
 
     def __repr__(self) -> str:
         return f"Op#{self.id}({self.name!r} on gpu{self.device}/{self.lane})"
@@ -199,6 +208,7 @@ class Op:
             op.arrivals,
             op.shadows,
             op.split,
+            op.source,
         ) = row
         return op
 

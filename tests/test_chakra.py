@@ -188,9 +188,18 @@ def test_round_trip_gives_identical_spans(name, tmp_path):
     assert replay.summary["peak_memory_gib"] == original.summary["peak_memory_gib"]
 
 
-def test_round_trip_of_a_folded_program(tmp_path):
-    """A folded Program (one GPU per stage, the twins' traffic as shadows) survives too."""
-    sc = {
+_FOLDED_TP_OVERLAP = {
+    "name": "folded-tp-overlap",
+    "cluster": {"preset": "dgx_h100", "nodes": 2},
+    "model": {"preset": "gpt-1.3b", "seq_len": 1024, "layers": 4},
+    "training": {"global_batch": 16, "micro_batch": 1},  # (a multiple of the trace's 16 ranks)
+    "parallel": {"tp": 4, "pp": 2, "sequence_parallel": True, "tp_comm_overlap": True},
+    "simulation": {"fidelity": "fast", "granularity": "layer", "fold": True},
+}
+
+
+def _folded_packet() -> dict:
+    return {
         "name": "folded",
         "cluster": {
             "preset": "dgx_a100",
@@ -209,6 +218,19 @@ def test_round_trip_of_a_folded_program(tmp_path):
         "parallel": {"pp": 2},
         "simulation": {"network": "packet", "fold": True, "max_chunks": 16},
     }
+
+
+@pytest.mark.parametrize(
+    "sc,replayed",
+    [
+        (_folded_packet(), {"network": "packet", "max_chunks": 16}),
+        # TP overlap's folded ring sends: paired with their own recvs, leaving from ``source``
+        (_FOLDED_TP_OVERLAP, {"fidelity": "fast", "granularity": "layer"}),
+    ],
+    ids=["packet", "tp-overlap"],
+)
+def test_round_trip_of_a_folded_program(sc, replayed, tmp_path):
+    """A folded Program (one GPU per stage, the twins' traffic as shadows) survives too."""
     original = cs.simulate(sc, progress=False)
     prog = cs.compile_scenario(cs.load_scenario(sc))
     assert any(op.shadows for op in prog.ops)
@@ -222,7 +244,7 @@ def test_round_trip_of_a_folded_program(tmp_path):
         **sc,
         "model": {"kind": "trace", "chakra": str(tmp_path)},
         "parallel": {},
-        "simulation": {"network": "packet", "max_chunks": 16},
+        "simulation": replayed,
     }
     replay = cs.simulate(raw, progress=False)
     assert replay.spans.reset_index(drop=True).equals(original.spans.reset_index(drop=True))
@@ -414,3 +436,23 @@ def test_a_foreign_trace_simulates_like_the_same_program_written_by_clustersim(t
     assert list(comp["end_s"] - comp["start_s"]) == [1e-3] * 4
     ar = spans[spans["kind"] == "collective"]
     assert (ar["start_s"] >= 1e-3).all() and (ar["end_s"] > ar["start_s"]).all()
+
+
+@pytest.mark.parametrize("node_type,value", [(5, 7), (4, 1)])
+def test_a_send_source_must_be_a_rank_on_a_send(tmp_path, node_type, value):
+    # clustersim.source (where a folded ring send's bytes leave from): a device index, on a send
+    from clustersim.interop.chakra_attrs import attr
+
+    files = _four_ranks(tmp_path)
+    _rewrite(
+        files[0],
+        lambda nodes: next(n for n in nodes if n.type == node_type).attr.append(
+            attr("clustersim.source", value)
+        ),
+    )
+    msg = _error(tmp_path)
+    assert (
+        "trace.0.et" in msg
+        and f"clustersim.source holds {value}" in msg
+        and "on a send, a device index 0..3" in msg
+    )

@@ -221,6 +221,12 @@ def test_comm_compute_slowdown_acts_on_the_overlapped_buckets():
     t = ring("all_reduce", 4, 1e7)
     res = run({"overlap_grad_reduce": True, "bucket_size": 1e7}, m=1, layers=2, slowdown=2.0)
     assert end(res) == pytest.approx(F + B + 1.5 * t + OPT, rel=1e-12)
+    # the breakdown's cost: t s at half speed lost t/2 of compute on every GPU
+    assert res.summary["interference_nccl_s"] == pytest.approx(t / 2, rel=1e-12)
+    assert (
+        "interference_nccl_s"
+        not in run({"overlap_grad_reduce": True, "bucket_size": 1e7}, m=1, layers=2).summary
+    )
 
 
 @pytest.mark.parametrize(
@@ -263,7 +269,12 @@ def test_megatron_2021_is_the_default_profile_and_fills_nothing():
         (
             "megatron_core",
             0,
-            {"distributed_optimizer": True, "overlap_grad_reduce": True, "overlap_param_gather": True},
+            {
+                "distributed_optimizer": True,
+                "overlap_grad_reduce": True,
+                "overlap_param_gather": True,
+                "grad_reduce_dtype": "bf16",
+            },
             "flash",
         ),
         (

@@ -280,3 +280,84 @@ def test_twin_pairs_are_every_other_dp_and_tp_ranks_devices(tp, pp, dp, cp):
                 if (rr, tt) != (0, 0)
             ]
             assert list(plan.twin_pairs(a, b)) == want
+
+
+def _layers(fold, tp: int = 8, pp: int = 1, overlap: bool = True, **simulation) -> dict:
+    # 16 H100s at layer granularity; ``overlap``: TP overlap's userbuffers chunks as sends
+    # around each TP ring (clustersim/compilers/pipeline/tp_overlap.py)
+    dp = 16 // (tp * pp)
+    return {
+        "name": f"layers-tp{tp}-pp{pp}-overlap{overlap}",
+        "cluster": {
+            "preset": "dgx_h100",
+            "nodes": 2,
+            "topology": {"kind": "fat_tree", "oversubscription": 2},
+        },
+        "model": {"preset": "gpt-1.3b", "seq_len": 1024},
+        "training": {"global_batch": 4 * dp, "micro_batch": 1},
+        "parallel": {"tp": tp, "pp": pp, "sequence_parallel": True, "tp_comm_overlap": overlap},
+        "simulation": {"fidelity": "fast", "granularity": "layer", "fold": fold, **simulation},
+    }
+
+
+#: what a folded run's summary says differently: that it folded, on which evaluator, its own
+#: events and wall time
+_RUN_NOTES = ("folded", "evaluator", "sim_events", "wall_time_s")
+
+
+@pytest.mark.parametrize("tp,pp,overlap", [(8, 1, True), (4, 2, True), (4, 2, False)])
+def test_folded_layer_granularity_is_the_unfolded_run(tp, pp, overlap):
+    # contention-free, twins are exact twins: every simulated GPU's spans are its spans in
+    # the unfolded run (every GPU on SimPy), to the bit, and so is the summary
+    import pandas as pd
+
+    full = cs.simulate(_layers(False, tp, pp, overlap, evaluator="des"), progress=False)
+    folded = cs.simulate(_layers(True, tp, pp, overlap), progress=False)
+    assert folded.summary["folded"].startswith("yes")
+    reps = folded.spans["device"].unique()
+    assert len(reps) == pp
+    if overlap:
+        assert (folded.spans["lane"] == "tp recv").any()
+    want = full.spans[full.spans["device"].isin(reps)].reset_index(drop=True)
+    pd.testing.assert_frame_equal(folded.spans.reset_index(drop=True), want, check_exact=True)
+    assert {k: v for k, v in folded.summary.items() if k not in _RUN_NOTES} == {
+        k: v for k, v in full.summary.items() if k not in _RUN_NOTES
+    }
+
+
+def test_folded_tp_ring_sends_stand_for_the_previous_rank():
+    # each representative's userbuffers send is paired with its own recv and leaves from TP
+    # rank tp − 1 (the rank feeding that recv unfolded); every other hop of the stage's TP
+    # rings (dp rings of tp hops, t → t + 1) is a shadow, the representative's own first
+    plan_tp, dp, pp = 4, 2, 2
+    prog = cs.compile_scenario(cs.load_scenario(_layers(True, plan_tp, pp)))
+    sends = [op for op in prog.ops if op.lane == "tp send"]
+    assert sends
+    for op in sends:
+        rep = op.device
+        assert prog.ops[op.peer].device == rep
+        assert op.source == rep + plan_tp - 1
+        hops = {
+            (rep + r * plan_tp + t, rep + r * plan_tp + (t + 1) % plan_tp)
+            for r in range(dp)
+            for t in range(plan_tp)
+        }
+        assert op.shadows[0] == (rep, rep + 1)
+        assert len(op.shadows) == len(hops) - 1
+        assert set(op.shadows) == hops - {(op.source, rep)}
+
+
+def test_folded_tp_overlap_under_contention_agrees_with_unfolded():
+    # the flow network on a 2:1 fat tree: the folded ring sends take their sources' routes
+    # and load the others' as shadows
+    full = cs.simulate(_layers(False, fidelity="balanced"), progress=False).summary
+    folded = cs.simulate(_layers(True, fidelity="balanced"), progress=False).summary
+    assert folded["folded"].startswith("yes")
+    assert folded["iteration_time_s"] == pytest.approx(full["iteration_time_s"], rel=0.01)
+
+
+def test_tp_overlap_refusals_still_name_their_reason():
+    raw = _layers(True)
+    raw["cluster"]["stragglers"] = [{"gpus": [3], "slowdown": 1.5}]
+    with pytest.raises(cs.ScenarioError, match="cannot fold this scenario: stragglers make replicas differ"):
+        cs.simulate(raw, progress=False)

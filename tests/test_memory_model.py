@@ -50,6 +50,21 @@ def test_in_flight_follows_the_schedule():
     assert in_flight(SCHEDULES["gpipe"].order(0, 4, 8)) == 8
 
 
+@pytest.mark.parametrize("p,v,m", [(8, 6, 16), (4, 2, 8), (4, 3, 12), (2, 4, 2)])
+def test_interleaved_keeps_megatrons_warm_up_plus_one_chunk_micro_batches(p, v, m):
+    # Megatron-Core's interleaved 1F1B (pipeline_parallel/schedules.py): rank s runs
+    # 2(p − s − 1) + (v − 1)·p warm-up forwards (capped at its m·v chunk passes), then one
+    # more forward before its first backward. On the first stage that is Korthikanti et al.
+    # 2022's p·(1 + (p − 1)/(p·v)) micro-batches of a whole stage: p·v + p − 1 chunk ones
+    from clustersim.schedules import SCHEDULES
+
+    order = SCHEDULES["interleaved"].order
+    for s in range(p):
+        assert in_flight(order(s, p, m, v)) == min(2 * (p - s - 1) + (v - 1) * p + 1, m * v)
+    if m * v >= p * v + p - 1:
+        assert in_flight(order(0, p, m, v)) == pytest.approx(v * p * (1 + (p - 1) / (p * v)), rel=1e-12)
+
+
 @pytest.fixture(scope="module")
 def base():
     return cs.load_scenario("scenarios/quickstart.yaml").with_overrides(
@@ -157,17 +172,18 @@ def _h100_fp8(**data_parallel):
 
 def test_fp8_parameters_hold_the_linears_in_one_byte_and_cache_only_the_transpose():
     # NeMo's FP8 recipe (fp8_param_gather=True), the megatron_core default under fp8: each FP8
-    # linear's weight is 1 byte (not BF16's 2) and TE caches only its FP8 transpose (1, not 2)
+    # linear's weight is 1 byte (not BF16's 2) and TE caches only its FP8 transpose (1, not 2).
+    # A GPT layer's FP8 linears on one of t TP ranks are its weight matrices, QKV 3h², the
+    # projection h², MLP up and down h·ffn each: (4h² + 2h·ffn)/t parameters, so FP8
+    # parameters save that many bytes per layer in the weights and as many in the cache
     from clustersim.resolve import resolve
-    from clustersim.workload.fp8 import fp8_linear_params
-    from clustersim.workload.resolve import resolve_transformer
 
     fp8, bf16 = _h100_fp8(), _h100_fp8(param_gather_dtype="bf16")
     assert fp8.spec.parallel.data_parallel.param_gather_dtype == "fp8"
-    cfg = resolve_transformer(fp8.model)
-    linear = sum(fp8_linear_params(layer_ops(cfg, 1, 2, False, 2)))  # per layer on one TP rank
+    h, ffn, layers = 2048, 4 * 2048, 24  # gpt-1.3b (GPT-3 XL, Brown et al. 2020 Table 2.1)
+    tp, pp = 2, 2
+    saved = (4 * h * h + 2 * h * ffn) / tp * (layers / pp)  # bytes per chunk (one stage's layers)
     for a, b in zip(resolve(fp8).chunk_costs, resolve(bf16).chunk_costs, strict=True):
-        saved = linear * cfg.layers / 2  # the chunk's layers
         assert b.static.weights - a.static.weights == pytest.approx(saved, abs=2)
         assert b.static.buffers - a.static.buffers == pytest.approx(saved, abs=2)
         assert a.static.optimizer == b.static.optimizer  # fp32 master weights either way

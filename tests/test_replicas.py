@@ -49,6 +49,32 @@ CASES = [
     ("3 iterations", _scenario(simulation__iterations=3), True),
     ("layer granularity", _scenario(simulation__granularity="layer"), True),
     ("direct network, fold auto", _scenario(simulation__network="direct", simulation__fold="auto"), True),
+    # TP overlap: userbuffers chunks as sends around the TP ring (folded: each representative's
+    # send stands for its TP predecessor's, passes.SegmentEmitter.folded_ring)
+    (
+        "tp overlap, layer granularity",
+        _scenario(
+            nodes=4,
+            dp=4,
+            parallel__sequence_parallel=True,
+            parallel__tp_comm_overlap=True,
+            simulation__granularity="layer",
+        ),
+        True,
+    ),
+    (
+        "tp overlap tp 8, 1 stage",
+        _scenario(
+            nodes=2,
+            tp=8,
+            dp=2,
+            parallel__pp=1,
+            parallel__sequence_parallel=True,
+            parallel__tp_comm_overlap=True,
+            simulation__granularity="layer",
+        ),
+        True,
+    ),
 ]
 #: expert parallelism (Mixtral's MoE layers: all-to-alls over EP groups, expert gradients over EDP)
 for _tp in (1, 2):

@@ -153,10 +153,12 @@ def test_refused_at_stage_granularity():
 
 
 def test_sm_margin_is_shown_as_interference_beside_pipeline_and_bulk_only():
-    """With cluster.comm_compute_slowdown k, TE's SM margin (pipeline and bulk GEMMs on
+    """With cluster.comm_compute_slowdown k ≠ 1, TE's SM margin (pipeline and bulk GEMMs on
     SMs − 16; ring exchange on copy engines keeps every SM): each pipeline/bulk GEMM chunk of
-    g s is followed by an interference op of (k − 1)·g, none after a ring chunk, and the
-    summary's interference_fraction is their time over the iteration."""
+    g s is followed by an interference op of (f − 1)·g, f the GEMM's slowdown on SMs − 16
+    (clustersim.workload.gemm_interference, checked in tests/test_gemm_interference.py),
+    none after a ring chunk; the summary's interference_fraction and interference_tp_s are
+    their time over the iteration and in seconds."""
     k, bw = 1.5, 2e11
     sc = raw(True, bandwidth=bw)
     sc["cluster"]["comm_compute_slowdown"] = k
@@ -165,10 +167,14 @@ def test_sm_margin_is_shown_as_interference_beside_pipeline_and_bulk_only():
     s = res.spans[res.spans.device == "gpu0"]
     extra = s[s.name.str.endswith(" interference")]
     margined = [seg for seg in segs if seg.method != RING]
-    expected = sorted((k - 1) * seg.duration / seg.chunks for seg in margined for _ in range(seg.chunks))
+    assert all(seg.margin > 0 for seg in margined) and not [
+        seg for seg in segs if seg.method == RING and seg.margin
+    ]
+    expected = sorted(seg.margin / seg.chunks for seg in margined for _ in range(seg.chunks))
     assert sorted((extra.end_s - extra.start_s).to_numpy()) == pytest.approx(expected, rel=1e-9)
     share = sum(expected) / res.summary["iteration_time_s"]
     assert res.summary["interference_fraction"] == pytest.approx(share, rel=1e-9)
+    assert res.summary["interference_tp_s"] == pytest.approx(sum(expected), rel=1e-9)
     assert "interference_fraction" not in cs.simulate(raw(True, bandwidth=bw), progress=False).summary
 
 

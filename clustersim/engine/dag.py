@@ -117,7 +117,7 @@ class DagEngine:
         times: dict[tuple, float | None] = {}  # (src, dst, bytes) → the fabric's fixed time
 
         def send_time(op) -> float | None:
-            key = (op.device, ops[op.peer].device, op.nbytes)
+            key = (op.origin(), ops[op.peer].device, op.nbytes)
             t = times.get(key, times)
             if t is times:
                 t = times[key] = fabric.fixed_time(names[key[0]], names[key[1]], op.nbytes)

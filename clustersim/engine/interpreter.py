@@ -120,13 +120,15 @@ class Engine:
         names, slowed = self.names, self.slowdown != 1.0
 
         def send_time(op: Op) -> float | None:
-            return fabric.fixed_time(names[op.device], names[ops[op.peer].device], op.nbytes)
+            return fabric.fixed_time(names[op.origin()], names[ops[op.peer].device], op.nbytes)
 
         self._plans = [
             compile_lane(program, lane_ops, self.durations, slowed, send_time)
             for lane_ops in self.lanes.values()
         ]
         self.events = 0
+        #: per op id, the seconds a compute op lost running at 1/slowdown beside collectives
+        self.slowed_s: dict[int, float] = {}
 
     def finished_count(self) -> int:
         """How many ops have ended so far (for a progress bar): a lane's ops before the one
@@ -175,7 +177,7 @@ class Engine:
     def _send(self, op: Op) -> simpy.Event:
         names, transfer = self.names, self.fabric.transfer
         # the representative's own flow first: it is replica 0, first in line in the unfolded run
-        done = transfer(names[op.device], names[self.program.ops[op.peer].device], op.nbytes, op.name)
+        done = transfer(names[op.origin()], names[self.program.ops[op.peer].device], op.nbytes, op.name)
         if self.fabric.shares_links:
             for src, dst in op.shadows:  # folded-away twins' traffic loads the fabric too
                 transfer(names[src], names[dst], op.nbytes, op.name)
@@ -189,6 +191,8 @@ class Engine:
             rate = 1.0 / self.slowdown if self.active_collectives[dev] else 1.0
             t, timer = env.now, env.timeout(work / rate)
             yield timer | self.collectives_changed[dev]
+            if rate != 1.0:  # w s at this rate did w·rate s of work: w·(1 − rate) s lost
+                self.slowed_s[op.id] = self.slowed_s.get(op.id, 0.0) + (env.now - t) * (1.0 - rate)
             if timer.processed:
                 return
             work -= (env.now - t) * rate

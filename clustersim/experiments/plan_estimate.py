@@ -238,10 +238,10 @@ class Estimator:
     def _memory(job: Job, schedule: Schedule, shape: _Shape) -> tuple[float, float]:
         costs, vectors = job.chunk_costs, shape.vectors
         stash = schedule.weights == "stash"
-        peak = 0.0
+        peak, reserve = 0.0, job.runtime_reserve
         for s, ks in enumerate(shape.chunks):
             chunks = [costs[k] for k in ks]
-            static = stage_static_memory(schedule.weights, chunks).total
+            static = stage_static_memory(schedule.weights, chunks, reserve).total
             held = [(c.activation_memory, c.weight_bytes if stash else 0) for c in chunks]
             live = max((sum(n * b for n, b in zip(vec, _flat(held))) for vec in vectors[s]), default=0)
             peak = max(peak, static + live)

@@ -1,5 +1,7 @@
 """Default ``cluster.comm_compute_slowdown`` per GPU type: compute slowed while communication
-kernels share the SMs.
+kernels share the SMs; and the table of what each overlap kind's communication holds
+(``data/interference_measurements.csv``: SMs, whether the GEMM is told, measured slowdowns,
+each row with its source — :func:`sm_budget`, :func:`interference_rows`).
 
 NCCL runs a collective as one thread block per channel, each holding an SM for the
 collective's whole duration, and Transformer Engine's userbuffers reserve ``num_sm`` SMs
@@ -19,14 +21,23 @@ A100 and 13.8 % for H100. A profile applies the default only where it overlaps s
 (:mod:`clustersim.scenario.frameworks`); a stated value always wins. The engine applies it
 while a NCCL collective runs; TP overlap applies it to the GEMMs TE launches with an SM
 margin (``pipeline``, ``bulk``; not ``ring_exchange``, whose copy-engine transfers hold no
-SMs) as their own ``interference`` ops (:mod:`clustersim.workload.tp_overlap`). No
-kernel-level measurement per GPU and overlap kind was found to replace the rule with
-(docs/overlap.md).
+SMs) as their own ``interference`` ops (:mod:`clustersim.workload.tp_overlap`), priced
+there per GEMM shape by the wave model over SMs − ``num_sm``
+(:mod:`clustersim.workload.gemm_interference`, ``data/interference_measurements.csv``);
+this rule is the fallback where a GPU has no SM count, and the engine's rate while a NCCL
+collective runs (docs/overlap.md).
 """
 
 from __future__ import annotations
 
+import csv
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
 from .datasheets import datasheets
+
+MEASUREMENTS_CSV = Path(__file__).resolve().parent.parent / "data" / "interference_measurements.csv"
 
 #: SMs a communication kernel set holds: TE userbuffers' default ``num_sm`` (16); NCCL's
 #: ring kernels take one SM per channel and use a comparable count on NVSwitch systems
@@ -52,3 +63,68 @@ def custom_slowdown(gpu: object) -> float | None:
     sms = gpu.get("sms") if isinstance(gpu, dict) else None
     valid = isinstance(sms, int) and not isinstance(sms, bool)
     return slowdown_of(sms) if valid else None
+
+
+@dataclass(frozen=True)
+class InterferenceRow:
+    """One row of the table: the GPU (``any``: every GPU), the overlap kind, the SMs its
+    communication holds and whether the GEMM is launched on the rest (``sm_margin``), a
+    measured compute slowdown and the GEMM's grid where the source gives them, the source."""
+
+    gpu: str
+    overlap: str
+    comm_sms: int | None
+    sm_margin: bool | None
+    compute_slowdown: float | None
+    gemm_ctas: int | None
+    source: str
+
+
+def _number(text: str, kind):
+    return kind(float(text)) if text.strip() else None
+
+
+@lru_cache(maxsize=1)
+def interference_rows() -> tuple[InterferenceRow, ...]:
+    """Every row of ``data/interference_measurements.csv``."""
+    with MEASUREMENTS_CSV.open(newline="", encoding="utf-8") as f:
+        return tuple(
+            InterferenceRow(
+                r["gpu"],
+                r["overlap"],
+                _number(r["comm_sms"], int),
+                None if not r["sm_margin"].strip() else r["sm_margin"].strip() == "1",
+                _number(r["compute_slowdown"], float),
+                _number(r["gemm_ctas"], int),
+                r["source"],
+            )
+            for r in csv.DictReader(f)
+        )
+
+
+@lru_cache(maxsize=1)
+def _budgets() -> dict[str, InterferenceRow]:
+    return {r.overlap: r for r in interference_rows() if r.gpu == "any" and r.comm_sms is not None}
+
+
+def sm_budget(overlap: str) -> InterferenceRow:
+    """The row saying how many SMs ``overlap``'s communication holds on every GPU, and
+    whether the GEMM beside it is launched on the rest; KeyError for a kind the table lacks."""
+    return _budgets()[overlap]
+
+
+def interference_model(sms: int, slowdown: float, tp_overlap: bool) -> str:
+    """What priced each kind's interference in a run (the summary's ``interference_model``):
+    on a GPU of ``sms`` SMs (0: unknown), ``slowdown`` = ``cluster.comm_compute_slowdown``
+    (the SM rule's value, or a stated one), ``tp_overlap`` whether TP userbuffers ran."""
+    source = f"SM rule SMs/(SMs − {COMM_SMS})" if sms and slowdown == slowdown_of(sms) else "stated"
+    parts = [f"nccl: compute ×{slowdown:.4g} while a collective runs ({source})"]
+    if tp_overlap:
+        row = sm_budget("tp_pipeline")
+        if sms > row.comm_sms:
+            parts.append(
+                f"tp userbuffers: wave model on {sms - row.comm_sms} of {sms} SMs (TE num_sm {row.comm_sms})"
+            )
+        else:
+            parts.append(f"tp userbuffers: ×{slowdown:.4g} (no SM count: the scalar fallback)")
+    return "; ".join(parts)

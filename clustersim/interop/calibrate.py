@@ -80,7 +80,9 @@ def scenario_profile(trace: KinetoTrace, sc) -> tuple[list[dict], list[dict]]:
     cm = CostModel.for_gpu(st.gpu, None, sc.cluster.custom_gpu)
     found = _by_shape(trace, st.e)
     profile, rows = [], []
-    for op in layer_ops(cfg, st.micro_batch, st.tp, st.sp, st.e, None, st.cp, st.cp_comm, st.split):
+    for op in layer_ops(
+        cfg, st.micro_batch, st.tp, st.sp, st.e, None, st.cp, st.cp_comm, st.split, st.kernels
+    ):
         if not isinstance(op, LayerOp):
             continue  # a TP collective point, an expert group
         for phase, work in (("F", op.fwd), ("B", op.bwd_input), ("W", op.bwd_weight)):

@@ -66,6 +66,7 @@ _OWN_FIELDS = {
     "tag": "",
     "algorithm": "auto",
     "arrivals": 0,
+    "source": -1,
 }
 
 

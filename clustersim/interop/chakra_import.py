@@ -245,8 +245,21 @@ def _quantities(rk: _Rank, node, kind: str) -> dict:
 
 
 def _device_lists(rk: _Rank, node, kind: str, devices: int, group: tuple) -> dict:
-    """A node's ``shadows`` (folded twins' traffic) and ``split`` (all-to-all-v bytes), checked."""
+    """A node's ``shadows`` (folded twins' traffic), ``source`` (where a folded ring send's
+    bytes leave from) and ``split`` (all-to-all-v bytes), checked."""
     out, fail = {}, rk.failing(node)
+    source = rk.attr(node, OWN + "source")
+    if source is not None:
+        if (
+            kind != SEND
+            or isinstance(source, bool)
+            or not isinstance(source, int)
+            or not 0 <= source < devices
+        ):
+            fail(
+                f"attribute {OWN}source holds {source!r}; accepted: on a send, a device index 0..{devices - 1}"
+            )
+        out["source"] = source
     text = rk.attr(node, OWN + "shadows")
     if text is not None:
         pairs = 2 if kind in (SEND, RECV) else None

@@ -176,6 +176,13 @@ def _checked(event: dict, k: int, path) -> dict:
     ``cpu_op``'s name a string, its ``Input Dims`` lists of whole numbers and its
     ``Input type`` strings; else a ScenarioError naming the file, the event and the field."""
     cat = event.get("cat")
+    if cat is not None and not isinstance(cat, str):
+        raise ScenarioError(
+            FIELD,
+            str(path),
+            f"traceEvents[{k}] ({short_repr(event.get('name'), 60)}): cat = {short_repr(cat, 60)} is invalid; "
+            "accepted: the event's category, a string",
+        )
     if cat not in _ID_ARGS:
         return event
 

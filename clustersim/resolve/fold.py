@@ -16,9 +16,17 @@ crossing the same kinds of links as its representative's
 (:mod:`clustersim.parallel.fold_routes`). With expert parallelism the representative's
 expert collectives (the MoE all-to-alls, the expert gradients' all-reduce) expect one
 arrival and carry the stage's other expert groups as shadows; an uneven expert load (the
-expert ranks' work or all-to-all bytes differ) is not folded. It is refused otherwise (each twin's placement is compared by
-:mod:`clustersim.parallel.fold_routes`) — an explicit ``simulation.fold: true`` is an error naming
-the reason; ``auto`` quietly runs unfolded and says why in the summary.
+expert ranks' work or all-to-all bytes differ) is not folded. It is refused otherwise
+(each twin's placement is compared by :mod:`clustersim.parallel.fold_routes`) — an explicit
+``simulation.fold: true`` is an error naming the reason; ``auto`` quietly runs unfolded and
+says why in the summary.
+
+With TP overlap (userbuffers chunks passed around the TP ring) the representative's ring
+sends are paired with its own receives, each standing for the previous TP rank's send,
+whose route (inside the node) it takes, the stage's other ring hops as shadows
+(:attr:`clustersim.compilers.pipeline.passes.SegmentEmitter.folded_ring`): by symmetry
+every rank's chunk leaves when the representative's does, so its receive ends when the
+unfolded one does.
 """
 
 from __future__ import annotations
@@ -57,8 +65,6 @@ def _obstacle(job) -> str | None:
         return "parameter-server workers are simulated one by one"
     if par.cp > 1:  # a folded replica would have no CP peers to pass K/V (or all-to-all) with
         return "context-parallel ranks exchange attention data with one another"
-    if par.tp_comm_overlap:  # a folded stage would have no TP neighbours to pass userbuffers with
-        return "TP overlap's userbuffers pass chunks between TP neighbours"
     if cl.stragglers:
         return "stragglers make replicas differ"
     mixed = heterogeneity(cl)

@@ -31,6 +31,7 @@ from ..scenario.schema import ParallelSpec, SimulationSpec, TrainingSpec
 from ..schedules.orders import stage_chunks
 from ..schedules.registry import Schedule
 from ..workload.resolve import TransformerConfig, resolve_transformer
+from ..workload.runtime_memory import reserve_bytes, runtime_reserve
 from ..workload.stage_cost import StageCost
 from . import fold as folding
 from .fold import FoldDecision, decide_fold
@@ -91,6 +92,20 @@ class Job:
     def chunk_costs(self) -> list[StageCost]:
         """The StageCost of every model chunk on ``cluster.gpu``."""
         return self.costs[self.cluster.gpu]
+
+    @cached_property
+    def runtime_reserve(self) -> int:
+        """Bytes each GPU holds outside the framework's allocator: the CUDA context and NCCL's
+        communicators (:func:`~clustersim.workload.runtime_memory.runtime_reserve`) — none for
+        a synthetic model, whose bytes are all the scenario states."""
+        return 0 if self.model.kind == "synthetic" else runtime_reserve(self.plan)
+
+    def replica_reserve(self, replicas: int) -> int:
+        """:attr:`runtime_reserve` of a GPU of a stage run by ``replicas`` GPUs
+        (``parallel.stage_replicas``, tp = 1): its stage's replica group and the pipeline's."""
+        if self.model.kind == "synthetic":
+            return 0
+        return reserve_bytes([("group", replicas), ("group", self.plan.pp)])
 
     def stage_chunks(self, stage: int) -> list[int]:
         """The model chunks the schedule places on pipeline ``stage``."""

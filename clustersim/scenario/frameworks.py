@@ -21,6 +21,11 @@ other profile runs today's NCCL, whose ring across hosts pays its α's in full
   and Transformer Engine's fused MoE permutation (``parallel.moe_permute_fusion``): the
   Megatron-Core MoE README's Quick Start (megatron/core/transformer/moe/README.md) trains
   every MoE model with ``--moe-permute-fusion`` (TransformerConfig's own default is off);
+  and the gradient buffer in bf16 (``grad_reduce_dtype: bf16``): Megatron-Core's
+  ``DistributedDataParallelConfig.grad_reduce_in_fp32`` defaults to False and NeMo's
+  performance recipes set ``plugins.grad_reduce_in_fp32 = False`` (e.g.
+  nemo/collections/llm/recipes/llama3_70b.py ``pretrain_performance_optimizations``,
+  scripts/performance/helpers.py) — 2 bytes per parameter held, not fp32 ``main_grad``'s 4;
   with ``parallel.zero: 3``, Megatron-FSDP (``megatron_fsdp`` with Megatron-LM's defaults:
   no double buffer, the default communication unit size;
   :mod:`clustersim.parallel.megatron_fsdp`);
@@ -79,6 +84,7 @@ def _data_parallel(
             "distributed_optimizer": True,
             "overlap_grad_reduce": True,
             "overlap_param_gather": True,
+            "grad_reduce_dtype": "bf16",
             **fp8,
             **({"megatron_fsdp": {}} if zero == 3 else {}),
         }

@@ -97,6 +97,9 @@ class TrainingSpec(_Spec):
     #: the stack whose defaults fill what the scenario leaves unstated
     #: (clustersim.scenario.frameworks); ``megatron_2021`` fills nothing
     framework: Literal["megatron_2021", "megatron_core", "deepspeed", "fsdp2"] = "megatron_2021"
+    #: whose memory-bound kernels (norms, activation, residual, RoPE, cross-entropy) run,
+    #: fused or unfused (clustersim.workload.kernel_impls); None: ``framework``'s own
+    memory_kernels: Literal["megatron_2021", "megatron_core", "deepspeed", "fsdp2"] | None = None
     fixed_costs: FixedCostsSpec = FixedCostsSpec()
 
 

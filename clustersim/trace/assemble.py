@@ -15,8 +15,11 @@ import pandas as pd
 
 from .. import metrics
 from ..engine.collector import collector_paused
+from ..hardware.datasheets import datasheets
+from ..hardware.interference import interference_model
 from ..hardware.node_groups import describe, device_gpus
 from ..metrics import COMM_KINDS
+from ..program import COMPUTE
 from ..record import Recorder
 from ..resolve import Job
 from .result import Result, spans_frame
@@ -58,7 +61,9 @@ def assemble_result(job: Job, mode, engine, rec: Recorder, wall_s: float) -> Res
             f"exposed_{k}_fraction": float(parts[f"exposed_{k}"].mean()) if len(parts) else 0.0
             for k in COMM_KINDS
         },
-        **(_interference(spans, window) if job.parallel.tp_comm_overlap else {}),
+        **(_interference(spans, window, iter_time) if job.parallel.tp_comm_overlap else {}),
+        **_nccl_interference(engine, rec, window),
+        **_interference_model(job),
         "peak_memory_gib": float(devices["peak_memory_bytes"].max()) / GIB,
         "oom": bool(devices["oom"].any()),
         **({"oom_hint": oom_hint} if oom_hint else {}),
@@ -111,12 +116,42 @@ def assemble_result(job: Job, mode, engine, rec: Recorder, wall_s: float) -> Res
     )
 
 
-def _interference(spans: pd.DataFrame, window: tuple[float, float]) -> dict:
-    """``interference_fraction`` (:func:`metrics.interference_fraction`) where a run has
-    interference ops (TP overlap under an SM margin), else nothing. Asked only of TP-overlap
-    runs: the name scan costs ~0.3 µs a span, 30 % of an unfolded 175B run's CPU."""
+def _interference(spans: pd.DataFrame, window: tuple[float, float], iter_time: float) -> dict:
+    """``interference_fraction`` (:func:`metrics.interference_fraction`) and
+    ``interference_tp_s`` (the same in seconds of the ``iter_time`` s iteration: what TE's SM
+    margin cost the GEMMs beside TP overlap's userbuffers) where a run has interference ops,
+    else nothing. Asked only of TP-overlap runs: the name scan costs ~0.3 µs a span, 30 % of
+    an unfolded 175B run's CPU."""
     share = metrics.interference_fraction(spans, window)
-    return {"interference_fraction": share} if share else {}
+    return {"interference_fraction": share, "interference_tp_s": share * iter_time} if share else {}
+
+
+def _nccl_interference(engine, rec: Recorder, window: tuple[float, float]) -> dict:
+    """``interference_nccl_s``: per GPU (mean over the GPUs that computed), the seconds its
+    compute ops starting inside ``window`` lost running at 1/``comm_compute_slowdown`` beside
+    NCCL collectives (the engine's count, :class:`clustersim.engine.interpreter.Interpreter`);
+    nothing where no compute was slowed."""
+    slowed = getattr(engine, "slowed_s", None)
+    if not slowed:
+        return {}
+    t0, t1 = window
+    ops = engine.program.ops
+    lost = sum(slowed.get(i, 0.0) for i, start, _ in rec.ops if t0 <= start < t1)
+    gpus = {ops[i].device for i, _, _ in rec.ops if ops[i].kind == COMPUTE}
+    return {"interference_nccl_s": lost / len(gpus)}
+
+
+def _interference_model(job: Job) -> dict:
+    """``interference_model``: which model priced each kind's interference (where any is on)."""
+    cl = job.cluster
+    if cl.comm_compute_slowdown == 1.0:
+        return {}
+    custom = cl.custom_gpu is not None and cl.custom_gpu.name == cl.gpu
+    sheet = None if custom else datasheets().get(cl.gpu)
+    sms = (cl.custom_gpu.sms or 0) if custom else (sheet.sms if sheet else 0)
+    return {
+        "interference_model": interference_model(sms, cl.comm_compute_slowdown, job.parallel.tp_comm_overlap)
+    }
 
 
 def _breakdown(run, spans: pd.DataFrame, window: tuple[float, float]) -> pd.DataFrame:

@@ -3,7 +3,7 @@
 A bundle comes from disk, so it may be damaged (a run killed mid-save, a file edited by
 hand) or foreign (some other folder). Each file must be a regular file — not a symbolic
 link or a device, which could point anywhere or never end — and parse as what
-:func:`~clustersim.trace.bundle.save_result` writes: ``summary.json`` a JSON object,
+:func:`~clustersim.trace.bundle.save_result` writes: ``summary.json`` a JSON object whose numbers are finite and ≥ 0,
 ``scenario.resolved.yaml`` bounded YAML (:mod:`clustersim.reader`), the span,
 device and memory tables with their columns and types, and span times finite with
 ``start_s ≤ end_s``. Anything else is one :class:`OutputError` naming the folder, the file
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ def _reading(directory: Path, name: str) -> Iterator[None]:
         yield
     except OutputError:
         raise
-    except (ScenarioError, OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
+    except (ScenarioError, OSError, ValueError, KeyError, TypeError, OverflowError, RecursionError) as exc:
         detail = exc.expected if isinstance(exc, ScenarioError) else str(exc) or type(exc).__name__
         raise OutputError(
             f"{directory}: not a readable clustersim result bundle: {name}: {shorten(detail.splitlines()[0])}"
@@ -91,6 +92,9 @@ def read_bundle(directory: Path) -> dict[str, Any]:
         summary = json.loads(decode(_file(directory, "summary.json").read_bytes(), "summary.json", "bundle"))
         if not isinstance(summary, dict):
             raise ValueError("expected a JSON object of metrics")
+        for key, value in summary.items():  # a run's figures are finite and ≥ 0
+            if isinstance(value, float | int) and not isinstance(value, bool) and not 0 <= value < math.inf:
+                raise ValueError(f"{key} = {value} is not a figure a run writes (finite, ≥ 0)")
     spans = _table(directory, "spans", SPAN_FIELDS, keep_default_na=False, dtype=SPAN_DTYPES)
     with _reading(directory, "spans"):
         spans = spans[list(SPAN_FIELDS)].astype(SPAN_DTYPES)

@@ -65,7 +65,7 @@ def wait_table(program: Program, recorded: list[tuple[int, float, float]]) -> pd
         if (
             dep is not None and op.kind is not RECV and op.kind is not SEND
         ):  # a send waiting for its data is no wait
-            who = ops[ops[dep].peer].device if ops[dep].kind is RECV else ops[dep].device
+            who = ops[ops[dep].peer].origin() if ops[dep].kind is RECV else ops[dep].device
             rows.append(
                 _row(names, op, start[op.id], end[dep] - lane_free[op.id], who, ops[dep].name, "data")
             )

@@ -19,7 +19,8 @@
   writing the output), amortised over its K loop, so a short K runs below the large-K rate;
 * a skinny M (few tokens) is memory-bound: the roofline's bytes decide it.
 
-Kernels without a GEMM shape are memory-bound (FLOPs ignored). A fused attention kernel
+Kernels without a GEMM shape are memory-bound (FLOPs ignored), priced at the achieved
+bandwidth of :mod:`.memory_bandwidth` for the bytes they move. A fused attention kernel
 takes the efficiency of :meth:`CostModel.attention_efficiency` in place of ``matmul_eff``;
 an FP8 GEMM is priced by :mod:`.fp8` (FP8 peak, its own calibrated efficiency, casts).
 
@@ -38,12 +39,16 @@ import warnings
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import CalibrationTransfer, ScenarioError, shorten
 from ..hardware.gpus import GPUS, GPUSpec, get_gpu
 from ..reader import read_text
 from .attention_kernels import AttentionCurve, pick
 from .ops import AttentionShape, Work
+
+if TYPE_CHECKING:
+    from .memory_bandwidth import MemoryCurves
 
 
 @dataclass(frozen=True)
@@ -185,24 +190,31 @@ def attention_curves_for(gpu: str) -> tuple[AttentionCurve, ...]:
 
 @dataclass(frozen=True)
 class CostModel:
-    """Seconds per kernel on one GPU type, with an optional profile table and the GPU's
-    calibrated fused attention curves (:class:`~.attention_kernels.AttentionCurve`, one per kernel)."""
+    """Seconds per kernel on one GPU type, with an optional profile table, the GPU's
+    calibrated fused attention curves (:class:`~.attention_kernels.AttentionCurve`, one per
+    kernel) and its memory-bound kernels' achieved bandwidth by kind
+    (:class:`~.memory_bandwidth.MemoryCurves`; None: the STREAM-triad fraction ``eff.memory``)."""
 
     gpu: GPUSpec
     eff: Efficiency
     profile: ProfileTable | None = None
     attention: tuple[AttentionCurve, ...] = ()
+    bandwidth: MemoryCurves | None = None
 
     @classmethod
     def for_gpu(cls, name: str, profile: ProfileTable | None = None, custom=None) -> CostModel:
         """The cost model of GPU ``name``; ``custom``: the scenario's custom GPU
         (``cluster.custom_gpu``), priced with the efficiencies of the GPU it is ``like``."""
+        from .memory_bandwidth import memory_curves_for  # imports calibration: resolve at call time
+
         if custom is not None and custom.name == name:
             like = custom.like or name  # an unknown name: A100's fractions, flagged
             eff = efficiency_for(like)
             eff = replace(eff, sms=custom.sms) if custom.sms else eff
-            return cls(custom.spec(), eff, profile, attention_curves_for(like))
-        return cls(get_gpu(name), efficiency_for(name), profile, attention_curves_for(name))
+            return cls(custom.spec(), eff, profile, attention_curves_for(like), memory_curves_for(like))
+        return cls(
+            get_gpu(name), efficiency_for(name), profile, attention_curves_for(name), memory_curves_for(name)
+        )
 
     def attention_efficiency(self, shape: AttentionShape) -> float:
         """Fraction of peak of a fused attention kernel: the calibrated curve of the kernel
@@ -232,12 +244,12 @@ class CostModel:
             from .fp8 import fp8_gemm_time  # imports this module: resolve at call time
 
             return fp8_gemm_time(self.gpu.name, *work.gemm, list(work.fp8_casts)).total_s
+        if work.gemm is None and work.attention is None:
+            return self.memory_seconds(work.bytes, work.memory_kind) + self.eff.launch_s
         mem = work.bytes / (self.gpu.hbm_bandwidth * self.eff.memory)
         if work.attention is not None:
             comp = work.flops / (self.gpu.peak_flops * self.attention_efficiency(work.attention))
             return max(comp, mem) + self.eff.launch_s
-        if work.gemm is None:
-            return mem + self.eff.launch_s
         comp = work.flops / (self.gpu.peak_flops * matmul_efficiency(self.eff, work.gemm, gemm_batch(work)))
         return max(comp, mem) + self.eff.launch_s
 
@@ -256,11 +268,19 @@ class CostModel:
         op of its own (:func:`.segments.launch_items`)."""
         return replace(self, eff=replace(self.eff, launch_s=0.0))
 
+    def memory_seconds(self, nbytes: float, kind: str = "tuned") -> float:
+        """HBM time of one memory-bound kernel of ``kind`` moving ``nbytes`` (no launch): at
+        the achieved bandwidth of :attr:`bandwidth` (:mod:`.memory_bandwidth`), else the
+        triad fraction."""
+        if self.bandwidth is None:
+            return nbytes / (self.gpu.hbm_bandwidth * self.eff.memory)
+        return self.bandwidth.of(kind).seconds(nbytes, self.gpu.hbm_bandwidth)
+
     def memory_pass(self, nbytes: float) -> float:
         """One memory-bound multi-tensor kernel over ``nbytes`` of HBM traffic (0 for none)."""
         if nbytes <= 0:
             return 0.0
-        return nbytes / (self.gpu.hbm_bandwidth * self.eff.memory) + self.eff.launch_s
+        return self.memory_seconds(nbytes) + self.eff.launch_s
 
     def optimizer_time(self, params: float, bytes_per_param: float = 32.0) -> float:
         """Adam step: memory-bound over the fp32 master weights, m, v (read+write), the

@@ -33,13 +33,16 @@ class Work:
     """FLOPs and HBM bytes of one kernel; ``gemm`` = the (M, N, K) shape its efficiency
     depends on, or None for memory-bound kernels; ``attention`` marks a fused attention
     kernel (efficiency from the attention curve); ``fp8_casts`` marks an FP8 GEMM and
-    lists the elements cast to FP8 before it (:mod:`.fp8`; None: not FP8)."""
+    lists the elements cast to FP8 before it (:mod:`.fp8`; None: not FP8); ``memory_kind``
+    which achieved-bandwidth curve a memory-bound kernel runs at (``tuned`` or ``generic``,
+    :mod:`.memory_bandwidth`)."""
 
     flops: float = 0.0
     bytes: float = 0.0
     gemm: tuple[int, int, int] | None = None
     attention: AttentionShape | None = None
     fp8_casts: tuple[float, ...] | None = None
+    memory_kind: str = "tuned"
 
 
 NO_WORK = Work()

@@ -14,11 +14,13 @@ from ..memory_kinds import StaticMemory
 from .stage_cost import Segment, StageCost
 
 
-def stage_static_memory(weights: str, costs: list[StageCost]) -> StaticMemory:
+def stage_static_memory(weights: str, costs: list[StageCost], reserve: int = 0) -> StaticMemory:
     """What a GPU holding the model chunks of ``costs`` keeps for the whole run: their
     static bytes, plus one more copy of their weights when the schedule's ``weights`` keep
-    two versions (``"double"``: PipeDream-2BW's double buffer — nothing else doubles)."""
-    static = StaticMemory.sum(c.static for c in costs)
+    two versions (``"double"``: PipeDream-2BW's double buffer — nothing else doubles), plus
+    ``reserve`` buffer bytes held once per GPU whatever its chunks (the CUDA context and
+    NCCL's communicators, :func:`.runtime_memory.runtime_reserve`)."""
+    static = StaticMemory.sum(c.static for c in costs) + StaticMemory(buffers=reserve)
     if weights == "double":
         return replace(static, stashed=static.weights)
     return static

@@ -54,20 +54,20 @@ def forward_items(
     for op in ops:
         if isinstance(op, TPComm):
             if op.fwd and not core_only:
-                out.append((("x", op.fwd, op.nbytes, op.name, op.group, op.matrix), ""))
+                out.append((("x", op.fwd, op.nbytes, op.name, op.group, op.matrix), "", None))
         elif isinstance(op, ExpertRanks):
             if not core_only:
-                out.append((_per_rank([forward_items(list(r), cm) for r in op.ranks]), ""))
+                out.append((_per_rank([forward_items(list(r), cm) for r in op.ranks]), "", None))
         elif isinstance(op, (CPComm, CPRing)):
             if not core_only:
-                out.append((_cp_item(op, cm, backward=False), ""))
+                out.append((_cp_item(op, cm, backward=False), "", None))
         elif not core_only or op.attention_core:
             kind = "p" if op.overlap else "c"
             item = (kind, cm.time(op.fwd, op.name, "F"), op.fwd.flops, cm.launched(op.fwd, op.name, "F"))
-            out.append((item, op.name))
+            out.append((item, op.name, op.fwd))
     if overlap is not None:
-        return merge_forward(out, overlap)
-    return [item for item, _ in out]
+        return merge_forward(out, overlap, cm.eff)
+    return [item for item, *_ in out]
 
 
 def _per_rank(items: list[list[tuple]]) -> tuple:
@@ -89,21 +89,23 @@ def backward_items(
     for op in reversed(ops):
         if isinstance(op, TPComm):
             if op.bwd and inputs:
-                out.append((("x", op.bwd, op.nbytes, op.name, op.group, tuple(zip(*op.matrix))), "", ""))
+                out.append(
+                    (("x", op.bwd, op.nbytes, op.name, op.group, tuple(zip(*op.matrix))), "", "", None)
+                )
             continue
         if isinstance(op, ExpertRanks):
             ranks = [backward_items(list(r), cm, weight=weight, inputs=inputs) for r in op.ranks]
-            out.append((_per_rank(ranks), "", ""))
+            out.append((_per_rank(ranks), "", "", None))
             continue
         if isinstance(op, (CPComm, CPRing)):  # attention: input gradients only
             if inputs:
-                out.append((_cp_item(op, cm, backward=True), "", ""))
+                out.append((_cp_item(op, cm, backward=True), "", "", None))
             continue
         assert isinstance(op, LayerOp)
         if overlap is not None and op.name in AG_GEMMS + RS_GEMMS:
             parts = [("dgrad", op.bwd_input, "B")] * inputs + [("wgrad", op.bwd_weight, "W")] * weight
             out += [
-                (("c", cm.time(w, op.name, ph), w.flops, cm.launched(w, op.name, ph)), op.name, part)
+                (("c", cm.time(w, op.name, ph), w.flops, cm.launched(w, op.name, ph)), op.name, part, w)
                 for part, w, ph in parts
             ]
             continue
@@ -118,10 +120,10 @@ def backward_items(
             flops += op.bwd_weight.flops
             n += cm.launched(op.bwd_weight, op.name, "W")
         if t or flops:
-            out.append((("p" if op.overlap and inputs else "c", t, flops, n), op.name, ""))
+            out.append((("p" if op.overlap and inputs else "c", t, flops, n), op.name, "", None))
     if overlap is not None:
-        return merge_backward(out, overlap)
-    return [item for item, _, _ in out]
+        return merge_backward(out, overlap, cm.eff)
+    return [item for item, *_ in out]
 
 
 def launch_items(items: list[tuple], launch_s: float) -> list[tuple]:

@@ -50,6 +50,7 @@ from .cnn import cnn_layers
 from .cost_model import CostModel
 from .fp8 import check_fp8, fp8_cache_bytes, fp8_linear_params, te_fp8_layer
 from .grad_accumulation import with_grad_accumulation
+from .kernel_impls import DEFAULT_KERNELS
 from .memory_model import DTYPE_BYTES, ELEMENT_BYTES, static_bytes, zero_shards
 from .moe_dispatch import ExpertSplit, dispatch_buffer_bytes
 from .ops import ExpertRanks
@@ -116,6 +117,7 @@ class TrainSetup:
             grad_dtype=par.data_parallel.grad_reduce_dtype if par.data_parallel else None,
             fp8_params=bool(par.data_parallel) and par.data_parallel.param_gather_dtype == "fp8",
             zero3=par.zero == 3 and bool(par.data_parallel) and par.data_parallel.deepspeed_zero3 is not None,
+            kernels=tr.memory_kernels or tr.framework,
         )
 
     shards: int = 0
@@ -132,6 +134,8 @@ class TrainSetup:
     fp8_params: bool = False
     #: ZeRO-3 through DeepSpeed's coordinator: the layers' hooked submodules are kept (:mod:`.zero3_modules`)
     zero3: bool = False
+    #: whose memory-bound kernel implementations run (:mod:`.kernel_impls`)
+    kernels: str = DEFAULT_KERNELS
 
     def __post_init__(self):
         if not self.shards:  # ZeRO shards over the whole DP group unless HSDP says fewer
@@ -302,7 +306,7 @@ class _LayerKind:
 
 def _layer_kind(cfg, st: TrainSetup, cm: CostModel, moe: bool, accumulate: bool) -> _LayerKind:
     b, tp, sp, e = st.micro_batch, st.tp, st.sp, st.e
-    layer = layer_ops(cfg, b, tp, sp, e, moe, st.cp, st.cp_comm, st.split)
+    layer = layer_ops(cfg, b, tp, sp, e, moe, st.cp, st.cp_comm, st.split, st.kernels)
     fp8_cache, fp8_linear = 0.0, (0.0, 0.0)
     if st.precision == "fp8":
         layer = te_fp8_layer(layer)
@@ -348,7 +352,7 @@ def transformer_chunk_costs(
     km = cm.without_launch()  # kernels; their launches are the passes' own segments
     b, tp, sp, e = st.micro_batch, st.tp, st.sp, st.e
     emb = embedding_ops(cfg, b, tp, sp, e)
-    out = output_ops(cfg, b, tp, sp, e) + mtp_ops(cfg, b, tp, sp, e, st.split)
+    out = output_ops(cfg, b, tp, sp, e, st.kernels) + mtp_ops(cfg, b, tp, sp, e, st.split, st.kernels)
     if fixed.grad_accumulation:
         emb, out = with_grad_accumulation(emb, e), with_grad_accumulation(out, e)
     order = cfg.layer_kinds()

@@ -26,13 +26,14 @@ transfers as sends and receives between TP neighbours on the ``tp send`` / ``tp 
 Userbuffers are not NCCL: the chunks move by copy engine (``ring_exchange``, ``use_ce``) or
 by TE's own kernels reading peers' memory over NVLink, so no chunk pays NCCL's per-call
 protocol latency. What they cost the GEMM is TE's SM budget (``initialize_ub``'s
-``get_default_config``): ``ring_exchange`` takes ``num_sm`` 1 with ``set_sm_margin`` off —
-the GEMM keeps every SM; ``pipeline`` and ``bulk`` take ``num_sm`` 16 with
-``set_sm_margin`` on — the GEMM is launched on SMs − 16 for its whole run. That margin is
-``cluster.comm_compute_slowdown`` (the SM rule of :mod:`clustersim.hardware.interference`
-where a profile fills it; 1: none) applied to those GEMMs, carried as ``margin`` seconds
-and emitted as its own ``interference`` op so the breakdown shows it
-(``interference_fraction``, docs/metrics.md). Pairs are found by the GEMM's name next to the collective; other TP points (the
+``get_default_config``, rows of ``data/interference_measurements.csv``): ``ring_exchange``
+takes ``num_sm`` 1 with ``set_sm_margin`` off — the GEMM keeps every SM; ``pipeline`` and
+``bulk`` take ``num_sm`` 16 with ``set_sm_margin`` on — the GEMM is launched on SMs − 16
+for its whole run, priced per GEMM shape by the wave model over the SMs it keeps
+(:mod:`.gemm_interference`; the scalar ``cluster.comm_compute_slowdown`` where the GPU
+has no SM count). ``comm_compute_slowdown`` 1 turns interference off. The margin is carried
+as ``margin`` seconds and emitted as its own ``interference`` op so the breakdown shows it
+(``interference_fraction``, ``interference_tp_s``; docs/metrics.md). Pairs are found by the GEMM's name next to the collective; other TP points (the
 embedding's and output layer's, those next to MLA's down-projections or the MoE MLP, a
 backward split into B and W) stay plain collectives.
 """
@@ -42,16 +43,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ScenarioError
+from ..hardware.interference import sm_budget
+from .cost_model import Efficiency, gemm_batch
+from .gemm_interference import relaunched_slowdown
+from .ops import Work
 
 RING, PIPELINE, BULK = "ring_exchange", "pipeline", "bulk"
 #: column-parallel linears: all-gather before (fprop, ring), reduce-scatter of dgrad after (bulk)
 AG_GEMMS = ("qkv", "mlp_up")
 #: row-parallel linears: reduce-scatter after (fprop, pipeline), all-gather before dgrad (ring)
 RS_GEMMS = ("attn_out", "mlp_down")
-
-
-#: the methods whose GEMM TE launches with an SM margin (``set_sm_margin``: not ring exchange)
-SM_MARGIN_METHODS = (PIPELINE, BULK)
+#: each method's overlap kind in ``data/interference_measurements.csv``
+KIND = {RING: "tp_ring_exchange", PIPELINE: "tp_pipeline", BULK: "tp_bulk"}
 
 
 @dataclass(frozen=True)
@@ -67,9 +70,19 @@ class TPOverlap:
         """Chunks of the GEMM for ``method`` (bulk: one)."""
         return {RING: self.tp, PIPELINE: self.splits, BULK: 1}[method]
 
-    def margin(self, method: str, seconds: float) -> float:
-        """Seconds TE's SM margin adds to a GEMM of ``seconds`` overlapped by ``method``."""
-        return seconds * (self.slowdown - 1.0) if method in SM_MARGIN_METHODS else 0.0
+    def margin(
+        self, method: str, seconds: float, eff: Efficiency | None = None, work: Work | None = None
+    ) -> float:
+        """Seconds TE's SM margin adds to a GEMM of ``seconds`` (``work``, priced with
+        ``eff``) overlapped by ``method``: none with interference off (slowdown 1) or where
+        the GEMM keeps every SM; else the wave model at SMs − ``num_sm``, or the scalar
+        slowdown without an SM count or a GEMM shape (module doc)."""
+        row = sm_budget(KIND[method])
+        if self.slowdown == 1.0 or not row.sm_margin:
+            return 0.0
+        shaped = eff is not None and work is not None and bool(work.gemm) and min(work.gemm) > 0
+        factor = relaunched_slowdown(eff, work.gemm, gemm_batch(work), row.comm_sms) if shaped else None
+        return seconds * ((self.slowdown if factor is None else factor) - 1.0)
 
 
 def overlap_of(parallel, slowdown: float = 1.0) -> TPOverlap | None:
@@ -103,19 +116,20 @@ def check_tp_overlap(spec) -> None:
         )
 
 
-def merge_forward(tagged: list[tuple], ov: TPOverlap) -> list[tuple]:
+def merge_forward(tagged: list[tuple], ov: TPOverlap, eff: Efficiency | None = None) -> list[tuple]:
     """Forward items with each all-gather + column-parallel GEMM (ring exchange) and each
-    row-parallel GEMM + reduce-scatter (pipeline) merged. ``tagged``: (item, op name)."""
+    row-parallel GEMM + reduce-scatter (pipeline) merged. ``tagged``: (item, op name, its
+    :class:`Work` or None); ``eff``: the efficiencies the GEMMs were priced with."""
     out: list[tuple] = []
     i = 0
     while i < len(tagged):
-        item, name = tagged[i]
-        nxt = tagged[i + 1] if i + 1 < len(tagged) else (None, "")
+        item, name, work = tagged[i]
+        nxt = tagged[i + 1] if i + 1 < len(tagged) else (None, "", None)
         if item[0] == "x" and item[1] == "all_gather" and nxt[1] in AG_GEMMS:
-            out.append(_merged(item, nxt[0], RING, ov))
+            out.append(_merged(item, nxt[0], RING, ov, (eff, nxt[2])))
             i += 2
         elif item[0] == "c" and name in RS_GEMMS and nxt[0] and nxt[0][:2] == ("x", "reduce_scatter"):
-            out.append(_merged(nxt[0], item, PIPELINE, ov))
+            out.append(_merged(nxt[0], item, PIPELINE, ov, (eff, work)))
             i += 2
         else:
             out.append(item)
@@ -123,21 +137,22 @@ def merge_forward(tagged: list[tuple], ov: TPOverlap) -> list[tuple]:
     return out
 
 
-def merge_backward(tagged: list[tuple], ov: TPOverlap) -> list[tuple]:
+def merge_backward(tagged: list[tuple], ov: TPOverlap, eff: Efficiency | None = None) -> list[tuple]:
     """Backward items (last op first) with the output-gradient all-gather + a row-parallel
     GEMM's dgrad merged (ring exchange) and a column-parallel GEMM's wgrad + the input-
-    gradient reduce-scatter after it merged (bulk). ``tagged``: (item, op name, part),
-    part ``"dgrad"`` or ``"wgrad"`` for the GEMMs' separate items."""
+    gradient reduce-scatter after it merged (bulk). ``tagged``: (item, op name, part, its
+    :class:`Work` or None), part ``"dgrad"`` or ``"wgrad"`` for the GEMMs' separate items;
+    ``eff`` as :func:`merge_forward`."""
     out: list[tuple] = []
     i = 0
     while i < len(tagged):
-        item, name, part = tagged[i]
-        nxt = tagged[i + 1] if i + 1 < len(tagged) else (None, "", "")
+        item, name, part, work = tagged[i]
+        nxt = tagged[i + 1] if i + 1 < len(tagged) else (None, "", "", None)
         if item[0] == "x" and item[1] == "all_gather" and nxt[1] in RS_GEMMS and nxt[2] == "dgrad":
-            out.append(_merged(item, nxt[0], RING, ov))
+            out.append(_merged(item, nxt[0], RING, ov, (eff, nxt[3])))
             i += 2
         elif part == "wgrad" and name in AG_GEMMS and nxt[0] and nxt[0][:2] == ("x", "reduce_scatter"):
-            out.append(_merged(nxt[0], item, BULK, ov))
+            out.append(_merged(nxt[0], item, BULK, ov, (eff, work)))
             i += 2
         else:
             out.append(item)
@@ -145,6 +160,7 @@ def merge_backward(tagged: list[tuple], ov: TPOverlap) -> list[tuple]:
     return out
 
 
-def _merged(comm: tuple, gemm: tuple, method: str, ov: TPOverlap) -> tuple:
+def _merged(comm: tuple, gemm: tuple, method: str, ov: TPOverlap, priced: tuple) -> tuple:
     _, kind, nbytes, name = comm[:4]  # (an expert collective carries its group after)
-    return ("o", kind, nbytes, name, gemm[1], gemm[2], method, ov.chunks(method), ov.margin(method, gemm[1]))
+    margin = ov.margin(method, gemm[1], *priced)
+    return ("o", kind, nbytes, name, gemm[1], gemm[2], method, ov.chunks(method), margin)

@@ -12,8 +12,9 @@ attention 11sbh + 5as²b, MLP 19sbh, norms 4sbh — 34sbh + 5as²b per layer, wi
 24sbh + 5as²b inside TP regions divided by t (and the other 10sbh too with SP). The
 attention core (scores to context) is :mod:`.attention`'s, ``standard`` or ``flash``
 (which keeps no s² term, and no attention-dropout mask, but the fp32 log-sum-exp).
-Elementwise kernels are fused as in Megatron (bias-GeLU, bias-dropout-add, scale-mask-
-softmax); their bytes per element are the reads and writes of those fused kernels.
+The memory-bound kernels outside the attention core (norms, MLP activation, bias-dropout-
+residual, RoPE, cross-entropy) are those the framework runs (:mod:`.kernel_impls`: fused
+or unfused, one op per kernel with its own reads and writes).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import replace
 
 from .attention import attention_core_ops
 from .context_parallel import context_parallel_ops
+from .kernel_impls import DEFAULT_KERNELS, impl_of, memory_ops
 from .mla import mla_ops
 from .moe import moe_mlp_ops
 from .moe_dispatch import ExpertSplit, ep_moe_ops
@@ -49,13 +51,15 @@ def layer_ops(
     cp: int = 1,
     cp_comm: str = "p2p",
     split: ExpertSplit | None = None,
+    kernels: str = DEFAULT_KERNELS,
 ) -> list:
     """One transformer layer on one GPU: LayerOps and TPComm points in forward order;
     ``moe`` chooses a MoE MLP (:mod:`.moe`; default: when the model has experts), ``split``
     its expert parallelism (:mod:`.moe_dispatch`; None: experts inside the TP region), and
     ``cfg.mla`` multi-head latent attention (:mod:`.mla`). With context parallelism ``cp``
     > 1, ``cfg.seq_len`` is the GPU's ``s/cp`` tokens and the attention core is
-    :mod:`.context_parallel`'s ring (``cp_comm`` ``p2p``) or Ulysses (``a2a``) attention."""
+    :mod:`.context_parallel`'s ring (``cp_comm`` ``p2p``) or Ulysses (``a2a``) attention.
+    ``kernels``: whose memory-bound kernel implementations run (:mod:`.kernel_impls`)."""
     s, h, a, d, f = cfg.seq_len, cfg.hidden, cfg.heads, cfg.head_dim, cfg.ffn_hidden
     at, kvt = a // tp, max(1, cfg.n_kv // tp)
     bsh = b * s * h
@@ -65,16 +69,14 @@ def layer_ops(
     ops: list = []
 
     def norm(name):
-        return elementwise(name, rep, 2 * e, 3 * e, params=cfg.norm_params(), activation=rep * e)
+        return _norm_ops(cfg, kernels, name, rep, e)
 
     def residual(name):
-        per = (3 * e + MASK_BYTES) if drop else 3 * e
-        return elementwise(
-            name, rep, per, 2 * e + (MASK_BYTES if drop else 0), activation=rep * MASK_BYTES if drop else 0.0
-        )
+        impl = impl_of(kernels, "dropout_residual" if drop else "residual")
+        return memory_ops(name, impl, rep, e, activation=rep * MASK_BYTES if drop else 0.0)
 
     # --- attention ------------------------------------------------------------------
-    ops.append(norm("norm1"))
+    ops += norm("norm1")
     ops += [enter] if enter else []
     if cfg.mla:
         ops += mla_ops(cfg, b, tp, rep, e)
@@ -82,15 +84,17 @@ def layer_ops(
         qkv_n = (at + 2 * kvt) * d
         qkv = gemm("qkv", b * s, qkv_n, h, e, activation=rep * e)  # SP keeps the shard
         ops.append(replace(qkv, params=qkv.params + qkv_n) if cfg.qkv_bias else qkv)
+        if cfg.position == "rope":  # rotates the query and key heads before the core
+            ops += memory_ops("rope", impl_of(kernels, "rope"), b * s * (at + kvt) * d, e)
         if cp > 1:
             ops += context_parallel_ops(cfg, b, at, kvt, e, cp, cp_comm)
         else:
             ops += attention_core_ops(cfg, b, at, kvt, e)
         ops.append(gemm("attn_out", b * s, h, at * d, e, activation=b * s * at * d * e))
     ops += [leave] if leave else []
-    ops.append(residual("residual1"))
+    ops += residual("residual1")
     # --- MLP ---------------------------------------------------------------------------
-    ops.append(norm("norm2"))
+    ops += norm("norm2")
     is_moe = cfg.experts > 1 if moe is None else moe
     dispatched = is_moe and split is not None and split.active(tp)
     ops += [enter] if enter and not dispatched else []
@@ -103,12 +107,11 @@ def layer_ops(
     else:
         ops.append(gemm("mlp_up", b * s, up_n, h, e, activation=rep * e))
         act_in = b * s * up_n
-        ops.append(
-            elementwise("mlp_act", act_in, 1.5 * e if cfg.gated_mlp else 2 * e, 3 * e, activation=act_in * e)
-        )
+        act = impl_of(kernels, "gated_act" if cfg.gated_mlp else "act")
+        ops += memory_ops("mlp_act", act, act_in, e, activation=act_in * e)
         ops.append(gemm("mlp_down", b * s, h, ft, e, activation=b * s * ft * e))
     ops += [leave] if leave and not dispatched else []
-    ops.append(residual("residual2"))
+    ops += residual("residual2")
     if cfg.bias:  # biases of the four linears (column-parallel split, row-parallel replicated)
         i = next(i for i, op in enumerate(ops) if getattr(op, "name", "") == "qkv")
         q = ops[i]
@@ -128,18 +131,20 @@ def embedding_ops(cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int) -> 
     return ops
 
 
-#: bytes per fp32 logit of Megatron-LM's vocab-parallel cross-entropy (``mpu/cross_entropy.py``
-#: ``_VocabParallelCrossEntropy``, unfused: ``cross_entropy_loss_fusion`` is off by default),
-#: one memory-bound kernel per line: forward the cast of the 16-bit logits to fp32 (writes 4;
-#: the 16-bit read is the ``e`` of the op), max (reads 4), ``sub_`` (4 + 4), ``exp`` in place
-#: (4 + 4), sum (4), ``div_`` (4 + 4) — 36; backward ``mul_`` by the loss gradient (4 + 4) and
-#: the cast back (reads 4; writes ``e``) — 12. (It was one fused pass, 4 + 4.)
-CE_FORWARD_FP32_BYTES = 36
-CE_BACKWARD_FP32_BYTES = 12
+def _norm_ops(
+    cfg: TransformerConfig, kernels: str, name: str, elements: float, e: int, copies: int = 1
+) -> list:
+    """The kernels of ``copies`` norms over ``elements`` values (their parameters, the
+    normalised input kept for the backward) as ``kernels`` runs ``cfg.norm``."""
+    impl = impl_of(kernels, cfg.norm)
+    return memory_ops(name, impl, elements, e, params=copies * cfg.norm_params(), activation=elements * e)
 
 
-def output_ops(cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int) -> list:
-    """Final norm, vocab-parallel logits GEMM and cross-entropy (fp32 logits)."""
+def output_ops(
+    cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int, kernels: str = DEFAULT_KERNELS
+) -> list:
+    """Final norm, vocab-parallel logits GEMM and cross-entropy (fp32 logits kept), the
+    memory-bound kernels as ``kernels`` runs them (:mod:`.kernel_impls`)."""
     s, h, v = cfg.seq_len, cfg.hidden, cfg.vocab
     bsh = b * s * h
     rep = bsh / tp if sp else bsh
@@ -147,23 +152,22 @@ def output_ops(cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int) -> lis
     logits = gemm("logits", b * s, v // tp, h, e, activation=bsh * e)
     if cfg.tied_embeddings:  # the matrix lives in the embedding op; only its gradient work is here
         logits = replace(logits, params=0.0)
-    ops = [elementwise("final_norm", rep, 2 * e, 3 * e, params=cfg.norm_params(), activation=rep * e)]
+    ops = _norm_ops(cfg, kernels, "final_norm", rep, e)
     ops += [enter] if enter else []
     ops.append(logits)
-    ops.append(
-        elementwise(
-            "cross_entropy",
-            b * s * v / tp,
-            e + CE_FORWARD_FP32_BYTES,
-            CE_BACKWARD_FP32_BYTES + e,
-            activation=b * s * v / tp * 4,
-        )
-    )
+    local = b * s * v / tp
+    ops += memory_ops("cross_entropy", impl_of(kernels, "cross_entropy"), local, e, activation=local * 4)
     return ops
 
 
 def mtp_ops(
-    cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int, split: ExpertSplit | None = None
+    cfg: TransformerConfig,
+    b: int,
+    tp: int,
+    sp: bool,
+    e: int,
+    split: ExpertSplit | None = None,
+    kernels: str = DEFAULT_KERNELS,
 ) -> list:
     """The multi-token-prediction modules (DeepSeek-V3 §2.2) on the last stage: per module
     the norms of the hidden state and of the next token's embedding, their concatenation
@@ -174,16 +178,13 @@ def mtp_ops(
     rep = bsh / tp if sp else bsh
     ops: list = []
     for _ in range(cfg.mtp_layers):
-        ops.append(
-            elementwise(
-                "mtp_norms", 2 * rep, 2 * e, 3 * e, params=2 * cfg.norm_params(), activation=2 * rep * e
-            )
-        )
+        ops += _norm_ops(cfg, kernels, "mtp_norms", 2 * rep, e, copies=2)
         ops.append(
             gemm("mtp_proj", b * cfg.seq_len, cfg.hidden // tp, 2 * cfg.hidden, e, activation=2 * rep * e)
         )
-        ops += layer_ops(cfg, b, tp, sp, e, split=split)
+        ops += layer_ops(cfg, b, tp, sp, e, split=split, kernels=kernels)
         ops += [
-            replace(op, params=0.0) if op.name == "logits" else op for op in output_ops(cfg, b, tp, sp, e)
+            replace(op, params=0.0) if op.name == "logits" else op
+            for op in output_ops(cfg, b, tp, sp, e, kernels)
         ]
     return ops

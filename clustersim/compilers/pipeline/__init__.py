@@ -51,6 +51,7 @@ class PipelineMode(TrainingMode):
                 sharded=job.parallel.zero > 0
                 or bool(job.parallel.data_parallel and job.parallel.data_parallel.distributed_optimizer),
                 coarse=job.simulation.granularity == "stage",  # (compile_job coarsens it)
+                reserve=job.runtime_reserve,
             )
         )
 

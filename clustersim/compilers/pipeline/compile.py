@@ -93,7 +93,9 @@ def compile_pipeline(ctx: CompileContext) -> Program:
     prog = Program(plan.num_devices)
     ctx = replace(ctx, prog=prog)
     static = [
-        stage_static_memory(schedule.weights, [costs[k] for k in stage_chunks(schedule, s, p, v)])
+        stage_static_memory(
+            schedule.weights, [costs[k] for k in stage_chunks(schedule, s, p, v)], ctx.reserve
+        )
         for s in range(p)
     ]
     prog.static_memory = [static[plan.coords(dev)[0]] for dev in range(plan.num_devices)]

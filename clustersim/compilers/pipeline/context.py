@@ -35,8 +35,10 @@ class CompileContext:
     data-parallel group (ZeRO ≥ 1, the distributed optimizer), so the step's scalar
     all-reduces span every GPU (:mod:`.step_work`). ``coarse``: each pass emitted once and
     stamped (:mod:`.pass_template`) is coarsened once, before stamping, as
-    :func:`~clustersim.coarsen.coarsen` would coarsen its every copy. ``prog``: the
-    Program being emitted (set by the compiler)."""
+    :func:`~clustersim.coarsen.coarsen` would coarsen its every copy. ``reserve``: bytes
+    every GPU holds besides its chunks' (the CUDA context and NCCL's,
+    :attr:`~clustersim.resolve.Job.runtime_reserve`). ``prog``: the Program being emitted
+    (set by the compiler)."""
 
     schedule: Schedule
     plan: Plan
@@ -50,6 +52,7 @@ class CompileContext:
     data_parallel: DataParallel | None = None
     sharded: bool = False
     coarse: bool = False
+    reserve: int = 0
     prog: Program | None = None
 
     @property

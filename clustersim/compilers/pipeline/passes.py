@@ -135,6 +135,22 @@ class SegmentEmitter:
         """The GPU's TP group."""
         return tuple(self.plan.device(self.stage, self.r, q) for q in range(self.plan.tp))
 
+    @cached_property
+    def folded_ring(self) -> dict:
+        """A folded representative's TP ring sends (it is TP rank 0 of replica 0): their
+        bytes leave from the previous TP rank (``source``), so its own recv ends when, by
+        symmetry, the unfolded one does; every other ring hop of the stage — its own to TP
+        rank 1 first, then each replica's in (dp rank, tp rank) order — loads the fabric as
+        a shadow."""
+        plan, s, tp = self.plan, self.stage, self.plan.tp
+        hops = tuple(
+            (plan.device(s, r, t), plan.device(s, r, (t + 1) % tp))
+            for r in range(plan.dp)
+            for t in range(tp)
+            if (r, t) != (0, tp - 1)
+        )
+        return {"source": plan.device(s, 0, tp - 1), "shadows": hops}
+
     def expert(self, kind: str) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
         """This GPU's expert group of ``kind`` and, folded, the stage's other groups of that
         kind (which run the same collective alongside)."""
@@ -222,8 +238,10 @@ class SegmentEmitter:
         """A userbuffers transfer of TP overlap (:mod:`.tp_overlap`): this rank's send of
         ``nbytes`` to the next TP rank after ``deps`` and its receive from the previous one,
         tagged by ``tag``, ``step`` and the sending rank (paired once the Program is
-        emitted, :func:`.context_parallel.link_ring_transfers`)."""
+        emitted, :func:`.context_parallel.link_ring_transfers`). Folded, the send stands
+        for the previous rank's, which feeds this rank's receive (:attr:`folded_ring`)."""
         t, n = self.t, self.plan.tp
+        sender, ring = (t - 1) % n, self.folded_ring if self.fold else {}
         send = self.prog.add(
             self.dev,
             TP_SEND,
@@ -231,7 +249,8 @@ class SegmentEmitter:
             f"tp send {label}",
             nbytes=nbytes,
             deps=deps,
-            tag=f"{tag}.{step} t{t}",
+            tag=f"{tag}.{step} t{sender if self.fold else t}",  # (folded: its own recv's)
+            **ring,
             **labels,
         )
         recv = self.prog.add(
@@ -240,7 +259,7 @@ class SegmentEmitter:
             RECV,
             f"tp recv {label}",
             nbytes=nbytes,
-            tag=f"{tag}.{step} t{(t - 1) % n}",
+            tag=f"{tag}.{step} t{sender}",
             **labels,
         )
         return send, recv

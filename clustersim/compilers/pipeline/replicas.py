@@ -69,7 +69,8 @@ class ReplicatedRun:
         waits table is. A rendezvous row names the collective's last member; in the
         unfolded run that is, of the tied twins in the copy of the collective that twin
         (r, t) joins, the first in op order: replica 0 where the group spans replicas, TP
-        rank 0 where it spans TP ranks, else (r, t) itself."""
+        rank 0 where it spans TP ranks, else (r, t) itself. A data row waiting for a folded
+        TP ring send names its source, TP rank t′ of replica 0: twin (r, t)'s is (r, t + t′)."""
         index = {name: d for d, name in enumerate(self.program.device_names)}
         names = np.array(self.program.device_names, dtype=object)
         tp = self.plan.tp
@@ -87,7 +88,9 @@ class ReplicatedRun:
         out = folded.iloc[rows].reset_index(drop=True)
         for col, twin in (("device", k), ("waited_for_device", last)):
             dev = np.array([index[n] for n in folded[col]], dtype=np.int64)
-            out[col] = names[self.representative[dev][rows] + twin]
+            rep = self.representative[dev][rows]
+            shift = (dev[rows] - rep) % tp  # a TP ring send's source: the TP rank before (r, t)'s
+            out[col] = names[rep + twin // tp * tp + (twin % tp + shift) % tp]
         return out.sort_values(["start_s", "device"], kind="stable").reset_index(drop=True)
 
     def _spanned(self) -> dict[str, tuple[bool, bool]]:

@@ -27,8 +27,14 @@ class ReplicatedMode(TrainingMode):
 
     def compile(self, ctx: JobContext) -> Program:
         job = ctx.job
+        reserve = [job.replica_reserve(r) for r in job.layout.replicas]  # the CUDA context and NCCL's
         return compile_replicated(
-            job.schedule, job.layout, job.chunk_costs, job.num_microbatches, job.simulation.iterations
+            job.schedule,
+            job.layout,
+            job.chunk_costs,
+            job.num_microbatches,
+            job.simulation.iterations,
+            reserve,
         )
 
     def report(self, spans: pd.DataFrame, job: Job) -> ModeReport:

@@ -54,11 +54,17 @@ def merged_updates(schedule: Schedule, order: list[tuple[str, int, int]], r: int
 
 
 def compile_replicated(
-    schedule: Schedule, layout: ReplicaLayout, costs: list[StageCost], m: int, iterations: int = 1
+    schedule: Schedule,
+    layout: ReplicaLayout,
+    costs: list[StageCost],
+    m: int,
+    iterations: int = 1,
+    reserve: list[int] | None = None,
 ) -> Program:
     """The Program of ``iterations`` iterations of ``schedule`` with per-stage replication.
 
-    ``costs`` holds one entry per stage (one model chunk each)."""
+    ``costs`` holds one entry per stage (one model chunk each); ``reserve`` the bytes each
+    stage's GPUs hold besides it (the CUDA context and NCCL's; None: none)."""
     p = layout.pp
     if len(costs) != p or schedule.chunks != 1 or schedule.placement != "loop":
         raise ProgramError(
@@ -69,8 +75,10 @@ def compile_replicated(
     schedule.validate(p, m, 1)
     orders = run_orders(schedule, p, m, 1, iterations)
     prog = Program(layout.num_devices)
+    reserve = reserve or [0] * p
     for dev in range(layout.num_devices):
-        prog.static_memory[dev] = stage_static_memory(schedule.weights, [costs[layout.coords(dev)[0]]])
+        s = layout.coords(dev)[0]
+        prog.static_memory[dev] = stage_static_memory(schedule.weights, [costs[s]], reserve[s])
     passes: dict[tuple, tuple[Op, Op]] = {}
     for s, order in enumerate(orders):
         updates = merged_updates(schedule, order, layout.replicas[s], m)

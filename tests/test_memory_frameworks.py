@@ -1,0 +1,110 @@
+"""Per-GPU memory against what frameworks report and what NCCL measures: torchtitan's
+FSDP2 Llama 3.1 8B runs (docs/performance.md) and the CUDA context + NCCL reserve."""
+
+from __future__ import annotations
+
+import pytest
+
+import clustersim as cs
+from clustersim.experiments.memory import estimate_peak_memory
+from clustersim.parallel.plan import Plan
+from clustersim.resolve import resolve
+from clustersim.validation.data import read_table
+from clustersim.workload.runtime_memory import runtime_reserve
+
+GIB = 2**30
+MIB, MB, GB = 2**20, 1e6, 1e9
+
+
+def _torchtitan(row: dict[str, str]) -> cs.Scenario:
+    """A torchtitan row as a scenario: FSDP2 over fsdp × cp H100s (Llama 3.1 8B has Llama 3
+    8B's shapes and 8.03B parameters; only its RoPE scaling differs)."""
+    gpus, cp = int(row["gpus"]), int(row["cp"])
+    return cs.load_scenario(
+        {
+            "name": f"torchtitan-table{row['table']}",
+            "cluster": {"preset": "dgx_h100", "nodes": gpus // 8},
+            "model": {"hf_config": "llama-3-8b", "seq_len": int(row["seq_len"])},
+            "training": {
+                "framework": "fsdp2",
+                "global_batch": int(row["fsdp"]) * int(row["local_batch"]),
+                "micro_batch": int(row["local_batch"]),
+                "precision": "bf16",
+                "recompute": row["activation_checkpointing"],
+            },
+            "parallel": {"tp": 1, "pp": 1, "dp": int(row["fsdp"]), "cp": cp},
+            "simulation": {"network": "analytical"},
+        }
+    )
+
+
+def _rows(table: str, techniques: str) -> list[dict[str, str]]:
+    return [
+        r
+        for r in read_table("torchtitan_llama31_memory")
+        if r["table"] == table and r["techniques"] == techniques
+    ]
+
+
+def test_fsdp2_model_states_shrink_from_8_to_128_gpus_as_torchtitan_measured():
+    # Tables 1 and 3: the same run (local batch 2, selective AC) on 8 and on 128 GPUs. The
+    # activations and the gathered units are the same; only the sharded model states differ.
+    # torchtitan reads max reserved, which keeps the optimizer step's foreach temporary (4
+    # bytes per local parameter) cached besides the 16 of fp32 parameters, gradients and
+    # Adam's moments: the measurement sits between 16 and 20 bytes per parameter, hence 10 %
+    (eight,), (many,) = _rows("1", "FSDP"), _rows("3", "FSDP")
+    held = []
+    for row in (eight, many):
+        s = resolve(_torchtitan(row)).chunk_costs[0].static
+        held.append(s.weights + s.grads + s.optimizer)
+    measured = (float(eight["memory_gib"]) - float(many["memory_gib"])) * GIB
+    assert held[0] - held[1] == pytest.approx(measured, rel=0.10)
+
+
+def test_context_parallelism_keeps_the_memory_of_32k_tokens_per_gpu_as_torchtitan_measured():
+    # Table 2: FSDP × CP = 8 and 32K tokens per GPU in every row (sequence 32K · cp): each CP
+    # rank holds s/cp tokens' activations and the model states shard over fsdp × cp, so the
+    # peak stays where it is — measured within 0.7 % across cp = 1, 2, 4, 8. Compared as
+    # ratios to the cp = 1 row: torchtitan's absolute reading (max reserved, Float8 and
+    # torch.compile) is not what this checks (docs/memory.md)
+    rows = _rows("2", "FSDP + CP + torch.compile + Float8")
+    assert [int(r["cp"]) for r in rows] == [1, 2, 4, 8]
+    peaks = [estimate_peak_memory(_torchtitan(r)) for r in rows]
+    for row, peak in zip(rows, peaks):
+        measured = float(row["memory_gib"]) / float(rows[0]["memory_gib"])
+        assert peak / peaks[0] == pytest.approx(measured, abs=0.02)
+
+
+def test_the_runtime_reserve_is_the_process_and_one_communicator_per_group():
+    # gpu_runtime_memory.csv: 484 MiB for the process (CUDA context, NCCL init), 544 MB per
+    # two-rank communicator, 688 MB per larger one, 3.28 GB for an all-to-all one
+    process, pair, ring, a2a = 484 * MIB, 544 * MB, 688 * MB, 3.28 * GB
+    assert runtime_reserve(Plan(tp=1, pp=1, dp=1, gpus_per_node=8)) == int(process)
+    # TP 8, CP 2, PP 4, DP 2: the TP group, the CP pair, DP × CP = 4, the pipeline group
+    plan = Plan(tp=8, pp=4, dp=2, gpus_per_node=8, cp=2)
+    assert runtime_reserve(plan) == int(process + ring + pair + ring + ring)
+    # EP 8 inside DP 8: the all-to-all group and no expert-data-parallel group (edp = 1)
+    moe = Plan(tp=1, pp=1, dp=8, gpus_per_node=8, ep=8)
+    assert runtime_reserve(moe) == int(process + ring + a2a)
+
+
+def test_every_gpu_holds_the_runtime_reserve_in_its_buffers():
+    sc = cs.load_scenario("scenarios/quickstart.yaml").with_overrides(
+        {"simulation.network": "analytical", "simulation.granularity": "stage"}
+    )
+    costs = resolve(sc).chunk_costs
+    d = cs.simulate(sc, progress=False).devices
+    model = d["stage"].map(lambda s: costs[s].static.buffers)
+    assert ((d["buffers_bytes"] - model) == runtime_reserve(Plan.of(sc))).all()
+
+
+def test_stage_replicas_hold_their_own_groups_communicators():
+    # parallel.stage_replicas [15, 1] on 16 GPUs: stage 0's GPUs reduce over 15 replicas,
+    # stage 1's GPU over none; both send over the pipeline pair
+    sc = cs.load_scenario("scenarios/pipedream-vgg16-16xV100-10GbE-15-1.yaml")
+    job = resolve(sc)
+    prog = cs.compile_scenario(sc)
+    process, pair, ring = 484 * MIB, 544 * MB, 688 * MB
+    for dev, stage in ((0, 0), (14, 0), (15, 1)):
+        held = prog.static_memory[dev].buffers - job.chunk_costs[stage].static.buffers
+        assert held == int(process + pair + (ring if stage == 0 else 0))
