@@ -53,15 +53,18 @@ _fsdp_param_group.py, _fsdp_collectives.py; the host, which only enqueues, runs 
 
 Not emitted: the small post-reduce view/cast on the reduce-scatter stream, the lazy
 initialisation of the first step, and gradient accumulation without reduction
-(``set_requires_gradient_sync(False)``: FSDP2 reduces every micro-batch by default).
+(``set_requires_gradient_sync(False)``: FSDP2 reduces every micro-batch by default). The
+gathers run ahead by the streams' waits, not by dependencies on the ops that free memory,
+so the memory replay in Program order (``Program.memory_peaks``, the estimate without
+simulating) can fall short of the run's peak by a unit's buffers.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from ...errors import ScenarioError
+from ...parallel.zero3 import padded  # each rank's shard padded to ceil(numel / n), as ZeRO-3's
 from ...program import COMPUTE, Op
 from .passes import PassWork
 
@@ -77,12 +80,6 @@ ROOT = "root"
 def label(unit) -> str:
     """A unit's name within its pass: ``root`` or ``l<first layer>``."""
     return ROOT if unit == ROOT else f"l{min(unit)}"
-
-
-def padded(numel: int, n: int) -> int:
-    """Elements a unit's all-gather or reduce-scatter over ``n`` GPUs moves: its shard padded
-    to ``ceil(numel / n)`` per rank."""
-    return math.ceil(numel / n) * n
 
 
 @dataclass(frozen=True)
