@@ -39,10 +39,14 @@ def run(*args, **kwargs):
     return cs.simulate(raw(*args, **kwargs), progress=False)
 
 
-def copies():
-    """A copy kernel's launch and the HBM bytes/s memory-bound kernels reach (the calibration)."""
+def copy(*kernels: float) -> float:
+    """Seconds of memory-bound copy kernels moving these HBM bytes each: a launch plus the
+    bytes on A100's calibrated curve of contiguous kernels (Liger-Kernel's rows)."""
     cm = CostModel.for_gpu("A100-SXM4-80GB")
-    return cm.eff.launch_s, cm.gpu.hbm_bandwidth * cm.eff.memory
+    curve = cm.bandwidth.of("tuned")
+    return sum(
+        cm.eff.launch_s + (b + curve.bytes_half) / (cm.gpu.hbm_bandwidth * curve.frac_max) for b in kernels
+    )
 
 
 def kernels(u: int, n: int) -> dict[str, float]:
@@ -50,12 +54,11 @@ def kernels(u: int, n: int) -> dict[str, float]:
     copy-in (2 kernels: the fp32 shard cast to bf16, then copied into the output's slot),
     the copy-out (``split_with_sizes_copy``: read and write every gathered byte), the
     reduce-scatter copy-in (``chunk_cat``: bf16 gradients read, fp32 written)."""
-    launch, hbm = copies()
     p = pad(u, n)
     return {
-        "copy-in": 2 * launch + p // n * (4 + 3 * E) / hbm,
-        "copy-out": launch + 2 * E * p / hbm,
-        "rs copy-in": launch + p * (E + R) / hbm,
+        "copy-in": copy(p // n * (4 + E), p // n * 2 * E),
+        "copy-out": copy(2 * E * p),
+        "rs copy-in": copy(p * (E + R)),
     }
 
 
@@ -327,7 +330,6 @@ def test_an_integer_reshard_keeps_a_post_forward_shard_and_gathers_it_over_that_
     n, g, bw, u = 4, 2, 1e9, units()
     r = raw(n, bw, dp_options={"reshard_after_forward": g})
     res = cs.simulate(r, progress=False)
-    launch, hbm = copies()
     gathered = E * pad(u["l0"], n)
     ag = lane(res, "gather")
     back = ag[ag["name"] == "fsdp2 all-gather B0 l0"]
@@ -338,11 +340,12 @@ def test_an_integer_reshard_keeps_a_post_forward_shard_and_gathers_it_over_that_
     post = lane(res, "compute", "fsdp2 post-forward shard")
     assert post["name"].tolist() == ["fsdp2 post-forward shard F0 l0"]  # block 1 and the root stay whole
     assert float(post["end_s"].iloc[0] - post["start_s"].iloc[0]) == pytest.approx(
-        launch + 2 * (gathered // g) / hbm, rel=1e-12
+        copy(2 * (gathered // g)), rel=1e-12
     )
+    shard = pad(u["l0"], n) // g * 2 * E  # each copy-in kernel reads and writes the bf16 shard
     cin = lane(res, "gather copy", "fsdp2 all-gather copy-in B0")
     assert float(cin["end_s"].iloc[0] - cin["start_s"].iloc[0]) == pytest.approx(
-        2 * launch + pad(u["l0"], n) // g * 4 * E / hbm, rel=1e-12
+        copy(shard, shard), rel=1e-12
     )
     ops = compile_scenario(cs.load_scenario(r), fold=False).ops
     (op,) = [op for op in ops if op.device == 2 and op.name == "fsdp2 all-gather B0 l0"]

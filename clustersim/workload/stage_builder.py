@@ -467,9 +467,13 @@ def _per_layer(sc, st, cm, fixed: FixedCosts, cost, ends, runs: list[_LayerKind]
         cost = replace(cost, layer_modules=tuple(modules))
     # a copy kernel's launch and HBM bytes/s: 2021's list-form collectives and FSDP2's copy-in/out
     copy = (fixed.launch_s, cm.gpu.hbm_bandwidth * cm.eff.memory)
+    # PyTorch's copies over contiguous tensors run on the tuned curve (.memory_bandwidth)
+    curve = cm.bandwidth.of("tuned") if cm.bandwidth is not None else None
+    plateau = cm.gpu.hbm_bandwidth * (curve.frac_max if curve is not None else cm.eff.memory)
     return replace(
         cost,
         zero3_copy=copy,
+        copy_kernel=(fixed.launch_s, plateau, curve.bytes_half if curve is not None else 0.0),
         root_weights=(int(ends[0] * other), int((ends[1] - expert_post) * other)),
         layers=n,
         layer_passes=passes,

@@ -115,8 +115,11 @@ class StageCost:
     #: per layer, the submodules DeepSpeed ZeRO-3 fetches for (:mod:`.zero3_modules`; a real
     #: model's embedding's first, its output layer's last); empty unless it runs
     layer_modules: tuple = ()
-    #: with per-layer DP bytes: (seconds per copy kernel's launch, HBM bytes/s) of the ZeRO-3 and FSDP2 copies
+    #: with per-layer DP bytes: (seconds per copy kernel's launch, HBM bytes/s) of ZeRO-3's copies
     zero3_copy: tuple[float, float] = (0.0, float("inf"))
+    #: with per-layer DP bytes: a contiguous copy kernel's (launch s, plateau HBM bytes/s,
+    #: ramp bytes) on the GPU's calibrated memory-bound curve (FSDP2's copy-in and copy-out)
+    copy_kernel: tuple[float, float, float] = (0.0, float("inf"), 0.0)
 
     def segments(self, phase: str, split_backward: bool = False) -> tuple[Segment, ...]:
         """The segments of ``phase``. With ``split_backward``, ``"B"`` is the input-gradient

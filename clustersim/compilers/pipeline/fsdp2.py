@@ -48,8 +48,9 @@ _fsdp_param_group.py, _fsdp_collectives.py; the host, which only enqueues, runs 
   copy-in and freed after its copy-out (forward: after the next unit's copy-out, or at the
   end of the forward, where the root flushes it); its unsharded parameters from its
   copy-out until its reshard; the reduce-scatter input from its copy-in until the
-  reduce-scatter ends. Every copy kernel is priced at the GPU's launch plus its bytes over
-  the calibrated HBM bandwidth.
+  reduce-scatter ends. Every copy kernel is priced at the GPU's launch plus its bytes on the
+  calibrated curve of contiguous memory-bound kernels (``tuned``,
+  :mod:`clustersim.workload.memory_bandwidth`).
 
 Not emitted: the small post-reduce view/cast on the reduce-scatter stream, the lazy
 initialisation of the first step, and gradient accumulation without reduction
@@ -71,8 +72,6 @@ from .passes import PassWork
 #: bytes per element of the sharded parameters the copy-in reads (fp32 master weights under
 #: torchtitan's MixedPrecisionPolicy)
 SHARD_BYTES = 4
-#: kernels the all-gather copy-in launches: the foreach cast copy and ``all_gather_copy_in``
-COPY_IN_KERNELS = 2
 #: the root unit: the parameters outside the blocks (embedding, final norm, output layer)
 ROOT = "root"
 
@@ -109,22 +108,25 @@ class UnitBytes:
         """The HSDP all-reduce's bytes: one rank's reduced shard."""
         return self.reduced // self.n
 
-    def copy_in(self) -> int:
-        """HBM bytes of the all-gather copy-in: the fp32 shard read, cast, copied into place."""
-        return padded(self.numel, self.n) // self.n * (SHARD_BYTES + 3 * self.e)
+    def copy_in(self) -> tuple[int, int]:
+        """HBM bytes of the all-gather copy-in's two kernels: the fp32 shard read and cast
+        (the foreach copy), then copied into the output's slot (``all_gather_copy_in``)."""
+        shard = padded(self.numel, self.n) // self.n
+        return shard * (SHARD_BYTES + self.e), shard * 2 * self.e
 
-    def copy_in_post(self, g: int) -> int:
-        """HBM bytes of the copy-in from a post-forward shard (``reshard_after_forward`` g):
-        already in the parameter dtype, copied twice."""
-        return padded(self.numel, self.n) // g * 4 * self.e
+    def copy_in_post(self, g: int) -> tuple[int, int]:
+        """The same from a post-forward shard over g GPUs (``reshard_after_forward`` g),
+        already in the parameter dtype."""
+        shard = padded(self.numel, self.n) // g
+        return shard * 2 * self.e, shard * 2 * self.e
 
-    def copy_out(self) -> int:
+    def copy_out(self) -> tuple[int]:
         """HBM bytes of the copy-out: every gathered byte read and written."""
-        return 2 * self.gathered
+        return (2 * self.gathered,)
 
-    def reduce_copy_in(self) -> int:
+    def reduce_copy_in(self) -> tuple[int]:
         """HBM bytes of the reduce-scatter copy-in: e-byte gradients read, r-byte written."""
-        return padded(self.grads, self.n) * (self.e + self.r)
+        return (padded(self.grads, self.n) * (self.e + self.r),)
 
 
 @dataclass
@@ -133,7 +135,7 @@ class Fsdp2Sync:
     :class:`~.data_parallel.StageSync`: lanes, groups, the optimizer op)."""
 
     sync: object
-    copy: tuple = (0.0, float("inf"))  # (launch s, HBM bytes/s) of a copy kernel
+    copy: tuple = (0.0, float("inf"), 0.0)  # a copy kernel's (launch s, plateau bytes/s, ramp bytes)
     g: int | None = None  # the post-forward shard's GPUs (``reshard_after_forward`` an integer)
     gate: Op | None = None  # the event the unshard streams wait for
     state: tuple | None = None  # forward: (copy-out, all-gather bytes) whose output is kept
@@ -164,7 +166,7 @@ class Fsdp2Sync:
                 f"true, false or a divisor of the shard group of {shard} above 1",
             )
         # resharding to the whole shard group is resharding (FSDP2: no post-forward mesh)
-        return cls(sync, cost.zero3_copy, None if g == shard else g)
+        return cls(sync, cost.copy_kernel, None if g == shard else g)
 
     # -- a pass ----------------------------------------------------------------------------
 
@@ -233,16 +235,17 @@ class Fsdp2Sync:
         group, _ = s._groups()
         return UnitBytes(numel, grads, len(group), e, r)
 
-    def _kernel(self, lane: str, what: str, launches: int, nbytes: int, deps, it: int) -> Op:
-        """A memory-bound copy of ``nbytes`` HBM bytes in ``launches`` kernels on ``lane``."""
+    def _kernel(self, lane: str, what: str, kernels: tuple[int, ...], deps, it: int) -> Op:
+        """Memory-bound copy kernels on ``lane``, one per entry of ``kernels`` (its HBM bytes),
+        each a launch plus its bytes on the GPU's calibrated curve."""
         s = self.sync
-        launch, bandwidth = self.copy
+        launch, plateau, ramp = self.copy
         return s.prog.add(
             s.dev,
             lane,
             COMPUTE,
             what,
-            duration=launches * launch + nbytes / bandwidth,
+            duration=sum(launch + (nbytes + ramp) / plateau for nbytes in kernels),
             deps=tuple(d.id for d in deps if d is not None),
             stage=s.s,
             iteration=it,
@@ -269,9 +272,7 @@ class Fsdp2Sync:
             group = group[start : start + g]
         moved = ub.copy_in() if post is None else ub.copy_in_post(len(group))
         wait = (self.gate, s.opt, post)
-        copy = self._kernel(
-            "gather copy", f"fsdp2 all-gather copy-in {lab}", COPY_IN_KERNELS, moved, wait, it
-        )
+        copy = self._kernel("gather copy", f"fsdp2 all-gather copy-in {lab}", moved, wait, it)
         copy.mem_alloc += ub.gathered
         deps = tuple(d.id for d in (copy, self.gate, s.opt) if d is not None)
         what = f"fsdp2 all-gather {lab}"
@@ -289,7 +290,6 @@ class Fsdp2Sync:
         out = self._kernel(
             "compute",
             f"fsdp2 all-gather copy-out {name} {label(unit)}",
-            1,
             ub.copy_out(),
             (last, ag, flush),
             it,
@@ -319,7 +319,7 @@ class Fsdp2Sync:
             else:  # _to_sharded_post_forward: this GPU's 1/g of the unsharded parameters kept
                 kept = ub.gathered // self.g
                 what = f"fsdp2 post-forward shard {name} {label(unit)}"
-                last = self._kernel("compute", what, 1, 2 * kept, (last,), it)
+                last = self._kernel("compute", what, (2 * kept,), (last,), it)
                 last.mem_alloc += kept
                 last.mem_free += ub.gathered
                 self.post[key] = (last, kept)
@@ -329,7 +329,6 @@ class Fsdp2Sync:
         copy = self._kernel(
             "compute",
             f"fsdp2 reduce-scatter copy-in {lab}",
-            1,
             ub.reduce_copy_in(),
             (last, self.rs_state),
             it,
