@@ -212,6 +212,10 @@ def test_current_scaling_is_slower_than_delayed_and_the_profile_picks_it():
         ({"training.precision": "fp8", "training.fp8_recipe": "mxfp8"}, "mxfp8 needs Blackwell"),
         ({"training.precision": "fp8", "training.fp8_recipe": "nvfp4"}, "nvfp4 needs Blackwell"),
         ({"training.fp8_recipe": "current"}, "needs training.precision: fp8"),
+        (
+            {"training.precision": "fp8", "training.fp8_recipe": "block", "cluster.gpu": "MI300X-192GB"},
+            "block needs Hopper or newer .* use delayed or current",
+        ),
     ],
 )
 def test_refusals_name_the_field_and_what_is_accepted(over, match):

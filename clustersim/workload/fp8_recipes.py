@@ -187,10 +187,12 @@ def check_recipe(recipe: str, gpu: str) -> None:
         raise ScenarioError("training.fp8_recipe", recipe, f"one of {', '.join(RECIPES)}")
     need = RECIPES[recipe].min_capability
     if capability(gpu) < need:
-        runs = sorted(g for g in datasheets() if g in COMPUTE_CAPABILITY and COMPUTE_CAPABILITY[g] >= need)
+        runs = sorted(g for g in datasheets() if COMPUTE_CAPABILITY.get(g, 0.0) >= need)
+        here = [name for name, r in RECIPES.items() if r.min_capability <= capability(gpu)]
+        arch = "Blackwell" if need >= 10.0 else "Hopper or newer"
         raise ScenarioError(
             "training.fp8_recipe",
             recipe,
-            f"{recipe} needs Blackwell (compute capability {need}); on {gpu} use delayed, current"
-            f"{' or block' if capability(gpu) >= 9.0 else ''}, or a GPU that runs it: {', '.join(runs)}",
+            f"{recipe} needs {arch} (compute capability {need}); on {gpu} use {' or '.join(here)},"
+            f" or a GPU that runs it: {', '.join(runs)}",
         )
