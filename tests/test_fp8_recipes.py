@@ -22,6 +22,7 @@ from clustersim.workload.fp8_recipes import (
     effective,
     gemm_factor,
 )
+from clustersim.workload.memory_bandwidth import memory_curves_for
 from clustersim.workload.model_presets import TRANSFORMER_PRESETS
 from clustersim.workload.ops import LayerOp
 from clustersim.workload.stage_cost import chunk_costs
@@ -52,13 +53,16 @@ def test_quantize_bytes_per_element_closed_form(gpu, recipe):
 
 
 @pytest.mark.parametrize("gpu,recipe", list(CLOSED))
-def test_cast_time_is_its_kernels_and_bytes_at_the_calibrated_bandwidth(gpu, recipe):
-    eff = calibration(gpu).fp8
+def test_cast_time_is_its_kernels_and_bytes_at_the_tuned_kernels_bandwidth(gpu, recipe):
+    eff, curve = calibration(gpu).fp8, memory_curves_for(gpu).of("tuned")
     casts = [8192.0 * 4096, 4096.0 * 12288]
     t = fp8_gemm_time(gpu, 8192, 12288, 4096, casts, recipe=recipe)
     kernels = {"delayed": 1, "current": 3, "block": 1, "mxfp8": 2, "nvfp4": 3}[effective(recipe, gpu).name]
-    bw = get_gpu(gpu).hbm_bandwidth * eff.memory
-    want = sum(kernels * eff.launch_s + e * CLOSED[gpu, recipe] / bw for e in casts)
+    hbm = get_gpu(gpu).hbm_bandwidth
+    want = sum(
+        kernels * eff.launch_s + (e * CLOSED[gpu, recipe] + curve.bytes_half) / (hbm * curve.frac_max)
+        for e in casts
+    )
     assert t.cast_s == pytest.approx(want, rel=1e-12)
 
 

@@ -10,7 +10,11 @@ tensor once more for its amax; block, MXFP8 and NVFP4 write two copies with thei
 scales::
 
     t = launch + f_recipe · (t_gemm(FP8 peak, FP8 efficiency) − launch)
-        + Σ_tensors [kernels · launch + elements · bytes/element / (HBM · memory)]
+        + Σ_tensors [kernels · launch + t_mem(elements · bytes/element)]
+
+where ``t_mem`` is the achieved bandwidth of a tuned memory-bound kernel
+(:mod:`.memory_bandwidth`; the STREAM-triad fraction where the GPU has no curve), its
+ramp counted once per quantized tensor.
 
 Which tensors are cast per phase (:func:`te_linear_casts`): forward X (and W on the first
 micro-batch of a step; the quantized weight is cached for the rest), backward-input dY, and
@@ -62,6 +66,8 @@ from .fp8_recipes import (
     saved_input_fraction,
     weight_copy_bytes,
 )
+from .kernel_impls import TUNED
+from .memory_bandwidth import memory_curves_for
 from .ops import ExpertRanks, LayerOp, Work
 
 #: the linear layers of a transformer layer that Transformer Engine runs in FP8
@@ -107,9 +113,13 @@ def fp8_gemm_time(
         raise ValueError(f"{gpu} has no FP8 tensor cores (gpu_datasheets.csv)")
     rec = effective(recipe, gpu)
     eff = calibration(calibrated_as(gpu)).fp8  # a GPU without FP8 rows: its donor's set
-    bandwidth = get_gpu(gpu).hbm_bandwidth * eff.memory
+    hbm, curves = get_gpu(gpu).hbm_bandwidth, memory_curves_for(gpu)
     per_element = cast_bytes_per_element(rec, gpu, both_usages)
-    cast_s = sum(rec.kernels * eff.launch_s + e * per_element / bandwidth for e in casts)
+
+    def move(nbytes: float) -> float:  # TE's quantize kernels: hand-tuned, the tuned curve
+        return curves.of(TUNED).seconds(nbytes, hbm) if curves else nbytes / (hbm * eff.memory)
+
+    cast_s = sum(rec.kernels * eff.launch_s + move(e * per_element) for e in casts)
     gemm_s, factor = gemm_seconds(gpu, eff, m, n, k, "fp8"), gemm_factor(rec.name)
     if factor != 1.0:  # per-tensor recipes run the calibrated FP8 GEMM itself
         gemm_s = eff.launch_s + factor * (gemm_s - eff.launch_s)
