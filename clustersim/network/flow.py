@@ -25,11 +25,11 @@ share changes continuously; ``packet`` draws link occupancy).
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Hashable
 
 import networkx as nx
+import numpy as np
 import simpy
 from simpy.events import Event
 
@@ -39,6 +39,7 @@ from ..topology.graph import is_wire
 from ..topology.routing import Router
 from .base import Fabric
 from .degradation import down_for_ever, rate_profile
+from .maxmin import Links
 
 # Two finish times closer than this (relative) end together: float rounding of
 # remaining / rate must not leave a flow a few bytes short for one more event.
@@ -46,15 +47,15 @@ _END_RTOL = 1e-12
 
 
 class _Link:
-    """One directed link: its bandwidth (or rate steps over time) and the flows on it."""
+    """One directed link: its id among the fabric's :class:`~.maxmin.Links`, and its
+    bandwidth (or rate steps over time)."""
 
-    __slots__ = ("name", "bandwidth", "profile", "flows")
+    __slots__ = ("name", "id", "bandwidth", "profile")
 
-    def __init__(self, name: str, bandwidth: float, windows=()):
-        self.name, self.bandwidth = name, bandwidth
+    def __init__(self, name: str, link_id: int, bandwidth: float, windows=()):
+        self.name, self.id, self.bandwidth = name, link_id, bandwidth
         #: bandwidth steps ``[(from_s, bytes/s), ...]`` when degradation windows apply
         self.profile = rate_profile(bandwidth, windows) if windows else None
-        self.flows: dict[_Flow, None] = {}  # insertion-ordered set: deterministic iteration
 
     def capacity(self, t: float) -> float:
         """Bandwidth at time ``t``."""
@@ -76,22 +77,12 @@ class _Link:
         return math.inf
 
 
-class _Flow:
-    """One message in flight: its links, bytes left at ``t_ref``, rate, finish and done event."""
-
-    __slots__ = ("links", "remaining", "t_ref", "rate", "end", "version", "latency", "done")
-
-    def __init__(self, links: tuple[_Link, ...], nbytes: int, latency: float, done: Event, now: float):
-        self.links, self.remaining, self.latency, self.done = links, float(nbytes), latency, done
-        self.t_ref, self.rate, self.end, self.version = now, 0.0, math.inf, 0
-
-
-def _check_not_dead(flow: _Flow, now: float) -> None:
+def _check_not_dead(links: tuple[_Link, ...], remaining: float, now: float) -> None:
     """A flow with no bandwidth now waits for a link to step up; if none of its links will
     ever step again, it never finishes: a SimulationStall naming the dead link."""
-    dead = next((link for link in flow.links if link.capacity(now) <= 0), None)
-    if dead is not None and all(link.next_change(now) == math.inf for link in flow.links):
-        raise down_for_ever(f"link {dead.name}", flow.remaining, now)
+    dead = next((link for link in links if link.capacity(now) <= 0), None)
+    if dead is not None and all(link.next_change(now) == math.inf for link in links):
+        raise down_for_ever(f"link {dead.name}", remaining, now)
 
 
 class FlowFabric(Fabric):
@@ -99,17 +90,28 @@ class FlowFabric(Fabric):
 
     Max-min rates are independent per connected group of flows (flows joined by shared
     links), so a start or an end re-allocates only the group it touches; every other flow
-    keeps its rate and its finish time."""
+    keeps its rate and its finish time. A flow is a slot: its links in :attr:`net`, its bytes
+    left, rate and finish in numpy columns, so a group's bytes and finish times are updated
+    column-wise and the next finish is the minimum of one column."""
 
     def __init__(self, env: simpy.Environment, recorder: Recorder, graph: nx.DiGraph):
         super().__init__(env, recorder)
         self.graph = graph
         self.router = Router(graph)
         self.links: dict[tuple[str, str], _Link] = {}
-        self._routes: dict[tuple, tuple[tuple[_Link, ...], float]] = {}
-        self._dirty: dict[_Link, None] = {}  # links whose flows changed since the last allocation
-        self._ends: list[tuple[float, int, int, _Flow]] = []  # (finish, seq, version, flow), lazy
+        self.net = Links()
+        self._by_id: list[_Link] = []  # link id → link
+        self._bandwidth: list[float] = []  # link id → bandwidth (without degradation windows)
+        self._hops: dict[tuple[str, str], tuple[float, _Link | None]] = {}  # see _hop
+        self._routes: dict[tuple, tuple[tuple[_Link, ...], float, tuple[int, ...]]] = {}
+        self._dirty: dict[int, None] = {}  # ids of links whose flows changed since the last allocation
+        # per flow slot: bytes left at t_ref, t_ref, rate, finish (inf: none) and the order
+        # in which flows finishing at the same moment end (their allocation, then group order)
+        self._remaining, self._t_ref, self._rate, self._end = (np.zeros(0) for _ in range(4))
+        self._order = np.zeros(0, dtype=np.int64)
         self._seq = 0
+        self._done: list[Event | None] = []  # per slot: the event its last byte fires
+        self._latency: list[float] = []  # per slot: its route's summed latency
         self._timer_at = math.inf  # the next scheduled wake-up (finish or bandwidth step)
         self._timer: Event | None = None  # its event: an earlier one supersedes it
         self._pending = False  # an allocation is scheduled for the current moment
@@ -120,23 +122,37 @@ class FlowFabric(Fabric):
     def route(self, src: str, dst: str, flow_key: Hashable = None) -> tuple[tuple[_Link, ...], float]:
         """The links (free wires left out) a flow from ``src`` to ``dst`` shares, and the
         route's summed latency."""
+        return self._route(src, dst, flow_key)[:2]
+
+    def _route(
+        self, src: str, dst: str, flow_key: Hashable
+    ) -> tuple[tuple[_Link, ...], float, tuple[int, ...]]:
         key = (src, dst, flow_key)
         hit = self._routes.get(key)
         if hit is None:
             out, latency = [], 0.0
-            for u, v in self.router.links(src, dst, flow_key):
-                data = self.graph.edges[u, v]
-                latency += data["latency"]
-                if is_wire(data) or data["bandwidth"] == math.inf:
-                    continue
-                link = self.links.get((u, v))
-                if link is None:
-                    link = self.links[u, v] = _Link(f"{u}->{v}", data["bandwidth"], data.get("windows", ()))
-                    if link.profile is not None:
-                        self._profiled.append(link)
-                out.append(link)
-            hit = self._routes[key] = (tuple(out), latency)
+            for hop in self.router.links(src, dst, flow_key):
+                lat, link = self._hops.get(hop) or self._hop(*hop)
+                latency += lat
+                if link is not None:
+                    out.append(link)
+            hit = self._routes[key] = (tuple(out), latency, tuple(link.id for link in out))
         return hit
+
+    def _hop(self, u: str, v: str) -> tuple[float, _Link | None]:
+        """The latency of the link ``u → v`` and the link flows share (None: a free wire or
+        one of infinite bandwidth), read from the graph once."""
+        data = self.graph.edges[u, v]
+        link = None
+        if not (is_wire(data) or data["bandwidth"] == math.inf):
+            link = _Link(f"{u}->{v}", self.net.add_link(), data["bandwidth"], data.get("windows", ()))
+            self.links[u, v] = link
+            self._by_id.append(link)
+            self._bandwidth.append(link.bandwidth)
+            if link.profile is not None:
+                self._profiled.append(link)
+        hop = self._hops[u, v] = (data["latency"], link)
+        return hop
 
     def fixed_time(self, src: str, dst: str, nbytes: int) -> float | None:
         """Known up front only for a route that shares no link (latency alone)."""
@@ -154,89 +170,81 @@ class FlowFabric(Fabric):
         env = self.env
         if src == dst:
             return env.timeout(0.0)
-        links, latency = self.route(src, dst, flow_key)
+        links, latency, ids = self._route(src, dst, flow_key)
         if not links or nbytes == 0:
             return env.timeout(latency)
-        flow = _Flow(links, nbytes, latency, Event(env), env.now)
-        for link in links:
-            link.flows[flow] = None
+        slot = self.net.add_flow(ids)
+        if slot == len(self._done):
+            self._done.append(None)
+            self._latency.append(0.0)
+            if slot == len(self._end):
+                self._grow()
+        done = self._done[slot] = Event(env)
+        self._latency[slot] = latency
+        self._remaining[slot], self._t_ref[slot] = float(nbytes), env.now
+        self._rate[slot], self._end[slot] = 0.0, math.inf
+        for link in ids:
             self._dirty[link] = None
         if not self._pending:  # allocate once for every flow starting at this moment
             self._pending = True
             env.timeout(0.0).callbacks.append(self._allocate)
-        return flow.done
+        return done
 
-    def _group(self) -> tuple[list[_Link], list[_Flow]]:
-        """The links and flows connected (through shared links) to the dirty links."""
-        links: dict[_Link, None] = {}
-        flows: dict[_Flow, None] = {}
-        stack = [link for link in self._dirty if link.flows]
-        self._dirty = {}
-        for link in stack:
-            links[link] = None
-        while stack:
-            for f in stack.pop().flows:
-                if f not in flows:
-                    flows[f] = None
-                    for other in f.links:
-                        if other not in links:
-                            links[other] = None
-                            stack.append(other)
-        return list(links), list(flows)
+    def _grow(self) -> None:
+        """Twice the room in the per-slot columns (new slots finish never)."""
+        n = max(64, 2 * len(self._end))
+        pad = n - len(self._end)
+        self._remaining, self._t_ref, self._rate = (
+            np.append(c, np.zeros(pad)) for c in (self._remaining, self._t_ref, self._rate)
+        )
+        self._end = np.append(self._end, np.full(pad, math.inf))
+        self._order = np.append(self._order, np.zeros(pad, dtype=np.int64))
+
+    def flows(self) -> list[tuple[tuple[_Link, ...], float]]:
+        """Each flow in flight: its links and its rate now (for inspection and tests)."""
+        by_id = self._by_id
+        return [
+            (tuple(by_id[link] for link in links), float(self._rate[slot]))
+            for slot, links in enumerate(self.net.flow_links)
+            if links
+        ]
 
     def _allocate(self, _event=None) -> None:
         """Max-min fair rates (progressive filling) for the flows connected to what changed,
         their finish times, and one wake-up at the earliest finish or bandwidth step."""
         self._pending = False
         now = self.env.now
-        links, flows = self._group()
+        links, flows = self.net.group(self._dirty)
+        self._dirty = {}
         if flows:
             self.allocations += 1
-        for f in flows:
-            f.remaining -= f.rate * (now - f.t_ref)
-            f.t_ref = now
-        cap = {link: link.capacity(now) for link in links}
-        left = {link: len(link.flows) for link in links}
-        order = {link: i for i, link in enumerate(links)}
-        heap = [(cap[link] / left[link], i, link) for i, link in enumerate(links)]
-        heapq.heapify(heap)
-        frozen: set[_Flow] = set()
-        while heap:
-            share, i, link = heapq.heappop(heap)
-            if left[link] == 0:
-                continue
-            fair = max(cap[link], 0.0) / left[link]
-            if fair != share:  # stale entry: shares only grow as flows freeze
-                heapq.heappush(heap, (fair, i, link))
-                continue
-            for f in link.flows:
-                if f in frozen:
-                    continue
-                frozen.add(f)
-                f.rate = fair
-                for other in f.links:
-                    cap[other] -= fair
-                    left[other] -= 1
-                    if other is not link and left[other]:
-                        heapq.heappush(heap, (max(cap[other], 0.0) / left[other], order[other], other))
-        ends = self._ends
-        for f in flows:
-            if f.rate <= 0 and f.remaining > 0:
-                _check_not_dead(f, now)
-            f.end = now + f.remaining / f.rate if f.rate > 0 else math.inf
-            f.version += 1
-            if f.end != math.inf:
-                self._seq += 1
-                heapq.heappush(ends, (f.end, self._seq, f.version, f))
+            group = np.array(flows, dtype=np.intp)
+            rem, rate = self._remaining, self._rate
+            rem[group] -= rate[group] * (now - self._t_ref[group])
+            self._t_ref[group] = now
+            by_id = self._by_id
+            if self._profiled:
+                caps = [by_id[link].capacity(now) for link in links]
+            else:
+                bandwidth = self._bandwidth
+                caps = [bandwidth[link] for link in links]
+            slots, rates = self.net.fill(links, caps)
+            rate[slots] = rates
+            r, left = rate[group], rem[group]
+            for k in np.flatnonzero((r <= 0) & (left > 0)).tolist():
+                _check_not_dead(
+                    tuple(by_id[link] for link in self.net.flow_links[flows[k]]), float(left[k]), now
+                )
+            moving = r > 0
+            self._end[group] = np.where(moving, now + left / np.where(moving, r, 1.0), math.inf)
+            self._order[group] = np.arange(self._seq, self._seq + len(flows))
+            self._seq += len(flows)
         self._arm(now)
 
     def _arm(self, now: float) -> None:
         """Schedule a wake-up at the earliest finish or bandwidth step, unless one is due
         no later."""
-        ends = self._ends
-        while ends and ends[0][2] != ends[0][3].version:
-            heapq.heappop(ends)  # superseded by a re-allocation
-        wake = ends[0][0] if ends else math.inf
+        wake = float(self._end.min()) if len(self._end) else math.inf
         for link in self._stepping():
             wake = min(wake, link.next_change(now))
         if wake < self._timer_at:
@@ -247,30 +255,31 @@ class FlowFabric(Fabric):
     def _stepping(self):
         """Links in use whose bandwidth steps over time (degradation windows); only those
         links are looked at, so a run without windows pays nothing per event."""
-        return [link for link in self._profiled if link.flows]
+        return [link for link in self._profiled if self.net.link_flows[link.id]]
 
     def _wake(self, _event) -> None:
-        """A scheduled moment: end the flows that have carried their bytes, re-allocate."""
+        """A scheduled moment: end the flows that have carried their bytes (earliest finish
+        first, ties in allocation order), re-allocate."""
         now = self.env.now
         # superseded by an earlier wake-up that already ran. Identity, not time: now + (t − now)
         # may round below t, and a wake-up that skipped itself so would strand its flows
         if _event is not self._timer:
             return
         self._timer_at, self._timer = math.inf, None
-        ends, limit = self._ends, now * (1 + _END_RTOL)
-        while ends and ends[0][0] <= limit:
-            _, _, version, f = heapq.heappop(ends)
-            if version != f.version:
-                continue
-            f.version += 1
-            for link in f.links:
-                del link.flows[f]
+        end, limit = self._end, now * (1 + _END_RTOL)
+        due = np.flatnonzero(end <= limit)
+        if len(due) > 1:
+            due = due[np.lexsort((self._order[due], end[due]))]
+        end[due] = math.inf
+        for slot in due.tolist():
+            for link in self.net.remove_flow(slot):
                 self._dirty[link] = None
-            if f.latency > 0:
-                self.env.timeout(f.latency).callbacks.append(lambda _e, done=f.done: done.succeed())
+            done, self._done[slot] = self._done[slot], None
+            if self._latency[slot] > 0:
+                self.env.timeout(self._latency[slot]).callbacks.append(lambda _e, done=done: done.succeed())
             else:
-                f.done.succeed()
+                done.succeed()
         for link in self._stepping():
             if link.next_change(now - now * _END_RTOL) <= limit:
-                self._dirty[link] = None
+                self._dirty[link.id] = None
         self._allocate()
