@@ -183,3 +183,23 @@ def test_flow_agrees_with_packet_on_shipped_scenarios(name, bound):
     }
     assert abs(t["flow"] - t["packet"]) <= bound * t["packet"]
     assert t["flow"] >= t["analytical"] * (1 - 1e-12)  # contention only ever adds time
+
+
+@given(flows=flows_strategy, oversub=st.sampled_from([1, 2, 4]))
+@settings(max_examples=30, deadline=None)
+def test_small_and_large_group_updates_agree_exactly(flows, oversub):
+    """A group's bytes and finish times are updated flow by flow when it is small and
+    column-wise when it is large: the same floats either way, so every flow lands at the
+    same moment whichever form runs."""
+    from clustersim.network import flow
+
+    g = build_topology(
+        cluster(4, 4, {"kind": "fat_tree", "nodes_per_leaf": 2, "spines": 2, "oversubscription": oversub})
+    )
+    flows = [(f"gpu{a}", f"gpu{b}", s, t) for a, b, s, t in flows]
+    finish = {}
+    for small in (0, 10**9):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(flow, "_SMALL_GROUP", small)
+            finish[small] = run_flows(g, flows, kind="flow")[0]
+    assert [repr(t) for t in finish[0]] == [repr(t) for t in finish[10**9]]

@@ -44,6 +44,8 @@ from .maxmin import Links
 # Two finish times closer than this (relative) end together: float rounding of
 # remaining / rate must not leave a flow a few bytes short for one more event.
 _END_RTOL = 1e-12
+#: groups of at most this many flows are updated element by element, larger ones column-wise
+_SMALL_GROUP = 16
 
 
 class _Link:
@@ -218,28 +220,68 @@ class FlowFabric(Fabric):
         self._dirty = {}
         if flows:
             self.allocations += 1
-            group = np.array(flows, dtype=np.intp)
-            rem, rate = self._remaining, self._rate
-            rem[group] -= rate[group] * (now - self._t_ref[group])
-            self._t_ref[group] = now
-            by_id = self._by_id
+            small = len(flows) <= _SMALL_GROUP
+            if small:
+                self._carried_each(flows, now)
+            else:
+                group = np.array(flows, dtype=np.intp)
+                self._remaining[group] -= self._rate[group] * (now - self._t_ref[group])
+                self._t_ref[group] = now
             if self._profiled:
+                by_id = self._by_id
                 caps = [by_id[link].capacity(now) for link in links]
             else:
                 bandwidth = self._bandwidth
                 caps = [bandwidth[link] for link in links]
             slots, rates = self.net.fill(links, caps)
-            rate[slots] = rates
-            r, left = rate[group], rem[group]
-            for k in np.flatnonzero((r <= 0) & (left > 0)).tolist():
-                _check_not_dead(
-                    tuple(by_id[link] for link in self.net.flow_links[flows[k]]), float(left[k]), now
-                )
-            moving = r > 0
-            self._end[group] = np.where(moving, now + left / np.where(moving, r, 1.0), math.inf)
-            self._order[group] = np.arange(self._seq, self._seq + len(flows))
+            if small:
+                self._finish_each(flows, slots, rates, now)
+            else:
+                self._finish_all(group, slots, rates, now)
             self._seq += len(flows)
         self._arm(now)
+
+    # A group's bytes and finish times: element by element for a small group (NumPy's call
+    # overhead would dominate), column-wise for a large one — the same IEEE operations in
+    # the same order either way: left −= rate · (now − t_ref); finish = now + left / rate.
+
+    def _carried_each(self, flows: list[int], now: float) -> None:
+        """Bytes left now, flow by flow."""
+        rem, rate, t_ref = self._remaining, self._rate, self._t_ref
+        for f in flows:
+            rem[f] -= rate[f] * (now - t_ref[f])
+            t_ref[f] = now
+
+    def _finish_each(self, flows: list[int], slots: list[int], rates: list[float], now: float) -> None:
+        """New rates and finish times, flow by flow."""
+        rem, rate, end, order = self._remaining, self._rate, self._end, self._order
+        for f, r in zip(slots, rates, strict=True):
+            rate[f] = r
+        for k, f in enumerate(flows):
+            r = rate[f]
+            if r > 0:
+                end[f] = now + rem[f] / r
+            else:
+                if rem[f] > 0:
+                    self._check_not_dead(f, now)
+                end[f] = math.inf
+            order[f] = self._seq + k
+
+    def _finish_all(self, group: np.ndarray, slots: list[int], rates: list[float], now: float) -> None:
+        """New rates and finish times, column-wise."""
+        rate = self._rate
+        rate[slots] = rates
+        r, left = rate[group], self._remaining[group]
+        for k in np.flatnonzero((r <= 0) & (left > 0)).tolist():
+            self._check_not_dead(int(group[k]), now)
+        moving = r > 0
+        self._end[group] = np.where(moving, now + left / np.where(moving, r, 1.0), math.inf)
+        self._order[group] = np.arange(self._seq, self._seq + len(group))
+
+    def _check_not_dead(self, slot: int, now: float) -> None:
+        """See :func:`_check_not_dead`."""
+        links = tuple(self._by_id[link] for link in self.net.flow_links[slot])
+        _check_not_dead(links, float(self._remaining[slot]), now)
 
     def _arm(self, now: float) -> None:
         """Schedule a wake-up at the earliest finish or bandwidth step, unless one is due

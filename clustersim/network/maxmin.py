@@ -10,13 +10,15 @@ link is rebuilt when rates are re-solved.
 reproducible: repeatedly the live link with the smallest ``(max(capacity left, 0) / unfrozen
 flows, place in the group)`` fixes its unfrozen flows at that share (in the order they joined
 the link), and each such flow takes the share off every link it crosses, one subtraction at
-a time. A heap with lazy re-insertion finds that link: an entry whose share is stale is put
-back with the current one, so the link popped is always the smallest by current share.
+a time. Sorted first entries and a heap with lazy re-insertion find that link: every live
+link has an entry no larger than its current share, and one that comes out stale is put
+back with the current share, so the link taken is always the smallest by current share.
 """
 
 from __future__ import annotations
 
-from heapq import heapify, heappop, heappush
+import math
+from heapq import heappop, heappush
 
 
 class Links:
@@ -110,19 +112,32 @@ class Links:
         and their rates."""
         cap, left, place, low = self._cap, self._left, self._place, self._low
         link_flows, flow_links = self.link_flows, self.flow_links
-        heap = []
+        # every link's first entry, sorted once (most are never moved: they come out with
+        # their flows all frozen elsewhere); entries put back or moved go on a heap, and the
+        # smaller of the two heads comes out next
+        first = []
         for i, link in enumerate(links):
             c, n = capacities[i], len(link_flows[link])
             cap[link], left[link], place[link] = c, n, i
             low[link] = c / n
-            heap.append((c / n, i, link))
-        heapify(heap)
+            first.append((c / n, i, link))
+        first.sort()
+        end = len(first)
+        first.append((math.inf, end, -1))  # past the last: no entry is larger
+        heap: list[tuple[float, int, int]] = []
         self._stamp += 1
         stamp, frozen = self._stamp, self._flow_mark
         slots: list[int] = []
         rates: list[float] = []
-        while heap:
-            share, i, link = heappop(heap)
+        k = 0
+        while True:
+            if heap and heap[0] < first[k]:
+                share, i, link = heappop(heap)
+            elif k < end:
+                share, i, link = first[k]
+                k += 1
+            else:
+                break
             n = left[link]
             if not n:
                 continue
