@@ -185,12 +185,21 @@ def test_flow_agrees_with_packet_on_shipped_scenarios(name, bound):
     assert t["flow"] >= t["analytical"] * (1 - 1e-12)  # contention only ever adds time
 
 
-@given(flows=flows_strategy, oversub=st.sampled_from([1, 2, 4]))
-@settings(max_examples=30, deadline=None)
-def test_small_and_large_group_updates_agree_exactly(flows, oversub):
-    """A group's bytes and finish times are updated flow by flow when it is small and
-    column-wise when it is large: the same floats either way, so every flow lands at the
-    same moment whichever form runs."""
+# enough flows, starting at enough moments, that superseded finish entries pile up
+many_flows = st.lists(
+    st.tuples(
+        st.integers(0, 15), st.integers(0, 15), st.integers(0, 3 * MiB), st.sampled_from([0.0, 1e-5, 1e-4])
+    ),
+    min_size=24,
+    max_size=48,
+)
+
+
+@given(flows=many_flows, oversub=st.sampled_from([1, 2, 4]))
+@settings(max_examples=20, deadline=None)
+def test_finish_entries_one_by_one_or_heapified_agree_exactly(flows, oversub):
+    """A large group's finish times go on the heap with one heapify (superseded entries
+    dropped), a small group's one by one: every flow lands at the same float either way."""
     from clustersim.network import flow
 
     g = build_topology(
@@ -198,8 +207,8 @@ def test_small_and_large_group_updates_agree_exactly(flows, oversub):
     )
     flows = [(f"gpu{a}", f"gpu{b}", s, t) for a, b, s, t in flows]
     finish = {}
-    for small in (0, 10**9):
+    for few in (0, 10**9):
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(flow, "_SMALL_GROUP", small)
-            finish[small] = run_flows(g, flows, kind="flow")[0]
+            mp.setattr(flow, "_FEW_ENDS", few)
+            finish[few] = run_flows(g, flows, kind="flow")[0]
     assert [repr(t) for t in finish[0]] == [repr(t) for t in finish[10**9]]

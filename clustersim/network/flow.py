@@ -25,11 +25,11 @@ share changes continuously; ``packet`` draws link occupancy).
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Hashable
 
 import networkx as nx
-import numpy as np
 import simpy
 from simpy.events import Event
 
@@ -44,8 +44,8 @@ from .maxmin import Links
 # Two finish times closer than this (relative) end together: float rounding of
 # remaining / rate must not leave a flow a few bytes short for one more event.
 _END_RTOL = 1e-12
-#: groups of at most this many flows are updated element by element, larger ones column-wise
-_SMALL_GROUP = 16
+#: fewer finish entries than this go on the heap one by one; more, with one heapify
+_FEW_ENDS = 64
 
 
 class _Link:
@@ -93,8 +93,7 @@ class FlowFabric(Fabric):
     Max-min rates are independent per connected group of flows (flows joined by shared
     links), so a start or an end re-allocates only the group it touches; every other flow
     keeps its rate and its finish time. A flow is a slot: its links in :attr:`net`, its bytes
-    left, rate and finish in numpy columns, so a group's bytes and finish times are updated
-    column-wise and the next finish is the minimum of one column."""
+    left, rate and latency in per-slot lists, its finish an entry of a lazy heap."""
 
     def __init__(self, env: simpy.Environment, recorder: Recorder, graph: nx.DiGraph):
         super().__init__(env, recorder)
@@ -107,10 +106,13 @@ class FlowFabric(Fabric):
         self._hops: dict[tuple[str, str], tuple[float, _Link | None]] = {}  # see _hop
         self._routes: dict[tuple, tuple[tuple[_Link, ...], float, tuple[int, ...]]] = {}
         self._dirty: dict[int, None] = {}  # ids of links whose flows changed since the last allocation
-        # per flow slot: bytes left at t_ref, t_ref, rate, finish (inf: none) and the order
-        # in which flows finishing at the same moment end (their allocation, then group order)
-        self._remaining, self._t_ref, self._rate, self._end = (np.zeros(0) for _ in range(4))
-        self._order = np.zeros(0, dtype=np.int64)
+        # per flow slot: bytes left at t_ref, t_ref, rate, and the allocation stamp of its
+        # finish entry (−1: none), which tells a current entry of _ends from a superseded one
+        self._remaining: list[float] = []
+        self._t_ref: list[float] = []
+        self._rate: list[float] = []
+        self._stamp: list[int] = []
+        self._ends: list[tuple[float, int, int]] = []  # (finish, stamp, slot): a lazy heap
         self._seq = 0
         self._done: list[Event | None] = []  # per slot: the event its last byte fires
         self._latency: list[float] = []  # per slot: its route's summed latency
@@ -177,14 +179,11 @@ class FlowFabric(Fabric):
             return env.timeout(latency)
         slot = self.net.add_flow(ids)
         if slot == len(self._done):
-            self._done.append(None)
-            self._latency.append(0.0)
-            if slot == len(self._end):
-                self._grow()
+            for column, value in self._columns():
+                column.append(value)
         done = self._done[slot] = Event(env)
         self._latency[slot] = latency
-        self._remaining[slot], self._t_ref[slot] = float(nbytes), env.now
-        self._rate[slot], self._end[slot] = 0.0, math.inf
+        self._remaining[slot], self._t_ref[slot], self._rate[slot] = float(nbytes), env.now, 0.0
         for link in ids:
             self._dirty[link] = None
         if not self._pending:  # allocate once for every flow starting at this moment
@@ -192,21 +191,22 @@ class FlowFabric(Fabric):
             env.timeout(0.0).callbacks.append(self._allocate)
         return done
 
-    def _grow(self) -> None:
-        """Twice the room in the per-slot columns (new slots finish never)."""
-        n = max(64, 2 * len(self._end))
-        pad = n - len(self._end)
-        self._remaining, self._t_ref, self._rate = (
-            np.append(c, np.zeros(pad)) for c in (self._remaining, self._t_ref, self._rate)
+    def _columns(self):
+        """The per-slot columns, each with the value a new slot starts from."""
+        return (
+            (self._done, None),
+            (self._latency, 0.0),
+            (self._remaining, 0.0),
+            (self._t_ref, 0.0),
+            (self._rate, 0.0),
+            (self._stamp, -1),
         )
-        self._end = np.append(self._end, np.full(pad, math.inf))
-        self._order = np.append(self._order, np.zeros(pad, dtype=np.int64))
 
     def flows(self) -> list[tuple[tuple[_Link, ...], float]]:
         """Each flow in flight: its links and its rate now (for inspection and tests)."""
         by_id = self._by_id
         return [
-            (tuple(by_id[link] for link in links), float(self._rate[slot]))
+            (tuple(by_id[link] for link in links), self._rate[slot])
             for slot, links in enumerate(self.net.flow_links)
             if links
         ]
@@ -220,13 +220,10 @@ class FlowFabric(Fabric):
         self._dirty = {}
         if flows:
             self.allocations += 1
-            small = len(flows) <= _SMALL_GROUP
-            if small:
-                self._carried_each(flows, now)
-            else:
-                group = np.array(flows, dtype=np.intp)
-                self._remaining[group] -= self._rate[group] * (now - self._t_ref[group])
-                self._t_ref[group] = now
+            rem, rate, t_ref, stamp = self._remaining, self._rate, self._t_ref, self._stamp
+            for f in flows:
+                rem[f] -= rate[f] * (now - t_ref[f])
+                t_ref[f] = now
             if self._profiled:
                 by_id = self._by_id
                 caps = [by_id[link].capacity(now) for link in links]
@@ -234,59 +231,47 @@ class FlowFabric(Fabric):
                 bandwidth = self._bandwidth
                 caps = [bandwidth[link] for link in links]
             slots, rates = self.net.fill(links, caps)
-            if small:
-                self._finish_each(flows, slots, rates, now)
-            else:
-                self._finish_all(group, slots, rates, now)
+            for f, r in zip(slots, rates, strict=True):
+                rate[f] = r
+            # flows finishing at one moment end in (allocation, place in the group) order
+            entries = []
+            for seq, f in enumerate(flows, self._seq):
+                r = rate[f]
+                stamp[f] = seq
+                if r > 0:
+                    entries.append((now + rem[f] / r, seq, f))
+                elif rem[f] > 0:
+                    self._check_not_dead(f, now)
             self._seq += len(flows)
+            self._push_ends(entries)
         self._arm(now)
 
-    # A group's bytes and finish times: element by element for a small group (NumPy's call
-    # overhead would dominate), column-wise for a large one — the same IEEE operations in
-    # the same order either way: left −= rate · (now − t_ref); finish = now + left / rate.
-
-    def _carried_each(self, flows: list[int], now: float) -> None:
-        """Bytes left now, flow by flow."""
-        rem, rate, t_ref = self._remaining, self._rate, self._t_ref
-        for f in flows:
-            rem[f] -= rate[f] * (now - t_ref[f])
-            t_ref[f] = now
-
-    def _finish_each(self, flows: list[int], slots: list[int], rates: list[float], now: float) -> None:
-        """New rates and finish times, flow by flow."""
-        rem, rate, end, order = self._remaining, self._rate, self._end, self._order
-        for f, r in zip(slots, rates, strict=True):
-            rate[f] = r
-        for k, f in enumerate(flows):
-            r = rate[f]
-            if r > 0:
-                end[f] = now + rem[f] / r
-            else:
-                if rem[f] > 0:
-                    self._check_not_dead(f, now)
-                end[f] = math.inf
-            order[f] = self._seq + k
-
-    def _finish_all(self, group: np.ndarray, slots: list[int], rates: list[float], now: float) -> None:
-        """New rates and finish times, column-wise."""
-        rate = self._rate
-        rate[slots] = rates
-        r, left = rate[group], self._remaining[group]
-        for k in np.flatnonzero((r <= 0) & (left > 0)).tolist():
-            self._check_not_dead(int(group[k]), now)
-        moving = r > 0
-        self._end[group] = np.where(moving, now + left / np.where(moving, r, 1.0), math.inf)
-        self._order[group] = np.arange(self._seq, self._seq + len(group))
+    def _push_ends(self, entries: list[tuple[float, int, int]]) -> None:
+        """Put finish entries on the heap: one by one when they are few, else all at once
+        (one heapify, the superseded entries dropped when they outnumber the flows)."""
+        ends = self._ends
+        if len(entries) < _FEW_ENDS:
+            for entry in entries:
+                heapq.heappush(ends, entry)
+            return
+        if len(ends) > 2 * len(self._stamp):
+            stamp = self._stamp
+            ends[:] = [e for e in ends if stamp[e[2]] == e[1]]
+        ends.extend(entries)
+        heapq.heapify(ends)
 
     def _check_not_dead(self, slot: int, now: float) -> None:
         """See :func:`_check_not_dead`."""
         links = tuple(self._by_id[link] for link in self.net.flow_links[slot])
-        _check_not_dead(links, float(self._remaining[slot]), now)
+        _check_not_dead(links, self._remaining[slot], now)
 
     def _arm(self, now: float) -> None:
         """Schedule a wake-up at the earliest finish or bandwidth step, unless one is due
         no later."""
-        wake = float(self._end.min()) if len(self._end) else math.inf
+        ends, stamp = self._ends, self._stamp
+        while ends and ends[0][1] != stamp[ends[0][2]]:
+            heapq.heappop(ends)  # superseded by a re-allocation
+        wake = ends[0][0] if ends else math.inf
         for link in self._stepping():
             wake = min(wake, link.next_change(now))
         if wake < self._timer_at:
@@ -308,12 +293,12 @@ class FlowFabric(Fabric):
         if _event is not self._timer:
             return
         self._timer_at, self._timer = math.inf, None
-        end, limit = self._end, now * (1 + _END_RTOL)
-        due = np.flatnonzero(end <= limit)
-        if len(due) > 1:
-            due = due[np.lexsort((self._order[due], end[due]))]
-        end[due] = math.inf
-        for slot in due.tolist():
+        ends, stamp, limit = self._ends, self._stamp, now * (1 + _END_RTOL)
+        while ends and ends[0][0] <= limit:
+            _, seq, slot = heapq.heappop(ends)
+            if seq != stamp[slot]:
+                continue
+            stamp[slot] = -1
             for link in self.net.remove_flow(slot):
                 self._dirty[link] = None
             done, self._done[slot] = self._done[slot], None
