@@ -106,19 +106,16 @@ def test_rates_are_max_min_fair_and_never_overbook(flows, oversub):
         cluster(4, 4, {"kind": "fat_tree", "nodes_per_leaf": 2, "spines": 2, "oversubscription": oversub})
     )
     fabric = _rates_after_start(g, [(f"gpu{a}", f"gpu{b}", s + 1) for a, b, s, _ in flows if a != b])
-    load = defaultdict(float)
-    for link in fabric.links.values():
-        for f in link.flows:
-            load[link] += f.rate
+    load, fastest = defaultdict(float), defaultdict(float)
+    for links, rate in fabric.flows():
+        for link in links:
+            load[link] += rate
+            fastest[link] = max(fastest[link], rate)
     for link, total in load.items():
         assert total <= link.bandwidth * (1 + 1e-12)
-    for link in fabric.links.values():
-        for f in link.flows:
-            assert f.rate > 0
-            assert any(
-                load[x] >= x.bandwidth * (1 - 1e-12) and f.rate >= max(o.rate for o in x.flows) * (1 - 1e-12)
-                for x in f.links
-            )
+    for links, rate in fabric.flows():
+        assert rate > 0
+        assert any(load[x] >= x.bandwidth * (1 - 1e-12) and rate >= fastest[x] * (1 - 1e-12) for x in links)
 
 
 @given(flows=flows_strategy, oversub=st.sampled_from([1, 2, 4]))
@@ -186,3 +183,32 @@ def test_flow_agrees_with_packet_on_shipped_scenarios(name, bound):
     }
     assert abs(t["flow"] - t["packet"]) <= bound * t["packet"]
     assert t["flow"] >= t["analytical"] * (1 - 1e-12)  # contention only ever adds time
+
+
+# enough flows, starting at enough moments, that superseded finish entries pile up
+many_flows = st.lists(
+    st.tuples(
+        st.integers(0, 15), st.integers(0, 15), st.integers(0, 3 * MiB), st.sampled_from([0.0, 1e-5, 1e-4])
+    ),
+    min_size=24,
+    max_size=48,
+)
+
+
+@given(flows=many_flows, oversub=st.sampled_from([1, 2, 4]))
+@settings(max_examples=20, deadline=None)
+def test_finish_entries_one_by_one_or_heapified_agree_exactly(flows, oversub):
+    """A large group's finish times go on the heap with one heapify (superseded entries
+    dropped), a small group's one by one: every flow lands at the same float either way."""
+    from clustersim.network import flow
+
+    g = build_topology(
+        cluster(4, 4, {"kind": "fat_tree", "nodes_per_leaf": 2, "spines": 2, "oversubscription": oversub})
+    )
+    flows = [(f"gpu{a}", f"gpu{b}", s, t) for a, b, s, t in flows]
+    finish = {}
+    for few in (0, 10**9):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(flow, "_FEW_ENDS", few)
+            finish[few] = run_flows(g, flows, kind="flow")[0]
+    assert [repr(t) for t in finish[0]] == [repr(t) for t in finish[10**9]]

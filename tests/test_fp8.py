@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from clustersim.hardware.gpus import get_gpu
 from clustersim.workload.calibration import calibration, gemm_seconds
-from clustersim.workload.fp8 import AMAX_BYTES, CAST_BYTES, fp8_gemm_time, te_linear_casts
+from clustersim.workload.fp8 import fp8_gemm_time, te_linear_casts
 
 H100 = "H100-SXM5-80GB"
 
@@ -21,27 +20,6 @@ def test_gemm_part_is_the_fp8_roofline_with_fp8_efficiency():
     frac = eff.matmul_max * (m / (m + eff.dim_half)) ** 2 * k / (k + eff.k_half) * waves
     comp = 2.0 * m * n * k / (peak * frac)
     assert t.gemm_s == pytest.approx(comp + eff.launch_s, rel=1e-12) and t.cast_s == 0.0
-
-
-@pytest.mark.parametrize("transpose", [True, False])
-def test_delayed_scaling_casts_once_per_tensor(transpose):
-    eff, hbm = calibration(H100).fp8, get_gpu(H100).hbm_bandwidth
-    casts = [8192.0 * 4096, 4096.0 * 4096]
-    t = fp8_gemm_time(H100, 8192, 4096, 4096, casts, transpose=transpose)
-    per = (4.0 if transpose else 3.0) / (hbm * eff.memory)
-    assert t.cast_s == pytest.approx(sum(eff.launch_s + e * per for e in casts), rel=1e-12)
-    assert CAST_BYTES[transpose] == (4.0 if transpose else 3.0)
-
-
-def test_current_scaling_adds_one_amax_pass_per_tensor():
-    eff, hbm = calibration(H100).fp8, get_gpu(H100).hbm_bandwidth
-    e = 8192.0 * 4096
-    delayed = fp8_gemm_time(H100, 8192, 4096, 4096, [e])
-    current = fp8_gemm_time(H100, 8192, 4096, 4096, [e], scaling="current")
-    assert current.cast_s - delayed.cast_s == pytest.approx(
-        eff.launch_s + e * AMAX_BYTES / (hbm * eff.memory), rel=1e-9
-    )
-    assert current.gemm_s == delayed.gemm_s
 
 
 def test_fp8_beats_bf16_on_a_large_gemm_by_the_efficiency_ratio():
@@ -64,7 +42,5 @@ def test_te_linear_casts_per_phase():
 def test_errors_name_the_value_and_what_is_accepted():
     with pytest.raises(ValueError, match="'X': expected F, B or W"):
         te_linear_casts(1, 1, 1, "X")
-    with pytest.raises(ValueError, match="'dynamic': expected one of delayed, current"):
-        fp8_gemm_time(H100, 1, 1, 1, [], scaling="dynamic")
     with pytest.raises(ValueError, match="A100-SXM4-80GB has no FP8"):
         fp8_gemm_time("A100-SXM4-80GB", 1, 1, 1, [])

@@ -39,22 +39,25 @@ from ..topology.graph import is_wire
 from ..topology.routing import Router
 from .base import Fabric
 from .degradation import down_for_ever, rate_profile
+from .maxmin import Links
 
 # Two finish times closer than this (relative) end together: float rounding of
 # remaining / rate must not leave a flow a few bytes short for one more event.
 _END_RTOL = 1e-12
+#: fewer finish entries than this go on the heap one by one; more, with one heapify
+_FEW_ENDS = 64
 
 
 class _Link:
-    """One directed link: its bandwidth (or rate steps over time) and the flows on it."""
+    """One directed link: its id among the fabric's :class:`~.maxmin.Links`, and its
+    bandwidth (or rate steps over time)."""
 
-    __slots__ = ("name", "bandwidth", "profile", "flows")
+    __slots__ = ("name", "id", "bandwidth", "profile")
 
-    def __init__(self, name: str, bandwidth: float, windows=()):
-        self.name, self.bandwidth = name, bandwidth
+    def __init__(self, name: str, link_id: int, bandwidth: float, windows=()):
+        self.name, self.id, self.bandwidth = name, link_id, bandwidth
         #: bandwidth steps ``[(from_s, bytes/s), ...]`` when degradation windows apply
         self.profile = rate_profile(bandwidth, windows) if windows else None
-        self.flows: dict[_Flow, None] = {}  # insertion-ordered set: deterministic iteration
 
     def capacity(self, t: float) -> float:
         """Bandwidth at time ``t``."""
@@ -76,22 +79,12 @@ class _Link:
         return math.inf
 
 
-class _Flow:
-    """One message in flight: its links, bytes left at ``t_ref``, rate, finish and done event."""
-
-    __slots__ = ("links", "remaining", "t_ref", "rate", "end", "version", "latency", "done")
-
-    def __init__(self, links: tuple[_Link, ...], nbytes: int, latency: float, done: Event, now: float):
-        self.links, self.remaining, self.latency, self.done = links, float(nbytes), latency, done
-        self.t_ref, self.rate, self.end, self.version = now, 0.0, math.inf, 0
-
-
-def _check_not_dead(flow: _Flow, now: float) -> None:
+def _check_not_dead(links: tuple[_Link, ...], remaining: float, now: float) -> None:
     """A flow with no bandwidth now waits for a link to step up; if none of its links will
     ever step again, it never finishes: a SimulationStall naming the dead link."""
-    dead = next((link for link in flow.links if link.capacity(now) <= 0), None)
-    if dead is not None and all(link.next_change(now) == math.inf for link in flow.links):
-        raise down_for_ever(f"link {dead.name}", flow.remaining, now)
+    dead = next((link for link in links if link.capacity(now) <= 0), None)
+    if dead is not None and all(link.next_change(now) == math.inf for link in links):
+        raise down_for_ever(f"link {dead.name}", remaining, now)
 
 
 class FlowFabric(Fabric):
@@ -99,17 +92,30 @@ class FlowFabric(Fabric):
 
     Max-min rates are independent per connected group of flows (flows joined by shared
     links), so a start or an end re-allocates only the group it touches; every other flow
-    keeps its rate and its finish time."""
+    keeps its rate and its finish time. A flow is a slot: its links in :attr:`net`, its bytes
+    left, rate and latency in per-slot lists, its finish an entry of a lazy heap."""
 
     def __init__(self, env: simpy.Environment, recorder: Recorder, graph: nx.DiGraph):
         super().__init__(env, recorder)
         self.graph = graph
         self.router = Router(graph)
         self.links: dict[tuple[str, str], _Link] = {}
-        self._routes: dict[tuple, tuple[tuple[_Link, ...], float]] = {}
-        self._dirty: dict[_Link, None] = {}  # links whose flows changed since the last allocation
-        self._ends: list[tuple[float, int, int, _Flow]] = []  # (finish, seq, version, flow), lazy
+        self.net = Links()
+        self._by_id: list[_Link] = []  # link id → link
+        self._bandwidth: list[float] = []  # link id → bandwidth (without degradation windows)
+        self._hops: dict[tuple[str, str], tuple[float, _Link | None]] = {}  # see _hop
+        self._routes: dict[tuple, tuple[tuple[_Link, ...], float, tuple[int, ...]]] = {}
+        self._dirty: dict[int, None] = {}  # ids of links whose flows changed since the last allocation
+        # per flow slot: bytes left at t_ref, t_ref, rate, and the allocation stamp of its
+        # finish entry (−1: none), which tells a current entry of _ends from a superseded one
+        self._remaining: list[float] = []
+        self._t_ref: list[float] = []
+        self._rate: list[float] = []
+        self._stamp: list[int] = []
+        self._ends: list[tuple[float, int, int]] = []  # (finish, stamp, slot): a lazy heap
         self._seq = 0
+        self._done: list[Event | None] = []  # per slot: the event its last byte fires
+        self._latency: list[float] = []  # per slot: its route's summed latency
         self._timer_at = math.inf  # the next scheduled wake-up (finish or bandwidth step)
         self._timer: Event | None = None  # its event: an earlier one supersedes it
         self._pending = False  # an allocation is scheduled for the current moment
@@ -120,23 +126,37 @@ class FlowFabric(Fabric):
     def route(self, src: str, dst: str, flow_key: Hashable = None) -> tuple[tuple[_Link, ...], float]:
         """The links (free wires left out) a flow from ``src`` to ``dst`` shares, and the
         route's summed latency."""
+        return self._route(src, dst, flow_key)[:2]
+
+    def _route(
+        self, src: str, dst: str, flow_key: Hashable
+    ) -> tuple[tuple[_Link, ...], float, tuple[int, ...]]:
         key = (src, dst, flow_key)
         hit = self._routes.get(key)
         if hit is None:
             out, latency = [], 0.0
-            for u, v in self.router.links(src, dst, flow_key):
-                data = self.graph.edges[u, v]
-                latency += data["latency"]
-                if is_wire(data) or data["bandwidth"] == math.inf:
-                    continue
-                link = self.links.get((u, v))
-                if link is None:
-                    link = self.links[u, v] = _Link(f"{u}->{v}", data["bandwidth"], data.get("windows", ()))
-                    if link.profile is not None:
-                        self._profiled.append(link)
-                out.append(link)
-            hit = self._routes[key] = (tuple(out), latency)
+            for hop in self.router.links(src, dst, flow_key):
+                lat, link = self._hops.get(hop) or self._hop(*hop)
+                latency += lat
+                if link is not None:
+                    out.append(link)
+            hit = self._routes[key] = (tuple(out), latency, tuple(link.id for link in out))
         return hit
+
+    def _hop(self, u: str, v: str) -> tuple[float, _Link | None]:
+        """The latency of the link ``u → v`` and the link flows share (None: a free wire or
+        one of infinite bandwidth), read from the graph once."""
+        data = self.graph.edges[u, v]
+        link = None
+        if not (is_wire(data) or data["bandwidth"] == math.inf):
+            link = _Link(f"{u}->{v}", self.net.add_link(), data["bandwidth"], data.get("windows", ()))
+            self.links[u, v] = link
+            self._by_id.append(link)
+            self._bandwidth.append(link.bandwidth)
+            if link.profile is not None:
+                self._profiled.append(link)
+        hop = self._hops[u, v] = (data["latency"], link)
+        return hop
 
     def fixed_time(self, src: str, dst: str, nbytes: int) -> float | None:
         """Known up front only for a route that shares no link (latency alone)."""
@@ -154,87 +174,102 @@ class FlowFabric(Fabric):
         env = self.env
         if src == dst:
             return env.timeout(0.0)
-        links, latency = self.route(src, dst, flow_key)
+        links, latency, ids = self._route(src, dst, flow_key)
         if not links or nbytes == 0:
             return env.timeout(latency)
-        flow = _Flow(links, nbytes, latency, Event(env), env.now)
-        for link in links:
-            link.flows[flow] = None
+        slot = self.net.add_flow(ids)
+        if slot == len(self._done):
+            for column, value in self._columns():
+                column.append(value)
+        done = self._done[slot] = Event(env)
+        self._latency[slot] = latency
+        self._remaining[slot], self._t_ref[slot], self._rate[slot] = float(nbytes), env.now, 0.0
+        for link in ids:
             self._dirty[link] = None
         if not self._pending:  # allocate once for every flow starting at this moment
             self._pending = True
             env.timeout(0.0).callbacks.append(self._allocate)
-        return flow.done
+        return done
 
-    def _group(self) -> tuple[list[_Link], list[_Flow]]:
-        """The links and flows connected (through shared links) to the dirty links."""
-        links: dict[_Link, None] = {}
-        flows: dict[_Flow, None] = {}
-        stack = [link for link in self._dirty if link.flows]
-        self._dirty = {}
-        for link in stack:
-            links[link] = None
-        while stack:
-            for f in stack.pop().flows:
-                if f not in flows:
-                    flows[f] = None
-                    for other in f.links:
-                        if other not in links:
-                            links[other] = None
-                            stack.append(other)
-        return list(links), list(flows)
+    def _columns(self):
+        """The per-slot columns, each with the value a new slot starts from."""
+        return (
+            (self._done, None),
+            (self._latency, 0.0),
+            (self._remaining, 0.0),
+            (self._t_ref, 0.0),
+            (self._rate, 0.0),
+            (self._stamp, -1),
+        )
+
+    def flows(self) -> list[tuple[tuple[_Link, ...], float]]:
+        """Each flow in flight: its links and its rate now (for inspection and tests)."""
+        by_id = self._by_id
+        return [
+            (tuple(by_id[link] for link in links), self._rate[slot])
+            for slot, links in enumerate(self.net.flow_links)
+            if links
+        ]
 
     def _allocate(self, _event=None) -> None:
         """Max-min fair rates (progressive filling) for the flows connected to what changed,
         their finish times, and one wake-up at the earliest finish or bandwidth step."""
         self._pending = False
         now = self.env.now
-        links, flows = self._group()
+        links, flows = self.net.group(self._dirty)
+        self._dirty = {}
         if flows:
             self.allocations += 1
-        for f in flows:
-            f.remaining -= f.rate * (now - f.t_ref)
-            f.t_ref = now
-        cap = {link: link.capacity(now) for link in links}
-        left = {link: len(link.flows) for link in links}
-        order = {link: i for i, link in enumerate(links)}
-        heap = [(cap[link] / left[link], i, link) for i, link in enumerate(links)]
-        heapq.heapify(heap)
-        frozen: set[_Flow] = set()
-        while heap:
-            share, i, link = heapq.heappop(heap)
-            if left[link] == 0:
-                continue
-            fair = max(cap[link], 0.0) / left[link]
-            if fair != share:  # stale entry: shares only grow as flows freeze
-                heapq.heappush(heap, (fair, i, link))
-                continue
-            for f in link.flows:
-                if f in frozen:
-                    continue
-                frozen.add(f)
-                f.rate = fair
-                for other in f.links:
-                    cap[other] -= fair
-                    left[other] -= 1
-                    if other is not link and left[other]:
-                        heapq.heappush(heap, (max(cap[other], 0.0) / left[other], order[other], other))
-        ends = self._ends
-        for f in flows:
-            if f.rate <= 0 and f.remaining > 0:
-                _check_not_dead(f, now)
-            f.end = now + f.remaining / f.rate if f.rate > 0 else math.inf
-            f.version += 1
-            if f.end != math.inf:
-                self._seq += 1
-                heapq.heappush(ends, (f.end, self._seq, f.version, f))
+            rem, rate, t_ref, stamp = self._remaining, self._rate, self._t_ref, self._stamp
+            for f in flows:
+                rem[f] -= rate[f] * (now - t_ref[f])
+                t_ref[f] = now
+            if self._profiled:
+                by_id = self._by_id
+                caps = [by_id[link].capacity(now) for link in links]
+            else:
+                bandwidth = self._bandwidth
+                caps = [bandwidth[link] for link in links]
+            slots, rates = self.net.fill(links, caps)
+            for f, r in zip(slots, rates, strict=True):
+                rate[f] = r
+            # flows finishing at one moment end in (allocation, place in the group) order
+            entries = []
+            for seq, f in enumerate(flows, self._seq):
+                r = rate[f]
+                stamp[f] = seq
+                if r > 0:
+                    entries.append((now + rem[f] / r, seq, f))
+                elif rem[f] > 0:
+                    self._check_not_dead(f, now)
+            self._seq += len(flows)
+            self._push_ends(entries)
         self._arm(now)
+
+    def _push_ends(self, entries: list[tuple[float, int, int]]) -> None:
+        """Put finish entries on the heap: one by one when they are few, else all at once
+        (one heapify, the superseded entries dropped when they outnumber the flows)."""
+        ends = self._ends
+        if len(entries) < _FEW_ENDS:
+            for entry in entries:
+                heapq.heappush(ends, entry)
+            return
+        if len(ends) > 2 * len(self._stamp):
+            stamp = self._stamp
+            ends[:] = [e for e in ends if stamp[e[2]] == e[1]]
+        ends.extend(entries)
+        heapq.heapify(ends)
+
+    def _check_not_dead(self, slot: int, now: float) -> None:
+        """See :func:`_check_not_dead`."""
+        links = tuple(self._by_id[link] for link in self.net.flow_links[slot])
+        _check_not_dead(links, self._remaining[slot], now)
 
     def _arm(self, now: float) -> None:
         """Schedule a wake-up at the earliest finish or bandwidth step, unless one is due
         no later."""
-        ends = self._ends
-        while ends and ends[0][2] != ends[0][3].version:
+        ends, stamp = self._ends, self._stamp
+        while ends and ends[0][1] != stamp[ends[0][2]]:
             heapq.heappop(ends)  # superseded by a re-allocation
         wake = ends[0][0] if ends else math.inf
         for link in self._stepping():
@@ -247,30 +282,31 @@ class FlowFabric(Fabric):
     def _stepping(self):
         """Links in use whose bandwidth steps over time (degradation windows); only those
         links are looked at, so a run without windows pays nothing per event."""
-        return [link for link in self._profiled if link.flows]
+        return [link for link in self._profiled if self.net.link_flows[link.id]]
 
     def _wake(self, _event) -> None:
-        """A scheduled moment: end the flows that have carried their bytes, re-allocate."""
+        """A scheduled moment: end the flows that have carried their bytes (earliest finish
+        first, ties in allocation order), re-allocate."""
         now = self.env.now
         # superseded by an earlier wake-up that already ran. Identity, not time: now + (t − now)
         # may round below t, and a wake-up that skipped itself so would strand its flows
         if _event is not self._timer:
             return
         self._timer_at, self._timer = math.inf, None
-        ends, limit = self._ends, now * (1 + _END_RTOL)
+        ends, stamp, limit = self._ends, self._stamp, now * (1 + _END_RTOL)
         while ends and ends[0][0] <= limit:
-            _, _, version, f = heapq.heappop(ends)
-            if version != f.version:
+            _, seq, slot = heapq.heappop(ends)
+            if seq != stamp[slot]:
                 continue
-            f.version += 1
-            for link in f.links:
-                del link.flows[f]
+            stamp[slot] = -1
+            for link in self.net.remove_flow(slot):
                 self._dirty[link] = None
-            if f.latency > 0:
-                self.env.timeout(f.latency).callbacks.append(lambda _e, done=f.done: done.succeed())
+            done, self._done[slot] = self._done[slot], None
+            if self._latency[slot] > 0:
+                self.env.timeout(self._latency[slot]).callbacks.append(lambda _e, done=done: done.succeed())
             else:
-                f.done.succeed()
+                done.succeed()
         for link in self._stepping():
             if link.next_change(now - now * _END_RTOL) <= limit:
-                self._dirty[link] = None
+                self._dirty[link.id] = None
         self._allocate()

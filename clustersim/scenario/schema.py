@@ -90,6 +90,10 @@ class TrainingSpec(_Spec):
     #: ``fp8``: Transformer-Engine FP8 linears (BF16 weights and activations otherwise;
     #: clustersim.workload.fp8), on GPUs with FP8 tensor cores only
     precision: Literal["bf16", "fp16", "fp32", "fp8"] = "bf16"
+    #: Transformer Engine's recipe under ``precision: fp8`` (clustersim.workload.fp8_recipes):
+    #: delayed, current (per-tensor), block (1×128 / 128×128), mxfp8 or nvfp4 (Blackwell);
+    #: unset: the framework profile's on that GPU
+    fp8_recipe: Literal["delayed", "current", "block", "mxfp8", "nvfp4"] | None = None
     recompute: Literal["none", "selective", "full"] = "none"
     optimizer: Literal["adam", "sgd"] = "adam"
     mode: Literal["train", "inference"] = "train"

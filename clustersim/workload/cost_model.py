@@ -243,7 +243,9 @@ class CostModel:
         if work.fp8_casts is not None:
             from .fp8 import fp8_gemm_time  # imports this module: resolve at call time
 
-            return fp8_gemm_time(self.gpu.name, *work.gemm, list(work.fp8_casts)).total_s
+            return fp8_gemm_time(
+                self.gpu.name, *work.gemm, list(work.fp8_casts), recipe=work.fp8_recipe
+            ).total_s
         if work.gemm is None and work.attention is None:
             return self.memory_seconds(work.bytes, work.memory_kind) + self.eff.launch_s
         mem = work.bytes / (self.gpu.hbm_bandwidth * self.eff.memory)

@@ -1,22 +1,27 @@
 """FP8 GEMMs as Transformer Engine runs them: the FP8 peak, its calibrated efficiency,
 and the casting / amax kernels around each GEMM.
 
-A TE FP8 linear layer multiplies FP8 operands into a BF16 output. Each BF16 operand that
-is not FP8 yet is first cast by one fused kernel that also records its amax: 2 bytes
-read and 1 byte written per element, plus 1 more when it also writes the transposed
-copy the backward's weight-gradient GEMM consumes (``cast_transpose``). With delayed
-scaling (TE's default recipe) the scale comes from the amax history, so the cast is
-the only pass; with current scaling (a just-in-time per-tensor scale, as inference
-stacks quantize activations) an amax reduction reads the tensor once more before it::
+A TE FP8 linear layer multiplies FP8 (or, under ``nvfp4``, FP4) operands into a BF16
+output. Each BF16 operand that is not quantized yet is first quantized by the kernels of
+the recipe (``training.fp8_recipe``, :mod:`.fp8_recipes`): for TE's delayed scaling one
+fused kernel reading 2 bytes and writing 1, plus 1 more for the transposed copy the
+backward's GEMMs consume on Hopper (``cast_transpose``); current scaling first reads the
+tensor once more for its amax; block, MXFP8 and NVFP4 write two copies with their block
+scales::
 
-    t = t_gemm(FP8 peak, FP8 efficiency) + Σ_tensors [launch + bytes(tensor) / (HBM · memory)]
+    t = launch + f_recipe · (t_gemm(FP8 peak, FP8 efficiency) − launch)
+        + Σ_tensors [kernels · launch + t_mem(elements · bytes/element)]
+
+where ``t_mem`` is the achieved bandwidth of a tuned memory-bound kernel
+(:mod:`.memory_bandwidth`; the STREAM-triad fraction where the GPU has no curve), its
+ramp counted once per quantized tensor.
 
 Which tensors are cast per phase (:func:`te_linear_casts`): forward X (and W on the first
-micro-batch of a step; the FP8 weight is cached for the rest), backward-input dY, and
-nothing for the weight gradient (it reuses the transposed copies).
+micro-batch of a step; the quantized weight is cached for the rest), backward-input dY, and
+nothing for the weight gradient (it reuses the columnwise copies).
 
 The FP8 peak comes from ``gpu_datasheets.csv``, the FP8 efficiency from the FP8 rows of
-:mod:`.calibration`.
+:mod:`.calibration`, ``f_recipe`` from :func:`.fp8_recipes.gemm_factor`.
 
 ``training.precision: fp8`` (:func:`te_fp8_layer`) runs the four linear layers of each
 transformer layer (QKV, attention output, MLP up, MLP down) this way, as TE's
@@ -27,10 +32,11 @@ not a TE module). What TE keeps (``transformer_engine/pytorch/module/linear.py``
 ``_Linear.forward``): the weights stay BF16 parameters with fp32 main gradients and fp32
 master weights + Adam moments in the optimizer — the same 18 bytes/param as BF16 — plus
 a cached FP8 copy of each weight and its FP8 transpose (``weight_fp8``, ``weight_t_fp8``,
-recast on a step's first micro-batch): :data:`FP8_WEIGHT_CACHE_BYTES` per linear
-parameter, counted as buffers. For the backward it saves each linear's *input* in FP8
-(the FP8 cast, or its FP8 transpose for the weight gradient): those activations take 1
-byte per element instead of 2; every other saved tensor (norm inputs, the MLP
+recast on a step's first micro-batch): under per-tensor scaling on Hopper 2 bytes per
+linear parameter (1 on Blackwell, whose FP8 GEMMs need no transpose; MXFP8's two copies
+carry a scale per 32), counted as buffers (:func:`fp8_cache_bytes`). For the backward it
+saves each linear's *input* quantized, only the columnwise copy the weight gradient reads:
+1 byte per element instead of 2 (+ block scales; NVFP4 ½); every other saved tensor (norm inputs, the MLP
 pre-activation, attention's Q/K/V and scores, dropout masks) stays BF16. The casts of the
 steady micro-batches are priced; the once-per-step weight recast is not (4 bytes per
 linear parameter per step, small next to the optimizer's 32).
@@ -51,13 +57,19 @@ from ..errors import ScenarioError
 from ..hardware.datasheets import datasheet, datasheets
 from ..hardware.gpus import get_gpu
 from .calibration import calibrated_as, calibration, gemm_seconds
+from .fp8_recipes import (
+    RECIPES,
+    cast_bytes_per_element,
+    copies,
+    effective,
+    gemm_factor,
+    saved_input_fraction,
+    weight_copy_bytes,
+)
+from .kernel_impls import TUNED
+from .memory_bandwidth import memory_curves_for
 from .ops import ExpertRanks, LayerOp, Work
 
-#: bytes touched per cast element: read BF16 (2) + write FP8 (1) [+ transposed FP8 (1)]
-CAST_BYTES = {False: 3.0, True: 4.0}
-#: bytes of the separate amax pass of current scaling (one BF16 read)
-AMAX_BYTES = 2.0
-SCALINGS = ("delayed", "current")
 #: the linear layers of a transformer layer that Transformer Engine runs in FP8
 TE_LINEARS = ("qkv", "attn_out", "mlp_up", "mlp_down")
 #: the linears of MLA (:mod:`.mla`) and of MoE experts (:mod:`.moe`; TE's grouped linear),
@@ -66,12 +78,6 @@ TE_MLA_MOE_LINEARS = (
     *("q_down", "q_up", "q_proj", "kv_down", "kv_up"),
     *("expert_up", "expert_down", "shared_expert_up", "shared_expert_down"),
 )
-#: bytes per linear parameter of TE's cached FP8 weight and its FP8 transpose
-FP8_WEIGHT_CACHE_BYTES = 2
-#: of those, the FP8 weight's: not a cached copy when the parameter is FP8 itself
-FP8_PARAM_CACHE_SAVED = 1
-#: bytes per element of a saved FP8 GEMM input against its BF16 original
-FP8_SAVED_FRACTION = 0.5
 
 
 @dataclass(frozen=True)
@@ -99,19 +105,25 @@ def te_linear_casts(m: int, n: int, k: int, phase: str, first_microbatch: bool =
 
 
 def fp8_gemm_time(
-    gpu: str, m: int, n: int, k: int, casts: list[float], *, transpose: bool = True, scaling: str = "delayed"
+    gpu: str, m: int, n: int, k: int, casts: list[float], *, recipe: str = "delayed", both_usages: bool = True
 ) -> FP8Time:
-    """One M×N×K FP8 GEMM on ``gpu`` and the casts of ``casts`` (element counts)."""
-    if scaling not in SCALINGS:
-        raise ValueError(f"scaling {scaling!r}: expected one of {', '.join(SCALINGS)}")
+    """One M×N×K GEMM on ``gpu`` under TE's ``recipe`` and the quantization of ``casts``
+    (element counts), each used rowwise and columnwise (``both_usages``) or rowwise only."""
     if datasheet(gpu).fp8_flops <= 0:
         raise ValueError(f"{gpu} has no FP8 tensor cores (gpu_datasheets.csv)")
+    rec = effective(recipe, gpu)
     eff = calibration(calibrated_as(gpu)).fp8  # a GPU without FP8 rows: its donor's set
-    bandwidth = get_gpu(gpu).hbm_bandwidth * eff.memory
-    per_element = CAST_BYTES[transpose] + (AMAX_BYTES if scaling == "current" else 0.0)
-    kernels = 2 if scaling == "current" else 1
-    cast_s = sum(kernels * eff.launch_s + e * per_element / bandwidth for e in casts)
-    return FP8Time(gemm_seconds(gpu, eff, m, n, k, "fp8"), cast_s)
+    hbm, curves = get_gpu(gpu).hbm_bandwidth, memory_curves_for(gpu)
+    per_element = cast_bytes_per_element(rec, gpu, both_usages)
+
+    def move(nbytes: float) -> float:  # TE's quantize kernels: hand-tuned, the tuned curve
+        return curves.of(TUNED).seconds(nbytes, hbm) if curves else nbytes / (hbm * eff.memory)
+
+    cast_s = sum(rec.kernels * eff.launch_s + move(e * per_element) for e in casts)
+    gemm_s, factor = gemm_seconds(gpu, eff, m, n, k, "fp8"), gemm_factor(rec.name)
+    if factor != 1.0:  # per-tensor recipes run the calibrated FP8 GEMM itself
+        gemm_s = eff.launch_s + factor * (gemm_s - eff.launch_s)
+    return FP8Time(gemm_s, cast_s)
 
 
 def check_fp8(gpu: str) -> None:
@@ -133,12 +145,11 @@ def check_fp8(gpu: str) -> None:
         )
 
 
-def _fp8_work(w: Work, phase: str) -> Work:
+def _fp8_work(w: Work, phase: str, recipe: str) -> Work:
     m, n, k = w.gemm
     fp8_bytes = m * k + k * n + 2 * m * n  # FP8 operands, BF16 output
-    return Work(
-        w.flops, float(fp8_bytes), w.gemm, fp8_casts=tuple(te_linear_casts(*_linear_mnk(w, phase), phase))
-    )
+    casts = tuple(te_linear_casts(*_linear_mnk(w, phase), phase))
+    return Work(w.flops, float(fp8_bytes), w.gemm, fp8_casts=casts, fp8_recipe=recipe)
 
 
 def _linear_mnk(w: Work, phase: str) -> tuple[int, int, int]:
@@ -148,20 +159,22 @@ def _linear_mnk(w: Work, phase: str) -> tuple[int, int, int]:
     return {"F": (a, b, c), "B": (a, c, b), "W": (c, b, a)}[phase]
 
 
-def te_fp8_layer(ops: list) -> list:
+def te_fp8_layer(ops: list, recipe: str = "delayed") -> list:
     """A transformer layer's ops (:func:`~.transformer_ops.layer_ops`) with its
-    :data:`TE_LINEARS` as FP8 GEMMs and their saved inputs in FP8 (see module doc)."""
+    :data:`TE_LINEARS` as GEMMs of TE's ``recipe`` and their saved inputs quantized (see
+    module doc)."""
+    saved = saved_input_fraction(RECIPES[recipe])
     out = []
     for op in ops:
         if isinstance(op, ExpertRanks):
-            op = op.map(te_fp8_layer)
+            op = op.map(lambda layer: te_fp8_layer(layer, recipe))
         if isinstance(op, LayerOp) and op.name in TE_LINEARS + TE_MLA_MOE_LINEARS:
             op = replace(
                 op,
-                fwd=_fp8_work(op.fwd, "F"),
-                bwd_input=_fp8_work(op.bwd_input, "B"),
-                bwd_weight=_fp8_work(op.bwd_weight, "W"),
-                activation=op.activation * FP8_SAVED_FRACTION,
+                fwd=_fp8_work(op.fwd, "F", recipe),
+                bwd_input=_fp8_work(op.bwd_input, "B", recipe),
+                bwd_weight=_fp8_work(op.bwd_weight, "W", recipe),
+                activation=op.activation * saved,
             )
         out.append(op)
     return out
@@ -182,9 +195,12 @@ def fp8_linear_params(ops: list) -> tuple[float, float]:
     return weights([op for op in ops if not isinstance(op, ExpertRanks)]), weights(experts)
 
 
-def fp8_cache_bytes(ops: list, fp8_params: bool = False) -> float:
-    """Bytes of TE's cached FP8 weights (+ transposes) of a layer's FP8 linears; with
-    ``fp8_params`` (the parameters themselves FP8, Megatron's ``--fp8-param-gather``) only
-    the transposes: the FP8 weight is the parameter (:func:`.memory_model.static_bytes`)."""
-    per_param = FP8_WEIGHT_CACHE_BYTES - (FP8_PARAM_CACHE_SAVED if fp8_params else 0)
+def fp8_cache_bytes(ops: list, gpu: str, recipe: str = "delayed", fp8_params: bool = False) -> float:
+    """Bytes of TE's cached quantized weights of a layer's FP8 linears on ``gpu``: the copies
+    the recipe writes (:func:`.fp8_recipes.copies`: the FP8 weight and, on Hopper or under
+    block scaling, its columnwise copy), each with its scales; with ``fp8_params`` (the
+    parameters themselves FP8, Megatron's ``--fp8-param-gather``) one copy fewer: the FP8
+    weight is the parameter (:func:`.memory_model.static_bytes`)."""
+    rec = effective(recipe, gpu)
+    per_param = (copies(rec, gpu) - (1 if fp8_params else 0)) * weight_copy_bytes(rec)
     return per_param * sum(fp8_linear_params(ops))

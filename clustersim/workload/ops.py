@@ -33,7 +33,8 @@ class Work:
     """FLOPs and HBM bytes of one kernel; ``gemm`` = the (M, N, K) shape its efficiency
     depends on, or None for memory-bound kernels; ``attention`` marks a fused attention
     kernel (efficiency from the attention curve); ``fp8_casts`` marks an FP8 GEMM and
-    lists the elements cast to FP8 before it (:mod:`.fp8`; None: not FP8); ``memory_kind``
+    lists the elements cast to FP8 before it (:mod:`.fp8`; None: not FP8) under the
+    Transformer Engine recipe ``fp8_recipe`` (:mod:`.fp8_recipes`); ``memory_kind``
     which achieved-bandwidth curve a memory-bound kernel runs at (``tuned`` or ``generic``,
     :mod:`.memory_bandwidth`)."""
 
@@ -43,6 +44,7 @@ class Work:
     attention: AttentionShape | None = None
     fp8_casts: tuple[float, ...] | None = None
     memory_kind: str = "tuned"
+    fp8_recipe: str = "delayed"
 
 
 NO_WORK = Work()

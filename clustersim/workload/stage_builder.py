@@ -49,6 +49,7 @@ from ..memory_kinds import StaticMemory
 from .cnn import cnn_layers
 from .cost_model import CostModel
 from .fp8 import check_fp8, fp8_cache_bytes, fp8_linear_params, te_fp8_layer
+from .fp8_recipes import check_recipe, default_recipe
 from .grad_accumulation import with_grad_accumulation
 from .kernel_impls import DEFAULT_KERNELS
 from .memory_model import DTYPE_BYTES, ELEMENT_BYTES, static_bytes, zero_shards
@@ -118,6 +119,7 @@ class TrainSetup:
             fp8_params=bool(par.data_parallel) and par.data_parallel.param_gather_dtype == "fp8",
             zero3=par.zero == 3 and bool(par.data_parallel) and par.data_parallel.deepspeed_zero3 is not None,
             kernels=tr.memory_kernels or tr.framework,
+            fp8_recipe=tr.fp8_recipe or default_recipe(tr.framework, gpu or sc.cluster.gpu),
         )
 
     shards: int = 0
@@ -136,6 +138,8 @@ class TrainSetup:
     zero3: bool = False
     #: whose memory-bound kernel implementations run (:mod:`.kernel_impls`)
     kernels: str = DEFAULT_KERNELS
+    #: Transformer Engine's recipe under FP8 (``training.fp8_recipe`` or the profile's; :mod:`.fp8_recipes`)
+    fp8_recipe: str = "delayed"
 
     def __post_init__(self):
         if not self.shards:  # ZeRO shards over the whole DP group unless HSDP says fewer
@@ -191,6 +195,13 @@ def _cost_model(sc, st: TrainSetup) -> CostModel:
                 f"the custom GPU {st.gpu!r} has no FP8 calibration; use bf16 or fp16, or a catalog GPU",
             )
         check_fp8(st.gpu)
+        check_recipe(st.fp8_recipe, st.gpu)
+    elif sc.training.fp8_recipe is not None:
+        raise ScenarioError(
+            "training.fp8_recipe",
+            sc.training.fp8_recipe,
+            f"a Transformer Engine recipe needs training.precision: fp8 (not {st.precision}); leave it unset",
+        )
     elif st.fp8_params:
         raise ScenarioError(
             "parallel.data_parallel.param_gather_dtype",
@@ -309,8 +320,9 @@ def _layer_kind(cfg, st: TrainSetup, cm: CostModel, moe: bool, accumulate: bool)
     layer = layer_ops(cfg, b, tp, sp, e, moe, st.cp, st.cp_comm, st.split, st.kernels)
     fp8_cache, fp8_linear = 0.0, (0.0, 0.0)
     if st.precision == "fp8":
-        layer = te_fp8_layer(layer)
-        fp8_cache, fp8_linear = fp8_cache_bytes(layer, st.fp8_params), fp8_linear_params(layer)
+        layer = te_fp8_layer(layer, st.fp8_recipe)
+        fp8_cache = fp8_cache_bytes(layer, st.gpu, st.fp8_recipe, st.fp8_params)
+        fp8_linear = fp8_linear_params(layer)
     if accumulate:
         layer = with_grad_accumulation(layer, e)
     ov = st.tp_overlap

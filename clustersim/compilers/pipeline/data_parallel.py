@@ -108,7 +108,7 @@ class StageSync:
         sync = cls(dp, prog, plan, costs, chunks, s, t, plan.device(s, r, t), fold, name_of=name_of, m=m)
         sync.split = {(j, k) for ph, j, k in order if ph == "W"}
         if dp.zero3 is not None:
-            sync.zero3 = Zero3Sync.of(sync, costs[chunks[0]])
+            sync.zero3 = Zero3Sync.of(sync, costs[chunks[0]], ctx.reserve)
         if dp.fsdp2:
             sync.fsdp2 = Fsdp2Sync.of(sync, costs[chunks[0]])
         seen: dict[int, tuple] = {}

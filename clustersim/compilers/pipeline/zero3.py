@@ -135,8 +135,9 @@ class Zero3Sync:
     room_at: int = 0  # the first of them that may free enough for the next gather
 
     @classmethod
-    def of(cls, sync, cost) -> Zero3Sync:
-        """The emitter of a GPU running chunk ``cost`` (its ``layer_modules``)."""
+    def of(cls, sync, cost, reserve: int = 0) -> Zero3Sync:
+        """The emitter of a GPU running chunk ``cost`` (its ``layer_modules``); ``reserve``:
+        the bytes the CUDA context and NCCL hold on it (not the gathers' to take)."""
         if not cost.layer_modules:
             raise ScenarioError(
                 "parallel.data_parallel.deepspeed_zero3",
@@ -151,7 +152,7 @@ class Zero3Sync:
                 z.ready.update(dict.fromkeys(z._params(layer, i), len(z.fwd) + v))
         z.old = sync.dp.zero3.coordinator == "v0.3"
         z.copy = cost.zero3_copy
-        z.budget = sync.dp.zero3.memory - cost.static.total - cost.activation_memory
+        z.budget = sync.dp.zero3.memory - cost.static.total - cost.activation_memory - reserve
         z.fetches = (replay_2021 if z.old else replay)(trace, z.numel, sync.dp.zero3)
         return z
 
