@@ -188,11 +188,13 @@ class FixedCosts:
             0.0 if tr.cuda_graphs else dispatch,
         )
 
-    def pass_segments(self, pieces: list[list], granularity: str) -> tuple:
+    def pass_segments(self, pieces: list[list], granularity: str, backward: bool = False) -> tuple:
         """The Segments of each piece of one pass (:func:`.segments.to_segments`), each
         piece led by its launch op: its kernels' launches and the GPU's wait for the host
-        in it (:func:`.host.host_waits`, the race carried from piece to piece)."""
-        waits = host_waits(pieces, self.launch_s, self.dispatch_s)
+        in it (:func:`.host.host_waits`, the race carried from piece to piece in the order
+        they run: the last first for the ``backward`` pieces of a model's layers)."""
+        order = slice(None, None, -1 if backward else 1)
+        waits = host_waits(pieces[order], self.launch_s, self.dispatch_s)[order]
         return tuple(
             to_segments(launch_items(items, self.launch_s, wait, self.dispatch_s), granularity)
             for items, wait in zip(pieces, waits)
@@ -452,7 +454,7 @@ def _per_layer(sc, st, cm, fixed: FixedCosts, cost, ends, runs: list[_LayerKind]
         else:  # a backward item list runs last op first
             layers[0] = layers[0] + first
             layers[-1] = last + layers[-1]
-        passes[ph] = fixed.pass_segments(layers, st.granularity)
+        passes[ph] = fixed.pass_segments(layers, st.granularity, backward=ph != "F")
     params = [float(run.params) for run in runs]
     params[0] += sum(op.params for op in pre if hasattr(op, "params"))
     params[-1] += sum(op.params for op in post if hasattr(op, "params"))
