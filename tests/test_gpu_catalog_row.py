@@ -117,7 +117,7 @@ def test_a_scenario_runs_on_the_new_row_at_its_own_peaks(run):
         elif name.startswith("framework"):
             assert t_new == pytest.approx(t_twin, rel=1e-12), name
         elif name.startswith("launch"):  # the same launches; shorter kernels wait longer for the host
-            assert t_new >= t_twin, name
+            assert t_new >= t_twin * (1 - 1e-12), name  # equal where both wait for every issue
         else:
             assert 1 < t_twin / t_new < SPEEDUP, name
     # so the iteration is faster, but by less than the peaks (communication does not scale)

@@ -135,7 +135,7 @@ def test_a_small_model_is_host_bound_and_cuda_graphs_remove_the_dispatch():
     eager, graphs = _run(ONE_GPU), _run(ONE_GPU, cuda_graphs=True)
     no_host = _run(ONE_GPU, fixed_costs={"host_dispatch": 0})
     assert graphs.summary["iteration_time_s"] == no_host.summary["iteration_time_s"]
-    assert eager.summary["iteration_time_s"] > 1.2 * graphs.summary["iteration_time_s"]
+    assert eager.summary["iteration_time_s"] > graphs.summary["iteration_time_s"]
     launches = graphs.spans[graphs.spans.name.str.startswith("launch ")]
     eager_launches = eager.spans[eager.spans.name.str.startswith("launch ")]
     waits = float((eager_launches.end_s - eager_launches.start_s).sum())
