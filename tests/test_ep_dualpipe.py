@@ -35,7 +35,7 @@ def _raw(bw=BW, ep=4, schedule="dualpipe", pp=2, m=4, layers=2, fold=False) -> d
         "training": {
             "global_batch": m * 8 // pp,
             "micro_batch": 1,
-            "fixed_costs": {"kernel_launch": 0, "microbatch_overhead": 0},
+            "fixed_costs": {"kernel_launch": 0, "microbatch_overhead": 0, "host_dispatch": 0},
         },
         "parallel": {"ep": ep, "pp": pp, "schedule": schedule},
         "simulation": {"network": "analytical", "collectives": {"all_to_all": "direct"}, "fold": fold},

@@ -65,8 +65,10 @@ DGX = {
 
 
 def _run(raw: dict, **fixed):
+    """``raw`` run with ``fixed`` costs; the host issues kernels without delay unless
+    ``host_dispatch`` is given (the GPU's wait for it: tests/test_host.py)."""
     raw = copy.deepcopy(raw)
-    raw["training"]["fixed_costs"] = fixed
+    raw["training"]["fixed_costs"] = {"host_dispatch": 0, **fixed}
     return cs.simulate(cs.load_scenario(raw))
 
 
@@ -271,11 +273,13 @@ def test_launch_is_moved_out_of_the_kernels_not_added():
 
     ops = with_grad_accumulation(_ops(_config()), 2)
     cm = CostModel.for_gpu("A100-SXM4-80GB")
-    cost = resolve(cs.load_scenario(ONE_GPU)).chunk_costs[0]
+    on = copy.deepcopy(ONE_GPU)
+    on["training"]["fixed_costs"] = {"host_dispatch": 0}  # the launches alone
+    cost = resolve(cs.load_scenario(on)).chunk_costs[0]
     assert cost.forward == pytest.approx(sum(i[1] for i in forward_items(ops, cm)), rel=1e-12)
     assert cost.backward == pytest.approx(sum(i[1] for i in backward_items(ops, cm)), rel=1e-12)
     off = copy.deepcopy(ONE_GPU)
-    off["training"]["fixed_costs"] = {"kernel_launch": 0}
+    off["training"]["fixed_costs"] = {"kernel_launch": 0, "host_dispatch": 0}
     n_f, _ = _kernels(ops)
     bare = resolve(cs.load_scenario(off)).chunk_costs[0].forward
     assert cost.forward - bare == pytest.approx(n_f * L, rel=1e-9)

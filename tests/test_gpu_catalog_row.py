@@ -105,15 +105,19 @@ def test_a_scenario_runs_on_the_new_row_at_its_own_peaks(run):
     new, twin = data[NEW], data[TWIN]
     assert new["capacity"] == [100 * 2**30 - 2**28] and not new["summary"]["oom"]
     # the twin's efficiency fractions on 1.25 × both peaks: every pass's kernels are 1.25 ×
-    # shorter but for the memory-bound kernels' ramp (the first loads' latency); launches and framework overheads do not scale; the optimizer and grad
+    # shorter but for the memory-bound kernels' ramp (the first loads' latency); launches and
+    # framework overheads do not scale (a launch op's wait for the host grows as the kernels
+    # shrink: tests/test_host.py); the optimizer and grad
     # norm (memory-bound kernels, each with its launch inside) fall in between
     assert len(new["spans"]) == len(twin["spans"])
     for (name, flops, t_new), (name_twin, _, t_twin) in zip(new["spans"], twin["spans"]):
         assert name == name_twin
         if flops:  # its GEMMs exactly, its memory-bound kernels but their ramp (a latency, kept)
             assert 1 < t_twin / t_new <= SPEEDUP * (1 + 1e-9), name
-        elif name.startswith(("launch", "framework")):
+        elif name.startswith("framework"):
             assert t_new == pytest.approx(t_twin, rel=1e-12), name
+        elif name.startswith("launch"):  # the same launches; shorter kernels wait longer for the host
+            assert t_new >= t_twin * (1 - 1e-12), name  # equal where both wait for every issue
         else:
             assert 1 < t_twin / t_new < SPEEDUP, name
     # so the iteration is faster, but by less than the peaks (communication does not scale)

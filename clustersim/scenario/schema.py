@@ -59,7 +59,8 @@ class FixedCostsSpec(_Spec):
     """The fixed costs of a training step that are not FLOPs or bytes of the model
     (docs/models.md, "Fixed costs"), each an op of the Program: ``kernel_launch`` per kernel
     (None: the GPU's calibrated launch, ``launch_s`` of clustersim.workload.cost_model; 0:
-    none), ``microbatch_overhead`` per pass of a micro-batch on a model chunk (the
+    none) and the GPU's wait for the host that issues each kernel at ``host_dispatch``,
+    ``microbatch_overhead`` per pass of a micro-batch on a model chunk (the
     framework's host-side gap), and the per-step work before the optimizer — the fp16 loss
     scale's unscale and inf check, the gradient-clipping norm, the tied-embedding gradient
     all-reduce between the first and the last stage — and ``pipeline_gather``, the TP
@@ -70,6 +71,9 @@ class FixedCostsSpec(_Spec):
     the whole pass."""
 
     kernel_launch: Annotated[Time | None, Range(0, 0.01)] = None
+    #: host seconds per kernel issued (None: the measured dispatch of the framework's
+    #: stack, clustersim.workload.host; 0: the host never holds the GPU back)
+    host_dispatch: Annotated[Time | None, Range(0, 0.01)] = None
     microbatch_overhead: Annotated[Time, Range(0, 1)] = 50e-6
     loss_scale_check: bool = True
     grad_clip: bool = True
@@ -105,6 +109,9 @@ class TrainingSpec(_Spec):
     #: fused or unfused (clustersim.workload.kernel_impls); None: ``framework``'s own
     memory_kernels: Literal["megatron_2021", "megatron_core", "deepspeed", "fsdp2"] | None = None
     fixed_costs: FixedCostsSpec = FixedCostsSpec()
+    #: kernels replayed from CUDA graphs: no host dispatch per kernel, the GPU launch
+    #: latency stays (clustersim.workload.host); no framework profile turns it on
+    cuda_graphs: bool = False
 
 
 class CompressionSpec(_Spec):

@@ -265,6 +265,14 @@ class CostModel:
             return 0
         return 1
 
+    def issued(self, work: Work) -> int:
+        """Kernels the host issues for ``work`` (:mod:`.host`): none for no work; an FP8
+        GEMM's own and one per cast it feeds (:func:`.fp8.fp8_gemm_time`'s delayed
+        scaling: one cast kernel per tensor); else one — a profiled op too."""
+        if work.flops == 0 and work.bytes == 0:
+            return 0
+        return 1 + len(work.fp8_casts) if work.fp8_casts is not None else 1
+
     def without_launch(self) -> CostModel:
         """This model with ``launch_s`` 0: kernels whose launch the Program charges as an
         op of its own (:func:`.segments.launch_items`)."""

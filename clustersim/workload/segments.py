@@ -1,15 +1,17 @@
 """Turn op sequences into pass segments: compute kernels merged, TP collectives between.
 
-A pass is built from a list of *items*: ``("c", seconds, flops, launches)`` for a kernel
-(``launches``: 1 when its launch is priced apart, see :func:`launch_items`),
-``("e", seconds per rank, flops per rank, launches)`` for work that differs between the
-ranks of an expert-parallel group (:class:`~.ops.ExpertRanks`), ``("p", seconds, flops,
-launches)`` for a kernel that runs beside its neighbouring collective
+A pass is built from a list of *items*: ``("c", seconds, flops, launches, issued)`` for a
+kernel (``launches``: 1 when its launch is priced apart, see :func:`launch_items`;
+``issued``: the kernels the host issues for it, :meth:`.cost_model.CostModel.issued`),
+``("e", seconds per rank, flops per rank, launches, issued)`` for work that differs between
+the ranks of an expert-parallel group (:class:`~.ops.ExpertRanks`), ``("p", seconds, flops,
+launches, issued)`` for a kernel that runs beside its neighbouring collective
 (:attr:`~.ops.LayerOp.overlap`), ``("x", kind, nbytes, name, group, matrix)`` for a
 collective over ``group`` (:data:`~.ops.COMM_GROUPS`, or ``cp``: the context-parallel group;
 ``matrix``: an uneven all-to-all's bytes, or empty), ``("r", seconds, flops, nbytes,
 name)`` for ring attention (per step, :mod:`.context_parallel`) and ``("f", seconds,
-name)`` for a fixed cost of its own (the pass's kernel launches). Consecutive kernels merge
+name)`` for a fixed cost of its own (the pass's kernel launches and its wait for the host,
+:mod:`.host`). Consecutive kernels merge
 into one compute :class:`Segment` (they run back to back on one stream; with per-rank
 items, the Segment carries each rank's sums); side-by-side kernels merge into their own;
 each collective becomes a collective Segment the compiler places on the ``tp`` lane over
@@ -63,11 +65,16 @@ def forward_items(
                 out.append((_cp_item(op, cm, backward=False), "", None))
         elif not core_only or op.attention_core:
             kind = "p" if op.overlap else "c"
-            item = (kind, cm.time(op.fwd, op.name, "F"), op.fwd.flops, cm.launched(op.fwd, op.name, "F"))
+            item = (kind, cm.time(op.fwd, op.name, "F"), op.fwd.flops, *_counts(cm, op.fwd, op.name, "F"))
             out.append((item, op.name, op.fwd))
     if overlap is not None:
         return merge_forward(out, overlap, cm.eff)
     return [item for item, *_ in out]
+
+
+def _counts(cm: CostModel, work, op: str, phase: str) -> tuple[int, int]:
+    """(launches priced apart, kernels the host issues) of one kernel's ``work``."""
+    return cm.launched(work, op, phase), cm.issued(work)
 
 
 def _per_rank(items: list[list[tuple]]) -> tuple:
@@ -76,7 +83,9 @@ def _per_rank(items: list[list[tuple]]) -> tuple:
         "e",
         tuple(sum(i[1] for i in rank) for rank in items),
         tuple(sum(i[2] for i in rank) for rank in items),
-        max(sum(i[3] for i in rank) for rank in items),  # every rank launches its experts' kernels
+        # every rank launches (and its host issues) its experts' kernels
+        max(sum(i[3] for i in rank) for rank in items),
+        max(sum(i[4] for i in rank) for rank in items),
     )
 
 
@@ -105,35 +114,39 @@ def backward_items(
         if overlap is not None and op.name in AG_GEMMS + RS_GEMMS:
             parts = [("dgrad", op.bwd_input, "B")] * inputs + [("wgrad", op.bwd_weight, "W")] * weight
             out += [
-                (("c", cm.time(w, op.name, ph), w.flops, cm.launched(w, op.name, ph)), op.name, part, w)
+                (("c", cm.time(w, op.name, ph), w.flops, *_counts(cm, w, op.name, ph)), op.name, part, w)
                 for part, w, ph in parts
             ]
             continue
         t = flops = 0.0
-        n = 0
-        if inputs:
-            t += cm.time(op.bwd_input, op.name, "B")
-            flops += op.bwd_input.flops
-            n += cm.launched(op.bwd_input, op.name, "B")
-        if weight:
-            t += cm.time(op.bwd_weight, op.name, "W")
-            flops += op.bwd_weight.flops
-            n += cm.launched(op.bwd_weight, op.name, "W")
+        n = issued = 0
+        for w, ph in [(op.bwd_input, "B")] * inputs + [(op.bwd_weight, "W")] * weight:
+            t += cm.time(w, op.name, ph)
+            flops += w.flops
+            launches, kernels = _counts(cm, w, op.name, ph)
+            n, issued = n + launches, issued + kernels
         if t or flops:
-            out.append((("p" if op.overlap and inputs else "c", t, flops, n), op.name, "", None))
+            out.append((("p" if op.overlap and inputs else "c", t, flops, n, issued), op.name, "", None))
     if overlap is not None:
         return merge_backward(out, overlap, cm.eff)
     return [item for item, *_ in out]
 
 
-def launch_items(items: list[tuple], launch_s: float) -> list[tuple]:
+def launch_items(
+    items: list[tuple], launch_s: float, wait: float = 0.0, dispatch: float = 0.0
+) -> list[tuple]:
     """``items`` preceded by their kernels' launches as one fixed cost, ``("f", n ·
-    launch_s, "launch")`` for the n kernels whose launch the cost model left out (none
-    when n or ``launch_s`` is 0) — a GEMM overlapped with a TP collective counts as one:
-    the CPU issues each kernel of an eager-mode pass in turn (Megatron-LM without CUDA
-    graphs), so a pass pays n launches."""
-    n = sum(1 if i[0] == "o" else i[3] for i in items if i[0] in ("c", "e", "p", "o"))
-    return [("f", n * launch_s, "launch")] + items if n and launch_s else items
+    launch_s + wait, "launch")`` for the n kernels whose launch the cost model left out —
+    a GEMM overlapped with a TP collective counts as one — and the ``wait`` of the GPU
+    stream for the host that issues them (:func:`.host.host_waits`, under the per-kernel
+    ``dispatch``). Present when n and ``launch_s`` are not 0, or the host issues a kernel
+    at a ``dispatch`` that is not: whether the op exists depends on the configuration,
+    never on the wait, so pricing the host adds no op to a pass that launches kernels."""
+    kernels = [i for i in items if i[0] in ("c", "e", "p", "o")]
+    n = sum(1 if i[0] == "o" else i[3] for i in kernels)
+    issued = any(i[0] == "o" or i[4] for i in kernels)
+    present = (n and launch_s) or (issued and dispatch)
+    return [("f", n * launch_s + wait, "launch")] + items if present else items
 
 
 def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment, ...]:

@@ -26,7 +26,8 @@ For each model chunk (a pipeline stage, or a virtual stage) on each of its GPUs:
   micro-batch, which the compiler allocates per forward and frees per backward;
 * **fixed costs** (``training.fixed_costs``, docs/models.md) — kernels are priced without
   their launch and each pass (each layer's, with ``parallel.data_parallel``) starts with a
-  ``launch`` segment of its kernels × the launch time; ``pass_overhead`` per pass; per step
+  ``launch`` segment of its kernels × the launch time and the GPU's wait for the host that
+  issues them (:mod:`.host`); ``pass_overhead`` per pass; per step
   the fp16 unscale + inf-check pass (8 bytes per local fp32 gradient: read, write), the
   clipping norm's pass (4 bytes: read) and the tied word-embedding gradient
   (vocab · hidden / tp fp32 values, Megatron's ``main_grad``) of the first and last chunk;
@@ -51,6 +52,7 @@ from .cost_model import CostModel
 from .fp8 import check_fp8, fp8_cache_bytes, fp8_linear_params, te_fp8_layer
 from .fp8_recipes import check_recipe, default_recipe
 from .grad_accumulation import with_grad_accumulation
+from .host import dispatch_s, host_waits
 from .kernel_impls import DEFAULT_KERNELS
 from .memory_model import DTYPE_BYTES, ELEMENT_BYTES, static_bytes, zero_shards
 from .moe_dispatch import ExpertSplit, dispatch_buffer_bytes
@@ -167,13 +169,18 @@ class FixedCosts:
     tied_embedding: bool
     pipeline_gather: bool
     grad_accumulation: bool = False
+    #: host seconds per kernel issued (:mod:`.host`; 0 with CUDA graphs)
+    dispatch_s: float = 0.0
 
     @classmethod
     def of(cls, sc, cm: CostModel, precision: str) -> FixedCosts:
         """The fixed costs of scenario ``sc`` with kernels priced by ``cm`` (the launch
-        default is ``cm``'s calibrated ``launch_s``); the unscale runs with fp16 only."""
-        fc = sc.training.fixed_costs
+        default is ``cm``'s calibrated ``launch_s``, the dispatch's the framework's stack's,
+        none with CUDA graphs); the unscale runs with fp16 only."""
+        tr = sc.training
+        fc = tr.fixed_costs
         launch = cm.eff.launch_s if fc.kernel_launch is None else fc.kernel_launch
+        dispatch = dispatch_s(tr.framework) if fc.host_dispatch is None else fc.host_dispatch
         return cls(
             launch,
             fc.microbatch_overhead,
@@ -182,6 +189,19 @@ class FixedCosts:
             fc.tied_embedding_allreduce,
             fc.pipeline_gather,
             fc.grad_accumulation,
+            0.0 if tr.cuda_graphs else dispatch,
+        )
+
+    def pass_segments(self, pieces: list[list], granularity: str, backward: bool = False) -> tuple:
+        """The Segments of each piece of one pass (:func:`.segments.to_segments`), each
+        piece led by its launch op: its kernels' launches and the GPU's wait for the host
+        in it (:func:`.host.host_waits`, the race carried from piece to piece in the order
+        they run: the last first for the ``backward`` pieces of a model's layers)."""
+        order = slice(None, None, -1 if backward else 1)
+        waits = host_waits(pieces[order], self.launch_s, self.dispatch_s)[order]
+        return tuple(
+            to_segments(launch_items(items, self.launch_s, wait, self.dispatch_s), granularity)
+            for items, wait in zip(pieces, waits)
         )
 
 
@@ -268,7 +288,7 @@ def _stage(
     fp8: tuple[float, float] = (0.0, 0.0),
 ) -> StageCost:
     by_phase = {"F": items.f, "B": items.b, "Bi": items.bi, "W": items.w}
-    passes = {ph: to_segments(launch_items(i, fixed.launch_s), st.granularity) for ph, i in by_phase.items()}
+    passes = {ph: fixed.pass_segments([i], st.granularity)[0] for ph, i in by_phase.items()}
     grads = _local_grads(st, params, expert)  # the optimizer's local fp32 gradients
     # buffers: the recompute working set and the p2p send and recv buffers
     static, experts = _static(st, params, work_buffer + 2 * send_bytes, expert, fp8)
@@ -446,9 +466,7 @@ def _per_layer(sc, st, cm, fixed: FixedCosts, cost, ends, runs: list[_LayerKind]
         else:  # a backward item list runs last op first
             layers[0] = layers[0] + first
             layers[-1] = last + layers[-1]
-        passes[ph] = tuple(
-            to_segments(launch_items(items, fixed.launch_s), st.granularity) for items in layers
-        )
+        passes[ph] = fixed.pass_segments(layers, st.granularity, backward=ph != "F")
     params = [float(run.params) for run in runs]
     ends = [sum(op.params for op in ops if hasattr(op, "params")) for ops in (pre, post)]
     params[0] += ends[0]

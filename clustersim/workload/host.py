@@ -1,0 +1,104 @@
+"""The host's issue rate: a GPU stream cannot run ahead of the CPU that issues its kernels.
+
+In eager PyTorch (every ``training.framework`` profile) the CPU issues each kernel of a pass
+in turn, spending ``dispatch_s`` on each (Python, the dispatcher, autograd, the driver's
+launch); the kernels queue on the GPU stream asynchronously, so the CPU runs ahead while
+kernels are long and the GPU waits — is host-bound — while they are shorter than a dispatch.
+Per pass, with the host clock ``h`` (when the host has issued what came before) and the
+stream's clock ``g`` both 0 at the pass's start (Megatron synchronises the device after each
+pipeline receive, and the pass's ``framework`` op stands for the host's own gap before it),
+an item of k kernels whose GPU time is t (their launch latency included) runs as k equal
+kernels, each starting when both the stream is free and the host has issued it:
+
+    start = max(g, h + dispatch)                         (the first kernel is issued)
+    end   = max(start + t, h + k·dispatch + t/k)          (the last one, issued k dispatches in)
+    h    += k·dispatch
+
+exact for k equal kernels (the GPU waits for the host only once the kernels are shorter
+than a dispatch). A collective is one host call (``h += dispatch``, one NCCL launch) and
+takes no GPU time in this race: its duration is the fabric's, unknown when the pass is
+compiled, so the race charges the host's lag as if the collective were instant — an upper
+bound on the wait (a long collective lets a lagging host catch up), exact for passes without
+collectives (TP 1, where small, host-bound models usually run). The wait, ``end − g − t``
+summed, is added to the pass's ``launch`` op (with the kernels' GPU launch latency,
+``Efficiency.launch_s``): no op or event is added — the pass's ops are those it had.
+
+``training.cuda_graphs`` (NeMo / Megatron-Core capture each transformer layer's forward and
+backward as a CUDA graph when asked; no profile turns it on) removes the dispatch: the GPU
+launch latency stays. ``training.fixed_costs.host_dispatch`` overrides the measured dispatch
+(0: the host never holds the GPU back).
+
+``dispatch_s`` is a host-level measurement per software stack, a row of
+``clustersim/data/host_dispatch.csv`` with its source (never fitted to training throughput).
+"""
+
+from __future__ import annotations
+
+import csv
+from functools import cache
+from pathlib import Path
+
+HOST_CSV = Path(__file__).resolve().parent.parent / "data" / "host_dispatch.csv"
+
+#: the software stack whose per-kernel dispatch each ``training.framework`` profile pays: all
+#: four issue their kernels from eager PyTorch (CUDA graphs are opt-in everywhere)
+STACKS = {
+    "megatron_2021": "pytorch_eager",
+    "megatron_core": "pytorch_eager",
+    "deepspeed": "pytorch_eager",
+    "fsdp2": "pytorch_eager",
+}
+
+
+@cache
+def dispatch_s(framework: str) -> float:
+    """Seconds of host time per kernel the stack of ``framework`` issues: the ``calibrate``
+    row of its stack in ``host_dispatch.csv``."""
+    stack = STACKS[framework]
+    with HOST_CSV.open() as fh:
+        (row,) = [
+            r
+            for r in csv.DictReader(fh)
+            if r["stack"] == stack and r["quantity"] == "dispatch" and r["role"] == "calibrate"
+        ]
+    return float(row["value_us"]) * 1e-6
+
+
+def _work(item: tuple, launch_s: float) -> tuple[float, int]:
+    """(GPU seconds with the launch latency, kernels the host issues) of a pass item
+    (:mod:`.segments`); (0, 0) for a collective."""
+    kind = item[0]
+    if kind in ("c", "p"):
+        return item[1] + item[3] * launch_s, item[4]
+    if kind == "e":  # the slowest expert rank's kernels; every rank issues as many
+        return max(item[1]) + item[3] * launch_s, item[4]
+    if kind == "o":  # a GEMM pipelined with a TP collective: one GEMM kernel per chunk
+        return item[4] + launch_s, item[7]
+    if kind == "r":  # ring attention: one attention kernel per step
+        return sum(item[1]), len(item[1])
+    return 0.0, 0
+
+
+def host_waits(pieces: list[list[tuple]], launch_s: float, dispatch: float) -> list[float]:
+    """Seconds the GPU stream waits for the host in each piece of one pass — ``pieces``
+    the pass's items in order, split as its ops will be (one piece, or one per layer), the
+    race carried across pieces (module doc). All 0 when ``dispatch`` is 0."""
+    g = h = 0.0
+    waits = []
+    for items in pieces:
+        wait = 0.0
+        for item in items:
+            t, k = _work(item, launch_s)
+            if k == 0:
+                h += dispatch if item[0] == "x" else 0.0  # the host enqueues the collective
+                continue
+            # each term ≥ 0 on its own, so a zero dispatch adds exactly nothing
+            first = max(0.0, h + dispatch - g)
+            last = max(0.0, h + k * dispatch + t / k - (g + first + t))
+            wait += first + last
+            g += first + t + last
+            h += k * dispatch
+        waits.append(wait)
+    if waits:  # a trailing collective starts once the host has issued it
+        waits[-1] += max(0.0, h - g)
+    return waits
