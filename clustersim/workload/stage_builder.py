@@ -385,6 +385,8 @@ def transformer_chunk_costs(
     b, tp, sp, e = st.micro_batch, st.tp, st.sp, st.e
     emb = embedding_ops(cfg, b, tp, sp, e)
     out = output_ops(cfg, b, tp, sp, e, st.kernels) + mtp_ops(cfg, b, tp, sp, e, st.split, st.kernels)
+    if sc.training.mode == "inference":  # a request's forward ends at the logits: no loss
+        out = [op for op in out if op.name.partition(".")[0] != "cross_entropy"]
     if fixed.grad_accumulation:
         emb, out = with_grad_accumulation(emb, e), with_grad_accumulation(out, e)
     order = cfg.layer_kinds()
