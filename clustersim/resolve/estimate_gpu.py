@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..parallel.data_parallel import SCALAR_BYTES, grad_stats_group
+from ..parallel.data_parallel import SCALAR_BYTES, buckets, grad_stats_group
 from ..workload.pass_costs import pass_segments, pass_transfers
 from ..workload.stage_cost import Segment
 from ..workload.tp_overlap import BULK, RING
@@ -216,8 +216,8 @@ def _dp_collectives(job, costs) -> list[tuple[str, int, float]]:
         grads = cost.gradient_bytes
         pieces, kinds = 1, ("all_reduce",)
         if d is not None:
-            if d.bucket_size:
-                pieces = max(1, math.ceil(grads / d.bucket_size))
+            if d.bucket_size:  # the compiler's buckets: whole layers, last first, until one holds bucket_size
+                pieces = max(1, len(buckets(cost.layer_bytes("grads"), d.bucket_size, d.first_bucket_size)))
             if d.sharded or d.fsdp:
                 kinds = ("reduce_scatter", "all_gather")
             visits = 3 * sum(len(m) for m in cost.layer_modules)  # DeepSpeed: forward, recompute, backward
