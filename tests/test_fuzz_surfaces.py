@@ -4,7 +4,7 @@ bundle, each mutated at a random place to an odd value (hypothesis). Every case 
 accepted — and then its summary holds only finite figures ≥ 0 — or refused with
 clustersim's own error, which names what it refuses; never a traceback, a hang (30 s) or a
 memory blow-up (2 GiB). The default run is derandomized and small; ``pytest -m slow`` runs
-200 cases per surface (hypothesis prints the failing case and its reproduction seed).
+200 cases per surface (hypothesis prints the failing case and the blob that reproduces it, `@reproduce_failure`).
 (tests/test_fuzz_scenarios.py fuzzes the scenario files themselves.)"""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CASE_S = 30.0
 CASE_BYTES = 2 << 30
 FAST = settings(max_examples=4, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
-SLOW = settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+SLOW = settings(max_examples=200, deadline=None, print_blob=True, suppress_health_check=list(HealthCheck))
 
 SMALL = {
     "name": "fuzzed",
