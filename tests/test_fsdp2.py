@@ -396,3 +396,16 @@ def test_resharding_to_the_whole_shard_group_is_resharding():
     a, b = run(4, dp_options={"reshard_after_forward": 4}), run(4)
     assert a.summary["iteration_time_s"] == b.summary["iteration_time_s"]
     assert a.summary["peak_memory_gib"] == b.summary["peak_memory_gib"]
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_fsdp2_holds_16_bytes_per_parameter_sharded(n):
+    # FSDP2's sharded parameter is the fp32 master the optimizer steps (no copy of its own):
+    # 4 (fp32 parameter) + 4 (fp32 gradient) + 8 (Adam m, v) bytes per parameter, over n,
+    # where Megatron's layout holds 2 + 4 + 12 = 18 (issue 37: FSDP2 was counted at 18)
+    res = run(n)
+    dev = res.devices.iloc[0]
+    params = sum(units().values())
+    assert dev["params_bytes"] == pytest.approx(4 * params / n, rel=1e-3)
+    assert dev["grads_bytes"] == pytest.approx(4 * params / n, rel=1e-3)
+    assert dev["optimizer_bytes"] == pytest.approx(8 * params / n, rel=1e-3)

@@ -73,7 +73,15 @@ def zero_shards(kind: str, zero: int, dp: int) -> int:
 
 
 def static_bytes(
-    params: float, precision: str, optimizer: str, zero: int, dp: int, *, grad_dtype=None, fp8_params=0.0
+    params: float,
+    precision: str,
+    optimizer: str,
+    zero: int,
+    dp: int,
+    *,
+    grad_dtype=None,
+    fp8_params=0.0,
+    fp32_params: bool = False,
 ) -> tuple[float, float, float]:
     """(weights, gradients, optimizer states) bytes for ``params`` held on one GPU.
 
@@ -84,9 +92,14 @@ def static_bytes(
     (megatron/core/distributed/param_and_grad_buffer.py, ``grad_dtype``); DeepSpeed keeps
     bf16 gradients — the ZeRO paper's 2 + 2 + 12 = 16 bytes/param. ``fp8_params`` of the
     ``params`` are held as FP8 instead (1 byte: Megatron's ``--fp8-param-gather``, NeMo's
-    FP8 recipes; the fp32 master copy stays in the optimizer states)."""
+    FP8 recipes; the fp32 master copy stays in the optimizer states). ``fp32_params``: the
+    held parameter is the fp32 master itself (FSDP2's ``MixedPrecisionPolicy`` shards fp32
+    parameters and gathers them in bf16, torch/distributed/fsdp/_fully_shard/_fsdp_param.py),
+    so the optimizer keeps no copy of its own: 4 + 4 + 8 = 16 bytes/param for Adam."""
     w, g, o = BYTES_PER_PARAM[(precision, optimizer)]
     g = DTYPE_BYTES[grad_dtype] if grad_dtype else g
+    if fp32_params and o >= DTYPE_BYTES["fp32"]:
+        w, o = DTYPE_BYTES["fp32"], o - DTYPE_BYTES["fp32"]
     return (
         (params * w - fp8_params * (w - DTYPE_BYTES["fp8"])) / zero_shards("weights", zero, dp),
         params * g / zero_shards("grads", zero, dp),

@@ -120,6 +120,7 @@ class TrainSetup:
             grad_dtype=par.data_parallel.grad_reduce_dtype if par.data_parallel else None,
             fp8_params=bool(par.data_parallel) and par.data_parallel.param_gather_dtype == "fp8",
             zero3=par.zero == 3 and bool(par.data_parallel) and par.data_parallel.deepspeed_zero3 is not None,
+            fp32_params=par.zero == 3 and bool(par.data_parallel) and bool(par.data_parallel.fsdp2),
             kernels=tr.memory_kernels or tr.framework,
             fp8_recipe=tr.fp8_recipe or default_recipe(tr.framework, gpu or sc.cluster.gpu),
         )
@@ -138,6 +139,8 @@ class TrainSetup:
     fp8_params: bool = False
     #: ZeRO-3 through DeepSpeed's coordinator: the layers' hooked submodules are kept (:mod:`.zero3_modules`)
     zero3: bool = False
+    #: FSDP2's fp32 sharded parameters, the optimizer's own (:func:`.memory_model.static_bytes`)
+    fp32_params: bool = False
     #: whose memory-bound kernel implementations run (:mod:`.kernel_impls`)
     kernels: str = DEFAULT_KERNELS
     #: Transformer Engine's recipe under FP8 (``training.fp8_recipe`` or the profile's; :mod:`.fp8_recipes`)
@@ -246,7 +249,16 @@ def _static(
     and the experts' part. ``fp8``: the (dense, expert) parameters held as FP8 (:mod:`.fp8`)."""
     dense_fp8, expert_fp8 = fp8 if st.fp8_params else (0.0, 0.0)
     (w, g, o), (we, ge, oe) = (
-        static_bytes(n, st.precision, st.optimizer, st.zero, shards, grad_dtype=st.grad_dtype, fp8_params=f8)
+        static_bytes(
+            n,
+            st.precision,
+            st.optimizer,
+            st.zero,
+            shards,
+            grad_dtype=st.grad_dtype,
+            fp8_params=f8,
+            fp32_params=st.fp32_params,
+        )
         for n, shards, f8 in ((params - expert, st.shards, dense_fp8), (expert, st.expert_shards, expert_fp8))
     )
     total = StaticMemory(weights=int(w + we), grads=int(g + ge), optimizer=int(o + oe), buffers=int(buffers))
