@@ -276,51 +276,34 @@ SURFACES = {
 }
 
 
-def _case(tmp_path_factory, surface: str, case) -> None:
-    tmp = tmp_path_factory.mktemp(surface)
-    _outcome(lambda: SURFACES[surface][1](tmp, case))
+def _fuzz(profile, strategy, consume, tmp_path_factory, name: str) -> None:
+    """Run ``consume(folder, case)`` under the case limits (:func:`_outcome`) for the cases
+    of ``strategy`` that ``profile`` (:data:`FAST` or :data:`SLOW`) draws, each in a fresh folder."""
+
+    @profile
+    @given(case=strategy)
+    def check(case):
+        tmp = tmp_path_factory.mktemp(name)
+        _outcome(lambda: consume(tmp, case))
+
+    check()
 
 
 @pytest.mark.parametrize("surface", SURFACES)
 def test_every_surface_refuses_or_answers_soundly(tmp_path_factory, surface):
-    @FAST
-    @given(case=SURFACES[surface][0])
-    def check(case):
-        _case(tmp_path_factory, surface, case)
-
-    check()
+    _fuzz(FAST, *SURFACES[surface], tmp_path_factory, surface)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("surface", SURFACES)
 def test_every_surface_refuses_or_answers_soundly_at_length(tmp_path_factory, surface):
-    @SLOW
-    @given(case=SURFACES[surface][0])
-    def check(case):
-        _case(tmp_path_factory, surface, case)
-
-    check()
-
-
-def _bundle_check(tmp_path_factory, bundle, case) -> None:
-    tmp = tmp_path_factory.mktemp("bundle")
-    _outcome(lambda: _bundle(tmp, bundle, case))
+    _fuzz(SLOW, *SURFACES[surface], tmp_path_factory, surface)
 
 
 def test_a_damaged_bundle_is_refused_or_read_soundly(tmp_path_factory, bundle):
-    @FAST
-    @given(case=bundle_cases())
-    def check(case):
-        _bundle_check(tmp_path_factory, bundle, case)
-
-    check()
+    _fuzz(FAST, bundle_cases(), lambda tmp, case: _bundle(tmp, bundle, case), tmp_path_factory, "bundle")
 
 
 @pytest.mark.slow
 def test_a_damaged_bundle_is_refused_or_read_soundly_at_length(tmp_path_factory, bundle):
-    @SLOW
-    @given(case=bundle_cases())
-    def check(case):
-        _bundle_check(tmp_path_factory, bundle, case)
-
-    check()
+    _fuzz(SLOW, bundle_cases(), lambda tmp, case: _bundle(tmp, bundle, case), tmp_path_factory, "bundle")

@@ -54,6 +54,7 @@ import numpy as np
 from ..hardware.datasheets import datasheet
 from ..hardware.gpus import GPUS, get_gpu
 from .kernel_impls import GENERIC, IMPLS, TUNED, Impl
+from .memory_model import DTYPE_BYTES
 
 MEMORY_CSV = Path(__file__).resolve().parent.parent / "data" / "memory_kernel_measurements.csv"
 #: measured kernel → the op of :data:`.kernel_impls.IMPLS` whose implementations it runs
@@ -65,7 +66,6 @@ KERNEL_OPS = {
     "rope": "rope",
     "cross_entropy": "cross_entropy",
 }
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 #: (rms of the relative time error over a set of rows, largest error of any row): a
 #: ``calibrate`` set is one GPU's rows of one kind, a ``check`` set one GPU's check rows.
