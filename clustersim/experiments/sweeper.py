@@ -34,17 +34,21 @@ def base_raw(base: Scenario | str | Path | Mapping[str, Any]) -> dict[str, Any]:
     """The raw (unresolved) dict of a base scenario, validated once (loaded, and checked
     by its compiler: :func:`clustersim.simulate.checked`). Overrides apply to this dict, so
     ``dp: auto`` stays auto when ``pp`` is swept."""
+    return checked_base(base)[0]
+
+
+def checked_base(base: Scenario | str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
+    """(:func:`base_raw`, what :func:`~clustersim.simulate.checked` made of it: the checked
+    Job of a plain job)."""
     if isinstance(base, Scenario):
-        return dict(base._raw)  # the user's own fields, before defaults were filled in
+        return dict(base._raw), checked(base)  # the user's own fields, before defaults were filled in
     raw = read_yaml(base) if isinstance(base, (str, Path)) else dict(base)
-    checked(load_scenario(raw))
-    return raw
+    return raw, checked(load_scenario(raw))
 
 
-def announce(raw: dict[str, Any], runs: int) -> str:
-    """``sweep: 12 runs; the base run ~… each`` — the count and the base run's estimate
-    (:mod:`clustersim.resolve.estimate`; a multi-job or fault scenario has none)."""
-    job = checked(load_scenario(raw))
+def announce(job: Any, runs: int) -> str:
+    """``sweep: 12 runs; the base run ~… each`` — the count and the estimate of the base's
+    checked ``job`` (:mod:`clustersim.resolve.estimate`; a multi-job or fault scenario has none)."""
     if not isinstance(job, Job):
         return f"sweep: {runs:,} runs"
     return f"sweep: {runs:,} runs; the base run is estimated at {estimate(job).line()} each"
@@ -83,11 +87,11 @@ def sweep(
         zip = {**file_zip, **(zip or {})} or None
     runs = grids.count(grid, zip)
     grids.check_count(runs, grids.MAX_RUNS if max_runs is None else max_runs)
-    raw = base_raw(base)
+    raw, job = checked_base(base)
     grids.check_axes(raw, grid, zip)
     _check_timeout(timeout, executor)  # every refusal before the first line of output
     if progress is not False:
-        print(announce(raw, runs), file=sys.stderr)
+        print(announce(job, runs), file=sys.stderr)
     return run_sweep(
         raw,
         grids.expand(grid, zip),
