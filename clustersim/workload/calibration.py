@@ -223,6 +223,25 @@ CALIBRATIONS: dict[str, Plan] = {
         "attention as B200's",
         attention_shape=_H100,
     ),
+    # Blackwell Ultra: the B200/GB200 die family with more HBM (same dense BF16/FP8 peaks on
+    # HGX B300; GB300 +11 %); no public kernel-level row of its own yet, so every part
+    # transfers from its Blackwell sibling and its fractions apply to its own peaks.
+    "B300-SXM-288GB": Plan(
+        Part((_B200, "bf16"), (_B200, "bf16")),
+        Part((_B200, "fp8"), (_B200, "fp8")),
+        _H200,
+        _B200,
+        note="all from B200 (Blackwell Ultra, same BF16/FP8 dense peaks; no B300 kernel row yet)",
+        attention_shape=_H100,
+    ),
+    "GB300-288GB": Plan(
+        Part((_B200, "bf16"), (_GB200, "bf16")),
+        Part((_B200, "fp8"), (_GB200, "fp8")),
+        _H200,
+        _B200,
+        note="all from GB200 (Blackwell Ultra on Grace; no GB300 kernel row yet)",
+        attention_shape=_H100,
+    ),
     _MI300X: Plan(
         Part((_MI300X, "fp8"), (_MI300X, "bf16")),
         Part((_MI300X, "fp8"), None),
