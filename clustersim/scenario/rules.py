@@ -20,6 +20,7 @@ from .context_parallel_rules import check_context_parallel
 from .expert_rules import check_expert_parallel
 from .fault_rules import check_fault_rules
 from .hetero_rules import check_dp_split, check_node_groups
+from .partition_rules import check_partition
 from .schema import ScenarioSpec
 
 
@@ -130,27 +131,7 @@ def check_rules(spec: ScenarioSpec) -> None:
             f"model {spec.model.preset} has {layers} partitionable "
             f"layers; accepted: pp × virtual_stages ≤ {layers}",
         )
-    schedule = SCHEDULES[par.schedule]
-    chunks = schedule.model_chunks(par.pp, par.virtual_stages)  # a bidirectional schedule holds each twice
-    what = "pp × virtual_stages" if schedule.directions == 1 else "pp × virtual_stages / 2"
-    if isinstance(par.partition, list) and (len(par.partition) != chunks or sum(par.partition) != layers):
-        raise ScenarioError(
-            "parallel.partition",
-            par.partition,
-            f"give the layers of each of the {what} = {chunks} model chunks, summing to the "
-            f"model's {layers} layers",
-        )
-    if par.partition != "even" and layers < chunks:
-        raise ScenarioError(
-            "parallel.pp", par.pp, f"the model has {layers} layers; accepted: pp × virtual_stages ≤ {layers}"
-        )
-    if spec.model.kind != "cnn" and par.partition == "even" and layers % chunks:
-        raise ScenarioError(
-            "parallel.pp",
-            par.pp,
-            f"model.layers = {layers} must divide evenly into {what} = "
-            f"{chunks} stages; accepted: a divisor of {layers}",
-        )
+    check_partition(spec, layers)
     tr = spec.training
     if par.dp_split == "even":
         if tr.global_batch % (tr.micro_batch * dp):

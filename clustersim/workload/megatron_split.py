@@ -1,0 +1,117 @@
+"""Megatron-Core's uneven pipeline split: the decoder layers each model chunk builds.
+
+Megatron-Core (``megatron/core/transformer/transformer_block.py``, ``get_num_layers_to_build``,
+checked by ``TransformerConfig.__post_init__``) cuts a model two uneven ways:
+
+* ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``: the first
+  (last) pipeline stage holds that many layers; the rest split evenly over the middle stages.
+  Each count must be > 0 and divide by the virtual stages; the middle layers must divide by
+  the middle stages (there are middle layers exactly when there are middle stages), and each
+  middle stage's share by the virtual stages.
+* ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split``:
+  the embedding (loss) counts as one layer: ``layers + 1 (+ 1)`` must divide by ``pp`` and
+  each stage's share by the virtual stages; the first (last) model chunk then builds one
+  decoder layer fewer (zero is allowed: a chunk of only the embedding or the loss).
+
+The two ways exclude each other. A stage's layers split evenly over its virtual stages.
+Chunk ``k = a·pp + b`` is virtual stage ``a`` of pipeline stage ``b`` (Megatron's order, and
+the order of ``parallel.partition``'s list form).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def megatron_split(
+    layers: int,
+    pp: int,
+    vp: int = 1,
+    *,
+    first_stage_layers: int | None = None,
+    last_stage_layers: int | None = None,
+    account_for_embedding: bool = False,
+    account_for_loss: bool = False,
+) -> list[int]:
+    """Decoder layers of each of the ``pp × vp`` model chunks under Megatron-Core's uneven
+    split (module doc; the keywords are ``parallel.partition``'s Megatron fields). Raises
+    ``ValueError`` saying which of Megatron's rules fails."""
+    first, last = first_stage_layers, last_stage_layers
+    embedding, loss = account_for_embedding, account_for_loss
+    if (first is not None or last is not None) and (embedding or loss):
+        raise ValueError(
+            "first/last stage layer counts cannot be combined with accounting for the embedding or loss"
+        )
+    if first is not None or last is not None:
+        per_stage = _first_last(layers, pp, vp, first, last)
+    else:
+        total = layers + embedding + loss
+        if total % pp:
+            raise ValueError(f"{_counted(layers, embedding, loss)} = {total} must divide by pp = {pp}")
+        per_stage = [total // pp] * pp
+    for stage, n in enumerate(per_stage):
+        if n % vp:
+            raise ValueError(f"stage {stage}'s {n} layers must divide by virtual_stages = {vp}")
+    chunks = [n // vp for _ in range(vp) for n in per_stage]
+    chunks[0] -= embedding
+    chunks[-1] -= loss
+    if min(chunks) < 0:
+        raise ValueError("a model chunk holding the embedding or the loss has no layer to give up")
+    return chunks
+
+
+def _first_last(layers: int, pp: int, vp: int, first: int | None, last: int | None) -> list[int]:
+    """Layers per pipeline stage with the first and/or last stage's count given."""
+    ends = [n for n in (first, last) if n is not None]
+    if pp < len(ends) or (pp == 1 and ends):
+        raise ValueError(f"pp = {pp} has no separate first and last stage to size")
+    middle_layers, middle_stages = layers - sum(ends), pp - len(ends)
+    if middle_layers < 0 or bool(middle_layers) != bool(middle_stages):
+        raise ValueError(
+            f"{middle_layers} layers left for the {middle_stages} middle stages "
+            f"(model.layers = {layers} minus the first/last stage counts)"
+        )
+    if middle_stages and middle_layers % middle_stages:
+        raise ValueError(
+            f"the {middle_layers} middle layers must divide by the {middle_stages} middle stages"
+        )
+    each = middle_layers // middle_stages if middle_stages else 0
+    out = [each] * pp
+    if first is not None:
+        out[0] = first
+    if last is not None:
+        out[-1] = last
+    return out
+
+
+def _counted(layers: int, embedding: bool, loss: bool) -> str:
+    return (
+        f"model.layers = {layers}"
+        + (" + 1 (embedding)" if embedding else "")
+        + (" + 1 (loss)" if loss else "")
+    )
+
+
+def uneven_split(layers: int, pp: int, vp: int = 1) -> dict[str, Any] | None:
+    """A Megatron-Core form of ``parallel.partition`` splitting ``layers`` into ``pp × vp``
+    chunks when they do not divide evenly, as Megatron's recipes pick one: the embedding
+    and loss counted as layers (Llama-3.1-405B's 126 layers at pp 8: 15, 16 × 6, 15); else
+    the first and last stage each given the fewest layers that leave an even middle, the
+    first taking any extra (DeepSeek-V3's 61 at pp 16: 3, 4 × 14, 2). Every chunk keeps at
+    least one layer. None when no such form exists."""
+    tries = [{"account_for_embedding": True, "account_for_loss": True}]
+    if pp > 2:  # middle stages of m layers each, the rest shared by the ends (the first: any odd one)
+        ends = [(m, layers - m * (pp - 2)) for m in range(layers // (pp - 2), 0, -1)]
+        tries += [
+            {"first_stage_layers": rest - rest // 2, "last_stage_layers": rest // 2}
+            for m, rest in ends
+            if 0 < rest // 2 and rest - rest // 2 <= m
+        ]
+    for form in tries:
+        try:
+            chunks = megatron_split(layers, pp, vp, **form)
+        except ValueError:
+            continue
+        if min(chunks) >= 1:
+            return form
+    return None
