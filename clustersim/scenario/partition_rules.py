@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..errors import ScenarioError
 from ..schedules import SCHEDULES
-from ..workload.megatron_split import megatron_split, uneven_split
+from ..workload.megatron_split import megatron_placement, megatron_split, uneven_split
 from .schema import PARTITION_FORMS, MegatronSplitSpec
 
 
@@ -22,11 +22,12 @@ def check_partition(spec, layers: int) -> None:
     what = "pp × virtual_stages" if schedule.directions == 1 else "pp × virtual_stages / 2"
     part = par.partition
     if isinstance(part, MegatronSplitSpec):
-        if spec.model.kind != "transformer" or schedule.directions != 1:
+        if spec.model.kind != "transformer" or not megatron_placement(schedule):
             raise ScenarioError(
                 "parallel.partition",
                 part.model_dump(exclude_defaults=True),
-                "Megatron-Core's uneven split cuts a transformer for a one-directional schedule; "
+                "Megatron-Core's uneven split cuts a transformer for a schedule placing chunk "
+                "a·pp + b on stage b (one direction, looping: 1f1b, interleaved, zb_h1, …); "
                 "accepted here: even, balanced or a list of layers per model chunk",
             )
         try:
@@ -48,7 +49,7 @@ def check_partition(spec, layers: int) -> None:
             "parallel.pp", par.pp, f"the model has {layers} layers; accepted: pp × virtual_stages ≤ {layers}"
         )
     if spec.model.kind != "cnn" and part == "even" and layers % chunks:
-        form = uneven_split(layers, par.pp, par.virtual_stages) if schedule.directions == 1 else None
+        form = uneven_split(layers, par.pp, par.virtual_stages) if megatron_placement(schedule) else None
         hint = f"; e.g. parallel.partition: {form}" if form and spec.model.kind == "transformer" else ""
         raise ScenarioError(
             "parallel.pp",

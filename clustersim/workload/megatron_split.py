@@ -60,6 +60,12 @@ def megatron_split(
     return chunks
 
 
+def megatron_placement(schedule) -> bool:
+    """Whether ``schedule`` places model chunk ``a·pp + b`` on stage ``b``, as Megatron's
+    split assumes (one direction, looping placement)."""
+    return schedule.directions == 1 and schedule.placement == "loop"
+
+
 def _first_last(layers: int, pp: int, vp: int, first: int | None, last: int | None) -> list[int]:
     """Layers per pipeline stage with the first and/or last stage's count given."""
     ends = [n for n in (first, last) if n is not None]
