@@ -64,6 +64,7 @@ from typing import Any
 
 from ..hardware.interference import custom_slowdown, default_slowdown
 from ..workload.attention_kernels import FRAMEWORK_KERNEL
+from .adapt import bidirectional, granularity, note, section, whole
 from .cluster_spec import ClusterSpec
 from .model_spec import _model_kind
 
@@ -73,11 +74,11 @@ DEEPSPEED_BUCKET_BYTES = int(5e8) * 2
 
 
 def _data_parallel(
-    framework: str, zero: int, precision: object, transformer: bool, pp: object
+    framework: str, zero: int, precision: object, coordinator: bool, pp: object
 ) -> dict[str, Any]:
     """The profile's ``parallel.data_parallel`` defaults under ZeRO stage ``zero`` and
-    ``training.precision`` ``precision`` (``transformer``: the model has the submodules
-    DeepSpeed's ZeRO-3 coordinator fetches for; ``pp``: the pipeline degree)."""
+    ``training.precision`` ``precision`` (``coordinator``: DeepSpeed's ZeRO-3 coordinator can
+    run it — a transformer's submodules, one chunk per GPU; ``pp``: the pipeline degree)."""
     if framework == "megatron_core":
         fp8 = {"param_gather_dtype": "fp8"} if precision == "fp8" else {}
         return {
@@ -93,7 +94,7 @@ def _data_parallel(
             "bucket_size": DEEPSPEED_BUCKET_BYTES,
             "overlap_grad_reduce": zero == 3,
             "grad_reduce_dtype": "bf16",
-            **({"deepspeed_zero3": {}} if zero == 3 and transformer else {}),
+            **({"deepspeed_zero3": {}} if zero == 3 and coordinator else {}),
             **({"reduce_every_micro_batch": True} if zero == 2 else {}),
         }
     if zero == 0:  # fsdp2's stack without sharding: PyTorch DDP
@@ -117,17 +118,36 @@ def apply_framework(raw: dict[str, Any]) -> dict[str, Any]:
         return raw
     out = dict(raw)
     parallel = dict(out.get("parallel") or {})
-    if framework == "fsdp2":
-        parallel.setdefault("zero", 3)
+    by = f"training.framework: {framework}"
+    if framework == "fsdp2" and "zero" not in parallel:
+        why = _unshardable(raw)
+        if why is None:
+            parallel["zero"] = 3
+        else:  # PyTorch DDP, the fsdp2 stack's unsharded form
+            note(out, "parallel.zero", 0, by, f"not 3 (fully_shard): {why}")
     zero = parallel.get("zero", 0)
     stated = parallel.get("data_parallel") or {}
-    if isinstance(stated, dict) and isinstance(zero, int):
+    blocked = None if "data_parallel" in parallel else _no_data_parallel(raw)
+    if blocked is not None:
+        note(out, "parallel.data_parallel", None, by, f"left unset: {blocked}")
+    elif isinstance(stated, dict) and isinstance(zero, int):
         precision = training.get("precision")
         transformer = _model_kind(raw.get("model")) == "literal['transformer']"
-        filled = _data_parallel(framework, zero, precision, transformer, parallel.get("pp"))
+        coordinator = transformer and _one_chunk_per_gpu(parallel)
+        if framework == "deepspeed" and zero == 3 and transformer and not coordinator:
+            why = "DeepSpeed's ZeRO-3 coordinator runs without pipeline parallelism; FSDP units instead"
+            note(out, "parallel.data_parallel.deepspeed_zero3", None, by, why)
+        filled = _data_parallel(framework, zero, precision, coordinator, parallel.get("pp"))
         parallel["data_parallel"] = {**filled, **stated}
-    if framework == "megatron_core" and _sequence_parallel(raw):
-        parallel.setdefault("tp_comm_overlap", True)
+    if framework == "megatron_core" and "tp_comm_overlap" not in parallel and _sequence_parallel(raw):
+        cp = whole(parallel.get("cp")) > 1
+        why = "parallel.cp > 1" if cp else None
+        if why is None and granularity(raw) != "layer":
+            why = f"simulation.granularity: {granularity(raw)} (no per-layer segments to overlap)"
+        if why is None:
+            parallel["tp_comm_overlap"] = True
+        else:
+            note(out, "parallel.tp_comm_overlap", False, by, f"off: its precondition fails with {why}")
     if framework == "megatron_core":
         parallel.setdefault("moe_permute_fusion", True)
     out["parallel"] = parallel
@@ -155,11 +175,47 @@ def apply_framework(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def _sequence_parallel(raw: dict[str, Any]) -> bool:
-    """Whether ``raw`` runs sequence parallelism at per-layer granularity (what TP overlap needs)."""
-    parallel, sim = raw.get("parallel") or {}, raw.get("simulation") or {}
-    tp = parallel.get("tp", 1)
-    sp = parallel.get("sequence_parallel") is True and isinstance(tp, int) and tp > 1
-    return sp and isinstance(sim, dict) and sim.get("granularity", "layer") == "layer"
+    """Whether ``raw`` runs sequence parallelism (tp > 1), which TP overlap needs."""
+    parallel = section(raw, "parallel")
+    return parallel.get("sequence_parallel") is True and whole(parallel.get("tp")) > 1
+
+
+def _unshardable(raw: dict[str, Any]) -> str | None:
+    """Why the fsdp2 profile cannot shard the scenario fully (None if it can)."""
+    parallel, training = section(raw, "parallel"), section(raw, "training")
+    if whole(parallel.get("ep")) > 1:
+        return "FSDP units with expert parallelism are not modelled"
+    if training.get("mode") == "inference":
+        return "inference keeps whole replicas"
+    if _model_kind(raw.get("model")) == "literal['cnn']":
+        return "FSDP units need per-layer passes, which a CNN's chunks do not have"
+    for key in ("stage_replicas", "parameter_server"):
+        if parallel.get(key) is not None:
+            return f"parallel.{key} trains plain replicas"
+    return None
+
+
+def _no_data_parallel(raw: dict[str, Any]) -> str | None:
+    """Why ``parallel.data_parallel`` cannot run with the scenario (None if it can):
+    the uniform pipeline compiler's refusals (:mod:`clustersim.compilers.pipeline.check`)."""
+    parallel = section(raw, "parallel")
+    if bidirectional(parallel):
+        return "a bidirectional schedule synchronises gradients without it"
+    for key in ("gradient_compression", "stage_replicas", "parameter_server"):
+        if parallel.get(key) is not None:
+            return f"not with parallel.{key}"
+    if parallel.get("dp_split", "even") != "even":
+        return "its replicas run alike (parallel.dp_split: even)"
+    if section(raw, "training").get("mode") == "inference":
+        return "inference synchronises no gradients"
+    return None
+
+
+def _one_chunk_per_gpu(parallel: dict[str, Any]) -> bool:
+    """Whether the raw ``parallel`` section runs one model chunk per GPU without a pipeline
+    (each micro-batch's forward, then its backward: DeepSpeed's ZeRO-3 engine loop)."""
+    flat = whole(parallel.get("pp")) == 1 and whole(parallel.get("virtual_stages")) == 1
+    return flat and parallel.get("schedule", "1f1b") == "1f1b"
 
 
 def _overlaps(parallel: dict[str, Any]) -> bool:

@@ -504,6 +504,16 @@ class RecoverySpec(_Spec):
     replan_time: Time = 0.0
 
 
+class AdaptedSpec(_Spec):
+    """One default a profile or preset adapted: ``field`` set to ``value`` by ``by`` (e.g.
+    ``training.framework: megatron_core``) because ``why``."""
+
+    field: str
+    value: Any = None
+    by: str
+    why: str
+
+
 class ScenarioSpec(_Spec):
     """A whole scenario as validated field by field (before cross-field rules)."""
 
@@ -516,6 +526,10 @@ class ScenarioSpec(_Spec):
     #: events of a multi-iteration job (docs/faults.md); they need ``recovery``
     faults: list[FaultSpec] = Field(default_factory=list)
     recovery: RecoverySpec | None = None
+    #: what ``training.framework`` or ``simulation.fidelity`` filled differently from their
+    #: usual defaults because the scenario's own fields refuse those, and why
+    #: (:mod:`clustersim.scenario.adapt`); written by the loader, read by no rule
+    adapted: list[AdaptedSpec] = Field(default_factory=list)
 
 
 def field_ranges(model: type[BaseModel] = ScenarioSpec, prefix: str = "") -> dict[str, Range]:
