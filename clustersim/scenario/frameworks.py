@@ -74,11 +74,11 @@ DEEPSPEED_BUCKET_BYTES = int(5e8) * 2
 
 
 def _data_parallel(
-    framework: str, zero: int, precision: object, coordinator: bool, pp: object
+    framework: str, zero: int, precision: object, transformer: bool, pp: object
 ) -> dict[str, Any]:
     """The profile's ``parallel.data_parallel`` defaults under ZeRO stage ``zero`` and
-    ``training.precision`` ``precision`` (``coordinator``: DeepSpeed's ZeRO-3 coordinator can
-    run it — a transformer's submodules, one chunk per GPU; ``pp``: the pipeline degree)."""
+    ``training.precision`` ``precision`` (``transformer``: the model has the submodules
+    DeepSpeed's ZeRO-3 coordinator fetches for; ``pp``: the pipeline degree)."""
     if framework == "megatron_core":
         fp8 = {"param_gather_dtype": "fp8"} if precision == "fp8" else {}
         return {
@@ -94,7 +94,7 @@ def _data_parallel(
             "bucket_size": DEEPSPEED_BUCKET_BYTES,
             "overlap_grad_reduce": zero == 3,
             "grad_reduce_dtype": "bf16",
-            **({"deepspeed_zero3": {}} if zero == 3 and coordinator else {}),
+            **({"deepspeed_zero3": {}} if zero == 3 and transformer else {}),
             **({"reduce_every_micro_batch": True} if zero == 2 else {}),
         }
     if zero == 0:  # fsdp2's stack without sharding: PyTorch DDP
@@ -133,11 +133,8 @@ def apply_framework(raw: dict[str, Any]) -> dict[str, Any]:
     elif isinstance(stated, dict) and isinstance(zero, int):
         precision = training.get("precision")
         transformer = _model_kind(raw.get("model")) == "literal['transformer']"
-        coordinator = transformer and _one_chunk_per_gpu(parallel)
-        if framework == "deepspeed" and zero == 3 and transformer and not coordinator:
-            why = "DeepSpeed's ZeRO-3 coordinator runs without pipeline parallelism; FSDP units instead"
-            note(out, "parallel.data_parallel.deepspeed_zero3", None, by, why)
-        filled = _data_parallel(framework, zero, precision, coordinator, parallel.get("pp"))
+        # (DeepSpeed's ZeRO-3 under a pipeline stays: DeepSpeed refuses it, naming parallel.pp)
+        filled = _data_parallel(framework, zero, precision, transformer, parallel.get("pp"))
         parallel["data_parallel"] = {**filled, **stated}
     if framework == "megatron_core" and "tp_comm_overlap" not in parallel and _sequence_parallel(raw):
         cp = whole(parallel.get("cp")) > 1
@@ -209,13 +206,6 @@ def _no_data_parallel(raw: dict[str, Any]) -> str | None:
     if section(raw, "training").get("mode") == "inference":
         return "inference synchronises no gradients"
     return None
-
-
-def _one_chunk_per_gpu(parallel: dict[str, Any]) -> bool:
-    """Whether the raw ``parallel`` section runs one model chunk per GPU without a pipeline
-    (each micro-batch's forward, then its backward: DeepSpeed's ZeRO-3 engine loop)."""
-    flat = whole(parallel.get("pp")) == 1 and whole(parallel.get("virtual_stages")) == 1
-    return flat and parallel.get("schedule", "1f1b") == "1f1b"
 
 
 def _overlaps(parallel: dict[str, Any]) -> bool:
