@@ -2,7 +2,12 @@
 
 A profile fills what the scenario does not state — ``parallel.data_parallel`` options
 (:mod:`clustersim.compilers.pipeline.data_parallel`), ``parallel.zero`` (FSDP2 shards fully) and
-``model.attention`` — before validation; a stated value always wins, field by field.
+``model.attention`` — before validation; a stated value always wins, field by field. Where a
+value it would fill cannot run with the stated fields it fills what can and records why
+(:mod:`.adapt`): TP overlap off with CP or stage granularity, no ``data_parallel`` under a
+bidirectional schedule, gradient compression, stage replicas, a parameter server, uneven
+``dp_split`` or inference, and FSDP2's ``zero: 3`` not with EP, inference, a CNN, stage
+replicas or a parameter server.
 ``megatron_2021`` (the default) fills nothing: today's results stay identical. Every
 other profile runs today's NCCL, whose ring across hosts pays its α's in full
 (``cluster.collective_latency: nccl``, :mod:`clustersim.collectives.cost`).
@@ -13,7 +18,7 @@ other profile runs today's NCCL, whose ring across hosts pays its α's in full
   Transformer Engine's cuDNN kernel (``model.attention_kernel: cudnn``; FA2 below Hopper,
   :mod:`clustersim.workload.attention_kernels`), and
   ``parallel.tp_comm_overlap`` where sequence parallelism runs (tp > 1, per-layer
-  granularity): NeMo's Megatron-Core H100 performance recipes set ``tp_comm_overlap=True``
+  granularity, cp = 1): NeMo's Megatron-Core H100 performance recipes set ``tp_comm_overlap=True``
   (``MegatronCommOverlapCallback`` with the ``userbuffers_*_h100_*`` configs, e.g.
   nemo/collections/llm/recipes/llama3_70b.py); with ``training.precision: fp8`` also FP8
   parameters (``param_gather_dtype: fp8``): NeMo's ``bf16_with_fp8_mixed``
