@@ -3,6 +3,8 @@
 (with interleaving) against Megatron-Core's own ``get_num_layers_to_build``; its refusals;
 the even-split refusal naming ``parallel.partition``; the search trying uneven splits."""
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -27,6 +29,16 @@ MEGATRON = [
     ((61, 16, 1, {"first_stage_layers": 3, "last_stage_layers": 2}), [3] + [4] * 14 + [2]),
 ]
 
+#: decoder layers per chunk of ``--pipeline-model-parallel-layout`` strings as Megatron-Core's
+#: ``PipelineParallelLayerLayout(layout, pp).layout[pp_rank][vp_stage].count(decoder)`` gives
+#: them (after its ``validate_layer_layout(layers, mtp)``; @d98e8a6): (layout, layers, pp, vp, mtp)
+MEGATRON_LAYOUTS = [
+    (("Et|(tt|)*29,t|tmL", 61, 16, 2, 1), [1] + [2] * 29 + [1, 1]),
+    (("E|(t|)*3,ttL", 5, 5, 1, 0), [0, 1, 1, 1, 2]),
+    (("Et*8|t*8|t*8|t*7L", 31, 4, 1, 0), [8, 8, 8, 7]),
+    (("Et*8|t*8|t*8|t*7L", 31, 2, 2, 0), [8, 8, 8, 7]),
+]
+
 #: configurations Megatron-Core refuses (its assertions / TransformerConfig checks)
 MEGATRON_REFUSES = [
     (126, 8, 1, {"first_stage_layers": 14, "last_stage_layers": 14}),  # 98 middle layers over 6 stages
@@ -41,6 +53,47 @@ MEGATRON_REFUSES = [
 def test_layers_per_chunk_are_megatron_cores(args, expected):
     layers, pp, vp, form = args
     assert megatron_split(layers, pp, vp, **form) == expected
+
+
+@pytest.mark.parametrize("args,expected", MEGATRON_LAYOUTS)
+def test_a_layouts_chunks_are_megatron_cores(args, expected):
+    layout, layers, pp, vp, mtp = args
+    assert megatron_split(layers, pp, vp, layout=layout, mtp_layers=mtp) == expected
+
+
+@pytest.mark.parametrize(
+    "layout,says",
+    [
+        ("Et|(tt|)*29,t|ttL", "62 × t"),  # one decoder layer too many
+        ("Et|(tt|)*29,t|tmL", "16 × 1 = 16 expected"),  # 32 chunks at vp 1
+        ("Et*3|(tt|)*29,m|L", "not modelled"),  # Megatron's standalone MTP chunk
+        ("tEt*2|(tt|)*29,t|mL", "embedding E must come first"),
+        ("Et|(tt|)*29,t|txL", "unknown layout character 'x'"),
+    ],
+)
+def test_a_bad_layout_is_refused_saying_why(layout, says):
+    with pytest.raises(ValueError, match=re.escape(says)):
+        megatron_split(61, 16, 1 if "16 × 1" in says else 2, layout=layout, mtp_layers=1)
+
+
+def test_deepseek_v3_runs_on_megatrons_layout():
+    """DeepSeek-V3 (61 layers, one MTP layer) at pp 16, interleaved over 2 chunks per stage
+    on Megatron's layout; at pp 16 without interleaving on first 3 / last 2 layers."""
+    sc = cs.load_scenario(
+        "scenarios/deepseek-v3-2048xh800-dualpipe.yaml",
+        {
+            "parallel.schedule": "interleaved",
+            "parallel.virtual_stages": 2,
+            "training.global_batch": 16384,  # m = 128, a multiple of pp
+            "parallel.partition": {"layout": "Et|(tt|)*29,t|tmL"},
+        },
+    )
+    assert resolve_partition(sc, 32) == [1] + [2] * 29 + [1, 1]
+    split = {"first_stage_layers": 3, "last_stage_layers": 2}
+    sc = sc.with_overrides(
+        {"parallel.schedule": "1f1b", "parallel.virtual_stages": 1, "parallel.partition": split}
+    )
+    assert resolve_partition(sc, 16) == [3] + [4] * 14 + [2]
 
 
 @pytest.mark.parametrize("layers,pp,vp,form", MEGATRON_REFUSES)

@@ -13,8 +13,7 @@ from __future__ import annotations
 from ..errors import ScenarioError
 from ..hardware.node_groups import gpu_types, heterogeneity
 from ..schedules.registry import SCHEDULES
-from ..workload.megatron_split import megatron_split
-from ..workload.rules import model_layers
+from ..workload.megatron_split import model_split
 from ..workload.stage_builder import balanced_partition
 from ..workload.stage_cost import StageCost, chunk_costs
 from .pipedream import Optimizer, PipelinePlan, Stage, data_parallel_time, uniform_partition
@@ -32,9 +31,7 @@ def resolve_partition(sc, chunks: int) -> list[int] | None:
     if isinstance(part, list):
         return list(part)
     if not isinstance(part, str):  # Megatron-Core's uneven split (the loader checked its rules)
-        return megatron_split(
-            model_layers(sc.model), sc.parallel.pp, sc.parallel.virtual_stages, **part.model_dump()
-        )
+        return model_split(sc.model, sc.parallel.pp, sc.parallel.virtual_stages, part.model_dump())
     mixed = heterogeneity(sc.cluster) is not None
     if part == "even" and not (sc.model.kind == "cnn" and len(gpu_types(sc.cluster)) > 1):
         return None

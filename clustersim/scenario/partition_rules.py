@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..errors import ScenarioError
 from ..schedules import SCHEDULES
-from ..workload.megatron_split import megatron_placement, megatron_split, uneven_split
+from ..workload.megatron_split import megatron_placement, model_split, uneven_split
 from .schema import PARTITION_FORMS, MegatronSplitSpec
 
 
@@ -31,7 +31,7 @@ def check_partition(spec, layers: int) -> None:
                 "accepted here: even, balanced or a list of layers per model chunk",
             )
         try:
-            megatron_split(layers, par.pp, par.virtual_stages, **part.model_dump())
+            model_split(spec.model, par.pp, par.virtual_stages, part.model_dump())
         except ValueError as why:
             raise ScenarioError(
                 "parallel.partition", part.model_dump(exclude_defaults=True), f"{why}"

@@ -152,7 +152,8 @@ def _words_or_counts(words: tuple, expected: str):
 #: the forms ``parallel.partition`` accepts, as its messages name them
 PARTITION_FORMS = (
     "even, balanced, pipedream, a list of layers per model chunk (each ≥ 1), or Megatron-Core's "
-    "uneven split {first_stage_layers, last_stage_layers} or {account_for_embedding, account_for_loss}"
+    "uneven split {first_stage_layers, last_stage_layers}, {account_for_embedding, account_for_loss} "
+    "or {layout}"
 )
 _partition_words = _words_or_counts(("even", "balanced", "pipedream"), PARTITION_FORMS)
 
@@ -182,12 +183,14 @@ class MegatronSplitSpec(_Spec):
     ``first_stage_layers`` / ``last_stage_layers`` are ``--decoder-first-pipeline-num-layers`` /
     ``--decoder-last-pipeline-num-layers``; ``account_for_embedding`` / ``account_for_loss``
     are ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split``
-    (the embedding or loss counted as one layer)."""
+    (the embedding or loss counted as one layer); ``layout`` is
+    ``--pipeline-model-parallel-layout`` (e.g. ``Et|(tt|)*29,t|tmL``)."""
 
     first_stage_layers: Annotated[int | None, Range(1, 100_000)] = None
     last_stage_layers: Annotated[int | None, Range(1, 100_000)] = None
     account_for_embedding: bool = False
     account_for_loss: bool = False
+    layout: str | None = None
 
 
 _dp_split_value = _words_or_counts(

@@ -14,13 +14,30 @@ checked by ``TransformerConfig.__post_init__``) cuts a model two uneven ways:
   decoder layer fewer (zero is allowed: a chunk of only the embedding or the loss).
 
 The two ways exclude each other. A stage's layers split evenly over its virtual stages.
+
+* ``--pipeline-model-parallel-layout`` (``PipelineParallelLayerLayout``,
+  ``megatron/core/transformer/pipeline_parallel_layer_layout.py``): each chunk's layers
+  spelled out, ``E`` the embedding, ``t`` a decoder layer, ``m`` an MTP layer, ``L`` the loss,
+  ``|`` between chunks, ``(…)*n`` and ``x*n`` repeats, commas cosmetic — e.g. DeepSeek-V3's
+  ``Et*3|(tt|)*29,m|L`` at pp 16. Its chunks count ``pp × virtual stages``; ``E`` comes first
+  and ``L`` last, once each; the ``t`` count is the model's layers, the ``m`` count its MTP
+  layers, after every ``t``. It excludes the other ways. Here the MTP layers run with the
+  loss (:func:`~.stage_builder.transformer_chunk_costs` prices them on the last chunk), so
+  a layout placing them in another chunk is refused.
+
 Chunk ``k = a·pp + b`` is virtual stage ``a`` of pipeline stage ``b`` (Megatron's order, and
 the order of ``parallel.partition``'s list form).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+from .resolve import resolve_transformer
+
+#: Megatron's layout characters (``PipelineParallelLayerLayout.parse_str_to_list``)
+LAYOUT_CHARS = {"E": "the embedding", "t": "a decoder layer", "m": "an MTP layer", "L": "the loss"}
 
 
 def megatron_split(
@@ -32,12 +49,19 @@ def megatron_split(
     last_stage_layers: int | None = None,
     account_for_embedding: bool = False,
     account_for_loss: bool = False,
+    layout: str | None = None,
+    mtp_layers: int = 0,
 ) -> list[int]:
     """Decoder layers of each of the ``pp × vp`` model chunks under Megatron-Core's uneven
-    split (module doc; the keywords are ``parallel.partition``'s Megatron fields). Raises
-    ``ValueError`` saying which of Megatron's rules fails."""
+    split (module doc; the keywords are ``parallel.partition``'s Megatron fields, and the
+    model's ``mtp_layers``, which a layout places). Raises ``ValueError`` saying which of
+    Megatron's rules fails."""
     first, last = first_stage_layers, last_stage_layers
     embedding, loss = account_for_embedding, account_for_loss
+    if layout is not None:
+        if first is not None or last is not None or embedding or loss:
+            raise ValueError("a layout cannot be combined with the other ways of splitting")
+        return layout_split(layout, layers, pp, vp, mtp_layers)
     if (first is not None or last is not None) and (embedding or loss):
         raise ValueError(
             "first/last stage layer counts cannot be combined with accounting for the embedding or loss"
@@ -58,6 +82,46 @@ def megatron_split(
     if min(chunks) < 0:
         raise ValueError("a model chunk holding the embedding or the loss has no layer to give up")
     return chunks
+
+
+def layout_split(layout: str, layers: int, pp: int, vp: int, mtp_layers: int = 0) -> list[int]:
+    """Decoder layers of each chunk of Megatron's ``--pipeline-model-parallel-layout``
+    string ``layout`` (module doc) for a model of ``layers`` decoder and ``mtp_layers`` MTP layers."""
+    flat = layout.replace(",", "")  # Megatron's unrolling: groups first, then single characters
+    for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
+        flat = re.sub(pattern, lambda m: m.group(1) * int(m.group(2)), flat)
+    unknown = sorted(set(flat) - set(LAYOUT_CHARS) - {"|"})
+    if unknown:
+        known = ", ".join(f"{c} ({what})" for c, what in LAYOUT_CHARS.items())
+        raise ValueError(f"unknown layout character {unknown[0]!r}; known: {known}, | between chunks")
+    chunks = flat.split("|")
+    if len(chunks) != pp * vp:
+        raise ValueError(
+            f"the layout holds {len(chunks)} chunks; pp × virtual_stages = {pp} × {vp} = {pp * vp} expected "
+            "(Megatron's virtual stages are chunks / pp: state parallel.virtual_stages)"
+        )
+    whole = "".join(chunks)
+    counts = {c: whole.count(c) for c in LAYOUT_CHARS}
+    if not whole.startswith("E") or not whole.endswith("L") or counts["E"] != 1 or counts["L"] != 1:
+        raise ValueError("the embedding E must come first and the loss L last, once each")
+    for char, want in (("t", layers), ("m", mtp_layers)):
+        if counts[char] != want:
+            raise ValueError(
+                f"the layout holds {counts[char]} × {char} ({LAYOUT_CHARS[char]}); the model has {want}"
+            )
+    if "m" in whole and ("t" in whole[whole.index("m") :] or any("m" in c for c in chunks[:-1])):
+        raise ValueError(
+            "the MTP layers must follow every decoder layer, in the last chunk with the loss "
+            "(a chunk of MTP layers apart from the loss is not modelled)"
+        )
+    return [c.count("t") for c in chunks]
+
+
+def model_split(model, pp: int, vp: int, form: dict[str, Any]) -> list[int]:
+    """Decoder layers per chunk of transformer ``model`` (a model section) under Megatron's
+    uneven split ``form`` (``parallel.partition``'s fields)."""
+    cfg = resolve_transformer(model)
+    return megatron_split(cfg.layers, pp, vp, mtp_layers=cfg.mtp_layers, **form)
 
 
 def megatron_placement(schedule) -> bool:
