@@ -192,7 +192,8 @@ class Calculon:
         executions, spent = 0, 0.0
         for tp, pp, dp, ppint, bs, recompute, sharding, comm in params[::stride]:
             args = (False, 1, False, procs, batch, "float16", app, self.system, tp, pp, dp, ppint, bs)
-            t, found = cpu(lambda a=args: oe.search(*a, recompute, sharding, comm, [True], True, True, True))
+            args += (recompute, sharding, comm, [True], True, True, True)
+            t, found = cpu(lambda a=args: oe.search(*a))
             executions, spent = executions + found[1], spent + t
             if spent >= budget_s:
                 break
