@@ -12,6 +12,7 @@ import clustersim as cs
 from clustersim.errors import ScenarioError
 from clustersim.hardware.datasheets import datasheet
 from clustersim.hardware.gpus import get_gpu
+from clustersim.validation.te_gemms import GEMM_ONLY, TE_GPUS, quantize_rows
 from clustersim.workload.calibration import calibration
 from clustersim.workload.fp8 import fp8_cache_bytes, fp8_gemm_time, fp8_linear_params, te_fp8_layer
 from clustersim.workload.fp8_recipes import (
@@ -71,44 +72,19 @@ def test_per_tensor_recipes_share_the_calibrated_fp8_gemm():
     assert d == c
 
 
-# TE's benchmark (data/te_fp8_recipe_gemms.csv): 12 GEMM shapes of a 5B layer, each run as
-# te.Linear(x) with x not requiring grad — X quantized for both usages, W rowwise only
-# (linear.py: weight columnwise_usage = inp.requires_grad) — every call.
-M, HID, FFN = 15872, 4096, 16384
-SHAPES = [  # M × K × N: fprop, dgrad, wgrad
-    *((M, HID, 3 * HID), (M, HID, HID), (M, HID, FFN), (M, FFN, HID)),
-    *((M, 3 * HID, HID), (M, HID, HID), (M, FFN, HID), (M, HID, FFN)),
-    *((HID, M, 3 * HID), (HID, M, HID), (HID, M, FFN), (FFN, M, HID)),
-]
-
-
-def _benchmark_quantize_ms(gpu: str, recipe: str) -> float:
-    t = 0.0
-    for m, k, n in SHAPES:
-        t += fp8_gemm_time(gpu, m, n, k, [m * k], recipe=recipe).cast_s
-        t += fp8_gemm_time(gpu, m, n, k, [k * n], recipe=recipe, both_usages=False).cast_s
-    return t * 1e3
-
-
-@pytest.mark.parametrize(
-    "tested,priced_as,recipe,gemm_only",
-    [
-        ("H200 NVL", H200, "current", "current"),  # same 4.8 TB/s HBM3e as the SXM part
-        ("H200 NVL", H200, "delayed", "current"),  # delayed has no pre-quantized run: current's GEMMs
-        ("B300 SXM6 AC", B200, "current", "current"),  # B300: B200's 8 TB/s and calibration
-        ("B300 SXM6 AC", B200, "delayed", "current"),
-        ("B300 SXM6 AC", B200, "mxfp8", "mxfp8"),
-        ("B300 SXM6 AC", B200, "nvfp4", "nvfp4"),
-    ],
-)
-def test_quantize_cost_matches_te_autocast_less_prequantized(tested, priced_as, recipe, gemm_only):
-    """Measured quantize time = autocast − pre-quantized per-layer ms. Tolerance: 10 % plus the
-    run-to-run spread of the same table (its BF16 autocast vs pre-quantized rows, which
-    quantize nothing: 0.05 ms on H200 NVL, 0.34 ms on B300)."""
+@pytest.mark.parametrize("row", quantize_rows(), ids=lambda r: f"{r.gpu}-{r.what}")
+def test_quantize_cost_matches_te_autocast_less_prequantized(row):
+    """Measured quantize time = TE's autocast − pre-quantized per-layer ms (12 te.Linear calls:
+    X for both usages, W rowwise only); bound 10 % plus the table's run-to-run spread (its
+    BF16 autocast vs pre-quantized rows, which quantize nothing: 0.05 ms on H200 NVL, 0.34 ms
+    on B300) — :mod:`clustersim.validation.te_gemms`."""
     ms = _layer_ms()
-    measured = ms[tested, recipe, "autocast"] - ms[tested, gemm_only, "prequantized"]
-    spread = abs(ms[tested, "bf16", "autocast"] - ms[tested, "bf16", "prequantized"])
-    assert abs(_benchmark_quantize_ms(priced_as, recipe) - measured) <= 0.10 * measured + spread
+    te = {v: k for k, v in TE_GPUS.items()}[row.gpu]
+    spread = abs(ms[te, "bf16", "autocast"] - ms[te, "bf16", "prequantized"])
+    recipe = row.what.split()[0]
+    measured = ms[te, recipe, "autocast"] - ms[te, GEMM_ONLY[recipe], "prequantized"]
+    assert row.measured_ms == measured
+    assert abs(row.model_ms - measured) <= 0.10 * measured + spread
 
 
 def test_gemm_factors_are_the_benchmark_ratios():

@@ -21,9 +21,12 @@ ORDER = (
     "A100-SXM4-40GB",
     "H100-SXM5-80GB",
     "H200-SXM-141GB",
+    "H200-NVL-141GB",
     "H800-SXM5-80GB",
     "B200-SXM-180GB",
     "GB200-186GB",
+    "B300-SXM-288GB",
+    "GB300-288GB",
     "MI300X-192GB",
 )
 

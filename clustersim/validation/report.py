@@ -2,8 +2,8 @@
 
 The report is what ``docs/validation.md`` holds: Megatron Table 1 (TFLOP/s per GPU,
 error per row, MAE and max), Korthikanti Table 4 (one layer's forward/backward), the
-memory check against Korthikanti Figures 1/7, the kernel-level tables per GPU and the
-collective-level (nccl-tests bus bandwidth) tables per cluster preset. Each table ends
+memory check against Korthikanti Figures 1/7, the kernel-level tables per GPU, Transformer
+Engine's GEMM and FP8-quantize benchmark, and the collective-level (nccl-tests bus bandwidth) tables per cluster preset. Each table ends
 with a pass/fail line against its stated tolerance (:class:`.verdict.Verdict`).
 """
 
@@ -14,6 +14,7 @@ from .data import read_table
 from .kernels import kernel_tables, kernel_verdicts
 from .korthikanti import layer_times, memory_check
 from .megatron import MICRO_BATCH_RULE, megatron_rows, run_rows
+from .te_gemms import te_gemm_tables, te_gemm_verdicts
 from .verdict import Verdict, within
 
 #: Table 1's must-hold: mean and largest |error| of predicted TFLOP/s per GPU
@@ -111,10 +112,18 @@ def run_validation(rows: list[int] | None = None, progress=None) -> tuple[str, l
             memory,
             "## Kernel-level measurements per GPU (calibration and checks)",
             kernel_tables(),
+            "## Transformer Engine's GEMM benchmark (5B layer, B300 and H200 NVL): GEMMs and FP8 quantize",
+            te_gemm_tables(),
             "## Collective-level measurements per cluster preset (nccl-tests bus bandwidth)",
             collective_tables(),
         ]
     )
     verdicts = [megatron_verdict(results)] if results else []
-    verdicts += [layer_verdict, memory_verdict, *kernel_verdicts(), *collective_verdicts()]
+    verdicts += [
+        layer_verdict,
+        memory_verdict,
+        *kernel_verdicts(),
+        *te_gemm_verdicts(),
+        *collective_verdicts(),
+    ]
     return md, results, verdicts

@@ -56,9 +56,13 @@ SOURCE_BYTES = 2.0
 COMPUTE_CAPABILITY = {
     "H100-SXM5-80GB": 9.0,
     "H200-SXM-141GB": 9.0,
+    "H200-NVL-141GB": 9.0,
     "H800-SXM5-80GB": 9.0,
     "B200-SXM-180GB": 10.0,
     "GB200-186GB": 10.0,
+    # Blackwell Ultra is sm_103
+    "B300-SXM-288GB": 10.3,
+    "GB300-288GB": 10.3,
 }
 #: what an FP8 GPU :data:`COMPUTE_CAPABILITY` does not list is taken as (Ada's: delayed and
 #: current scaling only)
