@@ -34,7 +34,8 @@ def test_fp8_linears_are_te_gemms_with_their_casts(sp):
         assert cm.time(op.bwd_weight) == fp8_gemm_time(H100, k, n, m, []).total_s  # dW = Xᵀ·dY, cached copies
         assert op.fwd.flops == bf16[name].fwd.flops and op.params == bf16[name].params
     for name in set(bf16) - set(TE_LINEARS):  # attention core, norms, activations stay BF16
-        assert fp8[name] == bf16[name]
+        # (SP's all-gathers move the quantized tensors: tests/test_fp8_te_semantics.py)
+        assert fp8[name] == bf16[name] or (sp and fp8[name].name.startswith("tp "))
 
 
 @pytest.mark.parametrize("t,sp", [(1, False), (8, False), (8, True)])

@@ -38,8 +38,8 @@ carry a scale per 32), counted as buffers (:func:`fp8_cache_bytes`). For the bac
 saves each linear's *input* quantized, only the columnwise copy the weight gradient reads:
 1 byte per element instead of 2 (+ block scales; NVFP4 ½); every other saved tensor (norm inputs, the MLP
 pre-activation, attention's Q/K/V and scores, dropout masks) stays BF16. The casts of the
-steady micro-batches are priced; the once-per-step weight recast is not (4 bytes per
-linear parameter per step, small next to the optimizer's 32).
+steady micro-batches are priced with their GEMMs; the once-per-step weight recast
+(:func:`weight_cast_seconds`) with the optimizer's step.
 
 With FP8 parameters (``parallel.data_parallel.param_gather_dtype: fp8``: Megatron-Core's
 ``--fp8-param-gather``, which NeMo's ``bf16_with_fp8_mixed`` sets and the
@@ -59,6 +59,7 @@ from ..hardware.gpus import get_gpu
 from .calibration import calibrated_as, calibration, gemm_seconds
 from .fp8_recipes import (
     RECIPES,
+    Recipe,
     cast_bytes_per_element,
     copies,
     effective,
@@ -68,10 +69,14 @@ from .fp8_recipes import (
 )
 from .kernel_impls import TUNED
 from .memory_bandwidth import memory_curves_for
-from .ops import ExpertRanks, LayerOp, Work
+from .ops import ExpertRanks, LayerOp, TPComm, Work
 
 #: the linear layers of a transformer layer that Transformer Engine runs in FP8
 TE_LINEARS = ("qkv", "attn_out", "mlp_up", "mlp_down")
+#: the linears TE fuses with the norm before them (``LayerNormLinear``, ``LayerNormMLP``)
+NORM_LINEARS = ("qkv", "mlp_up")
+#: the row-parallel linears, whose output gradient a sequence-parallel backward all-gathers
+ROW_LINEARS = ("attn_out", "mlp_down")
 #: the linears of MLA (:mod:`.mla`) and of MoE experts (:mod:`.moe`; TE's grouped linear),
 #: also FP8; the router GEMM stays BF16, as DeepSeek-V3 and Megatron-Core keep it
 TE_MLA_MOE_LINEARS = (
@@ -104,6 +109,36 @@ def te_linear_casts(m: int, n: int, k: int, phase: str, first_microbatch: bool =
     raise ValueError(f"phase {phase!r}: expected F, B or W")
 
 
+def cast_seconds(gpu: str, casts: list[float], recipe: str, both_usages: bool = True) -> float:
+    """Seconds of quantizing tensors of ``casts`` elements under ``recipe`` on ``gpu``: per
+    tensor the recipe's kernels' launches and its bytes (:func:`.fp8_recipes.cast_bytes_per_element`)
+    at a tuned memory-bound kernel's bandwidth (its ramp once per tensor)."""
+    rec = effective(recipe, gpu)
+    eff = calibration(calibrated_as(gpu)).fp8
+    hbm, curves = get_gpu(gpu).hbm_bandwidth, memory_curves_for(gpu)
+    per_element = cast_bytes_per_element(rec, gpu, both_usages)
+
+    def move(nbytes: float) -> float:  # TE's quantize kernels: hand-tuned, the tuned curve
+        return curves.of(TUNED).seconds(nbytes, hbm) if curves else nbytes / (hbm * eff.memory)
+
+    return sum(rec.kernels * eff.launch_s + move(e * per_element) for e in casts)
+
+
+def weight_cast_seconds(ops: list, gpu: str, recipe: str) -> float:
+    """Seconds of Transformer Engine's once-per-step quantization of a layer's FP8 linear
+    weights (one rank's experts): each k×n weight quantized for both usages (fprop rowwise,
+    dgrad columnwise). TE recasts a weight only where ``is_first_microbatch`` is None or True
+    (``layernorm_linear.py`` / ``linear.py`` @d0067d0: ``update_ws = is_first_microbatch is
+    None or is_first_microbatch`` → ``quantize_weight(…, update_workspace=update_ws)``);
+    Megatron-Core passes it (``extensions/transformer_engine.py`` @d98e8a6 l. 1338–1345:
+    ``super().forward(x, is_first_microbatch=…)``, then False; ``pipeline_parallel/schedules.py``
+    l. 496 ``set_is_first_microbatch()`` on a step's first micro-batch), so the steady
+    micro-batches reuse the cached copy and the cast runs once per step (priced with the
+    optimizer's step, which that first micro-batch follows)."""
+    dense, experts = _linear_weights(ops)
+    return cast_seconds(gpu, dense + experts, recipe)
+
+
 def fp8_gemm_time(
     gpu: str, m: int, n: int, k: int, casts: list[float], *, recipe: str = "delayed", both_usages: bool = True
 ) -> FP8Time:
@@ -113,13 +148,7 @@ def fp8_gemm_time(
         raise ValueError(f"{gpu} has no FP8 tensor cores (gpu_datasheets.csv)")
     rec = effective(recipe, gpu)
     eff = calibration(calibrated_as(gpu)).fp8  # a GPU without FP8 rows: its donor's set
-    hbm, curves = get_gpu(gpu).hbm_bandwidth, memory_curves_for(gpu)
-    per_element = cast_bytes_per_element(rec, gpu, both_usages)
-
-    def move(nbytes: float) -> float:  # TE's quantize kernels: hand-tuned, the tuned curve
-        return curves.of(TUNED).seconds(nbytes, hbm) if curves else nbytes / (hbm * eff.memory)
-
-    cast_s = sum(rec.kernels * eff.launch_s + move(e * per_element) for e in casts)
+    cast_s = cast_seconds(gpu, casts, recipe, both_usages)
     gemm_s, factor = gemm_seconds(gpu, eff, m, n, k, "fp8"), gemm_factor(rec.name)
     if factor != 1.0:  # per-tensor recipes run the calibrated FP8 GEMM itself
         gemm_s = eff.launch_s + factor * (gemm_s - eff.launch_s)
@@ -165,9 +194,11 @@ def te_fp8_layer(ops: list, recipe: str = "delayed") -> list:
     module doc)."""
     saved = saved_input_fraction(RECIPES[recipe])
     out = []
-    for op in ops:
+    for i, op in enumerate(ops):
         if isinstance(op, ExpertRanks):
             op = op.map(lambda layer: te_fp8_layer(layer, recipe))
+        if isinstance(op, TPComm):
+            op = _quantized_gathers(ops, i, op, RECIPES[recipe])
         if isinstance(op, LayerOp) and op.name in TE_LINEARS + TE_MLA_MOE_LINEARS:
             op = replace(
                 op,
@@ -180,19 +211,58 @@ def te_fp8_layer(ops: list, recipe: str = "delayed") -> list:
     return out
 
 
-def fp8_linear_params(ops: list) -> tuple[float, float]:
-    """(dense, expert-parallel experts') parameters of a layer's FP8 linears on one GPU (one
-    rank's experts): the k×n weight of each (biases are not cast)."""
+def _neighbour(ops: list, i: int, step: int) -> str:
+    """Name of the compute op next to ``ops[i]`` in direction ``step`` ("" if none)."""
+    seq = ops[i + 1 :] if step > 0 else ops[:i][::-1]
+    nxt = next((op for op in seq if isinstance(op, (LayerOp, ExpertRanks))), None)
+    return nxt.name if isinstance(nxt, LayerOp) else ""
 
-    def weights(items) -> float:
-        return sum(
-            op.fwd.gemm[1] * op.fwd.gemm[2]
+
+def _quantized_gathers(ops: list, i: int, op: TPComm, rec: Recipe) -> TPComm:
+    """A sequence-parallel TP collective ``ops[i]`` with the bytes TE moves under FP8: it
+    all-gathers the quantized tensor, not BF16 (``distributed.py`` @d0067d0
+    ``gather_along_first_dim(…, quantizer=…)`` → ``_all_gather_fp8`` / ``_all_gather_mxfp8``
+    …), so per element one quantized copy (:func:`.fp8_recipes.saved_input_fraction` of
+    the BF16 bytes) where TE gathers rowwise data, two where it gathers both usages:
+
+    * forward, the input of ``LayerNormLinear`` / ``LayerNormMLP`` (QKV, MLP up):
+      ``layernorm_linear.py`` l. 296–312 quantizes ``ln_out`` and sets
+      ``set_usage(rowwise=True, columnwise=False)`` before the gather: one copy;
+    * backward, the output gradient of a row-parallel linear (attention out, MLP down):
+      ``module/base.py`` l. 1746 ``grad_output_preprocess`` gathers it with the grad-output
+      quantizer (both usages): per-tensor FP8 gathers the rowwise data and transposes after
+      (``_all_gather_fp8``: "We cannot directly all-gather the transposed FP8 tensor"), the
+      block-scaled recipes gather both copies with their scales.
+
+    The reduce-scatters (outputs and input gradients) stay BF16. A gather feeding a MoE router
+    or MLA's projections is left BF16 (not a TE norm-linear)."""
+    one = saved_input_fraction(rec)
+    if op.fwd == "all_gather" and _neighbour(ops, i, 1) in NORM_LINEARS:
+        op = replace(op, fwd_nbytes=int(op.nbytes * one))
+    if op.bwd == "all_gather" and _neighbour(ops, i, -1) in ROW_LINEARS:
+        op = replace(op, bwd_nbytes=int(op.nbytes * one * (2 if rec.own_columnwise else 1)))
+    return op
+
+
+def _linear_weights(ops: list) -> tuple[list[float], list[float]]:
+    """Sizes (k×n) of a layer's FP8 linear weights on one GPU: (dense, one rank's experts)."""
+
+    def weights(items) -> list[float]:
+        return [
+            float(op.fwd.gemm[1] * op.fwd.gemm[2])
             for op in items
             if isinstance(op, LayerOp) and op.name in TE_LINEARS + TE_MLA_MOE_LINEARS
-        )
+        ]
 
     experts = [x for op in ops if isinstance(op, ExpertRanks) for x in op.ranks[0]]
     return weights([op for op in ops if not isinstance(op, ExpertRanks)]), weights(experts)
+
+
+def fp8_linear_params(ops: list) -> tuple[float, float]:
+    """(dense, expert-parallel experts') parameters of a layer's FP8 linears on one GPU (one
+    rank's experts): the k×n weight of each (biases are not cast)."""
+    dense, experts = _linear_weights(ops)
+    return sum(dense), sum(experts)
 
 
 def fp8_cache_bytes(ops: list, gpu: str, recipe: str = "delayed", fp8_params: bool = False) -> float:
