@@ -114,10 +114,11 @@ def test_a_low_precision_gemm_never_beats_its_peak(gpu_recipe, m, n, k):
     assert t.gemm_s >= 2.0 * m * n * k / peak
 
 
-def _casts(ops):
-    """(elements, recipe) of every quantization a layer's ops run."""
+def _casts(ops, fused: bool = False):
+    """(elements, recipe) of every quantization a layer's ops run by a quantize kernel of
+    their own (``fused``: by the TE norm kernel before the GEMM)."""
     works = [w for op in ops if isinstance(op, LayerOp) for w in (op.fwd, op.bwd_input, op.bwd_weight)]
-    return [(e, w.fp8_recipe) for w in works if w.fp8_casts for e in w.fp8_casts]
+    return [(e, w.fp8_recipe) for w in works for e in (w.fp8_norm_casts if fused else w.fp8_casts or ())]
 
 
 @pytest.mark.parametrize("recipe", ["delayed", "current", "block"])
@@ -126,14 +127,43 @@ def test_a_layers_cast_bytes_match_the_closed_form(recipe, t, sp):
     """Per micro-batch a GPT layer quantizes the inputs X of its four linears (the LN output
     sbh, gathered under SP; the attention context sbh/t; the LN output sbh; the GeLU output
     4sbh/t) and their output gradients dY (3sbh/t, sbh, 4sbh/t, sbh), each at the recipe's
-    bytes per element."""
+    bytes per element — the two LN outputs by TE's norm kernel where the recipe fuses it
+    (delayed, current: :func:`test_a_norm_quantizes_its_output_as_te_fuses_it`)."""
     s, b, h = GPT.seq_len, 1, GPT.hidden
-    casts = _casts(te_fp8_layer(layer_ops(GPT, b, t, sp, 2), recipe))
+    ops = te_fp8_layer(layer_ops(GPT, b, t, sp, 2), recipe)
+    casts, fused = _casts(ops), _casts(ops, fused=True)
+    ln = 2 * s * b * h if RECIPES[recipe].norm_fusion else 0
     x = s * b * h + s * b * h // t + s * b * h + 4 * s * b * h // t
     dy = 3 * s * b * h // t + s * b * h + 4 * s * b * h // t + s * b * h
-    assert sum(e for e, _ in casts) == x + dy
+    assert sum(e for e, _ in casts) == x + dy - ln and sum(e for e, _ in fused) == ln
     cast_bytes = sum(e * cast_bytes_per_element(RECIPES[r], H100) for e, r in casts)
-    assert cast_bytes == pytest.approx((x + dy) * CLOSED[H100, recipe], rel=1e-12)
+    assert cast_bytes == pytest.approx((x + dy - ln) * CLOSED[H100, recipe], rel=1e-12)
+
+
+# the quantize a TE norm leaves for its LayerNormLinear / LayerNormMLP output: (kernels,
+# bytes per element). Delayed: the norm writes FP8 itself, Hopper then transposes it (read
+# 1 + write 1); current: the norm takes the amax, the scale + cast_transpose remain (the
+# amax kernel and its 2-byte read go); block / MXFP8: unfused, the recipe's own quantize
+NORM_FUSED = {
+    (H100, "delayed"): (1, 1 + 1),
+    (B200, "delayed"): (0, 0),
+    (H100, "current"): (2, CLOSED[H100, "current"] - 2),
+    (B200, "current"): (2, CLOSED[B200, "current"] - 2),
+    (H100, "block"): (1, CLOSED[H100, "block"]),
+    (B200, "mxfp8"): (2, CLOSED[B200, "mxfp8"]),
+}
+
+
+@pytest.mark.parametrize("gpu,recipe", list(NORM_FUSED))
+def test_a_norm_quantizes_its_output_as_te_fuses_it(gpu, recipe):
+    kernels, per_element = NORM_FUSED[gpu, recipe]
+    eff, curve, hbm = calibration(gpu).fp8, memory_curves_for(gpu).of("tuned"), get_gpu(gpu).hbm_bandwidth
+    e = 8192.0 * 4096
+    t = fp8_gemm_time(gpu, 8192, 12288, 4096, [], recipe=recipe, norm_casts=[e])
+    moved = (e * per_element + curve.bytes_half) / (hbm * curve.frac_max) if per_element else 0.0
+    assert t.cast_s == pytest.approx(kernels * eff.launch_s + moved, rel=1e-12)
+    # never dearer than its unfused quantize
+    assert t.cast_s <= fp8_gemm_time(gpu, 8192, 12288, 4096, [e], recipe=recipe).cast_s
 
 
 @pytest.mark.parametrize(

@@ -51,6 +51,7 @@ stay in the optimizer) — 2 bytes per linear parameter where BF16 parameters ta
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ..errors import ScenarioError
@@ -59,6 +60,7 @@ from ..hardware.gpus import get_gpu
 from .calibration import calibrated_as, calibration, gemm_seconds
 from .fp8_recipes import (
     RECIPES,
+    SOURCE_BYTES,
     Recipe,
     cast_bytes_per_element,
     copies,
@@ -109,19 +111,54 @@ def te_linear_casts(m: int, n: int, k: int, phase: str, first_microbatch: bool =
     raise ValueError(f"phase {phase!r}: expected F, B or W")
 
 
+def _mover(gpu: str) -> Callable[[float], float]:
+    """Seconds of a TE memory-bound kernel moving n bytes on ``gpu``: hand-tuned, the tuned
+    curve with its ramp (the STREAM fraction where the GPU has no curve)."""
+    eff = calibration(calibrated_as(gpu)).fp8
+    hbm, curves = get_gpu(gpu).hbm_bandwidth, memory_curves_for(gpu)
+    if not curves:
+        return lambda n: n / (hbm * eff.memory)
+    tuned = curves.of(TUNED)
+    return lambda n: tuned.seconds(n, hbm)
+
+
 def cast_seconds(gpu: str, casts: list[float], recipe: str, both_usages: bool = True) -> float:
     """Seconds of quantizing tensors of ``casts`` elements under ``recipe`` on ``gpu``: per
     tensor the recipe's kernels' launches and its bytes (:func:`.fp8_recipes.cast_bytes_per_element`)
     at a tuned memory-bound kernel's bandwidth (its ramp once per tensor)."""
     rec = effective(recipe, gpu)
-    eff = calibration(calibrated_as(gpu)).fp8
-    hbm, curves = get_gpu(gpu).hbm_bandwidth, memory_curves_for(gpu)
+    launch = calibration(calibrated_as(gpu)).fp8.launch_s
+    move = _mover(gpu)
     per_element = cast_bytes_per_element(rec, gpu, both_usages)
+    return sum(rec.kernels * launch + move(e * per_element) for e in casts)
 
-    def move(nbytes: float) -> float:  # TE's quantize kernels: hand-tuned, the tuned curve
-        return curves.of(TUNED).seconds(nbytes, hbm) if curves else nbytes / (hbm * eff.memory)
 
-    return sum(rec.kernels * eff.launch_s + move(e * per_element) for e in casts)
+def norm_cast_seconds(gpu: str, casts: list[float], recipe: str) -> float:
+    """Seconds of quantizing the output of TE's norm for a ``LayerNormLinear`` /
+    ``LayerNormMLP`` GEMM (``layernorm_linear.py`` @d0067d0 l. 244–263: ``with_quantized_norm``
+    hands the input quantizer to ``apply_normalization``), per the recipe's
+    :attr:`~.fp8_recipes.Recipe.norm_fusion`, each tensor of ``casts`` elements:
+
+    * ``cast`` (delayed): no quantize kernel, the norm writes the FP8 data; where the GEMMs
+      need a transpose (Hopper) ``nvte_transpose`` follows (``ln_api.cpp`` l. 115–121): one
+      kernel reading and writing the FP8 data. The norm's own write, 1 byte an element
+      where it wrote 2, keeps its BF16 price (an upper bound by one byte an element of
+      the norm's tokens);
+    * ``amax`` (current): the norm takes the amax as it writes, so the separate amax kernel
+      and its read of the BF16 tensor go — one kernel and 2 bytes an element fewer;
+    * otherwise the recipe's own quantize (:func:`cast_seconds`)."""
+    rec = effective(recipe, gpu)
+    if rec.norm_fusion == "amax":
+        launch = calibration(calibrated_as(gpu)).fp8.launch_s
+        move = _mover(gpu)
+        per_element = cast_bytes_per_element(rec, gpu) - SOURCE_BYTES
+        return sum((rec.kernels - 1) * launch + move(e * per_element) for e in casts)
+    if rec.norm_fusion == "cast":
+        launch = calibration(calibrated_as(gpu)).fp8.launch_s
+        move = _mover(gpu)
+        transposes = copies(rec, gpu) - 1
+        return sum(transposes * (launch + move(2 * e * rec.element_bytes)) for e in casts)
+    return cast_seconds(gpu, casts, recipe)
 
 
 def weight_cast_seconds(ops: list, gpu: str, recipe: str) -> float:
@@ -140,15 +177,26 @@ def weight_cast_seconds(ops: list, gpu: str, recipe: str) -> float:
 
 
 def fp8_gemm_time(
-    gpu: str, m: int, n: int, k: int, casts: list[float], *, recipe: str = "delayed", both_usages: bool = True
+    gpu: str,
+    m: int,
+    n: int,
+    k: int,
+    casts: list[float],
+    *,
+    recipe: str = "delayed",
+    both_usages: bool = True,
+    norm_casts: list[float] | None = None,
 ) -> FP8Time:
     """One M×N×K GEMM on ``gpu`` under TE's ``recipe`` and the quantization of ``casts``
-    (element counts), each used rowwise and columnwise (``both_usages``) or rowwise only."""
+    (element counts), each used rowwise and columnwise (``both_usages``) or rowwise only,
+    and of ``norm_casts``, quantized by the TE norm before it (:func:`norm_cast_seconds`)."""
     if datasheet(gpu).fp8_flops <= 0:
         raise ValueError(f"{gpu} has no FP8 tensor cores (gpu_datasheets.csv)")
     rec = effective(recipe, gpu)
     eff = calibration(calibrated_as(gpu)).fp8  # a GPU without FP8 rows: its donor's set
     cast_s = cast_seconds(gpu, casts, recipe, both_usages)
+    if norm_casts:
+        cast_s += norm_cast_seconds(gpu, norm_casts, recipe)
     gemm_s, factor = gemm_seconds(gpu, eff, m, n, k, "fp8"), gemm_factor(rec.name)
     if factor != 1.0:  # per-tensor recipes run the calibrated FP8 GEMM itself
         gemm_s = eff.launch_s + factor * (gemm_s - eff.launch_s)
@@ -174,10 +222,14 @@ def check_fp8(gpu: str) -> None:
         )
 
 
-def _fp8_work(w: Work, phase: str, recipe: str) -> Work:
+def _fp8_work(w: Work, phase: str, recipe: str, after_norm: bool = False) -> Work:
+    """An FP8 GEMM's work; ``after_norm``: its forward input comes from TE's norm kernel
+    (``LayerNormLinear`` / ``LayerNormMLP``), which quantizes it (:func:`norm_cast_seconds`)."""
     m, n, k = w.gemm
     fp8_bytes = m * k + k * n + 2 * m * n  # FP8 operands, BF16 output
     casts = tuple(te_linear_casts(*_linear_mnk(w, phase), phase))
+    if after_norm and phase == "F":
+        return Work(w.flops, float(fp8_bytes), w.gemm, fp8_casts=(), fp8_recipe=recipe, fp8_norm_casts=casts)
     return Work(w.flops, float(fp8_bytes), w.gemm, fp8_casts=casts, fp8_recipe=recipe)
 
 
@@ -200,9 +252,12 @@ def te_fp8_layer(ops: list, recipe: str = "delayed") -> list:
         if isinstance(op, TPComm):
             op = _quantized_gathers(ops, i, op, RECIPES[recipe])
         if isinstance(op, LayerOp) and op.name in TE_LINEARS + TE_MLA_MOE_LINEARS:
+            # the recipes whose quantize TE fuses into the norm (Recipe.norm_fusion)
+            fused = bool(RECIPES[recipe].norm_fusion) and op.name in NORM_LINEARS
+            after_norm = fused and _neighbour(ops, i, -1).startswith("norm")
             op = replace(
                 op,
-                fwd=_fp8_work(op.fwd, "F", recipe),
+                fwd=_fp8_work(op.fwd, "F", recipe, after_norm),
                 bwd_input=_fp8_work(op.bwd_input, "B", recipe),
                 bwd_weight=_fp8_work(op.bwd_weight, "W", recipe),
                 activation=op.activation * saved,

@@ -45,6 +45,9 @@ class Work:
     fp8_casts: tuple[float, ...] | None = None
     memory_kind: str = "tuned"
     fp8_recipe: str = "delayed"
+    #: elements a Transformer Engine norm kernel quantizes as it writes them, for an FP8
+    #: GEMM's input (:func:`.fp8.norm_cast_seconds`)
+    fp8_norm_casts: tuple[float, ...] = ()
 
 
 NO_WORK = Work()
