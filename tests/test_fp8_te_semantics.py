@@ -27,8 +27,10 @@ ONE_COPY = {"delayed": 1.0, "current": 1.0, "block": 1 + 4 / 128, "mxfp8": 1 + 1
 BOTH_USAGES = {"delayed": 1, "current": 1, "block": 2, "mxfp8": 2, "nvfp4": 2}
 
 
-def _comms(ops):
-    return [op for op in ops if isinstance(op, TPComm)]
+def _comms(ops, amax: bool = False):
+    """A layer's TP collectives: the gathers and reduce-scatters, or (``amax``) the amax
+    all-reduces."""
+    return [op for op in ops if isinstance(op, TPComm) and ("amax" in op.name) == amax]
 
 
 @pytest.mark.parametrize("recipe", list(ONE_COPY))
@@ -44,6 +46,46 @@ def test_sequence_parallel_gathers_move_the_quantized_tensors(recipe):
         else:  # out of attention-out / MLP down: BF16 out, the output gradient gathered quantized
             assert q.forward_nbytes == bsh * E
             assert q.backward_nbytes == int(bsh * ONE_COPY[recipe] * BOTH_USAGES[recipe])
+
+
+@pytest.mark.parametrize("recipe", list(ONE_COPY))
+def test_current_scaling_all_reduces_the_amax_before_each_gather(recipe):
+    """Current scaling and NVFP4 (the recipes with an amax pass) all-reduce one FP32 amax
+    over the TP group before each quantized gather: forward before the gathers into QKV and
+    MLP up, backward before the gathers of attention-out's and MLP down's output gradients."""
+    ops = te_fp8_layer(layer_ops(GPT, B, T, True, E), recipe)
+    amax = _comms(ops, amax=True)
+    if recipe not in ("current", "nvfp4"):
+        assert amax == []
+        return
+    assert [(op.fwd, op.bwd, op.nbytes, op.group) for op in amax] == [
+        ("all_reduce", "", 4, "tp"),
+        ("", "all_reduce", 4, "tp"),
+    ] * 2
+    cm = CostModel.for_gpu(H100)
+    fwd = [(i[1], i[3]) for i in forward_items(ops, cm) if i[0] == "x"]
+    bwd = [(i[1], i[3]) for i in backward_items(ops, cm) if i[0] == "x"]
+    # each all-reduce right before the gather it scales for
+    assert (
+        fwd
+        == [
+            ("all_reduce", "tp amax all-reduce"),
+            ("all_gather", "tp all-gather"),
+            ("reduce_scatter", "tp reduce-scatter"),
+        ]
+        * 2
+    )
+    assert (
+        bwd
+        == [
+            ("all_reduce", "tp grad amax all-reduce"),
+            ("all_gather", "tp reduce-scatter"),  # the row-parallel exit's backward: gathers dY
+            ("reduce_scatter", "tp all-gather"),
+        ]
+        * 2
+    )
+    # no amax all-reduce without a sequence-parallel gather
+    assert _comms(te_fp8_layer(layer_ops(GPT, B, T, False, E), recipe), amax=True) == []
 
 
 def test_without_sequence_parallelism_the_all_reduces_stay_bf16():

@@ -79,6 +79,8 @@ TE_LINEARS = ("qkv", "attn_out", "mlp_up", "mlp_down")
 NORM_LINEARS = ("qkv", "mlp_up")
 #: the row-parallel linears, whose output gradient a sequence-parallel backward all-gathers
 ROW_LINEARS = ("attn_out", "mlp_down")
+#: one FP32 amax, all-reduced over the TP group before a sequence-parallel gather
+AMAX_BYTES = 4
 #: the linears of MLA (:mod:`.mla`) and of MoE experts (:mod:`.moe`; TE's grouped linear),
 #: also FP8; the router GEMM stays BF16, as DeepSeek-V3 and Megatron-Core keep it
 TE_MLA_MOE_LINEARS = (
@@ -250,7 +252,8 @@ def te_fp8_layer(ops: list, recipe: str = "delayed") -> list:
         if isinstance(op, ExpertRanks):
             op = op.map(lambda layer: te_fp8_layer(layer, recipe))
         if isinstance(op, TPComm):
-            op = _quantized_gathers(ops, i, op, RECIPES[recipe])
+            out += _quantized_gathers(ops, i, op, RECIPES[recipe])
+            continue
         if isinstance(op, LayerOp) and op.name in TE_LINEARS + TE_MLA_MOE_LINEARS:
             # the recipes whose quantize TE fuses into the norm (Recipe.norm_fusion)
             fused = bool(RECIPES[recipe].norm_fusion) and op.name in NORM_LINEARS
@@ -273,7 +276,7 @@ def _neighbour(ops: list, i: int, step: int) -> str:
     return nxt.name if isinstance(nxt, LayerOp) else ""
 
 
-def _quantized_gathers(ops: list, i: int, op: TPComm, rec: Recipe) -> TPComm:
+def _quantized_gathers(ops: list, i: int, op: TPComm, rec: Recipe) -> list[TPComm]:
     """A sequence-parallel TP collective ``ops[i]`` with the bytes TE moves under FP8: it
     all-gathers the quantized tensor, not BF16 (``distributed.py`` @d0067d0
     ``gather_along_first_dim(…, quantizer=…)`` → ``_all_gather_fp8`` / ``_all_gather_mxfp8``
@@ -290,13 +293,27 @@ def _quantized_gathers(ops: list, i: int, op: TPComm, rec: Recipe) -> TPComm:
       block-scaled recipes gather both copies with their scales.
 
     The reduce-scatters (outputs and input gradients) stay BF16. A gather feeding a MoE router
-    or MLA's projections is left BF16 (not a TE norm-linear)."""
+    or MLA's projections is left BF16 (not a TE norm-linear).
+
+    A recipe that scales by the tensor's amax now (current, NVFP4: ``amax_pass``) all-reduces
+    that amax over the TP group before it quantizes a gathered tensor, so that every rank's
+    shard gets the same scale (``_all_gather_fp8``: "Assume scaling factors are identical
+    across ranks"): ``layernorm_linear.py`` l. 233–236 and ``linear.py`` l. 352 set
+    ``amax_reduction_group = tp_group`` for a column-parallel input under SP, ``linear.py``
+    l. 818–824 for a row-parallel output gradient; ``quantizer.cpp`` l. 1015–1020 runs
+    ``amax_reduction_group->allreduce(…)->wait()`` between the amax and the cast. One
+    :data:`AMAX_BYTES` all-reduce (MAX) before each such gather — in the backward before the
+    output gradient's, so placed after the collective in forward order."""
     one = saved_input_fraction(rec)
+    before: list[TPComm] = []
+    after: list[TPComm] = []
     if op.fwd == "all_gather" and _neighbour(ops, i, 1) in NORM_LINEARS:
         op = replace(op, fwd_nbytes=int(op.nbytes * one))
+        before += [TPComm("tp amax all-reduce", "all_reduce", "", AMAX_BYTES, op.group)] * rec.amax_pass
     if op.bwd == "all_gather" and _neighbour(ops, i, -1) in ROW_LINEARS:
         op = replace(op, bwd_nbytes=int(op.nbytes * one * (2 if rec.own_columnwise else 1)))
-    return op
+        after += [TPComm("tp grad amax all-reduce", "", "all_reduce", AMAX_BYTES, op.group)] * rec.amax_pass
+    return [*before, op, *after]
 
 
 def _linear_weights(ops: list) -> tuple[list[float], list[float]]:
