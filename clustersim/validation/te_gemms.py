@@ -137,8 +137,14 @@ def te_gemm_verdicts() -> list[Verdict]:
 def te_gemm_tables() -> str:
     """Markdown: both tables, each ending with its verdict line."""
     parts = []
-    for rows, verdict in zip((gemm_rows(), quantize_rows()), te_gemm_verdicts(), strict=True):
-        lines = ["| GPU | rows | TE ms | model ms | error | bound ms |", "|---|---|---|---|---|---|"]
+    titles = ("### GEMM passes (kernel only)", "### FP8 quantize (autocast − pre-quantized)")
+    for title, rows, verdict in zip(titles, (gemm_rows(), quantize_rows()), te_gemm_verdicts(), strict=True):
+        lines = [
+            title,
+            "",
+            "| GPU | rows | TE ms | model ms | error | bound ms |",
+            "|---|---|---|---|---|---|",
+        ]
         lines += [
             f"| {r.gpu} | {r.what} | {r.measured_ms:.3f} | {r.model_ms:.3f} | {r.error:+.1%} | {r.bound_ms:.3f} |"
             for r in rows
