@@ -244,7 +244,11 @@ class CostModel:
             from .fp8 import fp8_gemm_time  # imports this module: resolve at call time
 
             return fp8_gemm_time(
-                self.gpu.name, *work.gemm, list(work.fp8_casts), recipe=work.fp8_recipe
+                self.gpu.name,
+                *work.gemm,
+                list(work.fp8_casts),
+                recipe=work.fp8_recipe,
+                norm_casts=list(work.fp8_norm_casts),
             ).total_s
         if work.gemm is None and work.attention is None:
             return self.memory_seconds(work.bytes, work.memory_kind) + self.eff.launch_s
@@ -271,7 +275,7 @@ class CostModel:
         scaling: one cast kernel per tensor); else one — a profiled op too."""
         if work.flops == 0 and work.bytes == 0:
             return 0
-        return 1 + len(work.fp8_casts) if work.fp8_casts is not None else 1
+        return 1 + len(work.fp8_casts) + len(work.fp8_norm_casts) if work.fp8_casts is not None else 1
 
     def without_launch(self) -> CostModel:
         """This model with ``launch_s`` 0: kernels whose launch the Program charges as an

@@ -45,6 +45,9 @@ class Work:
     fp8_casts: tuple[float, ...] | None = None
     memory_kind: str = "tuned"
     fp8_recipe: str = "delayed"
+    #: elements a Transformer Engine norm kernel quantizes as it writes them, for an FP8
+    #: GEMM's input (:func:`.fp8.norm_cast_seconds`)
+    fp8_norm_casts: tuple[float, ...] = ()
 
 
 NO_WORK = Work()
@@ -86,7 +89,9 @@ class TPComm:
     """A collective point between ops: ``fwd``/``bwd`` kind (or "") of ``nbytes`` over
     ``group`` (one of :data:`COMM_GROUPS`; the tensor-parallel group unless it says).
     ``matrix[i][j]``: the bytes the group's i-th member sends its j-th in an uneven
-    all-to-all forward (the backward sends the transpose); empty: even."""
+    all-to-all forward (the backward sends the transpose); empty: even. ``fwd_nbytes`` /
+    ``bwd_nbytes``: one direction's bytes where they differ from ``nbytes`` (None: the same;
+    Transformer Engine all-gathers quantized tensors, :func:`.fp8.te_fp8_layer`)."""
 
     name: str
     fwd: str
@@ -94,6 +99,18 @@ class TPComm:
     nbytes: int
     group: str = "tp"
     matrix: tuple[tuple[int, ...], ...] = ()
+    fwd_nbytes: int | None = None
+    bwd_nbytes: int | None = None
+
+    @property
+    def forward_nbytes(self) -> int:
+        """Bytes of the forward collective."""
+        return self.nbytes if self.fwd_nbytes is None else self.fwd_nbytes
+
+    @property
+    def backward_nbytes(self) -> int:
+        """Bytes of the backward collective."""
+        return self.nbytes if self.bwd_nbytes is None else self.bwd_nbytes
 
 
 @dataclass(frozen=True)

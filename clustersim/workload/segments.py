@@ -56,7 +56,7 @@ def forward_items(
     for op in ops:
         if isinstance(op, TPComm):
             if op.fwd and not core_only:
-                out.append((("x", op.fwd, op.nbytes, op.name, op.group, op.matrix), "", None))
+                out.append((("x", op.fwd, op.forward_nbytes, op.name, op.group, op.matrix), "", None))
         elif isinstance(op, ExpertRanks):
             if not core_only:
                 out.append((_per_rank([forward_items(list(r), cm) for r in op.ranks]), "", None))
@@ -99,7 +99,12 @@ def backward_items(
         if isinstance(op, TPComm):
             if op.bwd and inputs:
                 out.append(
-                    (("x", op.bwd, op.nbytes, op.name, op.group, tuple(zip(*op.matrix))), "", "", None)
+                    (
+                        ("x", op.bwd, op.backward_nbytes, op.name, op.group, tuple(zip(*op.matrix))),
+                        "",
+                        "",
+                        None,
+                    )
                 )
             continue
         if isinstance(op, ExpertRanks):

@@ -49,7 +49,7 @@ from ..errors import ScenarioError
 from ..memory_kinds import StaticMemory
 from .cnn import cnn_layers
 from .cost_model import CostModel
-from .fp8 import check_fp8, fp8_cache_bytes, fp8_linear_params, te_fp8_layer
+from .fp8 import check_fp8, fp8_cache_bytes, fp8_linear_params, te_fp8_layer, weight_cast_seconds
 from .fp8_recipes import check_recipe, default_recipe
 from .grad_accumulation import with_grad_accumulation
 from .host import dispatch_s, host_waits
@@ -345,16 +345,21 @@ class _LayerKind:
     fp8_linear: tuple[float, float] = (0.0, 0.0)
     #: the hooked submodules DeepSpeed ZeRO-3 fetches for (:mod:`.zero3_modules`; empty unless it runs)
     modules: tuple = ()
+    #: seconds of TE's once-per-step quantization of its FP8 weights (:func:`.fp8.weight_cast_seconds`)
+    fp8_weight_cast: float = 0.0
 
 
 def _layer_kind(cfg, st: TrainSetup, cm: CostModel, moe: bool, accumulate: bool) -> _LayerKind:
     b, tp, sp, e = st.micro_batch, st.tp, st.sp, st.e
     layer = layer_ops(cfg, b, tp, sp, e, moe, st.cp, st.cp_comm, st.split, st.kernels)
-    fp8_cache, fp8_linear = 0.0, (0.0, 0.0)
+    fp8_cache, fp8_linear, fp8_cast = 0.0, (0.0, 0.0), 0.0
     if st.precision == "fp8":
         layer = te_fp8_layer(layer, st.fp8_recipe)
         fp8_cache = fp8_cache_bytes(layer, st.gpu, st.fp8_recipe, st.fp8_params)
         fp8_linear = fp8_linear_params(layer)
+        # FP8 parameters: the optimizer's step writes the FP8 weight itself (its 16-bit copy's
+        # write in :meth:`.cost_model.CostModel.optimizer_time`), TE recasts nothing
+        fp8_cast = 0.0 if st.fp8_params else weight_cast_seconds(layer, st.gpu, st.fp8_recipe)
     if accumulate:
         layer = with_grad_accumulation(layer, e)
     ov = st.tp_overlap
@@ -377,7 +382,19 @@ def _layer_kind(cfg, st: TrainSetup, cm: CostModel, moe: bool, accumulate: bool)
     dispatch = dispatch_buffer_bytes(cfg, b, tp, e, st.split) if expert else 0.0
     modules = submodules(layer, cfg, tp, cm, st.recompute == "full") if st.zero3 else ()
     return _LayerKind(
-        lf, rec + lb, rec + lbi, lw, params, act, work, fp8_cache, expert, dispatch, fp8_linear, modules
+        lf,
+        rec + lb,
+        rec + lbi,
+        lw,
+        params,
+        act,
+        work,
+        fp8_cache,
+        expert,
+        dispatch,
+        fp8_linear,
+        modules,
+        fp8_cast,
     )
 
 
@@ -436,6 +453,9 @@ def transformer_chunk_costs(
         cost = _stage(
             st, cm, fixed, _PassItems(f, b_all, bi, w), params, act_mem, send_out, buffers, expert, fp8
         )
+        recast = sum(c * kinds[moe].fp8_weight_cast for moe, c in count.items())
+        if recast:  # TE's weight quantization on the step's first micro-batch, after the step
+            cost = replace(cost, optimizer=cost.optimizer + recast)
         if fixed.pipeline_gather and tp > 1 and not sp:
             cost = replace(cost, recv_gather=int(send * tp))
         if cfg.tied_embeddings and fixed.tied_embedding and len(partition) > 1 and (first or last):
