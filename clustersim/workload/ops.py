@@ -86,7 +86,9 @@ class TPComm:
     """A collective point between ops: ``fwd``/``bwd`` kind (or "") of ``nbytes`` over
     ``group`` (one of :data:`COMM_GROUPS`; the tensor-parallel group unless it says).
     ``matrix[i][j]``: the bytes the group's i-th member sends its j-th in an uneven
-    all-to-all forward (the backward sends the transpose); empty: even."""
+    all-to-all forward (the backward sends the transpose); empty: even. ``host_sync``: the
+    host waits for the device before it issues the forward collective (a ``.cpu()`` of the
+    split sizes, :mod:`.host`)."""
 
     name: str
     fwd: str
@@ -94,6 +96,7 @@ class TPComm:
     nbytes: int
     group: str = "tp"
     matrix: tuple[tuple[int, ...], ...] = ()
+    host_sync: bool = False
 
 
 @dataclass(frozen=True)
