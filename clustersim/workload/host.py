@@ -26,7 +26,7 @@ summed, is added to the pass's ``launch`` op (with the kernels' GPU launch laten
 A **device→host synchronisation** (a collective marked ``host_sync``: Megatron-Core's
 alltoall token dispatcher copies the all-to-all's split sizes to the host — ``.to("cpu")``
 then a stream synchronise at its ``cuda_sync_point`` ``before_ep_alltoall`` — every MoE
-layer's forward, dropless; :mod:`.moe_sync`) makes the host wait until the stream has run
+layer's forward, dropless; :mod:`.moe_dispatch`) makes the host wait until the stream has run
 everything issued so far: ``h = max(h, g)`` before the collective's own call. Whatever lead
 the host had is lost there, so the kernels after it wait the host's full dispatch lag again
 (k kernels each shorter than a dispatch after a sync: the GPU idles ``dispatch`` before each).
