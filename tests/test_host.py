@@ -192,7 +192,7 @@ def test_after_each_host_sync_the_gpu_idles_for_the_hosts_lag(layers, k):
     assert sum(host_waits([unsynced] * layers, 0.0, D)) == pytest.approx(D, rel=1e-12)
 
 
-@pytest.mark.parametrize("dispatcher", ["alltoall", "flex"])
+@pytest.mark.parametrize("dispatcher", ["alltoall", "allgather", "flex"])
 def test_the_host_sync_rides_in_the_launch_op_never_speeds_a_step_nor_adds_ops(dispatcher):
     """A small fine-grained MoE (16 experts, top-4, EP 8, tiny hidden: host-bound kernels)
     with and without the dispatcher's per-layer sync: the same ops and events (the wait is

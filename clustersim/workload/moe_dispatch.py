@@ -30,7 +30,8 @@ Token dispatchers (Megatron-Core ``moe_token_dispatcher_type``,
 
 Megatron-Core's dispatchers copy the exchange's split sizes to the host every layer's
 forward when dropless (the alltoall dispatcher's ``cuda_sync_point`` ``before_ep_alltoall``;
-DeepEP's dispatch waits on the host for its received-token count): with
+the allgather dispatcher's ``local_map.sum(dim=0).long().cpu()`` after its gather; DeepEP's
+dispatch waits on the host for its received-token count): with
 ``host_sync`` (``parallel.moe_host_sync``) the dispatch collective carries the host's wait
 for the device (:mod:`.host`).
 
@@ -140,7 +141,10 @@ def ep_moe_ops(cfg, b: int, tp: int, e: int, split: ExpertSplit) -> list:
     enter, up, down = _shared(cfg, b, tp, e)
     if split.dispatcher == "allgather":
         nbytes = int(pool * h * e)
-        ops.append(TPComm("ep all-gather", "all_gather", "reduce_scatter", nbytes, group="tp_ep"))
+        # the tokens per local expert go to the host after the gather (``.cpu()``); the race
+        # gives the collective no time, so the sync is placed with it
+        sync = split.host_sync
+        ops.append(TPComm("ep all-gather", "all_gather", "reduce_scatter", nbytes, "tp_ep", (), sync))
         ops.append(_ranks(cfg, split, pool, e, held=pool))
         ops.append(TPComm("ep reduce-scatter", "reduce_scatter", "all_gather", nbytes, group="tp_ep"))
         return ops + enter + up + down
