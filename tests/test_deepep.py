@@ -35,7 +35,7 @@ def _enumerate(experts: int, k: int, ep: int, per_node: int) -> tuple[float, flo
 
 @pytest.mark.parametrize(
     "experts, k, ep, per_node",
-    [(16, 4, 8, 2), (16, 2, 8, 4), (12, 3, 6, 2), (8, 8, 4, 2), (16, 1, 8, 8)],
+    [(16, 4, 8, 2), (16, 2, 8, 4), (12, 3, 6, 2), (12, 3, 6, 4), (8, 8, 4, 2), (16, 1, 8, 8)],
 )
 def test_rdma_bytes_are_one_copy_per_distinct_remote_node(experts, k, ep, per_node):
     """A rank's network bytes = T·h·e × the mean distinct remote nodes a token reaches
@@ -48,7 +48,7 @@ def test_rdma_bytes_are_one_copy_per_distinct_remote_node(experts, k, ep, per_no
     peers = [b for j, b in enumerate(matrix[0]) if j // per_node == 0 and j != 0]
     nodes, gpus = _enumerate(experts, k, ep, per_node)
     assert remote == pytest.approx(per_token * nodes, abs=ep)  # int bytes per entry
-    n_nodes = ep // per_node
+    n_nodes = -(-ep // per_node)
     assert sum(peers) == pytest.approx(n_nodes * per_token * gpus, abs=ep)
     plain = per_token * k * (ep - per_node) / ep
     assert remote <= plain + ep

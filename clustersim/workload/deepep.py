@@ -29,7 +29,9 @@ local permute expands into its experts' copies (and its unpermute sums back).
 DeepEP's kernels hold 20 SMs (``Buffer.num_sms``; ``data/interference_measurements.csv``
 row ``deepep``); the overlap model does not yet charge them apart from NCCL's (docs/moe.md).
 The achieved NVLink and RDMA rates are the links' (checked against DeepEP's rows in
-``data/ep_alltoall_measurements.csv``, tests/test_moe_kernels.py).
+``data/ep_alltoall_measurements.csv``, tests/test_moe_kernels.py). The bytes follow the
+uniform router whatever ``model.expert_load`` says (the experts' compute follows the load
+model); where the last node holds fewer of the group's GPUs its share is its own.
 """
 
 from __future__ import annotations
@@ -47,15 +49,17 @@ def dispatch_matrix(cfg, ep: int, per_node: int, bytes_per_token: float) -> tupl
     """The DeepEP dispatch's bytes from each of the ``ep`` ranks (``per_node`` of them on
     each node, in order) to each, every rank routing tokens of ``bytes_per_token`` as the
     module doc says: ``bytes_per_token`` is T·h·e."""
-    per_gpu = cfg.experts // ep
+    per_gpu, k = cfg.experts // ep, cfg.experts_per_token
     nodes = -(-ep // per_node)
-    p_gpu = hit_probability(cfg.experts, cfg.experts_per_token, per_gpu)
-    p_node = hit_probability(cfg.experts, cfg.experts_per_token, per_gpu * per_node)
-    near = int(nodes * p_gpu * bytes_per_token)
-    far = int(p_node * bytes_per_token / per_node)
+    near = int(nodes * hit_probability(cfg.experts, k, per_gpu) * bytes_per_token)
+    # a node's share per GPU (the last node may hold fewer of the group's GPUs)
+    size = [min(per_node, ep - n * per_node) for n in range(nodes)]
+    far = [int(hit_probability(cfg.experts, k, per_gpu * m) * bytes_per_token / m) for m in size]
 
     def row(i: int) -> tuple[int, ...]:
-        return tuple(0 if j == i else near if j // per_node == i // per_node else far for j in range(ep))
+        return tuple(
+            0 if j == i else near if j // per_node == i // per_node else far[j // per_node] for j in range(ep)
+        )
 
     return tuple(row(i) for i in range(ep))
 
