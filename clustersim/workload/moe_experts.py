@@ -27,8 +27,14 @@
   GEMMs were priced up to 1.5× slow).
 
 Groups are priced at their mean token count (exact for an even load; an uneven load's
-per-group tile padding is not modelled); an expert that receives no token costs nothing
-and keeps its parameters. Backward, each projection's dgrad and wgrad are grouped the same
+per-group tile padding is not modelled, nor cuBLAS's slower kernels for split sizes that
+are not multiples of the tile, TransformerEngine#2151); an expert that receives no token
+costs nothing and keeps its parameters. A round is priced without split-K once its grid
+fills the SMs, so below ~256 tokens per expert a round can price slower than its GEMMs
+apart (each of which the cost model lets split K): right for a grouped kernel, pessimistic
+for TE's streams there (tests/test_moe_experts.py checks grouped ≤ sequential from 256).
+Under ``training.precision: fp8`` the experts run ``sequential`` (the FP8 GEMM model,
+:mod:`.fp8`, prices one GEMM a kernel; stage_builder falls back). Backward, each projection's dgrad and wgrad are grouped the same
 way (``GroupedLinear``'s backward runs both as grouped GEMMs).
 """
 
