@@ -12,10 +12,14 @@
   ``num_compute_streams = 4`` streams (``transformer_engine/common/util/multi_stream.cpp``;
   ``multi_stream_cublas_gemm`` in ``gemm/cublaslt_gemm.cu`` @d0067d0 — the CUTLASS grouped
   kernel is opt-in, ``NVTE_USE_CUTLASS_GROUPED_GEMM``); the activation is one kernel over
-  all the rank's tokens. The G GEMMs run in ⌈G/4⌉ rounds of up to 4 concurrent kernels;
-  a round is priced as one kernel over its GEMMs' tiles (wave quantization over the SMs
-  they share, :func:`.cost_model.matmul_efficiency` with ``batch``), with one launch
-  latency (the others overlap it on their own streams) and one host issue: the host spends
+  all the rank's tokens. The G GEMMs run in ⌈G/4⌉ rounds of up to 4 kernels on 4 streams;
+  a round's GPU time is its GEMMs' times one after another, each with its own wave
+  quantization — no credit for the streams' concurrency: no kernel-level measurement of it
+  was found, an expert GEMM of ≥ 1k tokens fills the SMs on its own, and the measurements
+  that exist say TE's grouped path is no faster than separate GEMMs (TransformerEngine#2939:
+  ``GroupedLinear`` ~2× a loop of ``F.linear`` on B300 Mixtral EP 2, CPU overhead;
+  #1499: its PyTorch ops' CPU time). A round has one launch latency (the others overlap it
+  on their own streams) and one host issue: the host spends
   one eager dispatch on the ``GroupedLinear`` call and a raw ``cuLaunchKernel`` per GEMM
   (1.3 µs, ``data/host_dispatch.csv``), 6.8 + 1.3·G µs — for G = 16, 27.6 µs against the
   27.2 µs of 4 rounds at 6.8 µs.
@@ -73,8 +77,15 @@ def grouped_expert_ops(cfg, counts, ft: int, e: int, impl: str) -> list[LayerOp]
     tokens = sum(busy)
     m = tokens / len(busy)
     parts = rounds(len(busy), impl)
-    ops += [gemm("experts_up", m, up_n, h, e, batch=g, activation=g * m * h * e) for g in parts]
+    shared = impl == "grouped"  # TE's streams: no concurrency credited (module doc)
+    ops += [
+        gemm("experts_up", m, up_n, h, e, batch=g, activation=g * m * h * e, shared_waves=shared)
+        for g in parts
+    ]
     act = tokens * up_n
     ops.append(elementwise("experts_act", act, 1.5 * e if gated else 2 * e, 3 * e, activation=act * e))
-    ops += [gemm("experts_down", m, h, ft, e, batch=g, activation=g * m * ft * e) for g in parts]
+    ops += [
+        gemm("experts_down", m, h, ft, e, batch=g, activation=g * m * ft * e, shared_waves=shared)
+        for g in parts
+    ]
     return ops

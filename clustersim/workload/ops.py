@@ -36,7 +36,8 @@ class Work:
     lists the elements cast to FP8 before it (:mod:`.fp8`; None: not FP8) under the
     Transformer Engine recipe ``fp8_recipe`` (:mod:`.fp8_recipes`); ``memory_kind``
     which achieved-bandwidth curve a memory-bound kernel runs at (``tuned`` or ``generic``,
-    :mod:`.memory_bandwidth`)."""
+    :mod:`.memory_bandwidth`); ``shared_waves`` whether a batched product's GEMMs share one
+    grid."""
 
     flops: float = 0.0
     bytes: float = 0.0
@@ -45,6 +46,9 @@ class Work:
     fp8_casts: tuple[float, ...] | None = None
     memory_kind: str = "tuned"
     fp8_recipe: str = "delayed"
+    #: whether a batched product's GEMMs share one kernel's grid (its waves quantize over all
+    #: their tiles); False: each runs as its own kernel, one after another
+    shared_waves: bool = True
 
 
 NO_WORK = Work()
@@ -135,17 +139,18 @@ def gemm(
     activation: float = 0.0,
     batch: int = 1,
     attention_core: bool = False,
+    shared_waves: bool = True,
 ) -> LayerOp:
-    """Y[m×n] = X[m×k] · W[k×n], ``batch`` times, elements of ``e`` bytes.
+    """Y[m×n] = X[m×k] · W[k×n], ``batch`` times, elements of ``e`` bytes (``shared_waves``:
+    the ``batch`` products share one kernel's grid, else each is priced as its own kernel).
 
     Backward: dX = dY·Wᵀ (m×k from n) and, for a weight, dW = Xᵀ·dY (k×n from m); for an
     activation–activation product (attention), both operand gradients are input work.
     """
 
     def w(mm, nn, kk):
-        return Work(
-            2.0 * mm * nn * kk * batch, float(e) * (mm * kk + kk * nn + mm * nn) * batch, (mm, nn, kk)
-        )
+        flops, nbytes = 2.0 * mm * nn * kk * batch, float(e) * (mm * kk + kk * nn + mm * nn) * batch
+        return Work(flops, nbytes, (mm, nn, kk), shared_waves=shared_waves)
 
     fwd, dx, dw = w(m, n, k), w(m, k, n), w(k, n, m)
     if weight:
