@@ -302,12 +302,20 @@ class ParallelSpec(_Spec):
     #: Megatron-Core's ``--expert-tensor-parallel-size``)
     etp: Annotated[int | None, Range(1, 100_000)] = None
     #: MoE token dispatcher with ep > 1 or etp ≠ tp (Megatron-Core ``--moe-token-dispatcher-type``)
-    moe_token_dispatcher: Literal["alltoall", "allgather"] = "alltoall"
+    #: (``flex``: DeepEP's node-deduplicated dispatch, ``--moe-enable-deepep``; workload/deepep.py)
+    moe_token_dispatcher: Literal["alltoall", "allgather", "flex"] = "alltoall"
     #: run the shared expert beside the dispatch/combine all-to-alls (``--moe-shared-expert-overlap``)
     moe_shared_expert_overlap: bool = False
     #: Transformer Engine's fused permute / unpermute / sort-chunks kernels
     #: (``--moe-permute-fusion``; Megatron-Core's default off; workload/moe_kernels.py)
     moe_permute_fusion: bool = False
+    #: the routed experts' module: ``sequential`` (SequentialMLP, Megatron-Core's default),
+    #: ``te_grouped`` (``--moe-grouped-gemm``: TEGroupedMLP) or ``grouped`` (one grouped
+    #: kernel: ``--moe-use-legacy-grouped-gemm``); workload/moe_experts.py
+    moe_expert_mlp: Literal["sequential", "te_grouped", "grouped"] = "sequential"
+    #: the host waits for the device before each MoE layer's dispatch (dropless Megatron-Core:
+    #: the split sizes' ``.cpu()``); workload/host.py
+    moe_host_sync: bool = False
     zero: int = Field(default=0, ge=0, le=3)
     #: bucketed, overlapped and sharded data-parallel communication (unset: the 2021 model)
     data_parallel: DataParallelSpec | None = None

@@ -135,8 +135,11 @@ def shape_efficiency(eff: Efficiency, gemm: tuple[int, int, int]) -> float:
 
 def gemm_batch(work: Work) -> int:
     """How many M×N×K products one kernel of ``work`` runs (a batched product's FLOPs are
-    its batch count times 2·M·N·K; at least 1)."""
+    its batch count times 2·M·N·K; at least 1; 1 where its products run as kernels of
+    their own, :attr:`~.ops.Work.shared_waves`)."""
     m, n, k = work.gemm
+    if not work.shared_waves:
+        return 1
     return max(1, round(work.flops / (2.0 * m * n * k))) if m * n * k > 0 else 1
 
 

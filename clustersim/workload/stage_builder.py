@@ -116,6 +116,10 @@ class TrainSetup:
                 par.moe_token_dispatcher,
                 par.moe_shared_expert_overlap,
                 par.moe_permute_fusion,
+                # the FP8 GEMM model prices one GEMM a kernel: FP8 experts stay per expert
+                par.moe_expert_mlp if tr.precision != "fp8" else "sequential",
+                par.moe_host_sync,
+                max(1, min(par.ep, sc.cluster.gpus_per_node // (par.etp or par.tp))),
             ),
             grad_dtype=par.data_parallel.grad_reduce_dtype if par.data_parallel else None,
             fp8_params=bool(par.data_parallel) and par.data_parallel.param_gather_dtype == "fp8",
