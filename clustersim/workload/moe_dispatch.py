@@ -144,7 +144,7 @@ def ep_moe_ops(cfg, b: int, tp: int, e: int, split: ExpertSplit) -> list:
         # the tokens per local expert go to the host after the gather (``.cpu()``); the race
         # gives the collective no time, so the sync is placed with it
         sync = split.host_sync
-        ops.append(TPComm("ep all-gather", "all_gather", "reduce_scatter", nbytes, "tp_ep", (), sync))
+        ops.append(TPComm("ep all-gather", "all_gather", "reduce_scatter", nbytes, "tp_ep", host_sync=sync))
         ops.append(_ranks(cfg, split, pool, e, held=pool))
         ops.append(TPComm("ep reduce-scatter", "reduce_scatter", "all_gather", nbytes, group="tp_ep"))
         return ops + enter + up + down
@@ -152,7 +152,7 @@ def ep_moe_ops(cfg, b: int, tp: int, e: int, split: ExpertSplit) -> list:
         matrix = deepep.dispatch_matrix(cfg, split.ep, split.per_node, local * h * e)
         sent = sum(matrix[0])
         sync = split.host_sync
-        ops.append(TPComm("ep dispatch", "all_to_all", "all_to_all", sent, "ep", matrix, sync))
+        ops.append(TPComm("ep dispatch", "all_to_all", "all_to_all", sent, "ep", matrix, host_sync=sync))
         ops.append(_ranks(cfg, split, pool, e, held=deepep.received_tokens(cfg, split.ep, local)))
         back = tuple(zip(*matrix))
         ops.append(TPComm("ep combine", "all_to_all", "all_to_all", sent, group="ep", matrix=back))
@@ -164,7 +164,9 @@ def ep_moe_ops(cfg, b: int, tp: int, e: int, split: ExpertSplit) -> list:
     overlap = split.shared_overlap and bool(up)
     if overlap:
         ops += enter
-    ops.append(TPComm("ep dispatch", "all_to_all", "all_to_all", a2a, "ep", matrix, split.host_sync))
+    ops.append(
+        TPComm("ep dispatch", "all_to_all", "all_to_all", a2a, "ep", matrix, host_sync=split.host_sync)
+    )
     if overlap:
         ops += [replace(op, overlap=True) for op in up]
     if split.etp > 1:

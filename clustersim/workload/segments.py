@@ -57,7 +57,9 @@ def forward_items(
     for op in ops:
         if isinstance(op, TPComm):
             if op.fwd and not core_only:
-                out.append((("x", op.fwd, op.forward_nbytes, op.name, op.group, op.matrix, op.host_sync), "", None))
+                out.append(
+                    (("x", op.fwd, op.forward_nbytes, op.name, op.group, op.matrix, op.host_sync), "", None)
+                )
         elif isinstance(op, ExpertRanks):
             if not core_only:
                 out.append((_per_rank([forward_items(list(r), cm) for r in op.ranks]), "", None))
