@@ -9,7 +9,8 @@ file holds a GlobalMetadata message, then one Node per op of the device in Progr
 * a compute op is a ``COMP_NODE`` with ``duration_micros`` and ``num_ops`` (FLOPs); a send or
   recv a ``COMM_SEND_NODE``/``COMM_RECV_NODE`` with ``comm_src``, ``comm_dst``, ``comm_size``
   and ``comm_tag`` (the send's op id, the same on both ends); a collective a
-  ``COMM_COLL_NODE`` with ``comm_type``, ``comm_size`` and ``pg_name``;
+  ``COMM_COLL_NODE`` with ``comm_type``, ``comm_size`` (as ASTRA-sim reads it: an
+  all-gather's is one rank's contribution, :func:`per_rank_factor`) and ``pg_name``;
 * ``data_deps`` are the op's dependencies, ``ctrl_deps`` the op before it on its lane
   (clustersim runs a lane's ops in order; ASTRA-sim learns that order from this edge);
 * attributes named ``clustersim.*`` (:mod:`.chakra_attrs`) keep what Chakra has no field
@@ -68,6 +69,25 @@ _OWN_FIELDS = {
     "arrivals": 0,
     "source": -1,
 }
+
+
+def per_rank_factor(op: Op) -> int:
+    """Chakra's ``comm_size`` × this = the op's ``nbytes``: the group size for an all-gather,
+    whose ``comm_size`` is each rank's contribution, else 1.
+
+    ASTRA-sim reads ``comm_size`` per collective type (its ring, astra-sim 7e526fb
+    ``native_collectives/collective_algorithm/Ring.cc``): an ALL_GATHER's is what each rank
+    contributes (``msg_size = data_size``, ``final_data_size = data_size × nodes``); an
+    ALL_REDUCE's, REDUCE_SCATTER's and ALL_TO_ALL's is the whole buffer of a rank
+    (``msg_size = data_size / nodes``). clustersim's ``nbytes`` is the whole buffer for
+    every collective (an all-gather's output), so only the all-gather differs."""
+    return len(op.group) if op.kind == COLLECTIVE and op.collective == "all_gather" else 1
+
+
+def comm_size(op: Op) -> int:
+    """The ``comm_size`` Chakra and ASTRA-sim read for a send, recv or collective
+    (:func:`per_rank_factor`), in whole bytes."""
+    return round(op.nbytes / per_rank_factor(op))
 
 
 def rank_file(folder: str | Path, rank: int) -> Path:
@@ -129,8 +149,9 @@ def _node(op: Op, program: Program, lane_before: int | None, groups: dict):
         if op.flops:
             a.append(attr(OWN + "flops", float(op.flops)))
     else:
-        a.append(attr("comm_size", min(round(op.nbytes), _INT64)))
-        if not isinstance(op.nbytes, int):  # a float byte count comes back as it was
+        size = comm_size(op)
+        a.append(attr("comm_size", min(size, _INT64)))
+        if size * per_rank_factor(op) != op.nbytes:  # a byte count comm_size cannot say comes back as it was
             a.append(attr(OWN + "nbytes", float(op.nbytes)))
     if op.kind in (SEND, RECV):
         peer = program.ops[op.peer]
