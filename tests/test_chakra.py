@@ -149,8 +149,10 @@ def test_exported_files_match_the_program(name, tmp_path):
             assert node["data_deps"] == list(op.deps)  # (no Program here depends across devices)
             lane = lanes[op.device, op.lane]
             k = lane.index(op)
-            assert node["ctrl_deps"] == ([lane[k - 1].id] if k else [])
             a = node["attr"]
+            serial = a.get("clustersim.serial", [])  # ASTRA-sim's one comm at a time (chakra_serial)
+            assert node["ctrl_deps"] == ([lane[k - 1].id] if k else []) + serial
+            assert not serial or (op.kind in (SEND, COLLECTIVE) and prog.ops[serial[0]].kind in (SEND, COLLECTIVE))
             assert a["clustersim.lane"] == op.lane and a["is_cpu_op"] is False
             if op.kind == COMPUTE:
                 assert node["duration_micros"] == round(op.duration * 1e6)

@@ -176,7 +176,9 @@ def import_chakra(folder: str | Path, num_gpus: int | None = None) -> Program:
         lane = rk.attr(node, OWN + "lane", _LANE[kind])
         before = last_on_lane.get((rk.rank, lane))
         deps = [new_id[rk.rank, d] for d in node.data_deps]
-        deps += [c for c in (new_id[rk.rank, d] for d in node.ctrl_deps) if c != before and c not in deps]
+        serial = rk.attr(node, OWN + "serial", [])  # ASTRA-sim's chain (chakra_serial), not the Program's
+        ctrl = (new_id[rk.rank, d] for d in node.ctrl_deps if d not in serial)
+        deps += [c for c in ctrl if c != before and c not in deps]
         remote = rk.attr(node, OWN + "remote_deps", [])
         for r, d in zip(remote[::2], remote[1::2]):
             if (r, d) not in new_id:
