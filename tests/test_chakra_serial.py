@@ -165,3 +165,17 @@ def test_clustersims_import_leaves_the_chain_out(tmp_path):
     assert chained  # (its sends and all-reduces sit on different lanes)
     back = import_chakra(tmp_path)
     assert [op.deps for op in back.ops] == [op.deps for op in prog.ops]
+
+
+@pytest.mark.parametrize(
+    "name,field",
+    [
+        ("ps-edge-16workers-20mbit", "parallel.parameter_server"),
+        ("two-jobs-oversubscribed-fat-tree", "jobs"),
+        ("gpt-7.5b-32gpu-gpu-fail", "faults"),
+    ],
+)
+def test_what_a_trace_cannot_describe_is_refused_with_the_reason(name, field, tmp_path):
+    with pytest.raises(cs.ScenarioError, match=f"^{field}: .*a Chakra trace .* holds one job's ranks"):
+        cs.export_chakra(ROOT / "scenarios" / f"{name}.yaml", tmp_path)
+    assert not list(tmp_path.iterdir())
