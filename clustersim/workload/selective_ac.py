@@ -1,0 +1,111 @@
+"""What a layer keeps under ``training.recompute: selective``, as each framework selects it.
+
+* **Megatron** (``megatron_2021``, ``megatron_core``) and DeepSpeed: Korthikanti et al.
+  2022 §5 — the attention core (scores to context) is recomputed, every other activation
+  kept (:mod:`.stage_builder`'s ``attention_core`` ops).
+* **torchtitan** (``fsdp2``): op-level selective activation checkpointing, the
+  ``activation_checkpoint.mode = 'selective'``, ``selective_ac_option = 'op'`` of its
+  Llama training configs (torchtitan/models/llama/train_configs/llama3_8b.toml). Each
+  transformer block runs under ``checkpoint_wrapper`` with a policy that saves the outputs
+  of the ops in ``_save_list`` — ``aten.mm`` except every second one, the SDPA kernels
+  (output and log-sum-exp) and the functional reduce-scatter — and recomputes all else in
+  the backward (torchtitan/parallelisms/parallelize_llama.py ``_apply_ac_to_transformer_block``,
+  commit eaea6f6, the one its docs/performance.md memory tables were measured with). The
+  block's input is kept by the checkpoint itself. A Llama block's matmuls run ``wq, wk, wv,
+  wo`` then ``w1, w3, w2`` (``w2(silu(w1(x)) * w3(x))``), so the policy keeps ``wq``, ``wv``,
+  ``w1`` and ``w2``'s outputs and recomputes ``wk``, ``wo`` and ``w3`` with the norms, RoPE,
+  the SwiGLU product and the residual adds.
+
+The op-level policy is modelled for the blocks torchtitan's policy was written for: dense
+Llama blocks without linear biases (a biased linear is ``addmm``, not ``mm``), without
+multi-head latent attention, and without context parallelism (ring attention calls SDPA
+once per ring step); other models are refused with the options that are modelled.
+"""
+
+from __future__ import annotations
+
+from ..errors import ScenarioError
+from .ops import TPComm, gemm
+from .transformer import TransformerConfig
+
+#: training.framework → how ``recompute: selective`` selects: ``attention_core``
+#: (Korthikanti) or torchtitan's ``op`` policy (module doc)
+SELECTIVE_POLICY = {
+    "megatron_2021": "attention_core",
+    "megatron_core": "attention_core",
+    "deepspeed": "attention_core",
+    "fsdp2": "op",
+}
+#: flash / SDPA log-sum-exp element size (fp32)
+LSE_BYTES = 4
+#: the ops of a Llama block torchtitan's op policy recomputes whole (the kernels after the
+#: saved outputs: norms, RoPE, the SwiGLU product, residual adds, the attention output
+#: projection ``wo`` — the 4th matmul)
+OP_RECOMPUTED = ("norm1", "rope", "attn_out", "residual1", "norm2", "mlp_act", "residual2")
+
+
+def policy_of(framework: str) -> str:
+    """How ``framework`` selects under ``recompute: selective`` (:data:`SELECTIVE_POLICY`)."""
+    return SELECTIVE_POLICY[framework]
+
+
+def check_op_policy(cfg: TransformerConfig, cp: int) -> None:
+    """Refuse a model the op-level policy is not modelled for (module doc)."""
+    why = (
+        "a MoE model"
+        if cfg.experts > 1
+        else "multi-head latent attention"
+        if cfg.mla
+        else "biased linears"
+        if cfg.bias or cfg.qkv_bias
+        else f"context parallelism {cp}"
+        if cp > 1
+        else ""
+    )
+    if why:
+        raise ScenarioError(
+            "training.recompute",
+            "selective",
+            f"torchtitan's op-level selective checkpointing (fsdp2) is modelled for dense Llama "
+            f"blocks, not {why}; use recompute none or full",
+        )
+
+
+def matmul_widths(cfg: TransformerConfig, tp: int) -> list[float]:
+    """Output elements per token of a Llama block's ``aten.mm`` calls in forward order on one
+    TP rank: ``wq, wk, wv`` (column-parallel), ``wo`` (row-parallel: the whole ``h`` before its
+    reduce-scatter), ``w1, w3`` (column-parallel; ``w3`` only gated) and ``w2`` (row-parallel)."""
+    d, h, f = cfg.head_dim, cfg.hidden, cfg.ffn_hidden
+    kv = max(1, cfg.n_kv // tp) * d
+    up = [f / tp, f / tp] if cfg.gated_mlp else [f / tp]
+    return [cfg.heads // tp * d, kv, kv, h, *up, h]
+
+
+def op_saved_bytes(cfg: TransformerConfig, b: int, tp: int, sp: bool, e: int) -> float:
+    """Bytes one block keeps for its backward under torchtitan's op policy (module doc): the
+    block input, every other matmul's output (the 1st, 3rd, …), SDPA's output and fp32
+    log-sum-exp, and with sequence parallelism the two reduce-scatters' outputs."""
+    tokens, h = b * cfg.seq_len, cfg.hidden
+    at = cfg.heads // tp
+    block_in = h / tp if sp else h
+    kept_mm = sum(matmul_widths(cfg, tp)[0::2])
+    sdpa = at * cfg.head_dim * e + at * LSE_BYTES
+    reduce_scatter = 2 * h / tp if sp else 0.0
+    return tokens * ((block_in + kept_mm + reduce_scatter) * e + sdpa)
+
+
+def op_recompute_ops(layer: list, cfg: TransformerConfig, b: int, tp: int, e: int) -> list:
+    """The ops a block's backward re-runs first under the op policy: the recomputed
+    kernels of ``layer`` (:data:`OP_RECOMPUTED`, their TP all-gathers) and the two matmuls
+    recomputed beside kept ones — ``wk`` (of the fused ``qkv``) and ``w3`` (of ``mlp_up``)."""
+    tokens, h = b * cfg.seq_len, cfg.hidden
+    widths = matmul_widths(cfg, tp)
+    rerun = [
+        op
+        for op in layer
+        if (op.fwd == "all_gather" if isinstance(op, TPComm) else op.name.partition(".")[0] in OP_RECOMPUTED)
+    ]
+    again = [gemm("wk", tokens, int(widths[1]), h, e)]
+    if cfg.gated_mlp:
+        again.append(gemm("w3", tokens, int(widths[5]), h, e))
+    return rerun + again
