@@ -21,20 +21,21 @@ a stage holds the larger of the two).
 
 from __future__ import annotations
 
-from .kernel_impls import impl_of
+from .kernel_impls import Impl, impl_of
 from .transformer import TransformerConfig
 
 #: bytes per local logit the loss keeps for the backward (the fp32 softmax): an activation
 SAVED_BYTES = 4
 
 
-def held_per_logit(kernels: str, e: int) -> float:
-    """Bytes per local logit the loss of ``kernels``' implementation holds at its most."""
-    a, c = impl_of(kernels, "cross_entropy").held
+def held_per_logit(impl: Impl, e: int) -> float:
+    """Bytes per logit of ``e`` bytes the cross-entropy ``impl`` holds at its most."""
+    a, c = impl.held
     return a * e + c
 
 
 def loss_working_bytes(cfg: TransformerConfig, b: int, tp: int, e: int, kernels: str) -> float:
     """Bytes the loss holds beyond its kept softmax over ``b`` sequences of ``cfg`` on one
     of ``tp`` vocab-parallel ranks (module doc)."""
-    return max(0.0, held_per_logit(kernels, e) - SAVED_BYTES) * b * cfg.seq_len * cfg.vocab / tp
+    held = held_per_logit(impl_of(kernels, "cross_entropy"), e)
+    return max(0.0, held - SAVED_BYTES) * b * cfg.seq_len * cfg.vocab / tp
