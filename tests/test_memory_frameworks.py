@@ -108,3 +108,45 @@ def test_stage_replicas_hold_their_own_groups_communicators():
     for dev, stage in ((0, 0), (14, 0), (15, 1)):
         held = prog.static_memory[dev].buffers - job.chunk_costs[stage].static.buffers
         assert held == int(process + pair + (ring if stage == 0 else 0))
+
+
+def test_torchtitan_op_level_selective_checkpointing_keeps_its_closed_form():
+    # torchtitan's op policy on a Llama 3 8B block: the block input, every other matmul's
+    # output (wq, wv, w1, w2 of wq wk wv wo w1 w3 w2), SDPA's output and its fp32 log-sum-exp;
+    # after the 32 blocks the final norm's and the output layer's inputs and the fp32 softmax
+    h, a, kv, d, f, vocab, layers, e = 4096, 32, 8, 128, 14336, 128256, 32, 2
+    (row,) = _rows("1", "FSDP")
+    tokens = int(row["local_batch"]) * int(row["seq_len"])
+    block = e * (h + a * d + kv * d + f + h) + e * a * d + 4 * a
+    head = 2 * h * e + 4 * vocab
+    kept = resolve(_torchtitan(row)).chunk_costs[0].activation_memory
+    assert kept == int(tokens * (layers * block + head))
+
+
+@pytest.mark.parametrize("table", ["1", "3"])
+def test_fsdp2_peak_is_within_torchtitans_max_reserved(table):
+    # Tables 1 and 3 (FSDP, selective = op-level SAC, local batch 2 at 8K): torchtitan
+    # reports the caching allocator's max reserved, which is at least what is allocated; the
+    # allocator's cache beyond it is not modelled (no public measurement separates it), so
+    # the prediction lies below the reading, within 15 % (8 GPUs 74.4 of 82.4 GiB, 128 GPUs
+    # 60.4 of 67.0; before op-level SAC and the loss's working set: 95.4 and 81.4)
+    (row,) = _rows(table, "FSDP")
+    peak = estimate_peak_memory(_torchtitan(row)) / GIB
+    measured = float(row["memory_gib"])
+    assert 0.85 * measured <= peak <= measured
+
+
+@pytest.mark.parametrize("table, techniques", [("1", "FSDP"), ("2", "FSDP + CP + torch.compile + Float8")])
+def test_the_estimate_holds_fsdp2s_gathered_buffers_as_the_run_does(table, techniques):
+    # FSDP2's gathers run ahead by the streams' waits: the next unit's copy-in may start
+    # before compute ops added ahead of it free their buffers; the replay without simulating
+    # counts it from there, so it reaches the simulated peak
+    sc = _torchtitan(_rows(table, techniques)[0]).with_overrides({"simulation.fidelity": "fast"})
+    simulated = cs.simulate(sc, progress=False).devices["peak_memory_bytes"].max()
+    assert estimate_peak_memory(sc) == simulated
+
+
+def test_op_level_selective_checkpointing_refuses_the_blocks_it_is_not_modelled_for():
+    sc = _torchtitan(_rows("1", "FSDP")[0]).with_overrides({"model.hf_config": "qwen3-30b-a3b"})
+    with pytest.raises(cs.ScenarioError, match="op-level selective"):
+        resolve(sc)
