@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import clustersim as cs
-from clustersim.experiments.memory import estimate_peak_memory
+from clustersim.experiments.memory import estimate_peak_memory, tightest_fit
 from clustersim.parallel.plan import Plan
 from clustersim.resolve import resolve
 from clustersim.validation.data import read_table
@@ -150,3 +150,55 @@ def test_op_level_selective_checkpointing_refuses_the_blocks_it_is_not_modelled_
     sc = _torchtitan(_rows("1", "FSDP")[0]).with_overrides({"model.hf_config": "qwen3-30b-a3b"})
     with pytest.raises(cs.ScenarioError, match="op-level selective"):
         resolve(sc)
+
+
+def _published(run: str) -> cs.Scenario:
+    """A published run's configuration (``published_run_configs.csv``) as a megatron_core
+    scenario on DGX nodes of its GPU."""
+    (row,) = [r for r in read_table("published_run_configs") if r["run"] == run]
+    pp, gpus = int(row["pp"]), int(row["gpus"])
+    return cs.load_scenario(
+        {
+            "name": run,
+            "cluster": {"preset": "dgx_h100", "nodes": gpus // 8, "gpu": row["gpu"]},
+            "model": {"hf_config": row["model"], "seq_len": int(row["seq_len"]), "attention": "flash"},
+            "training": {
+                "framework": "megatron_core",
+                "global_batch": int(row["global_batch"]),
+                "micro_batch": int(row["micro_batch"]),
+                "precision": row["precision"],
+                "recompute": row["recompute"],
+                "recompute_modules": row["recompute_modules"].split(),
+            },
+            "parallel": {"tp": int(row["tp"]), "pp": pp, "ep": int(row["ep"]), "partition": row["partition"]},
+            "simulation": {"network": "analytical"},
+        }
+    )
+
+
+def test_megatron_bridges_deepseek_v3_b200_configuration_fits_as_it_ran():
+    # PP 16 × EP 8 on 256 B200, bf16, recompute_modules [mla_up_proj]: stage 1 holds 15
+    # micro-batches of 4 MoE layers; recomputing MLA's up projections drops the Q, K, V its
+    # attention kernel keeps (1.9 GiB a micro-batch), so the fullest GPU holds 164.3 GiB of
+    # its 179.1 (without it, 191.9: out of memory, as the issue's run was flagged)
+    sc = _published("deepseek-v3-b200-bf16")
+    peak, capacity = tightest_fit(sc)
+    assert peak <= capacity
+
+
+def test_mla_up_projection_recompute_drops_the_attention_kernels_q_k_v():
+    # DeepSeek-V3's MLA under TP 1: the flash kernel keeps Q, K and V at the mean head dim
+    # (192 + 128) / 2 = 160 for its 128 heads — 3 · 160 · 128 bf16 values a token, a layer
+    sc = _published("deepseek-v3-b200-bf16")
+    kept = resolve(sc).chunk_costs[1].activation_memory
+    core = resolve(sc.with_overrides({"training.recompute_modules": ["core_attn"]})).chunk_costs[1]
+    assert core.activation_memory - kept == 4 * 4096 * 3 * 160 * 128 * 2
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"training.recompute": "none"}, {"model.hf_config": "llama-3-8b", "parallel.ep": 1}],
+)
+def test_recompute_modules_are_refused_where_they_cannot_apply(changes):
+    with pytest.raises(cs.ScenarioError, match="recompute_modules"):
+        resolve(_published("deepseek-v3-b200-bf16").with_overrides(changes))

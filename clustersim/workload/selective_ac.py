@@ -2,7 +2,13 @@
 
 * **Megatron** (``megatron_2021``, ``megatron_core``) and DeepSpeed: Korthikanti et al.
   2022 §5 — the attention core (scores to context) is recomputed, every other activation
-  kept (:mod:`.stage_builder`'s ``attention_core`` ops).
+  kept (the ``attention_core`` ops): Megatron-Core's ``recompute_modules`` default
+  ``core_attn``. ``training.recompute_modules`` names Megatron-Core's others this models
+  (megatron/core/transformer/transformer_config.py ``recompute_modules``):
+  ``mla_up_proj`` re-runs multi-head latent attention's up projections in the backward
+  and keeps only their latent inputs, so the Q, K and V the attention kernel would keep
+  are gone (``multi_latent_attention.py``, ``CheckpointWithoutOutput`` around the up
+  projections and RoPE; the attention kernel's output and log-sum-exp stay).
 * **torchtitan** (``fsdp2``): op-level selective activation checkpointing, the
   ``activation_checkpoint.mode = 'selective'``, ``selective_ac_option = 'op'`` of its
   Llama training configs (torchtitan/models/llama/train_configs/llama3_8b.toml). Each
@@ -25,7 +31,7 @@ once per ring step); other models are refused with the options that are modelled
 from __future__ import annotations
 
 from ..errors import ScenarioError
-from .ops import TPComm, gemm
+from .ops import LayerOp, TPComm, gemm
 from .transformer import TransformerConfig
 
 #: training.framework → how ``recompute: selective`` selects: ``attention_core``
@@ -36,6 +42,10 @@ SELECTIVE_POLICY = {
     "deepspeed": "attention_core",
     "fsdp2": "op",
 }
+#: Megatron-Core's ``recompute_modules`` default
+MEGATRON_MODULES = ("core_attn",)
+#: multi-head latent attention's up projections (:mod:`.mla`): ``q_proj`` without query compression
+MLA_UP = ("q_up", "q_proj", "kv_up")
 #: flash / SDPA log-sum-exp element size (fp32)
 LSE_BYTES = 4
 #: the ops of a Llama block torchtitan's op policy recomputes whole (the kernels after the
@@ -109,3 +119,44 @@ def op_recompute_ops(layer: list, cfg: TransformerConfig, b: int, tp: int, e: in
     if cfg.gated_mlp:
         again.append(gemm("w3", tokens, int(widths[5]), h, e))
     return rerun + again
+
+
+def check_modules(training, cfg: TransformerConfig, cp: int) -> tuple[str, ...]:
+    """The recompute modules of ``training`` (a ``TrainingSpec``) on model ``cfg``:
+    Megatron-Core's default unless stated; refused where they cannot apply."""
+    modules = training.recompute_modules
+    if modules is None:
+        return MEGATRON_MODULES
+    if training.recompute != "selective" or policy_of(training.framework) != "attention_core":
+        raise ScenarioError(
+            "training.recompute_modules",
+            modules,
+            f"Megatron's selective recompute (recompute: selective under a Megatron framework; "
+            f"here recompute {training.recompute!r}, framework {training.framework!r}); leave it unset",
+        )
+    if "mla_up_proj" in modules and not (cfg.mla and cfg.attention == "flash" and cp == 1):
+        raise ScenarioError(
+            "training.recompute_modules",
+            modules,
+            "mla_up_proj for a multi-head latent attention model with flash attention and no "
+            "context parallelism; drop it",
+        )
+    return tuple(modules)
+
+
+def module_recompute(layer: list, modules: tuple[str, ...], b: int, seq: int, at: int) -> tuple[list, float]:
+    """(the ops a layer's backward re-runs first, the bytes it no longer keeps) under
+    Megatron-Core's ``modules`` (module doc), ``at`` attention heads on this GPU, ``b``
+    sequences of ``seq`` tokens."""
+    rerun, dropped = [], 0.0
+    for op in layer:
+        if not isinstance(op, LayerOp):
+            continue
+        if op.attention_core and "core_attn" in modules:
+            rerun.append(op)
+            dropped += op.activation
+        elif op.name in MLA_UP and "mla_up_proj" in modules:
+            rerun.append(op)
+        elif op.name == "flash_attention" and "mla_up_proj" in modules:
+            dropped += op.activation - b * seq * at * LSE_BYTES  # its Q, K and V
+    return rerun, dropped

@@ -61,7 +61,15 @@ from .ops import ExpertRanks
 from .profile_rows import read_profile
 from .resolve import resolve_transformer
 from .segments import backward_items, compute_time, forward_items, launch_items, to_segments
-from .selective_ac import check_op_policy, op_recompute_ops, op_saved_bytes, policy_of
+from .selective_ac import (
+    MEGATRON_MODULES,
+    check_modules,
+    check_op_policy,
+    module_recompute,
+    op_recompute_ops,
+    op_saved_bytes,
+    policy_of,
+)
 from .stage_cost import StageCost, even_partition
 from .tp_overlap import TPOverlap, overlap_of
 from .transformer_ops import embedding_ops, layer_ops, mtp_ops, output_ops
@@ -150,6 +158,8 @@ class TrainSetup:
     fp8_recipe: str = "delayed"
     #: what ``recompute: selective`` keeps: ``attention_core`` or torchtitan's ``op`` policy (:mod:`.selective_ac`)
     selective: str = "attention_core"
+    #: Megatron-Core's ``recompute_modules`` under the ``attention_core`` policy (:mod:`.selective_ac`)
+    modules: tuple[str, ...] = MEGATRON_MODULES
 
     def __post_init__(self):
         if not self.shards:  # ZeRO shards over the whole DP group unless HSDP says fewer
@@ -372,9 +382,9 @@ def _layer_kind(cfg, st: TrainSetup, cm: CostModel, moe: bool, accumulate: bool)
         check_op_policy(cfg, st.cp)
         chosen = forward_items(op_recompute_ops(layer, cfg, b, tp, e), cm)
         kept = op_saved_bytes(cfg, b, tp, sp, e)
-    else:  # Korthikanti: the attention core recomputed
-        chosen = forward_items(layer, cm, core_only=True)
-        kept = sum(op.activation for op in layer if hasattr(op, "activation") and not op.attention_core)
+    else:  # Megatron's modules: the attention core (Korthikanti), MLA's up projections
+        rerun, dropped = module_recompute(layer, st.modules, b, cfg.seq_len, cfg.heads // tp)
+        chosen, kept = forward_items(rerun, cm), full_act - dropped
     rec = {"full": lf, "selective": chosen, "none": []}[st.recompute]
     act = {"none": full_act, "full": rep * e, "selective": kept}[st.recompute]
     work = {"none": 0.0, "full": full_act, "selective": max(0.0, full_act - act)}[st.recompute]
@@ -395,6 +405,7 @@ def transformer_chunk_costs(
     compiled once, and a chunk runs its layers in order."""
     st = TrainSetup.of(sc, gpu)
     cfg = resolve_transformer(sc.model)
+    st = replace(st, modules=check_modules(sc.training, cfg, st.cp))
     if st.cp > 1:  # every op but attention's core runs on the GPU's s/cp tokens
         cfg = replace(cfg, seq_len=cfg.seq_len // st.cp)
     cm = _cost_model(sc, st)
