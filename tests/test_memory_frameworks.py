@@ -207,3 +207,15 @@ def test_mla_up_projection_recompute_drops_the_attention_kernels_q_k_v():
 def test_recompute_modules_are_refused_where_they_cannot_apply(changes):
     with pytest.raises(cs.ScenarioError, match="recompute_modules"):
         resolve(_published("deepseek-v3-b200-bf16").with_overrides(changes))
+
+
+def test_torchtitan_op_level_selective_checkpointing_reruns_wk_wo_and_w3():
+    # the backward re-runs, per block, the matmuls whose outputs the policy did not keep:
+    # wk (h → kv·d), wo (a·d → h) and w3 (h → f), 2·tokens·k·n FLOPs each
+    h, kvd, f, layers = 4096, 8 * 128, 14336, 32
+    (row,) = _rows("1", "FSDP")
+    tokens = int(row["local_batch"]) * int(row["seq_len"])
+    sc = _torchtitan(row)
+    op = resolve(sc).chunk_costs[0].backward_flops
+    none = resolve(sc.with_overrides({"training.recompute": "none"})).chunk_costs[0].backward_flops
+    assert op - none == pytest.approx(layers * 2 * tokens * h * (kvd + h + f), rel=1e-12)
