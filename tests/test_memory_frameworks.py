@@ -202,7 +202,11 @@ def test_mla_up_projection_recompute_drops_the_attention_kernels_q_k_v():
 
 @pytest.mark.parametrize(
     "changes",
-    [{"training.recompute": "none"}, {"model.hf_config": "llama-3-8b", "parallel.ep": 1}],
+    [
+        {"training.recompute": "none"},
+        {"model.hf_config": "llama-3-8b", "parallel.ep": 1},
+        {"model.hf_config": "llama-3-8b", "parallel.ep": 1, "training.recompute_modules": ["moe_act"]},
+    ],
 )
 def test_recompute_modules_are_refused_where_they_cannot_apply(changes):
     with pytest.raises(cs.ScenarioError, match="recompute_modules"):
@@ -219,3 +223,13 @@ def test_torchtitan_op_level_selective_checkpointing_reruns_wk_wo_and_w3():
     op = resolve(sc).chunk_costs[0].backward_flops
     none = resolve(sc.with_overrides({"training.recompute": "none"})).chunk_costs[0].backward_flops
     assert op - none == pytest.approx(layers * 2 * tokens * h * (kvd + h + f), rel=1e-12)
+
+
+def test_moe_activation_recompute_drops_the_routed_experts_down_projection_inputs():
+    # PP 16 × EP 8, 4 MoE layers a stage: each EP rank's 32 experts take 4,096 tokens × top-8
+    # / 8 ranks × 8 ranks' tokens = 32,768 token copies, whose 2,048-wide activation outputs
+    # (bf16) the down projections would keep
+    sc = _published("deepseek-v3-b200-bf16")
+    kept = resolve(sc).chunk_costs[1].activation_memory
+    both = {"training.recompute_modules": ["mla_up_proj", "moe_act"]}
+    assert kept - resolve(sc.with_overrides(both)).chunk_costs[1].activation_memory == 4 * 4096 * 8 * 2048 * 2

@@ -8,7 +8,9 @@
   ``mla_up_proj`` re-runs multi-head latent attention's up projections in the backward
   and keeps only their latent inputs, so the Q, K and V the attention kernel would keep
   are gone (``multi_latent_attention.py``, ``CheckpointWithoutOutput`` around the up
-  projections and RoPE; the attention kernel's output and log-sum-exp stay).
+  projections and RoPE; the attention kernel's output and log-sum-exp stay); ``moe_act``
+  re-runs the routed experts' activation function, so its output — the down projection's
+  input — is not kept (``experts.py``, ``CheckpointWithoutOutput`` around the activation).
 * **torchtitan** (``fsdp2``): op-level selective activation checkpointing, the
   ``activation_checkpoint.mode = 'selective'``, ``selective_ac_option = 'op'`` of its
   Llama training configs (torchtitan/models/llama/train_configs/llama3_8b.toml). Each
@@ -31,7 +33,7 @@ once per ring step); other models are refused with the options that are modelled
 from __future__ import annotations
 
 from ..errors import ScenarioError
-from .ops import LayerOp, TPComm, gemm
+from .ops import ExpertRanks, LayerOp, TPComm, gemm
 from .transformer import TransformerConfig
 
 #: training.framework → how ``recompute: selective`` selects: ``attention_core``
@@ -134,6 +136,8 @@ def check_modules(training, cfg: TransformerConfig, cp: int) -> tuple[str, ...]:
             f"Megatron's selective recompute (recompute: selective under a Megatron framework; "
             f"here recompute {training.recompute!r}, framework {training.framework!r}); leave it unset",
         )
+    if "moe_act" in modules and cfg.experts <= 1:
+        raise ScenarioError("training.recompute_modules", modules, "moe_act for a MoE model; drop it")
     if "mla_up_proj" in modules and not (cfg.mla and cfg.attention == "flash" and cp == 1):
         raise ScenarioError(
             "training.recompute_modules",
@@ -150,9 +154,17 @@ def module_recompute(layer: list, modules: tuple[str, ...], b: int, seq: int, at
     sequences of ``seq`` tokens."""
     rerun, dropped = [], 0.0
     for op in layer:
+        if isinstance(op, ExpertRanks) and "moe_act" in modules:
+            rerun.append(op.map(lambda ops: [o for o in ops if o.name == "expert_act"]))
+            dropped += op.activation - max(
+                sum(o.activation for o in ops if o.name != "expert_down") for ops in op.ranks
+            )
         if not isinstance(op, LayerOp):
             continue
-        if op.attention_core and "core_attn" in modules:
+        if op.name in ("expert_act", "expert_down") and "moe_act" in modules:  # experts on this GPU
+            rerun += [op] if op.name == "expert_act" else []
+            dropped += op.activation if op.name == "expert_down" else 0.0
+        elif op.attention_core and "core_attn" in modules:
             rerun.append(op)
             dropped += op.activation
         elif op.name in MLA_UP and "mla_up_proj" in modules:
