@@ -17,8 +17,9 @@
   transformer block runs under ``checkpoint_wrapper`` with a policy that saves the outputs
   of the ops in ``_save_list`` — ``aten.mm`` except every second one, the SDPA kernels
   (output and log-sum-exp) and the functional reduce-scatter — and recomputes all else in
-  the backward (torchtitan/parallelisms/parallelize_llama.py ``_apply_ac_to_transformer_block``,
-  commit eaea6f6, the one its docs/performance.md memory tables were measured with). The
+  the backward (torchtitan/parallelisms/parallelize_llama.py ``_apply_ac_to_transformer_block``
+  at 004b314, of the time of its docs/performance.md memory tables; its list names the
+  flash and memory-efficient SDPA kernels, later ones also cuDNN's). The
   block's input is kept by the checkpoint itself. A Llama block's matmuls run ``wq, wk, wv,
   wo`` then ``w1, w3, w2`` (``w2(silu(w1(x)) * w3(x))``), so the policy keeps ``wq``, ``wv``,
   ``w1`` and ``w2``'s outputs and recomputes ``wk``, ``wo`` and ``w3`` with the norms, RoPE,
