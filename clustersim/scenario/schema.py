@@ -99,6 +99,12 @@ class TrainingSpec(_Spec):
     #: unset: the framework profile's on that GPU
     fp8_recipe: Literal["delayed", "current", "block", "mxfp8", "nvfp4"] | None = None
     recompute: Literal["none", "selective", "full"] = "none"
+    #: with ``recompute: selective`` under a Megatron framework, the modules recomputed
+    #: (Megatron-Core's ``recompute_modules``; None: its default ``[core_attn]``;
+    #: clustersim.workload.selective_ac)
+    recompute_modules: list[Literal["core_attn", "mla_up_proj", "moe_act"]] | None = Field(
+        default=None, min_length=1
+    )
     optimizer: Literal["adam", "sgd"] = "adam"
     mode: Literal["train", "inference"] = "train"
     arrival: ArrivalSpec | None = None

@@ -28,6 +28,7 @@ experts on ranks by cutting this list.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -130,7 +131,10 @@ def expert_ops(
         ops += _expert("expert", n, h, ft * (mats - 1), ft, e, cfg.gated_mlp)
     if shared and cfg.shared_ffn_hidden:
         sft = cfg.shared_ffn_hidden // etp
-        ops += _expert("shared_expert", shared, h, sft * (mats - 1), sft, e, cfg.gated_mlp)
+        up, *rest = _expert("shared_expert", shared, h, sft * (mats - 1), sft, e, cfg.gated_mlp)
+        # its input is the router's (the normed hidden state, the sequence-parallel shard a
+        # linear keeps under SP): one tensor, kept once — by the router GEMM
+        ops += [replace(up, activation=0.0), *rest]
     return ops
 
 

@@ -54,12 +54,22 @@ from .fp8_recipes import check_recipe, default_recipe
 from .grad_accumulation import with_grad_accumulation
 from .host import dispatch_s, host_waits
 from .kernel_impls import DEFAULT_KERNELS
+from .loss_memory import loss_working_bytes
 from .memory_model import DTYPE_BYTES, ELEMENT_BYTES, static_bytes, zero_shards
 from .moe_dispatch import ExpertSplit, dispatch_buffer_bytes
 from .ops import ExpertRanks
 from .profile_rows import read_profile
 from .resolve import resolve_transformer
 from .segments import backward_items, compute_time, forward_items, launch_items, to_segments
+from .selective_ac import (
+    MEGATRON_MODULES,
+    check_modules,
+    check_op_policy,
+    module_recompute,
+    op_recompute_ops,
+    op_saved_bytes,
+    policy_of,
+)
 from .stage_cost import StageCost, even_partition
 from .tp_overlap import TPOverlap, overlap_of
 from .transformer_ops import embedding_ops, layer_ops, mtp_ops, output_ops
@@ -127,6 +137,7 @@ class TrainSetup:
             fp32_params=par.zero == 3 and bool(par.data_parallel) and bool(par.data_parallel.fsdp2),
             kernels=tr.memory_kernels or tr.framework,
             fp8_recipe=tr.fp8_recipe or default_recipe(tr.framework, gpu or sc.cluster.gpu),
+            selective=policy_of(tr.framework),
         )
 
     shards: int = 0
@@ -149,6 +160,10 @@ class TrainSetup:
     kernels: str = DEFAULT_KERNELS
     #: Transformer Engine's recipe under FP8 (``training.fp8_recipe`` or the profile's; :mod:`.fp8_recipes`)
     fp8_recipe: str = "delayed"
+    #: what ``recompute: selective`` keeps: ``attention_core`` or torchtitan's ``op`` policy (:mod:`.selective_ac`)
+    selective: str = "attention_core"
+    #: Megatron-Core's ``recompute_modules`` under the ``attention_core`` policy (:mod:`.selective_ac`)
+    modules: tuple[str, ...] = MEGATRON_MODULES
 
     def __post_init__(self):
         if not self.shards:  # ZeRO shards over the whole DP group unless HSDP says fewer
@@ -370,17 +385,18 @@ def _layer_kind(cfg, st: TrainSetup, cm: CostModel, moe: bool, accumulate: bool)
     lf, lb = forward_items(layer, cm, overlap=ov), backward_items(layer, cm, overlap=ov)
     lbi = backward_items(layer, cm, weight=False, overlap=ov)
     lw = backward_items(layer, cm, inputs=False, overlap=ov)
-    rec = {"full": lf, "selective": forward_items(layer, cm, core_only=True), "none": []}[st.recompute]
     full_act = sum(op.activation for op in layer if hasattr(op, "activation"))
     rep = b * cfg.seq_len * cfg.hidden / (tp if sp else 1)
-    act = {
-        "none": full_act,
-        "full": rep * e,
-        "selective": sum(
-            op.activation for op in layer if hasattr(op, "activation") and not op.attention_core
-        ),
-    }[st.recompute]
-    work = {"none": 0.0, "full": full_act, "selective": full_act - act}[st.recompute]
+    if st.recompute == "selective" and st.selective == "op":  # torchtitan's op-level policy
+        check_op_policy(cfg, st.cp)
+        chosen = forward_items(op_recompute_ops(layer, cfg, b, tp, e), cm)
+        kept = op_saved_bytes(cfg, b, tp, sp, e)
+    else:  # Megatron's modules: the attention core (Korthikanti), MLA's up projections
+        rerun, dropped = module_recompute(layer, st.modules, b, cfg.seq_len, cfg.heads // tp)
+        chosen, kept = forward_items(rerun, cm), full_act - dropped
+    rec = {"full": lf, "selective": chosen, "none": []}[st.recompute]
+    act = {"none": full_act, "full": rep * e, "selective": kept}[st.recompute]
+    work = {"none": 0.0, "full": full_act, "selective": max(0.0, full_act - act)}[st.recompute]
     params = sum(op.params for op in layer if hasattr(op, "params"))
     expert = sum(op.params for op in layer if isinstance(op, ExpertRanks))
     dispatch = dispatch_buffer_bytes(cfg, b, tp, e, st.split) if expert else 0.0
@@ -410,6 +426,7 @@ def transformer_chunk_costs(
     compiled once, and a chunk runs its layers in order."""
     st = TrainSetup.of(sc, gpu)
     cfg = resolve_transformer(sc.model)
+    st = replace(st, modules=check_modules(sc.training, cfg, st.cp))
     if st.cp > 1:  # every op but attention's core runs on the GPU's s/cp tokens
         cfg = replace(cfg, seq_len=cfg.seq_len // st.cp)
     cm = _cost_model(sc, st)
@@ -425,6 +442,8 @@ def transformer_chunk_costs(
     order = cfg.layer_kinds()
     kinds = {moe: _layer_kind(cfg, st, km, moe, fixed.grad_accumulation) for moe in sorted(set(order))}
     tied = int(cfg.vocab * cfg.hidden / tp * GRAD_COMM_BYTES[st.precision])
+    training = sc.training.mode != "inference"
+    loss_work = loss_working_bytes(cfg, b, tp, e, st.kernels) if training else 0.0
     send = b * cfg.seq_len * cfg.hidden * e / tp
     partition = partition or even_partition(cfg.layers, chunks)
 
@@ -447,7 +466,8 @@ def transformer_chunk_costs(
         extra = [op for op in pre + post if hasattr(op, "params")]
         params = sum(c * kinds[moe].params for moe, c in count.items()) + sum(op.params for op in extra)
         act_mem = sum(c * kinds[moe].act for moe, c in count.items()) + sum(op.activation for op in extra)
-        work = max((kinds[moe].work for moe in count), default=0.0)
+        # the recompute working set, or on the last chunk the loss's if larger (:mod:`.loss_memory`)
+        work = max([kinds[moe].work for moe in count] + [loss_work if last else 0.0])
         buffers = work + sum(c * kinds[moe].fp8_cache for moe, c in count.items())
         buffers += max((kinds[moe].dispatch for moe in count), default=0.0)  # one layer exchanges at a time
         expert = sum(c * kinds[moe].expert for moe, c in count.items())
