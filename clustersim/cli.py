@@ -183,9 +183,11 @@ def cmd_validate(args) -> int:
 PARALLEL_OPTIONS = [
     ("ep", "expert parallelism: a MoE model's routed experts over ep GPUs of each stage"),
     ("etp", "expert-tensor-parallel size (unset: tp)"),
-    ("moe_token_dispatcher", "alltoall | allgather"),
+    ("moe_token_dispatcher", "alltoall | allgather | flex (DeepEP)"),
     ("moe_shared_expert_overlap", "the shared expert beside the dispatch all-to-alls"),
     ("moe_permute_fusion", "Transformer Engine's fused permute / unpermute kernels"),
+    ("moe_expert_mlp", "sequential | te_grouped | grouped (the experts' GEMM launches)"),
+    ("moe_host_sync", "the host waits for the device before each MoE dispatch"),
     ("cp", "context parallelism: each sequence split over cp GPUs (flash attention)"),
     ("cp_comm_type", "p2p (ring attention) | a2a (Ulysses)"),
     ("virtual_stages", "model chunks per stage (interleaved; zb_v, dualpipe_v: 2)"),

@@ -2,7 +2,7 @@
 
 A GPU holds, for the whole run, its model chunks' **weights**, **grads** (the gradient
 buffers), **optimizer** state and **buffers** (point-to-point send/recv buffers, the
-recompute working set) — the cost model prices each per chunk
+recompute working set or the loss's, whichever is larger) — the cost model prices each per chunk
 (:class:`clustersim.workload.stage_cost.StageCost`), a compiler sums them per device into
 ``Program.static_memory`` — plus **stashed** weight versions a schedule keeps beyond the
 one it trains (PipeDream-2BW's second copy for the whole run; PipeDream's one per

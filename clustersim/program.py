@@ -18,6 +18,7 @@ from __future__ import annotations
 import operator
 import sys
 from collections import Counter
+from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter, contains, eq, itemgetter, le
 
@@ -216,6 +217,15 @@ class Op:
 _ROW = operator.attrgetter(*Op.__slots__)
 
 
+@dataclass
+class _Ahead:
+    """Allocations the memory replay counts ahead of their Program place: the ops' ids, and
+    by the id of the op they may start right after (-1: before any), those ops."""
+
+    hoisted: set[int] = field(default_factory=set)
+    after: dict[int, list[Op]] = field(default_factory=dict)
+
+
 class Program:
     """Per-device ordered ops with dependencies, plus the static memory of each device."""
 
@@ -256,23 +266,52 @@ class Program:
     def memory_peaks(self) -> list[tuple[int, int]]:
         """Per device, (peak bytes, stashed weight bytes held at that peak — a static second
         copy and the versions ops stashed): the memory ledger replayed over the ops
-        without running them. A device's allocating and
-        freeing ops (a pass's first and last) run one after another, each pass after the
-        previous one on its GPU, so their Program order is their time order and the
-        replay's peak is the one the engine's ledger reaches."""
+        without running them. A device's compute-lane ops (a pass's first and last, which
+        allocate and free its activations) run one after another, each pass after the
+        previous one on its GPU, so their Program order is their time order. An op on
+        another lane (a prefetched all-gather or its copy-in) may start as soon as its
+        dependencies and its lane's previous op have ended — ahead of compute ops added
+        before it, whose frees may come later — so its allocation is counted from there:
+        right after the last of those ops in Program order. The replay's peak is then at
+        least the one the engine's ledger reaches."""
         live = [m.total for m in self.static_memory]
         stash = [m.stashed for m in self.static_memory]
         peaks = list(zip(live, stash))
-        for op in self.ops:
+        ahead = self._allocations_ahead()
+
+        def alloc(op: Op) -> None:
             d = op.device
-            if op.mem_alloc:
-                live[d] += op.mem_alloc
-                stash[d] += op.stash_alloc
-                if live[d] > peaks[d][0]:
-                    peaks[d] = (live[d], stash[d])
-            live[d] -= op.mem_free
-            stash[d] -= op.stash_free
+            live[d] += op.mem_alloc
+            stash[d] += op.stash_alloc
+            if live[d] > peaks[d][0]:
+                peaks[d] = (live[d], stash[d])
+
+        for early in ahead.after.get(-1, ()):
+            alloc(early)
+        for op in self.ops:
+            if op.mem_alloc and op.id not in ahead.hoisted:
+                alloc(op)
+            live[op.device] -= op.mem_free
+            stash[op.device] -= op.stash_free
+            for early in ahead.after.get(op.id, ()):
+                alloc(early)
         return peaks
+
+    def _allocations_ahead(self) -> _Ahead:
+        """The allocating ops off the compute lane whose earliest start (after their
+        dependencies and their lane's previous op) is before their place in Program order,
+        keyed by the op they may start right after (:meth:`memory_peaks`)."""
+        out = _Ahead()
+        prev: dict[tuple[int, str], int] = {}
+        for op in self.ops:
+            key = (op.device, op.lane)
+            if op.mem_alloc and op.lane != COMPUTE:
+                start = max((*op.deps, prev.get(key, -1)), default=-1)
+                if start < op.id - 1:
+                    out.hoisted.add(op.id)
+                    out.after.setdefault(start, []).append(op)
+            prev[key] = op.id
+        return out
 
     def lanes(self) -> dict[tuple[int, str], list[Op]]:
         """Ops grouped by (device, lane), each list in execution order (do not mutate)."""

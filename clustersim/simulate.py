@@ -22,7 +22,7 @@ from .engine.dag import choose_evaluator
 from .engine.interpreter import Engine
 from .engine.network_setup import build_network
 from .engine.variability import compute_scales
-from .errors import SimulationStall
+from .errors import ScenarioError, SimulationStall
 from .hardware.node_groups import device_memory
 from .program import Program
 from .progress import Reporter, SimProgress
@@ -59,11 +59,39 @@ def export_chakra(
     """Write the Program of ``scenario`` (a Scenario, a YAML path, a dict, or a Program
     itself) to ``folder`` as Chakra ET files, one per rank, plus ``comm_group.json``
     (:mod:`clustersim.interop.chakra_export`, docs/interop.md); returns the rank files.
-    ``model: {kind: trace, chakra: folder}`` reads them back into the same Program."""
-    prog = scenario if isinstance(scenario, Program) else compile_scenario(load_scenario(scenario))
+    ``model: {kind: trace, chakra: folder}`` reads them back into the same Program.
+
+    A scenario is compiled unfolded (ASTRA-sim replays every rank); a parameter-server,
+    multi-job or fault scenario is refused, naming the field that makes it one: Chakra
+    traces describe one job's ranks and collectives, with no server, no second job's
+    placement and no failure (a Program compiled from such a scenario is still written,
+    for clustersim's own round trip)."""
+    if isinstance(scenario, Program):
+        prog = scenario
+    else:
+        sc = load_scenario(scenario)
+        _exportable(sc)
+        prog = compile_scenario(sc, fold=False)
     from .interop.chakra_export import export_chakra as write_chakra  # (protobuf: only for this)
 
     return write_chakra(prog, folder)
+
+
+def _exportable(sc: Scenario | MultiJobScenario) -> None:
+    """Refuse what a Chakra trace cannot describe (:func:`export_chakra`)."""
+    why = "a Chakra trace (ASTRA-sim's input) holds one job's ranks and collectives: "
+    if isinstance(sc, MultiJobScenario):
+        raise ScenarioError("jobs", f"{len(sc.jobs)} jobs", why + "export each job's scenario on its own")
+    if sc.faults or sc.recovery is not None:
+        raise ScenarioError(
+            "faults", "set", why + "no failures or recovery; export the scenario without them"
+        )
+    if sc.parallel.parameter_server is not None:
+        raise ScenarioError(
+            "parallel.parameter_server",
+            "set",
+            why + "no parameter servers; accepted: all-reduce data parallelism",
+        )
 
 
 def simulate(scenario: Scenario | Job | str | Path | dict[str, Any], progress: bool | str = "auto") -> Result:

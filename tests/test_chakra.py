@@ -149,14 +149,24 @@ def test_exported_files_match_the_program(name, tmp_path):
             assert node["data_deps"] == list(op.deps)  # (no Program here depends across devices)
             lane = lanes[op.device, op.lane]
             k = lane.index(op)
-            assert node["ctrl_deps"] == ([lane[k - 1].id] if k else [])
             a = node["attr"]
+            serial = a.get("clustersim.serial", [])  # ASTRA-sim's one comm at a time (chakra_serial)
+            assert node["ctrl_deps"] == ([lane[k - 1].id] if k else []) + serial
+            assert not serial or (
+                op.kind in (SEND, COLLECTIVE) and prog.ops[serial[0]].kind in (SEND, COLLECTIVE)
+            )
             assert a["clustersim.lane"] == op.lane and a["is_cpu_op"] is False
             if op.kind == COMPUTE:
                 assert node["duration_micros"] == round(op.duration * 1e6)
                 assert a["clustersim.duration_s"] == op.duration
-            else:
-                assert a["comm_size"] == op.nbytes
+            else:  # ASTRA-sim's meaning (Ring.cc): an all-gather's comm_size is one rank's part
+                per_rank = op.kind == COLLECTIVE and op.collective == "all_gather"
+                want = op.nbytes / len(op.group) if per_rank else op.nbytes
+                assert a["comm_size"] == round(want)
+                assert (
+                    a.get("clustersim.nbytes", a["comm_size"] * (len(op.group) if per_rank else 1))
+                    == op.nbytes
+                )
             if op.kind in (SEND, RECV):
                 peer = prog.ops[op.peer]
                 send, recv = (op, peer) if op.kind == SEND else (peer, op)
@@ -298,7 +308,9 @@ def test_missing_dependency_names_file_and_node(tmp_path):
     assert "depends on node 987654, which this file does not hold" in msg
 
 
-@pytest.mark.parametrize("node_type,words", [(42, "unknown"), (2, "MEM_LOAD_NODE is not simulated")])
+@pytest.mark.parametrize(
+    "node_type,words", [(42, "unknown"), (8, "unknown"), (2, "MEM_LOAD_NODE is not simulated")]
+)
 def test_node_types_clustersim_cannot_run(tmp_path, node_type, words):
     files = _four_ranks(tmp_path)
     _rewrite(files[0], lambda nodes: setattr(nodes[0], "type", node_type))

@@ -12,6 +12,7 @@ import clustersim as cs
 from clustersim.errors import ScenarioError
 from clustersim.hardware.datasheets import datasheet
 from clustersim.hardware.gpus import get_gpu
+from clustersim.validation.te_gemms import GEMM_ONLY, TE_GPUS, quantize_rows
 from clustersim.workload.calibration import calibration
 from clustersim.workload.fp8 import fp8_cache_bytes, fp8_gemm_time, fp8_linear_params, te_fp8_layer
 from clustersim.workload.fp8_recipes import (
@@ -71,44 +72,19 @@ def test_per_tensor_recipes_share_the_calibrated_fp8_gemm():
     assert d == c
 
 
-# TE's benchmark (data/te_fp8_recipe_gemms.csv): 12 GEMM shapes of a 5B layer, each run as
-# te.Linear(x) with x not requiring grad — X quantized for both usages, W rowwise only
-# (linear.py: weight columnwise_usage = inp.requires_grad) — every call.
-M, HID, FFN = 15872, 4096, 16384
-SHAPES = [  # M × K × N: fprop, dgrad, wgrad
-    *((M, HID, 3 * HID), (M, HID, HID), (M, HID, FFN), (M, FFN, HID)),
-    *((M, 3 * HID, HID), (M, HID, HID), (M, FFN, HID), (M, HID, FFN)),
-    *((HID, M, 3 * HID), (HID, M, HID), (HID, M, FFN), (FFN, M, HID)),
-]
-
-
-def _benchmark_quantize_ms(gpu: str, recipe: str) -> float:
-    t = 0.0
-    for m, k, n in SHAPES:
-        t += fp8_gemm_time(gpu, m, n, k, [m * k], recipe=recipe).cast_s
-        t += fp8_gemm_time(gpu, m, n, k, [k * n], recipe=recipe, both_usages=False).cast_s
-    return t * 1e3
-
-
-@pytest.mark.parametrize(
-    "tested,priced_as,recipe,gemm_only",
-    [
-        ("H200 NVL", H200, "current", "current"),  # same 4.8 TB/s HBM3e as the SXM part
-        ("H200 NVL", H200, "delayed", "current"),  # delayed has no pre-quantized run: current's GEMMs
-        ("B300 SXM6 AC", B200, "current", "current"),  # B300: B200's 8 TB/s and calibration
-        ("B300 SXM6 AC", B200, "delayed", "current"),
-        ("B300 SXM6 AC", B200, "mxfp8", "mxfp8"),
-        ("B300 SXM6 AC", B200, "nvfp4", "nvfp4"),
-    ],
-)
-def test_quantize_cost_matches_te_autocast_less_prequantized(tested, priced_as, recipe, gemm_only):
-    """Measured quantize time = autocast − pre-quantized per-layer ms. Tolerance: 10 % plus the
-    run-to-run spread of the same table (its BF16 autocast vs pre-quantized rows, which
-    quantize nothing: 0.05 ms on H200 NVL, 0.34 ms on B300)."""
+@pytest.mark.parametrize("row", quantize_rows(), ids=lambda r: f"{r.gpu}-{r.what}")
+def test_quantize_cost_matches_te_autocast_less_prequantized(row):
+    """Measured quantize time = TE's autocast − pre-quantized per-layer ms (12 te.Linear calls:
+    X for both usages, W rowwise only); bound 10 % plus the table's run-to-run spread (its
+    BF16 autocast vs pre-quantized rows, which quantize nothing: 0.05 ms on H200 NVL, 0.34 ms
+    on B300) — :mod:`clustersim.validation.te_gemms`."""
     ms = _layer_ms()
-    measured = ms[tested, recipe, "autocast"] - ms[tested, gemm_only, "prequantized"]
-    spread = abs(ms[tested, "bf16", "autocast"] - ms[tested, "bf16", "prequantized"])
-    assert abs(_benchmark_quantize_ms(priced_as, recipe) - measured) <= 0.10 * measured + spread
+    te = {v: k for k, v in TE_GPUS.items()}[row.gpu]
+    spread = abs(ms[te, "bf16", "autocast"] - ms[te, "bf16", "prequantized"])
+    recipe = row.what.split()[0]
+    measured = ms[te, recipe, "autocast"] - ms[te, GEMM_ONLY[recipe], "prequantized"]
+    assert row.measured_ms == measured
+    assert abs(row.model_ms - measured) <= 0.10 * measured + spread
 
 
 def test_gemm_factors_are_the_benchmark_ratios():
@@ -138,10 +114,11 @@ def test_a_low_precision_gemm_never_beats_its_peak(gpu_recipe, m, n, k):
     assert t.gemm_s >= 2.0 * m * n * k / peak
 
 
-def _casts(ops):
-    """(elements, recipe) of every quantization a layer's ops run."""
+def _casts(ops, fused: bool = False):
+    """(elements, recipe) of every quantization a layer's ops run by a quantize kernel of
+    their own (``fused``: by the TE norm kernel before the GEMM)."""
     works = [w for op in ops if isinstance(op, LayerOp) for w in (op.fwd, op.bwd_input, op.bwd_weight)]
-    return [(e, w.fp8_recipe) for w in works if w.fp8_casts for e in w.fp8_casts]
+    return [(e, w.fp8_recipe) for w in works for e in (w.fp8_norm_casts if fused else w.fp8_casts or ())]
 
 
 @pytest.mark.parametrize("recipe", ["delayed", "current", "block"])
@@ -150,14 +127,43 @@ def test_a_layers_cast_bytes_match_the_closed_form(recipe, t, sp):
     """Per micro-batch a GPT layer quantizes the inputs X of its four linears (the LN output
     sbh, gathered under SP; the attention context sbh/t; the LN output sbh; the GeLU output
     4sbh/t) and their output gradients dY (3sbh/t, sbh, 4sbh/t, sbh), each at the recipe's
-    bytes per element."""
+    bytes per element — the two LN outputs by TE's norm kernel where the recipe fuses it
+    (delayed, current: :func:`test_a_norm_quantizes_its_output_as_te_fuses_it`)."""
     s, b, h = GPT.seq_len, 1, GPT.hidden
-    casts = _casts(te_fp8_layer(layer_ops(GPT, b, t, sp, 2), recipe))
+    ops = te_fp8_layer(layer_ops(GPT, b, t, sp, 2), recipe)
+    casts, fused = _casts(ops), _casts(ops, fused=True)
+    ln = 2 * s * b * h if RECIPES[recipe].norm_fusion else 0
     x = s * b * h + s * b * h // t + s * b * h + 4 * s * b * h // t
     dy = 3 * s * b * h // t + s * b * h + 4 * s * b * h // t + s * b * h
-    assert sum(e for e, _ in casts) == x + dy
+    assert sum(e for e, _ in casts) == x + dy - ln and sum(e for e, _ in fused) == ln
     cast_bytes = sum(e * cast_bytes_per_element(RECIPES[r], H100) for e, r in casts)
-    assert cast_bytes == pytest.approx((x + dy) * CLOSED[H100, recipe], rel=1e-12)
+    assert cast_bytes == pytest.approx((x + dy - ln) * CLOSED[H100, recipe], rel=1e-12)
+
+
+# the quantize a TE norm leaves for its LayerNormLinear / LayerNormMLP output: (kernels,
+# bytes per element). Delayed: the norm writes FP8 itself, Hopper then transposes it (read
+# 1 + write 1); current: the norm takes the amax, the scale + cast_transpose remain (the
+# amax kernel and its 2-byte read go); block / MXFP8: unfused, the recipe's own quantize
+NORM_FUSED = {
+    (H100, "delayed"): (1, 1 + 1),
+    (B200, "delayed"): (0, 0),
+    (H100, "current"): (2, CLOSED[H100, "current"] - 2),
+    (B200, "current"): (2, CLOSED[B200, "current"] - 2),
+    (H100, "block"): (1, CLOSED[H100, "block"]),
+    (B200, "mxfp8"): (2, CLOSED[B200, "mxfp8"]),
+}
+
+
+@pytest.mark.parametrize("gpu,recipe", list(NORM_FUSED))
+def test_a_norm_quantizes_its_output_as_te_fuses_it(gpu, recipe):
+    kernels, per_element = NORM_FUSED[gpu, recipe]
+    eff, curve, hbm = calibration(gpu).fp8, memory_curves_for(gpu).of("tuned"), get_gpu(gpu).hbm_bandwidth
+    e = 8192.0 * 4096
+    t = fp8_gemm_time(gpu, 8192, 12288, 4096, [], recipe=recipe, norm_casts=[e])
+    moved = (e * per_element + curve.bytes_half) / (hbm * curve.frac_max) if per_element else 0.0
+    assert t.cast_s == pytest.approx(kernels * eff.launch_s + moved, rel=1e-12)
+    # never dearer than its unfused quantize
+    assert t.cast_s <= fp8_gemm_time(gpu, 8192, 12288, 4096, [e], recipe=recipe).cast_s
 
 
 @pytest.mark.parametrize(

@@ -168,3 +168,46 @@ def test_bad_host_settings_are_refused(training):
     raw["training"] = {**raw["training"], **training}
     with pytest.raises(ScenarioError):
         cs.load_scenario(raw)
+
+
+def _sync_collective() -> tuple:
+    return ("x", "all_to_all", 1024, "ep dispatch", "ep", (), True)
+
+
+@pytest.mark.parametrize("layers, k", [(1, 1), (3, 4), (6, 16)])
+def test_after_each_host_sync_the_gpu_idles_for_the_hosts_lag(layers, k):
+    """Each layer: a long kernel (the host runs ahead during it), the dispatcher's
+    device→host sync before its all-to-all, then k kernels shorter than a dispatch. The sync
+    drops the host's lead: from the long kernel's end to the next one's start the GPU waits
+    for the host to issue the collective, the k kernels and the next long kernel, (k + 2)
+    dispatches — each layer after the first takes T + (k + 2)·D exactly. Without the sync
+    the host issues all of it during the long kernel: the GPU waits only for the first issue."""
+    long, tau = 1e-3, 2e-6
+    layer = [_kernel(long), _sync_collective()] + [_kernel(tau)] * k
+    waits = host_waits([layer] * layers, 0.0, D)
+    period = long + (k + 2) * D
+    end = D + (layers - 1) * period + long + (k + 1) * D + tau  # the last short kernel's end
+    assert sum(waits) == pytest.approx(end - layers * (long + k * tau), rel=1e-12)
+    unsynced = [_kernel(long), _collective()] + [_kernel(tau)] * k
+    assert sum(host_waits([unsynced] * layers, 0.0, D)) == pytest.approx(D, rel=1e-12)
+
+
+@pytest.mark.parametrize("dispatcher", ["alltoall", "allgather", "flex"])
+def test_the_host_sync_rides_in_the_launch_op_never_speeds_a_step_nor_adds_ops(dispatcher):
+    """A small fine-grained MoE (16 experts, top-4, EP 8, tiny hidden: host-bound kernels)
+    with and without the dispatcher's per-layer sync: the same ops and events (the wait is
+    in each pass's launch op), never faster, and slower here — the host loses its lead."""
+    raw = {
+        "cluster": {"preset": "dgx_h100", "nodes": 1, "comm_compute_slowdown": 1},
+        "model": {"hf_config": "qwen3-30b-a3b", "seq_len": 256, "layers": 2, "hidden": 256, "experts": 16,
+                  "experts_per_token": 4, "moe_ffn_hidden": 64, "heads": 4, "kv_heads": 1, "vocab": 1024},
+        "training": {"global_batch": 16, "micro_batch": 1, "precision": "bf16", "framework": "megatron_core"},
+        "parallel": {"tp": 1, "pp": 1, "dp": 8, "ep": 8, "moe_token_dispatcher": dispatcher},
+        "simulation": {"network": "analytical", "collective_model": "analytical"},
+    }  # fmt: skip
+    synced = cs.simulate(cs.load_scenario(raw))
+    raw["parallel"]["moe_host_sync"] = False
+    free = cs.simulate(cs.load_scenario(raw))
+    assert len(synced.spans) == len(free.spans)
+    assert synced.summary["sim_events"] == free.summary["sim_events"]
+    assert synced.summary["iteration_time_s"] > free.summary["iteration_time_s"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import clustersim as cs
-from clustersim.experiments.memory import estimate_peak_memory
+from clustersim.experiments.memory import estimate_peak_memory, tightest_fit
 from clustersim.parallel.plan import Plan
 from clustersim.resolve import resolve
 from clustersim.validation.data import read_table
@@ -108,3 +108,147 @@ def test_stage_replicas_hold_their_own_groups_communicators():
     for dev, stage in ((0, 0), (14, 0), (15, 1)):
         held = prog.static_memory[dev].buffers - job.chunk_costs[stage].static.buffers
         assert held == int(process + pair + (ring if stage == 0 else 0))
+
+
+def test_torchtitan_op_level_selective_checkpointing_keeps_its_closed_form():
+    # torchtitan's op policy on a Llama 3 8B block: the block input, every other matmul's
+    # output (wq, wv, w1, w2 of wq wk wv wo w1 w3 w2), SDPA's output and its fp32 log-sum-exp;
+    # after the 32 blocks the final norm's and the output layer's inputs and the fp32 softmax
+    h, a, kv, d, f, vocab, layers, e = 4096, 32, 8, 128, 14336, 128256, 32, 2
+    (row,) = _rows("1", "FSDP")
+    tokens = int(row["local_batch"]) * int(row["seq_len"])
+    block = e * (h + a * d + kv * d + f + h) + e * a * d + 4 * a
+    head = 2 * h * e + 4 * vocab
+    kept = resolve(_torchtitan(row)).chunk_costs[0].activation_memory
+    assert kept == int(tokens * (layers * block + head))
+
+
+@pytest.mark.parametrize(
+    "row",
+    _rows("1", "FSDP") + _rows("3", "FSDP") + _rows("2", "FSDP + CP + torch.compile + Float8"),
+    ids=lambda r: f"table{r['table']}-cp{r['cp']}",
+)
+def test_fsdp2_peak_is_within_torchtitans_max_reserved(row):
+    # torchtitan reports the caching allocator's max reserved, which is at least what is
+    # allocated; the allocator's cache beyond it is not modelled (no public measurement
+    # separates it), so the prediction lies below the reading, within 15 %. Tables 1 and 3
+    # (op-level SAC, local batch 2 at 8K): 74.4 of 82.4 GiB, 60.4 of 67.0 (before op-level
+    # SAC and the loss's working set: 95.4 and 81.4, over the reading); Table 2 (full AC,
+    # 32K tokens a GPU, cp 1-8; its Float8 linears and compiled blocks keep the same block
+    # inputs under full AC): 75.1-75.8 of 83.9-84.5 (before the loss's working set: 47.7-48.3)
+    peak = estimate_peak_memory(_torchtitan(row)) / GIB
+    measured = float(row["memory_gib"])
+    assert 0.85 * measured <= peak <= measured
+
+
+@pytest.mark.parametrize("table, techniques", [("1", "FSDP"), ("2", "FSDP + CP + torch.compile + Float8")])
+def test_the_estimate_holds_fsdp2s_gathered_buffers_as_the_run_does(table, techniques):
+    # FSDP2's gathers run ahead by the streams' waits: the next unit's copy-in may start
+    # before compute ops added ahead of it free their buffers; the replay without simulating
+    # counts it from there, so it reaches the simulated peak
+    sc = _torchtitan(_rows(table, techniques)[0]).with_overrides({"simulation.fidelity": "fast"})
+    simulated = cs.simulate(sc, progress=False).devices["peak_memory_bytes"].max()
+    assert estimate_peak_memory(sc) == simulated
+
+
+def test_op_level_selective_checkpointing_refuses_the_blocks_it_is_not_modelled_for():
+    sc = _torchtitan(_rows("1", "FSDP")[0]).with_overrides({"model.hf_config": "qwen3-30b-a3b"})
+    with pytest.raises(cs.ScenarioError, match="op-level selective"):
+        resolve(sc)
+
+
+def _published(run: str) -> cs.Scenario:
+    """A published run's configuration (``published_run_configs.csv``) as a megatron_core
+    scenario on DGX nodes of its GPU."""
+    (row,) = [r for r in read_table("published_run_configs") if r["run"] == run]
+    pp, gpus = int(row["pp"]), int(row["gpus"])
+    shape = dict(kv.split("=") for kv in row["model_shape"].split())
+    model = {k: v == "true" if v in ("true", "false") else int(v) for k, v in shape.items()} or {
+        "hf_config": row["model"]
+    }
+    return cs.load_scenario(
+        {
+            "name": run,
+            "cluster": {"preset": "dgx_h100", "nodes": gpus // 8, "gpu": row["gpu"]},
+            "model": {**model, "seq_len": int(row["seq_len"]), "attention": row["attention"]},
+            "training": {
+                "framework": "megatron_core",
+                "global_batch": int(row["global_batch"]),
+                "micro_batch": int(row["micro_batch"]),
+                "precision": row["precision"],
+                "recompute": row["recompute"],
+                "recompute_modules": row["recompute_modules"].split() or None,
+            },
+            "parallel": {
+                "tp": int(row["tp"]),
+                "pp": pp,
+                "ep": int(row["ep"]),
+                "partition": row["partition"],
+                "sequence_parallel": row["sequence_parallel"] == "true",
+            },
+            "simulation": {"network": "analytical"},
+        }
+    )
+
+
+def test_nemos_gpt3_20b_h100_configuration_fits_as_it_ran():
+    # TP 4 × DP 128, micro-batch 4 at 2K, sequence parallel, selective recompute, the
+    # distributed optimizer: 40.1 GiB of the H100's 79.6. Without the selective recompute
+    # (the s² scores kept) it is 80.6, and without sequence parallelism too 96.2 — where the
+    # issue's 93 GiB 20B run sits: that run is not the published configuration
+    peak, capacity = tightest_fit(_published("gpt3-20b-h100-bf16"))
+    assert peak <= capacity
+
+
+def test_megatron_bridges_deepseek_v3_b200_configuration_fits_as_it_ran():
+    # PP 16 × EP 8 on 256 B200, bf16, recompute_modules [mla_up_proj]: stage 1 holds 15
+    # micro-batches of 4 MoE layers; recomputing MLA's up projections drops the Q, K, V its
+    # attention kernel keeps (1.9 GiB a micro-batch), so the fullest GPU holds 164.3 GiB of
+    # its 179.1 (without it, 191.9: out of memory, as the issue's run was flagged)
+    sc = _published("deepseek-v3-b200-bf16")
+    peak, capacity = tightest_fit(sc)
+    assert peak <= capacity
+
+
+def test_mla_up_projection_recompute_drops_the_attention_kernels_q_k_v():
+    # DeepSeek-V3's MLA under TP 1: the flash kernel keeps Q, K and V at the mean head dim
+    # (192 + 128) / 2 = 160 for its 128 heads — 3 · 160 · 128 bf16 values a token, a layer
+    sc = _published("deepseek-v3-b200-bf16")
+    kept = resolve(sc).chunk_costs[1].activation_memory
+    core = resolve(sc.with_overrides({"training.recompute_modules": ["core_attn"]})).chunk_costs[1]
+    assert core.activation_memory - kept == 4 * 4096 * 3 * 160 * 128 * 2
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"training.recompute": "none"},
+        {"model.hf_config": "llama-3-8b", "parallel.ep": 1},
+        {"model.hf_config": "llama-3-8b", "parallel.ep": 1, "training.recompute_modules": ["moe_act"]},
+    ],
+)
+def test_recompute_modules_are_refused_where_they_cannot_apply(changes):
+    with pytest.raises(cs.ScenarioError, match="recompute_modules"):
+        resolve(_published("deepseek-v3-b200-bf16").with_overrides(changes))
+
+
+def test_torchtitan_op_level_selective_checkpointing_reruns_wk_wo_and_w3():
+    # the backward re-runs, per block, the matmuls whose outputs the policy did not keep:
+    # wk (h → kv·d), wo (a·d → h) and w3 (h → f), 2·tokens·k·n FLOPs each
+    h, kvd, f, layers = 4096, 8 * 128, 14336, 32
+    (row,) = _rows("1", "FSDP")
+    tokens = int(row["local_batch"]) * int(row["seq_len"])
+    sc = _torchtitan(row)
+    op = resolve(sc).chunk_costs[0].backward_flops
+    none = resolve(sc.with_overrides({"training.recompute": "none"})).chunk_costs[0].backward_flops
+    assert op - none == pytest.approx(layers * 2 * tokens * h * (kvd + h + f), rel=1e-12)
+
+
+def test_moe_activation_recompute_drops_the_routed_experts_down_projection_inputs():
+    # PP 16 × EP 8, 4 MoE layers a stage: each EP rank's 32 experts take 4,096 tokens × top-8
+    # / 8 ranks × 8 ranks' tokens = 32,768 token copies, whose 2,048-wide activation outputs
+    # (bf16) the down projections would keep
+    sc = _published("deepseek-v3-b200-bf16")
+    kept = resolve(sc).chunk_costs[1].activation_memory
+    both = {"training.recompute_modules": ["mla_up_proj", "moe_act"]}
+    assert kept - resolve(sc.with_overrides(both)).chunk_costs[1].activation_memory == 4 * 4096 * 8 * 2048 * 2

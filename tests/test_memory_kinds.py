@@ -156,3 +156,14 @@ def test_memory_peaks_report_the_stash_held_at_the_peak():
     prog.add(0, "compute", COMPUTE, "B0", duration=1.0, mem_free=7, stash_free=3)
     prog.add(0, "compute", COMPUTE, "F1", duration=1.0, mem_alloc=4)
     assert prog.memory_peaks() == [(17, 8)]
+
+
+def test_memory_peaks_count_an_allocation_off_the_compute_lane_from_its_earliest_start():
+    # a prefetch on the gather lane waits only for F0, so it may run while F0's buffers
+    # (freed by B0, added before it) are still held: 10 + 4 (in Program order: 10)
+    prog = Program(1)
+    f0 = prog.add(0, "compute", COMPUTE, "F0", duration=1.0, mem_alloc=10)
+    prog.add(0, "compute", COMPUTE, "B0", duration=5.0, mem_free=10)
+    prog.add(0, "gather", COMPUTE, "prefetch", duration=1.0, mem_alloc=4, deps=(f0.id,))
+    prog.add(0, "compute", COMPUTE, "F1", duration=1.0, mem_free=4)
+    assert prog.memory_peaks() == [(14, 0)]

@@ -4,7 +4,6 @@ grouped-GEMM rows, and the EP all-to-all's achieved bandwidth against DeepEP and
 from __future__ import annotations
 
 import csv
-import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,9 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import clustersim as cs
-from clustersim.collectives.bench import measure, preset_cluster
 from clustersim.errors import ScenarioError
-from clustersim.workload.fp8 import fp8_gemm_time
+from clustersim.validation.kernel_families import alltoall_ratio, grouped_gemm_ratio
 from clustersim.workload.hf_config import load_hf_config
 from clustersim.workload.moe import moe_mlp_ops
 from clustersim.workload.moe_dispatch import ExpertSplit, ep_moe_ops
@@ -115,12 +113,9 @@ def test_expert_gemms_against_deepgemm_grouped_rows(row):
     """The experts priced one GEMM each (Megatron-Core's SequentialMLP; the FP8 calibration)
     against DeepGEMM's grouped kernels on H800: the contiguous layout (training, ≥ 4096
     tokens per expert) within 20 %; at 256–1024 tokens per expert (masked layout) the one
-    grouped kernel runs up to 1.5× faster than the per-expert GEMMs priced here (docs/moe.md)."""
-    g, m, n, k = (int(row[c]) for c in ("groups", "m_per_group", "n", "k"))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        t = g * fp8_gemm_time(row["gpu"], m, n, k, []).total_s
-    ratio = 2 * g * m * n * k / t / 1e12 / float(row["tflops"])
+    grouped kernel runs up to 1.5× faster than the per-expert GEMMs priced here (docs/moe.md;
+    ``clustersim validate``'s table, :mod:`clustersim.validation.kernel_families`)."""
+    ratio = grouped_gemm_ratio(row)
     if row["layout"] == "contiguous":
         assert abs(ratio - 1) <= 0.20
     else:
@@ -139,16 +134,8 @@ def test_ep_alltoall_rate_against_deepep_and_nccl_rows(row):
     NCCL's rate), DeepEP over RDMA within 25 % (its rate counts the deduplicated traffic it
     forwards over NVLink, hence up to 58 GB/s on a 50 GB/s NIC). The rows are checks: the
     links' NCCL efficiencies already are the achieved cap (docs/moe.md)."""
-    ep, nodes, nbytes = int(row["ep"]), int(row["nodes"]), int(row["bytes_per_rank"])
-    preset = "hgx_h800" if "H800" in row["system"] else "dgx_h100"
-    got = measure(
-        preset_cluster(preset, nodes), "all_to_all", nbytes, algorithm="direct", network="analytical"
-    )
-    per_node = ep // nodes
-    moved = (per_node - 1 if row["transport"] == "nvlink" else ep - per_node) / ep * nbytes
-    ratio = float(row["GBps"]) * 1e9 / (moved / got.time_s)
     tolerance = {"nccl": 0.03, "deepep_normal": 0.05 if row["transport"] == "nvlink" else 0.25}
-    assert abs(ratio - 1) <= tolerance[row["implementation"]]
+    assert abs(alltoall_ratio(row) - 1) <= tolerance[row["implementation"]]
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,14 @@ file holds a GlobalMetadata message, then one Node per op of the device in Progr
 * a compute op is a ``COMP_NODE`` with ``duration_micros`` and ``num_ops`` (FLOPs); a send or
   recv a ``COMM_SEND_NODE``/``COMM_RECV_NODE`` with ``comm_src``, ``comm_dst``, ``comm_size``
   and ``comm_tag`` (the send's op id, the same on both ends); a collective a
-  ``COMM_COLL_NODE`` with ``comm_type``, ``comm_size`` and ``pg_name``;
+  ``COMM_COLL_NODE`` with ``comm_type``, ``comm_size`` (as ASTRA-sim reads it: an
+  all-gather's is one rank's contribution, :func:`per_rank_factor`) and ``pg_name``;
 * ``data_deps`` are the op's dependencies, ``ctrl_deps`` the op before it on its lane
-  (clustersim runs a lane's ops in order; ASTRA-sim learns that order from this edge);
+  (clustersim runs a lane's ops in order; ASTRA-sim learns that order from this edge) and,
+  with ``serial`` (the default), a send's or collective's predecessor in one order of the
+  rank's communication that every rank agrees on (:mod:`.chakra_serial`: ASTRA-sim runs one
+  communication node at a time per rank and deadlocks on crossed orders otherwise; listed
+  in ``clustersim.serial``, which clustersim's import leaves out);
 * attributes named ``clustersim.*`` (:mod:`.chakra_attrs`) keep what Chakra has no field
   for, so that :mod:`.chakra_import` rebuilds the same Program (docs/interop.md).
 """
@@ -27,6 +32,7 @@ from ..program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program
 from .chakra_attrs import OWN, attr
 from .chakra_file import write_trace
 from .chakra_schema import COLLECTIVE_TYPES, NODE_TYPES, GlobalMetadata, Node
+from .chakra_serial import serial_chain
 
 #: the Chakra schema version written in GlobalMetadata (the one ASTRA-sim's examples write)
 VERSION = "0.0.4"
@@ -70,12 +76,31 @@ _OWN_FIELDS = {
 }
 
 
+def per_rank_factor(op: Op) -> int:
+    """Chakra's ``comm_size`` × this = the op's ``nbytes``: the group size for an all-gather,
+    whose ``comm_size`` is each rank's contribution, else 1.
+
+    ASTRA-sim reads ``comm_size`` per collective type (its ring, astra-sim 7e526fb
+    ``native_collectives/collective_algorithm/Ring.cc``): an ALL_GATHER's is what each rank
+    contributes (``msg_size = data_size``, ``final_data_size = data_size × nodes``); an
+    ALL_REDUCE's, REDUCE_SCATTER's and ALL_TO_ALL's is the whole buffer of a rank
+    (``msg_size = data_size / nodes``). clustersim's ``nbytes`` is the whole buffer for
+    every collective (an all-gather's output), so only the all-gather differs."""
+    return len(op.group) if op.kind == COLLECTIVE and op.collective == "all_gather" else 1
+
+
+def comm_size(op: Op) -> int:
+    """The ``comm_size`` Chakra and ASTRA-sim read for a send, recv or collective
+    (:func:`per_rank_factor`), in whole bytes."""
+    return round(op.nbytes / per_rank_factor(op))
+
+
 def rank_file(folder: str | Path, rank: int) -> Path:
     """The ET file of ``rank`` in ``folder``."""
     return Path(folder) / f"{PREFIX}.{rank}.et"
 
 
-def export_chakra(program: Program, folder: str | Path) -> list[Path]:
+def export_chakra(program: Program, folder: str | Path, serial: bool = True) -> list[Path]:
     """Write ``program`` to ``folder`` as Chakra ET files, one per device (module
     docstring), plus ``comm_group.json``; returns the rank files in rank order. Rank files
     of an earlier, larger export in ``folder`` are removed, so the folder holds one trace.
@@ -88,11 +113,12 @@ def export_chakra(program: Program, folder: str | Path) -> list[Path]:
     for op in program.ops:
         per_device[op.device].append(op)
     before = {b.id: a.id for ops in program.lanes().values() for a, b in zip(ops, ops[1:])}
+    chained = serial_chain(program) if serial else {}
     paths = []
     out = output_folder(folder)
     with staged() as stage:
         for rank, ops in enumerate(per_device):
-            nodes = [_node(op, program, before.get(op.id), groups) for op in ops]
+            nodes = [_node(op, program, before.get(op.id), groups, chained.get(op.id)) for op in ops]
             paths.append(write_trace(rank_file(out, rank), _metadata(program, rank), nodes, stage))
         # a previous export's ranks past this one's
         stage.removals = [p for p in out.glob(f"{PREFIX}.*.et") if p not in paths]
@@ -113,13 +139,16 @@ def _metadata(program: Program, rank: int):
     )
 
 
-def _node(op: Op, program: Program, lane_before: int | None, groups: dict):
+def _node(op: Op, program: Program, lane_before: int | None, groups: dict, serial_before: int | None):
     node = Node(id=op.id, name=op.name, type=NODE_TYPE[op.kind])
     local = [d for d in op.deps if program.ops[d].device == op.device]
     node.data_deps.extend(local)
     if lane_before is not None:
         node.ctrl_deps.append(lane_before)
     a = node.attr
+    if serial_before is not None and serial_before != lane_before and serial_before not in local:
+        node.ctrl_deps.append(serial_before)  # ASTRA-sim's one comm node at a time (chakra_serial)
+        a.append(attr(OWN + "serial", [serial_before]))
     a.append(attr("is_cpu_op", False))
     if op.kind == COMPUTE:
         node.duration_micros = round(op.duration * 1e6)
@@ -129,8 +158,9 @@ def _node(op: Op, program: Program, lane_before: int | None, groups: dict):
         if op.flops:
             a.append(attr(OWN + "flops", float(op.flops)))
     else:
-        a.append(attr("comm_size", min(round(op.nbytes), _INT64)))
-        if not isinstance(op.nbytes, int):  # a float byte count comes back as it was
+        size = comm_size(op)
+        a.append(attr("comm_size", min(size, _INT64)))
+        if size * per_rank_factor(op) != op.nbytes:  # a byte count comm_size cannot say comes back as it was
             a.append(attr(OWN + "nbytes", float(op.nbytes)))
     if op.kind in (SEND, RECV):
         peer = program.ops[op.peer]

@@ -10,7 +10,9 @@ one cluster runs on another topology. What is read (docs/interop.md):
   ``COMM_SEND_NODE``/``COMM_RECV_NODE`` → a send/recv of ``comm_size`` bytes, paired by
   (``comm_src``, ``comm_dst``, ``comm_tag``) in file order, as MPI matches messages;
   ``COMM_COLL_NODE`` → a collective of ``comm_type`` over ``pg_name``'s ranks (all ranks
-  without one), the k-th of a group on every rank being one collective;
+  without one), the k-th of a group on every rank being one collective, of ``comm_size``
+  bytes as ASTRA-sim reads them (an all-gather's is one rank's contribution: the op moves
+  ``comm_size`` × group size, :func:`.chakra_export.per_rank_factor`);
 * ``data_deps`` and ``ctrl_deps`` → dependencies (a ctrl dep on the op just before on the
   same lane is lane order, which clustersim keeps anyway);
 * a rank's ops run in dependency order (ties by node id) on lanes by kind — ``compute``,
@@ -174,20 +176,23 @@ def import_chakra(folder: str | Path, num_gpus: int | None = None) -> Program:
         lane = rk.attr(node, OWN + "lane", _LANE[kind])
         before = last_on_lane.get((rk.rank, lane))
         deps = [new_id[rk.rank, d] for d in node.data_deps]
-        deps += [c for c in (new_id[rk.rank, d] for d in node.ctrl_deps) if c != before and c not in deps]
+        serial = rk.attr(node, OWN + "serial", [])  # ASTRA-sim's chain (chakra_serial), not the Program's
+        ctrl = (new_id[rk.rank, d] for d in node.ctrl_deps if d not in serial)
+        deps += [c for c in ctrl if c != before and c not in deps]
         remote = rk.attr(node, OWN + "remote_deps", [])
         for r, d in zip(remote[::2], remote[1::2]):
             if (r, d) not in new_id:
                 rk.fail(node, f"depends on node {d} of rank {r}, which does not exist")
             deps.append(new_id[r, d])
         fields = {f: rk.attrs[node.id][OWN + f] for f in _OP_FIELDS if OWN + f in rk.attrs[node.id]}
-        fields.update(_quantities(rk, node, kind))
         fields["deps"] = tuple(deps)
         if kind in (SEND, RECV):
             fields["peer"] = peers[i]
             fields["tag"] = rk.attr(node, OWN + "tag", "")
         elif kind == COLLECTIVE:
             fields.update(_collective(rk, node, groups, seen))
+        gathered = fields.get("collective") == "all_gather"
+        fields.update(_quantities(rk, node, kind, len(fields["group"]) if gathered else 1))
         fields.update(_device_lists(rk, node, kind, len(ranks), fields.get("group", ())))
         op = prog.add(rk.rank, lane, kind, node.name, **fields)
         last_on_lane[rk.rank, lane] = op.id
@@ -220,8 +225,9 @@ def _device_name(rank: int, meta_attrs: dict) -> str:
     return name if isinstance(name, str) else f"gpu{rank}"
 
 
-def _quantities(rk: _Rank, node, kind: str) -> dict:
-    """A node's seconds, FLOPs and bytes, each checked (:mod:`.chakra_values`)."""
+def _quantities(rk: _Rank, node, kind: str, members: int = 1) -> dict:
+    """A node's seconds, FLOPs and bytes, each checked (:mod:`.chakra_values`); ``members``:
+    how many ranks an all-gather's ``comm_size`` is multiplied by (1 for every other op)."""
     fail, out = rk.failing(node), {}
     if kind == COMPUTE:
         micros = values.seconds(fail, "duration_micros", node.duration_micros * 1e-6)
@@ -234,10 +240,11 @@ def _quantities(rk: _Rank, node, kind: str) -> dict:
         )
     else:
         size = rk.attr(node, OWN + "nbytes")
-        name = OWN + "nbytes" if size is not None else "comm_size"
-        out["nbytes"] = values.nbytes(
-            fail, name, size if size is not None else rk.attr(node, name, required=True)
-        )
+        if size is not None:
+            out["nbytes"] = values.nbytes(fail, OWN + "nbytes", size)
+        else:  # Chakra's comm_size: an all-gather's is one rank's contribution (chakra_export.per_rank_factor)
+            size = values.nbytes(fail, "comm_size", rk.attr(node, "comm_size", required=True))
+            out["nbytes"] = values.nbytes(fail, "comm_size × group size", size * members)
     for key in ("mem_alloc", "mem_free", "stash_alloc", "stash_free"):
         if OWN + key in rk.attrs[node.id]:
             out[key] = values.nbytes(fail, OWN + key, rk.attrs[node.id][OWN + key])

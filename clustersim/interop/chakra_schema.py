@@ -4,10 +4,12 @@ Chakra's ``schema/protobuf/et_def.proto`` (package ``ChakraProtoMsg``) is the pu
 format ASTRA-sim reads; its field numbers are what makes a file interoperable, so they are
 written out here from that schema rather than generated at build time: :data:`MESSAGES`
 lists each message's fields as ``(name, number, type, label)``, :func:`_file` turns the
-table into a ``FileDescriptorProto`` and ``message_factory`` makes the classes. Only the
-parts clustersim reads or writes are declared (the storage-operation messages of field
-``Node.storage = 11`` are not); protobuf keeps an undeclared field as unknown bytes, so a
-trace carrying it still parses.
+table into a ``FileDescriptorProto`` and ``message_factory`` makes the classes. The enums are
+those of Chakra's merged ``et_def.proto`` (astra-sim/chakra @bf222b2): ``NodeType`` ends at
+``COMM_COLL_NODE`` — the storage, batch and checkpoint node types of an unmerged proposal
+are not part of it, and a node of another type is refused by name and number on import.
+Everything Chakra has no field for is written as ``clustersim.*`` attributes
+(:mod:`.chakra_attrs`).
 """
 
 from __future__ import annotations
@@ -47,9 +49,6 @@ NODE_TYPES = {
     "COMM_SEND_NODE": 5,
     "COMM_RECV_NODE": 6,
     "COMM_COLL_NODE": 7,
-    "STORAGE_NODE": 8,
-    "BATCH_NODE": 9,
-    "CHECKPOINT_NODE": 10,
 }
 #: ``CollectiveCommType`` (et_def.proto)
 COLLECTIVE_TYPES = {

@@ -79,6 +79,12 @@ def check_expert_parallel(spec, dp: int) -> None:
         raise ScenarioError(
             "parallel.moe_shared_expert_overlap", True, "needs parallel.moe_token_dispatcher: alltoall"
         )
+    if par.moe_token_dispatcher == "flex" and etp > 1:
+        raise ScenarioError(
+            "parallel.etp",
+            etp,
+            "DeepEP's flex dispatcher is modelled without expert-tensor parallelism; accepted: 1",
+        )
     if par.data_parallel is not None and par.zero == 3:
         raise ScenarioError(
             "parallel.zero", 3, "FSDP units with expert parallelism are not modelled; accepted: 0, 1, 2"

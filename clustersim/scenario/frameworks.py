@@ -25,7 +25,10 @@ other profile runs today's NCCL, whose ring across hosts pays its α's in full
   (nemo/collections/llm/recipes/precision/mixed_precision.py) sets ``fp8_param_gather=True``;
   and Transformer Engine's fused MoE permutation (``parallel.moe_permute_fusion``): the
   Megatron-Core MoE README's Quick Start (megatron/core/transformer/moe/README.md) trains
-  every MoE model with ``--moe-permute-fusion`` (TransformerConfig's own default is off);
+  every MoE model with ``--moe-permute-fusion`` (TransformerConfig's own default is off)
+  and ``--moe-grouped-gemm`` (``parallel.moe_expert_mlp: te_grouped``, TEGroupedMLP), and
+  its dropless dispatchers copy the split sizes to the host every MoE layer
+  (``parallel.moe_host_sync``, ``token_dispatcher.py``'s ``cuda_sync_point``);
   and the gradient buffer in bf16 (``grad_reduce_dtype: bf16``): Megatron-Core's
   ``DistributedDataParallelConfig.grad_reduce_in_fp32`` defaults to False and NeMo's
   performance recipes set ``plugins.grad_reduce_in_fp32 = False`` (e.g.
@@ -152,6 +155,8 @@ def apply_framework(raw: dict[str, Any]) -> dict[str, Any]:
             note(out, "parallel.tp_comm_overlap", False, by, f"off: its precondition fails with {why}")
     if framework == "megatron_core":
         parallel.setdefault("moe_permute_fusion", True)
+        parallel.setdefault("moe_expert_mlp", "te_grouped")
+        parallel.setdefault("moe_host_sync", True)
     out["parallel"] = parallel
     cluster = out.get("cluster")
     if isinstance(cluster, dict) and "comm_compute_slowdown" not in cluster and _overlaps(parallel):

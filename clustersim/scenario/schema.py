@@ -101,6 +101,12 @@ class TrainingSpec(_Spec):
     #: unset: the framework profile's on that GPU
     fp8_recipe: Literal["delayed", "current", "block", "mxfp8", "nvfp4"] | None = None
     recompute: Literal["none", "selective", "full"] = "none"
+    #: with ``recompute: selective`` under a Megatron framework, the modules recomputed
+    #: (Megatron-Core's ``recompute_modules``; None: its default ``[core_attn]``;
+    #: clustersim.workload.selective_ac)
+    recompute_modules: list[Literal["core_attn", "mla_up_proj", "moe_act"]] | None = Field(
+        default=None, min_length=1
+    )
     optimizer: Literal["adam", "sgd"] = "adam"
     mode: Literal["train", "inference"] = "train"
     arrival: ArrivalSpec | None = None
@@ -351,12 +357,20 @@ class ParallelSpec(_Spec):
     #: Megatron-Core's ``--expert-tensor-parallel-size``)
     etp: Annotated[int | None, Range(1, 100_000)] = None
     #: MoE token dispatcher with ep > 1 or etp ≠ tp (Megatron-Core ``--moe-token-dispatcher-type``)
-    moe_token_dispatcher: Literal["alltoall", "allgather"] = "alltoall"
+    #: (``flex``: DeepEP's node-deduplicated dispatch, ``--moe-enable-deepep``; workload/deepep.py)
+    moe_token_dispatcher: Literal["alltoall", "allgather", "flex"] = "alltoall"
     #: run the shared expert beside the dispatch/combine all-to-alls (``--moe-shared-expert-overlap``)
     moe_shared_expert_overlap: bool = False
     #: Transformer Engine's fused permute / unpermute / sort-chunks kernels
     #: (``--moe-permute-fusion``; Megatron-Core's default off; workload/moe_kernels.py)
     moe_permute_fusion: bool = False
+    #: the routed experts' module: ``sequential`` (SequentialMLP, Megatron-Core's default),
+    #: ``te_grouped`` (``--moe-grouped-gemm``: TEGroupedMLP) or ``grouped`` (one grouped
+    #: kernel: ``--moe-use-legacy-grouped-gemm``); workload/moe_experts.py
+    moe_expert_mlp: Literal["sequential", "te_grouped", "grouped"] = "sequential"
+    #: the host waits for the device before each MoE layer's dispatch (dropless Megatron-Core:
+    #: the split sizes' ``.cpu()``); workload/host.py
+    moe_host_sync: bool = False
     zero: int = Field(default=0, ge=0, le=3)
     #: bucketed, overlapped and sharded data-parallel communication (unset: the 2021 model)
     data_parallel: DataParallelSpec | None = None

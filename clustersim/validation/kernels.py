@@ -15,7 +15,8 @@ from ..workload.calibration import TOLERANCE, Measurement, calibration, measurem
 from ..workload.cost_model import Efficiency
 from .verdict import Verdict
 
-#: the order GPUs appear in the report
+#: the order GPUs appear in the report (those with rows; H200 NVL's are TE's per-pass sums,
+#: :mod:`.te_gemms`; GB300 has none)
 ORDER = (
     "A100-SXM4-80GB",
     "A100-SXM4-40GB",
@@ -24,6 +25,7 @@ ORDER = (
     "H800-SXM5-80GB",
     "B200-SXM-180GB",
     "GB200-186GB",
+    "B300-SXM-288GB",
     "MI300X-192GB",
 )
 

@@ -2,18 +2,22 @@
 
 The report is what ``docs/validation.md`` holds: Megatron Table 1 (TFLOP/s per GPU,
 error per row, MAE and max), Korthikanti Table 4 (one layer's forward/backward), the
-memory check against Korthikanti Figures 1/7, the kernel-level tables per GPU and the
-collective-level (nccl-tests bus bandwidth) tables per cluster preset. Each table ends
-with a pass/fail line against its stated tolerance (:class:`.verdict.Verdict`).
+memory check against Korthikanti Figures 1/7, the kernel-level tables per GPU (GEMM,
+attention), Transformer Engine's GEMM and FP8-quantize benchmark (:mod:`.te_gemms`), the
+memory-bound, MoE, host and interference tables (:mod:`.kernel_families`) and the
+collective-level (nccl-tests bus bandwidth) tables per cluster preset. Each table ends with
+a pass/fail line against its stated tolerance (:class:`.verdict.Verdict`).
 """
 
 from __future__ import annotations
 
 from .collectives import collective_tables, collective_verdicts
 from .data import read_table
+from .kernel_families import family_tables
 from .kernels import kernel_tables, kernel_verdicts
 from .korthikanti import layer_times, memory_check
 from .megatron import MICRO_BATCH_RULE, megatron_rows, run_rows
+from .te_gemms import te_gemm_tables, te_gemm_verdicts
 from .verdict import Verdict, within
 
 #: Table 1's must-hold: mean and largest |error| of predicted TFLOP/s per GPU
@@ -101,6 +105,7 @@ def run_validation(rows: list[int] | None = None, progress=None) -> tuple[str, l
     chosen = [table[i] for i in rows] if rows else table
     results = run_rows(chosen, progress=progress)
     (layers, layer_verdict), (memory, memory_verdict) = layer_table(), memory_table()
+    families, family_verdicts = family_tables()
     md = "\n\n".join(
         [
             "## Megatron-LM 2021, Table 1 (TFLOP/s per GPU, Megatron's 96·B·s·l·h² count)",
@@ -111,10 +116,21 @@ def run_validation(rows: list[int] | None = None, progress=None) -> tuple[str, l
             memory,
             "## Kernel-level measurements per GPU (calibration and checks)",
             kernel_tables(),
+            "## Transformer Engine's GEMM benchmark (5B layer, B300 and H200 NVL): GEMMs and FP8 quantize",
+            te_gemm_tables(),
+            "## Kernel tables: memory-bound, MoE, host, interference",
+            families,
             "## Collective-level measurements per cluster preset (nccl-tests bus bandwidth)",
             collective_tables(),
         ]
     )
     verdicts = [megatron_verdict(results)] if results else []
-    verdicts += [layer_verdict, memory_verdict, *kernel_verdicts(), *collective_verdicts()]
+    verdicts += [
+        layer_verdict,
+        memory_verdict,
+        *kernel_verdicts(),
+        *te_gemm_verdicts(),
+        *family_verdicts,
+        *collective_verdicts(),
+    ]
     return md, results, verdicts

@@ -167,12 +167,13 @@ class Plan:
         return named | {self.memory} | attention
 
 
-_A100, _H100, _H200, _B200, _GB200, _MI300X = (
+_A100, _H100, _H200, _B200, _GB200, _B300, _MI300X = (
     "A100-SXM4-80GB",
     "H100-SXM5-80GB",
     "H200-SXM-141GB",
     "B200-SXM-180GB",
     "GB200-186GB",
+    "B300-SXM-288GB",
     "MI300X-192GB",
 )
 #: the calibration a custom GPU like no catalog GPU is priced with (flagged as uncalibrated)
@@ -205,6 +206,15 @@ CALIBRATIONS: dict[str, Plan] = {
         "GEMMs and attention from H100 (same GH100 die and clocks), memory from H200",
     ),
     "H800-SXM5-80GB": Plan(*_H100_PARTS, _H100, _H100, "all from H100 (same silicon; only NVLink differs)"),
+    # the 600 W PCIe H200: H100's fractions on its own (lower) datasheet peaks; no MAMF or
+    # sweep row of its own; Transformer Engine's H200 NVL per-layer GEMM sums check it
+    "H200-NVL-141GB": Plan(
+        *_H100_PARTS,
+        _H200,
+        _H100,
+        "GEMMs and attention from H100 (same GH100 die) on its own 600 W peaks, memory from H200 "
+        "(same HBM3e); checked by Transformer Engine's H200 NVL per-layer GEMM sums",
+    ),
     _B200: Plan(
         Part((_B200, "bf16"), (_B200, "bf16")),
         Part((_B200, "fp8"), (_B200, "fp8")),
@@ -224,14 +234,15 @@ CALIBRATIONS: dict[str, Plan] = {
         attention_shape=_H100,
     ),
     # Blackwell Ultra: the B200/GB200 die family with more HBM (same dense BF16/FP8 peaks on
-    # HGX B300; GB300 +11 %); no public kernel-level row of its own yet, so every part
-    # transfers from its Blackwell sibling and its fractions apply to its own peaks.
+    # HGX B300; GB300 +11 %). B300 has its own MAMF rows (the maxima) but no shape sweep: the
+    # shape constants are B200's; TE's per-shape GEMM rows check it.
     "B300-SXM-288GB": Plan(
-        Part((_B200, "bf16"), (_B200, "bf16")),
-        Part((_B200, "fp8"), (_B200, "fp8")),
+        Part((_B200, "bf16"), (_B300, "bf16")),
+        Part((_B200, "fp8"), (_B300, "fp8")),
         _H200,
         _B200,
-        note="all from B200 (Blackwell Ultra, same BF16/FP8 dense peaks; no B300 kernel row yet)",
+        note="GEMM maxima from B300's MAMF rows, shape constants from B200's sweep (no B300 sweep), "
+        "memory from H200, attention as B200's; checked by Transformer Engine's B300 GEMM rows",
         attention_shape=_H100,
     ),
     "GB300-288GB": Plan(

@@ -135,8 +135,11 @@ def shape_efficiency(eff: Efficiency, gemm: tuple[int, int, int]) -> float:
 
 def gemm_batch(work: Work) -> int:
     """How many M×N×K products one kernel of ``work`` runs (a batched product's FLOPs are
-    its batch count times 2·M·N·K; at least 1)."""
+    its batch count times 2·M·N·K; at least 1; 1 where its products run as kernels of
+    their own, :attr:`~.ops.Work.shared_waves`)."""
     m, n, k = work.gemm
+    if not work.shared_waves:
+        return 1
     return max(1, round(work.flops / (2.0 * m * n * k))) if m * n * k > 0 else 1
 
 
@@ -244,7 +247,11 @@ class CostModel:
             from .fp8 import fp8_gemm_time  # imports this module: resolve at call time
 
             return fp8_gemm_time(
-                self.gpu.name, *work.gemm, list(work.fp8_casts), recipe=work.fp8_recipe
+                self.gpu.name,
+                *work.gemm,
+                list(work.fp8_casts),
+                recipe=work.fp8_recipe,
+                norm_casts=list(work.fp8_norm_casts),
             ).total_s
         if work.gemm is None and work.attention is None:
             return self.memory_seconds(work.bytes, work.memory_kind) + self.eff.launch_s
@@ -271,7 +278,7 @@ class CostModel:
         scaling: one cast kernel per tensor); else one — a profiled op too."""
         if work.flops == 0 and work.bytes == 0:
             return 0
-        return 1 + len(work.fp8_casts) if work.fp8_casts is not None else 1
+        return 1 + len(work.fp8_casts) + len(work.fp8_norm_casts) if work.fp8_casts is not None else 1
 
     def without_launch(self) -> CostModel:
         """This model with ``launch_s`` 0: kernels whose launch the Program charges as an

@@ -56,9 +56,13 @@ SOURCE_BYTES = 2.0
 COMPUTE_CAPABILITY = {
     "H100-SXM5-80GB": 9.0,
     "H200-SXM-141GB": 9.0,
+    "H200-NVL-141GB": 9.0,
     "H800-SXM5-80GB": 9.0,
     "B200-SXM-180GB": 10.0,
     "GB200-186GB": 10.0,
+    # Blackwell Ultra is sm_103
+    "B300-SXM-288GB": 10.3,
+    "GB300-288GB": 10.3,
 }
 #: what an FP8 GPU :data:`COMPUTE_CAPABILITY` does not list is taken as (Ada's: delayed and
 #: current scaling only)
@@ -87,13 +91,20 @@ class Recipe:
     kernels: int
     #: the lowest compute capability TE runs it on
     min_capability: float
+    #: what TE's norm kernel does for a ``LayerNormLinear`` / ``LayerNormMLP`` input
+    #: (``csrc/extensions/normalization.cpp`` @d0067d0 l. 106–118): ``cast`` — writes the
+    #: FP8 output itself (``FULLY_FUSED`` for ``Float8Quantizer``); ``amax`` — takes the amax
+    #: as it writes BF16, then scale and cast (``FUSED_NORM_AMAX_FP8``); "" — norm, then the
+    #: recipe's own quantize (MXFP8 and block: ``UNFUSED`` unless NVTE_NORM_FWD_USE_CUDNN;
+    #: NVFP4's amax fusion is skipped with a post-Hadamard amax, priced unfused)
+    norm_fusion: str = ""
 
 
 RECIPES: dict[str, Recipe] = {
     r.name: r
     for r in (
-        Recipe("delayed", 1.0, 0, 4.0, 0, False, False, 1, 8.9),
-        Recipe("current", 1.0, 0, 4.0, 0, True, False, 3, 8.9),
+        Recipe("delayed", 1.0, 0, 4.0, 0, False, False, 1, 8.9, norm_fusion="cast"),
+        Recipe("current", 1.0, 0, 4.0, 0, True, False, 3, 8.9, norm_fusion="amax"),
         Recipe("block", 1.0, 128, 4.0, 128 * 128, False, True, 1, 9.0),
         Recipe("mxfp8", 1.0, 32, 1.0, 32, False, True, 2, 10.0),
         Recipe("nvfp4", 0.5, 16, 1.0, 16 * 16, True, True, 3, 10.0),

@@ -23,6 +23,14 @@ collectives (TP 1, where small, host-bound models usually run). The wait, ``end 
 summed, is added to the pass's ``launch`` op (with the kernels' GPU launch latency,
 ``Efficiency.launch_s``): no op or event is added — the pass's ops are those it had.
 
+A **device→host synchronisation** (a collective marked ``host_sync``: Megatron-Core's
+alltoall token dispatcher copies the all-to-all's split sizes to the host — ``.to("cpu")``
+then a stream synchronise at its ``cuda_sync_point`` ``before_ep_alltoall`` — every MoE
+layer's forward, dropless; :mod:`.moe_dispatch`) makes the host wait until the stream has run
+everything issued so far: ``h = max(h, g)`` before the collective's own call. Whatever lead
+the host had is lost there, so the kernels after it wait the host's full dispatch lag again
+(k kernels each shorter than a dispatch after a sync: the GPU idles ``dispatch`` before each).
+
 ``training.cuda_graphs`` (NeMo / Megatron-Core capture each transformer layer's forward and
 backward as a CUDA graph when asked; no profile turns it on) removes the dispatch: the GPU
 launch latency stays. ``training.fixed_costs.host_dispatch`` overrides the measured dispatch
@@ -90,7 +98,10 @@ def host_waits(pieces: list[list[tuple]], launch_s: float, dispatch: float) -> l
         for item in items:
             t, k = _work(item, launch_s)
             if k == 0:
-                h += dispatch if item[0] == "x" else 0.0  # the host enqueues the collective
+                if item[0] == "x":
+                    if item[6:7] == (True,):  # the host blocks until the stream drains
+                        h = max(h, g)
+                    h += dispatch  # the host enqueues the collective
                 continue
             # each term ≥ 0 on its own, so a zero dispatch adds exactly nothing
             first = max(0.0, h + dispatch - g)

@@ -65,6 +65,9 @@ class Impl:
     fwd: tuple[Kernel, ...]
     bwd: tuple[Kernel, ...]
     source: str
+    #: (bytes per activation element, fixed bytes) per element its own tensors hold at
+    #: their most, forward or backward (the loss's working set, :mod:`.loss_memory`)
+    held: tuple[float, float] = (0.0, 0.0)
 
     def bytes(self, e: float) -> tuple[list[tuple[float, str]], list[tuple[float, str]]]:
         """(forward, backward) (HBM bytes per element, kind) of each kernel, activations of
@@ -174,19 +177,24 @@ IMPLS: dict[str, dict[str, Impl]] = {
         # Megatron's vocab-parallel cross-entropy, one kernel a line: forward the cast to fp32
         # (read e, write 4), max over the row (read 4), sub_ of the row max (4 + 4), exp in
         # place (4 + 4), sum over the row (4), div_ by the row sum (4 + 4); backward mul_ by
-        # the per-token loss gradient (4 + 4), the cast back (read 4, write e)
+        # the per-token loss gradient (4 + 4), the cast back (read 4, write e). Held at most:
+        # the e-byte logits and their fp32 copy (forward), the fp32 softmax turned in place
+        # into the gradient and its cast back (backward) — e + 4
         "megatron_unfused": Impl(
             ((1, 4, T), (0, 4, G), (0, 8, G), (0, 8, T), (0, 4, G), (0, 8, G)),
             ((0, 8, G), (1, 4, T)),
             "Megatron _VocabParallelCrossEntropy (cross_entropy_loss_fusion off)",
+            held=(1, 4),
         ),
         # logits.float() (read e, write 4), log_softmax (read 4, write 4); backward
         # nll_loss_backward (writes a dense 4-byte gradient), log_softmax_backward (read 8,
-        # write 4), the cast back (read 4, write e)
+        # write 4), the cast back (read 4, write e). Held at most: in log_softmax_backward the
+        # saved fp32 log-probabilities, nll_loss's dense gradient and its own output — 12
         "eager": Impl(
             ((1, 4, T), (0, 8, G)),
             ((0, 4, T), (0, 12, G), (1, 4, T)),
             "F.cross_entropy(logits.float()), eager",
+            held=(0, 12),
         ),
     },
 }

@@ -28,10 +28,12 @@ experts on ranks by cutting this list.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
 from ..errors import ScenarioError
+from .moe_experts import grouped_expert_ops
 from .moe_kernels import permute_op, scoring_ops, unpermute_op
 from .ops import NO_WORK, LayerOp, elementwise, gemm
 
@@ -111,34 +113,47 @@ def router_ops(cfg, local: float, e: int) -> list[LayerOp]:
     return [gemm("moe_router", local, gate_n, h, e, activation=local * h * e), *scoring_ops(cfg, local, e)]
 
 
-def expert_ops(cfg, counts, etp: int, e: int, *, shared: float = 0.0) -> list[LayerOp]:
-    """Routed experts at ``counts`` tokens each, FFN split over ``etp`` ranks; with
-    ``shared`` > 0, then the shared expert (if the model has one) on that many tokens."""
+def expert_ops(
+    cfg, counts, etp: int, e: int, *, shared: float = 0.0, impl: str = "sequential"
+) -> list[LayerOp]:
+    """Routed experts at ``counts`` tokens each, FFN split over ``etp`` ranks, run by the
+    expert MLP module ``impl`` (:mod:`.moe_experts`; ``sequential``: one op chain per
+    expert); with ``shared`` > 0, then the shared expert (if the model has one) on that
+    many tokens."""
     h = cfg.hidden
     mats = 3 if cfg.gated_mlp else 2
     ft = cfg.expert_ffn // etp
     ops: list[LayerOp] = []
+    if impl != "sequential" and counts:
+        ops += grouped_expert_ops(cfg, counts, ft, e, impl)
+        counts = ()
     for n in counts:
         ops += _expert("expert", n, h, ft * (mats - 1), ft, e, cfg.gated_mlp)
     if shared and cfg.shared_ffn_hidden:
         sft = cfg.shared_ffn_hidden // etp
-        ops += _expert("shared_expert", shared, h, sft * (mats - 1), sft, e, cfg.gated_mlp)
+        up, *rest = _expert("shared_expert", shared, h, sft * (mats - 1), sft, e, cfg.gated_mlp)
+        # its input is the router's (the normed hidden state, the sequence-parallel shard a
+        # linear keeps under SP): one tensor, kept once — by the router GEMM
+        ops += [replace(up, activation=0.0), *rest]
     return ops
 
 
-def moe_mlp_ops(cfg, b: int, etp: int, e: int, local: float, fused: bool = False) -> list[LayerOp]:
+def moe_mlp_ops(
+    cfg, b: int, etp: int, e: int, local: float, fused: bool = False, impl: str = "sequential"
+) -> list[LayerOp]:
     """The MoE MLP of one layer on one GPU, between the TP region's enter and exit, each
     expert's FFN split over ``etp`` ranks (expert-tensor parallelism; callers pass TP,
     Megatron-Core's default): router GEMM + softmax/top-k on the ``local`` tokens this rank holds (``b·s/t`` with
     sequence parallelism, as Megatron-Core routes before its all-gather dispatch),
     permute, each routed expert on its share of all ``b·s`` tokens, unpermute (keeping
     the expert outputs for the gradient of the routing weights), shared expert; ``fused``:
-    Transformer Engine's permutation kernels (``moe_permute_fusion``, :mod:`.moe_kernels`)."""
+    Transformer Engine's permutation kernels (``moe_permute_fusion``, :mod:`.moe_kernels`);
+    ``impl``: the expert MLP module (:mod:`.moe_experts`)."""
     tokens = b * cfg.seq_len
     ops = router_ops(cfg, local, e)
     routed = layer_expert_tokens(cfg, tokens)
     copies = sum(routed)  # token copies into and out of expert order
     ops.append(permute_op(cfg, tokens, copies, e, fused))
-    ops += expert_ops(cfg, routed, etp, e)
+    ops += expert_ops(cfg, routed, etp, e, impl=impl)
     ops.append(unpermute_op(cfg, tokens, copies, e, fused))
     return ops + expert_ops(cfg, (), etp, e, shared=tokens)

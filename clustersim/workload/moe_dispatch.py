@@ -23,6 +23,17 @@ Token dispatchers (Megatron-Core ``moe_token_dispatcher_type``,
 * ``allgather``: all-gather the ``T_loc·h`` hidden states over the ETP × EP group (each
   rank then holds all ``T_pool`` tokens), permute its experts' tokens, experts,
   unpermute, reduce-scatter over the same group.
+* ``flex`` (DeepEP, ``--moe-enable-deepep``; etp = 1): DeepEP's node-deduplicated
+  dispatch of the ``T_loc`` tokens (:mod:`.deepep`: bytes per NVLink peer and per remote
+  node), each rank's permute of the tokens it received into its experts' copies, experts,
+  unpermute, DeepEP's combine (the dispatch's transpose).
+
+Megatron-Core's dispatchers copy the exchange's split sizes to the host every layer's
+forward when dropless (the alltoall dispatcher's ``cuda_sync_point`` ``before_ep_alltoall``;
+the allgather dispatcher's ``local_map.sum(dim=0).long().cpu()`` after its gather; DeepEP's
+dispatch waits on the host for its received-token count): with
+``host_sync`` (``parallel.moe_host_sync``) the dispatch collective carries the host's wait
+for the device (:mod:`.host`).
 
 The all-to-all bytes follow the assignment: every source routes its ``T_loc`` tokens as
 the pool does, so it sends rank j ``T_loc/T_pool · c_j · h · e`` bytes, ``c_j`` the routed
@@ -44,11 +55,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from . import deepep
 from .moe import expert_ops, layer_expert_tokens, router_ops
 from .moe_kernels import permute_op, sort_chunks_op, unpermute_op
 from .ops import ExpertRanks, TPComm
 
-DISPATCHERS = ("alltoall", "allgather")
+DISPATCHERS = ("alltoall", "allgather", "flex")
 
 
 @dataclass(frozen=True)
@@ -56,13 +68,19 @@ class ExpertSplit:
     """How one MoE layer's routed experts are split: ``ep`` expert-parallel ranks, each
     expert's FFN over ``etp`` ranks; the token ``dispatcher``; whether the shared expert
     overlaps the all-to-alls; whether the permutations run Transformer Engine's fused
-    kernels (``moe_permute_fusion``, :mod:`.moe_kernels`)."""
+    kernels (``moe_permute_fusion``, :mod:`.moe_kernels`); the fields below."""
 
     ep: int = 1
     etp: int = 1
     dispatcher: str = "alltoall"
     shared_overlap: bool = False
     permute_fusion: bool = False
+    #: the routed experts' module (:mod:`.moe_experts`)
+    expert_mlp: str = "sequential"
+    #: the host waits for the device before each layer's dispatch (:mod:`.host`)
+    host_sync: bool = False
+    #: GPUs of one EP group per node (DeepEP's RDMA deduplication, :mod:`.deepep`)
+    per_node: int = 8
 
     def active(self, tp: int) -> bool:
         """Whether tokens are dispatched at all: with ep = 1 and etp = tp the experts sit
@@ -78,20 +96,20 @@ def rank_tokens(cfg, split: ExpertSplit, pool: float) -> tuple[float, ...]:
     return tuple(sum(counts[i * per : (i + 1) * per]) for i in range(split.ep))
 
 
-def _ranks(cfg, split: ExpertSplit, pool: float, e: int, moved: bool) -> ExpertRanks:
-    """Each rank's routed experts: ``moved`` (allgather), with its own permute and
-    unpermute of the pool's tokens over its experts' routing map; else (alltoall) with
-    the regrouping of its received copies by local expert and back, when it holds more
-    than one expert."""
+def _ranks(cfg, split: ExpertSplit, pool: float, e: int, held: float = 0.0) -> ExpertRanks:
+    """Each rank's routed experts: with ``held`` tokens on each rank (allgather: the pool;
+    flex: those DeepEP delivered), its own permute and unpermute of them over its
+    experts' routing map; else (alltoall) with the regrouping of its received copies by
+    local expert and back, when it holds more than one expert."""
     counts = layer_expert_tokens(cfg, int(pool))
     per, fused = cfg.experts // split.ep, split.permute_fusion
     ranks = []
     for i in range(split.ep):
         mine = counts[i * per : (i + 1) * per]
         n = sum(mine)
-        ops = expert_ops(cfg, mine, split.etp, e)
-        if moved:
-            ops = [permute_op(cfg, pool, n, e, fused, per), *ops, unpermute_op(cfg, pool, n, e, fused, per)]
+        ops = expert_ops(cfg, mine, split.etp, e, impl=split.expert_mlp)
+        if held:
+            ops = [permute_op(cfg, held, n, e, fused, per), *ops, unpermute_op(cfg, held, n, e, fused, per)]
         elif per > 1:
             sort, unsort = (
                 sort_chunks_op(name, cfg.hidden, n, e) for name in ("moe_sort_chunks", "moe_unsort_chunks")
@@ -123,9 +141,21 @@ def ep_moe_ops(cfg, b: int, tp: int, e: int, split: ExpertSplit) -> list:
     enter, up, down = _shared(cfg, b, tp, e)
     if split.dispatcher == "allgather":
         nbytes = int(pool * h * e)
-        ops.append(TPComm("ep all-gather", "all_gather", "reduce_scatter", nbytes, group="tp_ep"))
-        ops.append(_ranks(cfg, split, pool, e, moved=True))
+        # the tokens per local expert go to the host after the gather (``.cpu()``); the race
+        # gives the collective no time, so the sync is placed with it
+        sync = split.host_sync
+        ops.append(TPComm("ep all-gather", "all_gather", "reduce_scatter", nbytes, "tp_ep", host_sync=sync))
+        ops.append(_ranks(cfg, split, pool, e, held=pool))
         ops.append(TPComm("ep reduce-scatter", "reduce_scatter", "all_gather", nbytes, group="tp_ep"))
+        return ops + enter + up + down
+    if split.dispatcher == "flex":
+        matrix = deepep.dispatch_matrix(cfg, split.ep, split.per_node, local * h * e)
+        sent = sum(matrix[0])
+        sync = split.host_sync
+        ops.append(TPComm("ep dispatch", "all_to_all", "all_to_all", sent, "ep", matrix, host_sync=sync))
+        ops.append(_ranks(cfg, split, pool, e, held=deepep.received_tokens(cfg, split.ep, local)))
+        back = tuple(zip(*matrix))
+        ops.append(TPComm("ep combine", "all_to_all", "all_to_all", sent, group="ep", matrix=back))
         return ops + enter + up + down
     copies = local * k
     a2a = int(copies * h * e)
@@ -134,12 +164,14 @@ def ep_moe_ops(cfg, b: int, tp: int, e: int, split: ExpertSplit) -> list:
     overlap = split.shared_overlap and bool(up)
     if overlap:
         ops += enter
-    ops.append(TPComm("ep dispatch", "all_to_all", "all_to_all", a2a, group="ep", matrix=matrix))
+    ops.append(
+        TPComm("ep dispatch", "all_to_all", "all_to_all", a2a, "ep", matrix, host_sync=split.host_sync)
+    )
     if overlap:
         ops += [replace(op, overlap=True) for op in up]
     if split.etp > 1:
         ops.append(TPComm("etp all-gather", "all_gather", "reduce_scatter", split.etp * a2a, group="etp"))
-    ops.append(_ranks(cfg, split, pool, e, moved=False))
+    ops.append(_ranks(cfg, split, pool, e))
     if split.etp > 1:
         ops.append(TPComm("etp reduce-scatter", "reduce_scatter", "all_gather", split.etp * a2a, group="etp"))
     back = tuple(zip(*matrix))
@@ -168,6 +200,9 @@ def dispatch_buffer_bytes(cfg, b: int, tp: int, e: int, split: ExpertSplit) -> f
     pool = split.etp * split.ep * local
     if split.dispatcher == "allgather":
         return pool * cfg.hidden * e
+    if split.dispatcher == "flex":
+        matrix = deepep.dispatch_matrix(cfg, split.ep, split.per_node, local * cfg.hidden * e)
+        return sum(matrix[0]) + max(sum(col) for col in zip(*matrix))
     a2a = local * cfg.experts_per_token * cfg.hidden * e
     matrix = dispatch_matrix(rank_tokens(cfg, split, pool), local / pool * cfg.hidden * e)
     received = max(sum(col) for col in zip(*matrix)) if matrix else a2a

@@ -36,7 +36,8 @@ class Work:
     lists the elements cast to FP8 before it (:mod:`.fp8`; None: not FP8) under the
     Transformer Engine recipe ``fp8_recipe`` (:mod:`.fp8_recipes`); ``memory_kind``
     which achieved-bandwidth curve a memory-bound kernel runs at (``tuned`` or ``generic``,
-    :mod:`.memory_bandwidth`)."""
+    :mod:`.memory_bandwidth`); ``shared_waves`` whether a batched product's GEMMs share one
+    grid."""
 
     flops: float = 0.0
     bytes: float = 0.0
@@ -45,6 +46,12 @@ class Work:
     fp8_casts: tuple[float, ...] | None = None
     memory_kind: str = "tuned"
     fp8_recipe: str = "delayed"
+    #: elements a Transformer Engine norm kernel quantizes as it writes them, for an FP8
+    #: GEMM's input (:func:`.fp8.norm_cast_seconds`)
+    fp8_norm_casts: tuple[float, ...] = ()
+    #: whether a batched product's GEMMs share one kernel's grid (its waves quantize over all
+    #: their tiles); False: each runs as its own kernel, one after another
+    shared_waves: bool = True
 
 
 NO_WORK = Work()
@@ -86,7 +93,11 @@ class TPComm:
     """A collective point between ops: ``fwd``/``bwd`` kind (or "") of ``nbytes`` over
     ``group`` (one of :data:`COMM_GROUPS`; the tensor-parallel group unless it says).
     ``matrix[i][j]``: the bytes the group's i-th member sends its j-th in an uneven
-    all-to-all forward (the backward sends the transpose); empty: even."""
+    all-to-all forward (the backward sends the transpose); empty: even. ``fwd_nbytes`` /
+    ``bwd_nbytes``: one direction's bytes where they differ from ``nbytes`` (None: the same;
+    Transformer Engine all-gathers quantized tensors, :func:`.fp8.te_fp8_layer`). ``host_sync``: the
+    host waits for the device before it issues the forward collective (a ``.cpu()`` of the
+    split sizes, :mod:`.host`)."""
 
     name: str
     fwd: str
@@ -94,6 +105,19 @@ class TPComm:
     nbytes: int
     group: str = "tp"
     matrix: tuple[tuple[int, ...], ...] = ()
+    fwd_nbytes: int | None = None
+    bwd_nbytes: int | None = None
+    host_sync: bool = False
+
+    @property
+    def forward_nbytes(self) -> int:
+        """Bytes of the forward collective."""
+        return self.nbytes if self.fwd_nbytes is None else self.fwd_nbytes
+
+    @property
+    def backward_nbytes(self) -> int:
+        """Bytes of the backward collective."""
+        return self.nbytes if self.bwd_nbytes is None else self.bwd_nbytes
 
 
 @dataclass(frozen=True)
@@ -132,17 +156,18 @@ def gemm(
     activation: float = 0.0,
     batch: int = 1,
     attention_core: bool = False,
+    shared_waves: bool = True,
 ) -> LayerOp:
-    """Y[m×n] = X[m×k] · W[k×n], ``batch`` times, elements of ``e`` bytes.
+    """Y[m×n] = X[m×k] · W[k×n], ``batch`` times, elements of ``e`` bytes (``shared_waves``:
+    the ``batch`` products share one kernel's grid, else each is priced as its own kernel).
 
     Backward: dX = dY·Wᵀ (m×k from n) and, for a weight, dW = Xᵀ·dY (k×n from m); for an
     activation–activation product (attention), both operand gradients are input work.
     """
 
     def w(mm, nn, kk):
-        return Work(
-            2.0 * mm * nn * kk * batch, float(e) * (mm * kk + kk * nn + mm * nn) * batch, (mm, nn, kk)
-        )
+        flops, nbytes = 2.0 * mm * nn * kk * batch, float(e) * (mm * kk + kk * nn + mm * nn) * batch
+        return Work(flops, nbytes, (mm, nn, kk), shared_waves=shared_waves)
 
     fwd, dx, dw = w(m, n, k), w(m, k, n), w(k, n, m)
     if weight:

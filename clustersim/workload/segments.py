@@ -6,9 +6,10 @@ kernel (``launches``: 1 when its launch is priced apart, see :func:`launch_items
 ``("e", seconds per rank, flops per rank, launches, issued)`` for work that differs between
 the ranks of an expert-parallel group (:class:`~.ops.ExpertRanks`), ``("p", seconds, flops,
 launches, issued)`` for a kernel that runs beside its neighbouring collective
-(:attr:`~.ops.LayerOp.overlap`), ``("x", kind, nbytes, name, group, matrix)`` for a
+(:attr:`~.ops.LayerOp.overlap`), ``("x", kind, nbytes, name, group, matrix[, sync])`` for a
 collective over ``group`` (:data:`~.ops.COMM_GROUPS`, or ``cp``: the context-parallel group;
-``matrix``: an uneven all-to-all's bytes, or empty), ``("r", seconds, flops, nbytes,
+``matrix``: an uneven all-to-all's bytes, or empty; ``sync``: the host waits for the device
+before it issues it, :mod:`.host`), ``("r", seconds, flops, nbytes,
 name)`` for ring attention (per step, :mod:`.context_parallel`) and ``("f", seconds,
 name)`` for a fixed cost of its own (the pass's kernel launches and its wait for the host,
 :mod:`.host`). Consecutive kernels merge
@@ -56,7 +57,9 @@ def forward_items(
     for op in ops:
         if isinstance(op, TPComm):
             if op.fwd and not core_only:
-                out.append((("x", op.fwd, op.nbytes, op.name, op.group, op.matrix), "", None))
+                out.append(
+                    (("x", op.fwd, op.forward_nbytes, op.name, op.group, op.matrix, op.host_sync), "", None)
+                )
         elif isinstance(op, ExpertRanks):
             if not core_only:
                 out.append((_per_rank([forward_items(list(r), cm) for r in op.ranks]), "", None))
@@ -99,7 +102,12 @@ def backward_items(
         if isinstance(op, TPComm):
             if op.bwd and inputs:
                 out.append(
-                    (("x", op.bwd, op.nbytes, op.name, op.group, tuple(zip(*op.matrix))), "", "", None)
+                    (
+                        ("x", op.bwd, op.backward_nbytes, op.name, op.group, tuple(zip(*op.matrix))),
+                        "",
+                        "",
+                        None,
+                    )
                 )
             continue
         if isinstance(op, ExpertRanks):

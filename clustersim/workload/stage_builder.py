@@ -49,17 +49,27 @@ from ..errors import ScenarioError
 from ..memory_kinds import StaticMemory
 from .cnn import cnn_layers
 from .cost_model import CostModel
-from .fp8 import check_fp8, fp8_cache_bytes, fp8_linear_params, te_fp8_layer
+from .fp8 import check_fp8, fp8_cache_bytes, fp8_linear_params, te_fp8_layer, weight_cast_seconds
 from .fp8_recipes import check_recipe, default_recipe
 from .grad_accumulation import with_grad_accumulation
 from .host import dispatch_s, host_waits
 from .kernel_impls import DEFAULT_KERNELS
+from .loss_memory import loss_working_bytes
 from .memory_model import DTYPE_BYTES, ELEMENT_BYTES, static_bytes, zero_shards
 from .moe_dispatch import ExpertSplit, dispatch_buffer_bytes
 from .ops import ExpertRanks
 from .profile_rows import read_profile
 from .resolve import resolve_transformer
 from .segments import backward_items, compute_time, forward_items, launch_items, to_segments
+from .selective_ac import (
+    MEGATRON_MODULES,
+    check_modules,
+    check_op_policy,
+    module_recompute,
+    op_recompute_ops,
+    op_saved_bytes,
+    policy_of,
+)
 from .stage_cost import StageCost, even_partition
 from .tp_overlap import TPOverlap, overlap_of
 from .transformer_ops import embedding_ops, layer_ops, mtp_ops, output_ops
@@ -116,6 +126,10 @@ class TrainSetup:
                 par.moe_token_dispatcher,
                 par.moe_shared_expert_overlap,
                 par.moe_permute_fusion,
+                # the FP8 GEMM model prices one GEMM a kernel: FP8 experts stay per expert
+                par.moe_expert_mlp if tr.precision != "fp8" else "sequential",
+                par.moe_host_sync,
+                max(1, min(par.ep, sc.cluster.gpus_per_node // (par.etp or par.tp))),
             ),
             grad_dtype=par.data_parallel.grad_reduce_dtype if par.data_parallel else None,
             fp8_params=bool(par.data_parallel) and par.data_parallel.param_gather_dtype == "fp8",
@@ -123,6 +137,7 @@ class TrainSetup:
             fp32_params=par.zero == 3 and bool(par.data_parallel) and bool(par.data_parallel.fsdp2),
             kernels=tr.memory_kernels or tr.framework,
             fp8_recipe=tr.fp8_recipe or default_recipe(tr.framework, gpu or sc.cluster.gpu),
+            selective=policy_of(tr.framework),
         )
 
     shards: int = 0
@@ -145,6 +160,10 @@ class TrainSetup:
     kernels: str = DEFAULT_KERNELS
     #: Transformer Engine's recipe under FP8 (``training.fp8_recipe`` or the profile's; :mod:`.fp8_recipes`)
     fp8_recipe: str = "delayed"
+    #: what ``recompute: selective`` keeps: ``attention_core`` or torchtitan's ``op`` policy (:mod:`.selective_ac`)
+    selective: str = "attention_core"
+    #: Megatron-Core's ``recompute_modules`` under the ``attention_core`` policy (:mod:`.selective_ac`)
+    modules: tuple[str, ...] = MEGATRON_MODULES
 
     def __post_init__(self):
         if not self.shards:  # ZeRO shards over the whole DP group unless HSDP says fewer
@@ -345,39 +364,57 @@ class _LayerKind:
     fp8_linear: tuple[float, float] = (0.0, 0.0)
     #: the hooked submodules DeepSpeed ZeRO-3 fetches for (:mod:`.zero3_modules`; empty unless it runs)
     modules: tuple = ()
+    #: seconds of TE's once-per-step quantization of its FP8 weights (:func:`.fp8.weight_cast_seconds`)
+    fp8_weight_cast: float = 0.0
 
 
 def _layer_kind(cfg, st: TrainSetup, cm: CostModel, moe: bool, accumulate: bool) -> _LayerKind:
     b, tp, sp, e = st.micro_batch, st.tp, st.sp, st.e
     layer = layer_ops(cfg, b, tp, sp, e, moe, st.cp, st.cp_comm, st.split, st.kernels)
-    fp8_cache, fp8_linear = 0.0, (0.0, 0.0)
+    fp8_cache, fp8_linear, fp8_cast = 0.0, (0.0, 0.0), 0.0
     if st.precision == "fp8":
         layer = te_fp8_layer(layer, st.fp8_recipe)
         fp8_cache = fp8_cache_bytes(layer, st.gpu, st.fp8_recipe, st.fp8_params)
         fp8_linear = fp8_linear_params(layer)
+        # FP8 parameters: the optimizer's step writes the FP8 weight itself (its 16-bit copy's
+        # write in :meth:`.cost_model.CostModel.optimizer_time`), TE recasts nothing
+        fp8_cast = 0.0 if st.fp8_params else weight_cast_seconds(layer, st.gpu, st.fp8_recipe)
     if accumulate:
         layer = with_grad_accumulation(layer, e)
     ov = st.tp_overlap
     lf, lb = forward_items(layer, cm, overlap=ov), backward_items(layer, cm, overlap=ov)
     lbi = backward_items(layer, cm, weight=False, overlap=ov)
     lw = backward_items(layer, cm, inputs=False, overlap=ov)
-    rec = {"full": lf, "selective": forward_items(layer, cm, core_only=True), "none": []}[st.recompute]
     full_act = sum(op.activation for op in layer if hasattr(op, "activation"))
     rep = b * cfg.seq_len * cfg.hidden / (tp if sp else 1)
-    act = {
-        "none": full_act,
-        "full": rep * e,
-        "selective": sum(
-            op.activation for op in layer if hasattr(op, "activation") and not op.attention_core
-        ),
-    }[st.recompute]
-    work = {"none": 0.0, "full": full_act, "selective": full_act - act}[st.recompute]
+    if st.recompute == "selective" and st.selective == "op":  # torchtitan's op-level policy
+        check_op_policy(cfg, st.cp)
+        chosen = forward_items(op_recompute_ops(layer, cfg, b, tp, e), cm)
+        kept = op_saved_bytes(cfg, b, tp, sp, e)
+    else:  # Megatron's modules: the attention core (Korthikanti), MLA's up projections
+        rerun, dropped = module_recompute(layer, st.modules, b, cfg.seq_len, cfg.heads // tp)
+        chosen, kept = forward_items(rerun, cm), full_act - dropped
+    rec = {"full": lf, "selective": chosen, "none": []}[st.recompute]
+    act = {"none": full_act, "full": rep * e, "selective": kept}[st.recompute]
+    work = {"none": 0.0, "full": full_act, "selective": max(0.0, full_act - act)}[st.recompute]
     params = sum(op.params for op in layer if hasattr(op, "params"))
     expert = sum(op.params for op in layer if isinstance(op, ExpertRanks))
     dispatch = dispatch_buffer_bytes(cfg, b, tp, e, st.split) if expert else 0.0
     modules = submodules(layer, cfg, tp, cm, st.recompute == "full") if st.zero3 else ()
     return _LayerKind(
-        lf, rec + lb, rec + lbi, lw, params, act, work, fp8_cache, expert, dispatch, fp8_linear, modules
+        lf,
+        rec + lb,
+        rec + lbi,
+        lw,
+        params,
+        act,
+        work,
+        fp8_cache,
+        expert,
+        dispatch,
+        fp8_linear,
+        modules,
+        fp8_cast,
     )
 
 
@@ -389,6 +426,7 @@ def transformer_chunk_costs(
     compiled once, and a chunk runs its layers in order."""
     st = TrainSetup.of(sc, gpu)
     cfg = resolve_transformer(sc.model)
+    st = replace(st, modules=check_modules(sc.training, cfg, st.cp))
     if st.cp > 1:  # every op but attention's core runs on the GPU's s/cp tokens
         cfg = replace(cfg, seq_len=cfg.seq_len // st.cp)
     cm = _cost_model(sc, st)
@@ -404,6 +442,8 @@ def transformer_chunk_costs(
     order = cfg.layer_kinds()
     kinds = {moe: _layer_kind(cfg, st, km, moe, fixed.grad_accumulation) for moe in sorted(set(order))}
     tied = int(cfg.vocab * cfg.hidden / tp * GRAD_COMM_BYTES[st.precision])
+    training = sc.training.mode != "inference"
+    loss_work = loss_working_bytes(cfg, b, tp, e, st.kernels) if training else 0.0
     send = b * cfg.seq_len * cfg.hidden * e / tp
     partition = partition or even_partition(cfg.layers, chunks)
 
@@ -426,7 +466,8 @@ def transformer_chunk_costs(
         extra = [op for op in pre + post if hasattr(op, "params")]
         params = sum(c * kinds[moe].params for moe, c in count.items()) + sum(op.params for op in extra)
         act_mem = sum(c * kinds[moe].act for moe, c in count.items()) + sum(op.activation for op in extra)
-        work = max((kinds[moe].work for moe in count), default=0.0)
+        # the recompute working set, or on the last chunk the loss's if larger (:mod:`.loss_memory`)
+        work = max([kinds[moe].work for moe in count] + [loss_work if last else 0.0])
         buffers = work + sum(c * kinds[moe].fp8_cache for moe, c in count.items())
         buffers += max((kinds[moe].dispatch for moe in count), default=0.0)  # one layer exchanges at a time
         expert = sum(c * kinds[moe].expert for moe, c in count.items())
@@ -436,6 +477,9 @@ def transformer_chunk_costs(
         cost = _stage(
             st, cm, fixed, _PassItems(f, b_all, bi, w), params, act_mem, send_out, buffers, expert, fp8
         )
+        recast = sum(c * kinds[moe].fp8_weight_cast for moe, c in count.items())
+        if recast:  # TE's weight quantization on the step's first micro-batch, after the step
+            cost = replace(cost, optimizer=cost.optimizer + recast)
         if fixed.pipeline_gather and tp > 1 and not sp:
             cost = replace(cost, recv_gather=int(send * tp))
         if cfg.tied_embeddings and fixed.tied_embedding and len(partition) > 1 and (first or last):

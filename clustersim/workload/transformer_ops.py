@@ -103,7 +103,8 @@ def layer_ops(
     if dispatched:  # the dispatcher's collectives replace the TP region's enter and exit
         ops += ep_moe_ops(cfg, b, tp, e, split)
     elif is_moe:
-        ops += moe_mlp_ops(cfg, b, tp, e, rep / h, fused=split is not None and split.permute_fusion)
+        fused, impl = (split.permute_fusion, split.expert_mlp) if split is not None else (False, "sequential")
+        ops += moe_mlp_ops(cfg, b, tp, e, rep / h, fused, impl)
     else:
         ops.append(gemm("mlp_up", b * s, up_n, h, e, activation=rep * e))
         act_in = b * s * up_n

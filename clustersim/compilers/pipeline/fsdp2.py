@@ -55,9 +55,9 @@ _fsdp_param_group.py, _fsdp_collectives.py; the host, which only enqueues, runs 
 Not emitted: the small post-reduce view/cast on the reduce-scatter stream, the lazy
 initialisation of the first step, and gradient accumulation without reduction
 (``set_requires_gradient_sync(False)``: FSDP2 reduces every micro-batch by default). The
-gathers run ahead by the streams' waits, not by dependencies on the ops that free memory,
-so the memory replay in Program order (``Program.memory_peaks``, the estimate without
-simulating) can fall short of the run's peak by a unit's buffers.
+gathers run ahead by the streams' waits, not by dependencies on the ops that free memory;
+the memory replay without simulating (``Program.memory_peaks``) counts each gather's
+buffers from the earliest point its copy-in can start, so it holds them as the run does.
 """
 
 from __future__ import annotations
