@@ -64,40 +64,43 @@ def dispatch_s(framework: str) -> float:
     return float(row["value_us"]) * 1e-6
 
 
-def _work(item: tuple, launch_s: float) -> tuple[float, int]:
-    """(GPU seconds with the launch latency, kernels the host issues) of a pass item
-    (:mod:`.segments`); (0, 0) for a collective."""
+def _work(item: tuple, launch_s: float, dispatch: float) -> tuple[float, int, float]:
+    """(GPU seconds with the launch latency, kernels the host issues, host seconds of
+    issuing them) of a pass item (:mod:`.segments`; its own host seconds where it carries
+    them, else ``dispatch`` a kernel); (0, 0, 0) for a collective."""
     kind = item[0]
-    if kind in ("c", "p"):
-        return item[1] + item[3] * launch_s, item[4]
-    if kind == "e":  # the slowest expert rank's kernels; every rank issues as many
-        return max(item[1]) + item[3] * launch_s, item[4]
+    if kind in ("c", "p", "e"):
+        t = max(item[1]) if kind == "e" else item[1]  # "e": the slowest expert rank's kernels
+        host = item[4] * dispatch if item[5] is None else item[5]
+        return t + item[3] * launch_s, item[4], host
     if kind == "o":  # a GEMM pipelined with a TP collective: one GEMM kernel per chunk
-        return item[4] + launch_s, item[7]
+        return item[4] + launch_s, item[7], item[7] * dispatch
     if kind == "r":  # ring attention: one attention kernel per step
-        return sum(item[1]), len(item[1])
-    return 0.0, 0
+        return sum(item[1]), len(item[1]), len(item[1]) * dispatch
+    return 0.0, 0, 0.0
 
 
 def host_waits(pieces: list[list[tuple]], launch_s: float, dispatch: float) -> list[float]:
     """Seconds the GPU stream waits for the host in each piece of one pass — ``pieces``
     the pass's items in order, split as its ops will be (one piece, or one per layer), the
-    race carried across pieces (module doc). All 0 when ``dispatch`` is 0."""
+    race carried across pieces (module doc); ``dispatch`` the host seconds per kernel of
+    the items that carry none, and of a collective's call. An item of k kernels and H host
+    seconds races as k kernels issued H/k apart. All 0 when no item costs host time."""
     g = h = 0.0
     waits = []
     for items in pieces:
         wait = 0.0
         for item in items:
-            t, k = _work(item, launch_s)
+            t, k, host = _work(item, launch_s, dispatch)
             if k == 0:
                 h += dispatch if item[0] == "x" else 0.0  # the host enqueues the collective
                 continue
-            # each term ≥ 0 on its own, so a zero dispatch adds exactly nothing
-            first = max(0.0, h + dispatch - g)
-            last = max(0.0, h + k * dispatch + t / k - (g + first + t))
+            # each term ≥ 0 on its own, so a zero host time adds exactly nothing
+            first = max(0.0, h + host / k - g)
+            last = max(0.0, h + host + t / k - (g + first + t))
             wait += first + last
             g += first + t + last
-            h += k * dispatch
+            h += host
         waits.append(wait)
     if waits:  # a trailing collective starts once the host has issued it
         waits[-1] += max(0.0, h - g)
