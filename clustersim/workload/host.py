@@ -1,31 +1,37 @@
 """The host's issue rate: a GPU stream cannot run ahead of the CPU that issues its kernels.
 
 In eager PyTorch (every ``training.framework`` profile) the CPU issues each kernel of a pass
-in turn, spending ``dispatch_s`` on each (Python, the dispatcher, autograd, the driver's
-launch); the kernels queue on the GPU stream asynchronously, so the CPU runs ahead while
-kernels are long and the GPU waits — is host-bound — while they are shorter than a dispatch.
-Per pass, with the host clock ``h`` (when the host has issued what came before) and the
-stream's clock ``g`` both 0 at the pass's start (Megatron synchronises the device after each
-pipeline receive, and the pass's ``framework`` op stands for the host's own gap before it),
-an item of k kernels whose GPU time is t (their launch latency included) runs as k equal
-kernels, each starting when both the stream is free and the host has issued it:
+in turn — Python, the dispatcher, autograd, the driver's launch in the forward; the autograd
+engine's C++ nodes in the backward; a framework module's own Python around its GEMM
+(:mod:`.host_kernels` says what each op costs the host) — and the kernels queue on the GPU
+stream asynchronously, so the CPU runs ahead while kernels are long and the GPU waits — is
+host-bound — while they are shorter than their issue. Per pass, with the host clock ``h``
+(when the host has issued what came before) and the stream's clock ``g`` both 0 at the
+pass's start (Megatron synchronises the device after each pipeline receive, and the pass's
+``framework`` op stands for the host's own gap before it), an item of k kernels whose GPU
+time is t (their launch latency included) and whose issue costs the host H seconds runs as
+k equal kernels issued H/k apart, each starting when both the stream is free and the host
+has issued it:
 
-    start = max(g, h + dispatch)                         (the first kernel is issued)
-    end   = max(start + t, h + k·dispatch + t/k)          (the last one, issued k dispatches in)
-    h    += k·dispatch
+    start = max(g, h + H/k)                              (the first kernel is issued)
+    end   = max(start + t, h + H + t/k)                  (the last one, issued H in)
+    h    += H
 
 exact for k equal kernels (the GPU waits for the host only once the kernels are shorter
-than a dispatch). A collective is one host call (``h += dispatch``, one NCCL launch) and
-takes no GPU time in this race: its duration is the fabric's, unknown when the pass is
+than their issue). An item without its own H (a cost model without a host) pays the pass's
+``dispatch`` a kernel. A collective is one host call (``h += dispatch``, one NCCL launch)
+and takes no GPU time in this race: its duration is the fabric's, unknown when the pass is
 compiled, so the race charges the host's lag as if the collective were instant — an upper
 bound on the wait (a long collective lets a lagging host catch up), exact for passes without
 collectives (TP 1, where small, host-bound models usually run). The wait, ``end − g − t``
 summed, is added to the pass's ``launch`` op (with the kernels' GPU launch latency,
-``Efficiency.launch_s``): no op or event is added — the pass's ops are those it had.
+``Efficiency.launch_s``): no op or event is added — the pass's ops are those it had; the
+summary reports it per GPU and iteration as ``host_bound_s``.
 
-``training.cuda_graphs`` (NeMo / Megatron-Core capture each transformer layer's forward and
-backward as a CUDA graph when asked; no profile turns it on) removes the dispatch: the GPU
-launch latency stays. ``training.fixed_costs.host_dispatch`` overrides the measured dispatch
+``training.cuda_graphs`` (Megatron-LM ``--cuda-graph-impl local|transformer_engine``, default
+``none`` in megatron/training/arguments.py; NeMo's CUDA-graph option likewise opt-in: no
+profile turns it on) removes the host's time: the GPU launch latency stays.
+``training.fixed_costs.host_dispatch`` overrides the measured dispatch, modules included
 (0: the host never holds the GPU back).
 
 ``dispatch_s`` is a host-level measurement per software stack, a row of

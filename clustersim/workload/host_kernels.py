@@ -33,11 +33,16 @@ import csv
 from dataclasses import dataclass, field
 from functools import cache
 
-from .host import HOST_CSV, STACKS, dispatch_s
+from .host import HOST_CSV, dispatch_s
 
 KERNELS_CSV = HOST_CSV.parent / "host_kernels.csv"
 #: the stack whose module host time each profile's linears cost (None: no module is measured)
-MODULE_STACKS = {"megatron_2021": None, "megatron_core": "te_module", "deepspeed": "torch_module", "fsdp2": "torch_module"}
+MODULE_STACKS = {
+    "megatron_2021": None,
+    "megatron_core": "te_module",
+    "deepspeed": "torch_module",
+    "fsdp2": "torch_module",
+}
 #: phases the backward's dispatch prices (the autograd engine issues them)
 BACKWARD_PHASES = ("B", "W")
 
@@ -79,7 +84,9 @@ class HostModel:
     hidden_bytes: float = 0.0
 
     @classmethod
-    def of(cls, framework: str, override: float | None, graphs: bool, small: bool, hidden_bytes: float) -> HostModel:
+    def of(
+        cls, framework: str, override: float | None, graphs: bool, small: bool, hidden_bytes: float
+    ) -> HostModel:
         """The host of ``framework`` (``override``: ``fixed_costs.host_dispatch``; ``graphs``:
         ``training.cuda_graphs``; ``small``: ``fixed_costs.small_kernels``)."""
         extras = extra_kernels(framework) if small else {}
@@ -89,7 +96,9 @@ class HostModel:
             return cls(override, override, override, extras, hidden_bytes)
         stack = MODULE_STACKS[framework]
         module = _host_row(stack, "module") if stack else 0.0
-        return cls(dispatch_s(framework), _host_row("autograd_engine", "dispatch"), module, extras, hidden_bytes)
+        return cls(
+            dispatch_s(framework), _host_row("autograd_engine", "dispatch"), module, extras, hidden_bytes
+        )
 
     def dispatch(self, phase: str) -> float:
         """Host seconds per kernel issued in ``phase`` (``F``, or ``B``/``W``: the backward)."""
@@ -104,14 +113,3 @@ class HostModel:
         issued = kernels + extra
         host = modules * self.module_s + max(0, issued - modules) * self.dispatch(phase)
         return extra, passes * self.hidden_bytes, host
-
-
-#: the host of a cost model no scenario set (tests, the planner's estimates): the
-#: framework-free eager dispatch of :mod:`.host`, no extra kernels
-def default_host(framework: str = "megatron_2021") -> HostModel:
-    """The measured dispatch of ``framework``'s stack for every kernel, nothing more."""
-    d = dispatch_s(framework)
-    return HostModel(d, d)
-
-
-assert set(MODULE_STACKS) == set(STACKS)

@@ -141,7 +141,9 @@ def backward_items(
         if t or flops:
             kind = "p" if op.overlap and inputs else "c"
             n, issued, hosts = sum(p[1] for p in priced), sum(p[2] for p in priced), [p[3] for p in priced]
-            out.append(((kind, t, flops, n, issued, None if None in hosts else sum(hosts)), op.name, "", None))
+            out.append(
+                ((kind, t, flops, n, issued, None if None in hosts else sum(hosts)), op.name, "", None)
+            )
     if overlap is not None:
         return merge_backward(out, overlap, cm.eff)
     return [item for item, *_ in out]

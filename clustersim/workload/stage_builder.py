@@ -313,7 +313,9 @@ def _stage(
     fp8: tuple[float, float] = (0.0, 0.0),
 ) -> StageCost:
     by_phase = {"F": items.f, "B": items.b, "Bi": items.bi, "W": items.w}
-    passes = {ph: fixed.pass_segments([i], st.granularity, backward=ph != "F")[0] for ph, i in by_phase.items()}
+    passes = {
+        ph: fixed.pass_segments([i], st.granularity, backward=ph != "F")[0] for ph, i in by_phase.items()
+    }
     grads = _local_grads(st, params, expert)  # the optimizer's local fp32 gradients
     # buffers: the recompute working set and the p2p send and recv buffers
     static, experts = _static(st, params, work_buffer + 2 * send_bytes, expert, fp8)
