@@ -172,19 +172,22 @@ def test_a_te_model_small_enough_is_host_bound_by_its_modules():
     assert _forward_s(_run(_raw("megatron_core", fixed_costs={"host_dispatch": 0}))) < bound / 2
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(
     hidden=st.sampled_from([128, 512]),
     micro=st.sampled_from([1, 4]),
     framework=st.sampled_from(sorted(STACKS)),
     tp=st.sampled_from([1, 2]),
+    overlap=st.booleans(),
 )
-def test_host_pricing_adds_no_op_nor_event_and_never_speeds_a_step_up(hidden, micro, framework, tp):
+def test_host_pricing_adds_no_op_nor_event_and_never_speeds_a_step_up(hidden, micro, framework, tp, overlap):
     raw = _raw(framework, micro_batch=micro, global_batch=2 * micro)
     raw["model"]["hidden"] = hidden
     raw["cluster"]["gpus_per_node"] = tp
     raw["cluster"]["comm_compute_slowdown"] = 1  # compute re-rated beside NCCL costs events by timing
     raw["parallel"] = {**raw["parallel"], "tp": tp, "sequence_parallel": tp > 1}
+    if tp > 1 and overlap:  # TE's userbuffers: a GEMM's module time rides with its chunks
+        raw["parallel"]["tp_comm_overlap"] = True
     priced = _run(raw)
     bare = copy.deepcopy(raw)
     bare["training"]["fixed_costs"] = {"host_dispatch": 0, "small_kernels": False}

@@ -27,7 +27,7 @@ between the two halves of its compute — far fewer simulated events for huge va
 runs, at the price of the per-collective latency terms (negligible for these sizes).
 
 With ``parallel.tp_comm_overlap`` a collective and the GEMM it pipelines with become one
-``("o", kind, nbytes, name, seconds, flops, method, chunks, margin)`` item and an ``overlap``
+``("o", kind, nbytes, name, seconds, flops, method, chunks, margin, host)`` item and an ``overlap``
 Segment, which the compiler emits in chunks (:mod:`.tp_overlap`; per-layer only).
 """
 
@@ -201,7 +201,7 @@ def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment
             segs.append(run.segment())
         run = _Run()
         if i[0] == "o":  # a collective pipelined with a GEMM (tp_overlap): the GEMM's time rides along
-            _, kind, nbytes, name, seconds, flops, method, chunks, margin = i
+            _, kind, nbytes, name, seconds, flops, method, chunks, margin, _ = i
             segs.append(Segment("overlap", seconds, flops, nbytes, kind, name, method, chunks, margin=margin))
         elif i[0] == "r":
             _, times, flops, sent, name = i
