@@ -177,11 +177,6 @@ class FixedCosts:
     #: nothing with CUDA graphs)
     host: HostModel = HostModel(0.0, 0.0)
 
-    @property
-    def dispatch_s(self) -> float:
-        """Host seconds per kernel the forward issues (:mod:`.host`)."""
-        return self.host.forward_s
-
     @classmethod
     def of(cls, sc, cm: CostModel, precision: str, hidden_bytes: float = 0.0) -> FixedCosts:
         """The fixed costs of scenario ``sc`` with kernels priced by ``cm`` (the launch
@@ -205,7 +200,11 @@ class FixedCosts:
 
     def wait(self, items: list[tuple], backward: bool = False) -> float:
         """Seconds the GPU stream waits for the host in the pass of ``items`` (:func:`.host.host_waits`)."""
-        return host_waits([items], self.launch_s, self.host.dispatch("B" if backward else "F"))[0]
+        return host_waits([items], self.launch_s, self._dispatch(backward))[0]
+
+    def _dispatch(self, backward: bool) -> float:
+        """Host seconds per kernel without its own host time, and per collective call."""
+        return self.host.dispatch("B" if backward else "F")
 
     def pass_segments(self, pieces: list[list], granularity: str, backward: bool = False) -> tuple:
         """The Segments of each piece of one pass (:func:`.segments.to_segments`), each
@@ -213,7 +212,7 @@ class FixedCosts:
         in it (:func:`.host.host_waits`, the race carried from piece to piece in the order
         they run: the last first for the ``backward`` pieces of a model's layers)."""
         order = slice(None, None, -1 if backward else 1)
-        dispatch = self.host.dispatch("B" if backward else "F")
+        dispatch = self._dispatch(backward)
         waits = host_waits(pieces[order], self.launch_s, dispatch)[order]
         return tuple(
             to_segments(launch_items(items, self.launch_s, wait, dispatch), granularity)
