@@ -195,3 +195,19 @@ def test_host_pricing_adds_no_op_nor_event_and_never_speeds_a_step_up(hidden, mi
     assert priced.summary["iteration_time_s"] >= without.summary["iteration_time_s"]
     assert len(priced.spans) == len(without.spans)
     assert priced.summary["sim_events"] == without.summary["sim_events"]
+
+
+@pytest.mark.parametrize("k", [1, 5, 24])
+def test_a_pass_of_k_equal_kernels_waits_the_closed_form_forward_and_backward(k):
+    """Host-bound (τ < dispatch): the GPU ends k·d + τ after the pass starts, so it waited
+    k·d + τ − k·τ; GPU-bound: it waits only for the first issue, d. The forward's d is the
+    Python rate, the backward's the autograd engine's."""
+    from clustersim.workload.stage_builder import FixedCosts
+
+    fwd, bwd = _calibrated("pytorch_eager", "dispatch"), _calibrated("autograd_engine", "dispatch")
+    fixed = FixedCosts(0.0, 0.0, False, False, False, False, host=HostModel(fwd, bwd))
+    for d, backward in ((fwd, False), (bwd, True)):
+        short = [("c", 2e-6, 0.0, 0, 1, None)] * k
+        assert fixed.wait(short, backward) == pytest.approx(k * d + 2e-6 - k * 2e-6, rel=1e-12)
+        long = [("c", 50e-6, 0.0, 0, 1, None)] * k
+        assert fixed.wait(long, backward) == pytest.approx(d, rel=1e-12)
