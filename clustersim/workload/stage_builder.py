@@ -52,7 +52,8 @@ from .cost_model import CostModel
 from .fp8 import check_fp8, fp8_cache_bytes, fp8_linear_params, te_fp8_layer, weight_cast_seconds
 from .fp8_recipes import check_recipe, default_recipe
 from .grad_accumulation import with_grad_accumulation
-from .host import dispatch_s, host_waits
+from .host import host_waits
+from .host_kernels import HostModel
 from .kernel_impls import DEFAULT_KERNELS
 from .loss_memory import loss_working_bytes
 from .memory_model import DTYPE_BYTES, ELEMENT_BYTES, static_bytes, zero_shards
@@ -191,18 +192,20 @@ class FixedCosts:
     tied_embedding: bool
     pipeline_gather: bool
     grad_accumulation: bool = False
-    #: host seconds per kernel issued (:mod:`.host`; 0 with CUDA graphs)
-    dispatch_s: float = 0.0
+    #: what the host spends issuing each op, forward and backward (:mod:`.host_kernels`;
+    #: nothing with CUDA graphs)
+    host: HostModel = HostModel(0.0, 0.0)
 
     @classmethod
-    def of(cls, sc, cm: CostModel, precision: str) -> FixedCosts:
+    def of(cls, sc, cm: CostModel, precision: str, hidden_bytes: float = 0.0) -> FixedCosts:
         """The fixed costs of scenario ``sc`` with kernels priced by ``cm`` (the launch
-        default is ``cm``'s calibrated ``launch_s``, the dispatch's the framework's stack's,
-        none with CUDA graphs); the unscale runs with fp16 only."""
+        default is ``cm``'s calibrated ``launch_s``, the host's the framework's stack's,
+        none with CUDA graphs); the unscale runs with fp16 only. ``hidden_bytes``: one pass
+        over the GPU's [tokens, hidden] activation, what the extra small kernels move."""
         tr = sc.training
         fc = tr.fixed_costs
         launch = cm.eff.launch_s if fc.kernel_launch is None else fc.kernel_launch
-        dispatch = dispatch_s(tr.framework) if fc.host_dispatch is None else fc.host_dispatch
+        host = HostModel.of(tr.framework, fc.host_dispatch, tr.cuda_graphs, fc.small_kernels, hidden_bytes)
         return cls(
             launch,
             fc.microbatch_overhead,
@@ -211,8 +214,16 @@ class FixedCosts:
             fc.tied_embedding_allreduce,
             fc.pipeline_gather,
             fc.grad_accumulation,
-            0.0 if tr.cuda_graphs else dispatch,
+            host,
         )
+
+    def wait(self, items: list[tuple], backward: bool = False) -> float:
+        """Seconds the GPU stream waits for the host in the pass of ``items`` (:func:`.host.host_waits`)."""
+        return host_waits([items], self.launch_s, self._dispatch(backward))[0]
+
+    def _dispatch(self, backward: bool) -> float:
+        """Host seconds per kernel without its own host time, and per collective call."""
+        return self.host.dispatch("B" if backward else "F")
 
     def pass_segments(self, pieces: list[list], granularity: str, backward: bool = False) -> tuple:
         """The Segments of each piece of one pass (:func:`.segments.to_segments`), each
@@ -220,9 +231,10 @@ class FixedCosts:
         in it (:func:`.host.host_waits`, the race carried from piece to piece in the order
         they run: the last first for the ``backward`` pieces of a model's layers)."""
         order = slice(None, None, -1 if backward else 1)
-        waits = host_waits(pieces[order], self.launch_s, self.dispatch_s)[order]
+        dispatch = self._dispatch(backward)
+        waits = host_waits(pieces[order], self.launch_s, dispatch)[order]
         return tuple(
-            to_segments(launch_items(items, self.launch_s, wait, self.dispatch_s), granularity)
+            to_segments(launch_items(items, self.launch_s, wait, dispatch), granularity)
             for items, wait in zip(pieces, waits)
         )
 
@@ -319,7 +331,9 @@ def _stage(
     fp8: tuple[float, float] = (0.0, 0.0),
 ) -> StageCost:
     by_phase = {"F": items.f, "B": items.b, "Bi": items.bi, "W": items.w}
-    passes = {ph: fixed.pass_segments([i], st.granularity)[0] for ph, i in by_phase.items()}
+    passes = {
+        ph: fixed.pass_segments([i], st.granularity, backward=ph != "F")[0] for ph, i in by_phase.items()
+    }
     grads = _local_grads(st, params, expert)  # the optimizer's local fp32 gradients
     # buffers: the recompute working set and the p2p send and recv buffers
     static, experts = _static(st, params, work_buffer + 2 * send_bytes, expert, fp8)
@@ -341,6 +355,7 @@ def _stage(
         pass_overhead=fixed.pass_overhead,
         unscale=cm.memory_pass(grads * UNSCALE_BYTES) if fixed.unscale else 0.0,
         grad_norm=cm.memory_pass(grads * GRAD_NORM_BYTES) if fixed.grad_norm else 0.0,
+        host_wait=fixed.wait(items.f) + fixed.wait(items.b, backward=True),
     )
 
 
@@ -430,9 +445,10 @@ def transformer_chunk_costs(
     if st.cp > 1:  # every op but attention's core runs on the GPU's s/cp tokens
         cfg = replace(cfg, seq_len=cfg.seq_len // st.cp)
     cm = _cost_model(sc, st)
-    fixed = FixedCosts.of(sc, cm, st.precision)
-    km = cm.without_launch()  # kernels; their launches are the passes' own segments
     b, tp, sp, e = st.micro_batch, st.tp, st.sp, st.e
+    fixed = FixedCosts.of(sc, cm, st.precision, b * cfg.seq_len * cfg.hidden / (tp if sp else 1) * e)
+    # kernels (their launches are the passes' own segments) and what the host spends issuing them
+    km = replace(cm.without_launch(), host=fixed.host)
     emb = embedding_ops(cfg, b, tp, sp, e)
     out = output_ops(cfg, b, tp, sp, e, st.kernels) + mtp_ops(cfg, b, tp, sp, e, st.split, st.kernels)
     if sc.training.mode == "inference":  # a request's forward ends at the logits: no loss
