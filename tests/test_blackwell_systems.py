@@ -16,6 +16,7 @@ from clustersim.experiments.plans import placement
 from clustersim.hardware.datasheets import datasheet
 from clustersim.hardware.presets import CLUSTER_PRESETS, expand_preset
 from clustersim.topology import build_topology
+from clustersim.topology.servers import nics_per_node
 
 MEASURED = Path(cs.__file__).parent / "data" / "nccl_collective_measurements.csv"
 BLACKWELL = ("dgx_b200", "gb200_nvl72", "gb300_nvl72")
@@ -30,7 +31,8 @@ def test_nvlink5_per_gpu_is_the_datasheet_figure_at_nccls_blackwell_rate(name):
     assert sheet.scale_up == "NVLink5 x18"
     # NCCL src/graph/topo.h SM100_NVLINK_BW 40.1 GB/s of a link's 50
     assert preset["intra_node"]["efficiency"] == pytest.approx(40.1 / 50)
-    assert preset["nic"]["per_node"] == preset["gpus_per_node"]  # one scale-out NIC per GPU
+    gpn = preset["gpus_per_node"]
+    assert nics_per_node(preset["nic"]["per_node"], gpn) == gpn  # one scale-out NIC per GPU
 
 
 def test_nvl72_domains_hold_72_gpus_with_400g_or_800g_rails():

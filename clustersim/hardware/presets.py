@@ -25,7 +25,9 @@ scale-out NICs (:mod:`clustersim.topology.servers`: every GPU reaches the domain
 in one hop). The 18 compute trays and 9 switch trays are not separate switches here: each
 GPU's 18 NVLink5 links go one to each of the 18 NVSwitch chips of the 9 switch trays, a
 non-blocking fabric (NVIDIA: "full non-blocking P2P connectivity of all 72 GPUs", 130 TB/s =
-72 × 1.8 TB/s), which one switch of 900 GB/s per GPU per direction prices the same.
+72 × 1.8 TB/s), which one switch of 900 GB/s per GPU per direction prices the same. A job
+on part of each rack — Megatron-Bridge's GB200 recipes run 64 GPUs (16 trays) per NVLink
+domain — writes ``gpus_per_node: 64`` beside the preset: each rack's GPUs in the job.
 * PCIe Gen4 x16: 0.80 (128b/130b coding, TLP headers on 256-byte payloads and flow
   control leave ~80 % — the usual rule of thumb; no busbw row was fitted).
 
@@ -128,7 +130,9 @@ def _dgx(
         "nic": {
             "bandwidth": nic_gbit * 1e9 / 8,
             "latency": 1e-6,
-            "per_node": gpus,
+            # one NIC per GPU; an NVL72 leaves the count unset (one per GPU of gpus_per_node),
+            # so a job on part of each rack (gpus_per_node: 64) keeps a rail per GPU
+            "per_node": gpus if gpus == 8 else None,
             "efficiency": IB_EFFICIENCY,
         },
         "pcie": None,
