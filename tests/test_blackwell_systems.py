@@ -68,7 +68,7 @@ def _moe(preset: str, nodes: int, gpus: int, **parallel) -> dict:
         "name": f"ep{parallel.get('ep', 1)} on {preset}",
         "cluster": {"preset": preset, "nodes": nodes},
         "model": {
-            **{"layers": 2, "hidden": 1024, "heads": 8, "vocab": 32000, "seq_len": 1024},
+            **{"layers": 1, "hidden": 1024, "heads": 8, "vocab": 32000, "seq_len": 512},
             **{"experts": 64, "experts_per_token": 4, "gated_mlp": True, "bias": False},
             **{"norm": "rmsnorm", "position": "rope", "dropout": False, "attention": "flash"},
         },
@@ -120,6 +120,7 @@ def test_placement_puts_tp_and_dp_groups_inside_one_rack():
 def test_fold_runs_a_tp_group_of_the_nvl72_domain_as_on_nvlink():
     # TP 4 (one tray's worth) × PP 2 × DP 36 over two racks folds: each TP group inside a rack
     raw = _moe("gb200_nvl72", 2, 144)
+    raw["model"]["layers"] = 2
     raw["parallel"] = {"tp": 4, "pp": 2}
     raw["simulation"] = {"fidelity": "fast", "fold": True}
     res = cs.simulate(raw, progress=False)
@@ -138,3 +139,18 @@ def test_every_preset_is_listed():
         main(["list"])
     for name in BLACKWELL:
         assert f"  {name}" in out.getvalue()
+
+
+def test_a_cp16_ring_inside_an_nvl72_rack_stays_on_nvlink():
+    # ring attention over 16 GPUs (two DGX B200 servers' worth): inside one NVL72 rack every
+    # K/V hop is an NVLink one; over two DGX B200 the ring crosses the NICs
+    def dense_cp(preset: str, nodes: int) -> dict:
+        raw = _moe(preset, nodes, 16, cp=16)
+        raw["model"].update(experts=1, experts_per_token=1, seq_len=4096)
+        raw["training"]["global_batch"] = 1
+        raw["simulation"]["granularity"] = "layer"  # context parallelism runs per layer
+        return raw
+
+    nvlink, scale_out = _link_bytes(cs.simulate(dense_cp("gb200_nvl72", 2), progress=False))
+    assert nvlink > 0 and scale_out == 0
+    assert _link_bytes(cs.simulate(dense_cp("dgx_b200", 2), progress=False))[1] > 0
