@@ -327,9 +327,9 @@ def _stage(
 
 @dataclass(frozen=True)
 class _LayerKind:
-    """One kind of layer (dense or MoE MLP) compiled once: its pass items, parameters (of
-    them, expert-parallel experts'), kept activation bytes, recompute working set, FP8
-    weight cache and token-dispatch buffers."""
+    """One kind of layer (dense or MoE MLP, windowed or full attention) compiled once: its
+    pass items, parameters (of them, expert-parallel experts'), kept activation bytes,
+    recompute working set, FP8 weight cache and token-dispatch buffers."""
 
     f: list
     b: list
