@@ -154,3 +154,16 @@ def test_a_cp16_ring_inside_an_nvl72_rack_stays_on_nvlink():
     nvlink, scale_out = _link_bytes(cs.simulate(dense_cp("gb200_nvl72", 2), progress=False))
     assert nvlink > 0 and scale_out == 0
     assert _link_bytes(cs.simulate(dense_cp("dgx_b200", 2), progress=False))[1] > 0
+
+
+def test_blackwell_protocols_follow_the_gb200_ramp_they_were_fitted_on():
+    # NCCL_PROTOCOLS_BLACKWELL, least squares on the Azure ND GB200 v6 rows below 256 MiB:
+    # every one within 25 % (the LL128 → Simple hand-over at 4 MiB is the largest), errors of
+    # both signs along the curve, and the plateau rows (not fitted) within 12 %
+    from clustersim.validation.collectives import error, rows
+
+    curve = sorted((r for r in rows() if r.system.startswith("Azure ND GB200")), key=lambda r: r.nbytes)
+    assert len(curve) == 24 and {r.cluster for r in curve} == {"gb200_nvl72 gpus_per_node=4"}
+    below = [error(r) for r in curve if r.nbytes < 256 * 2**20]
+    assert max(abs(e) for e in below) <= 0.25 and min(below) < 0 < max(below)
+    assert all(abs(error(r)) <= 0.12 for r in curve if r.nbytes >= 256 * 2**20)

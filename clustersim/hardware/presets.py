@@ -16,6 +16,8 @@ ONE rule per link technology, never fitted to the busbw a test compares against:
   ConnectX-7 NVIDIA's engineers quote as achievable (nccl-tests #290 and #319 notes),
   i.e. the transport's payload fraction, applied unchanged to HDR and to ConnectX-8's
   800 Gbit/s (no 800G busbw row is in the measurement set).
+* PCIe Gen4 x16: 0.80 (128b/130b coding, TLP headers on 256-byte payloads and flow
+  control leave ~80 % — the usual rule of thumb; no busbw row was fitted).
 
 The NVL72 racks (``gb200_nvl72``, ``gb300_nvl72``) are one NVLink domain of 72 GPUs: a
 "node" of the cluster dict is the rack's NVLink domain (``gpus_per_node: 72``), so TP, EP
@@ -28,12 +30,11 @@ non-blocking fabric (NVIDIA: "full non-blocking P2P connectivity of all 72 GPUs"
 72 × 1.8 TB/s), which one switch of 900 GB/s per GPU per direction prices the same. A job
 on part of each rack — Megatron-Bridge's GB200 recipes run 64 GPUs (16 trays) per NVLink
 domain — writes ``gpus_per_node: 64`` beside the preset: each rack's GPUs in the job.
-* PCIe Gen4 x16: 0.80 (128b/130b coding, TLP headers on 256-byte payloads and flow
-  control leave ~80 % — the usual rule of thumb; no busbw row was fitted).
 
 ``collective_alpha`` holds the per-step latency of collectives (NCCL ``tuning.cc``
 hwLat, Ring/Simple). ``collective_protocols`` holds NCCL's three protocols as one system
-runs them (latency once per collective, bandwidth fraction; :data:`NCCL_PROTOCOLS_A100`, :data:`NCCL_PROTOCOLS_H100`,
+runs them (latency once per collective, bandwidth fraction; :data:`NCCL_PROTOCOLS_A100`,
+:data:`NCCL_PROTOCOLS_H100`, :data:`NCCL_PROTOCOLS_BLACKWELL`,
 :mod:`clustersim.collectives.protocol`): the size dependence of a collective's cost. Presets leave ``comm_compute_slowdown`` unset: 1.0 (off) unless a
 framework profile that overlaps fills the GPU's default (:mod:`.interference`). The measured busbw
 rows each preset is checked against are listed in :data:`PRESET_SOURCES` and the
@@ -93,14 +94,27 @@ NCCL_PROTOCOLS_A100: dict[str, dict[str, float]] = {
 #: * LL128: latency 26 µs and efficiency 0.85 fitted (1–8 MiB);
 #: * Simple: efficiency 1.0; latency 33 µs fitted.
 #: Residual on those rows: within 30 % per size (docs/validation.md, context rows).
-#: Blackwell systems (``dgx_b200``, ``gb200_nvl72``, ``gb300_nvl72``) run these values too — a
-#: transfer, not a fit: the measurement set's one Blackwell curve (Azure ND GB200 v6, 4 GPUs,
-#: NCCL 2.25.1 Ring) is a ``context`` row set, and its plateau is what the Blackwell presets
-#: are checked against (tests/test_presets.py).
 NCCL_PROTOCOLS_H100: dict[str, dict[str, float]] = {
     "ll": {"latency": 23e-6, "efficiency": 0.5},
     "ll128": {"latency": 26e-6, "efficiency": 0.85},
     "simple": {"latency": 33e-6, "efficiency": 1.0},
+}
+#: Blackwell (``dgx_b200``, ``gb200_nvl72``, ``gb300_nvl72``: NVLink5, the NCCL 2.2x that
+#: ships with it), calibrated ONCE the same way on the one Blackwell curve in the measurement
+#: set — Azure ND GB200 v6, all_reduce_perf over one tray's 4 GPUs, NCCL 2.25.1, Ring
+#: (Azure/AI-benchmarking-guide Azure_Results/ND_GB200_v6_results.md), its 18 rows under
+#: 256 MiB, least squares on log busbw of the model's own cost on that tray (efficiency 0.802,
+#: the rule above): B200 and GB300 run it as a transfer (same NVLink5 and NCCL generation):
+#: * LL: efficiency 0.5 fixed; latency 7.6 µs fitted (the ~10 µs nccl-tests floor);
+#: * LL128: latency 16 µs and efficiency 0.71 fitted (1–8 MiB);
+#: * Simple: efficiency 1.0; latency 40 µs fitted.
+#: Residual on those rows: within 25 % per size (+24.5 % at 4 MiB, the LL128→Simple hand-over;
+#: the rest within 10 %); the plateau rows, not fitted, within 12 % (docs/validation.md,
+#: context rows; tests/test_blackwell_systems.py).
+NCCL_PROTOCOLS_BLACKWELL: dict[str, dict[str, float]] = {
+    "ll": {"latency": 7.6e-6, "efficiency": 0.5},
+    "ll128": {"latency": 16e-6, "efficiency": 0.71},
+    "simple": {"latency": 40e-6, "efficiency": 1.0},
 }
 
 _ALPHA_NVLINK = {"intra_node": DEFAULT_ALPHA["nvlink"], "inter_node": DEFAULT_ALPHA["net"]}
@@ -160,7 +174,7 @@ CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
     # up to 400 Gbit/s InfiniBand (NVIDIA DGX B200 user guide, "Introduction to NVIDIA DGX B200
     # Systems", component table; DGX BasePOD RA "Core Components": 4 OSFP ports serving 8x CX7)
     "dgx_b200": _dgx(
-        "B200-SXM-180GB", 18, NVLINK_EFF_B200, 400, NCCL_PROTOCOLS_H100, line_rate=NVLINK5_LINE_RATE
+        "B200-SXM-180GB", 18, NVLINK_EFF_B200, 400, NCCL_PROTOCOLS_BLACKWELL, line_rate=NVLINK5_LINE_RATE
     ),
     # GB200 NVL72: 72 GB200 GPUs in one NVLink domain — 18 1RU compute trays of 2 Grace + 4
     # Blackwell GPUs, 9 1RU NVLink switch trays (NVIDIA DGX GB200 user guide, "Hardware": rack
@@ -168,14 +182,26 @@ CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
     # over InfiniBand: 4 ConnectX-7 400 Gbit/s OSFP ports per compute tray, one per GPU (NVIDIA
     # Mission Control north-south network guide, GB200 compute tray port table: 4 OSFP + 2 BF3)
     "gb200_nvl72": _dgx(
-        "GB200-186GB", 18, NVLINK_EFF_B200, 400, NCCL_PROTOCOLS_H100, gpus=72, line_rate=NVLINK5_LINE_RATE
+        "GB200-186GB",
+        18,
+        NVLINK_EFF_B200,
+        400,
+        NCCL_PROTOCOLS_BLACKWELL,
+        gpus=72,
+        line_rate=NVLINK5_LINE_RATE,
     ),
     # GB300 NVL72: 72 Blackwell Ultra GPUs, 18 compute trays of 4 GPUs + 2 Grace, 9 NVSwitch
     # trays "for full non-blocking P2P connectivity of all 72 GPUs, 130 TB/s" (NVIDIA Enterprise
     # RA "NVL72 AI factory", System Hardware & Components), NVLink5 as GB200; "4 ConnectX-8 HCAs"
     # per compute tray (same page), 800 Gbit/s each (ConnectX-8 SuperNIC, Hot Chips 2025)
     "gb300_nvl72": _dgx(
-        "GB300-288GB", 18, NVLINK_EFF_B200, 800, NCCL_PROTOCOLS_H100, gpus=72, line_rate=NVLINK5_LINE_RATE
+        "GB300-288GB",
+        18,
+        NVLINK_EFF_B200,
+        800,
+        NCCL_PROTOCOLS_BLACKWELL,
+        gpus=72,
+        line_rate=NVLINK5_LINE_RATE,
     ),
     # a PCIe server: 8 GPUs behind a PCIe Gen4 x16 switch (32 GB/s per direction),
     # 2x 100 Gbit/s NICs
