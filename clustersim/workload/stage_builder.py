@@ -361,9 +361,9 @@ def _stage(
 
 @dataclass(frozen=True)
 class _LayerKind:
-    """One kind of layer (dense or MoE MLP) compiled once: its pass items, parameters (of
-    them, expert-parallel experts'), kept activation bytes, recompute working set, FP8
-    weight cache and token-dispatch buffers."""
+    """One kind of layer (dense or MoE MLP, windowed or full attention) compiled once: its
+    pass items, parameters (of them, expert-parallel experts'), kept activation bytes,
+    recompute working set, FP8 weight cache and token-dispatch buffers."""
 
     f: list
     b: list
@@ -383,7 +383,11 @@ class _LayerKind:
     fp8_weight_cast: float = 0.0
 
 
-def _layer_kind(cfg, st: TrainSetup, cm: CostModel, moe: bool, accumulate: bool) -> _LayerKind:
+def _layer_kind(cfg, st: TrainSetup, cm: CostModel, shape: tuple[bool, int], accumulate: bool) -> _LayerKind:
+    """The costs of a layer of ``shape`` (MoE MLP, sliding window: one of
+    :meth:`~.transformer.TransformerConfig.layer_shapes`)."""
+    moe, window = shape
+    cfg = replace(cfg, sliding_window=window)
     b, tp, sp, e = st.micro_batch, st.tp, st.sp, st.e
     layer = layer_ops(cfg, b, tp, sp, e, moe, st.cp, st.cp_comm, st.split, st.kernels)
     fp8_cache, fp8_linear, fp8_cast = 0.0, (0.0, 0.0), 0.0
@@ -437,8 +441,9 @@ def transformer_chunk_costs(
     sc, chunks: int, partition: list[int] | None = None, gpu: str | None = None
 ) -> list[StageCost]:
     """Per-chunk StageCosts of a transformer scenario on GPU type ``gpu`` (see module doc);
-    dense and MoE layers (:meth:`~.transformer.TransformerConfig.layer_kinds`) are each
-    compiled once, and a chunk runs its layers in order."""
+    the layers of each shape — dense or MoE, windowed or full attention
+    (:meth:`~.transformer.TransformerConfig.layer_shapes`) — are compiled once, and a chunk
+    runs its layers in order."""
     st = TrainSetup.of(sc, gpu)
     cfg = resolve_transformer(sc.model)
     st = replace(st, modules=check_modules(sc.training, cfg, st.cp))
@@ -455,8 +460,8 @@ def transformer_chunk_costs(
         out = [op for op in out if op.name.partition(".")[0] != "cross_entropy"]
     if fixed.grad_accumulation:
         emb, out = with_grad_accumulation(emb, e), with_grad_accumulation(out, e)
-    order = cfg.layer_kinds()
-    kinds = {moe: _layer_kind(cfg, st, km, moe, fixed.grad_accumulation) for moe in sorted(set(order))}
+    order = cfg.layer_shapes()
+    kinds = {shape: _layer_kind(cfg, st, km, shape, fixed.grad_accumulation) for shape in sorted(set(order))}
     tied = int(cfg.vocab * cfg.hidden / tp * GRAD_COMM_BYTES[st.precision])
     training = sc.training.mode != "inference"
     loss_work = loss_working_bytes(cfg, b, tp, e, st.kernels) if training else 0.0
@@ -465,8 +470,8 @@ def transformer_chunk_costs(
 
     def chunk(first: bool, last: bool, mine: tuple) -> StageCost:
         pre, post = (emb if first else []), (out if last else [])
-        runs = [kinds[moe] for moe in mine]
-        count = {moe: mine.count(moe) for moe in kinds if moe in mine}
+        runs = [kinds[shape] for shape in mine]
+        count = {shape: mine.count(shape) for shape in kinds if shape in mine}
         f = forward_items(pre, km) + [i for L in runs for i in L.f] + forward_items(post, km)
         b_all = backward_items(post, km) + [i for L in runs[::-1] for i in L.b] + backward_items(pre, km)
         bi = (
@@ -480,15 +485,17 @@ def transformer_chunk_costs(
             + backward_items(pre, km, inputs=False)
         )
         extra = [op for op in pre + post if hasattr(op, "params")]
-        params = sum(c * kinds[moe].params for moe, c in count.items()) + sum(op.params for op in extra)
-        act_mem = sum(c * kinds[moe].act for moe, c in count.items()) + sum(op.activation for op in extra)
+        params = sum(c * kinds[shape].params for shape, c in count.items()) + sum(op.params for op in extra)
+        act_mem = sum(c * kinds[shape].act for shape, c in count.items()) + sum(op.activation for op in extra)
         # the recompute working set, or on the last chunk the loss's if larger (:mod:`.loss_memory`)
-        work = max([kinds[moe].work for moe in count] + [loss_work if last else 0.0])
-        buffers = work + sum(c * kinds[moe].fp8_cache for moe, c in count.items())
-        buffers += max((kinds[moe].dispatch for moe in count), default=0.0)  # one layer exchanges at a time
-        expert = sum(c * kinds[moe].expert for moe, c in count.items())
+        work = max([kinds[shape].work for shape in count] + [loss_work if last else 0.0])
+        buffers = work + sum(c * kinds[shape].fp8_cache for shape, c in count.items())
+        buffers += max(
+            (kinds[shape].dispatch for shape in count), default=0.0
+        )  # one layer exchanges at a time
+        expert = sum(c * kinds[shape].expert for shape, c in count.items())
         expert += sum(op.params for op in post if isinstance(op, ExpertRanks))  # the MTP layers'
-        fp8 = tuple(sum(c * kinds[moe].fp8_linear[i] for moe, c in count.items()) for i in (0, 1))
+        fp8 = tuple(sum(c * kinds[shape].fp8_linear[i] for shape, c in count.items()) for i in (0, 1))
         send_out = 0 if last else send
         cost = _stage(
             st, cm, fixed, _PassItems(f, b_all, bi, w), params, act_mem, send_out, buffers, expert, fp8
