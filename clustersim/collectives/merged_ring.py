@@ -1,6 +1,6 @@
 """A ring's steps merged into one message per hop, on a network model that shares links at
 flow level (the ``flow`` model of ``simulation.fidelity: balanced``; the fabric's
-:attr:`~clustersim.network.base.Fabric.merges_ring_steps`).
+:attr:`~clustersim.network.base.Fabric.coarse_collectives`).
 
 In a reduce-scatter, all-gather or all-reduce by ring (:mod:`.ring`), chunk k leaves rank k
 at step 0 and travels on around the ring, one hop per step, each rank forwarding it once it

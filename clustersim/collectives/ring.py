@@ -151,13 +151,13 @@ def build(group, kind: str, nbytes: int, options):
     """The ring of ``group`` (see :func:`build_ring`). With ``latency: nccl`` across hosts a
     reduce-scatter, all-gather or all-reduce pays its steps' mean α once, as the pipeline's
     fill before the first step, and its messages none (:func:`cost`'s ``nccl`` form). On a
-    fabric that :attr:`~clustersim.network.base.Fabric.merges_ring_steps`, those kinds run
+    fabric that :attr:`~clustersim.network.base.Fabric.coarse_collectives`, those kinds run
     as one message per hop where every hop has the same bandwidth (:mod:`.merged_ring`)."""
     env, orders = group.env, ring_orders(group.hosts, options.channels)
     ready = {}
     fill = group.latency == "nccl" and len(group.hosts) > 1 and kind in _STEPS
     head = _STEPS[kind](group.shape().n) * fill_alpha(group.shape()) if fill else None
-    if kind in _STEPS and getattr(group.fabric, "merges_ring_steps", False):
+    if kind in _STEPS and getattr(group.fabric, "coarse_collectives", False):
         merged = merged_ring(group, orders, _STEPS[kind], nbytes, head)
         if merged is not None:
             engines, done = merged

@@ -56,12 +56,14 @@ class Fabric(ABC):
     #: whether concurrent transfers slow each other (False: every transfer takes its idle
     #: time, so traffic that only loads the network — folding's shadows — can be skipped)
     shares_links = True
-    #: whether a ring collective whose hops all have one bandwidth may run as one message
-    #: per hop carrying all its steps' bytes, its α's added in closed form
-    #: (:mod:`clustersim.collectives.merged_ring`): the same time on an idle fabric, n
-    #: instead of 2(n − 1)·n messages; True where links are shared at flow level (``flow``),
-    #: False where every chunk is simulated on every link (``packet``)
-    merges_ring_steps = False
+    #: whether collectives may be timed coarser than step by step where that changes no
+    #: idle time (docs/fidelity.md): a ring whose hops share one bandwidth as one message per
+    #: hop carrying all its steps' bytes, its α's in closed form
+    #: (:mod:`clustersim.collectives.merged_ring`), and a group inside one host's private
+    #: links by its α-β time (:mod:`clustersim.collectives.domain`). True where links are
+    #: shared at flow level (``flow``); False where every chunk is simulated on every link
+    #: (``packet``)
+    coarse_collectives = False
     #: the topology transfers run over (:func:`clustersim.topology.build_topology`: GPU
     #: nodes ``gpu{i}`` with a ``host`` attribute, NIC nodes of ``kind`` ``"nic"``, edges
     #: with ``bandwidth`` in bytes/s and ``latency`` in s), or None for a fabric without

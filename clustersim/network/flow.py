@@ -95,8 +95,8 @@ class FlowFabric(Fabric):
     keeps its rate and its finish time. A flow is a slot: its links in :attr:`net`, its bytes
     left, rate and latency in per-slot lists, its finish an entry of a lazy heap."""
 
-    #: a ring's steps on hops of one bandwidth run as one flow per hop (docs/fidelity.md)
-    merges_ring_steps = True
+    #: merged ring steps, host-private collectives by α-β (docs/fidelity.md)
+    coarse_collectives = True
 
     def __init__(self, env: simpy.Environment, recorder: Recorder, graph: nx.DiGraph):
         super().__init__(env, recorder)
