@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from .algorithm import ALGORITHMS, KINDS, Algorithm
 from .cost import Shape
-from .merged_ring import merged_ring
 from .schedule import Msg, all_of, split
 
 #: chunking of pipelined chains and trees: at most this many chunks, none below MIN
@@ -150,20 +149,13 @@ def fill_alpha(sh: Shape) -> float:
 def build(group, kind: str, nbytes: int, options):
     """The ring of ``group`` (see :func:`build_ring`). With ``latency: nccl`` across hosts a
     reduce-scatter, all-gather or all-reduce pays its steps' mean α once, as the pipeline's
-    fill before the first step, and its messages none (:func:`cost`'s ``nccl`` form). On a
-    fabric that :attr:`~clustersim.network.base.Fabric.coarse_collectives`, those kinds run
-    as one message per hop where every hop has the same bandwidth (:mod:`.merged_ring`)."""
+    fill before the first step, and its messages none (:func:`cost`'s ``nccl`` form)."""
     env, orders = group.env, ring_orders(group.hosts, options.channels)
     ready = {}
     fill = group.latency == "nccl" and len(group.hosts) > 1 and kind in _STEPS
-    head = _STEPS[kind](group.shape().n) * fill_alpha(group.shape()) if fill else None
-    if kind in _STEPS and getattr(group.fabric, "coarse_collectives", False):
-        merged = merged_ring(group, orders, _STEPS[kind], nbytes, head)
-        if merged is not None:
-            engines, done = merged
-            return engines, {m: all_of(evs) for m, evs in done.items()}
     if fill:
-        gate = env.timeout(head)
+        shape = group.shape()
+        gate = env.timeout(_STEPS[kind](shape.n) * fill_alpha(shape))
         ready = dict.fromkeys(group.members, (gate,))
     engines, done = build_ring(env, kind, orders, nbytes, ready, options.root, options.chunks)
     if fill:
