@@ -56,7 +56,9 @@ def test_the_alpha_beta_time_is_the_idle_schedule(gpn, nodes, pick, kind, shard,
     _, _, t = plan(group, kind, nbytes)
     proc = env.process(run_collective(env, fabric, kind, members, nbytes, "auto", Tuning(alpha)))
     env.run(proc)
-    assert t == pytest.approx(env.now, rel=1e-9)
+    # (a pipelined chain cuts whole-byte chunks where the α-β form divides the bytes exactly:
+    # a few bytes of rounding, < 1e-6 relative — a broadcast of 620,113 × 4 B differs by 3e-7)
+    assert t == pytest.approx(env.now, rel=1e-6)
 
 
 @given(
@@ -91,7 +93,7 @@ def test_traffic_between_hosts_leaves_a_private_collective_its_idle_time(nodes, 
             env.process(flow(f"gpu{src}", f"gpu{dst}", nbytes, at))
     proc = env.process(run_collective(env, fabric, kind, members, shard * gpn, "auto", Tuning()))
     env.run(proc)
-    assert max(proc.value.values()) == pytest.approx(t, rel=1e-9)
+    assert max(proc.value.values()) == pytest.approx(t, rel=1e-6)  # (whole-byte chunks, as above)
 
 
 def test_groups_that_cross_hosts_or_share_a_link_with_them_run_message_by_message():
