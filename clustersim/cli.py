@@ -194,6 +194,19 @@ PARALLEL_OPTIONS = [
 ]
 
 
+def _preset_line(p: dict) -> str:
+    """A cluster preset in one line: the GPUs of a node (an NVLink domain), the scale-up
+    bandwidth per GPU per direction, the NICs."""
+    from .topology.servers import nics_per_node
+
+    intra, nic, gpn = p["intra_node"], p["nic"], p["gpus_per_node"]
+    link = "NVLink" if intra["kind"] == "nvswitch" else "PCIe"
+    return (
+        f"{gpn}× {p['gpu']} per node, {link} {intra['bandwidth'] / 1e9:.0f} GB/s per GPU per direction, "
+        f"{nics_per_node(nic.get('per_node'), gpn)}× {nic['bandwidth'] * 8 / 1e9:.0f} Gbit/s NICs"
+    )
+
+
 def cmd_list(args) -> int:
     from .collectives import ALGORITHMS
     from .compilers import MODES
@@ -217,7 +230,7 @@ def cmd_list(args) -> int:
         "parallel options (parallel.*)": PARALLEL_OPTIONS,
         "model presets": model_preset_table(),
         "HF model configs (model.hf_config)": hf_config_table(),
-        "cluster presets": [(n, "") for n in CLUSTER_PRESETS],
+        "cluster presets": [(name, _preset_line(p)) for name, p in CLUSTER_PRESETS.items()],
     }
     for title, items in sections.items():
         print(f"{title}:")

@@ -66,9 +66,10 @@ DGX = {
 
 def _run(raw: dict, **fixed):
     """``raw`` run with ``fixed`` costs; the host issues kernels without delay unless
-    ``host_dispatch`` is given (the GPU's wait for it: tests/test_host.py)."""
+    ``host_dispatch`` is given (the GPU's wait for it: tests/test_host.py), and the
+    framework's extra small kernels are left out (tests/test_host_kernels.py)."""
     raw = copy.deepcopy(raw)
-    raw["training"]["fixed_costs"] = {"host_dispatch": 0, **fixed}
+    raw["training"]["fixed_costs"] = {"host_dispatch": 0, "small_kernels": False, **fixed}
     return cs.simulate(cs.load_scenario(raw))
 
 
@@ -274,12 +275,12 @@ def test_launch_is_moved_out_of_the_kernels_not_added():
     ops = with_grad_accumulation(_ops(_config()), 2)
     cm = CostModel.for_gpu("A100-SXM4-80GB")
     on = copy.deepcopy(ONE_GPU)
-    on["training"]["fixed_costs"] = {"host_dispatch": 0}  # the launches alone
+    on["training"]["fixed_costs"] = {"host_dispatch": 0, "small_kernels": False}  # the launches alone
     cost = resolve(cs.load_scenario(on)).chunk_costs[0]
     assert cost.forward == pytest.approx(sum(i[1] for i in forward_items(ops, cm)), rel=1e-12)
     assert cost.backward == pytest.approx(sum(i[1] for i in backward_items(ops, cm)), rel=1e-12)
     off = copy.deepcopy(ONE_GPU)
-    off["training"]["fixed_costs"] = {"kernel_launch": 0, "host_dispatch": 0}
+    off["training"]["fixed_costs"] = {"kernel_launch": 0, "host_dispatch": 0, "small_kernels": False}
     n_f, _ = _kernels(ops)
     bare = resolve(cs.load_scenario(off)).chunk_costs[0].forward
     assert cost.forward - bare == pytest.approx(n_f * L, rel=1e-9)

@@ -21,7 +21,7 @@ D = 7e-6  # a dispatch, s
 
 
 def _kernel(t: float, launches: int = 0, kernels: int = 1) -> tuple:
-    return ("c", t, 0.0, launches, kernels)
+    return ("c", t, 0.0, launches, kernels, None)
 
 
 def _collective() -> tuple:

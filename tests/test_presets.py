@@ -105,7 +105,7 @@ def test_presets_have_the_resolved_cluster_shape():
 
     for name in CLUSTER_PRESETS:
         spec = ClusterSpec(**{**expand_preset(name), "nodes": 2})
-        assert spec.num_gpus == 16
+        assert spec.num_gpus == 2 * expand_preset(name)["gpus_per_node"]
         assert spec.comm_compute_slowdown == 1.0
         assert set(spec.collective_alpha) == {"intra_node", "inter_node"}
 
@@ -118,7 +118,7 @@ def test_expand_preset_returns_a_copy():
 
 def test_unknown_preset_lists_known():
     with pytest.raises(ScenarioError) as info:
-        expand_preset("dgx_b200")
+        expand_preset("dgx_b100")
     assert info.value.field == "cluster.preset"
-    for name in ("dgx_a100", "dgx_h100", "hgx_h200", "pcie_node"):
+    for name in ("dgx_a100", "dgx_h100", "hgx_h200", "dgx_b200", "gb200_nvl72", "gb300_nvl72", "pcie_node"):
         assert name in str(info.value)

@@ -6,6 +6,7 @@ Shared by the SimPy engine (:mod:`clustersim.engine.interpreter`) and the DAG ev
 
 from __future__ import annotations
 
+from ..collectives.domain import in_private_domain
 from ..collectives.group import Group
 from ..collectives.registry import busiest_buffer, plan
 from ..program import Op
@@ -16,8 +17,9 @@ class CollectivePlans:
     algorithm): the algorithm is the op's own, else the scenario's for its kind
     (``algorithms``), else the ``auto`` choice (the α-β model's fastest); the time is its
     α-β time on the group's links, with the NCCL protocol the tuner picks (``protocols``,
-    :mod:`clustersim.collectives.protocol`), under ``collective_model: analytical``, else
-    None (the fabric times it). An uneven all-to-all (``op.split``) is timed as the even one
+    :mod:`clustersim.collectives.protocol`), under ``collective_model: analytical`` or for a
+    group inside one host's private links on a fabric with ``coarse_collectives``
+    (:mod:`clustersim.collectives.domain`), else None (the fabric times it). An uneven all-to-all (``op.split``) is timed as the even one
     of its busiest rank's buffer (the most any member sends or receives). ``latency`` is
     ``cluster.collective_latency``."""
 
@@ -46,5 +48,10 @@ class CollectivePlans:
             group = Group(self.env, self.fabric, names, self.alpha, self.latency, self.protocols)
             nbytes = busiest_buffer(op.split) if op.split else op.nbytes
             algorithm, _, t = plan(group, op.collective, nbytes, requested)
-            known = self._known[key] = (algorithm, t if self.collective_model == "analytical" else None)
+            analytical = self.collective_model == "analytical" or (
+                not op.split
+                and getattr(self.fabric, "coarse_collectives", False)
+                and in_private_domain(group)
+            )
+            known = self._known[key] = (algorithm, t if analytical else None)
         return known

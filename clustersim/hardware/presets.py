@@ -8,17 +8,33 @@ ONE rule per link technology, never fitted to the busbw a test compares against:
 * NVLink: NCCL's own effective per-link NVLink bandwidth over the link's line rate —
   ``topo.h`` SM80_NVLINK_BW 20.0 GB/s and SM90_NVLINK_BW 20.6 GB/s of 25 GB/s per link
   per direction (``hardware_specs.csv`` column ``nccl_effective_GBps_per_link``):
-  0.80 for A100, 0.824 for H100/H200. The maintainer's note on nccl-tests #149 gives the
-  same reason (128-byte payload units: 25 → ~20 GB/s).
-* InfiniBand: 0.94 for both HDR and NDR — the midpoint of the 46–48 GB/s per 400 Gbit/s
+  0.80 for A100, 0.824 for H100/H200; SM100_NVLINK_BW 40.1 GB/s of NVLink5's 50 GB/s
+  per link per direction: 0.802 for Blackwell (B200, GB200, B300, GB300). The
+  maintainer's note on nccl-tests #149 gives the same reason (128-byte payload units:
+  25 → ~20 GB/s).
+* InfiniBand: 0.94 for HDR, NDR and XDR — the midpoint of the 46–48 GB/s per 400 Gbit/s
   ConnectX-7 NVIDIA's engineers quote as achievable (nccl-tests #290 and #319 notes),
-  i.e. the transport's payload fraction, applied unchanged to HDR.
+  i.e. the transport's payload fraction, applied unchanged to HDR and to ConnectX-8's
+  800 Gbit/s (no 800G busbw row is in the measurement set).
 * PCIe Gen4 x16: 0.80 (128b/130b coding, TLP headers on 256-byte payloads and flow
   control leave ~80 % — the usual rule of thumb; no busbw row was fitted).
 
+The NVL72 racks (``gb200_nvl72``, ``gb300_nvl72``) are one NVLink domain of 72 GPUs: a
+"node" of the cluster dict is the rack's NVLink domain (``gpus_per_node: 72``), so TP, EP
+and CP groups that fit inside it — what folding, placement, the planner and hierarchical
+collectives call "one node" — run on NVLink, and only groups larger than a rack touch the
+scale-out NICs (:mod:`clustersim.topology.servers`: every GPU reaches the domain's switch
+in one hop). The 18 compute trays and 9 switch trays are not separate switches here: each
+GPU's 18 NVLink5 links go one to each of the 18 NVSwitch chips of the 9 switch trays, a
+non-blocking fabric (NVIDIA: "full non-blocking P2P connectivity of all 72 GPUs", 130 TB/s =
+72 × 1.8 TB/s), which one switch of 900 GB/s per GPU per direction prices the same. A job
+on part of each rack — Megatron-Bridge's GB200 recipes run 64 GPUs (16 trays) per NVLink
+domain — writes ``gpus_per_node: 64`` beside the preset: each rack's GPUs in the job.
+
 ``collective_alpha`` holds the per-step latency of collectives (NCCL ``tuning.cc``
 hwLat, Ring/Simple). ``collective_protocols`` holds NCCL's three protocols as one system
-runs them (latency once per collective, bandwidth fraction; :data:`NCCL_PROTOCOLS_A100`, :data:`NCCL_PROTOCOLS_H100`,
+runs them (latency once per collective, bandwidth fraction; :data:`NCCL_PROTOCOLS_A100`,
+:data:`NCCL_PROTOCOLS_H100`, :data:`NCCL_PROTOCOLS_BLACKWELL`,
 :mod:`clustersim.collectives.protocol`): the size dependence of a collective's cost. Presets leave ``comm_compute_slowdown`` unset: 1.0 (off) unless a
 framework profile that overlaps fills the GPU's default (:mod:`.interference`). The measured busbw
 rows each preset is checked against are listed in :data:`PRESET_SOURCES` and the
@@ -37,8 +53,13 @@ from ..errors import ScenarioError
 DEFAULT_ALPHA: dict[str, float] = {"nvlink": 3.4e-6, "pcie": 5.7e-6, "net": 14.0e-6}
 
 NVLINK_LINE_RATE = 25e9  # bytes/s per NVLink3/NVLink4 link per direction
+#: bytes/s per NVLink5 link per direction: 18 links = 1.8 TB/s bidirectional per GPU (NVIDIA
+#: DGX B200 user guide "fifth generation NVLink", DGX GB200 user guide "1.8 TB/s bidirectional
+#: per GPU with NVLink 5.0"; gpu_datasheets.csv scale_up NVLink5 x18, 900 GB/s per direction)
+NVLINK5_LINE_RATE = 50e9
 NVLINK_EFF_A100 = 20.0e9 / NVLINK_LINE_RATE  # NCCL topo.h SM80_NVLINK_BW
 NVLINK_EFF_H100 = 20.6e9 / NVLINK_LINE_RATE  # NCCL topo.h SM90_NVLINK_BW
+NVLINK_EFF_B200 = 40.1e9 / NVLINK5_LINE_RATE  # NCCL topo.h SM100_NVLINK_BW
 IB_EFFICIENCY = 0.94  # 47 of 50 GB/s per NDR NIC (nccl-tests #290, #319)
 PCIE_EFFICIENCY = 0.80  # PCIe Gen4 protocol overhead rule of thumb
 
@@ -78,22 +99,56 @@ NCCL_PROTOCOLS_H100: dict[str, dict[str, float]] = {
     "ll128": {"latency": 26e-6, "efficiency": 0.85},
     "simple": {"latency": 33e-6, "efficiency": 1.0},
 }
+#: Blackwell (``dgx_b200``, ``gb200_nvl72``, ``gb300_nvl72``: NVLink5, the NCCL 2.2x that
+#: ships with it), calibrated ONCE the same way on the one Blackwell curve in the measurement
+#: set — Azure ND GB200 v6, all_reduce_perf over one tray's 4 GPUs, NCCL 2.25.1, Ring
+#: (Azure/AI-benchmarking-guide Azure_Results/ND_GB200_v6_results.md), its 18 rows under
+#: 256 MiB, least squares on log busbw of the model's own cost on that tray (efficiency 0.802,
+#: the rule above): B200 and GB300 run it as a transfer (same NVLink5 and NCCL generation):
+#: * LL: efficiency 0.5 fixed; latency 7.6 µs fitted (the ~10 µs nccl-tests floor);
+#: * LL128: latency 16 µs and efficiency 0.71 fitted (1–8 MiB);
+#: * Simple: efficiency 1.0; latency 40 µs fitted.
+#: Residual on those rows: within 25 % per size (+24.5 % at 4 MiB, the LL128→Simple hand-over;
+#: the rest within 10 %); the plateau rows, not fitted, within 12 % (docs/validation.md,
+#: context rows; tests/test_blackwell_systems.py).
+NCCL_PROTOCOLS_BLACKWELL: dict[str, dict[str, float]] = {
+    "ll": {"latency": 7.6e-6, "efficiency": 0.5},
+    "ll128": {"latency": 16e-6, "efficiency": 0.71},
+    "simple": {"latency": 40e-6, "efficiency": 1.0},
+}
 
 _ALPHA_NVLINK = {"intra_node": DEFAULT_ALPHA["nvlink"], "inter_node": DEFAULT_ALPHA["net"]}
 _ALPHA_PCIE = {"intra_node": DEFAULT_ALPHA["pcie"], "inter_node": DEFAULT_ALPHA["net"]}
 
 
-def _dgx(gpu: str, nvlink_links: int, nvlink_eff: float, nic_gbit: float, protocols: dict) -> dict[str, Any]:
+def _dgx(
+    gpu: str,
+    nvlink_links: int,
+    nvlink_eff: float,
+    nic_gbit: float,
+    protocols: dict,
+    gpus: int = 8,
+    line_rate: float = NVLINK_LINE_RATE,
+) -> dict[str, Any]:
+    """An NVSwitch system of ``gpus`` GPUs per NVLink domain, each with ``nvlink_links``
+    links of ``line_rate`` per direction and one ``nic_gbit`` NIC (its scale-out rail)."""
     return {
-        "gpus_per_node": 8,
+        "gpus_per_node": gpus,
         "gpu": gpu,
         "intra_node": {
             "kind": "nvswitch",
-            "bandwidth": nvlink_links * NVLINK_LINE_RATE,
+            "bandwidth": nvlink_links * line_rate,
             "latency": 1e-6,
             "efficiency": nvlink_eff,
         },
-        "nic": {"bandwidth": nic_gbit * 1e9 / 8, "latency": 1e-6, "per_node": 8, "efficiency": IB_EFFICIENCY},
+        "nic": {
+            "bandwidth": nic_gbit * 1e9 / 8,
+            "latency": 1e-6,
+            # one NIC per GPU; an NVL72 leaves the count unset (one per GPU of gpus_per_node),
+            # so a job on part of each rack (gpus_per_node: 64) keeps a rail per GPU
+            "per_node": gpus if gpus == 8 else None,
+            "efficiency": IB_EFFICIENCY,
+        },
         "pcie": None,
         "topology": {"kind": "fat_tree"},
         "collective_alpha": dict(_ALPHA_NVLINK),
@@ -114,6 +169,40 @@ CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
     # (tech report §3.1: NVLink within nodes, IB across; effective 0.824 · 200 = 165 GB/s
     # NVLink and 47 GB/s IB against the report's quoted 160 and 50 GB/s, §3.2.2)
     "hgx_h800": _dgx("H800-SXM5-80GB", 8, NVLINK_EFF_H100, 400, NCCL_PROTOCOLS_H100),
+    # DGX B200: 8x B200 (1,440 GB), 2 NVLink5 switch chips, 18 NVLink5 links = 900 GB/s per GPU
+    # per direction (1.8 TB/s bidirectional; 14.4 TB/s aggregate), 8x single-port ConnectX-7
+    # up to 400 Gbit/s InfiniBand (NVIDIA DGX B200 user guide, "Introduction to NVIDIA DGX B200
+    # Systems", component table; DGX BasePOD RA "Core Components": 4 OSFP ports serving 8x CX7)
+    "dgx_b200": _dgx(
+        "B200-SXM-180GB", 18, NVLINK_EFF_B200, 400, NCCL_PROTOCOLS_BLACKWELL, line_rate=NVLINK5_LINE_RATE
+    ),
+    # GB200 NVL72: 72 GB200 GPUs in one NVLink domain — 18 1RU compute trays of 2 Grace + 4
+    # Blackwell GPUs, 9 1RU NVLink switch trays (NVIDIA DGX GB200 user guide, "Hardware": rack
+    # configuration), 1.8 TB/s bidirectional NVLink5 per GPU (same guide, "Networking"); scale-out
+    # over InfiniBand: 4 ConnectX-7 400 Gbit/s OSFP ports per compute tray, one per GPU (NVIDIA
+    # Mission Control north-south network guide, GB200 compute tray port table: 4 OSFP + 2 BF3)
+    "gb200_nvl72": _dgx(
+        "GB200-186GB",
+        18,
+        NVLINK_EFF_B200,
+        400,
+        NCCL_PROTOCOLS_BLACKWELL,
+        gpus=72,
+        line_rate=NVLINK5_LINE_RATE,
+    ),
+    # GB300 NVL72: 72 Blackwell Ultra GPUs, 18 compute trays of 4 GPUs + 2 Grace, 9 NVSwitch
+    # trays "for full non-blocking P2P connectivity of all 72 GPUs, 130 TB/s" (NVIDIA Enterprise
+    # RA "NVL72 AI factory", System Hardware & Components), NVLink5 as GB200; "4 ConnectX-8 HCAs"
+    # per compute tray (same page), 800 Gbit/s each (ConnectX-8 SuperNIC, Hot Chips 2025)
+    "gb300_nvl72": _dgx(
+        "GB300-288GB",
+        18,
+        NVLINK_EFF_B200,
+        800,
+        NCCL_PROTOCOLS_BLACKWELL,
+        gpus=72,
+        line_rate=NVLINK5_LINE_RATE,
+    ),
     # a PCIe server: 8 GPUs behind a PCIe Gen4 x16 switch (32 GB/s per direction),
     # 2x 100 Gbit/s NICs
     "pcie_node": {
@@ -141,6 +230,11 @@ PRESET_SOURCES: dict[str, list[str]] = {
     "hgx_h200": ["NVIDIA/nccl-tests issue #283 (248 nodes x 8 H200, ~350 GB/s; directional)"],
     # the one H800 row (NVIDIA/nccl #1374, 215 GB/s) is an NVLS all-reduce, which is not modelled
     "hgx_h800": [],
+    "dgx_b200": [],
+    # no nccl_busbw.csv row; the NVLink5 plateau is checked on one tray's 4 GPUs against
+    # nccl_collective_measurements.csv's Azure ND GB200 v6 curve (tests/test_presets.py)
+    "gb200_nvl72": [],
+    "gb300_nvl72": [],
     "pcie_node": [],
 }
 

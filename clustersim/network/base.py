@@ -56,6 +56,12 @@ class Fabric(ABC):
     #: whether concurrent transfers slow each other (False: every transfer takes its idle
     #: time, so traffic that only loads the network — folding's shadows — can be skipped)
     shares_links = True
+    #: whether a collective among the GPUs of one host, on links no traffic between hosts
+    #: uses, may be timed by its α-β form — what its schedule takes on those links idle —
+    #: instead of message by message (:mod:`clustersim.collectives.domain`, docs/fidelity.md):
+    #: True where links are shared at flow level (``flow``, the ``balanced`` fidelity); False
+    #: where every chunk is simulated on every link (``packet``)
+    coarse_collectives = False
     #: the topology transfers run over (:func:`clustersim.topology.build_topology`: GPU
     #: nodes ``gpu{i}`` with a ``host`` attribute, NIC nodes of ``kind`` ``"nic"``, edges
     #: with ``bandwidth`` in bytes/s and ``latency`` in s), or None for a fabric without

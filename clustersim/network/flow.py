@@ -95,6 +95,9 @@ class FlowFabric(Fabric):
     keeps its rate and its finish time. A flow is a slot: its links in :attr:`net`, its bytes
     left, rate and latency in per-slot lists, its finish an entry of a lazy heap."""
 
+    #: collectives inside one host's private links timed by α-β (docs/fidelity.md)
+    coarse_collectives = True
+
     def __init__(self, env: simpy.Environment, recorder: Recorder, graph: nx.DiGraph):
         super().__init__(env, recorder)
         self.graph = graph

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
+from ..collectives.domain import in_private_domain
 from ..collectives.group import Group
 from ..collectives.registry import plan
 from ..collectives.ring import pipeline_chunks
@@ -85,6 +86,7 @@ class Collectives:
         self.tuning = (cl.collective_alpha, cl.collective_latency, cl.collective_protocols)
         self.fabric = None if network == "direct" else SimpleNamespace(graph=job.graph, router=None)
         self._known: dict[tuple, tuple[float, float, float]] = {}
+        self._private: dict[tuple, bool] = {}
 
     def events(self, members: tuple[int, ...], kind: str, nbytes: float) -> tuple[float, float, float]:
         """(events, messages, width) of one ``kind`` collective of ``nbytes`` over
@@ -97,6 +99,18 @@ class Collectives:
         if key not in self._known:
             self._known[key] = self._price(members, kind, nbytes)
         return self._known[key]
+
+    def private(self, members: tuple[int, ...]) -> bool:
+        """Whether the run times collectives over ``members`` by their α-β form: on ``flow``
+        (:attr:`~clustersim.network.base.Fabric.coarse_collectives`), a group inside one
+        host's private links (:func:`~clustersim.collectives.domain.in_private_domain`)."""
+        if self.network != "flow" or self.fabric is None:
+            return False
+        key = tuple(members)
+        if key not in self._private:
+            group = Group(None, self.fabric, [f"gpu{d}" for d in members])
+            self._private[key] = in_private_domain(group)
+        return self._private[key]
 
     def _algorithm(self, members: tuple[int, ...], kind: str, nbytes: float) -> str:
         requested = self.requested.get(kind, "auto")

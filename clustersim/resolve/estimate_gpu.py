@@ -105,6 +105,8 @@ class GpuWork:
             own += SLOWDOWN_EVENTS
         if self.k.collective_model == "analytical":
             return plain(1, own)
+        if self.comm.private(members):  # timed by its α-β form, no message (estimate_comm)
+            return plain(1, own)
         events, messages, width = self.comm.events(members, kind, nbytes)
         # every message of a call (and of the calls it stands for) is built when it starts
         self.peak_messages = max(self.peak_messages, messages * (copies if folded else 1))

@@ -116,6 +116,12 @@ class TransformerModel(_ModelSection):
     attention_kernel: Literal["fa2", "fa3", "cudnn"] | None = None
     #: keys each query attends to at most (sliding-window attention, Mistral); 0 or unset: all
     sliding_window: Annotated[int | None, Range(0, 100_000_000)] = None
+    #: every n-th layer attends to all keys beside the windowed ones (GPT-OSS: 2); 0: none
+    full_attention_every: Annotated[int | None, Range(0, 100_000)] = None
+    #: a learned sink logit per query head in the softmax (GPT-OSS)
+    attention_sinks: bool | None = None
+    #: ReLU² activation in the ungated MLP (Nemotron-4) instead of GeLU
+    squared_relu: bool | None = None
     #: causal (decoder) mask; a flash kernel skips the masked half of the scores
     causal: bool | None = None
     #: CSV of measured op times overriding the cost model (op,phase,m,n,k,time_us)

@@ -82,6 +82,10 @@ class FixedCostsSpec(_Spec):
     tied_embedding_allreduce: bool = True
     pipeline_gather: bool = True
     grad_accumulation: bool = True
+    #: the small kernels eager frameworks issue beyond the priced ones (bias-free glue:
+    #: norm reductions, gradient sums, split/cat, attention pre/post passes;
+    #: clustersim.workload.host_kernels), each a launch, a host dispatch and its bytes
+    small_kernels: bool = True
 
 
 class TrainingSpec(_Spec):

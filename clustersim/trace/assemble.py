@@ -64,6 +64,7 @@ def assemble_result(job: Job, mode, engine, rec: Recorder, wall_s: float) -> Res
         **(_interference(spans, window, iter_time) if job.parallel.tp_comm_overlap else {}),
         **_nccl_interference(engine, rec, window),
         **_interference_model(job),
+        **_host_bound(job),
         "peak_memory_gib": float(devices["peak_memory_bytes"].max()) / GIB,
         "oom": bool(devices["oom"].any()),
         **({"oom_hint": oom_hint} if oom_hint else {}),
@@ -124,6 +125,18 @@ def _interference(spans: pd.DataFrame, window: tuple[float, float], iter_time: f
     an unfolded 175B run's CPU."""
     share = metrics.interference_fraction(spans, window)
     return {"interference_fraction": share, "interference_tp_s": share * iter_time} if share else {}
+
+
+def _host_bound(job: Job) -> dict:
+    """``host_bound_s``: per GPU (mean over the pipeline's stages), the seconds of an
+    iteration its compute stream waits for the host that issues its kernels — each chunk's
+    wait per micro-batch (:attr:`~clustersim.workload.stage_cost.StageCost.host_wait`) times
+    the micro-batches; nothing where the host never holds a GPU back (or no model is priced)."""
+    costs = job.costs.get(job.cluster.gpu) if job.costs else None
+    wait = sum(c.host_wait for c in costs or ())
+    if not wait:
+        return {}
+    return {"host_bound_s": wait * job.num_microbatches / job.plan.pp}
 
 
 def _nccl_interference(engine, rec: Recorder, window: tuple[float, float]) -> dict:

@@ -232,6 +232,7 @@ def collective_tables() -> str:
         "bench.measure` on the packet fabric, `auto` algorithm and NCCL protocol, the preset's α, "
         "efficiencies and protocol table (the protocols' latencies and LL128 fraction are calibrated "
         "on the Azure ND A100 v4 curve, so its small/medium rows are the calibration, not checks; "
-        f"H100's on the Azure ND H100 v5 NVLS curve below 256 MiB); groups above {MAX_SIMULATED_RANKS} ranks are not simulated."
+        "H100's on the Azure ND H100 v5 NVLS curve below 256 MiB, Blackwell's on the Azure ND GB200 v6 "
+        f"ring curve below 256 MiB); groups above {MAX_SIMULATED_RANKS} ranks are not simulated."
     )
     return "\n\n".join([intro, *(preset_table(p, g) for p, g in groups.items())])

@@ -196,13 +196,17 @@ class CostModel:
     """Seconds per kernel on one GPU type, with an optional profile table, the GPU's
     calibrated fused attention curves (:class:`~.attention_kernels.AttentionCurve`, one per
     kernel) and its memory-bound kernels' achieved bandwidth by kind
-    (:class:`~.memory_bandwidth.MemoryCurves`; None: the STREAM-triad fraction ``eff.memory``)."""
+    (:class:`~.memory_bandwidth.MemoryCurves`; None: the STREAM-triad fraction ``eff.memory``)
+    and the scenario's host (:mod:`.host_kernels`)."""
 
     gpu: GPUSpec
     eff: Efficiency
     profile: ProfileTable | None = None
     attention: tuple[AttentionCurve, ...] = ()
     bandwidth: MemoryCurves | None = None
+    #: what the host spends issuing each op and the framework's extra small kernels
+    #: (:class:`~.host_kernels.HostModel`; None: the pass's per-kernel dispatch, no extras)
+    host: object = None
 
     @classmethod
     def for_gpu(cls, name: str, profile: ProfileTable | None = None, custom=None) -> CostModel:

@@ -10,8 +10,14 @@ DeepSeek's ``n_routed_experts``, ``n_shared_experts``, ``first_k_dense_replace``
 ``num_experts_per_tok``. DeepSeek's multi-head latent attention (``q_lora_rank``,
 ``kv_lora_rank``, ``qk_rope_head_dim``, ``qk_nope_head_dim``, ``v_head_dim``) and
 multi-token prediction (``num_nextn_predict_layers``). Mistral's ``sliding_window`` (unless
-``use_sliding_window`` is false, as Qwen2 writes it). A relative path is looked up from
-the working directory, then in the package's ``data/hf/``.
+``use_sliding_window`` is false, as Qwen2 writes it), and GPT-OSS's ``layer_types`` (windowed
+layers with every n-th on full attention), its attention sinks and q/k/v biases. Nemotron's
+``relu2`` (squared ReLU, ungated MLP) and LayerNorm. A relative path is looked up from the
+working directory, then in the package's ``data/hf/``.
+
+Not modelled, and small: GPT-OSS's output-projection and expert biases (under 0.05 % of its
+parameters), Qwen3's per-head q/k norms, Nemotron's partial rotary embedding (RoPE over half
+the head dim is priced over all of it).
 """
 
 from __future__ import annotations
@@ -27,7 +33,9 @@ DATA_HF = Path(__file__).resolve().parent.parent / "data" / "hf"
 _GPT2_TYPES = ("gpt2", "gpt_neo", "gptj", "gpt_bigcode")
 #: model types whose q, k, v projections have biases though their config.json does not say
 #: so (transformers' Qwen2Attention / Qwen2MoeAttention: ``bias=True``)
-_QKV_BIAS_TYPES = ("qwen2", "qwen2_moe")
+_QKV_BIAS_TYPES = ("qwen2", "qwen2_moe", "gpt_oss")
+#: ``layer_types`` values (transformers' GptOssConfig): a windowed or a full-attention layer
+_LAYER_TYPES = ("sliding_attention", "full_attention")
 
 
 #: config.json key → the ``model`` field it sets (its range, docs/limits.md, applies to it)
@@ -117,6 +125,10 @@ def load_hf_config(path: str, seq_len: int | None = None) -> TransformerConfig:
         )
     heads = need("num_attention_heads")
     moe = _moe_fields(cfg, kind, count, path)
+    # Mistral's window; Qwen2 writes one beside use_sliding_window: false (then unused)
+    window = count("sliding_window", 0) if cfg.get("use_sliding_window", True) else 0
+    window, every = _windowed_layers(cfg, window, path)
+    act = cfg.get("hidden_act", "silu")
     return TransformerConfig(
         name=file.stem,
         layers=need("num_hidden_layers"),
@@ -126,17 +138,20 @@ def load_hf_config(path: str, seq_len: int | None = None) -> TransformerConfig:
         vocab=need("vocab_size"),
         seq_len=seq_len or need("max_position_embeddings"),
         kv_heads=count("num_key_value_heads", heads),
-        gated_mlp=cfg.get("hidden_act", "silu") in ("silu", "swiglu", "gelu_pytorch_tanh")
-        or kind in ("llama", "mistral", "mixtral"),
-        norm="rmsnorm",
+        gated_mlp=act in ("silu", "swiglu", "gelu_pytorch_tanh") or kind in ("llama", "mistral", "mixtral"),
+        squared_relu=act == "relu2",
+        # Nemotron's LayerNorm1P: a weight and a bias
+        norm="layernorm" if kind == "nemotron" else "rmsnorm",
         position="rope",
         tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        bias=bool(cfg.get("attention_bias", False)),
+        # GPT-OSS's attention_bias gives its q, k, v (qkv_bias) and output projections biases
+        bias=bool(cfg.get("attention_bias", False)) and kind != "gpt_oss",
         qkv_bias=kind in _QKV_BIAS_TYPES,
+        attention_sinks=kind == "gpt_oss",
         dropout=False,
         head_size=count("head_dim", 0),
-        # Mistral's window; Qwen2 writes one beside use_sliding_window: false (then unused)
-        sliding_window=count("sliding_window", 0) if cfg.get("use_sliding_window", True) else 0,
+        sliding_window=window,
+        full_attention_every=every,
         q_lora_rank=count("q_lora_rank", 0),
         kv_lora_rank=count("kv_lora_rank", 0),
         qk_rope_head_dim=count("qk_rope_head_dim", 0),
@@ -145,6 +160,36 @@ def load_hf_config(path: str, seq_len: int | None = None) -> TransformerConfig:
         mtp_layers=count("num_nextn_predict_layers", 0),
         **moe,
     )
+
+
+def _windowed_layers(cfg: dict, window: int, path: str) -> tuple[int, int]:
+    """(sliding window, full_attention_every) of a config.json's ``layer_types``: a window
+    on every ``sliding_attention`` layer, the ``full_attention`` ones every n-th (layers
+    n−1, 2n−1, …); the window alone when the list is absent."""
+    types = cfg.get("layer_types")
+    if types is None:
+        return window, 0
+    if (
+        not isinstance(types, list)
+        or len(types) != cfg.get("num_hidden_layers")
+        or any(t not in _LAYER_TYPES for t in types)
+    ):
+        raise ScenarioError(
+            "model.hf_config",
+            path,
+            f"layer_types: expected one of {', '.join(_LAYER_TYPES)} per layer (num_hidden_layers)",
+        )
+    full = [t == "full_attention" for t in types]
+    if all(full) or not window:
+        return 0, 0
+    every = full.index(True) + 1 if any(full) else 0
+    if any(f != (every > 0 and (i + 1) % every == 0) for i, f in enumerate(full)):
+        raise ScenarioError(
+            "model.hf_config",
+            path,
+            "layer_types: expected every n-th layer on full_attention and the others sliding_attention",
+        )
+    return window, every
 
 
 def _moe_fields(cfg: dict, kind: str, count, path: str) -> dict:

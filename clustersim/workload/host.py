@@ -1,27 +1,32 @@
 """The host's issue rate: a GPU stream cannot run ahead of the CPU that issues its kernels.
 
 In eager PyTorch (every ``training.framework`` profile) the CPU issues each kernel of a pass
-in turn, spending ``dispatch_s`` on each (Python, the dispatcher, autograd, the driver's
-launch); the kernels queue on the GPU stream asynchronously, so the CPU runs ahead while
-kernels are long and the GPU waits — is host-bound — while they are shorter than a dispatch.
-Per pass, with the host clock ``h`` (when the host has issued what came before) and the
-stream's clock ``g`` both 0 at the pass's start (Megatron synchronises the device after each
-pipeline receive, and the pass's ``framework`` op stands for the host's own gap before it),
-an item of k kernels whose GPU time is t (their launch latency included) runs as k equal
-kernels, each starting when both the stream is free and the host has issued it:
+in turn — Python, the dispatcher, autograd, the driver's launch in the forward; the autograd
+engine's C++ nodes in the backward; a framework module's own Python around its GEMM
+(:mod:`.host_kernels` says what each op costs the host) — and the kernels queue on the GPU
+stream asynchronously, so the CPU runs ahead while kernels are long and the GPU waits — is
+host-bound — while they are shorter than their issue. Per pass, with the host clock ``h``
+(when the host has issued what came before) and the stream's clock ``g`` both 0 at the
+pass's start (Megatron synchronises the device after each pipeline receive, and the pass's
+``framework`` op stands for the host's own gap before it), an item of k kernels whose GPU
+time is t (their launch latency included) and whose issue costs the host H seconds runs as
+k equal kernels issued H/k apart, each starting when both the stream is free and the host
+has issued it:
 
-    start = max(g, h + dispatch)                         (the first kernel is issued)
-    end   = max(start + t, h + k·dispatch + t/k)          (the last one, issued k dispatches in)
-    h    += k·dispatch
+    start = max(g, h + H/k)                              (the first kernel is issued)
+    end   = max(start + t, h + H + t/k)                  (the last one, issued H in)
+    h    += H
 
 exact for k equal kernels (the GPU waits for the host only once the kernels are shorter
-than a dispatch). A collective is one host call (``h += dispatch``, one NCCL launch) and
-takes no GPU time in this race: its duration is the fabric's, unknown when the pass is
+than their issue). An item without its own H (a cost model without a host) pays the pass's
+``dispatch`` a kernel. A collective is one host call (``h += dispatch``, one NCCL launch)
+and takes no GPU time in this race: its duration is the fabric's, unknown when the pass is
 compiled, so the race charges the host's lag as if the collective were instant — an upper
 bound on the wait (a long collective lets a lagging host catch up), exact for passes without
 collectives (TP 1, where small, host-bound models usually run). The wait, ``end − g − t``
 summed, is added to the pass's ``launch`` op (with the kernels' GPU launch latency,
-``Efficiency.launch_s``): no op or event is added — the pass's ops are those it had.
+``Efficiency.launch_s``): no op or event is added — the pass's ops are those it had; the
+summary reports it per GPU and iteration as ``host_bound_s``.
 
 A **device→host synchronisation** (a collective marked ``host_sync``: Megatron-Core's
 alltoall token dispatcher copies the all-to-all's split sizes to the host — ``.to("cpu")``
@@ -31,9 +36,10 @@ everything issued so far: ``h = max(h, g)`` before the collective's own call. Wh
 the host had is lost there, so the kernels after it wait the host's full dispatch lag again
 (k kernels each shorter than a dispatch after a sync: the GPU idles ``dispatch`` before each).
 
-``training.cuda_graphs`` (NeMo / Megatron-Core capture each transformer layer's forward and
-backward as a CUDA graph when asked; no profile turns it on) removes the dispatch: the GPU
-launch latency stays. ``training.fixed_costs.host_dispatch`` overrides the measured dispatch
+``training.cuda_graphs`` (Megatron-LM ``--cuda-graph-impl local|transformer_engine``, default
+``none`` in megatron/training/arguments.py; NeMo's CUDA-graph option likewise opt-in: no
+profile turns it on) removes the host's time: the GPU launch latency stays.
+``training.fixed_costs.host_dispatch`` overrides the measured dispatch, modules included
 (0: the host never holds the GPU back).
 
 ``dispatch_s`` is a host-level measurement per software stack, a row of
@@ -72,43 +78,46 @@ def dispatch_s(framework: str) -> float:
     return float(row["value_us"]) * 1e-6
 
 
-def _work(item: tuple, launch_s: float) -> tuple[float, int]:
-    """(GPU seconds with the launch latency, kernels the host issues) of a pass item
-    (:mod:`.segments`); (0, 0) for a collective."""
+def _work(item: tuple, launch_s: float, dispatch: float) -> tuple[float, int, float]:
+    """(GPU seconds with the launch latency, kernels the host issues, host seconds of
+    issuing them) of a pass item (:mod:`.segments`; its own host seconds where it carries
+    them, else ``dispatch`` a kernel); (0, 0, 0) for a collective."""
     kind = item[0]
-    if kind in ("c", "p"):
-        return item[1] + item[3] * launch_s, item[4]
-    if kind == "e":  # the slowest expert rank's kernels; every rank issues as many
-        return max(item[1]) + item[3] * launch_s, item[4]
+    if kind in ("c", "p", "e"):
+        t = max(item[1]) if kind == "e" else item[1]  # "e": the slowest expert rank's kernels
+        host = item[4] * dispatch if item[5] is None else item[5]
+        return t + item[3] * launch_s, item[4], host
     if kind == "o":  # a GEMM pipelined with a TP collective: one GEMM kernel per chunk
-        return item[4] + launch_s, item[7]
+        return item[4] + launch_s, item[7], item[7] * dispatch if item[9] is None else item[9]
     if kind == "r":  # ring attention: one attention kernel per step
-        return sum(item[1]), len(item[1])
-    return 0.0, 0
+        return sum(item[1]), len(item[1]), len(item[1]) * dispatch
+    return 0.0, 0, 0.0
 
 
 def host_waits(pieces: list[list[tuple]], launch_s: float, dispatch: float) -> list[float]:
     """Seconds the GPU stream waits for the host in each piece of one pass — ``pieces``
     the pass's items in order, split as its ops will be (one piece, or one per layer), the
-    race carried across pieces (module doc). All 0 when ``dispatch`` is 0."""
+    race carried across pieces (module doc); ``dispatch`` the host seconds per kernel of
+    the items that carry none, and of a collective's call. An item of k kernels and H host
+    seconds races as k kernels issued H/k apart. All 0 when no item costs host time."""
     g = h = 0.0
     waits = []
     for items in pieces:
         wait = 0.0
         for item in items:
-            t, k = _work(item, launch_s)
+            t, k, host = _work(item, launch_s, dispatch)
             if k == 0:
                 if item[0] == "x":
                     if item[6:7] == (True,):  # the host blocks until the stream drains
                         h = max(h, g)
                     h += dispatch  # the host enqueues the collective
                 continue
-            # each term ≥ 0 on its own, so a zero dispatch adds exactly nothing
-            first = max(0.0, h + dispatch - g)
-            last = max(0.0, h + k * dispatch + t / k - (g + first + t))
+            # each term ≥ 0 on its own, so a zero host time adds exactly nothing
+            first = max(0.0, h + host / k - g)
+            last = max(0.0, h + host + t / k - (g + first + t))
             wait += first + last
             g += first + t + last
-            h += k * dispatch
+            h += host
         waits.append(wait)
     if waits:  # a trailing collective starts once the host has issued it
         waits[-1] += max(0.0, h - g)

@@ -35,6 +35,12 @@ Which implementation runs is the framework's (``training.framework``, overridabl
   ``view_as_complex`` × ``freqs_cis``, ``type_as``) and ``F.cross_entropy`` on
   ``pred.float()`` (torchtitan/components/loss.py); ``torch.compile`` is off by default.
 
+A ReLU² MLP (``model.squared_relu``: Nemotron-4) runs ``squared_relu``: Megatron-LM's
+``--squared-relu`` (2021–22: ``torch.pow(F.relu(x), 2)``, eager, two kernels), Megatron-Core's
+``squared_relu`` under ``jit_fuser`` (megatron/core/activations.py: one kernel, GeLU's bytes),
+Hugging Face's ``ReLUSquaredActivation`` (``relu`` then ``square``, eager) for DeepSpeed and
+FSDP2.
+
 The bytes are checked against kernel-level measurements of the same implementations
 (``memory_kernel_measurements.csv``, :mod:`.memory_bandwidth`).
 """
@@ -205,6 +211,7 @@ FRAMEWORK_KERNELS: dict[str, dict[str, str]] = {
         "layernorm": "fused",
         "rmsnorm": "fused",
         "act": "fused",
+        "squared_relu": "two_pass",
         "gated_act": "fused",
         "residual": "fused",
         "dropout_residual": "fused",
@@ -215,6 +222,7 @@ FRAMEWORK_KERNELS: dict[str, dict[str, str]] = {
         "layernorm": "fused",
         "rmsnorm": "fused",
         "act": "fused",
+        "squared_relu": "fused",
         "gated_act": "jit",
         "residual": "fused",
         "dropout_residual": "fused",
@@ -225,6 +233,7 @@ FRAMEWORK_KERNELS: dict[str, dict[str, str]] = {
         "layernorm": "native",
         "rmsnorm": "hf_eager",
         "act": "fused",
+        "squared_relu": "two_pass",
         "gated_act": "eager",
         "residual": "eager",
         "dropout_residual": "eager",
@@ -235,6 +244,7 @@ FRAMEWORK_KERNELS: dict[str, dict[str, str]] = {
         "layernorm": "native",
         "rmsnorm": "native",
         "act": "fused",
+        "squared_relu": "two_pass",
         "gated_act": "eager",
         "residual": "eager",
         "dropout_residual": "eager",
@@ -248,7 +258,7 @@ DEFAULT_KERNELS = "megatron_2021"
 def impl_of(framework: str, op: str) -> Impl:
     """The implementation of ``op`` (a key of :data:`FRAMEWORK_KERNELS`' rows; ``layernorm``
     and ``rmsnorm`` are both :data:`IMPLS` ``norm``) under ``framework``'s kernels."""
-    table = "norm" if op in ("layernorm", "rmsnorm") else op
+    table = {"layernorm": "norm", "rmsnorm": "norm", "squared_relu": "act"}.get(op, op)
     return IMPLS[table][FRAMEWORK_KERNELS[framework][op]]
 
 

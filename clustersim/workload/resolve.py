@@ -58,6 +58,9 @@ OVERRIDABLE = (
     "causal",
     "attention_kernel",
     "sliding_window",
+    "full_attention_every",
+    "attention_sinks",
+    "squared_relu",
 )
 REQUIRED = ("layers", "hidden", "heads", "vocab", "seq_len")
 
@@ -140,6 +143,14 @@ def _check_shape(cfg: TransformerConfig) -> None:
         )
     if cfg.experts > 1:
         layer_expert_tokens(cfg, 1)  # the load model's own checks (histogram length, …)
+    if cfg.full_attention_every and not cfg.sliding_window:
+        raise ScenarioError(
+            "model.full_attention_every", cfg.full_attention_every, "applies with model.sliding_window > 0"
+        )
+    if cfg.squared_relu and cfg.gated_mlp:
+        raise ScenarioError(
+            "model.squared_relu", True, "is the activation of an ungated MLP (gated_mlp: false)"
+        )
     if cfg.norm not in ("layernorm", "rmsnorm"):
         raise ScenarioError("model.norm", cfg.norm, "accepted: layernorm, rmsnorm")
     if cfg.attention not in ATTENTION_KINDS:

@@ -1,11 +1,15 @@
 """Turn op sequences into pass segments: compute kernels merged, TP collectives between.
 
-A pass is built from a list of *items*: ``("c", seconds, flops, launches, issued)`` for a
-kernel (``launches``: 1 when its launch is priced apart, see :func:`launch_items`;
-``issued``: the kernels the host issues for it, :meth:`.cost_model.CostModel.issued`),
-``("e", seconds per rank, flops per rank, launches, issued)`` for work that differs between
-the ranks of an expert-parallel group (:class:`~.ops.ExpertRanks`), ``("p", seconds, flops,
-launches, issued)`` for a kernel that runs beside its neighbouring collective
+A pass is built from a list of *items*: ``("c", seconds, flops, launches, issued, host)``
+for a kernel (``launches``: the kernels whose launch is priced apart, see
+:func:`launch_items`; ``issued``: the kernels the host issues for it,
+:meth:`.cost_model.CostModel.issued` and the framework's extra small kernels, whose
+launches and bytes ride in ``launches`` and ``seconds``; ``host``: the host seconds of
+issuing them, :meth:`.host_kernels.HostModel.issue`, or None: the pass's per-kernel
+dispatch), ``("e", seconds per rank, flops per rank, launches, issued, host)`` for work
+that differs between the ranks of an expert-parallel group (:class:`~.ops.ExpertRanks`),
+``("p", seconds, flops, launches, issued, host)`` for a kernel that runs beside its
+neighbouring collective
 (:attr:`~.ops.LayerOp.overlap`), ``("x", kind, nbytes, name, group, matrix[, sync])`` for a
 collective over ``group`` (:data:`~.ops.COMM_GROUPS`, or ``cp``: the context-parallel group;
 ``matrix``: an uneven all-to-all's bytes, or empty; ``sync``: the host waits for the device
@@ -24,7 +28,7 @@ between the two halves of its compute — far fewer simulated events for huge va
 runs, at the price of the per-collective latency terms (negligible for these sizes).
 
 With ``parallel.tp_comm_overlap`` a collective and the GEMM it pipelines with become one
-``("o", kind, nbytes, name, seconds, flops, method, chunks, margin)`` item and an ``overlap``
+``("o", kind, nbytes, name, seconds, flops, method, chunks, margin, host)`` item and an ``overlap``
 Segment, which the compiler emits in chunks (:mod:`.tp_overlap`; per-layer only).
 """
 
@@ -68,20 +72,33 @@ def forward_items(
                 out.append((_cp_item(op, cm, backward=False), "", None))
         elif not core_only or op.attention_core:
             kind = "p" if op.overlap else "c"
-            item = (kind, cm.time(op.fwd, op.name, "F"), op.fwd.flops, *_counts(cm, op.fwd, op.name, "F"))
-            out.append((item, op.name, op.fwd))
+            t, launches, issued, host = _priced(cm, op.fwd, op.name, "F")
+            out.append(((kind, t, op.fwd.flops, launches, issued, host), op.name, op.fwd))
     if overlap is not None:
         return merge_forward(out, overlap, cm.eff)
     return [item for item, *_ in out]
 
 
-def _counts(cm: CostModel, work, op: str, phase: str) -> tuple[int, int]:
-    """(launches priced apart, kernels the host issues) of one kernel's ``work``."""
-    return cm.launched(work, op, phase), cm.issued(work)
+def _priced(cm: CostModel, work, op: str, phase: str) -> tuple[float, int, int, float | None]:
+    """(seconds, launches priced apart, kernels the host issues, host seconds or None) of
+    ``op``'s ``phase`` ``work``, with the extra small kernels the host model of ``cm`` adds
+    (:mod:`.host_kernels`: their bytes in the seconds, their launches counted apart)."""
+    t, launches, kernels = cm.time(work, op, phase), cm.launched(work, op, phase), cm.issued(work)
+    if cm.host is None:
+        return t, launches, kernels, None
+    extra, nbytes, host = cm.host.issue(op, phase, kernels)
+    return t + (cm.memory_seconds(nbytes) if nbytes else 0.0), launches + extra, kernels + extra, host
+
+
+def _host_sum(items: list[tuple]) -> float | None:
+    """The items' host seconds summed (None where one has none: the pass's dispatch prices them)."""
+    hosts = [i[5] for i in items]
+    return None if None in hosts else sum(hosts)
 
 
 def _per_rank(items: list[list[tuple]]) -> tuple:
     """One ``("e", …)`` item from each rank's compute items."""
+    hosts = [_host_sum(rank) for rank in items]
     return (
         "e",
         tuple(sum(i[1] for i in rank) for rank in items),
@@ -89,6 +106,7 @@ def _per_rank(items: list[list[tuple]]) -> tuple:
         # every rank launches (and its host issues) its experts' kernels
         max(sum(i[3] for i in rank) for rank in items),
         max(sum(i[4] for i in rank) for rank in items),
+        None if None in hosts else max(hosts),
     )
 
 
@@ -121,20 +139,19 @@ def backward_items(
         assert isinstance(op, LayerOp)
         if overlap is not None and op.name in AG_GEMMS + RS_GEMMS:
             parts = [("dgrad", op.bwd_input, "B")] * inputs + [("wgrad", op.bwd_weight, "W")] * weight
-            out += [
-                (("c", cm.time(w, op.name, ph), w.flops, *_counts(cm, w, op.name, ph)), op.name, part, w)
-                for part, w, ph in parts
-            ]
+            for part, w, ph in parts:
+                t, n, k, host = _priced(cm, w, op.name, ph)
+                out.append((("c", t, w.flops, n, k, host), op.name, part, w))
             continue
-        t = flops = 0.0
-        n = issued = 0
-        for w, ph in [(op.bwd_input, "B")] * inputs + [(op.bwd_weight, "W")] * weight:
-            t += cm.time(w, op.name, ph)
-            flops += w.flops
-            launches, kernels = _counts(cm, w, op.name, ph)
-            n, issued = n + launches, issued + kernels
+        works = [(op.bwd_input, "B")] * inputs + [(op.bwd_weight, "W")] * weight
+        priced = [(*_priced(cm, w, op.name, ph), w.flops) for w, ph in works]
+        t, flops = sum(p[0] for p in priced), sum(p[4] for p in priced)
         if t or flops:
-            out.append((("p" if op.overlap and inputs else "c", t, flops, n, issued), op.name, "", None))
+            kind = "p" if op.overlap and inputs else "c"
+            n, issued, hosts = sum(p[1] for p in priced), sum(p[2] for p in priced), [p[3] for p in priced]
+            out.append(
+                ((kind, t, flops, n, issued, None if None in hosts else sum(hosts)), op.name, "", None)
+            )
     if overlap is not None:
         return merge_backward(out, overlap, cm.eff)
     return [item for item, *_ in out]
@@ -192,7 +209,7 @@ def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment
             segs.append(run.segment())
         run = _Run()
         if i[0] == "o":  # a collective pipelined with a GEMM (tp_overlap): the GEMM's time rides along
-            _, kind, nbytes, name, seconds, flops, method, chunks, margin = i
+            _, kind, nbytes, name, seconds, flops, method, chunks, margin, _ = i
             segs.append(Segment("overlap", seconds, flops, nbytes, kind, name, method, chunks, margin=margin))
         elif i[0] == "r":
             _, times, flops, sent, name = i

@@ -149,6 +149,12 @@ def check_modules(training, cfg: TransformerConfig, cp: int) -> tuple[str, ...]:
     return tuple(modules)
 
 
+#: the expert MLP's activation and down-projection ops, per expert (``SequentialMLP``,
+#: :func:`.moe.expert_ops`) or grouped (:mod:`.moe_experts`)
+EXPERT_ACT = ("expert_act", "experts_act")
+EXPERT_DOWN = ("expert_down", "experts_down")
+
+
 def module_recompute(layer: list, modules: tuple[str, ...], b: int, seq: int, at: int) -> tuple[list, float]:
     """(the ops a layer's backward re-runs first, the bytes it no longer keeps) under
     Megatron-Core's ``modules`` (module doc), ``at`` attention heads on this GPU, ``b``
@@ -156,15 +162,15 @@ def module_recompute(layer: list, modules: tuple[str, ...], b: int, seq: int, at
     rerun, dropped = [], 0.0
     for op in layer:
         if isinstance(op, ExpertRanks) and "moe_act" in modules:
-            rerun.append(op.map(lambda ops: [o for o in ops if o.name == "expert_act"]))
+            rerun.append(op.map(lambda ops: [o for o in ops if o.name in EXPERT_ACT]))
             dropped += op.activation - max(
-                sum(o.activation for o in ops if o.name != "expert_down") for ops in op.ranks
+                sum(o.activation for o in ops if o.name not in EXPERT_DOWN) for ops in op.ranks
             )
         if not isinstance(op, LayerOp):
             continue
-        if op.name in ("expert_act", "expert_down") and "moe_act" in modules:  # experts on this GPU
-            rerun += [op] if op.name == "expert_act" else []
-            dropped += op.activation if op.name == "expert_down" else 0.0
+        if op.name in EXPERT_ACT + EXPERT_DOWN and "moe_act" in modules:  # experts on this GPU
+            rerun += [op] if op.name in EXPERT_ACT else []
+            dropped += op.activation if op.name in EXPERT_DOWN else 0.0
         elif op.attention_core and "core_attn" in modules:
             rerun.append(op)
             dropped += op.activation

@@ -52,7 +52,8 @@ from .cost_model import CostModel
 from .fp8 import check_fp8, fp8_cache_bytes, fp8_linear_params, te_fp8_layer, weight_cast_seconds
 from .fp8_recipes import check_recipe, default_recipe
 from .grad_accumulation import with_grad_accumulation
-from .host import dispatch_s, host_waits
+from .host import host_waits
+from .host_kernels import HostModel
 from .kernel_impls import DEFAULT_KERNELS
 from .loss_memory import loss_working_bytes
 from .memory_model import DTYPE_BYTES, ELEMENT_BYTES, static_bytes, zero_shards
@@ -191,18 +192,20 @@ class FixedCosts:
     tied_embedding: bool
     pipeline_gather: bool
     grad_accumulation: bool = False
-    #: host seconds per kernel issued (:mod:`.host`; 0 with CUDA graphs)
-    dispatch_s: float = 0.0
+    #: what the host spends issuing each op, forward and backward (:mod:`.host_kernels`;
+    #: nothing with CUDA graphs)
+    host: HostModel = HostModel(0.0, 0.0)
 
     @classmethod
-    def of(cls, sc, cm: CostModel, precision: str) -> FixedCosts:
+    def of(cls, sc, cm: CostModel, precision: str, hidden_bytes: float = 0.0) -> FixedCosts:
         """The fixed costs of scenario ``sc`` with kernels priced by ``cm`` (the launch
-        default is ``cm``'s calibrated ``launch_s``, the dispatch's the framework's stack's,
-        none with CUDA graphs); the unscale runs with fp16 only."""
+        default is ``cm``'s calibrated ``launch_s``, the host's the framework's stack's,
+        none with CUDA graphs); the unscale runs with fp16 only. ``hidden_bytes``: one pass
+        over the GPU's [tokens, hidden] activation, what the extra small kernels move."""
         tr = sc.training
         fc = tr.fixed_costs
         launch = cm.eff.launch_s if fc.kernel_launch is None else fc.kernel_launch
-        dispatch = dispatch_s(tr.framework) if fc.host_dispatch is None else fc.host_dispatch
+        host = HostModel.of(tr.framework, fc.host_dispatch, tr.cuda_graphs, fc.small_kernels, hidden_bytes)
         return cls(
             launch,
             fc.microbatch_overhead,
@@ -211,8 +214,16 @@ class FixedCosts:
             fc.tied_embedding_allreduce,
             fc.pipeline_gather,
             fc.grad_accumulation,
-            0.0 if tr.cuda_graphs else dispatch,
+            host,
         )
+
+    def wait(self, items: list[tuple], backward: bool = False) -> float:
+        """Seconds the GPU stream waits for the host in the pass of ``items`` (:func:`.host.host_waits`)."""
+        return host_waits([items], self.launch_s, self._dispatch(backward))[0]
+
+    def _dispatch(self, backward: bool) -> float:
+        """Host seconds per kernel without its own host time, and per collective call."""
+        return self.host.dispatch("B" if backward else "F")
 
     def pass_segments(self, pieces: list[list], granularity: str, backward: bool = False) -> tuple:
         """The Segments of each piece of one pass (:func:`.segments.to_segments`), each
@@ -220,9 +231,10 @@ class FixedCosts:
         in it (:func:`.host.host_waits`, the race carried from piece to piece in the order
         they run: the last first for the ``backward`` pieces of a model's layers)."""
         order = slice(None, None, -1 if backward else 1)
-        waits = host_waits(pieces[order], self.launch_s, self.dispatch_s)[order]
+        dispatch = self._dispatch(backward)
+        waits = host_waits(pieces[order], self.launch_s, dispatch)[order]
         return tuple(
-            to_segments(launch_items(items, self.launch_s, wait, self.dispatch_s), granularity)
+            to_segments(launch_items(items, self.launch_s, wait, dispatch), granularity)
             for items, wait in zip(pieces, waits)
         )
 
@@ -319,7 +331,9 @@ def _stage(
     fp8: tuple[float, float] = (0.0, 0.0),
 ) -> StageCost:
     by_phase = {"F": items.f, "B": items.b, "Bi": items.bi, "W": items.w}
-    passes = {ph: fixed.pass_segments([i], st.granularity)[0] for ph, i in by_phase.items()}
+    passes = {
+        ph: fixed.pass_segments([i], st.granularity, backward=ph != "F")[0] for ph, i in by_phase.items()
+    }
     grads = _local_grads(st, params, expert)  # the optimizer's local fp32 gradients
     # buffers: the recompute working set and the p2p send and recv buffers
     static, experts = _static(st, params, work_buffer + 2 * send_bytes, expert, fp8)
@@ -341,14 +355,15 @@ def _stage(
         pass_overhead=fixed.pass_overhead,
         unscale=cm.memory_pass(grads * UNSCALE_BYTES) if fixed.unscale else 0.0,
         grad_norm=cm.memory_pass(grads * GRAD_NORM_BYTES) if fixed.grad_norm else 0.0,
+        host_wait=fixed.wait(items.f) + fixed.wait(items.b, backward=True),
     )
 
 
 @dataclass(frozen=True)
 class _LayerKind:
-    """One kind of layer (dense or MoE MLP) compiled once: its pass items, parameters (of
-    them, expert-parallel experts'), kept activation bytes, recompute working set, FP8
-    weight cache and token-dispatch buffers."""
+    """One kind of layer (dense or MoE MLP, windowed or full attention) compiled once: its
+    pass items, parameters (of them, expert-parallel experts'), kept activation bytes,
+    recompute working set, FP8 weight cache and token-dispatch buffers."""
 
     f: list
     b: list
@@ -368,7 +383,11 @@ class _LayerKind:
     fp8_weight_cast: float = 0.0
 
 
-def _layer_kind(cfg, st: TrainSetup, cm: CostModel, moe: bool, accumulate: bool) -> _LayerKind:
+def _layer_kind(cfg, st: TrainSetup, cm: CostModel, shape: tuple[bool, int], accumulate: bool) -> _LayerKind:
+    """The costs of a layer of ``shape`` (MoE MLP, sliding window: one of
+    :meth:`~.transformer.TransformerConfig.layer_shapes`)."""
+    moe, window = shape
+    cfg = replace(cfg, sliding_window=window)
     b, tp, sp, e = st.micro_batch, st.tp, st.sp, st.e
     layer = layer_ops(cfg, b, tp, sp, e, moe, st.cp, st.cp_comm, st.split, st.kernels)
     fp8_cache, fp8_linear, fp8_cast = 0.0, (0.0, 0.0), 0.0
@@ -422,25 +441,27 @@ def transformer_chunk_costs(
     sc, chunks: int, partition: list[int] | None = None, gpu: str | None = None
 ) -> list[StageCost]:
     """Per-chunk StageCosts of a transformer scenario on GPU type ``gpu`` (see module doc);
-    dense and MoE layers (:meth:`~.transformer.TransformerConfig.layer_kinds`) are each
-    compiled once, and a chunk runs its layers in order."""
+    the layers of each shape — dense or MoE, windowed or full attention
+    (:meth:`~.transformer.TransformerConfig.layer_shapes`) — are compiled once, and a chunk
+    runs its layers in order."""
     st = TrainSetup.of(sc, gpu)
     cfg = resolve_transformer(sc.model)
     st = replace(st, modules=check_modules(sc.training, cfg, st.cp))
     if st.cp > 1:  # every op but attention's core runs on the GPU's s/cp tokens
         cfg = replace(cfg, seq_len=cfg.seq_len // st.cp)
     cm = _cost_model(sc, st)
-    fixed = FixedCosts.of(sc, cm, st.precision)
-    km = cm.without_launch()  # kernels; their launches are the passes' own segments
     b, tp, sp, e = st.micro_batch, st.tp, st.sp, st.e
+    fixed = FixedCosts.of(sc, cm, st.precision, b * cfg.seq_len * cfg.hidden / (tp if sp else 1) * e)
+    # kernels (their launches are the passes' own segments) and what the host spends issuing them
+    km = replace(cm.without_launch(), host=fixed.host)
     emb = embedding_ops(cfg, b, tp, sp, e)
     out = output_ops(cfg, b, tp, sp, e, st.kernels) + mtp_ops(cfg, b, tp, sp, e, st.split, st.kernels)
     if sc.training.mode == "inference":  # a request's forward ends at the logits: no loss
         out = [op for op in out if op.name.partition(".")[0] != "cross_entropy"]
     if fixed.grad_accumulation:
         emb, out = with_grad_accumulation(emb, e), with_grad_accumulation(out, e)
-    order = cfg.layer_kinds()
-    kinds = {moe: _layer_kind(cfg, st, km, moe, fixed.grad_accumulation) for moe in sorted(set(order))}
+    order = cfg.layer_shapes()
+    kinds = {shape: _layer_kind(cfg, st, km, shape, fixed.grad_accumulation) for shape in sorted(set(order))}
     tied = int(cfg.vocab * cfg.hidden / tp * GRAD_COMM_BYTES[st.precision])
     training = sc.training.mode != "inference"
     loss_work = loss_working_bytes(cfg, b, tp, e, st.kernels) if training else 0.0
@@ -449,8 +470,8 @@ def transformer_chunk_costs(
 
     def chunk(first: bool, last: bool, mine: tuple) -> StageCost:
         pre, post = (emb if first else []), (out if last else [])
-        runs = [kinds[moe] for moe in mine]
-        count = {moe: mine.count(moe) for moe in kinds if moe in mine}
+        runs = [kinds[shape] for shape in mine]
+        count = {shape: mine.count(shape) for shape in kinds if shape in mine}
         f = forward_items(pre, km) + [i for L in runs for i in L.f] + forward_items(post, km)
         b_all = backward_items(post, km) + [i for L in runs[::-1] for i in L.b] + backward_items(pre, km)
         bi = (
@@ -464,15 +485,17 @@ def transformer_chunk_costs(
             + backward_items(pre, km, inputs=False)
         )
         extra = [op for op in pre + post if hasattr(op, "params")]
-        params = sum(c * kinds[moe].params for moe, c in count.items()) + sum(op.params for op in extra)
-        act_mem = sum(c * kinds[moe].act for moe, c in count.items()) + sum(op.activation for op in extra)
+        params = sum(c * kinds[shape].params for shape, c in count.items()) + sum(op.params for op in extra)
+        act_mem = sum(c * kinds[shape].act for shape, c in count.items()) + sum(op.activation for op in extra)
         # the recompute working set, or on the last chunk the loss's if larger (:mod:`.loss_memory`)
-        work = max([kinds[moe].work for moe in count] + [loss_work if last else 0.0])
-        buffers = work + sum(c * kinds[moe].fp8_cache for moe, c in count.items())
-        buffers += max((kinds[moe].dispatch for moe in count), default=0.0)  # one layer exchanges at a time
-        expert = sum(c * kinds[moe].expert for moe, c in count.items())
+        work = max([kinds[shape].work for shape in count] + [loss_work if last else 0.0])
+        buffers = work + sum(c * kinds[shape].fp8_cache for shape, c in count.items())
+        buffers += max(
+            (kinds[shape].dispatch for shape in count), default=0.0
+        )  # one layer exchanges at a time
+        expert = sum(c * kinds[shape].expert for shape, c in count.items())
         expert += sum(op.params for op in post if isinstance(op, ExpertRanks))  # the MTP layers'
-        fp8 = tuple(sum(c * kinds[moe].fp8_linear[i] for moe, c in count.items()) for i in (0, 1))
+        fp8 = tuple(sum(c * kinds[shape].fp8_linear[i] for shape, c in count.items()) for i in (0, 1))
         send_out = 0 if last else send
         cost = _stage(
             st, cm, fixed, _PassItems(f, b_all, bi, w), params, act_mem, send_out, buffers, expert, fp8

@@ -120,6 +120,9 @@ class StageCost:
     #: with per-layer DP bytes: a contiguous copy kernel's (launch s, plateau HBM bytes/s,
     #: ramp bytes) on the GPU's calibrated memory-bound curve (FSDP2's copy-in and copy-out)
     copy_kernel: tuple[float, float, float] = (0.0, float("inf"), 0.0)
+    #: seconds per micro-batch (forward and backward) the GPU stream waits for the host that
+    #: issues its kernels, inside the passes' launch ops (:mod:`clustersim.workload.host`)
+    host_wait: float = 0.0
 
     def segments(self, phase: str, split_backward: bool = False) -> tuple[Segment, ...]:
         """The segments of ``phase``. With ``split_backward``, ``"B"`` is the input-gradient

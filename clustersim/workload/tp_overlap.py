@@ -18,7 +18,8 @@ and how, is TE's default table (``transformer_engine/pytorch/module/base.py``,
   alongside the weight-gradient GEMM (``*_wgrad``), unchunked.
 
 Here those become items for :mod:`.segments` (``("o", kind, bytes, name, seconds, flops,
-method, chunks, margin)``: the collective, then the GEMM work it pipelines with) and segments
+method, chunks, margin, host)``: the collective, then the GEMM work it pipelines with, and the
+GEMM's host seconds) and segments
 the compiler emits as separate ops — GEMM chunks on the compute lane, the userbuffers
 transfers as sends and receives between TP neighbours on the ``tp send`` / ``tp recv`` lanes
 (:mod:`clustersim.compilers.pipeline.tp_overlap`) — so the engine produces the overlap.
@@ -163,4 +164,5 @@ def merge_backward(tagged: list[tuple], ov: TPOverlap, eff: Efficiency | None = 
 def _merged(comm: tuple, gemm: tuple, method: str, ov: TPOverlap, priced: tuple) -> tuple:
     _, kind, nbytes, name = comm[:4]  # (an expert collective carries its group after)
     margin = ov.margin(method, gemm[1], *priced)
-    return ("o", kind, nbytes, name, gemm[1], gemm[2], method, ov.chunks(method), margin)
+    # the GEMM's host seconds ride along (its module's issue: :mod:`.host_kernels`)
+    return ("o", kind, nbytes, name, gemm[1], gemm[2], method, ov.chunks(method), margin, gemm[5])

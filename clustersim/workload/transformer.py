@@ -47,7 +47,15 @@ class TransformerConfig:
     ``attention`` ``flash`` runs the fused kernel ``attention_kernel`` (``fa2``, ``fa3``,
     ``cudnn``: :mod:`.attention_kernels`); ``sliding_window`` > 0 lets each query attend to
     at most that many keys (Mistral), 0 to all — the fused kernel skips the tiles outside
-    the window, the ``standard`` path computes all s² scores and masks them (no change).
+    the window, the ``standard`` path computes all s² scores and masks them (no change);
+    ``full_attention_every`` n > 0 keeps every n-th layer (layers n−1, 2n−1, …) on full
+    attention beside the windowed ones (GPT-OSS's alternating ``layer_types``: n = 2).
+    ``attention_sinks`` gives every query head a learned sink logit in the softmax's
+    denominator (GPT-OSS): ``heads`` parameters per layer, one exp per score row.
+
+    ``squared_relu``: the (ungated) MLP's activation is ReLU² (Nemotron-4, Primer) instead
+    of GeLU — its own kernels (:mod:`.kernel_impls` ``squared_relu``), the same two MLP
+    matrices.
     """
 
     name: str
@@ -90,6 +98,9 @@ class TransformerConfig:
     causal: bool = True
     attention_kernel: str = "fa2"
     sliding_window: int = 0
+    full_attention_every: int = 0
+    attention_sinks: bool = False
+    squared_relu: bool = False
     published_params: float = 0.0
 
     @property
@@ -124,6 +135,16 @@ class TransformerConfig:
         """``is_moe_layer`` of every layer, in order."""
         return [self.is_moe_layer(i) for i in range(self.layers)]
 
+    def layer_window(self, i: int) -> int:
+        """The sliding window of layer ``i`` (0-based): 0 (all keys) on the full-attention
+        layers of ``full_attention_every``, else ``sliding_window``."""
+        every = self.full_attention_every
+        return 0 if every and (i + 1) % every == 0 else self.sliding_window
+
+    def layer_shapes(self) -> list[tuple[bool, int]]:
+        """(MoE MLP, sliding window) of every layer, in order: the layers that cost alike."""
+        return [(self.is_moe_layer(i), self.layer_window(i)) for i in range(self.layers)]
+
     @property
     def positions(self) -> int:
         """Learned position embeddings held (0 with RoPE)."""
@@ -136,7 +157,7 @@ class TransformerConfig:
 
             return mla_params(self)
         h, q, kv = self.hidden, self.heads * self.head_dim, self.n_kv * self.head_dim
-        weights = h * q + 2 * h * kv + q * h
+        weights = h * q + 2 * h * kv + q * h + (self.heads if self.attention_sinks else 0)
         return weights + ((q + 2 * kv + h) if self.bias else (q + 2 * kv) if self.qkv_bias else 0)
 
     def mlp_params(self, ffn: int = 0) -> int:

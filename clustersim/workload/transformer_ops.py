@@ -83,7 +83,9 @@ def layer_ops(
     else:
         qkv_n = (at + 2 * kvt) * d
         qkv = gemm("qkv", b * s, qkv_n, h, e, activation=rep * e)  # SP keeps the shard
-        ops.append(replace(qkv, params=qkv.params + qkv_n) if cfg.qkv_bias else qkv)
+        # Qwen2's q, k, v biases, and GPT-OSS's sink logits (one per query head) beside them
+        extra = (qkv_n if cfg.qkv_bias else 0) + (at if cfg.attention_sinks else 0)
+        ops.append(replace(qkv, params=qkv.params + extra) if extra else qkv)
         if cfg.position == "rope":  # rotates the query and key heads before the core
             ops += memory_ops("rope", impl_of(kernels, "rope"), b * s * (at + kvt) * d, e)
         if cp > 1:
@@ -108,7 +110,8 @@ def layer_ops(
     else:
         ops.append(gemm("mlp_up", b * s, up_n, h, e, activation=rep * e))
         act_in = b * s * up_n
-        act = impl_of(kernels, "gated_act" if cfg.gated_mlp else "act")
+        kind = "gated_act" if cfg.gated_mlp else "squared_relu" if cfg.squared_relu else "act"
+        act = impl_of(kernels, kind)
         ops += memory_ops("mlp_act", act, act_in, e, activation=act_in * e)
         ops.append(gemm("mlp_down", b * s, h, ft, e, activation=b * s * ft * e))
     ops += [leave] if leave and not dispatched else []
