@@ -366,7 +366,8 @@ def test_an_integer_reshard_is_refused_unless_fsdp2_and_a_divisor_above_1(option
 
 
 def test_fsdp_units_on_a_cnn_are_refused_naming_the_field():
-    # a CNN chunk's passes have no per-layer split to cut units from
+    # a CNN chunk's passes have no per-layer split to cut units from: the profile leaves
+    # zero at 0 (DDP) and says so (issue 32); zero 3 written is refused naming it
     r = {
         "name": "vgg fsdp2",
         "cluster": {"nodes": 1, "gpus_per_node": 4},
@@ -374,8 +375,10 @@ def test_fsdp_units_on_a_cnn_are_refused_naming_the_field():
         "training": {"global_batch": 64, "micro_batch": 16, "framework": "fsdp2"},
         "parallel": {"dp": 4},
     }
+    sc = cs.load_scenario(r)
+    assert sc.parallel.zero == 0 and [a["field"] for a in sc.resolved()["adapted"]] == ["parallel.zero"]
     with pytest.raises(ScenarioError, match=r"parallel\.zero"):
-        cs.simulate(r, progress=False)
+        cs.simulate(cs.load_scenario(r, {"parallel.zero": 3}), progress=False)
 
 
 def test_the_next_micro_batch_waits_for_the_backwards_reductions():

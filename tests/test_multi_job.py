@@ -232,7 +232,7 @@ def test_placement_policies():
         ),
         (
             [("a", {"tp": 3}, {"gpus": [0, 1]})],
-            "jobs[0].parallel.dp: 'auto' is invalid; the job's 2 GPUs do not divide",
+            "jobs[0].parallel.tp: 3 is invalid; the job's 2 GPUs do not divide",  # dp unstated: tp named
         ),
         ([("a", {}, {"gpus": [0], "policy": "packed"})], "give either gpus or policy, not both"),
         (

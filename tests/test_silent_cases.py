@@ -27,8 +27,14 @@ def _warnings_of(raw) -> list[ScenarioWarning]:
 
 def test_interleaved_without_virtual_stages_is_an_error():
     # before: it ran as plain 1F1B under the interleaved name, with 1F1B's numbers
-    with pytest.raises(cs.ScenarioError, match=r"^parallel.virtual_stages: 1 is invalid.*use schedule: 1f1b"):
+    # virtual_stages unstated: the refusal names the field the user wrote (issue 32)
+    with pytest.raises(
+        cs.ScenarioError,
+        match=r"^parallel.schedule: 'interleaved' is invalid.*use schedule: 1f1b.*virtual_stages unstated",
+    ):
         cs.load_scenario(synthetic(4, 8, schedule="interleaved"))
+    with pytest.raises(cs.ScenarioError, match=r"^parallel.virtual_stages: 1 is invalid.*use schedule: 1f1b"):
+        cs.load_scenario(synthetic(4, 8, schedule="interleaved"), {"parallel.virtual_stages": 1})
     raw = synthetic(4, 8, schedule="interleaved", layers_per_stage=2)
     raw["parallel"]["virtual_stages"] = 2
     cs.load_scenario(raw)  # v = 2 is the schedule

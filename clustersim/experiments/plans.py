@@ -18,7 +18,9 @@ A plan is a dict of scenario overrides. Rules (Megatron-LM's, and the project's 
 * ``tp`` divides the attention heads (and key/value heads) of a transformer; a synthetic
   model has per-GPU layer costs and no heads, so it gets ``tp = 1`` only;
 * the model chunks (``pp × virtual_stages``, halved for a bidirectional schedule) divide the
-  layers; ``micro_batch × dp`` divides the global batch;
+  layers, or — a transformer split ``even`` under a looping one-directional schedule — Megatron-Core's
+  uneven split fits them (``parallel.partition``: the embedding and loss counted as layers, or
+  first/last stage layer counts); ``micro_batch × dp`` divides the global batch;
 * micro-batch sizes vary only for models whose costs scale with them (not synthetic:
   its costs are per micro-batch as given), and other knobs (recompute, ZeRO, sequence
   parallelism) only where the scenario schema has them — so the space grows as the
@@ -43,6 +45,7 @@ from ..scenario import Scenario
 from ..scenario.context_parallel_rules import check_context_parallel
 from ..schedules import SCHEDULES
 from ..schedules.orders import stage_order
+from ..workload.megatron_split import megatron_placement, uneven_split
 from ..workload.resolve import resolve_transformer
 from ..workload.rules import model_layers, tp_obstacle
 
@@ -165,7 +168,7 @@ def plan_candidates(
             for mb, sched in itertools.product(mbs, scheds):
                 if gb % (mb * dp):
                     continue
-                for v in _chunks_per_stage(sc, sched, pp, layers, bool(schedules)):
+                for v, split in _chunks_per_stage(sc, sched, pp, layers, bool(schedules)):
                     core = {
                         **cluster,
                         "parallel.tp": tp,
@@ -175,6 +178,7 @@ def plan_candidates(
                         "training.micro_batch": mb,
                         "parallel.schedule": sched,
                         **({"parallel.virtual_stages": v} if v is not None else {}),
+                        **split,
                         **hetero_knobs(sc, pp, dp, sched),
                     }
                     for combo in itertools.product(*extra.values()):
@@ -204,20 +208,33 @@ def splits_backward(schedule) -> bool:
     return any(ph == "W" for ph, _, _ in order)
 
 
-def _chunks_per_stage(sc: Scenario, name: str, pp: int, layers: int, asked: bool) -> list[int | None]:
+def _chunks_per_stage(
+    sc: Scenario, name: str, pp: int, layers: int, asked: bool
+) -> list[tuple[int | None, dict[str, Any]]]:
     """The ``parallel.virtual_stages`` to try for schedule ``name`` at ``pp`` stages (None:
-    the scenario's own): the schedule's declared count, or :data:`VIRTUAL_STAGES` for one
-    taking any — those whose model chunks divide the layers. A schedule outside the
-    registry's ranked ones runs at pp > 1 only unless ``asked`` for (at pp = 1 it is 1F1B)."""
+    the scenario's own), each with the partition override it needs: the schedule's declared
+    count, or :data:`VIRTUAL_STAGES` for one taking any — those whose model chunks divide the
+    layers, and, for a transformer split ``even`` by a looping one-directional schedule, those that
+    Megatron-Core's uneven split fits (:func:`~clustersim.workload.megatron_split.uneven_split`:
+    Llama-3.1-405B's 126 layers at pp 8). A schedule outside the registry's ranked ones runs
+    at pp > 1 only unless ``asked`` for (at pp = 1 it is 1F1B)."""
     schedule = SCHEDULES[name]
     if pp == 1 and schedule.search_rank is None and not asked:
         return []
     tries = list(VIRTUAL_STAGES) if schedule.chunks is None else [schedule.chunks]
-    return [
-        None if v == sc.parallel.virtual_stages and schedule.chunks is not None else v
-        for v in tries
-        if pp * v % schedule.directions == 0 and not layers % schedule.model_chunks(pp, v)
-    ]
+    uneven = (
+        sc.model.kind == "transformer" and megatron_placement(schedule) and sc.parallel.partition == "even"
+    )
+    out = []
+    for v in tries:
+        if pp * v % schedule.directions:
+            continue
+        form = uneven_split(layers, pp, v) if uneven and layers % schedule.model_chunks(pp, v) else None
+        if form is None and layers % schedule.model_chunks(pp, v):
+            continue
+        own = v == sc.parallel.virtual_stages and schedule.chunks is not None
+        out.append((None if own else v, {"parallel.partition": form} if form else {}))
+    return out
 
 
 def context_parallel_sizes(sc: Scenario, gpus: int) -> list[int]:

@@ -3,7 +3,8 @@
 ``parallel.partition`` picks the layers of each model chunk: ``even`` (the model's
 default split), ``balanced`` (contiguous, minimising the slowest chunk's compute),
 ``pipedream`` (PipeDream's optimizer, :mod:`.pipedream`, with the scenario's uniform
-dp), or an explicit list. :func:`plan_scenario` runs the full optimizer (stages with
+dp), an explicit list, or Megatron-Core's uneven split (first/last stage layer counts, or
+the embedding and loss counted as layers: :mod:`clustersim.workload.megatron_split`). :func:`plan_scenario` runs the full optimizer (stages with
 their own replication) and the best uniform plan for ``clustersim plan``.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 from ..errors import ScenarioError
 from ..hardware.node_groups import gpu_types, heterogeneity
 from ..schedules.registry import SCHEDULES
+from ..workload.megatron_split import model_split
 from ..workload.stage_builder import balanced_partition
 from ..workload.stage_cost import StageCost, chunk_costs
 from .pipedream import Optimizer, PipelinePlan, Stage, data_parallel_time, uniform_partition
@@ -28,6 +30,8 @@ def resolve_partition(sc, chunks: int) -> list[int] | None:
     part = sc.parallel.partition
     if isinstance(part, list):
         return list(part)
+    if not isinstance(part, str):  # Megatron-Core's uneven split (the loader checked its rules)
+        return model_split(sc.model, sc.parallel.pp, sc.parallel.virtual_stages, part.model_dump())
     mixed = heterogeneity(sc.cluster) is not None
     if part == "even" and not (sc.model.kind == "cnn" and len(gpu_types(sc.cluster)) > 1):
         return None

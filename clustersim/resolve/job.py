@@ -43,13 +43,14 @@ def job_identity(
     resolved: Mapping[str, Any], costs: Mapping[str, list[StageCost]], layer_costs=None
 ) -> tuple:
     """What two jobs that simulate alike share, as ``(text, costs)``: the resolved scenario
-    without ``training.recompute`` — which reaches the simulation only through the chunk
+    (less its ``adapted`` record) without ``training.recompute`` — which reaches the simulation only through the chunk
     costs (``costs``, ``layer_costs``, compared by value) and, as ``full``, the hardware
     FLOPs (kept as a flag) — as text. Under FlashAttention ``selective`` recompute re-runs
     nothing, so its job is the job of ``none`` (a plan search lists such plans once)."""
     training = {k: v for k, v in resolved["training"].items() if k != "recompute"}
     full = resolved["training"].get("recompute") == "full"
-    return repr(({**resolved, "training": training}, full)), (dict(costs), layer_costs)
+    kept = {k: v for k, v in resolved.items() if k != "adapted"}  # the record of defaults: not run
+    return repr(({**kept, "training": training}, full)), (dict(costs), layer_costs)
 
 
 @dataclass(frozen=True, eq=False)

@@ -2,7 +2,12 @@
 
 A profile fills what the scenario does not state — ``parallel.data_parallel`` options
 (:mod:`clustersim.compilers.pipeline.data_parallel`), ``parallel.zero`` (FSDP2 shards fully) and
-``model.attention`` — before validation; a stated value always wins, field by field.
+``model.attention`` — before validation; a stated value always wins, field by field. Where a
+value it would fill cannot run with the stated fields it fills what can and records why
+(:mod:`.adapt`): TP overlap off with CP or stage granularity, no ``data_parallel`` under a
+bidirectional schedule, gradient compression, stage replicas, a parameter server, uneven
+``dp_split`` or inference, and FSDP2's ``zero: 3`` not with EP, inference, a CNN, stage
+replicas or a parameter server.
 ``megatron_2021`` (the default) fills nothing: today's results stay identical. Every
 other profile runs today's NCCL, whose ring across hosts pays its α's in full
 (``cluster.collective_latency: nccl``, :mod:`clustersim.collectives.cost`).
@@ -13,7 +18,7 @@ other profile runs today's NCCL, whose ring across hosts pays its α's in full
   Transformer Engine's cuDNN kernel (``model.attention_kernel: cudnn``; FA2 below Hopper,
   :mod:`clustersim.workload.attention_kernels`), and
   ``parallel.tp_comm_overlap`` where sequence parallelism runs (tp > 1, per-layer
-  granularity): NeMo's Megatron-Core H100 performance recipes set ``tp_comm_overlap=True``
+  granularity, cp = 1): NeMo's Megatron-Core H100 performance recipes set ``tp_comm_overlap=True``
   (``MegatronCommOverlapCallback`` with the ``userbuffers_*_h100_*`` configs, e.g.
   nemo/collections/llm/recipes/llama3_70b.py); with ``training.precision: fp8`` also FP8
   parameters (``param_gather_dtype: fp8``): NeMo's ``bf16_with_fp8_mixed``
@@ -67,6 +72,7 @@ from typing import Any
 
 from ..hardware.interference import custom_slowdown, default_slowdown
 from ..workload.attention_kernels import FRAMEWORK_KERNEL
+from .adapt import bidirectional, granularity, note, section, whole
 from .cluster_spec import ClusterSpec
 from .model_spec import _model_kind
 
@@ -120,17 +126,33 @@ def apply_framework(raw: dict[str, Any]) -> dict[str, Any]:
         return raw
     out = dict(raw)
     parallel = dict(out.get("parallel") or {})
-    if framework == "fsdp2":
-        parallel.setdefault("zero", 3)
+    by = f"training.framework: {framework}"
+    if framework == "fsdp2" and "zero" not in parallel:
+        why = _unshardable(raw)
+        if why is None:
+            parallel["zero"] = 3
+        else:  # PyTorch DDP, the fsdp2 stack's unsharded form
+            note(out, "parallel.zero", 0, by, f"not 3 (fully_shard): {why}")
     zero = parallel.get("zero", 0)
     stated = parallel.get("data_parallel") or {}
-    if isinstance(stated, dict) and isinstance(zero, int):
+    blocked = None if "data_parallel" in parallel else _no_data_parallel(raw)
+    if blocked is not None:
+        note(out, "parallel.data_parallel", None, by, f"left unset: {blocked}")
+    elif isinstance(stated, dict) and isinstance(zero, int):
         precision = training.get("precision")
         transformer = _model_kind(raw.get("model")) == "literal['transformer']"
+        # (DeepSpeed's ZeRO-3 under a pipeline stays: DeepSpeed refuses it, naming parallel.pp)
         filled = _data_parallel(framework, zero, precision, transformer, parallel.get("pp"))
         parallel["data_parallel"] = {**filled, **stated}
-    if framework == "megatron_core" and _sequence_parallel(raw):
-        parallel.setdefault("tp_comm_overlap", True)
+    if framework == "megatron_core" and "tp_comm_overlap" not in parallel and _sequence_parallel(raw):
+        cp = whole(parallel.get("cp")) > 1
+        why = "parallel.cp > 1" if cp else None
+        if why is None and granularity(raw) != "layer":
+            why = f"simulation.granularity: {granularity(raw)} (no per-layer segments to overlap)"
+        if why is None:
+            parallel["tp_comm_overlap"] = True
+        else:
+            note(out, "parallel.tp_comm_overlap", False, by, f"off: its precondition fails with {why}")
     if framework == "megatron_core":
         parallel.setdefault("moe_permute_fusion", True)
         parallel.setdefault("moe_expert_mlp", "te_grouped")
@@ -160,11 +182,40 @@ def apply_framework(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def _sequence_parallel(raw: dict[str, Any]) -> bool:
-    """Whether ``raw`` runs sequence parallelism at per-layer granularity (what TP overlap needs)."""
-    parallel, sim = raw.get("parallel") or {}, raw.get("simulation") or {}
-    tp = parallel.get("tp", 1)
-    sp = parallel.get("sequence_parallel") is True and isinstance(tp, int) and tp > 1
-    return sp and isinstance(sim, dict) and sim.get("granularity", "layer") == "layer"
+    """Whether ``raw`` runs sequence parallelism (tp > 1), which TP overlap needs."""
+    parallel = section(raw, "parallel")
+    return parallel.get("sequence_parallel") is True and whole(parallel.get("tp")) > 1
+
+
+def _unshardable(raw: dict[str, Any]) -> str | None:
+    """Why the fsdp2 profile cannot shard the scenario fully (None if it can)."""
+    parallel, training = section(raw, "parallel"), section(raw, "training")
+    if whole(parallel.get("ep")) > 1:
+        return "FSDP units with expert parallelism are not modelled"
+    if training.get("mode") == "inference":
+        return "inference keeps whole replicas"
+    if _model_kind(raw.get("model")) == "literal['cnn']":
+        return "FSDP units need per-layer passes, which a CNN's chunks do not have"
+    for key in ("stage_replicas", "parameter_server"):
+        if parallel.get(key) is not None:
+            return f"parallel.{key} trains plain replicas"
+    return None
+
+
+def _no_data_parallel(raw: dict[str, Any]) -> str | None:
+    """Why ``parallel.data_parallel`` cannot run with the scenario (None if it can):
+    the uniform pipeline compiler's refusals (:mod:`clustersim.compilers.pipeline.check`)."""
+    parallel = section(raw, "parallel")
+    if bidirectional(parallel):
+        return "a bidirectional schedule synchronises gradients without it"
+    for key in ("gradient_compression", "stage_replicas", "parameter_server"):
+        if parallel.get(key) is not None:
+            return f"not with parallel.{key}"
+    if parallel.get("dp_split", "even") != "even":
+        return "its replicas run alike (parallel.dp_split: even)"
+    if section(raw, "training").get("mode") == "inference":
+        return "inference synchronises no gradients"
+    return None
 
 
 def _overlaps(parallel: dict[str, Any]) -> bool:

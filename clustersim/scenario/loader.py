@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import ClusterSimError, ScenarioError, short_repr
 from ..reader import check_text, check_value, parse_yaml, read_yaml_file
+from .adapt import adapt_fidelity
 from .frameworks import apply_framework
 from .schema import ScenarioSpec
 from .unit_hints import warn_unit_hints
@@ -80,7 +81,7 @@ def validate_spec(raw: dict[str, Any]) -> ScenarioSpec:
         )
     check_value(raw)
     try:
-        spec = ScenarioSpec.model_validate(apply_framework(raw))
+        spec = ScenarioSpec.model_validate(apply_framework(adapt_fidelity(raw)))
     except ValidationError as exc:
         raise _to_scenario_error(exc) from None
     warn_unit_hints(raw)

@@ -20,6 +20,7 @@ from .context_parallel_rules import check_context_parallel
 from .expert_rules import check_expert_parallel
 from .fault_rules import check_fault_rules
 from .hetero_rules import check_dp_split, check_node_groups
+from .partition_rules import check_partition
 from .schema import ScenarioSpec
 
 
@@ -37,9 +38,12 @@ def resolve_dp(spec: ScenarioSpec) -> int:
         return spec.parallel.dp
     if n % (tp * pp * cp):
         names, values = ("tp × cp × pp", f"{tp} × {cp} × {pp}") if cp > 1 else ("tp × pp", f"{tp} × {pp}")
+        # dp left unstated: the degree the user wrote is the one to change
+        stated = spec.parallel.model_fields_set
+        degree = next((k for k in ("cp", "pp", "tp") if k in stated and getattr(spec.parallel, k) > 1), None)
         raise ScenarioError(
-            "parallel.dp",
-            "auto",
+            "parallel.dp" if "dp" in stated or degree is None else f"parallel.{degree}",
+            "auto" if "dp" in stated or degree is None else getattr(spec.parallel, degree),
             f"the job's {n} GPUs do not divide by {names} = {values}; change tp/pp, parallel.gpus "
             "or the cluster",
         )
@@ -130,27 +134,7 @@ def check_rules(spec: ScenarioSpec) -> None:
             f"model {spec.model.preset} has {layers} partitionable "
             f"layers; accepted: pp × virtual_stages ≤ {layers}",
         )
-    schedule = SCHEDULES[par.schedule]
-    chunks = schedule.model_chunks(par.pp, par.virtual_stages)  # a bidirectional schedule holds each twice
-    what = "pp × virtual_stages" if schedule.directions == 1 else "pp × virtual_stages / 2"
-    if isinstance(par.partition, list) and (len(par.partition) != chunks or sum(par.partition) != layers):
-        raise ScenarioError(
-            "parallel.partition",
-            par.partition,
-            f"give the layers of each of the {what} = {chunks} model chunks, summing to the "
-            f"model's {layers} layers",
-        )
-    if par.partition != "even" and layers < chunks:
-        raise ScenarioError(
-            "parallel.pp", par.pp, f"the model has {layers} layers; accepted: pp × virtual_stages ≤ {layers}"
-        )
-    if spec.model.kind != "cnn" and par.partition == "even" and layers % chunks:
-        raise ScenarioError(
-            "parallel.pp",
-            par.pp,
-            f"model.layers = {layers} must divide evenly into {what} = "
-            f"{chunks} stages; accepted: a divisor of {layers}",
-        )
+    check_partition(spec, layers)
     tr = spec.training
     if par.dp_split == "even":
         if tr.global_batch % (tr.micro_batch * dp):
@@ -163,7 +147,10 @@ def check_rules(spec: ScenarioSpec) -> None:
     else:
         counts = check_dp_split(spec, dp)  # micro-batches per replica (``speed``: checked when split)
     for m in counts:
-        SCHEDULES[par.schedule].validate(par.pp, m, par.virtual_stages)  # e.g. interleaved: m % pp == 0
+        try:
+            SCHEDULES[par.schedule].validate(par.pp, m, par.virtual_stages)  # e.g. interleaved: m % pp == 0
+        except ScenarioError as exc:
+            raise _at_schedule(par, exc) from None
     if spec.model.kind == "synthetic" and spec.model.backward_weight == 0 and _splits_backward(par):
         warnings.warn(
             ScenarioWarning(
@@ -181,6 +168,17 @@ def check_rules(spec: ScenarioSpec) -> None:
             spec.model.backward_weight,
             f"the weight-gradient part cannot exceed the whole backward ({spec.model.backward} s)",
         )
+
+
+def _at_schedule(par, exc: ScenarioError) -> ScenarioError:
+    """A schedule's refusal ``exc`` of a ``parallel`` field the scenario left at its default
+    (pp 1 for DualPipe, one chunk per stage for interleaved) re-aimed at ``parallel.schedule``,
+    the field the user wrote that asks for another value."""
+    field = exc.field.removeprefix("parallel.")
+    if field == exc.field or field == "schedule" or field in par.model_fields_set:
+        return exc
+    why = f"{exc.expected} (parallel.{field} unstated: {exc.value})"
+    return ScenarioError("parallel.schedule", par.schedule, why)
 
 
 def check_stage_replicas(spec: ScenarioSpec) -> None:
@@ -202,19 +200,19 @@ def check_stage_replicas(spec: ScenarioSpec) -> None:
         raise ScenarioError(
             "parallel.tp", par.tp, "stage_replicas runs without tensor parallelism; accepted: 1"
         )
-    if par.virtual_stages != 1:
-        raise ScenarioError(
-            "parallel.virtual_stages",
-            par.virtual_stages,
-            "stage_replicas runs one model chunk per stage; accepted: 1",
-        )
-    sch = SCHEDULES[par.schedule]
+    sch = SCHEDULES[par.schedule]  # (first: a schedule's own chunk count fills virtual_stages)
     if sch.chunks != 1 or sch.placement != "loop":
         raise ScenarioError(
             "parallel.schedule",
             par.schedule,
             f"stage_replicas needs a schedule with one model chunk per stage; accepted: "
             f"{', '.join(replicable_schedules())}",
+        )
+    if par.virtual_stages != 1:
+        raise ScenarioError(
+            "parallel.virtual_stages",
+            par.virtual_stages,
+            "stage_replicas runs one model chunk per stage; accepted: 1",
         )
 
 

@@ -16,7 +16,9 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 from pydantic import (
     BaseModel,
     BeforeValidator,
+    Discriminator,
     Field,
+    Tag,
     field_validator,
     model_validator,
 )
@@ -157,10 +159,50 @@ def _words_or_counts(words: tuple, expected: str):
     return BeforeValidator(check)
 
 
-_partition_value = _words_or_counts(
-    ("even", "balanced", "pipedream"),
-    "even, balanced, pipedream or a list of layers per model chunk (each ≥ 1)",
+#: the forms ``parallel.partition`` accepts, as its messages name them
+PARTITION_FORMS = (
+    "even, balanced, pipedream, a list of layers per model chunk (each ≥ 1), or Megatron-Core's "
+    "uneven split {first_stage_layers, last_stage_layers}, {account_for_embedding, account_for_loss} "
+    "or {layout}"
 )
+_partition_words = _words_or_counts(("even", "balanced", "pipedream"), PARTITION_FORMS)
+
+
+def _partition_value(value: object) -> object:
+    if not isinstance(value, dict):
+        return _partition_words.func(value)
+    unknown = sorted(set(value) - set(MegatronSplitSpec.model_fields), key=str)
+    if unknown:  # (a union's member is not where the loader looks up a section's fields)
+        accepted = ", ".join(MegatronSplitSpec.model_fields)
+        raise ValueError(
+            f"unknown field {unknown[0]!r} of Megatron-Core's uneven split; accepted: {accepted}"
+        )
+    return value
+
+
+def _partition_kind(value: object) -> str:
+    """The branch of ``parallel.partition`` a value is checked against (tags the loader
+    drops from error locations)."""
+    if isinstance(value, (dict, MegatronSplitSpec)):
+        return "literal['megatron']"
+    return "literal['list']" if isinstance(value, list) else "str"
+
+
+class MegatronSplitSpec(_Spec):
+    """Megatron-Core's uneven pipeline split (:mod:`clustersim.workload.megatron_split`):
+    ``first_stage_layers`` / ``last_stage_layers`` are ``--decoder-first-pipeline-num-layers`` /
+    ``--decoder-last-pipeline-num-layers``; ``account_for_embedding`` / ``account_for_loss``
+    are ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split``
+    (the embedding or loss counted as one layer); ``layout`` is
+    ``--pipeline-model-parallel-layout`` (e.g. ``Et|(tt|)*29,t|tmL``)."""
+
+    first_stage_layers: Annotated[int | None, Range(1, 100_000)] = None
+    last_stage_layers: Annotated[int | None, Range(1, 100_000)] = None
+    account_for_embedding: bool = False
+    account_for_loss: bool = False
+    layout: str | None = None
+
+
 _dp_split_value = _words_or_counts(
     ("even", "speed"), "even, speed or a list of micro-batches per data-parallel replica (each ≥ 1)"
 )
@@ -285,7 +327,14 @@ class ParallelSpec(_Spec):
     #: model chunks per stage; unset: the schedule's declared chunk count (1 where it takes any)
     virtual_stages: Annotated[int, Range(1, 10_000)] = 1
     #: layers per model chunk: even | balanced (by compute) | pipedream (planner) | [l0, l1, ...]
-    partition: Annotated[str | list[int], _partition_value] = "even"
+    #: | Megatron-Core's uneven split (:class:`MegatronSplitSpec`)
+    partition: Annotated[
+        Annotated[str, Tag("str")]
+        | Annotated[list[int], Tag("literal['list']")]
+        | Annotated[MegatronSplitSpec, Tag("literal['megatron']")],
+        Discriminator(_partition_kind),
+        BeforeValidator(_partition_value),
+    ] = "even"
     #: micro-batches per data-parallel replica: even | speed (by each replica's GPUs) | [m0, m1, ...]
     dp_split: Annotated[str | list[int], _dp_split_value] = "even"
     #: GPUs per pipeline stage, PipeDream-style (e.g. [15, 1]); stage s's replicas take
@@ -476,6 +525,16 @@ class RecoverySpec(_Spec):
     replan_time: Time = 0.0
 
 
+class AdaptedSpec(_Spec):
+    """One default a profile or preset adapted: ``field`` set to ``value`` by ``by`` (e.g.
+    ``training.framework: megatron_core``) because ``why``."""
+
+    field: str
+    value: Any = None
+    by: str
+    why: str
+
+
 class ScenarioSpec(_Spec):
     """A whole scenario as validated field by field (before cross-field rules)."""
 
@@ -488,6 +547,10 @@ class ScenarioSpec(_Spec):
     #: events of a multi-iteration job (docs/faults.md); they need ``recovery``
     faults: list[FaultSpec] = Field(default_factory=list)
     recovery: RecoverySpec | None = None
+    #: what ``training.framework`` or ``simulation.fidelity`` filled differently from their
+    #: usual defaults because the scenario's own fields refuse those, and why
+    #: (:mod:`clustersim.scenario.adapt`); written by the loader, read by no rule
+    adapted: list[AdaptedSpec] = Field(default_factory=list)
 
 
 def field_ranges(model: type[BaseModel] = ScenarioSpec, prefix: str = "") -> dict[str, Range]:

@@ -46,6 +46,13 @@ def check_data_parallel(job: Job) -> None:
         return
     if par.gradient_compression is not None:
         raise data_parallel_conflict("gradient_compression")
+    if job.schedule.directions > 1:
+        raise ScenarioError(
+            "parallel.data_parallel",
+            "set",
+            f"runs one-directional schedules; {par.schedule!r} sends micro-batches both ways "
+            "and synchronises gradients without it; remove it",
+        )
     if par.dp_split != "even":
         raise ScenarioError(
             "parallel.dp_split", par.dp_split, "replicas of parallel.data_parallel run alike; accepted: even"
