@@ -15,10 +15,15 @@ minimum). The protocols trade latency for bandwidth:
   deep pipeline of FIFO slots, and all channels are filled only once there is enough data
   (enqueue.cc drops channels while ``nBytes < nChannels · nThreads · threadThreshold``).
 
-clustersim models a protocol as what it does to one collective: ``latency`` once per call
-(seconds, on top of the algorithm's per-step α; it holds NCCL's ``baseLat``, the launch
-and the pipeline fill that nccl-tests times) and ``efficiency``, the fraction of the link
-bandwidth its payload gets. On the fabric a protocol's message occupies the links as
+clustersim models a protocol as what it does to one collective: ``latency``, that of an
+all-reduce (seconds, on top of the algorithm's per-step α; it holds NCCL's ``baseLat``, the
+launch and the pipeline fill that nccl-tests times — the presets fit it on all_reduce_perf)
+and ``efficiency``, the fraction of the link bandwidth its payload gets. NCCL's tuner pays
+``baseLat`` once per call and the rest per ring step (``latencies = baseLat + nsteps ×
+hwLat``, ``nsteps`` 2(n − 1) for an all-reduce and n − 1 for an all-gather or a
+reduce-scatter), so an all-gather or reduce-scatter pays ``baseLat`` and half the rest
+(:meth:`Protocol.for_kind`): a reduce-scatter + all-gather pair costs an all-reduce (its ring
+is exactly those two halves) plus one ``baseLat``. On the fabric a protocol's message occupies the links as
 ``nbytes / efficiency`` bytes would (flags and partly filled channels take link time), so
 contention sees it too; the α-β cost is the algorithm's closed form on those bytes, plus
 ``latency``. :func:`choose` is NCCL's rule: the least time over the pairs allowed.
@@ -37,6 +42,15 @@ from dataclasses import dataclass
 #: NCCL's protocols, in the order ties are broken (NCCL_PROTO_LL, LL128, SIMPLE)
 PROTOCOLS = ("ll", "ll128", "simple")
 
+#: NCCL's once-per-call latency of the Ring algorithm per protocol, seconds (tuning.cc
+#: ``baseLat[RING]`` in NCCL 2.18–2.19, the version the presets' curves ran: LL 6.6, LL128
+#: 14.0, Simple 8.4 µs); the rest of a protocol's latency is paid per ring step
+BASE_LATENCY = {"ll": 6.6e-6, "ll128": 14.0e-6, "simple": 8.4e-6}
+
+#: ring steps of a collective over an all-reduce's on the same ranks (tuning.cc ``nsteps``:
+#: all-reduce 2(n − 1), all-gather and reduce-scatter n − 1); kinds not named pay in full
+STEP_SHARE = {"all_gather": 0.5, "reduce_scatter": 0.5}
+
 
 @dataclass(frozen=True)
 class Protocol:
@@ -46,6 +60,15 @@ class Protocol:
     name: str
     latency: float
     efficiency: float
+
+    def for_kind(self, kind: str) -> Protocol:
+        """This protocol as collective ``kind`` pays it: ``BASE_LATENCY`` once, the rest of
+        ``latency`` (an all-reduce's) scaled by the kind's ring steps (:data:`STEP_SHARE`)."""
+        share = STEP_SHARE.get(kind, 1.0)
+        if share == 1.0:
+            return self
+        base = min(self.latency, BASE_LATENCY.get(self.name, 0.0))
+        return Protocol(self.name, base + (self.latency - base) * share, self.efficiency)
 
     def wire_bytes(self, nbytes: float) -> int:
         """The bytes whose link time one ``nbytes`` message of this protocol takes."""
