@@ -36,6 +36,7 @@ class CollectivePlans:
         self.protocols = protocols
         self.algorithms, self.collective_model = algorithms, collective_model
         self._known: dict[tuple, tuple[str, float | None]] = {}
+        self._idle: dict[tuple, float] = {}
 
     def __call__(self, op: Op) -> tuple[str, float | None]:
         requested = op.algorithm if op.algorithm != "auto" else self.algorithms.get(op.collective, "auto")
@@ -47,4 +48,10 @@ class CollectivePlans:
             nbytes = busiest_buffer(op.split) if op.split else op.nbytes
             algorithm, _, t = plan(group, op.collective, nbytes, requested)
             known = self._known[key] = (algorithm, t if self.collective_model == "analytical" else None)
+            self._idle[key] = t
         return known
+
+    def idle_time(self, op: Op) -> float:
+        """The α-β time of ``op``'s collective on idle links (after :meth:`__call__` on it)."""
+        requested = op.algorithm if op.algorithm != "auto" else self.algorithms.get(op.collective, "auto")
+        return self._idle[(op.collective, op.group, op.nbytes, requested, op.split)]

@@ -113,12 +113,28 @@ def sm_budget(overlap: str) -> InterferenceRow:
     return _budgets()[overlap]
 
 
-def interference_model(sms: int, slowdown: float, tp_overlap: bool) -> str:
+def nccl_ctas(gpu: str) -> int | None:
+    """CTAs (SMs held) of a NCCL ring collective on an 8-GPU NVSwitch node of ``gpu`` (the
+    ``nccl_ring`` row whose GPU names its family: ``A100`` for ``A100-SXM4-80GB``), or None
+    for a GPU without a row."""
+    rows = [r for r in interference_rows() if r.overlap == "nccl_ring" and gpu.startswith(r.gpu)]
+    return rows[0].comm_sms if rows else None
+
+
+def interference_model(sms: int, slowdown: float, tp_overlap: bool, ctas: int = 0) -> str:
     """What priced each kind's interference in a run (the summary's ``interference_model``):
     on a GPU of ``sms`` SMs (0: unknown), ``slowdown`` = ``cluster.comm_compute_slowdown``
-    (the SM rule's value, or a stated one), ``tp_overlap`` whether TP userbuffers ran."""
+    (the SM rule's value, or a stated one), ``tp_overlap`` whether TP userbuffers ran,
+    ``ctas`` the NCCL CTAs the kernels beside a collective were priced with (0: the scalar
+    priced them; :mod:`clustersim.workload.comm_interference`)."""
     source = f"SM rule SMs/(SMs − {COMM_SMS})" if sms and slowdown == slowdown_of(sms) else "stated"
-    parts = [f"nccl: compute ×{slowdown:.4g} while a collective runs ({source})"]
+    if ctas:
+        nccl = (
+            f"nccl: per kernel beside {ctas} NCCL CTAs (GEMM waves on {sms - ctas} of {sms} SMs, HBM share)"
+        )
+    else:
+        nccl = f"nccl: compute ×{slowdown:.4g} while a collective runs ({source})"
+    parts = [nccl]
     if tp_overlap:
         row = sm_budget("tp_pipeline")
         if sms > row.comm_sms:

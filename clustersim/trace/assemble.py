@@ -22,6 +22,7 @@ from ..metrics import COMM_KINDS
 from ..program import COMPUTE
 from ..record import Recorder
 from ..resolve import Job
+from ..workload.comm_interference import nccl_ctas_for
 from .result import Result, spans_frame
 from .throughput import throughput_metrics
 from .versions import update_staleness
@@ -149,8 +150,11 @@ def _interference_model(job: Job) -> dict:
     custom = cl.custom_gpu is not None and cl.custom_gpu.name == cl.gpu
     sheet = None if custom else datasheets().get(cl.gpu)
     sms = (cl.custom_gpu.sms or 0) if custom else (sheet.sms if sheet else 0)
+    ctas = 0 if custom else nccl_ctas_for(cl, cl.gpu)
     return {
-        "interference_model": interference_model(sms, cl.comm_compute_slowdown, job.parallel.tp_comm_overlap)
+        "interference_model": interference_model(
+            sms, cl.comm_compute_slowdown, job.parallel.tp_comm_overlap, ctas
+        )
     }
 
 

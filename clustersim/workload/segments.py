@@ -29,6 +29,7 @@ Segment, which the compiler emits in chunks (:mod:`.tp_overlap`; per-layer only)
 
 from __future__ import annotations
 
+from .comm_interference import beside
 from .context_parallel import CPComm, CPRing
 from .cost_model import CostModel
 from .ops import ExpertRanks, LayerOp, TPComm
@@ -64,12 +65,22 @@ def forward_items(
             if not core_only:
                 out.append((_cp_item(op, cm, backward=False), "", None))
         elif not core_only or op.attention_core:
-            kind = "p" if op.overlap else "c"
-            item = (kind, cm.time(op.fwd, op.name, "F"), op.fwd.flops, *_counts(cm, op.fwd, op.name, "F"))
+            kind, t = "p" if op.overlap else "c", cm.time(op.fwd, op.name, "F")
+            item = (kind, t, op.fwd.flops, *_counts(cm, op.fwd, op.name, "F"), *_beside(cm, [(op.fwd, t)]))
             out.append((item, op.name, op.fwd))
     if overlap is not None:
         return merge_forward(out, overlap, cm.eff)
     return [item for item, *_ in out]
+
+
+def _beside(cm: CostModel, priced: list[tuple]) -> tuple:
+    """``(beside,)``: the (SM-limited s, memory-bound s, HBM B/s) of kernels ``priced`` as
+    (work, seconds) beside a NCCL collective (:mod:`.comm_interference`), the item's sixth
+    element; empty where ``cm`` does not price them (``nccl_ctas`` 0)."""
+    if not cm.nccl_ctas:
+        return ()
+    parts = [beside(cm, w, t, cm.nccl_ctas) for w, t in priced]
+    return ((sum(p[0] for p in parts), sum(p[1] for p in parts), cm.gpu.hbm_bandwidth),)
 
 
 def _counts(cm: CostModel, work, op: str, phase: str) -> tuple[int, int]:
@@ -113,20 +124,23 @@ def backward_items(
         assert isinstance(op, LayerOp)
         if overlap is not None and op.name in AG_GEMMS + RS_GEMMS:
             parts = [("dgrad", op.bwd_input, "B")] * inputs + [("wgrad", op.bwd_weight, "W")] * weight
-            out += [
-                (("c", cm.time(w, op.name, ph), w.flops, *_counts(cm, w, op.name, ph)), op.name, part, w)
-                for part, w, ph in parts
-            ]
+            for part, w, ph in parts:
+                t = cm.time(w, op.name, ph)
+                item = ("c", t, w.flops, *_counts(cm, w, op.name, ph), *_beside(cm, [(w, t)]))
+                out.append((item, op.name, part, w))
             continue
         t = flops = 0.0
         n = issued = 0
+        priced = []
         for w, ph in [(op.bwd_input, "B")] * inputs + [(op.bwd_weight, "W")] * weight:
-            t += cm.time(w, op.name, ph)
+            priced.append((w, cm.time(w, op.name, ph)))
+            t += priced[-1][1]
             flops += w.flops
             launches, kernels = _counts(cm, w, op.name, ph)
             n, issued = n + launches, issued + kernels
         if t or flops:
-            out.append((("p" if op.overlap and inputs else "c", t, flops, n, issued), op.name, "", None))
+            item = ("p" if op.overlap and inputs else "c", t, flops, n, issued, *_beside(cm, priced))
+            out.append((item, op.name, "", None))
     if overlap is not None:
         return merge_backward(out, overlap, cm.eff)
     return [item for item, *_ in out]
@@ -207,6 +221,9 @@ class _Run:
 
     def __init__(self):
         self.t, self.f, self.ranks, self.overlap = 0.0, 0.0, None, None
+        #: the kernels' summed (SM-limited s, memory-bound s, HBM B/s) beside a NCCL
+        #: collective (:mod:`.comm_interference`); None once a kernel without them joins
+        self.beside: tuple | None = (0.0, 0.0, 0.0)
 
     @property
     def nonzero(self) -> bool:
@@ -215,6 +232,11 @@ class _Run:
 
     def add(self, item: tuple) -> None:
         self.overlap = item[0] == "p"
+        if self.beside is not None and len(item) > 5:
+            sm_s, mem_s, hbm = item[5]
+            self.beside = (self.beside[0] + sm_s, self.beside[1] + mem_s, hbm)
+        else:
+            self.beside = None
         if item[0] == "e":
             if self.ranks is None:
                 self.ranks = [(self.t, self.f)] * len(item[1])
@@ -230,7 +252,9 @@ class _Run:
         the ranks' mean, each rank's own pair in ``ranks`` when they differ."""
         if self.ranks is None or len(set(self.ranks)) == 1:
             t, f = self.ranks[0] if self.ranks else (self.t, self.f)
-            return Segment("compute", t * share, f * share, overlap=bool(self.overlap))
+            b = self.beside
+            beside = (b[0] * share, b[1] * share, b[2]) if b and b[2] else ()
+            return Segment("compute", t * share, f * share, overlap=bool(self.overlap), beside=beside)
         ranks = tuple((t * share, f * share) for t, f in self.ranks)
         return Segment(
             "compute",

@@ -48,6 +48,7 @@ import numpy as np
 from ..errors import ScenarioError
 from ..memory_kinds import StaticMemory
 from .cnn import cnn_layers
+from .comm_interference import nccl_ctas_for
 from .cost_model import CostModel
 from .fp8 import check_fp8, fp8_cache_bytes, fp8_linear_params, te_fp8_layer
 from .fp8_recipes import check_recipe, default_recipe
@@ -232,7 +233,10 @@ def _cost_model(sc, st: TrainSetup) -> CostModel:
             f"FP8 parameters need training.precision: fp8 (not {st.precision}); use bf16 or fp32",
         )
     profile = getattr(sc.model, "profile", None)
-    return CostModel.for_gpu(st.gpu, read_profile(profile) if profile else None, custom)
+    cm = CostModel.for_gpu(st.gpu, read_profile(profile) if profile else None, custom)
+    custom_here = custom is not None and custom.name == st.gpu
+    ctas = 0 if custom_here else nccl_ctas_for(sc.cluster, st.gpu)
+    return replace(cm, nccl_ctas=ctas) if ctas else cm
 
 
 def _check_profile(cm: CostModel, st: TrainSetup) -> None:
