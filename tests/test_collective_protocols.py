@@ -17,7 +17,10 @@ from clustersim.network.base import DirectFabric
 from clustersim.record import Recorder
 
 B, LAT = 100e9, 1e-6
-TABLE = {"ll": {"latency": 5e-6, "efficiency": 0.5}, "simple": {"latency": 50e-6, "efficiency": 1.0}}
+TABLE = {
+    "ll": {"latency": 5e-6, "efficiency": 0.5},
+    "simple": {"latency": 50e-6, "efficiency": 1.0, "per_step": True},
+}
 
 
 def _fabric(env):
@@ -76,9 +79,10 @@ def test_a_reduce_scatter_and_an_all_gather_cost_an_all_reduce_plus_one_base_lat
     base = BASE_LATENCY["simple"]
     assert rs[1].latency == pytest.approx(base + (50e-6 - base) / 2, rel=1e-12)
     assert rs[2] + ag[2] == pytest.approx(ar[2] + base, rel=1e-12)
-    # a latency below baseLat is paid whole, once; other kinds pay the all-reduce's
-    assert Protocol("ll", 1e-6, 0.5).for_kind("all_gather").latency == 1e-6
-    assert Protocol("ll", 5e-6, 0.5).for_kind("all_to_all").latency == 5e-6
+    # a latency below baseLat is paid whole, once; other kinds, and a latency not per step, in full
+    assert Protocol("simple", 1e-6, 1.0, True).for_kind("all_gather").latency == 1e-6
+    assert Protocol("simple", 50e-6, 1.0, True).for_kind("all_to_all").latency == 50e-6
+    assert Protocol("simple", 50e-6, 1.0).for_kind("reduce_scatter").latency == 50e-6
 
 
 def test_without_protocols_the_cost_is_the_pure_alpha_beta_form():

@@ -10,10 +10,17 @@ import clustersim as cs
 from clustersim.collectives.group import Group
 from clustersim.collectives.registry import plan
 from clustersim.engine.interpreter import Engine
-from clustersim.hardware.interference import interference_rows, nccl_ctas, slowdown_of
+from clustersim.hardware.interference import (
+    beside_factor,
+    hbm_rate,
+    interference_rows,
+    nccl_ctas,
+    nccl_ctas_for,
+    slowdown_of,
+)
 from clustersim.network import DirectFabric
 from clustersim.record import Recorder
-from clustersim.workload.comm_interference import beside, beside_factor, hbm_rate, nccl_ctas_for
+from clustersim.workload.comm_interference import beside
 from clustersim.workload.cost_model import CostModel, grid_units
 from clustersim.workload.gemm_interference import untold_slowdown
 from clustersim.workload.ops import Work

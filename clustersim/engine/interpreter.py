@@ -41,6 +41,7 @@ import simpy
 from ..collectives.algorithm import Options, Tuning
 from ..collectives.api import Call, prepare_collective
 from ..errors import SimulationStall
+from ..hardware.interference import beside_factor, hbm_rate
 from ..network.base import Fabric
 from ..program import COLLECTIVE, RECV, Op, Program
 from ..record import Recorder
@@ -49,7 +50,6 @@ from ..simpy_fast import (
     scheduled_count,
     set_now,
 )
-from ..workload.comm_interference import beside_factor, hbm_rate
 from .collective_plans import CollectivePlans
 from .collector import collector_paused
 from .lane_core import LaneStepper

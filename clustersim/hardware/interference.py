@@ -25,7 +25,13 @@ SMs) as their own ``interference`` ops (:mod:`clustersim.workload.tp_overlap`), 
 there per GEMM shape by the wave model over SMs − ``num_sm``
 (:mod:`clustersim.workload.gemm_interference`, ``data/interference_measurements.csv``);
 this rule is the fallback where a GPU has no SM count, and the engine's rate while a NCCL
-collective runs (docs/overlap.md).
+collective runs where kernels are not priced one by one (docs/overlap.md).
+
+Where they are (:mod:`clustersim.workload.comm_interference`: a profile's default on, an
+NVSwitch node, a GPU with a ``nccl_ring`` CTA row, :func:`nccl_ctas_for`), a compute op
+carries its kernels' seconds beside NCCL's CTAs and the engine times it with
+:func:`beside_factor` at the HBM bytes/s of the collectives running on its GPU
+(:func:`hbm_rate`).
 """
 
 from __future__ import annotations
@@ -144,3 +150,40 @@ def interference_model(sms: int, slowdown: float, tp_overlap: bool, ctas: int = 
         else:
             parts.append(f"tp userbuffers: ×{slowdown:.4g} (no SM count: the scalar fallback)")
     return "; ".join(parts)
+
+
+#: bus bytes per rank of a collective of ``S`` bytes over ``n`` ranks, as a multiple of
+#: (n − 1)/n · S (nccl-tests' busbw factors); kinds not named move ``S``
+BUS_FACTOR = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0}
+
+#: a kernel keeps at least this share of HBM: the bound on the summed rate of the
+#: collectives beside it (each reads and writes at most twice its link bandwidth)
+MIN_HBM_SHARE = 0.5
+
+
+def nccl_ctas_for(cluster, gpu: str) -> int:
+    """NCCL CTAs the kernels of catalog GPU ``gpu`` beside a collective are priced with on
+    ``cluster`` (a :class:`~clustersim.scenario.cluster_spec.ClusterSpec`), or 0 where the
+    scalar SM rule stays: interference off or stated (not the GPU's default), not an NVSwitch
+    node, or no CTA row for the GPU."""
+    slowdown = cluster.comm_compute_slowdown
+    if slowdown == 1.0 or slowdown != default_slowdown(gpu) or cluster.intra_node.kind != "nvswitch":
+        return 0
+    return nccl_ctas(gpu) or 0
+
+
+def hbm_rate(kind: str, ranks: int, nbytes: float, seconds: float) -> float:
+    """HBM bytes per second a collective moves on each rank: it reads what it sends and
+    writes what it receives, 2 × its bus bytes over ``seconds`` (0 for no time)."""
+    if seconds <= 0 or ranks <= 1:
+        return 0.0
+    share = BUS_FACTOR[kind] * (ranks - 1) / ranks if kind in BUS_FACTOR else 1.0
+    return 2.0 * share * nbytes / seconds
+
+
+def beside_factor(carried: tuple[float, float, float], duration: float, rate: float) -> float:
+    """How many times longer a compute op of ``duration`` s takes beside collectives moving
+    ``rate`` HBM bytes/s on its GPU; ``carried`` = (SM-limited s, memory-bound s, HBM B/s)."""
+    sm_s, mem_s, hbm = carried
+    share = max(1.0 - rate / hbm, MIN_HBM_SHARE)
+    return (sm_s + mem_s * (1.0 / share - 1.0)) / duration

@@ -16,13 +16,12 @@ import pandas as pd
 from .. import metrics
 from ..engine.collector import collector_paused
 from ..hardware.datasheets import datasheets
-from ..hardware.interference import interference_model
+from ..hardware.interference import interference_model, nccl_ctas_for
 from ..hardware.node_groups import describe, device_gpus
 from ..metrics import COMM_KINDS
 from ..program import COMPUTE
 from ..record import Recorder
 from ..resolve import Job
-from ..workload.comm_interference import nccl_ctas_for
 from .result import Result, spans_frame
 from .throughput import throughput_metrics
 from .versions import update_staleness

@@ -14,42 +14,24 @@ far more. A kernel beside it:
   runs at the SM share, SMs / (SMs − CTAs);
 * a memory-bound kernel keeps its rate on the SMs left but loses the HBM bandwidth the
   collective uses: NCCL reads what it sends and writes what it receives, ``R`` = 2 × its bus
-  bytes per rank over its time (:func:`hbm_rate`), so the kernel takes
+  bytes per rank over its time, so the kernel takes
   ``HBM / (HBM − R)`` × its time.
 
 :func:`beside` prices one kernel as ``(SM-limited seconds, memory-bound seconds)``; a compute
 op carries its kernels' sums with the GPU's HBM bandwidth (:attr:`clustersim.program.Op.beside`)
 and the engine times it at the ``R`` of the collectives running on its GPU
-(:func:`beside_factor`). Applied where a profile's default interference is on, the cluster
-is an NVSwitch node and the GPU has a CTA row (:func:`nccl_ctas_for`); a stated
+(:func:`~clustersim.hardware.interference.beside_factor`, at the rate of
+:func:`~clustersim.hardware.interference.hbm_rate`). Applied where a profile's default
+interference is on, the cluster is an NVSwitch node and the GPU has a CTA row
+(:func:`~clustersim.hardware.interference.nccl_ctas_for`); a stated
 ``cluster.comm_compute_slowdown`` and the other cases keep the scalar SM rule.
 """
 
 from __future__ import annotations
 
-from ..hardware.interference import default_slowdown, nccl_ctas
 from .cost_model import CostModel, gemm_batch
 from .gemm_interference import untold_slowdown
 from .ops import Work
-
-#: bus bytes per rank of a collective of ``S`` bytes over ``n`` ranks, as a multiple of
-#: (n − 1)/n · S (nccl-tests' busbw factors); kinds not named move ``S``
-BUS_FACTOR = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0}
-
-#: a kernel keeps at least this share of HBM: the bound on the summed rate of the
-#: collectives beside it (each reads and writes at most twice its link bandwidth)
-MIN_HBM_SHARE = 0.5
-
-
-def nccl_ctas_for(cluster, gpu: str) -> int:
-    """NCCL CTAs the kernels of catalog GPU ``gpu`` beside a collective are priced with on
-    ``cluster`` (a :class:`~clustersim.scenario.cluster_spec.ClusterSpec`), or 0 where the
-    scalar SM rule stays: interference off or stated (not the GPU's default), not an NVSwitch
-    node, or no CTA row for the GPU."""
-    slowdown = cluster.comm_compute_slowdown
-    if slowdown == 1.0 or slowdown != default_slowdown(gpu) or cluster.intra_node.kind != "nvswitch":
-        return 0
-    return nccl_ctas(gpu) or 0
 
 
 def beside(cm: CostModel, work: Work, seconds: float, ctas: int) -> tuple[float, float]:
@@ -61,20 +43,3 @@ def beside(cm: CostModel, work: Work, seconds: float, ctas: int) -> tuple[float,
     if work.gemm is not None and min(work.gemm) > 0:
         return seconds * (untold_slowdown(cm.eff, work.gemm, gemm_batch(work), ctas) or 1.0), 0.0
     return seconds * sms / (sms - ctas), 0.0
-
-
-def hbm_rate(kind: str, ranks: int, nbytes: float, seconds: float) -> float:
-    """HBM bytes per second a collective moves on each rank: it reads what it sends and
-    writes what it receives, 2 × its bus bytes over ``seconds`` (0 for no time)."""
-    if seconds <= 0 or ranks <= 1:
-        return 0.0
-    share = BUS_FACTOR[kind] * (ranks - 1) / ranks if kind in BUS_FACTOR else 1.0
-    return 2.0 * share * nbytes / seconds
-
-
-def beside_factor(carried: tuple[float, float, float], duration: float, rate: float) -> float:
-    """How many times longer a compute op of ``duration`` s takes beside collectives moving
-    ``rate`` HBM bytes/s on its GPU; ``carried`` = (SM-limited s, memory-bound s, HBM B/s)."""
-    sm_s, mem_s, hbm = carried
-    share = max(1.0 - rate / hbm, MIN_HBM_SHARE)
-    return (sm_s + mem_s * (1.0 / share - 1.0)) / duration

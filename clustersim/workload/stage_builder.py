@@ -46,9 +46,9 @@ from itertools import accumulate
 import numpy as np
 
 from ..errors import ScenarioError
+from ..hardware.interference import nccl_ctas_for
 from ..memory_kinds import StaticMemory
 from .cnn import cnn_layers
-from .comm_interference import nccl_ctas_for
 from .cost_model import CostModel
 from .fp8 import check_fp8, fp8_cache_bytes, fp8_linear_params, te_fp8_layer
 from .fp8_recipes import check_recipe, default_recipe
