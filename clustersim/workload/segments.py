@@ -2,7 +2,9 @@
 
 A pass is built from a list of *items*: ``("c", seconds, flops, launches, issued)`` for a
 kernel (``launches``: 1 when its launch is priced apart, see :func:`launch_items`;
-``issued``: the kernels the host issues for it, :meth:`.cost_model.CostModel.issued`),
+``issued``: the kernels the host issues for it, :meth:`.cost_model.CostModel.issued`;
+a sixth element, where the cost model prices kernels beside NCCL collectives, holds their
+(SM-limited s, memory-bound s, HBM B/s), :mod:`.comm_interference`),
 ``("e", seconds per rank, flops per rank, launches, issued)`` for work that differs between
 the ranks of an expert-parallel group (:class:`~.ops.ExpertRanks`), ``("p", seconds, flops,
 launches, issued)`` for a kernel that runs beside its neighbouring collective
