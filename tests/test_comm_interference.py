@@ -127,3 +127,41 @@ def test_many_wave_gemms_beside_nccl_stay_within_lee_et_al_max(gpu):
     for shape in [(8192, 8192, 8192), (16384, 4096, 4096), (4096 * 8, 12288, 4096)]:
         f = untold_slowdown(cm.eff, shape, 1, nccl_ctas(gpu))
         assert 1 < f <= top
+
+
+def test_coarsening_sums_what_the_merged_kernels_carry():
+    # two compute ops of one pass merge; their (SM-limited, memory-bound) seconds add, so the
+    # merged op's factor is their time-weighted one; a part without them leaves the scalar
+    from clustersim.coarsen import coarsen
+
+    def prog(second: tuple) -> cs.Program:
+        p = cs.Program(1)
+        a = p.add(
+            0,
+            "compute",
+            "compute",
+            "F",
+            duration=1.0,
+            stage=0,
+            microbatch=0,
+            phase="F",
+            beside=(1.2, 0.0, 2e12),
+        )
+        p.add(
+            0,
+            "compute",
+            "compute",
+            "F",
+            duration=2.0,
+            deps=(a.id,),
+            stage=0,
+            microbatch=0,
+            phase="F",
+            beside=second,
+        )
+        return p
+
+    merged = coarsen(prog((2.0, 2.0, 2e12))).ops
+    assert len(merged) == 1 and merged[0].beside == (3.2, 2.0, 2e12)
+    assert beside_factor(merged[0].beside, 3.0, 0.0) == pytest.approx((1.2 + 2.0) / 3.0)
+    assert coarsen(prog(())).ops[0].beside == ()
