@@ -6,6 +6,8 @@ on nothing but the first, nothing but the second waits on the first, and memory 
 only at the run's ends (the first op may allocate, the last may free). The merged op
 starts when the first did and lasts the sum of their durations, so every other op's
 start and end — and the iteration time — are unchanged, with fewer events to simulate.
+(Ops priced kernel by kernel beside NCCL collectives, :attr:`Op.beside`, merge into their
+time-weighted factor: exact while the collectives beside the run do not change.)
 Per-layer detail (``simulation.granularity: layer``) is kept by not running this pass.
 
 Which ops merge is worked out over columns of the ops (numpy); the new Program's ops are
@@ -130,6 +132,10 @@ def merge_runs(prog: Program) -> tuple[Program, list[int] | None]:
         op, merged = ops[i], copies[ids[i]]
         merged.duration += op.duration
         merged.flops += op.flops
+        # kernels priced beside NCCL (Op.beside): the run's sums, its factor their mean
+        # weighted by time; a part without them leaves the merged op to the scalar slowdown
+        b, c = merged.beside, op.beside
+        merged.beside = (b[0] + c[0], b[1] + c[1], b[2]) if b and c and b[2] == c[2] else ()
         merged.mem_free += op.mem_free
         merged.stash_free += op.stash_free
     return out, ids

@@ -87,6 +87,10 @@ class Op:
     ``split`` makes an all-to-all uneven (an all-to-all-v): ``split[i][j]`` bytes go from
     the group's i-th member to its j-th (the same matrix on every member's op; ``nbytes``
     is then this member's row sum). Empty: every member sends ``nbytes/n`` to each.
+
+    ``beside`` prices a compute op beside NCCL collectives kernel by kernel: its kernels'
+    (SM-limited seconds, memory-bound seconds, the GPU's HBM bytes/s)
+    (:mod:`clustersim.workload.comm_interference`); empty: the run's scalar slowdown.
     """
 
     __slots__ = (
@@ -118,6 +122,7 @@ class Op:
         "shadows",
         "split",
         "source",
+        "beside",
     )
 
     def __init__(
@@ -150,6 +155,7 @@ class Op:
         shadows: tuple = (),
         split: tuple = (),
         source: int = -1,
+        beside: tuple = (),
     ):
         # interned, so the engine's hot path can compare kinds by identity
         self.id, self.device, self.lane, self.kind, self.name = id, device, lane, sys.intern(kind), name
@@ -161,7 +167,7 @@ class Op:
         self.group, self.collective, self.algorithm, self.tag = tuple(group), collective, algorithm, tag
         self.version = version
         self.arrivals, self.shadows = arrivals, tuple(shadows)
-        self.split, self.source = split, source
+        self.split, self.source, self.beside = split, source, beside
         self.lane_id = -1  # index of (device, lane) in Program.lanes(), set by Program.add
 
     def origin(self) -> int:
@@ -210,6 +216,7 @@ class Op:
             op.shadows,
             op.split,
             op.source,
+            op.beside,
         ) = row
         return op
 

@@ -10,14 +10,17 @@ import simpy
 import clustersim as cs
 from clustersim.collectives import Shape, Tuning, run_collective
 from clustersim.collectives.group import Group
-from clustersim.collectives.protocol import SIMPLE, Protocol, choose, resolve_protocols
+from clustersim.collectives.protocol import BASE_LATENCY, SIMPLE, Protocol, choose, resolve_protocols
 from clustersim.collectives.registry import estimate_time, plan
 from clustersim.errors import ScenarioError
 from clustersim.network.base import DirectFabric
 from clustersim.record import Recorder
 
 B, LAT = 100e9, 1e-6
-TABLE = {"ll": {"latency": 5e-6, "efficiency": 0.5}, "simple": {"latency": 50e-6, "efficiency": 1.0}}
+TABLE = {
+    "ll": {"latency": 5e-6, "efficiency": 0.5},
+    "simple": {"latency": 50e-6, "efficiency": 1.0, "per_step": True},
+}
 
 
 def _fabric(env):
@@ -63,6 +66,23 @@ def test_analytical_plan_equals_the_fabric_time():
     env.run(proc)
     assert (name, proto.name) == ("ring", "simple") and env.now == pytest.approx(t, rel=1e-9)
     assert t == pytest.approx(50e-6 + _ring(4, s, 0.0), rel=1e-12)
+
+
+def test_a_reduce_scatter_and_an_all_gather_cost_an_all_reduce_plus_one_base_latency():
+    # NCCL tuning.cc: latency = baseLat + nsteps · hwLat, nsteps 2(n − 1) for an all-reduce
+    # and n − 1 for its two halves; the ring moves the same bytes in both
+    s = 2**26
+    env = simpy.Environment()
+    group = Group(env, _fabric(env), [f"gpu{i}" for i in range(4)], 0.0, protocols=TABLE)
+    ar, rs, ag = (plan(group, kind, s, "ring") for kind in ("all_reduce", "reduce_scatter", "all_gather"))
+    assert {p.name for _, p, _ in (ar, rs, ag)} == {"simple"}
+    base = BASE_LATENCY["simple"]
+    assert rs[1].latency == pytest.approx(base + (50e-6 - base) / 2, rel=1e-12)
+    assert rs[2] + ag[2] == pytest.approx(ar[2] + base, rel=1e-12)
+    # a latency below baseLat is paid whole, once; other kinds, and a latency not per step, in full
+    assert Protocol("simple", 1e-6, 1.0, True).for_kind("all_gather").latency == 1e-6
+    assert Protocol("simple", 50e-6, 1.0, True).for_kind("all_to_all").latency == 50e-6
+    assert Protocol("simple", 50e-6, 1.0).for_kind("reduce_scatter").latency == 50e-6
 
 
 def test_without_protocols_the_cost_is_the_pure_alpha_beta_form():

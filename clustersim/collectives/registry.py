@@ -45,7 +45,7 @@ def choose_algorithm(group: Group, kind: str, nbytes: int) -> str:
 def plan(group: Group, kind: str, nbytes: int, algorithm: str = "auto") -> tuple[str, Protocol, float]:
     """(algorithm, protocol, idle-network seconds) of one collective, as NCCL's tuner picks
     them: the least ``protocol latency + α-β time on the protocol's wire bytes`` over the
-    group's protocols and — for ``auto`` — the algorithms able to run."""
+    group's protocols (each its latency for ``kind``, :meth:`~.protocol.Protocol.for_kind`) and — for ``auto`` — the algorithms able to run."""
     kind, nbytes = as_run(kind, nbytes)
     shape, n, hosts = group.shape(), len(group.members), per_host(group)
     if algorithm == "auto":
@@ -56,7 +56,8 @@ def plan(group: Group, kind: str, nbytes: int, algorithm: str = "auto") -> tuple
         ]
     else:
         names = [algorithm]
-    protocols = group.protocols if n > 1 else (SIMPLE,)  # nothing to send: no protocol latency
+    # nothing to send: no protocol latency; else each protocol's latency for this kind
+    protocols = tuple(p.for_kind(kind) for p in group.protocols) if n > 1 else (SIMPLE,)
     best = (None, protocols[0], float("inf"))
     for name in names:
         proto, t = choose(protocols, nbytes, lambda s, a=name: estimate_time(kind, a, shape, s))

@@ -38,6 +38,7 @@ class CollectivePlans:
         self.protocols = protocols
         self.algorithms, self.collective_model = algorithms, collective_model
         self._known: dict[tuple, tuple[str, float | None]] = {}
+        self._idle: dict[tuple, float] = {}
 
     def __call__(self, op: Op) -> tuple[str, float | None]:
         requested = op.algorithm if op.algorithm != "auto" else self.algorithms.get(op.collective, "auto")
@@ -54,4 +55,10 @@ class CollectivePlans:
                 and in_private_domain(group)
             )
             known = self._known[key] = (algorithm, t if analytical else None)
+            self._idle[key] = t
         return known
+
+    def idle_time(self, op: Op) -> float:
+        """The α-β time of ``op``'s collective on idle links (after :meth:`__call__` on it)."""
+        requested = op.algorithm if op.algorithm != "auto" else self.algorithms.get(op.collective, "auto")
+        return self._idle[(op.collective, op.group, op.nbytes, requested, op.split)]

@@ -41,6 +41,7 @@ import simpy
 from ..collectives.algorithm import Options, Tuning
 from ..collectives.api import Call, prepare_collective
 from ..errors import SimulationStall
+from ..hardware.interference import beside_factor, hbm_rate
 from ..network.base import Fabric
 from ..program import COLLECTIVE, RECV, Op, Program
 from ..record import Recorder
@@ -94,6 +95,8 @@ class Engine:
         self.collective_model = collective_model
         # collectives in progress per device, and an event that fires when that changes
         self.active_collectives = [0] * program.num_devices
+        # HBM bytes/s those collectives move per device (clustersim.workload.comm_interference)
+        self.hbm_rate = [0.0] * program.num_devices
         self.collectives_changed = [env.event() for _ in range(program.num_devices)]
         ops = program.ops
         n = len(ops)
@@ -185,10 +188,17 @@ class Engine:
 
     def _slowed_compute(self, op):
         """Run a compute op at 1/slowdown speed while any collective is active on its GPU,
-        re-evaluating the rate whenever a collective starts or ends there."""
+        re-evaluating the rate whenever a collective starts or ends there; an op priced
+        kernel by kernel (``op.beside``) runs at its own factor for the HBM bytes/s the
+        collectives move (:func:`~clustersim.workload.comm_interference.beside_factor`)."""
         env, dev, work = self.env, op.device, self.durations[op.id]
         while True:
-            rate = 1.0 / self.slowdown if self.active_collectives[dev] else 1.0
+            if not self.active_collectives[dev]:
+                rate = 1.0
+            elif op.beside:
+                rate = 1.0 / beside_factor(op.beside, op.duration, self.hbm_rate[dev])
+            else:
+                rate = 1.0 / self.slowdown
             t, timer = env.now, env.timeout(work / rate)
             yield timer | self.collectives_changed[dev]
             if rate != 1.0:  # w s at this rate did w·rate s of work: w·(1 − rate) s lost
@@ -197,13 +207,16 @@ class Engine:
                 return
             work -= (env.now - t) * rate
 
-    def _collectives_change(self, group: tuple[int, ...], delta: int) -> None:
-        """Count a collective starting (+1) or ending (-1) on each GPU of ``group``, and
-        wake the slowed compute ops waiting there. No event is emitted where nobody waits
-        (always, with the slowdown off): the one there stays the device's current one."""
+    def _collectives_change(self, group: tuple[int, ...], delta: int, rate: float = 0.0) -> None:
+        """Count a collective starting (+1) or ending (-1) on each GPU of ``group``, moving
+        ``rate`` HBM bytes/s there, and wake the slowed compute ops waiting there. No event
+        is emitted where nobody waits (always, with the slowdown off): the one there stays
+        the device's current one."""
         changed = self.collectives_changed
         for dev in group:
             self.active_collectives[dev] += delta
+            # back to exactly 0 when none runs: no float residue of the sums
+            self.hbm_rate[dev] = self.hbm_rate[dev] + delta * rate if self.active_collectives[dev] else 0.0
             ev = changed[dev]
             if ev.callbacks:
                 changed[dev] = self.env.event()
@@ -228,10 +241,13 @@ class Engine:
     def _run_collective(self, op: Op, finished: simpy.Event, _event=None) -> None:
         """Start ``op``'s collective now; ``finished`` succeeds when it has ended."""
         algorithm, analytical_time = self._collective_plan(op)
-        self._collectives_change(op.group, +1)
+        rate = 0.0
+        if self.slowdown != 1.0:  # what the compute priced kernel by kernel beside it loses
+            rate = hbm_rate(op.collective, len(op.group), op.nbytes, self._collective_plan.idle_time(op))
+        self._collectives_change(op.group, +1, rate)
 
         def ended(_event) -> None:
-            self._collectives_change(op.group, -1)
+            self._collectives_change(op.group, -1, rate)
             finished.succeed()
 
         if analytical_time is not None:

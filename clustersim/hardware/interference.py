@@ -25,7 +25,13 @@ SMs) as their own ``interference`` ops (:mod:`clustersim.workload.tp_overlap`), 
 there per GEMM shape by the wave model over SMs − ``num_sm``
 (:mod:`clustersim.workload.gemm_interference`, ``data/interference_measurements.csv``);
 this rule is the fallback where a GPU has no SM count, and the engine's rate while a NCCL
-collective runs (docs/overlap.md).
+collective runs where kernels are not priced one by one (docs/overlap.md).
+
+Where they are (:mod:`clustersim.workload.comm_interference`: a profile's default on, an
+NVSwitch node, a GPU with a ``nccl_ring`` CTA row, :func:`nccl_ctas_for`), a compute op
+carries its kernels' seconds beside NCCL's CTAs and the engine times it with
+:func:`beside_factor` at the HBM bytes/s of the collectives running on its GPU
+(:func:`hbm_rate`).
 """
 
 from __future__ import annotations
@@ -113,12 +119,28 @@ def sm_budget(overlap: str) -> InterferenceRow:
     return _budgets()[overlap]
 
 
-def interference_model(sms: int, slowdown: float, tp_overlap: bool) -> str:
+def nccl_ctas(gpu: str) -> int | None:
+    """CTAs (SMs held) of a NCCL ring collective on an 8-GPU NVSwitch node of ``gpu`` (the
+    ``nccl_ring`` row whose GPU names its family: ``A100`` for ``A100-SXM4-80GB``), or None
+    for a GPU without a row."""
+    rows = [r for r in interference_rows() if r.overlap == "nccl_ring" and gpu.startswith(r.gpu)]
+    return rows[0].comm_sms if rows else None
+
+
+def interference_model(sms: int, slowdown: float, tp_overlap: bool, ctas: int = 0) -> str:
     """What priced each kind's interference in a run (the summary's ``interference_model``):
     on a GPU of ``sms`` SMs (0: unknown), ``slowdown`` = ``cluster.comm_compute_slowdown``
-    (the SM rule's value, or a stated one), ``tp_overlap`` whether TP userbuffers ran."""
+    (the SM rule's value, or a stated one), ``tp_overlap`` whether TP userbuffers ran,
+    ``ctas`` the NCCL CTAs the kernels beside a collective were priced with (0: the scalar
+    priced them; :mod:`clustersim.workload.comm_interference`)."""
     source = f"SM rule SMs/(SMs − {COMM_SMS})" if sms and slowdown == slowdown_of(sms) else "stated"
-    parts = [f"nccl: compute ×{slowdown:.4g} while a collective runs ({source})"]
+    if ctas:
+        nccl = (
+            f"nccl: per kernel beside {ctas} NCCL CTAs (GEMM waves on {sms - ctas} of {sms} SMs, HBM share)"
+        )
+    else:
+        nccl = f"nccl: compute ×{slowdown:.4g} while a collective runs ({source})"
+    parts = [nccl]
     if tp_overlap:
         row = sm_budget("tp_pipeline")
         if sms > row.comm_sms:
@@ -128,3 +150,40 @@ def interference_model(sms: int, slowdown: float, tp_overlap: bool) -> str:
         else:
             parts.append(f"tp userbuffers: ×{slowdown:.4g} (no SM count: the scalar fallback)")
     return "; ".join(parts)
+
+
+#: bus bytes per rank of a collective of ``S`` bytes over ``n`` ranks, as a multiple of
+#: (n − 1)/n · S (nccl-tests' busbw factors); kinds not named move ``S``
+BUS_FACTOR = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0}
+
+#: a kernel keeps at least this share of HBM: the bound on the summed rate of the
+#: collectives beside it (each reads and writes at most twice its link bandwidth)
+MIN_HBM_SHARE = 0.5
+
+
+def nccl_ctas_for(cluster, gpu: str) -> int:
+    """NCCL CTAs the kernels of catalog GPU ``gpu`` beside a collective are priced with on
+    ``cluster`` (a :class:`~clustersim.scenario.cluster_spec.ClusterSpec`), or 0 where the
+    scalar SM rule stays: interference off or stated (not the GPU's default), not an NVSwitch
+    node, or no CTA row for the GPU."""
+    slowdown = cluster.comm_compute_slowdown
+    if slowdown == 1.0 or slowdown != default_slowdown(gpu) or cluster.intra_node.kind != "nvswitch":
+        return 0
+    return nccl_ctas(gpu) or 0
+
+
+def hbm_rate(kind: str, ranks: int, nbytes: float, seconds: float) -> float:
+    """HBM bytes per second a collective moves on each rank: it reads what it sends and
+    writes what it receives, 2 × its bus bytes over ``seconds`` (0 for no time)."""
+    if seconds <= 0 or ranks <= 1:
+        return 0.0
+    share = BUS_FACTOR[kind] * (ranks - 1) / ranks if kind in BUS_FACTOR else 1.0
+    return 2.0 * share * nbytes / seconds
+
+
+def beside_factor(carried: tuple[float, float, float], duration: float, rate: float) -> float:
+    """How many times longer a compute op of ``duration`` s takes beside collectives moving
+    ``rate`` HBM bytes/s on its GPU; ``carried`` = (SM-limited s, memory-bound s, HBM B/s)."""
+    sm_s, mem_s, hbm = carried
+    share = max(1.0 - rate / hbm, MIN_HBM_SHARE)
+    return (sm_s + mem_s * (1.0 / share - 1.0)) / duration

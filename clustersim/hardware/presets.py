@@ -75,12 +75,13 @@ PCIE_EFFICIENCY = 0.80  # PCIe Gen4 protocol overhead rule of thumb
 #:   says 0.92 (120/128 of the wire), the measured ramp is lower — channels fill up.
 #: * Simple: efficiency 1.0 (the link rule of this module holds the plateau); latency
 #:   246 µs fitted: the pipeline fill of Simple's 512 KiB-slot FIFOs — with it, nccl-tests'
-#:   half-plateau size (16–32 MiB) comes out.
+#:   half-plateau size (16–32 MiB) comes out. A fill is paid per ring step (``per_step``,
+#:   NCCL tuning.cc nsteps: an all-gather or reduce-scatter pays baseLat and half the rest).
 #: Residual on the curve: within 13 % per size (docs/validation.md).
 NCCL_PROTOCOLS_A100: dict[str, dict[str, float]] = {
     "ll": {"latency": 33e-6, "efficiency": 0.5},
     "ll128": {"latency": 87e-6, "efficiency": 0.71},
-    "simple": {"latency": 246e-6, "efficiency": 1.0},
+    "simple": {"latency": 246e-6, "efficiency": 1.0, "per_step": True},
 }
 #: H100/H200/H800 (``dgx_h100``, ``hgx_h200``, ``hgx_h800``: H100 silicon), calibrated ONCE the same way on the one H100 curve
 #: below the plateau in the measurement set — Azure ND H100 v5, all_reduce_perf over 8 GPUs,

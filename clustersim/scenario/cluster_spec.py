@@ -87,11 +87,14 @@ class PcieSpec(_Spec):
 
 class ProtocolSpec(_Spec):
     """One NCCL protocol of the system (``cluster.collective_protocols``; see
-    :mod:`clustersim.collectives.protocol`): ``latency`` once per collective, on top of the
-    per-step α; ``efficiency``, the fraction of the link bandwidth its payload gets."""
+    :mod:`clustersim.collectives.protocol`): ``latency`` once per all-reduce, on top of the
+    per-step α; ``efficiency``, the fraction of the link bandwidth its payload gets;
+    ``per_step``: the latency beyond NCCL's ``baseLat`` is paid per ring step (an all-gather
+    or reduce-scatter pays half of it)."""
 
     latency: Annotated[Time, Range(0, 1)]
     efficiency: Annotated[float, Range(0, 1, open_lo=True)]
+    per_step: bool = False
 
 
 class NoiseSpec(_Spec):

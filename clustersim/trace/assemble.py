@@ -16,7 +16,7 @@ import pandas as pd
 from .. import metrics
 from ..engine.collector import collector_paused
 from ..hardware.datasheets import datasheets
-from ..hardware.interference import interference_model
+from ..hardware.interference import interference_model, nccl_ctas_for
 from ..hardware.node_groups import describe, device_gpus
 from ..metrics import COMM_KINDS
 from ..program import COMPUTE
@@ -162,8 +162,11 @@ def _interference_model(job: Job) -> dict:
     custom = cl.custom_gpu is not None and cl.custom_gpu.name == cl.gpu
     sheet = None if custom else datasheets().get(cl.gpu)
     sms = (cl.custom_gpu.sms or 0) if custom else (sheet.sms if sheet else 0)
+    ctas = 0 if custom else nccl_ctas_for(cl, cl.gpu)
     return {
-        "interference_model": interference_model(sms, cl.comm_compute_slowdown, job.parallel.tp_comm_overlap)
+        "interference_model": interference_model(
+            sms, cl.comm_compute_slowdown, job.parallel.tp_comm_overlap, ctas
+        )
     }
 
 

@@ -110,17 +110,31 @@ def matmul_efficiency(eff: Efficiency, gemm: tuple[int, int, int], batch: int = 
     dims = eff.matmul_max * m / (m + eff.dim_half) * n / (n + eff.dim_half)
     if eff.sms <= 0:
         return dims * _k_term(eff, k)
-    best = 0.0
+    return dims * _best_grid(eff, gemm, batch)[0]
+
+
+def grid_units(eff: Efficiency, gemm: tuple[int, int, int], batch: int = 1) -> int:
+    """Work units (tiles × K slices: the CTAs) of the grid :func:`matmul_efficiency` picks
+    for ``batch`` GEMMs of shape (M, N, K) on ``eff.sms`` SMs (which must be > 0)."""
+    return _best_grid(eff, gemm, batch)[1]
+
+
+def _best_grid(eff: Efficiency, gemm: tuple[int, int, int], batch: int) -> tuple[float, int]:
+    """(wave utilization × K term, work units) of the best tile and split on ``eff.sms``."""
+    m, n, k = gemm
+    best, units = 0.0, 0
     for tm, tn in TILES:
         tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
         for split in SPLITS:
             # split slices of every tile run as tiles·split work units in waves of sms
             waves = math.ceil(tiles * split / eff.sms)
             util = m * n * batch * split / (waves * eff.sms * tm * tn)
-            best = max(best, util * _k_term(eff, k / split))
+            value = util * _k_term(eff, k / split)
+            if value > best:
+                best, units = value, tiles * split
             if tiles * split >= eff.sms:
                 break  # more slices only add prologues: the grid already fills the SMs
-    return dims * best
+    return best, units
 
 
 def _k_term(eff: Efficiency, k: float) -> float:
@@ -197,7 +211,8 @@ class CostModel:
     calibrated fused attention curves (:class:`~.attention_kernels.AttentionCurve`, one per
     kernel) and its memory-bound kernels' achieved bandwidth by kind
     (:class:`~.memory_bandwidth.MemoryCurves`; None: the STREAM-triad fraction ``eff.memory``)
-    and the scenario's host (:mod:`.host_kernels`)."""
+    and the scenario's host (:mod:`.host_kernels`); ``nccl_ctas``: the SMs a NCCL collective beside
+    the kernels holds, where they are priced per kernel beside it (:mod:`.comm_interference`; 0: not)."""
 
     gpu: GPUSpec
     eff: Efficiency
@@ -207,6 +222,7 @@ class CostModel:
     #: what the host spends issuing each op and the framework's extra small kernels
     #: (:class:`~.host_kernels.HostModel`; None: the pass's per-kernel dispatch, no extras)
     host: object = None
+    nccl_ctas: int = 0
 
     @classmethod
     def for_gpu(cls, name: str, profile: ProfileTable | None = None, custom=None) -> CostModel:

@@ -15,17 +15,27 @@ that SM count — and runs at that count's share of the peak:
 
 For a GEMM of many full waves this is SMs / (SMs − taken), the old one-number rule
 (:mod:`clustersim.hardware.interference`); a grid that fills SMs exactly once but not
-SMs − taken pays up to a second wave. Where a GPU has no SM count (a custom GPU without
-``sms``) the scalar ``cluster.comm_compute_slowdown`` stands in: the SM rule is the fallback.
-HBM and L2 contention are not modelled: no kernel-level measurement per GPU and kind of
-them was found (docs/overlap.md).
+SMs − taken pays up to a second wave.
+
+A GEMM beside a NCCL collective is not told: cuBLAS sizes its grid for every SM while
+NCCL's CTAs (one per channel, :func:`~clustersim.hardware.interference.nccl_ctas`) hold
+``taken`` of them, so the same grid runs in waves of SMs − taken
+(:func:`untold_slowdown`):
+
+    slowdown = ceil(units / (SMs − taken)) / ceil(units / SMs)
+
+— the NVIDIA forum's H100 row (a 132-CTA GEMM beside a 24-CTA all-gather) is that second
+wave, measured 1.70× against the bound's 2. Where a GPU has no SM count (a custom GPU
+without ``sms``) or no CTA row, the scalar ``cluster.comm_compute_slowdown`` stands in: the
+SM rule is the fallback. HBM and L2 contention are not modelled here (docs/overlap.md).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
-from .cost_model import Efficiency, matmul_efficiency
+from .cost_model import Efficiency, grid_units, matmul_efficiency
 
 
 def relaunched_slowdown(eff: Efficiency, gemm: tuple[int, int, int], batch: int, taken: int) -> float | None:
@@ -43,3 +53,13 @@ def relaunched_slowdown(eff: Efficiency, gemm: tuple[int, int, int], batch: int,
     # ≥ 1 in exact arithmetic (the tiling chosen on fewer SMs runs no fewer waves on more);
     # the floor only drops float noise that would make a margin of −1e-17 s
     return max(slowed, 1.0)
+
+
+def untold_slowdown(eff: Efficiency, gemm: tuple[int, int, int], batch: int, taken: int) -> float | None:
+    """How many times longer ``batch`` GEMMs of shape ``gemm`` take when their grid, sized
+    for ``eff.sms`` SMs, runs on the SMs − ``taken`` a collective leaves (module doc), or
+    None where ``eff`` has no SM count or no SMs would be left."""
+    if eff.sms <= 0 or taken >= eff.sms:
+        return None
+    units = grid_units(eff, gemm, batch)
+    return math.ceil(units / (eff.sms - taken)) / math.ceil(units / eff.sms)

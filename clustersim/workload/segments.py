@@ -6,7 +6,8 @@ for a kernel (``launches``: the kernels whose launch is priced apart, see
 :meth:`.cost_model.CostModel.issued` and the framework's extra small kernels, whose
 launches and bytes ride in ``launches`` and ``seconds``; ``host``: the host seconds of
 issuing them, :meth:`.host_kernels.HostModel.issue`, or None: the pass's per-kernel
-dispatch), ``("e", seconds per rank, flops per rank, launches, issued, host)`` for work
+dispatch; a seventh element, where the cost model prices kernels beside NCCL collectives,
+holds their (SM-limited s, memory-bound s, HBM B/s), :mod:`.comm_interference`), ``("e", seconds per rank, flops per rank, launches, issued, host)`` for work
 that differs between the ranks of an expert-parallel group (:class:`~.ops.ExpertRanks`),
 ``("p", seconds, flops, launches, issued, host)`` for a kernel that runs beside its
 neighbouring collective
@@ -34,6 +35,7 @@ Segment, which the compiler emits in chunks (:mod:`.tp_overlap`; per-layer only)
 
 from __future__ import annotations
 
+from .comm_interference import beside
 from .context_parallel import CPComm, CPRing
 from .cost_model import CostModel
 from .ops import ExpertRanks, LayerOp, TPComm
@@ -73,7 +75,8 @@ def forward_items(
         elif not core_only or op.attention_core:
             kind = "p" if op.overlap else "c"
             t, launches, issued, host = _priced(cm, op.fwd, op.name, "F")
-            out.append(((kind, t, op.fwd.flops, launches, issued, host), op.name, op.fwd))
+            item = (kind, t, op.fwd.flops, launches, issued, host, *_beside(cm, [(op.fwd, t)]))
+            out.append((item, op.name, op.fwd))
     if overlap is not None:
         return merge_forward(out, overlap, cm.eff)
     return [item for item, *_ in out]
@@ -88,6 +91,16 @@ def _priced(cm: CostModel, work, op: str, phase: str) -> tuple[float, int, int, 
         return t, launches, kernels, None
     extra, nbytes, host = cm.host.issue(op, phase, kernels)
     return t + (cm.memory_seconds(nbytes) if nbytes else 0.0), launches + extra, kernels + extra, host
+
+
+def _beside(cm: CostModel, priced: list[tuple]) -> tuple:
+    """``(beside,)``: the (SM-limited s, memory-bound s, HBM B/s) of kernels ``priced`` as
+    (work, seconds) beside a NCCL collective (:mod:`.comm_interference`), the item's seventh
+    element; empty where ``cm`` does not price them (``nccl_ctas`` 0)."""
+    if not cm.nccl_ctas:
+        return ()
+    parts = [beside(cm, w, t, cm.nccl_ctas) for w, t in priced]
+    return ((sum(p[0] for p in parts), sum(p[1] for p in parts), cm.gpu.hbm_bandwidth),)
 
 
 def _host_sum(items: list[tuple]) -> float | None:
@@ -141,7 +154,7 @@ def backward_items(
             parts = [("dgrad", op.bwd_input, "B")] * inputs + [("wgrad", op.bwd_weight, "W")] * weight
             for part, w, ph in parts:
                 t, n, k, host = _priced(cm, w, op.name, ph)
-                out.append((("c", t, w.flops, n, k, host), op.name, part, w))
+                out.append((("c", t, w.flops, n, k, host, *_beside(cm, [(w, t)])), op.name, part, w))
             continue
         works = [(op.bwd_input, "B")] * inputs + [(op.bwd_weight, "W")] * weight
         priced = [(*_priced(cm, w, op.name, ph), w.flops) for w, ph in works]
@@ -149,9 +162,9 @@ def backward_items(
         if t or flops:
             kind = "p" if op.overlap and inputs else "c"
             n, issued, hosts = sum(p[1] for p in priced), sum(p[2] for p in priced), [p[3] for p in priced]
-            out.append(
-                ((kind, t, flops, n, issued, None if None in hosts else sum(hosts)), op.name, "", None)
-            )
+            host = None if None in hosts else sum(hosts)
+            beside_ = _beside(cm, [(w, p[0]) for (w, _), p in zip(works, priced, strict=True)])
+            out.append(((kind, t, flops, n, issued, host, *beside_), op.name, "", None))
     if overlap is not None:
         return merge_backward(out, overlap, cm.eff)
     return [item for item, *_ in out]
@@ -232,6 +245,9 @@ class _Run:
 
     def __init__(self):
         self.t, self.f, self.ranks, self.overlap = 0.0, 0.0, None, None
+        #: the kernels' summed (SM-limited s, memory-bound s, HBM B/s) beside a NCCL
+        #: collective (:mod:`.comm_interference`); None once a kernel without them joins
+        self.beside: tuple | None = (0.0, 0.0, 0.0)
 
     @property
     def nonzero(self) -> bool:
@@ -240,6 +256,11 @@ class _Run:
 
     def add(self, item: tuple) -> None:
         self.overlap = item[0] == "p"
+        if self.beside is not None and len(item) > 6:
+            sm_s, mem_s, hbm = item[6]
+            self.beside = (self.beside[0] + sm_s, self.beside[1] + mem_s, hbm)
+        else:
+            self.beside = None
         if item[0] == "e":
             if self.ranks is None:
                 self.ranks = [(self.t, self.f)] * len(item[1])
@@ -255,7 +276,9 @@ class _Run:
         the ranks' mean, each rank's own pair in ``ranks`` when they differ."""
         if self.ranks is None or len(set(self.ranks)) == 1:
             t, f = self.ranks[0] if self.ranks else (self.t, self.f)
-            return Segment("compute", t * share, f * share, overlap=bool(self.overlap))
+            b = self.beside
+            beside_ = (b[0] * share, b[1] * share, b[2]) if b and b[2] else ()
+            return Segment("compute", t * share, f * share, overlap=bool(self.overlap), beside=beside_)
         ranks = tuple((t * share, f * share) for t, f in self.ranks)
         return Segment(
             "compute",

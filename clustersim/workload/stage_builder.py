@@ -46,6 +46,7 @@ from itertools import accumulate
 import numpy as np
 
 from ..errors import ScenarioError
+from ..hardware.interference import nccl_ctas_for
 from ..memory_kinds import StaticMemory
 from .cnn import cnn_layers
 from .cost_model import CostModel
@@ -263,7 +264,10 @@ def _cost_model(sc, st: TrainSetup) -> CostModel:
             f"FP8 parameters need training.precision: fp8 (not {st.precision}); use bf16 or fp32",
         )
     profile = getattr(sc.model, "profile", None)
-    return CostModel.for_gpu(st.gpu, read_profile(profile) if profile else None, custom)
+    cm = CostModel.for_gpu(st.gpu, read_profile(profile) if profile else None, custom)
+    custom_here = custom is not None and custom.name == st.gpu
+    ctas = 0 if custom_here else nccl_ctas_for(sc.cluster, st.gpu)
+    return replace(cm, nccl_ctas=ctas) if ctas else cm
 
 
 def _check_profile(cm: CostModel, st: TrainSetup) -> None:

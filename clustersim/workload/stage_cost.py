@@ -49,6 +49,9 @@ class Segment:
     step_bytes: tuple[int, ...] = ()
     #: an ``overlap``'s GEMM: seconds TE's SM margin adds to it (:mod:`.tp_overlap`)
     margin: float = 0.0
+    #: compute: its kernels' (SM-limited s, memory-bound s, HBM B/s) beside a NCCL
+    #: collective (:mod:`clustersim.workload.comm_interference`); empty: the scalar slowdown
+    beside: tuple[float, float, float] = ()
 
 
 @dataclass(frozen=True)

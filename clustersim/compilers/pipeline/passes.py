@@ -180,9 +180,19 @@ class SegmentEmitter:
         dev, group = self.dev, self.group
         labels = self._labels(phase, mb)
 
-        def compute(duration: float, flops: float, deps: tuple[int, ...], label: str = self.name) -> Op:
+        def compute(
+            duration: float, flops: float, deps: tuple[int, ...], label: str = self.name, beside: tuple = ()
+        ) -> Op:
             return self.prog.add(
-                dev, "compute", COMPUTE, label, duration=duration, flops=flops, deps=deps, **labels
+                dev,
+                "compute",
+                COMPUTE,
+                label,
+                duration=duration,
+                flops=flops,
+                deps=deps,
+                beside=beside,
+                **labels,
             )
 
         def collective(
@@ -214,7 +224,7 @@ class SegmentEmitter:
         plan, st, r, t = self.plan, self.stage, self.r, self.t
         if seg.kind == "compute":  # an expert-parallel rank runs its own experts' work
             work = seg.ranks[plan.expert_rank(dev)] if seg.ranks else (seg.duration, seg.flops)
-            op = compute(*work, deps, f"{seg.name} {self.name}" if seg.name else self.name)
+            op = compute(*work, deps, f"{seg.name} {self.name}" if seg.name else self.name, seg.beside)
             return op, op, ()
         if seg.kind == "collective" and seg.group == "cp":  # Ulysses: over this rank's CP group
             cp_tag = f"cp it{self.it} s{st} r{r // plan.cp} t{t} {self.name} #{k}"

@@ -1,0 +1,45 @@
+"""What a NCCL collective overlapped with compute costs the kernels beside it: SMs and HBM.
+
+NCCL runs a collective as one CTA per channel (``enqueue.cc``: the kernel's grid is its
+channel count), each holding an SM for the whole call. On an 8-GPU NVSwitch node NCCL opens
+24 ring channels on A100 and H100 (rows of ``data/interference_measurements.csv``,
+:func:`~clustersim.hardware.interference.nccl_ctas`); a call runs all of them once it has
+24 × 512 threads × 64 B = 768 KiB (channels are dropped only while ``nBytes < nChannels ·
+nThreads · NCCL_SIMPLE_THREAD_THRESHOLD``) — a gradient bucket or a token all-to-all has
+far more. A kernel beside it:
+
+* a GEMM keeps the grid cuBLAS sized for every SM and runs it in waves of SMs − CTAs
+  (:func:`.gemm_interference.untold_slowdown`);
+* any other compute-bound kernel (fused attention: batch × heads × query tiles, many waves)
+  runs at the SM share, SMs / (SMs − CTAs);
+* a memory-bound kernel keeps its rate on the SMs left but loses the HBM bandwidth the
+  collective uses: NCCL reads what it sends and writes what it receives, ``R`` = 2 × its bus
+  bytes per rank over its time, so the kernel takes
+  ``HBM / (HBM − R)`` × its time.
+
+:func:`beside` prices one kernel as ``(SM-limited seconds, memory-bound seconds)``; a compute
+op carries its kernels' sums with the GPU's HBM bandwidth (:attr:`clustersim.program.Op.beside`)
+and the engine times it at the ``R`` of the collectives running on its GPU
+(:func:`~clustersim.hardware.interference.beside_factor`, at the rate of
+:func:`~clustersim.hardware.interference.hbm_rate`). Applied where a profile's default
+interference is on, the cluster is an NVSwitch node and the GPU has a CTA row
+(:func:`~clustersim.hardware.interference.nccl_ctas_for`); a stated
+``cluster.comm_compute_slowdown`` and the other cases keep the scalar SM rule.
+"""
+
+from __future__ import annotations
+
+from .cost_model import CostModel, gemm_batch
+from .gemm_interference import untold_slowdown
+from .ops import Work
+
+
+def beside(cm: CostModel, work: Work, seconds: float, ctas: int) -> tuple[float, float]:
+    """(SM-limited seconds, memory-bound seconds) of one kernel of ``seconds`` (``work``,
+    priced by ``cm``) beside a collective holding ``ctas`` SMs (module doc)."""
+    sms = cm.eff.sms
+    if work.gemm is None and work.attention is None:
+        return seconds, seconds
+    if work.gemm is not None and min(work.gemm) > 0:
+        return seconds * (untold_slowdown(cm.eff, work.gemm, gemm_batch(work), ctas) or 1.0), 0.0
+    return seconds * sms / (sms - ctas), 0.0
