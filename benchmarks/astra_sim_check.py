@@ -1,0 +1,234 @@
+"""clustersim's Chakra exports run in ASTRA-sim's analytical backend, side by side (issue 31).
+
+    python benchmarks/astra_sim_check.py --astra ASTRA_BIN [--examples DIR] [--only NAME]
+
+``ASTRA_BIN`` is ``AstraSim_Analytical_Congestion_Unaware`` as ``../shared/tools/astra-sim-build``
+builds it; ``--examples`` is ASTRA-sim's ``examples/`` folder (its collective microbenchmark
+traces). Nothing in the test suite depends on this script. Two parts:
+
+1. **ASTRA-sim's own collective traces** (8 NPUs, 1 MB: all-reduce, all-gather,
+   reduce-scatter, all-to-all) on ASTRA-sim's ``Ring_8npus`` network (50 GB/s, 500 ns per
+   link) run by both simulators. ASTRA-sim with its example system file (4 dataset splits,
+   one chunk in flight per dimension) and with one split; clustersim imports the same trace
+   (``model: {kind: trace}``) on a ``ring`` topology of the same links, the α-β collective
+   model, the ring algorithm, no NCCL protocol latency.
+2. **The shipped scenarios** of the pipeline and replicated modes, exported unfolded
+   (``export-chakra``; at most ``--max-ranks`` ranks, a larger one at a reduced data-parallel
+   degree, said on its line), each run in ASTRA-sim on a two-level switch network built from
+   the scenario's cluster (NVLink domain, then the NICs); prints whether it ran to completion
+   and both iteration times. The clusters differ in what each simulator prices (NCCL
+   protocols, contention, ASTRA-sim's chunking): the line is a runnability check and a
+   ratio, not a validation.
+
+ASTRA-sim prints ``sys[i] finished, T cycles`` per NPU (1 cycle = 1 ns); its time is the
+largest T.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import clustersim as cs
+from clustersim.scenario import read_yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+FINISHED = re.compile(r"sys\[(\d+)\] finished, (\d+) cycles")
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+#: ASTRA-sim's analytical backend reads "GB/s" as 2^30 bytes per second
+#: (astra-network-analytical 599a047 ``common/NetworkFunction.cpp`` ``bw_GBps_to_Bpns``)
+GIB = 2**30
+GIB_50 = 50.0 * GIB
+#: the shipped scenarios of modes ASTRA-sim can replay (parameter-server, multi-job and fault
+#: scenarios are refused by the export)
+SHIPPED = (
+    "quickstart",
+    "synthetic-4stage-1f1b",
+    "pipedream-vgg16-16xV100-10GbE",
+    "pipedream-vgg16-16xV100-10GbE-15-1",
+    "pipedream-vgg16-10GbE-straggler",
+    "hap-mixed-a100-v100",
+    "edgepipe-vit-large-4xT4-1GbE",
+    "fusionllm-gpt-1.3b-48gpu-3sites-wan",
+    "gpt-7.5b-64xh100-balanced",
+    "mixtral-8x7b-64xH100-ep8",
+    "llama3-70b-128k-cp8",
+    "megatron-162b-64gpu-search",
+    "gpt3-175b-1024xa100-balanced",
+    "deepseek-v3-2048xh800-dualpipe",
+)
+
+
+def system_config(splits: int, all_to_all: str = "ring", local_mem_bw: float = 1600) -> dict:
+    """ASTRA-sim's system file: ring collectives on every dimension (``all_to_all``: its
+    all-to-all implementation; ``local_mem_bw``: the GB/s its reductions read and write at),
+    replayed compute."""
+    ring = ["ring"]
+    return {
+        "scheduling-policy": "LIFO",
+        "endpoint-delay": 10,
+        "active-chunks-per-dimension": 1,
+        "preferred-dataset-splits": splits,
+        "all-reduce-implementation": ring,
+        "all-gather-implementation": ring,
+        "reduce-scatter-implementation": ring,
+        "all-to-all-implementation": [all_to_all],
+        "collective-optimization": "localBWAware",
+        "local-mem-bw": local_mem_bw,
+        "boost-mode": 0,
+    }
+
+
+def run_astra(
+    binary: Path, workload: Path, network: dict, splits: int, groups: Path | None, **system
+) -> float | None:
+    """ASTRA-sim's time in seconds (the last NPU's end), or None when an NPU never finished."""
+    with tempfile.TemporaryDirectory() as tmp:
+        t = Path(tmp)
+        (t / "system.json").write_text(json.dumps(system_config(splits, **system)))
+        (t / "memory.json").write_text(json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}))
+        (t / "network.yml").write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in network.items()))
+        cmd = [
+            str(binary),
+            f"--workload-configuration={workload}",
+            f"--system-configuration={t / 'system.json'}",
+            f"--remote-memory-configuration={t / 'memory.json'}",
+            f"--network-configuration={t / 'network.yml'}",
+        ]
+        if groups is not None and groups.is_file():
+            cmd.append(f"--comm-group-configuration={groups}")
+        # (in the scratch folder: ASTRA-sim writes its log/ folder into the working directory)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=tmp)
+    ends = {int(r): int(c) for r, c in FINISHED.findall(out.stdout + out.stderr)}
+    npus = 1
+    for n in network["npus_count"]:
+        npus *= n
+    return max(ends.values()) * 1e-9 if len(ends) == npus else None
+
+
+def ring_trace_scenario(folder: Path, npus: int) -> dict:
+    """clustersim on ASTRA-sim's ``Ring_<n>npus`` network: the trace in ``folder``."""
+    return {
+        "name": f"astra-ring-{folder.name}",
+        "cluster": {
+            "nodes": 1,
+            "gpus_per_node": npus,
+            "gpu": "H100-SXM5-80GB",
+            "intra_node": {"kind": "nvswitch", "bandwidth": GIB_50, "latency": 500e-9},
+            "topology": {"kind": "ring", "bandwidth": GIB_50, "latency": 500e-9},
+            "collective_protocols": None,
+            "collective_alpha": {"intra_node": 0.0, "inter_node": 0.0},  # ASTRA-sim has no software α
+        },
+        "model": {"kind": "trace", "chakra": str(folder)},
+        "training": {"global_batch": npus, "micro_batch": 1},
+        "simulation": {
+            "network": "analytical",
+            "collective_model": "analytical",
+            "collectives": {k: "ring" for k in ("all_reduce", "all_gather", "reduce_scatter")},
+        },
+    }
+
+
+def collective_rows(binary: Path, examples: Path) -> None:
+    print("ASTRA-sim's collective microbenchmarks, 8 NPUs, 1 MB, Ring_8npus (50 GB/s = 50·2^30 B/s, 500 ns):")
+    print("  ASTRA-sim: 1 split and no local-memory time (matched), 1 split at its example's 1600 GB/s")
+    print("  local memory, its example's 4 splits; all-to-all: its direct implementation (matched)")
+    head = ("clustersim", "matched", "local 1600", "4 splits", "ratio")
+    print(f"  {'collective':<16}" + "".join(f"{h:>13}" for h in head))
+    network = {"topology": ["Ring"], "npus_count": [8], "bandwidth": [50.0], "latency": [500.0]}
+    for kind in COLLECTIVES:
+        folder = examples / "workload" / "microbenchmarks" / kind / "8npus_1MB"
+        with tempfile.TemporaryDirectory() as tmp:  # clustersim reads <prefix>.<rank>.et from a folder
+            for f in folder.glob("*.et"):
+                (Path(tmp) / f.name).write_bytes(f.read_bytes())
+            ours = cs.simulate(ring_trace_scenario(Path(tmp), 8), progress=False).summary["iteration_time_s"]
+        # ASTRA-sim's ring all-to-all forwards n(n−1)/2 steps; its direct one is NCCL's pairwise
+        a2a = "direct" if kind == "all_to_all" else "ring"
+        matched = run_astra(binary, folder / kind, network, 1, None, all_to_all=a2a, local_mem_bw=1e9)
+        local = run_astra(binary, folder / kind, network, 1, None, all_to_all=a2a)
+        four = run_astra(binary, folder / kind, network, 4, None)
+        ratio = f"{ours / matched:.3f}" if matched else "-"
+        cells = [f"{ours * 1e6:.2f}µs", _us(matched), _us(local), _us(four), ratio]
+        print(f"  {kind:<16}" + "".join(f"{c:>13}" for c in cells))
+
+
+def _us(t: float | None) -> str:
+    return "deadlock" if t is None else f"{t * 1e6:.2f}µs"
+
+
+def cluster_network(sc) -> dict:
+    """A two-level switch network of ``sc``'s cluster: the NVLink domain, then the NICs
+    (per-GPU bandwidths at their efficiency, in ASTRA-sim's GB/s of 2^30 bytes; latencies in ns)."""
+    c = sc.resolved()["cluster"]
+    gpn, nodes = c["gpus_per_node"], sc.num_gpus // c["gpus_per_node"]
+    intra = c["intra_node"]
+    nic = c.get("nic") or {}
+    bw_in = intra["bandwidth"] * intra.get("efficiency", 1.0) / GIB
+    bw_out = nic.get("bandwidth", intra["bandwidth"]) * nic.get("efficiency", 1.0) / GIB
+    lat_in, lat_out = intra.get("latency", 1e-6) * 1e9, nic.get("latency", 1e-6) * 1e9
+    if nodes == 1:
+        return {"topology": ["Switch"], "npus_count": [gpn], "bandwidth": [bw_in], "latency": [lat_in]}
+    return {
+        "topology": ["Switch", "Switch"],
+        "npus_count": [gpn, nodes],
+        "bandwidth": [bw_in, bw_out],
+        "latency": [lat_in, lat_out],
+    }
+
+
+def shipped_rows(binary: Path, names: list[str], max_ranks: int) -> None:
+    print(
+        "Shipped scenarios exported unfolded, run in ASTRA-sim (two-level switch network from the cluster):"
+    )
+    for name in names:
+        raw = read_yaml(ROOT / "scenarios" / f"{name}.yaml")
+        sc = cs.load_scenario(raw)
+        note = ""
+        if sc.num_gpus > max_ranks:
+            p = raw.setdefault("parallel", {})
+            dp = sc.parallel.dp * max_ranks // sc.num_gpus
+            if dp < 1:
+                print(f"  {name}: {sc.num_gpus} ranks even at DP 1; skipped")
+                continue
+            raw["training"]["global_batch"] = sc.training.global_batch * dp // sc.parallel.dp
+            raw["cluster"]["nodes"] = raw["cluster"].get("nodes", 1) * dp // sc.parallel.dp
+            p["dp"], note = dp, f" (DP {sc.parallel.dp} → {dp})"
+            sc = cs.load_scenario(raw)
+        ours = cs.simulate(sc, progress=False).summary["iteration_time_s"]
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.perf_counter()
+            cs.export_chakra(sc, tmp)
+            export_s = time.perf_counter() - t0
+            theirs = run_astra(
+                binary, Path(tmp) / "trace", cluster_network(sc), 1, Path(tmp) / "comm_group.json"
+            )
+        verdict = "ran to completion" if theirs else "did NOT finish"
+        ratio = f", clustersim/ASTRA-sim {ours / theirs:.3f}" if theirs else ""
+        print(
+            f"  {name}{note}: {sc.num_gpus} ranks, {verdict}; clustersim {ours:.4f} s, "
+            f"ASTRA-sim {_us(theirs) if not theirs else f'{theirs:.4f} s'}{ratio} (export {export_s:.1f} s)"
+        )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--astra", type=Path, required=True, help="AstraSim_Analytical_Congestion_Unaware")
+    ap.add_argument("--examples", type=Path, help="ASTRA-sim's examples/ folder")
+    ap.add_argument("--only", action="append", help="a shipped scenario name (repeatable)")
+    ap.add_argument("--max-ranks", type=int, default=1024)
+    args = ap.parse_args()
+    if not args.astra.is_file():
+        sys.exit(f"{args.astra}: not an ASTRA-sim binary (build it with ../shared/tools/astra-sim-build)")
+    if args.examples is not None:
+        collective_rows(args.astra, args.examples)
+    shipped_rows(args.astra, args.only or list(SHIPPED), args.max_ranks)
+
+
+if __name__ == "__main__":
+    main()
