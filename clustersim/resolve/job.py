@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any
 
 import networkx as nx
@@ -143,15 +143,23 @@ class Job:
         """This job's :func:`job_identity`: equal for jobs that simulate alike."""
         return job_identity(self.resolved, self.costs, self.layer_costs)
 
-    @cached_property
+    @property
     def trace(self) -> Program | None:
+        """A trace model's Program (:attr:`trace_read`); None for every other model."""
+        return None if self.trace_read is None else self.trace_read[0]
+
+    @cached_property
+    def trace_read(self) -> tuple[Program, dict] | None:
         """A trace model's Program, read once from ``model.chakra`` (:mod:`clustersim.interop`;
-        its ranks must be the job's GPUs); None for every other model."""
+        its ranks must be the job's GPUs, nodes without a duration priced on ``cluster.gpu``),
+        and how many nodes were priced each way; None for every other model."""
         if self.model.kind != "trace":
             return None
-        from ..interop.chakra_import import import_chakra  # (protobuf: only trace models need it)
+        from ..interop.chakra_import import read_chakra  # (protobuf: only trace models need it)
+        from ..workload.cost_model import CostModel
 
-        return import_chakra(self.model.chakra, self.num_gpus)
+        cost = partial(CostModel.for_gpu, self.cluster.gpu, custom=self.cluster.custom_gpu)
+        return read_chakra(self.model.chakra, self.num_gpus, cost)
 
     @cached_property
     def transformer(self) -> TransformerConfig | None:
