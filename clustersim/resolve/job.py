@@ -151,15 +151,22 @@ class Job:
     @cached_property
     def trace_read(self) -> tuple[Program, dict] | None:
         """A trace model's Program, read once from ``model.chakra`` (:mod:`clustersim.interop`;
-        its ranks must be the job's GPUs, nodes without a duration priced on ``cluster.gpu``),
-        and how many nodes were priced each way; None for every other model."""
+        its ranks must be the job's GPUs, nodes without a duration priced on ``cluster.gpu``;
+        replayed at ``model.replay_dp`` ranks where set), and how many nodes were priced each
+        way (in the trace as read); None for every other model."""
         if self.model.kind != "trace":
             return None
         from ..interop.chakra_import import read_chakra  # (protobuf: only trace models need it)
         from ..workload.cost_model import CostModel
 
         cost = partial(CostModel.for_gpu, self.cluster.gpu, custom=self.cluster.custom_gpu)
-        return read_chakra(self.model.chakra, self.num_gpus, cost)
+        dp = self.model.replay_dp
+        prog, counts = read_chakra(self.model.chakra, self.num_gpus if dp is None else None, cost)
+        if dp is not None:
+            from ..interop.chakra_rescale import replay_at_dp
+
+            prog = replay_at_dp(prog, dp)
+        return prog, counts
 
     @cached_property
     def transformer(self) -> TransformerConfig | None:
