@@ -1,20 +1,26 @@
 """An imported trace replayed at another data-parallel degree (``model.replay_dp``).
 
-A data-parallel trace of N ranks holds, per rank, one replica's work on its own micro-batches
-and the collectives that join the replicas (the gradient all-reduce, ZeRO's reduce-scatters
-and all-gathers) over all N ranks. Replayed at D ranks, each rank keeps its micro-batches —
-the global batch grows by D/N — so rank r runs the ops of traced rank r mod N unchanged (the
-same compute times, memory moves and static memory) and every collective spans the D ranks:
-its buffer (clustersim's ``nbytes``, the whole tensor reduced or gathered) is the model's,
-unchanged, and the cluster's collective algorithms time it over the new group — as a
-scenario compiled natively at D ranks does.
+A data-parallel trace holds D replicas of the model, each of P ranks (P = 1 without a
+pipeline; the ranks of a pipeline replica are joined by its sends and receives and labelled
+by ``clustersim.stage``), each replica working on its own micro-batches, and collectives of
+two kinds: over one rank of every replica at the same stage (the gradient all-reduce,
+ZeRO's reduce-scatters and all-gathers: the data-parallel groups) or within one replica (a
+tied embedding's all-reduce between its first and last stage). Replayed at D' replicas,
+each keeps its micro-batches — the global batch grows by D'/D — so replica j' runs the ops
+of traced replica j' mod D unchanged (the same compute times, memory moves and static
+memory); a data-parallel collective spans the D' ranks of its stage, its buffer (clustersim's
+``nbytes``, the whole tensor reduced or gathered) the model's, unchanged, timed by the
+cluster's collective algorithms over the new group — as a scenario compiled natively at D'
+replicas is. The ranks are laid out as the trace lays them: stage-major (rank = stage
+position × D + replica, clustersim's layout) or replica-major (replica × P + position).
 
-Refused, with the reason (:class:`~clustersim.errors.ScenarioError` on ``model.replay_dp``):
-a trace with sends or receives (a pipeline: its degree is not changed, and its replicas are
-not re-laid here), a collective over fewer than all ranks (tensor, expert or context
-parallel groups, whose size is the model's split, not the batch's), a dependency across
-ranks, a non-GPU device (a parameter server), a folded Program (``arrivals``, ``shadows``)
-and an uneven all-to-all (its byte matrix is per member).
+The pipeline degree is the trace's: its stages are the partition of the model the trace
+recorded, which a replay cannot re-cut. Refused, with the reason (:class:`ScenarioError` on
+``model.replay_dp``): sends in a trace whose ops carry no ``clustersim.stage`` label,
+replicas of different shapes or a layout of neither kind, a collective neither within one
+replica nor over one rank of each (a tensor-, expert- or context-parallel group, whose size
+is the model's split, not the batch's), a dependency across ranks, a non-GPU device (a
+parameter server), a folded Program (``arrivals``, ``shadows``) and an uneven all-to-all.
 """
 
 from __future__ import annotations
@@ -26,55 +32,124 @@ FIELD = "model.replay_dp"
 
 
 def replay_at_dp(prog: Program, dp: int) -> Program:
-    """``prog`` (a data-parallel trace, one rank per replica) replayed on ``dp`` ranks
-    (module docstring)."""
-    n = prog.num_devices
+    """``prog`` replayed at ``dp`` data-parallel replicas (module docstring)."""
     _check(prog, dp)
-    new_id: dict[tuple[int, int], int] = {}
-    copies = [[r for r in range(dp) if r % n == d] for d in range(n)]
+    replicas = _replicas(prog, dp)
+    traced, size = len(replicas), len(replicas[0])
+    place = _layout(replicas, dp)
+    where = {rank: (j, p) for j, ranks in enumerate(replicas) for p, rank in enumerate(ranks)}
+    kinds = {op.tag: _group_kind(prog, op, where, traced, dp) for op in prog.ops if op.kind == COLLECTIVE}
+    copies: list[list[int]] = [[] for _ in range(prog.num_devices)]  # traced rank → new replicas
+    for j in range(dp):
+        for p in range(size):
+            copies[place(j % traced, p, traced)].append(j)
+    new_id = {}
     for op in prog.ops:
-        for r in copies[op.device]:
-            new_id[op.id, r] = len(new_id)
-    out = Program(dp)
-    everyone = tuple(range(dp))
+        for j in copies[op.device]:
+            new_id[op.id, j] = len(new_id)
+    out = Program(size * dp)
     for op in prog.ops:
-        for r in copies[op.device]:
+        p = where[op.device][1]
+        for j in copies[op.device]:
             copy = type(op).from_row(op.row())
-            copy.id, copy.device = new_id[op.id, r], r
-            copy.deps = tuple(new_id[d, r] for d in op.deps)
-            if op.kind == COLLECTIVE:
-                copy.group = everyone
+            copy.id, copy.device = new_id[op.id, j], place(j, p, dp)
+            copy.deps = tuple(new_id[d, j] for d in op.deps)
+            if op.kind in (SEND, RECV):
+                copy.peer = new_id[op.peer, j]
+            if op.kind == COLLECTIVE and kinds[op.tag] == "dp":
+                copy.group = tuple(place(k, p, dp) for k in range(dp))
+            elif op.kind == COLLECTIVE:
+                copy.group = tuple(place(j, where[m][1], dp) for m in op.group)
+            if j >= traced and (op.kind != COLLECTIVE or kinds[op.tag] != "dp"):
+                copy.tag = f"{op.tag} @replica{j}"  # a copied replica's own collective
             out.append(copy)
-    out.static_memory = [prog.static_memory[r % n] for r in range(dp)]
+    for j in range(dp):
+        for p in range(size):
+            out.static_memory[place(j, p, dp)] = prog.static_memory[place(j % traced, p, traced)]
     out.check()
     return out
 
 
 def _check(prog: Program, dp: int) -> None:
-    """Refuse what :func:`replay_at_dp` cannot give a meaning (module docstring)."""
-    n = prog.num_devices
+    """Refuse a Program no replica structure can be read from (module docstring)."""
     if not all(name == f"gpu{d}" for d, name in enumerate(prog.device_names)):
         _refuse(dp, f"the trace runs on {prog.device_names} — a device that is no GPU (a parameter server)")
-    p2p = next((op for op in prog.ops if op.kind in (SEND, RECV)), None)
-    if p2p is not None:
-        _refuse(
-            dp,
-            f"the trace sends between ranks ({p2p.name!r} on rank {p2p.device}): a pipeline, whose "
-            "replicas this replay does not re-lay; accepted: a data-parallel trace (collectives only)",
-        )
-    everyone = tuple(range(n))
     for op in prog.ops:
-        if op.kind == COLLECTIVE and tuple(sorted(op.group)) != everyone:
-            _refuse(
-                dp,
-                f"collective {op.name!r} (rank {op.device}) spans ranks {list(op.group)}, not all {n}: a "
-                "tensor-, expert- or context-parallel group, sized by the model's split, not the batch",
-            )
         if op.arrivals or op.shadows or op.split or op.source >= 0:
             _refuse(dp, f"op {op.name!r} is folded or an uneven all-to-all; accepted: an unfolded trace")
         if any(prog.ops[d].device != op.device for d in op.deps):
             _refuse(dp, f"op {op.name!r} on rank {op.device} depends on another rank's op")
 
 
-def _refuse(dp: int, why: str) -> None:
+def _replicas(prog: Program, dp: int) -> list[list[int]]:
+    """The ranks of each replica — joined by sends — ordered by stage, replicas by their
+    first rank; refused unless the ranks of a pipeline carry stage labels and every replica
+    holds the same stages."""
+    parent = list(range(prog.num_devices))
+
+    def root(r: int) -> int:
+        while parent[r] != r:
+            r = parent[r]
+        return r
+
+    stages: list[set] = [set() for _ in range(prog.num_devices)]
+    sends = False
+    for op in prog.ops:
+        stages[op.device].add(op.stage)
+        if op.kind == SEND:
+            sends = True
+            parent[root(op.device)] = root(prog.ops[op.peer].device)
+    if sends and any(-1 in s for s in stages):
+        rank = next(r for r, s in enumerate(stages) if -1 in s)
+        _refuse(
+            dp,
+            f"the trace sends between ranks but rank {rank}'s ops carry no clustersim.stage label, "
+            "so its pipeline stages cannot be told apart; accepted: a trace clustersim exported, or "
+            "one without sends",
+        )
+    groups: dict[int, list[int]] = {}
+    for r in range(prog.num_devices):
+        groups.setdefault(root(r), []).append(r)
+    replicas = sorted(sorted(g, key=lambda r: (min(stages[r]), r)) for g in groups.values())
+    shape = [stages[r] for r in replicas[0]]
+    for ranks in replicas:
+        if [stages[r] for r in ranks] != shape:
+            _refuse(dp, f"replicas {replicas[0]} and {ranks} hold different stages; accepted: equal replicas")
+    return replicas
+
+
+def _layout(replicas: list[list[int]], dp: int):
+    """``place(replica, position, replicas)`` → rank, in the trace's layout: stage-major or
+    replica-major (refused if it is neither)."""
+    traced, size = len(replicas), len(replicas[0])
+
+    def stage_major(j: int, p: int, d: int) -> int:
+        return p * d + j
+
+    def replica_major(j: int, p: int, d: int) -> int:
+        return j * size + p
+
+    for place in (stage_major, replica_major):
+        if all(replicas[j][p] == place(j, p, traced) for j in range(traced) for p in range(size)):
+            return place
+    return _refuse(dp, f"replicas {replicas[:4]} are laid out neither stage-major nor replica-major")
+
+
+def _group_kind(prog: Program, op, where: dict, traced: int, dp: int) -> str:
+    """``dp``: a collective over one rank of each replica at one position; ``replica``: one
+    within a replica; anything else is refused."""
+    spots = [where[m] for m in op.group]
+    if len({p for _, p in spots}) == 1 and sorted(j for j, _ in spots) == list(range(traced)):
+        return "dp"
+    if len({j for j, _ in spots}) == 1:
+        return "replica"
+    return _refuse(
+        dp,
+        f"collective {op.name!r} (rank {op.device}) spans ranks {list(op.group)}, neither one rank of each "
+        f"of the {traced} replicas nor one replica: a tensor-, expert- or context-parallel group, sized by "
+        "the model's split, not the batch",
+    )
+
+
+def _refuse(dp: int, why: str):
     raise ScenarioError(FIELD, dp, f"the trace cannot be replayed at another data-parallel degree: {why}")

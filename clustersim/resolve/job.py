@@ -19,6 +19,7 @@ from typing import Any
 
 import networkx as nx
 
+from ..errors import ScenarioError
 from ..hardware.node_groups import device_specs
 from ..parallel.compression import Compression, compression_of
 from ..parallel.data_parallel import DataParallel
@@ -166,6 +167,13 @@ class Job:
             from ..interop.chakra_rescale import replay_at_dp
 
             prog = replay_at_dp(prog, dp)
+            if prog.num_devices != self.num_gpus:
+                raise ScenarioError(
+                    "model.replay_dp",
+                    dp,
+                    f"the trace replayed at {dp} replicas of {prog.num_devices // dp} rank(s) runs on "
+                    f"{prog.num_devices} GPUs; the job has {self.num_gpus}",
+                )
         return prog, counts
 
     @cached_property

@@ -28,11 +28,12 @@ def check_model_files(spec: ScenarioSpec) -> None:
         gpus = job_gpus(spec)
         if model.replay_dp is None:
             check_rank_count(model.chakra, gpus)
-        elif model.replay_dp != gpus:
+        elif gpus % model.replay_dp:
             raise ScenarioError(
                 "model.replay_dp",
                 model.replay_dp,
-                f"a data-parallel trace replayed at replay_dp ranks runs on that many GPUs; the job has {gpus}",
+                f"a trace replayed at replay_dp replicas runs on a multiple of that many GPUs (replay_dp × "
+                f"the ranks of one replica); the job has {gpus}",
             )
     elif model.kind == "transformer" and model.hf_config:
         check_hf_ranges(model.hf_config)
