@@ -33,22 +33,21 @@ from __future__ import annotations
 import heapq
 import re
 import warnings
-from collections import defaultdict, deque
+from collections import defaultdict
 from pathlib import Path
 
 from ..errors import ProgramError, ScenarioError, ScenarioWarning
 from ..program import COLLECTIVE, COMPUTE, RECV, SEND, Program
-from ..reader import read_json_file
 from . import chakra_pytorch as pytorch
 from . import chakra_values as values
 from .chakra_attrs import OWN, attrs_of
-from .chakra_export import COMM_GROUPS, COMM_TYPE, NODE_TYPE
+from .chakra_export import NODE_TYPE
 from .chakra_file import FIELD, read_metadata, read_trace
+from .chakra_groups import collective, comm_groups, pair
 from .chakra_pricing import Pricer
 from .chakra_schema import NODE_TYPES
 
 _KIND = {number: kind for kind, number in NODE_TYPE.items()}
-_COLLECTIVE = {number: kind for kind, number in COMM_TYPE.items()}
 _TYPE_NAME = {number: name for name, number in NODE_TYPES.items()}
 _LANE = {COMPUTE: "compute", SEND: "send", RECV: "recv", COLLECTIVE: "comm"}
 _MEMORY = {NODE_TYPES["MEM_LOAD_NODE"], NODE_TYPES["MEM_STORE_NODE"]}
@@ -228,10 +227,10 @@ def read_chakra(folder: str | Path, num_gpus: int | None = None, cost=None) -> t
         check_rank_count(folder, num_gpus)
     ranks = [_Rank(r, p) for r, p in enumerate(paths)]
     names = [_device_name(rk.rank, rk.meta_attrs) for rk in ranks]
-    groups = _comm_groups(Path(folder), ranks)
+    groups = comm_groups(Path(folder), ranks)
     order = _merge(ranks)
     new_id = {(rk.rank, node.id): i for i, (rk, node) in enumerate(order)}
-    peers = _pair(order, new_id, len(ranks), groups)
+    peers = pair(order, new_id, len(ranks), groups)
     pricer = Pricer(cost)
     prog = Program(len(ranks), names)
     for rk in ranks:
@@ -258,7 +257,7 @@ def read_chakra(folder: str | Path, num_gpus: int | None = None, cost=None) -> t
             fields["peer"] = peers[i]
             fields["tag"] = rk.attr(node, OWN + "tag", "")
         elif kind == COLLECTIVE:
-            fields.update(_collective(rk, node, groups, seen))
+            fields.update(collective(rk, node, groups, seen))
         gathered = fields.get("collective") == "all_gather"
         fields.update(_quantities(rk, node, kind, pricer, len(fields["group"]) if gathered else 1))
         fields.update(_device_lists(rk, node, kind, len(ranks), fields.get("group", ())))
@@ -321,13 +320,15 @@ def _quantities(rk: _Rank, node, kind: str, pricer: Pricer, members: int = 1) ->
         if rk.own or micros > 0:  # clustersim's own file states every op's time, 0 s too
             pricer.measured()
         elif node.type in _MEMORY:
-            micros = pricer.memory(fail, node, rk.attrs[node.id])
+            micros = values.seconds(fail, "(priced) seconds", pricer.memory(fail, node, rk.attrs[node.id]))
         else:
             cpu = rk.cpu(node)
             micros, priced = pricer.compute(
                 fail, node, rk.attrs[node.id], cpu, None if cpu else rk.launcher(node)
             )
-            out["flops"] = out["flops"] or float(priced)  # a kernel the tables identify: its FLOPs
+            micros = values.seconds(fail, "(priced from its FLOPs, bytes or shapes) seconds", micros)
+            # a kernel the tables identify: the FLOPs of its shapes
+            out["flops"] = out["flops"] or float(values.flops(fail, "(of its shapes) FLOPs", priced))
         out["duration"] = values.seconds(fail, OWN + "duration_s", rk.attr(node, OWN + "duration_s", micros))
     else:
         size = rk.attr(node, OWN + "nbytes")
@@ -382,104 +383,3 @@ def _merge(ranks: list[_Rank]) -> list[tuple[_Rank, object]]:
         if k + 1 < len(rk.order):
             heapq.heappush(heads, (rk.order[k + 1].id, r, k + 1))
     return out
-
-
-def _pair(order, new_id, n: int, groups: dict) -> dict[int, int]:
-    """Each send's and recv's peer (new op ids), matched by (src, dst, tag) in order; an
-    end not given is the other rank of the node's two-rank process group."""
-    pending: dict[tuple, dict[str, deque]] = defaultdict(lambda: {SEND: deque(), RECV: deque()})
-    peers: dict[int, int] = {}
-    where: dict[int, tuple] = {}
-    for i, (rk, node) in enumerate(order):
-        kind = rk.kind(node)
-        if kind not in (SEND, RECV):
-            continue
-        field = "comm_dst" if kind == SEND else "comm_src"
-        other = rk.attr(node, field)
-        if other is None:
-            pg = rk.attr(node, "pg_name")
-            if pg is None:
-                rk.fail(node, f"has neither {field} nor a pg_name whose process group defines it")
-            other = pytorch.peer(rk.failing(node), rk.rank, _group(rk, node, groups, pg), field, pg)
-        if not 0 <= other < n:
-            rk.fail(node, f"its peer rank {other} is not one of the trace's ranks 0..{n - 1}")
-        src, dst = (rk.rank, other) if kind == SEND else (other, rk.rank)
-        key = (src, dst, rk.attr(node, "comm_tag", 0))
-        mine, theirs = pending[key][kind], pending[key][RECV if kind == SEND else SEND]
-        if theirs:
-            j = theirs.popleft()
-            peers[i], peers[j] = j, i
-        else:
-            mine.append(i)
-            where[i] = (rk, node)
-    for key, sides in pending.items():
-        for kind, left in sides.items():
-            if left:
-                rk, node = where[left[0]]
-                want = "recv on rank" if kind == SEND else "send from rank"
-                rk.fail(
-                    node,
-                    f"{kind} of tag {key[2]} has no matching {want} {key[1] if kind == SEND else key[0]}",
-                )
-    return peers
-
-
-def _collective(rk: _Rank, node, groups: dict, seen: dict) -> dict:
-    comm_type = rk.attr(node, "comm_type", required=True)
-    if comm_type not in _COLLECTIVE:
-        rk.fail(node, f"comm_type {comm_type} has no clustersim collective; known: {sorted(_COLLECTIVE)}")
-    pg = rk.attr(node, "pg_name", "")
-    group = _group(rk, node, groups, pg)
-    dims = rk.attr(node, "involved_dim")
-    if dims is not None and not all(dims):
-        rk.fail(
-            node,
-            f"involved_dim {dims} leaves out dimensions of ASTRA-sim's network, which clustersim's "
-            "topology does not have; accepted: every dimension true, or a pg_name naming the ranks",
-        )
-    if rk.rank not in group:
-        rk.fail(node, f"its rank {rk.rank} is not in group {pg!r} {list(group)}")
-    k = seen[rk.rank, pg]
-    seen[rk.rank, pg] = k + 1
-    return {
-        "collective": _COLLECTIVE[comm_type],
-        "group": group,
-        "tag": rk.attr(node, OWN + "tag", f"{pg or 'all'}#{k}"),
-    }
-
-
-def _group(rk: _Rank, node, groups: dict, pg: str) -> tuple[int, ...]:
-    """The ranks of process group ``pg`` ("" or an undeclared ``"0"``, ASTRA-sim's default
-    group: every rank)."""
-    if pg and pg in groups:
-        return tuple(groups[pg])
-    if pg not in ("", "0"):
-        rk.fail(
-            node,
-            f"pg_name {pg!r} is not in {COMM_GROUPS} nor a METADATA_NODE (groups: {sorted(groups)[:6]})",
-        )
-    return tuple(range(groups[""]))
-
-
-def _comm_groups(folder: Path, ranks: list[_Rank]) -> dict:
-    """``comm_group.json`` checked (each group a list of distinct ranks of the trace) and
-    the process groups of every rank's METADATA_NODEs (:func:`.chakra_pytorch.process_groups`),
-    which must agree; the key ``""`` holds the rank count, the group of a collective without
-    ``pg_name``."""
-    n = len(ranks)
-    path = folder / COMM_GROUPS
-    groups = read_json_file(path, FIELD) if path.is_file() else {}
-    if not isinstance(groups, dict):
-        raise ScenarioError(FIELD, str(path), "expected a JSON object {pg_name: [ranks]}")
-    for name, members in groups.items():
-        if not (isinstance(members, list) and all(isinstance(r, int) and 0 <= r < n for r in members)):
-            raise ScenarioError(FIELD, str(path), f"group {name!r}: expected a list of ranks 0..{n - 1}")
-    for rk in ranks:
-        for node in rk.by_id.values():
-            if node.type != NODE_TYPES["METADATA_NODE"]:
-                continue
-            for name, members in pytorch.process_groups(rk.failing(node), node, n).items():
-                if name in groups and tuple(groups[name]) != members:
-                    rk.fail(node, f"process group {name!r} {list(members)} differs from {list(groups[name])}")
-                groups[name] = members
-    return {**groups, "": n}
