@@ -6,11 +6,16 @@ device r (``gpu{r}``); the engine then maps sends and recvs onto the network and
 collectives onto the fabric with the cluster's collective algorithms, so a trace taken on
 one cluster runs on another topology. What is read (docs/interop.md):
 
-* ``COMP_NODE`` → a compute op of ``duration_micros`` (``num_ops`` FLOPs);
+* ``COMP_NODE`` → a compute op of ``duration_micros`` (``num_ops`` FLOPs), a node without
+  one priced on the scenario's GPU (:mod:`.chakra_pricing`); one with ``is_cpu_op`` (as is
+  any host-side communication call) on the rank's host lane, beside its GPU lanes;
+  ``MEM_LOAD_NODE``/``MEM_STORE_NODE`` → a move of ``tensor_size`` bytes on the memory lane;
+  ``METADATA_NODE`` → the process groups it lists (:mod:`.chakra_pytorch`), no op;
   ``COMM_SEND_NODE``/``COMM_RECV_NODE`` → a send/recv of ``comm_size`` bytes, paired by
-  (``comm_src``, ``comm_dst``, ``comm_tag``) in file order, as MPI matches messages;
+  (``comm_src``, ``comm_dst``, ``comm_tag``) in file order, as MPI matches messages (an end
+  not given: the other rank of the node's two-rank ``pg_name``);
   ``COMM_COLL_NODE`` → a collective of ``comm_type`` over ``pg_name``'s ranks (all ranks
-  without one), the k-th of a group on every rank being one collective, of ``comm_size``
+  without one, or with ASTRA-sim's default group ``"0"`` undeclared), the k-th of a group on every rank being one collective, of ``comm_size``
   bytes as ASTRA-sim reads them (an all-gather's is one rank's contribution: the op moves
   ``comm_size`` × group size, :func:`.chakra_export.per_rank_factor`);
 * ``data_deps`` and ``ctrl_deps`` → dependencies (a ctrl dep on the op just before on the
@@ -27,22 +32,27 @@ from __future__ import annotations
 
 import heapq
 import re
-from collections import defaultdict, deque
+import warnings
+from collections import defaultdict
 from pathlib import Path
 
-from ..errors import ProgramError, ScenarioError
+from ..errors import ProgramError, ScenarioError, ScenarioWarning
 from ..program import COLLECTIVE, COMPUTE, RECV, SEND, Program
-from ..reader import read_json_file
+from . import chakra_pytorch as pytorch
 from . import chakra_values as values
 from .chakra_attrs import OWN, attrs_of
-from .chakra_export import COMM_GROUPS, COMM_TYPE, NODE_TYPE
+from .chakra_export import NODE_TYPE
 from .chakra_file import FIELD, read_metadata, read_trace
+from .chakra_groups import collective, comm_groups, pair
+from .chakra_pricing import Pricer
 from .chakra_schema import NODE_TYPES
 
 _KIND = {number: kind for kind, number in NODE_TYPE.items()}
-_COLLECTIVE = {number: kind for kind, number in COMM_TYPE.items()}
 _TYPE_NAME = {number: name for name, number in NODE_TYPES.items()}
 _LANE = {COMPUTE: "compute", SEND: "send", RECV: "recv", COLLECTIVE: "comm"}
+_MEMORY = {NODE_TYPES["MEM_LOAD_NODE"], NODE_TYPES["MEM_STORE_NODE"]}
+#: node types that are no op: their dependencies pass through them
+_NO_OP = {NODE_TYPES["INVALID_NODE"], NODE_TYPES["METADATA_NODE"]}
 _RANK_FILE = re.compile(r"^(?P<prefix>.*)\.(?P<rank>\d+)\.et$")
 #: clustersim.* attributes copied onto the Op as they are
 _OP_FIELDS = (
@@ -97,20 +107,69 @@ class _Rank:
                 self.fail(node, "the id is used by an earlier node too")
             self.by_id[node.id] = node
         self.attrs = {n.id: attrs_of(n) for n in nodes}
+        # Chakra's PyTorch converter (its GlobalMetadata names the PyTorch trace ``schema``)
+        # writes a node's caller as its ctrl dep and the execution order as data deps
+        # (``convert_ctrl_dep_to_data_dep``): there, only data deps are waits, as in Chakra's feeder
+        self.call_tree = "schema" in self.meta_attrs
+        self.callers = {n.id: list(n.ctrl_deps) for n in nodes} if self.call_tree else {}
+        for node in nodes if self.call_tree else ():
+            del node.ctrl_deps[:]
         for node in nodes:
-            if node.type not in _KIND:
-                what = _TYPE_NAME.get(node.type)
+            if node.type not in _TYPE_NAME:
                 self.fail(
                     node,
-                    f"node type {what or node.type} is {'not simulated' if what else 'unknown'}; "
-                    f"clustersim reads {', '.join(_TYPE_NAME[t] for t in _KIND)}",
+                    f"node type {node.type} is unknown; Chakra's et_def.proto defines "
+                    f"{', '.join(f'{t} {n}' for t, n in sorted(_TYPE_NAME.items()))}",
                 )
-            for dep in (*node.data_deps, *node.ctrl_deps):
+            for dep in (*node.data_deps, *(() if self.call_tree else node.ctrl_deps)):
                 if dep not in self.by_id:
                     self.fail(node, f"depends on node {dep}, which this file does not hold")
+        self.own = OWN + "rank" in self.meta_attrs
         # clustersim's own file lists a device's ops in Program order, which is its lanes'
         # order (a dep may point forward); another producer's nodes run in dependency order
-        self.order = nodes if OWN + "rank" in self.meta_attrs else self._topological(nodes)
+        order = nodes if self.own else self._topological(nodes)
+        self.order = [n for n in order if n.type not in _NO_OP]
+        self.through: dict[int, list[int]] = {}  # a no-op node → the ops it stands for as a dep
+        for node in order:
+            if node.type in _NO_OP:
+                self.through[node.id] = self.deps_of(node.data_deps)
+
+    def deps_of(self, ids) -> list[int]:
+        """Node ids ``ids`` with each no-op node replaced by what it depends on."""
+        out: list[int] = []
+        for i in ids:
+            for d in self.through.get(i, (i,)):
+                if d not in out:
+                    out.append(d)
+        return out
+
+    def cpu(self, node) -> bool:
+        """Whether ``node`` ran on the host (:func:`.chakra_pytorch.is_cpu_op`)."""
+        return pytorch.is_cpu_op(self.attrs[node.id])
+
+    def kind(self, node) -> str:
+        """The Program kind of ``node``: a host-side communication call is compute (its
+        host time; the GPU kernel it launches is the communication)."""
+        if node.type in _MEMORY or (not self.own and self.cpu(node)):
+            return COMPUTE
+        return _KIND[node.type]
+
+    def lane(self, node) -> str:
+        """The lane ``node`` runs on: the one clustersim's export names, else the host lane
+        for a CPU op, the memory lane for a load/store, else the lane of its kind."""
+        if node.type in _MEMORY:
+            default = pytorch.MEMORY_LANE
+        elif not self.own and self.cpu(node):
+            default = pytorch.HOST_LANE
+        else:
+            default = _LANE[_KIND[node.type]]
+        return self.attr(node, OWN + "lane", default)
+
+    def launcher(self, node):
+        """The host op that launched a GPU node — its caller in a PyTorch trace's call tree —
+        or None."""
+        caller = self.by_id.get(next(iter(self.callers.get(node.id, ())), None))
+        return caller if caller is not None and self.cpu(caller) else None
 
     def fail(self, node, why: str):
         raise ScenarioError(FIELD, str(self.path), f"node {node.id} ({node.name!r}): {why}")
@@ -151,19 +210,28 @@ class _Rank:
         return value
 
 
-def import_chakra(folder: str | Path, num_gpus: int | None = None) -> Program:
+def import_chakra(folder: str | Path, num_gpus: int | None = None, cost=None) -> Program:
     """The checked Program of the Chakra traces in ``folder`` (module docstring); with
     ``num_gpus``, the ranks must be that many GPUs (plus any non-GPU device, such as a
-    parameter server, that clustersim's own export names)."""
+    parameter server, that clustersim's own export names); ``cost``: a function making the
+    :class:`~clustersim.workload.cost_model.CostModel` that prices nodes without a
+    duration, called on first need (None: they run as 0 s, counted and warned of)."""
+    return read_chakra(folder, num_gpus, cost)[0]
+
+
+def read_chakra(folder: str | Path, num_gpus: int | None = None, cost=None) -> tuple[Program, dict]:
+    """:func:`import_chakra`'s Program and how many compute and memory nodes were priced
+    each way (``{"trace_nodes_measured": …}``, :data:`.chakra_pricing.WAYS`)."""
     paths = rank_files(folder)
     if num_gpus is not None:
         check_rank_count(folder, num_gpus)
     ranks = [_Rank(r, p) for r, p in enumerate(paths)]
     names = [_device_name(rk.rank, rk.meta_attrs) for rk in ranks]
-    groups = _comm_groups(Path(folder), len(ranks))
+    groups = comm_groups(Path(folder), ranks)
     order = _merge(ranks)
     new_id = {(rk.rank, node.id): i for i, (rk, node) in enumerate(order)}
-    peers = _pair(order, new_id, len(ranks))
+    peers = pair(order, new_id, len(ranks), groups)
+    pricer = Pricer(cost)
     prog = Program(len(ranks), names)
     for rk in ranks:
         mem = rk.meta_attrs.get(OWN + "static_memory")
@@ -172,12 +240,11 @@ def import_chakra(folder: str | Path, num_gpus: int | None = None) -> Program:
     seen: dict[tuple[int, str], int] = defaultdict(int)  # collectives of a group met so far, per rank
     last_on_lane: dict[tuple[int, str], int] = {}
     for i, (rk, node) in enumerate(order):
-        kind = _KIND[node.type]
-        lane = rk.attr(node, OWN + "lane", _LANE[kind])
+        kind, lane = rk.kind(node), rk.lane(node)
         before = last_on_lane.get((rk.rank, lane))
-        deps = [new_id[rk.rank, d] for d in node.data_deps]
+        deps = [new_id[rk.rank, d] for d in rk.deps_of(node.data_deps)]
         serial = rk.attr(node, OWN + "serial", [])  # ASTRA-sim's chain (chakra_serial), not the Program's
-        ctrl = (new_id[rk.rank, d] for d in node.ctrl_deps if d not in serial)
+        ctrl = (new_id[rk.rank, d] for d in rk.deps_of(node.ctrl_deps) if d not in serial)
         deps += [c for c in ctrl if c != before and c not in deps]
         remote = rk.attr(node, OWN + "remote_deps", [])
         for r, d in zip(remote[::2], remote[1::2]):
@@ -190,9 +257,9 @@ def import_chakra(folder: str | Path, num_gpus: int | None = None) -> Program:
             fields["peer"] = peers[i]
             fields["tag"] = rk.attr(node, OWN + "tag", "")
         elif kind == COLLECTIVE:
-            fields.update(_collective(rk, node, groups, seen))
+            fields.update(collective(rk, node, groups, seen))
         gathered = fields.get("collective") == "all_gather"
-        fields.update(_quantities(rk, node, kind, len(fields["group"]) if gathered else 1))
+        fields.update(_quantities(rk, node, kind, pricer, len(fields["group"]) if gathered else 1))
         fields.update(_device_lists(rk, node, kind, len(ranks), fields.get("group", ())))
         op = prog.add(rk.rank, lane, kind, node.name, **fields)
         last_on_lane[rk.rank, lane] = op.id
@@ -200,7 +267,18 @@ def import_chakra(folder: str | Path, num_gpus: int | None = None) -> Program:
         prog.check()
     except ProgramError as exc:
         raise ScenarioError(FIELD, str(folder), f"the traces do not form a runnable program: {exc}") from None
-    return prog
+    left = pricer.counts["unpriced"]
+    if left:
+        warnings.warn(
+            ScenarioWarning(
+                FIELD,
+                str(folder),
+                f"holds {left} node(s) with no duration and nothing to price them by, run as 0 s "
+                f"(trace_nodes_unpriced; the first: {pricer.unpriced})",
+            ),
+            stacklevel=2,
+        )
+    return prog, {f"trace_nodes_{way}": n for way, n in pricer.counts.items()}
 
 
 def check_rank_count(folder: str | Path, num_gpus: int) -> None:
@@ -215,7 +293,8 @@ def check_rank_count(folder: str | Path, num_gpus: int) -> None:
             FIELD,
             str(folder),
             f"the trace has {gpus} GPU ranks ({paths[0].name} …); the cluster has {num_gpus} GPUs "
-            "(accepted: a cluster, or parallel.gpus, of as many GPUs as the trace has ranks)",
+            "(accepted: a cluster, or parallel.gpus, of as many GPUs as the trace has ranks; "
+            "model.replay_dp replays a data-parallel trace at another number of replicas)",
         )
 
 
@@ -225,19 +304,33 @@ def _device_name(rank: int, meta_attrs: dict) -> str:
     return name if isinstance(name, str) else f"gpu{rank}"
 
 
-def _quantities(rk: _Rank, node, kind: str, members: int = 1) -> dict:
-    """A node's seconds, FLOPs and bytes, each checked (:mod:`.chakra_values`); ``members``:
-    how many ranks an all-gather's ``comm_size`` is multiplied by (1 for every other op)."""
+def _quantities(rk: _Rank, node, kind: str, pricer: Pricer, members: int = 1) -> dict:
+    """A node's seconds, FLOPs and bytes, each checked (:mod:`.chakra_values`), a compute
+    node without a duration priced by ``pricer``; ``members``: how many ranks an
+    all-gather's ``comm_size`` is multiplied by (1 for every other op)."""
     fail, out = rk.failing(node), {}
     if kind == COMPUTE:
         micros = values.seconds(fail, "duration_micros", node.duration_micros * 1e-6)
-        out["duration"] = values.seconds(fail, OWN + "duration_s", rk.attr(node, OWN + "duration_s", micros))
         ops = rk.attr(node, OWN + "flops")
         out["flops"] = (
             values.flops(fail, OWN + "flops", ops)
             if ops is not None
             else float(values.flops(fail, "num_ops", rk.attr(node, "num_ops", 0)))
         )
+        values.nbytes(fail, "tensor_size", rk.attr(node, "tensor_size", 0))
+        if rk.own or micros > 0:  # clustersim's own file states every op's time, 0 s too
+            pricer.measured()
+        elif node.type in _MEMORY:
+            micros = values.seconds(fail, "(priced) seconds", pricer.memory(fail, node, rk.attrs[node.id]))
+        else:
+            cpu = rk.cpu(node)
+            micros, priced = pricer.compute(
+                fail, node, rk.attrs[node.id], cpu, None if cpu else rk.launcher(node)
+            )
+            micros = values.seconds(fail, "(priced from its FLOPs, bytes or shapes) seconds", micros)
+            # a kernel the tables identify: the FLOPs of its shapes
+            out["flops"] = out["flops"] or float(values.flops(fail, "(of its shapes) FLOPs", priced))
+        out["duration"] = values.seconds(fail, OWN + "duration_s", rk.attr(node, OWN + "duration_s", micros))
     else:
         size = rk.attr(node, OWN + "nbytes")
         if size is not None:
@@ -291,68 +384,3 @@ def _merge(ranks: list[_Rank]) -> list[tuple[_Rank, object]]:
         if k + 1 < len(rk.order):
             heapq.heappush(heads, (rk.order[k + 1].id, r, k + 1))
     return out
-
-
-def _pair(order, new_id, n: int) -> dict[int, int]:
-    """Each send's and recv's peer (new op ids), matched by (src, dst, tag) in order."""
-    pending: dict[tuple, dict[str, deque]] = defaultdict(lambda: {SEND: deque(), RECV: deque()})
-    peers: dict[int, int] = {}
-    where: dict[int, tuple] = {}
-    for i, (rk, node) in enumerate(order):
-        kind = _KIND[node.type]
-        if kind not in (SEND, RECV):
-            continue
-        other = rk.attr(node, "comm_dst" if kind == SEND else "comm_src", required=True)
-        if not 0 <= other < n:
-            rk.fail(node, f"its peer rank {other} is not one of the trace's ranks 0..{n - 1}")
-        src, dst = (rk.rank, other) if kind == SEND else (other, rk.rank)
-        key = (src, dst, rk.attr(node, "comm_tag", 0))
-        mine, theirs = pending[key][kind], pending[key][RECV if kind == SEND else SEND]
-        if theirs:
-            j = theirs.popleft()
-            peers[i], peers[j] = j, i
-        else:
-            mine.append(i)
-            where[i] = (rk, node)
-    for key, sides in pending.items():
-        for kind, left in sides.items():
-            if left:
-                rk, node = where[left[0]]
-                want = "recv on rank" if kind == SEND else "send from rank"
-                rk.fail(
-                    node,
-                    f"{kind} of tag {key[2]} has no matching {want} {key[1] if kind == SEND else key[0]}",
-                )
-    return peers
-
-
-def _collective(rk: _Rank, node, groups: dict, seen: dict) -> dict:
-    comm_type = rk.attr(node, "comm_type", required=True)
-    if comm_type not in _COLLECTIVE:
-        rk.fail(node, f"comm_type {comm_type} has no clustersim collective; known: {sorted(_COLLECTIVE)}")
-    pg = rk.attr(node, "pg_name", "")
-    if pg and pg not in groups:
-        rk.fail(node, f"pg_name {pg!r} is not in {COMM_GROUPS} (groups: {sorted(groups)[:6]})")
-    group = tuple(groups[pg]) if pg else tuple(range(groups[""]))
-    if rk.rank not in group:
-        rk.fail(node, f"its rank {rk.rank} is not in group {pg!r} {list(group)}")
-    k = seen[rk.rank, pg]
-    seen[rk.rank, pg] = k + 1
-    return {
-        "collective": _COLLECTIVE[comm_type],
-        "group": group,
-        "tag": rk.attr(node, OWN + "tag", f"{pg or 'all'}#{k}"),
-    }
-
-
-def _comm_groups(folder: Path, n: int) -> dict:
-    """``comm_group.json`` checked (each group a list of distinct ranks of the trace);
-    the key ``""`` holds the rank count, the group of a collective without ``pg_name``."""
-    path = folder / COMM_GROUPS
-    groups = read_json_file(path, FIELD) if path.is_file() else {}
-    if not isinstance(groups, dict):
-        raise ScenarioError(FIELD, str(path), "expected a JSON object {pg_name: [ranks]}")
-    for name, ranks in groups.items():
-        if not (isinstance(ranks, list) and all(isinstance(r, int) and 0 <= r < n for r in ranks)):
-            raise ScenarioError(FIELD, str(path), f"group {name!r}: expected a list of ranks 0..{n - 1}")
-    return {**groups, "": n}

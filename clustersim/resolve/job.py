@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any
 
 import networkx as nx
 
+from ..errors import ScenarioError
 from ..hardware.node_groups import device_specs
 from ..parallel.compression import Compression, compression_of
 from ..parallel.data_parallel import DataParallel
@@ -144,15 +145,37 @@ class Job:
         """This job's :func:`job_identity`: equal for jobs that simulate alike."""
         return job_identity(self.resolved, self.costs, self.layer_costs)
 
-    @cached_property
+    @property
     def trace(self) -> Program | None:
+        """A trace model's Program (:attr:`trace_read`); None for every other model."""
+        return None if self.trace_read is None else self.trace_read[0]
+
+    @cached_property
+    def trace_read(self) -> tuple[Program, dict] | None:
         """A trace model's Program, read once from ``model.chakra`` (:mod:`clustersim.interop`;
-        its ranks must be the job's GPUs); None for every other model."""
+        its ranks must be the job's GPUs, nodes without a duration priced on ``cluster.gpu``;
+        replayed at ``model.replay_dp`` ranks where set), and how many nodes were priced each
+        way (in the trace as read); None for every other model."""
         if self.model.kind != "trace":
             return None
-        from ..interop.chakra_import import import_chakra  # (protobuf: only trace models need it)
+        from ..interop.chakra_import import read_chakra  # (protobuf: only trace models need it)
+        from ..workload.cost_model import CostModel
 
-        return import_chakra(self.model.chakra, self.num_gpus)
+        cost = partial(CostModel.for_gpu, self.cluster.gpu, custom=self.cluster.custom_gpu)
+        dp = self.model.replay_dp
+        prog, counts = read_chakra(self.model.chakra, self.num_gpus if dp is None else None, cost)
+        if dp is not None:
+            from ..interop.chakra_rescale import replay_at_dp
+
+            prog = replay_at_dp(prog, dp)
+            if prog.num_devices != self.num_gpus:
+                raise ScenarioError(
+                    "model.replay_dp",
+                    dp,
+                    f"the trace replayed at {dp} replicas of {prog.num_devices // dp} rank(s) runs on "
+                    f"{prog.num_devices} GPUs; the job has {self.num_gpus}",
+                )
+        return prog, counts
 
     @cached_property
     def transformer(self) -> TransformerConfig | None:

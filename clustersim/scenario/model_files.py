@@ -19,13 +19,22 @@ from .schema import ScenarioSpec, field_ranges
 
 
 def check_model_files(spec: ScenarioSpec) -> None:
-    """Raise ScenarioError when a trace model's GPU ranks are not the job's GPUs
-    (``model.chakra``), or a config.json key is past its model field's range (``model.hf_config``)."""
+    """Raise ScenarioError when a trace model's GPU ranks — or its ``replay_dp`` — are not
+    the job's GPUs (``model.chakra``, ``model.replay_dp``), or a config.json key is past its model field's range (``model.hf_config``)."""
     model = spec.model
     if model.kind == "trace":
         from ..interop.chakra_import import check_rank_count  # (protobuf: only trace models need it)
 
-        check_rank_count(model.chakra, job_gpus(spec))
+        gpus = job_gpus(spec)
+        if model.replay_dp is None:
+            check_rank_count(model.chakra, gpus)
+        elif gpus % model.replay_dp:
+            raise ScenarioError(
+                "model.replay_dp",
+                model.replay_dp,
+                f"a trace replayed at replay_dp replicas runs on a multiple of that many GPUs (replay_dp × "
+                f"the ranks of one replica); the job has {gpus}",
+            )
     elif model.kind == "transformer" and model.hf_config:
         check_hf_ranges(model.hf_config)
 

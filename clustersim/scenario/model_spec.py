@@ -156,10 +156,13 @@ class TraceModel(_ModelSection):
     """A workload read from execution traces: ``chakra`` is a folder of MLCommons Chakra ET
     files, one per rank (``<prefix>.<rank>.et``, as ASTRA-sim reads them), rank r running
     on ``gpu{r}`` of the cluster (docs/interop.md). The ops, their durations and bytes
-    come from the trace; ``parallel``, ``training`` and the cost model are not consulted."""
+    come from the trace (a node without a duration priced on ``cluster.gpu``); ``parallel``
+    and ``training`` are not consulted. ``replay_dp``: replay a data-parallel trace on this
+    many ranks, each keeping its micro-batches (:mod:`clustersim.interop.chakra_rescale`)."""
 
     kind: Literal["trace"] = "trace"
     chakra: str
+    replay_dp: Annotated[int, Range(1, 1_000_000)] | None = None
 
 
 def _model_kind(raw: Any) -> str:

@@ -29,7 +29,8 @@ class TraceMode(TrainingMode):
 
     def report(self, spans: pd.DataFrame, job: Job) -> ModeReport:
         out = super().report(spans, job)
-        out.summary = {"schedule": "trace", "trace": job.model.chakra}  # no schedule compiled it
+        # no schedule compiled it; the nodes priced each way (interop.chakra_pricing)
+        out.summary = {"schedule": "trace", "trace": job.model.chakra, **job.trace_read[1]}
         return out
 
 
