@@ -238,7 +238,11 @@ def _whole(value) -> bool:
 
 
 def _time(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """Whether ``value`` is a finite number a float holds (an int past int64 is not: JSON reads
+    any length of digits, and ``math.isfinite`` of such an int raises)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return abs(value) < 2**63 if isinstance(value, int) else math.isfinite(value)
 
 
 def _device(props, path) -> str:
@@ -258,8 +262,10 @@ def _device(props, path) -> str:
 
 def _number(event: dict, key: str, path) -> float:
     value = event.get(key)
-    if not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+    if not _time(value) or value < 0:
         raise ScenarioError(
-            FIELD, str(path), f"event {event.get('name')!r}: {key} {value!r} is not a time ≥ 0 in µs"
+            FIELD,
+            str(path),
+            f"event {event.get('name')!r}: {key} {short_repr(value)} is not a time ≥ 0 in µs",
         )
     return float(value)

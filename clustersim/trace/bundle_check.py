@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..errors import OutputError, ScenarioError, shorten
+from ..errors import OutputError, ScenarioError, short_repr, shorten
 from ..reader import decode, parse_yaml
 from ..record import SPAN_FIELDS
 
@@ -93,8 +93,10 @@ def read_bundle(directory: Path) -> dict[str, Any]:
         if not isinstance(summary, dict):
             raise ValueError("expected a JSON object of metrics")
         for key, value in summary.items():  # a run's figures are finite and ≥ 0
-            if isinstance(value, float | int) and not isinstance(value, bool) and not 0 <= value < math.inf:
-                raise ValueError(f"{key} = {value} is not a figure a run writes (finite, ≥ 0)")
+            # (an int past int64 compares below inf but is no figure a run writes: no float holds it)
+            top = 2**63 if isinstance(value, int) else math.inf
+            if isinstance(value, float | int) and not isinstance(value, bool) and not 0 <= value < top:
+                raise ValueError(f"{key} = {short_repr(value)} is not a figure a run writes (finite, ≥ 0)")
     spans = _table(directory, "spans", SPAN_FIELDS, keep_default_na=False, dtype=SPAN_DTYPES)
     with _reading(directory, "spans"):
         spans = spans[list(SPAN_FIELDS)].astype(SPAN_DTYPES)
