@@ -14,7 +14,8 @@
  *    its share off each link of its route in route order, one subtraction at a time;
  *  - the same order of binding links: Python compares the tuples (share, place, link), and
  *    with no NaN and a unique place per link that is "share, then place" — so the sorted first
- *    entries and any correct min-heap give the same sequence as Python's sort and heapq;
+ *    entries and any correct min-heap give the same sequence as Python's sort and heapq (a
+ *    heap entry equal to the next first entry comes after it in both: `heap[0] < first[k]`);
  *  - flows in the order they joined a link: PyDict_Next walks a dict in insertion order, as
  *    Python's `for f in dict` does.
  *
@@ -28,8 +29,7 @@
 #include <Python.h>
 #include <float.h>
 #include <math.h>
-#include <stdlib.h>
-#include <string.h>
+#include <stdlib.h> /* qsort */
 
 /* Refuse to build where double arithmetic would round differently from Python's: with
  * -ffast-math (reassociation, no signed zeros), or where doubles are evaluated in extended
