@@ -8,6 +8,7 @@
     python benchmarks/scale.py --quick --only "(b)" --against /tmp/main   # before → after
     python benchmarks/scale.py --family --sizes 16,64,256,1024   # issue 38's benchmark family
     python benchmarks/scale.py --family --tp-overlap --sizes 64,128,256,512 --against /tmp/main
+    python benchmarks/scale.py --accel --sizes 512   # the C accelerator against the pure Python
 
 Prints a table:
   (a) GPT-3 175B on 1,024 A100 (DGX-A100 fat tree; TP 8, PP 16, DP 8; batch 1,536, micro-batch 1;
@@ -36,6 +37,13 @@ sequence parallelism, ``simulation.granularity: layer`` — at ``fidelity: fast`
 most 10 s CPU each from 64 to 512 GPUs); ``--against DIR`` adds each size's CPU seconds on
 the code in ``DIR`` (before → after).
 
+``--accel`` times the optional C accelerator (setup.py; the flow model's max-min loops,
+clustersim/network/_cmaxmin.c) against the pure-Python path it replaces: the balanced GPT-3
+175B scenario and the family at each of ``--sizes``, each run in a fresh process with
+``CLUSTERSIM_NO_ACCEL=1`` then without, ``--repeat`` times alternating; it prints the median
+CPU seconds of each, accelerated ÷ pure, and whether both gave the same iteration time and
+events.
+
 ``--against DIR`` runs every row of the table a second time on the code in ``DIR`` (another
 checkout, put first on ``PYTHONPATH``) right before this checkout's run, and adds both runs'
 CPU seconds and their ratio to the row; ``--only TEXT`` keeps the rows whose label contains
@@ -50,6 +58,7 @@ import json
 import math
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -158,6 +167,37 @@ def family_table(sizes: list[int], tp_overlap: bool = False, against: str | None
         before = r
 
 
+def accel_table(sizes: list[int], repeat: int) -> None:
+    """Median CPU s of each row on the pure-Python path and with the C accelerator (module
+    docstring), their ratio, and whether the two runs agree."""
+    from clustersim.network import maxmin
+    from clustersim.scenario import read_yaml
+
+    if maxmin._accel is None:
+        print("the C accelerator is not built here (or CLUSTERSIM_NO_ACCEL is set): nothing to compare")
+        return
+    rows = [("GPT-3 175B balanced", read_yaml(ROOT / "scenarios" / "gpt3-175b-1024xa100-balanced.yaml"))]
+    rows += [(f"family, {gpus} GPUs", family(gpus)) for gpus in sizes]
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; medians of {repeat}")
+    print(f"{'case':<24} {'pure CPU s':>10} {'C CPU s':>8} {'C ÷ pure':>8}  same results")
+    for label, raw in rows:
+        pure, accel = [], []
+        for _ in range(repeat):
+            pure.append(in_subprocess(raw, accel=False))
+            accel.append(in_subprocess(raw))
+        same = all(
+            (a["iteration_s"], a["events"]) == (p["iteration_s"], p["events"])
+            for a, p in zip(accel, pure, strict=True)
+        )
+        used = all(a["accelerated"] for a in accel) and not any(p["accelerated"] for p in pure)
+        p_cpu, a_cpu = (statistics.median(r["cpu_s"] for r in runs) for runs in (pure, accel))
+        print(
+            f"{label:<24} {p_cpu:>10.2f} {a_cpu:>8.2f} {a_cpu / p_cpu:>8.2f}  "
+            f"{'yes' if same else 'NO'}{'' if used else ' (the switch did not take)'}",
+            flush=True,
+        )
+
+
 def at_fidelity(raw: dict, fidelity: str) -> dict:
     """``raw`` under a fidelity preset, with the settings the preset decides removed."""
     sim = {k: v for k, v in raw.get("simulation", {}).items() if k not in PRESET_KEYS}
@@ -180,6 +220,7 @@ def run_one(raw: dict, max_s: float | None = None) -> dict:
     when the pre-run estimate is over ``max_s`` seconds, only the estimate."""
     from clustersim import load_scenario, simulate  # imports what simulate needs, outside the timing
     from clustersim.compilers import mode_of
+    from clustersim.network import maxmin
     from clustersim.resolve import resolve
     from clustersim.resolve.estimate import estimate
 
@@ -206,6 +247,7 @@ def run_one(raw: dict, max_s: float | None = None) -> dict:
         "est_s": est.seconds,
         "est_events": est.events,
         "est_rss_gib": est.rss_bytes / 2**30,
+        "accelerated": maxmin.ACCELERATED,
     }
 
 
@@ -221,12 +263,17 @@ def peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
-def in_subprocess(raw: dict, max_s: float | None = None, code: str | None = None) -> dict:
-    """:func:`run_one` in a fresh process, on the code in directory ``code`` when given."""
+def in_subprocess(raw: dict, max_s: float | None = None, code: str | None = None, accel: bool = True) -> dict:
+    """:func:`run_one` in a fresh process, on the code in directory ``code`` when given;
+    ``accel=False``: with the C accelerator switched off (``CLUSTERSIM_NO_ACCEL=1``)."""
     cmd = [sys.executable, __file__, "--one", json.dumps(raw)] + (
         [] if max_s is None else ["--max-s", str(max_s)]
     )
-    env = None if code is None else {**os.environ, "PYTHONPATH": code}
+    env = {k: v for k, v in os.environ.items() if k != "CLUSTERSIM_NO_ACCEL"}
+    if code is not None:
+        env["PYTHONPATH"] = code
+    if not accel:
+        env["CLUSTERSIM_NO_ACCEL"] = "1"
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode:
         raise RuntimeError(out.stderr[-2000:])
@@ -266,18 +313,28 @@ def main() -> None:
         "--max-s", type=float, help="--fidelity: run only what is estimated under this (default 60 s)"
     )
     ap.add_argument("--family", action="store_true", help="issue 38's benchmark family (module docstring)")
-    ap.add_argument("--sizes", default="16,64,256,1024,4096", help="--family: GPU counts, comma-separated")
+    ap.add_argument(
+        "--sizes",
+        help="--family (default 16,64,256,1024,4096), --accel (default 512): GPU counts, comma-separated",
+    )
     ap.add_argument(
         "--tp-overlap", action="store_true", help="--family: its layer-granularity TP-overlap variant"
     )
+    ap.add_argument("--accel", action="store_true", help="the C accelerator against the pure Python")
+    ap.add_argument("--repeat", type=int, default=3, help="--accel: runs of each path per row")
     ap.add_argument("--only", help="run only the rows whose label contains this text")
     ap.add_argument("--against", help="also run each row on the code in this directory (before → after)")
     args = ap.parse_args()
     if args.one:
         print(json.dumps(run_one(json.loads(args.one), args.max_s)))
         return
+    if args.accel:
+        accel_table([int(n) for n in (args.sizes or "512").split(",")], args.repeat)
+        return
     if args.family:
-        family_table([int(n) for n in args.sizes.split(",")], args.tp_overlap, args.against)
+        family_table(
+            [int(n) for n in (args.sizes or "16,64,256,1024,4096").split(",")], args.tp_overlap, args.against
+        )
         return
     if args.fidelity:
         fidelity_table(60.0 if args.max_s is None else args.max_s)

@@ -13,12 +13,27 @@ the link), and each such flow takes the share off every link it crosses, one sub
 a time. Sorted first entries and a heap with lazy re-insertion find that link: every live
 link has an entry no larger than its current share, and one that comes out stale is put
 back with the current share, so the link taken is always the smallest by current share.
+
+:meth:`Links.group` and :meth:`Links.fill` run in C (``_cmaxmin.c``, the same operations in the
+same order, so the same results bit for bit) where the install built it — it needs a C
+compiler — and the environment variable ``CLUSTERSIM_NO_ACCEL`` is unset (or ``0``); otherwise,
+or for an input the C declines, the Python of :meth:`Links.group_py` and :meth:`Links.fill_py`.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from heapq import heappop, heappush
+
+try:
+    from . import _cmaxmin as _accel  # built by setup.py where a C compiler works
+except ImportError:  # no compiler at install time, or a checkout never installed
+    _accel = None
+if os.environ.get("CLUSTERSIM_NO_ACCEL", "0") not in ("", "0"):
+    _accel = None
+#: whether :class:`Links` runs its loops in C in this process
+ACCELERATED = _accel is not None
 
 
 class Links:
@@ -86,6 +101,14 @@ class Links:
         """The links and flows connected, through shared links, to the links ``dirty`` that
         carry flows: links in ``dirty``'s order then as a depth-first walk reaches them,
         flows as it reaches them."""
+        if _accel is not None:
+            got = _accel.group(self.link_flows, self.flow_links, dirty)
+            if got is not None:
+                return got
+        return self.group_py(dirty)
+
+    def group_py(self, dirty) -> tuple[list[int], list[int]]:
+        """:meth:`group` in Python."""
         self._stamp += 1
         stamp, link_mark, flow_mark = self._stamp, self._link_mark, self._flow_mark
         link_flows, flow_links = self.link_flows, self.flow_links
@@ -110,6 +133,14 @@ class Links:
         """Max-min fair rates of the flows on ``links`` (a whole group, from :meth:`group`;
         ``capacities`` their bandwidths now): the flows' slots in the order they were frozen,
         and their rates."""
+        if _accel is not None:
+            got = _accel.fill(self.link_flows, self.flow_links, links, capacities)
+            if got is not None:
+                return got
+        return self.fill_py(links, capacities)
+
+    def fill_py(self, links: list[int], capacities: list[float]) -> tuple[list[int], list[float]]:
+        """:meth:`fill` in Python."""
         cap, left, place, low = self._cap, self._left, self._place, self._low
         link_flows, flow_links = self.link_flows, self.flow_links
         # every link's first entry, sorted once (most are never moved: they come out with
