@@ -164,13 +164,16 @@ def _us(t: float | None) -> str:
 
 def cluster_network(sc) -> dict:
     """A two-level switch network of ``sc``'s cluster: the NVLink domain, then the NICs
-    (per-GPU bandwidths at their efficiency, in ASTRA-sim's GB/s of 2^30 bytes; latencies in ns)."""
+    (per-GPU bandwidths at their efficiency — a node's NICs shared by its GPUs — in ASTRA-sim's
+    GB/s of 2^30 bytes; latencies in ns)."""
     c = sc.resolved()["cluster"]
     gpn, nodes = c["gpus_per_node"], sc.num_gpus // c["gpus_per_node"]
     intra = c["intra_node"]
     nic = c.get("nic") or {}
     bw_in = intra["bandwidth"] * intra.get("efficiency", 1.0) / GIB
-    bw_out = nic.get("bandwidth", intra["bandwidth"]) * nic.get("efficiency", 1.0) / GIB
+    # a node's NICs shared by its GPUs: per NPU, per_node NICs over gpn GPUs
+    share = (nic.get("per_node") or gpn) / gpn
+    bw_out = nic.get("bandwidth", intra["bandwidth"]) * nic.get("efficiency", 1.0) * share / GIB
     lat_in, lat_out = intra.get("latency", 1e-6) * 1e9, nic.get("latency", 1e-6) * 1e9
     if nodes == 1:
         return {"topology": ["Switch"], "npus_count": [gpn], "bandwidth": [bw_in], "latency": [lat_in]}
