@@ -41,7 +41,7 @@ def replay_at_dp(prog: Program, dp: int) -> Program:
     check_replayable(prog, refuse)
     replicas = replica_ranks(prog, refuse)
     traced, size = len(replicas), len(replicas[0])
-    place = rank_layout(replicas, refuse)
+    place = partial(rank_layout(replicas, refuse), size=size)
     where = {rank: (j, p) for j, ranks in enumerate(replicas) for p, rank in enumerate(ranks)}
     kinds = {op.tag: _group_kind(op, where, traced, refuse) for op in prog.ops if op.kind == COLLECTIVE}
     copies: list[list[int]] = [[] for _ in range(prog.num_devices)]  # traced rank → new replicas
@@ -123,18 +123,18 @@ def replica_ranks(prog: Program, refuse: Callable[[str], NoReturn]) -> list[list
 
 
 def rank_layout(replicas: list[list[int]], refuse: Callable[[str], NoReturn]):
-    """``place(replica, position, replicas)`` → rank, in the trace's layout: stage-major or
-    replica-major (refused if it is neither)."""
+    """``place(replica, position, replicas, size)`` → rank of ``replicas`` replicas of ``size``
+    ranks each, in the trace's layout: stage-major or replica-major (refused if it is neither)."""
     traced, size = len(replicas), len(replicas[0])
 
-    def stage_major(j: int, p: int, d: int) -> int:
+    def stage_major(j: int, p: int, d: int, size: int) -> int:
         return p * d + j
 
-    def replica_major(j: int, p: int, d: int) -> int:
+    def replica_major(j: int, p: int, d: int, size: int) -> int:
         return j * size + p
 
     for place in (stage_major, replica_major):
-        if all(replicas[j][p] == place(j, p, traced) for j in range(traced) for p in range(size)):
+        if all(replicas[j][p] == place(j, p, traced, size) for j in range(traced) for p in range(size)):
             return place
     return refuse(f"replicas {replicas[:4]} are laid out neither stage-major nor replica-major")
 
