@@ -40,7 +40,7 @@ from .layout import Layout
 from .topology import topology_graph
 
 
-def _flush_orders() -> dict:
+def flush_orders() -> dict:
     """The order functions a trace's pipeline schedule is recognised among at ``model.replay_pp``:
     the registered flush schedules of one chunk per stage, in one direction."""
     return {
@@ -179,7 +179,7 @@ class Job:
         if pp is not None:
             from ..interop.chakra_restage import replay_at_pp
 
-            prog = replay_at_pp(prog, pp, _flush_orders())
+            prog = replay_at_pp(prog, pp, flush_orders())
         if dp is not None:
             from ..interop.chakra_rescale import replay_at_dp
 
