@@ -90,7 +90,14 @@ def test_a_merged_stage_runs_its_traced_stages_passes_one_after_another(pp4_trac
     assert merged.static_memory[0] == prog.static_memory[0] + prog.static_memory[2]
 
 
-def test_what_cannot_be_restaged_is_refused_with_the_reason(pp4_trace):
+def test_what_cannot_be_restaged_is_refused_with_the_reason(pp4_trace, tmp_path):
+    interleaved = _scenario(4, dp=1, schedule="interleaved")
+    interleaved["parallel"]["virtual_stages"] = 2
+    cs.export_chakra(interleaved, tmp_path / "il")
+    with pytest.raises(
+        cs.ScenarioError, match=r"rank 0's passes run in the order \[\('F', 0\), \('F', 1\).* none of"
+    ):
+        replay_at_pp(cs.import_chakra(tmp_path / "il", 4), 2, flush_orders())
     prog = cs.import_chakra(pp4_trace, 8)
     with pytest.raises(cs.ScenarioError, match=r"model.replay_pp: 8 .* splitting a stage needs its layers"):
         replay_at_pp(prog, 8, flush_orders())
