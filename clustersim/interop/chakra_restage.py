@@ -20,8 +20,8 @@ counted once per traced stage — and its static memory the sum of theirs.
 
 Refused, with the reason (:class:`ScenarioError` on ``model.replay_pp``): ops without a
 ``clustersim.stage`` label (their stages cannot be told apart), a rank holding several
-stages (an interleaved schedule's chunks), a pass order no registered flush schedule gives (an interleaved schedule's),
-a send without the pass it carries, a P' that does not divide P, and more stages than the
+stages, a pass order no registered flush schedule gives (an interleaved schedule's), a
+send without the pass it carries, a P' that does not divide P, and more stages than the
 trace's: splitting a stage needs its layers, and a trace holds a stage's pass as ops with
 no label saying which layer each one is. Otherwise as :mod:`.chakra_rescale` refuses.
 """
