@@ -25,6 +25,10 @@ parameter server), a folded Program (``arrivals``, ``shadows``) and an uneven al
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+from typing import NoReturn
+
 from ..errors import ScenarioError
 from ..program import COLLECTIVE, RECV, SEND, Program
 
@@ -33,12 +37,13 @@ FIELD = "model.replay_dp"
 
 def replay_at_dp(prog: Program, dp: int) -> Program:
     """``prog`` replayed at ``dp`` data-parallel replicas (module docstring)."""
-    _check(prog, dp)
-    replicas = _replicas(prog, dp)
+    refuse = partial(_refuse, dp)
+    check_replayable(prog, refuse)
+    replicas = replica_ranks(prog, refuse)
     traced, size = len(replicas), len(replicas[0])
-    place = _layout(replicas, dp)
+    place = partial(rank_layout(replicas, refuse), size=size)
     where = {rank: (j, p) for j, ranks in enumerate(replicas) for p, rank in enumerate(ranks)}
-    kinds = {op.tag: _group_kind(prog, op, where, traced, dp) for op in prog.ops if op.kind == COLLECTIVE}
+    kinds = {op.tag: _group_kind(op, where, traced, refuse) for op in prog.ops if op.kind == COLLECTIVE}
     copies: list[list[int]] = [[] for _ in range(prog.num_devices)]  # traced rank → new replicas
     for j in range(dp):
         for p in range(size):
@@ -70,18 +75,18 @@ def replay_at_dp(prog: Program, dp: int) -> Program:
     return out
 
 
-def _check(prog: Program, dp: int) -> None:
-    """Refuse a Program no replica structure can be read from (module docstring)."""
+def check_replayable(prog: Program, refuse: Callable[[str], NoReturn]) -> None:
+    """``refuse`` the reason a Program no replica structure can be read from (module docstring)."""
     if not all(name == f"gpu{d}" for d, name in enumerate(prog.device_names)):
-        _refuse(dp, f"the trace runs on {prog.device_names} — a device that is no GPU (a parameter server)")
+        refuse(f"the trace runs on {prog.device_names} — a device that is no GPU (a parameter server)")
     for op in prog.ops:
         if op.arrivals or op.shadows or op.split or op.source >= 0:
-            _refuse(dp, f"op {op.name!r} is folded or an uneven all-to-all; accepted: an unfolded trace")
+            refuse(f"op {op.name!r} is folded or an uneven all-to-all; accepted: an unfolded trace")
         if any(prog.ops[d].device != op.device for d in op.deps):
-            _refuse(dp, f"op {op.name!r} on rank {op.device} depends on another rank's op")
+            refuse(f"op {op.name!r} on rank {op.device} depends on another rank's op")
 
 
-def _replicas(prog: Program, dp: int) -> list[list[int]]:
+def replica_ranks(prog: Program, refuse: Callable[[str], NoReturn]) -> list[list[int]]:
     """The ranks of each replica — joined by sends — ordered by stage, replicas by their
     first rank; refused unless the ranks of a pipeline carry stage labels and every replica
     holds the same stages."""
@@ -101,8 +106,7 @@ def _replicas(prog: Program, dp: int) -> list[list[int]]:
             parent[root(op.device)] = root(prog.ops[op.peer].device)
     if sends and any(-1 in s for s in stages):
         rank = next(r for r, s in enumerate(stages) if -1 in s)
-        _refuse(
-            dp,
+        refuse(
             f"the trace sends between ranks but rank {rank}'s ops carry no clustersim.stage label, "
             "so its pipeline stages cannot be told apart; accepted: a trace clustersim exported, or "
             "one without sends",
@@ -114,28 +118,28 @@ def _replicas(prog: Program, dp: int) -> list[list[int]]:
     shape = [stages[r] for r in replicas[0]]
     for ranks in replicas:
         if [stages[r] for r in ranks] != shape:
-            _refuse(dp, f"replicas {replicas[0]} and {ranks} hold different stages; accepted: equal replicas")
+            refuse(f"replicas {replicas[0]} and {ranks} hold different stages; accepted: equal replicas")
     return replicas
 
 
-def _layout(replicas: list[list[int]], dp: int):
-    """``place(replica, position, replicas)`` → rank, in the trace's layout: stage-major or
-    replica-major (refused if it is neither)."""
+def rank_layout(replicas: list[list[int]], refuse: Callable[[str], NoReturn]):
+    """``place(replica, position, replicas, size)`` → rank of ``replicas`` replicas of ``size``
+    ranks each, in the trace's layout: stage-major or replica-major (refused if it is neither)."""
     traced, size = len(replicas), len(replicas[0])
 
-    def stage_major(j: int, p: int, d: int) -> int:
+    def stage_major(j: int, p: int, d: int, size: int) -> int:
         return p * d + j
 
-    def replica_major(j: int, p: int, d: int) -> int:
+    def replica_major(j: int, p: int, d: int, size: int) -> int:
         return j * size + p
 
     for place in (stage_major, replica_major):
-        if all(replicas[j][p] == place(j, p, traced) for j in range(traced) for p in range(size)):
+        if all(replicas[j][p] == place(j, p, traced, size) for j in range(traced) for p in range(size)):
             return place
-    return _refuse(dp, f"replicas {replicas[:4]} are laid out neither stage-major nor replica-major")
+    return refuse(f"replicas {replicas[:4]} are laid out neither stage-major nor replica-major")
 
 
-def _group_kind(prog: Program, op, where: dict, traced: int, dp: int) -> str:
+def _group_kind(op, where: dict, traced: int, refuse: Callable[[str], NoReturn]) -> str:
     """``dp``: a collective over one rank of each replica at one position; ``replica``: one
     within a replica; anything else is refused."""
     spots = [where[m] for m in op.group]
@@ -143,13 +147,12 @@ def _group_kind(prog: Program, op, where: dict, traced: int, dp: int) -> str:
         return "dp"
     if len({j for j, _ in spots}) == 1:
         return "replica"
-    return _refuse(
-        dp,
+    return refuse(
         f"collective {op.name!r} (rank {op.device}) spans ranks {list(op.group)}, neither one rank of each "
         f"of the {traced} replicas nor one replica: a tensor-, expert- or context-parallel group, sized by "
         "the model's split, not the batch",
     )
 
 
-def _refuse(dp: int, why: str):
+def _refuse(dp: int, why: str) -> NoReturn:
     raise ScenarioError(FIELD, dp, f"the trace cannot be replayed at another data-parallel degree: {why}")

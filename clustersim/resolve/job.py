@@ -30,7 +30,7 @@ from ..scenario.cluster_spec import ClusterSpec
 from ..scenario.model_spec import ModelSpec
 from ..scenario.schema import ParallelSpec, SimulationSpec, TrainingSpec
 from ..schedules.orders import stage_chunks
-from ..schedules.registry import Schedule
+from ..schedules.registry import SCHEDULES, Schedule
 from ..workload.resolve import TransformerConfig, resolve_transformer
 from ..workload.runtime_memory import reserve_bytes, runtime_reserve
 from ..workload.stage_cost import StageCost
@@ -38,6 +38,16 @@ from . import fold as folding
 from .fold import FoldDecision, decide_fold
 from .layout import Layout
 from .topology import topology_graph
+
+
+def flush_orders() -> dict:
+    """The order functions a trace's pipeline schedule is recognised among at ``model.replay_pp``:
+    the registered flush schedules of one chunk per stage, in one direction."""
+    return {
+        name: s.order
+        for name, s in SCHEDULES.items()
+        if s.flush and s.chunks == 1 and s.placement == "loop" and s.directions == 1
+    }
 
 
 def job_identity(
@@ -154,7 +164,7 @@ class Job:
     def trace_read(self) -> tuple[Program, dict] | None:
         """A trace model's Program, read once from ``model.chakra`` (:mod:`clustersim.interop`;
         its ranks must be the job's GPUs, nodes without a duration priced on ``cluster.gpu``;
-        replayed at ``model.replay_dp`` ranks where set), and how many nodes were priced each
+        replayed at ``model.replay_pp`` stages and ``model.replay_dp`` replicas where set), and how many nodes were priced each
         way (in the trace as read); None for every other model."""
         if self.model.kind != "trace":
             return None
@@ -162,19 +172,26 @@ class Job:
         from ..workload.cost_model import CostModel
 
         cost = partial(CostModel.for_gpu, self.cluster.gpu, custom=self.cluster.custom_gpu)
-        dp = self.model.replay_dp
-        prog, counts = read_chakra(self.model.chakra, self.num_gpus if dp is None else None, cost)
+        dp, pp = self.model.replay_dp, self.model.replay_pp
+        prog, counts = read_chakra(
+            self.model.chakra, self.num_gpus if dp is None and pp is None else None, cost
+        )
+        if pp is not None:
+            from ..interop.chakra_restage import replay_at_pp
+
+            prog = replay_at_pp(prog, pp, flush_orders())
         if dp is not None:
             from ..interop.chakra_rescale import replay_at_dp
 
             prog = replay_at_dp(prog, dp)
-            if prog.num_devices != self.num_gpus:
-                raise ScenarioError(
-                    "model.replay_dp",
-                    dp,
-                    f"the trace replayed at {dp} replicas of {prog.num_devices // dp} rank(s) runs on "
-                    f"{prog.num_devices} GPUs; the job has {self.num_gpus}",
-                )
+        if prog.num_devices != self.num_gpus:
+            field, value = ("model.replay_dp", dp) if dp is not None else ("model.replay_pp", pp)
+            raise ScenarioError(
+                field,
+                value,
+                f"the trace replayed at {dp or pp} {'replicas' if dp else 'stages'} of {prog.num_devices // (dp or pp)} "
+                f"rank(s) runs on {prog.num_devices} GPUs; the job has {self.num_gpus}",
+            )
         return prog, counts
 
     @cached_property

@@ -26,9 +26,9 @@ def check_model_files(spec: ScenarioSpec) -> None:
         from ..interop.chakra_import import check_rank_count  # (protobuf: only trace models need it)
 
         gpus = job_gpus(spec)
-        if model.replay_dp is None:
+        if model.replay_dp is None and model.replay_pp is None:
             check_rank_count(model.chakra, gpus)
-        elif gpus % model.replay_dp:
+        elif model.replay_dp is not None and gpus % model.replay_dp:
             raise ScenarioError(
                 "model.replay_dp",
                 model.replay_dp,

@@ -158,11 +158,14 @@ class TraceModel(_ModelSection):
     on ``gpu{r}`` of the cluster (docs/interop.md). The ops, their durations and bytes
     come from the trace (a node without a duration priced on ``cluster.gpu``); ``parallel``
     and ``training`` are not consulted. ``replay_dp``: replay a data-parallel trace on this
-    many ranks, each keeping its micro-batches (:mod:`clustersim.interop.chakra_rescale`)."""
+    many ranks, each keeping its micro-batches (:mod:`clustersim.interop.chakra_rescale`).
+    ``replay_pp``: replay a pipeline trace at this many stages, a divisor of the trace's,
+    consecutive stages merged (:mod:`clustersim.interop.chakra_restage`; before ``replay_dp``)."""
 
     kind: Literal["trace"] = "trace"
     chakra: str
     replay_dp: Annotated[int, Range(1, 1_000_000)] | None = None
+    replay_pp: Annotated[int, Range(1, 1_000_000)] | None = None
 
 
 def _model_kind(raw: Any) -> str:
