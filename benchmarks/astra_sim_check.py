@@ -177,6 +177,8 @@ def cluster_network(sc) -> dict:
     lat_in, lat_out = intra.get("latency", 1e-6) * 1e9, nic.get("latency", 1e-6) * 1e9
     if nodes == 1:
         return {"topology": ["Switch"], "npus_count": [gpn], "bandwidth": [bw_in], "latency": [lat_in]}
+    if gpn == 1:  # ASTRA-sim refuses a dimension of one NPU
+        return {"topology": ["Switch"], "npus_count": [nodes], "bandwidth": [bw_out], "latency": [lat_out]}
     return {
         "topology": ["Switch", "Switch"],
         "npus_count": [gpn, nodes],
