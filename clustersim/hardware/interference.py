@@ -181,9 +181,38 @@ def hbm_rate(kind: str, ranks: int, nbytes: float, seconds: float) -> float:
     return 2.0 * share * nbytes / seconds
 
 
-def beside_factor(carried: tuple[float, float, float], duration: float, rate: float) -> float:
+#: the key of NCCL's CTAs in a compute op's ``beside`` and on a collective op: NCCL's
+#: channel count on the GPU (:func:`nccl_ctas`); any other key is the SMs an
+#: implementation's kernels hold (DeepEP's ``Buffer.num_sms``, :func:`held_sms`)
+NCCL = 0
+
+
+def deepep_sms_for(cluster, gpu: str) -> int:
+    """SMs a DeepEP dispatch or combine holds (the table's ``deepep`` row, every GPU) where
+    the kernels of catalog GPU ``gpu`` beside it are priced kernel by kernel on ``cluster``,
+    or 0 where the scalar SM rule stays (interference off, or stated: not the GPU's default)."""
+    slowdown = cluster.comm_compute_slowdown
+    if slowdown == 1.0 or slowdown != default_slowdown(gpu):
+        return 0
+    return sm_budget("deepep").comm_sms
+
+
+def beside_factor(
+    carried: tuple, duration: float, rate: float, held: dict[int, int] | None = None, scalar: float = 1.0
+) -> float:
     """How many times longer a compute op of ``duration`` s takes beside collectives moving
-    ``rate`` HBM bytes/s on its GPU; ``carried`` = (SM-limited s, memory-bound s, HBM B/s)."""
-    sm_s, mem_s, hbm = carried
+    ``rate`` HBM bytes/s on its GPU; ``carried`` = (memory-bound s, HBM B/s, (key, SM-limited
+    s) per collective kind it was priced beside: :data:`NCCL` or the SMs an implementation
+    holds). ``held``: the running collectives by key (None: NCCL's only); beside several
+    kinds the op runs at the slowest kind's factor (the SMs they hold are not summed, as two
+    NCCL collectives are not), a kind it was not priced beside at the ``scalar`` slowdown."""
+    mem_s, hbm = carried[0], carried[1]
+    priced = dict(carried[2:])
     share = max(1.0 - rate / hbm, MIN_HBM_SHARE)
-    return (sm_s + mem_s * (1.0 / share - 1.0)) / duration
+    worst = None
+    for key, running in (held or {NCCL: 1}).items():
+        if running:
+            sm_s = priced.get(key)
+            f = scalar if sm_s is None else (sm_s + mem_s * (1.0 / share - 1.0)) / duration
+            worst = f if worst is None else max(worst, f)
+    return scalar if worst is None else worst
