@@ -127,12 +127,13 @@ def nccl_ctas(gpu: str) -> int | None:
     return rows[0].comm_sms if rows else None
 
 
-def interference_model(sms: int, slowdown: float, tp_overlap: bool, ctas: int = 0) -> str:
+def interference_model(sms: int, slowdown: float, tp_overlap: bool, ctas: int = 0, deepep: int = 0) -> str:
     """What priced each kind's interference in a run (the summary's ``interference_model``):
     on a GPU of ``sms`` SMs (0: unknown), ``slowdown`` = ``cluster.comm_compute_slowdown``
     (the SM rule's value, or a stated one), ``tp_overlap`` whether TP userbuffers ran,
     ``ctas`` the NCCL CTAs the kernels beside a collective were priced with (0: the scalar
-    priced them; :mod:`clustersim.workload.comm_interference`)."""
+    priced them; :mod:`clustersim.workload.comm_interference`), ``deepep`` the SMs DeepEP's
+    dispatch and combine held where the kernels beside them were priced so (0: none ran)."""
     source = f"SM rule SMs/(SMs − {COMM_SMS})" if sms and slowdown == slowdown_of(sms) else "stated"
     if ctas:
         nccl = (
@@ -141,6 +142,10 @@ def interference_model(sms: int, slowdown: float, tp_overlap: bool, ctas: int = 
     else:
         nccl = f"nccl: compute ×{slowdown:.4g} while a collective runs ({source})"
     parts = [nccl]
+    if deepep:
+        parts.append(
+            f"deepep: per kernel beside {deepep} DeepEP SMs (GEMM waves on {sms - deepep} of {sms} SMs)"
+        )
     if tp_overlap:
         row = sm_budget("tp_pipeline")
         if sms > row.comm_sms:
