@@ -22,7 +22,7 @@ from operator import attrgetter
 
 import numpy as np
 
-from .program import COMPUTE, RECV, Op, Program
+from .program import COMPUTE, RECV, Op, Program, beside_sum
 
 _ID, _KIND, _DEPS, _PEER = map(attrgetter, ("id", "kind", "deps", "peer"))
 _PASS = attrgetter("stage", "microbatch", "phase", "iteration")
@@ -134,8 +134,7 @@ def merge_runs(prog: Program) -> tuple[Program, list[int] | None]:
         merged.flops += op.flops
         # kernels priced beside NCCL (Op.beside): the run's sums, its factor their mean
         # weighted by time; a part without them leaves the merged op to the scalar slowdown
-        b, c = merged.beside, op.beside
-        merged.beside = (b[0] + c[0], b[1] + c[1], b[2]) if b and c and b[2] == c[2] else ()
+        merged.beside = beside_sum(merged.beside, op.beside)
         merged.mem_free += op.mem_free
         merged.stash_free += op.stash_free
     return out, ids

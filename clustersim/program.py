@@ -88,9 +88,12 @@ class Op:
     the group's i-th member to its j-th (the same matrix on every member's op; ``nbytes``
     is then this member's row sum). Empty: every member sends ``nbytes/n`` to each.
 
-    ``beside`` prices a compute op beside NCCL collectives kernel by kernel: its kernels'
-    (SM-limited seconds, memory-bound seconds, the GPU's HBM bytes/s)
-    (:mod:`clustersim.workload.comm_interference`); empty: the run's scalar slowdown.
+    ``beside`` prices a compute op beside collectives kernel by kernel: its kernels'
+    (memory-bound seconds, the GPU's HBM bytes/s, then per collective kind it was priced
+    beside a (kind, SM-limited seconds) pair — kind 0: NCCL's CTAs, else the SMs an
+    implementation holds) (:mod:`clustersim.workload.comm_interference`); empty: the run's
+    scalar slowdown. On a collective op, ``(SMs,)`` its kernels hold where they are not
+    NCCL's channels (DeepEP's ``Buffer.num_sms``); empty: NCCL's.
     """
 
     __slots__ = (
@@ -219,6 +222,20 @@ class Op:
             op.beside,
         ) = row
         return op
+
+
+def beside_sum(a: tuple, b: tuple) -> tuple:
+    """Two compute ops' ``beside`` tuples (:attr:`clustersim.program.Op.beside`) summed into
+    the merged op's: the memory-bound seconds and each kind's SM-limited seconds added; empty
+    where either is, or they hold different HBM rates or kinds (the scalar slowdown then)."""
+    if not a or not b or a[1] != b[1] or [k for k, _ in a[2:]] != [k for k, _ in b[2:]]:
+        return ()
+    return (a[0] + b[0], a[1], *((k, s + t) for (k, s), (_, t) in zip(a[2:], b[2:])))
+
+
+def beside_scaled(b: tuple, share: float) -> tuple:
+    """``share`` of a compute op's ``beside`` tuple (its seconds times ``share``)."""
+    return (b[0] * share, b[1], *((k, s * share) for k, s in b[2:])) if b else ()
 
 
 _ROW = operator.attrgetter(*Op.__slots__)

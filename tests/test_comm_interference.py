@@ -65,9 +65,9 @@ def test_hbm_rate_and_factor_closed_forms():
     assert hbm_rate("reduce_scatter", 8, 1e9, 0.01) == pytest.approx(2 * 7 / 8 * 1e9 / 0.01, rel=1e-15)
     assert hbm_rate("all_reduce", 1, 1e9, 0.01) == 0.0 == hbm_rate("all_reduce", 8, 1e9, 0.0)
     # 2 s of GEMM waves and 1 s of memory-bound kernels (3 s alone) beside R = HBM/4
-    assert beside_factor((2.4, 1.0, 2e12), 3.0, 0.5e12) == pytest.approx((2.4 + 1.0 * (4 / 3 - 1)) / 3.0)
-    assert beside_factor((3.0, 1.0, 2e12), 3.0, 0.0) == 1.0
-    assert beside_factor((1.0, 1.0, 2e12), 1.0, 5e12) == 2.0  # the HBM share's floor, 1/2
+    assert beside_factor((1.0, 2e12, (0, 2.4)), 3.0, 0.5e12) == pytest.approx((2.4 + 1.0 * (4 / 3 - 1)) / 3.0)
+    assert beside_factor((1.0, 2e12, (0, 3.0)), 3.0, 0.0) == 1.0
+    assert beside_factor((1.0, 2e12, (0, 1.0)), 1.0, 5e12) == 2.0  # the HBM share's floor, 1/2
 
 
 def test_one_gemm_beside_one_all_reduce_ends_at_the_closed_form():
@@ -75,7 +75,7 @@ def test_one_gemm_beside_one_all_reduce_ends_at_the_closed_form():
     # while an all-reduce of C < D s runs from t = 0: it progresses at 1/f during it, f =
     # beside_factor at the all-reduce's HBM rate, so it ends at C + (D − C/f)
     D, hbm = 10e-3, 2.0e12
-    carried = (1.2 * 8e-3 + 2e-3, 2e-3, hbm)  # 8 ms of GEMMs at 1.2 beside, 2 ms memory-bound
+    carried = (2e-3, hbm, (0, 1.2 * 8e-3 + 2e-3))  # 8 ms of GEMMs at 1.2 beside, 2 ms memory-bound
     prog = cs.Program(2)
     comp = prog.add(0, "compute", "compute", "F0", duration=D, beside=carried)
     for dev in (0, 1):
@@ -145,7 +145,7 @@ def test_coarsening_sums_what_the_merged_kernels_carry():
             stage=0,
             microbatch=0,
             phase="F",
-            beside=(1.2, 0.0, 2e12),
+            beside=(0.0, 2e12, (0, 1.2)),
         )
         p.add(
             0,
@@ -161,7 +161,7 @@ def test_coarsening_sums_what_the_merged_kernels_carry():
         )
         return p
 
-    merged = coarsen(prog((2.0, 2.0, 2e12))).ops
-    assert len(merged) == 1 and merged[0].beside == (3.2, 2.0, 2e12)
+    merged = coarsen(prog((2.0, 2e12, (0, 2.0)))).ops
+    assert len(merged) == 1 and merged[0].beside == (2.0, 2e12, (0, 3.2))
     assert beside_factor(merged[0].beside, 3.0, 0.0) == pytest.approx((1.2 + 2.0) / 3.0)
     assert coarsen(prog(())).ops[0].beside == ()

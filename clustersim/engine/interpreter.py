@@ -41,7 +41,7 @@ import simpy
 from ..collectives.algorithm import Options, Tuning
 from ..collectives.api import Call, prepare_collective
 from ..errors import SimulationStall
-from ..hardware.interference import beside_factor, hbm_rate
+from ..hardware.interference import NCCL, beside_factor, hbm_rate
 from ..network.base import Fabric
 from ..program import COLLECTIVE, RECV, Op, Program
 from ..record import Recorder
@@ -97,6 +97,8 @@ class Engine:
         self.active_collectives = [0] * program.num_devices
         # HBM bytes/s those collectives move per device (clustersim.workload.comm_interference)
         self.hbm_rate = [0.0] * program.num_devices
+        #: per GPU, the running collectives by kind (Op.beside's key: NCCL, or the SMs DeepEP holds)
+        self.held: list[dict[int, int]] = [{} for _ in range(program.num_devices)]
         self.collectives_changed = [env.event() for _ in range(program.num_devices)]
         ops = program.ops
         n = len(ops)
@@ -190,13 +192,16 @@ class Engine:
         """Run a compute op at 1/slowdown speed while any collective is active on its GPU,
         re-evaluating the rate whenever a collective starts or ends there; an op priced
         kernel by kernel (``op.beside``) runs at its own factor for the HBM bytes/s the
-        collectives move (:func:`~clustersim.workload.comm_interference.beside_factor`)."""
+        collectives move and the kinds running
+        (:func:`~clustersim.hardware.interference.beside_factor`)."""
         env, dev, work = self.env, op.device, self.durations[op.id]
         while True:
             if not self.active_collectives[dev]:
                 rate = 1.0
             elif op.beside:
-                rate = 1.0 / beside_factor(op.beside, op.duration, self.hbm_rate[dev])
+                rate = 1.0 / beside_factor(
+                    op.beside, op.duration, self.hbm_rate[dev], self.held[dev], self.slowdown
+                )
             else:
                 rate = 1.0 / self.slowdown
             t, timer = env.now, env.timeout(work / rate)
@@ -207,14 +212,18 @@ class Engine:
                 return
             work -= (env.now - t) * rate
 
-    def _collectives_change(self, group: tuple[int, ...], delta: int, rate: float = 0.0) -> None:
-        """Count a collective starting (+1) or ending (-1) on each GPU of ``group``, moving
-        ``rate`` HBM bytes/s there, and wake the slowed compute ops waiting there. No event
+    def _collectives_change(
+        self, group: tuple[int, ...], delta: int, rate: float = 0.0, key: int = NCCL
+    ) -> None:
+        """Count a collective of kind ``key`` (:attr:`Op.beside`'s) starting (+1) or ending
+        (-1) on each GPU of ``group``, moving ``rate`` HBM bytes/s there, and wake the slowed compute ops waiting there. No event
         is emitted where nobody waits (always, with the slowdown off): the one there stays
         the device's current one."""
         changed = self.collectives_changed
         for dev in group:
             self.active_collectives[dev] += delta
+            held = self.held[dev]
+            held[key] = held.get(key, 0) + delta
             # back to exactly 0 when none runs: no float residue of the sums
             self.hbm_rate[dev] = self.hbm_rate[dev] + delta * rate if self.active_collectives[dev] else 0.0
             ev = changed[dev]
@@ -244,10 +253,11 @@ class Engine:
         rate = 0.0
         if self.slowdown != 1.0:  # what the compute priced kernel by kernel beside it loses
             rate = hbm_rate(op.collective, len(op.group), op.nbytes, self._collective_plan.idle_time(op))
-        self._collectives_change(op.group, +1, rate)
+        key = op.beside[0] if op.beside else NCCL  # DeepEP's SMs, or NCCL's CTAs
+        self._collectives_change(op.group, +1, rate, key)
 
         def ended(_event) -> None:
-            self._collectives_change(op.group, -1, rate)
+            self._collectives_change(op.group, -1, rate, key)
             finished.succeed()
 
         if analytical_time is not None:

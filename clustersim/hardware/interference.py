@@ -127,12 +127,13 @@ def nccl_ctas(gpu: str) -> int | None:
     return rows[0].comm_sms if rows else None
 
 
-def interference_model(sms: int, slowdown: float, tp_overlap: bool, ctas: int = 0) -> str:
+def interference_model(sms: int, slowdown: float, tp_overlap: bool, ctas: int = 0, deepep: int = 0) -> str:
     """What priced each kind's interference in a run (the summary's ``interference_model``):
     on a GPU of ``sms`` SMs (0: unknown), ``slowdown`` = ``cluster.comm_compute_slowdown``
     (the SM rule's value, or a stated one), ``tp_overlap`` whether TP userbuffers ran,
     ``ctas`` the NCCL CTAs the kernels beside a collective were priced with (0: the scalar
-    priced them; :mod:`clustersim.workload.comm_interference`)."""
+    priced them; :mod:`clustersim.workload.comm_interference`), ``deepep`` the SMs DeepEP's
+    dispatch and combine held where the kernels beside them were priced so (0: none ran)."""
     source = f"SM rule SMs/(SMs − {COMM_SMS})" if sms and slowdown == slowdown_of(sms) else "stated"
     if ctas:
         nccl = (
@@ -141,6 +142,10 @@ def interference_model(sms: int, slowdown: float, tp_overlap: bool, ctas: int = 
     else:
         nccl = f"nccl: compute ×{slowdown:.4g} while a collective runs ({source})"
     parts = [nccl]
+    if deepep:
+        parts.append(
+            f"deepep: per kernel beside {deepep} DeepEP SMs (GEMM waves on {sms - deepep} of {sms} SMs)"
+        )
     if tp_overlap:
         row = sm_budget("tp_pipeline")
         if sms > row.comm_sms:
@@ -181,9 +186,38 @@ def hbm_rate(kind: str, ranks: int, nbytes: float, seconds: float) -> float:
     return 2.0 * share * nbytes / seconds
 
 
-def beside_factor(carried: tuple[float, float, float], duration: float, rate: float) -> float:
+#: the key of NCCL's CTAs in a compute op's ``beside`` and on a collective op: NCCL's
+#: channel count on the GPU (:func:`nccl_ctas`); any other key is the SMs an
+#: implementation's kernels hold (DeepEP's ``Buffer.num_sms``, :func:`held_sms`)
+NCCL = 0
+
+
+def deepep_sms_for(cluster, gpu: str) -> int:
+    """SMs a DeepEP dispatch or combine holds (the table's ``deepep`` row, every GPU) where
+    the kernels of catalog GPU ``gpu`` beside it are priced kernel by kernel on ``cluster``,
+    or 0 where the scalar SM rule stays (interference off, or stated: not the GPU's default)."""
+    slowdown = cluster.comm_compute_slowdown
+    if slowdown == 1.0 or slowdown != default_slowdown(gpu):
+        return 0
+    return sm_budget("deepep").comm_sms
+
+
+def beside_factor(
+    carried: tuple, duration: float, rate: float, held: dict[int, int] | None = None, scalar: float = 1.0
+) -> float:
     """How many times longer a compute op of ``duration`` s takes beside collectives moving
-    ``rate`` HBM bytes/s on its GPU; ``carried`` = (SM-limited s, memory-bound s, HBM B/s)."""
-    sm_s, mem_s, hbm = carried
+    ``rate`` HBM bytes/s on its GPU; ``carried`` = (memory-bound s, HBM B/s, (key, SM-limited
+    s) per collective kind it was priced beside: :data:`NCCL` or the SMs an implementation
+    holds). ``held``: the running collectives by key (None: NCCL's only); beside several
+    kinds the op runs at the slowest kind's factor (the SMs they hold are not summed, as two
+    NCCL collectives are not), a kind it was not priced beside at the ``scalar`` slowdown."""
+    mem_s, hbm = carried[0], carried[1]
+    priced = dict(carried[2:])
     share = max(1.0 - rate / hbm, MIN_HBM_SHARE)
-    return (sm_s + mem_s * (1.0 / share - 1.0)) / duration
+    worst = None
+    for key, running in (held or {NCCL: 1}).items():
+        if running:
+            sm_s = priced.get(key)
+            f = scalar if sm_s is None else (sm_s + mem_s * (1.0 / share - 1.0)) / duration
+            worst = f if worst is None else max(worst, f)
+    return scalar if worst is None else worst

@@ -16,7 +16,7 @@ import pandas as pd
 from .. import metrics
 from ..engine.collector import collector_paused
 from ..hardware.datasheets import datasheets
-from ..hardware.interference import interference_model, nccl_ctas_for
+from ..hardware.interference import deepep_sms_for, interference_model, nccl_ctas_for
 from ..hardware.node_groups import describe, device_gpus
 from ..metrics import COMM_KINDS
 from ..program import COMPUTE
@@ -163,9 +163,11 @@ def _interference_model(job: Job) -> dict:
     sheet = None if custom else datasheets().get(cl.gpu)
     sms = (cl.custom_gpu.sms or 0) if custom else (sheet.sms if sheet else 0)
     ctas = 0 if custom else nccl_ctas_for(cl, cl.gpu)
+    flex = not custom and job.parallel.moe_token_dispatcher == "flex" and job.parallel.ep > 1
+    deepep = deepep_sms_for(cl, cl.gpu) if flex else 0
     return {
         "interference_model": interference_model(
-            sms, cl.comm_compute_slowdown, job.parallel.tp_comm_overlap, ctas
+            sms, cl.comm_compute_slowdown, job.parallel.tp_comm_overlap, ctas, deepep
         )
     }
 

@@ -2,7 +2,8 @@
 
 NCCL runs a collective as one CTA per channel (``enqueue.cc``: the kernel's grid is its
 channel count), each holding an SM for the whole call. On an 8-GPU NVSwitch node NCCL opens
-24 ring channels on A100 and H100 (rows of ``data/interference_measurements.csv``,
+24 ring channels on A100 and H100, 16 on H800, 32 on B200 (rows of
+``data/interference_measurements.csv``, H200 and the other NVLink5 parts transferred,
 :func:`~clustersim.hardware.interference.nccl_ctas`); a call runs all of them once it has
 24 × 512 threads × 64 B = 768 KiB (channels are dropped only while ``nBytes < nChannels ·
 nThreads · NCCL_SIMPLE_THREAD_THRESHOLD``) — a gradient bucket or a token all-to-all has
@@ -18,8 +19,10 @@ far more. A kernel beside it:
   ``HBM / (HBM − R)`` × its time.
 
 :func:`beside` prices one kernel as ``(SM-limited seconds, memory-bound seconds)``; a compute
-op carries its kernels' sums with the GPU's HBM bandwidth (:attr:`clustersim.program.Op.beside`)
-and the engine times it at the ``R`` of the collectives running on its GPU
+op carries its kernels' sums with the GPU's HBM bandwidth, the SM-limited ones per kind of
+collective — NCCL's CTAs, and DeepEP's ``Buffer.num_sms`` where the ``flex`` dispatcher runs
+(:attr:`clustersim.program.Op.beside`) — and the engine times it at the kinds and the ``R``
+of the collectives running on its GPU
 (:func:`~clustersim.hardware.interference.beside_factor`, at the rate of
 :func:`~clustersim.hardware.interference.hbm_rate`). Applied where a profile's default
 interference is on, the cluster is an NVSwitch node and the GPU has a CTA row

@@ -212,7 +212,8 @@ class CostModel:
     kernel) and its memory-bound kernels' achieved bandwidth by kind
     (:class:`~.memory_bandwidth.MemoryCurves`; None: the STREAM-triad fraction ``eff.memory``)
     and the scenario's host (:mod:`.host_kernels`); ``nccl_ctas``: the SMs a NCCL collective beside
-    the kernels holds, where they are priced per kernel beside it (:mod:`.comm_interference`; 0: not)."""
+    the kernels holds, where they are priced per kernel beside it (:mod:`.comm_interference`; 0: not);
+    ``deepep_sms``: the same for a DeepEP dispatch or combine."""
 
     gpu: GPUSpec
     eff: Efficiency
@@ -223,6 +224,7 @@ class CostModel:
     #: (:class:`~.host_kernels.HostModel`; None: the pass's per-kernel dispatch, no extras)
     host: object = None
     nccl_ctas: int = 0
+    deepep_sms: int = 0
 
     @classmethod
     def for_gpu(cls, name: str, profile: ProfileTable | None = None, custom=None) -> CostModel:

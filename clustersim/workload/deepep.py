@@ -27,7 +27,8 @@ from each of its m − 1 peers and ``T·p_gpu`` of its own, ``ep·T·p_gpu`` in 
 local permute expands into its experts' copies (and its unpermute sums back).
 
 DeepEP's kernels hold 20 SMs (``Buffer.num_sms``; ``data/interference_measurements.csv``
-row ``deepep``); the overlap model does not yet charge them apart from NCCL's (docs/moe.md).
+row ``deepep``): the dispatch and combine say so (:attr:`.ops.TPComm.sms`) and the compute
+beside them is priced on the SMs left (:mod:`.comm_interference`, docs/overlap.md).
 The achieved NVLink and RDMA rates are the links' (checked against DeepEP's rows in
 ``data/ep_alltoall_measurements.csv``, tests/test_moe_kernels.py). The bytes follow the
 uniform router whatever ``model.expert_load`` says (the experts' compute follows the load

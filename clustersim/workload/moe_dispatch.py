@@ -55,6 +55,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..hardware.interference import sm_budget
 from . import deepep
 from .moe import expert_ops, layer_expert_tokens, router_ops
 from .moe_kernels import permute_op, sort_chunks_op, unpermute_op
@@ -152,10 +153,13 @@ def ep_moe_ops(cfg, b: int, tp: int, e: int, split: ExpertSplit) -> list:
         matrix = deepep.dispatch_matrix(cfg, split.ep, split.per_node, local * h * e)
         sent = sum(matrix[0])
         sync = split.host_sync
-        ops.append(TPComm("ep dispatch", "all_to_all", "all_to_all", sent, "ep", matrix, host_sync=sync))
+        sms = sm_budget("deepep").comm_sms  # DeepEP's kernels hold Buffer.num_sms, not NCCL's channels
+        ops.append(
+            TPComm("ep dispatch", "all_to_all", "all_to_all", sent, "ep", matrix, host_sync=sync, sms=sms)
+        )
         ops.append(_ranks(cfg, split, pool, e, held=deepep.received_tokens(cfg, split.ep, local)))
         back = tuple(zip(*matrix))
-        ops.append(TPComm("ep combine", "all_to_all", "all_to_all", sent, group="ep", matrix=back))
+        ops.append(TPComm("ep combine", "all_to_all", "all_to_all", sent, group="ep", matrix=back, sms=sms))
         return ops + enter + up + down
     copies = local * k
     a2a = int(copies * h * e)

@@ -97,7 +97,8 @@ class TPComm:
     ``bwd_nbytes``: one direction's bytes where they differ from ``nbytes`` (None: the same;
     Transformer Engine all-gathers quantized tensors, :func:`.fp8.te_fp8_layer`). ``host_sync``: the
     host waits for the device before it issues the forward collective (a ``.cpu()`` of the
-    split sizes, :mod:`.host`)."""
+    split sizes, :mod:`.host`). ``sms``: the SMs its kernels hold where they are not NCCL's
+    channels (DeepEP's ``Buffer.num_sms``; 0: NCCL's, :mod:`.comm_interference`)."""
 
     name: str
     fwd: str
@@ -108,6 +109,7 @@ class TPComm:
     fwd_nbytes: int | None = None
     bwd_nbytes: int | None = None
     host_sync: bool = False
+    sms: int = 0
 
     @property
     def forward_nbytes(self) -> int:

@@ -7,14 +7,15 @@ for a kernel (``launches``: the kernels whose launch is priced apart, see
 launches and bytes ride in ``launches`` and ``seconds``; ``host``: the host seconds of
 issuing them, :meth:`.host_kernels.HostModel.issue`, or None: the pass's per-kernel
 dispatch; a seventh element, where the cost model prices kernels beside NCCL collectives,
-holds their (SM-limited s, memory-bound s, HBM B/s), :mod:`.comm_interference`), ``("e", seconds per rank, flops per rank, launches, issued, host)`` for work
+holds their (memory-bound s, HBM B/s, (kind, SM-limited s)…), :func:`_beside`), ``("e", seconds per rank, flops per rank, launches, issued, host)`` for work
 that differs between the ranks of an expert-parallel group (:class:`~.ops.ExpertRanks`),
 ``("p", seconds, flops, launches, issued, host)`` for a kernel that runs beside its
 neighbouring collective
-(:attr:`~.ops.LayerOp.overlap`), ``("x", kind, nbytes, name, group, matrix[, sync])`` for a
+(:attr:`~.ops.LayerOp.overlap`), ``("x", kind, nbytes, name, group, matrix[, sync, sms])`` for a
 collective over ``group`` (:data:`~.ops.COMM_GROUPS`, or ``cp``: the context-parallel group;
 ``matrix``: an uneven all-to-all's bytes, or empty; ``sync``: the host waits for the device
-before it issues it, :mod:`.host`), ``("r", seconds, flops, nbytes,
+before it issues it, :mod:`.host`; ``sms``: the SMs its kernels hold where not NCCL's,
+:attr:`.ops.TPComm.sms`), ``("r", seconds, flops, nbytes,
 name)`` for ring attention (per step, :mod:`.context_parallel`) and ``("f", seconds,
 name)`` for a fixed cost of its own (the pass's kernel launches and its wait for the host,
 :mod:`.host`). Consecutive kernels merge
@@ -35,6 +36,8 @@ Segment, which the compiler emits in chunks (:mod:`.tp_overlap`; per-layer only)
 
 from __future__ import annotations
 
+from ..hardware.interference import NCCL
+from ..program import beside_scaled, beside_sum
 from .comm_interference import beside
 from .context_parallel import CPComm, CPRing
 from .cost_model import CostModel
@@ -64,7 +67,11 @@ def forward_items(
         if isinstance(op, TPComm):
             if op.fwd and not core_only:
                 out.append(
-                    (("x", op.fwd, op.forward_nbytes, op.name, op.group, op.matrix, op.host_sync), "", None)
+                    (
+                        ("x", op.fwd, op.forward_nbytes, op.name, op.group, op.matrix, op.host_sync, op.sms),
+                        "",
+                        None,
+                    )
                 )
         elif isinstance(op, ExpertRanks):
             if not core_only:
@@ -94,13 +101,19 @@ def _priced(cm: CostModel, work, op: str, phase: str) -> tuple[float, int, int, 
 
 
 def _beside(cm: CostModel, priced: list[tuple]) -> tuple:
-    """``(beside,)``: the (SM-limited s, memory-bound s, HBM B/s) of kernels ``priced`` as
-    (work, seconds) beside a NCCL collective (:mod:`.comm_interference`), the item's seventh
-    element; empty where ``cm`` does not price them (``nccl_ctas`` 0)."""
-    if not cm.nccl_ctas:
+    """``(beside,)``: the (memory-bound s, HBM B/s, (kind, SM-limited s)…) of kernels
+    ``priced`` as (work, seconds) beside each collective kind ``cm`` prices them beside —
+    NCCL's CTAs (``nccl_ctas``, key :data:`~clustersim.hardware.interference.NCCL`),
+    DeepEP's SMs (``deepep_sms``, keyed by them) — the item's seventh element
+    (:mod:`.comm_interference`); empty where ``cm`` prices none."""
+    kinds = ([(NCCL, cm.nccl_ctas)] if cm.nccl_ctas else []) + (
+        [(cm.deepep_sms,) * 2] if cm.deepep_sms else []
+    )
+    if not kinds:
         return ()
-    parts = [beside(cm, w, t, cm.nccl_ctas) for w, t in priced]
-    return ((sum(p[0] for p in parts), sum(p[1] for p in parts), cm.gpu.hbm_bandwidth),)
+    mem = sum(beside(cm, w, t, kinds[0][1])[1] for w, t in priced)
+    held = tuple((key, sum(beside(cm, w, t, n)[0] for w, t in priced)) for key, n in kinds)
+    return ((mem, cm.gpu.hbm_bandwidth, *held),)
 
 
 def _host_sum(items: list[tuple]) -> float | None:
@@ -134,7 +147,16 @@ def backward_items(
             if op.bwd and inputs:
                 out.append(
                     (
-                        ("x", op.bwd, op.backward_nbytes, op.name, op.group, tuple(zip(*op.matrix))),
+                        (
+                            "x",
+                            op.bwd,
+                            op.backward_nbytes,
+                            op.name,
+                            op.group,
+                            tuple(zip(*op.matrix)),
+                            False,
+                            op.sms,
+                        ),
                         "",
                         "",
                         None,
@@ -187,6 +209,12 @@ def launch_items(
     return [("f", n * launch_s + wait, "launch")] + items if present else items
 
 
+def _held(item: tuple) -> tuple:
+    """A collective item's ``(SMs,)`` where its kernels are not NCCL's (:attr:`.ops.TPComm.sms`),
+    else ``()``: its Segment's and Op's ``beside``."""
+    return (item[7],) if len(item) > 7 and item[7] else ()
+
+
 def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment, ...]:
     """Segments of a pass from its items (see module doc)."""
     fixed = tuple(Segment("compute", i[1], name=i[2]) for i in items if i[0] == "f")
@@ -199,7 +227,8 @@ def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment
         sums: dict[tuple[str, str], int] = {}
         for i in items:
             if i[0] == "x":
-                sums[(i[1], i[4])] = sums.get((i[1], i[4]), 0) + i[2]
+                key = (i[1], i[4], _held(i))
+                sums[key] = sums.get(key, 0) + i[2]
             else:
                 run.add(i)
         if not sums:
@@ -208,8 +237,8 @@ def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment
         # so the next pass cannot overlap its collectives (one CUDA stream in Megatron)
         half = (run.segment(0.5),)
         colls = tuple(
-            Segment("collective", nbytes=n, collective=k, name=f"{g} {k}", group=g)
-            for (k, g), n in sums.items()
+            Segment("collective", nbytes=n, collective=k, name=f"{g} {k}", group=g, beside=held)
+            for (k, g, held), n in sums.items()
         )
         return half + colls + half
     segs: list[Segment] = []
@@ -229,7 +258,15 @@ def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment
             segs.append(Segment("ring", sum(times), sum(flops), name=name, steps=times, step_bytes=sent))
         elif i[0] == "x":
             segs.append(
-                Segment("collective", nbytes=i[2], collective=i[1], name=i[3], group=i[4], matrix=i[5])
+                Segment(
+                    "collective",
+                    nbytes=i[2],
+                    collective=i[1],
+                    name=i[3],
+                    group=i[4],
+                    matrix=i[5],
+                    beside=_held(i),
+                )
             )
         else:
             run.add(i)
@@ -245,9 +282,9 @@ class _Run:
 
     def __init__(self):
         self.t, self.f, self.ranks, self.overlap = 0.0, 0.0, None, None
-        #: the kernels' summed (SM-limited s, memory-bound s, HBM B/s) beside a NCCL
-        #: collective (:mod:`.comm_interference`); None once a kernel without them joins
-        self.beside: tuple | None = (0.0, 0.0, 0.0)
+        #: the kernels' summed ``beside`` tuple (:func:`_beside`; None while empty, ``()``
+        #: once a kernel without one joins)
+        self.beside: tuple | None = None
 
     @property
     def nonzero(self) -> bool:
@@ -256,11 +293,8 @@ class _Run:
 
     def add(self, item: tuple) -> None:
         self.overlap = item[0] == "p"
-        if self.beside is not None and len(item) > 6:
-            sm_s, mem_s, hbm = item[6]
-            self.beside = (self.beside[0] + sm_s, self.beside[1] + mem_s, hbm)
-        else:
-            self.beside = None
+        own = item[6] if len(item) > 6 else ()
+        self.beside = own if self.beside is None else beside_sum(self.beside, own)
         if item[0] == "e":
             if self.ranks is None:
                 self.ranks = [(self.t, self.f)] * len(item[1])
@@ -276,8 +310,7 @@ class _Run:
         the ranks' mean, each rank's own pair in ``ranks`` when they differ."""
         if self.ranks is None or len(set(self.ranks)) == 1:
             t, f = self.ranks[0] if self.ranks else (self.t, self.f)
-            b = self.beside
-            beside_ = (b[0] * share, b[1] * share, b[2]) if b and b[2] else ()
+            beside_ = beside_scaled(self.beside, share) if self.beside else ()
             return Segment("compute", t * share, f * share, overlap=bool(self.overlap), beside=beside_)
         ranks = tuple((t * share, f * share) for t, f in self.ranks)
         return Segment(

@@ -46,7 +46,7 @@ from itertools import accumulate
 import numpy as np
 
 from ..errors import ScenarioError
-from ..hardware.interference import nccl_ctas_for
+from ..hardware.interference import deepep_sms_for, nccl_ctas_for
 from ..memory_kinds import StaticMemory
 from .cnn import cnn_layers
 from .cost_model import CostModel
@@ -267,7 +267,9 @@ def _cost_model(sc, st: TrainSetup) -> CostModel:
     cm = CostModel.for_gpu(st.gpu, read_profile(profile) if profile else None, custom)
     custom_here = custom is not None and custom.name == st.gpu
     ctas = 0 if custom_here else nccl_ctas_for(sc.cluster, st.gpu)
-    return replace(cm, nccl_ctas=ctas) if ctas else cm
+    flex = sc.parallel.moe_token_dispatcher == "flex" and not custom_here
+    deepep = deepep_sms_for(sc.cluster, st.gpu) if flex else 0  # DeepEP's kernels, not NCCL's
+    return replace(cm, nccl_ctas=ctas, deepep_sms=deepep) if ctas or deepep else cm
 
 
 def _check_profile(cm: CostModel, st: TrainSetup) -> None:

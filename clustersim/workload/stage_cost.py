@@ -49,9 +49,11 @@ class Segment:
     step_bytes: tuple[int, ...] = ()
     #: an ``overlap``'s GEMM: seconds TE's SM margin adds to it (:mod:`.tp_overlap`)
     margin: float = 0.0
-    #: compute: its kernels' (SM-limited s, memory-bound s, HBM B/s) beside a NCCL
-    #: collective (:mod:`clustersim.workload.comm_interference`); empty: the scalar slowdown
-    beside: tuple[float, float, float] = ()
+    #: compute: its kernels' (memory-bound s, HBM B/s, (kind, SM-limited s)…) beside the
+    #: collective kinds they are priced beside (:mod:`clustersim.workload.comm_interference`;
+    #: empty: the scalar slowdown); collective: ``(SMs,)`` its kernels hold where they are
+    #: not NCCL's (DeepEP), else empty
+    beside: tuple = ()
 
 
 @dataclass(frozen=True)

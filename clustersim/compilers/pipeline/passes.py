@@ -329,6 +329,7 @@ def _expert_collective(prog, seg, k, dev, groups, name, fold, deps, labels) -> O
         group=group,
         split=seg.matrix,
         shadows=shadows,
+        beside=seg.beside,
         collective=seg.collective,
         tag=f"{seg.group} it{labels['iteration']} s{labels['stage']} g{group[0]} {name} #{k}",
         arrivals=1 if fold else 0,
