@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 import clustersim as cs
+from clustersim.resolve import resolve
 from clustersim.scenario import read_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -197,13 +198,14 @@ def shipped_rows(binary: Path, names: list[str], max_ranks: int) -> None:
         note = ""
         if sc.num_gpus > max_ranks:
             p = raw.setdefault("parallel", {})
-            dp = sc.parallel.dp * max_ranks // sc.num_gpus
+            dp_now = resolve(sc).dp  # (a scenario may leave dp to auto)
+            dp = dp_now * max_ranks // sc.num_gpus
             if dp < 1:
                 print(f"  {name}: {sc.num_gpus} ranks even at DP 1; skipped")
                 continue
-            raw["training"]["global_batch"] = sc.training.global_batch * dp // sc.parallel.dp
-            raw["cluster"]["nodes"] = raw["cluster"].get("nodes", 1) * dp // sc.parallel.dp
-            p["dp"], note = dp, f" (DP {sc.parallel.dp} → {dp})"
+            raw["training"]["global_batch"] = sc.training.global_batch * dp // dp_now
+            raw["cluster"]["nodes"] = raw["cluster"].get("nodes", 1) * dp // dp_now
+            p["dp"], note = dp, f" (DP {dp_now} → {dp})"
             sc = cs.load_scenario(raw)
         ours = cs.simulate(sc, progress=False).summary["iteration_time_s"]
         with tempfile.TemporaryDirectory() as tmp:
