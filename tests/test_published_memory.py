@@ -11,6 +11,7 @@ from clustersim.experiments.memory import tightest_fit
 from clustersim.resolve import resolve
 from clustersim.workload.moe_dispatch import ExpertSplit, ep_moe_ops
 from clustersim.workload.ops import ExpertRanks
+from clustersim.workload.precision_aware import step_bytes
 from clustersim.workload.transformer import TransformerConfig
 
 from .test_memory_frameworks import _published
@@ -85,3 +86,16 @@ def test_moe_unpermute_keeps_nothing_and_the_weighted_activation_keeps_the_proba
     copies = s * k  # every rank receives its share of the 4 ranks' copies: s·k
     for rank in experts.ranks:
         assert sum(op.activation for op in rank) == copies * (h + 2 * f + 1 + f) * e
+
+
+def test_the_optimizer_step_reads_and_writes_the_states_it_holds():
+    # the Adam step is memory-bound over its states (read and written) besides the gradient
+    # read and the weight written: 2 · 12 + 8 = 32 B/param (the cost model's own default),
+    # 2 · 10 + 8 = 28 with the remainder, 2 · 6 + 8 = 20 with BF16 moments too
+    assert step_bytes(None) == () and step_bytes(12) == (32,)
+    assert step_bytes(10) == (28,) and step_bytes(6) == (20,)
+    sc = _published("qwen3-235b-a22b-b200-bf16")
+    bf16 = {"exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}
+    plain = resolve(sc.with_overrides({"training.precision_aware_optimizer": None})).chunk_costs
+    aware = resolve(sc.with_overrides({"training.precision_aware_optimizer": bf16})).chunk_costs
+    assert all(a.optimizer < p.optimizer for p, a in zip(plain, aware, strict=True))

@@ -41,3 +41,15 @@ def optimizer_state_bytes(spec, precision: str, fp8_recipe: str, optimizer: str,
     te_master = precision == "bf16" or (precision == "fp8" and fp8_recipe == "delayed")
     master = REMAINDER_BYTES if spec.store_param_remainders and te_master else MASTER_BYTES
     return master + MOMENT_BYTES[spec.exp_avg_dtype] + MOMENT_BYTES[spec.exp_avg_sq_dtype]
+
+
+#: the Adam step's bytes a parameter besides its states': the gradient read and the 16-bit
+#: weight written (:meth:`.cost_model.CostModel.optimizer_time`'s 32 = 2 · 12 + 4 + 4)
+STEP_OTHER_BYTES = 8
+
+
+def step_bytes(state_bytes: float | None) -> tuple[float, ...]:
+    """``optimizer_time``'s bytes per parameter with ``state_bytes`` of optimizer states
+    (each read and written once), or ``()`` — its own default — without a precision-aware
+    optimizer."""
+    return () if state_bytes is None else (2 * state_bytes + STEP_OTHER_BYTES,)

@@ -60,7 +60,7 @@ from .loss_memory import loss_working_bytes
 from .memory_model import DTYPE_BYTES, ELEMENT_BYTES, static_bytes, zero_shards
 from .moe_dispatch import ExpertSplit, dispatch_buffer_bytes
 from .ops import ExpertRanks
-from .precision_aware import optimizer_state_bytes
+from .precision_aware import optimizer_state_bytes, step_bytes
 from .profile_rows import read_profile
 from .resolve import resolve_transformer
 from .segments import backward_items, compute_time, forward_items, launch_items, to_segments
@@ -368,7 +368,7 @@ def _stage(
         activation_memory=int(act_mem),
         static=static,
         expert_static=experts,
-        optimizer=cm.optimizer_time(grads),
+        optimizer=cm.optimizer_time(grads, *step_bytes(st.optimizer_bytes)),
         forward_flops=ff,
         backward_flops=fb,
         grad_bytes=_grad_bytes(st, params - expert),
