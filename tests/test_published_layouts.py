@@ -15,9 +15,8 @@ import clustersim as cs
 #: Megatron-Bridge's performance scripts turn on Megatron-Core's precision-aware optimizer for
 #: every BF16 run (scripts/performance/run_script.py @v0.1.0rc4, utils/helpers.py @v0.2.2)
 AWARE = {"precision_aware_optimizer": {}}
-#: GPT-OSS 120B's GB200 / B200 recipe (gpt_oss/workload_base_configs.py @v0.2.2):
-#: recompute_modules [layernorm, moe_act] (layernorm not modelled: its input counted as kept)
-GPT_OSS = {**AWARE, "recompute": "selective", "recompute_modules": ["moe_act"]}
+#: GPT-OSS 120B's GB200 / B200 recipe (gpt_oss/workload_base_configs.py @v0.2.2)
+GPT_OSS = {**AWARE, "recompute": "selective", "recompute_modules": ["layernorm", "moe_act"]}
 #: the embedding and the loss counted as layers in the split (qwen3_235b_a22b.py @v0.1.0rc4)
 ACCOUNTED = {"account_for_embedding": True, "account_for_loss": True}
 #: DeepSeek-V3's PP 4 × VP 4 layout (deepseek_v3.py map_pp_vp_to_layout @v0.1.0rc4)

@@ -119,7 +119,7 @@ class TrainingSpec(_Spec):
     #: with ``recompute: selective`` under a Megatron framework, the modules recomputed
     #: (Megatron-Core's ``recompute_modules``; None: its default ``[core_attn]``;
     #: clustersim.workload.selective_ac)
-    recompute_modules: list[Literal["core_attn", "mla_up_proj", "moe_act"]] | None = Field(
+    recompute_modules: list[Literal["core_attn", "mla_up_proj", "moe_act", "layernorm"]] | None = Field(
         default=None, min_length=1
     )
     optimizer: Literal["adam", "sgd"] = "adam"
