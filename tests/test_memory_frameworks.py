@@ -157,19 +157,33 @@ def test_op_level_selective_checkpointing_refuses_the_blocks_it_is_not_modelled_
         resolve(sc)
 
 
+def _partition(text: str):
+    """A row's ``partition``: a word, Megatron's ``account_for_*`` flags, or ``layout:…``."""
+    if text.startswith("layout:"):
+        return {"layout": text.removeprefix("layout:")}
+    return {flag: True for flag in text.split()} if text.startswith("account_for") else text
+
+
 def _published(run: str) -> cs.Scenario:
     """A published run's configuration (``published_run_configs.csv``) as a megatron_core
-    scenario on DGX nodes of its GPU."""
+    scenario on its system."""
     (row,) = [r for r in read_table("published_run_configs") if r["run"] == run]
-    pp, gpus = int(row["pp"]), int(row["gpus"])
+    pp, vp, gpus, gpn = int(row["pp"]), int(row["vp"]), int(row["gpus"]), int(row["gpus_per_node"])
     shape = dict(kv.split("=") for kv in row["model_shape"].split())
     model = {k: v == "true" if v in ("true", "false") else int(v) for k, v in shape.items()} or {
         "hf_config": row["model"]
     }
+    moments = row["optimizer_moments"]
+    aware = {"exp_avg_dtype": moments, "exp_avg_sq_dtype": moments} if moments else None
     return cs.load_scenario(
         {
             "name": run,
-            "cluster": {"preset": "dgx_h100", "nodes": gpus // 8, "gpu": row["gpu"]},
+            "cluster": {
+                "preset": row["system"],
+                "nodes": gpus // gpn,
+                "gpus_per_node": gpn,
+                "gpu": row["gpu"],
+            },
             "model": {**model, "seq_len": int(row["seq_len"]), "attention": row["attention"]},
             "training": {
                 "framework": "megatron_core",
@@ -178,13 +192,15 @@ def _published(run: str) -> cs.Scenario:
                 "precision": row["precision"],
                 "recompute": row["recompute"],
                 "recompute_modules": row["recompute_modules"].split() or None,
+                "precision_aware_optimizer": aware,
             },
             "parallel": {
                 "tp": int(row["tp"]),
                 "pp": pp,
                 "ep": int(row["ep"]),
-                "partition": row["partition"],
+                "partition": _partition(row["partition"]),
                 "sequence_parallel": row["sequence_parallel"] == "true",
+                **({"schedule": "interleaved", "virtual_stages": vp} if vp > 1 else {}),
             },
             "simulation": {"network": "analytical"},
         }
@@ -203,8 +219,9 @@ def test_nemos_gpt3_20b_h100_configuration_fits_as_it_ran():
 def test_megatron_bridges_deepseek_v3_b200_configuration_fits_as_it_ran():
     # PP 16 × EP 8 on 256 B200, bf16, recompute_modules [mla_up_proj]: stage 1 holds 15
     # micro-batches of 4 MoE layers; recomputing MLA's up projections drops the Q, K, V its
-    # attention kernel keeps (1.9 GiB a micro-batch), so the fullest GPU holds 164.3 GiB of
-    # its 179.1 (without it, 191.9: out of memory, as the issue's run was flagged)
+    # attention kernel keeps (1.9 GiB a micro-batch); with the recipe's precision-aware
+    # optimizer (BF16 moments) the fullest GPU holds 122.0 GiB of its 179.1 (149.6 without
+    # the MLA recompute)
     sc = _published("deepseek-v3-b200-bf16")
     peak, capacity = tightest_fit(sc)
     assert peak <= capacity

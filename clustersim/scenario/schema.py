@@ -57,6 +57,17 @@ class ArrivalSpec(_Spec):
         return self
 
 
+class PrecisionAwareOptimizerSpec(_Spec):
+    """Megatron-Core's precision-aware optimizer (``--use-precision-aware-optimizer``;
+    clustersim.workload.precision_aware): Adam's moments in ``exp_avg_dtype`` /
+    ``exp_avg_sq_dtype``, and with ``store_param_remainders`` the fp32 master weight held
+    as its 16-bit remainder beside the BF16 parameter."""
+
+    exp_avg_dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
+    exp_avg_sq_dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
+    store_param_remainders: bool = True
+
+
 class FixedCostsSpec(_Spec):
     """The fixed costs of a training step that are not FLOPs or bytes of the model
     (docs/models.md, "Fixed costs"), each an op of the Program: ``kernel_launch`` per kernel
@@ -108,10 +119,12 @@ class TrainingSpec(_Spec):
     #: with ``recompute: selective`` under a Megatron framework, the modules recomputed
     #: (Megatron-Core's ``recompute_modules``; None: its default ``[core_attn]``;
     #: clustersim.workload.selective_ac)
-    recompute_modules: list[Literal["core_attn", "mla_up_proj", "moe_act"]] | None = Field(
+    recompute_modules: list[Literal["core_attn", "mla_up_proj", "moe_act", "layernorm"]] | None = Field(
         default=None, min_length=1
     )
     optimizer: Literal["adam", "sgd"] = "adam"
+    #: Megatron-Core's precision-aware optimizer (None: off, its default)
+    precision_aware_optimizer: PrecisionAwareOptimizerSpec | None = None
     mode: Literal["train", "inference"] = "train"
     arrival: ArrivalSpec | None = None
     #: the stack whose defaults fill what the scenario leaves unstated

@@ -82,6 +82,7 @@ def static_bytes(
     grad_dtype=None,
     fp8_params=0.0,
     fp32_params: bool = False,
+    optimizer_bytes: float | None = None,
 ) -> tuple[float, float, float]:
     """(weights, gradients, optimizer states) bytes for ``params`` held on one GPU.
 
@@ -95,8 +96,11 @@ def static_bytes(
     FP8 recipes; the fp32 master copy stays in the optimizer states). ``fp32_params``: the
     held parameter is the fp32 master itself (FSDP2's ``MixedPrecisionPolicy`` shards fp32
     parameters and gathers them in bf16, torch/distributed/fsdp/_fully_shard/_fsdp_param.py),
-    so the optimizer keeps no copy of its own: 4 + 4 + 8 = 16 bytes/param for Adam."""
+    so the optimizer keeps no copy of its own: 4 + 4 + 8 = 16 bytes/param for Adam.
+    ``optimizer_bytes``: the optimizer states' bytes per parameter where a precision-aware
+    optimizer says (:mod:`.precision_aware`); None: the table's."""
     w, g, o = BYTES_PER_PARAM[(precision, optimizer)]
+    o = o if optimizer_bytes is None else optimizer_bytes
     g = DTYPE_BYTES[grad_dtype] if grad_dtype else g
     if fp32_params and o >= DTYPE_BYTES["fp32"]:
         w, o = DTYPE_BYTES["fp32"], o - DTYPE_BYTES["fp32"]

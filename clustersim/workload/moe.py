@@ -92,15 +92,21 @@ def layer_expert_tokens(cfg, tokens: int) -> tuple[float, ...]:
     )
 
 
-def _expert(name: str, n: float, h: int, up_n: int, ft: int, e: int, gated: bool) -> list[LayerOp]:
+def _expert(
+    name: str, n: float, h: int, up_n: int, ft: int, e: int, gated: bool, probs: bool = True
+) -> list[LayerOp]:
     """One expert's up projection, activation and down projection at ``n`` tokens (no
-    kernels, only its parameters, when no token reaches it)."""
+    kernels, only its parameters, when no token reaches it). ``probs``: a routed expert,
+    whose activation is weighted by its tokens' routing probabilities and keeps them
+    (Megatron-Core's ``WeightedSwiGLUFunction`` saves its input and the weights;
+    :func:`.moe_kernels.unpermute_op`); the shared expert has none."""
     if n == 0:
         return [LayerOp(name, NO_WORK, NO_WORK, NO_WORK, params=float(h * up_n + ft * h))]
     act = n * up_n
+    kept = (act + (n if probs else 0.0)) * e
     return [
         gemm(f"{name}_up", n, up_n, h, e, activation=n * h * e),
-        elementwise(f"{name}_act", act, 1.5 * e if gated else 2 * e, 3 * e, activation=act * e),
+        elementwise(f"{name}_act", act, 1.5 * e if gated else 2 * e, 3 * e, activation=kept),
         gemm(f"{name}_down", n, h, ft, e, activation=n * ft * e),
     ]
 
@@ -131,7 +137,7 @@ def expert_ops(
         ops += _expert("expert", n, h, ft * (mats - 1), ft, e, cfg.gated_mlp)
     if shared and cfg.shared_ffn_hidden:
         sft = cfg.shared_ffn_hidden // etp
-        up, *rest = _expert("shared_expert", shared, h, sft * (mats - 1), sft, e, cfg.gated_mlp)
+        up, *rest = _expert("shared_expert", shared, h, sft * (mats - 1), sft, e, cfg.gated_mlp, probs=False)
         # its input is the router's (the normed hidden state, the sequence-parallel shard a
         # linear keeps under SP): one tensor, kept once — by the router GEMM
         ops += [replace(up, activation=0.0), *rest]

@@ -83,7 +83,9 @@ def grouped_expert_ops(cfg, counts, ft: int, e: int, impl: str) -> list[LayerOp]
         for g in parts
     ]
     act = tokens * up_n
-    ops.append(elementwise("experts_act", act, 1.5 * e if gated else 2 * e, 3 * e, activation=act * e))
+    # keeps its input and the copies' routing probabilities (:func:`.moe._expert`)
+    kept = (act + tokens) * e
+    ops.append(elementwise("experts_act", act, 1.5 * e if gated else 2 * e, 3 * e, activation=kept))
     ops += [
         gemm("experts_down", m, h, ft, e, batch=g, activation=g * m * ft * e, shared_waves=shared)
         for g in parts

@@ -135,10 +135,14 @@ def permute_op(cfg, tokens: float, copies: float, e: int, fused: bool, experts: 
 
 
 def unpermute_op(cfg, tokens: float, copies: float, e: int, fused: bool, experts: int = 0) -> LayerOp:
-    """Weighted sum of ``copies`` expert outputs back to ``tokens`` tokens (``experts``:
-    as :func:`permute_op`); keeps the copies (the probabilities' gradient reads them)."""
+    """Sum of ``copies`` expert outputs back to ``tokens`` tokens (``experts``: as
+    :func:`permute_op`). It keeps nothing: since Megatron-Core's memory-efficient token
+    permutation (MR !2668, 2025-04, in every release from 25.09) every dispatcher calls
+    ``unpermute`` without the probabilities — they scale the experts' activation instead
+    (``weighted_bias_swiglu_impl``; :func:`.moe.expert_ops` keeps them there) — so its
+    backward needs no copy. Its HBM bytes are still those of the weighted form above."""
     size = (tokens, experts or cfg.experts, copies, cfg.hidden)
-    return _op("moe_unpermute", unpermute_bytes(e, fused), size, activation=copies * cfg.hidden * e)
+    return _op("moe_unpermute", unpermute_bytes(e, fused), size)
 
 
 def sort_chunks_op(name: str, hidden: int, copies: float, e: int) -> LayerOp:

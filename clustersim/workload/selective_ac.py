@@ -10,7 +10,12 @@
   are gone (``multi_latent_attention.py``, ``CheckpointWithoutOutput`` around the up
   projections and RoPE; the attention kernel's output and log-sum-exp stay); ``moe_act``
   re-runs the routed experts' activation function, so its output — the down projection's
-  input — is not kept (``experts.py``, ``CheckpointWithoutOutput`` around the activation).
+  input — is not kept (``experts.py``, ``CheckpointWithoutOutput`` around the activation);
+  ``layernorm`` re-runs the norms that are modules of their own and drops their outputs
+  (``transformer_layer.py``: a norm fused into the next linear — Transformer Engine's
+  ``LayerNormLinear``, an ``IdentityOp`` in the layer — is not recomputed). Under
+  Megatron-Core's TE layer specs that is the pre-MLP norm before a MoE MLP, whose output the
+  router keeps; MLA's separate input norm is not modelled (its output counted as kept).
 * **torchtitan** (``fsdp2``): op-level selective activation checkpointing, the
   ``activation_checkpoint.mode = 'selective'``, ``selective_ac_option = 'op'`` of its
   Llama training configs (torchtitan/models/llama/train_configs/llama3_8b.toml). Each
@@ -160,6 +165,9 @@ def module_recompute(layer: list, modules: tuple[str, ...], b: int, seq: int, at
     Megatron-Core's ``modules`` (module doc), ``at`` attention heads on this GPU, ``b``
     sequences of ``seq`` tokens."""
     rerun, dropped = [], 0.0
+    # the pre-MLP norm is a module of its own (not fused into the next linear) only before
+    # a MoE MLP: there ``layernorm`` re-runs it and drops its output, which the router keeps
+    norm = "layernorm" in modules and any(getattr(op, "name", "") == "moe_router" for op in layer)
     for op in layer:
         if isinstance(op, ExpertRanks) and "moe_act" in modules:
             rerun.append(op.map(lambda ops: [o for o in ops if o.name in EXPERT_ACT]))
@@ -176,6 +184,10 @@ def module_recompute(layer: list, modules: tuple[str, ...], b: int, seq: int, at
             dropped += op.activation
         elif op.name in MLA_UP and "mla_up_proj" in modules:
             rerun.append(op)
+        elif norm and op.name.partition(".")[0] == "norm2":
+            rerun.append(op)
+        elif norm and op.name == "moe_router":
+            dropped += op.activation
         elif op.name == "flash_attention" and "mla_up_proj" in modules:
             dropped += op.activation - b * seq * at * LSE_BYTES  # its Q, K and V
     return rerun, dropped

@@ -60,6 +60,7 @@ from .loss_memory import loss_working_bytes
 from .memory_model import DTYPE_BYTES, ELEMENT_BYTES, static_bytes, zero_shards
 from .moe_dispatch import ExpertSplit, dispatch_buffer_bytes
 from .ops import ExpertRanks
+from .precision_aware import optimizer_state_bytes, step_bytes
 from .profile_rows import read_profile
 from .resolve import resolve_transformer
 from .segments import backward_items, compute_time, forward_items, launch_items, to_segments
@@ -140,6 +141,7 @@ class TrainSetup:
             kernels=tr.memory_kernels or tr.framework,
             fp8_recipe=tr.fp8_recipe or default_recipe(tr.framework, gpu or sc.cluster.gpu),
             selective=policy_of(tr.framework),
+            optimizer_bytes=_optimizer_bytes(sc, gpu),
         )
 
     shards: int = 0
@@ -166,6 +168,9 @@ class TrainSetup:
     selective: str = "attention_core"
     #: Megatron-Core's ``recompute_modules`` under the ``attention_core`` policy (:mod:`.selective_ac`)
     modules: tuple[str, ...] = MEGATRON_MODULES
+    #: the optimizer states' bytes per parameter (``training.precision_aware_optimizer``;
+    #: None: the precision's and optimizer's own — :func:`.memory_model.static_bytes`)
+    optimizer_bytes: float | None = None
 
     def __post_init__(self):
         if not self.shards:  # ZeRO shards over the whole DP group unless HSDP says fewer
@@ -295,11 +300,24 @@ def _static(
             grad_dtype=st.grad_dtype,
             fp8_params=f8,
             fp32_params=st.fp32_params,
+            optimizer_bytes=st.optimizer_bytes,
         )
         for n, shards, f8 in ((params - expert, st.shards, dense_fp8), (expert, st.expert_shards, expert_fp8))
     )
     total = StaticMemory(weights=int(w + we), grads=int(g + ge), optimizer=int(o + oe), buffers=int(buffers))
     return total, StaticMemory(weights=int(we), grads=int(ge), optimizer=int(oe))
+
+
+def _optimizer_bytes(sc, gpu: str | None) -> float | None:
+    """The optimizer states' bytes per parameter under ``training.precision_aware_optimizer``
+    (:mod:`.precision_aware`), None without it."""
+    tr = sc.training
+    if tr.precision_aware_optimizer is None:
+        return None
+    recipe = tr.fp8_recipe or default_recipe(tr.framework, gpu or sc.cluster.gpu)
+    return optimizer_state_bytes(
+        tr.precision_aware_optimizer, tr.precision, recipe, tr.optimizer, tr.framework
+    )
 
 
 def _grad_bytes(st: TrainSetup, params: float) -> int:
@@ -352,7 +370,7 @@ def _stage(
         activation_memory=int(act_mem),
         static=static,
         expert_static=experts,
-        optimizer=cm.optimizer_time(grads),
+        optimizer=cm.optimizer_time(grads, *step_bytes(st.optimizer_bytes)),
         forward_flops=ff,
         backward_flops=fb,
         grad_bytes=_grad_bytes(st, params - expert),
