@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 from ..collectives.cost import Shape
@@ -157,14 +158,29 @@ class _Shape(NamedTuple):
     chunks: list[list[int]]
 
 
+@lru_cache(maxsize=32)
+def schedule_shape(schedule: Schedule, p: int, m: int, v: int, iterations: int) -> _Shape:
+    """What the estimate reads of ``schedule``'s orders for p stages, m micro-batches, v
+    chunks per stage (``iterations``: 1 for a flushing schedule) — a function of the shape
+    alone, so cached across estimators: a search's plans and a sweep's configurations that
+    share a shape build its orders, timeline and live vectors once (a 1T-parameter plan's
+    64 stages × 512 micro-batches are most of its estimate's time)."""
+    orders = run_orders(schedule, p, m, v, iterations)
+    split = any(ph == "W" for order in orders for ph, _, _ in order)
+    timeline = Timeline(schedule, orders, p) if schedule.flush else None
+    vectors = [_live_vectors(schedule, order, s, p, v) for s, order in enumerate(orders)]
+    chunks = [stage_chunks(schedule, s, p, v) for s in range(p)]
+    return _Shape(split, timeline, vectors, chunks)
+
+
 class Estimator:
     """Estimates plans of one search (:class:`PlanEstimate`), caching what plans share:
-    chunk costs and pass times by everything but the schedule, and each schedule shape's
-    memory profile by (schedule, p, m, v)."""
+    chunk costs and pass times by everything but the schedule (each schedule shape's
+    orders, timeline and memory profile are :func:`schedule_shape`'s, shared by every
+    estimator)."""
 
     def __init__(self) -> None:
         self._priced: dict[tuple, tuple[Job, list[dict[str, float]]]] = {}
-        self._profiles: dict[tuple, _Shape] = {}
         self._networks: dict[int, _Network] = {}
 
     def check(self, sc: Scenario, plan: Mapping[str, Any]) -> None:
@@ -189,7 +205,7 @@ class Estimator:
         job, times = self._priced_job(sc, plan)  # the costs of a plan that may differ in its schedule
         m = sc.num_microbatches
         v = sc.parallel.virtual_stages
-        shape = self._profile(schedule, job.plan.pp, m, v, sc.simulation.iterations)
+        shape = schedule_shape(schedule, job.plan.pp, m, v, 1 if schedule.flush else sc.simulation.iterations)
         if self._fast_memory(job):
             memory, capacity = self._memory(job, schedule, shape)
         else:
@@ -222,17 +238,6 @@ class Estimator:
             and heterogeneity(job.cluster) is None
             and not fsdp
         )
-
-    def _profile(self, schedule: Schedule, p: int, m: int, v: int, iterations: int) -> _Shape:
-        key = (schedule.name, p, m, v, 1 if schedule.flush else iterations)
-        if key not in self._profiles:
-            orders = run_orders(schedule, p, m, v, key[-1])
-            split = any(ph == "W" for order in orders for ph, _, _ in order)
-            timeline = Timeline(schedule, orders, p) if schedule.flush else None
-            vectors = [_live_vectors(schedule, order, s, p, v) for s, order in enumerate(orders)]
-            chunks = [stage_chunks(schedule, s, p, v) for s in range(p)]
-            self._profiles[key] = _Shape(split, timeline, vectors, chunks)
-        return self._profiles[key]
 
     @staticmethod
     def _memory(job: Job, schedule: Schedule, shape: _Shape) -> tuple[float, float]:
