@@ -115,6 +115,8 @@ class _Network:
         }
         self.algorithms = dict(job.simulation.collectives)
         self.protocols = resolve_protocols(cl.collective_protocols)
+        #: a GPU's memory (bytes): the estimate's own modes run on one GPU type
+        self.capacity = device_memory(cl, 1, job.num_gpus)[0]
         self._seen: dict[tuple, float] = {}  # by the group's hosts
         self._asked: dict[tuple, float] = {}  # by its devices: the same groups come back plan after plan
 
@@ -152,7 +154,7 @@ class _Shape(NamedTuple):
     #: one iteration's passes to time (None: a flush-free schedule, timed in closed form)
     timeline: Timeline | None
     #: per stage the live (activations, stashed weights) counts per local chunk at each
-    #: forward that can set the peak (:func:`_live_vectors`)
+    #: forward that can set the peak (:func:`_live_vectors`, :func:`_maximal`)
     vectors: list[list[tuple[int, ...]]]
     #: per stage the model chunks it holds
     chunks: list[list[int]]
@@ -168,20 +170,21 @@ def schedule_shape(schedule: Schedule, p: int, m: int, v: int, iterations: int) 
     orders = run_orders(schedule, p, m, v, iterations)
     split = any(ph == "W" for order in orders for ph, _, _ in order)
     timeline = Timeline(schedule, orders, p) if schedule.flush else None
-    vectors = [_live_vectors(schedule, order, s, p, v) for s, order in enumerate(orders)]
+    vectors = [_maximal(_live_vectors(schedule, order, s, p, v)) for s, order in enumerate(orders)]
     chunks = [stage_chunks(schedule, s, p, v) for s in range(p)]
     return _Shape(split, timeline, vectors, chunks)
 
 
 class Estimator:
     """Estimates plans of one search (:class:`PlanEstimate`), caching what plans share:
-    chunk costs and pass times by everything but the schedule (each schedule shape's
-    orders, timeline and memory profile are :func:`schedule_shape`'s, shared by every
-    estimator)."""
+    chunk costs and pass times by everything but the schedule, and each schedule shape
+    (:func:`schedule_shape`, whose latest shapes every estimator shares) by (schedule, p, m, v)."""
 
     def __init__(self) -> None:
         self._priced: dict[tuple, tuple[Job, list[dict[str, float]]]] = {}
         self._networks: dict[int, _Network] = {}
+        # a search's shapes, all of them (the shared cache keeps only the latest)
+        self._shapes: dict[tuple, _Shape] = {}
 
     def check(self, sc: Scenario, plan: Mapping[str, Any]) -> None:
         """Refuse plan ``plan`` (the override dict ``sc`` was loaded from) where its compiler
@@ -205,9 +208,12 @@ class Estimator:
         job, times = self._priced_job(sc, plan)  # the costs of a plan that may differ in its schedule
         m = sc.num_microbatches
         v = sc.parallel.virtual_stages
-        shape = schedule_shape(schedule, job.plan.pp, m, v, 1 if schedule.flush else sc.simulation.iterations)
+        key = (schedule, job.plan.pp, m, v, 1 if schedule.flush else sc.simulation.iterations)
+        if key not in self._shapes:
+            self._shapes[key] = schedule_shape(*key)
+        shape = self._shapes[key]
         if self._fast_memory(job):
-            memory, capacity = self._memory(job, schedule, shape)
+            memory, capacity = self._memory(job, schedule, shape, self._network(job).capacity)
         else:
             memory, capacity = tightest_fit(job if job.schedule is schedule else resolve(sc))
         return self._time(job, schedule, times, shape, m, self._network(job), memory, capacity)
@@ -240,7 +246,7 @@ class Estimator:
         )
 
     @staticmethod
-    def _memory(job: Job, schedule: Schedule, shape: _Shape) -> tuple[float, float]:
+    def _memory(job: Job, schedule: Schedule, shape: _Shape, capacity: float) -> tuple[float, float]:
         costs, vectors = job.chunk_costs, shape.vectors
         stash = schedule.weights == "stash"
         peak, reserve = 0.0, job.runtime_reserve
@@ -250,7 +256,7 @@ class Estimator:
             held = [(c.activation_memory, c.weight_bytes if stash else 0) for c in chunks]
             live = max((sum(n * b for n, b in zip(vec, _flat(held))) for vec in vectors[s]), default=0)
             peak = max(peak, static + live)
-        return peak, device_memory(job.cluster, 1, job.num_gpus)[0]
+        return peak, capacity
 
     # ---- time ---------------------------------------------------------------------------------
 
@@ -296,7 +302,9 @@ class Estimator:
             t_sync = 0.0
             if plan.replicas > 1 or d > 1:
                 mirror = p - 1 - s if d > 1 else s
-                group = tuple(sorted({*plan.dp_group(s), *plan.dp_group(mirror)}))
+                group = plan.dp_group(s)  # in device order
+                if mirror != s:
+                    group = tuple(sorted({*group, *plan.dp_group(mirror)}))
                 t_sync = net.collective("all_reduce", group, sum(costs[k].gradient_bytes for k in ks))
             expert = sum(costs[k].expert_grad_bytes for k in ks)
             if expert and plan.edp > 1:
@@ -415,6 +423,18 @@ def _live_vectors(schedule: Schedule, order, s: int, p: int, v: int) -> list[tup
             counts[i] -= 1 if free - stashed else 0
             counts[i + 1] -= 1 if stashed else 0
     return sorted(seen)
+
+
+def _maximal(vectors: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """The ``vectors`` no other one is at least in every count: the peak's candidates
+    whatever the (non-negative) bytes — a dot product with them cannot fall as a count
+    rises, in floating point too (each product and each sum rounds monotonically), so the
+    peak over these is the peak over all, to the bit."""
+    keep: list[tuple[int, ...]] = []
+    for vec in sorted(vectors, key=sum, reverse=True):  # a dominating vector sums at least as much
+        if not any(all(a >= b for a, b in zip(k, vec)) for k in keep):
+            keep.append(vec)
+    return keep
 
 
 class _Unit:
