@@ -229,7 +229,10 @@ class Estimator:
         if key not in self._priced:
             job = resolve(sc)
             groups, net, pipelined = _groups(job), self._network(job), job.plan.pp > 1
-            self._priced[key] = (job, [_PassTimes(c, groups, net, pipelined) for c in job.chunk_costs])
+            priced: dict[int, _PassTimes] = {}  # a pipeline's middle chunks are one cost object
+            for c in job.chunk_costs:
+                priced.setdefault(id(c), _PassTimes(c, groups, net, pipelined))
+            self._priced[key] = (job, [priced[id(c)] for c in job.chunk_costs])
         return self._priced[key]
 
     # ---- memory -----------------------------------------------------------------------------
@@ -250,11 +253,15 @@ class Estimator:
         costs, vectors = job.chunk_costs, shape.vectors
         stash = schedule.weights == "stash"
         peak, reserve = 0.0, job.runtime_reserve
+        made: dict[tuple[int, ...], tuple[float, list[int]]] = {}  # stages of the same chunk costs
         for s, ks in enumerate(shape.chunks):
             chunks = [costs[k] for k in ks]
-            static = stage_static_memory(schedule.weights, chunks, reserve).total
-            held = [(c.activation_memory, c.weight_bytes if stash else 0) for c in chunks]
-            live = max((sum(n * b for n, b in zip(vec, _flat(held))) for vec in vectors[s]), default=0)
+            same = tuple(map(id, chunks))
+            if same not in made:
+                held = [(c.activation_memory, c.weight_bytes if stash else 0) for c in chunks]
+                made[same] = (stage_static_memory(schedule.weights, chunks, reserve).total, _flat(held))
+            static, held = made[same]
+            live = max((sum(n * b for n, b in zip(vec, held)) for vec in vectors[s]), default=0)
             peak = max(peak, static + live)
         return peak, capacity
 
