@@ -210,7 +210,7 @@ class FixedCosts:
             hash(key)
         except TypeError:  # an item holding a list: priced each time
             return _pass_segments(self, key, granularity, backward)
-        return _cached_pass_segments(self, key, granularity, backward)
+        return cached_pass_segments(self, key, granularity, backward)
 
 
 def _pass_segments(fixed: FixedCosts, pieces: tuple, granularity: str, backward: bool) -> tuple:
@@ -226,7 +226,7 @@ def _pass_segments(fixed: FixedCosts, pieces: tuple, granularity: str, backward:
 #: the same pass items come back in every plan of a search that changes none of what
 #: prices them (data parallelism, schedule, ...): their segments — a function of the items
 #: and the fixed costs alone, immutable — are built once
-_cached_pass_segments = lru_cache(maxsize=4096)(_pass_segments)
+cached_pass_segments = lru_cache(maxsize=4096)(_pass_segments)
 
 
 def _cost_model(sc, st: TrainSetup) -> CostModel:
