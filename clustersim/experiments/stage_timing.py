@@ -42,7 +42,9 @@ class Timeline:
         send_of: dict[tuple[int, int, int], int] = {}
         counts = [dict() for _ in range(p)]
         n_chunks = len({k for order in orders for ph, _, k in order if ph != "O"})
-        route = [schedule.route(k, n_chunks) for k in range(n_chunks)]
+        route = [
+            set(schedule.route(k, n_chunks)) for k in range(n_chunks)
+        ]  # the chunks k's micro-batch visits
         stage_of = [schedule.stage_of(k, p) for k in range(n_chunks)]
 
         def index(table: dict, items: list, x) -> int:
@@ -69,12 +71,14 @@ class Timeline:
                 if not apart:
                     counts[s][ki] = counts[s].get(ki, 0) + 1
                 send = -1
-                if out is not None and out[0] in ("F", "B"):
+                if out is not None and out[0] != "W":  # a forward's or a backward's output
                     ph, _, k = out
                     nxt = k + 1 if ph == "F" else k - 1
                     if nxt in route[k] and stage_of[nxt] != s:
-                        to = stage_of[nxt]
-                        send = index(send_of, self.sends, (s, to, min(k, nxt)))
+                        edge = (s, stage_of[nxt], k if k < nxt else nxt)
+                        send = send_of.get(edge)
+                        if send is None:
+                            send = index(send_of, self.sends, edge)
                     made[out] = len(steps)
                 steps.append((s, ki, made[dep] if dep is not None else -1, send))
 
