@@ -115,7 +115,9 @@ class _Network:
         }
         self.algorithms = dict(job.simulation.collectives)
         self.protocols = resolve_protocols(cl.collective_protocols)
-        #: a GPU's memory (bytes): the estimate's own modes run on one GPU type
+        #: whether every GPU is alike (no mixed types, speed factors): the memory replay's
+        #: condition, and then a GPU's memory (bytes)
+        self.uniform = heterogeneity(cl) is None
         self.capacity = device_memory(cl, 1, job.num_gpus)[0]
         self._seen: dict[tuple, float] = {}  # by the group's hosts
         self._asked: dict[tuple, float] = {}  # by its devices: the same groups come back plan after plan
@@ -212,11 +214,12 @@ class Estimator:
         if key not in self._shapes:
             self._shapes[key] = schedule_shape(*key)
         shape = self._shapes[key]
-        if self._fast_memory(job):
-            memory, capacity = self._memory(job, schedule, shape, self._network(job).capacity)
+        net = self._network(job)
+        if net.uniform and self._fast_memory(job):
+            memory, capacity = self._memory(job, schedule, shape, net.capacity)
         else:
             memory, capacity = tightest_fit(job if job.schedule is schedule else resolve(sc))
-        return self._time(job, schedule, times, shape, m, self._network(job), memory, capacity)
+        return self._time(job, schedule, times, shape, m, net, memory, capacity)
 
     def _priced_job(self, sc: Scenario, plan: Mapping[str, Any]) -> tuple[Job, list[dict[str, float]]]:
         """The resolved Job and pass times of the plans that differ from ``plan`` only in
@@ -239,14 +242,10 @@ class Estimator:
 
     @staticmethod
     def _fast_memory(job: Job) -> bool:
-        """Whether the order replay equals the compiled ledger (module docstring)."""
+        """Whether the order replay equals the compiled ledger (module docstring), on a
+        cluster of one GPU type (:attr:`_Network.uniform`)."""
         fsdp = job.parallel.data_parallel is not None and job.parallel.zero == 3
-        return (
-            mode_of(job).name == "pipeline"
-            and job.replicas is None
-            and heterogeneity(job.cluster) is None
-            and not fsdp
-        )
+        return mode_of(job).name == "pipeline" and job.replicas is None and not fsdp
 
     @staticmethod
     def _memory(job: Job, schedule: Schedule, shape: _Shape, capacity: float) -> tuple[float, float]:
