@@ -210,3 +210,25 @@ def test_the_timeline_is_the_longest_path_over_the_orders_to_the_bit(name, p, m,
     for apart in (False, True) if any(o.pairs for o in orders) else (False,):
         got = timeline.run(durations, sends, apart)
         assert [repr(x) for x in got] == [repr(x) for x in _longest_path(schedule, orders, p, seed, apart)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]),
+            st.lists(st.integers(0, 255), min_size=2, max_size=24, unique=True),
+            st.sampled_from([1024.0, 3e6, 2.5e8]),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_a_collective_shared_by_groups_of_the_same_members_per_host_is_its_own(asks):
+    """The network's cache shares a collective's time between groups with as many members
+    on each host, in order (every stage's DP group): each equals its own closed form."""
+    net = plan_estimate._Network(plan_estimate.resolve(Scenario(megatron_scenario(megatron_rows()[4]))))
+    for kind, devices, nbytes in asks:
+        assert repr(net.collective(kind, tuple(devices), nbytes)) == repr(
+            net._collective(kind, tuple(devices), nbytes)
+        )

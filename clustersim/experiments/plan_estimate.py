@@ -119,7 +119,7 @@ class _Network:
         #: condition, and then a GPU's memory (bytes)
         self.uniform = heterogeneity(cl) is None
         self.capacity = device_memory(cl, 1, job.num_gpus)[0]
-        self._seen: dict[tuple, float] = {}  # by the group's hosts
+        self._seen: dict[tuple, float] = {}  # by the group's members per host
         self._asked: dict[tuple, float] = {}  # by its devices: the same groups come back plan after plan
 
     def collective(self, kind: str, devices: tuple[int, ...], nbytes: float) -> float:
@@ -128,7 +128,11 @@ class _Network:
             return 0.0
         t = self._asked.get((kind, devices, nbytes))
         if t is None:
-            key = (kind, tuple(d // self.gpn for d in devices), nbytes)  # its hosts are its shape
+            members: dict[int, int] = {}  # per host, in the order the group meets them
+            for d in devices:
+                members[d // self.gpn] = members.get(d // self.gpn, 0) + 1
+            # all the closed forms read (n, members per host, shape): every stage's DP group is one
+            key = (kind, tuple(members.values()), nbytes)
             if key not in self._seen:
                 self._seen[key] = self._collective(kind, devices, nbytes)
             t = self._asked[kind, devices, nbytes] = self._seen[key]
