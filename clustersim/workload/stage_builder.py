@@ -207,10 +207,9 @@ class FixedCosts:
         they run: the last first for the ``backward`` pieces of a model's layers)."""
         key = tuple(map(tuple, pieces))
         try:
-            hash(key)
-        except TypeError:  # an item holding a list: priced each time
+            return cached_pass_segments(self, key, granularity, backward)
+        except TypeError:  # an item holding a list (unhashable): priced uncached, raising what it raises
             return _pass_segments(self, key, granularity, backward)
-        return cached_pass_segments(self, key, granularity, backward)
 
 
 def _pass_segments(fixed: FixedCosts, pieces: tuple, granularity: str, backward: bool) -> tuple:
