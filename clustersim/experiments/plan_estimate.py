@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 from ..collectives.cost import Shape
@@ -114,7 +115,11 @@ class _Network:
         }
         self.algorithms = dict(job.simulation.collectives)
         self.protocols = resolve_protocols(cl.collective_protocols)
-        self._seen: dict[tuple, float] = {}  # by the group's hosts
+        #: whether every GPU is alike (no mixed types, speed factors): the memory replay's
+        #: condition, and then a GPU's memory (bytes)
+        self.uniform = heterogeneity(cl) is None
+        self.capacity = device_memory(cl, 1, job.num_gpus)[0]
+        self._seen: dict[tuple, float] = {}  # by the group's members per host
         self._asked: dict[tuple, float] = {}  # by its devices: the same groups come back plan after plan
 
     def collective(self, kind: str, devices: tuple[int, ...], nbytes: float) -> float:
@@ -123,7 +128,11 @@ class _Network:
             return 0.0
         t = self._asked.get((kind, devices, nbytes))
         if t is None:
-            key = (kind, tuple(d // self.gpn for d in devices), nbytes)  # its hosts are its shape
+            members: dict[int, int] = {}  # per host, in the order the group meets them
+            for d in devices:
+                members[d // self.gpn] = members.get(d // self.gpn, 0) + 1
+            # all the closed forms read (n, members per host, shape): every stage's DP group is one
+            key = (kind, tuple(members.values()), nbytes)
             if key not in self._seen:
                 self._seen[key] = self._collective(kind, devices, nbytes)
             t = self._asked[kind, devices, nbytes] = self._seen[key]
@@ -151,21 +160,37 @@ class _Shape(NamedTuple):
     #: one iteration's passes to time (None: a flush-free schedule, timed in closed form)
     timeline: Timeline | None
     #: per stage the live (activations, stashed weights) counts per local chunk at each
-    #: forward that can set the peak (:func:`_live_vectors`)
+    #: forward that can set the peak (:func:`_live_vectors`, :func:`_maximal`)
     vectors: list[list[tuple[int, ...]]]
     #: per stage the model chunks it holds
     chunks: list[list[int]]
 
 
+@lru_cache(maxsize=32)
+def schedule_shape(schedule: Schedule, p: int, m: int, v: int, iterations: int) -> _Shape:
+    """What the estimate reads of ``schedule``'s orders for p stages, m micro-batches, v
+    chunks per stage (``iterations``: 1 for a flushing schedule) — a function of the shape
+    alone, so cached across estimators: a search's plans and a sweep's configurations that
+    share a shape build its orders, timeline and live vectors once (a 1T-parameter plan's
+    64 stages × 512 micro-batches are most of its estimate's time)."""
+    orders = run_orders(schedule, p, m, v, iterations)
+    split = any(ph == "W" for order in orders for ph, _, _ in order)
+    timeline = Timeline(schedule, orders, p) if schedule.flush else None
+    vectors = [_maximal(_live_vectors(schedule, order, s, p, v)) for s, order in enumerate(orders)]
+    chunks = [stage_chunks(schedule, s, p, v) for s in range(p)]
+    return _Shape(split, timeline, vectors, chunks)
+
+
 class Estimator:
     """Estimates plans of one search (:class:`PlanEstimate`), caching what plans share:
-    chunk costs and pass times by everything but the schedule, and each schedule shape's
-    memory profile by (schedule, p, m, v)."""
+    chunk costs and pass times by everything but the schedule, and each schedule shape
+    (:func:`schedule_shape`, whose latest shapes every estimator shares) by (schedule, p, m, v)."""
 
     def __init__(self) -> None:
         self._priced: dict[tuple, tuple[Job, list[dict[str, float]]]] = {}
-        self._profiles: dict[tuple, _Shape] = {}
         self._networks: dict[int, _Network] = {}
+        # a search's shapes, all of them (the shared cache keeps only the latest)
+        self._shapes: dict[tuple, _Shape] = {}
 
     def check(self, sc: Scenario, plan: Mapping[str, Any]) -> None:
         """Refuse plan ``plan`` (the override dict ``sc`` was loaded from) where its compiler
@@ -189,12 +214,16 @@ class Estimator:
         job, times = self._priced_job(sc, plan)  # the costs of a plan that may differ in its schedule
         m = sc.num_microbatches
         v = sc.parallel.virtual_stages
-        shape = self._profile(schedule, job.plan.pp, m, v, sc.simulation.iterations)
-        if self._fast_memory(job):
-            memory, capacity = self._memory(job, schedule, shape)
+        key = (schedule, job.plan.pp, m, v, 1 if schedule.flush else sc.simulation.iterations)
+        if key not in self._shapes:
+            self._shapes[key] = schedule_shape(*key)
+        shape = self._shapes[key]
+        net = self._network(job)
+        if net.uniform and self._fast_memory(job):
+            memory, capacity = self._memory(job, schedule, shape, net.capacity)
         else:
             memory, capacity = tightest_fit(job if job.schedule is schedule else resolve(sc))
-        return self._time(job, schedule, times, shape, m, self._network(job), memory, capacity)
+        return self._time(job, schedule, times, shape, m, net, memory, capacity)
 
     def _priced_job(self, sc: Scenario, plan: Mapping[str, Any]) -> tuple[Job, list[dict[str, float]]]:
         """The resolved Job and pass times of the plans that differ from ``plan`` only in
@@ -207,45 +236,37 @@ class Estimator:
         if key not in self._priced:
             job = resolve(sc)
             groups, net, pipelined = _groups(job), self._network(job), job.plan.pp > 1
-            self._priced[key] = (job, [_PassTimes(c, groups, net, pipelined) for c in job.chunk_costs])
+            priced: dict[int, _PassTimes] = {}  # a pipeline's middle chunks are one cost object
+            for c in job.chunk_costs:
+                priced.setdefault(id(c), _PassTimes(c, groups, net, pipelined))
+            self._priced[key] = (job, [priced[id(c)] for c in job.chunk_costs])
         return self._priced[key]
 
     # ---- memory -----------------------------------------------------------------------------
 
     @staticmethod
     def _fast_memory(job: Job) -> bool:
-        """Whether the order replay equals the compiled ledger (module docstring)."""
+        """Whether the order replay equals the compiled ledger (module docstring), on a
+        cluster of one GPU type (:attr:`_Network.uniform`)."""
         fsdp = job.parallel.data_parallel is not None and job.parallel.zero == 3
-        return (
-            mode_of(job).name == "pipeline"
-            and job.replicas is None
-            and heterogeneity(job.cluster) is None
-            and not fsdp
-        )
-
-    def _profile(self, schedule: Schedule, p: int, m: int, v: int, iterations: int) -> _Shape:
-        key = (schedule.name, p, m, v, 1 if schedule.flush else iterations)
-        if key not in self._profiles:
-            orders = run_orders(schedule, p, m, v, key[-1])
-            split = any(ph == "W" for order in orders for ph, _, _ in order)
-            timeline = Timeline(schedule, orders, p) if schedule.flush else None
-            vectors = [_live_vectors(schedule, order, s, p, v) for s, order in enumerate(orders)]
-            chunks = [stage_chunks(schedule, s, p, v) for s in range(p)]
-            self._profiles[key] = _Shape(split, timeline, vectors, chunks)
-        return self._profiles[key]
+        return mode_of(job).name == "pipeline" and job.replicas is None and not fsdp
 
     @staticmethod
-    def _memory(job: Job, schedule: Schedule, shape: _Shape) -> tuple[float, float]:
+    def _memory(job: Job, schedule: Schedule, shape: _Shape, capacity: float) -> tuple[float, float]:
         costs, vectors = job.chunk_costs, shape.vectors
         stash = schedule.weights == "stash"
         peak, reserve = 0.0, job.runtime_reserve
+        made: dict[tuple[int, ...], tuple[float, list[int]]] = {}  # stages of the same chunk costs
         for s, ks in enumerate(shape.chunks):
             chunks = [costs[k] for k in ks]
-            static = stage_static_memory(schedule.weights, chunks, reserve).total
-            held = [(c.activation_memory, c.weight_bytes if stash else 0) for c in chunks]
-            live = max((sum(n * b for n, b in zip(vec, _flat(held))) for vec in vectors[s]), default=0)
+            same = tuple(map(id, chunks))
+            if same not in made:
+                held = [(c.activation_memory, c.weight_bytes if stash else 0) for c in chunks]
+                made[same] = (stage_static_memory(schedule.weights, chunks, reserve).total, _flat(held))
+            static, held = made[same]
+            live = max((sum(n * b for n, b in zip(vec, held)) for vec in vectors[s]), default=0)
             peak = max(peak, static + live)
-        return peak, device_memory(job.cluster, 1, job.num_gpus)[0]
+        return peak, capacity
 
     # ---- time ---------------------------------------------------------------------------------
 
@@ -291,7 +312,9 @@ class Estimator:
             t_sync = 0.0
             if plan.replicas > 1 or d > 1:
                 mirror = p - 1 - s if d > 1 else s
-                group = tuple(sorted({*plan.dp_group(s), *plan.dp_group(mirror)}))
+                group = plan.dp_group(s)  # in device order
+                if mirror != s:
+                    group = tuple(sorted({*group, *plan.dp_group(mirror)}))
                 t_sync = net.collective("all_reduce", group, sum(costs[k].gradient_bytes for k in ks))
             expert = sum(costs[k].expert_grad_bytes for k in ks)
             if expert and plan.edp > 1:
@@ -410,6 +433,18 @@ def _live_vectors(schedule: Schedule, order, s: int, p: int, v: int) -> list[tup
             counts[i] -= 1 if free - stashed else 0
             counts[i + 1] -= 1 if stashed else 0
     return sorted(seen)
+
+
+def _maximal(vectors: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """The ``vectors`` no other one is at least in every count: the peak's candidates
+    whatever the (non-negative) bytes — a dot product with them cannot fall as a count
+    rises, in floating point too (each product and each sum rounds monotonically), so the
+    peak over these is the peak over all, to the bit."""
+    keep: list[tuple[int, ...]] = []
+    for vec in sorted(vectors, key=sum, reverse=True):  # a dominating vector sums at least as much
+        if not any(all(a >= b for a, b in zip(k, vec)) for k in keep):
+            keep.append(vec)
+    return keep
 
 
 class _Unit:

@@ -42,7 +42,9 @@ class Timeline:
         send_of: dict[tuple[int, int, int], int] = {}
         counts = [dict() for _ in range(p)]
         n_chunks = len({k for order in orders for ph, _, k in order if ph != "O"})
-        route = [schedule.route(k, n_chunks) for k in range(n_chunks)]
+        route = [
+            set(schedule.route(k, n_chunks)) for k in range(n_chunks)
+        ]  # the chunks k's micro-batch visits
         stage_of = [schedule.stage_of(k, p) for k in range(n_chunks)]
 
         def index(table: dict, items: list, x) -> int:
@@ -63,16 +65,20 @@ class Timeline:
 
             def step(s: int, key: Key, dep: tuple | None, out: tuple | None) -> None:
                 """A step on stage ``s`` reading ``key``, after ``dep``'s output, producing ``out``'s."""
-                ki = index(key_of, self.keys, key)
+                ki = key_of.get(key)
+                if ki is None:
+                    ki = index(key_of, self.keys, key)
                 if not apart:
                     counts[s][ki] = counts[s].get(ki, 0) + 1
                 send = -1
-                if out is not None and out[0] in ("F", "B"):
+                if out is not None and out[0] != "W":  # a forward's or a backward's output
                     ph, _, k = out
                     nxt = k + 1 if ph == "F" else k - 1
                     if nxt in route[k] and stage_of[nxt] != s:
-                        to = stage_of[nxt]
-                        send = index(send_of, self.sends, (s, to, min(k, nxt)))
+                        edge = (s, stage_of[nxt], k if k < nxt else nxt)
+                        send = send_of.get(edge)
+                        if send is None:
+                            send = index(send_of, self.sends, edge)
                     made[out] = len(steps)
                 steps.append((s, ki, made[dep] if dep is not None else -1, send))
 
@@ -83,26 +89,34 @@ class Timeline:
             while any(pos[s] < len(items[s]) for s in range(p)):
                 moved = False
                 for s in range(p):
-                    while pos[s] < len(items[s]):
-                        i = pos[s]
-                        ph, j, k = items[s][i]
-                        pair = i in pairs[s]
-                        group = items[s][i : i + 2] if pair else [items[s][i]]
+                    its, i = items[s], pos[s]
+                    while i < len(its):  # as far as its inputs are produced: then another stage's turn
+                        ph, j, k = x = its[i]
+                        if i not in pairs[s]:  # a pass
+                            src = source(ph, j, k)
+                            if src is not None and src not in made:
+                                break
+                            phase = ("Bi" if (j, k) in split[s] else "B") if ph == "B" else ph
+                            step(s, (phase, k, received(s, src)), src, x)
+                            i += 1
+                            continue
+                        group = its[i : i + 2]  # an F&B pair
                         srcs = [source(*x) for x in group]
                         if any(x is not None and x not in made for x in srcs):
-                            break  # its input is not produced yet: another stage's turn
-                        phase = [("Bi" if x[1:] in split[s] else "B") if x[0] == "B" else x[0] for x in group]
-                        if pair and not apart:
-                            (_, _, k2), (sf, sb) = group[1], srcs
-                            key = ("F&B", k, received(s, sf), phase[1], k2, received(s, sb))
+                            break
+                        (_, _, k2), (sf, sb) = group[1], srcs
+                        backward = "Bi" if (group[1][1], k2) in split[s] else "B"
+                        if not apart:
+                            key = ("F&B", k, received(s, sf), backward, k2, received(s, sb))
                             step(s, (), sf, None)  # the pair waits for both inputs: the forward's,
                             step(s, key, sb, group[0])  # then the backward's, and takes the pair's time
                             step(s, (), None, group[1])  # the backward's output leaves with the forward's
-                        else:  # a pass, or a pair's passes in turn, the forward first
-                            for x, src, ph_x in zip(group, srcs, phase, strict=True):
-                                step(s, (ph_x, x[2], received(s, src)), src, x)
-                        pos[s] += len(group)
-                        moved = True
+                        else:  # its passes in turn, the forward first
+                            step(s, ("F", k, received(s, sf)), sf, group[0])
+                            step(s, (backward, k2, received(s, sb)), sb, group[1])
+                        i += 2
+                    if i > pos[s]:
+                        pos[s], moved = i, True
                 if not moved:
                     raise ValueError(f"schedule {schedule.name!r}: the stages' orders wait on each other")
             return steps

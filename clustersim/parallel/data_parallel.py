@@ -10,6 +10,7 @@ step's scalar all-reduces (:mod:`clustersim.compilers.pipeline.step_work`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 
 from ..errors import ProgramError, ScenarioError
 from ..workload.memory_model import DTYPE_BYTES
@@ -209,4 +210,7 @@ def grad_stats_group(plan, r: int, sharded: bool) -> tuple[int, ...]:
     (every stage, every TP rank), or every device with a sharded (distributed) optimizer."""
     if sharded:
         return tuple(range(plan.num_devices))
-    return tuple(plan.device(s, r, t) for s in range(plan.pp) for t in range(plan.tp))
+    # each stage's tp ranks are consecutive devices: device(s, r, t) for t in 0 .. tp − 1
+    return tuple(
+        chain.from_iterable(range(plan.device(s, r), plan.device(s, r) + plan.tp) for s in range(plan.pp))
+    )

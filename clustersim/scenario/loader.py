@@ -7,6 +7,7 @@ path (``parallel.schedule``), the bad value and what is accepted — one line pe
 from __future__ import annotations
 
 import copy
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -115,8 +116,10 @@ def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str,
     """
     out = copy.deepcopy(raw)
     for key, value in overrides.items():
-        if isinstance(value, str):
-            value = parse_yaml(check_text(value, key), key) if value.strip() else value
+        if isinstance(value, str) and value.strip():
+            value = _read_value(value, key) if len(value) <= 64 else parse_yaml(check_text(value, key), key)
+            if not isinstance(value, str | int | float | bool | None):  # the cache's own stays as read
+                value = copy.deepcopy(value)
         parts = key.split(".")
         node = out
         for part in parts[:-1]:
@@ -126,6 +129,13 @@ def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str,
         else:
             node[parts[-1]] = value
     return out
+
+
+@lru_cache(maxsize=1024)
+def _read_value(text: str, key: str) -> Any:
+    """A short override's text read as YAML (bounded): a search's plans set the same few
+    values over and over, each a full YAML parse otherwise."""
+    return parse_yaml(check_text(text, key), key)
 
 
 def _child(node: dict | list, part: str, key: str, value: Any, last: str) -> dict | list:

@@ -44,6 +44,10 @@ def _call(schedule: Schedule, stage: int, p: int, m: int, v: int, iterations: in
 def _normalize(schedule: Schedule, stage: int, order: list, default_chunk: int) -> StageOrder:
     out, pairs = [], set()
     for item in order:
+        n = len(item) if type(item) is tuple else 0
+        if 2 <= n <= 3 and item[0] in PASS_PHASES and type(item[1]) is int and type(item[-1]) is int:
+            out.append(item if n == 3 else (item[0], item[1], default_chunk))  # the common case, as below
+            continue
         if isinstance(item, tuple) and len(item) == 5 and item[0] == PAIR:
             pairs.add(len(out))
             out += [("F", int(item[1]), int(item[2])), ("B", int(item[3]), int(item[4]))]
@@ -86,9 +90,9 @@ def check_order(
     stage serves (:func:`_visits`) exactly once, at most one W each, B after F and W after B."""
     passes = [(ph, j, k) for ph, j, k in order if ph != "O"]
     visits = _visits(schedule, mbs, chunks, n_chunks)
-    want = sorted((ph, j, k) for ph in ("F", "B") for j, k in visits)
-    got = sorted(x for x in passes if x[0] != "W")
-    if got != want:
+    want = {(ph, j, k) for ph in ("F", "B") for j, k in visits}  # each once
+    got = [x for x in passes if x[0] != "W"]
+    if len(got) != len(want) or set(got) != want:  # as many, all wanted: each exactly once
         shown = [x[:2] if len(chunks) == 1 else x for x in passes[:12]]
         raise ProgramError(
             f"schedule {schedule.name!r} stage {stage}: the order must hold F and B of every micro-batch "

@@ -83,6 +83,19 @@ class HostModel:
     extras: dict = field(default_factory=dict)
     hidden_bytes: float = 0.0
 
+    def __hash__(self) -> int:
+        # (frozen, so its fields never change; the dict hashed by its items: a pass's segments
+        # are cached by the fixed costs that hold this, stage_builder.cached_pass_segments)
+        return hash(
+            (
+                self.forward_s,
+                self.backward_s,
+                self.module_s,
+                tuple(sorted(self.extras.items())),
+                self.hidden_bytes,
+            )
+        )
+
     @classmethod
     def of(
         cls, framework: str, override: float | None, graphs: bool, small: bool, hidden_bytes: float

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from itertools import accumulate
 
 import numpy as np
@@ -236,13 +237,28 @@ class FixedCosts:
         piece led by its launch op: its kernels' launches and the GPU's wait for the host
         in it (:func:`.host.host_waits`, the race carried from piece to piece in the order
         they run: the last first for the ``backward`` pieces of a model's layers)."""
-        order = slice(None, None, -1 if backward else 1)
-        dispatch = self._dispatch(backward)
-        waits = host_waits(pieces[order], self.launch_s, dispatch)[order]
-        return tuple(
-            to_segments(launch_items(items, self.launch_s, wait, dispatch), granularity)
-            for items, wait in zip(pieces, waits)
-        )
+        key = tuple(map(tuple, pieces))
+        try:
+            return cached_pass_segments(self, key, granularity, backward)
+        except TypeError:  # an item holding a list (unhashable): priced uncached, raising what it raises
+            return _pass_segments(self, key, granularity, backward)
+
+
+def _pass_segments(fixed: FixedCosts, pieces: tuple, granularity: str, backward: bool) -> tuple:
+    """:meth:`FixedCosts.pass_segments` of ``pieces`` (a tuple of item tuples)."""
+    order = slice(None, None, -1 if backward else 1)
+    dispatch = fixed._dispatch(backward)
+    waits = host_waits(list(pieces[order]), fixed.launch_s, dispatch)[order]
+    return tuple(
+        to_segments(launch_items(list(items), fixed.launch_s, wait, dispatch), granularity)
+        for items, wait in zip(pieces, waits)
+    )
+
+
+#: the same pass items come back in every plan of a search that changes none of what
+#: prices them (data parallelism, schedule, ...): their segments — a function of the items
+#: and the fixed costs alone, immutable — are built once
+cached_pass_segments = lru_cache(maxsize=4096)(_pass_segments)
 
 
 def _cost_model(sc, st: TrainSetup) -> CostModel:
