@@ -228,7 +228,7 @@ def _trace(job, k: _Knobs, hops: Hops, comm: Collectives) -> Estimate:
 def _priced(k: _Knobs, work: Work, gpus: int, gpu: GpuWork | None = None, dag: bool = False) -> Estimate:
     """The Estimate of ``work`` on ``gpus`` GPUs (``gpu``: what priced it, for the messages
     of its largest collective call; None: no collectives); ``dag``: the DAG pass evaluates it."""
-    ops, events = int(work.ops), int(max(work.events, work.ops))
+    ops, events = int(work.ops), int(work.events)
     per_op = DAG_SECONDS_PER_OP if dag else SECONDS_PER_OP
     per_event = DAG_SECONDS_PER_EVENT if dag else SECONDS_PER_EVENT.get(k.network, OTHER_SECONDS_PER_EVENT)
     weight = work.events if dag else max(work.weight, ops)

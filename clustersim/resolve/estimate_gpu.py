@@ -20,7 +20,7 @@ from ..parallel.data_parallel import SCALAR_BYTES, buckets, grad_stats_group
 from ..workload.pass_costs import pass_segments, pass_transfers
 from ..workload.stage_cost import Segment
 from ..workload.tp_overlap import BULK, RING
-from .estimate_comm import STEP_EVENTS, Collectives, message_events
+from .estimate_comm import Collectives, message_events
 
 #: events a collective op adds where communication slows compute (cluster.comm_compute_slowdown):
 #: the re-timing of the compute running beside it (measured on DeepSeek-V3, 2,048 GPUs)
@@ -123,14 +123,15 @@ class GpuWork:
         costs, schedule = job.chunk_costs, job.schedule
         got, sent = pass_transfers(costs, phase, chunk, schedule.route(chunk, len(costs)))
         received = got is not None and schedule.stage_of(got[0], pp) != stage
-        work = plain(received, received)  # the recv
+        # the recv is an op of no event: its send's delivery ends it (engine/lane_core.py)
+        work = plain(received, 0)
         if sent is not None and schedule.stage_of(sent[0], pp) != stage:
             hops = (
                 self.comm.hops.inter
                 if self.plan.tp * self.plan.replicas >= job.cluster.gpus_per_node
                 else self.comm.hops.intra
             )
-            work += plain(1, 1 + message_events_of(k, sent[1], hops) * self.twins)
+            work += plain(1, message_events_of(k, sent[1], hops) * self.twins)
         return work + self.segments(pass_segments(costs[chunk], phase, split, received), stage)
 
     def segments(self, segs, stage: int) -> Work:
@@ -160,7 +161,7 @@ class GpuWork:
                     if len({d // self.job.cluster.gpus_per_node for d in members}) > 1
                     else self.comm.hops.intra
                 )
-                events = len(seg.steps) + sum(STEP_EVENTS + message_events_of(k, b, hops) for b in sent)
+                events = len(seg.steps) + sum(message_events_of(k, b, hops) for b in sent)
                 work += plain(len(seg.steps) + 2 * len(sent), events)
                 joins = 1
             else:  # a TP collective pipelined with its GEMM in chunks (compilers/pipeline/tp_overlap.py)
@@ -247,5 +248,7 @@ def _at_stage(segs: tuple[Segment, ...]) -> tuple[Segment, ...]:
 
 
 def message_events_of(k, nbytes: float, hops: float) -> float:
-    """Simulated events of one point-to-point message under ``k``'s network model."""
+    """Simulated events of one point-to-point message under ``k``'s network model: all a
+    Program's send costs (on a fixed-time fabric the one timeout its lane holds, else the
+    fabric's transfer), its recv none (its send's delivery ends it, engine/lane_core.py)."""
     return message_events(k.network, k.chunk, k.max_chunks, nbytes, hops)
