@@ -98,14 +98,16 @@ class GpuWork:
         if n <= 1:
             return plain(1, 1)
         folded = self.k.fold
+        # timed by its α-β form (the analytical model, or a group inside one host's private
+        # links on ``flow``: estimate_comm), no message
+        timed = self.k.collective_model == "analytical" or self.comm.private(members)
         # the rendezvous and phases: three per member on the fabric; three per collective
-        # when timed analytically (engine/dag.py), which folded is the representative's op
-        own = 3.0 if self.k.collective_model != "analytical" or folded else 3 / n
+        # when timed (engine/dag.py, engine/interpreter.py), which folded is the
+        # representative's op
+        own = 3.0 if not timed or folded else 3 / n
         if self.slowdown:  # its start and end re-time the compute its GPU is running
             own += SLOWDOWN_EVENTS
-        if self.k.collective_model == "analytical":
-            return plain(1, own)
-        if self.comm.private(members):  # timed by its α-β form, no message (estimate_comm)
+        if timed:
             return plain(1, own)
         events, messages, width = self.comm.events(members, kind, nbytes)
         # every message of a call (and of the calls it stands for) is built when it starts
