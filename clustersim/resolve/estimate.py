@@ -56,14 +56,16 @@ from .estimate_gpu import GpuWork, Work, message_events_of, plain
 from .replication import contention_free, replica_obstacle
 
 #: wall seconds per op (compile, check, engine plans, result tables) and per simulated event,
-#: measured on the project's 2-core machine (docs/fidelity.md); a rough scale, not a promise
-SECONDS_PER_OP = 30e-6
+#: measured on the project's 2-core machine (benchmarks/estimate_truth.py, docs/fidelity.md);
+#: a rough scale, not a promise. Since the engine and the DAG pass share one lane-stepping core
+#: an op costs either about the same (GPT 7.5B / 64 H100 at balanced, LLaMA-3 70B at 128K,
+#: Megatron 2021's GPT 1T); an event of SimPy's costs more than one of the DAG pass's
+SECONDS_PER_OP = 10e-6
 BASE_SECONDS = 0.02  # what any run builds whatever its size (plans, result tables)
-SECONDS_PER_EVENT = {"packet": 3e-6, "flow": 8e-6}  # (a flow event re-solves the shares)
-OTHER_SECONDS_PER_EVENT = 4e-6
-#: the same where the DAG pass evaluates the run (engine/dag.py: no SimPy events, each op
-#: stepped once; GPT 1T, 145.6B and 7.5B of Megatron 2021's Table 1)
-DAG_SECONDS_PER_OP, DAG_SECONDS_PER_EVENT = 12e-6, 1e-6
+SECONDS_PER_EVENT = {"packet": 3e-6, "flow": 6e-6}  # (a flow event re-solves the shares)
+OTHER_SECONDS_PER_EVENT = 2e-6
+#: an event where the DAG pass evaluates the run (engine/dag.py: no SimPy events)
+DAG_SECONDS_PER_EVENT = 1e-6
 #: wall seconds per op of a replicated run for expanding its span to each twin (spans,
 #: memory samples, result tables; GPT-3 175B and LLaMA-3 405B unfolded, docs/performance.md)
 SECONDS_PER_ROW = 0.4e-6
@@ -229,12 +231,11 @@ def _priced(k: _Knobs, work: Work, gpus: int, gpu: GpuWork | None = None, dag: b
     """The Estimate of ``work`` on ``gpus`` GPUs (``gpu``: what priced it, for the messages
     of its largest collective call; None: no collectives); ``dag``: the DAG pass evaluates it."""
     ops, events = int(work.ops), int(work.events)
-    per_op = DAG_SECONDS_PER_OP if dag else SECONDS_PER_OP
     per_event = DAG_SECONDS_PER_EVENT if dag else SECONDS_PER_EVENT.get(k.network, OTHER_SECONDS_PER_EVENT)
     weight = work.events if dag else max(work.weight, ops)
     messages = gpu.peak_messages if gpu is not None else 0.0
     rss = BASE_RSS + ops * RSS_PER_OP + gpus * RSS_PER_GPU + messages * RSS_PER_MESSAGE
-    seconds = BASE_SECONDS + ops * per_op + weight * per_event
+    seconds = BASE_SECONDS + ops * SECONDS_PER_OP + weight * per_event
     return Estimate(ops, events, seconds, rss_bytes=int(rss))
 
 
