@@ -61,8 +61,8 @@ from .replication import contention_free, replica_obstacle
 #: an op costs either about the same (GPT 7.5B / 64 H100 at balanced, LLaMA-3 70B at 128K,
 #: Megatron 2021's GPT 1T); an event of SimPy's costs more than one of the DAG pass's
 SECONDS_PER_OP = 10e-6
-BASE_SECONDS = 0.02  # what any run builds whatever its size (plans, result tables)
-SECONDS_PER_EVENT = {"packet": 3e-6, "flow": 6e-6}  # (a flow event re-solves the shares)
+BASE_SECONDS = 0.01  # what any run builds whatever its size (plans, result tables)
+SECONDS_PER_EVENT = {"packet": 2e-6, "flow": 6e-6}  # (a flow event re-solves the shares)
 OTHER_SECONDS_PER_EVENT = 2e-6
 #: an event where the DAG pass evaluates the run (engine/dag.py: no SimPy events)
 DAG_SECONDS_PER_EVENT = 1e-6
