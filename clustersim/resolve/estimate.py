@@ -13,13 +13,14 @@ units), the expert gradients' all-reduce and a flushing schedule's step work (th
 embedding's all-reduce, the loss-scale check and the gradient norm with their scalar
 all-reduces). Each collective is priced by :mod:`.estimate_comm`: the messages of the
 algorithm the run will pick for its group, each at its network model's events; a member
-holds 1/n of them, a folded representative all of them and its shadows'. Under
-``collective_model: analytical`` a collective is three events; where communication slows
-compute (``cluster.comm_compute_slowdown``) each collective op re-times the compute beside
-it (:data:`.estimate_gpu.SLOWDOWN_EVENTS`).
+holds 1/n of them, a folded representative all of them and its shadows'. A collective timed
+by its α-β form (``collective_model: analytical``; on ``flow``, a group inside one host's
+private links) is three events a call; a recv is none (its send's delivery ends it); where
+communication slows compute (``cluster.comm_compute_slowdown``) each collective op re-times
+the compute beside it (:data:`.estimate_gpu.SLOWDOWN_EVENTS`).
 
 The CPU seconds follow from the counts: ops × :data:`SECONDS_PER_OP` + events × the
-network's :data:`SECONDS_PER_EVENT` (the DAG pass's cheaper rates where it evaluates the
+network's :data:`SECONDS_PER_EVENT` (the DAG pass's cheaper rate where it evaluates the
 run); the peak memory (RSS) from the interpreter's own, ops, GPUs and the messages of the
 largest collective call (:data:`BASE_RSS` and the ``RSS_PER_*`` rates), all measured on the
 project's 2-core machine (``benchmarks/estimate_truth.py`` prints estimate against run).

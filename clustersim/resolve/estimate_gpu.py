@@ -4,9 +4,11 @@ its own group (TP, CP, an expert group, the data-parallel group) priced by
 :class:`.estimate_comm.Collectives` as the run will run it.
 
 A member of a collective holds 1/n of its messages; a folded representative holds all of
-them and those of the groups it stands for (their shadows). Under ``collective_model:
-analytical`` a collective is three events (and :data:`SLOWDOWN_EVENTS` more where
-communication slows compute). A ``flow`` collective's events weigh more where its
+them and those of the groups it stands for (their shadows). A collective the run times by
+its α-β form (``collective_model: analytical``, or a group inside one host's private links on
+``flow``) is three events a call, 3/n a member (and :data:`SLOWDOWN_EVENTS` more per member
+where communication slows compute). A Program's send costs its message's events (on a
+fixed-time fabric the one timeout it holds its lane for), its recv none. A ``flow`` collective's events weigh more where its
 bandwidth-bound messages and its stage's groups beside it keep many flows in flight
 (:data:`FLOW_GROUP`): each of their events re-solves more shares.
 """
