@@ -72,10 +72,7 @@ def test_a_run_that_fits_is_not_refused(monkeypatch):
 
 
 #: LLaMA-3-70B cut to 2 layers on one DGX H100 with CP 8 alone: ring attention's K/V sends
-#: and recvs are most of its ops. Its run is contention-free (the DAG pass): a send holds its
-#: lane (1 event), a recv waits for it (none), a collective is 3 events however many members
-#: — the estimate once counted each send as a step of a fabric collective (4) and each recv
-#: as 1, and floored events at ops: 2.25× here, 2.02× on the shipped scenario
+#: and recvs are most of its ops
 RING_ONLY = {
     "model.layers": 2,
     "training.global_batch": 2,
@@ -84,17 +81,6 @@ RING_ONLY = {
     "parallel.sequence_parallel": False,
     "cluster.nodes": 1,
 }
-
-
-@pytest.mark.parametrize(
-    "overrides",
-    [RING_ONLY, {**RING_ONLY, "parallel.pp": 2, "cluster.nodes": 2}],
-    ids=["cp8", "cp8-pp2"],
-)
-def test_a_contention_free_runs_sends_and_recvs_are_counted_as_it_runs_them(overrides):
-    r = estimate_truth.truth(ROOT / "scenarios" / "llama3-70b-128k-cp8.yaml", overrides)
-    assert 0.5 <= r["est"]["events"] / r["events"] <= 2, (r["est"]["events"], r["events"])
-    assert 0.5 <= r["est"]["ops"] / r["ops"] <= 2, (r["est"]["ops"], r["ops"])
 
 
 @pytest.mark.parametrize("granularity", ["layer", "stage"])
@@ -149,3 +135,36 @@ def test_llama_405b_at_128k_with_cp16_is_refused_before_it_starts(monkeypatch):
         check_budget(resolve(raised), "pipeline")
     assert err.value.field == "memory"
     assert "more than the 24 GiB this machine has available; no fidelity setting fits it" in str(err.value)
+
+
+#: GPT-7.5B on 64 H100 with TP overlap (sequence parallel, layer granularity), folded
+TP_OVERLAP = {
+    "parallel.tp_comm_overlap": True,
+    "parallel.sequence_parallel": True,
+    "simulation.fidelity": "fast",
+    "simulation.granularity": "layer",
+    "simulation.fold": True,
+    "training.global_batch": 64,
+}
+
+
+@pytest.mark.parametrize(
+    "name, overrides",
+    [
+        ("llama3-70b-128k-cp8", RING_ONLY),
+        ("llama3-70b-128k-cp8", {**RING_ONLY, "parallel.pp": 2, "cluster.nodes": 2}),
+        ("gpt-7.5b-64xh100-balanced", TP_OVERLAP),
+    ],
+    ids=["cp8-ring", "cp8-ring-pp2", "tp-overlap-folded"],
+)
+def test_a_contention_free_run_is_counted_not_modelled(name, overrides):
+    """Where no op's time depends on what else is in flight, the DAG pass's events are a count
+    (an op that holds its lane 1, a collective 3, a recv none) and so are the estimate's: ops
+    and events within 10 %. TP overlap's userbuffers chunks are sends and recvs to the next
+    TP rank (compilers/pipeline/tp_overlap.py), each GEMM chunk followed by its SM margin's op
+    where it has one — the estimate once priced them as collectives (1.86× events, 0.70× ops
+    here), and counted each ring-attention send as a fabric collective's step (4 events) and
+    each recv as 1 (2.25× here, 2.02× on the shipped llama3-70b-128k-cp8)."""
+    r = estimate_truth.truth(ROOT / "scenarios" / f"{name}.yaml", overrides)
+    assert r["est"]["events"] == pytest.approx(r["events"], rel=0.1)
+    assert r["est"]["ops"] == pytest.approx(r["ops"], rel=0.1)

@@ -169,13 +169,24 @@ class GpuWork:
                 work += plain(len(seg.steps) + 2 * len(sent), events)
                 joins = 1
             else:  # a TP collective pipelined with its GEMM in chunks (compilers/pipeline/tp_overlap.py)
-                members, count = self.group(stage, "tp")
-                pieces = seg.chunks if seg.method != BULK else 1
-                colls = pieces - 1 if seg.method == RING else pieces
-                coll = self.collective(members, seg.collective, seg.nbytes / max(colls, 1), count)
-                work += plain(pieces, pieces) + coll * colls
+                work += self.overlap(seg)
                 joins = joins or seg.method == BULK
         return work + plain(joins, joins)
+
+    def overlap(self, seg: Segment) -> Work:
+        """The work of a TP collective pipelined with its GEMM (compilers/pipeline/tp_overlap.py):
+        its GEMM chunks (each followed by an op holding TE's SM margin where it has one) and
+        its userbuffers transfers to the next TP rank, each a send and a recv — ring
+        exchange n − 1 of ``bytes / tp``, pipeline n of a chunk's reduce-scatter share, bulk
+        one; folded, with its twins' as shadows on a shared fabric."""
+        tp, n = self.plan.tp, seg.chunks if seg.method != BULK else 1
+        if seg.method == RING:
+            steps, nbytes = n - 1, seg.nbytes // tp
+        else:
+            steps, nbytes = n, seg.nbytes // n * (tp - 1) // tp
+        gemms = n * (2 if seg.margin else 1)
+        sent = message_events_of(self.k, nbytes, self.comm.hops.intra) * self.twins
+        return plain(gemms + 2 * steps, gemms + steps * sent)
 
     def step_cost(self, stage: int, chunks: list[int], reps: int) -> Work:
         """The work of one optimizer step of one GPU of ``stage``: the data-parallel
