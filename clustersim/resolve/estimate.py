@@ -76,7 +76,7 @@ SECONDS_PER_ROW = 0.4e-6
 BASE_RSS = 110 * 2**20
 RSS_PER_OP = 1700
 RSS_PER_GPU = 20_000
-RSS_PER_ROW = 400
+RSS_PER_ROW = 200  # (GPT-3 175B / 1,024 unfolded 150 B, the TP-overlap family at 64–128 GPUs 170 B)
 RSS_PER_MESSAGE = 1000
 #: a run estimated longer than this gets advice printed before it starts
 ADVICE_S = 60.0
