@@ -8,8 +8,9 @@ For each shipped scenario (scenarios/*.yaml and scenarios/validation/*.yaml, run
 folded or fast where that is their default) a fresh process estimates the run
 (clustersim/resolve/estimate.py, as ``simulate`` does) and then runs it; the table puts
 the estimate beside the truth: ops (the Program's; a replicated run: the rows it records),
-simulated events (``summary['sim_events']``), CPU seconds of the run and its peak RSS,
-each with the ratio estimate / actual. The machine's load average is printed with the
+simulated events (``summary['sim_events']``), CPU seconds of the run and its peak RSS
+(read when the run returns: counting the ops compiles the Program again, and a replicated
+run's unfolded Program is one ``simulate`` never builds), each with the ratio estimate / actual. The machine's load average is printed with the
 table: CPU seconds are the process's own, but a loaded machine still stretches them
 (caches, frequency), so the CPU ratio is only meaningful at a load of 2 or less.
 
@@ -58,7 +59,7 @@ def truth(path: Path | str, overrides: dict | None = None) -> dict:
         ests = [estimate(job) for job in jobs]
         c0 = time.process_time()
         res = cs.simulate(sc, progress=False)
-        cpu = time.process_time() - c0
+        cpu, rss = time.process_time() - c0, peak_rss_gib()
         ops, events = sum(len(compile_job(job).ops) for job in jobs), res.summary["sim_events"]
         est = {
             "ops": sum(e.ops for e in ests),
@@ -72,12 +73,13 @@ def truth(path: Path | str, overrides: dict | None = None) -> dict:
         e = estimate(job, mode_name=mode_of(job).name)
         c0 = time.process_time()
         res = run_job(job)
-        cpu = time.process_time() - c0
-        ops, events = len(compile_job(job).ops), res.summary["sim_events"]
+        cpu, rss = time.process_time() - c0, peak_rss_gib()  # (before counting ops compiles again)
         if e.replicas > 1:  # the rows it records, and the events of the folded pass it evaluates
             ops = len(res.spans)
             events = run_job(resolve_scenario(one.with_overrides({"simulation.fold": True})))
             events = events.summary["sim_events"]
+        else:
+            ops, events = len(compile_job(job).ops), res.summary["sim_events"]
         est = {"ops": e.ops, "events": e.events, "seconds": e.seconds, "rss_gib": e.rss_bytes / 2**30}
     return {
         "name": Path(path).stem,
@@ -85,7 +87,7 @@ def truth(path: Path | str, overrides: dict | None = None) -> dict:
         "ops": ops,
         "events": events,
         "cpu_s": cpu,
-        "rss_gib": peak_rss_gib(),
+        "rss_gib": rss,
     }
 
 

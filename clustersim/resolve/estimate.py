@@ -13,13 +13,14 @@ units), the expert gradients' all-reduce and a flushing schedule's step work (th
 embedding's all-reduce, the loss-scale check and the gradient norm with their scalar
 all-reduces). Each collective is priced by :mod:`.estimate_comm`: the messages of the
 algorithm the run will pick for its group, each at its network model's events; a member
-holds 1/n of them, a folded representative all of them and its shadows'. Under
-``collective_model: analytical`` a collective is three events; where communication slows
-compute (``cluster.comm_compute_slowdown``) each collective op re-times the compute beside
-it (:data:`.estimate_gpu.SLOWDOWN_EVENTS`).
+holds 1/n of them, a folded representative all of them and its shadows'. A collective timed
+by its α-β form (``collective_model: analytical``; on ``flow``, a group inside one host's
+private links) is three events a call; a recv is none (its send's delivery ends it); where
+communication slows compute (``cluster.comm_compute_slowdown``) each collective op re-times
+the compute beside it (:data:`.estimate_gpu.SLOWDOWN_EVENTS`).
 
 The CPU seconds follow from the counts: ops × :data:`SECONDS_PER_OP` + events × the
-network's :data:`SECONDS_PER_EVENT` (the DAG pass's cheaper rates where it evaluates the
+network's :data:`SECONDS_PER_EVENT` (the DAG pass's cheaper rate where it evaluates the
 run); the peak memory (RSS) from the interpreter's own, ops, GPUs and the messages of the
 largest collective call (:data:`BASE_RSS` and the ``RSS_PER_*`` rates), all measured on the
 project's 2-core machine (``benchmarks/estimate_truth.py`` prints estimate against run).
@@ -56,14 +57,16 @@ from .estimate_gpu import GpuWork, Work, message_events_of, plain
 from .replication import contention_free, replica_obstacle
 
 #: wall seconds per op (compile, check, engine plans, result tables) and per simulated event,
-#: measured on the project's 2-core machine (docs/fidelity.md); a rough scale, not a promise
-SECONDS_PER_OP = 30e-6
-BASE_SECONDS = 0.02  # what any run builds whatever its size (plans, result tables)
-SECONDS_PER_EVENT = {"packet": 3e-6, "flow": 8e-6}  # (a flow event re-solves the shares)
-OTHER_SECONDS_PER_EVENT = 4e-6
-#: the same where the DAG pass evaluates the run (engine/dag.py: no SimPy events, each op
-#: stepped once; GPT 1T, 145.6B and 7.5B of Megatron 2021's Table 1)
-DAG_SECONDS_PER_OP, DAG_SECONDS_PER_EVENT = 12e-6, 1e-6
+#: measured on the project's 2-core machine (benchmarks/estimate_truth.py, docs/fidelity.md);
+#: a rough scale, not a promise. Since the engine and the DAG pass share one lane-stepping core
+#: an op costs either about the same (GPT 7.5B / 64 H100 at balanced, LLaMA-3 70B at 128K,
+#: Megatron 2021's GPT 1T); an event of SimPy's costs more than one of the DAG pass's
+SECONDS_PER_OP = 10e-6
+BASE_SECONDS = 0.01  # what any run builds whatever its size (plans, result tables)
+SECONDS_PER_EVENT = {"packet": 2e-6, "flow": 6e-6}  # (a flow event re-solves the shares)
+OTHER_SECONDS_PER_EVENT = 2e-6
+#: an event where the DAG pass evaluates the run (engine/dag.py: no SimPy events)
+DAG_SECONDS_PER_EVENT = 1e-6
 #: wall seconds per op of a replicated run for expanding its span to each twin (spans,
 #: memory samples, result tables; GPT-3 175B and LLaMA-3 405B unfolded, docs/performance.md)
 SECONDS_PER_ROW = 0.4e-6
@@ -73,7 +76,7 @@ SECONDS_PER_ROW = 0.4e-6
 BASE_RSS = 110 * 2**20
 RSS_PER_OP = 1700
 RSS_PER_GPU = 20_000
-RSS_PER_ROW = 400
+RSS_PER_ROW = 200  # (GPT-3 175B / 1,024 unfolded 150 B, the TP-overlap family at 64–128 GPUs 170 B)
 RSS_PER_MESSAGE = 1000
 #: a run estimated longer than this gets advice printed before it starts
 ADVICE_S = 60.0
@@ -228,13 +231,12 @@ def _trace(job, k: _Knobs, hops: Hops, comm: Collectives) -> Estimate:
 def _priced(k: _Knobs, work: Work, gpus: int, gpu: GpuWork | None = None, dag: bool = False) -> Estimate:
     """The Estimate of ``work`` on ``gpus`` GPUs (``gpu``: what priced it, for the messages
     of its largest collective call; None: no collectives); ``dag``: the DAG pass evaluates it."""
-    ops, events = int(work.ops), int(max(work.events, work.ops))
-    per_op = DAG_SECONDS_PER_OP if dag else SECONDS_PER_OP
+    ops, events = int(work.ops), int(work.events)
     per_event = DAG_SECONDS_PER_EVENT if dag else SECONDS_PER_EVENT.get(k.network, OTHER_SECONDS_PER_EVENT)
     weight = work.events if dag else max(work.weight, ops)
     messages = gpu.peak_messages if gpu is not None else 0.0
     rss = BASE_RSS + ops * RSS_PER_OP + gpus * RSS_PER_GPU + messages * RSS_PER_MESSAGE
-    seconds = BASE_SECONDS + ops * per_op + weight * per_event
+    seconds = BASE_SECONDS + ops * SECONDS_PER_OP + weight * per_event
     return Estimate(ops, events, seconds, rss_bytes=int(rss))
 
 

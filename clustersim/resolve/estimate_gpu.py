@@ -4,9 +4,11 @@ its own group (TP, CP, an expert group, the data-parallel group) priced by
 :class:`.estimate_comm.Collectives` as the run will run it.
 
 A member of a collective holds 1/n of its messages; a folded representative holds all of
-them and those of the groups it stands for (their shadows). Under ``collective_model:
-analytical`` a collective is three events (and :data:`SLOWDOWN_EVENTS` more where
-communication slows compute). A ``flow`` collective's events weigh more where its
+them and those of the groups it stands for (their shadows). A collective the run times by
+its α-β form (``collective_model: analytical``, or a group inside one host's private links on
+``flow``) is three events a call, 3/n a member (and :data:`SLOWDOWN_EVENTS` more per member
+where communication slows compute). A Program's send costs its message's events (on a
+fixed-time fabric the one timeout it holds its lane for), its recv none. A ``flow`` collective's events weigh more where its
 bandwidth-bound messages and its stage's groups beside it keep many flows in flight
 (:data:`FLOW_GROUP`): each of their events re-solves more shares.
 """
@@ -20,7 +22,7 @@ from ..parallel.data_parallel import SCALAR_BYTES, buckets, grad_stats_group
 from ..workload.pass_costs import pass_segments, pass_transfers
 from ..workload.stage_cost import Segment
 from ..workload.tp_overlap import BULK, RING
-from .estimate_comm import STEP_EVENTS, Collectives, message_events
+from .estimate_comm import Collectives, message_events
 
 #: events a collective op adds where communication slows compute (cluster.comm_compute_slowdown):
 #: the re-timing of the compute running beside it (measured on DeepSeek-V3, 2,048 GPUs)
@@ -98,14 +100,16 @@ class GpuWork:
         if n <= 1:
             return plain(1, 1)
         folded = self.k.fold
+        # timed by its α-β form (the analytical model, or a group inside one host's private
+        # links on ``flow``: estimate_comm), no message
+        timed = self.k.collective_model == "analytical" or self.comm.private(members)
         # the rendezvous and phases: three per member on the fabric; three per collective
-        # when timed analytically (engine/dag.py), which folded is the representative's op
-        own = 3.0 if self.k.collective_model != "analytical" or folded else 3 / n
+        # when timed (engine/dag.py, engine/interpreter.py), which folded is the
+        # representative's op
+        own = 3.0 if not timed or folded else 3 / n
         if self.slowdown:  # its start and end re-time the compute its GPU is running
             own += SLOWDOWN_EVENTS
-        if self.k.collective_model == "analytical":
-            return plain(1, own)
-        if self.comm.private(members):  # timed by its α-β form, no message (estimate_comm)
+        if timed:
             return plain(1, own)
         events, messages, width = self.comm.events(members, kind, nbytes)
         # every message of a call (and of the calls it stands for) is built when it starts
@@ -123,14 +127,15 @@ class GpuWork:
         costs, schedule = job.chunk_costs, job.schedule
         got, sent = pass_transfers(costs, phase, chunk, schedule.route(chunk, len(costs)))
         received = got is not None and schedule.stage_of(got[0], pp) != stage
-        work = plain(received, received)  # the recv
+        # the recv is an op of no event: its send's delivery ends it (engine/lane_core.py)
+        work = plain(received, 0)
         if sent is not None and schedule.stage_of(sent[0], pp) != stage:
             hops = (
                 self.comm.hops.inter
                 if self.plan.tp * self.plan.replicas >= job.cluster.gpus_per_node
                 else self.comm.hops.intra
             )
-            work += plain(1, 1 + message_events_of(k, sent[1], hops) * self.twins)
+            work += plain(1, message_events_of(k, sent[1], hops) * self.twins)
         return work + self.segments(pass_segments(costs[chunk], phase, split, received), stage)
 
     def segments(self, segs, stage: int) -> Work:
@@ -160,17 +165,28 @@ class GpuWork:
                     if len({d // self.job.cluster.gpus_per_node for d in members}) > 1
                     else self.comm.hops.intra
                 )
-                events = len(seg.steps) + sum(STEP_EVENTS + message_events_of(k, b, hops) for b in sent)
+                events = len(seg.steps) + sum(message_events_of(k, b, hops) for b in sent)
                 work += plain(len(seg.steps) + 2 * len(sent), events)
                 joins = 1
             else:  # a TP collective pipelined with its GEMM in chunks (compilers/pipeline/tp_overlap.py)
-                members, count = self.group(stage, "tp")
-                pieces = seg.chunks if seg.method != BULK else 1
-                colls = pieces - 1 if seg.method == RING else pieces
-                coll = self.collective(members, seg.collective, seg.nbytes / max(colls, 1), count)
-                work += plain(pieces, pieces) + coll * colls
+                work += self.overlap(seg)
                 joins = joins or seg.method == BULK
         return work + plain(joins, joins)
+
+    def overlap(self, seg: Segment) -> Work:
+        """The work of a TP collective pipelined with its GEMM (compilers/pipeline/tp_overlap.py):
+        its GEMM chunks (each followed by an op holding TE's SM margin where it has one) and
+        its userbuffers transfers to the next TP rank, each a send and a recv — ring
+        exchange n − 1 of ``bytes / tp``, pipeline n of a chunk's reduce-scatter share, bulk
+        one; folded, with its twins' as shadows on a shared fabric."""
+        tp, n = self.plan.tp, seg.chunks if seg.method != BULK else 1
+        if seg.method == RING:
+            steps, nbytes = n - 1, seg.nbytes // tp
+        else:
+            steps, nbytes = n, seg.nbytes // n * (tp - 1) // tp
+        gemms = n * (2 if seg.margin else 1)
+        sent = message_events_of(self.k, nbytes, self.comm.hops.intra) * self.twins
+        return plain(gemms + 2 * steps, gemms + steps * sent)
 
     def step_cost(self, stage: int, chunks: list[int], reps: int) -> Work:
         """The work of one optimizer step of one GPU of ``stage``: the data-parallel
@@ -247,5 +263,7 @@ def _at_stage(segs: tuple[Segment, ...]) -> tuple[Segment, ...]:
 
 
 def message_events_of(k, nbytes: float, hops: float) -> float:
-    """Simulated events of one point-to-point message under ``k``'s network model."""
+    """Simulated events of one point-to-point message under ``k``'s network model: all a
+    Program's send costs (on a fixed-time fabric the one timeout its lane holds, else the
+    fabric's transfer), its recv none (its send's delivery ends it, engine/lane_core.py)."""
     return message_events(k.network, k.chunk, k.max_chunks, nbytes, hops)
