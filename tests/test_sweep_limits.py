@@ -22,9 +22,11 @@ from clustersim.experiments import runner, sweep
 from tests.conftest import synthetic
 
 REPO = Path(__file__).resolve().parent.parent
-#: micro-batches of a run that takes minutes (8 M ops, inside the default simulation.max_ops of
-#: 10 M: a larger one is refused at once), and of one that takes milliseconds
-SLOW, FAST = 400_000, 8
+#: micro-batches of a run that takes tens of seconds (2 M ops, estimated ~24 s and ~3.5 GB at its
+#: peak: inside the default simulation.max_ops of 10 M and within the memory the machine has —
+#: a run estimated past either is refused at once, which is no timeout; 8 M ops were estimated
+#: at 13.7 GB and refused where less was free), and of one that takes milliseconds
+SLOW, FAST = 100_000, 8
 
 
 def base() -> dict:
