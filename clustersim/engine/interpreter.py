@@ -219,13 +219,16 @@ class Engine:
         (-1) on each GPU of ``group``, moving ``rate`` HBM bytes/s there, and wake the slowed compute ops waiting there. No event
         is emitted where nobody waits (always, with the slowdown off): the one there stays
         the device's current one."""
-        changed = self.collectives_changed
+        changed, priced = self.collectives_changed, self.slowdown != 1.0
         for dev in group:
             self.active_collectives[dev] += delta
-            held = self.held[dev]
-            held[key] = held.get(key, 0) + delta
-            # back to exactly 0 when none runs: no float residue of the sums
-            self.hbm_rate[dev] = self.hbm_rate[dev] + delta * rate if self.active_collectives[dev] else 0.0
+            if priced:  # (what the slowed compute reads; nothing reads it with the slowdown off)
+                held = self.held[dev]
+                held[key] = held.get(key, 0) + delta
+                # back to exactly 0 when none runs: no float residue of the sums
+                self.hbm_rate[dev] = (
+                    self.hbm_rate[dev] + delta * rate if self.active_collectives[dev] else 0.0
+                )
             ev = changed[dev]
             if ev.callbacks:
                 changed[dev] = self.env.event()

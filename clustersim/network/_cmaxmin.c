@@ -62,6 +62,18 @@ static int cmp_entries(const void *pa, const void *pb)
     return before(a, b) ? -1 : before(b, a) ? 1 : 0;
 }
 
+/* `a` (of `*cap` items of `size` bytes) doubled, 64 items at first; NULL with MemoryError set
+ * (and `a`, `*cap` unchanged) when the memory is not there. */
+static void *grow(void *a, Py_ssize_t *cap, size_t size)
+{
+    Py_ssize_t n = *cap ? 2 * *cap : 64;
+    void *b = PyMem_Realloc(a, (size_t)n * size);
+    if (!b)
+        return PyErr_NoMemory(), NULL;
+    *cap = n;
+    return b;
+}
+
 /* A growable array of entries kept as a binary min-heap (heapq's push and pop). */
 typedef struct {
     Entry *a;
@@ -71,13 +83,10 @@ typedef struct {
 static int heap_push(Heap *h, Entry e)
 {
     if (h->n == h->cap) {
-        Py_ssize_t cap = h->cap ? 2 * h->cap : 64;
-        Entry *a = PyMem_Realloc(h->a, (size_t)cap * sizeof(Entry));
-        if (!a) {
-            PyErr_NoMemory();
+        Entry *a = grow(h->a, &h->cap, sizeof(Entry));
+        if (!a)
             return -1;
-        }
-        h->a = a, h->cap = cap;
+        h->a = a;
     }
     Py_ssize_t i = h->n++;
     while (i > 0) {
@@ -120,13 +129,10 @@ typedef struct {
 static int ints_push(Ints *v, Py_ssize_t x)
 {
     if (v->n == v->cap) {
-        Py_ssize_t cap = v->cap ? 2 * v->cap : 64;
-        Py_ssize_t *a = PyMem_Realloc(v->a, (size_t)cap * sizeof(Py_ssize_t));
-        if (!a) {
-            PyErr_NoMemory();
+        Py_ssize_t *a = grow(v->a, &v->cap, sizeof(Py_ssize_t));
+        if (!a)
             return -1;
-        }
-        v->a = a, v->cap = cap;
+        v->a = a;
     }
     v->a[v->n++] = x;
     return 0;
