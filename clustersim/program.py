@@ -538,17 +538,17 @@ class Program:
         lane_of = np.fromiter(map(_LANE_ID, self.ops), np.int64, n)
         return not ((waited >= waiter) & (lane_of[waited] == lane_of[waiter])).any()
 
-    def check_acyclic(self) -> None:
-        """Raise :class:`ProgramError` naming a dependency cycle (through deps, lane order,
-        a recv's send and a collective's rendezvous: it would deadlock), if there is one."""
-        # Kahn's algorithm over explicit deps, the implicit lane-order edges, and one virtual
-        # node per collective that every member's start feeds and every member's end needs
-        # (the rendezvous), so crossed collective orders are caught as cycles too.
+    def wait_graph(self) -> tuple[list[list[int]], list[int], dict[str, int], dict[tuple[int, int], str]]:
+        """The graph of what waits on what: explicit deps, the implicit lane-order edges, a
+        recv after its send, and one virtual node per collective that every member's start
+        feeds and every member's end needs (the rendezvous). Returns per node — the op ids,
+        then the rendezvous nodes — its successors and its count of waits, each collective
+        tag's node, and (waiter, waited) → the kind of wait (for a report)."""
         n = len(self.ops)
         tags = {tag: n + k for k, tag in enumerate(self.collective_members())}
         succ: list[list[int]] = [[] for _ in range(n + len(tags))]
         indeg = [0] * (n + len(tags))
-        why: dict[tuple[int, int], str] = {}  # (waiter, waited) → the kind of wait, for the report
+        why: dict[tuple[int, int], str] = {}
         before: dict[int, int] = {}
 
         def edge(a: int, b: int, kind: str) -> None:
@@ -570,6 +570,14 @@ class Program:
                 for d in op.deps + ((before[op.id],) if op.id in before else ()):
                     edge(d, r, "needs a member that waits for")
                 edge(r, op.id, "waits for all members of")
+        return succ, indeg, tags, why
+
+    def check_acyclic(self) -> None:
+        """Raise :class:`ProgramError` naming a dependency cycle (through deps, lane order,
+        a recv's send and a collective's rendezvous: it would deadlock), if there is one."""
+        # Kahn's algorithm over the wait graph: crossed collective orders are cycles too
+        n = len(self.ops)
+        succ, indeg, tags, why = self.wait_graph()
         ready = [i for i, k in enumerate(indeg) if k == 0]
         seen = 0
         while ready:

@@ -10,10 +10,9 @@ collective X while its peer B holds collective Y that waits for A: every NPU sto
 nodes left (the quickstart export did).
 
 :func:`serial_chain` gives each rank's sends and collectives one order that all ranks agree
-on: a topological order of the Program's wait graph (deps, lane order, a recv after its send,
-and one rendezvous node per collective that its members' waits feed and that every member
-waits for, as :meth:`clustersim.program.Program.check_acyclic` builds it), taken smallest id
-first, in which a collective's members all sit at their rendezvous. Each chained node then
+on: a topological order of the Program's wait graph (:meth:`clustersim.program.Program.wait_graph`:
+deps, lane order, a recv after its send, one rendezvous node per collective), taken smallest
+id first, in which a collective's members all sit at their rendezvous. Each chained node then
 waits only for nodes earlier in that order, so no cycle of waits can form, whatever ASTRA-sim
 issues first. The export writes the chain as ``ctrl_deps`` (and lists those edges in the
 ``clustersim.serial`` attribute, which clustersim's own import leaves out, so the round trip
@@ -25,39 +24,17 @@ from __future__ import annotations
 
 import heapq
 
-from ..program import COLLECTIVE, RECV, SEND, Program
+from ..program import COLLECTIVE, SEND, Program
 
 
 def global_order(program: Program) -> list[int]:
     """Per op id, its place in the order :func:`serial_chain` uses (a collective member's
     is its rendezvous' place)."""
-    ops, n = program.ops, len(program.ops)
-    tags = {tag: n + k for k, tag in enumerate(program.collective_members())}
-    succ: list[list[int]] = [[] for _ in range(n + len(tags))]
-    indeg = [0] * (n + len(tags))
-
-    def edge(a: int, b: int) -> None:
-        succ[a].append(b)
-        indeg[b] += 1
-
-    before: dict[int, int] = {}
-    for lane_ops in program.lanes().values():
-        for a, b in zip(lane_ops, lane_ops[1:]):
-            edge(a.id, b.id)
-            before[b.id] = a.id
-    for op in ops:
-        for d in op.deps:
-            edge(d, op.id)
-        if op.kind == RECV:
-            edge(op.peer, op.id)
-        if op.kind == COLLECTIVE:
-            r = tags[op.tag]
-            for d in op.deps + ((before[op.id],) if op.id in before else ()):
-                edge(d, r)
-            edge(r, op.id)
+    ops = program.ops
+    succ, indeg, tags, _ = program.wait_graph()
     ready = [i for i, k in enumerate(indeg) if k == 0]
     heapq.heapify(ready)
-    place = [0] * (n + len(tags))
+    place = [0] * len(indeg)
     k = 0
     while ready:
         i = heapq.heappop(ready)
