@@ -34,6 +34,7 @@ MAX_BYTES = {
     "model.profile": 16 * MiB,
     "model.chakra": 256 * MiB,
     "kineto trace": 256 * MiB,
+    "generation.trace": 64 * MiB,
     "--set": 64 * 2**10,
 }
 #: deepest nesting of YAML/JSON collections (shipped scenarios use at most 5)

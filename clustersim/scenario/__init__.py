@@ -25,11 +25,11 @@ class Scenario:
     """A validated, immutable scenario and the quantities derived from it.
 
     Sections are available as typed attributes: ``cluster``, ``model``, ``training``,
-    ``parallel``, ``simulation``, ``faults``, ``recovery``. Derived: ``num_gpus``, ``dp``, ``num_microbatches``.
+    ``parallel``, ``simulation``, ``faults``, ``recovery``, ``generation``. Derived: ``num_gpus``, ``dp``, ``num_microbatches``.
     """
 
     #: the sections, read as plain attributes (the layers below resolve read them many times)
-    SECTIONS = ("name", "cluster", "model", "training", "parallel", "simulation", "faults", "recovery")
+    SECTIONS = ("name", "cluster", "model", "training", "parallel", "simulation", "faults", "recovery", "generation")
     __slots__ = ("_raw", "spec", "dp", *SECTIONS)
 
     def __init__(self, raw: dict[str, Any]):

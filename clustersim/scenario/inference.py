@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..errors import ScenarioError
 from ..schedules import SCHEDULES
+from .generation_rules import check_generation
 from .schema import ScenarioSpec
 
 
@@ -17,6 +18,7 @@ def check_inference(spec: ScenarioSpec) -> None:
     """Raise ScenarioError if an inference scenario sets a training-only option, or a
     training scenario sets inference-only ``training.arrival``."""
     tr, par = spec.training, spec.parallel
+    check_generation(spec)
     if tr.mode != "inference":
         if tr.arrival is not None:
             raise ScenarioError(

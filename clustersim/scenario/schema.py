@@ -37,6 +37,7 @@ from .cluster_spec import (  # noqa: F401  (re-exported: the schema's public nam
     StragglerSpec,
 )
 from .fields import Bandwidth, Bytes, Range, Time, _Spec, known
+from .generation_spec import GenerationSpec
 from .model_spec import CNNModel, ModelSpec, SyntheticModel, TraceModel, TransformerModel  # noqa: F401
 
 
@@ -560,6 +561,8 @@ class ScenarioSpec(_Spec):
     #: events of a multi-iteration job (docs/faults.md); they need ``recovery``
     faults: list[FaultSpec] = Field(default_factory=list)
     recovery: RecoverySpec | None = None
+    #: token generation with continuous batching (docs/generation.md); needs ``training.mode: inference``
+    generation: GenerationSpec | None = None
     #: what ``training.framework`` or ``simulation.fidelity`` filled differently from their
     #: usual defaults because the scenario's own fields refuse those, and why
     #: (:mod:`clustersim.scenario.adapt`); written by the loader, read by no rule

@@ -293,6 +293,10 @@ def _cost_model(sc, st: TrainSetup) -> CostModel:
     return replace(cm, nccl_ctas=ctas, deepep_sms=deepep) if ctas or deepep else cm
 
 
+#: the cost model of a scenario's GPU as the stage builder prices it (the generation steps' too)
+cost_model_of = _cost_model
+
+
 def _check_profile(cm: CostModel, st: TrainSetup) -> None:
     """Once every op of the model is priced: refuse ``model.profile`` rows no op matched."""
     if cm.profile is not None:

@@ -1,0 +1,91 @@
+"""``simulate_generation``: the Result of a scenario with a ``generation`` section.
+
+The scheduler (:mod:`.scheduler`) runs above the engine, as the fault timeline does
+(:mod:`clustersim.faults`): for each step it picks the batch, the step is priced
+(:func:`.step_cost.step_costs`), compiled through the compile layer (the ``generation``
+mode, :mod:`clustersim.compilers.generation`) and run on the engine over the job's fabric
+(TP collectives, pipeline sends); the step lasts from the Program's start to its last op's
+end. The engine gains no scheduling logic: each step is a Program of its own. Steps of the
+same shape (the same (new, context) pairs and samples) are run once.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import pandas as pd
+
+from ..compilers import check_job, compile_job, mode_of
+from ..record import SPAN_FIELDS
+from ..resolve import resolve
+from ..trace.result import Result
+from ..workload.resolve import resolve_transformer
+from ..workload.stage_cost import even_partition
+from .kv_cache import kv_cache_of
+from .metrics import request_table, step_table, summary_of
+from .requests import requests_of
+from .scheduler import Scheduler
+from .step_cost import StepSeq, check_generation_model, step_costs
+
+
+class StepPricer:
+    """Seconds of a generation step of a resolved generation ``job`` on the engine
+    (``build_engine(job, prog) -> (evaluator, note)``, :func:`clustersim.simulate.build_engine`)."""
+
+    def __init__(self, sc, job, build_engine):
+        self.sc, self.job, self.build_engine = sc, job, build_engine
+        cfg = resolve_transformer(sc.model)
+        self.partition = list(job.partition) if job.partition else even_partition(cfg.layers, job.plan.pp)
+        self.mode = mode_of(job)
+        self.cache: dict[tuple, float] = {}
+        self.events = 0
+
+    def __call__(self, seqs: tuple[StepSeq, ...], sampled: int) -> float:
+        key = (seqs, sampled)
+        if key not in self.cache:
+            self.cache[key] = self.run(seqs, sampled)
+        return self.cache[key]
+
+    def step_job(self, seqs: tuple[StepSeq, ...], sampled: int):
+        """The Job of one step: the scenario's, with the step's chunk costs."""
+        costs = step_costs(self.sc, self.partition, seqs, sampled)
+        return replace(self.job, costs={self.job.cluster.gpu: costs}, num_microbatches=1, replicas=None)
+
+    def run(self, seqs: tuple[StepSeq, ...], sampled: int) -> float:
+        """Compile the step and run it on the engine; its makespan (s)."""
+        job = self.step_job(seqs, sampled)
+        prog = compile_job(job, fold=False, mode=self.mode)
+        engine, _ = self.build_engine(job, prog)
+        engine.run()
+        self.events += engine.events
+        return max(end for _, _, end in engine.recorder.ops)
+
+
+def simulate_generation(sc, build_engine) -> Result:
+    """Serve the requests of scenario ``sc`` (module doc); ``res.requests`` one row per
+    request, ``res.steps`` one per step, the summary's latency and throughput fields
+    (:mod:`.metrics`, docs/generation.md)."""
+    wall0 = time.perf_counter()
+    check_generation_model(sc)
+    job = check_job(resolve(sc))
+    gen = sc.generation
+    cache = kv_cache_of(job, resolve_transformer(sc.model), gen)
+    price = StepPricer(sc, job, build_engine)
+    sched = Scheduler(requests_of(gen, sc.simulation.seed), cache, gen, price)
+    done = sched.run()
+    requests, steps = request_table(done), step_table(sched.steps, cache)
+    summary = summary_of(done, requests, steps, cache)
+    summary.update(
+        sim_events=price.events, step_programs=len(price.cache), wall_time_s=time.perf_counter() - wall0
+    )
+    res = Result(
+        summary,
+        pd.DataFrame(columns=list(SPAN_FIELDS)),
+        pd.DataFrame(),
+        pd.DataFrame(columns=["device", "time_s", "allocated_bytes"]),
+        sc.resolved(),
+        requests=requests,
+    )
+    res.steps = steps
+    return res
