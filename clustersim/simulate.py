@@ -113,6 +113,10 @@ def simulate(scenario: Scenario | Job | str | Path | dict[str, Any], progress: b
         from .faults import simulate_job
 
         return simulate_job(sc, run_job, progress)
+    if sc.generation is not None:  # token generation: a scheduler runs each step (docs/generation.md)
+        from .generation import simulate_generation
+
+        return simulate_generation(sc, build_engine)
     with collector_paused():  # resolving too: the Job's costs live as long as the run (engine/collector.py)
         return run_job(resolve_scenario(sc), progress)
 

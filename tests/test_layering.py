@@ -36,7 +36,7 @@ RANKS: list[set[str]] = [
     {"viz"},
     {"trace"},
     {"compilers"},
-    {"faults", "multijob"},
+    {"faults", "multijob", "generation"},
     {"simulate"},
     {"validation", "experiments"},
     {"cli"},

@@ -26,7 +26,7 @@ from .kv_cache import kv_cache_of
 from .metrics import request_table, step_table, summary_of
 from .requests import requests_of
 from .scheduler import Scheduler
-from .step_cost import StepSeq, check_generation_model, step_costs
+from .step_cost import StepModel, StepSeq, check_generation_model
 
 
 class StepPricer:
@@ -36,7 +36,8 @@ class StepPricer:
     def __init__(self, sc, job, build_engine):
         self.sc, self.job, self.build_engine = sc, job, build_engine
         cfg = resolve_transformer(sc.model)
-        self.partition = list(job.partition) if job.partition else even_partition(cfg.layers, job.plan.pp)
+        partition = list(job.partition) if job.partition else even_partition(cfg.layers, job.plan.pp)
+        self.model = StepModel(sc, partition)
         self.mode = mode_of(job)
         self.cache: dict[tuple, float] = {}
         self.events = 0
@@ -49,7 +50,7 @@ class StepPricer:
 
     def step_job(self, seqs: tuple[StepSeq, ...], sampled: int):
         """The Job of one step: the scenario's, with the step's chunk costs."""
-        costs = step_costs(self.sc, self.partition, seqs, sampled)
+        costs = self.model.costs(seqs, sampled)
         return replace(self.job, costs={self.job.cluster.gpu: costs}, num_microbatches=1, replicas=None)
 
     def run(self, seqs: tuple[StepSeq, ...], sampled: int) -> float:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 from ..errors import ScenarioError
 from ..memory_kinds import StaticMemory
 from ..workload.attention import attention_core_ops, flash_forward_flops
-from ..workload.ops import AttentionShape, LayerOp, Work, elementwise
+from ..workload.ops import AttentionShape, LayerOp, TPComm, Work, elementwise
 from ..workload.resolve import resolve_transformer
 from ..workload.segments import compute_time, forward_items
 from ..workload.stage_builder import FixedCosts, TrainSetup, cost_model_of
@@ -83,8 +83,10 @@ def check_generation_model(sc) -> None:
         raise ScenarioError("model.mtp_layers", cfg.mtp_layers, "generation samples one token a step; accepted: 0")
 
 
-def _skinny(op: LayerOp, tokens: int) -> LayerOp:
+def _skinny(op, tokens: int):
     """``op`` with a linear over ≤ :data:`SKINNY_TOKENS` tokens priced memory-bound (module doc)."""
+    if not isinstance(op, LayerOp):
+        return op
     w = op.fwd
     if w.gemm is None or w.attention is not None or w.gemm[0] > SKINNY_TOKENS or tokens > SKINNY_TOKENS:
         return op
@@ -138,47 +140,70 @@ def _layer(cfg, seqs, tp: int, e: int, kernels: str, window: int) -> list:
 
 
 def _output(cfg, sampled: int, tp: int, e: int, kernels: str) -> list:
-    """Final norm and logits of the ``sampled`` sequences' last tokens; no loss."""
+    """Final norm and logits of the ``sampled`` sequences' last tokens, gathered from the
+    vocab-parallel TP ranks to sample; no loss."""
     ops = output_ops(replace(cfg, seq_len=sampled), 1, tp, False, e, kernels)
-    return [_skinny(op, sampled) for op in ops if op.name.partition(".")[0] != "cross_entropy"]
+    ops = [_skinny(op, sampled) for op in ops if op.name.partition(".")[0] != "cross_entropy"]
+    if tp > 1:
+        ops.append(TPComm("tp logits gather", "all_gather", "", int(sampled * cfg.vocab * e)))
+    return ops
 
 
-def step_costs(sc, partition: list[int], seqs: tuple[StepSeq, ...], sampled: int) -> list[StageCost]:
-    """The StageCost of every pipeline stage (``partition``: layers per stage) for one step
-    of ``seqs`` of which ``sampled`` sample a token from their last one, on ``cluster.gpu``
-    (the step's forward in ``passes["F"]``)."""
-    st = TrainSetup.of(sc)
-    cfg = resolve_transformer(sc.model)
-    cm = cost_model_of(sc, st)
-    tp, e = st.tp, st.e
-    tokens = sum(s.new for s in seqs)
-    fixed = FixedCosts.of(sc, cm, st.precision, tokens * cfg.hidden * e)
-    km = replace(cm.without_launch(), host=fixed.host)
-    layers = {w: _layer(cfg, seqs, tp, e, st.kernels, w) for w in sorted({w for _, w in cfg.layer_shapes()})}
-    emb = embedding_ops(replace(cfg, seq_len=tokens), 1, tp, False, e)
-    out = _output(cfg, sampled, tp, e, st.kernels)
-    shapes = cfg.layer_shapes()
-    costs, start = [], 0
-    for k, n in enumerate(partition):
-        ops = (emb if k == 0 else []) + [op for _, w in shapes[start : start + n] for op in layers[w]]
-        ops += out if k == len(partition) - 1 else []
-        start += n
-        items = forward_items(ops, km)
-        seg = fixed.pass_segments([items], st.granularity)[0]
-        t, flops = compute_time(seg)
-        params = sum(op.params for op in ops if hasattr(op, "params"))
-        costs.append(
-            StageCost(
-                forward=t,
-                backward=0.0,
-                backward_weight=0.0,
-                activation_memory=0,
-                optimizer=0.0,
-                forward_flops=flops,
-                activation_bytes=int(0 if k == len(partition) - 1 else tokens * cfg.hidden * e),
-                static=StaticMemory(weights=int(params * e)),
-                passes={"F": seg},
-                pass_overhead=fixed.pass_overhead,
+class StepModel:
+    """A scenario's step pricing, set up once (its transformer, cost model and fixed costs):
+    :meth:`ops` and :meth:`costs` of any step. ``partition``: layers per pipeline stage."""
+
+    def __init__(self, sc, partition: list[int]):
+        self.sc, self.partition = sc, list(partition)
+        self.st = TrainSetup.of(sc)
+        self.cfg = resolve_transformer(sc.model)
+        self.cm = cost_model_of(sc, self.st)
+
+    def ops(self, seqs: tuple[StepSeq, ...], sampled: int) -> list[list]:
+        """Per pipeline stage, the ops of one GPU in one step of ``seqs`` of which
+        ``sampled`` sample a token from their last one (module doc)."""
+        cfg, st = self.cfg, self.st
+        tp, e = st.tp, st.e
+        tokens = sum(s.new for s in seqs)
+        windows = sorted({w for _, w in cfg.layer_shapes()})
+        layers = {w: _layer(cfg, seqs, tp, e, st.kernels, w) for w in windows}
+        emb = embedding_ops(replace(cfg, seq_len=tokens), 1, tp, False, e)
+        out = _output(cfg, sampled, tp, e, st.kernels)
+        shapes = cfg.layer_shapes()
+        stages, start = [], 0
+        for k, n in enumerate(self.partition):
+            ops = (emb if k == 0 else []) + [op for _, w in shapes[start : start + n] for op in layers[w]]
+            stages.append(ops + (out if k == len(self.partition) - 1 else []))
+            start += n
+        return stages
+
+    def costs(self, seqs: tuple[StepSeq, ...], sampled: int) -> list[StageCost]:
+        """The StageCost of every pipeline stage for one step (:meth:`ops`) on
+        ``cluster.gpu``: the step's forward in ``passes["F"]``, priced as the stage builder
+        prices a pass (kernels without their launches, which lead the pass with the host's wait)."""
+        cfg, st, cm = self.cfg, self.st, self.cm
+        e = st.e
+        tokens = sum(s.new for s in seqs)
+        fixed = FixedCosts.of(self.sc, cm, st.precision, tokens * cfg.hidden * e)
+        km = replace(cm.without_launch(), host=fixed.host)
+        stages = self.ops(seqs, sampled)
+        costs = []
+        for k, ops in enumerate(stages):
+            seg = fixed.pass_segments([forward_items(ops, km)], st.granularity)[0]
+            t, flops = compute_time(seg)
+            params = sum(op.params for op in ops if hasattr(op, "params"))
+            costs.append(
+                StageCost(
+                    forward=t,
+                    backward=0.0,
+                    backward_weight=0.0,
+                    activation_bytes=int(0 if k == len(stages) - 1 else tokens * cfg.hidden * e),
+                    activation_memory=0,
+                    optimizer=0.0,
+                    forward_flops=flops,
+                    static=StaticMemory(weights=int(params * e)),
+                    passes={"F": seg},
+                    pass_overhead=fixed.pass_overhead,
+                )
             )
-        )
-    return costs
+        return costs
