@@ -26,11 +26,13 @@ GiB = 2**30
 
 @dataclass(frozen=True)
 class KVCache:
-    """``blocks`` of ``block_size`` tokens, each ``block_bytes`` on the fullest GPU."""
+    """``blocks`` of ``block_size`` tokens, each ``block_bytes`` on the fullest GPU;
+    ``stage_bytes``: a block's bytes on a GPU of each pipeline stage."""
 
     blocks: int
     block_size: int
     block_bytes: float
+    stage_bytes: tuple[float, ...] = ()
 
     def blocks_for(self, tokens: int) -> int:
         """Blocks a sequence of ``tokens`` cached tokens holds."""
@@ -44,8 +46,9 @@ def kv_cache_of(job, cfg, gen) -> KVCache:
     partition = list(job.partition) if job.partition else even_partition(cfg.layers, par.pp)
     per_token = [n * kv_bytes_per_token(cfg, par.tp, e) for n in partition]
     block_bytes = max(per_token) * gen.block_size
+    stage_bytes = tuple(tok * gen.block_size for tok in per_token)
     if gen.kv_blocks is not None:
-        return KVCache(gen.kv_blocks, gen.block_size, block_bytes)
+        return KVCache(gen.kv_blocks, gen.block_size, block_bytes, stage_bytes)
     memory = min(g.memory_bytes for g in device_specs(job.cluster)[: job.num_gpus])
     reserve = job.runtime_reserve
     blocks = min(
@@ -61,4 +64,4 @@ def kv_cache_of(job, cfg, gen) -> KVCache:
             f"({heaviest / GiB:.1f} GiB) and the runtime reserve ({reserve / GiB:.1f} GiB) is under one "
             f"block ({block_bytes / GiB:.4f} GiB); raise it, or spread the model over more GPUs (tp, pp)",
         )
-    return KVCache(blocks, gen.block_size, block_bytes)
+    return KVCache(blocks, gen.block_size, block_bytes, stage_bytes)

@@ -10,6 +10,10 @@ default), as the inference mode's do.
 Per step (``res.steps``): start, end, sequences, prefill tokens, decode sequences, KV blocks
 in use (as scheduled) and their fraction of the cache, preemptions, bytes swapped — the
 batch size and KV occupancy over time.
+
+Memory (``res.memory``, ``res.devices``): every GPU holds its stage's weights and, from each
+step's start, the KV blocks in use times its stage's bytes per block; ``peak_memory_bytes``
+per GPU is the highest of that timeline (the forward's working buffers are not counted).
 """
 
 from __future__ import annotations
@@ -86,3 +90,18 @@ def summary_of(done: list[Sequence], requests: pd.DataFrame, steps: pd.DataFrame
         out.update(_spread(name, requests[col]))
     out.update(_spread("itl", gaps))
     return out
+
+
+def memory_tables(job, cache: KVCache, steps: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(``res.memory``, ``res.devices``) of a generation run (module doc)."""
+    plan, rows, devices = job.plan, [], []
+    starts, used = steps["start_s"].to_numpy(), steps["kv_blocks_used"].to_numpy()
+    for dev in range(plan.num_devices):
+        stage, _, tp_rank = plan.coords(dev)
+        weights = job.chunk_costs[stage].weight_bytes
+        held = weights + used * cache.stage_bytes[stage]
+        rows += [(f"gpu{dev}", float(t), float(b)) for t, b in zip(starts, held)]
+        devices.append(
+            {"device": f"gpu{dev}", "stage": stage, "tp_rank": tp_rank, "peak_memory_bytes": float(held.max())}
+        )
+    return pd.DataFrame(rows, columns=["device", "time_s", "allocated_bytes"]), pd.DataFrame(devices)

@@ -23,7 +23,7 @@ from ..trace.result import Result
 from ..workload.resolve import resolve_transformer
 from ..workload.stage_cost import even_partition
 from .kv_cache import kv_cache_of
-from .metrics import request_table, step_table, summary_of
+from .metrics import memory_tables, request_table, step_table, summary_of
 from .requests import requests_of
 from .scheduler import Scheduler
 from .step_cost import StepModel, StepSeq, check_generation_model
@@ -77,14 +77,16 @@ def simulate_generation(sc, build_engine) -> Result:
     done = sched.run()
     requests, steps = request_table(done), step_table(sched.steps, cache)
     summary = summary_of(done, requests, steps, cache)
+    memory, devices = memory_tables(job, cache, steps)
+    summary["peak_memory_gib"] = float(devices["peak_memory_bytes"].max()) / 2**30
     summary.update(
         sim_events=price.events, step_programs=len(price.cache), wall_time_s=time.perf_counter() - wall0
     )
     res = Result(
         summary,
         pd.DataFrame(columns=list(SPAN_FIELDS)),
-        pd.DataFrame(),
-        pd.DataFrame(columns=["device", "time_s", "allocated_bytes"]),
+        devices,
+        memory,
         sc.resolved(),
         requests=requests,
     )
