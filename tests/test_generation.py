@@ -181,12 +181,20 @@ def test_trace_file_requests(tmp_path):
     ("gen", "training", "field"),
     [
         ({"prompt_len": 10}, {}, "generation"),
-        ({"prompt_len": {"dist": "uniform", "low": 9, "high": 3}, "output_len": 2}, {}, "generation.prompt_len"),
+        (
+            {"prompt_len": {"dist": "uniform", "low": 9, "high": 3}, "output_len": 2},
+            {},
+            "generation.prompt_len",
+        ),
         ({"prompt_len": {"dist": "fixed"}, "output_len": 2}, {}, "generation.prompt_len"),
         ({"prompt_len": 10, "output_len": 0}, {}, "generation.output_len"),
         ({"prompt_len": 10, "output_len": 2, "requests": 0}, {}, "generation.requests"),
         ({"prompt_len": 10, "output_len": 2, "arrival": {"process": "poisson"}}, {}, "generation.arrival"),
-        ({"prompt_len": 10, "output_len": 2, "arrival": {"process": "poisson", "rate": -1}}, {}, "generation.arrival.rate"),
+        (
+            {"prompt_len": 10, "output_len": 2, "arrival": {"process": "poisson", "rate": -1}},
+            {},
+            "generation.arrival.rate",
+        ),
         ({"prompt_len": 10, "output_len": 2, "preemption": "swap"}, {}, "generation"),
         ({"prompt_len": 10, "output_len": 2, "kv_memory_fraction": 1.5}, {}, "generation.kv_memory_fraction"),
         ({"prompt_len": 10, "output_len": 2, "trace": "no/such.csv"}, {}, "generation"),
@@ -198,7 +206,11 @@ def test_trace_file_requests(tmp_path):
             "generation.max_num_batched_tokens",
         ),
         ({"prompt_len": 10, "output_len": 2}, {"mode": "train"}, "training.mode"),
-        ({"prompt_len": 10, "output_len": 2}, {"arrival": {"process": "constant", "interval": 1}}, "training.arrival"),
+        (
+            {"prompt_len": 10, "output_len": 2},
+            {"arrival": {"process": "constant", "interval": 1}},
+            "training.arrival",
+        ),
     ],
 )
 def test_bad_input_is_refused_naming_the_field(gen, training, field):

@@ -71,7 +71,9 @@ def predicted(row: dict) -> float:
         pytest.param(
             r,
             id=f"{r['model']}-tp{r['tp']}-{r['batch']}x{r['input_len']}-{r['output_len']}",
-            marks=[pytest.mark.slow] if (int(r["batch"]), int(r["input_len"]), int(r["output_len"])) in SLOW else [],
+            marks=[pytest.mark.slow]
+            if (int(r["batch"]), int(r["input_len"]), int(r["output_len"])) in SLOW
+            else [],
         )
         for r in ROWS
     ],

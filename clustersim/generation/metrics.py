@@ -102,6 +102,11 @@ def memory_tables(job, cache: KVCache, steps: pd.DataFrame) -> tuple[pd.DataFram
         held = weights + used * cache.stage_bytes[stage]
         rows += [(f"gpu{dev}", float(t), float(b)) for t, b in zip(starts, held)]
         devices.append(
-            {"device": f"gpu{dev}", "stage": stage, "tp_rank": tp_rank, "peak_memory_bytes": float(held.max())}
+            {
+                "device": f"gpu{dev}",
+                "stage": stage,
+                "tp_rank": tp_rank,
+                "peak_memory_bytes": float(held.max()),
+            }
         )
     return pd.DataFrame(rows, columns=["device", "time_s", "allocated_bytes"]), pd.DataFrame(devices)

@@ -87,7 +87,9 @@ def read_trace(path: str) -> list[Request]:
         for row in reader:
             t, p, o = float(row["arrival_s"]), int(row["prompt_len"]), int(row["output_len"])
             if not (0 <= t < math.inf and 1 <= p <= MAX_TOKENS and 1 <= o <= MAX_TOKENS):
-                raise ValueError(f"arrival_s {t} must be finite and ≥ 0, the lengths from 1 to {MAX_TOKENS:,}")
+                raise ValueError(
+                    f"arrival_s {t} must be finite and ≥ 0, the lengths from 1 to {MAX_TOKENS:,}"
+                )
             rows.append((t, p, o))
     except (ValueError, TypeError, csv.Error) as exc:
         raise ScenarioError(field, path, f"row {reader.line_num}: {shorten(str(exc), 160)}") from None

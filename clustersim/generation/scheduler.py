@@ -84,9 +84,13 @@ class Scheduler:
         for r in requests:
             need = cache.blocks_for(r.prompt + r.output - 1) if gen.preemption != "wait" else self._reserve(r)
             if need > cache.blocks:
-                field, value = ("generation.kv_blocks", gen.kv_blocks) if gen.kv_blocks else (
-                    "generation.kv_memory_fraction",
-                    gen.kv_memory_fraction,
+                field, value = (
+                    ("generation.kv_blocks", gen.kv_blocks)
+                    if gen.kv_blocks
+                    else (
+                        "generation.kv_memory_fraction",
+                        gen.kv_memory_fraction,
+                    )
                 )
                 raise ScenarioError(
                     field,
@@ -149,7 +153,9 @@ class Scheduler:
             new = min(s.tokens - s.computed, budget)
             if not gen.chunked_prefill and new < s.tokens - s.computed:
                 break
-            total = self._reserve(s.req) if gen.preemption == "wait" else self.cache.blocks_for(s.computed + new)
+            total = (
+                self._reserve(s.req) if gen.preemption == "wait" else self.cache.blocks_for(s.computed + new)
+            )
             if total > self.free:
                 break
             self.waiting.popleft()

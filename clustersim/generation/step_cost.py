@@ -71,16 +71,24 @@ def kv_bytes_per_token(cfg, tp: int, e: int) -> float:
 def check_generation_model(sc) -> None:
     """Refuse, naming the field, a model the generation step cannot price."""
     if sc.model.kind != "transformer":
-        raise ScenarioError("model.kind", sc.model.kind, "generation runs transformer models; accepted: transformer")
+        raise ScenarioError(
+            "model.kind", sc.model.kind, "generation runs transformer models; accepted: transformer"
+        )
     cfg = resolve_transformer(sc.model)
     if cfg.experts > 1:
-        raise ScenarioError("model.experts", cfg.experts, "generation is modelled for dense models yet; accepted: 1")
+        raise ScenarioError(
+            "model.experts", cfg.experts, "generation is modelled for dense models yet; accepted: 1"
+        )
     if cfg.mla:
         raise ScenarioError(
-            "model.kv_lora_rank", cfg.kv_lora_rank, "MLA's latent KV cache is not modelled for generation; accepted: 0"
+            "model.kv_lora_rank",
+            cfg.kv_lora_rank,
+            "MLA's latent KV cache is not modelled for generation; accepted: 0",
         )
     if cfg.mtp_layers:
-        raise ScenarioError("model.mtp_layers", cfg.mtp_layers, "generation samples one token a step; accepted: 0")
+        raise ScenarioError(
+            "model.mtp_layers", cfg.mtp_layers, "generation samples one token a step; accepted: 0"
+        )
 
 
 def _skinny(op, tokens: int):

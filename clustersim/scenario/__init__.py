@@ -29,7 +29,17 @@ class Scenario:
     """
 
     #: the sections, read as plain attributes (the layers below resolve read them many times)
-    SECTIONS = ("name", "cluster", "model", "training", "parallel", "simulation", "faults", "recovery", "generation")
+    SECTIONS = (
+        "name",
+        "cluster",
+        "model",
+        "training",
+        "parallel",
+        "simulation",
+        "faults",
+        "recovery",
+        "generation",
+    )
     __slots__ = ("_raw", "spec", "dp", *SECTIONS)
 
     def __init__(self, raw: dict[str, Any]):

@@ -14,7 +14,9 @@ def check_generation(spec) -> None:
         return
     if spec.training.mode != "inference":
         raise ScenarioError(
-            "training.mode", spec.training.mode, "generation serves requests: accepted: inference (with generation set)"
+            "training.mode",
+            spec.training.mode,
+            "generation serves requests: accepted: inference (with generation set)",
         )
     if spec.training.arrival is not None:
         raise ScenarioError(
@@ -23,4 +25,6 @@ def check_generation(spec) -> None:
             "generation requests arrive as generation.arrival says; remove training.arrival",
         )
     if spec.model.kind != "transformer":
-        raise ScenarioError("model.kind", spec.model.kind, "generation runs transformer models; accepted: transformer")
+        raise ScenarioError(
+            "model.kind", spec.model.kind, "generation runs transformer models; accepted: transformer"
+        )

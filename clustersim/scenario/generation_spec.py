@@ -16,7 +16,9 @@ MAX_TOKENS = 10_000_000
 
 def _shorthand(value):
     """A bare integer is a fixed length."""
-    return {"dist": "fixed", "value": value} if isinstance(value, int) and not isinstance(value, bool) else value
+    return (
+        {"dist": "fixed", "value": value} if isinstance(value, int) and not isinstance(value, bool) else value
+    )
 
 
 class LengthSpec(_Spec):
@@ -33,11 +35,17 @@ class LengthSpec(_Spec):
 
     @model_validator(mode="after")
     def _parameters(self) -> LengthSpec:
-        want = {"fixed": ("value",), "uniform": ("low", "high"), "lognormal": ("median", "sigma", "low", "high")}
+        want = {
+            "fixed": ("value",),
+            "uniform": ("low", "high"),
+            "lognormal": ("median", "sigma", "low", "high"),
+        }
         need = want[self.dist]
         given = [f for f in ("value", "low", "high", "median", "sigma") if getattr(self, f) is not None]
         if sorted(given) != sorted(need):
-            raise ValueError(f"a {self.dist} length takes {', '.join(need)} (given: {', '.join(given) or 'none'})")
+            raise ValueError(
+                f"a {self.dist} length takes {', '.join(need)} (given: {', '.join(given) or 'none'})"
+            )
         if self.low is not None and self.low > self.high:
             raise ValueError(f"low ({self.low}) must be at most high ({self.high})")
         return self
@@ -96,7 +104,9 @@ class GenerationSpec(_Spec):
         if self.trace is None and (self.prompt_len is None or self.output_len is None):
             raise ValueError("give prompt_len and output_len, or a trace file")
         if self.trace is not None and (self.prompt_len or self.output_len):
-            raise ValueError("a trace file gives each request's lengths: leave prompt_len and output_len unset")
+            raise ValueError(
+                "a trace file gives each request's lengths: leave prompt_len and output_len unset"
+            )
         if (self.preemption == "swap") != (self.swap_bandwidth is not None):
             raise ValueError("swap_bandwidth is what preemption: swap copies at (and only it)")
         return self
