@@ -118,6 +118,10 @@ def test_kv_capacity_is_respected(policy):
         assert preempted > 0
     if policy == "swap":
         assert res.steps.swap_bytes.sum() > 0
+    weights = resolve(load_scenario(scenario({"prompt_len": 1, "output_len": 1}))).chunk_costs[0].weight_bytes
+    block = 32 * 16 * 2 * 4096 * 2  # layers × tokens × (K, V) × hidden × bf16
+    assert res.devices.peak_memory_bytes.max() <= weights + 16 * block
+    assert res.summary["peak_memory_gib"] * 2**30 == weights + res.steps.kv_blocks_used.max() * block
     roomy = _kv_run(policy, 1000, **extra)
     assert roomy.requests.preemptions.sum() == 0
     assert roomy.summary["iteration_time_s"] < res.summary["iteration_time_s"]
@@ -227,3 +231,25 @@ def test_more_than_one_replica_is_refused():
     with pytest.raises(ScenarioError) as err:
         simulate(raw)
     assert err.value.field == "parallel.dp"
+
+
+def test_the_picture_draws_batch_size_and_kv_occupancy():
+    from clustersim.viz.generation import plot_generation
+
+    res = _kv_run("recompute", 16)
+    fig = plot_generation(res.steps)
+    top, bottom = fig.axes
+    assert max(top.lines[0].get_ydata()) == res.steps.seqs.max()
+    assert max(bottom.lines[0].get_ydata()) == res.steps.kv_utilization.max() <= 1
+
+
+def test_pipeline_stages_run_a_step_in_turn():
+    """PP 2: the step's stages run one after the other with the boundary tensor sent between
+    them: at least both stages' forwards, never faster than one GPU's whole step."""
+    one = pricer(scenario({"prompt_len": 8, "output_len": 2}, **IDLE))
+    two = pricer(scenario({"prompt_len": 8, "output_len": 2}, pp=2, **IDLE))
+    seqs = (StepSeq(1, 1000), StepSeq(200, 0))
+    stages = two.model.costs(seqs, 2)
+    assert len(stages) == 2 and stages[0].activation_bytes == 201 * 4096 * 2
+    assert two(seqs, 2) >= sum(c.forward for c in stages)
+    assert two(seqs, 2) >= one(seqs, 2)
