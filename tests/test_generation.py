@@ -210,6 +210,7 @@ def test_trace_file_requests(tmp_path):
             "generation.max_num_batched_tokens",
         ),
         ({"prompt_len": 10, "output_len": 2}, {"mode": "train"}, "training.mode"),
+        ({"prompt_len": 10, "output_len": 10**6, "requests": 100}, {}, "simulation.max_ops"),
         (
             {"prompt_len": 10, "output_len": 2},
             {"arrival": {"process": "constant", "interval": 1}},

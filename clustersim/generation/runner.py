@@ -17,6 +17,7 @@ from dataclasses import replace
 import pandas as pd
 
 from ..compilers import check_job, compile_job, mode_of
+from ..errors import ScenarioError
 from ..record import SPAN_FIELDS
 from ..resolve import resolve
 from ..trace.result import Result
@@ -63,6 +64,22 @@ class StepPricer:
         return max(end for _, _, end in engine.recorder.ops)
 
 
+def check_steps(sc, reqs, price: StepPricer) -> None:
+    """Refuse, before it starts, a run whose steps (at most one per output token plus the
+    prompts' chunks, preemptions aside) times the ops of a step pass ``simulation.max_ops``."""
+    gen = sc.generation
+    steps = sum(r.output + -(-r.prompt // gen.max_num_batched_tokens) for r in reqs)
+    ops = len(compile_job(price.step_job((StepSeq(1, 1),), 1), fold=False, mode=price.mode).ops)
+    budget = sc.simulation.max_ops
+    if steps * ops > budget:
+        raise ScenarioError(
+            "simulation.max_ops",
+            budget,
+            f"this generation run takes up to {steps:,} steps of {ops} ops each ({steps * ops:,} ops); "
+            "serve fewer requests or tokens, or raise simulation.max_ops",
+        )
+
+
 def simulate_generation(sc, build_engine) -> Result:
     """Serve the requests of scenario ``sc`` (module doc); ``res.requests`` one row per
     request, ``res.steps`` one per step, the summary's latency and throughput fields
@@ -73,7 +90,9 @@ def simulate_generation(sc, build_engine) -> Result:
     gen = sc.generation
     cache = kv_cache_of(job, resolve_transformer(sc.model), gen)
     price = StepPricer(sc, job, build_engine)
-    sched = Scheduler(requests_of(gen, sc.simulation.seed), cache, gen, price)
+    reqs = requests_of(gen, sc.simulation.seed)
+    check_steps(sc, reqs, price)
+    sched = Scheduler(reqs, cache, gen, price)
     done = sched.run()
     requests, steps = request_table(done), step_table(sched.steps, cache)
     summary = summary_of(done, requests, steps, cache)
