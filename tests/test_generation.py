@@ -254,3 +254,24 @@ def test_pipeline_stages_run_a_step_in_turn():
     assert len(stages) == 2 and stages[0].activation_bytes == 201 * 4096 * 2
     assert two(seqs, 2) >= sum(c.forward for c in stages)
     assert two(seqs, 2) >= one(seqs, 2)
+
+
+def test_the_result_holds_every_steps_spans_and_saves(tmp_path):
+    """res.spans: each step's Program ops on the run's clock (the Gantt of the steps); the
+    GPUs' busy time is the steps' time; the bundle saves."""
+    raw = scenario(
+        {
+            "requests": 3,
+            "prompt_len": 20,
+            "output_len": 3,
+            "arrival": {"process": "constant", "interval": 0.05},
+        }
+    )
+    res = simulate(raw)
+    compute = res.spans[res.spans.lane == "compute"]
+    busy = (res.steps.end_s - res.steps.start_s).sum()
+    assert compute.end_s.max() == pytest.approx(res.summary["iteration_time_s"], rel=1e-12)
+    assert res.devices.compute[0] * res.summary["iteration_time_s"] == pytest.approx(busy, rel=1e-9)
+    assert 0 < res.summary["bubble_fraction"] < 1  # waiting for requests between them
+    res.save(tmp_path)
+    assert (tmp_path / "requests.csv").exists() and (tmp_path / "gantt.png").exists()

@@ -18,9 +18,10 @@ import pandas as pd
 
 from ..compilers import check_job, compile_job, mode_of
 from ..errors import ScenarioError
-from ..record import SPAN_FIELDS
+from ..metrics import device_breakdown
+from ..program import ARRIVAL_LANE
 from ..resolve import resolve
-from ..trace.result import Result
+from ..trace.result import Result, spans_frame
 from ..workload.resolve import resolve_transformer
 from ..workload.stage_cost import even_partition
 from .kv_cache import kv_cache_of
@@ -40,28 +41,41 @@ class StepPricer:
         partition = list(job.partition) if job.partition else even_partition(cfg.layers, job.plan.pp)
         self.model = StepModel(sc, partition)
         self.mode = mode_of(job)
-        self.cache: dict[tuple, float] = {}
+        self.cache: dict[tuple, tuple[float, pd.DataFrame]] = {}
+        self.order: list[tuple] = []  # the steps priced, in the order they ran
         self.events = 0
 
     def __call__(self, seqs: tuple[StepSeq, ...], sampled: int) -> float:
         key = (seqs, sampled)
         if key not in self.cache:
             self.cache[key] = self.run(seqs, sampled)
-        return self.cache[key]
+        self.order.append(key)
+        return self.cache[key][0]
 
     def step_job(self, seqs: tuple[StepSeq, ...], sampled: int):
         """The Job of one step: the scenario's, with the step's chunk costs."""
         costs = self.model.costs(seqs, sampled)
         return replace(self.job, costs={self.job.cluster.gpu: costs}, num_microbatches=1, replicas=None)
 
-    def run(self, seqs: tuple[StepSeq, ...], sampled: int) -> float:
-        """Compile the step and run it on the engine; its makespan (s)."""
+    def run(self, seqs: tuple[StepSeq, ...], sampled: int) -> tuple[float, pd.DataFrame]:
+        """Compile the step and run it on the engine: its makespan (s) and its spans (the
+        arrival lane's zero-length op left out)."""
         job = self.step_job(seqs, sampled)
         prog = compile_job(job, fold=False, mode=self.mode)
         engine, _ = self.build_engine(job, prog)
         engine.run()
         self.events += engine.events
-        return max(end for _, _, end in engine.recorder.ops)
+        spans = spans_frame(prog, engine.recorder)
+        return max(end for _, _, end in engine.recorder.ops), spans[spans["lane"] != ARRIVAL_LANE]
+
+    def spans(self, starts) -> pd.DataFrame:
+        """Every step's spans on the run's clock: the i-th step priced starts at ``starts[i]``."""
+        frames = []
+        for key, t in zip(self.order, starts):
+            frame = self.cache[key][1].copy()
+            frame[["start_s", "end_s"]] += t
+            frames.append(frame)
+        return pd.concat(frames, ignore_index=True)
 
 
 def check_steps(sc, reqs, price: StepPricer) -> None:
@@ -97,13 +111,26 @@ def simulate_generation(sc, build_engine) -> Result:
     requests, steps = request_table(done), step_table(sched.steps, cache)
     summary = summary_of(done, requests, steps, cache)
     memory, devices = memory_tables(job, cache, steps)
-    summary["peak_memory_gib"] = float(devices["peak_memory_bytes"].max()) / 2**30
+    # a step's Program starts once its swaps are done
+    spans = price.spans(steps["start_s"] + steps["swap_bytes"] / (gen.swap_bandwidth or 1.0))
+    parts = device_breakdown(spans, (0.0, summary["iteration_time_s"]))
+    parts["bubble_fraction"] = parts["bubble"] + parts["idle"]
+    devices = devices.merge(parts, on="device", how="left")
+    devices["oom"] = False  # the KV cache holds what fits beside the weights
+    summary.update(
+        peak_memory_gib=float(devices["peak_memory_bytes"].max()) / 2**30,
+        bubble_fraction=float(devices.groupby("stage")["bubble_fraction"].mean().mean()),
+        oom=False,
+        num_gpus=job.plan.num_devices,
+        tp=job.plan.tp,
+        pp=job.plan.pp,
+    )
     summary.update(
         sim_events=price.events, step_programs=len(price.cache), wall_time_s=time.perf_counter() - wall0
     )
     res = Result(
         summary,
-        pd.DataFrame(columns=list(SPAN_FIELDS)),
+        spans,
         devices,
         memory,
         sc.resolved(),
