@@ -275,3 +275,14 @@ def test_the_result_holds_every_steps_spans_and_saves(tmp_path):
     assert 0 < res.summary["bubble_fraction"] < 1  # waiting for requests between them
     res.save(tmp_path)
     assert (tmp_path / "requests.csv").exists() and (tmp_path / "gantt.png").exists()
+
+
+def test_serving_runs_no_dropout_kernels():
+    """A model trained with dropout serves in eval mode: its residual adds read two tensors
+    and write one, no dropout mask."""
+    raw = scenario({"prompt_len": 8, "output_len": 2})
+    raw["model"] = {"kind": "transformer", "layers": 2, "hidden": 512, "heads": 8, "vocab": 1000}
+    raw["model"].update(seq_len=64, dropout=True)
+    ops = pricer(raw).model.ops((StepSeq(5, 0),), 1)[0]
+    residual = [op.fwd.bytes for op in ops if isinstance(op, LayerOp) and op.name.startswith("residual")]
+    assert residual == [3 * 5 * 512 * 2] * 4  # two layers, two residual adds each

@@ -164,7 +164,8 @@ class StepModel:
     def __init__(self, sc, partition: list[int]):
         self.sc, self.partition = sc, list(partition)
         self.st = TrainSetup.of(sc)
-        self.cfg = resolve_transformer(sc.model)
+        # serving runs the model in eval mode: no dropout kernels
+        self.cfg = replace(resolve_transformer(sc.model), dropout=False)
         self.cm = cost_model_of(sc, self.st)
 
     def ops(self, seqs: tuple[StepSeq, ...], sampled: int) -> list[list]:
