@@ -27,12 +27,20 @@ TRACE_COLUMNS = ("arrival_s", "prompt_len", "output_len")
 @dataclass(frozen=True)
 class Request:
     """One request: ``arrival`` s, ``prompt`` tokens in, ``output`` tokens to generate (≥ 1:
-    the prefill samples the first)."""
+    the prefill samples the first). A request handed over prefilled (disaggregated serving)
+    has its ``first_token`` time and its cache ``ready`` (s) to be admitted."""
 
     index: int
     arrival: float
     prompt: int
     output: int
+    first_token: float | None = None
+    ready: float | None = None
+
+    @property
+    def admissible(self) -> float:
+        """When it may be admitted: its cache's arrival, else its own."""
+        return self.arrival if self.ready is None else self.ready
 
 
 def requests_of(gen, seed: int) -> list[Request]:

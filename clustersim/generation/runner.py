@@ -12,7 +12,7 @@ same shape (the same (new, context) pairs and samples) are run once.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
@@ -24,6 +24,7 @@ from ..resolve import resolve
 from ..trace.result import Result, spans_frame
 from ..workload.resolve import resolve_transformer
 from ..workload.stage_cost import even_partition
+from .disaggregate import serve_disaggregated
 from .kv_cache import kv_cache_of
 from .metrics import memory_tables, request_table, step_table, summary_of
 from .requests import requests_of
@@ -94,25 +95,49 @@ def check_steps(sc, reqs, price: StepPricer) -> None:
         )
 
 
+@dataclass
+class Pool:
+    """GPUs serving one phase (or both): its steps as scheduled and priced, and the index of
+    its first GPU in the job (the decode pool of a disaggregated run follows the prefill's)."""
+
+    sched: Scheduler
+    price: StepPricer
+    name: str
+    first_gpu: int = 0
+
+
+def serve(sc, job, cache, reqs, build_engine, name: str = "all", first_gpu: int = 0) -> Pool:
+    """Serve ``reqs`` on one pool of ``job``'s GPUs (a one-replica Job of scenario ``sc``)."""
+    price = StepPricer(sc, job, build_engine)
+    check_steps(sc, reqs, price)
+    sched = Scheduler(reqs, cache, sc.generation, price)
+    sched.run()
+    return Pool(sched, price, name, first_gpu)
+
+
 def simulate_generation(sc, build_engine) -> Result:
-    """Serve the requests of scenario ``sc`` (module doc); ``res.requests`` one row per
-    request, ``res.steps`` one per step, the summary's latency and throughput fields
-    (:mod:`.metrics`, docs/generation.md)."""
+    """Serve the requests of scenario ``sc`` (module doc; disaggregated: :mod:`.disaggregate`);
+    ``res.requests`` one row per request, ``res.steps`` one per step, the summary's latency
+    and throughput fields (:mod:`.metrics`, docs/generation.md)."""
     wall0 = time.perf_counter()
     check_generation_model(sc)
     job = check_job(resolve(sc))
     gen = sc.generation
-    cache = kv_cache_of(job, resolve_transformer(sc.model), gen)
-    price = StepPricer(sc, job, build_engine)
     reqs = requests_of(gen, sc.simulation.seed)
-    check_steps(sc, reqs, price)
-    sched = Scheduler(reqs, cache, gen, price)
-    done = sched.run()
-    requests, steps = request_table(done), step_table(sched.steps, cache)
-    summary = summary_of(done, requests, steps, cache)
-    memory, devices = memory_tables(job, cache, steps)
-    # a step's Program starts once its swaps are done
-    spans = price.spans(steps["start_s"] + steps["swap_bytes"] / (gen.swap_bandwidth or 1.0))
+    if gen.disaggregated:
+        pools, done, extra = serve_disaggregated(sc, job, reqs, build_engine, serve)
+    else:
+        cache = kv_cache_of(job, resolve_transformer(sc.model), gen)
+        pools, extra = [serve(sc, job, cache, reqs, build_engine)], {}
+        done = pools[0].sched.done
+    cache = pools[0].sched.cache
+    done = sorted(done, key=lambda q: q.req.index)
+    steps = pd.concat(
+        [step_table(p.sched.steps, cache).assign(pool=p.name) for p in pools], ignore_index=True
+    ).sort_values("start_s", kind="stable", ignore_index=True)
+    requests = request_table(done)
+    summary = {**summary_of(done, requests, steps, cache), **extra}
+    memory, devices, spans = _pool_tables(pools, cache, gen)
     parts = device_breakdown(spans, (0.0, summary["iteration_time_s"]))
     parts["bubble_fraction"] = parts["bubble"] + parts["idle"]
     devices = devices.merge(parts, on="device", how="left")
@@ -124,17 +149,31 @@ def simulate_generation(sc, build_engine) -> Result:
         num_gpus=job.plan.num_devices,
         tp=job.plan.tp,
         pp=job.plan.pp,
+        sim_events=sum(p.price.events for p in pools),
+        step_programs=sum(len(p.price.cache) for p in pools),
+        wall_time_s=time.perf_counter() - wall0,
     )
-    summary.update(
-        sim_events=price.events, step_programs=len(price.cache), wall_time_s=time.perf_counter() - wall0
-    )
-    res = Result(
-        summary,
-        spans,
-        devices,
-        memory,
-        sc.resolved(),
-        requests=requests,
-    )
+    res = Result(summary, spans, devices, memory, sc.resolved(), requests=requests)
     res.steps = steps
     return res
+
+
+def _pool_tables(pools: list[Pool], cache, gen) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(memory, devices, spans) of every pool, its GPUs named by their index in the job."""
+    memories, devices, spans = [], [], []
+    for p in pools:
+        steps = step_table(p.sched.steps, cache)
+        memory, dev = memory_tables(p.price.job, cache, steps)
+        # a step's Program starts once its swaps are done
+        frame = p.price.spans(steps["start_s"] + steps["swap_bytes"] / (gen.swap_bandwidth or 1.0))
+        rename = {f"gpu{d}": f"gpu{d + p.first_gpu}" for d in range(p.price.job.plan.num_devices)}
+        for df in (memory, dev, frame):
+            df["device"] = df["device"].map(lambda d, r=rename: r.get(d, d))
+        memories.append(memory)
+        devices.append(dev)
+        spans.append(frame)
+    return (
+        pd.concat(memories, ignore_index=True),
+        pd.concat(devices, ignore_index=True),
+        pd.concat(spans, ignore_index=True).sort_values("start_s", kind="stable", ignore_index=True),
+    )

@@ -48,6 +48,14 @@ class Sequence:
         return len(self.token_times)
 
 
+def _sequence(r: Request) -> Sequence:
+    """A request as it enters the queue: its prompt to prefill, or, handed over prefilled,
+    its prompt cached and its first token sampled."""
+    if r.first_token is None:
+        return Sequence(r, r.prompt)
+    return Sequence(r, r.prompt + 1, computed=r.prompt, token_times=[r.first_token])
+
+
 @dataclass(frozen=True)
 class StepRecord:
     """One step: when it ran, its batch, and the cache after it was scheduled."""
@@ -68,7 +76,7 @@ class Scheduler:
 
     def __init__(self, requests: list[Request], cache: KVCache, gen, price: Callable[[tuple, int], float]):
         self.cache, self.gen, self.price = cache, gen, price
-        self.pending = deque(requests)
+        self.pending = deque(sorted(requests, key=lambda r: r.admissible))
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.done: list[Sequence] = []
@@ -112,14 +120,13 @@ class Scheduler:
     def run(self) -> list[Sequence]:
         """Serve every request; return them as served (by request index)."""
         while self.pending or self.waiting or self.running:
-            while self.pending and self.pending[0].arrival <= self.t:
-                r = self.pending.popleft()
-                self.waiting.append(Sequence(r, r.prompt))
+            while self.pending and self.pending[0].admissible <= self.t:
+                self.waiting.append(_sequence(self.pending.popleft()))
             batch, preempted, swap = self._schedule()
             if not batch:
                 if self.running or self.waiting:  # _check makes this unreachable
                     raise RuntimeError("generation scheduler stalled with requests left")
-                self.t = self.pending[0].arrival
+                self.t = self.pending[0].admissible
                 continue
             self._step(batch, preempted, swap)
         return sorted(self.done, key=lambda s: s.req.index)

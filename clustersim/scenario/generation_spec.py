@@ -83,7 +83,9 @@ class GenerationSpec(_Spec):
     sequence needs a block and none is free, ``preemption`` ``recompute`` (drop its blocks,
     prefill again) or ``swap`` (copy its blocks to the host at ``swap_bandwidth`` and back),
     or ``wait``: a request is admitted only once blocks for its prompt and all its output
-    are free, so nothing is ever preempted."""
+    are free, so nothing is ever preempted. ``disaggregated``: prefill and decode on separate
+    GPU pools — the first tp × pp GPUs prefill, the next tp × pp decode (``parallel.dp: 2``),
+    each prompt's KV cache sent between them over the fabric."""
 
     requests: Annotated[int, Range(1, 1_000_000)] = 1
     prompt_len: Length | None = None
@@ -98,6 +100,7 @@ class GenerationSpec(_Spec):
     kv_blocks: Annotated[int | None, Range(1, 1_000_000_000)] = None
     preemption: Literal["recompute", "swap", "wait"] = "recompute"
     swap_bandwidth: Bandwidth | None = None
+    disaggregated: bool = False
 
     @model_validator(mode="after")
     def _requests(self) -> GenerationSpec:

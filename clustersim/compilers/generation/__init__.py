@@ -34,12 +34,14 @@ class GenerationMode(TrainingMode):
 
     def check(self, job: Job) -> None:
         check_inference(job)
-        if job.plan.dp != 1:
-            raise ScenarioError(
-                "parallel.dp",
-                job.plan.dp,
-                "generation serves on one replica (tp × pp GPUs); accepted: 1 (run a scenario per replica)",
+        pools = 2 if job.resolved["generation"]["disaggregated"] else 1
+        if job.plan.dp != pools:
+            why = (
+                "disaggregated generation runs a prefill pool and a decode pool of tp × pp GPUs each"
+                if pools == 2
+                else "generation serves on one replica (tp × pp GPUs); run a scenario per replica"
             )
+            raise ScenarioError("parallel.dp", job.plan.dp, f"{why}; accepted: {pools}")
 
     def compile(self, ctx: JobContext) -> Program:
         return compile_inference(ctx.job.plan, ctx.job.chunk_costs, 1, [0.0])
