@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from clustersim import simulate
+from clustersim import load_result, simulate
 from clustersim.errors import ScenarioError
 from clustersim.generation.runner import StepPricer
 from clustersim.generation.step_cost import StepSeq
@@ -274,7 +274,9 @@ def test_the_result_holds_every_steps_spans_and_saves(tmp_path):
     assert res.devices.compute[0] * res.summary["iteration_time_s"] == pytest.approx(busy, rel=1e-9)
     assert 0 < res.summary["bubble_fraction"] < 1  # waiting for requests between them
     res.save(tmp_path)
-    assert (tmp_path / "requests.csv").exists() and (tmp_path / "gantt.png").exists()
+    assert (tmp_path / "gantt.png").exists() and (tmp_path / "generation.png").exists()
+    back = load_result(tmp_path)
+    assert back.steps.equals(res.steps) and back.requests.ttft_s.equals(res.requests.ttft_s)
 
 
 def test_serving_runs_no_dropout_kernels():

@@ -100,7 +100,7 @@ def memory_tables(job, cache: KVCache, steps: pd.DataFrame) -> tuple[pd.DataFram
         stage, _, tp_rank = plan.coords(dev)
         weights = job.chunk_costs[stage].weight_bytes
         held = weights + used * cache.stage_bytes[stage]
-        rows += [(f"gpu{dev}", float(t), float(b)) for t, b in zip(starts, held)]
+        rows += [(f"gpu{dev}", float(t), int(b)) for t, b in zip(starts, held)]
         devices.append(
             {
                 "device": f"gpu{dev}",

@@ -153,9 +153,7 @@ def simulate_generation(sc, build_engine) -> Result:
         step_programs=sum(len(p.price.cache) for p in pools),
         wall_time_s=time.perf_counter() - wall0,
     )
-    res = Result(summary, spans, devices, memory, sc.resolved(), requests=requests)
-    res.steps = steps
-    return res
+    return Result(summary, spans, devices, memory, sc.resolved(), requests=requests, steps=steps)
 
 
 def _pool_tables(pools: list[Pool], cache, gen) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:

@@ -10,11 +10,13 @@ Files::
     scenario.resolved.yaml   the scenario with every default filled in
     requests.csv             res.requests (inference runs only)
     job.csv                  res.job, the job timeline (scenarios with faults/recovery only)
+    steps.csv                res.steps, a generation run's steps (generation runs only)
     trace.json               Chrome/Perfetto trace (ui.perfetto.dev)
     gantt.png, utilization.png, memory.png, breakdown.png   pictures (plots=True)
     heatmap.png              busy heatmap, when the Gantt is drawn per stage (too many
                              GPU lanes for one row each: viz.rows.per_lane_fits)
     job.png                  the job timeline picture (with job.csv)
+    generation.png           batch size and KV cache in use over time (with steps.csv)
 
 Every picture is drawn from spans, devices, memory and the job table only, so
 :func:`redraw` on a reloaded bundle draws the same pictures as the live Result. A folder
@@ -36,7 +38,15 @@ from ..viz.rows import per_lane_fits
 from .csv_text import csv_text
 
 #: every picture a bundle can hold
-PICTURES = ("gantt.png", "utilization.png", "memory.png", "breakdown.png", "heatmap.png", "job.png")
+PICTURES = (
+    "gantt.png",
+    "utilization.png",
+    "memory.png",
+    "breakdown.png",
+    "heatmap.png",
+    "job.png",
+    "generation.png",
+)
 #: every file :func:`save_result` can write; a save removes those it will not write
 BUNDLE_FILES = (
     "summary.json",
@@ -49,6 +59,7 @@ BUNDLE_FILES = (
     "scenario.resolved.yaml",
     "requests.csv",
     "job.csv",
+    "steps.csv",
     "trace.json",
 ) + PICTURES
 
@@ -111,6 +122,7 @@ def save_result(res, directory: str | Path, plots: bool = True) -> Path:
     writes |= {f"{t}.parquet" if parquet else f"{t}.csv" for t in tables}
     writes |= {"requests.csv"} if res.requests is not None else set()
     writes |= {"job.csv"} if res.job is not None else set()
+    writes |= {"steps.csv"} if res.steps is not None else set()
     writes |= set(pictures(res)) if plots else set()
     with staged() as stage:
         # removed at the commit, before the new files move in: a previous run's file never
@@ -126,6 +138,8 @@ def save_result(res, directory: str | Path, plots: bool = True) -> Path:
             _write_csv(res.requests, out / "requests.csv", stage)
         if res.job is not None:  # the job timeline of a scenario with faults/recovery
             _write_csv(res.job, out / "job.csv", stage)
+        if res.steps is not None:  # the steps of a generation run
+            _write_csv(res.steps, out / "steps.csv", stage)
         res.to_chrome_trace(out / "trace.json", stage=stage)
         if plots:
             _draw(res, out, 110, stage)
@@ -144,6 +158,8 @@ def pictures(res) -> dict:
         figs["heatmap.png"] = res.plot_heatmap
     if res.job is not None:
         figs["job.png"] = res.plot_job
+    if res.steps is not None:
+        figs["generation.png"] = res.plot_generation
     return figs
 
 

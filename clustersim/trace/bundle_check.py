@@ -129,4 +129,5 @@ def read_bundle(directory: Path) -> dict[str, Any]:
         "requests": _optional_csv(directory, "requests.csv"),
         "waits": _optional_csv(directory, "waits.csv", keep_default_na=False),
         "job": job,
+        "steps": _optional_csv(directory, "steps.csv"),
     }

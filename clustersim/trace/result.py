@@ -35,6 +35,8 @@ class Result:
             ``recovery``; None otherwise.
         jobs: a multi-job scenario only (else None): each job's own Result by job name
             (docs/multi_job.md).
+        steps: a generation run only (else None): one row per step — its batch, tokens and
+            KV blocks in use (docs/generation.md).
     """
 
     def __init__(
@@ -48,6 +50,7 @@ class Result:
         waits: pd.DataFrame | Callable[[], pd.DataFrame] | None = None,
         job: pd.DataFrame | None = None,
         jobs: dict[str, Result] | None = None,
+        steps: pd.DataFrame | None = None,
     ):
         self.summary, self.spans, self.devices, self.memory, self.scenario = (
             summary,
@@ -59,6 +62,7 @@ class Result:
         self.requests = requests
         self.job = job
         self.jobs = jobs
+        self.steps = steps
         self._waits = waits
 
     @property
@@ -133,6 +137,12 @@ class Result:
             ax=ax,
             title=f"{self.scenario.get('name', '')}: where each stage's iteration goes",
         )
+
+    def plot_generation(self):
+        """Sequences a step and KV cache in use over time, of a generation run (``res.steps``)."""
+        from ..viz.generation import plot_generation
+
+        return plot_generation(self.steps)
 
     def plot_job(self, ax=None):
         """The job timeline of a run with faults or recovery (``res.job``): useful
