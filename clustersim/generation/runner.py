@@ -2,7 +2,7 @@
 
 The scheduler (:mod:`.scheduler`) runs above the engine, as the fault timeline does
 (:mod:`clustersim.faults`): for each step it picks the batch, the step is priced
-(:func:`.step_cost.step_costs`), compiled through the compile layer (the ``generation``
+(:meth:`.step_cost.StepModel.costs`), compiled through the compile layer (the ``generation``
 mode, :mod:`clustersim.compilers.generation`) and run on the engine over the job's fabric
 (TP collectives, pipeline sends); the step lasts from the Program's start to its last op's
 end. The engine gains no scheduling logic: each step is a Program of its own. Steps of the

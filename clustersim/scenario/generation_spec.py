@@ -75,7 +75,8 @@ class RequestArrivalSpec(_Spec):
 class GenerationSpec(_Spec):
     """Requests (``requests`` of ``prompt_len`` and ``output_len`` tokens arriving as
     ``arrival`` says, or read from ``trace``: a CSV of ``arrival_s,prompt_len,output_len``)
-    served by a continuous-batching scheduler above the engine (vLLM's defaults):
+    served by a continuous-batching scheduler above the engine (the defaults: vLLM's OpenAI
+    server's on A100, ``vllm/engine/arg_utils.py`` ``get_batch_defaults``):
     at most ``max_num_seqs`` sequences and ``max_num_batched_tokens`` new tokens a step,
     prompts split across steps with ``chunked_prefill``; a paged KV cache of ``block_size``
     tokens per block in ``kv_memory_fraction`` of the GPU's memory minus the weights and the

@@ -3,7 +3,7 @@ tokens of a batch, :mod:`clustersim.generation`) compiled into a forward-only Pr
 
 A Job with a ``generation`` section is served by the scheduler of
 :mod:`clustersim.generation`, above the engine: it picks each step's batch and hands this
-compiler a Job whose chunk costs are that step's (:func:`clustersim.generation.step_cost.step_costs`).
+compiler a Job whose chunk costs are that step's (:meth:`clustersim.generation.step_cost.StepModel.costs`).
 The step runs as one request through the forward-only pipeline of the inference compiler
 (:func:`clustersim.compilers.inference.compile.compile_inference`): the stages' forwards in
 turn, TP collectives inside them, the boundary tensor sent between stages. Compiled from the
