@@ -44,7 +44,10 @@ from pathlib import Path
 
 import clustersim as cs
 from clustersim.interop.astra_view import astra_view
+from clustersim.interop.chakra_attrs import attr
+from clustersim.interop.chakra_file import write_trace
 from clustersim.interop.chakra_import import rank_files
+from clustersim.interop.chakra_schema import NODE_TYPES, GlobalMetadata, Node
 from clustersim.resolve import resolve
 from clustersim.scenario import read_yaml
 
@@ -320,6 +323,34 @@ def matched_rows(binary: Path) -> None:
         "  replay (chain left out, exact seconds); 'ASTRA example': its example system's splits,\n"
         "  local-memory reduction time and 10 ns steps, the terms the matched settings switch off"
     )
+    spread_rows(binary)
+
+
+#: a collective group of ranks that are not ring neighbours: the quickstart's gradient-norm group
+#: on its 16-rank ring (hops 1, 3, 1, 3, …)
+SPREAD = (0, 1, 4, 5, 8, 9, 12, 13)
+
+
+def spread_rows(binary: Path) -> None:
+    """An all-reduce over :data:`SPREAD` alone, on the matched 16-rank ring, in both simulators:
+    the term by which the quickstart departs (docs/interop.md)."""
+    print(f"  an all-reduce over ranks {SPREAD} of a 16-rank ring, alone:")
+    network = {"topology": ["Ring"], "npus_count": [16], "bandwidth": [RING_GBPS], "latency": [RING_NS]}
+    for size in (4, 2**24):
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp)
+            for rank in range(16):
+                # (ASTRA-sim wants a node on every NPU: 1 µs of compute on the others)
+                node = Node(id=1, name="idle", type=NODE_TYPES["COMP_NODE"], duration_micros=1)
+                if rank in SPREAD:
+                    node = Node(id=1, name="all-reduce", type=NODE_TYPES["COMM_COLL_NODE"])
+                    node.attr.extend([attr("comm_type", 0), attr("comm_size", size), attr("pg_name", "1")])
+                node.attr.append(attr("is_cpu_op", False))
+                write_trace(folder / f"trace.{rank}.et", GlobalMetadata(version="0.0.4"), [node])
+            (folder / "comm_group.json").write_text(json.dumps({"1": list(SPREAD)}))
+            ours = cs.simulate(ring_trace_scenario(folder, 16), progress=False).summary["iteration_time_s"]
+            theirs = run_astra(binary, folder / "trace", network, 1, folder / "comm_group.json", **MATCHED)
+        print(f"    {size:>10} B: clustersim {ours * 1e6:.3f} µs, ASTRA-sim {_us(theirs)}")
 
 
 def _ms(t: float | None) -> str:
