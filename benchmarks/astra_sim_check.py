@@ -333,7 +333,7 @@ SPREAD = (0, 1, 4, 5, 8, 9, 12, 13)
 
 def spread_rows(binary: Path) -> None:
     """An all-reduce over :data:`SPREAD` alone, on the matched 16-rank ring, in both simulators:
-    the term by which the quickstart departs (docs/interop.md)."""
+    one of the two terms by which the quickstart departs (docs/interop.md)."""
     print(f"  an all-reduce over ranks {SPREAD} of a 16-rank ring, alone:")
     network = {"topology": ["Ring"], "npus_count": [16], "bandwidth": [RING_GBPS], "latency": [RING_NS]}
     for size in (4, 2**24):
