@@ -156,3 +156,17 @@ def test_seeded_runs_repeat():
     b = simulate(FleetJob(work_s=1e5, rates={"gpu": 1e-3, "nic": 1e-4}, interval_s=300.0, write_s=2.0), 3)
     assert a.rows == b.rows and a.job_time_s == b.job_time_s
     assert np.isfinite(a.job_time_s)
+
+
+def test_pictures_and_bundle(tmp_path):
+    """A rate run saves its failure table and draws it; the goodput curve draws with the
+    Young/Daly line."""
+    from clustersim.viz.fleet import plot_goodput_curve
+
+    res = cs.simulate(job({"mtbf": {"gpu": "2 h", "software": "5 h"}, "seeds": 3}))
+    out = res.save(tmp_path / "bundle")
+    assert (out / "job.csv").exists() and (out / "job.png").exists()
+    assert len(cs.load_result(out).job) == len(res.job) > 0
+    curve = goodput_curve(res.fleet, [50, 100, 200], seeds=2)
+    fig = plot_goodput_curve(curve, young_daly_interval(res.fleet))
+    assert len(fig.axes[0].lines) == 2

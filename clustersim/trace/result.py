@@ -143,6 +143,10 @@ class Result:
             raise ValueError(
                 "plot_job: this run has no job timeline (its scenario has no faults or recovery)"
             )
+        if "component" in self.job.columns:  # failures drawn at rates: one row per failure
+            from ..viz.fleet import plot_failures
+
+            return plot_failures(self.job, ax=ax)
         return plot_job({self.scenario.get("name") or "job": self.job}, ax=ax)
 
     def breakdown(self) -> pd.DataFrame:
