@@ -21,8 +21,9 @@ from ..compilers import check_job
 from ..errors import ScenarioError
 from ..resolve import resolve
 from ..topology import build_topology
+from ..topology.inventory import unit_counts
 from .config import Config, scenario_of
-from .rates import check_study, job_rates, unit_counts
+from .rates import check_study, job_rates
 from .renewal import COLUMNS, FleetJob, simulate
 from .replan import new_dp
 from .state import checkpoint_bytes, rank_checkpoint_bytes

@@ -57,21 +57,6 @@ def studies(path: Path = RATES_CSV) -> dict[str, dict[str, float]]:
     return {s: {c: exposure / n for c, (n, exposure) in comps.items()} for s, comps in counts.items()}
 
 
-def unit_counts(cluster: dict, graph) -> dict[str, int]:
-    """How many of each unit a cluster has: GPUs, nodes, NICs, scale-out cables and switches
-    of its topology ``graph``."""
-    nodes, gpn = cluster["nodes"], cluster["gpus_per_node"]
-    nic = cluster.get("nic") or {}
-    cables = {frozenset((a, b)) for a, b, d in graph.edges(data=True) if d.get("kind") in ("wire", "fabric")}
-    return {
-        "gpu": nodes * gpn,
-        "node": nodes,
-        "nic": nodes * int(nic.get("per_node") or 0),
-        "link": len(cables),
-        "switch": sum(1 for _, d in graph.nodes(data=True) if d.get("kind") == "switch"),
-    }
-
-
 def job_rates(spec, counts: dict[str, int]) -> dict[str, float]:
     """Component class → failures per second of the whole job: the study's MTBFs (if
     ``spec.study``) with ``spec.mtbf``'s per-unit MTBFs overriding them (0 or absent:

@@ -578,6 +578,19 @@ class RecoverySpec(_Spec):
     failures: FailuresSpec | None = None
 
 
+class EnergySpec(_Spec):
+    """Energy and power of the step (docs/energy.md): the facility's ``pue`` (facility
+    energy / IT energy), each NIC's and switch's power in watts (constant, from their
+    datasheets; 0: not counted) and prices for the costs per million tokens (None: not
+    reported)."""
+
+    pue: Annotated[float, Range(1, 10)] = 1.0
+    nic_power: Annotated[float, Range(0, 10_000)] = 0.0
+    switch_power: Annotated[float, Range(0, 100_000)] = 0.0
+    price_per_kwh: Annotated[float | None, Range(0, 1_000)] = None
+    price_per_gpu_hour: Annotated[float | None, Range(0, 100_000)] = None
+
+
 class AdaptedSpec(_Spec):
     """One default a profile or preset adapted: ``field`` set to ``value`` by ``by`` (e.g.
     ``training.framework: megatron_core``) because ``why``."""
@@ -600,6 +613,8 @@ class ScenarioSpec(_Spec):
     #: events of a multi-iteration job (docs/faults.md); they need ``recovery``
     faults: list[FaultSpec] = Field(default_factory=list)
     recovery: RecoverySpec | None = None
+    #: power and energy of the step (docs/energy.md); None: not reported
+    energy: EnergySpec | None = None
     #: what ``training.framework`` or ``simulation.fidelity`` filled differently from their
     #: usual defaults because the scenario's own fields refuse those, and why
     #: (:mod:`clustersim.scenario.adapt`); written by the loader, read by no rule

@@ -149,6 +149,34 @@ class Result:
             return plot_failures(self.job, ax=ax)
         return plot_job({self.scenario.get("name") or "job": self.job}, ax=ax)
 
+    def power(self, bins: int = 60, window=None) -> pd.DataFrame:
+        """Each GPU's mean power in ``bins`` bins of ``window`` (default: the whole run):
+        columns ``time_s`` (bin centre), ``device``, ``watts`` (docs/energy.md)."""
+        from ..energy import gpu_traces
+
+        if window is None:
+            window = (0.0, self._end())
+        folded = str(self.summary.get("folded", "")).startswith("yes")
+        traces = gpu_traces(self.spans, self.devices, window, folded)
+        centers = window[0] + (np.arange(bins) + 0.5) * (window[1] - window[0]) / bins
+        return pd.DataFrame(
+            [
+                (t, dev, w)
+                for dev, tr in traces.items()
+                for t, w in zip(centers, tr.binned(window[0], window[1], bins))
+            ],
+            columns=["time_s", "device", "watts"],
+        )
+
+    def plot_power(self, bins: int = 60, window=None, ax=None):
+        """Power over time: each GPU's (or each stage's mean) with its TDP, and the GPUs'
+        total (docs/energy.md)."""
+        from ..energy import gpu_power
+        from ..viz.power import plot_power
+
+        tdp = {g: gpu_power(g).tdp_w for g in self.devices["gpu"].unique()}
+        return plot_power(self.power(bins, window), self.devices, tdp, ax=ax)
+
     def breakdown(self) -> pd.DataFrame:
         """The numbers behind :meth:`plot_breakdown`: per stage, compute / exposed_comm /
         bubble / idle fractions of the reported iteration (they sum to 1)."""
