@@ -119,6 +119,41 @@ def test_async_checkpoints_cost_the_snapshot_only():
     assert simulate(slow, 0).job_time_s == pytest.approx(1000.0 + 9 * (0.5 + 30.0))
 
 
+def test_elastic_with_zero_rates_is_the_failure_free_job():
+    """Elastic bookkeeping (work position, checkpoints written) gives the failure-free job
+    time exactly: W + (⌈W/τ⌉ − 1)·C, here with W a multiple of τ and not."""
+    for work in (1000.0, 1050.0):
+        fj = FleetJob(work_s=work, rates={}, interval_s=100.0, write_s=7.0, iteration_time=lambda d: 0.5)
+        out = simulate(fj, 0)
+        assert out.job_time_s == pytest.approx(fj.run_time(work), rel=1e-15)
+        assert out.checkpoint_s == pytest.approx(fj.run_time(work) - work, rel=1e-15)
+    free = cs.simulate(job())
+    drawn = cs.simulate(job({"mtbf": {"gpu": 0}}, policy="elastic"))
+    assert drawn.summary["job_time_s"] == pytest.approx(free.summary["job_time_s"], rel=1e-9)
+
+
+def test_elastic_keeps_the_work_between_failures():
+    """A node failure at x keeps every finished iteration: the job ends later than the
+    failure-free one by the pauses, the lost partial iterations and the slower iterations
+    while a node is out — and each of those is accounted for."""
+    t_it = {0: 1.0, 1: 4.0 / 3.0}
+    fj = FleetJob(
+        work_s=20_000.0,
+        rates={"node": 1 / 4000},
+        interval_s=500.0,
+        write_s=5.0,
+        detection_s=30.0,
+        replan_s=10.0,
+        repair_s=300.0,
+        nodes=4,
+        iteration_time=lambda d: t_it.get(d, math.inf),
+    )
+    out = simulate(fj, 11)
+    assert out.failures > 0
+    assert all(r[2] < 4.0 / 3.0 for r in out.rows)  # at most one (slowed) iteration lost each
+    assert out.job_time_s > fj.run_time(fj.work_s) + out.down_s
+
+
 def test_elastic_loses_only_partial_iterations():
     """Elastic: lost work per failure is below one iteration time; with rates zero the job
     equals the failure-free one."""

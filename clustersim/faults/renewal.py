@@ -29,8 +29,8 @@ surviving replicas hold it): a failure loses the partial iteration only, the job
 configuration's simulated time; failures strike at the rate of the nodes still in the
 job, and while no plan fits the job waits for a node to return); its return costs
 another ``replan`` pause. Failures are drawn only while the job runs (none during its
-pauses).
-Checkpoints then cost their stop time per τ of work as a constant fraction.
+pauses). Checkpoint stops come at every τ of work as in the restart policy, so with
+every rate zero the job equals the failure-free one here too.
 
 With every rate zero the job time is exactly that of the failure-free job.
 """
@@ -184,29 +184,26 @@ def _replace(job: FleetJob, spare_back: list[float], t: float) -> float:
 
 def _elastic(job: FleetJob, fail: _Failures) -> Outcome:
     out = Outcome(0.0, job.work_s)
-    ckpt = job.stop_s / job.interval_s if math.isfinite(job.interval_s) else 0.0  # stop per work second
-    left, t, back = job.work_s, 0.0, []  # back: when each node out of the job returns
     base = job.iteration_time(0)
+    pos = _Position(job)
+    t, back = 0.0, []  # back: when each node out of the job returns
     while True:
         t_it = job.iteration_time(len(back))
-        speed = base / t_it / (1.0 + ckpt)  # work seconds done per wall second (0: no plan fits)
+        rate = base / t_it  # work seconds (healthy iterations) per running second; 0: no plan fits
         x, ret = fail.gap(1.0 - len(back) / job.nodes), min(back, default=math.inf) - t
-        finish = left / speed if speed > 0 else math.inf
+        finish = pos.finish_s(rate)
         if finish <= min(x, ret):
-            out.checkpoint_s += finish * speed * ckpt
+            out.checkpoint_s += pos.stops_left() * job.stop_s
             out.job_time_s = t + finish
             return out
         if ret <= x:  # a repaired node rejoins: re-plan onto it
-            left -= ret * speed
-            out.checkpoint_s += ret * speed * ckpt
+            out.checkpoint_s += pos.advance(ret, rate)
             back.remove(min(back))
             t += ret + job.replan_s
             out.down_s += job.replan_s
             continue
-        iters = x * speed / base  # iterations done since the last event
-        partial = (iters - math.floor(iters)) * t_it if speed > 0 else 0.0  # the one under way, lost
-        left -= math.floor(iters) * base
-        out.checkpoint_s += x * speed * ckpt
+        out.checkpoint_s += pos.advance(x, rate)
+        partial = pos.drop_partial(base) / rate if rate > 0 else 0.0  # the iteration under way
         out.lost_s += partial
         t += x
         comp = fail.component()
@@ -216,3 +213,53 @@ def _elastic(job: FleetJob, fail: _Failures) -> Outcome:
         out.rows.append((t, comp, partial, down, False))
         out.down_s += down
         t += down
+
+
+class _Position:
+    """Where an elastic job is: ``work`` seconds of healthy-iteration work done and ``k``
+    checkpoints written (at work k·τ, none at the end); a stop cut short by an event is
+    not resumed."""
+
+    def __init__(self, job: FleetJob):
+        self.job, self.work, self.k = job, 0.0, 0
+        tau = job.interval_s
+        self.last = math.ceil(job.work_s / tau) - 1 if math.isfinite(tau) else 0  # checkpoints in the job
+
+    def stops_left(self) -> int:
+        return max(0, self.last - self.k)
+
+    def finish_s(self, rate: float) -> float:
+        """Running time to the end at ``rate`` (work per second), checkpoint stops included."""
+        if rate <= 0:
+            return math.inf
+        return (self.job.work_s - self.work) / rate + self.stops_left() * self.job.stop_s
+
+    def advance(self, x: float, rate: float) -> float:
+        """Run ``x`` seconds at ``rate`` (never to the end); returns the stop time in them."""
+        tau, s = self.job.interval_s, self.job.stop_s
+        stops = 0.0
+        while x > 0 and rate > 0:
+            if self.k >= self.last:  # no checkpoint left before the end
+                self.work += x * rate
+                return stops
+            to_b = ((self.k + 1) * tau - self.work) / rate
+            if x < to_b:
+                self.work += x * rate
+                return stops
+            x -= to_b
+            self.k += 1
+            self.work = self.k * tau
+            stops += min(x, s)
+            x -= s
+            n = min(math.floor(x / (tau / rate + s)), self.last - self.k) if x > 0 else 0
+            self.k += n
+            self.work = self.k * tau
+            x -= n * (tau / rate + s)
+            stops += n * s
+        return stops
+
+    def drop_partial(self, base: float) -> float:
+        """Lose the iteration under way (``base`` work seconds each); returns the work lost."""
+        kept = max(self.k * self.job.interval_s if self.k else 0.0, math.floor(self.work / base) * base)
+        lost, self.work = self.work - kept, kept
+        return lost
