@@ -179,6 +179,11 @@ def test_bad_failures_are_refused(failures, field):
     assert str(err.value).startswith(field)
 
 
+def test_elastic_refuses_spares():
+    with pytest.raises(ScenarioError, match="recovery.failures.spares"):
+        cs.load_scenario(job({"mtbf": {"gpu": "10 h"}, "spares": 2}, policy="elastic"))
+
+
 def test_failures_and_scripted_faults_exclude_each_other():
     raw = job({"mtbf": {"gpu": "10 h"}})
     raw["faults"] = [{"kind": "gpu_fail", "gpu": 1, "at_iteration": 3}]
