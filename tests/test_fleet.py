@@ -210,3 +210,28 @@ def test_pictures_and_bundle(tmp_path):
     curve = goodput_curve(res.fleet, [50, 100, 200], seeds=2)
     fig = plot_goodput_curve(curve, young_daly_interval(res.fleet))
     assert len(fig.axes[0].lines) == 2
+
+
+def test_job_energy_with_an_energy_section():
+    """A rate run with an energy section: the job's energy is its running time at the
+    step's power plus its time down at the idle cluster's."""
+    sc = cs.load_scenario("scenarios/quickstart.yaml").with_overrides(
+        {
+            "energy": {"pue": 1.3, "switch_power": 500},
+            "recovery": {
+                "job_iterations": 50_000,
+                "checkpoint_every": 1000,
+                "storage_bandwidth": "10 GB/s",
+                "restart_time": "2 min",
+                "failures": {"mtbf": {"node": "2 h"}, "seeds": 2},
+            },
+        }
+    )
+    s = cs.simulate(sc).summary
+    running = s["job_time_s"] - s["down_time_s"]
+    assert s["down_time_s"] > 0
+    expected = running * s["energy_per_step_j"] / s["iteration_time_s"] + s["down_time_s"] * s["idle_power_w"]
+    assert s["job_energy_j"] == pytest.approx(expected, rel=1e-12)
+    tokens = 50_000 * s["tokens_per_s"] * s["iteration_time_s"]
+    assert s["job_energy_per_token_j"] == pytest.approx(s["job_energy_j"] / tokens, rel=1e-12)
+    assert s["job_energy_per_token_j"] > s["energy_per_token_j"]  # failures cost energy too

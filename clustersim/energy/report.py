@@ -92,6 +92,13 @@ def energy_summary(
         "mean_gpu_power_w": float(table["mean_w"].mean()),
         "peak_gpu_power_w": float(table["peak_w"].max()),
         "pue": s.pue,
+        # the facility's draw with every GPU idle (a job's time down, docs/fleet.md)
+        "idle_power_w": s.pue
+        * (
+            sum(gpu_power(g).idle_w for g in table["gpu"])
+            + units["nic"] * s.nic_w
+            + units["switch"] * s.switch_w
+        ),
     }
     if s.price_per_kwh is not None and tokens:
         out["energy_cost_per_mtok"] = facility_j / 3.6e6 * s.price_per_kwh / tokens * 1e6

@@ -62,7 +62,18 @@ def simulate_fleet(sc, run_job, progress=False):
     first.summary["wall_time_s"] = time.perf_counter() - wall0
     first.summary.update(fleet_summary(fj, outcomes, sc.training.global_batch, rec.job_iterations))
     first.summary["checkpoint_bytes"] = checkpoint_bytes(job0)
+    if "energy_per_step_j" in first.summary:  # an energy section: the job's energy
+        first.summary.update(job_energy(first.summary))
     return first
+
+
+def job_energy(s: dict) -> dict:
+    """The job's energy (docs/fleet.md): its running time at the step's facility power,
+    its time down at the idle cluster's, over the useful tokens."""
+    running = s["job_time_s"] - s["down_time_s"]
+    energy = running * s["energy_per_step_j"] / s["iteration_time_s"] + s["down_time_s"] * s["idle_power_w"]
+    tokens = s["useful_iterations"] * (s.get("tokens_per_s") or 0.0) * s["iteration_time_s"]
+    return {"job_energy_j": energy, "job_energy_per_token_j": energy / tokens if tokens else None}
 
 
 def fleet_job(sc, job, iteration_s: float, iteration_time=None) -> FleetJob:
