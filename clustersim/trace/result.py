@@ -35,6 +35,9 @@ class Result:
             ``recovery``; None otherwise.
         jobs: a multi-job scenario only (else None): each job's own Result by job name
             (docs/multi_job.md).
+        fleet: failures drawn at rates only (``recovery.failures``, else None): the
+            job-level model (:class:`clustersim.faults.renewal.FleetJob`) that
+            ``clustersim.faults.interval_study.goodput_curve`` varies (docs/fleet.md).
     """
 
     def __init__(
@@ -59,6 +62,7 @@ class Result:
         self.requests = requests
         self.job = job
         self.jobs = jobs
+        self.fleet = None
         self._waits = waits
 
     @property
