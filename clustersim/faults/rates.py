@@ -51,9 +51,11 @@ def studies(path: Path = RATES_CSV) -> dict[str, dict[str, float]]:
                 raise ValueError(
                     f"{path.name}: {row['cause']!r}: {comp!r} is counted per {UNIT_OF.get(comp)}"
                 )
-            acc = counts.setdefault(row["study"], {}).setdefault(comp, [0.0, 0.0])
+            exposure = float(row["units"]) * float(row["hours"]) * 3600.0  # unit-seconds observed
+            acc = counts.setdefault(row["study"], {}).setdefault(comp, [0.0, exposure])
+            if acc[1] != exposure:  # one class of one study is observed over one population
+                raise ValueError(f"{path.name}: {row['cause']!r}: units × hours differ within {comp!r}")
             acc[0] += float(row["count"])
-            acc[1] = float(row["units"]) * float(row["hours"]) * 3600.0  # unit-seconds observed
     return {s: {c: exposure / n for c, (n, exposure) in comps.items()} for s, comps in counts.items()}
 
 
