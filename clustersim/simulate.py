@@ -149,10 +149,18 @@ def run_job(job: Job, progress: bool | str = False) -> Result:
         how = progress_mode(progress)
         report = Reporter(job.name, bar=how == "bar") if how else None
         _announce(job, est, report, warn=progress == "auto", mode_name=mode.name)
+        if job.resolved.get("energy") is not None:  # refused before the run, not after it
+            from .energy import check_power_rows
+
+            check_power_rows(job.resolved["cluster"])
         engine, evaluator_note = _compile_and_run(job, mode, report, how)
         with _phase(report, "building the result"):
             result = assemble_result(job, mode, engine, engine.recorder, time.perf_counter() - wall0)
         result.summary["evaluator"] = evaluator_note
+        if job.resolved.get("energy") is not None:  # docs/energy.md
+            from .energy import attach_energy
+
+            attach_energy(result, job.resolved["energy"], job.resolved["cluster"])
         return result
 
 
