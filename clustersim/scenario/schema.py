@@ -19,6 +19,7 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -494,14 +495,16 @@ class SimulationSpec(_Spec):
         names = network_model_names()
         return known(name, names, "network model", names)
 
-    @model_validator(mode="after")
-    def _fold_contention_on_flow(self) -> SimulationSpec:
-        if self.fold_contention and self.network != "flow":
+    @field_validator("fold_contention")
+    @classmethod
+    def _fold_contention_on_flow(cls, on: bool, info: ValidationInfo) -> bool:
+        network = info.data.get("network")  # (declared above: checked first)
+        if on and network not in ("flow", None):
             raise ValueError(
-                "fold_contention folds twin flows of the flow network (fidelity balanced); "
-                f"network {self.network!r} takes false"
+                "folds twin flows of the flow network (fidelity balanced) only; "
+                f"with network {network!r} it takes false"
             )
-        return self
+        return on
 
 
 class FaultSpec(_Spec):
