@@ -5,6 +5,7 @@ same scenario, on fat trees where the twins share NICs and oversubscribed uplink
 from __future__ import annotations
 
 import copy
+import os
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -14,7 +15,7 @@ import clustersim as cs
 import clustersim.network.orbits as orbits
 from clustersim.errors import ScenarioError
 from clustersim.network.maxmin import Links
-from clustersim.resolve import resolve_scenario
+from clustersim.resolve import resolve
 
 TOL = 0.01  # the issue's bound: folded under contention within 1 % of unfolded
 
@@ -106,7 +107,11 @@ def test_shipped_balanced_gpt_on_an_oversubscribed_tree():
     _agrees(sc.with_overrides({"cluster.topology.oversubscription": 2, "training.global_batch": 64}))
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=int(os.environ.get("FOLD_EXAMPLES", 8)),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(
     nodes=st.sampled_from([2, 4, 8]),
     tp=st.sampled_from([1, 2, 4, 8]),
@@ -122,7 +127,7 @@ def test_random_small_fat_trees(nodes, tp, pp, nics, per_leaf, spines, over):
     assume(nodes * 8 % (tp * pp) == 0 and nodes * 8 // (tp * pp) > 1)
     scenario = _fat_tree_job(nodes, tp, pp, nics=nics, per_leaf=per_leaf, spines=spines, over=over)
     try:
-        job = resolve_scenario(cs.load_scenario(scenario))
+        job = resolve(cs.load_scenario(scenario))
     except ScenarioError:
         assume(False)
     assume(job.fold_obstacle is None)
@@ -131,7 +136,7 @@ def test_random_small_fat_trees(nodes, tp, pp, nics, per_leaf, spines, over):
 
 def test_a_weighted_flow_shares_as_that_many_flows():
     """Max-min with a flow of multiplicity k on a link equals k separate flows there: link 0
-    (100) carries a 3-weighted flow and a plain one, link 1 (30) the plain one alone."""
+    (100) carries a 3-weighted flow and a plain one, link 1 (10) the plain one alone."""
     weighted, plain = Links(), Links()
     for net in (weighted, plain):
         net.add_link(), net.add_link()
@@ -140,16 +145,11 @@ def test_a_weighted_flow_shares_as_that_many_flows():
     for _ in range(3):
         plain.add_flow((0,))
     plain.add_flow((0, 1))
-    w_slots, w_rates = weighted.fill([0, 1], [100.0, 30.0])
-    p_slots, p_rates = plain.fill([0, 1], [100.0, 30.0])
-    # the plain flow is held to 30 by link 1; the others share the 70 left
-    assert dict(zip(w_slots, w_rates)) == {0: pytest.approx(70 / 3), 1: 30.0}
-    assert dict(zip(p_slots, p_rates)) == {
-        0: pytest.approx(70 / 3),
-        1: pytest.approx(70 / 3),
-        2: pytest.approx(70 / 3),
-        3: 30.0,
-    }
+    w_slots, w_rates = weighted.fill([0, 1], [100.0, 10.0])
+    p_slots, p_rates = plain.fill([0, 1], [100.0, 10.0])
+    # the plain flow is held to 10 by link 1; the 3 others share the 90 left
+    assert dict(zip(w_slots, w_rates)) == {1: 10.0, 0: 30.0}
+    assert dict(zip(p_slots, p_rates)) == {3: 10.0, 0: 30.0, 1: 30.0, 2: 30.0}
 
 
 @pytest.mark.parametrize(
