@@ -16,6 +16,7 @@ import clustersim.network.orbits as orbits
 from clustersim.errors import ScenarioError
 from clustersim.network.maxmin import Links
 from clustersim.resolve import resolve
+from clustersim.resolve.estimate import estimate
 
 TOL = 0.01  # the issue's bound: folded under contention within 1 % of unfolded
 
@@ -162,3 +163,15 @@ def test_bad_values_are_refused(value, network, says):
     with pytest.raises(ScenarioError, match="simulation.fold_contention") as err:
         cs.load_scenario(sc)
     assert says in str(err.value)
+
+
+@pytest.mark.parametrize("contention", [False, True])
+def test_the_estimate_counts_orbits_as_one_flow(contention):
+    """The pre-run estimate (issue 38 item 6) within 2× of the run's events, with the twins'
+    traffic as shadows and as orbits (the latter has ~6× fewer events here)."""
+    sc = cs.load_scenario(_fat_tree_job(4, 8, 1)).with_overrides(
+        {"simulation.fold": True, "simulation.fold_contention": contention}
+    )
+    est = estimate(resolve(sc))
+    events = cs.simulate(sc, progress=False).summary["sim_events"]
+    assert 0.5 <= est.events / events <= 2, (est.events, events)

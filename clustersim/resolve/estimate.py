@@ -131,6 +131,8 @@ class _Knobs:
     chunk: int
     max_chunks: int | None
     iterations: int
+    #: ``simulation.fold_contention``: a folded transfer and its twins' as one flow
+    orbits: bool = False
 
 
 def _knobs(job) -> _Knobs:
@@ -143,6 +145,7 @@ def _knobs(job) -> _Knobs:
         chunk=int(sim.chunk_size or DEFAULT_CHUNK),
         max_chunks=sim.max_chunks,
         iterations=sim.iterations,
+        orbits=sim.fold_contention,
     )
 
 
