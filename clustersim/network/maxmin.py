@@ -34,6 +34,8 @@ if os.environ.get("CLUSTERSIM_NO_ACCEL", "0") not in ("", "0"):
     _accel = None
 #: whether :class:`Links` runs its loops in C in this process
 ACCELERATED = _accel is not None
+#: whether the C fill takes flows' multiplicities (a build from before them does not)
+_WEIGHTS = getattr(_accel, "WEIGHTS", 0) == 1
 
 
 class Links:
@@ -159,8 +161,13 @@ class Links:
         """Max-min fair rates of the flows on ``links`` (a whole group, from :meth:`group`;
         ``capacities`` their bandwidths now): the flows' slots in the order they were frozen,
         and their rates (a weighted flow's: each of the flows it stands for)."""
-        if _accel is not None and not self.weighted:
-            got = _accel.fill(self.link_flows, self.flow_links, links, capacities)
+        if _accel is not None:
+            if not self.weighted:
+                got = _accel.fill(self.link_flows, self.flow_links, links, capacities)
+            elif _WEIGHTS:
+                got = _accel.fill(self.link_flows, self.flow_links, links, capacities, self.weights, self._load)
+            else:  # a build from before multiplicities: the Python
+                got = None
             if got is not None:
                 return got
         return self.fill_py(links, capacities)
