@@ -82,6 +82,7 @@ def test_twins_sharing_one_nic_per_node(monkeypatch):
     unfolded, shadows, folded = _agrees(_fat_tree_job(4, 8, 1))
     assert max(weights) == 8  # the twins do share links: the weighted path is what ran
     assert folded["sim_events"] < shadows["sim_events"] / 3
+    assert "one flow per orbit" in folded["folded"] and "shadow traffic" in shadows["folded"]
     # without the twins' load the all-reduce would run 8× faster through the NIC
     assert folded["iteration_time_s"] > 1.05 * _alone(_fat_tree_job(4, 8, 1))
 
@@ -100,6 +101,36 @@ def test_pipeline_sends_and_dp_on_an_oversubscribed_tree(monkeypatch):
     weights = _weights_seen(monkeypatch)
     _agrees(_fat_tree_job(4, 2, 2, over=4))
     assert max(weights) > 1
+
+
+def test_pipeline_incast_through_one_nic(monkeypatch):
+    """PP 2 across two 4-GPU nodes with one NIC each, DP 4: the four replicas' activations
+    squeeze through one NIC pair (send orbits of multiplicity 4); folded under contention,
+    the unfolded time — and 2.5× that of the representative's sends alone."""
+    weights = _weights_seen(monkeypatch)
+    sc = {
+        "cluster": {
+            "nodes": 2,
+            "gpus_per_node": 4,
+            "nic": {"bandwidth": "100 Gbit/s", "per_node": 1},
+            "topology": {"kind": "fat_tree"},
+        },
+        "model": {
+            "kind": "synthetic",
+            "layers": 2,
+            "forward": "1 ms",
+            "backward": "2 ms",
+            "activation": "256 MiB",
+        },
+        "training": {"global_batch": 16},
+        "parallel": {"pp": 2, "dp": 4},
+        "simulation": {"network": "flow"},
+    }
+    _, _, folded = _agrees(sc)
+    assert 4 in weights
+    alone = copy.deepcopy(sc)
+    alone["parallel"]["dp"], alone["training"]["global_batch"] = 1, 4
+    assert folded["iteration_time_s"] > 2.5 * _run(alone, False, False)["iteration_time_s"]
 
 
 def test_shipped_balanced_gpt_on_an_oversubscribed_tree():
