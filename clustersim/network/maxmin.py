@@ -165,7 +165,9 @@ class Links:
             if not self.weighted:
                 got = _accel.fill(self.link_flows, self.flow_links, links, capacities)
             elif _WEIGHTS:
-                got = _accel.fill(self.link_flows, self.flow_links, links, capacities, self.weights, self._load)
+                got = _accel.fill(
+                    self.link_flows, self.flow_links, links, capacities, self.weights, self._load
+                )
             else:  # a build from before multiplicities: the Python
                 got = None
             if got is not None:
