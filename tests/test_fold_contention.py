@@ -133,6 +133,18 @@ def test_pipeline_incast_through_one_nic(monkeypatch):
     assert folded["iteration_time_s"] > 2.5 * _run(alone, True, True)["iteration_time_s"]
 
 
+def test_tp_overlap_ring_sends_at_layer_granularity():
+    """TP 8 with userbuffers overlap (layer granularity): the folded ring's sends, each
+    standing for the previous TP rank's, and their hops as orbits inside the node, beside
+    DP all-reduces through one NIC per node."""
+    sc = _fat_tree_job(2, 8, 1)
+    sc["parallel"].update(tp_comm_overlap=True, sequence_parallel=True)
+    sc["simulation"]["granularity"] = "layer"
+    sc["training"]["global_batch"] = 4
+    _, shadows, folded = _agrees(sc)
+    assert folded["sim_events"] < shadows["sim_events"] / 3
+
+
 def test_shipped_balanced_gpt_on_an_oversubscribed_tree():
     """The shipped GPT-7.5B balanced scenario (64 H100, TP 8 × DP 8) on a 2:1 tree."""
     sc = cs.load_scenario("scenarios/gpt-7.5b-64xh100-balanced.yaml")

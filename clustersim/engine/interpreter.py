@@ -194,8 +194,8 @@ class Engine:
         # the representative's own flow first: it is replica 0, first in line in the unfolded run
         done = transfer(names[src], names[dst], op.nbytes, op.name)
         if self.fabric.shares_links:
-            for src, dst in op.shadows:  # folded-away twins' traffic loads the fabric too
-                transfer(names[src], names[dst], op.nbytes, op.name)
+            for a, b in op.shadows:  # folded-away twins' traffic loads the fabric too
+                transfer(names[a], names[b], op.nbytes, op.name)
         return done
 
     def _slowed_compute(self, op):

@@ -74,7 +74,7 @@ class Links:
         #: on each — a folded orbit of twin flows at one rate (:mod:`clustersim.network.orbits`)
         self.weights: list[tuple[int, ...] | None] = []
         self._load: list[int] = []  # per link: its flows' summed multiplicities
-        #: flows in flight with weights (the C accelerator fills only groups without them)
+        #: flows in flight with weights (a C build from before them fills only while none is)
         self.weighted = 0
 
     def add_link(self) -> int:
