@@ -13,6 +13,9 @@ the link), and each such flow takes the share off every link it crosses, one sub
 a time. Sorted first entries and a heap with lazy re-insertion find that link: every live
 link has an entry no larger than its current share, and one that comes out stale is put
 back with the current share, so the link taken is always the smallest by current share.
+A flow may stand for several flows on a link (its multiplicity there: folding under
+contention, :mod:`.orbits`): it then counts that many times among the link's unfrozen flows
+and takes its share that many times off the link.
 
 :meth:`Links.group` and :meth:`Links.fill` run in C (``_cmaxmin.c``, the same operations in the
 same order, so the same results bit for bit) where the install built it — it needs a C
