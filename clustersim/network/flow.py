@@ -125,9 +125,6 @@ class FlowFabric(Fabric):
         self._profiled: list[_Link] = []  # links with degradation windows (rare: few or none)
         #: rate allocations done so far (benchmarks compare them with packet chunk-hops)
         self.allocations = 0
-        #: folded transfers' orbits (:mod:`.orbits`) taken as one flow, and left as flows of
-        #: their own (not symmetric), by (src, dst) and twin set
-        self.orbit_counts = [0, 0]
 
     @classmethod
     def build(cls, env, recorder, graph, options):

@@ -92,7 +92,6 @@ class Orbits:
         if seen is None:
             mirrors = self.images(src, dst)
             seen = self._seen[src, dst] = (orbit_of(fabric, src, dst, mirrors), mirrors)
-            fabric.orbit_counts[seen[0] is None] += 1
         orbit, mirrors = seen
         if orbit is None:
             done = fabric.transfer(src, dst, nbytes, label)
