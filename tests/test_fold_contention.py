@@ -16,7 +16,7 @@ import clustersim.network.orbits as orbits
 from clustersim.errors import ScenarioError
 from clustersim.network.maxmin import Links
 from clustersim.resolve import resolve
-from clustersim.resolve.estimate import estimate
+from clustersim.resolve.estimate import advice, estimate
 
 TOL = 0.01  # the issue's bound: folded under contention within 1 % of unfolded
 
@@ -218,3 +218,12 @@ def test_the_estimate_counts_orbits_as_one_flow(contention):
     est = estimate(resolve(sc))
     events = cs.simulate(sc, progress=False).summary["sim_events"]
     assert 0.5 <= est.events / events <= 2, (est.events, events)
+
+
+def test_the_advice_names_it_for_a_folded_balanced_run_only():
+    """A folded run on the flow network is told the switch and what it saves; a packet run
+    is not (the switch is refused there)."""
+    tips = advice(resolve(cs.load_scenario("scenarios/gpt3-175b-1024xa100-balanced.yaml")))
+    assert any(t.startswith("simulation.fold_contention: true") for t in tips)
+    packet = advice(resolve(cs.load_scenario("scenarios/quickstart.yaml")))
+    assert not any("fold_contention" in t for t in packet)
