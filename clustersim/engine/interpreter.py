@@ -43,6 +43,7 @@ from ..collectives.api import Call, prepare_collective
 from ..errors import SimulationStall
 from ..hardware.interference import NCCL, beside_factor, hbm_rate
 from ..network.base import Fabric
+from ..network.orbits import MirroredFabric, send_orbits
 from ..program import COLLECTIVE, RECV, Op, Program
 from ..record import Recorder
 from ..simpy_fast import (
@@ -121,6 +122,8 @@ class Engine:
         )
         self._rendezvous: dict[str, list] = {}
         self._calls: dict[tuple, Call] = {}  # collective calls, prepared once (_call)
+        # folded sends' and collectives' twin orbits (fabric.folds_orbits), made once per shape
+        self._orbits: dict[tuple, object] = {}
         self.lanes = program.lanes()
         names, slowed = self.names, self.slowdown != 1.0
 
@@ -181,11 +184,18 @@ class Engine:
 
     def _send(self, op: Op) -> simpy.Event:
         names, transfer = self.names, self.fabric.transfer
+        src, dst = op.origin(), self.program.ops[op.peer].device
+        if op.shadows and self.fabric.folds_orbits:  # the twins' sends as one orbit
+            orbits = self._orbits.get((src, dst, op.shadows))
+            if orbits is None:
+                pairs = [(names[a], names[b]) for a, b in op.shadows]
+                orbits = self._orbits[src, dst, op.shadows] = send_orbits(self.fabric, pairs)
+            return orbits.transfer(names[src], names[dst], op.nbytes, op.name)
         # the representative's own flow first: it is replica 0, first in line in the unfolded run
-        done = transfer(names[op.origin()], names[self.program.ops[op.peer].device], op.nbytes, op.name)
+        done = transfer(names[src], names[dst], op.nbytes, op.name)
         if self.fabric.shares_links:
-            for src, dst in op.shadows:  # folded-away twins' traffic loads the fabric too
-                transfer(names[src], names[dst], op.nbytes, op.name)
+            for a, b in op.shadows:  # folded-away twins' traffic loads the fabric too
+                transfer(names[a], names[b], op.nbytes, op.name)
         return done
 
     def _slowed_compute(self, op):
@@ -265,6 +275,12 @@ class Engine:
 
         if analytical_time is not None:
             self.env.timeout(analytical_time).callbacks.append(ended)
+        elif op.shadows and self.fabric.folds_orbits:  # the twins' messages ride as orbits
+            fabric = self._orbits.get((op.group, op.shadows))
+            if fabric is None:
+                groups = [[self.names[d] for d in g] for g in (op.group, *op.shadows)]
+                fabric = self._orbits[op.group, op.shadows] = MirroredFabric(self.fabric, groups)
+            self.env.process(self._call(op, op.group, algorithm, fabric).run(op.tag)).callbacks.append(ended)
         else:
             # first, as replica 0 would be in the unfolded run
             own_done = self.env.process(self._call(op, op.group, algorithm).run(op.tag))
@@ -272,15 +288,19 @@ class Engine:
                 self.env.process(self._call(op, group, algorithm).run(op.tag))
             own_done.callbacks.append(ended)
 
-    def _call(self, op: Op, group: tuple[int, ...], algorithm: str) -> Call:
-        """``op``'s collective among the devices ``group`` by ``algorithm``, checked and
-        planned once per (kind, group, size, algorithm, split) — every micro-batch repeats it."""
+    def _call(self, op: Op, group: tuple[int, ...], algorithm: str, fabric=None) -> Call:
+        """``op``'s collective among the devices ``group`` by ``algorithm`` (on ``fabric``:
+        a :class:`~clustersim.network.orbits.MirroredFabric`, or None: the engine's), checked
+        and planned once per (kind, group, size, algorithm, split, fabric) — every micro-batch
+        repeats it."""
         key = (op.collective, group, op.nbytes, algorithm, op.split)
+        if fabric is not None:
+            key += (id(fabric),)  # (kept alive by self._orbits: its id is never reused)
         call = self._calls.get(key)
         if call is None:
             call = self._calls[key] = prepare_collective(
                 self.env,
-                self.fabric,
+                fabric or self.fabric,
                 op.collective,
                 [self.names[d] for d in group],
                 op.nbytes,

@@ -19,6 +19,7 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -446,6 +447,10 @@ class SimulationSpec(_Spec):
     #: simulate one GPU per stage and mirror it to its TP/DP twins (clustersim.resolve.fold);
     #: ``auto`` folds large uniform jobs
     fold: bool | Literal["auto"] = "auto"
+    #: a folded run on the ``flow`` network: each transfer and its folded twins' shadows as
+    #: one flow with a multiplicity per link, where the twins are symmetric
+    #: (clustersim.network.orbits); false: every shadow is a flow of its own
+    fold_contention: bool = False
     #: cap on chunks per message (packet model): bigger messages use bigger chunks — fewer
     #: events, up to (hops − 1)/max_chunks of a message's time in extra pipelining delay
     max_chunks: Annotated[int | None, Range(1, 1_000_000)] = None
@@ -489,6 +494,17 @@ class SimulationSpec(_Spec):
     def _known_network(cls, name: str) -> str:
         names = network_model_names()
         return known(name, names, "network model", names)
+
+    @field_validator("fold_contention")
+    @classmethod
+    def _fold_contention_on_flow(cls, on: bool, info: ValidationInfo) -> bool:
+        network = info.data.get("network")  # (declared above: checked first)
+        if on and network not in ("flow", None):
+            raise ValueError(
+                "folds twin flows of the flow network (fidelity balanced) only; "
+                f"with network {network!r} it takes false"
+            )
+        return on
 
 
 class FaultSpec(_Spec):
