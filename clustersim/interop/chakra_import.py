@@ -67,6 +67,7 @@ _OP_FIELDS = (
     "stash_free",
     "algorithm",
     "arrivals",
+    "layer",
 )
 
 

@@ -178,8 +178,9 @@ class Job:
         )
         if pp is not None:
             from ..interop.chakra_restage import replay_at_pp
+            from ..interop.chakra_split import read_table
 
-            prog = replay_at_pp(prog, pp, flush_orders())
+            prog = replay_at_pp(prog, pp, flush_orders(), read_table(self.model.chakra))
         if dp is not None:
             from ..interop.chakra_rescale import replay_at_dp
 
