@@ -219,7 +219,10 @@ class _Builder:
                 if op.layer < 0:
                     self.refuse(f"op {op.name!r} (rank {rank}) inside a pass carries no layer label")
                 i = op.layer // self.per - p * k
-                e = self.add(op, i, (it, 1, slot[p * k + i][ph, mb], len(heads) + n), **_NO_MEMORY)
+                fields = dict(_NO_MEMORY)
+                if op.kind == COLLECTIVE:  # (its members run the same layer: the same piece)
+                    fields["group"] = tuple(self.device(m, i) for m in op.group)
+                e = self.add(op, i, (it, 1, slot[p * k + i][ph, mb], len(heads) + n), **fields)
                 self.pieces[rank, ps, i].append(e)
             self._memory(ops, [self.pieces[rank, ps, i] for i in range(k)])
         for e in self.entries:  # a send or receive inside a pass (TP overlap): its peer's copy
