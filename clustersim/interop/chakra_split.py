@@ -54,36 +54,39 @@ from ..workload.stage_cost import chunk_costs
 from .chakra_attrs import OWN, attr, attrs_of
 from .chakra_file import read_metadata
 
-#: the GlobalMetadata attributes of a labelled export (:func:`layer_table`)
-GRADS, BOUNDARY, GATHER = OWN + "layer_grads", OWN + "layer_send", OWN + "layer_gather"
+#: the GlobalMetadata attributes of a labelled export, by :func:`layer_table` key
+TABLE = {key: f"{OWN}layer_{key}" for key in ("grads", "send", "gather", "tied")}
 
 
 def layer_table(sc) -> dict:
     """What a labelled export's metadata says of the model (every rank the same): each
-    layer's data-parallel gradient bytes (the embedding's with the first, the output
-    layer's with the last), the bytes one micro-batch's activation takes across a layer
-    boundary, and the all-gather of it a receiver runs (Megatron-LM 2021's
-    scatter-gather; 0 where none) — the per-layer chunk costs of ``sc``."""
+    layer's data-parallel gradient bytes (``grads``; the embedding's with the first, the
+    output layer's with the last), the bytes one micro-batch's activation takes across a
+    layer boundary (``send``), the all-gather of it a receiver runs (``gather``;
+    Megatron-LM 2021's scatter-gather) and the tied embedding's gradient all-reduced
+    between the first and the last stage (``tied``), 0 where none — the per-layer chunk
+    costs of ``sc``."""
     n = model_layers(sc.model)
     costs = chunk_costs(sc, n, [1] * n)
     return {
         "grads": [c.grad_bytes + c.expert_grad_bytes for c in costs],
         "send": costs[0].activation_bytes if n > 1 else 0,
         "gather": costs[0].recv_gather,
+        "tied": costs[0].tied_grad_bytes,
     }
 
 
 def table_attrs(table: dict) -> list:
     """``table`` (:func:`layer_table`) as GlobalMetadata attributes."""
-    return [attr(GRADS, table["grads"]), attr(BOUNDARY, table["send"]), attr(GATHER, table["gather"])]
+    return [attr(name, table[key]) for key, name in TABLE.items()]
 
 
 def read_table(folder) -> dict | None:
     """The layer table rank 0's metadata in trace ``folder`` holds (:func:`layer_table`), or None."""
     meta = attrs_of(read_metadata(next(Path(folder).glob("*.0.et"))))  # (the import checked the folder)
-    if GRADS not in meta:
+    if not all(name in meta for name in TABLE.values()):
         return None
-    return {"grads": list(meta[GRADS]), "send": meta[BOUNDARY], "gather": meta[GATHER]}
+    return {key: meta[name] for key, name in TABLE.items()}
 
 
 class _Entry:
@@ -138,6 +141,8 @@ def split_stages(
     build = _Builder(prog, k, per, device, where, passes, refuse)
     build.passes(slot, table)
     build.steps(share, min(grads))
+    if depth == 1 and k > 1 and table["tied"]:
+        build.tied(table["tied"], min(grads))
     build.chain()
     out = build.program(chains * pp)
     for rank, mem in enumerate(prog.static_memory):
@@ -387,6 +392,61 @@ class _Builder:
                 e = self.copy.get((op.id, i))
                 if e is not None:
                     e.deps = self._step_deps(op, i)
+
+    def tied(self, nbytes: int, layer_bytes: int) -> None:
+        """A trace of one stage holds no tied-embedding reduction to copy: each replica's
+        new first and last stage all-reduce ``nbytes`` of it after their gradient reduction
+        (after their passes without one) and before the rest of their step, as Megatron's
+        ``_allreduce_word_embeddings_grads`` does (:mod:`clustersim.compilers.pipeline.step_work`)."""
+        k = self.k
+        for rank in self.where:
+            for it in sorted({ps[0] for (r, ps, _) in self.pieces if r == rank}):
+                reductions = [
+                    op
+                    for op in self.prog.ops
+                    if op.device == rank
+                    and op.iteration == it
+                    and self.pass_of[op.id] is None
+                    and op.kind == COLLECTIVE
+                    and op.nbytes >= layer_bytes
+                ]
+                devices = (self.device(rank, 0), self.device(rank, k - 1))
+                for sub in (0, k - 1):
+                    if reductions:
+                        anchor = self.copy[reductions[-1].id, sub]
+                        key = anchor.key + (1,)
+                    else:
+                        anchor, key = self.last[self.device(rank, sub), it], (it, 2, -1)
+                    fields = {
+                        **_NO_MEMORY,
+                        "device": self.device(rank, sub),
+                        "stage": sub,
+                        "lane": "comm",
+                        "kind": COLLECTIVE,
+                        "name": f"tied-embedding all-reduce s{sub}",
+                        "nbytes": nbytes,
+                        "group": devices,
+                        "collective": "all_reduce",
+                        "algorithm": "auto",
+                        "tag": f"tied-embedding it{it} rank{rank}",
+                        "phase": "",
+                        "microbatch": -1,
+                        "iteration": it,
+                        "layer": -1,
+                        "duration": 0.0,
+                        "flops": 0.0,
+                        "beside": (),
+                    }
+                    e = _Entry(anchor.src, fields, key)
+                    e.deps = [anchor]
+                    for other in self.entries:  # the rest of the step waits for it
+                        if (
+                            other.key[1] == 2
+                            and other.fields["device"] == fields["device"]
+                            and anchor in other.deps
+                        ):
+                            other.deps = [e if d is anchor else d for d in other.deps]
+                    self.entries.append(e)
 
     def _step_deps(self, op: Op, i: int) -> list[_Entry]:
         """What the copy of ``op`` on piece ``i``'s GPU waits for: the copies of its waits
