@@ -96,7 +96,10 @@ def test_a_split_trace_runs_as_the_workload_compiled_at_more_stages(traces, pp, 
     native, replay = (compile_scenario(cs.load_scenario(raw)) for raw in (native_sc, replay_sc))
     # the same pipeline transfers, and per rank the same collectives within a byte per layer
     assert _transfers(replay) == _transfers(native)
-    mine, theirs = _collectives(replay), _collectives(native)
+    # (a trace of one GPU per replica holds no gradient-norm reduction to copy — its group was
+    # that GPU — where the native compile's stages sum their norms: 4 bytes, left out)
+    scalars = pp == 1 and tp == 1
+    mine, theirs = _collectives(replay), _collectives(native, scalars)
     assert mine.keys() == theirs.keys()
     assert all(abs(mine[key] - theirs[key]) <= LAYERS for key in theirs)
     assert _time(replay_sc) == pytest.approx(_time(native_sc), rel=0.02)
@@ -111,11 +114,12 @@ def _transfers(prog) -> Counter:
     )
 
 
-def _collectives(prog) -> Counter:
-    """Bytes each rank moves per collective type and group."""
+def _collectives(prog, scalars: bool = False) -> Counter:
+    """Bytes each rank moves per collective type and group (``scalars``: leaving out the
+    4-byte reductions of the gradient norm)."""
     out = Counter()
     for op in prog.ops:
-        if op.kind == "collective":
+        if op.kind == "collective" and not (scalars and op.nbytes == 4):
             out[op.device, op.collective, tuple(sorted(op.group))] += op.nbytes
     return out
 

@@ -140,7 +140,7 @@ def split_stages(
 
     build = _Builder(prog, k, per, device, where, passes, refuse)
     build.passes(slot, table)
-    build.steps(share, min(grads))
+    build.steps(share, min(grads), table["tied"])
     if depth == 1 and k > 1 and table["tied"]:
         build.tied(table["tied"], min(grads))
     build.chain()
@@ -313,8 +313,9 @@ class _Builder:
             if recv.id not in feeds:
                 self.refuse(f"recv {recv.name!r} (rank {recv.device}) feeds no pass")
             dst = self.pieces[recv.device, feeds[recv.id], in_sub]
-            s = self.add(op, out_sub, src[-1].key[:3] + (0,))
-            r = self.add(recv, in_sub, dst[0].key[:3] + (0,))
+            stages = f"{ps[1]}{ps[2]} s{self.where[op.device][1] * k + out_sub}->s{self.where[recv.device][1] * k + in_sub}"
+            s = self.add(op, out_sub, src[-1].key[:3] + (0,), name=f"send {stages}")
+            r = self.add(recv, in_sub, dst[0].key[:3] + (0,), name=f"recv {stages}")
             s.deps, s.peer, r.peer = [src[-1]], r, s
             self.recv_of[recv.device, feeds[recv.id], in_sub] = r
         for rank, ps in ops_of:
@@ -333,7 +334,7 @@ class _Builder:
         common = {
             **_NO_MEMORY,
             "microbatch": mb,
-            "phase": ph,
+            "phase": "",  # (as the compiler's sends: their pass is the one they wait for)
             "iteration": it,
             "layer": -1,
             "nbytes": nbytes,
@@ -356,8 +357,10 @@ class _Builder:
         self.entries += ends
         self.recv_of[rank, ps, b] = recv
 
-    def steps(self, share: dict, layer_bytes: int) -> None:
-        """The ops around the passes, copied to each piece's GPU (module docstring)."""
+    def steps(self, share: dict, layer_bytes: int, tied: int) -> None:
+        """The ops around the passes, copied to each piece's GPU (module docstring):
+        ``layer_bytes`` the fewest gradient bytes of a layer, ``tied`` those of the tied
+        embedding (the table's)."""
         prog, k, depth, pass_of = self.prog, self.k, self.depth, self.pass_of
         first_pass = {}
         for op in prog.ops:
@@ -373,17 +376,18 @@ class _Builder:
                     self.add(op, i, key, duration=op.duration * f, flops=op.flops * f)
                 continue
             spots = {self.where[m][1] for m in op.group}
-            if len(spots) == 1:  # one stage's ranks (data-parallel): each piece its own
+            if (
+                len(spots) == 1 and op.nbytes >= layer_bytes
+            ):  # one stage's gradient reduction: each piece its share
                 for i in range(k):
                     fields = {"group": tuple(self.device(m, i) for m in op.group), "tag": f"{op.tag} /{i}"}
-                    if op.nbytes >= layer_bytes:  # a gradient reduction: the piece's share
-                        fields["nbytes"] = round(op.nbytes * share[p, i])
-                    self.add(op, i, key, **fields)
-            elif spots == set(range(depth)):  # every stage of a replica: every new one
-                group = tuple(self.device(m, i) for m in op.group for i in range(k))
+                    self.add(op, i, key, nbytes=round(op.nbytes * share[p, i]), **fields)
+            elif len(spots) == 1 or (spots == set(range(depth)) and op.nbytes != tied):
+                # a scalar's reduction over every stage (the gradient-statistics group) spans every new one
+                group = tuple(sorted(self.device(m, i) for m in op.group for i in range(k)))
                 for i in range(k):
                     self.add(op, i, key, group=group)
-            elif p in (0, depth - 1):  # some (a tied embedding's ends): the new stages holding them
+            elif p in (0, depth - 1):  # the tied embedding's ends: the new stages holding them
                 end = {0: 0, depth - 1: k - 1}
                 group = tuple(self.device(m, end[self.where[m][1]]) for m in op.group)
                 self.add(op, end[p], key, group=group)
