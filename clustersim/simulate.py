@@ -80,6 +80,18 @@ def export_chakra(
     _exportable(sc)
     if not layers:
         return write_chakra(compile_scenario(sc, fold=False), folder)
+    if sc.model.kind != "transformer" or sc.simulation.granularity != "layer":
+        field, value = (
+            ("model.kind", sc.model.kind)
+            if sc.model.kind != "transformer"
+            else ("simulation.granularity", "stage")
+        )
+        raise ScenarioError(
+            field,
+            value,
+            "layer labels are a transformer's passes compiled layer by layer (at granularity: stage a pass is "
+            "one op); accepted: a transformer at simulation.granularity: layer, or an export without layers",
+        )
     from .interop.chakra_split import layer_table
 
     prog = compile_job(check_job(resolve(sc, layers=True)), fold=False)

@@ -68,7 +68,9 @@ def test_the_labelled_compile_runs_the_same_iteration_with_every_pass_op_on_its_
     assert {op.layer for op in labelled} == set(range(LAYERS))
     assert all(op.layer // per == op.stage for op in labelled)  # stage s holds layers s·4 … s·4 + 3
     # in a pass, the ops without a layer are the framework's per-pass work, leading it
-    lead = {op.name.split()[0] for op in prog.ops if op.layer < 0 and op.kind == "compute" and op.microbatch >= 0}
+    lead = {
+        op.name.split()[0] for op in prog.ops if op.layer < 0 and op.kind == "compute" and op.microbatch >= 0
+    }
     assert lead == {"framework"}
     native = compile_scenario(cs.load_scenario(_scenario(2)))
     assert sum(op.duration for op in labelled) == pytest.approx(
@@ -83,6 +85,7 @@ CASES = [  # (traced pp, replayed pp, dp, tp, schedule)
     (1, 2, 2, 1, "1f1b"),
     pytest.param(1, 4, 2, 1, "1f1b", marks=pytest.mark.slow),
     pytest.param(2, 4, 2, 1, "gpipe", marks=pytest.mark.slow),
+    pytest.param(2, 4, 2, 1, "zb_h1", marks=pytest.mark.slow),
     (2, 4, 1, 2, "1f1b"),
     pytest.param(1, 2, 1, 2, "1f1b", marks=pytest.mark.slow),
 ]
@@ -162,9 +165,13 @@ def _table(trace: Path) -> dict:
 def test_what_cannot_be_split_is_refused_with_the_reason(traces, tmp_path):
     trace = traces(2)
     prog = cs.import_chakra(trace, 4)
-    with pytest.raises(cs.ScenarioError, match=r"model.replay_pp: 3 .* accepted: a divisor or a multiple of 2"):
+    with pytest.raises(
+        cs.ScenarioError, match=r"model.replay_pp: 3 .* accepted: a divisor or a multiple of 2"
+    ):
         replay_at_pp(prog, 3, flush_orders(), _table(trace))
-    with pytest.raises(cs.ScenarioError, match=r"model.replay_pp: 16 .* whole number of the model's 8 layers"):
+    with pytest.raises(
+        cs.ScenarioError, match=r"model.replay_pp: 16 .* whole number of the model's 8 layers"
+    ):
         replay_at_pp(prog, 16, flush_orders(), _table(trace))
     cs.export_chakra(_scenario(2), tmp_path / "plain")  # without layer labels
     plain = cs.import_chakra(tmp_path / "plain", 4)
@@ -174,3 +181,13 @@ def test_what_cannot_be_split_is_refused_with_the_reason(traces, tmp_path):
     moved.layer = 7  # an op of the last layer on the first stage
     with pytest.raises(cs.ScenarioError, match=r"of layer 7 sits on traced stage 0, not where an even split"):
         replay_at_pp(prog, 4, flush_orders(), _table(trace))
+    synthetic = {
+        **_scenario(2),
+        "model": {"kind": "synthetic", "layers": 8, "forward": "1 ms", "backward": "2 ms"},
+    }
+    for raw, field in (
+        (synthetic, "model.kind: 'synthetic'"),
+        ({**_scenario(2), "simulation": {"fidelity": "fast"}}, "simulation.granularity: 'stage'"),
+    ):
+        with pytest.raises(cs.ScenarioError, match=rf"{field} .* layer labels are a transformer's passes"):
+            cs.export_chakra(raw, tmp_path / "refused", layers=True)

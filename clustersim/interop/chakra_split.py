@@ -211,7 +211,7 @@ class _Builder:
             heads = list(takewhile(lambda op: op.layer < 0, ops))
             for i in range(k):
                 key = (it, 1, slot[p * k + i][ph, mb])
-                receives = p * k + i > 0 if ph == "F" else p * k + i < stages - 1
+                receives = p * k + i > 0 if ph == "F" else ph == "B" and p * k + i < stages - 1
                 got = [
                     self._head(h, i, key + (n,))
                     for n, h in enumerate(heads)
@@ -319,7 +319,7 @@ class _Builder:
             s.deps, s.peer, r.peer = [src[-1]], r, s
             self.recv_of[recv.device, feeds[recv.id], in_sub] = r
         for rank, ps in ops_of:
-            for i in range(k - 1):
+            for i in range(k - 1 if ps[1] in "FB" else 0):  # (a W pass moves nothing)
                 a, b = (i, i + 1) if ps[1] == "F" else (i + 1, i)
                 self._transfer(rank, ps, a, b, size[ps[1]])
 
