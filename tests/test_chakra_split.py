@@ -7,6 +7,7 @@ split is refused with the reason."""
 
 from __future__ import annotations
 
+import importlib.util
 from collections import Counter
 from pathlib import Path
 
@@ -191,3 +192,21 @@ def test_what_cannot_be_split_is_refused_with_the_reason(traces, tmp_path):
     ):
         with pytest.raises(cs.ScenarioError, match=rf"{field} .* layer labels are a transformer's passes"):
             cs.export_chakra(raw, tmp_path / "refused", layers=True)
+
+
+def test_the_labels_are_plain_chakra_attributes(traces):
+    """The labelled export read back by tests/test_chakra.py's wire decoder (independent of
+    the protobuf package): each rank's metadata holds the layer table, and every compute node
+    of a pass but its leading framework work carries ``clustersim.layer``."""
+    spec = importlib.util.spec_from_file_location("chakra_wire", Path(__file__).with_name("test_chakra.py"))
+    wire = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(wire)
+    trace = traces(2)
+    table = _table(trace)
+    for path in sorted(trace.glob("*.et")):
+        meta, nodes = wire._decode(path)
+        assert meta["clustersim.layer_grads"] == table["grads"] and len(table["grads"]) == LAYERS
+        assert meta["clustersim.layer_send"] == table["send"] > 0
+        passes = [n for n in nodes if n["type"] == 4 and n["attr"].get("clustersim.microbatch", -1) >= 0]
+        bare = [n["name"] for n in passes if "clustersim.layer" not in n["attr"]]
+        assert bare and all(name.startswith("framework ") for name in bare)
