@@ -2,41 +2,45 @@
 
 A trace exported with layer labels (``export_chakra(..., layers=True)``: every op of a pass
 carries ``clustersim.layer``, the embedding with the first layer, the output layer with the
-last, and each rank's metadata the model's per-layer gradient bytes and the activation
-bytes a micro-batch takes across a layer boundary, :func:`layer_table`) can be cut where a
-native compile at P' stages cuts it: new stage s' holds layers s'·n/P' … (s'+1)·n/P' − 1 of
-the model's n (Megatron's even split, :func:`~clustersim.workload.stage_cost.even_partition`),
-so traced stage s becomes new stages s·k … s·k + k − 1 (k = P'/P), on the ranks a native
-compile lays them on (stage-major or replica-major, as the trace is):
+last, and each rank's metadata the model's layer table, :func:`layer_table`) can be cut
+where a native compile at P' stages cuts it: new stage s' holds layers s'·n/P' …
+(s'+1)·n/P' − 1 of the model's n (Megatron's even split,
+:func:`~clustersim.workload.stage_cost.even_partition`), so traced stage s becomes new
+stages s·k … s·k + k − 1 (k = P'/P), on the ranks a native compile lays them on
+(stage-major or replica-major, as the trace is):
 
-* a pass's labelled ops go to the new stage of their layer; the ops that lead the pass
-  without a layer — the framework's per-pass work, the all-gather of a received tensor
-  (Megatron's scatter-gather) — lead each piece of it, the gather where the piece receives;
-  the pass's activation memory is shared out by its pieces' layer counts;
-* between two pieces of a pass a send and a receive of the trace's own cross-stage size for
+* a pass's labelled ops go to the new stage of their layer, with their traced times; the
+  ops that lead the pass without a layer — the framework's per-pass work, the all-gather of
+  a received tensor (Megatron's scatter-gather) — lead each piece of it, the gather where
+  the piece receives (made from the table's bytes where the trace, P = 1, has none); the
+  pass's activation memory is shared out equally among its pieces;
+* between two pieces of a pass, a send and a receive of the trace's own cross-stage size for
   that direction (activations forward, their gradient backward; the table's boundary bytes
   where the trace has no stage boundary, P = 1); the trace's own sends leave the piece at
   the old boundary;
 * the passes run in the order of the trace's own schedule (recognised as
-  :mod:`.chakra_restage` recognises it) at P' stages, each piece after the previous pass
-  on its GPU and its receive;
+  :mod:`.chakra_restage` recognises it) at P' stages, each piece after the op before it on
+  its GPU (the previous piece, or the previous iteration's step) and after its receive;
 * the ops around the passes are copied to each new stage: a compute op (the optimizer, the
-  gradient norm) for its share of the stage's gradient bytes; a collective over one stage's
-  ranks carrying at least one layer's gradient bytes (the data-parallel reduction) for its
-  share too, smaller ones (a norm's scalar) as they are; a collective over every stage of a
-  replica (the gradient norm) spans every new stage; one over some of them (the tied
-  embedding between the first and the last) joins the new stages that hold those ends.
-  The static memory's weights, gradients, optimizer state and stash are shared the same
-  way; its buffers (working sets, communicators) are each new GPU's own.
+  gradient norm) for its share of the traced stage's gradient bytes (the table's per-layer
+  bytes); a collective over one stage's ranks of at least one layer's gradient bytes (a
+  data-parallel reduction) for its share too; a scalar's reduction (over the
+  gradient-statistics group: the model-parallel group or the world) spans every new stage;
+  the tied embedding's reduction (the table's bytes) joins the new stages holding the first
+  and the last layer — a P = 1 trace has none to copy, so it is added after their gradient
+  reduction. The static memory's weights, gradients, optimizer state and stash are shared
+  out the same way; its buffers (working sets, communicators) are each new GPU's own.
 
-What the trace cannot say stays out, and is stated in docs/interop.md: a P = 1 trace has
-no tied-embedding reduction to copy, and each new stage's step costs are the traced
-stage's shared by gradient bytes (a kernel's launch shared with them).
+What the trace cannot say departs from a native compile, as docs/interop.md states: each
+new stage's step costs are the traced stage's shared by gradient bytes (a kernel's launch
+shared with them); a P = 1 trace on one GPU per replica has no gradient-norm reduction to
+copy; overlapped gradient buckets (``parallel.data_parallel``) keep the traced stage's,
+shared out, after each new stage's last pass.
 
 Refused, with the reason (:class:`ScenarioError` on ``model.replay_pp``): a trace without
-layer labels (as every foreign trace, or one exported without ``layers=True`` or at
-``granularity: stage``), a layer count P' does not divide, a traced stage whose layers are
-not the ones the even split gives it, and an unlabelled op inside a pass after its first
+layer labels or its table (as every foreign trace, or one exported without ``layers=True``),
+a stage count that does not divide the model's layers, a traced stage whose layers are not
+the ones the even split gives it, and an unlabelled op inside a pass after its first
 labelled one.
 """
 
@@ -288,9 +292,12 @@ class _Builder:
         wait on an op now on another piece becomes one on the op before it in this piece."""
         prog, pass_of = self.prog, self.pass_of
         for (_, ps, i), piece in self.pieces.items():
+            mine = {id(e) for e in piece}
             for n, e in enumerate(piece):
                 inside = [d for d in e.src.deps if pass_of[d] == ps and prog.ops[d].kind not in (SEND, RECV)]
-                mapped = [self.copy[d, i] for d in inside if (d, i) in self.copy and self.copy[d, i] in piece]
+                mapped = [
+                    self.copy[d, i] for d in inside if (d, i) in self.copy and id(self.copy[d, i]) in mine
+                ]
                 if n and (len(mapped) < len(inside) or not inside):
                     mapped.append(piece[n - 1])
                 e.deps = list(dict.fromkeys(mapped))
@@ -403,54 +410,47 @@ class _Builder:
         (after their passes without one) and before the rest of their step, as Megatron's
         ``_allreduce_word_embeddings_grads`` does (:mod:`clustersim.compilers.pipeline.step_work`)."""
         k = self.k
-        for rank in self.where:
-            for it in sorted({ps[0] for (r, ps, _) in self.pieces if r == rank}):
-                reductions = [
-                    op
-                    for op in self.prog.ops
-                    if op.device == rank
-                    and op.iteration == it
-                    and self.pass_of[op.id] is None
-                    and op.kind == COLLECTIVE
-                    and op.nbytes >= layer_bytes
-                ]
-                devices = (self.device(rank, 0), self.device(rank, k - 1))
-                for sub in (0, k - 1):
-                    if reductions:
-                        anchor = self.copy[reductions[-1].id, sub]
-                        key = anchor.key + (1,)
-                    else:
-                        anchor, key = self.last[self.device(rank, sub), it], (it, 2, -1)
-                    fields = {
-                        **_NO_MEMORY,
-                        "device": self.device(rank, sub),
-                        "stage": sub,
-                        "lane": "comm",
-                        "kind": COLLECTIVE,
-                        "name": f"tied-embedding all-reduce s{sub}",
-                        "nbytes": nbytes,
-                        "group": devices,
-                        "collective": "all_reduce",
-                        "algorithm": "auto",
-                        "tag": f"tied-embedding it{it} rank{rank}",
-                        "phase": "",
-                        "microbatch": -1,
-                        "iteration": it,
-                        "layer": -1,
-                        "duration": 0.0,
-                        "flops": 0.0,
-                        "beside": (),
-                    }
-                    e = _Entry(anchor.src, fields, key)
-                    e.deps = [anchor]
-                    for other in self.entries:  # the rest of the step waits for it
-                        if (
-                            other.key[1] == 2
-                            and other.fields["device"] == fields["device"]
-                            and anchor in other.deps
-                        ):
-                            other.deps = [e if d is anchor else d for d in other.deps]
-                    self.entries.append(e)
+        reduction: dict[tuple[int, int], Op] = {}  # (rank, iteration) → its last gradient reduction
+        for op in self.prog.ops:
+            if self.pass_of[op.id] is None and op.kind == COLLECTIVE and op.nbytes >= layer_bytes:
+                reduction[op.device, op.iteration] = op
+        steps: dict[int, list[_Entry]] = {}  # new device → its entries after the passes
+        for e in self.entries:
+            if e.key[1] == 2:
+                steps.setdefault(e.fields["device"], []).append(e)
+        for rank, it, sub in sorted({(r, ps[0], i) for r, ps, _ in self.pieces for i in (0, k - 1)}):
+            dev = self.device(rank, sub)
+            if (rank, it) in reduction:
+                anchor = self.copy[reduction[rank, it].id, sub]
+                key = anchor.key + (1,)
+            else:
+                anchor, key = self.last[dev, it], (it, 2, -1)
+            fields = {
+                **_NO_MEMORY,
+                "device": dev,
+                "stage": sub,
+                "lane": "comm",
+                "kind": COLLECTIVE,
+                "name": f"tied-embedding all-reduce s{sub}",
+                "nbytes": nbytes,
+                "group": (self.device(rank, 0), self.device(rank, k - 1)),
+                "collective": "all_reduce",
+                "algorithm": "auto",
+                "tag": f"tied-embedding it{it} rank{rank}",
+                "phase": "",
+                "microbatch": -1,
+                "iteration": it,
+                "layer": -1,
+                "duration": 0.0,
+                "flops": 0.0,
+                "beside": (),
+            }
+            e = _Entry(anchor.src, fields, key)
+            e.deps = [anchor]
+            for other in steps.get(dev, []):  # the rest of the step waits for it
+                other.deps = [e if d is anchor else d for d in other.deps]
+            steps.setdefault(dev, []).append(e)
+            self.entries.append(e)
 
     def _step_deps(self, op: Op, i: int) -> list[_Entry]:
         """What the copy of ``op`` on piece ``i``'s GPU waits for: the copies of its waits
