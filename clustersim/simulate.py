@@ -92,7 +92,7 @@ def export_chakra(
             "layer labels are a transformer's passes compiled layer by layer (at granularity: stage a pass is "
             "one op); accepted: a transformer at simulation.granularity: layer, or an export without layers",
         )
-    from .interop.chakra_split import layer_table
+    from .interop.chakra_layers import layer_table
 
     prog = compile_job(check_job(resolve(sc, layers=True)), fold=False)
     return write_chakra(prog, folder, layers=layer_table(sc))

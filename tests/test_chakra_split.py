@@ -158,7 +158,7 @@ def test_a_split_stage_runs_its_layers_passes_with_the_traced_times(traces):
 
 
 def _table(trace: Path) -> dict:
-    from clustersim.interop.chakra_split import read_table
+    from clustersim.interop.chakra_layers import read_table
 
     return read_table(trace)
 

@@ -31,9 +31,9 @@ from ..output import staged, write_text
 from ..program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program
 from .chakra_attrs import OWN, attr
 from .chakra_file import write_trace
+from .chakra_layers import table_attrs
 from .chakra_schema import COLLECTIVE_TYPES, NODE_TYPES, GlobalMetadata, Node
 from .chakra_serial import serial_chain
-from .chakra_split import table_attrs
 
 #: the Chakra schema version written in GlobalMetadata (the one ASTRA-sim's examples write)
 VERSION = "0.0.4"

@@ -2,7 +2,7 @@
 
 A trace exported with layer labels (``export_chakra(..., layers=True)``: every op of a pass
 carries ``clustersim.layer``, the embedding with the first layer, the output layer with the
-last, and each rank's metadata the model's layer table, :func:`layer_table`) can be cut
+last, and each rank's metadata the model's layer table, :func:`.chakra_layers.layer_table`) can be cut
 where a native compile at P' stages cuts it: new stage s' holds layers s'·n/P' …
 (s'+1)·n/P' − 1 of the model's n (Megatron's even split,
 :func:`~clustersim.workload.stage_cost.even_partition`), so traced stage s becomes new
@@ -48,49 +48,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from itertools import takewhile
-from pathlib import Path
 from typing import NoReturn
 
 from ..memory_kinds import StaticMemory
 from ..program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program
-from ..workload.rules import model_layers
-from ..workload.stage_cost import chunk_costs
-from .chakra_attrs import OWN, attr, attrs_of
-from .chakra_file import read_metadata
-
-#: the GlobalMetadata attributes of a labelled export, by :func:`layer_table` key
-TABLE = {key: f"{OWN}layer_{key}" for key in ("grads", "send", "gather", "tied")}
-
-
-def layer_table(sc) -> dict:
-    """What a labelled export's metadata says of the model (every rank the same): each
-    layer's data-parallel gradient bytes (``grads``; the embedding's with the first, the
-    output layer's with the last), the bytes one micro-batch's activation takes across a
-    layer boundary (``send``), the all-gather of it a receiver runs (``gather``;
-    Megatron-LM 2021's scatter-gather) and the tied embedding's gradient all-reduced
-    between the first and the last stage (``tied``), 0 where none — the per-layer chunk
-    costs of ``sc``."""
-    n = model_layers(sc.model)
-    costs = chunk_costs(sc, n, [1] * n)
-    return {
-        "grads": [c.grad_bytes + c.expert_grad_bytes for c in costs],
-        "send": costs[0].activation_bytes if n > 1 else 0,
-        "gather": costs[0].recv_gather,
-        "tied": costs[0].tied_grad_bytes,
-    }
-
-
-def table_attrs(table: dict) -> list:
-    """``table`` (:func:`layer_table`) as GlobalMetadata attributes."""
-    return [attr(name, table[key]) for key, name in TABLE.items()]
-
-
-def read_table(folder) -> dict | None:
-    """The layer table rank 0's metadata in trace ``folder`` holds (:func:`layer_table`), or None."""
-    meta = attrs_of(read_metadata(next(Path(folder).glob("*.0.et"))))  # (the import checked the folder)
-    if not all(name in meta for name in TABLE.values()):
-        return None
-    return {key: meta[name] for key, name in TABLE.items()}
 
 
 class _Entry:
@@ -168,7 +129,7 @@ def _check(prog: Program, table: dict | None, pp: int, refuse) -> int:
     if table is None or not any(op.layer >= 0 for op in prog.ops):
         refuse(
             "splitting a stage needs its layers, and the trace's ops carry no clustersim.layer label "
-            "(a foreign trace, or one exported without layers=True or at granularity: stage); accepted: "
+            "(a foreign trace, or one exported without layers=True); accepted: "
             "a divisor of the trace's stages, or a trace exported with layer labels"
         )
     n = len(table["grads"])
