@@ -63,6 +63,7 @@ def assemble_result(job: Job, mode, engine, rec: Recorder, wall_s: float) -> Res
         },
         **(_interference(spans, window, iter_time) if job.parallel.tp_comm_overlap else {}),
         **_nccl_interference(engine, rec, window),
+        **_comm_interference(engine, rec, window),
         **_interference_model(job),
         **_host_bound(job),
         "peak_memory_gib": float(devices["peak_memory_bytes"].max()) / GIB,
@@ -152,6 +153,21 @@ def _nccl_interference(engine, rec: Recorder, window: tuple[float, float]) -> di
     lost = sum(slowed.get(i, 0.0) for i, start, _ in rec.ops if t0 <= start < t1)
     gpus = {ops[i].device for i, _, _ in rec.ops if ops[i].kind == COMPUTE}
     return {"interference_nccl_s": lost / len(gpus)}
+
+
+def _comm_interference(engine, rec: Recorder, window: tuple[float, float]) -> dict:
+    """``interference_comm_s``: per GPU (mean over the GPUs its collectives ran on), the
+    seconds the collectives starting inside ``window`` ran past the link's time because their
+    kernels' SMs copy no faster (DeepEP on ``Buffer.num_sms``, :mod:`clustersim.hardware.comm_sms`);
+    nothing where none was."""
+    slowed = getattr(engine, "comm_slowed_s", None)
+    if not slowed:
+        return {}
+    t0, t1 = window
+    ops = engine.program.ops
+    lost = sum(slowed.get(i, 0.0) for i, start, _ in rec.ops if t0 <= start < t1)
+    gpus = {ops[i].device for i in slowed}
+    return {"interference_comm_s": lost / len(gpus)}
 
 
 def _interference_model(job: Job) -> dict:

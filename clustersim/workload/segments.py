@@ -11,11 +11,12 @@ holds their (memory-bound s, HBM B/s, (kind, SM-limited s)…), :func:`_beside`)
 that differs between the ranks of an expert-parallel group (:class:`~.ops.ExpertRanks`),
 ``("p", seconds, flops, launches, issued, host)`` for a kernel that runs beside its
 neighbouring collective
-(:attr:`~.ops.LayerOp.overlap`), ``("x", kind, nbytes, name, group, matrix[, sync, sms])`` for a
+(:attr:`~.ops.LayerOp.overlap`), ``("x", kind, nbytes, name, group, matrix[, sync, sms, rate])`` for a
 collective over ``group`` (:data:`~.ops.COMM_GROUPS`, or ``cp``: the context-parallel group;
 ``matrix``: an uneven all-to-all's bytes, or empty; ``sync``: the host waits for the device
 before it issues it, :mod:`.host`; ``sms``: the SMs its kernels hold where not NCCL's,
-:attr:`.ops.TPComm.sms`), ``("r", seconds, flops, nbytes,
+:attr:`.ops.TPComm.sms`; ``rate``: the bytes/s those SMs can copy, or 0,
+:func:`.comm_interference.held_rate`), ``("r", seconds, flops, nbytes,
 name)`` for ring attention (per step, :mod:`.context_parallel`) and ``("f", seconds,
 name)`` for a fixed cost of its own (the pass's kernel launches and its wait for the host,
 :mod:`.host`). Consecutive kernels merge
@@ -38,7 +39,7 @@ from __future__ import annotations
 
 from ..hardware.interference import NCCL
 from ..program import beside_scaled, beside_sum
-from .comm_interference import beside
+from .comm_interference import beside, held_rate
 from .context_parallel import CPComm, CPRing
 from .cost_model import CostModel
 from .ops import ExpertRanks, LayerOp, TPComm
@@ -68,7 +69,17 @@ def forward_items(
             if op.fwd and not core_only:
                 out.append(
                     (
-                        ("x", op.fwd, op.forward_nbytes, op.name, op.group, op.matrix, op.host_sync, op.sms),
+                        (
+                            "x",
+                            op.fwd,
+                            op.forward_nbytes,
+                            op.name,
+                            op.group,
+                            op.matrix,
+                            op.host_sync,
+                            op.sms,
+                            held_rate(cm, op),
+                        ),
                         "",
                         None,
                     )
@@ -156,6 +167,7 @@ def backward_items(
                             tuple(zip(*op.matrix)),
                             False,
                             op.sms,
+                            held_rate(cm, op, backward=True),
                         ),
                         "",
                         "",
@@ -211,8 +223,11 @@ def launch_items(
 
 def _held(item: tuple) -> tuple:
     """A collective item's ``(SMs,)`` where its kernels are not NCCL's (:attr:`.ops.TPComm.sms`),
+    ``(SMs, bytes/s)`` where those SMs also cap its rate (:func:`.comm_interference.held_rate`),
     else ``()``: its Segment's and Op's ``beside``."""
-    return (item[7],) if len(item) > 7 and item[7] else ()
+    if len(item) <= 7 or not item[7]:
+        return ()
+    return (item[7], item[8]) if len(item) > 8 and item[8] else (item[7],)
 
 
 def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment, ...]:
