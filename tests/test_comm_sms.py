@@ -55,16 +55,11 @@ def _collective_end(held: tuple) -> tuple[float, dict]:
     """End of a 2 MiB all-to-all between two GPUs on a 25 GB/s fabric whose ops carry
     ``held`` (:attr:`Op.beside`), and the engine's ``comm_slowed_s``."""
     prog = cs.Program(2)
-    for dev in (0, 1):
-        prog.add(
-            dev, "ep", "collective", "ep dispatch", nbytes=2**21, group=(0, 1), collective="all_to_all",
-            tag="d", beside=held,
-        )  # fmt: skip
+    kw = {"nbytes": 2**21, "group": (0, 1), "collective": "all_to_all", "tag": "d", "beside": held}
+    [prog.add(dev, "ep", "collective", "ep dispatch", **kw) for dev in (0, 1)]
     env, rec = simpy.Environment(), Recorder()
-    engine = Engine(
-        prog, env, DirectFabric(env, rec, 25e9, 0.0), rec, [2**40] * 2, alpha=0.0,
-        comm_compute_slowdown=slowdown_of(132),
-    )  # fmt: skip
+    fabric = DirectFabric(env, rec, 25e9, 0.0)
+    engine = Engine(prog, env, fabric, rec, [2**40] * 2, alpha=0.0, comm_compute_slowdown=slowdown_of(132))
     engine.run()
     return max(e for _, _, e in rec.ops), engine.comm_slowed_s
 
