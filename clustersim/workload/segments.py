@@ -43,6 +43,7 @@ from .comm_interference import beside, held_rate
 from .context_parallel import CPComm, CPRing
 from .cost_model import CostModel
 from .ops import ExpertRanks, LayerOp, TPComm
+from .sp_regather import NAME as REGATHER
 from .stage_cost import Segment
 from .tp_overlap import AG_GEMMS, RS_GEMMS, TPOverlap, merge_backward, merge_forward
 
@@ -151,10 +152,15 @@ def backward_items(
     ops: list, cm: CostModel, *, weight: bool = True, inputs: bool = True, overlap: TPOverlap | None = None
 ) -> list[tuple]:
     """Items of the backward of ``ops`` (in reverse): input- and/or weight-gradient work.
-    ``overlap``: as :func:`forward_items` (a GEMM's dgrad and wgrad are then separate items)."""
+    ``overlap``: as :func:`forward_items` (a GEMM's dgrad and wgrad are then separate items).
+    A linear after a sequence-parallel re-gather (:mod:`.sp_regather`) runs its input-gradient
+    GEMM beside it (``p``) and its weight gradient after (``c``)."""
     out = []
+    regathered = False  # the op before (in backward order) was the re-gather
     for op in reversed(ops):
+        beside_gather, regathered = regathered, False
         if isinstance(op, TPComm):
+            regathered = op.name == REGATHER and inputs
             if op.bwd and inputs:
                 out.append(
                     (
@@ -191,17 +197,26 @@ def backward_items(
                 out.append((("c", t, w.flops, n, k, host, *_beside(cm, [(w, t)])), op.name, part, w))
             continue
         works = [(op.bwd_input, "B")] * inputs + [(op.bwd_weight, "W")] * weight
-        priced = [(*_priced(cm, w, op.name, ph), w.flops) for w, ph in works]
-        t, flops = sum(p[0] for p in priced), sum(p[4] for p in priced)
-        if t or flops:
-            kind = "p" if op.overlap and inputs else "c"
-            n, issued, hosts = sum(p[1] for p in priced), sum(p[2] for p in priced), [p[3] for p in priced]
-            host = None if None in hosts else sum(hosts)
-            beside_ = _beside(cm, [(w, p[0]) for (w, _), p in zip(works, priced, strict=True)])
-            out.append(((kind, t, flops, n, issued, host, *beside_), op.name, "", None))
+        if beside_gather:  # dgrad beside the re-gather, wgrad after it (Megatron's order)
+            out += _work_items(cm, op, works[:1], "p") + _work_items(cm, op, works[1:], "c")
+            continue
+        out += _work_items(cm, op, works, "p" if op.overlap and inputs else "c")
     if overlap is not None:
         return merge_backward(out, overlap, cm.eff)
     return [item for item, *_ in out]
+
+
+def _work_items(cm: CostModel, op: LayerOp, works: list[tuple], kind: str) -> list[tuple]:
+    """One ``kind`` (``c`` or ``p``) item of ``op``'s ``works`` ((Work, phase) pairs) priced by
+    ``cm``, wrapped as :func:`backward_items` collects them; none where they are empty."""
+    priced = [(*_priced(cm, w, op.name, ph), w.flops) for w, ph in works]
+    t, flops = sum(p[0] for p in priced), sum(p[4] for p in priced)
+    if not (t or flops):
+        return []
+    n, issued, hosts = sum(p[1] for p in priced), sum(p[2] for p in priced), [p[3] for p in priced]
+    host = None if None in hosts else sum(hosts)
+    beside_ = _beside(cm, [(w, p[0]) for (w, _), p in zip(works, priced, strict=True)])
+    return [((kind, t, flops, n, issued, host, *beside_), op.name, "", None)]
 
 
 def launch_items(
