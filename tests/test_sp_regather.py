@@ -55,23 +55,31 @@ def test_which_profiles_regather():
     assert regathers("megatron_core") and not regathers("fsdp2")
 
 
-def _regathers_in(parallel: dict, framework: str = "megatron_2021") -> int:
-    raw = {
+def _raw(parallel: dict, framework: str = "megatron_2021") -> dict:
+    return {
         "cluster": {"preset": "dgx_h100", "nodes": 1},
         "model": {"preset": "gpt-1.3b", "layers": 2},
         "training": {"global_batch": 8, "micro_batch": 1, "framework": framework},
         "parallel": {"tp": 8, "pp": 1, "dp": 1, **parallel},
         "simulation": {"network": "analytical", "collective_model": "analytical", "granularity": "layer"},
     }
-    prog = cs.compile_scenario(cs.load_scenario(raw))
+
+
+def _regathers_in(parallel: dict, framework: str = "megatron_2021") -> int:
+    prog = cs.compile_scenario(cs.load_scenario(_raw(parallel, framework)))
     return sum(1 for op in prog.ops if op.kind == "collective" and op.name == NAME)
 
 
-def test_the_program_regathers_under_sp_and_not_under_tp_overlap():
+def test_the_program_regathers_under_sp_with_tp_overlap_or_without():
     # 2 layers × 2 linears × 8 micro-batches, one op per TP rank
     assert _regathers_in({"sequence_parallel": True}) == 2 * 2 * 8 * 8
     assert _regathers_in({"sequence_parallel": False}) == 0
-    assert _regathers_in({"sequence_parallel": True, "tp_comm_overlap": True}, "megatron_core") == 0
+    assert (
+        _regathers_in({"sequence_parallel": True, "tp_comm_overlap": True}, "megatron_core") == 2 * 2 * 8 * 8
+    )
+    # fsdp2's DTensor SP saves the gathered input: its profile gathers nothing again
+    assert _regathers_in({"sequence_parallel": True}, "fsdp2") == 0
+    assert _regathers_in({"sequence_parallel": True}, "deepspeed") == 2 * 2 * 8 * 8
 
 
 def test_korthikanti_sp_backward_adds_what_the_dgrad_does_not_hide():

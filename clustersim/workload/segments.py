@@ -194,7 +194,8 @@ def backward_items(
             parts = [("dgrad", op.bwd_input, "B")] * inputs + [("wgrad", op.bwd_weight, "W")] * weight
             for part, w, ph in parts:
                 t, n, k, host = _priced(cm, w, op.name, ph)
-                out.append((("c", t, w.flops, n, k, host, *_beside(cm, [(w, t)])), op.name, part, w))
+                kind = "p" if beside_gather and part == "dgrad" else "c"  # beside the re-gather
+                out.append(((kind, t, w.flops, n, k, host, *_beside(cm, [(w, t)])), op.name, part, w))
             continue
         works = [(op.bwd_input, "B")] * inputs + [(op.bwd_weight, "W")] * weight
         if beside_gather:  # dgrad beside the re-gather, wgrad after it (Megatron's order)

@@ -442,7 +442,7 @@ def _layer_kind(cfg, st: TrainSetup, cm: CostModel, shape: tuple[bool, int], acc
         # FP8 parameters: the optimizer's step writes the FP8 weight itself (its 16-bit copy's
         # write in :meth:`.cost_model.CostModel.optimizer_time`), TE recasts nothing
         fp8_cast = 0.0 if st.fp8_params else weight_cast_seconds(layer, st.gpu, st.fp8_recipe)
-    if sp and st.regather and st.tp_overlap is None:  # the backward gathers the inputs again
+    if sp and st.regather:  # the backward gathers the column-parallel inputs again
         layer = with_regather(layer)
     if accumulate:
         layer = with_grad_accumulation(layer, e)
