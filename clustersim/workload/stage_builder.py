@@ -216,7 +216,14 @@ class FixedCosts:
         tr = sc.training
         fc = tr.fixed_costs
         launch = cm.eff.launch_s if fc.kernel_launch is None else fc.kernel_launch
-        host = HostModel.of(tr.framework, fc.host_dispatch, tr.cuda_graphs, fc.small_kernels, hidden_bytes)
+        host = HostModel.of(
+            tr.framework,
+            fc.host_dispatch,
+            tr.cuda_graphs,
+            fc.small_kernels,
+            hidden_bytes,
+            tr.precision == "fp8",
+        )
         return cls(
             launch,
             fc.microbatch_overhead,
