@@ -13,6 +13,7 @@ from clustersim.workload.model_presets import TRANSFORMER_PRESETS
 from clustersim.workload.ops import LayerOp, TPComm
 from clustersim.workload.segments import backward_items
 from clustersim.workload.sp_regather import NAME, REGATHERS, regathers, with_regather
+from clustersim.workload.stage_cost import chunk_costs
 from clustersim.workload.transformer_ops import layer_ops
 
 CFG = TRANSFORMER_PRESETS["gpt-22b"][0]
@@ -70,13 +71,16 @@ def _regathers_in(parallel: dict, framework: str = "megatron_2021") -> int:
     return sum(1 for op in prog.ops if op.kind == "collective" and op.name == NAME)
 
 
-def test_the_program_regathers_under_sp_with_tp_overlap_or_without():
+def test_the_program_regathers_under_sp_and_te_moves_it_in_bulk():
     # 2 layers × 2 linears × 8 micro-batches, one op per TP rank
     assert _regathers_in({"sequence_parallel": True}) == 2 * 2 * 8 * 8
     assert _regathers_in({"sequence_parallel": False}) == 0
-    assert (
-        _regathers_in({"sequence_parallel": True, "tp_comm_overlap": True}, "megatron_core") == 2 * 2 * 8 * 8
-    )
+    # TP overlap: userbuffers' bulk overlap moves it beside the dgrad GEMM (no NCCL call)
+    overlapped = {"sequence_parallel": True, "tp_comm_overlap": True}
+    assert _regathers_in(overlapped, "megatron_core") == 0
+    cost = chunk_costs(cs.load_scenario(_raw(overlapped, "megatron_core")), 1)[0]
+    bulk = [s for s in cost.segments("B") if s.kind == "overlap" and s.name == NAME]
+    assert len(bulk) == 2 * 2 and {(s.method, s.collective) for s in bulk} == {("bulk", "all_gather")}
     # fsdp2's DTensor SP saves the gathered input: its profile gathers nothing again
     assert _regathers_in({"sequence_parallel": True}, "fsdp2") == 0
     assert _regathers_in({"sequence_parallel": True}, "deepspeed") == 2 * 2 * 8 * 8

@@ -31,7 +31,7 @@ between the two halves of its compute — far fewer simulated events for huge va
 runs, at the price of the per-collective latency terms (negligible for these sizes).
 
 With ``parallel.tp_comm_overlap`` a collective and the GEMM it pipelines with become one
-``("o", kind, nbytes, name, seconds, flops, method, chunks, margin, host)`` item and an ``overlap``
+``("o", kind, nbytes, name, seconds, flops, method, chunks, margin, host, launches)`` item and an ``overlap``
 Segment, which the compiler emits in chunks (:mod:`.tp_overlap`; per-layer only).
 """
 
@@ -194,8 +194,7 @@ def backward_items(
             parts = [("dgrad", op.bwd_input, "B")] * inputs + [("wgrad", op.bwd_weight, "W")] * weight
             for part, w, ph in parts:
                 t, n, k, host = _priced(cm, w, op.name, ph)
-                kind = "p" if beside_gather and part == "dgrad" else "c"  # beside the re-gather
-                out.append(((kind, t, w.flops, n, k, host, *_beside(cm, [(w, t)])), op.name, part, w))
+                out.append((("c", t, w.flops, n, k, host, *_beside(cm, [(w, t)])), op.name, part, w))
             continue
         works = [(op.bwd_input, "B")] * inputs + [(op.bwd_weight, "W")] * weight
         if beside_gather:  # dgrad beside the re-gather, wgrad after it (Megatron's order)
@@ -231,7 +230,7 @@ def launch_items(
     at a ``dispatch`` that is not: whether the op exists depends on the configuration,
     never on the wait, so pricing the host adds no op to a pass that launches kernels."""
     kernels = [i for i in items if i[0] in ("c", "e", "p", "o")]
-    n = sum(1 if i[0] == "o" else i[3] for i in kernels)
+    n = sum(i[10] if i[0] == "o" else i[3] for i in kernels)
     issued = any(i[0] == "o" or i[4] for i in kernels)
     present = (n and launch_s) or (issued and dispatch)
     return [("f", n * launch_s + wait, "launch")] + items if present else items
@@ -282,7 +281,7 @@ def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment
             segs.append(run.segment())
         run = _Run()
         if i[0] == "o":  # a collective pipelined with a GEMM (tp_overlap): the GEMM's time rides along
-            _, kind, nbytes, name, seconds, flops, method, chunks, margin, _ = i
+            _, kind, nbytes, name, seconds, flops, method, chunks, margin = i[:9]
             segs.append(Segment("overlap", seconds, flops, nbytes, kind, name, method, chunks, margin=margin))
         elif i[0] == "r":
             _, times, flops, sent, name = i

@@ -21,9 +21,7 @@ linear's input-gradient GEMM beside it (the pass runs them side by side). Which 
 not ``fsdp2`` — torchtitan's sequence parallelism is DTensor's ``ColwiseParallel``, whose matmul
 saves the gathered input autograd hands it, so its backward gathers nothing. Under
 ``parallel.tp_comm_overlap`` TE's userbuffers move it beside the same GEMM (TE's
-``qkv_dgrad`` / ``fc1_dgrad`` bulk overlap); it is priced there as the NCCL all-gather beside
-the dgrad GEMM too (no userbuffers bulk item of its own: TP overlap on or off costs it the
-same, so ``tests/test_tp_overlap.py``'s closed forms keep to the chunk pipelines).
+``qkv_dgrad`` / ``fc1_dgrad`` bulk overlap, :func:`.tp_overlap.merge_backward`): no NCCL call.
 """
 
 from __future__ import annotations
