@@ -10,14 +10,10 @@ import simpy
 
 import clustersim as cs
 from clustersim.engine.interpreter import Engine
-from clustersim.hardware.comm_sms import curves, sm_rate, stretched
+from clustersim.hardware.comm_sms import TOLERANCE, curves, sm_rate, stretched
 from clustersim.hardware.interference import nccl_ctas, slowdown_of, sm_budget
 from clustersim.network import DirectFabric
 from clustersim.record import Recorder
-
-#: stated tolerances: DeepEP's rows span the bend (16–48 SMs) and sit within 5 %; NCCL's
-#: stop at 8 CTAs, far below the plateau, which the fit extrapolates (within 8 %)
-TOLERANCE = {"deepep": 0.05, "nccl": 0.08}
 
 
 @pytest.mark.parametrize("key", sorted(curves()))
