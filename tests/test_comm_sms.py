@@ -31,6 +31,14 @@ def test_nccl_at_its_own_channels_is_link_bound():
     assert sm_rate("H200-SXM-141GB", "nccl", "all_reduce") * nccl_ctas("H200-SXM-141GB") > 2 * 370e9
 
 
+def test_userbuffers_16_sms_are_link_bound_at_nccls_per_cta_rate():
+    """TE userbuffers' pipeline and bulk kernels hold 16 SMs; at NCCL's per-CTA copy rate (H200
+    all-reduce rows; userbuffers' own by SM count were not found: a stated transfer) 16 SMs
+    carry over 1.5 × NVLink4's ~370 GB/s, so TP overlap's transfers are not stretched."""
+    for kind in ("tp_pipeline", "tp_bulk"):
+        assert sm_rate("H200-SXM-141GB", "nccl", "all_reduce") * sm_budget(kind).comm_sms > 1.5 * 370e9
+
+
 def test_deepep_on_blackwell_is_sm_bound_and_hopper_takes_a_stated_transfer():
     """On B200 DeepEP's 20 SMs copy ~450 GB/s of BF16 dispatch, below the ~700 GB/s its
     NVLink domain reaches at 64 SMs (DeepEP README, V2 table); H800 has no rows and takes
