@@ -41,6 +41,7 @@ import simpy
 from ..collectives.algorithm import Options, Tuning
 from ..collectives.api import Call, prepare_collective
 from ..errors import SimulationStall
+from ..hardware.comm_sms import stretched
 from ..hardware.interference import NCCL, beside_factor, hbm_rate
 from ..network.base import Fabric
 from ..network.orbits import MirroredFabric, send_orbits
@@ -137,6 +138,8 @@ class Engine:
         self.events = 0
         #: per op id, the seconds a compute op lost running at 1/slowdown beside collectives
         self.slowed_s: dict[int, float] = {}
+        #: per collective op id, the seconds its kernels' SMs added to the link's time
+        self.comm_slowed_s: dict[int, float] = {}
 
     def finished_count(self) -> int:
         """How many ops have ended so far (for a progress bar): a lane's ops before the one
@@ -257,21 +260,35 @@ class Engine:
                 self.start[i] = self.env.now
             # a callback where a process's first step would run (URGENT, at now), so events
             # at equal times keep their order: one event instead of a process's start and end
-            call_soon(self.env, partial(self._run_collective, op, state[1]))
+            call_soon(self.env, partial(self._run_collective, op, state[1], state[2]))
         return state[1]
 
-    def _run_collective(self, op: Op, finished: simpy.Event, _event=None) -> None:
-        """Start ``op``'s collective now; ``finished`` succeeds when it has ended."""
+    def _run_collective(self, op: Op, finished: simpy.Event, members=(), _event=None) -> None:
+        """Start ``op``'s collective now; ``finished`` succeeds when it has ended. Where its
+        kernels' SMs cap its rate (``op.beside``'s second element, bytes/s:
+        :func:`~clustersim.workload.comm_interference.held_rate`) it ends at the smooth
+        minimum of the link's and the SMs' rates (:func:`~clustersim.hardware.comm_sms.stretched`),
+        the seconds added counted per member op (``members``) in ``comm_slowed_s``."""
         algorithm, analytical_time = self._collective_plan(op)
         rate = 0.0
         if self.slowdown != 1.0:  # what the compute priced kernel by kernel beside it loses
             rate = hbm_rate(op.collective, len(op.group), op.nbytes, self._collective_plan.idle_time(op))
         key = op.beside[0] if op.beside else NCCL  # DeepEP's SMs, or NCCL's CTAs
         self._collectives_change(op.group, +1, rate, key)
+        sm_s, begun = (op.nbytes / op.beside[1] if len(op.beside) > 1 else 0.0), self.env.now
 
-        def ended(_event) -> None:
+        def done(_event=None) -> None:
             self._collectives_change(op.group, -1, rate, key)
             finished.succeed()
+
+        def ended(_event) -> None:
+            extra = stretched(self.env.now - begun, sm_s) - (self.env.now - begun) if sm_s else 0.0
+            if extra <= 0.0:
+                done()
+                return
+            for i in members:  # the SMs still copy: the collective holds its GPUs a while longer
+                self.comm_slowed_s[i] = self.comm_slowed_s.get(i, 0.0) + extra
+            self.env.timeout(extra).callbacks.append(done)
 
         if analytical_time is not None:
             self.env.timeout(analytical_time).callbacks.append(ended)

@@ -74,6 +74,7 @@ from .selective_ac import (
     op_saved_bytes,
     policy_of,
 )
+from .sp_regather import regathers, with_regather
 from .stage_cost import StageCost, even_partition
 from .tp_overlap import TPOverlap, overlap_of
 from .transformer_ops import embedding_ops, layer_ops, mtp_ops, output_ops
@@ -142,6 +143,7 @@ class TrainSetup:
             kernels=tr.memory_kernels or tr.framework,
             fp8_recipe=tr.fp8_recipe or default_recipe(tr.framework, gpu or sc.cluster.gpu),
             selective=policy_of(tr.framework),
+            regather=regathers(tr.framework),
             optimizer_bytes=_optimizer_bytes(sc, gpu),
         )
 
@@ -167,6 +169,8 @@ class TrainSetup:
     fp8_recipe: str = "delayed"
     #: what ``recompute: selective`` keeps: ``attention_core`` or torchtitan's ``op`` policy (:mod:`.selective_ac`)
     selective: str = "attention_core"
+    #: the sequence-parallel backward gathers the column-parallel inputs again (:mod:`.sp_regather`)
+    regather: bool = True
     #: Megatron-Core's ``recompute_modules`` under the ``attention_core`` policy (:mod:`.selective_ac`)
     modules: tuple[str, ...] = MEGATRON_MODULES
     #: the optimizer states' bytes per parameter (``training.precision_aware_optimizer``;
@@ -212,7 +216,14 @@ class FixedCosts:
         tr = sc.training
         fc = tr.fixed_costs
         launch = cm.eff.launch_s if fc.kernel_launch is None else fc.kernel_launch
-        host = HostModel.of(tr.framework, fc.host_dispatch, tr.cuda_graphs, fc.small_kernels, hidden_bytes)
+        host = HostModel.of(
+            tr.framework,
+            fc.host_dispatch,
+            tr.cuda_graphs,
+            fc.small_kernels,
+            hidden_bytes,
+            tr.precision == "fp8",
+        )
         return cls(
             launch,
             fc.microbatch_overhead,
@@ -438,6 +449,8 @@ def _layer_kind(cfg, st: TrainSetup, cm: CostModel, shape: tuple[bool, int], acc
         # FP8 parameters: the optimizer's step writes the FP8 weight itself (its 16-bit copy's
         # write in :meth:`.cost_model.CostModel.optimizer_time`), TE recasts nothing
         fp8_cast = 0.0 if st.fp8_params else weight_cast_seconds(layer, st.gpu, st.fp8_recipe)
+    if sp and st.regather:  # the backward gathers the column-parallel inputs again
+        layer = with_regather(layer)
     if accumulate:
         layer = with_grad_accumulation(layer, e)
     ov = st.tp_overlap
