@@ -1,10 +1,10 @@
 """clustersim's Chakra exports run in ASTRA-sim's analytical backend, side by side (issue 31).
 
-    python benchmarks/astra_sim_check.py --astra ASTRA_BIN [--examples DIR] [--only NAME]
+    python benchmarks/astra_sim_check.py --astra ASTRA_BIN [--examples DIR] [--only NAME] [--matched]
 
 ``ASTRA_BIN`` is ``AstraSim_Analytical_Congestion_Unaware`` as ``../shared/tools/astra-sim-build``
 builds it; ``--examples`` is ASTRA-sim's ``examples/`` folder (its collective microbenchmark
-traces). Nothing in the test suite depends on this script. Two parts:
+traces). Nothing in the test suite depends on this script. Three parts (the third runs first):
 
 1. **ASTRA-sim's own collective traces** (8 NPUs, 1 MB: all-reduce, all-gather,
    reduce-scatter, all-to-all) on ASTRA-sim's ``Ring_8npus`` network (50 GB/s, 500 ns per
@@ -19,6 +19,13 @@ traces). Nothing in the test suite depends on this script. Two parts:
    and both iteration times. The clusters differ in what each simulator prices (NCCL
    protocols, contention, ASTRA-sim's chunking): the line is a runnability check and a
    ratio, not a validation.
+
+3. **clustersim's exports on a matched network** (``--matched``: this part alone): the
+   shipped samples and data-parallel (8, 64 ranks) and pipeline exports, run by ASTRA-sim on
+   a ``Ring`` of its example's links and by clustersim on a ``ring`` of the same links, each
+   trace as ASTRA-sim runs it (:mod:`clustersim.interop.astra_view`); ASTRA-sim with one
+   split, no local-memory time and 1 ns a collective step (:data:`MATCHED`). Prints both
+   times and their ratio, beside clustersim's own replay and ASTRA-sim's example system.
 
 ASTRA-sim prints ``sys[i] finished, T cycles`` per NPU (1 cycle = 1 ns); its time is the
 largest T.
@@ -36,6 +43,11 @@ import time
 from pathlib import Path
 
 import clustersim as cs
+from clustersim.interop.astra_view import astra_view
+from clustersim.interop.chakra_attrs import attr
+from clustersim.interop.chakra_file import write_trace
+from clustersim.interop.chakra_import import rank_files
+from clustersim.interop.chakra_schema import NODE_TYPES, GlobalMetadata, Node
 from clustersim.resolve import resolve
 from clustersim.scenario import read_yaml
 
@@ -66,14 +78,24 @@ SHIPPED = (
 )
 
 
-def system_config(splits: int, all_to_all: str = "ring", local_mem_bw: float = 1600) -> dict:
+#: ASTRA-sim's system settings matched to clustersim's α-β collectives: one dataset split, no
+#: local-memory time for reductions, its direct all-to-all, 1 ns a collective step (its
+#: smallest endpoint delay: at 0 no NPU finishes)
+MATCHED = {"all_to_all": "direct", "local_mem_bw": 1e9, "endpoint_delay": 1}
+#: the matched network: a ring of ASTRA-sim's example links (``Ring_8npus``: 50 GB/s, 500 ns)
+RING_GBPS, RING_NS = 50.0, 500.0
+
+
+def system_config(
+    splits: int, all_to_all: str = "ring", local_mem_bw: float = 1600, endpoint_delay: int = 10
+) -> dict:
     """ASTRA-sim's system file: ring collectives on every dimension (``all_to_all``: its
-    all-to-all implementation; ``local_mem_bw``: the GB/s its reductions read and write at),
-    replayed compute."""
+    all-to-all implementation; ``local_mem_bw``: the GB/s its reductions read and write at;
+    ``endpoint_delay``: the ns it adds to every step of a collective), replayed compute."""
     ring = ["ring"]
     return {
         "scheduling-policy": "LIFO",
-        "endpoint-delay": 10,
+        "endpoint-delay": endpoint_delay,
         "active-chunks-per-dimension": 1,
         "preferred-dataset-splits": splits,
         "all-reduce-implementation": ring,
@@ -138,7 +160,9 @@ def ring_trace_scenario(folder: Path, npus: int) -> dict:
 
 def collective_rows(binary: Path, examples: Path) -> None:
     print("ASTRA-sim's collective microbenchmarks, 8 NPUs, 1 MB, Ring_8npus (50 GB/s = 50·2^30 B/s, 500 ns):")
-    print("  ASTRA-sim: 1 split and no local-memory time (matched), 1 split at its example's 1600 GB/s")
+    print(
+        "  ASTRA-sim: 1 split, no local-memory time, 1 ns a step (matched), 1 split at its example's 1600 GB/s"
+    )
     print("  local memory, its example's 4 splits; all-to-all: its direct implementation (matched)")
     head = ("clustersim", "matched", "local 1600", "4 splits", "ratio")
     print(f"  {'collective':<16}" + "".join(f"{h:>13}" for h in head))
@@ -151,7 +175,7 @@ def collective_rows(binary: Path, examples: Path) -> None:
             ours = cs.simulate(ring_trace_scenario(Path(tmp), 8), progress=False).summary["iteration_time_s"]
         # ASTRA-sim's ring all-to-all forwards n(n−1)/2 steps; its direct one is NCCL's pairwise
         a2a = "direct" if kind == "all_to_all" else "ring"
-        matched = run_astra(binary, folder / kind, network, 1, None, all_to_all=a2a, local_mem_bw=1e9)
+        matched = run_astra(binary, folder / kind, network, 1, None, **MATCHED)
         local = run_astra(binary, folder / kind, network, 1, None, all_to_all=a2a)
         four = run_astra(binary, folder / kind, network, 4, None)
         ratio = f"{ours / matched:.3f}" if matched else "-"
@@ -223,17 +247,131 @@ def shipped_rows(binary: Path, names: list[str], max_ranks: int) -> None:
         )
 
 
+def gpt_dp(gpus: int) -> dict:
+    """A data-parallel job over ``gpus`` A100s: a 2-layer GPT-1.3B, 2 micro-batches a replica
+    (tests/test_chakra_rescale.py's), one gradient all-reduce after the backward passes."""
+    return {
+        "name": f"gpt-dp{gpus}",
+        "cluster": {"preset": "dgx_a100", "nodes": max(1, gpus // 8)},
+        "model": {"preset": "gpt-1.3b", "layers": 2},
+        "training": {"global_batch": 2 * gpus, "micro_batch": 1},
+        "parallel": {"dp": gpus, "gpus": gpus},
+        "simulation": {"fidelity": "fast"},
+    }
+
+
+def matched_traces(tmp: Path) -> dict[str, Path]:
+    """The traces compared on the matched network: the shipped samples (synthetic model, dp 8;
+    pp 4 × dp 2), the synthetic model's export at dp 64, a 2-layer GPT-1.3B's data-parallel
+    exports at 8 and 64 ranks (kernel-priced compute, not whole microseconds) and the
+    quickstart's (TP 2 × PP 4 × DP 2)."""
+    samples = ROOT / "tests" / "data" / "chakra"
+    synthetic = cs.load_scenario(ROOT / "scenarios" / "synthetic-4stage-1f1b.yaml")
+    scenarios = {
+        "synthetic dp64": synthetic.with_overrides(
+            {
+                "cluster.gpus_per_node": 8,
+                "cluster.nodes": 8,
+                "parallel.pp": 1,
+                "parallel.dp": 64,
+                "training.global_batch": 128,
+            }
+        ),
+        "gpt dp8": gpt_dp(8),
+        "gpt dp64": gpt_dp(64),
+        "quickstart": cs.load_scenario(ROOT / "scenarios" / "quickstart.yaml"),
+    }
+    out = {"synthetic dp8 sample": samples / "synthetic-dp8"}
+    for name, sc in scenarios.items():
+        out[name] = tmp / name.replace(" ", "-")
+        cs.export_chakra(sc, out[name])
+    out["pp4-dp2 sample"] = samples / "synthetic-pp4-dp2"
+    return out
+
+
+def matched_rows(binary: Path) -> None:
+    """Each trace in both simulators on one matched network (module docstring, part 3), and
+    what each departing term adds: clustersim's own import (the chain left out, exact compute
+    seconds) and ASTRA-sim's example system (4 splits, 1,600 GB/s local memory, 10 ns a step)."""
+    print(
+        f"Exports on a matched network: Ring of {RING_GBPS:g} GB/s (2^30 B), {RING_NS:g} ns links, "
+        "α-β ring collectives, no NCCL protocol or α; ASTRA-sim 1 split, no local-memory time, 1 ns a step"
+    )
+    head = ("clustersim", "ASTRA-sim", "ratio", "own import", "ASTRA example")
+    print(f"  {'trace':<22}{'ranks':>6}" + "".join(f"{h:>14}" for h in head))
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, folder in matched_traces(Path(tmp)).items():
+            n = len(rank_files(folder))
+            view = astra_view(folder, Path(tmp) / "view" / folder.name)
+            ours = cs.simulate(ring_trace_scenario(view, n), progress=False).summary["iteration_time_s"]
+            own = cs.simulate(ring_trace_scenario(folder, n), progress=False).summary["iteration_time_s"]
+            network = {
+                "topology": ["Ring"],
+                "npus_count": [n],
+                "bandwidth": [RING_GBPS],
+                "latency": [RING_NS],
+            }
+            prefix = folder / rank_files(folder)[0].name.split(".")[0]
+            theirs = run_astra(binary, prefix, network, 1, folder / "comm_group.json", **MATCHED)
+            example = run_astra(binary, prefix, network, 4, folder / "comm_group.json")
+            ratio = f"{ours / theirs:.5f}" if theirs else "-"
+            cells = [f"{ours * 1e3:.4f}ms", _ms(theirs), ratio, f"{own * 1e3:.4f}ms", _ms(example)]
+            print(f"  {name:<22}{n:>6}" + "".join(f"{c:>14}" for c in cells))
+    print(
+        "  clustersim runs each trace as ASTRA-sim does (interop.astra_view: the communication chain\n"
+        "  kept as dependencies, compute for its whole microseconds); 'own import': clustersim's own\n"
+        "  replay (chain left out, exact seconds); 'ASTRA example': its example system's splits,\n"
+        "  local-memory reduction time and 10 ns steps, the terms the matched settings switch off"
+    )
+    spread_rows(binary)
+
+
+#: a collective group of ranks that are not ring neighbours: the quickstart's gradient-norm group
+#: on its 16-rank ring (hops 1, 3, 1, 3, …)
+SPREAD = (0, 1, 4, 5, 8, 9, 12, 13)
+
+
+def spread_rows(binary: Path) -> None:
+    """An all-reduce over :data:`SPREAD` alone, on the matched 16-rank ring, in both simulators:
+    one of the two terms by which the quickstart departs (docs/interop.md)."""
+    print(f"  an all-reduce over ranks {SPREAD} of a 16-rank ring, alone:")
+    network = {"topology": ["Ring"], "npus_count": [16], "bandwidth": [RING_GBPS], "latency": [RING_NS]}
+    for size in (4, 2**24):
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp)
+            for rank in range(16):
+                # (ASTRA-sim wants a node on every NPU: 1 µs of compute on the others)
+                node = Node(id=1, name="idle", type=NODE_TYPES["COMP_NODE"], duration_micros=1)
+                if rank in SPREAD:
+                    node = Node(id=1, name="all-reduce", type=NODE_TYPES["COMM_COLL_NODE"])
+                    node.attr.extend([attr("comm_type", 0), attr("comm_size", size), attr("pg_name", "1")])
+                node.attr.append(attr("is_cpu_op", False))
+                write_trace(folder / f"trace.{rank}.et", GlobalMetadata(version="0.0.4"), [node])
+            (folder / "comm_group.json").write_text(json.dumps({"1": list(SPREAD)}))
+            ours = cs.simulate(ring_trace_scenario(folder, 16), progress=False).summary["iteration_time_s"]
+            theirs = run_astra(binary, folder / "trace", network, 1, folder / "comm_group.json", **MATCHED)
+        print(f"    {size:>10} B: clustersim {ours * 1e6:.3f} µs, ASTRA-sim {_us(theirs)}")
+
+
+def _ms(t: float | None) -> str:
+    return "deadlock" if t is None else f"{t * 1e3:.4f}ms"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--astra", type=Path, required=True, help="AstraSim_Analytical_Congestion_Unaware")
     ap.add_argument("--examples", type=Path, help="ASTRA-sim's examples/ folder")
     ap.add_argument("--only", action="append", help="a shipped scenario name (repeatable)")
     ap.add_argument("--max-ranks", type=int, default=1024)
+    ap.add_argument("--matched", action="store_true", help="only part 3: exports on a matched network")
     args = ap.parse_args()
     if not args.astra.is_file():
         sys.exit(f"{args.astra}: not an ASTRA-sim binary (build it with ../shared/tools/astra-sim-build)")
     if args.examples is not None:
         collective_rows(args.astra, args.examples)
+    matched_rows(args.astra)
+    if args.matched:
+        return
     shipped_rows(args.astra, args.only or list(SHIPPED), args.max_ranks)
 
 

@@ -83,7 +83,7 @@ def cmd_export_chakra(args) -> int:
     from .simulate import export_chakra
 
     sc = load_scenario(args.scenario, parse_overrides(args.set))
-    files = export_chakra(sc, args.folder)
+    files = export_chakra(sc, args.folder, layers=args.layers)
     print(
         f"{len(files)} rank files ({files[0].name} … {files[-1].name}) and comm_group.json in {args.folder}/"
     )
@@ -304,6 +304,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _scenario_arguments(exp, "scenario YAML file")
     exp.add_argument("folder", help="directory for the rank files (created; earlier rank files replaced)")
+    exp.add_argument(
+        "--layers",
+        action="store_true",
+        help="compile each pass layer by layer and label every op with its model layer "
+        "(clustersim.layer; a transformer at granularity: layer): what model.replay_pp needs to split stages",
+    )
     exp.set_defaults(func=cmd_export_chakra)
     cal = sub.add_parser(
         "calibrate",

@@ -94,6 +94,10 @@ class Op:
     implementation holds) (:mod:`clustersim.workload.comm_interference`); empty: the run's
     scalar slowdown. On a collective op, ``(SMs,)`` its kernels hold where they are not
     NCCL's channels (DeepEP's ``Buffer.num_sms``); empty: NCCL's.
+
+    ``layer``: the model layer a pass op belongs to (the embedding rides with the first
+    layer, the output layer with the last), where the compile was asked to label layers
+    (a Chakra export's, :mod:`clustersim.interop.chakra_split`); −1 (the default): none.
     """
 
     __slots__ = (
@@ -126,6 +130,7 @@ class Op:
         "split",
         "source",
         "beside",
+        "layer",
     )
 
     def __init__(
@@ -159,6 +164,7 @@ class Op:
         split: tuple = (),
         source: int = -1,
         beside: tuple = (),
+        layer: int = -1,
     ):
         # interned, so the engine's hot path can compare kinds by identity
         self.id, self.device, self.lane, self.kind, self.name = id, device, lane, sys.intern(kind), name
@@ -171,6 +177,7 @@ class Op:
         self.version = version
         self.arrivals, self.shadows = arrivals, tuple(shadows)
         self.split, self.source, self.beside = split, source, beside
+        self.layer = layer
         self.lane_id = -1  # index of (device, lane) in Program.lanes(), set by Program.add
 
     def origin(self) -> int:
@@ -220,6 +227,7 @@ class Op:
             op.split,
             op.source,
             op.beside,
+            op.layer,
         ) = row
         return op
 

@@ -54,7 +54,7 @@ def compile_scenario(sc: Scenario, fold: bool | None = None) -> Program:
 
 
 def export_chakra(
-    scenario: Scenario | Program | str | Path | dict[str, Any], folder: str | Path
+    scenario: Scenario | Program | str | Path | dict[str, Any], folder: str | Path, layers: bool = False
 ) -> list[Path]:
     """Write the Program of ``scenario`` (a Scenario, a YAML path, a dict, or a Program
     itself) to ``folder`` as Chakra ET files, one per rank, plus ``comm_group.json``
@@ -65,16 +65,37 @@ def export_chakra(
     multi-job or fault scenario is refused, naming the field that makes it one: Chakra
     traces describe one job's ranks and collectives, with no server, no second job's
     placement and no failure (a Program compiled from such a scenario is still written,
-    for clustersim's own round trip)."""
-    if isinstance(scenario, Program):
-        prog = scenario
-    else:
-        sc = load_scenario(scenario)
-        _exportable(sc)
-        prog = compile_scenario(sc, fold=False)
+    for clustersim's own round trip).
+
+    ``layers`` (a transformer scenario at ``granularity: layer``): every pass is compiled
+    layer by layer and each op labelled with its model layer (``clustersim.layer``), the
+    model's per-layer gradient and boundary bytes in each rank's metadata — what
+    ``model.replay_pp`` needs to split the trace's stages (:mod:`clustersim.interop.chakra_split`);
+    the same iteration as without, in more compute ops."""
     from .interop.chakra_export import export_chakra as write_chakra  # (protobuf: only for this)
 
-    return write_chakra(prog, folder)
+    if isinstance(scenario, Program):
+        return write_chakra(scenario, folder)
+    sc = load_scenario(scenario)
+    _exportable(sc)
+    if not layers:
+        return write_chakra(compile_scenario(sc, fold=False), folder)
+    if sc.model.kind != "transformer" or sc.simulation.granularity != "layer":
+        field, value = (
+            ("model.kind", sc.model.kind)
+            if sc.model.kind != "transformer"
+            else ("simulation.granularity", "stage")
+        )
+        raise ScenarioError(
+            field,
+            value,
+            "layer labels are a transformer's passes compiled layer by layer (at granularity: stage a pass is "
+            "one op); accepted: a transformer at simulation.granularity: layer, or an export without layers",
+        )
+    from .interop.chakra_layers import layer_table
+
+    prog = compile_job(check_job(resolve(sc, layers=True)), fold=False)
+    return write_chakra(prog, folder, layers=layer_table(sc))
 
 
 def _exportable(sc: Scenario | MultiJobScenario) -> None:
@@ -153,10 +174,18 @@ def run_job(job: Job, progress: bool | str = False) -> Result:
         how = progress_mode(progress)
         report = Reporter(job.name, bar=how == "bar") if how else None
         _announce(job, est, report, warn=progress == "auto", mode_name=mode.name)
+        if job.resolved.get("energy") is not None:  # refused before the run, not after it
+            from .energy import check_power_rows
+
+            check_power_rows(job.resolved["cluster"])
         engine, evaluator_note = _compile_and_run(job, mode, report, how)
         with _phase(report, "building the result"):
             result = assemble_result(job, mode, engine, engine.recorder, time.perf_counter() - wall0)
         result.summary["evaluator"] = evaluator_note
+        if job.resolved.get("energy") is not None:  # docs/energy.md
+            from .energy import attach_energy
+
+            attach_energy(result, job.resolved["energy"], job.resolved["cluster"])
         return result
 
 

@@ -34,14 +34,22 @@ BANDWIDTHS = st.one_of(
 
 
 @st.composite
-def histories(draw):
-    """Link bandwidths, then steps: a flow joins (its links, route order), the n-th flow in
-    flight leaves, or the rates are solved for a set of dirty links."""
+def histories(draw, weighted: bool = False):
+    """Link bandwidths, then steps: a flow joins (its links, route order; ``weighted``: with
+    a multiplicity on each link, or none), the n-th flow in flight leaves, or the rates are
+    solved for a set of dirty links."""
     n_links = draw(st.integers(1, 24))
     bandwidth = draw(st.lists(BANDWIDTHS, min_size=n_links, max_size=n_links))
     link = st.integers(0, n_links - 1)
+    route = st.lists(link, min_size=1, max_size=6, unique=True)
+    if weighted:  # (1 to 16 flows of an orbit on a link: clustersim/network/orbits.py)
+        route = route.flatmap(
+            lambda r: st.tuples(
+                st.just(r), st.none() | st.lists(st.integers(1, 16), min_size=len(r), max_size=len(r))
+            )
+        )
     step = st.one_of(
-        st.tuples(st.just("join"), st.lists(link, min_size=1, max_size=6, unique=True)),
+        st.tuples(st.just("join"), route),
         st.tuples(st.just("leave"), st.integers(0, 99)),
         st.tuples(st.just("solve"), st.lists(link, max_size=6, unique=True)),
     )
@@ -51,21 +59,38 @@ def histories(draw):
 @given(histories())
 @settings(max_examples=400, deadline=None)
 def test_c_equals_python_bit_for_bit(history):
-    bandwidth, steps = history
+    _replay(*history)
+
+
+@pytest.mark.skipif(
+    getattr(_c, "WEIGHTS", 0) != 1, reason="built before multiplicities: rebuild it (pip install -e .)"
+)
+@given(histories(weighted=True))
+@settings(max_examples=200, deadline=None)
+def test_c_equals_python_with_multiplicities(history):
+    """Flows standing for several flows on a link (folding under contention) as well."""
+    _replay(*history)
+
+
+def _replay(bandwidth, steps) -> None:
+    """Run ``steps`` on a :class:`Links`; at each solve, C and Python give the same groups,
+    freeze order and rates, every bit."""
     net = Links()
     for _ in bandwidth:
         net.add_link()
     live: list[int] = []
     for kind, arg in steps:
         if kind == "join":
-            live.append(net.add_flow(tuple(arg)))
+            route, weights = arg if isinstance(arg[0], list) else (arg, None)
+            live.append(net.add_flow(tuple(route), None if weights is None else tuple(weights)))
         elif kind == "leave" and live:
             net.remove_flow(live.pop(arg % len(live)))
         elif kind == "solve":
             links, flows = _c.group(net.link_flows, net.flow_links, arg)
             assert (links, flows) == net.group_py(arg)
             caps = [bandwidth[k] for k in links]
-            c_slots, c_rates = _c.fill(net.link_flows, net.flow_links, links, caps)
+            extra = (net.weights, net._load) if net.weighted else ()
+            c_slots, c_rates = _c.fill(net.link_flows, net.flow_links, links, caps, *extra)
             slots, rates = net.fill_py(links, caps)
             assert c_slots == slots
             # repr: every last bit, and 0.0 told from -0.0

@@ -38,7 +38,7 @@ def _trace_scenario(folder: Path, gpus: int) -> dict:
     }
 
 
-@pytest.mark.parametrize("name", ["synthetic-pp4-dp2", "foreign-4rank"])
+@pytest.mark.parametrize("name", ["synthetic-pp4-dp2", "synthetic-dp8", "foreign-4rank"])
 def test_shipped_samples_are_what_the_generator_writes(tmp_path, name):
     samples.write_samples(tmp_path)
     shipped = sorted(p.name for p in (DATA / name).iterdir())

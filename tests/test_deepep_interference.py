@@ -90,7 +90,9 @@ def _moe(dispatcher: str) -> cs.Program:
 def test_the_flex_dispatcher_marks_deepeps_collectives_and_prices_compute_beside_them():
     flex, plain = _moe("flex"), _moe("alltoall")
     dispatch = [op for op in flex.ops if op.kind == "collective" and op.name.startswith("ep ")]
-    assert dispatch and all(op.beside == (sm_budget("deepep").comm_sms,) for op in dispatch)
+    # DeepEP's SMs, and the bytes/s they copy (clustersim.hardware.comm_sms, tests/test_comm_sms.py)
+    assert dispatch and all(op.beside[0] == sm_budget("deepep").comm_sms for op in dispatch)
+    assert all(len(op.beside) == 2 and op.beside[1] > 0 for op in dispatch)
     assert all(op.beside == () for op in plain.ops if op.kind == "collective")
     kinds = {tuple(k for k, _ in op.beside[2:]) for op in flex.ops if op.kind == "compute" and op.beside}
     assert kinds == {(NCCL, 20)}

@@ -225,6 +225,14 @@ def test_bad_input_is_refused_naming_the_field(gen, training, field):
     assert err.value.field == field
 
 
+def test_energy_is_refused_not_ignored():
+    raw = scenario({"prompt_len": 10, "output_len": 2})
+    raw["energy"] = {}
+    with pytest.raises(ScenarioError) as err:
+        simulate(raw)
+    assert err.value.field == "energy"
+
+
 def test_more_than_one_replica_is_refused():
     raw = scenario({"prompt_len": 10, "output_len": 2})
     raw["cluster"]["gpus_per_node"] = 2

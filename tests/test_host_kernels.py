@@ -211,3 +211,36 @@ def test_a_pass_of_k_equal_kernels_waits_the_closed_form_forward_and_backward(k)
         assert fixed.wait(short, backward) == pytest.approx(k * d + 2e-6 - k * 2e-6, rel=1e-12)
         long = [("c", 50e-6, 0.0, 0, 1, None)] * k
         assert fixed.wait(long, backward) == pytest.approx(d, rel=1e-12)
+
+
+def _row(stack: str, quantity: str) -> float:
+    with HOST_CSV.open() as fh:
+        (row,) = [
+            r
+            for r in csv.DictReader(fh)
+            if (r["stack"], r["quantity"], r["role"]) == (stack, quantity, "calibrate")
+        ]
+    return float(row["value_us"]) * 1e-6
+
+
+def test_an_fp8_te_module_costs_twice_the_bf16_one_and_covers_its_casts():
+    """TE #761: an FP8 te.Linear's forward schedules in over twice the BF16 one's host time:
+    the ``module_fp8`` row is 2 × the BF16 module (115 µs, TE PR #1191); the module issues its
+    casts itself, so an op of k kernels (GEMM and casts) and e extra kernels costs
+    module_fp8 + e · dispatch, where BF16 counts its k − 1 other kernels at the dispatch."""
+    assert _row("te_module", "module_fp8") == pytest.approx(2 * _row("te_module", "module"), rel=1e-12)
+    fp8 = HostModel.of("megatron_core", None, False, True, 0.0, fp8=True)
+    bf16 = HostModel.of("megatron_core", None, False, True, 0.0)
+    assert (fp8.module_s, fp8.module_covers_work) == (_row("te_module", "module_fp8"), True)
+    assert (bf16.module_s, bf16.module_covers_work) == (_row("te_module", "module"), False)
+    extras = {("qkv", "F"): (1, 0.0, 1)}
+    k = 3  # the GEMM and two casts
+    one = HostModel(fp8.forward_s, fp8.backward_s, fp8.module_s, extras, 0.0, True)
+    assert one.issue("qkv", "F", k)[2] == pytest.approx(fp8.module_s + 1 * fp8.forward_s, rel=1e-12)
+    apart = HostModel(fp8.forward_s, fp8.backward_s, fp8.module_s, extras, 0.0, False)
+    assert apart.issue("qkv", "F", k)[2] == pytest.approx(
+        fp8.module_s + (k + 1 - 1) * fp8.forward_s, rel=1e-12
+    )
+    # a torch module (DeepSpeed, FSDP2) has no FP8 row of its own: its module time stays
+    assert HostModel.of("fsdp2", None, False, True, 0.0, fp8=True).module_s == _row("torch_module", "module")
+    assert not HostModel.of("fsdp2", None, False, True, 0.0, fp8=True).module_covers_work

@@ -33,6 +33,7 @@ RANKS: list[set[str]] = [
     {"resolve"},
     {"engine"},
     {"metrics"},
+    {"energy"},
     {"viz"},
     {"trace"},
     {"compilers"},

@@ -41,8 +41,10 @@ import simpy
 from ..collectives.algorithm import Options, Tuning
 from ..collectives.api import Call, prepare_collective
 from ..errors import SimulationStall
+from ..hardware.comm_sms import stretched
 from ..hardware.interference import NCCL, beside_factor, hbm_rate
 from ..network.base import Fabric
+from ..network.orbits import MirroredFabric, send_orbits
 from ..program import COLLECTIVE, RECV, Op, Program
 from ..record import Recorder
 from ..simpy_fast import (
@@ -121,6 +123,8 @@ class Engine:
         )
         self._rendezvous: dict[str, list] = {}
         self._calls: dict[tuple, Call] = {}  # collective calls, prepared once (_call)
+        # folded sends' and collectives' twin orbits (fabric.folds_orbits), made once per shape
+        self._orbits: dict[tuple, object] = {}
         self.lanes = program.lanes()
         names, slowed = self.names, self.slowdown != 1.0
 
@@ -134,6 +138,8 @@ class Engine:
         self.events = 0
         #: per op id, the seconds a compute op lost running at 1/slowdown beside collectives
         self.slowed_s: dict[int, float] = {}
+        #: per collective op id, the seconds its kernels' SMs added to the link's time
+        self.comm_slowed_s: dict[int, float] = {}
 
     def finished_count(self) -> int:
         """How many ops have ended so far (for a progress bar): a lane's ops before the one
@@ -181,11 +187,18 @@ class Engine:
 
     def _send(self, op: Op) -> simpy.Event:
         names, transfer = self.names, self.fabric.transfer
+        src, dst = op.origin(), self.program.ops[op.peer].device
+        if op.shadows and self.fabric.folds_orbits:  # the twins' sends as one orbit
+            orbits = self._orbits.get((src, dst, op.shadows))
+            if orbits is None:
+                pairs = [(names[a], names[b]) for a, b in op.shadows]
+                orbits = self._orbits[src, dst, op.shadows] = send_orbits(self.fabric, pairs)
+            return orbits.transfer(names[src], names[dst], op.nbytes, op.name)
         # the representative's own flow first: it is replica 0, first in line in the unfolded run
-        done = transfer(names[op.origin()], names[self.program.ops[op.peer].device], op.nbytes, op.name)
+        done = transfer(names[src], names[dst], op.nbytes, op.name)
         if self.fabric.shares_links:
-            for src, dst in op.shadows:  # folded-away twins' traffic loads the fabric too
-                transfer(names[src], names[dst], op.nbytes, op.name)
+            for a, b in op.shadows:  # folded-away twins' traffic loads the fabric too
+                transfer(names[a], names[b], op.nbytes, op.name)
         return done
 
     def _slowed_compute(self, op):
@@ -247,24 +260,44 @@ class Engine:
                 self.start[i] = self.env.now
             # a callback where a process's first step would run (URGENT, at now), so events
             # at equal times keep their order: one event instead of a process's start and end
-            call_soon(self.env, partial(self._run_collective, op, state[1]))
+            call_soon(self.env, partial(self._run_collective, op, state[1], state[2]))
         return state[1]
 
-    def _run_collective(self, op: Op, finished: simpy.Event, _event=None) -> None:
-        """Start ``op``'s collective now; ``finished`` succeeds when it has ended."""
+    def _run_collective(self, op: Op, finished: simpy.Event, members=(), _event=None) -> None:
+        """Start ``op``'s collective now; ``finished`` succeeds when it has ended. Where its
+        kernels' SMs cap its rate (``op.beside``'s second element, bytes/s:
+        :func:`~clustersim.workload.comm_interference.held_rate`) it ends at the smooth
+        minimum of the link's and the SMs' rates (:func:`~clustersim.hardware.comm_sms.stretched`),
+        the seconds added counted per member op (``members``) in ``comm_slowed_s``."""
         algorithm, analytical_time = self._collective_plan(op)
         rate = 0.0
         if self.slowdown != 1.0:  # what the compute priced kernel by kernel beside it loses
             rate = hbm_rate(op.collective, len(op.group), op.nbytes, self._collective_plan.idle_time(op))
         key = op.beside[0] if op.beside else NCCL  # DeepEP's SMs, or NCCL's CTAs
         self._collectives_change(op.group, +1, rate, key)
+        sm_s, begun = (op.nbytes / op.beside[1] if len(op.beside) > 1 else 0.0), self.env.now
 
-        def ended(_event) -> None:
+        def done(_event=None) -> None:
             self._collectives_change(op.group, -1, rate, key)
             finished.succeed()
 
+        def ended(_event) -> None:
+            extra = stretched(self.env.now - begun, sm_s) - (self.env.now - begun) if sm_s else 0.0
+            if extra <= 0.0:
+                done()
+                return
+            for i in members:  # the SMs still copy: the collective holds its GPUs a while longer
+                self.comm_slowed_s[i] = self.comm_slowed_s.get(i, 0.0) + extra
+            self.env.timeout(extra).callbacks.append(done)
+
         if analytical_time is not None:
             self.env.timeout(analytical_time).callbacks.append(ended)
+        elif op.shadows and self.fabric.folds_orbits:  # the twins' messages ride as orbits
+            fabric = self._orbits.get((op.group, op.shadows))
+            if fabric is None:
+                groups = [[self.names[d] for d in g] for g in (op.group, *op.shadows)]
+                fabric = self._orbits[op.group, op.shadows] = MirroredFabric(self.fabric, groups)
+            self.env.process(self._call(op, op.group, algorithm, fabric).run(op.tag)).callbacks.append(ended)
         else:
             # first, as replica 0 would be in the unfolded run
             own_done = self.env.process(self._call(op, op.group, algorithm).run(op.tag))
@@ -272,15 +305,19 @@ class Engine:
                 self.env.process(self._call(op, group, algorithm).run(op.tag))
             own_done.callbacks.append(ended)
 
-    def _call(self, op: Op, group: tuple[int, ...], algorithm: str) -> Call:
-        """``op``'s collective among the devices ``group`` by ``algorithm``, checked and
-        planned once per (kind, group, size, algorithm, split) — every micro-batch repeats it."""
+    def _call(self, op: Op, group: tuple[int, ...], algorithm: str, fabric=None) -> Call:
+        """``op``'s collective among the devices ``group`` by ``algorithm`` (on ``fabric``:
+        a :class:`~clustersim.network.orbits.MirroredFabric`, or None: the engine's), checked
+        and planned once per (kind, group, size, algorithm, split, fabric) — every micro-batch
+        repeats it."""
         key = (op.collective, group, op.nbytes, algorithm, op.split)
+        if fabric is not None:
+            key += (id(fabric),)  # (kept alive by self._orbits: its id is never reused)
         call = self._calls.get(key)
         if call is None:
             call = self._calls[key] = prepare_collective(
                 self.env,
-                self.fabric,
+                fabric or self.fabric,
                 op.collective,
                 [self.names[d] for d in group],
                 op.nbytes,

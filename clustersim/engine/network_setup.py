@@ -17,5 +17,7 @@ def build_network(job, env: simpy.Environment, recorder: Recorder) -> Fabric:
         intra = job.cluster.intra_node
         return DirectFabric(env, recorder, intra.bandwidth * intra.efficiency, intra.latency)
     chunk = job.simulation.chunk_size
-    options = FabricOptions(int(chunk) if chunk else None, job.simulation.max_chunks)
+    options = FabricOptions(
+        int(chunk) if chunk else None, job.simulation.max_chunks, job.simulation.fold_contention
+    )
     return build_fabric(kind, env, recorder, job.graph, options)

@@ -20,6 +20,7 @@ from ..topology import build_topology
 from ..topology.graph import gpu_names
 from ..topology.registry import build_site, no_link_reason, remove_failed_links
 from .config import Config, scenario_of
+from .fleet import simulate_fleet
 from .replan import replan
 from .state import checkpoint_bytes
 from .timeline import COLUMNS, JobModel, JobTimeline
@@ -31,6 +32,8 @@ def simulate_job(sc, run_job, progress=False):
     ``run_job(job, progress=…) -> Result`` runs one fault-free configuration, resolved (it
     is :func:`clustersim.simulate.run_job`, handed in because the simulate layer sits above
     this package: it calls here for scenarios with faults)."""
+    if sc.recovery is not None and sc.recovery.failures is not None:  # drawn at rates
+        return simulate_fleet(sc, run_job, progress)
     wall0 = time.perf_counter()
     check_fault_links(sc)
     runs: dict[Config, object] = {}

@@ -144,7 +144,8 @@ def interference_model(sms: int, slowdown: float, tp_overlap: bool, ctas: int = 
     parts = [nccl]
     if deepep:
         parts.append(
-            f"deepep: per kernel beside {deepep} DeepEP SMs (GEMM waves on {sms - deepep} of {sms} SMs)"
+            f"deepep: per kernel beside {deepep} DeepEP SMs (GEMM waves on {sms - deepep} of {sms} SMs;"
+            f" dispatch/combine at most {deepep} SMs' copy rate)"
         )
     if tp_overlap:
         row = sm_budget("tp_pipeline")

@@ -31,6 +31,7 @@ from ..output import staged, write_text
 from ..program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program
 from .chakra_attrs import OWN, attr
 from .chakra_file import write_trace
+from .chakra_layers import table_attrs
 from .chakra_schema import COLLECTIVE_TYPES, NODE_TYPES, GlobalMetadata, Node
 from .chakra_serial import serial_chain
 
@@ -73,6 +74,7 @@ _OWN_FIELDS = {
     "algorithm": "auto",
     "arrivals": 0,
     "source": -1,
+    "layer": -1,
 }
 
 
@@ -100,9 +102,13 @@ def rank_file(folder: str | Path, rank: int) -> Path:
     return Path(folder) / f"{PREFIX}.{rank}.et"
 
 
-def export_chakra(program: Program, folder: str | Path, serial: bool = True) -> list[Path]:
+def export_chakra(
+    program: Program, folder: str | Path, serial: bool = True, layers: dict | None = None
+) -> list[Path]:
     """Write ``program`` to ``folder`` as Chakra ET files, one per device (module
-    docstring), plus ``comm_group.json``; returns the rank files in rank order. Rank files
+    docstring), plus ``comm_group.json``; returns the rank files in rank order. ``layers``:
+    the model's layer table (:func:`.chakra_split.layer_table`), written in every rank's
+    metadata, for a Program whose ops carry layer labels. Rank files
     of an earlier, larger export in ``folder`` are removed, so the folder holds one trace.
     The files move into place together once all are written (:mod:`clustersim.output`)."""
     groups: dict[tuple[int, ...], str] = {}
@@ -119,7 +125,10 @@ def export_chakra(program: Program, folder: str | Path, serial: bool = True) -> 
     with staged() as stage:
         for rank, ops in enumerate(per_device):
             nodes = [_node(op, program, before.get(op.id), groups, chained.get(op.id)) for op in ops]
-            paths.append(write_trace(rank_file(out, rank), _metadata(program, rank), nodes, stage))
+            meta = _metadata(program, rank)
+            if layers is not None:
+                meta.attr.extend(table_attrs(layers))
+            paths.append(write_trace(rank_file(out, rank), meta, nodes, stage))
         # a previous export's ranks past this one's
         stage.removals = [p for p in out.glob(f"{PREFIX}.*.et") if p not in paths]
         write_text(out / COMM_GROUPS, json.dumps({name: list(g) for g, name in groups.items()}) + "\n", stage)

@@ -67,6 +67,7 @@ _OP_FIELDS = (
     "stash_free",
     "algorithm",
     "arrivals",
+    "layer",
 )
 
 
@@ -295,7 +296,7 @@ def check_rank_count(folder: str | Path, num_gpus: int) -> None:
             f"the trace has {gpus} GPU ranks ({paths[0].name} …); the cluster has {num_gpus} GPUs "
             "(accepted: a cluster, or parallel.gpus, of as many GPUs as the trace has ranks; "
             "model.replay_dp replays a data-parallel trace at another number of replicas, "
-            "model.replay_pp a pipeline trace at fewer stages)",
+            "model.replay_pp a pipeline trace at another number of stages)",
         )
 
 

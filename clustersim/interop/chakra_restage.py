@@ -1,4 +1,4 @@
-"""An imported trace replayed at fewer pipeline stages (``model.replay_pp``).
+"""An imported trace replayed at another number of pipeline stages (``model.replay_pp``).
 
 A pipeline trace clustersim exported labels every op with its stage (``clustersim.stage``),
 micro-batch, phase (F, B, W; O and unlabelled ops are the step around the passes) and
@@ -21,9 +21,10 @@ counted once per traced stage — and its static memory the sum of theirs.
 Refused, with the reason (:class:`ScenarioError` on ``model.replay_pp``): ops without a
 ``clustersim.stage`` label (their stages cannot be told apart), a rank holding several
 stages, a pass order no registered flush schedule gives (an interleaved schedule's), a
-send without the pass it carries, a P' that does not divide P, and more stages than the
-trace's: splitting a stage needs its layers, and a trace holds a stage's pass as ops with
-no label saying which layer each one is. Otherwise as :mod:`.chakra_rescale` refuses.
+send without the pass it carries, and a P' that neither divides P nor is a multiple of it.
+More stages than the trace's split its stages where its ops carry layer labels
+(:mod:`.chakra_split`, which refuses a trace without them). Otherwise as
+:mod:`.chakra_rescale` refuses.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from ..errors import ScenarioError
 from ..memory_kinds import StaticMemory
 from ..program import COLLECTIVE, RECV, SEND, Op, Program
 from .chakra_rescale import check_replayable, rank_layout, replica_ranks
+from .chakra_split import split_stages
 
 FIELD = "model.replay_pp"
 _PASSES = ("F", "B", "W")
@@ -43,25 +45,29 @@ _PASSES = ("F", "B", "W")
 OrderFn = Callable[[int, int, int], list]
 
 
-def replay_at_pp(prog: Program, pp: int, schedules: Mapping[str, OrderFn]) -> Program:
+def replay_at_pp(
+    prog: Program, pp: int, schedules: Mapping[str, OrderFn], layers: dict | None = None
+) -> Program:
     """``prog`` replayed at ``pp`` pipeline stages, its passes ordered by whichever of
-    ``schedules`` gives the trace's own order (module docstring)."""
+    ``schedules`` gives the trace's own order (module docstring); a multiple of the trace's
+    stages splits them (:mod:`.chakra_split`, ``layers``: the trace's layer table,
+    :func:`.chakra_split.table_of`)."""
     refuse = partial(_refuse, pp)
     _check_labels(prog, refuse)
     check_replayable(prog, refuse)
     replicas = replica_ranks(prog, refuse)
     place = rank_layout(replicas, refuse)
     depth = len(replicas[0])
+    if depth % pp and pp % depth:
+        refuse(
+            f"{pp} stages neither each take a whole number of the trace's {depth} nor split each of them "
+            f"into a whole number; accepted: a divisor or a multiple of {depth}"
+        )
+    passes = [_pass_of(prog, op, refuse) for op in prog.ops]
+    m = max(op.microbatch for op in prog.ops) + 1
+    order = _schedule(prog, replicas, passes, schedules, m, refuse)
     if pp > depth:
-        refuse(
-            f"the trace has {depth} stage(s); splitting a stage needs its layers, and the trace holds a "
-            "stage's passes as ops with no label saying which layer each one is; accepted: a divisor of "
-            f"{depth}"
-        )
-    if depth % pp:
-        refuse(
-            f"{pp} stages do not each take a whole number of the trace's {depth}; accepted: a divisor of {depth}"
-        )
+        return split_stages(prog, pp, passes, order, replicas, place, layers, refuse)
     k = depth // pp
     position = {rank: p for ranks in replicas for p, rank in enumerate(ranks)}
     device = {
@@ -69,9 +75,6 @@ def replay_at_pp(prog: Program, pp: int, schedules: Mapping[str, OrderFn]) -> Pr
         for j, ranks in enumerate(replicas)
         for p, rank in enumerate(ranks)
     }
-    passes = [_pass_of(prog, op, refuse) for op in prog.ops]
-    m = max(op.microbatch for op in prog.ops) + 1
-    order = _schedule(prog, replicas, passes, schedules, m, refuse)
     slot = [{item: i for i, item in enumerate(map(tuple, order(s, pp, m)))} for s in range(pp)]
     kept, deps = _fuse(prog, device, position)
     keys = _keys(prog, deps, passes, position, k, slot)

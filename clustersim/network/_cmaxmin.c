@@ -18,6 +18,9 @@
  *    heap entry equal to the next first entry comes after it in both: `heap[0] < first[k]`);
  *  - flows in the order they joined a link: PyDict_Next walks a dict in insertion order, as
  *    Python's `for f in dict` does.
+ *  - a flow with multiplicities (Links.weights: folding under contention, orbits.py) takes
+ *    fair * w off a link and w from its count, as the Python's second branch does; a link's
+ *    count starts at its load (Links._load) where such flows are in flight.
  *
  * What it cannot reproduce exactly it declines (returns None, so the caller runs the Python):
  * a capacity that is not a finite float (inf - inf would make a NaN, whose comparisons the
@@ -276,17 +279,29 @@ static inline double share_of(const Link *L)
     return (c < 0.0 ? 0.0 : c) / (double)L->left;
 }
 
-/* A frozen flow's share `fair` off every link of its `route`, in route order; the links'
- * places added to `touched`. 0, DECLINE (a link outside the group) or -1. */
-static int take_share(Link *lk, const Py_ssize_t *where, Py_ssize_t n_links, PyObject *route, double fair,
-                      Ints *touched)
+/* A frozen flow's share `fair` off every link of its `route`, in route order — `many`
+ * times on a link where the flow has multiplicities (`many`: a tuple as long as the route,
+ * or NULL: once on each, as the Python's two branches); the links' places added to
+ * `touched`. 0, DECLINE (a link outside the group, a bad multiplicity) or -1. */
+static int take_share(Link *lk, const Py_ssize_t *where, Py_ssize_t n_links, PyObject *route, PyObject *many,
+                      double fair, Ints *touched)
 {
-    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(route); j++) {
-        Py_ssize_t id, p;
+    Py_ssize_t len = PyTuple_GET_SIZE(route);
+    if (many && (!PyTuple_CheckExact(many) || PyTuple_GET_SIZE(many) != len))
+        return DECLINE;
+    for (Py_ssize_t j = 0; j < len; j++) {
+        Py_ssize_t id, p, w;
         if (as_index(PyTuple_GET_ITEM(route, j), n_links, &id) || (p = where[id]) < 0)
             return DECLINE;
-        lk[p].cap -= fair;
-        lk[p].left -= 1;
+        if (!many) {
+            lk[p].cap -= fair;
+            lk[p].left -= 1;
+        } else {
+            if (as_index(PyTuple_GET_ITEM(many, j), PY_SSIZE_T_MAX, &w) || w > (1LL << 52))
+                return DECLINE; /* (w exact as a double, as Python's float * int converts it) */
+            lk[p].cap -= fair * (double)w;
+            lk[p].left -= w;
+        }
         if (ints_push(touched, p))
             return -1;
     }
@@ -294,9 +309,11 @@ static int take_share(Link *lk, const Py_ssize_t *where, Py_ssize_t n_links, PyO
 }
 
 /* Links.fill_py over `links` and `capacities` (lists of one length); appends the frozen
- * flows' slots and rates to `slots` and `rates`. 0, DECLINE or -1 (an exception is set). */
+ * flows' slots and rates to `slots` and `rates`. `weights` and `load` (Links.weights and
+ * Links._load, lists) where flows with multiplicities are in flight, else NULL: a link's
+ * count is then its dict's size, which equals its load. 0, DECLINE or -1 (an exception is set). */
 static int fill_into(PyObject *link_flows, PyObject *flow_links, PyObject *links, PyObject *capacities,
-                     PyObject *slots, PyObject *rates)
+                     PyObject *weights, PyObject *load, PyObject *slots, PyObject *rates)
 {
     Py_ssize_t n_links = PyList_GET_SIZE(link_flows), n_flows = PyList_GET_SIZE(flow_links);
     Py_ssize_t end = PyList_GET_SIZE(links), k = 0;
@@ -313,6 +330,8 @@ static int fill_into(PyObject *link_flows, PyObject *flow_links, PyObject *links
     }
     if (PyList_GET_SIZE(capacities) != end)
         goto decline;
+    if (weights && (PyList_GET_SIZE(weights) != n_flows || PyList_GET_SIZE(load) != n_links))
+        goto decline;
     for (Py_ssize_t id = 0; id < n_links; id++)
         where[id] = -1;
     /* every link's first entry, c / n, sorted once */
@@ -325,6 +344,8 @@ static int fill_into(PyObject *link_flows, PyObject *flow_links, PyObject *links
         if (!PyFloat_CheckExact(c) || !isfinite(PyFloat_AS_DOUBLE(c)))
             goto decline;
         if (!(L->flows = flows_of(link_flows, link)) || !(L->left = PyDict_GET_SIZE(L->flows)))
+            goto decline;
+        if (weights && (as_index(PyList_GET_ITEM(load, link), PY_SSIZE_T_MAX, &L->left) || !L->left))
             goto decline;
         where[link] = i;
         L->cap = PyFloat_AS_DOUBLE(c);
@@ -363,9 +384,11 @@ static int fill_into(PyObject *link_flows, PyObject *flow_links, PyObject *links
                 rc = DECLINE;
             else if (!frozen[f]) {
                 frozen[f] = 1;
+                PyObject *many = weights ? PyList_GET_ITEM(weights, f) : Py_None;
                 rc = PyList_Append(slots, key) || PyList_Append(rates, rate)
                          ? -1
-                         : take_share(lk, where, n_links, route, fair, &touched);
+                         : take_share(lk, where, n_links, route, many == Py_None ? NULL : many, fair,
+                                      &touched);
             }
         }
         Py_DECREF(rate);
@@ -402,19 +425,21 @@ done:
     return rc;
 }
 
-PyDoc_STRVAR(fill_doc, "fill(link_flows, flow_links, links, capacities) -> (slots, rates) or None\n\n"
+PyDoc_STRVAR(fill_doc, "fill(link_flows, flow_links, links, capacities[, weights, load]) -> (slots, rates) or None\n\n"
                        "Links.fill_py's progressive filling (maxmin.py); None: run the Python.");
 
 static PyObject *fill(PyObject *self, PyObject *args)
 {
-    PyObject *link_flows, *flow_links, *links, *capacities;
-    if (!PyArg_ParseTuple(args, "O!O!OO:fill", &PyList_Type, &link_flows, &PyList_Type, &flow_links, &links,
-                          &capacities))
+    PyObject *link_flows, *flow_links, *links, *capacities, *weights = NULL, *load = NULL;
+    if (!PyArg_ParseTuple(args, "O!O!OO|O!O!:fill", &PyList_Type, &link_flows, &PyList_Type, &flow_links,
+                          &links, &capacities, &PyList_Type, &weights, &PyList_Type, &load))
         return NULL;
-    if (!PyList_CheckExact(links) || !PyList_CheckExact(capacities))
+    if (!PyList_CheckExact(links) || !PyList_CheckExact(capacities) || (weights && !load))
         Py_RETURN_NONE;
     PyObject *slots = PyList_New(0), *rates = PyList_New(0);
-    int rc = slots && rates ? fill_into(link_flows, flow_links, links, capacities, slots, rates) : -1;
+    int rc = slots && rates
+                 ? fill_into(link_flows, flow_links, links, capacities, weights, load, slots, rates)
+                 : -1;
     if (rc) {
         Py_XDECREF(slots);
         Py_XDECREF(rates);
@@ -437,5 +462,11 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__cmaxmin(void)
 {
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    /* fill takes flows' multiplicities (maxmin.py asks an older build for none) */
+    if (m && PyModule_AddIntConstant(m, "WEIGHTS", 1)) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

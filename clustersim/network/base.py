@@ -36,10 +36,13 @@ class FabricOptions:
     read once from the scenario and handed to every model's :meth:`Fabric.build`; a model
     that has no use for one ignores it. ``chunk_size``: bytes per packet-model chunk (None:
     the model's default); ``max_chunks``: the most chunks one message is cut into (None: no
-    bound)."""
+    bound); ``fold_contention``: whether a folded run's twin flows travel as orbits (a model
+    that cannot fold them ignores it: :attr:`Fabric.folds_orbits`)."""
 
     chunk_size: int | None = None
     max_chunks: int | None = None
+    #: ``simulation.fold_contention``: a folded run's twin flows as orbits (:mod:`.orbits`)
+    fold_contention: bool = False
 
 
 class Fabric(ABC):
@@ -62,6 +65,10 @@ class Fabric(ABC):
     #: True where links are shared at flow level (``flow``, the ``balanced`` fidelity); False
     #: where every chunk is simulated on every link (``packet``)
     coarse_collectives = False
+    #: whether a folded representative's transfer and its twins' shadows travel as one
+    #: orbit (:mod:`clustersim.network.orbits`: ``simulation.fold_contention`` on the ``flow``
+    #: model); False: every shadow is a transfer of its own
+    folds_orbits = False
     #: the topology transfers run over (:func:`clustersim.topology.build_topology`: GPU
     #: nodes ``gpu{i}`` with a ``host`` attribute, NIC nodes of ``kind`` ``"nic"``, edges
     #: with ``bandwidth`` in bytes/s and ``latency`` in s), or None for a fabric without

@@ -126,6 +126,13 @@ class FlowFabric(Fabric):
         #: rate allocations done so far (benchmarks compare them with packet chunk-hops)
         self.allocations = 0
 
+    @classmethod
+    def build(cls, env, recorder, graph, options):
+        """:meth:`Fabric.build`; ``options.fold_contention`` sets :attr:`folds_orbits`."""
+        fabric = cls(env, recorder, graph)
+        fabric.folds_orbits = options.fold_contention
+        return fabric
+
     def route(self, src: str, dst: str, flow_key: Hashable = None) -> tuple[tuple[_Link, ...], float]:
         """The links (free wires left out) a flow from ``src`` to ``dst`` shares, and the
         route's summed latency."""
@@ -180,7 +187,14 @@ class FlowFabric(Fabric):
         links, latency, ids = self._route(src, dst, flow_key)
         if not links or nbytes == 0:
             return env.timeout(latency)
-        slot = self.net.add_flow(ids)
+        return self.start_flow(ids, None, latency, nbytes)
+
+    def start_flow(self, ids: tuple[int, ...], weights: tuple[int, ...] | None, latency: float, nbytes: int):
+        """Start a flow of ``nbytes`` now on the links ``ids`` (each with its multiplicity in
+        ``weights``, None: 1 — :meth:`~.maxmin.Links.add_flow`); the event fires
+        ``latency`` after its last byte has left."""
+        env = self.env
+        slot = self.net.add_flow(ids, weights)
         if slot == len(self._done):
             for column, value in self._columns():
                 column.append(value)

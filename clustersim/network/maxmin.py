@@ -13,6 +13,9 @@ the link), and each such flow takes the share off every link it crosses, one sub
 a time. Sorted first entries and a heap with lazy re-insertion find that link: every live
 link has an entry no larger than its current share, and one that comes out stale is put
 back with the current share, so the link taken is always the smallest by current share.
+A flow may stand for several flows on a link (its multiplicity there: folding under
+contention, :mod:`.orbits`): it then counts that many times among the link's unfrozen flows
+and takes its share that many times off the link.
 
 :meth:`Links.group` and :meth:`Links.fill` run in C (``_cmaxmin.c``, the same operations in the
 same order, so the same results bit for bit) where the install built it — it needs a C
@@ -34,6 +37,8 @@ if os.environ.get("CLUSTERSIM_NO_ACCEL", "0") not in ("", "0"):
     _accel = None
 #: whether :class:`Links` runs its loops in C in this process
 ACCELERATED = _accel is not None
+#: whether the C fill takes flows' multiplicities (a build from before them does not)
+_WEIGHTS = getattr(_accel, "WEIGHTS", 0) == 1
 
 
 class Links:
@@ -50,6 +55,9 @@ class Links:
         "_flow_mark",
         "_free",
         "_stamp",
+        "weights",
+        "_load",
+        "weighted",
     )
 
     def __init__(self):
@@ -65,34 +73,57 @@ class Links:
         self._flow_mark: list[int] = []  # per flow: likewise, then the stamp of its freezing
         self._free: list[int] = []  # flow slots to reuse (last freed first: deterministic)
         self._stamp = 0
+        #: per flow slot: its multiplicity on each of its links (route order), or None for 1
+        #: on each — a folded orbit of twin flows at one rate (:mod:`clustersim.network.orbits`)
+        self.weights: list[tuple[int, ...] | None] = []
+        self._load: list[int] = []  # per link: its flows' summed multiplicities
+        #: flows in flight with weights (a C build from before them fills only while none is)
+        self.weighted = 0
 
     def add_link(self) -> int:
         """A new link with no flows; its id."""
         self.link_flows.append({})
-        for column in (self._left, self._place, self._link_mark):
+        for column in (self._left, self._place, self._link_mark, self._load):
             column.append(0)
         self._cap.append(0.0)
         self._low.append(0.0)
         return len(self.link_flows) - 1
 
-    def add_flow(self, links: tuple[int, ...]) -> int:
-        """A flow on ``links`` (ids, route order), last on each of them; its slot."""
+    def add_flow(self, links: tuple[int, ...], weights: tuple[int, ...] | None = None) -> int:
+        """A flow on ``links`` (ids, route order), last on each of them; its slot.
+        ``weights``: its multiplicity on each link (None: 1 on each) — it then stands for
+        that many flows there, all at its rate: it counts that many times in a link's share
+        and takes that many times its rate off the link."""
         if self._free:
             slot = self._free.pop()
             self.flow_links[slot] = links
+            self.weights[slot] = weights
         else:
             slot = len(self.flow_links)
             self.flow_links.append(links)
+            self.weights.append(weights)
             self._flow_mark.append(0)
+        load = self._load
         for link in links:
             self.link_flows[link][slot] = None
+            load[link] += 1
+        if weights is not None:
+            self.weighted += 1
+            for link, w in zip(links, weights, strict=True):
+                load[link] += w - 1
         return slot
 
     def remove_flow(self, slot: int) -> tuple[int, ...]:
         """Take flow ``slot`` off its links (its slot is reused later); the links it was on."""
-        links = self.flow_links[slot]
+        links, weights, load = self.flow_links[slot], self.weights[slot], self._load
         for link in links:
             del self.link_flows[link][slot]
+            load[link] -= 1
+        if weights is not None:
+            self.weighted -= 1
+            for link, w in zip(links, weights):
+                load[link] -= w - 1
+            self.weights[slot] = None
         self.flow_links[slot] = ()
         self._free.append(slot)
         return links
@@ -132,9 +163,16 @@ class Links:
     def fill(self, links: list[int], capacities: list[float]) -> tuple[list[int], list[float]]:
         """Max-min fair rates of the flows on ``links`` (a whole group, from :meth:`group`;
         ``capacities`` their bandwidths now): the flows' slots in the order they were frozen,
-        and their rates."""
+        and their rates (a weighted flow's: each of the flows it stands for)."""
         if _accel is not None:
-            got = _accel.fill(self.link_flows, self.flow_links, links, capacities)
+            if not self.weighted:
+                got = _accel.fill(self.link_flows, self.flow_links, links, capacities)
+            elif _WEIGHTS:
+                got = _accel.fill(
+                    self.link_flows, self.flow_links, links, capacities, self.weights, self._load
+                )
+            else:  # a build from before multiplicities: the Python
+                got = None
             if got is not None:
                 return got
         return self.fill_py(links, capacities)
@@ -142,13 +180,13 @@ class Links:
     def fill_py(self, links: list[int], capacities: list[float]) -> tuple[list[int], list[float]]:
         """:meth:`fill` in Python."""
         cap, left, place, low = self._cap, self._left, self._place, self._low
-        link_flows, flow_links = self.link_flows, self.flow_links
+        link_flows, flow_links, weights, load = self.link_flows, self.flow_links, self.weights, self._load
         # every link's first entry, sorted once (most are never moved: they come out with
         # their flows all frozen elsewhere); entries put back or moved go on a heap, and the
         # smaller of the two heads comes out next
         first = []
         for i, link in enumerate(links):
-            c, n = capacities[i], len(link_flows[link])
+            c, n = capacities[i], load[link]
             cap[link], left[link], place[link] = c, n, i
             low[link] = c / n
             first.append((c / n, i, link))
@@ -185,10 +223,15 @@ class Links:
                 frozen[f] = stamp
                 slots.append(f)
                 rates.append(fair)
-                route = flow_links[f]
-                for other in route:
-                    cap[other] -= fair
-                    left[other] -= 1
+                route, many = flow_links[f], weights[f]
+                if many is None:
+                    for other in route:
+                        cap[other] -= fair
+                        left[other] -= 1
+                else:  # it stands for w flows on a link: w shares off it
+                    for other, w in zip(route, many):
+                        cap[other] -= fair * w
+                        left[other] -= w
                 touched.extend(route)
             # A link needs a new entry only when its share fell below its latest one (by
             # rounding: in exact arithmetic shares only grow as flows freeze); a share that

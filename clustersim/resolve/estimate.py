@@ -131,6 +131,8 @@ class _Knobs:
     chunk: int
     max_chunks: int | None
     iterations: int
+    #: ``simulation.fold_contention``: a folded transfer and its twins' as one flow
+    orbits: bool = False
 
 
 def _knobs(job) -> _Knobs:
@@ -143,6 +145,7 @@ def _knobs(job) -> _Knobs:
         chunk=int(sim.chunk_size or DEFAULT_CHUNK),
         max_chunks=sim.max_chunks,
         iterations=sim.iterations,
+        orbits=sim.fold_contention,
     )
 
 
@@ -265,6 +268,8 @@ _ALTERNATIVES = (
     ),
     ("simulation.fidelity: balanced", {"network": "flow", "granularity": "stage"}),
     ("simulation.fold: true", {"fold": True}),
+    # (folded, on the flow network only: clustersim/network/orbits.py)
+    ("simulation.fold_contention: true", {"fold": True, "orbits": True}),
     ("simulation.granularity: stage", {"granularity": "stage"}),
     ("simulation.network: flow", {"network": "flow"}),
     ("simulation.collective_model: analytical", {"collective_model": "analytical"}),
@@ -288,7 +293,7 @@ def advice(
         alt = replace(base, **{key: val for key, val in change.items() if key != "fold"})
         if "fold" in change:
             alt = replace(alt, fold=True)
-        if alt == base:
+        if alt == base or (alt.orbits and alt.network != "flow"):
             continue
         other = estimate(job, alt, mode_name)
         if memory is not None:

@@ -60,7 +60,8 @@ class GpuWork:
     its own group (TP, CP, an expert group, the data-parallel group) by
     :class:`.estimate_comm.Collectives`. Unfolded, a member's share of a collective's
     messages is 1/n of them; folded, the representative's op carries every message of its
-    group and of the groups it stands for (their shadows)."""
+    group and of the groups it stands for (their shadows) — under ``fold_contention`` its
+    own group's alone, the others riding on them as orbits (clustersim.network.orbits)."""
 
     def __init__(self, job, k, comm: Collectives):
         self.job, self.k, self.comm = job, k, comm
@@ -70,7 +71,7 @@ class GpuWork:
         # a folded send carries its twins' traffic on a fabric whose links are shared; on
         # analytical and direct the shadows load nothing
         folded_shared = k.fold and k.network in ("packet", "flow")
-        self.twins = self.plan.tp * self.plan.replicas if folded_shared else 1
+        self.twins = self.plan.tp * self.plan.replicas if folded_shared and not k.orbits else 1
         self._groups: dict[tuple[int, str], tuple[tuple[int, ...], int]] = {}
 
     def group(self, stage: int, kind: str) -> tuple[tuple[int, ...], int]:
@@ -113,8 +114,10 @@ class GpuWork:
             return plain(1, own)
         events, messages, width = self.comm.events(members, kind, nbytes)
         # every message of a call (and of the calls it stands for) is built when it starts
-        self.peak_messages = max(self.peak_messages, messages * (copies if folded else 1))
-        events = events * copies if folded else events / n
+        # (folded under contention, the calls it stands for ride on its messages as orbits)
+        copies_run = 1 if self.k.orbits else copies
+        self.peak_messages = max(self.peak_messages, messages * (copies_run if folded else 1))
+        events = events * copies_run if folded else events / n
         flows = width * copies
         slower = 1 + math.log(max(flows, FLOW_GROUP) / FLOW_GROUP) if self.k.network == "flow" else 1.0
         return Work(1, own + events, own + events * slower)

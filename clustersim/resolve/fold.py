@@ -120,9 +120,14 @@ def decide_fold(job) -> FoldDecision:
 
 
 def _describe(job) -> str:
+    kept = (
+        "ride with the representative's as one flow per orbit (fold_contention)"
+        if job.simulation.fold_contention
+        else "kept as shadow traffic"
+    )
     return (
         f"yes: 1 of {job.parallel.tp * job.dp} GPUs per stage simulated "
-        f"(tp {job.parallel.tp} × dp {job.dp} twins; their sends and DP all-reduces kept as shadow traffic)"
+        f"(tp {job.parallel.tp} × dp {job.dp} twins; their sends and DP all-reduces {kept})"
     )
 
 

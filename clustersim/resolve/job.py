@@ -177,9 +177,10 @@ class Job:
             self.model.chakra, self.num_gpus if dp is None and pp is None else None, cost
         )
         if pp is not None:
+            from ..interop.chakra_layers import read_table
             from ..interop.chakra_restage import replay_at_pp
 
-            prog = replay_at_pp(prog, pp, flush_orders())
+            prog = replay_at_pp(prog, pp, flush_orders(), read_table(self.model.chakra))
         if dp is not None:
             from ..interop.chakra_rescale import replay_at_dp
 

@@ -15,9 +15,11 @@ from ..workload.stage_cost import chunk_costs
 from .job import Job
 
 
-def resolve(sc: Scenario) -> Job:
+def resolve(sc: Scenario, layers: bool = False) -> Job:
     """The :class:`Job` of scenario ``sc``: its layout, partition (the planner runs here,
-    once), chunk costs per GPU type and micro-batches per replica."""
+    once), chunk costs per GPU type and micro-batches per replica. ``layers``: the chunk
+    costs label their segments with model layers (a Chakra export's,
+    :func:`~clustersim.workload.stage_cost.chunk_costs`)."""
     if isinstance(sc, MultiJobScenario):  # each of its jobs resolves alone (clustersim.multijob)
         raise ScenarioError(
             "jobs", list(sc.jobs), "a multi-job scenario is simulated as a whole (simulate, clustersim run)"
@@ -34,7 +36,9 @@ def resolve(sc: Scenario) -> Job:
     if trace:
         costs = {g: [] for g in types}
     else:
-        costs = {g: chunk_costs(sc, parts, partition, gpu=g) * schedule.directions for g in types}
+        costs = {
+            g: chunk_costs(sc, parts, partition, gpu=g, layers=layers) * schedule.directions for g in types
+        }
     layer_costs = None
     if par.parameter_server is not None:  # workers push and pull per layer
         n = model_layers(sc.model)

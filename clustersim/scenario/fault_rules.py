@@ -19,6 +19,22 @@ def check_fault_rules(spec) -> None:
             "faults need a recovery section, e.g. {policy: checkpoint_restart, "
             "job_iterations: 20, checkpoint_every: 5, storage_bandwidth: 10 GB/s, restart_time: 2 min}",
         )
+    if spec.faults and spec.recovery.failures is not None:
+        raise ScenarioError(
+            "recovery.failures",
+            spec.recovery.failures.model_dump(exclude_defaults=True),
+            "failures drawn at rates replace the scripted faults list; give one or the other",
+        )
+    rec = spec.recovery
+    if rec is not None and rec.failures is not None and rec.policy == "elastic":
+        for name in ("spares", "replacement_time"):
+            if getattr(rec.failures, name):
+                raise ScenarioError(
+                    f"recovery.failures.{name}",
+                    getattr(rec.failures, name),
+                    "an elastic job continues without the failed node (it returns after "
+                    "repair_time); spares and replacement_time belong to checkpoint_restart",
+                )
     cl = spec.cluster
     joined = sum(f.nodes for f in spec.faults if f.kind == "node_join")
     total = (cl.nodes + joined) * cl.gpus_per_node

@@ -24,6 +24,12 @@ def check_generation(spec) -> None:
             spec.training.arrival.model_dump(),
             "generation requests arrive as generation.arrival says; remove training.arrival",
         )
+    if spec.energy is not None:
+        raise ScenarioError(
+            "energy",
+            "set",
+            "power and energy are reported for training steps, not yet for generation; remove it",
+        )
     if spec.model.kind != "transformer":
         raise ScenarioError(
             "model.kind", spec.model.kind, "generation runs transformer models; accepted: transformer"

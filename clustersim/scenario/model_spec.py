@@ -160,7 +160,9 @@ class TraceModel(_ModelSection):
     and ``training`` are not consulted. ``replay_dp``: replay a data-parallel trace on this
     many ranks, each keeping its micro-batches (:mod:`clustersim.interop.chakra_rescale`).
     ``replay_pp``: replay a pipeline trace at this many stages, a divisor of the trace's,
-    consecutive stages merged (:mod:`clustersim.interop.chakra_restage`; before ``replay_dp``)."""
+    consecutive stages merged (:mod:`clustersim.interop.chakra_restage`; before ``replay_dp``),
+    or a multiple of it, stages split by layer where the trace carries layer labels
+    (:mod:`clustersim.interop.chakra_split`)."""
 
     kind: Literal["trace"] = "trace"
     chakra: str

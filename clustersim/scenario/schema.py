@@ -19,6 +19,7 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -447,6 +448,10 @@ class SimulationSpec(_Spec):
     #: simulate one GPU per stage and mirror it to its TP/DP twins (clustersim.resolve.fold);
     #: ``auto`` folds large uniform jobs
     fold: bool | Literal["auto"] = "auto"
+    #: a folded run on the ``flow`` network: each transfer and its folded twins' shadows as
+    #: one flow with a multiplicity per link, where the twins are symmetric
+    #: (clustersim.network.orbits); false: every shadow is a flow of its own
+    fold_contention: bool = False
     #: cap on chunks per message (packet model): bigger messages use bigger chunks — fewer
     #: events, up to (hops − 1)/max_chunks of a message's time in extra pipelining delay
     max_chunks: Annotated[int | None, Range(1, 1_000_000)] = None
@@ -491,6 +496,17 @@ class SimulationSpec(_Spec):
         names = network_model_names()
         return known(name, names, "network model", names)
 
+    @field_validator("fold_contention")
+    @classmethod
+    def _fold_contention_on_flow(cls, on: bool, info: ValidationInfo) -> bool:
+        network = info.data.get("network")  # (declared above: checked first)
+        if on and network not in ("flow", None):
+            raise ValueError(
+                "folds twin flows of the flow network (fidelity balanced) only; "
+                f"with network {network!r} it takes false"
+            )
+        return on
+
 
 class FaultSpec(_Spec):
     """One event of the job (docs/faults.md): ``gpu_fail`` (``gpu``: the failed GPU's
@@ -522,6 +538,44 @@ class FaultSpec(_Spec):
         return self
 
 
+#: component classes of rate-driven failures (clustersim.faults.rates: the unit each is per)
+FAILURE_CLASSES = ("gpu", "node", "nic", "link", "switch", "network", "software")
+
+
+class FailuresSpec(_Spec):
+    """Failures drawn at rates over a long job (docs/fleet.md): a ``study`` of
+    ``data/failure_rates.csv`` and/or per-unit ``mtbf`` by component class (overriding the
+    study's; 0: none), drawn with ``seed`` (``seeds`` jobs: seed, seed+1, …). After a
+    failure the job is down ``detection_time`` + ``recovery.restart_time`` (+
+    ``replacement_time`` for a gpu/node/nic failure unless one of ``spares`` hot spares is
+    free; a spare taken is free again ``repair_time`` later) + the checkpoint read.
+    ``checkpoint_write``: ``blocking`` (the job waits for the write) or ``async`` (it waits
+    only for a copy to host memory at ``snapshot_bandwidth`` per GPU)."""
+
+    study: str | None = None
+    mtbf: dict[Literal[FAILURE_CLASSES], Time] = Field(default_factory=dict)
+    seed: Annotated[int, Range(0, 2**31 - 1)] = 0
+    seeds: Annotated[int, Range(1, 100_000)] = 1
+    detection_time: Time = 0.0
+    replacement_time: Time = 0.0
+    spares: Annotated[int, Range(0, 100_000)] = 0
+    repair_time: Time = 0.0
+    checkpoint_write: Literal["blocking", "async"] = "blocking"
+    snapshot_bandwidth: Bandwidth | None = None
+
+    @model_validator(mode="after")
+    def _complete(self) -> FailuresSpec:
+        if self.study is None and not self.mtbf:
+            raise ValueError(
+                "give a study (e.g. llama3_405b) or mtbf per component class, e.g. {gpu: 50000 h}"
+            )
+        if self.checkpoint_write == "async" and self.snapshot_bandwidth is None:
+            raise ValueError(
+                "checkpoint_write: async needs snapshot_bandwidth (per GPU, device to host, e.g. 20 GB/s)"
+            )
+        return self
+
+
 class RecoverySpec(_Spec):
     """How the job of ``job_iterations`` iterations survives its ``faults``
     (docs/faults.md): ``checkpoint_restart`` (restart on a spare from the last checkpoint)
@@ -537,6 +591,21 @@ class RecoverySpec(_Spec):
     storage_bandwidth: Bandwidth = 10e9
     restart_time: Time = 0.0
     replan_time: Time = 0.0
+    #: failures drawn at rates instead of the scripted ``faults`` (docs/fleet.md)
+    failures: FailuresSpec | None = None
+
+
+class EnergySpec(_Spec):
+    """Energy and power of the step (docs/energy.md): the facility's ``pue`` (facility
+    energy / IT energy), each NIC's and switch's power in watts (constant, from their
+    datasheets; 0: not counted) and prices for the costs per million tokens (None: not
+    reported)."""
+
+    pue: Annotated[float, Range(1, 10)] = 1.0
+    nic_power: Annotated[float, Range(0, 10_000)] = 0.0
+    switch_power: Annotated[float, Range(0, 100_000)] = 0.0
+    price_per_kwh: Annotated[float | None, Range(0, 1_000)] = None
+    price_per_gpu_hour: Annotated[float | None, Range(0, 100_000)] = None
 
 
 class AdaptedSpec(_Spec):
@@ -563,6 +632,8 @@ class ScenarioSpec(_Spec):
     recovery: RecoverySpec | None = None
     #: token generation with continuous batching (docs/generation.md); needs ``training.mode: inference``
     generation: GenerationSpec | None = None
+    #: power and energy of the step (docs/energy.md); None: not reported
+    energy: EnergySpec | None = None
     #: what ``training.framework`` or ``simulation.fidelity`` filled differently from their
     #: usual defaults because the scenario's own fields refuse those, and why
     #: (:mod:`clustersim.scenario.adapt`); written by the loader, read by no rule

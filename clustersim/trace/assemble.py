@@ -63,6 +63,7 @@ def assemble_result(job: Job, mode, engine, rec: Recorder, wall_s: float) -> Res
         },
         **(_interference(spans, window, iter_time) if job.parallel.tp_comm_overlap else {}),
         **_nccl_interference(engine, rec, window),
+        **_comm_interference(engine, rec, window),
         **_interference_model(job),
         **_host_bound(job),
         "peak_memory_gib": float(devices["peak_memory_bytes"].max()) / GIB,
@@ -139,19 +140,39 @@ def _host_bound(job: Job) -> dict:
     return {"host_bound_s": wait * job.num_microbatches / job.plan.pp}
 
 
+def _lost_per_gpu(engine, rec: Recorder, window: tuple[float, float], attr: str, compute: bool) -> float:
+    """The engine's per-op lost seconds ``attr`` of the ops starting inside ``window``, per
+    GPU: over the GPUs that computed (``compute``) or those the counted ops ran on; 0.0
+    where the engine counted none."""
+    lost_by_op = getattr(engine, attr, None)
+    if not lost_by_op:
+        return 0.0
+    t0, t1 = window
+    ops = engine.program.ops
+    lost = sum(lost_by_op.get(i, 0.0) for i, start, _ in rec.ops if t0 <= start < t1)
+    if compute:
+        gpus = {ops[i].device for i, _, _ in rec.ops if ops[i].kind == COMPUTE}
+    else:
+        gpus = {ops[i].device for i in lost_by_op}
+    return lost / len(gpus)
+
+
 def _nccl_interference(engine, rec: Recorder, window: tuple[float, float]) -> dict:
     """``interference_nccl_s``: per GPU (mean over the GPUs that computed), the seconds its
     compute ops starting inside ``window`` lost running at 1/``comm_compute_slowdown`` beside
     NCCL collectives (the engine's count, :class:`clustersim.engine.interpreter.Interpreter`);
     nothing where no compute was slowed."""
-    slowed = getattr(engine, "slowed_s", None)
-    if not slowed:
-        return {}
-    t0, t1 = window
-    ops = engine.program.ops
-    lost = sum(slowed.get(i, 0.0) for i, start, _ in rec.ops if t0 <= start < t1)
-    gpus = {ops[i].device for i, _, _ in rec.ops if ops[i].kind == COMPUTE}
-    return {"interference_nccl_s": lost / len(gpus)}
+    lost = _lost_per_gpu(engine, rec, window, "slowed_s", compute=True)
+    return {"interference_nccl_s": lost} if getattr(engine, "slowed_s", None) else {}
+
+
+def _comm_interference(engine, rec: Recorder, window: tuple[float, float]) -> dict:
+    """``interference_comm_s``: per GPU (mean over the GPUs its collectives ran on), the
+    seconds the collectives starting inside ``window`` ran past the link's time because their
+    kernels' SMs copy no faster (DeepEP on ``Buffer.num_sms``, :mod:`clustersim.hardware.comm_sms`);
+    nothing where none was."""
+    lost = _lost_per_gpu(engine, rec, window, "comm_slowed_s", compute=False)
+    return {"interference_comm_s": lost} if getattr(engine, "comm_slowed_s", None) else {}
 
 
 def _interference_model(job: Job) -> dict:

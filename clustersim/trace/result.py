@@ -37,6 +37,9 @@ class Result:
             (docs/multi_job.md).
         steps: a generation run only (else None): one row per step — its batch, tokens and
             KV blocks in use (docs/generation.md).
+        fleet: failures drawn at rates only (``recovery.failures``, else None): the
+            job-level model (:class:`clustersim.faults.renewal.FleetJob`) that
+            ``clustersim.faults.interval_study.goodput_curve`` varies (docs/fleet.md).
     """
 
     def __init__(
@@ -63,6 +66,7 @@ class Result:
         self.job = job
         self.jobs = jobs
         self.steps = steps
+        self.fleet = None
         self._waits = waits
 
     @property
@@ -153,7 +157,39 @@ class Result:
             raise ValueError(
                 "plot_job: this run has no job timeline (its scenario has no faults or recovery)"
             )
+        if "component" in self.job.columns:  # failures drawn at rates: one row per failure
+            from ..viz.fleet import plot_failures
+
+            return plot_failures(self.job, ax=ax)
         return plot_job({self.scenario.get("name") or "job": self.job}, ax=ax)
+
+    def power(self, bins: int = 60, window=None) -> pd.DataFrame:
+        """Each GPU's mean power in ``bins`` bins of ``window`` (default: the whole run):
+        columns ``time_s`` (bin centre), ``device``, ``watts`` (docs/energy.md)."""
+        from ..energy import gpu_traces
+
+        if window is None:
+            window = (0.0, self._end())
+        folded = str(self.summary.get("folded", "")).startswith("yes")
+        traces = gpu_traces(self.spans, self.devices, window, folded)
+        centers = window[0] + (np.arange(bins) + 0.5) * (window[1] - window[0]) / bins
+        return pd.DataFrame(
+            [
+                (t, dev, w)
+                for dev, tr in traces.items()
+                for t, w in zip(centers, tr.binned(window[0], window[1], bins))
+            ],
+            columns=["time_s", "device", "watts"],
+        )
+
+    def plot_power(self, bins: int = 60, window=None, ax=None):
+        """Power over time: each GPU's (or each stage's mean) with its TDP, and the GPUs'
+        total (docs/energy.md)."""
+        from ..energy import gpu_power
+        from ..viz.power import plot_power
+
+        tdp = {g: gpu_power(g).tdp_w for g in self.devices["gpu"].unique()}
+        return plot_power(self.power(bins, window), self.devices, tdp, ax=ax)
 
     def breakdown(self) -> pd.DataFrame:
         """The numbers behind :meth:`plot_breakdown`: per stage, compute / exposed_comm /

@@ -14,7 +14,10 @@ pass/fail line):
 * **host dispatch** (``data/host_dispatch.csv``): each profile's dispatch is its stack's row;
 * **interference** (``data/interference_measurements.csv``): the forum's H100 GEMM beside an
   all-gather within :data:`FORUM_BOUND` of its two-wave bound, and the SM rule inside Lee et
-  al.'s measured range.
+  al.'s measured range;
+* **communication by the SMs it holds** (``data/comm_sm_bandwidth.csv``): NCCL's all-reduce by
+  CTAs on H200, DeepEP's dispatch and combine by SMs on B200 and GB200, each curve's rows within
+  :data:`clustersim.hardware.comm_sms.TOLERANCE`.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import warnings
 from collections import defaultdict
 
 from ..collectives.bench import measure, preset_cluster
+from ..hardware.comm_sms import TOLERANCE as COMM_SM_TOLERANCE
+from ..hardware.comm_sms import curves
 from ..hardware.interference import interference_rows, slowdown_of
 from ..workload.cost_model import efficiency_for
 from ..workload.fp8 import fp8_gemm_time
@@ -193,12 +198,30 @@ def interference_table() -> tuple[str, Verdict]:
     return "\n".join(lines), _verdict("interference", failed, 1 + len(rule), "checks")
 
 
+def comm_sm_table() -> tuple[str, Verdict]:
+    """Communication bandwidth by the SMs it holds: each (GPU, implementation, kernel)'s rows
+    against its fitted curve (:mod:`clustersim.hardware.comm_sms`)."""
+    lines = ["| GPU | implementation | kernel | rows | GB/s per SM | plateau GB/s | largest | bound |"]
+    lines.append("|---|---|---|---|---|---|---|---|")
+    failed = []
+    for (gpu, impl, kernel), c in sorted(curves().items()):
+        worst = max((c.bandwidth(n) / b - 1 for n, b in c.rows), key=abs)
+        lines.append(
+            f"| {gpu} | {impl} | {kernel} | {len(c.rows)} | {c.rate / 1e9:.1f} | {c.plateau / 1e9:.0f} "
+            f"| {worst:+.1%} | ±{COMM_SM_TOLERANCE[impl]:.0%} |"
+        )
+        if abs(worst) > COMM_SM_TOLERANCE[impl]:
+            failed.append(f"{gpu} {impl} {kernel}: {worst:+.1%}")
+    return "\n".join(lines), _verdict("communication by SMs", failed, len(curves()), "curves")
+
+
 TABLES = (
     ("Memory-bound kernels (Liger-Kernel rows)", memory_table),
     ("MoE grouped GEMMs (DeepGEMM, H800)", grouped_table),
     ("EP all-to-all (NCCL, DeepEP)", alltoall_table),
     ("Host dispatch per kernel", host_table),
     ("Interference (GEMM beside communication)", interference_table),
+    ("Communication by the SMs it holds (NCCL, DeepEP)", comm_sm_table),
 )
 
 

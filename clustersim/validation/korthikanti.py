@@ -2,7 +2,9 @@
 
 :func:`layer_times` runs one layer's forward and backward segments — compute kernels from
 the cost model, TP collectives on the DGX-A100 preset's NVSwitch fabric through
-:func:`clustersim.collectives.run_collective` — back to back, as one CUDA stream runs them.
+:func:`clustersim.collectives.run_collective` — back to back, as one CUDA stream runs them;
+under SP the backward's re-gather of the column-parallel inputs beside the dgrad GEMM
+(:mod:`clustersim.workload.sp_regather`), the two ending together.
 :func:`memory_check` evaluates the memory model for the configurations of Korthikanti's
 Table 3 (t = 8; 22B p = 1, b = 4; 175B p = 8, 530B p = 35, 1T p = 64, b = 1; the
 interleaved schedule with v = 3 for 175B and 530B — the ratio of their published
@@ -23,6 +25,7 @@ from ..workload.cost_model import CostModel
 from ..workload.memory_model import in_flight, static_bytes
 from ..workload.model_presets import TRANSFORMER_PRESETS
 from ..workload.segments import backward_items, forward_items
+from ..workload.sp_regather import with_regather
 from ..workload.transformer_ops import layer_ops
 from .data import read_table
 
@@ -58,11 +61,15 @@ def _run(items: list[tuple], tp: int) -> float:
     tuning = Tuning(cluster.collective_alpha, protocols=cluster.collective_protocols)
 
     def proc():
-        for it in items:
+        for it, nxt in zip(items, items[1:] + [("c", 0.0)]):
             if it[0] == "c":
                 yield env.timeout(it[1])
+            elif it[0] == "p":  # ran beside the collective before it
+                continue
             else:
-                yield from run_collective(env, fabric, it[1], members, it[2], tuning=tuning)
+                comm = env.process(run_collective(env, fabric, it[1], members, it[2], tuning=tuning))
+                # a kernel marked to run beside it (the SP backward's dgrad beside the re-gather)
+                yield comm & env.timeout(nxt[1]) if nxt[0] == "p" else comm
 
     env.process(proc())
     env.run()
@@ -81,6 +88,8 @@ def layer_times(
     cfg = TRANSFORMER_PRESETS[preset][0]
     cm = CostModel.for_gpu(gpu)
     ops = layer_ops(cfg, micro_batch, tp, sequence_parallel, 2)
+    # Megatron-LM's SP backward gathers the column-parallel inputs again, beside the dgrad GEMM
+    ops = with_regather(ops) if sequence_parallel else ops
     f = forward_items(ops, cm)
     rec = {"none": [], "full": f, "selective": forward_items(ops, cm, core_only=True)}[recompute]
     return _run(f, tp), _run(rec + backward_items(ops, cm), tp)

@@ -28,10 +28,17 @@ of the collectives running on its GPU
 interference is on, the cluster is an NVSwitch node and the GPU has a CTA row
 (:func:`~clustersim.hardware.interference.nccl_ctas_for`); a stated
 ``cluster.comm_compute_slowdown`` and the other cases keep the scalar SM rule.
+
+The other way round, DeepEP's own kernels are slowed by the SMs they are left: a dispatch or
+combine on ``Buffer.num_sms`` SMs moves at most those SMs' copy rate
+(:mod:`clustersim.hardware.comm_sms`), which :func:`held_rate` gives its collective where
+the kernels beside it are priced so (``deepep_sms``); the engine stretches the collective's
+fabric time by it (``interference_comm_s``).
 """
 
 from __future__ import annotations
 
+from ..hardware.comm_sms import sm_rate
 from .cost_model import CostModel, gemm_batch
 from .gemm_interference import untold_slowdown
 from .ops import Work
@@ -46,3 +53,15 @@ def beside(cm: CostModel, work: Work, seconds: float, ctas: int) -> tuple[float,
     if work.gemm is not None and min(work.gemm) > 0:
         return seconds * (untold_slowdown(cm.eff, work.gemm, gemm_batch(work), ctas) or 1.0), 0.0
     return seconds * sms / (sms - ctas), 0.0
+
+
+def held_rate(cm: CostModel, comm, backward: bool = False) -> float:
+    """Bytes/s the SMs a DeepEP dispatch or combine (``comm``, a :class:`~.ops.TPComm`
+    holding ``comm.sms``) can copy on ``cm``'s GPU, where the kernels beside it are priced
+    kernel by kernel (``cm.deepep_sms``); 0.0 elsewhere (NCCL's, interference off). The
+    backward of a dispatch is a combine and the other way round; Megatron-Core's
+    ``fused_a2a`` dispatches the BF16 hidden states (DeepEP's ``dispatch_bf16`` rows)."""
+    if not (comm.sms and cm.deepep_sms):
+        return 0.0
+    dispatch = ("dispatch" in comm.name) != backward
+    return sm_rate(cm.gpu.name, "deepep", "dispatch_bf16" if dispatch else "combine") * comm.sms

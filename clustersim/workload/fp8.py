@@ -303,7 +303,13 @@ def _quantized_gathers(ops: list, i: int, op: TPComm, rec: Recipe) -> list[TPCom
     l. 818–824 for a row-parallel output gradient; ``quantizer.cpp`` l. 1015–1020 runs
     ``amax_reduction_group->allreduce(…)->wait()`` between the amax and the cast. One
     :data:`AMAX_BYTES` all-reduce (MAX) before each such gather — in the backward before the
-    output gradient's, so placed after the collective in forward order."""
+    output gradient's, so placed after the collective in forward order. TE does not coalesce
+    them (TE @d0067d0): ``Float8CurrentScalingQuantizer::quantize_impl`` all-reduces the one
+    amax of the tensor it is quantizing, ``allreduce({amax_buf}, MAX)``, one NCCL call per
+    quantize; only NVFP4's multi-tensor split quantize gathers several amaxes into one
+    ``allreduce_coalesced`` (``cast.cpp`` l. 47, ``quantizer.cpp`` l. 2537), which a
+    sequence-parallel gather of one tensor never runs. The backward's re-gather of the saved
+    input (:mod:`.sp_regather`) moves the already quantized tensor: no amax again."""
     one = saved_input_fraction(rec)
     before: list[TPComm] = []
     after: list[TPComm] = []

@@ -88,7 +88,7 @@ def _work(item: tuple, launch_s: float, dispatch: float) -> tuple[float, int, fl
         host = item[4] * dispatch if item[5] is None else item[5]
         return t + item[3] * launch_s, item[4], host
     if kind == "o":  # a GEMM pipelined with a TP collective: one GEMM kernel per chunk
-        return item[4] + launch_s, item[7], item[7] * dispatch if item[9] is None else item[9]
+        return item[4] + item[10] * launch_s, item[7], item[7] * dispatch if item[9] is None else item[9]
     if kind == "r":  # ring attention: one attention kernel per step
         return sum(item[1]), len(item[1]), len(item[1]) * dispatch
     return 0.0, 0, 0.0

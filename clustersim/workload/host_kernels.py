@@ -14,6 +14,10 @@ The host's time per op and phase (:meth:`HostModel.issue`):
 
     host = modules · module_s + max(0, kernels − modules) · dispatch(phase)
 
+(under FP8 a Transformer Engine module's forward costs its FP8 host time, ``module_fp8``:
+TE issue #761 measured it over twice the BF16 module's, and it covers the casts the module
+launches, so they are not dispatched again)
+
 ``dispatch`` is the forward's (Python eager with autograd recording: ``pytorch_eager``) or
 the backward's (the autograd engine's C++ nodes: ``autograd_engine``) per kernel; a
 ``module`` — a Transformer Engine or ``nn.Linear`` module the row names — costs its measured
@@ -82,6 +86,9 @@ class HostModel:
     module_s: float = 0.0
     extras: dict = field(default_factory=dict)
     hidden_bytes: float = 0.0
+    #: a module's host time covers every kernel its op's work issues (FP8: the casts TE
+    #: launches in its forward), not its GEMM's alone
+    module_covers_work: bool = False
 
     def __hash__(self) -> int:
         # (frozen, so its fields never change; the dict hashed by its items: a pass's segments
@@ -93,24 +100,39 @@ class HostModel:
                 self.module_s,
                 tuple(sorted(self.extras.items())),
                 self.hidden_bytes,
+                self.module_covers_work,
             )
         )
 
     @classmethod
     def of(
-        cls, framework: str, override: float | None, graphs: bool, small: bool, hidden_bytes: float
+        cls,
+        framework: str,
+        override: float | None,
+        graphs: bool,
+        small: bool,
+        hidden_bytes: float,
+        fp8: bool = False,
     ) -> HostModel:
         """The host of ``framework`` (``override``: ``fixed_costs.host_dispatch``; ``graphs``:
-        ``training.cuda_graphs``; ``small``: ``fixed_costs.small_kernels``)."""
+        ``training.cuda_graphs``; ``small``: ``fixed_costs.small_kernels``; ``fp8``: the
+        linears run in FP8 — a Transformer Engine module then costs its FP8 forward,
+        ``te_module`` ``module_fp8``, which covers the casts it launches)."""
         extras = extra_kernels(framework) if small else {}
         if graphs:
             return cls(0.0, 0.0, 0.0, extras, hidden_bytes)
         if override is not None:
             return cls(override, override, override, extras, hidden_bytes)
         stack = MODULE_STACKS[framework]
-        module = _host_row(stack, "module") if stack else 0.0
+        te_fp8 = fp8 and stack == "te_module"
+        module = _host_row(stack, "module_fp8" if te_fp8 else "module") if stack else 0.0
         return cls(
-            dispatch_s(framework), _host_row("autograd_engine", "dispatch"), module, extras, hidden_bytes
+            dispatch_s(framework),
+            _host_row("autograd_engine", "dispatch"),
+            module,
+            extras,
+            hidden_bytes,
+            te_fp8,
         )
 
     def dispatch(self, phase: str) -> float:
@@ -124,5 +146,6 @@ class HostModel:
             return 0, 0.0, 0.0
         extra, passes, modules = self.extras.get((op, phase), (0, 0.0, 0))
         issued = kernels + extra
-        host = modules * self.module_s + max(0, issued - modules) * self.dispatch(phase)
+        inside = modules * (kernels if self.module_covers_work else 1)  # issued within the modules
+        host = modules * self.module_s + max(0, issued - inside) * self.dispatch(phase)
         return extra, passes * self.hidden_bytes, host

@@ -11,11 +11,12 @@ holds their (memory-bound s, HBM B/s, (kind, SM-limited s)…), :func:`_beside`)
 that differs between the ranks of an expert-parallel group (:class:`~.ops.ExpertRanks`),
 ``("p", seconds, flops, launches, issued, host)`` for a kernel that runs beside its
 neighbouring collective
-(:attr:`~.ops.LayerOp.overlap`), ``("x", kind, nbytes, name, group, matrix[, sync, sms])`` for a
+(:attr:`~.ops.LayerOp.overlap`), ``("x", kind, nbytes, name, group, matrix[, sync, sms, rate])`` for a
 collective over ``group`` (:data:`~.ops.COMM_GROUPS`, or ``cp``: the context-parallel group;
 ``matrix``: an uneven all-to-all's bytes, or empty; ``sync``: the host waits for the device
 before it issues it, :mod:`.host`; ``sms``: the SMs its kernels hold where not NCCL's,
-:attr:`.ops.TPComm.sms`), ``("r", seconds, flops, nbytes,
+:attr:`.ops.TPComm.sms`; ``rate``: the bytes/s those SMs can copy, or 0,
+:func:`.comm_interference.held_rate`), ``("r", seconds, flops, nbytes,
 name)`` for ring attention (per step, :mod:`.context_parallel`) and ``("f", seconds,
 name)`` for a fixed cost of its own (the pass's kernel launches and its wait for the host,
 :mod:`.host`). Consecutive kernels merge
@@ -30,7 +31,7 @@ between the two halves of its compute — far fewer simulated events for huge va
 runs, at the price of the per-collective latency terms (negligible for these sizes).
 
 With ``parallel.tp_comm_overlap`` a collective and the GEMM it pipelines with become one
-``("o", kind, nbytes, name, seconds, flops, method, chunks, margin, host)`` item and an ``overlap``
+``("o", kind, nbytes, name, seconds, flops, method, chunks, margin, host, launches)`` item and an ``overlap``
 Segment, which the compiler emits in chunks (:mod:`.tp_overlap`; per-layer only).
 """
 
@@ -38,10 +39,11 @@ from __future__ import annotations
 
 from ..hardware.interference import NCCL
 from ..program import beside_scaled, beside_sum
-from .comm_interference import beside
+from .comm_interference import beside, held_rate
 from .context_parallel import CPComm, CPRing
 from .cost_model import CostModel
 from .ops import ExpertRanks, LayerOp, TPComm
+from .sp_regather import NAME as REGATHER
 from .stage_cost import Segment
 from .tp_overlap import AG_GEMMS, RS_GEMMS, TPOverlap, merge_backward, merge_forward
 
@@ -68,7 +70,17 @@ def forward_items(
             if op.fwd and not core_only:
                 out.append(
                     (
-                        ("x", op.fwd, op.forward_nbytes, op.name, op.group, op.matrix, op.host_sync, op.sms),
+                        (
+                            "x",
+                            op.fwd,
+                            op.forward_nbytes,
+                            op.name,
+                            op.group,
+                            op.matrix,
+                            op.host_sync,
+                            op.sms,
+                            held_rate(cm, op),
+                        ),
                         "",
                         None,
                     )
@@ -140,10 +152,15 @@ def backward_items(
     ops: list, cm: CostModel, *, weight: bool = True, inputs: bool = True, overlap: TPOverlap | None = None
 ) -> list[tuple]:
     """Items of the backward of ``ops`` (in reverse): input- and/or weight-gradient work.
-    ``overlap``: as :func:`forward_items` (a GEMM's dgrad and wgrad are then separate items)."""
+    ``overlap``: as :func:`forward_items` (a GEMM's dgrad and wgrad are then separate items).
+    A linear after a sequence-parallel re-gather (:mod:`.sp_regather`) runs its input-gradient
+    GEMM beside it (``p``) and its weight gradient after (``c``)."""
     out = []
+    regathered = False  # the op before (in backward order) was the re-gather
     for op in reversed(ops):
+        beside_gather, regathered = regathered, False
         if isinstance(op, TPComm):
+            regathered = op.name == REGATHER and inputs
             if op.bwd and inputs:
                 out.append(
                     (
@@ -156,6 +173,7 @@ def backward_items(
                             tuple(zip(*op.matrix)),
                             False,
                             op.sms,
+                            held_rate(cm, op, backward=True),
                         ),
                         "",
                         "",
@@ -179,17 +197,26 @@ def backward_items(
                 out.append((("c", t, w.flops, n, k, host, *_beside(cm, [(w, t)])), op.name, part, w))
             continue
         works = [(op.bwd_input, "B")] * inputs + [(op.bwd_weight, "W")] * weight
-        priced = [(*_priced(cm, w, op.name, ph), w.flops) for w, ph in works]
-        t, flops = sum(p[0] for p in priced), sum(p[4] for p in priced)
-        if t or flops:
-            kind = "p" if op.overlap and inputs else "c"
-            n, issued, hosts = sum(p[1] for p in priced), sum(p[2] for p in priced), [p[3] for p in priced]
-            host = None if None in hosts else sum(hosts)
-            beside_ = _beside(cm, [(w, p[0]) for (w, _), p in zip(works, priced, strict=True)])
-            out.append(((kind, t, flops, n, issued, host, *beside_), op.name, "", None))
+        if beside_gather:  # dgrad beside the re-gather, wgrad after it (Megatron's order)
+            out += _work_items(cm, op, works[:1], "p") + _work_items(cm, op, works[1:], "c")
+            continue
+        out += _work_items(cm, op, works, "p" if op.overlap and inputs else "c")
     if overlap is not None:
         return merge_backward(out, overlap, cm.eff)
     return [item for item, *_ in out]
+
+
+def _work_items(cm: CostModel, op: LayerOp, works: list[tuple], kind: str) -> list[tuple]:
+    """One ``kind`` (``c`` or ``p``) item of ``op``'s ``works`` ((Work, phase) pairs) priced by
+    ``cm``, wrapped as :func:`backward_items` collects them; none where they are empty."""
+    priced = [(*_priced(cm, w, op.name, ph), w.flops) for w, ph in works]
+    t, flops = sum(p[0] for p in priced), sum(p[4] for p in priced)
+    if not (t or flops):
+        return []
+    n, issued, hosts = sum(p[1] for p in priced), sum(p[2] for p in priced), [p[3] for p in priced]
+    host = None if None in hosts else sum(hosts)
+    beside_ = _beside(cm, [(w, p[0]) for (w, _), p in zip(works, priced, strict=True)])
+    return [((kind, t, flops, n, issued, host, *beside_), op.name, "", None)]
 
 
 def launch_items(
@@ -203,7 +230,7 @@ def launch_items(
     at a ``dispatch`` that is not: whether the op exists depends on the configuration,
     never on the wait, so pricing the host adds no op to a pass that launches kernels."""
     kernels = [i for i in items if i[0] in ("c", "e", "p", "o")]
-    n = sum(1 if i[0] == "o" else i[3] for i in kernels)
+    n = sum(i[10] if i[0] == "o" else i[3] for i in kernels)
     issued = any(i[0] == "o" or i[4] for i in kernels)
     present = (n and launch_s) or (issued and dispatch)
     return [("f", n * launch_s + wait, "launch")] + items if present else items
@@ -211,8 +238,11 @@ def launch_items(
 
 def _held(item: tuple) -> tuple:
     """A collective item's ``(SMs,)`` where its kernels are not NCCL's (:attr:`.ops.TPComm.sms`),
+    ``(SMs, bytes/s)`` where those SMs also cap its rate (:func:`.comm_interference.held_rate`),
     else ``()``: its Segment's and Op's ``beside``."""
-    return (item[7],) if len(item) > 7 and item[7] else ()
+    if len(item) <= 7 or not item[7]:
+        return ()
+    return (item[7], item[8]) if len(item) > 8 and item[8] else (item[7],)
 
 
 def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment, ...]:
@@ -251,7 +281,7 @@ def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment
             segs.append(run.segment())
         run = _Run()
         if i[0] == "o":  # a collective pipelined with a GEMM (tp_overlap): the GEMM's time rides along
-            _, kind, nbytes, name, seconds, flops, method, chunks, margin, _ = i
+            _, kind, nbytes, name, seconds, flops, method, chunks, margin = i[:9]
             segs.append(Segment("overlap", seconds, flops, nbytes, kind, name, method, chunks, margin=margin))
         elif i[0] == "r":
             _, times, flops, sent, name = i

@@ -74,6 +74,7 @@ from .selective_ac import (
     op_saved_bytes,
     policy_of,
 )
+from .sp_regather import regathers, with_regather
 from .stage_cost import StageCost, even_partition
 from .tp_overlap import TPOverlap, overlap_of
 from .transformer_ops import embedding_ops, layer_ops, mtp_ops, output_ops
@@ -142,6 +143,7 @@ class TrainSetup:
             kernels=tr.memory_kernels or tr.framework,
             fp8_recipe=tr.fp8_recipe or default_recipe(tr.framework, gpu or sc.cluster.gpu),
             selective=policy_of(tr.framework),
+            regather=regathers(tr.framework),
             optimizer_bytes=_optimizer_bytes(sc, gpu),
         )
 
@@ -167,6 +169,8 @@ class TrainSetup:
     fp8_recipe: str = "delayed"
     #: what ``recompute: selective`` keeps: ``attention_core`` or torchtitan's ``op`` policy (:mod:`.selective_ac`)
     selective: str = "attention_core"
+    #: the sequence-parallel backward gathers the column-parallel inputs again (:mod:`.sp_regather`)
+    regather: bool = True
     #: Megatron-Core's ``recompute_modules`` under the ``attention_core`` policy (:mod:`.selective_ac`)
     modules: tuple[str, ...] = MEGATRON_MODULES
     #: the optimizer states' bytes per parameter (``training.precision_aware_optimizer``;
@@ -212,7 +216,14 @@ class FixedCosts:
         tr = sc.training
         fc = tr.fixed_costs
         launch = cm.eff.launch_s if fc.kernel_launch is None else fc.kernel_launch
-        host = HostModel.of(tr.framework, fc.host_dispatch, tr.cuda_graphs, fc.small_kernels, hidden_bytes)
+        host = HostModel.of(
+            tr.framework,
+            fc.host_dispatch,
+            tr.cuda_graphs,
+            fc.small_kernels,
+            hidden_bytes,
+            tr.precision == "fp8",
+        )
         return cls(
             launch,
             fc.microbatch_overhead,
@@ -442,6 +453,8 @@ def _layer_kind(cfg, st: TrainSetup, cm: CostModel, shape: tuple[bool, int], acc
         # FP8 parameters: the optimizer's step writes the FP8 weight itself (its 16-bit copy's
         # write in :meth:`.cost_model.CostModel.optimizer_time`), TE recasts nothing
         fp8_cast = 0.0 if st.fp8_params else weight_cast_seconds(layer, st.gpu, st.fp8_recipe)
+    if sp and st.regather:  # the backward gathers the column-parallel inputs again
+        layer = with_regather(layer)
     if accumulate:
         layer = with_grad_accumulation(layer, e)
     ov = st.tp_overlap
@@ -482,12 +495,17 @@ def _layer_kind(cfg, st: TrainSetup, cm: CostModel, shape: tuple[bool, int], acc
 
 
 def transformer_chunk_costs(
-    sc, chunks: int, partition: list[int] | None = None, gpu: str | None = None
+    sc, chunks: int, partition: list[int] | None = None, gpu: str | None = None, layers: bool = False
 ) -> list[StageCost]:
     """Per-chunk StageCosts of a transformer scenario on GPU type ``gpu`` (see module doc);
     the layers of each shape — dense or MoE, windowed or full attention
     (:meth:`~.transformer.TransformerConfig.layer_shapes`) — are compiled once, and a chunk
-    runs its layers in order."""
+    runs its layers in order. ``layers`` (at ``granularity: layer``): each pass is built
+    layer by layer — a layer's kernels never merge with the next one's, each layer's
+    pieces led by their own launch op (:meth:`FixedCosts.pass_segments`, the host's race
+    carried across them) — and every segment carries its model layer (``Segment.layer``;
+    the embedding with the first layer, the output layer with the last), for exports that
+    label their ops (:mod:`clustersim.interop.chakra_split`)."""
     st = TrainSetup.of(sc, gpu)
     cfg = resolve_transformer(sc.model)
     st = replace(st, modules=check_modules(sc.training, cfg, st.cp))
@@ -512,7 +530,7 @@ def transformer_chunk_costs(
     send = b * cfg.seq_len * cfg.hidden * e / tp
     partition = partition or even_partition(cfg.layers, chunks)
 
-    def chunk(first: bool, last: bool, mine: tuple) -> StageCost:
+    def chunk(first: bool, last: bool, mine: tuple, start: int = -1) -> StageCost:
         pre, post = (emb if first else []), (out if last else [])
         runs = [kinds[shape] for shape in mine]
         count = {shape: mine.count(shape) for shape in kinds if shape in mine}
@@ -553,6 +571,8 @@ def transformer_chunk_costs(
             cost = replace(cost, tied_grad_bytes=tied)  # the compiler keeps it where the ends' stages differ
         if sc.parallel.data_parallel is not None:
             cost = _per_layer(sc, st, km, fixed, cost, (pre, post), runs, cfg)
+        if start >= 0:
+            cost = _labelled(cost, _layer_passes(st, km, fixed, (pre, post), runs), start)
         return cost
 
     # chunks of the same layers cost the same: a planner's profile is one chunk per layer,
@@ -561,6 +581,8 @@ def transformer_chunk_costs(
     costs, start = [], 0
     for k, n in enumerate(partition):
         key = (k == 0, k == len(partition) - 1, tuple(order[start : start + n]))
+        if layers and st.granularity == "layer":  # a labelled chunk is its own: its layers' indices
+            key += (start,)
         start += n
         if key not in made:
             made[key] = chunk(*key)
@@ -575,23 +597,7 @@ def _per_layer(sc, st, cm, fixed: FixedCosts, cost, ends, runs: list[_LayerKind]
     ``cfg``: the model as the GPU runs it."""
     pre, post = ends
     n = len(runs)
-    edge = {
-        "F": (forward_items(pre, cm), forward_items(post, cm)),
-        "B": (backward_items(pre, cm), backward_items(post, cm)),
-        "Bi": (backward_items(pre, cm, weight=False), backward_items(post, cm, weight=False)),
-        "W": (backward_items(pre, cm, inputs=False), backward_items(post, cm, inputs=False)),
-    }
-    body = {"F": "f", "B": "b", "Bi": "bi", "W": "w"}
-    passes = {}
-    for ph, (first, last) in edge.items():
-        layers = [list(getattr(run, body[ph])) for run in runs]
-        if ph == "F":
-            layers[0] = first + layers[0]
-            layers[-1] = layers[-1] + last
-        else:  # a backward item list runs last op first
-            layers[0] = layers[0] + first
-            layers[-1] = last + layers[-1]
-        passes[ph] = fixed.pass_segments(layers, st.granularity, backward=ph != "F")
+    passes = _layer_passes(st, cm, fixed, ends, runs)
     params = [float(run.params) for run in runs]
     ends = [sum(op.params for op in ops if hasattr(op, "params")) for ops in (pre, post)]
     params[0] += ends[0]
@@ -635,6 +641,48 @@ def _per_layer(sc, st, cm, fixed: FixedCosts, cost, ends, runs: list[_LayerKind]
         layer_grads=tuple(int(q * grad) for q in params),
         layer_weights=tuple(gathered(q, f[0]) for q, f in zip(params, fp8)),
     )
+
+
+def _layer_passes(st, cm, fixed: FixedCosts, ends, runs: list[_LayerKind]) -> dict:
+    """Each phase's segments per layer of a chunk (model order), each layer's led by its
+    launch op: ``ends`` the ops before the first layer (riding with it) and after the last
+    (with the last); ``runs`` the chunk's layers in order."""
+    pre, post = ends
+    edge = {
+        "F": (forward_items(pre, cm), forward_items(post, cm)),
+        "B": (backward_items(pre, cm), backward_items(post, cm)),
+        "Bi": (backward_items(pre, cm, weight=False), backward_items(post, cm, weight=False)),
+        "W": (backward_items(pre, cm, inputs=False), backward_items(post, cm, inputs=False)),
+    }
+    body = {"F": "f", "B": "b", "Bi": "bi", "W": "w"}
+    passes = {}
+    for ph, (first, last) in edge.items():
+        layers = [list(getattr(run, body[ph])) for run in runs]
+        if ph == "F":
+            layers[0] = first + layers[0]
+            layers[-1] = layers[-1] + last
+        else:  # a backward item list runs last op first
+            layers[0] = layers[0] + first
+            layers[-1] = last + layers[-1]
+        passes[ph] = fixed.pass_segments(layers, st.granularity, backward=ph != "F")
+    return passes
+
+
+def _labelled(cost: StageCost, per_layer: dict, start: int) -> StageCost:
+    """``cost`` whose passes run ``per_layer``'s pieces (:func:`_layer_passes`) one after
+    another — a backward last layer first — each segment labelled with its model layer,
+    counted from ``start`` (the chunk's first)."""
+
+    def label(pieces: tuple, backward: bool) -> tuple:
+        order = range(len(pieces) - 1, -1, -1) if backward else range(len(pieces))
+        return tuple(replace(seg, layer=start + i) for i in order for seg in pieces[i])
+
+    passes = {ph: label(pieces, ph != "F") for ph, pieces in per_layer.items()}
+    layer_passes = {
+        ph: tuple(tuple(replace(seg, layer=start + i) for seg in piece) for i, piece in enumerate(pieces))
+        for ph, pieces in cost.layer_passes.items()
+    }
+    return replace(cost, passes=passes, layer_passes=layer_passes)
 
 
 def balanced_partition(costs: list[float], chunks: int) -> list[int]:

@@ -54,6 +54,9 @@ class Segment:
     #: empty: the scalar slowdown); collective: ``(SMs,)`` its kernels hold where they are
     #: not NCCL's (DeepEP), else empty
     beside: tuple = ()
+    #: the model layer the segment belongs to where the compile labels layers (a Chakra
+    #: export's, :func:`.stage_builder.transformer_chunk_costs`), else −1
+    layer: int = -1
 
 
 @dataclass(frozen=True)
@@ -189,7 +192,7 @@ def even_partition(layers: int, chunks: int) -> list[int]:
 
 
 def chunk_costs(
-    scenario, chunks: int, partition: list[int] | None = None, gpu: str | None = None
+    scenario, chunks: int, partition: list[int] | None = None, gpu: str | None = None, layers: bool = False
 ) -> list[StageCost]:
     """Costs of the scenario's model cut into ``chunks`` consecutive model chunks.
 
@@ -197,13 +200,15 @@ def chunk_costs(
     stages a schedule places chunk ``k`` on pipeline stage ``k % pp``; with one, chunk
     ``k`` *is* stage ``k``. ``gpu`` prices the chunks on that GPU type instead of
     ``cluster.gpu`` (heterogeneous clusters; a synthetic model's times are the same on
-    every GPU). Every model kind implements this one entry point.
+    every GPU). ``layers``: a transformer's passes built and labelled layer by layer
+    (:func:`.stage_builder.transformer_chunk_costs`); other models carry no labels.
+    Every model kind implements this one entry point.
     """
     model = scenario.model
     if model.kind == "transformer":
         from .stage_builder import transformer_chunk_costs
 
-        return transformer_chunk_costs(scenario, chunks, partition, gpu)
+        return transformer_chunk_costs(scenario, chunks, partition, gpu, layers)
     if model.kind == "cnn":
         from .stage_builder import cnn_chunk_costs
 

@@ -14,12 +14,14 @@ and how, is TE's default table (``transformer_engine/pytorch/module/base.py``,
 * ``pipeline`` — ``proj_fprop``, ``fc2_fprop`` (the reduce-scatter after the projection /
   FC2): the GEMM in ``num_splits`` (default 4) chunks along the tokens, each chunk's
   output reduce-scattered while the next chunk computes; the last one is exposed.
-* ``bulk`` — ``qkv_dgrad`` / ``fc1_dgrad``: the reduce-scatter of the input gradient runs
-  alongside the weight-gradient GEMM (``*_wgrad``), unchunked.
+* ``bulk`` — ``qkv_wgrad`` / ``fc1_wgrad``: the reduce-scatter of the input gradient runs
+  alongside the weight-gradient GEMM, unchunked; ``qkv_dgrad`` / ``fc1_dgrad``: the
+  all-gather of the sharded input the weight gradient needs (:mod:`.sp_regather`) runs
+  alongside the input-gradient GEMM.
 
 Here those become items for :mod:`.segments` (``("o", kind, bytes, name, seconds, flops,
-method, chunks, margin, host)``: the collective, then the GEMM work it pipelines with, and the
-GEMM's host seconds) and segments
+method, chunks, margin, host, launches)``: the collective, then the GEMM work it pipelines with,
+the GEMM's host seconds and its kernels' launches) and segments
 the compiler emits as separate ops — GEMM chunks on the compute lane, the userbuffers
 transfers as sends and receives between TP neighbours on the ``tp send`` / ``tp recv`` lanes
 (:mod:`clustersim.compilers.pipeline.tp_overlap`) — so the engine produces the overlap.
@@ -48,6 +50,7 @@ from ..hardware.interference import sm_budget
 from .cost_model import Efficiency, gemm_batch
 from .gemm_interference import relaunched_slowdown
 from .ops import Work
+from .sp_regather import NAME as REGATHER
 
 RING, PIPELINE, BULK = "ring_exchange", "pipeline", "bulk"
 #: column-parallel linears: all-gather before (fprop, ring), reduce-scatter of dgrad after (bulk)
@@ -152,6 +155,15 @@ def merge_backward(tagged: list[tuple], ov: TPOverlap, eff: Efficiency | None = 
         if item[0] == "x" and item[1] == "all_gather" and nxt[1] in RS_GEMMS and nxt[2] == "dgrad":
             out.append(_merged(item, nxt[0], RING, ov, (eff, nxt[3])))
             i += 2
+        elif (
+            item[:2] == ("x", "all_gather")
+            and item[3] == REGATHER
+            and nxt[1] in AG_GEMMS
+            and nxt[2] == "dgrad"
+        ):
+            # TE's qkv_dgrad / fc1_dgrad bulk overlap: the SP input's all-gather beside the dgrad GEMM
+            out.append(_merged(item, nxt[0], BULK, ov, (eff, nxt[3])))
+            i += 2
         elif part == "wgrad" and name in AG_GEMMS and nxt[0] and nxt[0][:2] == ("x", "reduce_scatter"):
             out.append(_merged(nxt[0], item, BULK, ov, (eff, work)))
             i += 2
@@ -165,4 +177,5 @@ def _merged(comm: tuple, gemm: tuple, method: str, ov: TPOverlap, priced: tuple)
     _, kind, nbytes, name = comm[:4]  # (an expert collective carries its group after)
     margin = ov.margin(method, gemm[1], *priced)
     # the GEMM's host seconds ride along (its module's issue: :mod:`.host_kernels`)
-    return ("o", kind, nbytes, name, gemm[1], gemm[2], method, ov.chunks(method), margin, gemm[5])
+    # ... and its kernels' launches (the GEMM's, and the small kernels a framework adds to it)
+    return ("o", kind, nbytes, name, gemm[1], gemm[2], method, ov.chunks(method), margin, gemm[5], gemm[3])

@@ -3,6 +3,8 @@
 * ``synthetic-pp4-dp2/``: scenarios/synthetic-4stage-1f1b.yaml with pp 4 × dp 2 on one
   8-GPU node, as clustersim exports it (8 rank files, data-parallel all-reduces in
   ``comm_group.json``);
+* ``synthetic-dp8/``: the same model data-parallel over 8 GPUs of one node (pp 1, 2
+  micro-batches a replica, one 8 GiB gradient all-reduce), as clustersim exports it;
 * ``foreign-4rank/``: a trace written the way ASTRA-sim's generators write one — no
   ``clustersim.*`` attributes, no ``comm_group.json``: on each of 4 ranks a 1000 µs compute,
   then an all-reduce of 64 MiB over all ranks; rank 0 then sends 1 MiB to rank 1.
@@ -23,12 +25,13 @@ from clustersim.interop.chakra_schema import GlobalMetadata, Node
 #: the scenario the clustersim-made sample is exported from, and its overrides
 SYNTHETIC = "scenarios/synthetic-4stage-1f1b.yaml"
 SYNTHETIC_OVERRIDES = {"cluster.gpus_per_node": 8, "parallel.dp": 2, "training.global_batch": 8}
+DP8_OVERRIDES = {"cluster.gpus_per_node": 8, "parallel.pp": 1, "parallel.dp": 8, "training.global_batch": 16}
 #: the foreign sample's compute (µs), all-reduce and message sizes (bytes)
 FOREIGN_COMPUTE_US, FOREIGN_ALLREDUCE, FOREIGN_MESSAGE = 1000, 64 * 2**20, 2**20
 
 
-def synthetic_scenario():
-    return cs.load_scenario(SYNTHETIC).with_overrides(SYNTHETIC_OVERRIDES)
+def synthetic_scenario(overrides: dict = SYNTHETIC_OVERRIDES):
+    return cs.load_scenario(SYNTHETIC).with_overrides(overrides)
 
 
 def write_foreign(folder: Path) -> Path:
@@ -58,6 +61,7 @@ def write_foreign(folder: Path) -> Path:
 
 def write_samples(root: Path) -> None:
     cs.export_chakra(synthetic_scenario(), root / "synthetic-pp4-dp2")
+    cs.export_chakra(synthetic_scenario(DP8_OVERRIDES), root / "synthetic-dp8")
     write_foreign(root / "foreign-4rank")
 
 

@@ -179,6 +179,8 @@ class SegmentEmitter:
         chunks on both lanes (:mod:`.tp_overlap`)."""
         dev, group = self.dev, self.group
         labels = self._labels(phase, mb)
+        if seg.layer >= 0:  # a layer-labelled compile's (Op.layer)
+            labels["layer"] = seg.layer
 
         def compute(
             duration: float, flops: float, deps: tuple[int, ...], label: str = self.name, beside: tuple = ()
