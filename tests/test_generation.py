@@ -296,3 +296,25 @@ def test_serving_runs_no_dropout_kernels():
     ops = pricer(raw).model.ops((StepSeq(5, 0),), 1)[0]
     residual = [op.fwd.bytes for op in ops if isinstance(op, LayerOp) and op.name.startswith("residual")]
     assert residual == [3 * 5 * 512 * 2] * 4  # two layers, two residual adds each
+
+
+def test_skinny_linears_are_below_every_catalog_gpus_ridge_point():
+    """A linear over ≤ 64 tokens does ≤ 64 multiply-adds per weight read: 2·64 FLOPs per
+    2-byte weight, under every catalog GPU's FLOP/byte ridge — memory-bound on all of them."""
+    from clustersim.generation.step_cost import SKINNY_TOKENS
+    from clustersim.hardware.gpus import GPUS
+
+    for name in GPUS:
+        gpu = GPUS.lookup(name)
+        assert SKINNY_TOKENS < gpu.peak_flops / gpu.hbm_bandwidth, name
+
+
+def test_the_generation_mode_compiles_the_scenarios_own_prefill():
+    from clustersim.compilers import mode_of
+    from clustersim.simulate import compile_scenario
+
+    raw = scenario({"prompt_len": 10, "output_len": 2}, tp=2)
+    sc = load_scenario(raw)
+    assert mode_of(resolve(sc)).name == "generation"
+    prog = compile_scenario(sc)
+    assert prog.num_devices == 2 and any(op.kind == "collective" for op in prog.ops)
