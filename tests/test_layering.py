@@ -39,7 +39,7 @@ RANKS: list[set[str]] = [
     {"compilers"},
     {"faults", "multijob", "generation"},
     {"simulate"},
-    {"validation", "experiments"},
+    {"validation", "experiments", "scheduler"},
     {"cli"},
     {"__init__"},
 ]

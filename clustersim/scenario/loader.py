@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
 
@@ -34,27 +34,41 @@ def _is_branch(part: object) -> bool:
     )
 
 
-def _fields_at(loc: tuple) -> list[str]:
-    """Field names accepted at the model that location ``loc`` points into."""
-    model: type[BaseModel] | None = ScenarioSpec
+def _fields_at(loc: tuple, root: type[BaseModel] = ScenarioSpec) -> list[str]:
+    """Field names accepted at the model that location ``loc`` points into (list indices
+    pass into the list's items; an optional or annotated model counts as the model)."""
+    model: type[BaseModel] | None = root
     for part in loc:
-        if model is None or not isinstance(part, str) or part not in model.model_fields:
+        if isinstance(part, int):
+            continue
+        if model is None or part not in model.model_fields:
             break
-        ann = model.model_fields[part].annotation
-        model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+        model = _model_in(model.model_fields[part].annotation)
         if model is None:
             break
     return sorted(model.model_fields) if model is not None else []
 
 
-def _to_scenario_error(exc: ValidationError) -> ScenarioError:
+def _model_in(ann: Any) -> type[BaseModel] | None:
+    """The pydantic model an annotation holds (``Model``, ``Model | None``, ``list[Model]``)."""
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return ann
+    for arg in get_args(ann):
+        model = _model_in(arg)
+        if model is not None:
+            return model
+    return None
+
+
+def _to_scenario_error(exc: ValidationError, root: type[BaseModel] = ScenarioSpec) -> ScenarioError:
+    """The first problems of a failed validation of ``root`` as one ScenarioError."""
     lines, first = [], None
     for err in exc.errors():
         loc = tuple(p for p in err["loc"] if not _is_branch(p))
         path = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in loc).replace(".[", "[")
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = f"unknown field; accepted fields here: {', '.join(_fields_at(loc[:-1]))}"
+            msg = f"unknown field; accepted fields here: {', '.join(_fields_at(loc[:-1], root))}"
         elif err["type"] == "missing":
             msg = "this field is required"
         value = None if err["type"] == "missing" else err.get("input")
