@@ -32,6 +32,12 @@ class Schedule:
     events: list[tuple]
     summary: dict[str, Any]
 
+    def plot(self, ax=None):
+        """GPU rows against time, a bar per job and stretch (:func:`clustersim.viz.schedule.plot_schedule`)."""
+        from ..viz.schedule import plot_schedule  # matplotlib only when a picture is asked for
+
+        return plot_schedule(self.timeline, self.summary["num_gpus"], ax=ax)
+
 
 class SharedTimes:
     """``times(placed)`` for :func:`.drive.drive`: each job's ``iteration_time_s`` when the
