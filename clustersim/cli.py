@@ -366,6 +366,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .experiments.cli import add_commands as add_experiment_commands  # sweep, search
 
     add_experiment_commands(sub, [common], CONTRACT)
+    from .scheduler.cli import add_commands as add_schedule_command  # schedule
+
+    add_schedule_command(sub, [common], CONTRACT, summary_table)
     return parser
 
 

@@ -8,6 +8,7 @@ import copy
 from types import SimpleNamespace
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -337,17 +338,20 @@ def test_easy_never_delays_the_heads_reserved_start(spec):
             started[name] = t
     for name, shadow in reserved.items():
         assert started[name] <= shadow + 1e-9 * max(1.0, shadow), (name, started[name], shadow)
-    # a job that starts out of arrival order does so only while an earlier one is reserved
+    # a job starts ahead of an earlier one only as a backfill: the earliest waiting job
+    # (the head) was given a reservation at that instant
+    rank = {n: (j.arrival_s, j.index) for n, j in jobs.items()}
+    waiting, head_reserved = set(), None
     for t, kind, name, _ in trace.events:
-        if kind == "start":
-            earlier = [
-                n
-                for n, j in jobs.items()
-                if (j.arrival_s, j.index) < (jobs[name].arrival_s, jobs[name].index)
-            ]
-            for n in earlier:
-                if n not in started or started[n] > t:
-                    assert n in reserved
+        if kind == "arrive":
+            waiting.add(name)
+        elif kind == "reserve":
+            head_reserved = (t, name)
+        elif kind == "start":
+            ahead = [n for n in waiting if rank[n] < rank[name]]
+            if ahead:
+                assert head_reserved == (t, min(waiting, key=rank.get)), (name, ahead, head_reserved)
+            waiting.remove(name)
 
 
 @settings(max_examples=60, deadline=None)
@@ -361,3 +365,29 @@ def test_priority_order_and_preemption_only_of_lower_priority(spec, preemption):
         if kind == "preempt":
             assert preemption and jobs[by].priority > jobs[victim].priority
             assert (t, by) in starts
+
+
+def test_the_schedule_command_prints_saves_and_refuses_bad_input(tmp_path, capsys):
+    from clustersim.cli import main
+
+    path = tmp_path / "queue.yaml"
+    raw = _queue([_job("a", 2, 30, 0.0), _job("b", 8, 2, 0.1, priority=2)], "priority", preemption=True)
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["schedule", str(path), "--out", str(tmp_path / "out")]) == 0
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[0].split()[:2] == ["job", "gpus"] and "utilization" in printed
+    saved = {p.name for p in (tmp_path / "out").iterdir()}
+    assert saved == {"jobs.csv", "timeline.csv", "events.csv", "summary.json", "schedule.png"}
+    events = (tmp_path / "out" / "events.csv").read_text()
+    assert "preempt,a,b" in events
+    raw["scheduler"]["preemption"] = "sometimes"
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["schedule", str(path)]) == 2
+    assert capsys.readouterr().err.startswith("error: scheduler.preemption: 'sometimes' is invalid")
+
+
+def test_the_picture_has_one_bar_per_gpu_and_stretch():
+    out = schedule(_queue([_job("a", 2, 3, 0.0), _job("b", 4, 3, 0.001)]))
+    ax = out.plot().axes[0]
+    bars = sum(len(c.get_paths()) for c in ax.collections)
+    assert bars == sum(len(g) for g in out.timeline["gpus"])

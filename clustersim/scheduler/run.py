@@ -8,12 +8,14 @@ and placement. A job alone on the cluster's first n GPUs is that job's single-jo
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from .. import output
 from ..resolve import topology_graph
 from ..simulate import simulate
 from ..topology.routing import Router
@@ -37,6 +39,22 @@ class Schedule:
         from ..viz.schedule import plot_schedule  # matplotlib only when a picture is asked for
 
         return plot_schedule(self.timeline, self.summary["num_gpus"], ax=ax)
+
+    def save(self, folder: str | Path) -> Path:
+        """Write ``jobs.csv``, ``timeline.csv`` (GPUs and links joined by spaces),
+        ``events.csv``, ``summary.json`` and ``schedule.png`` into ``folder``; returns it."""
+        out = output.folder(folder)
+        timeline = self.timeline.assign(
+            gpus=self.timeline["gpus"].map(lambda g: " ".join(map(str, g))),
+            links=self.timeline["links"].map(" ".join),
+        )
+        events = pd.DataFrame(self.events, columns=["time_s", "kind", "job", "detail"])
+        for name, table in (("jobs", self.jobs), ("timeline", timeline), ("events", events)):
+            output.write_text(out / f"{name}.csv", table.to_csv(index=False))
+        output.write_text(out / "summary.json", json.dumps(self.summary, indent=1))
+        with output.atomic_path(out / "schedule.png") as tmp:
+            self.plot().savefig(tmp, format="png", dpi=100)
+        return out
 
 
 class SharedTimes:
