@@ -1,7 +1,8 @@
 """Command line: ``clustersim run SCENARIO [--out DIR [--plots]] [--set key=value ...] [--quiet]
 [--chakra DIR]``, ``clustersim plot DIR`` (re-draw a saved bundle's pictures), ``clustersim export-chakra
 SCENARIO DIR`` (Chakra ET files), ``clustersim calibrate TRACE`` (a PyTorch profiler trace
-against the cost model) and ``clustersim list``.
+against the cost model), ``clustersim schedule QUEUE`` (a queue of arriving jobs,
+docs/scheduler.md) and ``clustersim list``.
 
 The contract (:data:`CONTRACT`, shown by ``--help``): a user error — a bad scenario or
 override, a deadlocked program, a file that cannot be read or written — prints one
