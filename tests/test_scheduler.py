@@ -217,6 +217,11 @@ def _bad(tmp_path):
         (_queue(no_arrival, arrivals={"process": "poisson"}), "mean_interarrival", "mean gap"),
         (_queue(no_arrival, arrivals={}), "scheduler.arrivals", "either trace or process"),
         (
+            _queue(no_arrival, arrivals={"process": "poisson", "mean_interarrival": 0}),
+            "scheduler.arrivals.mean_interarrival",
+            "above 0",
+        ),
+        (
             _queue(no_arrival, arrivals={"trace": str(tmp_path / "none.csv")}),
             "scheduler.arrivals.trace",
             "existing",
@@ -275,6 +280,7 @@ JOBS = st.lists(
         st.sampled_from([0.0, 0.5, 1.0, 2.5, 4.0, 7.0]),  # arrival
         st.integers(0, 3),  # priority
         st.sampled_from([0.1, 0.25, 1.0]),  # iteration time
+        st.sampled_from(["packed", "spread", "per_rail"]),  # placement policy
     ),
     min_size=1,
     max_size=7,
@@ -283,20 +289,27 @@ JOBS = st.lists(
 
 def _run(spec, policy, preemption=False):
     jobs = [
-        SimpleNamespace(
-            name=f"j{k}", index=k, gpus=g, iterations=n, priority=p, arrival_s=a, placement="packed"
-        )
-        for k, (g, n, a, p, _) in enumerate(spec)
+        SimpleNamespace(name=f"j{k}", index=k, gpus=g, iterations=n, priority=p, arrival_s=a, placement=where)
+        for k, (g, n, a, p, _, where) in enumerate(spec)
     ]
     tau = {f"j{k}": s[4] for k, s in enumerate(spec)}
     trace = drive(jobs, 8, 2, policy, preemption, lambda placed: {n: tau[n] for n in placed})
-    return {j.name: j for j in jobs}, trace
+    return {j.name: j for j in jobs}, trace, tau
 
 
-def _check_common(jobs, trace):
-    """Every job ends; two stretches that overlap in time hold disjoint GPUs."""
+def _check_common(jobs, trace, tau):
+    """Every job ends, on its GPU count, having run its iterations (more if preempted: the
+    iteration in progress is lost); two stretches that overlap in time hold disjoint GPUs."""
     assert {e[2] for e in trace.events if e[1] == "end"} == set(jobs)
     segs = trace.segments
+    for name, job in jobs.items():
+        mine = [s for s in segs if s[0] == name]
+        assert all(len(s[4]) == job.gpus for s in mine)
+        run_s, alone_s = sum(s[3] for s in mine), job.iterations * tau[name]
+        if any(e[1] == "preempt" and e[2] == name for e in trace.events):
+            assert run_s >= alone_s * (1 - 1e-12)
+        else:
+            assert run_s == pytest.approx(alone_s, rel=1e-12)
     for i, a in enumerate(segs):
         for b in segs[i + 1 :]:
             if a[1] < b[2] - 1e-12 and b[1] < a[2] - 1e-12:
@@ -315,21 +328,21 @@ def _starts_in_rank_order(jobs, trace, policy):
             waiting.remove(name)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(JOBS)
 def test_fifo_starts_in_arrival_order(spec):
-    jobs, trace = _run(spec, "fifo")
-    _check_common(jobs, trace)
+    jobs, trace, tau = _run(spec, "fifo")
+    _check_common(jobs, trace, tau)
     _starts_in_rank_order(jobs, trace, "fifo")
     order = [e[2] for e in trace.events if e[1] == "start"]
     assert order == sorted(order, key=lambda n: (jobs[n].arrival_s, jobs[n].index))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(JOBS)
 def test_easy_never_delays_the_heads_reserved_start(spec):
-    jobs, trace = _run(spec, "easy")
-    _check_common(jobs, trace)
+    jobs, trace, tau = _run(spec, "easy")
+    _check_common(jobs, trace, tau)
     reserved, started = {}, {}
     for t, kind, name, detail in trace.events:
         if kind == "reserve":
@@ -354,11 +367,11 @@ def test_easy_never_delays_the_heads_reserved_start(spec):
             waiting.remove(name)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(JOBS, st.booleans())
 def test_priority_order_and_preemption_only_of_lower_priority(spec, preemption):
-    jobs, trace = _run(spec, "priority", preemption)
-    _check_common(jobs, trace)
+    jobs, trace, tau = _run(spec, "priority", preemption)
+    _check_common(jobs, trace, tau)
     _starts_in_rank_order(jobs, trace, "priority")
     starts = {(t, n) for t, kind, n, _ in trace.events if kind == "start"}
     for t, kind, victim, by in trace.events:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -17,7 +17,7 @@ from ..errors import ClusterSimError, ScenarioError, short_repr
 from ..reader import check_text, check_value, parse_yaml, read_yaml_file
 from .adapt import adapt_fidelity
 from .frameworks import apply_framework
-from .schema import ScenarioSpec
+from .schema import ScenarioSpec, _models_in
 from .unit_hints import warn_unit_hints
 
 # Pydantic appends the branch of a union it tried (e.g. 'int', "literal['auto']") to an
@@ -35,29 +35,20 @@ def _is_branch(part: object) -> bool:
 
 
 def _fields_at(loc: tuple, root: type[BaseModel] = ScenarioSpec) -> list[str]:
-    """Field names accepted at the model that location ``loc`` points into (list indices
-    pass into the list's items; an optional or annotated model counts as the model)."""
+    """Field names accepted at the model that location ``loc`` points into, from ``root``
+    (list indices pass into the list's items; an optional or annotated model counts)."""
     model: type[BaseModel] | None = root
     for part in loc:
         if isinstance(part, int):
             continue
-        if model is None or part not in model.model_fields:
+        if part not in model.model_fields:
             break
-        model = _model_in(model.model_fields[part].annotation)
-        if model is None:
+        inner = _models_in(model.model_fields[part].annotation)
+        if len(inner) != 1:  # no model, or a union of several: no one list of fields
+            model = None
             break
+        model = inner[0][0]
     return sorted(model.model_fields) if model is not None else []
-
-
-def _model_in(ann: Any) -> type[BaseModel] | None:
-    """The pydantic model an annotation holds (``Model``, ``Model | None``, ``list[Model]``)."""
-    if isinstance(ann, type) and issubclass(ann, BaseModel):
-        return ann
-    for arg in get_args(ann):
-        model = _model_in(arg)
-        if model is not None:
-            return model
-    return None
 
 
 def _to_scenario_error(exc: ValidationError, root: type[BaseModel] = ScenarioSpec) -> ScenarioError:

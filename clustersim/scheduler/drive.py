@@ -80,7 +80,8 @@ def drive(jobs: list, total: int, per_node: int, policy: str, preemption: bool, 
             for n, left in waiting.items()
         ]
         present = [
-            Running(n, len(r.gpus), by_name[n].priority, r.started_s, r.end()) for n, r in running.items()
+            Running(n, len(r.gpus), by_name[n].priority, r.started_s, r.end(), _rank(policy, by_name[n]))
+            for n, r in running.items()
         ]
         step = decide(policy, preemption, now, total, queue, present)
         if step.reservation is not None:

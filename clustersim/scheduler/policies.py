@@ -33,14 +33,15 @@ class Waiting:
 
 @dataclass(frozen=True)
 class Running:
-    """A running job and its estimated end (now + remaining iterations × its present
-    iteration time)."""
+    """A running job, its estimated end (now + remaining iterations × its present
+    iteration time) and its ``rank`` in the queue (where it returns if preempted)."""
 
     name: str
     gpus: int
     priority: int
     started_s: float
     end_s: float
+    rank: tuple
 
 
 @dataclass(frozen=True)
@@ -75,15 +76,17 @@ def decide(
         head = queue[0]
         if head.gpus > free and preemption:
             victims = _victims(head, active, free)
-            for v in victims:
+            for v in victims:  # back to the queue in its place (none of them fits again now)
                 preempted.append((v.name, head.name))
                 active.remove(v)
                 free += v.gpus
+                queue.append(Waiting(v.name, v.gpus, v.priority, v.rank, v.end_s - now))
+            queue.sort(key=lambda w: w.rank)
         if head.gpus > free:
             break
         starts.append(head.name)
         free -= head.gpus
-        active.append(Running(head.name, head.gpus, head.priority, now, now + head.estimate_s))
+        active.append(Running(head.name, head.gpus, head.priority, now, now + head.estimate_s, head.rank))
         queue.pop(0)
     if policy != "easy" or not queue:
         return Decision(tuple(starts), tuple(preempted))
@@ -103,7 +106,8 @@ def decide(
 
 def _victims(head: Waiting, running: list[Running], free: int) -> list[Running]:
     """The lower-priority running jobs whose preemption frees enough GPUs for ``head``
-    (lowest priority first, then the latest started), or none if they cannot."""
+    (lowest priority first, then the latest started), or none if they cannot. A job taken
+    that the others make unneeded is left running (so no victim fits again at once)."""
     lower = sorted(
         (r for r in running if r.priority < head.priority), key=lambda r: (r.priority, -r.started_s, r.name)
     )
@@ -113,7 +117,13 @@ def _victims(head: Waiting, running: list[Running], free: int) -> list[Running]:
             break
         chosen.append(r)
         free += r.gpus
-    return chosen if free >= head.gpus else []
+    if free < head.gpus:
+        return []
+    for r in list(chosen):
+        if free - r.gpus >= head.gpus:
+            chosen.remove(r)
+            free -= r.gpus
+    return chosen
 
 
 def _reserve(head: Waiting, running: list[Running], free: int) -> tuple[Waiting, float, int]:

@@ -17,10 +17,10 @@ import pandas as pd
 
 from .. import output
 from ..resolve import topology_graph
+from ..scenario.queue import QueueScenario
 from ..simulate import simulate
 from ..topology.routing import Router
 from .drive import Trace, drive
-from .spec import QueueScenario
 
 
 @dataclass

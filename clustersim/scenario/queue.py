@@ -1,7 +1,8 @@
-"""A queue scenario: jobs that arrive over time at one cluster (docs/scheduler.md).
+"""A queue scenario: jobs that arrive over time at one cluster (docs/scheduler.md; run by
+:mod:`clustersim.scheduler`).
 
 Its ``cluster`` and ``simulation`` are a multi-job scenario's; ``scheduler`` names the
-policy (:mod:`.policies`) and where arrival times come from; each job is a multi-job
+policy (:mod:`clustersim.scheduler.policies`) and where arrival times come from; each job is a multi-job
 entry (``model``, ``training``, ``parallel``, ``placement.policy``) plus ``iterations``
 (its length), ``priority`` and ``arrival``. Every job is validated at load as a multi-job
 scenario of its own on the empty cluster (its errors named ``jobs[k].…``).
@@ -19,11 +20,11 @@ from pydantic import Field, ValidationError
 
 from ..errors import ScenarioError
 from ..reader import check_value, read_text
-from ..scenario import MultiJobScenario
-from ..scenario.fields import Range, Time, _Spec
-from ..scenario.loader import _to_scenario_error, read_yaml
-from ..scenario.presets import expand_cluster_preset
-from ..scenario.schema import ClusterSpec, SimulationSpec
+from .fields import Range, Time, _Spec
+from .loader import _to_scenario_error, read_yaml
+from .multi_job import MultiJobScenario
+from .presets import expand_cluster_preset
+from .schema import ClusterSpec, SimulationSpec
 
 
 class ArrivalsSpec(_Spec):
@@ -34,7 +35,7 @@ class ArrivalsSpec(_Spec):
 
     trace: str | None = None
     process: Literal["poisson"] | None = None
-    mean_interarrival: Annotated[Time, Range(0, 1e9, open_lo=True)] | None = None
+    mean_interarrival: Annotated[Time | None, Range(0, 1e9, open_lo=True)] = None
 
 
 class SchedulerSpec(_Spec):
@@ -64,7 +65,7 @@ class QueueJobSpec(_Spec):
     placement: QueuePlacementSpec = QueuePlacementSpec()
     iterations: Annotated[int, Range(1, 10**9)]
     priority: Annotated[int, Range(-1000, 1000)] = 0
-    arrival: Annotated[Time, Range(0, 1e9)] | None = None
+    arrival: Annotated[Time | None, Range(0, 1e9)] = None
 
 
 class QueueSpec(_Spec):
@@ -223,3 +224,6 @@ def _trace(path: str, names: list[str]) -> list[float]:
     if missing:
         raise ScenarioError(field, path, f"a row for every job; {missing[0]!r} has none")
     return [times[n] for n in names]
+
+
+__all__ = ["QueueScenario", "QueueSpec"]
