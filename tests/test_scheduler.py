@@ -136,6 +136,8 @@ def test_overlapping_jobs_run_piecewise_at_the_shared_runs_times():
     left_b = 10 - (end_a - 0.2) / shared_b
     assert jobs.loc["b", "end_s"] == pytest.approx(end_a + left_b * alone["b"], rel=1e-12)
     assert (jobs["sharing_slowdown"] > 1).all()
+    # against each alone on its own GPUs: a's 10 iterations took end_a instead of 10 × alone
+    assert jobs.loc["a", "sharing_slowdown"] == pytest.approx(end_a / (10 * alone["a"]), rel=1e-12)
     # the timeline names the links each holds: both hold the NICs' and the leaf ↔ spine
     # links (one NIC per node), neither holds the other's GPU links
     la, lb = (set(out.timeline[out.timeline["job"] == n]["links"].iloc[0]) for n in "ab")
@@ -156,6 +158,8 @@ def test_easy_backfills_a_short_job_before_a_blocked_head():
     start = easy.jobs.set_index("job")["start_s"]
     assert start["short"] < start["wide"]  # ends before the shadow time: backfilled
     assert start["long"] > start["wide"]  # would delay the head: not backfilled
+    # short runs inside node 2 while big holds nodes 0 and 1: no link shared, no slowdown
+    assert easy.jobs.set_index("job")["sharing_slowdown"]["short"] == pytest.approx(1, rel=1e-12)
     # the head starts when it would under FIFO (the stretches differ: floating-point error)
     assert start["wide"] == pytest.approx(fifo.jobs.set_index("job")["start_s"]["wide"], rel=1e-12)
 
@@ -303,17 +307,17 @@ def _check_common(jobs, trace, tau):
     assert {e[2] for e in trace.events if e[1] == "end"} == set(jobs)
     segs = trace.segments
     for name, job in jobs.items():
-        mine = [s for s in segs if s[0] == name]
-        assert all(len(s[4]) == job.gpus for s in mine)
-        run_s, alone_s = sum(s[3] for s in mine), job.iterations * tau[name]
+        mine = [s for s in segs if s.job == name]
+        assert all(len(s.gpus) == job.gpus for s in mine)
+        run_s, alone_s = sum(s.run_s for s in mine), job.iterations * tau[name]
         if any(e[1] == "preempt" and e[2] == name for e in trace.events):
             assert run_s >= alone_s * (1 - 1e-12)
         else:
             assert run_s == pytest.approx(alone_s, rel=1e-12)
     for i, a in enumerate(segs):
         for b in segs[i + 1 :]:
-            if a[1] < b[2] - 1e-12 and b[1] < a[2] - 1e-12:
-                assert not set(a[4]) & set(b[4]), (a, b)
+            if a.start_s < b.end_s - 1e-12 and b.start_s < a.end_s - 1e-12:
+                assert not set(a.gpus) & set(b.gpus), (a, b)
 
 
 def _starts_in_rank_order(jobs, trace, policy):

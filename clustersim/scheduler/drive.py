@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..scenario.multi_job import place_by_policy
 from .policies import Running, Waiting, decide, queue_rank
@@ -36,17 +37,30 @@ class _Run:
         return self.t0 + self.left0 * self.iter_s
 
 
+class Stretch(NamedTuple):
+    """A job's run at constant sharing: ``run_s`` its length, ``iterations`` those done in
+    it (for the stretch that ends a job, exactly the iterations left, and ``run_s`` =
+    iterations × ``iteration_time_s``), ``sharing`` the number of jobs running."""
+
+    job: str
+    start_s: float
+    end_s: float
+    run_s: float
+    iterations: float
+    gpus: tuple[int, ...]
+    iteration_time_s: float
+    sharing: int
+
+
 @dataclass
 class Trace:
     """What happened: ``events`` ``(t, kind, job, detail)`` in order (kinds ``arrive``,
     ``start``, ``preempt`` (detail: the job that preempted it), ``end``, ``reserve``
-    (detail: EASY's shadow time for the blocked head)); ``segments`` one row per job and
-    stretch of constant sharing: ``(job, start_s, end_s, run_s, gpus, iteration_s, sharing)``
-    where ``run_s`` is the stretch's length (for the stretch that ends a job:
-    iterations left × iteration time, exactly) and ``sharing`` the number of jobs running."""
+    (detail: EASY's shadow time for the blocked head)); ``segments`` one
+    :class:`Stretch` per job and stretch of constant sharing."""
 
     events: list[tuple] = field(default_factory=list)
-    segments: list[tuple] = field(default_factory=list)
+    segments: list[Stretch] = field(default_factory=list)
 
 
 def drive(jobs: list, total: int, per_node: int, policy: str, preemption: bool, times: Callable) -> Trace:
@@ -68,7 +82,7 @@ def drive(jobs: list, total: int, per_node: int, policy: str, preemption: bool, 
         for t, name in sorted(ends):
             if t <= now:
                 run = running.pop(name)
-                out.segments.append(_segment(name, run, t, run.left0 * run.iter_s))
+                out.segments.append(_segment(name, run, t, run.left0))
                 out.events.append((t, "end", name, None))
                 changed = True
         while future and future[0].arrival_s <= now:
@@ -90,7 +104,7 @@ def drive(jobs: list, total: int, per_node: int, policy: str, preemption: bool, 
             run = running.pop(victim)
             done = by_name[victim].iterations - run.left(now)
             waiting[victim] = by_name[victim].iterations - math.floor(done + 1e-9)
-            out.segments.append(_segment(victim, run, now, now - run.t0))
+            out.segments.append(_segment(victim, run, now))
             out.events.append((now, "preempt", victim, by))
         for name in step.start:
             held = {g for r in running.values() for g in r.gpus}
@@ -107,8 +121,13 @@ def _rank(policy: str, job) -> tuple:
     return queue_rank(policy, job.priority, job.arrival_s, job.index)
 
 
-def _segment(name: str, run: _Run, end: float, run_s: float) -> tuple:
-    return (name, run.t0, end, run_s, run.gpus, run.iter_s, run.sharing)
+def _segment(name: str, run: _Run, end: float, done: float | None = None) -> Stretch:
+    """The stretch of ``run`` up to ``end``; ``done``: the iterations left, when it ends the job."""
+    if done is None:
+        return Stretch(
+            name, run.t0, end, end - run.t0, (end - run.t0) / run.iter_s, run.gpus, run.iter_s, run.sharing
+        )
+    return Stretch(name, run.t0, end, done * run.iter_s, done, run.gpus, run.iter_s, run.sharing)
 
 
 def _reprice(running: dict[str, _Run], now: float, times: Callable, out: Trace) -> None:
@@ -119,6 +138,6 @@ def _reprice(running: dict[str, _Run], now: float, times: Callable, out: Trace) 
     new = times({n: r.gpus for n, r in running.items()})
     for name, run in running.items():
         if not math.isnan(run.iter_s):  # it ran before now: its stretch ends here
-            out.segments.append(_segment(name, run, now, now - run.t0))
+            out.segments.append(_segment(name, run, now))
             run.left0, run.t0 = run.left(now), now
         run.iter_s, run.sharing = new[name], len(running)

@@ -20,7 +20,7 @@ from ..resolve import topology_graph
 from ..scenario.queue import QueueScenario
 from ..simulate import simulate
 from ..topology.routing import Router
-from .drive import Trace, drive
+from .drive import Stretch, Trace, drive
 
 
 @dataclass
@@ -77,15 +77,15 @@ def schedule(source: QueueScenario | dict | str | Path) -> Schedule:
     sc = source if isinstance(source, QueueScenario) else QueueScenario(source)
     times = SharedTimes(sc)
     trace = drive(sc.jobs, sc.cluster.num_gpus, sc.cluster.gpus_per_node, sc.policy, sc.preemption, times)
-    alone = {j.name: times({j.name: tuple(range(j.gpus))})[j.name] for j in sc.jobs}
     timeline = _timeline(trace, Router(topology_graph(sc.cluster)))
-    jobs = _jobs(sc.jobs, trace, alone)
+    jobs = _jobs(sc.jobs, trace, times)
     return Schedule(jobs, timeline, trace.events, _summary(sc, jobs, timeline))
 
 
 def _timeline(trace: Trace, router: Router) -> pd.DataFrame:
-    cols = ["job", "start_s", "end_s", "run_s", "gpus", "iteration_time_s", "sharing"]
-    table = pd.DataFrame(trace.segments, columns=cols).sort_values(["start_s", "job"], kind="stable")
+    table = pd.DataFrame(trace.segments, columns=Stretch._fields).sort_values(
+        ["start_s", "job"], kind="stable"
+    )
     links: dict[tuple, tuple[str, ...]] = {}
     for gpus in table["gpus"]:
         if gpus not in links:
@@ -106,14 +106,17 @@ def held_links(router: Router, gpus: tuple[int, ...]) -> tuple[str, ...]:
     return tuple(sorted(out))
 
 
-def _jobs(queue: list, trace: Trace, alone: dict[str, float]) -> pd.DataFrame:
+def _jobs(queue: list, trace: Trace, times: SharedTimes) -> pd.DataFrame:
+    """One row per job (docs/scheduler.md, Results); ``times`` prices a job alone on the
+    GPUs of each of its stretches (its run time with no other job on the fabric)."""
     rows = []
     for job in queue:
-        mine = [s for s in trace.segments if s[0] == job.name]
+        mine = [s for s in trace.segments if s.job == job.name]
         starts = [e for e in trace.events if e[1] == "start" and e[2] == job.name]
         end = next(e[0] for e in trace.events if e[1] == "end" and e[2] == job.name)
-        run_s = sum(s[3] for s in mine)
-        alone_s = job.iterations * alone[job.name]
+        run_s = sum(s.run_s for s in mine)
+        placed_s = sum(s.iterations * times({job.name: s.gpus})[job.name] for s in mine)
+        alone_s = job.iterations * times({job.name: tuple(range(job.gpus))})[job.name]
         response = end - job.arrival_s
         rows.append(
             {
@@ -126,8 +129,9 @@ def _jobs(queue: list, trace: Trace, alone: dict[str, float]) -> pd.DataFrame:
                 "end_s": end,
                 "queueing_delay_s": response - run_s,
                 "run_time_s": run_s,
+                "placed_run_time_s": placed_s,
                 "alone_run_time_s": alone_s,
-                "sharing_slowdown": run_s / alone_s,
+                "sharing_slowdown": run_s / placed_s,
                 "slowdown": response / alone_s,
                 "preemptions": sum(1 for e in trace.events if e[1] == "preempt" and e[2] == job.name),
             }
