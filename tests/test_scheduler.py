@@ -397,6 +397,8 @@ def test_the_schedule_command_prints_saves_and_refuses_bad_input(tmp_path, capsy
     assert saved == {"jobs.csv", "timeline.csv", "events.csv", "summary.json", "schedule.png"}
     events = (tmp_path / "out" / "events.csv").read_text()
     assert "preempt,a,b" in events
+    assert main(["run", str(path)]) == 2  # a queue handed to run: the command that reads it
+    assert "run it with `clustersim schedule FILE`" in capsys.readouterr().err
     raw["scheduler"]["preemption"] = "sometimes"
     path.write_text(yaml.safe_dump(raw))
     assert main(["schedule", str(path)]) == 2

@@ -99,6 +99,13 @@ def load_scenario(
     if isinstance(source, dict):
         if overrides:
             source = apply_overrides(source, overrides)
+        if "scheduler" in source:  # a queue file handed to run: say which command reads it
+            raise ScenarioError(
+                "scheduler",
+                source["scheduler"],
+                "this is a queue of arriving jobs (docs/scheduler.md), not a scenario; run it with "
+                "`clustersim schedule FILE` (or clustersim.scheduler.schedule in Python)",
+            )
         return MultiJobScenario(source) if "jobs" in source else Scenario(source)
     raise ScenarioError("scenario", source, "expected a YAML file path or a dict")
 
