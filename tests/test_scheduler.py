@@ -405,8 +405,9 @@ def test_the_schedule_command_prints_saves_and_refuses_bad_input(tmp_path, capsy
     assert capsys.readouterr().err.startswith("error: scheduler.preemption: 'sometimes' is invalid")
 
 
-def test_the_picture_has_one_bar_per_gpu_and_stretch():
-    out = schedule(_queue([_job("a", 2, 3, 0.0), _job("b", 4, 3, 0.001)]))
-    ax = out.plot().axes[0]
-    bars = sum(len(c.get_paths()) for c in ax.collections)
-    assert bars == sum(len(g) for g in out.timeline["gpus"])
+def test_the_picture_has_one_bar_per_gpu_and_stretch_and_a_row_per_shared_link():
+    out = schedule(_queue([_job("a", 4, 3, 0.0, "spread"), _job("b", 4, 3, 0.001, "spread")]))
+    gpus, links = out.plot().axes
+    assert sum(len(c.get_paths()) for c in gpus.collections) == sum(len(g) for g in out.timeline["gpus"])
+    la, lb = (set(out.timeline[out.timeline["job"] == n]["links"].iloc[0]) for n in "ab")
+    assert [t.get_text() for t in links.get_yticklabels()] == sorted(la & lb)

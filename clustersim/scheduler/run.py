@@ -34,11 +34,12 @@ class Schedule:
     events: list[tuple]
     summary: dict[str, Any]
 
-    def plot(self, ax=None):
-        """GPU rows against time, a bar per job and stretch (:func:`clustersim.viz.schedule.plot_schedule`)."""
+    def plot(self):
+        """GPU rows against time, a bar per job and stretch, and the links two jobs hold at
+        once (:func:`clustersim.viz.schedule.plot_schedule`); returns the Figure."""
         from ..viz.schedule import plot_schedule  # matplotlib only when a picture is asked for
 
-        return plot_schedule(self.timeline, self.summary["num_gpus"], ax=ax)
+        return plot_schedule(self.timeline, self.summary["num_gpus"])
 
     def save(self, folder: str | Path) -> Path:
         """Write ``jobs.csv``, ``timeline.csv`` (GPUs and links joined by spaces),
