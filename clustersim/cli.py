@@ -49,6 +49,37 @@ def summary_table(summary: dict) -> str:
     return "\n".join(f"{k:<{width}}  {_format_value(v)}" for k, v in summary.items())
 
 
+SCHEDULE_HELP = "run a queue of arriving jobs on one cluster (FIFO, EASY backfill, priority)"
+SCHEDULE = (
+    "Run a queue scenario (scheduler + jobs with iterations and arrivals): each set of jobs that overlap is "
+    "simulated on the shared fabric; prints per job its start, end, queueing delay and slowdowns, then the "
+    "cluster's summary. docs/scheduler.md."
+)
+#: the per-job columns ``clustersim schedule`` prints
+SCHEDULE_SHOWN = (
+    "job",
+    "gpus",
+    "arrival_s",
+    "start_s",
+    "end_s",
+    "queueing_delay_s",
+    "sharing_slowdown",
+    "slowdown",
+)
+
+
+def cmd_schedule(args) -> int:
+    """Run a queue file, print the jobs and the summary, save to ``--out`` if given."""
+    from .scheduler import schedule
+
+    out = schedule(args.queue)
+    print(out.jobs[list(SCHEDULE_SHOWN)].to_string(index=False, float_format=lambda v: f"{v:.6g}"))
+    print(summary_table(out.summary))
+    if args.out:
+        out.save(args.out)
+    return 0
+
+
 def cmd_run(args) -> int:
     from .scenario import load_scenario, parse_overrides
     from .simulate import simulate
@@ -367,9 +398,14 @@ def build_parser() -> argparse.ArgumentParser:
     from .experiments.cli import add_commands as add_experiment_commands  # sweep, search
 
     add_experiment_commands(sub, [common], CONTRACT)
-    from .scheduler.cli import add_commands as add_schedule_command  # schedule
-
-    add_schedule_command(sub, [common], CONTRACT, summary_table)
+    sch = sub.add_parser(
+        "schedule", parents=[common], epilog=CONTRACT, help=SCHEDULE_HELP, description=SCHEDULE
+    )
+    sch.add_argument("queue", help="queue scenario YAML file")
+    sch.add_argument(
+        "--out", help="folder for jobs.csv, timeline.csv, events.csv, summary.json, schedule.png"
+    )
+    sch.set_defaults(func=cmd_schedule)
     return parser
 
 
