@@ -83,6 +83,7 @@ def test_one_job_alone_is_the_single_job_run_to_the_bit():
     assert row["start_s"] == 3.0 and row["queueing_delay_s"] == pytest.approx(0, abs=1e-12)
     assert row["sharing_slowdown"] == 1.0
     assert list(out.timeline["iteration_time_s"]) == [it]
+    assert not row["oom"]
     assert out.timeline["gpus"][0] == (0, 1, 2, 3)
 
 
@@ -411,3 +412,10 @@ def test_the_picture_has_one_bar_per_gpu_and_stretch_and_a_row_per_shared_link()
     assert sum(len(c.get_paths()) for c in gpus.collections) == sum(len(g) for g in out.timeline["gpus"])
     la, lb = (set(out.timeline[out.timeline["job"] == n]["links"].iloc[0]) for n in "ab")
     assert [t.get_text() for t in links.get_yticklabels()] == sorted(la & lb)
+
+
+def test_a_job_that_does_not_fit_its_gpus_memory_is_flagged():
+    fat = _job("fat", 2, 2)
+    fat["model"] = {**fat["model"], "params": "40 GiB"}  # 2 layers × 40 GiB of weights: over 80 GB
+    out = schedule(_queue([fat, _job("thin", 2, 2)]))
+    assert out.jobs.set_index("job")["oom"].to_dict() == {"fat": True, "thin": False}

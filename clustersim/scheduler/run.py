@@ -60,16 +60,18 @@ class Schedule:
 
 class SharedTimes:
     """``times(placed)`` for :func:`.drive.drive`: each job's ``iteration_time_s`` when the
-    jobs ``placed`` (name → GPUs) run together, from one multi-job simulation, cached."""
+    jobs ``placed`` (name → GPUs) run together, from one multi-job simulation, cached;
+    ``oom`` the jobs that ran out of GPU memory in any of them."""
 
     def __init__(self, sc: QueueScenario):
-        self.sc, self.cache = sc, {}
+        self.sc, self.cache, self.oom = sc, {}, set()
 
     def __call__(self, placed: dict[str, tuple[int, ...]]) -> dict[str, float]:
         key = tuple(sorted(placed.items()))
         if key not in self.cache:
             res = simulate(self.sc.shared(placed), progress=False)
             self.cache[key] = {n: res.jobs[n].summary["iteration_time_s"] for n in placed}
+            self.oom.update(n for n in placed if res.jobs[n].summary["oom"])
         return self.cache[key]
 
 
@@ -135,6 +137,7 @@ def _jobs(queue: list, trace: Trace, times: SharedTimes) -> pd.DataFrame:
                 "sharing_slowdown": run_s / placed_s,
                 "slowdown": response / alone_s,
                 "preemptions": sum(1 for e in trace.events if e[1] == "preempt" and e[2] == job.name),
+                "oom": job.name in times.oom,
             }
         )
     return pd.DataFrame(rows)
