@@ -161,8 +161,10 @@ def _alone(raw: dict, entry: dict, spec: QueueJobSpec, k: int) -> MultiJobScenar
     try:
         return MultiJobScenario({**one, "jobs": [{**entry, "placement": {"policy": "packed"}}]})
     except ScenarioError as exc:
-        field = exc.field.removeprefix("jobs[0]")
-        raise ScenarioError(f"jobs[{k}]{field}", exc.value, exc.expected) from None
+        field = exc.field.removeprefix("jobs[0].")
+        if field.partition(".")[0] not in ("cluster", "simulation"):  # the shared sections: no job's
+            field = f"jobs[{k}].{field}"
+        raise ScenarioError(field, exc.value, exc.expected) from None
 
 
 def _arrivals(spec: QueueSpec, raw: dict) -> list[float]:
