@@ -10,6 +10,7 @@ scenario of its own on the empty cluster (its errors named ``jobs[k].…``).
 
 from __future__ import annotations
 
+import copy
 import csv
 import io
 from pathlib import Path
@@ -79,27 +80,13 @@ class QueueSpec(_Spec):
 
 
 class QueueJob:
-    """A validated job of the queue: ``alone`` is the job as a one-job multi-job scenario
-    on the cluster's first ``gpus`` GPUs (the single-job run); ``entry`` its raw multi-job
-    entry (without placement), for the runs it shares."""
+    """A validated job of the queue: ``gpus`` its GPU count, ``entry`` its multi-job entry
+    as written (without placement), for the runs it is part of."""
 
-    __slots__ = (
-        "name",
-        "index",
-        "gpus",
-        "iterations",
-        "priority",
-        "arrival_s",
-        "placement",
-        "entry",
-        "alone",
-    )
+    __slots__ = ("name", "index", "gpus", "iterations", "priority", "arrival_s", "placement", "entry")
 
-    def __init__(
-        self, index: int, spec: QueueJobSpec, entry: dict, alone: MultiJobScenario, arrival_s: float
-    ):
-        self.name, self.index, self.entry, self.alone = spec.name, index, entry, alone
-        self.gpus = len(alone.placement[spec.name])
+    def __init__(self, index: int, spec: QueueJobSpec, entry: dict, gpus: int, arrival_s: float):
+        self.name, self.index, self.entry, self.gpus = spec.name, index, entry, gpus
         self.iterations, self.priority, self.arrival_s = spec.iterations, spec.priority, arrival_s
         self.placement = spec.placement.policy
 
@@ -109,7 +96,8 @@ class QueueScenario:
 
     def __init__(self, source: dict | str | Path):
         raw = read_yaml(source) if isinstance(source, (str, Path)) else source
-        check_value(raw)
+        check_value(raw)  # bounded before it is copied (the caller's dict is not kept)
+        raw = copy.deepcopy(raw)
         if not isinstance(raw, dict):
             raise ScenarioError("scenario", type(raw).__name__, "a mapping with cluster, scheduler and jobs")
         try:
@@ -128,6 +116,8 @@ class QueueScenario:
                 f"preemption needs policy: priority (the policy is {sched.policy})",
             )
         arrivals = _arrivals(self.spec, raw)
+        #: the sections every job's runs share, as written (validated again with each set)
+        self._shared = {key: raw[key] for key in ("name", "cluster", "simulation") if key in raw}
         self.jobs: list[QueueJob] = []
         for k, spec in enumerate(self.spec.jobs):
             if any(j.name == spec.name for j in self.jobs):
@@ -137,8 +127,8 @@ class QueueScenario:
                 for key in ("name", "model", "training", "parallel")
                 if key in raw["jobs"][k]
             }
-            alone = _alone(raw, entry, spec, k)
-            self.jobs.append(QueueJob(k, spec, entry, alone, arrivals[k]))
+            gpus = _gpu_count(self._shared, entry, k)
+            self.jobs.append(QueueJob(k, spec, entry, gpus, arrivals[k]))
 
     name = property(lambda self: self.spec.name)
     cluster = property(lambda self: self.spec.cluster)
@@ -149,17 +139,15 @@ class QueueScenario:
         """The multi-job scenario of the jobs ``placed`` (name → GPUs), all starting at 0."""
         by_name = {j.name: j for j in self.jobs}
         jobs = [{**by_name[n].entry, "placement": {"gpus": list(g)}} for n, g in sorted(placed.items())]
-        return MultiJobScenario({**self._shared_sections(), "jobs": jobs})
-
-    def _shared_sections(self) -> dict:
-        return {key: self.spec.model_dump(mode="json")[key] for key in ("name", "cluster", "simulation")}
+        return MultiJobScenario({**self._shared, "jobs": jobs})
 
 
-def _alone(raw: dict, entry: dict, spec: QueueJobSpec, k: int) -> MultiJobScenario:
-    """Job ``k`` checked as a one-job multi-job scenario on the empty cluster, packed."""
-    one = {key: raw[key] for key in ("name", "cluster", "simulation") if key in raw}
+def _gpu_count(shared: dict, entry: dict, k: int) -> int:
+    """The GPU count of job ``k``, checked as a one-job multi-job scenario on the empty
+    cluster (placed packed: the single-job run)."""
     try:
-        return MultiJobScenario({**one, "jobs": [{**entry, "placement": {"policy": "packed"}}]})
+        alone = MultiJobScenario({**shared, "jobs": [{**entry, "placement": {"policy": "packed"}}]})
+        return len(alone.placement[entry["name"]])
     except ScenarioError as exc:
         field = exc.field.removeprefix("jobs[0].")
         if field.partition(".")[0] not in ("cluster", "simulation"):  # the shared sections: no job's
