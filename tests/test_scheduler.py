@@ -17,16 +17,8 @@ from clustersim.errors import ScenarioError
 from clustersim.scheduler import QueueScenario, schedule
 from clustersim.scheduler.drive import drive
 from clustersim.scheduler.policies import queue_rank
+from tests.test_multi_job import SYNTH  # a 2-layer synthetic model: 1 + 2 ms a layer, 256 MiB
 
-SYNTH = {
-    "kind": "synthetic",
-    "layers": 2,
-    "forward": "1 ms",
-    "backward": "2 ms",
-    "activation": "1 MiB",
-    "params": "256 MiB",
-    "optimizer": "1 ms",
-}
 #: four 2-GPU nodes, two per leaf, one spine at 2:1: a job spread over the four nodes
 #: crosses both leaf uplinks, so two such jobs share them
 CLUSTER = {
