@@ -73,11 +73,22 @@ def _disjoint(graph, members) -> bool:
     return True
 
 
+LINK = st.tuples(st.sampled_from([1e10, 2.5e10, 5e10, 3e11]), st.sampled_from([0.0, 2e-7, 1e-6, 3e-6]))
+
+
 @given(
-    links=st.lists(
-        st.tuples(st.sampled_from([1e10, 2.5e10, 5e10, 3e11]), st.sampled_from([0.0, 2e-7, 1e-6, 3e-6])),
-        min_size=3,
-        max_size=12,
+    topology=st.one_of(
+        st.lists(LINK, min_size=3, max_size=12).map(_ring_of_links),
+        st.builds(
+            lambda rows, cols, link: cluster(
+                1,
+                rows * cols,
+                {"kind": "torus_2d", "rows": rows, "cols": cols, "bandwidth": link[0], "latency": link[1]},
+            ),
+            st.integers(2, 4),
+            st.integers(2, 4),
+            LINK,
+        ),
     ),
     pick=st.data(),
     kind=st.sampled_from(KINDS),
@@ -85,12 +96,12 @@ def _disjoint(graph, members) -> bool:
     alpha=st.sampled_from([None, 0.0, 5e-6]),
 )
 @settings(max_examples=60, deadline=None)
-def test_a_ring_of_unlike_hops_takes_its_idle_schedule_time(links, pick, kind, shard, alpha):
-    """Any subset of a ring of links of random bandwidths and latencies, starting anywhere:
-    the α-β ring time is the per-message schedule's on idle links (whole shards, as a schedule
-    cuts them; a pipelined chain's whole-byte chunks differ by < 1e-6 relative)."""
-    graph = build_topology(_ring_of_links(links))
-    n = len(links)
+def test_a_ring_of_unlike_hops_takes_its_idle_schedule_time(topology, pick, kind, shard, alpha):
+    """Any subset, starting anywhere, of a ring of links of random bandwidths and latencies or
+    of a torus: the α-β ring time is the per-message schedule's on idle links (whole shards, as
+    a schedule cuts them; a pipelined chain's whole-byte chunks differ by < 1e-6 relative)."""
+    graph = build_topology(topology)
+    n = len(gpu_names(graph))
     size = pick.draw(st.integers(2, n))
     ranks = sorted(pick.draw(st.permutations(range(n)))[:size])
     start = pick.draw(st.integers(0, size - 1))
