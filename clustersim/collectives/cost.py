@@ -37,6 +37,9 @@ class Shape:
     bw_inter: float | None = None
     alpha_inter: float | None = None
     latency: str = "overlapped"
+    #: one host whose ring hops differ: (α + route latency, route bandwidth) of each hop
+    #: in ring order, the last back to the first (:mod:`.ring_hops`); () where all are alike
+    hops: tuple[tuple[float, float], ...] = ()
 
     @property
     def m(self) -> int:
