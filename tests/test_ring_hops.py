@@ -108,7 +108,9 @@ def test_a_ring_of_unlike_hops_takes_its_idle_schedule_time(topology, pick, kind
     members = [f"gpu{r}" for r in ranks[start:] + ranks[:start]]
     assume(_disjoint(graph, members))
     t, schedule = _idle_schedule(graph, members, kind, shard * size, alpha)
-    assert t == pytest.approx(schedule, rel=1e-6)
+    # A pipelined chain cuts whole-byte chunks: at small sizes that rounding (under a byte per
+    # member and step, at the slowest link drawn, 1e10 B/s) exceeds 1e-6 relative.
+    assert t == pytest.approx(schedule, rel=1e-6, abs=2 * size / 1e10)
 
 
 @pytest.mark.parametrize("nbytes, expect_us", [(8, 14.0), (16 << 20, 560.875)])
