@@ -37,6 +37,9 @@ class Shape:
     bw_inter: float | None = None
     alpha_inter: float | None = None
     latency: str = "overlapped"
+    #: NVLink SHARP's efficiency on the group's switch (NCCL tuning.cc ``nvlsEfficiency``;
+    #: :mod:`.nvls`), 0 where it has none (not an NVSwitch of a Hopper or Blackwell system)
+    nvls: float = 0.0
 
     @property
     def m(self) -> int:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 
-from .algorithm import ALGORITHMS, Algorithm
+from .algorithm import ALGORITHMS, Algorithm, never
 from .cost import Shape
 from .ring import pipeline_chunks
 from .schedule import split
@@ -128,11 +128,6 @@ def cost(sh: Shape, kind: str, s: float, _servers: int) -> float:
     port = 2 * (m - 1) / m * s / sh.bw if m > 1 else 0.0
     nic = 0.0 if nodes <= 1 else (1 if nodes == 2 else 2) * s / (m * b_n)
     return 2 * depth * alpha + (k + depth - 1) / k * max(port, nic) / TREE_EFFICIENCY
-
-
-def never(n: int, per_host: tuple[int, ...]) -> bool:
-    """``auto`` keeps its own choice (shipped runs stay as they were); ``nccl`` picks this."""
-    return False
 
 
 ALGORITHMS.add(

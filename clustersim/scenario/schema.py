@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from ..collectives import ALGORITHMS, KINDS
+from ..collectives.registry import SELECTORS
 from ..network.factory import network_model_names
 from ..schedules import SCHEDULES
 from .cluster_spec import (  # noqa: F401  (re-exported: the schema's public names)
@@ -455,7 +456,8 @@ class SimulationSpec(_Spec):
     #: real models: ``layer`` = segments per layer (TP collectives as run); ``stage`` = one
     #: compute segment + one summed collective per pass (fewer events, for huge runs)
     granularity: Literal["layer", "stage"] = "layer"
-    #: collective kind → algorithm (``auto`` = the fastest by the α-β model, as NCCL's tuner)
+    #: collective kind → algorithm (``auto`` = the fastest by the α-β model; ``nccl`` = NCCL's
+    #: tuner's pick among Ring, Tree, NVLS, PAT: clustersim.collectives.nccl_tuner)
     collectives: dict[str, str] = Field(default_factory=dict)
     #: ``fabric``: collectives as point-to-point steps on the network model (contention is
     #: real); ``analytical``: the algorithm's α-β time on the group's links, one event each
@@ -479,9 +481,11 @@ class SimulationSpec(_Spec):
         for kind, algo in mapping.items():
             if kind not in KINDS:
                 raise ValueError(f"{kind!r} is not a collective kind; known: {', '.join(KINDS)}")
-            if algo != "auto" and (algo not in ALGORITHMS or kind not in ALGORITHMS[algo].kinds):
+            if algo not in SELECTORS and (algo not in ALGORITHMS or kind not in ALGORITHMS[algo].kinds):
                 fits = sorted(a for a, spec in ALGORITHMS.items() if kind in spec.kinds)
-                raise ValueError(f"{algo!r} is not an algorithm for {kind}; known: auto, {', '.join(fits)}")
+                raise ValueError(
+                    f"{algo!r} is not an algorithm for {kind}; known: auto, nccl, {', '.join(fits)}"
+                )
         return mapping
 
     @field_validator("network")
