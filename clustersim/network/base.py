@@ -36,10 +36,12 @@ class FabricOptions:
     read once from the scenario and handed to every model's :meth:`Fabric.build`; a model
     that has no use for one ignores it. ``chunk_size``: bytes per packet-model chunk (None:
     the model's default); ``max_chunks``: the most chunks one message is cut into (None: no
-    bound)."""
+    bound); ``congestion``: the packet model's ECN/DCQCN/PFC
+    (:class:`~clustersim.network.congestion.Congestion`; None: none)."""
 
     chunk_size: int | None = None
     max_chunks: int | None = None
+    congestion: object | None = None
 
 
 class Fabric(ABC):

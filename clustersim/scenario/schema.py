@@ -429,6 +429,18 @@ FIDELITY_PRESETS: dict[str, dict[str, str]] = {
 }
 
 
+class CongestionSpec(_Spec):
+    """``simulation.congestion`` (docs/network.md): ``ecn_threshold`` — mark a chunk that
+    finds this many bytes queued at a link; ``dcqcn`` — senders cut and recover their rate
+    on the marks (needs ``ecn_threshold``); ``pfc_xoff``/``pfc_xon`` — pause the upstream
+    link while a queue holds xoff bytes, until it drains to xon."""
+
+    ecn_threshold: Bytes | None = None
+    dcqcn: bool = False
+    pfc_xoff: Bytes | None = None
+    pfc_xon: Bytes | None = None
+
+
 class SimulationSpec(_Spec):
     """How to simulate: iterations, network model, packet chunk size, seed."""
 
@@ -453,6 +465,9 @@ class SimulationSpec(_Spec):
     seed: Annotated[int, Range(0, 2**64 - 1)] = 0
     #: random per-op compute time factors (mean 1), drawn from ``seed``: stragglers by chance
     compute_noise: NoiseSpec | None = None
+    #: the packet model's RoCE congestion control: ECN marking, DCQCN, PFC
+    #: (clustersim.network.congestion); unset: none
+    congestion: CongestionSpec | None = None
     #: real models: ``layer`` = segments per layer (TP collectives as run); ``stage`` = one
     #: compute segment + one summed collective per pass (fewer events, for huge runs)
     granularity: Literal["layer", "stage"] = "layer"
