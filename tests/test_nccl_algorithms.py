@@ -219,7 +219,7 @@ def test_nvls_beats_ring_only_where_the_switch_reduces():
 # ---- PAT -------------------------------------------------------------------------------
 
 
-def one_gpu_per_node(nodes: int, bw: float) -> dict:
+def one_gpu_per_node(nodes: int, bw: float, latency: float = 0.0) -> dict:
     return {
         "nodes": nodes,
         "gpus_per_node": 1,
@@ -227,7 +227,7 @@ def one_gpu_per_node(nodes: int, bw: float) -> dict:
         "pcie": None,
         "topology": {"kind": "fat_tree"},
         "intra_node": {"kind": "nvswitch", "bandwidth": 450e9, "latency": 0.0, "efficiency": 1.0},
-        "nic": {"bandwidth": bw, "latency": 0.0, "per_node": 1, "efficiency": 1.0},
+        "nic": {"bandwidth": bw, "latency": latency, "per_node": 1, "efficiency": 1.0},
     }
 
 
