@@ -1,6 +1,6 @@
-"""Dragonfly and multi-plane topologies: routes (hop counts, one global link between groups,
+"""Dragonfly, multi-plane and rail-only topologies: routes (hop counts between groups,
 planes joined only over NVLink — PXN) and bisection by max-flow against the closed forms;
-bad options refused. (Rail-only with PXN: tests/test_rail_topology.py.)"""
+bad options refused. (More on rail-only routes: tests/test_rail_topology.py.)"""
 
 from __future__ import annotations
 
@@ -98,3 +98,14 @@ def test_bad_options_are_refused():
         build_topology(cluster(8, {"kind": "multi_plane", "nodes_per_leaf": 2, "spines": 0}))
     with pytest.raises(ScenarioError):
         build_topology(cluster(8, {**DF, "hops": 3}))  # unknown key
+
+
+def test_rail_only_bisection_and_pxn_route():
+    # rail-only: every rail switch joins NIC k of all servers — full bisection, nodes/2 ·
+    # NICs · B — and a cross-rail message is forwarded over NVLink first (PXN)
+    g = build_topology(cluster(8, {"kind": "rail"}))
+    assert max_flow(g, {0, 1, 2, 3}, {4, 5, 6, 7}) == pytest.approx(4 * 8 * NIC, rel=1e-12)
+    path = Router(g).path("gpu0", "gpu9")  # GPU 1 of server 1: rail 1
+    assert [x for x in path if x.startswith("rail")] == ["rail1"] and (
+        "nvswitch0" in path or "nvswitch1" in path
+    )
