@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import simpy
 
+import clustersim as cs
 from clustersim.collectives import Group, Options, Tuning, run_collective
 from clustersim.collectives.bench import measure, preset_cluster
 from clustersim.collectives.nccl_tree import btree_parent, channel_trees, dtree_parents
@@ -27,6 +28,7 @@ from clustersim.record import Recorder
 from clustersim.scenario.schema import SimulationSpec
 from clustersim.topology import build_topology
 from clustersim.topology.graph import gpu_names
+from tests.conftest import synthetic
 
 DATA = Path(__file__).resolve().parent.parent / "clustersim" / "data"
 ROWS = list(csv.DictReader(open(DATA / "nccl_algorithm_measurements.csv")))
@@ -305,3 +307,17 @@ def test_refusals_name_the_field():
     with pytest.raises(ValueError, match="not an algorithm for all_to_all"):
         SimulationSpec(collectives={"all_to_all": "nvls"})
     assert {"nccl_tree", "nvls", "pat"} <= set(ALGORITHMS)
+
+
+def test_a_scenario_runs_nccls_choice():
+    # data parallelism over two hosts: `nccl` runs the algorithm NCCL's tuner picks — the
+    # run equals the same run with that algorithm named
+    def step(algorithm: str) -> float:
+        sc = synthetic(1, 4, 1e-3, 2e-3, params=2**26, dp=8, network="packet", gpus_per_node=4)
+        sc["cluster"]["nodes"] = 2
+        sc["simulation"]["collectives"] = {"all_reduce": algorithm}
+        return cs.simulate(sc, progress=False).summary["iteration_time_s"]
+
+    runs = {a: step(a) for a in ("nccl", "ring", "nccl_tree")}
+    assert runs["nccl"] in (runs["ring"], runs["nccl_tree"])
+    assert runs["ring"] != runs["nccl_tree"]
