@@ -122,7 +122,7 @@ def cost(sh: Shape, kind: str, s: float, _servers: int) -> float:
     a_n, b_n = sh.net
     up = math.ceil(math.log2(nodes)) if nodes > 1 else 0
     depth = max(1, (m - 1) + up)
-    alpha = ((m - 1) * sh.alpha + up * a_n) / depth if depth else sh.alpha
+    alpha = ((m - 1) * sh.alpha + up * a_n) / depth  # the hops' mean α
     per_tree = s / (2 * m if nodes > 1 else m)
     k = pipeline_chunks(int(per_tree))
     port = 2 * (m - 1) / m * s / sh.bw if m > 1 else 0.0

@@ -156,7 +156,7 @@ def algo_time(group: Group, kind: str, algo: str, proto: str, nbytes: float) -> 
         return None
     if algo == "pat" and (kind not in ("reduce_scatter", "all_gather") or proto != "simple" or m != 1):
         return None
-    if algo == "nvls" and (proto != "simple" or nodes > 1 or sh.nvls <= 0 or kind == "all_reduce" and n < 2):
+    if algo == "nvls" and (proto != "simple" or nodes > 1 or sh.nvls <= 0):
         return None
     gen = generation(group.graph.graph.get("gpu")) if group.graph is not None else None
     intra = "pci" if group.intra_kind() == "pcie" else "nvlink"

@@ -90,13 +90,14 @@ class _Port:
 
 class ReactionPoint:
     """A sender's DCQCN state towards one destination (module doc): current rate ``rc``,
-    target ``rt``, ``alpha``, the time of the last cut and of the last timer tick applied."""
+    target ``rt``, ``alpha``, the time of the last timer tick applied (or of the last cut) and
+    the timer periods since that cut."""
 
-    __slots__ = ("line", "rc", "rt", "alpha", "cut_at", "ticked", "periods")
+    __slots__ = ("line", "rc", "rt", "alpha", "ticked", "periods")
 
     def __init__(self, line: float):
         self.line, self.rc, self.rt, self.alpha = line, line, line, 1.0
-        self.cut_at, self.ticked, self.periods = -1.0, 0.0, 0
+        self.ticked, self.periods = 0.0, 0
 
     def catch_up(self, now: float) -> None:
         """Apply every rate-increase timer period that ended by ``now`` since the last cut."""
@@ -117,7 +118,7 @@ class ReactionPoint:
         self.rt = self.rc
         self.rc *= 1 - self.alpha / 2
         self.alpha = (1 - DCQCN_G) * self.alpha + DCQCN_G
-        self.cut_at = self.ticked = now
+        self.ticked = now
         self.periods = 0
 
 
