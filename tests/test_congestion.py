@@ -126,6 +126,10 @@ def test_all_to_all_tail_moves_with_congestion_control():
 
 def test_defaults_are_the_packet_model_and_bad_settings_are_refused():
     assert congestion_of(SimulationSpec()) is None
+    sc = synthetic(2, 4, network="packet")
+    sc["simulation"]["congestion"] = {"ecn": 3}
+    with pytest.raises(ScenarioError, match="accepted fields here: dcqcn, ecn_threshold, pfc_xoff, pfc_xon"):
+        cs.load_scenario(sc)
     with pytest.raises(ScenarioError, match="options of the packet network"):
         congestion_of(SimulationSpec(network="flow", congestion={"ecn_threshold": "100 KB"}))
     with pytest.raises(ScenarioError, match="ecn_threshold"):
