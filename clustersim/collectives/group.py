@@ -20,6 +20,7 @@ from ..hardware.presets import DEFAULT_ALPHA
 from ..topology.lazy import link_data, node_data, successors
 from ..topology.routing import Router
 from .cost import Shape
+from .nccl_hardware import nvls_efficiency
 from .protocol import resolve_protocols
 
 #: α per link kind a user sets (``cluster.collective_alpha``): same host vs different hosts
@@ -69,13 +70,14 @@ class Group:
             self.host = {m: node_data(self.graph, m).get("host", m) for m in self.members}
         else:
             self.host = dict.fromkeys(self.members, 0)
-        self.alpha = resolve_alpha(alpha, self._intra_kind())
+        self.alpha = resolve_alpha(alpha, self.intra_kind())
         # hosts in order of first appearance, each with its members in group order
         self.hosts: dict[object, list[str]] = {}
         for m in self.members:
             self.hosts.setdefault(self.host[m], []).append(m)
 
-    def _intra_kind(self) -> str:
+    def intra_kind(self) -> str:
+        """``pcie`` when the members reach each other over PCIe, else ``nvlink``."""
         g = self.graph
         if g is None or not self.members:
             return "nvlink"
@@ -125,18 +127,22 @@ class Group:
     def _ring_shape(self) -> Shape:
         groups = list(self.hosts.values())
         first = groups[0]
+        out = {}
         if len(first) > 1:
-            bw, lat, _ = self.path(first[0], first[1])
+            bw, lat, via = self.path(first[0], first[1])
+            out["nvls"] = nvls_efficiency(self.graph, via) if len(groups) == 1 else 0.0
         elif self.graph is None:
             bw, lat = float(self.fabric.bandwidth), float(self.fabric.latency)
         else:
             bw, lat = float("inf"), 0.0
-        out = {
-            "bw": bw,
-            "alpha": self.alpha["intra_node"] + lat,
-            "nodes": len(groups),
-            "latency": self.latency,
-        }
+        out.update(
+            {
+                "bw": bw,
+                "alpha": self.alpha["intra_node"] + lat,
+                "nodes": len(groups),
+                "latency": self.latency,
+            }
+        )
         if len(groups) > 1:
             crossings = [self._crossing(a, groups[(i + 1) % len(groups)]) for i, a in enumerate(groups)]
             out["bw_inter"] = min(c[0] for c in crossings)

@@ -37,12 +37,14 @@ class FabricOptions:
     that has no use for one ignores it. ``chunk_size``: bytes per packet-model chunk (None:
     the model's default); ``max_chunks``: the most chunks one message is cut into (None: no
     bound); ``fold_contention``: whether a folded run's twin flows travel as orbits (a model
-    that cannot fold them ignores it: :attr:`Fabric.folds_orbits`)."""
+    that cannot fold them ignores it: :attr:`Fabric.folds_orbits`); ``congestion``: the packet
+    model's ECN/DCQCN/PFC (:class:`~clustersim.network.congestion.Congestion`; None: none)."""
 
     chunk_size: int | None = None
     max_chunks: int | None = None
     #: ``simulation.fold_contention``: a folded run's twin flows as orbits (:mod:`.orbits`)
     fold_contention: bool = False
+    congestion: object | None = None
 
 
 class Fabric(ABC):

@@ -151,6 +151,18 @@ class Collectives:
             inter = max(0, math.log2(p) - math.log2(m)) / max(1, math.log2(p)) if hosts > 1 else 0.0
             parts = [(steps * p, s * (p - 1) / p / max(1, steps / (2 if kind == "all_reduce" else 1)), inter)]
             parts.append((extra, s, cross))
+        elif alg == "nccl_tree":  # m channels × two trees (one on a host), n − 1 edges, up and down
+            trees = m * (2 if hosts > 1 else 1)
+            k = pipeline_chunks(int(s / trees))
+            inter = (hosts - 1) / (n - 1) if hosts > 1 else 0.0
+            parts, width = [(trees * k * 2 * (n - 1), s / trees / k, inter)], trees * (n - 1)
+        elif alg == "nvls":  # per chunk: m² copies in, m sums out, (m back, m² multicast)
+            k = pipeline_chunks(int(s / n))
+            per = n * n + n + (n + n * n if kind == "all_reduce" else 0)
+            parts, width = [(k * per, s / k / n, 0.0)], n * n
+        elif alg == "pat":  # ⌈log2 n⌉ steps, every rank one message each, one GPU per node
+            steps = max(1, (n - 1).bit_length())
+            parts, width = [(n * steps, s * (n - 1) / n / steps, 1.0)], n
         elif alg == "hierarchical":
             parts = [(2 * (m - 1) * n, s / m, 0.0), (2 * (hosts - 1) * n, s / (m * hosts), 1.0)]
         else:  # direct (and the parameter server's pushes and pulls): every pair at once

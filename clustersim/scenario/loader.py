@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
 
@@ -41,7 +41,9 @@ def _fields_at(loc: tuple) -> list[str]:
         if model is None or not isinstance(part, str) or part not in model.model_fields:
             break
         ann = model.model_fields[part].annotation
-        model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+        # a sub-model, or an optional one (``Spec | None``)
+        models = [a for a in (ann, *get_args(ann)) if isinstance(a, type) and issubclass(a, BaseModel)]
+        model = models[0] if models else None
         if model is None:
             break
     return sorted(model.model_fields) if model is not None else []

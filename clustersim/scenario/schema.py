@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from ..collectives import ALGORITHMS, KINDS
+from ..collectives.registry import SELECTORS
 from ..network.factory import network_model_names
 from ..schedules import SCHEDULES
 from .cluster_spec import (  # noqa: F401  (re-exported: the schema's public names)
@@ -430,6 +431,18 @@ FIDELITY_PRESETS: dict[str, dict[str, str]] = {
 }
 
 
+class CongestionSpec(_Spec):
+    """``simulation.congestion`` (docs/network.md): ``ecn_threshold`` — mark a chunk that
+    finds this many bytes queued at a link; ``dcqcn`` — senders cut and recover their rate
+    on the marks (needs ``ecn_threshold``); ``pfc_xoff``/``pfc_xon`` — pause the upstream
+    link while a queue holds xoff bytes, until it drains to xon."""
+
+    ecn_threshold: Bytes | None = None
+    dcqcn: bool = False
+    pfc_xoff: Bytes | None = None
+    pfc_xon: Bytes | None = None
+
+
 class SimulationSpec(_Spec):
     """How to simulate: iterations, network model, packet chunk size, seed."""
 
@@ -458,10 +471,14 @@ class SimulationSpec(_Spec):
     seed: Annotated[int, Range(0, 2**64 - 1)] = 0
     #: random per-op compute time factors (mean 1), drawn from ``seed``: stragglers by chance
     compute_noise: NoiseSpec | None = None
+    #: the packet model's RoCE congestion control: ECN marking, DCQCN, PFC
+    #: (clustersim.network.congestion); unset: none
+    congestion: CongestionSpec | None = None
     #: real models: ``layer`` = segments per layer (TP collectives as run); ``stage`` = one
     #: compute segment + one summed collective per pass (fewer events, for huge runs)
     granularity: Literal["layer", "stage"] = "layer"
-    #: collective kind → algorithm (``auto`` = the fastest by the α-β model, as NCCL's tuner)
+    #: collective kind → algorithm (``auto`` = the fastest by the α-β model; ``nccl`` = NCCL's
+    #: tuner's pick among Ring, Tree, NVLS, PAT: clustersim.collectives.nccl_tuner)
     collectives: dict[str, str] = Field(default_factory=dict)
     #: ``fabric``: collectives as point-to-point steps on the network model (contention is
     #: real); ``analytical``: the algorithm's α-β time on the group's links, one event each
@@ -485,9 +502,11 @@ class SimulationSpec(_Spec):
         for kind, algo in mapping.items():
             if kind not in KINDS:
                 raise ValueError(f"{kind!r} is not a collective kind; known: {', '.join(KINDS)}")
-            if algo != "auto" and (algo not in ALGORITHMS or kind not in ALGORITHMS[algo].kinds):
+            if algo not in SELECTORS and (algo not in ALGORITHMS or kind not in ALGORITHMS[algo].kinds):
                 fits = sorted(a for a, spec in ALGORITHMS.items() if kind in spec.kinds)
-                raise ValueError(f"{algo!r} is not an algorithm for {kind}; known: auto, {', '.join(fits)}")
+                raise ValueError(
+                    f"{algo!r} is not an algorithm for {kind}; known: auto, nccl, {', '.join(fits)}"
+                )
         return mapping
 
     @field_validator("network")
