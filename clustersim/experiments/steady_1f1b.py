@@ -80,17 +80,19 @@ class OneFOneB(Timeline):
             for j in range(warm[s]):
                 forward(s, j)
         full = m - warm[0]  # rounds every stage runs
-        last, r = None, 0
+        seen: list[list[float]] = []  # the state after each full round
+        r = 0
         while r < max(m - w for w in warm):  # round r: stage s's forward w_s + r, backward r
             for s in range(p - 1, -1, -1):
                 if r < m - warm[s]:
                     forward(s, warm[s] + r)
                     backward(s, r)
             if r < full - 1:
-                state = clock + lane + [f_at[s][warm[s] + r] for s in range(p - 1)]
-                if last is not None:
-                    r = self._jump(r, full - 1, state, last, clock, lane, f_at, warm)
-                last = state
+                seen.append(clock + lane + [f_at[s][warm[s] + r] for s in range(p - 1)])
+                to = self._jump(r, full - 1, seen, clock, lane, f_at, warm)
+                if to != r:  # the rounds seen before no longer precede the next one's
+                    r = to
+                    seen.clear()
             r += 1
         for s in range(p - 1, -1, -1):  # the drain
             for j in range(m - warm[s], m):
@@ -98,20 +100,30 @@ class OneFOneB(Timeline):
         return clock
 
     @staticmethod
-    def _jump(r, end, state, last, clock, lane, f_at, warm) -> int:
-        """The round to go on from: ``end`` with the state shifted there where round
-        ``r``'s ``state`` is ``last`` shifted by one λ (within :data:`TOLERANCE` over the
-        jump), else ``r``."""
-        diffs = [a - b for a, b in zip(state, last)]
-        lo, hi = min(diffs), max(diffs)
-        k = end - r
-        if (hi - lo) * k > TOLERANCE * 0.1 * max(state):
-            return r
-        step = k * diffs[0]
-        p = len(clock)
-        for s in range(p):
-            clock[s] += step
-            lane[s] += step
-        for s in range(p - 1):
-            f_at[s][warm[s] + end] = f_at[s][warm[s] + r] + step
-        return end
+    def _jump(r, end, seen, clock, lane, f_at, warm) -> int:
+        """The round to go on from: where round ``r``'s state (``seen[-1]``) is the state
+        q rounds before shifted by one λ in every entry (q ≤ 2p: the round trip's
+        period), the last round ≤ ``end`` a whole number n of such periods on, with the
+        state shifted by n·λ there (taken only where its bound n·δ, δ the entries' spread
+        around λ, is within :data:`TOLERANCE`); else ``r``."""
+        state, p = seen[-1], len(clock)
+        allowed = TOLERANCE * 0.1 * max(state)
+        for q in range(1, min(len(seen) - 1, 2 * p + 2) + 1):
+            before = seen[-1 - q]
+            n = (end - r) // q
+            if n == 0:
+                break
+            lam = state[0] - before[0]
+            if abs(state[-1] - before[-1] - lam) * n > allowed:  # a cheap first look
+                continue
+            diffs = [a - b for a, b in zip(state, before)]
+            if (max(diffs) - min(diffs)) * n > allowed:
+                continue
+            step = n * lam
+            for s in range(p):
+                clock[s] += step
+                lane[s] += step
+            for s in range(p - 1):
+                f_at[s][warm[s] + r + n * q] = f_at[s][warm[s] + r] + step
+            return r + n * q
+        return r
