@@ -54,8 +54,8 @@ from ..parallel.data_parallel import SCALAR_BYTES, grad_stats_group
 from ..resolve import Job, resolve
 from ..resolve.job import job_identity
 from ..scenario import Scenario
-from ..schedules.orders import run_orders, stage_chunks
 from ..schedules.flush import one_f_one_b
+from ..schedules.orders import run_orders, stage_chunks
 from ..schedules.registry import SCHEDULES, Schedule
 from ..topology.servers import nics_per_node
 from ..workload.pass_costs import pass_memory, pass_segments, stage_static_memory
