@@ -165,3 +165,37 @@ def test_number_checks_accept_what_the_plain_rule_does(value, top):
     assert (not failed) == _plain_number(value, top)
     if isinstance(value, float) and math.isnan(value):
         assert failed
+
+
+def _heap_merge(ranks) -> list:
+    """The merge as defined: the next node from the rank whose next node has the smallest (id, rank)."""
+    import heapq
+
+    heads = [(rk.order[0].id, rk.rank, 0) for rk in ranks if rk.order]
+    heapq.heapify(heads)
+    out = []
+    while heads:
+        _, r, k = heapq.heappop(heads)
+        out.append((ranks[r], ranks[r].order[k]))
+        if k + 1 < len(ranks[r].order):
+            heapq.heappush(heads, (ranks[r].order[k + 1].id, r, k + 1))
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 40), max_size=12, unique=True), min_size=1, max_size=5), st.booleans()
+)
+def test_the_merge_of_rising_ranks_by_sorting_is_the_heap_merge(orders, rising):
+    """Ranks whose ids rise (clustersim's own files: sorted) and ranks in any order (another
+    producer's dependency order): the same sequence as the heap merge."""
+    from types import SimpleNamespace
+
+    from clustersim.interop.chakra_import import _merge
+
+    ranks = [
+        SimpleNamespace(rank=r, order=[SimpleNamespace(id=i) for i in (sorted(o) if rising else o)])
+        for r, o in enumerate(orders)
+    ]
+    got = [(rk.rank, node.id) for rk, node in _merge(ranks)]
+    assert got == [(rk.rank, node.id) for rk, node in _heap_merge(ranks)]

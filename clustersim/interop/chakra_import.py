@@ -141,7 +141,7 @@ class _Rank:
     def deps_of(self, ids) -> list[int]:
         """Node ids ``ids`` with each no-op node replaced by what it depends on."""
         if not self.through:  # (no no-op nodes: the ids, each once)
-            return list(dict.fromkeys(ids))
+            return list(ids) if len(ids) < 2 else list(dict.fromkeys(ids))
         out: list[int] = []
         for i in ids:
             for d in self.through.get(i, (i,)):
@@ -387,6 +387,13 @@ def _merge(ranks: list[_Rank]) -> list[tuple[_Rank, object]]:
     """Every rank's nodes in one sequence: each rank's own order kept, the next node taken
     from the rank whose next node has the smallest (id, rank) — for clustersim's own
     export, whose ids are Program ids, this is the original Program order."""
+    ids = [[n.id for n in rk.order] for rk in ranks]
+    if all(all(a < b for a, b in zip(i, i[1:])) for i in ids):
+        # each rank's ids rising (clustersim's own files): the merge is the (id, rank) order
+        return [
+            (ranks[r], ranks[r].order[k])
+            for _, r, k in sorted((i, r, k) for r, rid in enumerate(ids) for k, i in enumerate(rid))
+        ]
     heads = [(rk.order[0].id, rk.rank, 0) for rk in ranks if rk.order]
     heapq.heapify(heads)
     out = []
