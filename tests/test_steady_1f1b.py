@@ -10,7 +10,6 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clustersim.experiments import steady_1f1b
 from clustersim.experiments.plan_estimate import _live_vectors, _maximal, schedule_shape
 from clustersim.experiments.stage_timing import Timeline
 from clustersim.experiments.steady_1f1b import TOLERANCE, OneFOneB
@@ -117,4 +116,3 @@ def test_the_closed_form_live_counts_are_the_order_replays(p, m):
     assert isinstance(shape.timeline, OneFOneB) and not shape.split
     assert shape.vectors == [_maximal(_live_vectors(ONE_F_ONE_B, o, s, p, 1)) for s, o in enumerate(orders)]
     assert shape.chunks == [[s] for s in range(p)]
-    assert steady_1f1b.TOLERANCE == 1e-12
