@@ -19,6 +19,7 @@ from types import SimpleNamespace
 
 from ..collectives.domain import in_private_domain
 from ..collectives.group import Group
+from ..collectives.negligible import negligible_bytes
 from ..collectives.registry import plan
 from ..collectives.ring import pipeline_chunks
 from ..errors import ScenarioError
@@ -87,6 +88,7 @@ class Collectives:
         self.fabric = None if network == "direct" else SimpleNamespace(graph=job.graph, router=None)
         self._known: dict[tuple, tuple[float, float, float]] = {}
         self._private: dict[tuple, bool] = {}
+        self._negligible: dict[tuple, bool] = {}
 
     def events(self, members: tuple[int, ...], kind: str, nbytes: float) -> tuple[float, float, float]:
         """(events, messages, width) of one ``kind`` collective of ``nbytes`` over
@@ -111,6 +113,22 @@ class Collectives:
             group = Group(None, self.fabric, [f"gpu{d}" for d in members])
             self._private[key] = in_private_domain(group)
         return self._private[key]
+
+    def timed(self, members: tuple[int, ...], kind: str, nbytes: float) -> bool:
+        """Whether the run times a ``kind`` call of ``nbytes`` over ``members`` by its α-β
+        form on ``flow``: a group inside one host's private links (:meth:`private`) or a
+        call whose bytes are negligible (:mod:`clustersim.collectives.negligible`)."""
+        if self.private(members):
+            return True
+        if self.network != "flow" or self.fabric is None:
+            return False
+        key = (tuple(members), kind, int(nbytes))
+        if key not in self._negligible:
+            alpha, latency, protocols = self.tuning
+            group = Group(None, self.fabric, [f"gpu{d}" for d in members], alpha, latency, protocols)
+            name, protocol, t = plan(group, kind, int(nbytes), self.requested.get(kind, "auto"))
+            self._negligible[key] = name is not None and negligible_bytes(group, kind, name, protocol, t)
+        return self._negligible[key]
 
     def _algorithm(self, members: tuple[int, ...], kind: str, nbytes: float) -> str:
         requested = self.requested.get(kind, "auto")

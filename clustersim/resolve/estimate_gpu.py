@@ -100,9 +100,9 @@ class GpuWork:
         if n <= 1:
             return plain(1, 1)
         folded = self.k.fold
-        # timed by its α-β form (the analytical model, or a group inside one host's private
-        # links on ``flow``: estimate_comm), no message
-        timed = self.k.collective_model == "analytical" or self.comm.private(members)
+        # timed by its α-β form (the analytical model, or on ``flow`` a group inside one host's
+        # private links or a call of negligible bytes: estimate_comm), no message
+        timed = self.k.collective_model == "analytical" or self.comm.timed(members, kind, nbytes)
         # the rendezvous and phases: three per member on the fabric; three per collective
         # when timed (engine/dag.py, engine/interpreter.py), which folded is the
         # representative's op
