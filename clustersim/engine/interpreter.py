@@ -180,12 +180,14 @@ class Engine:
         ended.callbacks.append(lane.wake)
 
     def _send(self, op: Op) -> simpy.Event:
-        names, transfer = self.names, self.fabric.transfer
+        names, fabric = self.names, self.fabric
         # the representative's own flow first: it is replica 0, first in line in the unfolded run
-        done = transfer(names[op.origin()], names[self.program.ops[op.peer].device], op.nbytes, op.name)
-        if self.fabric.shares_links:
+        done = fabric.transfer(
+            names[op.origin()], names[self.program.ops[op.peer].device], op.nbytes, op.name
+        )
+        if fabric.shares_links:
             for src, dst in op.shadows:  # folded-away twins' traffic loads the fabric too
-                transfer(names[src], names[dst], op.nbytes, op.name)
+                fabric.load(names[src], names[dst], op.nbytes, op.name)
         return done
 
     def _slowed_compute(self, op):

@@ -96,6 +96,12 @@ class Fabric(ABC):
         ``label`` names the flow in link spans (e.g. ``"send F3 s0->s1"``).
         """
 
+    def load(self, src: str, dst: str, nbytes: int, label: str = "") -> None:
+        """Move ``nbytes`` from ``src`` to ``dst`` starting now, as :meth:`transfer` does,
+        where nothing waits for its arrival (folded twins' sends: traffic that only loads
+        the links). A model may then skip the events that would tell of the arrival."""
+        self.transfer(src, dst, nbytes, label)
+
     def fixed_time(self, src: str, dst: str, nbytes: int) -> float | None:
         """The time :meth:`transfer` would take, when it is known before the run (the
         transfer sees no other traffic and schedules exactly one timeout of that delay);

@@ -31,6 +31,11 @@ from ..topology.routing import Router
 #: moves (flows starting at one moment share one allocation; measured on rings and
 #: all-to-alls of 16–128 GPUs: 4.2–5.4 events per message with its step's)
 FLOW_EVENTS = 1.5
+#: events a folded twin's send costs on ``flow``, where it is a load (no event of its arrival,
+#: :meth:`~clustersim.network.base.Fabric.load`): its share of the allocations and timer moves;
+#: and its CPU in events at the base cost (its route, its place in the max-min groups and the
+#: heap stay: GPT-3 175B balanced, 363 k loads)
+LOAD_EVENTS, LOAD_WEIGHT = 0.1, 1.0
 #: events a collective's point-to-point step costs besides its message (the step's process
 #: waking, the send's completion and the receiver's wake-up; measured, docs/fidelity.md)
 STEP_EVENTS = 3
