@@ -271,7 +271,7 @@ class Engine:
             # first, as replica 0 would be in the unfolded run
             own_done = self.env.process(self._call(op, op.group, algorithm).run(op.tag))
             for group in op.shadows if self.fabric.shares_links else ():  # folded twins' collectives
-                self.env.process(self._call(op, group, algorithm).run(op.tag))
+                self.env.process(self._call(op, group, algorithm).run(op.tag, shadow=True))
             own_done.callbacks.append(ended)
 
     def _call(self, op: Op, group: tuple[int, ...], algorithm: str) -> Call:

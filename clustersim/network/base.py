@@ -62,6 +62,10 @@ class Fabric(ABC):
     #: True where links are shared at flow level (``flow``, the ``balanced`` fidelity); False
     #: where every chunk is simulated on every link (``packet``)
     coarse_collectives = False
+    #: whether :meth:`load` skips events :meth:`transfer` would schedule (True for ``flow``):
+    #: where it does not, a folded twin's collective runs as the representative's does, so the
+    #: events simulated stay those of every transfer (``packet``'s fingerprints)
+    loads_without_events = False
     #: the topology transfers run over (:func:`clustersim.topology.build_topology`: GPU
     #: nodes ``gpu{i}`` with a ``host`` attribute, NIC nodes of ``kind`` ``"nic"``, edges
     #: with ``bandwidth`` in bytes/s and ``latency`` in s), or None for a fabric without

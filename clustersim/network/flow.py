@@ -97,6 +97,8 @@ class FlowFabric(Fabric):
 
     #: collectives inside one host's private links timed by α-β (docs/fidelity.md)
     coarse_collectives = True
+    #: a load is a flow without the events of its arrival (:meth:`load`)
+    loads_without_events = True
 
     def __init__(self, env: simpy.Environment, recorder: Recorder, graph: nx.DiGraph):
         super().__init__(env, recorder)
