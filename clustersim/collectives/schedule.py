@@ -221,11 +221,15 @@ def start(
 
 def _unwaited(engines: Sequence[Sequence[Msg]]) -> set[int]:
     """The ids of the messages of ``engines`` whose arrival no message of them waits for."""
-    waited = set()
+    waited, seen = set(), set()
     for prog in engines:
         for m in prog:
             for dep in m.deps:
-                waited.update(map(id, dep.events) if type(dep) is Readiness else (id(dep),))
+                if type(dep) is not Readiness:
+                    waited.add(id(dep))
+                elif id(dep) not in seen:  # (an engine's messages share their member's readiness)
+                    seen.add(id(dep))
+                    waited.update(map(id, dep.events))
     return {id(m) for prog in engines for m in prog if id(m.done) not in waited}
 
 
