@@ -57,9 +57,13 @@ class Call:
         #: the first build's :func:`~.schedule.recipe` (empty: built every time), None before it
         self.recipe: tuple | None = None
 
-    def run(self, label: str = ""):
-        """SimPy process generator: run the call starting now (:func:`run_collective`)."""
+    def run(self, label: str = "", shadow: bool = False):
+        """SimPy process generator: run the call starting now (:func:`run_collective`);
+        a ``shadow`` (a folded twin's call, which only loads the links) on a fabric whose
+        loads skip events returns once its messages are under way, with nothing
+        (:func:`~.schedule.start`)."""
         group, env = self.group, self.group.env
+        shadow = shadow and group.fabric.loads_without_events
         if len(group.members) == 1 and self.name != "parameter_server":
             engines = []
         else:
@@ -68,7 +72,9 @@ class Call:
             yield env.timeout(self.protocol.latency)
         finish = dict.fromkeys(group.members, env.now)
         label = label or f"{self.kind}:{self.name}"
-        done = start(env, group.fabric, engines, group.alpha_of, group.pace_of, label, finish)
+        done = start(env, group.fabric, engines, group.alpha_of, group.pace_of, label, finish, shadow)
+        if shadow:
+            return None
         if done is not None:
             yield done
         return {m: finish[m] for m in group.members}
