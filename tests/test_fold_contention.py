@@ -142,7 +142,9 @@ def test_tp_overlap_ring_sends_at_layer_granularity():
     sc["simulation"]["granularity"] = "layer"
     sc["training"]["global_batch"] = 4
     _, shadows, folded = _agrees(sc)
-    assert folded["sim_events"] < shadows["sim_events"] / 3
+    # shadows ride as loads (no arrival events: Fabric.load), so the orbits' gain is flows,
+    # not events — they must add none
+    assert folded["sim_events"] <= shadows["sim_events"]
 
 
 def test_shipped_balanced_gpt_on_an_oversubscribed_tree():
