@@ -24,9 +24,10 @@ from ..resolve import resolve
 from ..trace.result import Result, spans_frame
 from ..workload.resolve import resolve_transformer
 from ..workload.stage_cost import even_partition
-from .disaggregate import serve_disaggregated
+from .disaggregate import pool_scenario, serve_disaggregated
 from .kv_cache import kv_cache_of
 from .metrics import memory_tables, request_table, step_table, summary_of
+from .replicas import dispatch
 from .requests import requests_of
 from .scheduler import Scheduler
 from .step_cost import StepModel, StepSeq, check_generation_model
@@ -115,6 +116,21 @@ def serve(sc, job, cache, reqs, build_engine, name: str = "all", first_gpu: int 
     return Pool(sched, price, name, first_gpu)
 
 
+def serve_replicas(sc, reqs, build_engine) -> list[Pool]:
+    """Serve ``reqs`` on the ``parallel.dp`` replicas of scenario ``sc``, each on tp × pp GPUs
+    with its own scheduler and KV cache, dispatched by ``generation.dispatch`` (:mod:`.replicas`)."""
+    pool_sc = pool_scenario(sc)
+    job = resolve(pool_sc)
+    cache = kv_cache_of(job, resolve_transformer(sc.model), sc.generation)
+    prices = [StepPricer(pool_sc, job, build_engine) for _ in range(sc.parallel.dp)]
+    check_steps(pool_sc, reqs, prices[0])
+    scheds = [Scheduler([], cache, sc.generation, p) for p in prices]
+    scheds[0].check(reqs)  # before any step runs
+    dispatch(scheds, reqs, sc.generation.dispatch)
+    gpus = job.plan.num_devices
+    return [Pool(s, p, f"replica{k}", k * gpus) for k, (s, p) in enumerate(zip(scheds, prices))]
+
+
 def simulate_generation(sc, build_engine) -> Result:
     """Serve the requests of scenario ``sc`` (module doc; disaggregated: :mod:`.disaggregate`);
     ``res.requests`` one row per request, ``res.steps`` one per step, the summary's latency
@@ -126,6 +142,9 @@ def simulate_generation(sc, build_engine) -> Result:
     reqs = requests_of(gen, sc.simulation.seed)
     if gen.disaggregated:
         pools, done, extra = serve_disaggregated(sc, job, reqs, build_engine, serve)
+    elif job.plan.dp > 1:
+        pools, extra = serve_replicas(sc, reqs, build_engine), {}
+        done = [s for p in pools for s in p.sched.done]
     else:
         cache = kv_cache_of(job, resolve_transformer(sc.model), gen)
         pools, extra = [serve(sc, job, cache, reqs, build_engine)], {}
@@ -136,6 +155,9 @@ def simulate_generation(sc, build_engine) -> Result:
         [step_table(p.sched.steps, cache).assign(pool=p.name) for p in pools], ignore_index=True
     ).sort_values("start_s", kind="stable", ignore_index=True)
     requests = request_table(done)
+    if job.plan.dp > 1 and not gen.disaggregated:  # which replica served each request
+        replica_of = {s.req.index: k for k, p in enumerate(pools) for s in p.sched.done}
+        requests["replica"] = [replica_of[i] for i in requests["request"]]
     summary = {**summary_of(done, requests, steps, cache), **extra}
     memory, devices, spans = _pool_tables(pools, cache, gen)
     parts = device_breakdown(spans, (0.0, summary["iteration_time_s"]))
