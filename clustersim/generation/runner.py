@@ -184,14 +184,16 @@ def _pool_tables(pools: list[Pool], cache, gen) -> tuple[pd.DataFrame, pd.DataFr
     for p in pools:
         steps = step_table(p.sched.steps, cache)
         memory, dev = memory_tables(p.price.job, cache, steps)
-        # a step's Program starts once its swaps are done
-        frame = p.price.spans(steps["start_s"] + steps["swap_bytes"] / (gen.swap_bandwidth or 1.0))
         rename = {f"gpu{d}": f"gpu{d + p.first_gpu}" for d in range(p.price.job.plan.num_devices)}
-        for df in (memory, dev, frame):
+        frames = [memory, dev]
+        if len(steps):  # a replica the dispatcher never chose ran no step
+            # a step's Program starts once its swaps are done
+            frames.append(p.price.spans(steps["start_s"] + steps["swap_bytes"] / (gen.swap_bandwidth or 1.0)))
+            spans.append(frames[-1])
+        for df in frames:
             df["device"] = df["device"].map(lambda d, r=rename: r.get(d, d))
         memories.append(memory)
         devices.append(dev)
-        spans.append(frame)
     return (
         pd.concat(memories, ignore_index=True),
         pd.concat(devices, ignore_index=True),
