@@ -102,6 +102,16 @@ def test_replicas_are_deterministic():
     }
 
 
+def test_dp_auto_serves_a_replica_on_every_tp_pp_gpus():
+    raw = scenario(
+        4, {"requests": 4, "prompt_len": 30, "output_len": 2, "arrival": {"process": "all_at_once"}}
+    )
+    raw["parallel"] = {"tp": 2, "dp": "auto"}
+    res = simulate(raw)
+    assert res.requests.replica.tolist() == [0, 1, 0, 1]
+    assert sorted(res.spans[res.spans.lane == "compute"].device.unique()) == ["gpu0", "gpu1", "gpu2", "gpu3"]
+
+
 def test_a_bad_dispatch_policy_is_refused_naming_the_field():
     with pytest.raises(ScenarioError) as err:
         simulate(scenario(2, {"prompt_len": 10, "output_len": 2, "dispatch": "random"}))

@@ -116,13 +116,13 @@ def serve(sc, job, cache, reqs, build_engine, name: str = "all", first_gpu: int 
     return Pool(sched, price, name, first_gpu)
 
 
-def serve_replicas(sc, reqs, build_engine) -> list[Pool]:
-    """Serve ``reqs`` on the ``parallel.dp`` replicas of scenario ``sc``, each on tp × pp GPUs
+def serve_replicas(sc, dp: int, reqs, build_engine) -> list[Pool]:
+    """Serve ``reqs`` on the ``dp`` replicas of scenario ``sc``, each on tp × pp GPUs
     with its own scheduler and KV cache, dispatched by ``generation.dispatch`` (:mod:`.replicas`)."""
     pool_sc = pool_scenario(sc)
     job = resolve(pool_sc)
     cache = kv_cache_of(job, resolve_transformer(sc.model), sc.generation)
-    prices = [StepPricer(pool_sc, job, build_engine) for _ in range(sc.parallel.dp)]
+    prices = [StepPricer(pool_sc, job, build_engine) for _ in range(dp)]
     check_steps(pool_sc, reqs, prices[0])
     scheds = [Scheduler([], cache, sc.generation, p) for p in prices]
     scheds[0].check(reqs)  # before any step runs
@@ -143,7 +143,7 @@ def simulate_generation(sc, build_engine) -> Result:
     if gen.disaggregated:
         pools, done, extra = serve_disaggregated(sc, job, reqs, build_engine, serve)
     elif job.plan.dp > 1:
-        pools, extra = serve_replicas(sc, reqs, build_engine), {}
+        pools, extra = serve_replicas(sc, job.plan.dp, reqs, build_engine), {}
         done = [s for p in pools for s in p.sched.done]
     else:
         cache = kv_cache_of(job, resolve_transformer(sc.model), gen)
