@@ -117,3 +117,15 @@ def test_a_bad_dispatch_policy_is_refused_naming_the_field():
         simulate(scenario(2, {"prompt_len": 10, "output_len": 2, "dispatch": "random"}))
     assert err.value.field == "generation.dispatch"
     assert "round_robin" in str(err.value) and "least_loaded" in str(err.value)
+
+
+def test_the_picture_draws_a_stair_per_replica():
+    from clustersim.viz.generation import plot_generation
+
+    gen = {"requests": 5, "prompt_len": 40, "output_len": 4, "arrival": {"process": "all_at_once"}}
+    res = simulate(scenario(2, gen))
+    top, bottom = plot_generation(res.steps).axes
+    assert [line.get_label() for line in top.lines] == ["replica0", "replica1"]
+    for k, line in enumerate(top.lines):  # replica 0 got requests 0, 2, 4; replica 1 got 1, 3
+        assert max(line.get_ydata()) == 3 - k
+    assert len(bottom.lines) == 2
