@@ -6,7 +6,9 @@ The scheduler (:mod:`.scheduler`) runs above the engine, as the fault timeline d
 mode, :mod:`clustersim.compilers.generation`) and run on the engine over the job's fabric
 (TP collectives, pipeline sends); the step lasts from the Program's start to its last op's
 end. The engine gains no scheduling logic: each step is a Program of its own. Steps of the
-same shape (the same (new, context) pairs and samples) are run once.
+same shape (the same (new, context) pairs and samples) are run once. With ``parallel.dp`` > 1
+each replica serves on its own tp × pp GPUs (:mod:`.replicas`); disaggregated, a prefill and
+a decode pool do (:mod:`.disaggregate`).
 """
 
 from __future__ import annotations
