@@ -27,6 +27,7 @@ from ..trace.result import Result, spans_frame
 from ..workload.resolve import resolve_transformer
 from ..workload.stage_cost import even_partition
 from .disaggregate import pool_scenario, serve_disaggregated
+from .host_overhead import check_host_overhead, host_overhead_s
 from .kv_cache import kv_cache_of
 from .metrics import memory_tables, request_table, step_table, summary_of
 from .replicas import dispatch
@@ -48,13 +49,15 @@ class StepPricer:
         self.cache: dict[tuple, tuple[float, pd.DataFrame]] = {}
         self.order: list[tuple] = []  # the steps priced, in the order they ran
         self.events = 0
+        self.host = sc.generation.host_overhead  # the engine's CPU time a step (.host_overhead)
 
     def __call__(self, seqs: tuple[StepSeq, ...], sampled: int) -> float:
         key = (seqs, sampled)
         if key not in self.cache:
             self.cache[key] = self.run(seqs, sampled)
         self.order.append(key)
-        return self.cache[key][0]
+        gpu = self.cache[key][0]
+        return gpu + host_overhead_s(len(seqs)) if self.host else gpu
 
     def step_job(self, seqs: tuple[StepSeq, ...], sampled: int):
         """The Job of one step: the scenario's, with the step's chunk costs."""
@@ -139,6 +142,7 @@ def simulate_generation(sc, build_engine) -> Result:
     and throughput fields (:mod:`.metrics`, docs/generation.md)."""
     wall0 = time.perf_counter()
     check_generation_model(sc)
+    check_host_overhead(sc)
     job = check_job(resolve(sc))
     gen = sc.generation
     reqs = requests_of(gen, sc.simulation.seed)

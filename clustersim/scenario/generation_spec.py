@@ -89,7 +89,10 @@ class GenerationSpec(_Spec):
     each prompt's KV cache sent between them over the fabric. Otherwise ``parallel.dp``
     replicas serve, each on tp × pp GPUs with its own scheduler and KV cache, the requests
     handed to them by ``dispatch``: ``round_robin`` (request i to replica i mod dp) or
-    ``least_loaded`` (to the replica with the fewest requests outstanding at its arrival)."""
+    ``least_loaded`` (to the replica with the fewest requests outstanding at its arrival).
+    ``host_overhead``: every step also pays vLLM's CPU time per step (scheduling, input
+    preparation, sampler, output processing) as Vidur profiled it on A100 (off by default:
+    later vLLM engines overlap it)."""
 
     requests: Annotated[int, Range(1, 1_000_000)] = 1
     prompt_len: Length | None = None
@@ -106,6 +109,7 @@ class GenerationSpec(_Spec):
     swap_bandwidth: Bandwidth | None = None
     disaggregated: bool = False
     dispatch: Literal["round_robin", "least_loaded"] = "round_robin"
+    host_overhead: bool = False
 
     @model_validator(mode="after")
     def _requests(self) -> GenerationSpec:
