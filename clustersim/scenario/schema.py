@@ -419,9 +419,17 @@ class ParallelSpec(_Spec):
 
 #: ``simulation.fidelity`` → the settings it stands for (docs/fidelity.md); a field the
 #: scenario states itself wins over its preset. ``exact`` is today's defaults.
-FIDELITY_PRESETS: dict[str, dict[str, str]] = {
+FIDELITY_PRESETS: dict[str, dict[str, str | bool]] = {
     "exact": {"network": "packet", "collective_model": "fabric", "granularity": "layer", "fold": "auto"},
-    "balanced": {"network": "flow", "collective_model": "fabric", "granularity": "stage", "fold": "auto"},
+    "balanced": {
+        "network": "flow",
+        "collective_model": "fabric",
+        "granularity": "stage",
+        "fold": "auto",
+        # folded twins' traffic as one weighted flow per orbit: the same max-min rates
+        # (docs/fidelity.md), k times fewer flows (issue 38 item 3)
+        "fold_contention": True,
+    },
     "fast": {
         "network": "analytical",
         "collective_model": "analytical",
@@ -494,7 +502,14 @@ class SimulationSpec(_Spec):
             return raw
         name = raw.get("fidelity", "exact")
         preset = FIDELITY_PRESETS.get(name) if isinstance(name, str) else None
-        return raw if preset is None else {**preset, **raw}  # (a bad name or type: the field check)
+        if preset is None:
+            return raw  # (a bad name or type: the field check)
+        merged = {**preset, **raw}
+        if "fold_contention" not in raw and merged["network"] != "flow":
+            merged.pop(
+                "fold_contention", None
+            )  # a preset's default never invalidates a network the user names
+        return merged
 
     @field_validator("collectives")
     @classmethod
