@@ -75,7 +75,20 @@ SHIPPED = (
     "megatron-162b-64gpu-search",
     "gpt3-175b-1024xa100-balanced",
     "deepseek-v3-2048xh800-dualpipe",
+    "quickstart-tp-overlap",
 )
+
+#: Shipped scenarios with settings changed, for the kinds of export no shipped scenario has:
+#: name → (scenario, sections merged into it)
+VARIANTS = {
+    "quickstart-tp-overlap": (
+        "quickstart",
+        {
+            "parallel": {"tp_comm_overlap": True, "sequence_parallel": True},
+            "simulation": {"granularity": "layer"},
+        },
+    ),
+}
 
 
 #: ASTRA-sim's system settings matched to clustersim's α-β collectives: one dataset split, no
@@ -217,7 +230,10 @@ def shipped_rows(binary: Path, names: list[str], max_ranks: int) -> None:
         "Shipped scenarios exported unfolded, run in ASTRA-sim (two-level switch network from the cluster):"
     )
     for name in names:
-        raw = read_yaml(ROOT / "scenarios" / f"{name}.yaml")
+        base, changes = VARIANTS.get(name, (name, {}))
+        raw = read_yaml(ROOT / "scenarios" / f"{base}.yaml")
+        for section, values in changes.items():
+            raw.setdefault(section, {}).update(values)
         sc = cs.load_scenario(raw)
         note = ""
         if sc.num_gpus > max_ranks:
@@ -230,6 +246,9 @@ def shipped_rows(binary: Path, names: list[str], max_ranks: int) -> None:
             raw["training"]["global_batch"] = sc.training.global_batch * dp // dp_now
             raw["cluster"]["nodes"] = raw["cluster"].get("nodes", 1) * dp // dp_now
             p["dp"], note = dp, f" (DP {dp_now} → {dp})"
+            if p.get("ep", 1) > dp:  # expert groups regroup DP ranks: they shrink with them
+                note = f" (DP {dp_now} → {dp}, EP {p['ep']} → {dp})"
+                p["ep"] = dp
             sc = cs.load_scenario(raw)
         ours = cs.simulate(sc, progress=False).summary["iteration_time_s"]
         with tempfile.TemporaryDirectory() as tmp:

@@ -58,7 +58,7 @@ def test_member_not_in_topology():
 def test_unknown_algorithm_lists_known():
     err = error_of(["gpu0", "gpu1"], algorithm="rign")
     assert err.field == "collective.algorithm"
-    assert str(err).endswith(f"known algorithms: auto, {', '.join(ALGORITHMS)}")
+    assert str(err).endswith(f"known algorithms: auto, nccl, {', '.join(ALGORITHMS)}")
 
 
 def test_unknown_kind_lists_known():

@@ -99,7 +99,11 @@ def test_a_call_run_again_from_its_recipe_runs_as_freshly_built(algorithm, laten
     # the same finish times and link spans, to the bit, as three calls prepared afresh
     from clustersim.collectives.api import prepare_collective
 
-    graph = build_topology(cluster(2, per_node=2, gpn=4))
+    # NVLS runs on one NVLink SHARP host, PAT at one GPU per host; the rest on 2 hosts of 4
+    shape = {"nvls": cluster(1, gpn=8), "pat": cluster(8, gpn=1)}.get(
+        algorithm, cluster(2, per_node=2, gpn=4)
+    )
+    graph = build_topology({**shape, "gpu": "H100-SXM5-80GB"})
     members = [f"gpu{i}" for i in range(8)]
 
     def run(reuse: bool, kind: str):

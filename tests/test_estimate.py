@@ -30,6 +30,7 @@ CASES = [
     (SYNTH, {"parallel.schedule": "interleaved", "parallel.virtual_stages": 2}),
     (QUICK, {}),
     (QUICK, {"simulation.network": "flow"}),
+    (QUICK, {"simulation.collectives.all_reduce": "nccl"}),  # NCCL's tree across the 2 nodes
     (QUICK, {"simulation.network": "flow", "simulation.granularity": "stage"}),
     (QUICK, {"simulation.network": "analytical", "simulation.collective_model": "analytical"}),
     (SCEN / "hap-mixed-a100-v100.yaml", {}),

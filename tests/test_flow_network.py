@@ -182,7 +182,10 @@ def test_flow_agrees_with_packet_on_shipped_scenarios(name, bound):
         for net in ("packet", "flow", "analytical")
     }
     assert abs(t["flow"] - t["packet"]) <= bound * t["packet"]
-    assert t["flow"] >= t["analytical"] * (1 - 1e-12)  # contention only ever adds time
+    # contention only ever adds time — but a collective of negligible bytes, timed by its α-β
+    # form on flow, may end up to 1e-3 of its own few µs before its idle schedule does
+    # (clustersim/collectives/negligible.py; quickstart: 1.5e-11 of the iteration)
+    assert t["flow"] >= t["analytical"] * (1 - 1e-9)
 
 
 # enough flows, starting at enough moments, that superseded finish entries pile up

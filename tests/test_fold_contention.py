@@ -17,6 +17,7 @@ from clustersim.errors import ScenarioError
 from clustersim.network.maxmin import Links
 from clustersim.resolve import resolve
 from clustersim.resolve.estimate import advice, estimate
+from clustersim.scenario import read_yaml
 
 TOL = 0.01  # the issue's bound: folded under contention within 1 % of unfolded
 
@@ -142,7 +143,9 @@ def test_tp_overlap_ring_sends_at_layer_granularity():
     sc["simulation"]["granularity"] = "layer"
     sc["training"]["global_batch"] = 4
     _, shadows, folded = _agrees(sc)
-    assert folded["sim_events"] < shadows["sim_events"] / 3
+    # shadows ride as loads (no arrival events: Fabric.load), so the orbits' gain is flows,
+    # not events — they must add none
+    assert folded["sim_events"] <= shadows["sim_events"]
 
 
 def test_shipped_balanced_gpt_on_an_oversubscribed_tree():
@@ -221,9 +224,14 @@ def test_the_estimate_counts_orbits_as_one_flow(contention):
 
 
 def test_the_advice_names_it_for_a_folded_balanced_run_only():
-    """A folded run on the flow network is told the switch and what it saves; a packet run
-    is not (the switch is refused there)."""
-    tips = advice(resolve(cs.load_scenario("scenarios/gpt3-175b-1024xa100-balanced.yaml")))
+    """A folded run on the flow network with the switch off is told the switch and what it
+    saves; with it on (the balanced preset's default) it is not, nor is a packet run (the
+    switch is refused there)."""
+    raw = read_yaml("scenarios/gpt3-175b-1024xa100-balanced.yaml")
+    raw["simulation"]["fold_contention"] = False
+    tips = advice(resolve(cs.load_scenario(raw)))
     assert any(t.startswith("simulation.fold_contention: true") for t in tips)
+    on = advice(resolve(cs.load_scenario("scenarios/gpt3-175b-1024xa100-balanced.yaml")))
+    assert not any("fold_contention" in t for t in on)
     packet = advice(resolve(cs.load_scenario("scenarios/quickstart.yaml")))
     assert not any("fold_contention" in t for t in packet)

@@ -233,15 +233,6 @@ def test_energy_is_refused_not_ignored():
     assert err.value.field == "energy"
 
 
-def test_more_than_one_replica_is_refused():
-    raw = scenario({"prompt_len": 10, "output_len": 2})
-    raw["cluster"]["gpus_per_node"] = 2
-    raw["training"]["global_batch"] = 2
-    with pytest.raises(ScenarioError) as err:
-        simulate(raw)
-    assert err.value.field == "parallel.dp"
-
-
 def test_the_picture_draws_batch_size_and_kv_occupancy():
     from clustersim.viz.generation import plot_generation
 

@@ -64,14 +64,20 @@ def test_virtual_stages_defaults_to_the_schedules_declared_chunks(schedule):
 
 @pytest.mark.parametrize("algo", ALGORITHMS.values(), ids=lambda a: a.name)
 def test_every_algorithm_prices_each_kind_it_runs_and_more_bytes_cost_more(algo):
-    # the α-β cost on a 2-host × 4 group it fits: positive, finite, increasing in the size
-    n, per_host = 8, (4, 4)
-    shape = Shape(n, bw=100e9, alpha=5e-6, nodes=2, bw_inter=10e9, alpha_inter=2e-5)
+    # the α-β cost on the first of a 2-host × 4 group, one NVLink SHARP host of 8, 8 hosts
+    # of one that it fits: positive, finite, increasing in the size
+    n = 8
+    shapes = [
+        ((4, 4), Shape(n, bw=100e9, alpha=5e-6, nodes=2, bw_inter=10e9, alpha_inter=2e-5)),
+        ((8,), Shape(n, bw=100e9, alpha=5e-6, nvls=0.85)),
+        ((1,) * 8, Shape(n, bw=100e9, alpha=5e-6, nodes=8, bw_inter=10e9, alpha_inter=2e-5)),
+    ]
     priced = 0
     for kind in sorted(algo.kinds - {"barrier"}):
-        if algo.fits(kind, n, per_host) is not None:
-            continue
-        small, big = (estimate_time(kind, algo.name, shape, s) for s in (2**20, 2**26))
-        assert 0 < small < big < math.inf
-        priced += 1
+        for per_host, shape in shapes:
+            if algo.fits(kind, n, per_host) is None and algo.hardware(shape) is None:
+                small, big = (estimate_time(kind, algo.name, shape, s) for s in (2**20, 2**26))
+                assert 0 < small < big < math.inf
+                priced += 1
+                break
     assert priced > 0

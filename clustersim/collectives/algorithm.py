@@ -60,6 +60,18 @@ def always(n: int, per_host: tuple[int, ...]) -> bool:
     return True
 
 
+def never(n: int, per_host: tuple[int, ...]) -> bool:
+    """The ``in_auto`` of an algorithm ``auto`` never chooses: NCCL's own algorithms, which
+    the ``nccl`` choice (:mod:`.nccl_tuner`) or a scenario names, so ``auto``'s choices — and
+    every run that relies on them — stay as they were."""
+    return False
+
+
+def any_hardware(shape) -> str | None:
+    """The ``hardware`` of an algorithm that runs on any links."""
+    return None
+
+
 @dataclass(frozen=True)
 class Algorithm(Plugin):
     """A registered algorithm: its name, one-line description, the ``kinds`` it implements,
@@ -68,12 +80,16 @@ class Algorithm(Plugin):
     (:class:`.cost.Shape`), and two static shape rules over ``n`` members with
     ``per_host[h]`` of them on host ``h`` — no live group needed: ``fits(kind, n,
     per_host) -> reason | None`` for shapes it cannot run, and ``in_auto(n, per_host) ->
-    bool``: whether ``auto`` may choose it there."""
+    bool``: whether ``auto`` may choose it there; ``hardware(shape) -> reason | None`` for
+    links it cannot run on (:class:`.cost.Shape`, e.g. no NVLink SHARP) and ``protocols``,
+    the NCCL protocols it runs (None: all)."""
 
     kinds: frozenset = frozenset()
     cost: Callable = None
     fits: Callable[[str, int, tuple[int, ...]], str | None] = fits_any
     in_auto: Callable[[int, tuple[int, ...]], bool] = always
+    hardware: Callable = any_hardware
+    protocols: frozenset | None = None
     #: position in the registry, which is the order ``auto`` breaks cost ties in (lowest first)
     rank: int = 100
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 from ..errors import ScenarioError
 from .algorithm import DEFAULT_TUNING, NO_OPTIONS, Options, Tuning
 from .group import Group
-from .registry import ALGORITHMS, KINDS, as_run, busiest_buffer, per_host, plan
+from .registry import ALGORITHMS, KINDS, SELECTORS, as_run, busiest_buffer, per_host, plan
 from .schedule import recipe, replay, start
 
 
@@ -29,7 +29,7 @@ def run_collective(
     ``nbytes`` is the per-rank buffer as in nccl-tests (all-reduce: the buffer; all-gather:
     the total output; reduce-scatter: the total input; all-to-all: each rank's whole send
     buffer). ``algorithm`` is a key of :data:`ALGORITHMS` or ``"auto"`` (the fastest by
-    the α-β model of :mod:`.cost`). ``tuning`` is the system's :class:`~.algorithm.Tuning`
+    the α-β model of :mod:`.cost`) or ``"nccl"`` (NCCL's tuner's pick, :mod:`.nccl_tuner`). ``tuning`` is the system's :class:`~.algorithm.Tuning`
     (per-step α, how a ring across hosts pays it, NCCL protocols): the call runs the
     protocol NCCL's tuner would pick — its latency first, then the schedule on the
     protocol's wire bytes. ``options`` are the call's own :class:`~.algorithm.Options`:
@@ -57,9 +57,13 @@ class Call:
         #: the first build's :func:`~.schedule.recipe` (empty: built every time), None before it
         self.recipe: tuple | None = None
 
-    def run(self, label: str = ""):
-        """SimPy process generator: run the call starting now (:func:`run_collective`)."""
+    def run(self, label: str = "", shadow: bool = False):
+        """SimPy process generator: run the call starting now (:func:`run_collective`);
+        a ``shadow`` (a folded twin's call, which only loads the links) on a fabric whose
+        loads skip events returns once its messages are under way, with nothing
+        (:func:`~.schedule.start`)."""
         group, env = self.group, self.group.env
+        shadow = shadow and group.fabric.loads_without_events
         if len(group.members) == 1 and self.name != "parameter_server":
             engines = []
         else:
@@ -68,7 +72,9 @@ class Call:
             yield env.timeout(self.protocol.latency)
         finish = dict.fromkeys(group.members, env.now)
         label = label or f"{self.kind}:{self.name}"
-        done = start(env, group.fabric, engines, group.alpha_of, group.pace_of, label, finish)
+        done = start(env, group.fabric, engines, group.alpha_of, group.pace_of, label, finish, shadow)
+        if shadow:
+            return None
         if done is not None:
             yield done
         return {m: finish[m] for m in group.members}
@@ -100,7 +106,7 @@ def prepare_collective(
     ScenarioError naming the field for a call that cannot run."""
     group = check_group(env, fabric, kind, members, nbytes, algorithm, tuning, options)
     kind, nbytes = as_run(kind, nbytes)
-    if algorithm != "auto" and len(group.members) > 1:
+    if algorithm not in SELECTORS and len(group.members) > 1:
         check_shape(group, kind, algorithm)  # before its cost is estimated
     split = options.split
     name, protocol, _ = plan(group, kind, busiest_buffer(split) if split else nbytes, algorithm)
@@ -121,8 +127,9 @@ def check_schedule(group: Group, kind: str, name: str, split) -> None:
 
 
 def check_shape(group: Group, kind: str, name: str) -> None:
-    """Raise ScenarioError when ``name`` cannot run ``kind`` on this group's shape."""
-    why = ALGORITHMS[name].fits(kind, len(group.members), per_host(group))
+    """Raise ScenarioError when ``name`` cannot run ``kind`` on this group's shape or links."""
+    spec = ALGORITHMS[name]
+    why = spec.fits(kind, len(group.members), per_host(group)) or spec.hardware(group.shape())
     if why is not None:
         raise ScenarioError("collective.algorithm", name, why)
 
@@ -140,11 +147,13 @@ def check_group(
     """Validate a collective call; return its :class:`Group`. Errors name the field."""
     if kind not in KINDS:
         raise ScenarioError("collective.kind", kind, f"known kinds: {', '.join(KINDS)}")
-    if algorithm != "auto" and algorithm not in ALGORITHMS:
+    if algorithm not in SELECTORS and algorithm not in ALGORITHMS:
         raise ScenarioError(
-            "collective.algorithm", algorithm, f"known algorithms: auto, {', '.join(ALGORITHMS)}"
+            "collective.algorithm",
+            algorithm,
+            f"known algorithms: {', '.join(SELECTORS)}, {', '.join(ALGORITHMS)}",
         )
-    if algorithm != "auto" and kind not in ALGORITHMS[algorithm].kinds:
+    if algorithm not in SELECTORS and kind not in ALGORITHMS[algorithm].kinds:
         able = [a for a, spec in ALGORITHMS.items() if kind in spec.kinds]
         raise ScenarioError(
             "collective.algorithm",

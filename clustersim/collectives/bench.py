@@ -21,7 +21,7 @@ from ..topology import build_topology
 from ..topology.graph import gpu_names
 from .algorithm import Tuning
 from .api import check_group, run_collective
-from .registry import choose_algorithm
+from .registry import SELECTORS, plan
 
 #: packet-fabric chunks per message at most; chunk = max(MIN_CHUNK, S / (n · this))
 CHUNKS_PER_MESSAGE = 64
@@ -77,8 +77,10 @@ def measure(
         protocols=cluster.get("collective_protocols"),
     )
     name = algorithm
-    if algorithm == "auto":
-        name = choose_algorithm(check_group(env, fabric, kind, members, nbytes, "auto", tuning), kind, nbytes)
+    if algorithm in SELECTORS:
+        name = plan(
+            check_group(env, fabric, kind, members, nbytes, algorithm, tuning), kind, nbytes, algorithm
+        )[0]
     proc = env.process(run_collective(env, fabric, kind, members, nbytes, name, tuning))
     env.run(proc)
     t = env.now

@@ -37,6 +37,12 @@ class Shape:
     bw_inter: float | None = None
     alpha_inter: float | None = None
     latency: str = "overlapped"
+    #: one host whose ring hops differ: (α + route latency, route bandwidth) of each hop
+    #: in ring order, the last back to the first (:mod:`.ring_hops`); () where all are alike
+    hops: tuple[tuple[float, float], ...] = ()
+    #: NVLink SHARP's efficiency on the group's switch (NCCL tuning.cc ``nvlsEfficiency``;
+    #: :mod:`.nvls`), 0 where it has none (not an NVSwitch of a Hopper or Blackwell system)
+    nvls: float = 0.0
 
     @property
     def m(self) -> int:

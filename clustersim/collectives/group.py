@@ -20,6 +20,7 @@ from ..hardware.presets import DEFAULT_ALPHA
 from ..topology.lazy import link_data, node_data, successors
 from ..topology.routing import Router
 from .cost import Shape
+from .nccl_hardware import nvls_efficiency
 from .protocol import resolve_protocols
 
 #: α per link kind a user sets (``cluster.collective_alpha``): same host vs different hosts
@@ -69,13 +70,14 @@ class Group:
             self.host = {m: node_data(self.graph, m).get("host", m) for m in self.members}
         else:
             self.host = dict.fromkeys(self.members, 0)
-        self.alpha = resolve_alpha(alpha, self._intra_kind())
+        self.alpha = resolve_alpha(alpha, self.intra_kind())
         # hosts in order of first appearance, each with its members in group order
         self.hosts: dict[object, list[str]] = {}
         for m in self.members:
             self.hosts.setdefault(self.host[m], []).append(m)
 
-    def _intra_kind(self) -> str:
+    def intra_kind(self) -> str:
+        """``pcie`` when the members reach each other over PCIe, else ``nvlink``."""
         g = self.graph
         if g is None or not self.members:
             return "nvlink"
@@ -108,12 +110,15 @@ class Group:
     def shape(self) -> Shape:
         """α-β parameters of this group for :func:`~clustersim.collectives.registry.estimate_time`.
 
-        ``bw``/``alpha``: a step between two members of one host (α includes the path
-        latency); ``bw_inter``/``alpha_inter``: the slowest crossing between hosts next to
+        ``bw``/``alpha``: a step between the first two members of one host (α includes the
+        path latency); ``hops``: on one host whose ring hops differ, each hop's (the ring's
+        exact time, :mod:`.ring_hops`; the other algorithms still read ``bw``/``alpha``);
+        ``bw_inter``/``alpha_inter``: the slowest crossing between hosts next to
         each other in the ring's order (the last back to the first): a ring step waits for
         its slowest hop. A crossing's bandwidth per rank is its paths' bottleneck × distinct
-        NICs used / ranks per host, and no more than a bottleneck link's bandwidth over the
-        paths that share it (every channel crosses between two sites on the one WAN link);
+        NICs used / ranks per host, and no more than any link's bandwidth over the paths
+        through it (every channel crosses between two sites on the one WAN link; on a ``ring``
+        topology, between two servers on the one link that joins them);
         ``latency``: ``cluster.collective_latency``. Computed once per group."""
         if self._shape is None:
             self._shape = self._ring_shape()
@@ -122,25 +127,39 @@ class Group:
     def _ring_shape(self) -> Shape:
         groups = list(self.hosts.values())
         first = groups[0]
+        out = {}
         if len(first) > 1:
-            bw, lat, _ = self.path(first[0], first[1])
+            bw, lat, via = self.path(first[0], first[1])
+            out["nvls"] = nvls_efficiency(self.graph, via) if len(groups) == 1 else 0.0
         elif self.graph is None:
             bw, lat = float(self.fabric.bandwidth), float(self.fabric.latency)
         else:
             bw, lat = float("inf"), 0.0
-        out = {
-            "bw": bw,
-            "alpha": self.alpha["intra_node"] + lat,
-            "nodes": len(groups),
-            "latency": self.latency,
-        }
+        out.update(
+            {
+                "bw": bw,
+                "alpha": self.alpha["intra_node"] + lat,
+                "nodes": len(groups),
+                "latency": self.latency,
+            }
+        )
         if len(groups) > 1:
             crossings = [self._crossing(a, groups[(i + 1) % len(groups)]) for i, a in enumerate(groups)]
             out["bw_inter"] = min(c[0] for c in crossings)
             out["alpha_inter"] = self.alpha["inter_node"] + max(c[1] for c in crossings)
             if out["bw"] == float("inf"):
                 out["bw"] = out["bw_inter"]
+        elif len(first) > 1 and self.graph is not None:
+            out["hops"] = self._hops(first)
         return Shape(len(self.members), **out)
+
+    def _hops(self, ring: list[str]) -> tuple[tuple[float, float], ...]:
+        """(α + route latency, route bandwidth) of each hop of ``ring`` (the last back to the
+        first) where they differ (:mod:`.ring_hops`); () where every hop is like the first."""
+        paths = [self.path(a, ring[(i + 1) % len(ring)]) for i, a in enumerate(ring)]
+        if all(p[:2] == paths[0][:2] for p in paths):
+            return ()
+        return tuple((self.alpha["intra_node"] + lat, bw) for bw, lat, _ in paths)
 
     def _crossing(self, here: list[str], there: list[str]) -> tuple[float, float]:
         """(bandwidth per rank, largest path latency) of the ranks of host ``here`` all
@@ -150,18 +169,12 @@ class Group:
         nics.discard(None)
         share = (len(nics) or len(here)) / len(here)
         bw = min(p[0] for p in paths) * share
-        sharing: dict[tuple, int] = {}  # bottleneck link → paths through it
+        # every link the paths cross divides its bandwidth among those through it (on a
+        # ring of equal links the one link between servers, not only a path's first)
+        through: dict[tuple, int] = {}
         for p in paths:
-            link = self._bottleneck(p)
-            sharing[link] = sharing.get(link, 0) + 1
-        for p in paths:
-            bw = min(bw, p[0] / sharing[self._bottleneck(p)])
+            for link in zip(p[2], p[2][1:], strict=False):
+                through[link] = through.get(link, 0) + 1
+        for link, count in through.items():
+            bw = min(bw, link_data(self.graph, *link)["bandwidth"] / count)
         return bw, max(p[1] for p in paths)
-
-    def _bottleneck(self, path: tuple[float, float, tuple]) -> tuple:
-        """The first link of ``path``'s nodes with its bottleneck bandwidth."""
-        nodes = path[2]
-        for u, v in zip(nodes, nodes[1:], strict=False):
-            if link_data(self.graph, u, v)["bandwidth"] <= path[0]:
-                return (u, v)
-        return (nodes[0], nodes[-1])

@@ -2,7 +2,8 @@
 (``simulation.collectives``) to an :class:`~.algorithm.Algorithm`, one module per
 algorithm. ``auto`` picks the smallest ``cost`` among algorithms that implement the kind,
 fit the group's shape and whose ``in_auto`` admits it (:func:`choose_algorithm`), as
-NCCL's tuner does; ties go to the first registered.
+NCCL's tuner does; ties go to the first registered. ``nccl`` is NCCL's own tuner's choice
+among the algorithms NCCL runs (:mod:`.nccl_tuner`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,13 @@ from __future__ import annotations
 from .algorithm import ALGORITHMS, KINDS, Algorithm  # noqa: F401  (re-exported)
 from .cost import Shape
 from .group import Group
+from .nccl_tuner import choose as nccl_choose
 from .protocol import SIMPLE, Protocol, choose
+
+#: the choice NCCL's tuner makes (``simulation.collectives`` value; :mod:`.nccl_tuner`)
+NCCL = "nccl"
+#: the choices a scenario may name besides an algorithm
+SELECTORS = ("auto", NCCL)
 
 
 def per_host(group: Group) -> tuple[int, ...]:
@@ -54,13 +61,19 @@ def plan(group: Group, kind: str, nbytes: int, algorithm: str = "auto") -> tuple
             for a in ALGORITHMS.values()
             if kind in a.kinds and a.in_auto(n, hosts) and a.fits(kind, n, hosts) is None
         ]
+    elif algorithm == NCCL and n > 1:  # NCCL's tuner picks the pair (nccl_tuner.py)
+        name, proto = nccl_choose(group, kind, nbytes)
+        proto = proto.for_kind(kind)
+        return name, proto, proto.latency + estimate_time(kind, name, shape, proto.wire_bytes(nbytes))
     else:
-        names = [algorithm]
+        names = ["ring" if algorithm == NCCL else algorithm]
     # nothing to send: no protocol latency; else each protocol's latency for this kind
     protocols = tuple(p.for_kind(kind) for p in group.protocols) if n > 1 else (SIMPLE,)
     best = (None, protocols[0], float("inf"))
     for name in names:
-        proto, t = choose(protocols, nbytes, lambda s, a=name: estimate_time(kind, a, shape, s))
+        allowed = ALGORITHMS[name].protocols
+        runs = tuple(p for p in protocols if allowed is None or p.name in allowed) or (SIMPLE,)
+        proto, t = choose(runs, nbytes, lambda s, a=name: estimate_time(kind, a, shape, s))
         if t < best[2]:
             best = (name, proto, t)
     return best

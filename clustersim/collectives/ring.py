@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from .algorithm import ALGORITHMS, KINDS, Algorithm
 from .cost import Shape
+from .ring_hops import chain_time, ring_time
 from .schedule import Msg, all_of, split
 
 #: chunking of pipelined chains and trees: at most this many chunks, none below MIN
@@ -120,6 +121,10 @@ def cost(sh: Shape, kind: str, s: float, _servers: int) -> float:
     """Idle-network α-β time (s) of ``kind`` on ``s`` bytes by ring (symbols: :mod:`.cost`)."""
     n, m = sh.n, sh.m
     a, b = sh.alpha, sh.bw
+    if sh.hops:  # one host, hops unlike
+        if kind in ("broadcast", "reduce"):
+            return chain_time(sh, kind, s, pipeline_chunks(int(s)))
+        return ring_time(sh, _STEPS[kind](n), s)
     if kind in ("broadcast", "reduce"):
         a_n, b_n = sh.net
         b_eff = b if sh.nodes <= 1 else min(b, b_n * m)

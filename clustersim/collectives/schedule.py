@@ -173,9 +173,10 @@ def start(
     pace_of: Callable,
     label: str,
     finish: dict[str, float],
+    shadow: bool = False,
 ) -> simpy.Event | None:
     """Start every engine's messages now; return the event that fires when all have arrived
-    (None when there are none).
+    (None when there are none, or for a ``shadow``).
 
     ``alpha_of(src, dst)`` gives the step latency α in seconds, ``pace_of(src, dst)``
     the injection bandwidth in bytes/s (or ``None`` to wait for arrival). ``finish``
@@ -185,7 +186,18 @@ def start(
     Each engine is a :class:`_Sender` stepped by callbacks, which schedules the events a
     SimPy process running it would, in the same order (its start, its waits, its end), at
     a fraction of a generator's cost per step.
+
+    A ``shadow`` (a folded twin's call: its traffic loads the links, nothing waits for its
+    end) sends the messages no other message waits for as loads
+    (:meth:`~clustersim.network.base.Fabric.load`), without the events of their arrivals, and
+    ``finish`` is left as it is.
     """
+    if shadow:
+        unwaited = _unwaited(engines)
+        for prog in engines:
+            if prog:
+                call_soon(env, _Sender(env, fabric, prog, alpha_of, pace_of, label, finish, unwaited).resume)
+        return None
     # one countdown over every message: when the last one lands the collective is done
     # (every engine has issued its last message by then, so nothing else needs waiting for)
     left = [sum(len(prog) for prog in engines)]
@@ -207,12 +219,27 @@ def start(
     return all_done
 
 
+def _unwaited(engines: Sequence[Sequence[Msg]]) -> set[int]:
+    """The ids of the messages of ``engines`` whose arrival no message of them waits for."""
+    waited, seen = set(), set()
+    for prog in engines:
+        for m in prog:
+            for dep in m.deps:
+                if type(dep) is not Readiness:
+                    waited.add(id(dep))
+                elif id(dep) not in seen:  # (an engine's messages share their member's readiness)
+                    seen.add(id(dep))
+                    waited.update(map(id, dep.events))
+    return {id(m) for prog in engines for m in prog if id(m.done) not in waited}
+
+
 class _Sender:
     """One engine: its messages in order, each issued once its deps have arrived and the
     engine is free (``free_at``), paced by ``pace_of`` or, without a known bandwidth,
     after the previous one arrived. :meth:`resume` is the callback of whatever it waits
     for; ``i`` is the message it is at, ``d`` the first of that message's deps not found
-    processed, ``paced`` whether it has waited for the engine to be free for message ``i``."""
+    processed, ``paced`` whether it has waited for the engine to be free for message ``i``;
+    ``loads``: the ids of the messages it sends as loads (a shadow's that nothing waits for)."""
 
     __slots__ = (
         "env",
@@ -226,11 +253,12 @@ class _Sender:
         "d",
         "paced",
         "free_at",
+        "loads",
     )
 
-    def __init__(self, env, fabric, prog, alpha_of, pace_of, label, finish):
+    def __init__(self, env, fabric, prog, alpha_of, pace_of, label, finish, loads=frozenset()):
         self.env, self.fabric, self.prog, self.label, self.finish = env, fabric, prog, label, finish
-        self.alpha_of, self.pace_of = alpha_of, pace_of
+        self.alpha_of, self.pace_of, self.loads = alpha_of, pace_of, loads
         self.i, self.d, self.paced, self.free_at = 0, 0, False, env.now
 
     def resume(self, _event=None) -> None:
@@ -253,15 +281,12 @@ class _Sender:
                 if self.free_at > env.now:
                     env.timeout(self.free_at - env.now).callbacks.append(self.resume)
                     return
-            _issue(
-                env,
-                self.fabric,
-                m,
-                self.alpha_of(m.src, m.dst) if m.alpha is None else m.alpha,
-                self.label,
-                self.finish,
-            )
+            alpha = self.alpha_of(m.src, m.dst) if m.alpha is None else m.alpha
             bw = self.pace_of(m.src, m.dst)
+            if bw and id(m) in self.loads:  # (without a pace the engine waits for its arrival)
+                _load(env, self.fabric, m, alpha, self.label)
+            else:
+                _issue(env, self.fabric, m, alpha, self.label, self.finish)
             self.i, self.d, self.paced = self.i + 1, 0, False
             if bw:
                 self.free_at = env.now + m.nbytes / (bw * m.share)
@@ -270,6 +295,14 @@ class _Sender:
                 return
         # the end a process would schedule (nothing waits on it)
         succeed_at(env, env.event(), env.now)
+
+
+def _load(env, fabric, m: Msg, alpha: float, label: str) -> None:
+    """Send ``m`` as a load ``alpha`` from now: its flow, and no event of its arrival."""
+    if alpha > 0:
+        env.timeout(alpha).callbacks.append(lambda _event: fabric.load(m.src, m.dst, m.nbytes, label))
+    else:
+        fabric.load(m.src, m.dst, m.nbytes, label)
 
 
 def _issue(env, fabric, m: Msg, alpha: float, label: str, finish: dict[str, float]) -> None:

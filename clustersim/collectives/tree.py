@@ -60,19 +60,30 @@ def build_tree(env, kind: str, order: list[str], nbytes: int, ready: dict, root=
     """Double-binary-tree all-reduce schedule; returns (engines, done events per rank)."""
     if kind != "all_reduce":
         raise ValueError(kind)
+    if len(order) == 1:
+        return [], {m: all_of(ready.get(m, ())) for m in order}
+    trees = list(zip(double_trees(order), split(nbytes, 2), strict=True))
+    return pipelined_trees(env, order, trees, ready, chunks, lambda src, dst: 0.5)
+
+
+def pipelined_trees(env, order: list[str], trees: list, ready: dict, chunks, share_of, through: bool = False):
+    """All-reduce over several trees at once, each ``({"parent", "children"}, bytes)`` over
+    ``order``'s ranks carrying its bytes in pipeline chunks: reduced up the tree, then
+    broadcast down from its root. The up-engine ``src → dst`` paces itself at
+    ``share_of(src, dst)`` of its port: a rank sends up several trees at once, and a flow
+    that injects at full rate floods the FIFO ahead of another tree's critical path.
+    ``through``: the root broadcasts each chunk once that chunk is reduced (NCCL's tree, a
+    chunk goes up and straight back down), else once its whole part is. Returns (engines,
+    done events per rank)."""
     ready = {m: all_of(ready.get(m, ())) for m in order}
     done = {m: () for m in order}
-    if len(order) == 1:
-        return [], ready
-    # one engine per rank, tree and phase. In the reduce phase a rank sends up both trees
-    # at once, so each up-engine paces itself at half its port (``share``): a flow that
-    # injects at full rate floods the FIFO ahead of the other tree's critical path.
+    # one engine per rank, tree and phase
     ups = {m: [] for m in order}
     downs = {m: [] for m in order}
-    for tree, half in zip(double_trees(order), split(nbytes, 2), strict=True):
+    for tree, part in trees:
         parent, children = tree["parent"], tree["children"]
         top = next(r for r, p in parent.items() if p is None)
-        sizes = split(half, pipeline_chunks(half, chunks))
+        sizes = split(part, pipeline_chunks(part, chunks))
         up = {m: [] for m in order}  # up[m][j]: message m -> parent carrying chunk j
         down = {m: [] for m in order}  # down[m][j]: message parent -> m carrying chunk j
         for m in _post_order(children, top):  # children's messages exist before parents'
@@ -80,18 +91,22 @@ def build_tree(env, kind: str, order: list[str], nbytes: int, ready: dict, root=
                 continue
             for j, size in enumerate(sizes):
                 deps = ready[m] + tuple(up[c][j].done for c in children[m])
-                up[m].append(Msg(env, m, parent[m], size, deps, share=0.5))
+                up[m].append(Msg(env, m, parent[m], size, deps, share=share_of(m, parent[m])))
         reduced = tuple(up[c][-1].done for c in children[top]) + ready[top]
         for m in _pre_order(children, top):
             for j, size in enumerate(sizes):
-                # the root broadcasts once its whole half is reduced
-                have = reduced if m == top else (down[m][j].done,)
+                if m != top:
+                    have = (down[m][j].done,)
+                elif through:
+                    have = tuple(up[c][j].done for c in children[top]) + ready[top]
+                else:  # the root broadcasts once its whole part is reduced
+                    have = reduced
                 for c in children[m]:
                     down[c].append(Msg(env, m, c, size, have))
         for m in order:
             ups[m].append(up[m])
             downs[m].append(_interleave(down, children[m], len(sizes)))
-            # a rank has its half when the last chunk came down (the root: came up)
+            # a rank has its part when the last chunk came down (the root: came up)
             done[m] += reduced if m == top else (down[m][-1].done,)
     engines = [prog for m in order for prog in ups[m]]
     engines += [[msg for group in prog for msg in group] for m in order for prog in downs[m]]

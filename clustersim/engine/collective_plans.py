@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..collectives.domain import in_private_domain
 from ..collectives.group import Group
+from ..collectives.negligible import negligible_bytes
 from ..collectives.registry import busiest_buffer, plan
 from ..program import Op
 
@@ -18,8 +19,9 @@ class CollectivePlans:
     (``algorithms``), else the ``auto`` choice (the α-β model's fastest); the time is its
     α-β time on the group's links, with the NCCL protocol the tuner picks (``protocols``,
     :mod:`clustersim.collectives.protocol`), under ``collective_model: analytical`` or for a
-    group inside one host's private links on a fabric with ``coarse_collectives``
-    (:mod:`clustersim.collectives.domain`), else None (the fabric times it). An uneven all-to-all (``op.split``) is timed as the even one
+    group inside one host's private links (:mod:`clustersim.collectives.domain`) or a call
+    whose bytes are negligible (:mod:`clustersim.collectives.negligible`) on a fabric with
+    ``coarse_collectives``, else None (the fabric times it). An uneven all-to-all (``op.split``) is timed as the even one
     of its busiest rank's buffer (the most any member sends or receives). ``latency`` is
     ``cluster.collective_latency``."""
 
@@ -48,11 +50,13 @@ class CollectivePlans:
             names = [self.names[d] for d in op.group]
             group = Group(self.env, self.fabric, names, self.alpha, self.latency, self.protocols)
             nbytes = busiest_buffer(op.split) if op.split else op.nbytes
-            algorithm, _, t = plan(group, op.collective, nbytes, requested)
+            algorithm, protocol, t = plan(group, op.collective, nbytes, requested)
             analytical = self.collective_model == "analytical" or (
                 not op.split
                 and getattr(self.fabric, "coarse_collectives", False)
-                and in_private_domain(group)
+                and (
+                    in_private_domain(group) or negligible_bytes(group, op.collective, algorithm, protocol, t)
+                )
             )
             known = self._known[key] = (algorithm, t if analytical else None)
             self._idle[key] = t

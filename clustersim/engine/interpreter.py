@@ -186,19 +186,19 @@ class Engine:
         ended.callbacks.append(lane.wake)
 
     def _send(self, op: Op) -> simpy.Event:
-        names, transfer = self.names, self.fabric.transfer
+        names, fabric = self.names, self.fabric
         src, dst = op.origin(), self.program.ops[op.peer].device
-        if op.shadows and self.fabric.folds_orbits:  # the twins' sends as one orbit
+        if op.shadows and fabric.folds_orbits:  # the twins' sends as one orbit
             orbits = self._orbits.get((src, dst, op.shadows))
             if orbits is None:
                 pairs = [(names[a], names[b]) for a, b in op.shadows]
-                orbits = self._orbits[src, dst, op.shadows] = send_orbits(self.fabric, pairs)
+                orbits = self._orbits[src, dst, op.shadows] = send_orbits(fabric, pairs)
             return orbits.transfer(names[src], names[dst], op.nbytes, op.name)
         # the representative's own flow first: it is replica 0, first in line in the unfolded run
-        done = transfer(names[src], names[dst], op.nbytes, op.name)
-        if self.fabric.shares_links:
+        done = fabric.transfer(names[src], names[dst], op.nbytes, op.name)
+        if fabric.shares_links:
             for a, b in op.shadows:  # folded-away twins' traffic loads the fabric too
-                transfer(names[a], names[b], op.nbytes, op.name)
+                fabric.load(names[a], names[b], op.nbytes, op.name)
         return done
 
     def _slowed_compute(self, op):
@@ -302,7 +302,7 @@ class Engine:
             # first, as replica 0 would be in the unfolded run
             own_done = self.env.process(self._call(op, op.group, algorithm).run(op.tag))
             for group in op.shadows if self.fabric.shares_links else ():  # folded twins' collectives
-                self.env.process(self._call(op, group, algorithm).run(op.tag))
+                self.env.process(self._call(op, group, algorithm).run(op.tag, shadow=True))
             own_done.callbacks.append(ended)
 
     def _call(self, op: Op, group: tuple[int, ...], algorithm: str, fabric=None) -> Call:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import simpy
 
+from ..errors import ScenarioError
 from ..network.base import DirectFabric, Fabric, FabricOptions
+from ..network.congestion import Congestion
 from ..network.factory import build_fabric
 from ..record import Recorder
 
@@ -18,6 +20,26 @@ def build_network(job, env: simpy.Environment, recorder: Recorder) -> Fabric:
         return DirectFabric(env, recorder, intra.bandwidth * intra.efficiency, intra.latency)
     chunk = job.simulation.chunk_size
     options = FabricOptions(
-        int(chunk) if chunk else None, job.simulation.max_chunks, job.simulation.fold_contention
+        int(chunk) if chunk else None,
+        job.simulation.max_chunks,
+        fold_contention=job.simulation.fold_contention,
+        congestion=congestion_of(job.simulation),
     )
     return build_fabric(kind, env, recorder, job.graph, options)
+
+
+def congestion_of(simulation) -> Congestion | None:
+    """The packet model's congestion control a scenario sets (``simulation.congestion``),
+    None where it sets none; ScenarioError where its network model has none."""
+    spec = getattr(simulation, "congestion", None)
+    if spec is None:
+        return None
+    if simulation.network != "packet":
+        raise ScenarioError(
+            "simulation.congestion",
+            "set",
+            f"ECN, DCQCN and PFC are options of the packet network, not {simulation.network}",
+        )
+    out = Congestion(spec.ecn_threshold, spec.dcqcn, spec.pfc_xoff, spec.pfc_xon)
+    out.check()
+    return out

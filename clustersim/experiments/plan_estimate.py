@@ -54,6 +54,7 @@ from ..parallel.data_parallel import SCALAR_BYTES, grad_stats_group
 from ..resolve import Job, resolve
 from ..resolve.job import job_identity
 from ..scenario import Scenario
+from ..schedules.flush import one_f_one_b
 from ..schedules.orders import run_orders, stage_chunks
 from ..schedules.registry import SCHEDULES, Schedule
 from ..topology.servers import nics_per_node
@@ -61,6 +62,7 @@ from ..workload.pass_costs import pass_memory, pass_segments, stage_static_memor
 from ..workload.tp_overlap import PIPELINE, RING
 from .memory import tightest_fit
 from .stage_timing import Timeline
+from .steady_1f1b import OneFOneB
 
 
 @dataclass(frozen=True)
@@ -173,6 +175,10 @@ def schedule_shape(schedule: Schedule, p: int, m: int, v: int, iterations: int) 
     alone, so cached across estimators: a search's plans and a sweep's configurations that
     share a shape build its orders, timeline and live vectors once (a 1T-parameter plan's
     64 stages × 512 micro-batches are most of its estimate's time)."""
+    if schedule.factory is one_f_one_b and v == 1:  # its order in closed form: no orders built
+        # at most min(p − s, m) micro-batches' activations live on stage s (schedules/flush.py)
+        vectors = [[(min(p - s, m), 0)] for s in range(p)]
+        return _Shape(False, OneFOneB(p, m), vectors, [[s] for s in range(p)])
     orders = run_orders(schedule, p, m, v, iterations)
     split = any(ph == "W" for order in orders for ph, _, _ in order)
     timeline = Timeline(schedule, orders, p) if schedule.flush else None

@@ -18,6 +18,8 @@ per GPU is the highest of that timeline (the forward's working buffers are not c
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import numpy as np
 import pandas as pd
 
@@ -51,7 +53,7 @@ def request_table(done: list[Sequence]) -> pd.DataFrame:
 
 def step_table(steps: list[StepRecord], cache: KVCache) -> pd.DataFrame:
     """One row per step (module doc)."""
-    df = pd.DataFrame([s.__dict__ for s in steps])
+    df = pd.DataFrame([s.__dict__ for s in steps], columns=[f.name for f in fields(StepRecord)])
     df["kv_utilization"] = df["kv_blocks_used"] / cache.blocks
     return df
 
@@ -106,7 +108,7 @@ def memory_tables(job, cache: KVCache, steps: pd.DataFrame) -> tuple[pd.DataFram
                 "device": f"gpu{dev}",
                 "stage": stage,
                 "tp_rank": tp_rank,
-                "peak_memory_bytes": float(held.max()),
+                "peak_memory_bytes": float(held.max(initial=weights)),  # weights only if idle
             }
         )
     return pd.DataFrame(rows, columns=["device", "time_s", "allocated_bytes"]), pd.DataFrame(devices)

@@ -6,7 +6,9 @@ The scheduler (:mod:`.scheduler`) runs above the engine, as the fault timeline d
 mode, :mod:`clustersim.compilers.generation`) and run on the engine over the job's fabric
 (TP collectives, pipeline sends); the step lasts from the Program's start to its last op's
 end. The engine gains no scheduling logic: each step is a Program of its own. Steps of the
-same shape (the same (new, context) pairs and samples) are run once.
+same shape (the same (new, context) pairs and samples) are run once. With ``parallel.dp`` > 1
+each replica serves on its own tp × pp GPUs (:mod:`.replicas`); disaggregated, a prefill and
+a decode pool do (:mod:`.disaggregate`).
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ from ..resolve import resolve
 from ..trace.result import Result, spans_frame
 from ..workload.resolve import resolve_transformer
 from ..workload.stage_cost import even_partition
-from .disaggregate import serve_disaggregated
+from .disaggregate import pool_scenario, serve_disaggregated
+from .host_overhead import check_host_overhead, host_overhead_s
 from .kv_cache import kv_cache_of
 from .metrics import memory_tables, request_table, step_table, summary_of
+from .replicas import dispatch
 from .requests import requests_of
 from .scheduler import Scheduler
 from .step_cost import StepModel, StepSeq, check_generation_model
@@ -45,13 +49,15 @@ class StepPricer:
         self.cache: dict[tuple, tuple[float, pd.DataFrame]] = {}
         self.order: list[tuple] = []  # the steps priced, in the order they ran
         self.events = 0
+        self.host = sc.generation.host_overhead  # the engine's CPU time a step (.host_overhead)
 
     def __call__(self, seqs: tuple[StepSeq, ...], sampled: int) -> float:
         key = (seqs, sampled)
         if key not in self.cache:
             self.cache[key] = self.run(seqs, sampled)
         self.order.append(key)
-        return self.cache[key][0]
+        gpu = self.cache[key][0]
+        return gpu + host_overhead_s(len(seqs)) if self.host else gpu
 
     def step_job(self, seqs: tuple[StepSeq, ...], sampled: int):
         """The Job of one step: the scenario's, with the step's chunk costs."""
@@ -115,17 +121,36 @@ def serve(sc, job, cache, reqs, build_engine, name: str = "all", first_gpu: int 
     return Pool(sched, price, name, first_gpu)
 
 
+def serve_replicas(sc, dp: int, reqs, build_engine) -> list[Pool]:
+    """Serve ``reqs`` on the ``dp`` replicas of scenario ``sc``, each on tp × pp GPUs
+    with its own scheduler and KV cache, dispatched by ``generation.dispatch`` (:mod:`.replicas`)."""
+    pool_sc = pool_scenario(sc)
+    job = resolve(pool_sc)
+    cache = kv_cache_of(job, resolve_transformer(sc.model), sc.generation)
+    prices = [StepPricer(pool_sc, job, build_engine) for _ in range(dp)]
+    check_steps(pool_sc, reqs, prices[0])
+    scheds = [Scheduler([], cache, sc.generation, p) for p in prices]
+    scheds[0].check(reqs)  # before any step runs
+    dispatch(scheds, reqs, sc.generation.dispatch)
+    gpus = job.plan.num_devices
+    return [Pool(s, p, f"replica{k}", k * gpus) for k, (s, p) in enumerate(zip(scheds, prices))]
+
+
 def simulate_generation(sc, build_engine) -> Result:
     """Serve the requests of scenario ``sc`` (module doc; disaggregated: :mod:`.disaggregate`);
     ``res.requests`` one row per request, ``res.steps`` one per step, the summary's latency
     and throughput fields (:mod:`.metrics`, docs/generation.md)."""
     wall0 = time.perf_counter()
     check_generation_model(sc)
+    check_host_overhead(sc)
     job = check_job(resolve(sc))
     gen = sc.generation
     reqs = requests_of(gen, sc.simulation.seed)
     if gen.disaggregated:
         pools, done, extra = serve_disaggregated(sc, job, reqs, build_engine, serve)
+    elif job.plan.dp > 1:
+        pools, extra = serve_replicas(sc, job.plan.dp, reqs, build_engine), {}
+        done = [s for p in pools for s in p.sched.done]
     else:
         cache = kv_cache_of(job, resolve_transformer(sc.model), gen)
         pools, extra = [serve(sc, job, cache, reqs, build_engine)], {}
@@ -136,6 +161,9 @@ def simulate_generation(sc, build_engine) -> Result:
         [step_table(p.sched.steps, cache).assign(pool=p.name) for p in pools], ignore_index=True
     ).sort_values("start_s", kind="stable", ignore_index=True)
     requests = request_table(done)
+    if job.plan.dp > 1 and not gen.disaggregated:  # which replica served each request
+        replica_of = {s.req.index: k for k, p in enumerate(pools) for s in p.sched.done}
+        requests["replica"] = [replica_of[i] for i in requests["request"]]
     summary = {**summary_of(done, requests, steps, cache), **extra}
     memory, devices, spans = _pool_tables(pools, cache, gen)
     parts = device_breakdown(spans, (0.0, summary["iteration_time_s"]))
@@ -162,14 +190,16 @@ def _pool_tables(pools: list[Pool], cache, gen) -> tuple[pd.DataFrame, pd.DataFr
     for p in pools:
         steps = step_table(p.sched.steps, cache)
         memory, dev = memory_tables(p.price.job, cache, steps)
-        # a step's Program starts once its swaps are done
-        frame = p.price.spans(steps["start_s"] + steps["swap_bytes"] / (gen.swap_bandwidth or 1.0))
         rename = {f"gpu{d}": f"gpu{d + p.first_gpu}" for d in range(p.price.job.plan.num_devices)}
-        for df in (memory, dev, frame):
+        frames = [memory, dev]
+        if len(steps):  # a replica the dispatcher never chose ran no step
+            # a step's Program starts once its swaps are done
+            frames.append(p.price.spans(steps["start_s"] + steps["swap_bytes"] / (gen.swap_bandwidth or 1.0)))
+            spans.append(frames[-1])
+        for df in frames:
             df["device"] = df["device"].map(lambda d, r=rename: r.get(d, d))
         memories.append(memory)
         devices.append(dev)
-        spans.append(frame)
     return (
         pd.concat(memories, ignore_index=True),
         pd.concat(devices, ignore_index=True),

@@ -83,9 +83,9 @@ class Scheduler:
         self.free = cache.blocks
         self.steps: list[StepRecord] = []
         self.t = 0.0
-        self._check(requests)
+        self.check(requests)
 
-    def _check(self, requests: list[Request]) -> None:
+    def check(self, requests: list[Request]) -> None:
         """Refuse what could never run: a request larger than the cache, a prompt larger
         than a step without chunked prefill."""
         gen, cache = self.gen, self.cache
@@ -119,17 +119,35 @@ class Scheduler:
 
     def run(self) -> list[Sequence]:
         """Serve every request; return them as served (by request index)."""
-        while self.pending or self.waiting or self.running:
-            while self.pending and self.pending[0].admissible <= self.t:
-                self.waiting.append(_sequence(self.pending.popleft()))
-            batch, preempted, swap = self._schedule()
-            if not batch:
-                if self.running or self.waiting:  # _check makes this unreachable
-                    raise RuntimeError("generation scheduler stalled with requests left")
-                self.t = self.pending[0].admissible
-                continue
-            self._step(batch, preempted, swap)
+        self.run_until(float("inf"))
         return sorted(self.done, key=lambda s: s.req.index)
+
+    def run_until(self, t: float) -> None:
+        """Run every step that starts before ``t`` (a step may end after it)."""
+        while (self.pending or self.waiting or self.running) and self.t < t:
+            self.advance()
+
+    def offer(self, r: Request) -> None:
+        """Queue request ``r``, arriving no earlier than those queued (a dispatcher's hand-off;
+        :meth:`check` it first)."""
+        self.pending.append(r)
+
+    def outstanding(self, t: float) -> int:
+        """Requests queued or in service at ``t``: those not yet done by then."""
+        finished = sum(1 for s in self.done if s.token_times[-1] <= t)
+        return len(self.pending) + len(self.waiting) + len(self.running) + len(self.done) - finished
+
+    def advance(self) -> None:
+        """Run the next step, or move the clock to the next arrival when nothing can run."""
+        while self.pending and self.pending[0].admissible <= self.t:
+            self.waiting.append(_sequence(self.pending.popleft()))
+        batch, preempted, swap = self._schedule()
+        if not batch:
+            if self.running or self.waiting:  # check makes this unreachable
+                raise RuntimeError("generation scheduler stalled with requests left")
+            self.t = self.pending[0].admissible
+            return
+        self._step(batch, preempted, swap)
 
     def _schedule(self) -> tuple[list[tuple[Sequence, int]], int, float]:
         gen, budget = self.gen, self.gen.max_num_batched_tokens

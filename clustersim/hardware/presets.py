@@ -87,10 +87,12 @@ NCCL_PROTOCOLS_A100: dict[str, dict[str, float]] = {
 #: below the plateau in the measurement set — Azure ND H100 v5, all_reduce_perf over 8 GPUs,
 #: NCCL 2.18.5 (Azure/AI-benchmarking-guide 'Azure Results/ND_H100_v5_results.md'), its rows
 #: under 256 MiB — which ran NVLS (NVLink SHARP), NCCL's default all-reduce on one HGX H100
-#: node. clustersim does not model NVLS (its plateau, ~480 GB/s busbw, stays at the ring's
+#: node. The fit priced that curve as a ring (its plateau, ~480 GB/s busbw, at the ring's
 #: ~370), so these values carry NVLS's quicker ramp on a ring's bandwidth: right for
 #: single-node all-reduces as NCCL runs them by default, optimistic for reduce-scatter,
-#: all-gather and multi-node rings below the plateau (no H100 Ring curve was found):
+#: all-gather and multi-node rings below the plateau (no H100 Ring curve was found). NVLS
+#: itself runs where a scenario asks for it (``nvls``, or NCCL's choice ``nccl``:
+#: clustersim.collectives.nvls), with these values as its Simple protocol:
 #: * LL: efficiency 0.5 fixed; latency 23 µs fitted (the ~26 µs floor up to 32 KiB);
 #: * LL128: latency 26 µs and efficiency 0.85 fitted (1–8 MiB);
 #: * Simple: efficiency 1.0; latency 33 µs fitted.

@@ -15,6 +15,8 @@ from .chakra_schema import AttributeProto
 
 #: prefix of the attributes only clustersim writes and reads
 OWN = "clustersim."
+#: the ``value`` fields of an AttributeProto that hold a list (their ``values``)
+_LISTS = frozenset(f.name for f in AttributeProto.DESCRIPTOR.oneofs_by_name["value"].fields if f.message_type)
 
 
 def attr(name: str, value, kind: str | None = None):
@@ -40,8 +42,8 @@ def attrs_of(node) -> dict:
     out = {}
     for a in node.attr:
         which = a.WhichOneof("value")
-        if which is None:
-            continue
-        value = getattr(a, which)
-        out[a.name] = list(value.values) if which.endswith("_list") else value
+        if which in _LISTS:
+            out[a.name] = list(getattr(a, which).values)
+        elif which is not None:
+            out[a.name] = getattr(a, which)
     return out

@@ -15,12 +15,14 @@ from google.protobuf.message import DecodeError
 from ..errors import ScenarioError
 from ..output import Staging, atomic_path
 from ..reader import MAX_BYTES, read_bytes
-from .chakra_schema import GlobalMetadata, Node
+from .chakra_schema import GlobalMetadata, Node, NodeList
 
 #: the scenario field trace files are named under in errors
 FIELD = "model.chakra"
 #: a varint longer than this many bytes is not a 64-bit length
 _MAX_VARINT = 10
+#: the tag of :data:`~.chakra_schema.NodeList`'s field 1 (length-delimited)
+_TAG = b"\x0a"
 
 
 def varint(n: int) -> bytes:
@@ -48,6 +50,9 @@ def read_trace(path: str | Path) -> tuple:
     """``(metadata, nodes)`` of the ET file ``path``; a ScenarioError names the file and the
     node (its position from 0, and its id once known) where the bytes stop making sense."""
     data = read_bytes(path, FIELD)
+    whole = _read_at_once(data)
+    if whole is not None:
+        return whole
     messages, pos = [], 0
     while pos < len(data):
         what = "the global metadata" if not messages else f"node #{len(messages) - 1} (from 0)"
@@ -61,6 +66,37 @@ def read_trace(path: str | Path) -> tuple:
     if not messages:
         raise ScenarioError(FIELD, str(path), "the file is empty; expected a GlobalMetadata message first")
     return messages[0], messages[1:]
+
+
+def _read_at_once(data: bytes) -> tuple | None:
+    """:func:`read_trace`'s ``(metadata, nodes)`` with the nodes parsed in one call, as a
+    :data:`~.chakra_schema.NodeList` (each node's length prefix after field 1's tag byte);
+    None where any framing or message is off — the message-by-message read then says where."""
+    end, pieces, meta = len(data), [], None
+    pos = 0
+    while pos < end:
+        size, shift, at = 0, 0, pos
+        while True:  # the varint length prefix
+            if at >= end or at - pos == _MAX_VARINT:
+                return None
+            byte = data[at]
+            size |= (byte & 0x7F) << shift
+            shift, at = shift + 7, at + 1
+            if not byte & 0x80:
+                break
+        if at + size > end:
+            return None
+        if meta is None:
+            meta = data[at : at + size]
+        else:
+            pieces += (_TAG, data[pos : at + size])
+        pos = at + size
+    if meta is None:
+        return None
+    try:
+        return GlobalMetadata.FromString(meta), list(NodeList.FromString(b"".join(pieces)).node)
+    except DecodeError:
+        return None
 
 
 def read_metadata(path: str | Path):

@@ -69,6 +69,10 @@ _OP_FIELDS = (
     "arrivals",
     "layer",
 )
+#: (Op field, attribute name) of :data:`_OP_FIELDS`
+_OWN_FIELDS = tuple((f, OWN + f) for f in _OP_FIELDS)
+#: the attributes a node's memory moves come in, by their Op field
+_MEMORY_FIELDS = tuple((k, OWN + k) for k in ("mem_alloc", "mem_free", "stash_alloc", "stash_free"))
 
 
 def rank_files(folder: str | Path) -> list[Path]:
@@ -137,6 +141,8 @@ class _Rank:
 
     def deps_of(self, ids) -> list[int]:
         """Node ids ``ids`` with each no-op node replaced by what it depends on."""
+        if not self.through:  # (no no-op nodes: the ids, each once)
+            return list(ids) if len(ids) < 2 else list(dict.fromkeys(ids))
         out: list[int] = []
         for i in ids:
             for d in self.through.get(i, (i,)):
@@ -241,29 +247,32 @@ def read_chakra(folder: str | Path, num_gpus: int | None = None, cost=None) -> t
     seen: dict[tuple[int, str], int] = defaultdict(int)  # collectives of a group met so far, per rank
     last_on_lane: dict[tuple[int, str], int] = {}
     for i, (rk, node) in enumerate(order):
+        a, rank = rk.attrs[node.id], rk.rank
         kind, lane = rk.kind(node), rk.lane(node)
-        before = last_on_lane.get((rk.rank, lane))
-        deps = [new_id[rk.rank, d] for d in rk.deps_of(node.data_deps)]
-        serial = rk.attr(node, OWN + "serial", [])  # ASTRA-sim's chain (chakra_serial), not the Program's
-        ctrl = (new_id[rk.rank, d] for d in rk.deps_of(node.ctrl_deps) if d not in serial)
-        deps += [c for c in ctrl if c != before and c not in deps]
-        remote = rk.attr(node, OWN + "remote_deps", [])
-        for r, d in zip(remote[::2], remote[1::2]):
-            if (r, d) not in new_id:
-                rk.fail(node, f"depends on node {d} of rank {r}, which does not exist")
-            deps.append(new_id[r, d])
-        fields = {f: rk.attrs[node.id][OWN + f] for f in _OP_FIELDS if OWN + f in rk.attrs[node.id]}
+        before = last_on_lane.get((rank, lane))
+        deps = [new_id[rank, d] for d in rk.deps_of(node.data_deps)]
+        if node.ctrl_deps:
+            serial = a.get(OWN + "serial", [])  # ASTRA-sim's chain (chakra_serial), not the Program's
+            ctrl = (new_id[rank, d] for d in rk.deps_of(node.ctrl_deps) if d not in serial)
+            deps += [c for c in ctrl if c != before and c not in deps]
+        remote = a.get(OWN + "remote_deps")
+        if remote is not None:
+            for r, d in zip(remote[::2], remote[1::2]):
+                if (r, d) not in new_id:
+                    rk.fail(node, f"depends on node {d} of rank {r}, which does not exist")
+                deps.append(new_id[r, d])
+        fields = {f: a[k] for f, k in _OWN_FIELDS if k in a}
         fields["deps"] = tuple(deps)
         if kind in (SEND, RECV):
             fields["peer"] = peers[i]
-            fields["tag"] = rk.attr(node, OWN + "tag", "")
+            fields["tag"] = a.get(OWN + "tag", "")
         elif kind == COLLECTIVE:
             fields.update(collective(rk, node, groups, seen))
         gathered = fields.get("collective") == "all_gather"
         fields.update(_quantities(rk, node, kind, pricer, len(fields["group"]) if gathered else 1))
         fields.update(_device_lists(rk, node, kind, len(ranks), fields.get("group", ())))
-        op = prog.add(rk.rank, lane, kind, node.name, **fields)
-        last_on_lane[rk.rank, lane] = op.id
+        op = prog.add(rank, lane, kind, node.name, **fields)
+        last_on_lane[rank, lane] = op.id
     try:
         prog.check()
     except ProgramError as exc:
@@ -310,16 +319,16 @@ def _quantities(rk: _Rank, node, kind: str, pricer: Pricer, members: int = 1) ->
     """A node's seconds, FLOPs and bytes, each checked (:mod:`.chakra_values`), a compute
     node without a duration priced by ``pricer``; ``members``: how many ranks an
     all-gather's ``comm_size`` is multiplied by (1 for every other op)."""
-    fail, out = rk.failing(node), {}
+    fail, out, a = rk.failing(node), {}, rk.attrs[node.id]
     if kind == COMPUTE:
         micros = values.seconds(fail, "duration_micros", node.duration_micros * 1e-6)
-        ops = rk.attr(node, OWN + "flops")
+        ops = a.get(OWN + "flops")
         out["flops"] = (
             values.flops(fail, OWN + "flops", ops)
             if ops is not None
-            else float(values.flops(fail, "num_ops", rk.attr(node, "num_ops", 0)))
+            else float(values.flops(fail, "num_ops", a.get("num_ops", 0)))
         )
-        values.nbytes(fail, "tensor_size", rk.attr(node, "tensor_size", 0))
+        values.nbytes(fail, "tensor_size", a.get("tensor_size", 0))
         if rk.own or micros > 0:  # clustersim's own file states every op's time, 0 s too
             pricer.measured()
         elif node.type in _MEMORY:
@@ -332,23 +341,26 @@ def _quantities(rk: _Rank, node, kind: str, pricer: Pricer, members: int = 1) ->
             micros = values.seconds(fail, "(priced from its FLOPs, bytes or shapes) seconds", micros)
             # a kernel the tables identify: the FLOPs of its shapes
             out["flops"] = out["flops"] or float(values.flops(fail, "(of its shapes) FLOPs", priced))
-        out["duration"] = values.seconds(fail, OWN + "duration_s", rk.attr(node, OWN + "duration_s", micros))
+        out["duration"] = values.seconds(fail, OWN + "duration_s", a.get(OWN + "duration_s", micros))
     else:
-        size = rk.attr(node, OWN + "nbytes")
+        size = a.get(OWN + "nbytes")
         if size is not None:
             out["nbytes"] = values.nbytes(fail, OWN + "nbytes", size)
         else:  # Chakra's comm_size: an all-gather's is one rank's contribution (chakra_export.per_rank_factor)
             size = values.nbytes(fail, "comm_size", rk.attr(node, "comm_size", required=True))
             out["nbytes"] = values.nbytes(fail, "comm_size × group size", size * members)
-    for key in ("mem_alloc", "mem_free", "stash_alloc", "stash_free"):
-        if OWN + key in rk.attrs[node.id]:
-            out[key] = values.nbytes(fail, OWN + key, rk.attrs[node.id][OWN + key])
+    for key, name in _MEMORY_FIELDS:
+        if name in a:
+            out[key] = values.nbytes(fail, name, a[name])
     return out
 
 
 def _device_lists(rk: _Rank, node, kind: str, devices: int, group: tuple) -> dict:
     """A node's ``shadows`` (folded twins' traffic), ``source`` (where a folded ring send's
     bytes leave from) and ``split`` (all-to-all-v bytes), checked."""
+    a = rk.attrs[node.id]
+    if OWN + "source" not in a and OWN + "shadows" not in a and OWN + "split" not in a:
+        return {}
     out, fail = {}, rk.failing(node)
     source = rk.attr(node, OWN + "source")
     if source is not None:
@@ -376,6 +388,13 @@ def _merge(ranks: list[_Rank]) -> list[tuple[_Rank, object]]:
     """Every rank's nodes in one sequence: each rank's own order kept, the next node taken
     from the rank whose next node has the smallest (id, rank) — for clustersim's own
     export, whose ids are Program ids, this is the original Program order."""
+    ids = [[n.id for n in rk.order] for rk in ranks]
+    if all(all(a < b for a, b in zip(i, i[1:])) for i in ids):
+        # each rank's ids rising (clustersim's own files): the merge is the (id, rank) order
+        return [
+            (ranks[r], ranks[r].order[k])
+            for _, r, k in sorted((i, r, k) for r, rid in enumerate(ids) for k, i in enumerate(rid))
+        ]
     heads = [(rk.order[0].id, rk.rank, 0) for rk in ranks if rk.order]
     heapq.heapify(heads)
     out = []

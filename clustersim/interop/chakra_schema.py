@@ -134,3 +134,23 @@ def message_class(name: str):
 Node = message_class("Node")
 GlobalMetadata = message_class("GlobalMetadata")
 AttributeProto = message_class("AttributeProto")
+
+
+def _node_list() -> descriptor_pb2.FileDescriptorProto:
+    """A message of field 1 ``repeated Node`` — clustersim's, never written: an ET file's
+    nodes, each length prefix preceded by field 1's tag, are its encoding, so one parse
+    reads them all (:func:`.chakra_file.read_trace`)."""
+    fd = descriptor_pb2.FileDescriptorProto(
+        name="clustersim_node_list.proto", package="clustersim", syntax="proto3"
+    )
+    fd.dependency.append("clustersim_et_def.proto")
+    msg = fd.message_type.add(name="NodeList")
+    msg.field.add(
+        name="node", number=1, label=_F.LABEL_REPEATED, type=_F.TYPE_MESSAGE, type_name=f".{PACKAGE}.Node"
+    )
+    return fd
+
+
+_POOL.Add(_node_list())
+#: :func:`_node_list`'s message class
+NodeList = message_factory.GetMessageClass(_POOL.FindMessageTypeByName("clustersim.NodeList"))

@@ -30,7 +30,11 @@ Fail = Callable[[str], None]
 
 def number(fail: Fail, name: str, value, top: float, unit: str):
     """``value`` of attribute ``name`` when it is a finite number from 0 to ``top``."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= top
+    kind = type(value)
+    if kind is float or kind is int:  # the common case, as below
+        ok = 0 <= value <= top
+    else:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= top
     if not ok:  # (NaN fails 0 <= value)
         fail(f"attribute {name} = {short_repr(value)} is invalid; accepted: {unit} from 0 to {_shown(top)}")
     return value

@@ -37,12 +37,14 @@ class FabricOptions:
     that has no use for one ignores it. ``chunk_size``: bytes per packet-model chunk (None:
     the model's default); ``max_chunks``: the most chunks one message is cut into (None: no
     bound); ``fold_contention``: whether a folded run's twin flows travel as orbits (a model
-    that cannot fold them ignores it: :attr:`Fabric.folds_orbits`)."""
+    that cannot fold them ignores it: :attr:`Fabric.folds_orbits`); ``congestion``: the packet
+    model's ECN/DCQCN/PFC (:class:`~clustersim.network.congestion.Congestion`; None: none)."""
 
     chunk_size: int | None = None
     max_chunks: int | None = None
     #: ``simulation.fold_contention``: a folded run's twin flows as orbits (:mod:`.orbits`)
     fold_contention: bool = False
+    congestion: object | None = None
 
 
 class Fabric(ABC):
@@ -69,6 +71,10 @@ class Fabric(ABC):
     #: orbit (:mod:`clustersim.network.orbits`: ``simulation.fold_contention`` on the ``flow``
     #: model); False: every shadow is a transfer of its own
     folds_orbits = False
+    #: whether :meth:`load` skips events :meth:`transfer` would schedule (True for ``flow``):
+    #: where it does not, a folded twin's collective runs as the representative's does, so the
+    #: events simulated stay those of every transfer (``packet``'s fingerprints)
+    loads_without_events = False
     #: the topology transfers run over (:func:`clustersim.topology.build_topology`: GPU
     #: nodes ``gpu{i}`` with a ``host`` attribute, NIC nodes of ``kind`` ``"nic"``, edges
     #: with ``bandwidth`` in bytes/s and ``latency`` in s), or None for a fabric without
@@ -102,6 +108,12 @@ class Fabric(ABC):
         Returns an event that succeeds when the last byte has arrived at ``dst``.
         ``label`` names the flow in link spans (e.g. ``"send F3 s0->s1"``).
         """
+
+    def load(self, src: str, dst: str, nbytes: int, label: str = "") -> None:
+        """Move ``nbytes`` from ``src`` to ``dst`` starting now, as :meth:`transfer` does,
+        where nothing waits for its arrival (folded twins' sends: traffic that only loads
+        the links). A model may then skip the events that would tell of the arrival."""
+        self.transfer(src, dst, nbytes, label)
 
     def fixed_time(self, src: str, dst: str, nbytes: int) -> float | None:
         """The time :meth:`transfer` would take, when it is known before the run (the

@@ -97,6 +97,8 @@ class FlowFabric(Fabric):
 
     #: collectives inside one host's private links timed by α-β (docs/fidelity.md)
     coarse_collectives = True
+    #: a load is a flow without the events of its arrival (:meth:`load`)
+    loads_without_events = True
 
     def __init__(self, env: simpy.Environment, recorder: Recorder, graph: nx.DiGraph):
         super().__init__(env, recorder)
@@ -117,7 +119,7 @@ class FlowFabric(Fabric):
         self._stamp: list[int] = []
         self._ends: list[tuple[float, int, int]] = []  # (finish, stamp, slot): a lazy heap
         self._seq = 0
-        self._done: list[Event | None] = []  # per slot: the event its last byte fires
+        self._done: list[Event | None] = []  # per slot: the event its last byte fires (None: a load)
         self._latency: list[float] = []  # per slot: its route's summed latency
         self._timer_at = math.inf  # the next scheduled wake-up (finish or bandwidth step)
         self._timer: Event | None = None  # its event: an earlier one supersedes it
@@ -187,18 +189,45 @@ class FlowFabric(Fabric):
         links, latency, ids = self._route(src, dst, flow_key)
         if not links or nbytes == 0:
             return env.timeout(latency)
-        return self.start_flow(ids, None, latency, nbytes)
+        done = Event(env)
+        self._start(ids, None, nbytes, latency, done)
+        return done
 
     def start_flow(self, ids: tuple[int, ...], weights: tuple[int, ...] | None, latency: float, nbytes: int):
         """Start a flow of ``nbytes`` now on the links ``ids`` (each with its multiplicity in
         ``weights``, None: 1 — :meth:`~.maxmin.Links.add_flow`); the event fires
         ``latency`` after its last byte has left."""
+        done = Event(self.env)
+        self._start(ids, weights, nbytes, latency, done)
+        return done
+
+    def load(self, src: str, dst: str, nbytes: int, label: str = "") -> None:
+        """A flow nothing waits for (:meth:`Fabric.load`): it shares its links as any
+        other, and its end re-allocates them at the same moment, with no event of its
+        arrival (a route of no shared link, or no bytes, loads nothing)."""
+        if nbytes < 0:
+            raise ScenarioError("transfer.nbytes", nbytes, "a size ≥ 0 bytes")
+        if src != dst and nbytes:
+            links, latency, ids = self._route(src, dst, None)
+            if links:
+                self._start(ids, None, nbytes, 0.0, None)
+
+    def _start(
+        self,
+        ids: tuple[int, ...],
+        weights: tuple[int, ...] | None,
+        nbytes: int,
+        latency: float,
+        done: Event | None,
+    ) -> None:
+        """Put a flow of ``nbytes`` on links ``ids`` (multiplicities ``weights``) now, which
+        fires ``done`` (None: nothing) ``latency`` after its last byte has left."""
         env = self.env
         slot = self.net.add_flow(ids, weights)
         if slot == len(self._done):
             for column, value in self._columns():
                 column.append(value)
-        done = self._done[slot] = Event(env)
+        self._done[slot] = done
         self._latency[slot] = latency
         self._remaining[slot], self._t_ref[slot], self._rate[slot] = float(nbytes), env.now, 0.0
         for link in ids:
@@ -206,7 +235,6 @@ class FlowFabric(Fabric):
         if not self._pending:  # allocate once for every flow starting at this moment
             self._pending = True
             env.timeout(0.0).callbacks.append(self._allocate)
-        return done
 
     def _columns(self):
         """The per-slot columns, each with the value a new slot starts from."""
@@ -319,6 +347,8 @@ class FlowFabric(Fabric):
             for link in self.net.remove_flow(slot):
                 self._dirty[link] = None
             done, self._done[slot] = self._done[slot], None
+            if done is None:  # a load: nothing waits for its arrival
+                continue
             if self._latency[slot] > 0:
                 self.env.timeout(self._latency[slot]).callbacks.append(lambda _e, done=done: done.succeed())
             else:

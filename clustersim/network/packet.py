@@ -208,7 +208,12 @@ class PacketFabric(Fabric):
 
     @classmethod
     def build(cls, env: simpy.Environment, recorder: Recorder, graph: nx.DiGraph, options: FabricOptions):
-        """The packet fabric with the scenario's chunk size and chunk cap."""
+        """The packet fabric with the scenario's chunk size and chunk cap — with its
+        congestion control when the scenario sets one (:mod:`.congestion`)."""
+        if options.congestion is not None:
+            from .congestion import CongestionFabric  # (it builds on this module)
+
+            return CongestionFabric(env, recorder, graph, options.congestion, options.chunk_size)
         return cls(env, recorder, graph, chunk_size=options.chunk_size, max_chunks=options.max_chunks)
 
     def __init__(

@@ -19,6 +19,7 @@ from types import SimpleNamespace
 
 from ..collectives.domain import in_private_domain
 from ..collectives.group import Group
+from ..collectives.negligible import negligible_bytes
 from ..collectives.registry import plan
 from ..collectives.ring import pipeline_chunks
 from ..errors import ScenarioError
@@ -30,6 +31,11 @@ from ..topology.routing import Router
 #: moves (flows starting at one moment share one allocation; measured on rings and
 #: all-to-alls of 16–128 GPUs: 4.2–5.4 events per message with its step's)
 FLOW_EVENTS = 1.5
+#: events a folded twin's send costs on ``flow``, where it is a load (no event of its arrival,
+#: :meth:`~clustersim.network.base.Fabric.load`): its share of the allocations and timer moves;
+#: and its CPU in events at the base cost (its route, its place in the max-min groups and the
+#: heap stay: GPT-3 175B balanced, 363 k loads)
+LOAD_EVENTS, LOAD_WEIGHT = 0.1, 1.0
 #: events a collective's point-to-point step costs besides its message (the step's process
 #: waking, the send's completion and the receiver's wake-up; measured, docs/fidelity.md)
 STEP_EVENTS = 3
@@ -87,6 +93,7 @@ class Collectives:
         self.fabric = None if network == "direct" else SimpleNamespace(graph=job.graph, router=None)
         self._known: dict[tuple, tuple[float, float, float]] = {}
         self._private: dict[tuple, bool] = {}
+        self._negligible: dict[tuple, bool] = {}
 
     def events(self, members: tuple[int, ...], kind: str, nbytes: float) -> tuple[float, float, float]:
         """(events, messages, width) of one ``kind`` collective of ``nbytes`` over
@@ -111,6 +118,22 @@ class Collectives:
             group = Group(None, self.fabric, [f"gpu{d}" for d in members])
             self._private[key] = in_private_domain(group)
         return self._private[key]
+
+    def timed(self, members: tuple[int, ...], kind: str, nbytes: float) -> bool:
+        """Whether the run times a ``kind`` call of ``nbytes`` over ``members`` by its α-β
+        form on ``flow``: a group inside one host's private links (:meth:`private`) or a
+        call whose bytes are negligible (:mod:`clustersim.collectives.negligible`)."""
+        if self.private(members):
+            return True
+        if self.network != "flow" or self.fabric is None:
+            return False
+        key = (tuple(members), kind, int(nbytes))
+        if key not in self._negligible:
+            alpha, latency, protocols = self.tuning
+            group = Group(None, self.fabric, [f"gpu{d}" for d in members], alpha, latency, protocols)
+            name, protocol, t = plan(group, kind, int(nbytes), self.requested.get(kind, "auto"))
+            self._negligible[key] = name is not None and negligible_bytes(group, kind, name, protocol, t)
+        return self._negligible[key]
 
     def _algorithm(self, members: tuple[int, ...], kind: str, nbytes: float) -> str:
         requested = self.requested.get(kind, "auto")
@@ -151,6 +174,18 @@ class Collectives:
             inter = max(0, math.log2(p) - math.log2(m)) / max(1, math.log2(p)) if hosts > 1 else 0.0
             parts = [(steps * p, s * (p - 1) / p / max(1, steps / (2 if kind == "all_reduce" else 1)), inter)]
             parts.append((extra, s, cross))
+        elif alg == "nccl_tree":  # m channels × two trees (one on a host), n − 1 edges, up and down
+            trees = m * (2 if hosts > 1 else 1)
+            k = pipeline_chunks(int(s / trees))
+            inter = (hosts - 1) / (n - 1) if hosts > 1 else 0.0
+            parts, width = [(trees * k * 2 * (n - 1), s / trees / k, inter)], trees * (n - 1)
+        elif alg == "nvls":  # per chunk: m² copies in, m sums out, (m back, m² multicast)
+            k = pipeline_chunks(int(s / n))
+            per = n * n + n + (n + n * n if kind == "all_reduce" else 0)
+            parts, width = [(k * per, s / k / n, 0.0)], n * n
+        elif alg == "pat":  # ⌈log2 n⌉ steps, every rank one message each, one GPU per node
+            steps = max(1, (n - 1).bit_length())
+            parts, width = [(n * steps, s * (n - 1) / n / steps, 1.0)], n
         elif alg == "hierarchical":
             parts = [(2 * (m - 1) * n, s / m, 0.0), (2 * (hosts - 1) * n, s / (m * hosts), 1.0)]
         else:  # direct (and the parameter server's pushes and pulls): every pair at once

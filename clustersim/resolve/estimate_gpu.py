@@ -22,7 +22,7 @@ from ..parallel.data_parallel import SCALAR_BYTES, buckets, grad_stats_group
 from ..workload.pass_costs import pass_segments, pass_transfers
 from ..workload.stage_cost import Segment
 from ..workload.tp_overlap import BULK, RING
-from .estimate_comm import Collectives, message_events
+from .estimate_comm import LOAD_EVENTS, LOAD_WEIGHT, Collectives, message_events
 
 #: events a collective op adds where communication slows compute (cluster.comm_compute_slowdown):
 #: the re-timing of the compute running beside it (measured on DeepSeek-V3, 2,048 GPUs)
@@ -101,9 +101,9 @@ class GpuWork:
         if n <= 1:
             return plain(1, 1)
         folded = self.k.fold
-        # timed by its α-β form (the analytical model, or a group inside one host's private
-        # links on ``flow``: estimate_comm), no message
-        timed = self.k.collective_model == "analytical" or self.comm.private(members)
+        # timed by its α-β form (the analytical model, or on ``flow`` a group inside one host's
+        # private links or a call of negligible bytes: estimate_comm), no message
+        timed = self.k.collective_model == "analytical" or self.comm.timed(members, kind, nbytes)
         # the rendezvous and phases: three per member on the fabric; three per collective
         # when timed (engine/dag.py, engine/interpreter.py), which folded is the
         # representative's op
@@ -126,7 +126,7 @@ class GpuWork:
         """The work of one ``phase`` pass of model ``chunk`` on one GPU of ``stage``:
         its segments, and the pipeline transfers it receives and sends (a send to another
         stage is a message; folded, with its twins' as shadows on a shared fabric)."""
-        job, k, pp = self.job, self.k, self.plan.pp
+        job, pp = self.job, self.plan.pp
         costs, schedule = job.chunk_costs, job.schedule
         got, sent = pass_transfers(costs, phase, chunk, schedule.route(chunk, len(costs)))
         received = got is not None and schedule.stage_of(got[0], pp) != stage
@@ -138,7 +138,7 @@ class GpuWork:
                 if self.plan.tp * self.plan.replicas >= job.cluster.gpus_per_node
                 else self.comm.hops.intra
             )
-            work += plain(1, message_events_of(k, sent[1], hops) * self.twins)
+            work += self.sent(sent[1], hops)
         return work + self.segments(pass_segments(costs[chunk], phase, split, received), stage)
 
     def segments(self, segs, stage: int) -> Work:
@@ -188,8 +188,16 @@ class GpuWork:
         else:
             steps, nbytes = n, seg.nbytes // n * (tp - 1) // tp
         gemms = n * (2 if seg.margin else 1)
-        sent = message_events_of(self.k, nbytes, self.comm.hops.intra) * self.twins
-        return plain(gemms + 2 * steps, gemms + steps * sent)
+        # the recvs (no event) and the GEMMs, then the sends
+        return plain(gemms + steps, gemms) + self.sent(nbytes, self.comm.hops.intra) * steps
+
+    def sent(self, nbytes: float, hops: float) -> Work:
+        """The work of one send op of ``nbytes`` over ``hops`` links with its folded twins'
+        (their loads: on ``flow`` without events of their arrivals)."""
+        own = message_events_of(self.k, nbytes, hops)
+        if self.k.network == "flow":
+            return Work(1, own + (self.twins - 1) * LOAD_EVENTS, own + (self.twins - 1) * LOAD_WEIGHT)
+        return plain(1, own * self.twins)
 
     def step_cost(self, stage: int, chunks: list[int], reps: int) -> Work:
         """The work of one optimizer step of one GPU of ``stage``: the data-parallel

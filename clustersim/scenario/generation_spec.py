@@ -86,7 +86,13 @@ class GenerationSpec(_Spec):
     or ``wait``: a request is admitted only once blocks for its prompt and all its output
     are free, so nothing is ever preempted. ``disaggregated``: prefill and decode on separate
     GPU pools — the first tp × pp GPUs prefill, the next tp × pp decode (``parallel.dp: 2``),
-    each prompt's KV cache sent between them over the fabric."""
+    each prompt's KV cache sent between them over the fabric. Otherwise ``parallel.dp``
+    replicas serve, each on tp × pp GPUs with its own scheduler and KV cache, the requests
+    handed to them by ``dispatch``: ``round_robin`` (request i to replica i mod dp) or
+    ``least_loaded`` (to the replica with the fewest requests outstanding at its arrival).
+    ``host_overhead``: every step also pays vLLM's CPU time per step (scheduling, input
+    preparation, sampler, output processing) as Vidur profiled it on A100 (off by default:
+    later vLLM engines overlap it)."""
 
     requests: Annotated[int, Range(1, 1_000_000)] = 1
     prompt_len: Length | None = None
@@ -102,6 +108,8 @@ class GenerationSpec(_Spec):
     preemption: Literal["recompute", "swap", "wait"] = "recompute"
     swap_bandwidth: Bandwidth | None = None
     disaggregated: bool = False
+    dispatch: Literal["round_robin", "least_loaded"] = "round_robin"
+    host_overhead: bool = False
 
     @model_validator(mode="after")
     def _requests(self) -> GenerationSpec:

@@ -43,8 +43,10 @@ def _fields_at(loc: tuple, root: type[BaseModel] = ScenarioSpec) -> list[str]:
             continue
         if part not in model.model_fields:
             break
+        # a sub-model, an optional one (``Spec | None``) or a list of one; a union of
+        # several models has no one list of fields
         inner = _models_in(model.model_fields[part].annotation)
-        if len(inner) != 1:  # no model, or a union of several: no one list of fields
+        if len(inner) != 1:
             model = None
             break
         model = inner[0][0]

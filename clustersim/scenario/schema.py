@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from ..collectives import ALGORITHMS, KINDS
+from ..collectives.registry import SELECTORS
 from ..network.factory import network_model_names
 from ..schedules import SCHEDULES
 from .cluster_spec import (  # noqa: F401  (re-exported: the schema's public names)
@@ -418,9 +419,17 @@ class ParallelSpec(_Spec):
 
 #: ``simulation.fidelity`` → the settings it stands for (docs/fidelity.md); a field the
 #: scenario states itself wins over its preset. ``exact`` is today's defaults.
-FIDELITY_PRESETS: dict[str, dict[str, str]] = {
+FIDELITY_PRESETS: dict[str, dict[str, str | bool]] = {
     "exact": {"network": "packet", "collective_model": "fabric", "granularity": "layer", "fold": "auto"},
-    "balanced": {"network": "flow", "collective_model": "fabric", "granularity": "stage", "fold": "auto"},
+    "balanced": {
+        "network": "flow",
+        "collective_model": "fabric",
+        "granularity": "stage",
+        "fold": "auto",
+        # folded twins' traffic as one weighted flow per orbit: the same max-min rates
+        # (docs/fidelity.md), k times fewer flows (issue 38 item 3)
+        "fold_contention": True,
+    },
     "fast": {
         "network": "analytical",
         "collective_model": "analytical",
@@ -428,6 +437,18 @@ FIDELITY_PRESETS: dict[str, dict[str, str]] = {
         "fold": "auto",
     },
 }
+
+
+class CongestionSpec(_Spec):
+    """``simulation.congestion`` (docs/network.md): ``ecn_threshold`` — mark a chunk that
+    finds this many bytes queued at a link; ``dcqcn`` — senders cut and recover their rate
+    on the marks (needs ``ecn_threshold``); ``pfc_xoff``/``pfc_xon`` — pause the upstream
+    link while a queue holds xoff bytes, until it drains to xon."""
+
+    ecn_threshold: Bytes | None = None
+    dcqcn: bool = False
+    pfc_xoff: Bytes | None = None
+    pfc_xon: Bytes | None = None
 
 
 class SimulationSpec(_Spec):
@@ -458,10 +479,14 @@ class SimulationSpec(_Spec):
     seed: Annotated[int, Range(0, 2**64 - 1)] = 0
     #: random per-op compute time factors (mean 1), drawn from ``seed``: stragglers by chance
     compute_noise: NoiseSpec | None = None
+    #: the packet model's RoCE congestion control: ECN marking, DCQCN, PFC
+    #: (clustersim.network.congestion); unset: none
+    congestion: CongestionSpec | None = None
     #: real models: ``layer`` = segments per layer (TP collectives as run); ``stage`` = one
     #: compute segment + one summed collective per pass (fewer events, for huge runs)
     granularity: Literal["layer", "stage"] = "layer"
-    #: collective kind → algorithm (``auto`` = the fastest by the α-β model, as NCCL's tuner)
+    #: collective kind → algorithm (``auto`` = the fastest by the α-β model; ``nccl`` = NCCL's
+    #: tuner's pick among Ring, Tree, NVLS, PAT: clustersim.collectives.nccl_tuner)
     collectives: dict[str, str] = Field(default_factory=dict)
     #: ``fabric``: collectives as point-to-point steps on the network model (contention is
     #: real); ``analytical``: the algorithm's α-β time on the group's links, one event each
@@ -477,7 +502,14 @@ class SimulationSpec(_Spec):
             return raw
         name = raw.get("fidelity", "exact")
         preset = FIDELITY_PRESETS.get(name) if isinstance(name, str) else None
-        return raw if preset is None else {**preset, **raw}  # (a bad name or type: the field check)
+        if preset is None:
+            return raw  # (a bad name or type: the field check)
+        merged = {**preset, **raw}
+        if "fold_contention" not in raw and merged["network"] != "flow":
+            merged.pop(
+                "fold_contention", None
+            )  # a preset's default never invalidates a network the user names
+        return merged
 
     @field_validator("collectives")
     @classmethod
@@ -485,9 +517,11 @@ class SimulationSpec(_Spec):
         for kind, algo in mapping.items():
             if kind not in KINDS:
                 raise ValueError(f"{kind!r} is not a collective kind; known: {', '.join(KINDS)}")
-            if algo != "auto" and (algo not in ALGORITHMS or kind not in ALGORITHMS[algo].kinds):
+            if algo not in SELECTORS and (algo not in ALGORITHMS or kind not in ALGORITHMS[algo].kinds):
                 fits = sorted(a for a, spec in ALGORITHMS.items() if kind in spec.kinds)
-                raise ValueError(f"{algo!r} is not an algorithm for {kind}; known: auto, {', '.join(fits)}")
+                raise ValueError(
+                    f"{algo!r} is not an algorithm for {kind}; known: auto, nccl, {', '.join(fits)}"
+                )
         return mapping
 
     @field_validator("network")

@@ -122,6 +122,8 @@ def build_topology(cluster: dict) -> nx.DiGraph:
     kind, a bad quantity, a link to a missing node, or a GPU cut off from the others.
     """
     g = build_site(cluster, "cluster")
+    # the GPU model, for what depends on its generation (NVLink SHARP, NCCL's tuner constants)
+    g.graph["gpu"] = cluster.get("gpu")
     remove_failed_links(g, cluster.get("failed_links") or [])
     hierarchy = g.graph.get("hierarchy")  # (counting the nodes would write a lazy graph, lazy.py)
     gpus = g.graph["num_gpus"] = (

@@ -62,6 +62,7 @@ class Router:
         self._next: dict[tuple[str, str], tuple[str, ...]] = {}
         self._paths: dict[tuple, tuple[str, ...]] = {}
         self._costs: dict[tuple, tuple[float, float]] = {}
+        self._hops: dict[tuple[str, str], tuple[float, float]] = {}  # a link's (latency, bandwidth)
 
     def _distances(self, dst: str) -> dict[str, int]:
         """Hop count from every node that reaches ``dst`` (one reverse BFS, cached)."""
@@ -151,10 +152,13 @@ class Router:
         key = (src, dst, flow_key)
         cost = self._costs.get(key)
         if cost is None:
-            latency, bottleneck = 0.0, math.inf
-            for u, v in self.links(src, dst, flow_key):
-                data = link_data(self.graph, u, v)
-                latency += data["latency"]
-                bottleneck = min(bottleneck, data["bandwidth"])
+            latency, bottleneck, hops = 0.0, math.inf, self._hops
+            for hop in self.links(src, dst, flow_key):
+                known = hops.get(hop)
+                if known is None:  # read from the graph once per link (a direct call routes n² pairs)
+                    data = link_data(self.graph, *hop)
+                    known = hops[hop] = (data["latency"], data["bandwidth"])
+                latency += known[0]
+                bottleneck = min(bottleneck, known[1])
             cost = self._costs[key] = (latency, bottleneck)
         return cost

@@ -10,17 +10,21 @@ from .layout import new_figure
 
 def plot_generation(steps: pd.DataFrame, fig=None):
     """Draw the sequences a step and the KV blocks in use (fraction of the cache) against
-    time from ``res.steps``; returns the Figure."""
+    time from ``res.steps``, one stair per pool (``steps.pool``: each replica, or the prefill
+    and decode pools) where there are several; returns the Figure."""
     fig = fig or new_figure((11, 4.2))
     top, bottom = fig.subplots(2, 1, sharex=True)
-    t = list(steps["start_s"]) + [float(steps["end_s"].iloc[-1])]
-    for ax, col, label in (
-        (top, "seqs", "sequences a step"),
-        (bottom, "kv_utilization", "KV cache in use"),
-    ):
-        values = list(steps[col]) + [steps[col].iloc[-1]]
-        ax.step(t, values, where="post", lw=1.0)
-        ax.set_ylabel(label)
+    pools = list(dict.fromkeys(steps["pool"])) if "pool" in steps else [None]
+    for pool in pools:
+        mine = steps if pool is None else steps[steps["pool"] == pool]
+        t = list(mine["start_s"]) + [float(mine["end_s"].iloc[-1])]
+        for ax, col in ((top, "seqs"), (bottom, "kv_utilization")):
+            values = list(mine[col]) + [mine[col].iloc[-1]]
+            ax.step(t, values, where="post", lw=1.0, label=pool)
+    top.set_ylabel("sequences a step")
+    bottom.set_ylabel("KV cache in use")
+    if len(pools) > 1:
+        top.legend(loc="upper right", fontsize="small")
     bottom.set_ylim(0, 1.02)
     bottom.set_xlabel("time (s)")
     return fig

@@ -34,14 +34,13 @@ class GenerationMode(TrainingMode):
 
     def check(self, job: Job) -> None:
         check_inference(job)
-        pools = 2 if job.resolved["generation"]["disaggregated"] else 1
-        if job.plan.dp != pools:
-            why = (
-                "disaggregated generation runs a prefill pool and a decode pool of tp × pp GPUs each"
-                if pools == 2
-                else "generation serves on one replica (tp × pp GPUs); run a scenario per replica"
+        # otherwise each of the dp replicas serves on tp × pp GPUs (clustersim.generation.replicas)
+        if job.resolved["generation"]["disaggregated"] and job.plan.dp != 2:
+            raise ScenarioError(
+                "parallel.dp",
+                job.plan.dp,
+                "disaggregated generation runs a prefill pool and a decode pool of tp × pp GPUs each; accepted: 2",
             )
-            raise ScenarioError("parallel.dp", job.plan.dp, f"{why}; accepted: {pools}")
 
     def compile(self, ctx: JobContext) -> Program:
         return compile_inference(ctx.job.plan, ctx.job.chunk_costs, 1, [0.0])

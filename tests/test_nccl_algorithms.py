@@ -1,0 +1,323 @@
+"""NCCL's algorithms as NCCL runs them — tree (chains inside hosts, double binary tree across),
+NVLS (in-switch reduction), PAT (one GPU per node) — against sourced nccl-tests rows
+(clustersim/data/nccl_algorithm_measurements.csv, the Azure NVLS curves of
+nccl_collective_measurements.csv) within 15 %, their α-β forms, NCCL's tuner (tuning.cc)
+and the refusals."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import pytest
+import simpy
+
+import clustersim as cs
+from clustersim.collectives import Group, Options, Tuning, run_collective
+from clustersim.collectives.bench import measure, preset_cluster
+from clustersim.collectives.nccl_tree import btree_parent, channel_trees, dtree_parents
+from clustersim.collectives.nccl_tuner import algo_time
+from clustersim.collectives.pat import blocks
+from clustersim.collectives.registry import ALGORITHMS, estimate_time, plan
+from clustersim.errors import ScenarioError
+from clustersim.network import PacketFabric
+from clustersim.network.base import FabricOptions
+from clustersim.network.factory import build_fabric
+from clustersim.record import Recorder
+from clustersim.scenario.schema import SimulationSpec
+from clustersim.topology import build_topology
+from clustersim.topology.graph import gpu_names
+from tests.conftest import synthetic
+
+DATA = Path(__file__).resolve().parent.parent / "clustersim" / "data"
+ROWS = list(csv.DictReader(open(DATA / "nccl_algorithm_measurements.csv")))
+MiB = 1 << 20
+
+
+def cluster_of(row: dict) -> dict:
+    cluster = preset_cluster(row["cluster"], int(row["nodes"]))
+    cluster["nic"]["per_node"] = int(row["nic_per_node"])
+    return cluster
+
+
+def group_of(cluster: dict) -> Group:
+    graph = build_topology(cluster)
+    env = simpy.Environment()
+    fabric = build_fabric("flow", env, Recorder(), graph, FabricOptions(MiB))
+    return Group(
+        env,
+        fabric,
+        gpu_names(graph),
+        cluster.get("collective_alpha"),
+        protocols=cluster.get("collective_protocols"),
+    )
+
+
+def busbw(kind: str, n: int, nbytes: float, t: float) -> float:
+    return nbytes / t * (2 * (n - 1) / n if kind == "all_reduce" else (n - 1) / n)
+
+
+def rows(algorithm: str) -> list[dict]:
+    return [r for r in ROWS if r["nccl_algorithm"] == algorithm]
+
+
+# ---- sources ---------------------------------------------------------------------------
+
+
+def test_every_row_is_sourced_and_consistent():
+    for r in ROWS:
+        assert r["source"].startswith("https://github.com/NVIDIA/"), r
+        n = int(r["nodes"]) * int(r["gpus_per_node"])
+        # nccl-tests' all-reduce bus bandwidth: algbw · 2(n − 1)/n (to the rows' rounding)
+        assert float(r["busbw_GBps"]) == pytest.approx(float(r["algbw_GBps"]) * 2 * (n - 1) / n, rel=0.04)
+    assert {"tree", "nvls"} <= {r["nccl_algorithm"] for r in ROWS}
+
+
+# ---- tree ------------------------------------------------------------------------------
+
+
+def test_nccl_btree_and_dtree_are_ncclGetBtree_and_ncclGetDtree():
+    # trees.cc: rank 0 the root; up = (rank ^ bit) | (bit << 1), or rank ^ bit beyond n
+    assert [btree_parent(8, r) for r in range(8)] == [-1, 2, 4, 2, 0, 6, 4, 6]
+    first, second = dtree_parents(8)  # even: the second tree is the first mirrored
+    assert second == [7 - first[7 - r] if first[7 - r] >= 0 else -1 for r in range(8)]
+    first, second = dtree_parents(5)  # odd: shifted by one
+    assert second == [(first[(r - 1) % 5] + 1) % 5 if first[(r - 1) % 5] >= 0 else -1 for r in range(5)]
+    for n in range(2, 40):
+        for parents in dtree_parents(n):
+            assert parents.count(-1) == 1  # one root, every other rank hangs from a tree
+            for r in range(n):  # every rank reaches the root
+                seen, x = 0, r
+                while parents[x] >= 0 and seen <= n:
+                    x, seen = parents[x], seen + 1
+                assert parents[x] == -1
+
+
+def test_channel_trees_chain_inside_hosts_and_join_heads():
+    hosts = {0: ["a0", "a1", "a2"], 1: ["b0", "b1", "b2"]}
+    for tree in channel_trees(hosts, 1):
+        parent = tree["parent"]
+        # channel 1: heads a1, b1; the chain a1 ← a2 ← a0 below each head
+        assert parent["a2"] == "a1" and parent["a0"] == "a2"
+        assert parent["b2"] == "b1" and parent["b0"] == "b2"
+        assert {parent["a1"], parent["b1"]} in ({None, "b1"}, {None, "a1"})
+
+
+@pytest.mark.parametrize("row", rows("tree"), ids=lambda r: r["source"].rsplit("/", 1)[-1])
+def test_tree_form_within_15_percent_of_nccl_tests(row):
+    g = group_of(cluster_of(row))
+    nbytes = int(row["bytes"])
+    t = estimate_time("all_reduce", "nccl_tree", g.shape(), nbytes)
+    assert busbw("all_reduce", len(g.members), nbytes, t) / 1e9 == pytest.approx(
+        float(row["busbw_GBps"]), rel=0.15
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "row", rows("tree") + rows("ring"), ids=lambda r: r["nccl_algorithm"] + r["source"][-4:]
+)
+def test_tree_schedule_within_15_percent_of_nccl_tests(row):
+    name = "nccl_tree" if row["nccl_algorithm"] == "tree" else "ring"
+    got = measure(cluster_of(row), "all_reduce", int(row["bytes"]), name, network="flow")
+    assert got.busbw / 1e9 == pytest.approx(float(row["busbw_GBps"]), rel=0.15)
+
+
+def test_tree_beats_ring_on_two_nodes_and_not_beyond():
+    # two hosts: each is the other's only child, half the ring's network bytes (nccl #946)
+    two = group_of(preset_cluster("dgx_a100", 2)).shape()
+    assert estimate_time("all_reduce", "nccl_tree", two, 1 << 30) < estimate_time(
+        "all_reduce", "ring", two, 1 << 30
+    )
+    c = preset_cluster("dgx_h100", 5)
+    c["nic"]["per_node"] = 4
+    five = group_of(c).shape()
+    assert estimate_time("all_reduce", "nccl_tree", five, 1 << 30) > estimate_time(
+        "all_reduce", "ring", five, 1 << 30
+    )
+
+
+# ---- NVLS ------------------------------------------------------------------------------
+
+
+def azure_nvls_rows() -> list[dict]:
+    old = csv.DictReader(open(DATA / "nccl_collective_measurements.csv"))
+    # from 32 MiB: below it the presets' protocol latency (fitted before NVLS was modelled) rules
+    return [
+        r
+        for r in old
+        if r["nccl_algorithm"] == "nvls"
+        and r["cluster"] in ("dgx_h100", "hgx_h200")
+        and int(r["bytes"]) >= 32 * MiB
+    ]
+
+
+@pytest.mark.parametrize("row", rows("nvls"), ids=lambda r: r["source"].rsplit("/", 1)[-1])
+def test_nvls_within_15_percent_of_nccl_tests(row):
+    got = measure(cluster_of(row), "all_reduce", int(row["bytes"]), "nvls", network="flow")
+    assert got.busbw / 1e9 == pytest.approx(float(row["busbw_GBps"]), rel=0.15)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", azure_nvls_rows(), ids=lambda r: f"{r['cluster']}-{r['bytes']}")
+def test_nvls_within_15_percent_of_azure_curves(row):
+    got = measure(preset_cluster(row["cluster"], 1), "all_reduce", int(row["bytes"]), "nvls", network="flow")
+    assert got.busbw / 1e9 == pytest.approx(float(row["busbw_GBps"]), rel=0.15)
+
+
+def nvswitch_node(n: int, bw: float, gpu: str = "H100-SXM5-80GB") -> dict:
+    return {
+        "nodes": 1,
+        "gpus_per_node": n,
+        "gpu": gpu,
+        "pcie": None,
+        "topology": {"kind": "single_node"},
+        "intra_node": {"kind": "nvswitch", "bandwidth": bw, "latency": 0.0, "efficiency": 1.0},
+        "nic": {"bandwidth": 25e9, "latency": 1e-6, "efficiency": 1.0},
+    }
+
+
+def run(cluster: dict, kind: str, nbytes: int, algorithm: str, alpha: float, network: str = "packet", **kw):
+    graph = build_topology(cluster)
+    env = simpy.Environment()
+    if network == "packet":
+        fabric = PacketFabric(env, Recorder(), graph, chunk_size=max(4096, nbytes // 4096))
+    else:
+        fabric = build_fabric(network, env, Recorder(), graph, FabricOptions(MiB))
+    members = gpu_names(graph)
+    proc = env.process(
+        run_collective(env, fabric, kind, members, nbytes, algorithm, Tuning(alpha), Options(**kw))
+    )
+    env.run(proc)
+    return env.now, Group(env, fabric, members, alpha).shape()
+
+
+@pytest.mark.parametrize("kind", ["all_reduce", "reduce_scatter", "all_gather"])
+def test_nvls_link_bytes_form(kind):
+    # on idle links the schedule is bound by a GPU's switch link: S(1 + 1/m)/(e·B) for an
+    # all-reduce, S/(e·B) for either half; the reduce-scatter's window of NCCL_STEPS chunks
+    # ahead of the all-gather leaves the links idle now and then: within 10 % of the bound,
+    # as the α-β form (its fill, one chunk) is
+    n, bw, nbytes = 8, 100e9, 256 * MiB
+    t, shape = run(nvswitch_node(n, bw), kind, nbytes, "nvls", 0.0, network="flow")
+    assert shape.nvls == 0.85  # Hopper's nvlsEfficiency
+    bound = nbytes * ((1 + 1 / n) if kind == "all_reduce" else 1) / (0.85 * bw)
+    assert bound <= t <= 1.10 * bound
+    assert estimate_time(kind, "nvls", shape, nbytes) == pytest.approx(t, rel=0.10)
+
+
+def test_nvls_beats_ring_only_where_the_switch_reduces():
+    h100 = group_of(preset_cluster("dgx_h100", 1)).shape()
+    assert h100.nvls == 0.85
+    assert estimate_time("all_reduce", "nvls", h100, 1 << 30) < estimate_time(
+        "all_reduce", "ring", h100, 1 << 30
+    )
+    assert group_of(preset_cluster("dgx_a100", 1)).shape().nvls == 0.0  # NVSwitch gen2: no SHARP
+    assert group_of(preset_cluster("dgx_b200", 1)).shape().nvls == 0.74  # Blackwell's
+    assert group_of(preset_cluster("dgx_h100", 2)).shape().nvls == 0.0  # across hosts: not modelled
+
+
+# ---- PAT -------------------------------------------------------------------------------
+
+
+def one_gpu_per_node(nodes: int, bw: float, latency: float = 0.0) -> dict:
+    return {
+        "nodes": nodes,
+        "gpus_per_node": 1,
+        "gpu": "H100-SXM5-80GB",
+        "pcie": None,
+        "topology": {"kind": "fat_tree"},
+        "intra_node": {"kind": "nvswitch", "bandwidth": 450e9, "latency": 0.0, "efficiency": 1.0},
+        "nic": {"bandwidth": bw, "latency": latency, "per_node": 1, "efficiency": 1.0},
+    }
+
+
+def test_pat_blocks_sum_to_every_other_rank():
+    for n in range(2, 70):
+        plan_ = blocks(n)
+        assert len(plan_) == math.ceil(math.log2(n))
+        assert sum(count for _, count in plan_) == n - 1
+        assert [d for d, _ in plan_] == sorted((d for d, _ in plan_), reverse=True)  # farthest first
+
+
+@pytest.mark.parametrize("n", [4, 8, 13])
+@pytest.mark.parametrize("kind", ["all_gather", "reduce_scatter"])
+def test_pat_matches_its_log_step_form(n, kind):
+    bw, alpha, nbytes = 25e9, 5e-6, 64 * MiB
+    t, shape = run(one_gpu_per_node(n, bw), kind, nbytes, "pat", alpha, network="flow")
+    assert t == pytest.approx(estimate_time(kind, "pat", shape, nbytes), rel=1e-6)
+    ring = estimate_time(kind, "ring", shape, 1024)
+    assert estimate_time(kind, "pat", shape, 1024) < ring  # log n latencies against n − 1
+
+
+# ---- NCCL's tuner ----------------------------------------------------------------------
+
+
+def test_tuner_ring_time_is_tuning_cc():
+    # one DGX H100, all-reduce, Ring/Simple: baseLat 8.4 + 14 steps × hwLat NVLink 3.4 µs;
+    # bandwidth busBw · n/nsteps = 370.8 · 8/14 GB/s
+    g = group_of(preset_cluster("dgx_h100", 1))
+    s = 64 * MiB
+    want = (8.4 + 14 * 3.4 + s / (1000 * 370.8 * 8 / 14)) * 1e-6
+    assert algo_time(g, "all_reduce", "ring", "simple", s) == pytest.approx(want, rel=1e-12)
+    # NVLS: intraLat 25 µs, bw 2 · 0.85 · B · n/nsteps
+    want = (25 + s / (1000 * 2 * 0.85 * 370.8 * 8 / 14)) * 1e-6
+    assert algo_time(g, "all_reduce", "nvls", "simple", s) == pytest.approx(want, rel=1e-12)
+    assert algo_time(g, "all_reduce", "nvls", "ll", s) is None  # NVLS runs Simple only
+
+
+def test_tuner_picks_as_nccl_does():
+    one = group_of(preset_cluster("dgx_h100", 1))
+    assert plan(one, "all_reduce", 1 << 30, "nccl")[0] == "nvls"
+    assert plan(one, "all_reduce", 4096, "nccl")[0] == "ring"  # LL's latency wins small
+    assert plan(group_of(preset_cluster("dgx_a100", 1)), "all_reduce", 1 << 30, "nccl")[0] != "nvls"
+    assert plan(group_of(preset_cluster("dgx_a100", 2)), "all_reduce", 1 << 28, "nccl")[0] == "nccl_tree"
+    per_node = group_of(one_gpu_per_node(16, 50e9))
+    assert plan(per_node, "all_gather", 64 * 1024, "nccl")[0] == "pat"
+    assert plan(per_node, "all_gather", 1 << 30, "nccl")[0] == "ring"
+    assert plan(one, "all_gather", 64 * 1024, "nccl")[0] != "pat"  # 8 GPUs per node: no PAT
+    name, proto, t = plan(one, "all_reduce", 1 << 30, "nccl")
+    assert proto.name == "simple" and t == proto.latency + estimate_time(
+        "all_reduce", name, one.shape(), 1 << 30
+    )
+
+
+def test_auto_never_chooses_nccls_algorithms():
+    for preset, nodes in (("dgx_h100", 1), ("dgx_a100", 2), ("dgx_h100", 4)):
+        g = group_of(preset_cluster(preset, nodes))
+        for kind in ("all_reduce", "all_gather", "reduce_scatter"):
+            for e in range(10, 34, 4):
+                assert plan(g, kind, 1 << e)[0] not in ("nccl_tree", "nvls", "pat")
+
+
+# ---- refusals --------------------------------------------------------------------------
+
+
+def test_refusals_name_the_field():
+    with pytest.raises(ScenarioError, match="NVLink SHARP"):
+        run(nvswitch_node(8, 100e9, gpu="A100-SXM4-80GB"), "all_reduce", MiB, "nvls", 0.0)
+    with pytest.raises(ScenarioError, match="one host"):
+        measure(preset_cluster("dgx_h100", 2), "all_reduce", MiB, "nvls", network="flow")
+    with pytest.raises(ScenarioError, match="one GPU per node"):
+        measure(preset_cluster("dgx_h100", 2), "all_gather", MiB, "pat", network="flow")
+    with pytest.raises(ScenarioError, match="does not implement"):
+        measure(preset_cluster("dgx_h100", 2), "all_gather", MiB, "nccl_tree", network="flow")
+    assert SimulationSpec(collectives={"all_reduce": "nccl"}).collectives == {"all_reduce": "nccl"}
+    with pytest.raises(ValueError, match="not an algorithm for all_to_all"):
+        SimulationSpec(collectives={"all_to_all": "nvls"})
+    assert {"nccl_tree", "nvls", "pat"} <= set(ALGORITHMS)
+
+
+def test_a_scenario_runs_nccls_choice():
+    # data parallelism over two hosts: `nccl` runs the algorithm NCCL's tuner picks — the
+    # run equals the same run with that algorithm named
+    def step(algorithm: str) -> float:
+        sc = synthetic(1, 4, 1e-3, 2e-3, params=2**26, dp=8, network="packet", gpus_per_node=4)
+        sc["cluster"]["nodes"] = 2
+        sc["simulation"]["collectives"] = {"all_reduce": algorithm}
+        return cs.simulate(sc, progress=False).summary["iteration_time_s"]
+
+    runs = {a: step(a) for a in ("nccl", "ring", "nccl_tree")}
+    assert runs["nccl"] in (runs["ring"], runs["nccl_tree"])
+    assert runs["ring"] != runs["nccl_tree"]
