@@ -134,6 +134,10 @@ def simulate(scenario: Scenario | Job | str | Path | dict[str, Any], progress: b
         from .faults import simulate_job
 
         return simulate_job(sc, run_job, progress)
+    if sc.rlhf is not None:  # RLHF: each phase a run of its own, on one timeline (docs/rlhf.md)
+        from .rlhf import simulate_rlhf
+
+        return simulate_rlhf(sc, run_job, build_engine)
     if sc.generation is not None:  # token generation: a scheduler runs each step (docs/generation.md)
         from .generation import simulate_generation
 
