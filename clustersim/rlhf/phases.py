@@ -61,6 +61,14 @@ def pools_of(sc) -> Pools:
             f"a multiple of a generation replica's rollout.tp × rollout.pp = {size} GPUs"
             + (" (colocated: the job's GPUs)" if pools.colocated else ""),
         )
+    replicas = pools.gen // size
+    samples = rl.prompts * rl.samples_per_prompt
+    if replicas > samples:
+        raise ScenarioError(
+            "rlhf.generation_gpus",
+            rl.generation_gpus,
+            f"{replicas} generation replicas for {samples} samples: give fewer GPUs to generation or more prompts",
+        )
     return pools
 
 
@@ -87,16 +95,25 @@ def _sub(sc, overrides: dict):
 
 
 def training_scenario(sc, pools: Pools, samples: int, seq: int):
-    """The actor's training step on the training pool: the iteration's samples at ``seq`` tokens."""
-    return _sub(
-        sc,
-        {
-            "training.global_batch": samples,
-            "model.seq_len": seq,
-            "parallel.gpus": pools.train,
-            "parallel.dp": "auto",
-        },
-    )
+    """The actor's training step on the training pool: the iteration's samples at ``seq``
+    tokens (a batch the training layout cannot split is refused naming ``rlhf.prompts``)."""
+    overrides = {
+        "training.global_batch": samples,
+        "model.seq_len": seq,
+        "parallel.gpus": pools.train,
+        "parallel.dp": "auto",
+    }
+    try:
+        return _sub(sc, overrides)
+    except ScenarioError as exc:
+        if exc.field != "training.global_batch":
+            raise
+        raise ScenarioError(
+            "rlhf.prompts",
+            sc.rlhf.prompts,
+            f"the {samples} samples (prompts × samples_per_prompt) train as the global batch on "
+            f"{pools.train} GPUs: {exc.expected}",
+        ) from None
 
 
 def scoring_scenario(sc, pools: Pools, samples: int, seq: int):
@@ -129,12 +146,6 @@ def generation_scenario(sc):
 def generation_seconds(sc, reqs: list[Request], replicas: int, build_engine) -> list[float]:
     """Each replica's makespan serving its share of ``reqs`` (sample i on replica i mod
     ``replicas``, as a round-robin router sends them)."""
-    if replicas > len(reqs):
-        raise ScenarioError(
-            "rlhf.generation_gpus",
-            sc.rlhf.generation_gpus,
-            f"{replicas} generation replicas for {len(reqs)} samples: give fewer GPUs to generation or more prompts",
-        )
     gsc = generation_scenario(sc)
     check_generation_model(gsc)
     job = check_job(resolve(gsc))

@@ -39,8 +39,8 @@ from .cluster_spec import (  # noqa: F401  (re-exported: the schema's public nam
 )
 from .fields import Bandwidth, Bytes, Range, Time, _Spec, known
 from .generation_spec import GenerationSpec
-from .rlhf_spec import RlhfSpec
 from .model_spec import CNNModel, ModelSpec, SyntheticModel, TraceModel, TransformerModel  # noqa: F401
+from .rlhf_spec import RlhfSpec
 
 
 class ArrivalSpec(_Spec):
