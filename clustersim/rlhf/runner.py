@@ -50,7 +50,8 @@ def training_phases(rl) -> list[str]:
 def simulate_rlhf(sc, run_job, build_engine) -> Result:
     """Simulate ``rlhf.iterations`` iterations of scenario ``sc`` (module doc): ``res.phases``
     the timeline (iteration, pool, phase, start_s, end_s, bytes), ``res.pools`` each pool's
-    busy and idle seconds, ``res.transfers`` the weight transfer's moves (src, dst, bytes)."""
+    busy and idle seconds, ``res.transfers`` the weight transfer's moves (src, dst, bytes);
+    ``res.devices`` and ``res.memory`` (and the summary's peak memory) are the training step's."""
     wall0 = time.perf_counter()
     rl = sc.rlhf
     if sc.training.precision not in ELEMENT_BYTES:
@@ -61,7 +62,8 @@ def simulate_rlhf(sc, run_job, build_engine) -> Result:
     reqs = rollouts(sc)
     seq = padded_len(reqs)
     train_job = check_job(resolve(training_scenario(sc, pools, len(reqs), seq)))
-    train_s = run_job(train_job).summary["iteration_time_s"]
+    trained = run_job(train_job)
+    train_s = trained.summary["iteration_time_s"]
     score_s = run_job(check_job(resolve(scoring_scenario(sc, pools, len(reqs), seq)))).summary[
         "iteration_time_s"
     ]
@@ -100,11 +102,14 @@ def simulate_rlhf(sc, run_job, build_engine) -> Result:
         "training_gpus": pools.train,
         "colocated": pools.colocated,
         "num_gpus": sc.num_gpus,
+        "peak_memory_gib": trained.summary["peak_memory_gib"],  # the training step's
+        "oom": trained.summary["oom"],
         **{f"{row.pool}_busy_s": row.busy_s for row in usage.itertuples()},
         **{f"{row.pool}_idle_s": row.idle_s for row in usage.itertuples()},
         "wall_time_s": time.perf_counter() - wall0,
     }
-    res = Result(summary, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), sc.resolved())
+    # the devices and memory tables are the training step's (its GPUs, its peak)
+    res = Result(summary, pd.DataFrame(), trained.devices, trained.memory, sc.resolved())
     res.phases, res.pools = timeline, usage
     res.transfers = pd.DataFrame(moves, columns=["src", "dst", "bytes"]).astype({"bytes": float})
     return res
