@@ -56,7 +56,10 @@ def read_availability(source: str | Path | list[tuple[float, int]]) -> list[tupl
                 FIELD, str(source), f"line {reader.line_num}: {shorten(str(exc), 120)}"
             ) from None
     else:
-        rows = [(float(t), int(g)) for t, g in source]
+        try:
+            rows = [(float(t), int(g)) for t, g in source]
+        except (TypeError, ValueError) as exc:
+            raise ScenarioError(FIELD, shorten(repr(source), 120), f"(time s, GPUs) pairs: {exc}") from None
     if not rows or rows[0][0] != 0.0:
         raise ScenarioError(FIELD, rows[:1], "the first row must be at time 0")
     for (t0, _), (t1, _) in zip(rows, rows[1:]):
