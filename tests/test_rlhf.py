@@ -239,3 +239,15 @@ def test_bad_input_is_refused_naming_the_field(rlhf, field, says):
         cs.simulate(scenario(**rlhf), progress=False)
     assert err.value.field.startswith(field)
     assert says in str(err.value)
+
+
+def test_the_timeline_is_every_gpus_spans_and_saves(runs, tmp_path):
+    res = runs["split_async"]
+    busy = res.pools.set_index("pool")["busy_s"]
+    spans = res.spans.assign(d=res.spans["end_s"] - res.spans["start_s"])
+    per_gpu = spans.groupby("device")["d"].sum()
+    assert len(per_gpu) == 8
+    for g in range(8):
+        assert per_gpu[f"gpu{g}"] == pytest.approx(busy["generation" if g < 4 else "training"], rel=1e-12)
+    out = res.save(tmp_path / "bundle", plots=False)
+    assert (out / "spans.csv").exists() and (out / "summary.json").exists()

@@ -109,7 +109,13 @@ def simulate_rlhf(sc, run_job, build_engine) -> Result:
         "wall_time_s": time.perf_counter() - wall0,
     }
     # the devices and memory tables are the training step's (its GPUs, its peak)
-    res = Result(summary, pd.DataFrame(), trained.devices, trained.memory, sc.resolved())
+    pools_gpus = (
+        {"all": range(pools.gen)}
+        if pools.colocated
+        else {"generation": range(pools.gen), "training": range(pools.gen, pools.gen + pools.train)}
+    )
+    spans = tl.phase_spans(timeline, pools_gpus)
+    res = Result(summary, spans, trained.devices, trained.memory, sc.resolved())
     res.phases, res.pools = timeline, usage
     res.transfers = pd.DataFrame(moves, columns=["src", "dst", "bytes"]).astype({"bytes": float})
     return res

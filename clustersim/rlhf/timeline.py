@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..record import SPAN_FIELDS
+
 COLUMNS = ["iteration", "pool", "phase", "start_s", "end_s", "bytes"]
 
 
@@ -61,3 +63,31 @@ def pool_usage(timeline: pd.DataFrame) -> pd.DataFrame:
     out["idle_s"] = span - out["busy_s"]
     out["busy_fraction"] = out["busy_s"] / span if span else 0.0
     return out
+
+
+def phase_spans(timeline: pd.DataFrame, gpus: dict[str, range]) -> pd.DataFrame:
+    """The timeline as spans (:data:`clustersim.record.SPAN_FIELDS`): each phase on every
+    GPU of its pool (``gpus``: pool → GPU indices), so ``res.plot_gantt()`` and the bundle
+    show it; the weight transfer as communication, the rest as compute."""
+    rows = []
+    for r in timeline.itertuples():
+        comm = r.phase == "weight_sync"
+        lane, kind = ("comm", "collective") if comm else ("compute", "compute")
+        for g in gpus[r.pool]:
+            rows.append(
+                (
+                    f"gpu{g}",
+                    lane,
+                    kind,
+                    r.phase,
+                    0,
+                    r.iteration,
+                    r.start_s,
+                    r.end_s,
+                    r.bytes,
+                    0.0,
+                    r.phase,
+                    r.iteration,
+                )
+            )
+    return pd.DataFrame(rows, columns=list(SPAN_FIELDS))
