@@ -251,3 +251,33 @@ def test_the_timeline_is_every_gpus_spans_and_saves(runs, tmp_path):
         assert per_gpu[f"gpu{g}"] == pytest.approx(busy["generation" if g < 4 else "training"], rel=1e-12)
     out = res.save(tmp_path / "bundle", plots=False)
     assert (out / "spans.csv").exists() and (out / "summary.json").exists()
+
+
+def test_training_only_settings_stay_with_the_training_step():
+    """ZeRO, recompute, an interleaved schedule and several iterations are the training
+    step's; the forward-only phases (scoring, generation) run without them."""
+    sc = {
+        **scenario(iterations=1),
+        "training": {**BASE["training"], "recompute": "full"},
+        "parallel": {"tp": 2, "pp": 2, "zero": 1, "schedule": "interleaved", "virtual_stages": 2},
+        "simulation": {"fidelity": "fast", "iterations": 2},
+    }
+    res = cs.simulate(sc, progress=False)
+    assert res.summary["train_step_s"] > 0 and res.summary["scoring_forward_s"] > 0
+    # TP 2 × PP 2 × DP 2 hold two copies of the model; 8 TP-1 replicas need 8: 6 move (bf16)
+    params = resolve_transformer(cs.load_scenario(BASE).model).params()
+    assert res.summary["weight_sync_bytes"] == pytest.approx(8 * 2 * params * 3 / 4, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "extra, field",
+    [
+        ({"training": {**BASE["training"], "mode": "inference"}}, "training.mode"),
+        ({"generation": {"prompt_len": 4, "output_len": 4}}, "generation"),
+        ({"energy": {}}, "energy"),
+    ],
+)
+def test_sections_the_driver_owns_are_refused(extra, field):
+    with pytest.raises(ScenarioError) as err:
+        cs.load_scenario({**BASE, **extra})
+    assert err.value.field == field

@@ -116,9 +116,24 @@ def training_scenario(sc, pools: Pools, samples: int, seq: int):
         ) from None
 
 
+#: what a forward-only run (the inference mode) takes of a training scenario's settings:
+#: the backward's, the optimizer's and the training schedule's are left out (the inference
+#: mode refuses them by name), a forward has one chunk per stage and runs once
+FORWARD_ONLY = {
+    "training.mode": "inference",
+    "training.recompute": "none",
+    "parallel.zero": 0,
+    "parallel.virtual_stages": 1,
+    "parallel.schedule": "1f1b",
+    "parallel.gradient_compression": None,
+    "parallel.activation_compression": None,
+    "simulation.iterations": 1,
+}
+
+
 def scoring_scenario(sc, pools: Pools, samples: int, seq: int):
     """One forward over the iteration's samples on the training layout (inference mode)."""
-    return training_scenario(sc, pools, samples, seq).with_overrides({"training.mode": "inference"})
+    return training_scenario(sc, pools, samples, seq).with_overrides(FORWARD_ONLY)
 
 
 def generation_scenario(sc):
@@ -134,7 +149,7 @@ def generation_scenario(sc):
     return _sub(
         sc,
         {
-            "training.mode": "inference",
+            **FORWARD_ONLY,
             "training.global_batch": 1,
             "training.micro_batch": 1,
             "parallel": {"tp": ro.tp, "pp": ro.pp, "dp": 1, "gpus": ro.tp * ro.pp},
