@@ -281,3 +281,21 @@ def test_sections_the_driver_owns_are_refused(extra, field):
     with pytest.raises(ScenarioError) as err:
         cs.load_scenario({**BASE, **extra})
     assert err.value.field == field
+
+
+def test_the_rollout_phase_is_the_generation_modes_run_of_the_same_requests():
+    """One replica: the phase is exactly the makespan the generation mode gives the same
+    requests (prompt 64, outputs from the same stream [seed, 2]), all at t = 0."""
+    sc = {
+        **scenario(iterations=1, rollout={"tp": 2}),
+        "cluster": {"nodes": 1, "gpus_per_node": 2, "gpu": "A100-SXM4-80GB"},
+    }
+    res = cs.simulate(sc, progress=False)
+    serve = {
+        **{k: v for k, v in sc.items() if k != "rlhf"},
+        "training": {"mode": "inference", "global_batch": 1, "cuda_graphs": True, "precision": "bf16"},
+        "generation": {"requests": 16, "prompt_len": 64, "output_len": BASE["rlhf"]["output_len"]},
+    }
+    assert res.summary["generation_replica_s"] == [
+        cs.simulate(serve, progress=False).summary["iteration_time_s"]
+    ]
