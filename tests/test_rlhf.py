@@ -232,6 +232,7 @@ def test_generation_gpus_sweep_compares_colocated_and_split():
         ({"prompts": 1, "samples_per_prompt": 2}, "rlhf.generation_gpus", "generation replicas"),
         ({"algorithm": "dpo"}, "rlhf.algorithm", "grpo"),
         ({"prompts": 3, "samples_per_prompt": 3}, "rlhf.prompts", "multiple of micro_batch"),
+        ({"prompt_len": 900_000, "output_len": 4}, "rlhf.rollout.kv_memory_fraction", "KV blocks"),
     ],
 )
 def test_bad_input_is_refused_naming_the_field(rlhf, field, says):

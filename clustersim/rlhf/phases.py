@@ -7,6 +7,7 @@ on the cluster's fabric. Nothing here enters the engine; each phase is a run of 
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -164,13 +165,38 @@ def generation_seconds(sc, reqs: list[Request], replicas: int, build_engine) -> 
     gsc = generation_scenario(sc)
     check_generation_model(gsc)
     job = check_job(resolve(gsc))
-    cache = kv_cache_of(job, resolve_transformer(gsc.model), gsc.generation)
+    with rollout_fields(sc):
+        cache = kv_cache_of(job, resolve_transformer(gsc.model), gsc.generation)
+    runs: dict[tuple, float] = {}  # replicas given the same lengths run the same
     out = []
     for r in range(replicas):
         share = [Request(i, 0.0, q.prompt, q.output) for i, q in enumerate(reqs[r::replicas])]
-        pool = serve(gsc, job, cache, share, build_engine)
-        out.append(max(s.token_times[-1] for s in pool.sched.done))
+        key = tuple((q.prompt, q.output) for q in share)
+        if key not in runs:
+            runs[key] = _served(sc, gsc, job, cache, share, build_engine)
+        out.append(runs[key])
     return out
+
+
+def _served(sc, gsc, job, cache, share: list[Request], build_engine) -> float:
+    """One replica's makespan."""
+    with rollout_fields(sc):
+        pool = serve(gsc, job, cache, share, build_engine)
+    return max(s.token_times[-1] for s in pool.sched.done)
+
+
+@contextmanager
+def rollout_fields(sc):
+    """Let the generation mode's refusals name the ``rlhf`` field the user wrote
+    (``generation.kv_memory_fraction`` → ``rlhf.rollout.kv_memory_fraction``)."""
+    try:
+        yield
+    except ScenarioError as exc:
+        name = exc.field.removeprefix("generation.")
+        if name == exc.field:
+            raise
+        field = f"rlhf.rollout.{name}" if name in type(sc.rlhf.rollout).model_fields else "rlhf.rollout"
+        raise ScenarioError(field, exc.value, exc.expected) from None
 
 
 def transfer(sc, pools: Pools, train_job) -> tuple[float, list[tuple[int, int, Fraction]], Layout]:
