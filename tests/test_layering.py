@@ -38,6 +38,7 @@ RANKS: list[set[str]] = [
     {"trace"},
     {"compilers"},
     {"faults", "multijob", "generation"},
+    {"rlhf"},
     {"simulate"},
     {"validation", "experiments", "scheduler"},
     {"cli"},

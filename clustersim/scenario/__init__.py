@@ -25,7 +25,7 @@ class Scenario:
     """A validated, immutable scenario and the quantities derived from it.
 
     Sections are available as typed attributes: ``cluster``, ``model``, ``training``,
-    ``parallel``, ``simulation``, ``faults``, ``recovery``, ``generation``. Derived: ``num_gpus``, ``dp``, ``num_microbatches``.
+    ``parallel``, ``simulation``, ``faults``, ``recovery``, ``generation``, ``rlhf``. Derived: ``num_gpus``, ``dp``, ``num_microbatches``.
     """
 
     #: the sections, read as plain attributes (the layers below resolve read them many times)
@@ -39,6 +39,7 @@ class Scenario:
         "faults",
         "recovery",
         "generation",
+        "rlhf",
     )
     __slots__ = ("_raw", "spec", "dp", *SECTIONS)
 
