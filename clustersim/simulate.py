@@ -149,8 +149,10 @@ def simulate(scenario: Scenario | Job | str | Path | dict[str, Any], progress: b
 def checked(sc: Scenario | MultiJobScenario) -> Scenario | MultiJobScenario | Job:
     """What :func:`simulate` runs of loaded scenario ``sc``, refused where it cannot run:
     the checked Job of a single plain job (:func:`resolve_scenario`); a multi-job or a
-    whole-job (faults) or RLHF scenario as it is — its runner checks each job as it resolves it."""
-    if isinstance(sc, MultiJobScenario) or sc.faults or sc.recovery is not None or sc.rlhf is not None:
+    whole-job (faults), RLHF or generation scenario as it is — its runner checks each job (or
+    step) as it resolves it."""
+    whole = sc.faults or sc.recovery is not None or sc.rlhf is not None or sc.generation is not None
+    if isinstance(sc, MultiJobScenario) or whole:
         return sc
     return resolve_scenario(sc)
 

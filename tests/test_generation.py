@@ -309,3 +309,17 @@ def test_the_generation_mode_compiles_the_scenarios_own_prefill():
     assert mode_of(resolve(sc)).name == "generation"
     prog = compile_scenario(sc)
     assert prog.num_devices == 2 and any(op.kind == "collective" for op in prog.ops)
+
+
+def test_a_sweep_runs_generation_not_plain_inference():
+    """A sweep row of a generation scenario is the generation run's (its TTFT columns, equal
+    to simulate's), not the forward-only inference run the section would otherwise fall to."""
+    import clustersim as cs
+    from clustersim.scenario import read_yaml
+
+    raw = read_yaml("scenarios/llama2-7b-serving-1xa100.yaml")
+    raw["generation"]["requests"] = 4
+    df = cs.sweep(raw, grid={"generation.arrival.rate": [2.0]}, progress=False)
+    assert df["status"].tolist() == ["ok"]
+    raw["generation"]["arrival"]["rate"] = 2.0
+    assert df["ttft_p50_s"].iloc[0] == simulate(load_scenario(raw)).summary["ttft_p50_s"]
