@@ -16,13 +16,13 @@ from ...scenario.expert_rules import expert_field
 from ..pipeline.check import check_data_parallel
 
 
-def check_inference(job: Job) -> None:
+def check_inference(job: Job, experts: bool = False) -> None:
     """Raise ScenarioError (field, value, accepted) for what an inference job combines that
-    its compiler cannot run."""
+    its compiler cannot run; ``experts``: expert parallelism runs (the generation mode's)."""
     par = job.parallel
     if par.cp > 1:
         raise cp_conflict("training.mode", job.training.mode, par.cp)
     check_data_parallel(job)
     on = expert_field(par)
-    if on is not None:
+    if on is not None and not experts:
         raise ScenarioError(*on, "expert parallelism is modelled for training; accepted: 1")
