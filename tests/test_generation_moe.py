@@ -72,14 +72,23 @@ def _idle_time(cluster: dict, op: TPComm) -> float:
     return measure(cluster, op.fwd, op.forward_nbytes).time_s
 
 
-@pytest.mark.parametrize("batch", [1, 8])
-def test_moe_decode_step_is_bytes_over_bandwidth_plus_launches_plus_idle_collectives(batch):
+@pytest.mark.parametrize(
+    "batch,parallel",
+    [
+        (1, {}),
+        (8, {}),
+        (8, {"moe_token_dispatcher": "allgather", "moe_expert_mlp": "grouped"}),
+    ],
+)
+def test_moe_decode_step_is_bytes_over_bandwidth_plus_launches_plus_idle_collectives(batch, parallel):
     """Mixtral-8x7B, TP 8 × EP 8 (one expert a GPU), CUDA graphs, idle node: a decode step
     of ``batch`` sequences lasts Σ bytes / achieved HBM bandwidth + the kernels' launches
     (every kernel memory-bound) + each collective's idle-fabric time (TP all-reduce, the EP
     dispatch and combine all-to-alls, the all-gather after the experts) — and the experts'
-    GEMMs read E·(1 − (1 − k/E)^T)/ep experts' weights a GPU, not E/ep."""
-    price = pricer(mixtral(8, 8))
+    GEMMs read E·(1 − (1 − k/E)^T)/ep experts' weights a GPU, not E/ep. Under the all-to-all
+    and all-gather dispatchers, sequential and grouped experts (DeepEP's ``flex`` moves an
+    uneven all-to-all-v matrix that ``measure`` does not take: not in this closed form)."""
+    price = pricer(mixtral(8, 8, **parallel))
     cm, cfg = price.model.cm, price.model.cfg
     seqs = (StepSeq(1, 1000),) * batch
     ops = price.model.ops(seqs, batch)[0]
@@ -96,9 +105,9 @@ def test_moe_decode_step_is_bytes_over_bandwidth_plus_launches_plus_idle_collect
     cluster = price.sc.resolved()["cluster"]
     comm = sum(_idle_time(cluster, op) for op in comms)
     assert price(seqs, batch) == pytest.approx(compute + comm, rel=1e-12)
-    # two all-to-alls per MoE layer (every Mixtral layer is one), over the EP group
-    a2a = [op for op in comms if op.fwd == "all_to_all"]
-    assert len(a2a) == 2 * cfg.layers and {op.group for op in a2a} == {"ep"}
+    # two exchanges per MoE layer (every Mixtral layer is one), over the EP group
+    exchange = [op for op in comms if op.group != "tp"]
+    assert len(exchange) == 2 * cfg.layers
     # the touched experts' weights: each GPU holds E/ep = 1 expert, read with probability D/E
     e, h, f = 2, cfg.hidden, cfg.expert_ffn
     per_expert = 3 * h * f * e  # gate, up, down
