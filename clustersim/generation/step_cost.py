@@ -26,6 +26,10 @@ three serving kernels in place of the training ones:
   below ~128 tokens on H100 (its ``dim_half`` term); no public skinny-GEMM sweep was found to
   check it (docs/generation.md).
 
+A MoE layer runs training's MoE ops (router, permute, experts, unpermute, the token
+dispatcher's collectives under expert parallelism) with its routed experts' GEMMs over the
+weights of the experts the step's tokens touch: :mod:`.moe_step`.
+
 The output layer computes the logits of each sequence's last token only (sampling needs no
 others; no loss), after the final norm over those tokens. Not priced: the sampler, the
 detokenizer and the scheduler's own CPU time beyond ``training.fixed_costs`` (whose

@@ -3,8 +3,10 @@
 resolve (:func:`clustersim.compilers.check_job`).
 
 The training-only settings are refused at load (:mod:`clustersim.scenario.inference`);
-here, the features the forward-only pipeline does not run: context and expert parallelism,
-and the ``parallel.data_parallel`` rules of the uniform pipeline it is laid out as.
+here, the features the forward-only pipeline does not run: context parallelism, expert
+parallelism (but in a generation step, whose MoE layers carry their dispatch,
+:mod:`clustersim.generation.moe_step`), and the ``parallel.data_parallel`` rules of the
+uniform pipeline it is laid out as.
 """
 
 from __future__ import annotations
