@@ -10,6 +10,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from clustersim.collectives.bench import measure
 from clustersim.errors import ScenarioError
@@ -19,6 +21,7 @@ from clustersim.generation.step_cost import StepSeq
 from clustersim.resolve import resolve
 from clustersim.scenario import load_scenario
 from clustersim.simulate import build_engine
+from clustersim.workload.moe import layer_expert_tokens
 from clustersim.workload.ops import ExpertRanks, LayerOp, TPComm
 
 IDLE = {"cuda_graphs": True, "fixed_costs": {"microbatch_overhead": 0}}
@@ -217,3 +220,36 @@ def test_what_generation_does_not_model_is_still_refused(model, field):
     with pytest.raises(ScenarioError) as err:
         simulate(raw)
     assert err.value.field == field
+
+
+def test_under_a_skewed_load_the_seeded_draw_says_which_experts_are_read():
+    """``expert_load: skew``: the draw's integer counts decide; a decode token's 2 copies
+    land on at most 2 experts, each read whole, the others run nothing (no double
+    discount by D(T)/E)."""
+    raw = mixtral(2, 1)
+    raw["model"].update(expert_load="skew", expert_skew=1.0, expert_seed=3)
+    price = pricer(raw)
+    cfg = price.model.cfg
+    counts = layer_expert_tokens(cfg, 1)
+    reached = sum(1 for n in counts if n > 0)
+    assert 1 <= reached <= 2 and sum(counts) == 2
+    per_expert = 3 * cfg.hidden * cfg.expert_ffn // 2 * 2  # FFN split over TP 2, bf16
+    ops = [op for op in price.model.ops((StepSeq(1, 500),), 1)[0] if getattr(op, "name", "") in EXPERT_GEMMS]
+    assert len(ops) == 2 * reached * cfg.layers and all(op.fwd.gemm is None for op in ops)
+    moved = sum(counts) * (2 * cfg.hidden + 3 * cfg.expert_ffn // 2) * 2
+    assert sum(op.fwd.bytes for op in ops) / cfg.layers == pytest.approx(
+        reached * per_expert + moved, rel=1e-12
+    )
+
+
+@given(st.integers(1, 64), st.integers(1, 8), st.integers(0, 500))
+def test_distinct_experts_lie_between_k_and_min_e_tk(experts, k, tokens):
+    """D(0) = 0, D(1) = k, k ≤ D(T) ≤ min(E, T·k) for T ≥ 1, non-decreasing in T."""
+    k = min(k, experts)
+    d = expected_distinct_experts(experts, k, tokens)
+    if tokens == 0:
+        assert d == 0
+        return
+    assert k * (1 - 1e-12) <= d <= min(experts, tokens * k) * (1 + 1e-12)
+    assert expected_distinct_experts(experts, k, tokens + 1) >= d
+    assert expected_distinct_experts(experts, k, 1) == pytest.approx(k, rel=1e-12)

@@ -20,8 +20,12 @@ the dense skinny linears are: it is priced memory-bound, moving the fraction D(T
 experts' weights it holds (in expectation) plus its tokens' input and output; above that
 it is a GEMM priced by the shape model as in training (where D(T) = E to within 1e-9 for
 every shipped MoE model). In decode (T small) the expert GEMMs thus read the weights of
-the experts the step touches, not all E. The bytes follow the uniform router whatever
-``model.expert_load`` says (the token counts follow the load model), as DeepEP's do.
+the experts the step touches, not all E. That is ``model.expert_load: uniform`` (the
+default), whose token counts are expectations (T·k/E each). Under ``skew`` the seeded
+draw's integer counts already say which experts are reached: one with no token runs
+nothing (:mod:`clustersim.workload.moe`), one with tokens reads its weights whole, a GEMM
+of ≤ SKINNY_TOKENS rows memory-bound; ``histogram`` likewise reads every expert of
+non-zero weight whole (it errs high for small steps).
 
 **Expert parallelism** (``parallel.ep`` > 1, ``etp`` × ``ep`` dividing ``tp``): attention runs
 tensor-parallel over the replica's tp GPUs as configured (its all-reduce), and the MoE
@@ -74,8 +78,12 @@ def _touched(op, cfg, pool: float, skinny: int, e: int):
     rows per touched expert are at most ``skinny`` (module doc); other ops unchanged."""
     if not isinstance(op, LayerOp) or op.name not in EXPERT_GEMMS or op.fwd.gemm is None:
         return op
-    touched = expected_distinct_experts(cfg.experts, cfg.experts_per_token, pool)
-    if touched == 0 or pool * cfg.experts_per_token / touched > skinny:
+    if cfg.expert_load != "uniform":  # the load model's counts say which experts are reached
+        touched, rows = cfg.experts, op.fwd.gemm[0]
+    else:
+        touched = expected_distinct_experts(cfg.experts, cfg.experts_per_token, pool)
+        rows = pool * cfg.experts_per_token / touched if touched else 0.0
+    if rows > skinny or not touched:
         return op
     w = op.fwd
     untouched = (1.0 - touched / cfg.experts) * op.params * e
