@@ -1,7 +1,8 @@
 """Command line: ``clustersim run SCENARIO [--out DIR [--plots]] [--set key=value ...] [--quiet]
 [--chakra DIR]``, ``clustersim plot DIR`` (re-draw a saved bundle's pictures), ``clustersim export-chakra
 SCENARIO DIR`` (Chakra ET files), ``clustersim calibrate TRACE`` (a PyTorch profiler trace
-against the cost model) and ``clustersim list``.
+against the cost model), ``clustersim schedule QUEUE`` (a queue of arriving jobs,
+docs/scheduler.md) and ``clustersim list``.
 
 The contract (:data:`CONTRACT`, shown by ``--help``): a user error — a bad scenario or
 override, a deadlocked program, a file that cannot be read or written — prints one
@@ -46,6 +47,37 @@ def summary_table(summary: dict) -> str:
     """The summary as an aligned two-column table."""
     width = max(len(k) for k in summary)
     return "\n".join(f"{k:<{width}}  {_format_value(v)}" for k, v in summary.items())
+
+
+SCHEDULE_HELP = "run a queue of arriving jobs on one cluster (FIFO, EASY backfill, priority)"
+SCHEDULE = (
+    "Run a queue scenario (scheduler + jobs with iterations and arrivals): each set of jobs that overlap is "
+    "simulated on the shared fabric; prints per job its start, end, queueing delay and slowdowns, then the "
+    "cluster's summary. docs/scheduler.md."
+)
+#: the per-job columns ``clustersim schedule`` prints
+SCHEDULE_SHOWN = (
+    "job",
+    "gpus",
+    "arrival_s",
+    "start_s",
+    "end_s",
+    "queueing_delay_s",
+    "sharing_slowdown",
+    "slowdown",
+)
+
+
+def cmd_schedule(args) -> int:
+    """Run a queue file, print the jobs and the summary, save to ``--out`` if given."""
+    from .scheduler import schedule
+
+    out = schedule(args.queue)
+    print(out.jobs[list(SCHEDULE_SHOWN)].to_string(index=False, float_format=lambda v: f"{v:.6g}"))
+    print(summary_table(out.summary))
+    if args.out:
+        out.save(args.out)
+    return 0
 
 
 def cmd_run(args) -> int:
@@ -366,6 +398,14 @@ def build_parser() -> argparse.ArgumentParser:
     from .experiments.cli import add_commands as add_experiment_commands  # sweep, search
 
     add_experiment_commands(sub, [common], CONTRACT)
+    sch = sub.add_parser(
+        "schedule", parents=[common], epilog=CONTRACT, help=SCHEDULE_HELP, description=SCHEDULE
+    )
+    sch.add_argument("queue", help="queue scenario YAML file")
+    sch.add_argument(
+        "--out", help="folder for jobs.csv, timeline.csv, events.csv, summary.json, schedule.png"
+    )
+    sch.set_defaults(func=cmd_schedule)
     return parser
 
 

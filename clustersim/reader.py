@@ -35,6 +35,8 @@ MAX_BYTES = {
     "model.chakra": 256 * MiB,
     "kineto trace": 256 * MiB,
     "generation.trace": 64 * MiB,
+    "scheduler.arrivals.trace": 16 * MiB,
+    "availability": 1 * MiB,
     "--set": 64 * 2**10,
 }
 #: deepest nesting of YAML/JSON collections (shipped scenarios use at most 5)

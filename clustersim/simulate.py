@@ -134,6 +134,10 @@ def simulate(scenario: Scenario | Job | str | Path | dict[str, Any], progress: b
         from .faults import simulate_job
 
         return simulate_job(sc, run_job, progress)
+    if sc.rlhf is not None:  # RLHF: each phase a run of its own, on one timeline (docs/rlhf.md)
+        from .rlhf import simulate_rlhf
+
+        return simulate_rlhf(sc, run_job, build_engine)
     if sc.generation is not None:  # token generation: a scheduler runs each step (docs/generation.md)
         from .generation import simulate_generation
 
@@ -145,8 +149,8 @@ def simulate(scenario: Scenario | Job | str | Path | dict[str, Any], progress: b
 def checked(sc: Scenario | MultiJobScenario) -> Scenario | MultiJobScenario | Job:
     """What :func:`simulate` runs of loaded scenario ``sc``, refused where it cannot run:
     the checked Job of a single plain job (:func:`resolve_scenario`); a multi-job or a
-    whole-job (faults) scenario as it is — its runner checks each job as it resolves it."""
-    if isinstance(sc, MultiJobScenario) or sc.faults or sc.recovery is not None:
+    whole-job (faults) or RLHF scenario as it is — its runner checks each job as it resolves it."""
+    if isinstance(sc, MultiJobScenario) or sc.faults or sc.recovery is not None or sc.rlhf is not None:
         return sc
     return resolve_scenario(sc)
 

@@ -1,6 +1,6 @@
 """Fuzzing every input surface beside the scenario file (issue 39, item 6): an HF config.json,
-a ``model.profile`` CSV, a Kineto trace, a Chakra ET trace, a sweep file and a saved result
-bundle, each mutated at a random place to an odd value (hypothesis). Every case must be
+a ``model.profile`` CSV, a Kineto trace, a Chakra ET trace, a sweep file, a queue file and
+its arrival trace (docs/scheduler.md) and a saved result bundle, each mutated at a random place to an odd value (hypothesis). Every case must be
 accepted — and then its summary holds only finite figures ≥ 0 — or refused with
 clustersim's own error, which names what it refuses; never a traceback, a hang (30 s) or a
 memory blow-up (2 GiB). The default run is derandomized and small; ``pytest -m slow`` runs
@@ -25,7 +25,7 @@ import clustersim as cs
 from clustersim.experiments.runner import time_limit
 from clustersim.interop.chakra_attrs import attr, attrs_of
 from clustersim.interop.chakra_file import read_trace, write_trace
-from tests.test_fuzz_scenarios import ODD_VALUES, memory_limit
+from tests.test_fuzz_scenarios import ODD_VALUES, _parent, _paths, memory_limit
 
 ROOT = Path(__file__).resolve().parents[1]
 CASE_S = 30.0
@@ -220,6 +220,67 @@ def _sweep(tmp: Path, doc: dict) -> None:
             )
 
 
+_QUEUE_JOB = {
+    "model": {"kind": "synthetic", "layers": 2, "forward": "1 ms", "backward": "2 ms", "params": "1 MiB"},
+    "training": {"global_batch": 2, "micro_batch": 1},
+    "parallel": {"dp": 2},
+    "placement": {"policy": "spread"},
+    "iterations": 3,
+}
+QUEUE = {
+    "name": "queue",
+    "cluster": {"nodes": 2, "gpus_per_node": 2, "gpu": "A100-SXM4-80GB"},
+    "scheduler": {"policy": "priority", "preemption": True},
+    "jobs": [
+        {"name": "a", **_QUEUE_JOB, "arrival": 0.0},
+        {"name": "b", **_QUEUE_JOB, "arrival": 0.001, "priority": 1, "parallel": {"dp": 4}},
+    ],
+}
+#: the places a queue file adds to a multi-job scenario's (their sections are fuzzed there)
+QUEUE_KEYS = ("scheduler", "iterations", "priority", "arrival", "placement", "name")
+
+
+@st.composite
+def queue_cases(draw):
+    raw = json.loads(json.dumps(QUEUE))
+    places = [p for p in _paths(raw) if any(k in QUEUE_KEYS for k in p)]
+    places += [("scheduler", "arrivals"), ("scheduler", "arrivals", "mean_interarrival"), ("jobs", 0, "x")]
+    path = draw(st.sampled_from(places))
+    if path[:2] == ("scheduler", "arrivals") and len(path) == 3:
+        raw["scheduler"]["arrivals"] = {"process": "poisson"}
+        for job in raw["jobs"]:
+            del job["arrival"]
+    _parent(raw, path)[path[-1]] = _odd(draw)
+    return raw
+
+
+def _queue(tmp: Path, raw: dict) -> dict:
+    from clustersim.scheduler import schedule
+
+    return schedule(raw).summary
+
+
+@st.composite
+def trace_cases(draw):
+    rows = [["job", "arrival_s"], ["a", "0"], ["b", "0.5"]]
+    rows[draw(st.integers(0, 2))][draw(st.integers(0, 1))] = str(draw(ODD_VALUES))
+    if draw(st.booleans()):  # a row added or a cell too many
+        rows.append(rows[1] + ([str(draw(ODD_VALUES))] if draw(st.booleans()) else []))
+    out = io.StringIO()
+    csv.writer(out).writerows(rows)
+    return out.getvalue()
+
+
+def _trace(tmp: Path, text: str) -> dict:
+    path = tmp / "arrivals.csv"
+    path.write_text(text)
+    raw = json.loads(json.dumps(QUEUE))
+    raw["scheduler"]["arrivals"] = {"trace": str(path)}
+    for job in raw["jobs"]:
+        del job["arrival"]
+    return _queue(tmp, raw)
+
+
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("bundle") / "b"
@@ -273,6 +334,8 @@ SURFACES = {
     "kineto": (kineto_cases(), _kineto),
     "chakra": (chakra_cases(), _chakra),
     "sweep": (sweep_cases(), _sweep),
+    "queue": (queue_cases(), _queue),
+    "arrival_trace": (trace_cases(), _trace),
 }
 
 

@@ -38,8 +38,9 @@ RANKS: list[set[str]] = [
     {"trace"},
     {"compilers"},
     {"faults", "multijob", "generation"},
+    {"rlhf"},
     {"simulate"},
-    {"validation", "experiments"},
+    {"validation", "experiments", "scheduler"},
     {"cli"},
     {"__init__"},
 ]

@@ -11,6 +11,7 @@ import pytest
 import clustersim as cs
 from clustersim.scenario.loader import read_yaml
 from clustersim.scenario.multi_job import MultiJobSpec
+from clustersim.scenario.queue import QueueSpec
 from clustersim.scenario.schema import field_ranges
 from tests.conftest import synthetic
 from tests.test_engine_fabric import _two_node_pipeline
@@ -92,7 +93,8 @@ def test_transformer_vocab_range():
 def test_every_range_is_documented():
     doc = (ROOT / "docs" / "limits.md").read_text()
     table = dict(re.findall(r"^\| `([^`]+)` \| (.+?) \|$", doc, flags=re.M))
-    ranges = {**field_ranges(), **field_ranges(MultiJobSpec)}  # a multi-job scenario adds jobs[].…
+    # a multi-job scenario adds jobs[].…, a queue scheduler.… and jobs[].… of its own
+    ranges = {**field_ranges(), **field_ranges(MultiJobSpec), **field_ranges(QueueSpec)}
     assert table == {path: str(rng) for path, rng in ranges.items()}
     assert len(table) >= 40
 

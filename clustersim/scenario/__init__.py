@@ -25,7 +25,7 @@ class Scenario:
     """A validated, immutable scenario and the quantities derived from it.
 
     Sections are available as typed attributes: ``cluster``, ``model``, ``training``,
-    ``parallel``, ``simulation``, ``faults``, ``recovery``, ``generation``. Derived: ``num_gpus``, ``dp``, ``num_microbatches``.
+    ``parallel``, ``simulation``, ``faults``, ``recovery``, ``generation``, ``rlhf``. Derived: ``num_gpus``, ``dp``, ``num_microbatches``.
     """
 
     #: the sections, read as plain attributes (the layers below resolve read them many times)
@@ -39,6 +39,7 @@ class Scenario:
         "faults",
         "recovery",
         "generation",
+        "rlhf",
     )
     __slots__ = ("_raw", "spec", "dp", *SECTIONS)
 
@@ -99,6 +100,13 @@ def load_scenario(
     if isinstance(source, dict):
         if overrides:
             source = apply_overrides(source, overrides)
+        if "scheduler" in source:  # a queue file handed to run: say which command reads it
+            raise ScenarioError(
+                "scheduler",
+                source["scheduler"],
+                "this is a queue of arriving jobs (docs/scheduler.md), not a scenario; run it with "
+                "`clustersim schedule FILE` (or clustersim.scheduler.schedule in Python)",
+            )
         return MultiJobScenario(source) if "jobs" in source else Scenario(source)
     raise ScenarioError("scenario", source, "expected a YAML file path or a dict")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -17,7 +17,7 @@ from ..errors import ClusterSimError, ScenarioError, short_repr
 from ..reader import check_text, check_value, parse_yaml, read_yaml_file
 from .adapt import adapt_fidelity
 from .frameworks import apply_framework
-from .schema import ScenarioSpec
+from .schema import ScenarioSpec, _models_in
 from .unit_hints import warn_unit_hints
 
 # Pydantic appends the branch of a union it tried (e.g. 'int', "literal['auto']") to an
@@ -34,29 +34,34 @@ def _is_branch(part: object) -> bool:
     )
 
 
-def _fields_at(loc: tuple) -> list[str]:
-    """Field names accepted at the model that location ``loc`` points into."""
-    model: type[BaseModel] | None = ScenarioSpec
+def _fields_at(loc: tuple, root: type[BaseModel] = ScenarioSpec) -> list[str]:
+    """Field names accepted at the model that location ``loc`` points into, from ``root``
+    (list indices pass into the list's items; an optional or annotated model counts)."""
+    model: type[BaseModel] | None = root
     for part in loc:
-        if model is None or not isinstance(part, str) or part not in model.model_fields:
+        if isinstance(part, int):
+            continue
+        if part not in model.model_fields:
             break
-        ann = model.model_fields[part].annotation
-        # a sub-model, or an optional one (``Spec | None``)
-        models = [a for a in (ann, *get_args(ann)) if isinstance(a, type) and issubclass(a, BaseModel)]
-        model = models[0] if models else None
-        if model is None:
+        # a sub-model, an optional one (``Spec | None``) or a list of one; a union of
+        # several models has no one list of fields
+        inner = _models_in(model.model_fields[part].annotation)
+        if len(inner) != 1:
+            model = None
             break
+        model = inner[0][0]
     return sorted(model.model_fields) if model is not None else []
 
 
-def _to_scenario_error(exc: ValidationError) -> ScenarioError:
+def _to_scenario_error(exc: ValidationError, root: type[BaseModel] = ScenarioSpec) -> ScenarioError:
+    """The first problems of a failed validation of ``root`` as one ScenarioError."""
     lines, first = [], None
     for err in exc.errors():
         loc = tuple(p for p in err["loc"] if not _is_branch(p))
         path = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in loc).replace(".[", "[")
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = f"unknown field; accepted fields here: {', '.join(_fields_at(loc[:-1]))}"
+            msg = f"unknown field; accepted fields here: {', '.join(_fields_at(loc[:-1], root))}"
         elif err["type"] == "missing":
             msg = "this field is required"
         value = None if err["type"] == "missing" else err.get("input")

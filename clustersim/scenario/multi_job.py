@@ -82,7 +82,7 @@ class MultiJobScenario:
         try:
             self.spec = MultiJobSpec.model_validate(expand_cluster_preset(raw))
         except ValidationError as exc:
-            raise _to_scenario_error(exc) from None
+            raise _to_scenario_error(exc, MultiJobSpec) from None
         cl = self.spec.cluster
         if cl.node_groups is not None:
             raise ScenarioError(
@@ -193,17 +193,23 @@ def _place(entry: JobEntrySpec, k: int, raw: dict, cluster: ClusterSpec, owner: 
             raise ScenarioError(f"jobs[{k}].parallel.gpus", want, f"the placement lists {len(gpus)} GPUs")
         return gpus
     n = _gpu_count(entry, k)
-    per = cluster.gpus_per_node
     free = [g for g in range(total) if g not in owner]
-    if place.policy == "spread":
-        slot = {g: sum(1 for f in free if f // per == g // per and f < g) for g in free}
-        free.sort(key=lambda g: (slot[g], g // per))
-    elif place.policy == "per_rail":
-        free.sort(key=lambda g: (g % per, g // per))
     if n > len(free):
         raise ScenarioError(
             f"jobs[{k}].parallel.gpus", n, f"only {len(free)} of the cluster's {total} GPUs are left free"
         )
+    return place_by_policy(place.policy, n, free, cluster.gpus_per_node)
+
+
+def place_by_policy(policy: str | None, n: int, free: list[int], per: int) -> tuple[int, ...]:
+    """The ``n`` GPUs a placement ``policy`` (module docstring; None: ``packed``) takes from
+    the ``free`` GPUs (ascending) of a cluster with ``per`` GPUs a node, sorted."""
+    free = list(free)
+    if policy == "spread":
+        slot = {g: sum(1 for f in free if f // per == g // per and f < g) for g in free}
+        free.sort(key=lambda g: (slot[g], g // per))
+    elif policy == "per_rail":
+        free.sort(key=lambda g: (g % per, g // per))
     return tuple(sorted(free[:n]))
 
 
@@ -265,4 +271,4 @@ def _gpu_list(value: str | list[int], field: str, total: int) -> tuple[int, ...]
     return tuple(sorted(out))
 
 
-__all__ = ["MultiJobScenario", "MultiJobSpec", "POLICIES"]
+__all__ = ["MultiJobScenario", "MultiJobSpec", "POLICIES", "place_by_policy"]

@@ -56,7 +56,9 @@ def check_rules(spec: ScenarioSpec) -> None:
     spec.cluster.check_gpu_name()
     check_node_groups(spec)  # first: the GPU count below depends on it
     from .inference import check_inference
+    from .rlhf_rules import check_rlhf
 
+    check_rlhf(spec)  # (first: an rlhf scenario's generation section is named as the rlhf's)
     check_inference(spec)
     for k, straggler in enumerate(spec.cluster.stragglers):
         for g in straggler.gpus:

@@ -41,6 +41,7 @@ from .cluster_spec import (  # noqa: F401  (re-exported: the schema's public nam
 from .fields import Bandwidth, Bytes, Range, Time, _Spec, known
 from .generation_spec import GenerationSpec
 from .model_spec import CNNModel, ModelSpec, SyntheticModel, TraceModel, TransformerModel  # noqa: F401
+from .rlhf_spec import RlhfSpec
 
 
 class ArrivalSpec(_Spec):
@@ -666,6 +667,8 @@ class ScenarioSpec(_Spec):
     recovery: RecoverySpec | None = None
     #: token generation with continuous batching (docs/generation.md); needs ``training.mode: inference``
     generation: GenerationSpec | None = None
+    #: an RLHF / GRPO iteration's phases on one timeline (docs/rlhf.md); the rest is the actor's training job
+    rlhf: RlhfSpec | None = None
     #: power and energy of the step (docs/energy.md); None: not reported
     energy: EnergySpec | None = None
     #: what ``training.framework`` or ``simulation.fidelity`` filled differently from their
