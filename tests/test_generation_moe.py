@@ -253,3 +253,19 @@ def test_distinct_experts_lie_between_k_and_min_e_tk(experts, k, tokens):
     assert k * (1 - 1e-12) <= d <= min(experts, tokens * k) * (1 + 1e-12)
     assert expected_distinct_experts(experts, k, tokens + 1) >= d
     assert expected_distinct_experts(experts, k, 1) == pytest.approx(k, rel=1e-12)
+
+
+def test_an_rlhf_job_with_a_moe_actor_is_still_refused_naming_experts():
+    """Generation now serves MoE models; RLHF's other phases (its weight transfer, per dense
+    layer) do not, so its MoE actors stay refused, now at load, naming the field."""
+    raw = {
+        "name": "grpo-moe",
+        "cluster": {"preset": "dgx_h100", "nodes": 1},
+        "model": {"hf_config": "mixtral-8x7b", "seq_len": 4096},
+        "training": {"global_batch": 8, "micro_batch": 1},
+        "parallel": {"tp": 8},
+        "rlhf": {"algorithm": "grpo", "prompts": 2, "samples_per_prompt": 2, "rollout": {"tp": 8}},
+    }
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(raw)
+    assert err.value.field == "model.experts"
