@@ -26,6 +26,10 @@ three serving kernels in place of the training ones:
   below ~128 tokens on H100 (its ``dim_half`` term); no public skinny-GEMM sweep was found to
   check it (docs/generation.md).
 
+A MoE layer runs training's MoE ops (router, permute, experts, unpermute, the token
+dispatcher's collectives under expert parallelism) with its routed experts' GEMMs over the
+weights of the experts the step's tokens touch: :mod:`.moe_step`.
+
 The output layer computes the logits of each sequence's last token only (sampling needs no
 others; no loss), after the final norm over those tokens. Not priced: the sampler, the
 detokenizer and the scheduler's own CPU time beyond ``training.fixed_costs`` (whose
@@ -45,6 +49,7 @@ from ..workload.segments import compute_time, forward_items
 from ..workload.stage_builder import FixedCosts, TrainSetup, cost_model_of
 from ..workload.stage_cost import StageCost
 from ..workload.transformer_ops import embedding_ops, layer_ops, output_ops
+from .moe_step import step_moe_ops
 
 #: a linear over at most this many tokens is a weights-streaming (memory-bound) kernel
 SKINNY_TOKENS = 64
@@ -75,10 +80,6 @@ def check_generation_model(sc) -> None:
             "model.kind", sc.model.kind, "generation runs transformer models; accepted: transformer"
         )
     cfg = resolve_transformer(sc.model)
-    if cfg.experts > 1:
-        raise ScenarioError(
-            "model.experts", cfg.experts, "generation is modelled for dense models yet; accepted: 1"
-        )
     if cfg.mla:
         raise ScenarioError(
             "model.kv_lora_rank",
@@ -130,14 +131,20 @@ def _attention(cfg, seqs: tuple[StepSeq, ...], at: int, kvt: int, e: int, window
     return ops
 
 
-def _layer(cfg, seqs, tp: int, e: int, kernels: str, window: int) -> list:
-    """One layer's ops for the step: the training layer's over T tokens, attention replaced."""
+def _layer(cfg, seqs, tp: int, e: int, split, kernels: str, shape: tuple[bool, int]) -> list:
+    """One layer's ops for the step: the training layer's over T tokens, attention replaced;
+    ``shape``: (MoE, sliding window) — a MoE layer's experts as :mod:`.moe_step` says
+    (``split``: their expert parallelism)."""
+    moe, window = shape
     tokens = sum(s.new for s in seqs)
     at, kvt = cfg.heads // tp, max(1, cfg.n_kv // tp)
     base = replace(cfg, seq_len=tokens, sliding_window=window)
     core = {op.name for op in attention_core_ops(base, 1, at, kvt, e)}
     out, placed = [], False
-    for op in layer_ops(base, 1, tp, False, e, False, kernels=kernels):
+    ops = layer_ops(base, 1, tp, False, e, moe, split=split, kernels=kernels)
+    if moe:
+        ops = step_moe_ops(ops, cfg, split, tp, tokens, e, SKINNY_TOKENS)
+    for op in ops:
         if isinstance(op, LayerOp) and op.name in core:
             if not placed:
                 out += _attention(cfg, seqs, at, kvt, e, window)
@@ -174,14 +181,13 @@ class StepModel:
         cfg, st = self.cfg, self.st
         tp, e = st.tp, st.e
         tokens = sum(s.new for s in seqs)
-        windows = sorted({w for _, w in cfg.layer_shapes()})
-        layers = {w: _layer(cfg, seqs, tp, e, st.kernels, w) for w in windows}
+        shapes = cfg.layer_shapes()
+        layers = {k: _layer(cfg, seqs, tp, e, st.split, st.kernels, k) for k in sorted(set(shapes))}
         emb = embedding_ops(replace(cfg, seq_len=tokens), 1, tp, False, e)
         out = _output(cfg, sampled, tp, e, st.kernels)
-        shapes = cfg.layer_shapes()
         stages, start = [], 0
         for k, n in enumerate(self.partition):
-            ops = (emb if k == 0 else []) + [op for _, w in shapes[start : start + n] for op in layers[w]]
+            ops = (emb if k == 0 else []) + [op for key in shapes[start : start + n] for op in layers[key]]
             stages.append(ops + (out if k == len(self.partition) - 1 else []))
             start += n
         return stages

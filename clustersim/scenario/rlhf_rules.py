@@ -6,6 +6,7 @@ no energy report)."""
 from __future__ import annotations
 
 from ..errors import ScenarioError
+from ..workload.resolve import resolve_transformer
 
 
 def check_rlhf(spec) -> None:
@@ -17,6 +18,11 @@ def check_rlhf(spec) -> None:
         raise ScenarioError("training.mode", spec.training.mode, f"{why}; accepted: train")
     if spec.model.kind != "transformer":
         raise ScenarioError("model.kind", spec.model.kind, f"{why}: a transformer; accepted: transformer")
+    experts = resolve_transformer(spec.model).experts
+    if experts > 1:  # generation serves MoE models; the phases' weight moves are per dense layer
+        raise ScenarioError(
+            "model.experts", experts, "the RLHF phases are modelled for dense actors; accepted: 1"
+        )
     for field, value in (
         ("generation", spec.generation),
         ("faults", spec.faults or None),

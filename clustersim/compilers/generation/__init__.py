@@ -16,6 +16,7 @@ from __future__ import annotations
 from ...errors import ScenarioError
 from ...program import Program
 from ...resolve import Job
+from ...scenario.expert_rules import expert_field
 from ..base import MODES, JobContext, TrainingMode
 from ..inference.check import check_inference
 from ..inference.compile import compile_inference
@@ -33,7 +34,16 @@ class GenerationMode(TrainingMode):
         return job.resolved.get("generation") is not None
 
     def check(self, job: Job) -> None:
-        check_inference(job)
+        check_inference(job, experts=True)
+        par = job.parallel
+        etp = par.etp or par.tp
+        if expert_field(par) is not None and par.tp % (etp * par.ep):
+            # each replica serves on its own tp GPUs (clustersim.generation.moe_step)
+            raise ScenarioError(
+                *expert_field(par),
+                f"generation runs an expert group inside one replica's tp GPUs: etp × ep = {etp} × "
+                f"{par.ep} must divide parallel.tp = {par.tp} (data-parallel attention is not modelled)",
+            )
         # otherwise each of the dp replicas serves on tp × pp GPUs (clustersim.generation.replicas)
         if job.resolved["generation"]["disaggregated"] and job.plan.dp != 2:
             raise ScenarioError(
