@@ -9,6 +9,7 @@
     python benchmarks/scale.py --family --sizes 16,64,256,1024   # issue 38's benchmark family
     python benchmarks/scale.py --family --tp-overlap --sizes 64,128,256,512 --against /tmp/main
     python benchmarks/scale.py --accel --sizes 512   # the C accelerator against the pure Python
+    python benchmarks/scale.py --family --rail-spines 8 --sizes 256,512 --against /tmp/main
 
 Prints a table:
   (a) GPT-3 175B on 1,024 A100 (DGX-A100 fat tree; TP 8, PP 16, DP 8; batch 1,536, micro-batch 1;
@@ -36,6 +37,10 @@ the growth exponent between successive sizes, log(CPU ratio) / log(GPU ratio).
 sequence parallelism, ``simulation.granularity: layer`` — at ``fidelity: fast`` (issue 38: at
 most 10 s CPU each from 64 to 512 GPUs); ``--against DIR`` adds each size's CPU seconds on
 the code in ``DIR`` (before → after).
+
+``--rail-spines N`` runs the family on a ``rail`` topology with ``N`` spines beside the same
+sizes on the fat tree, each in a fresh process, and prints both CPU seconds and rail ÷ fat
+tree (issue 38: at most 1.5); with ``--against DIR`` the ratio on that code too.
 
 ``--accel`` times the optional C accelerator (setup.py; the flow model's max-min loops,
 clustersim/network/_cmaxmin.c) against the pure-Python path it replaces: the balanced GPT-3
@@ -113,23 +118,23 @@ def gpus_sweep(gpus: int, m: int = 8) -> dict:
     }
 
 
-def family(gpus: int, tp_overlap: bool = False) -> dict:
+def family(gpus: int, tp_overlap: bool = False, rail_spines: int | None = None) -> dict:
     """Issue 38's benchmark family at ``gpus`` GPUs (module docstring); ``tp_overlap``: its
-    layer-granularity TP-overlap variant at ``fidelity: fast``."""
+    layer-granularity TP-overlap variant at ``fidelity: fast``; ``rail_spines``: on a rail
+    topology with that many spines instead of the fat tree."""
     from clustersim.scenario import read_yaml
 
     raw = read_yaml(ROOT / "scenarios" / "gpt-7.5b-64xh100-balanced.yaml")
     dp = gpus // 8
     overlap = {"tp_comm_overlap": True, "sequence_parallel": True} if tp_overlap else {}
     sim = {"fidelity": "fast", "granularity": "layer"} if tp_overlap else raw["simulation"]
+    topology = {"kind": "fat_tree", "oversubscription": 1}
+    if rail_spines is not None:
+        topology = {"kind": "rail", "spines": rail_spines}
     return {
         **raw,
         "name": f"gpt-7.5b-{gpus}xh100-{'tp-overlap-layer-fast' if tp_overlap else 'balanced'}",
-        "cluster": {
-            **raw["cluster"],
-            "nodes": gpus // 8,
-            "topology": {"kind": "fat_tree", "oversubscription": 1},
-        },
+        "cluster": {**raw["cluster"], "nodes": gpus // 8, "topology": topology},
         "training": {**raw["training"], "global_batch": 8 * dp, "micro_batch": 1},
         "parallel": {**raw["parallel"], "tp": 8, "pp": 1, "dp": dp, **overlap},
         "simulation": sim,
@@ -165,6 +170,24 @@ def family_table(sizes: list[int], tp_overlap: bool = False, against: str | None
         vs = f"   {old['cpu_s']:.2f} → {r['cpu_s']:.2f} ({old['folded']} → {r['folded']})" if old else ""
         print(" ".join(f"{c:>9}" for c in cells) + vs, flush=True)
         before = r
+
+
+def rail_table(sizes: list[int], spines: int, against: str | None = None) -> None:
+    """One row per size: the family's CPU s on the fat tree and on a rail topology with
+    ``spines`` spines, rail ÷ fat tree and whether each folded; ``against``: the same ratio
+    on the code in that directory, run just before."""
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; rail with {spines} spines")
+    head = ("GPUs", "fat CPU s", "rail CPU s", "rail÷fat", "folded")
+    print(" ".join(f"{h:>10}" for h in head) + ("   rail÷fat before → after" if against else ""))
+    for gpus in sizes:
+        runs = [(code, spine) for code in ([against] if against else []) + [None] for spine in (None, spines)]
+        (*old, fat, rail) = [
+            in_subprocess(family(gpus, rail_spines=spine), code=code) for code, spine in runs
+        ]
+        cells = (gpus, f"{fat['cpu_s']:.2f}", f"{rail['cpu_s']:.2f}", f"{rail['cpu_s'] / fat['cpu_s']:.2f}")
+        folded = f"{fat['folded']}/{rail['folded']}"
+        vs = f"   {old[1]['cpu_s'] / old[0]['cpu_s']:.2f} → {rail['cpu_s'] / fat['cpu_s']:.2f}" if old else ""
+        print(" ".join(f"{c:>10}" for c in (*cells, folded)) + vs, flush=True)
 
 
 def accel_table(sizes: list[int], repeat: int) -> None:
@@ -320,6 +343,9 @@ def main() -> None:
     ap.add_argument(
         "--tp-overlap", action="store_true", help="--family: its layer-granularity TP-overlap variant"
     )
+    ap.add_argument(
+        "--rail-spines", type=int, help="--family: rail ÷ fat tree CPU time, the rail with this many spines"
+    )
     ap.add_argument("--accel", action="store_true", help="the C accelerator against the pure Python")
     ap.add_argument("--repeat", type=int, default=3, help="--accel: runs of each path per row")
     ap.add_argument("--only", help="run only the rows whose label contains this text")
@@ -330,6 +356,9 @@ def main() -> None:
         return
     if args.accel:
         accel_table([int(n) for n in (args.sizes or "512").split(",")], args.repeat)
+        return
+    if args.family and args.rail_spines is not None:
+        rail_table([int(n) for n in (args.sizes or "256,512").split(",")], args.rail_spines, args.against)
         return
     if args.family:
         family_table(

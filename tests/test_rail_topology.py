@@ -52,7 +52,7 @@ def test_cross_rail_pairs_go_through_one_rail_and_nvlink_forwarding_or_the_spine
     assert forms == ({"nvlink"} if spines == 0 else {"nvlink", "spine"})
 
 
-def _job(fold: bool, spines: int = 0) -> dict:
+def _job(fold: bool, spines: int = 0, pp: int = 4) -> dict:
     nodes, gpn = 4, 8
     return {
         "cluster": {"preset": "dgx_a100", "nodes": nodes, **_cluster(nodes, gpn, spines)},
@@ -65,21 +65,25 @@ def _job(fold: bool, spines: int = 0) -> dict:
             "params": "512 MiB",
         },
         "training": {"global_batch": 64},
-        "parallel": {"pp": nodes},  # a stage per server: every send stays on one rail
+        "parallel": {"pp": pp},  # pp = 4: a stage per server, every send stays on one rail
         "simulation": {"network": "packet", "fold": fold, "max_chunks": 16},
     }
 
 
-def test_rail_folds_exactly_through_its_declared_placement():
-    assert route_obstacle(resolve(cs.load_scenario(_job(True)))) is None
-    full = cs.simulate(_job(False), progress=False)
-    folded = cs.simulate(_job(True), progress=False)
+@pytest.mark.parametrize("spines", [0, 2])
+def test_rail_folds_exactly_through_its_declared_placement(spines):
+    """With spines too: no send and no DP ring hop crosses rails, so none takes a spine."""
+    assert route_obstacle(resolve(cs.load_scenario(_job(True, spines)))) is None
+    full = cs.simulate(_job(False, spines), progress=False)
+    folded = cs.simulate(_job(True, spines), progress=False)
     assert folded.summary["folded"].startswith("yes")
     for key in ("iteration_time_s", "bubble_fraction", "num_gpus"):
         assert folded.summary[key] == full.summary[key]
 
 
 def test_rail_with_spines_refuses_folding_with_its_reason():
-    assert route_obstacle(resolve(cs.load_scenario(_job(True, spines=2)))).startswith(
+    """One stage over 4 servers: the DP ring's hop from GPU 7 to the next server's GPU 0
+    crosses rails (spine or NVLink forwarding by ECMP)."""
+    assert route_obstacle(resolve(cs.load_scenario(_job(True, spines=2, pp=1)))).startswith(
         "cross-rail routes on a rail"
     )

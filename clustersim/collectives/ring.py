@@ -9,7 +9,9 @@ global barrier), so on an idle ring of bandwidth B and step latency α:
 
 Across several hosts the ring is split into *channels* (as NCCL does): one ring per
 local rank, each visiting every host with its intra-host order rotated, so each channel
-leaves a host through a different GPU (and NIC). Each channel carries 1/C of the data.
+leaves a host through a different GPU (and NIC); on rail and multi-plane fabrics each
+channel stays on one rail instead (:mod:`.rail_rings`, as NCCL's rings do). Each channel
+carries 1/C of the data.
 Broadcast and reduce run as a chain along the ring, pipelined in chunks.
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 from .algorithm import ALGORITHMS, KINDS, Algorithm
 from .cost import Shape
+from .rail_rings import aligned_orders, rail_matched
 from .ring_hops import chain_time, ring_time
 from .schedule import Msg, all_of, split
 
@@ -38,11 +41,14 @@ def pipeline_chunks(nbytes: int, chunks: int | None = None) -> int:
     return max(1, min(MAX_PIPELINE_CHUNKS, -(-int(nbytes) // MIN_PIPELINE_CHUNK)))
 
 
-def ring_orders(hosts: dict[object, list[str]], channels: int | None = None) -> list[list[str]]:
-    """Ring orders, one per channel: hosts in turn, each host's members rotated by channel."""
+def ring_orders(hosts: dict[object, list[str]], channels: int | None = None, graph=None) -> list[list[str]]:
+    """Ring orders, one per channel: hosts in turn, each host's members rotated by channel —
+    rail-aligned instead on a rail or multi-plane ``graph`` (:mod:`.rail_rings`)."""
     locals_ = list(hosts.values())
     if channels is None:
         channels = 1 if len(locals_) == 1 else max(len(m) for m in locals_)
+    if rail_matched(graph, hosts):
+        return aligned_orders(hosts, max(1, channels))
     orders = []
     for c in range(max(1, channels)):
         orders.append([m for grp in locals_ for m in grp[c % len(grp) :] + grp[: c % len(grp)]])
@@ -155,7 +161,7 @@ def build(group, kind: str, nbytes: int, options):
     """The ring of ``group`` (see :func:`build_ring`). With ``latency: nccl`` across hosts a
     reduce-scatter, all-gather or all-reduce pays its steps' mean α once, as the pipeline's
     fill before the first step, and its messages none (:func:`cost`'s ``nccl`` form)."""
-    env, orders = group.env, ring_orders(group.hosts, options.channels)
+    env, orders = group.env, ring_orders(group.hosts, options.channels, group.graph)
     ready = {}
     fill = group.latency == "nccl" and len(group.hosts) > 1 and kind in _STEPS
     if fill:

@@ -11,7 +11,10 @@ not when, say, a stage's replicas straddle a site border that the next stage's r
 do not. The expert groups of a stage (:meth:`~clustersim.parallel.plan.Plan.expert_groups`)
 must each be laid out as the representative's. Topologies whose placement is a reason (routes depend on position: ``ring``,
 ``torus_2d``, ``star``, ``custom``, wan sites that differ) are not compared: folding is
-refused there with that reason.
+refused there with that reason. A placement may name levels at which routes depend on
+position (``unlike``, :class:`clustersim.topology.plugin.Placements`: a rail topology's
+cross-rail level once it has spines): folding is refused, with that reason, where any
+compared pair — the representative's or a twin's — sits at one of them.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ def twin_obstacle(plan, where: dict[str, tuple], wrap: bool = False) -> str | No
     leaf switches, server)); ``wrap``: the last stage also sends to the first (interleaved
     schedules)."""
     level = _Levels(where, plan.num_devices)
+    unlike = getattr(where, "unlike", {})
     # device(stage, replica, tp rank) = tp rank + tp × (replica + replicas × stage)
     devices = np.arange(plan.num_devices).reshape(plan.pp, plan.replicas, plan.tp)
     hops = [(s, s + 1) for s in range(plan.pp - 1)]
@@ -61,32 +65,43 @@ def twin_obstacle(plan, where: dict[str, tuple], wrap: bool = False) -> str | No
     if hops:
         src, nxt = (devices[[h[k] for h in hops], : plan.dp] for k in (0, 1))
         twins = level(src, nxt)  # (hop, replica, tp rank)
-        differ = twins != twins[:, :1, :1]
+        differ = (twins != twins[:, :1, :1]) | np.isin(twins, list(unlike))
         if differ.any():
             h, r, t = np.unravel_index(np.argmax(differ), differ.shape)
             s, n = hops[h]
+            if twins[h, r, t] in unlike:
+                return f"{unlike[twins[h, r, t]]} (stage {s}'s replica {r}, TP rank {t} sends to stage {n})"
             return (
                 f"stage {s}'s replica {r}, TP rank {t} sends to stage {n} within {LEVELS[twins[h, r, t]]}, "
                 f"replica 0 within {LEVELS[twins[h, 0, 0]]}"
             )
     rings = level(devices, np.roll(devices, -1, axis=1))  # each data-parallel group's ring
+    at = np.isin(rings, list(unlike))  # (stage, replica, tp rank): a ring neighbour at an unlike level
+    if at.any():
+        s, r, t = np.unravel_index(np.argmax(at), at.shape)
+        return f"{unlike[rings[s, r, t]]} (stage {s}'s data-parallel ring of TP rank {t}, from replica {r})"
     differ = (rings != rings[:, :, :1]).any(axis=1)  # (stage, tp rank): unlike TP rank 0's
     if differ.any():
         s, t = np.unravel_index(np.argmax(differ), differ.shape)
         return f"stage {s}'s data-parallel group of TP rank {t} is laid out unlike TP rank 0's"
-    return _expert_obstacle(plan, where)
+    return _expert_obstacle(plan, where, unlike)
 
 
-def _expert_obstacle(plan, where) -> str | None:
+def _expert_obstacle(plan, where, unlike) -> str | None:
     """Why some expert group of a stage is laid out unlike the representative's (each
-    pair of its members compared, in group order), or None."""
+    pair of its members compared, in group order) or has a pair at an ``unlike`` level,
+    or None."""
     if plan.ep == 1 and plan.expert_tp == plan.tp:
         return None
     for s in range(plan.pp):
         for kind in ("ep", "etp", "tp_ep", "edp"):
             first, *rest = plan.expert_groups(s, kind)
             pattern = [_level(where, a, b) for a, b in combinations(first, 2)]
-            for group in rest:
-                if [_level(where, a, b) for a, b in combinations(group, 2)] != pattern:
+            for group in (first, *rest):
+                pairs = [_level(where, a, b) for a, b in combinations(group, 2)]
+                at = [lv for lv in pairs if lv in unlike]
+                if at:
+                    return f"{unlike[at[0]]} (stage {s}'s {kind} group {list(group)})"
+                if pairs != pattern:
                     return f"stage {s}'s {kind} group {list(group)} is laid out unlike {list(first)}"
     return None

@@ -6,7 +6,9 @@ file. Its builder receives a :class:`Site`: the servers, read once, and its opti
 index, the switches the GPU's own NIC links to, its server — for topologies whose routes
 depend only on the levels two GPUs share; folding (:mod:`clustersim.parallel.fold_routes`)
 compares twins' levels with their representative's. A topology whose routes depend on
-position returns a reason string instead, and folding is refused there.
+position returns a reason string instead, and folding is refused there; one whose routes
+depend on position at some levels only returns :class:`Placements` naming them, and folding
+is refused where a folded transfer crosses at one of them.
 """
 
 from __future__ import annotations
@@ -23,6 +25,17 @@ from .servers import ServerSpec
 
 #: where a GPU sits: (site index, switches its NIC links to, server index)
 Placement = tuple[int, frozenset, int]
+
+
+class Placements(dict):
+    """GPU name → :data:`Placement`, with ``unlike``: the levels (indices of
+    :data:`clustersim.parallel.fold_routes.LEVELS`) at which two GPUs' route depends on where
+    they sit, each with why (a rail topology's spines: cross-rail routes are an ECMP choice
+    between unlike paths)."""
+
+    def __init__(self, where: Mapping[str, Placement], unlike: Mapping[int, str]):
+        super().__init__(where)
+        self.unlike = dict(unlike)
 
 
 class TopologyOptions(BaseModel):

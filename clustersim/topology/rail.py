@@ -23,7 +23,12 @@ add no delay beyond their links' latency. Routes are shortest by hops (ECMP amon
 Placement (folding): the levels are (site 0, the rail switch a GPU's NIC links to, its
 server), so a twin's send crosses the same kind of links as its representative's exactly
 when the two pairs are both same-server, both same-rail or both cross-rail. With spines,
-cross-rail routes differ in shape (spine or NVLink forwarding), so folding is refused there.
+cross-rail routes differ in shape (spine or NVLink forwarding, an ECMP choice per pair), so
+folding is refused where a folded transfer (a pipeline send, a data-parallel ring neighbour,
+an expert group's pair) crosses rails between servers; same-server and same-rail routes
+never touch a spine (they are shorter), so a job whose transfers stay on their rails folds:
+its twins differ from their representative by a shift of GPU index within the server, which
+maps rail to rail.
 
 The graph is written on first use (:mod:`.lazy`); :class:`RailLayout` answers for its nodes
 and links until then.
@@ -40,7 +45,7 @@ from ..errors import ScenarioError
 from .graph import Latency, add_link, count_field, positive_number
 from .hierarchy import Hierarchy
 from .lazy import LazyDiGraph, has_node
-from .plugin import TOPOLOGIES, Site, Topology, TopologyOptions, levels
+from .plugin import TOPOLOGIES, Placements, Site, Topology, TopologyOptions, levels
 from .servers import add_server
 from .tiers import TwoTierLayout
 
@@ -99,10 +104,16 @@ class RailLayout(TwoTierLayout):
                 add_link(g, nic, rails[self.lower_of(n, k)], spec.nic_bandwidth, spec.nic_latency / 2, "nic")
 
 
+#: level 2 of :data:`clustersim.parallel.fold_routes.LEVELS`: two servers, two rails (leaves)
+CROSS_RAIL = 2
+
+
 def rail_placement(g: nx.DiGraph):
-    """Levels without spines; with spines, why folding is refused (module docstring)."""
+    """Levels; with spines, the cross-rail level marked as position-dependent (module
+    docstring)."""
     if has_node(g, "spine0"):  # spines are spine0, spine1, …
-        return "cross-rail routes on a rail topology with spines take the spine or NVLink forwarding by ECMP"
+        why = "cross-rail routes on a rail topology with spines take the spine or NVLink forwarding by ECMP"
+        return Placements(levels(g), {CROSS_RAIL: why})
     return levels(g)
 
 
