@@ -27,7 +27,7 @@ import math
 from .algorithm import ALGORITHMS, Algorithm, never
 from .cost import Shape
 from .ring import pipeline_chunks
-from .schedule import Msg, split
+from .schedule import Msg, all_of, split
 
 #: chunks a GPU's reduce-scatter may run ahead of its all-gather: NCCL's buffer slots per
 #: connection (src/include/device.h ``NCCL_STEPS``), so neither half starves the other
@@ -56,7 +56,7 @@ def build(group, kind: str, nbytes: int, options):
                     ups[r].append(msg)
                     copies.setdefault(j, []).append(msg.done)
             for j, r in enumerate(members):
-                msg = Msg(env, switch, r, shards[j], copies[j])
+                msg = Msg(env, switch, r, shards[j], all_of(copies[j]))  # one readiness, not m deps
                 sums[r].append(msg)
                 have[q, j] = (msg.done,)
         if kind in ("all_reduce", "all_gather"):
