@@ -475,7 +475,13 @@ def _groups(job: Job) -> dict[str, tuple[int, ...]]:
 def _segments_time(segs, groups: Mapping[str, tuple[int, ...]], net: _Network) -> float:
     """Seconds of one pass's segments run one after another; a compute segment marked
     ``overlap`` beside its neighbouring collective takes the longer of the two."""
-    times = [_segment_time(seg, groups, net) for seg in segs]
+    known: dict[int, float] = {}  # by the segment's identity: a pass repeats its layers' segments
+    times = []
+    for seg in segs:
+        t = known.get(id(seg))
+        if t is None:
+            t = known[id(seg)] = _segment_time(seg, groups, net)
+        times.append(t)
     total, k = 0.0, 0
     while k < len(segs):
         a = segs[k]
