@@ -76,9 +76,16 @@ class OneFOneB(Timeline):
                 u = lane[s]
                 lane[s] = b_at[s][j] = (t if t > u else u) + up[s]
 
-        for s in range(p):  # the fill
+        for s in range(p):  # the fill: forward(s, j) for each j, its stage's clocks held locally
+            t, u, step, hop = clock[s], lane[s], fwd[s], down[s]
+            arrive, out = f_at[s - 1] if s else None, f_at[s] if s < p - 1 else None
             for j in range(warm[s]):
-                forward(s, j)
+                if arrive is not None and arrive[j] > t:
+                    t = arrive[j]
+                t += step
+                if out is not None:
+                    u = out[j] = (t if t > u else u) + hop
+            clock[s], lane[s] = t, u
         full = m - warm[0]  # rounds every stage runs
         seen: list[list[float]] = []  # the state after each full round
         r = 0
@@ -94,9 +101,16 @@ class OneFOneB(Timeline):
                     r = to
                     seen.clear()
             r += 1
-        for s in range(p - 1, -1, -1):  # the drain
+        for s in range(p - 1, -1, -1):  # the drain: backward(s, j) for each j, as the fill
+            t, u, step, hop = clock[s], lane[s], bwd[s], up[s]
+            arrive, out = b_at[s + 1] if s < p - 1 else None, b_at[s] if s else None
             for j in range(m - warm[s], m):
-                backward(s, j)
+                if arrive is not None and arrive[j] > t:
+                    t = arrive[j]
+                t += step
+                if out is not None:
+                    u = out[j] = (t if t > u else u) + hop
+            clock[s], lane[s] = t, u
         return clock
 
     @staticmethod
