@@ -88,8 +88,8 @@ class OneFOneB(Timeline):
             clock[s], lane[s] = t, u
         full = m - warm[0]  # rounds every stage runs
         seen: list[list[float]] = []  # the state after each full round
-        r = 0
-        while r < max(m - w for w in warm):  # round r: stage s's forward w_s + r, backward r
+        r, rounds = 0, max(m - w for w in warm)
+        while r < rounds:  # round r: stage s's forward w_s + r, backward r
             for s in range(p - 1, -1, -1):
                 if r < m - warm[s]:
                     forward(s, warm[s] + r)
