@@ -3,7 +3,8 @@
 (:func:`clustersim.workload.host.host_waits`), the merged runs and lone segments
 (:func:`clustersim.workload.segments.to_segments`) and the estimate's segment times
 (``plan_estimate._segments_time``). A pass whose items are all distinct copies — nothing
-to share — is priced the same, to the bit."""
+to share — is priced the same, to the bit; and a run of kernels summed in one loop is the
+run they make added one by one."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import clustersim as cs
 from clustersim.experiments import plan_estimate
 from clustersim.validation.megatron import megatron_rows, megatron_scenario
 from clustersim.workload import stage_builder
+from clustersim.workload.segments import _Run, _run_of
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -59,3 +61,15 @@ def test_a_pass_of_copied_items_is_priced_as_the_shared_one(monkeypatch, name, m
             copies = tuple(replace(s) for s in segs)
             shared = plan_estimate._segments_time(segs, groups, net)
             assert repr(plan_estimate._segments_time(copies, groups, net)) == repr(shared)
+
+
+@pytest.mark.parametrize("name, make", _scenarios(), ids=[n for n, _ in _scenarios()])
+def test_a_run_summed_at_once_is_the_run_added_item_by_item(monkeypatch, name, make):
+    _, calls = _recorded(monkeypatch, make())
+    for _, pieces, *_ in calls:
+        for piece, kinds in ((piece, kinds) for piece in pieces for kinds in ("cep", "cp")):
+            kernels = [i for i in piece if i[0] in kinds]  # the piece's kernels as one run, per-rank or not
+            one_by_one = _Run()
+            for item in kernels:
+                one_by_one.add(item)
+            assert repr(vars(_run_of(kernels))) == repr(vars(one_by_one))

@@ -324,10 +324,25 @@ def _lone_segment(i: tuple) -> Segment:
 
 
 def _run_of(items: list[tuple]) -> _Run:
-    """The :class:`_Run` of consecutive kernels ``items``."""
+    """The :class:`_Run` of consecutive kernels ``items``: :meth:`_Run.add` of each, in a
+    tight loop where none is per-rank (a pass without collectives is one run of thousands)."""
     run = _Run()
-    for i in items:
-        run.add(i)
+    if any(i[0] == "e" for i in items):
+        for i in items:
+            run.add(i)
+        return run
+    t, f, beside = run.t, run.f, run.beside
+    for i in items:  # add's sums, in its order
+        t += i[1]
+        f += i[2]
+        own = i[6] if len(i) > 6 else ()
+        if beside is None:
+            beside = own
+        elif beside:  # an empty one stays empty (beside_sum)
+            beside = beside_sum(beside, own)
+    run.t, run.f, run.beside = t, f, beside
+    if items:
+        run.overlap = items[-1][0] == "p"
     return run
 
 
