@@ -49,7 +49,7 @@ from ..collectives.group import resolve_alpha
 from ..collectives.protocol import resolve_protocols
 from ..collectives.registry import plan as collective_plan
 from ..compilers import check_job, mode_of
-from ..hardware.node_groups import device_memory, heterogeneity
+from ..hardware.node_groups import gpu_spec, gpu_types, heterogeneity
 from ..parallel.data_parallel import SCALAR_BYTES, grad_stats_group
 from ..resolve import Job, resolve
 from ..resolve.job import job_identity
@@ -120,7 +120,9 @@ class _Network:
         #: whether every GPU is alike (no mixed types, speed factors): the memory replay's
         #: condition, and then a GPU's memory (bytes)
         self.uniform = heterogeneity(cl) is None
-        self.capacity = device_memory(cl, 1, job.num_gpus)[0]
+        # device 0's (:func:`~clustersim.hardware.node_groups.device_memory`'s first): the first
+        # node's GPU, read without listing every device
+        self.capacity = float(gpu_spec(cl, gpu_types(cl)[0]).memory_bytes)
         self._seen: dict[tuple, float] = {}  # by the group's members per host
         self._asked: dict[tuple, float] = {}  # by its devices: the same groups come back plan after plan
 
@@ -475,7 +477,13 @@ def _groups(job: Job) -> dict[str, tuple[int, ...]]:
 def _segments_time(segs, groups: Mapping[str, tuple[int, ...]], net: _Network) -> float:
     """Seconds of one pass's segments run one after another; a compute segment marked
     ``overlap`` beside its neighbouring collective takes the longer of the two."""
-    times = [_segment_time(seg, groups, net) for seg in segs]
+    known: dict[int, float] = {}  # by the segment's identity: a pass repeats its layers' segments
+    times = []
+    for seg in segs:
+        t = known.get(id(seg))
+        if t is None:
+            t = known[id(seg)] = _segment_time(seg, groups, net)
+        times.append(t)
     total, k = 0.0, 0
     while k < len(segs):
         a = segs[k]

@@ -56,37 +56,30 @@ class OneFOneB(Timeline):
         f_at = [[0.0] * m for _ in range(p)]  # when forward j's output reaches stage s + 1
         b_at = [[0.0] * m for _ in range(p)]  # when backward j's output reaches stage s − 1
 
-        def forward(s: int, j: int) -> None:
-            t = clock[s]
-            if s and f_at[s - 1][j] > t:
-                t = f_at[s - 1][j]
-            t += fwd[s]
-            clock[s] = t
-            if s < p - 1:
-                u = lane[s]
-                lane[s] = f_at[s][j] = (t if t > u else u) + down[s]
-
-        def backward(s: int, j: int) -> None:
-            t = clock[s]
-            if s < p - 1 and b_at[s + 1][j] > t:
-                t = b_at[s + 1][j]
-            t += bwd[s]
-            clock[s] = t
-            if s:
-                u = lane[s]
-                lane[s] = b_at[s][j] = (t if t > u else u) + up[s]
-
+        # per stage: where its forwards' and backwards' inputs arrive and its outputs go
+        f_in, f_out = [None, *f_at[:-1]], [*f_at[:-1], None]
+        b_in, b_out = [*b_at[1:], None], [None, *b_at[1:]]
         for s in range(p):  # the fill
-            for j in range(warm[s]):
-                forward(s, j)
+            clock[s], lane[s] = _passes(clock[s], lane[s], fwd[s], down[s], f_in[s], f_out[s], range(warm[s]))
         full = m - warm[0]  # rounds every stage runs
         seen: list[list[float]] = []  # the state after each full round
-        r = 0
-        while r < max(m - w for w in warm):  # round r: stage s's forward w_s + r, backward r
+        r, rounds = 0, max(m - w for w in warm)
+        while r < rounds:  # round r: stage s's forward w_s + r, then its backward r (as _passes runs them)
             for s in range(p - 1, -1, -1):
                 if r < m - warm[s]:
-                    forward(s, warm[s] + r)
-                    backward(s, r)
+                    j, t, u, arrive, out = warm[s] + r, clock[s], lane[s], f_in[s], f_out[s]
+                    if arrive is not None and arrive[j] > t:
+                        t = arrive[j]
+                    t += fwd[s]
+                    if out is not None:
+                        u = out[j] = (t if t > u else u) + down[s]
+                    arrive, out = b_in[s], b_out[s]
+                    if arrive is not None and arrive[r] > t:
+                        t = arrive[r]
+                    t += bwd[s]
+                    if out is not None:
+                        u = out[r] = (t if t > u else u) + up[s]
+                    clock[s], lane[s] = t, u
             if r < full - 1:
                 seen.append(clock + lane + [f_at[s][warm[s] + r] for s in range(p - 1)])
                 to = self._jump(r, full - 1, seen, clock, lane, f_at, warm)
@@ -95,8 +88,9 @@ class OneFOneB(Timeline):
                     seen.clear()
             r += 1
         for s in range(p - 1, -1, -1):  # the drain
-            for j in range(m - warm[s], m):
-                backward(s, j)
+            clock[s], lane[s] = _passes(
+                clock[s], lane[s], bwd[s], up[s], b_in[s], b_out[s], range(m - warm[s], m)
+            )
         return clock
 
     @staticmethod
@@ -127,3 +121,18 @@ class OneFOneB(Timeline):
                 f_at[s][warm[s] + r + n * q] = f_at[s][warm[s] + r] + step
             return r + n * q
         return r
+
+
+def _passes(t: float, u: float, step: float, hop: float, arrive, out, js) -> tuple[float, float]:
+    """A stage's passes of micro-batches ``js`` one after another, from its clock ``t`` and
+    send lane ``u``: each after its input's arrival (``arrive[j]``; None: no input from
+    another stage), ``step`` long, its output sent after the lane's earlier sends and
+    arriving ``hop`` later (``out[j]``; None: it sends none) — :meth:`.stage_timing.Timeline.run`'s
+    operations, in its order. The stage's clock and lane after them."""
+    for j in js:
+        if arrive is not None and arrive[j] > t:
+            t = arrive[j]
+        t += step
+        if out is not None:
+            u = out[j] = (t if t > u else u) + hop
+    return t, u

@@ -102,23 +102,35 @@ def host_waits(pieces: list[list[tuple]], launch_s: float, dispatch: float) -> l
     seconds races as k kernels issued H/k apart. All 0 when no item costs host time."""
     g = h = 0.0
     waits = []
+    # an item's work by its identity: a pass repeats its layers' item tuples, so each is read
+    # once (the race itself runs item by item: its sums round as they go)
+    works: dict[int, tuple] = {}
     for items in pieces:
         wait = 0.0
         for item in items:
-            t, k, host = _work(item, launch_s, dispatch)
-            if k == 0:
+            work = works.get(id(item))
+            if work is None:
+                t, k, host = _work(item, launch_s, dispatch)
+                work = works[id(item)] = (t, k, host, host / k, t / k) if k else (t, 0)
+            if work[1] == 0:
                 if item[0] == "x":
-                    if item[6:7] == (True,):  # the host blocks until the stream drains
-                        h = max(h, g)
+                    if item[6:7] == (True,) and g > h:  # the host blocks until the stream drains
+                        h = g
                     h += dispatch  # the host enqueues the collective
                 continue
-            # each term ≥ 0 on its own, so a zero host time adds exactly nothing
-            first = max(0.0, h + host / k - g)
-            last = max(0.0, h + host + t / k - (g + first + t))
+            t, _, host, host_k, t_k = work
+            # each term ≥ 0 on its own, so a zero host time adds exactly nothing (a
+            # comparison, not max(0.0, x): the same number, without the call)
+            first = h + host_k - g
+            if not first > 0.0:
+                first = 0.0
+            last = h + host + t_k - (g + first + t)
+            if not last > 0.0:
+                last = 0.0
             wait += first + last
             g += first + t + last
             h += host
         waits.append(wait)
-    if waits:  # a trailing collective starts once the host has issued it
-        waits[-1] += max(0.0, h - g)
+    if waits and h - g > 0.0:  # a trailing collective starts once the host has issued it
+        waits[-1] += h - g
     return waits

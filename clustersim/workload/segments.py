@@ -229,9 +229,12 @@ def launch_items(
     ``dispatch``). Present when n and ``launch_s`` are not 0, or the host issues a kernel
     at a ``dispatch`` that is not: whether the op exists depends on the configuration,
     never on the wait, so pricing the host adds no op to a pass that launches kernels."""
-    kernels = [i for i in items if i[0] in ("c", "e", "p", "o")]
-    n = sum(i[10] if i[0] == "o" else i[3] for i in kernels)
-    issued = any(i[0] == "o" or i[4] for i in kernels)
+    n, issued = 0, False
+    for i in items:  # one walk: a pass holds thousands of items
+        if i[0] == "o":
+            n, issued = n + i[10], True
+        elif i[0] in ("c", "e", "p"):
+            n, issued = n + i[3], issued or bool(i[4])
     present = (n and launch_s) or (issued and dispatch)
     return [("f", n * launch_s + wait, "launch")] + items if present else items
 
@@ -247,9 +250,10 @@ def _held(item: tuple) -> tuple:
 
 def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment, ...]:
     """Segments of a pass from its items (see module doc)."""
-    fixed = tuple(Segment("compute", i[1], name=i[2]) for i in items if i[0] == "f")
-    if fixed:  # the fixed costs run first, then the pass's kernels and collectives
-        return fixed + to_segments([i for i in items if i[0] != "f"], granularity)
+    rest = [i for i in items if i[0] != "f"]
+    if len(rest) < len(items):  # the fixed costs run first, then the pass's kernels and collectives
+        fixed = tuple(Segment("compute", i[1], name=i[2]) for i in items if i[0] == "f")
+        return fixed + to_segments(rest, granularity)
     if granularity == "stage":
         if any(i[0] in "or" for i in items):  # the scenario rules refuse this; a caller may not
             raise ValueError("overlapped TP items and ring attention need granularity 'layer'")
@@ -272,37 +276,74 @@ def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment
         )
         return half + colls + half
     segs: list[Segment] = []
-    run = _Run()
+    run: list[tuple] = []  # the kernels being merged
+    runs: dict[tuple[int, ...], Segment | None] = {}  # their Segment, by the items' identities
+
+    def merged() -> None:
+        # a pass repeats its layers' item tuples: a run of the same ones is the same Segment
+        key = tuple(map(id, run))
+        if key not in runs:
+            merged_run = _run_of(run)
+            runs[key] = merged_run.segment() if merged_run.nonzero else None
+        if runs[key] is not None:
+            segs.append(runs[key])
+
+    made: dict[int, Segment] = {}  # a collective's, overlap's or ring's Segment, by the item's identity
     for i in items:
-        if i[0] in "cep" and (run.overlap is None or run.overlap == (i[0] == "p")):
-            run.add(i)
+        kind = i[0]
+        if kind in "cep" and (not run or (run[-1][0] == "p") == (kind == "p")):
+            run.append(i)
             continue
-        if run.nonzero:
-            segs.append(run.segment())
-        run = _Run()
-        if i[0] == "o":  # a collective pipelined with a GEMM (tp_overlap): the GEMM's time rides along
-            _, kind, nbytes, name, seconds, flops, method, chunks, margin = i[:9]
-            segs.append(Segment("overlap", seconds, flops, nbytes, kind, name, method, chunks, margin=margin))
-        elif i[0] == "r":
-            _, times, flops, sent, name = i
-            segs.append(Segment("ring", sum(times), sum(flops), name=name, steps=times, step_bytes=sent))
-        elif i[0] == "x":
-            segs.append(
-                Segment(
-                    "collective",
-                    nbytes=i[2],
-                    collective=i[1],
-                    name=i[3],
-                    group=i[4],
-                    matrix=i[5],
-                    beside=_held(i),
-                )
-            )
+        if run:
+            merged()
+        run = []
+        if kind in ("o", "r", "x"):
+            if id(i) not in made:
+                made[id(i)] = _lone_segment(i)
+            segs.append(made[id(i)])
         else:
-            run.add(i)
-    if run.nonzero or not segs:
-        segs.append(run.segment())
+            run.append(i)
+    if run:
+        merged()
+    if not segs:  # the pass is its last run, empty or not
+        segs.append(_run_of(run).segment())
     return tuple(segs)
+
+
+def _lone_segment(i: tuple) -> Segment:
+    """The Segment of an ``o``, ``r`` or ``x`` item: what no kernel merges with."""
+    if i[0] == "o":  # a collective pipelined with a GEMM (tp_overlap): the GEMM's time rides along
+        _, kind, nbytes, name, seconds, flops, method, chunks, margin = i[:9]
+        return Segment("overlap", seconds, flops, nbytes, kind, name, method, chunks, margin=margin)
+    if i[0] == "r":
+        _, times, flops, sent, name = i
+        return Segment("ring", sum(times), sum(flops), name=name, steps=times, step_bytes=sent)
+    return Segment(
+        "collective", nbytes=i[2], collective=i[1], name=i[3], group=i[4], matrix=i[5], beside=_held(i)
+    )
+
+
+def _run_of(items: list[tuple]) -> _Run:
+    """The :class:`_Run` of consecutive kernels ``items``: :meth:`_Run.add` of each, in a
+    tight loop where none is per-rank (a pass without collectives is one run of thousands)."""
+    run = _Run()
+    if any(i[0] == "e" for i in items):
+        for i in items:
+            run.add(i)
+        return run
+    t, f, beside = run.t, run.f, run.beside
+    for i in items:  # add's sums, in its order
+        t += i[1]
+        f += i[2]
+        own = i[6] if len(i) > 6 else ()
+        if beside is None:
+            beside = own
+        elif beside:  # an empty one stays empty (beside_sum)
+            beside = beside_sum(beside, own)
+    run.t, run.f, run.beside = t, f, beside
+    if items:
+        run.overlap = items[-1][0] == "p"
+    return run
 
 
 class _Run:

@@ -248,6 +248,11 @@ class FixedCosts:
         piece led by its launch op: its kernels' launches and the GPU's wait for the host
         in it (:func:`.host.host_waits`, the race carried from piece to piece in the order
         they run: the last first for the ``backward`` pieces of a model's layers)."""
+        return self.priced_pass(pieces, granularity, backward)[0]
+
+    def priced_pass(self, pieces: list[list], granularity: str, backward: bool = False) -> tuple:
+        """(:meth:`pass_segments`, the GPU's wait for the host in each piece — what
+        :meth:`wait` gives a pass of one piece): both from one race of the host."""
         key = tuple(map(tuple, pieces))
         try:
             return cached_pass_segments(self, key, granularity, backward)
@@ -256,18 +261,19 @@ class FixedCosts:
 
 
 def _pass_segments(fixed: FixedCosts, pieces: tuple, granularity: str, backward: bool) -> tuple:
-    """:meth:`FixedCosts.pass_segments` of ``pieces`` (a tuple of item tuples)."""
+    """:meth:`FixedCosts.priced_pass` of ``pieces`` (a tuple of item tuples)."""
     order = slice(None, None, -1 if backward else 1)
     dispatch = fixed._dispatch(backward)
     waits = host_waits(list(pieces[order]), fixed.launch_s, dispatch)[order]
-    return tuple(
+    segments = tuple(
         to_segments(launch_items(list(items), fixed.launch_s, wait, dispatch), granularity)
         for items, wait in zip(pieces, waits)
     )
+    return segments, tuple(waits)
 
 
 #: the same pass items come back in every plan of a search that changes none of what
-#: prices them (data parallelism, schedule, ...): their segments — a function of the items
+#: prices them (data parallelism, schedule, ...): their segments and waits — a function of the items
 #: and the fixed costs alone, immutable — are built once
 cached_pass_segments = lru_cache(maxsize=4096)(_pass_segments)
 
@@ -386,9 +392,8 @@ def _stage(
     fp8: tuple[float, float] = (0.0, 0.0),
 ) -> StageCost:
     by_phase = {"F": items.f, "B": items.b, "Bi": items.bi, "W": items.w}
-    passes = {
-        ph: fixed.pass_segments([i], st.granularity, backward=ph != "F")[0] for ph, i in by_phase.items()
-    }
+    priced = {ph: fixed.priced_pass([i], st.granularity, backward=ph != "F") for ph, i in by_phase.items()}
+    passes = {ph: segments[0] for ph, (segments, _) in priced.items()}
     grads = _local_grads(st, params, expert)  # the optimizer's local fp32 gradients
     # buffers: the recompute working set and the p2p send and recv buffers
     static, experts = _static(st, params, work_buffer + 2 * send_bytes, expert, fp8)
@@ -410,7 +415,7 @@ def _stage(
         pass_overhead=fixed.pass_overhead,
         unscale=cm.memory_pass(grads * UNSCALE_BYTES) if fixed.unscale else 0.0,
         grad_norm=cm.memory_pass(grads * GRAD_NORM_BYTES) if fixed.grad_norm else 0.0,
-        host_wait=fixed.wait(items.f) + fixed.wait(items.b, backward=True),
+        host_wait=priced["F"][1][0] + priced["B"][1][0],  # :meth:`FixedCosts.wait` of each
     )
 
 
