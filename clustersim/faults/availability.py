@@ -45,7 +45,9 @@ def availability_from_failures(
     its ``seed``. Refused naming the field: no failures, a horizon not finite and > 0,
     a seed not a whole number ≥ 0, a moment when every node is out."""
     sc = _with_failures(load_scenario(source), failures)
-    if not (isinstance(horizon_s, (int, float)) and math.isfinite(horizon_s) and horizon_s > 0):
+    if isinstance(horizon_s, bool) or not (
+        isinstance(horizon_s, (int, float)) and math.isfinite(horizon_s) and horizon_s > 0
+    ):
         raise ScenarioError("horizon_s", horizon_s, "a finite number of seconds > 0")
     spec = sc.recovery.failures
     seed = spec.seed if seed is None else seed
