@@ -11,6 +11,7 @@ import clustersim as cs
 from clustersim.compilers import check_job
 from clustersim.errors import ScenarioError
 from clustersim.experiments.elastic import Level, elastic, read_availability
+from clustersim.faults.availability import availability_from_failures
 from clustersim.faults.state import rank_checkpoint_bytes
 from clustersim.resolve import resolve
 from clustersim.scenario.loader import read_yaml
@@ -131,3 +132,20 @@ def test_bad_input_is_refused_naming_the_field(avail, horizon, bw, field):
     with pytest.raises(ScenarioError) as err:
         elastic(RAW, avail, horizon, restore_bandwidth=bw, choose=chooser(PLANS))
     assert err.value.field == field
+
+
+def test_drawn_availability_is_the_failure_process_timeline():
+    """``{"failures": …, "seed": …}`` runs over exactly the seeded failure process's steps;
+    with no failure the goodput is the fixed layout's."""
+    f = {"mtbf": {"node": 40 * 3600.0}, "repair_time": 3600.0}
+    rows = availability_from_failures(RAW, 20 * 3600.0, f, seed=1)
+    assert len(rows) > 1
+    drawn = elastic(RAW, {"failures": f, "seed": 1}, 20 * 3600.0, 5e9, warmup_s=60, choose=chooser(PLANS))
+    given = elastic(RAW, rows, 20 * 3600.0, 5e9, warmup_s=60, choose=chooser(PLANS))
+    pd.testing.assert_frame_equal(drawn.timeline, given.timeline)
+    assert drawn.summary["switches"] == len(rows) - 1
+    none = elastic(RAW, {"failures": {"mtbf": {"gpu": 0}}}, 3600.0, 5e9, choose=chooser(PLANS))
+    assert none.summary["goodput_samples_per_s"] == none.summary["fixed_goodput_samples_per_s"]
+    with pytest.raises(ScenarioError) as err:
+        elastic(RAW, {"failures": f, "sed": 1}, 3600.0, 5e9, choose=chooser(PLANS))
+    assert err.value.field == "availability"

@@ -2,7 +2,8 @@
 between them, and the run's goodput against a fixed layout (docs/rlhf.md, "Elastic").
 
 Availability is a timeline of (time, GPUs) rows — from t on, that many GPUs until the next
-row — and the run ends at ``horizon_s``. For each level the plan search
+row — and the run ends at ``horizon_s``; or it is drawn from the fleet's failure rates
+(:func:`clustersim.faults.availability.availability_from_failures`). For each level the plan search
 (:func:`.plan_search.search`) picks the best plan on that many GPUs. Where the level
 changes, the job switches: each GPU of the new plan needs the training state (weights and
 optimizer states, the checkpoint's bytes per parameter) of its (stage, TP rank); it keeps
@@ -28,6 +29,7 @@ import pandas as pd
 
 from ..compilers import check_job
 from ..errors import ScenarioError, shorten
+from ..faults.availability import availability_from_failures
 from ..faults.replan import migration_time
 from ..faults.state import rank_checkpoint_bytes
 from ..reader import read_text
@@ -130,8 +132,17 @@ def elastic(
     choose=best_level,
 ):
     """Run ``base`` (a training scenario) elastically over ``availability`` until ``horizon_s``
-    (module doc); returns an :class:`ElasticResult`. ``choose(raw, gpus, top_k)`` picks each
-    level's :class:`Level` (default: the plan search's best)."""
+    (module doc); returns an :class:`ElasticResult`. ``availability``: (time, GPUs) pairs, a
+    CSV file, or ``{"failures": {...}, "seed": s}`` — drawn over the horizon from those
+    ``recovery.failures`` fields (absent: ``base``'s own) with seed ``s`` (absent: theirs).
+    ``choose(raw, gpus, top_k)`` picks each level's :class:`Level` (default: the plan
+    search's best)."""
+    if isinstance(availability, dict):
+        if not set(availability) <= {"failures", "seed"}:
+            raise ScenarioError(
+                FIELD, sorted(availability), "drawn availability takes the keys failures, seed"
+            )
+        availability = availability_from_failures(base, horizon_s, **availability)
     rows = read_availability(availability)
     if not (math.isfinite(horizon_s) and horizon_s > rows[-1][0]):
         raise ScenarioError("horizon_s", horizon_s, f"finite seconds after the last row ({rows[-1][0]})")
