@@ -2,8 +2,8 @@
 tolerance its tests state, as ``clustersim validate`` prints them (a table, then its
 pass/fail line):
 
-* **memory-bound kernels** (``data/memory_kernel_measurements.csv``, Liger-Kernel's
-  benchmark): per GPU, curve kind and role, rms and largest error against
+* **memory-bound kernels** (``data/memory_kernel_measurements.csv`` and the backward rows of
+  ``data/memory_kernel_backward_measurements.csv``, Liger-Kernel's benchmark): per GPU, curve kind and role, rms and largest error against
   :data:`.memory_bandwidth.TOLERANCE`;
 * **MoE grouped GEMMs** (``data/moe_grouped_gemm_measurements.csv``, DeepGEMM on H800): the
   experts priced one FP8 GEMM each, contiguous layout within :data:`GROUPED_CONTIGUOUS`,
@@ -34,7 +34,13 @@ from ..hardware.interference import interference_rows, slowdown_of
 from ..workload.cost_model import efficiency_for
 from ..workload.fp8 import fp8_gemm_time
 from ..workload.host import HOST_CSV, STACKS, dispatch_s
-from ..workload.memory_bandwidth import TOLERANCE, memory_curves, memory_rows, predicted_us
+from ..workload.memory_bandwidth import (
+    TOLERANCE,
+    backward_rows,
+    memory_curves,
+    memory_rows,
+    predicted_us,
+)
 from .data import DATA
 from .verdict import Verdict
 
@@ -60,7 +66,7 @@ def _csv(name: str) -> list[dict[str, str]]:
 def memory_sets() -> dict[tuple[str, str, str], list[float]]:
     """Relative error of every memory-bound row, by (GPU, curve kind, role)."""
     out: dict[tuple[str, str, str], list[float]] = defaultdict(list)
-    for r in memory_rows():
+    for r in memory_rows() + backward_rows():
         if r.role in ("calibrate", "check"):
             out[(r.gpu, r.kind, r.role)].append(predicted_us(r, memory_curves(r.gpu)) / r.time_us - 1)
     return dict(out)
