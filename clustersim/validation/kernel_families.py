@@ -42,6 +42,7 @@ from ..workload.memory_bandwidth import (
     predicted_us,
 )
 from .data import DATA
+from .published_profiles import profile_table
 from .verdict import Verdict
 
 #: DeepGEMM's contiguous (training) rows: |model / measured − 1| within this
@@ -228,6 +229,7 @@ TABLES = (
     ("Host dispatch per kernel", host_table),
     ("Interference (GEMM beside communication)", interference_table),
     ("Communication by the SMs it holds (NCCL, DeepEP)", comm_sm_table),
+    ("Kernels of a published H100 step profile (Llama-3.1-70B, CP 2)", profile_table),
 )
 
 
