@@ -111,11 +111,12 @@ def _bytes(ops, prefix: str) -> tuple[float, float, int, int]:
 
 
 def test_megatron_2021_gpt_layer_keeps_its_fused_kernels():
-    # Apex layernorm: read x, write y (2e) / read dy, x, write dx (3e); bias-dropout-add
+    # Apex layernorm: read x, write y (2e) / the dγ/dβ partials read dy and x (2e), the input
+    # gradient reads them again and writes dx (3e): two kernels; bias-dropout-add
     # reads x and the residual, writes the sum and the uint8 mask; bias-GeLU 2e / 3e
     ops = layer_ops(GPT, B, T, False, E)
     bsh, f = B * GPT.seq_len * GPT.hidden, B * GPT.seq_len * GPT.ffn_hidden / T
-    assert _bytes(ops, "norm1") == (2 * E * bsh, 3 * E * bsh, 1, 1)
+    assert _bytes(ops, "norm1") == (2 * E * bsh, 5 * E * bsh, 1, 2)
     assert _bytes(ops, "residual2") == ((3 * E + 1) * bsh, (2 * E + 1) * bsh, 1, 1)
     assert _bytes(ops, "mlp_act") == (2 * E * f, 3 * E * f, 1, 1)
     assert not _ops(ops, "rope")  # learned positions

@@ -113,10 +113,12 @@ def test_nemotron_mlp_is_two_matrices_and_a_squared_relu():
     ops = layer_ops(c, 1, 1, False, 2)
     up = next(op for op in ops if getattr(op, "name", "") == "mlp_up")
     assert up.params == c.hidden * c.ffn_hidden  # no gate half
-    # Megatron-LM 2021's eager torch.pow(F.relu(x), 2): two kernels; Megatron-Core's
-    # jit_fuser squared_relu: one, with GeLU's bytes
-    acts = [op.name for op in ops if getattr(op, "name", "").startswith("mlp_act")]
-    assert acts == ["mlp_act", "mlp_act.1"]
+    # Megatron-LM 2021's eager torch.pow(F.relu(x), 2): two kernels forward, four backward
+    # (pow_backward's three, relu's one); Megatron-Core's jit_fuser squared_relu: one, with
+    # GeLU's bytes
+    acts = [op for op in ops if getattr(op, "name", "").startswith("mlp_act")]
+    assert [op.name for op in acts] == ["mlp_act", "mlp_act.1", "mlp_act.2", "mlp_act.3"]
+    assert [bool(op.fwd.bytes) for op in acts] == [True, True, False, False]
     core = layer_ops(c, 1, 1, False, 2, kernels="megatron_core")
     assert [op.name for op in core if getattr(op, "name", "").startswith("mlp_act")] == ["mlp_act"]
     assert IMPLS["act"]["two_pass"].bytes(2) != IMPLS["act"]["fused"].bytes(2)

@@ -2,8 +2,8 @@
 tolerance its tests state, as ``clustersim validate`` prints them (a table, then its
 pass/fail line):
 
-* **memory-bound kernels** (``data/memory_kernel_measurements.csv``, Liger-Kernel's
-  benchmark): per GPU, curve kind and role, rms and largest error against
+* **memory-bound kernels** (``data/memory_kernel_measurements.csv`` and the backward rows of
+  ``data/memory_kernel_backward_measurements.csv``, Liger-Kernel's benchmark): per GPU, curve kind and role, rms and largest error against
   :data:`.memory_bandwidth.TOLERANCE`;
 * **MoE grouped GEMMs** (``data/moe_grouped_gemm_measurements.csv``, DeepGEMM on H800): the
   experts priced one FP8 GEMM each, contiguous layout within :data:`GROUPED_CONTIGUOUS`,
@@ -34,8 +34,15 @@ from ..hardware.interference import interference_rows, slowdown_of
 from ..workload.cost_model import efficiency_for
 from ..workload.fp8 import fp8_gemm_time
 from ..workload.host import HOST_CSV, STACKS, dispatch_s
-from ..workload.memory_bandwidth import TOLERANCE, memory_curves, memory_rows, predicted_us
+from ..workload.memory_bandwidth import (
+    TOLERANCE,
+    backward_rows,
+    memory_curves,
+    memory_rows,
+    predicted_us,
+)
 from .data import DATA
+from .published_profiles import profile_table
 from .verdict import Verdict
 
 #: DeepGEMM's contiguous (training) rows: |model / measured − 1| within this
@@ -60,7 +67,7 @@ def _csv(name: str) -> list[dict[str, str]]:
 def memory_sets() -> dict[tuple[str, str, str], list[float]]:
     """Relative error of every memory-bound row, by (GPU, curve kind, role)."""
     out: dict[tuple[str, str, str], list[float]] = defaultdict(list)
-    for r in memory_rows():
+    for r in memory_rows() + backward_rows():
         if r.role in ("calibrate", "check"):
             out[(r.gpu, r.kind, r.role)].append(predicted_us(r, memory_curves(r.gpu)) / r.time_us - 1)
     return dict(out)
@@ -222,6 +229,7 @@ TABLES = (
     ("Host dispatch per kernel", host_table),
     ("Interference (GEMM beside communication)", interference_table),
     ("Communication by the SMs it holds (NCCL, DeepEP)", comm_sm_table),
+    ("Kernels of a published H100 step profile (Llama-3.1-70B, CP 2)", profile_table),
 )
 
 

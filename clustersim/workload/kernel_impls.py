@@ -13,7 +13,7 @@ out. :func:`memory_ops` turns one into :class:`~.ops.LayerOp` s, one per kernel,
 Which implementation runs is the framework's (``training.framework``, overridable by
 ``training.memory_kernels``), :data:`FRAMEWORK_KERNELS`, from the sources:
 
-* ``megatron_2021``: Apex ``FusedLayerNormAffineFunction``, TorchScript-fused ``bias_gelu``
+* ``megatron_2021``: Apex ``FusedLayerNormAffineFunction`` (two passes over dy and x backward), TorchScript-fused ``bias_gelu``
   and ``bias_dropout_add`` (Megatron-LM 2021 ``megatron/model/fused_*.py``), the unfused
   vocab-parallel cross-entropy (``mpu/cross_entropy.py``); it had no RoPE: a rotary model
   runs Megatron's first, unfused ``apply_rotary_pos_emb`` (``t·cos + rotate_half(t)·sin``);
@@ -87,11 +87,20 @@ _M, T, G = float(MASK_BYTES), TUNED, GENERIC
 #: the query and key heads (RoPE), the vocab-parallel logits (cross-entropy)
 IMPLS: dict[str, dict[str, Impl]] = {
     "norm": {
-        # read x, write y; backward read dy and x, write dx (γ/β partial sums per block: small)
-        "fused": Impl(
-            ((2, 0, T),), ((3, 0, T),), "Apex FusedLayerNorm, Transformer Engine LayerNorm/RMSNorm"
+        # read x, write y; backward read dy and x, write dx with the γ/β partial sums of the
+        # same pass (TE ln_bwd_tuned_kernel / rmsnorm_bwd: dgamma_part; its finalize kernel
+        # sums a few rows per CTA: small)
+        "fused": Impl(((2, 0, T),), ((3, 0, T),), "Transformer Engine LayerNorm/RMSNorm"),
+        # Apex (and Megatron-LM 2021's copy, megatron/fused_kernels/layer_norm_cuda_kernel.cu,
+        # HostLayerNormGradient): cuComputePartGradGammaBeta reads dy and x for the γ/β
+        # partial sums, cuComputeGradInput reads them again and writes dx (the partials'
+        # final sum, cuComputeGradGammaBeta, is small)
+        "apex": Impl(((2, 0, T),), ((2, 0, T), (3, 0, T)), "Apex FusedLayerNorm / FusedRMSNorm"),
+        # PyTorch's layer_norm_backward_cuda: layer_norm_grad_input_kernel (read dy, x, write
+        # dx), then GammaBetaBackwardCUDAKernel reads dy and x again (a column reduction)
+        "native": Impl(
+            ((2, 0, G),), ((3, 0, G), (2, 0, G)), "nn.LayerNorm, nn.RMSNorm (PyTorch native kernels)"
         ),
-        "native": Impl(((2, 0, G),), ((3, 0, G),), "nn.LayerNorm, nn.RMSNorm (PyTorch native kernels)"),
         # LlamaRMSNorm: x.to(fp32), pow(2), mean, x·rsqrt (per-row broadcast), .to(e),
         # weight·x (broadcast weight); backward the autograd of each: weight-mul (dx, and the
         # dγ product and its sum over tokens), the cast, x·r (dx1 = g·r, dr = Σ g·x: product
@@ -120,9 +129,14 @@ IMPLS: dict[str, dict[str, Impl]] = {
             ((3, 0, T),),
             "Megatron bias_gelu (TorchScript / jit_fuser); F.gelu with bias in addmm",
         ),
-        # an activation of two eager pointwise ops (relu, then square): each reads and writes
+        # an activation of two eager pointwise ops (relu, then square): each reads and writes;
+        # backward square is pow(x, 2), whose autograd (pow_backward: grad · (2 · x.pow(1)))
+        # runs three kernels — the x.pow(1) copy, the scalar multiply, the product with grad —
+        # then relu's threshold_backward (read grad and the output, write)
         "two_pass": Impl(
-            ((2, 0, T), (2, 0, T)), ((3, 0, T), (3, 0, T)), "torch.relu then torch.square, eager"
+            ((2, 0, T), (2, 0, T)),
+            ((2, 0, T), (2, 0, T), (3, 0, T), (3, 0, T)),
+            "torch.relu then torch.square, eager",
         ),
     },
     "gated_act": {
@@ -208,8 +222,8 @@ IMPLS: dict[str, dict[str, Impl]] = {
 #: the implementation each framework profile runs per op (module doc)
 FRAMEWORK_KERNELS: dict[str, dict[str, str]] = {
     "megatron_2021": {
-        "layernorm": "fused",
-        "rmsnorm": "fused",
+        "layernorm": "apex",
+        "rmsnorm": "apex",
         "act": "fused",
         "squared_relu": "two_pass",
         "gated_act": "fused",

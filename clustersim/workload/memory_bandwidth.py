@@ -57,6 +57,8 @@ from .kernel_impls import GENERIC, IMPLS, TUNED, Impl
 from .memory_model import DTYPE_BYTES
 
 MEMORY_CSV = Path(__file__).resolve().parent.parent / "data" / "memory_kernel_measurements.csv"
+#: backward kernel times of the same benchmark (checks of the backward kernels' bytes)
+BACKWARD_CSV = MEMORY_CSV.with_name("memory_kernel_backward_measurements.csv")
 #: measured kernel → the op of :data:`.kernel_impls.IMPLS` whose implementations it runs
 KERNEL_OPS = {
     "rmsnorm": "norm",
@@ -109,7 +111,8 @@ class MemoryCurves:
 @dataclass(frozen=True)
 class MemoryRow:
     """One kernel-level measurement: ``rows`` × ``cols`` elements of ``dtype`` through one
-    implementation (``impl`` of :data:`.kernel_impls.IMPLS`) of ``kernel``, forward."""
+    implementation (``impl`` of :data:`.kernel_impls.IMPLS`) of ``kernel``, forward (``bwd``:
+    its backward kernels, the rows of :data:`BACKWARD_CSV`)."""
 
     gpu: str
     kernel: str
@@ -121,15 +124,16 @@ class MemoryRow:
     role: str
     source: str
     note: str
+    bwd: bool = False
 
     @property
     def implementation(self) -> Impl:
         return IMPLS[KERNEL_OPS[self.kernel]][self.impl]
 
     def kernels(self) -> list[tuple[float, str]]:
-        """(HBM bytes, kind) of each forward kernel of the row's implementation."""
-        fwd, _ = self.implementation.bytes(DTYPE_BYTES[self.dtype])
-        return [(b * self.rows * self.cols, kind) for b, kind in fwd]
+        """(HBM bytes, kind) of each kernel of the row's implementation, in its direction."""
+        fwd, bwd = self.implementation.bytes(DTYPE_BYTES[self.dtype])
+        return [(b * self.rows * self.cols, kind) for b, kind in (bwd if self.bwd else fwd)]
 
     @property
     def kind(self) -> str:
@@ -140,7 +144,17 @@ class MemoryRow:
 @cache
 def memory_rows() -> tuple[MemoryRow, ...]:
     """The rows of ``memory_kernel_measurements.csv`` (read once)."""
-    with MEMORY_CSV.open() as fh:
+    return _read(MEMORY_CSV, bwd=False)
+
+
+@cache
+def backward_rows() -> tuple[MemoryRow, ...]:
+    """The backward rows of :data:`BACKWARD_CSV` (read once): ``check`` rows, never fitted."""
+    return _read(BACKWARD_CSV, bwd=True)
+
+
+def _read(path: Path, bwd: bool) -> tuple[MemoryRow, ...]:
+    with path.open() as fh:
         return tuple(
             MemoryRow(
                 r["gpu"],
@@ -153,6 +167,7 @@ def memory_rows() -> tuple[MemoryRow, ...]:
                 r["role"],
                 r["source"],
                 r["note"],
+                bwd,
             )
             for r in csv.DictReader(fh)
         )
