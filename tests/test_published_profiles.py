@@ -21,5 +21,7 @@ def test_attention_kernels_of_the_step_lie_between_alone_and_beside_nccl(row):
 
 
 def test_every_row_has_its_source_and_a_role():
-    assert ROWS and all(r["source"].startswith("NVIDIA-NeMo/Automodel MFSDP-llama3-70b/analysis_report.md") for r in ROWS)
+    assert ROWS and all(
+        r["source"].startswith("NVIDIA-NeMo/Automodel MFSDP-llama3-70b/analysis_report.md") for r in ROWS
+    )
     assert {r["role"] for r in ROWS} == {"check", "context"}
