@@ -113,6 +113,11 @@ def _exportable(sc: Scenario | MultiJobScenario) -> None:
             "set",
             why + "no parameter servers; accepted: all-reduce data parallelism",
         )
+    for section in ("rlhf", "generation"):  # runs of many compiled steps, composed above the engine
+        if getattr(sc, section) is not None:
+            raise ScenarioError(
+                section, "set", why + f"one compiled step; export the scenario without its {section} section"
+            )
 
 
 def simulate(scenario: Scenario | Job | str | Path | dict[str, Any], progress: bool | str = "auto") -> Result:

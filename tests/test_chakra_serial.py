@@ -173,6 +173,8 @@ def test_clustersims_import_leaves_the_chain_out(tmp_path):
         ("ps-edge-16workers-20mbit", "parallel.parameter_server"),
         ("two-jobs-oversubscribed-fat-tree", "jobs"),
         ("gpt-7.5b-32gpu-gpu-fail", "faults"),
+        ("llama2-7b-grpo-8xa100", "rlhf"),
+        ("llama2-7b-serving-1xa100", "generation"),
     ],
 )
 def test_what_a_trace_cannot_describe_is_refused_with_the_reason(name, field, tmp_path):
