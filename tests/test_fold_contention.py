@@ -18,6 +18,7 @@ from clustersim.network.maxmin import Links
 from clustersim.resolve import resolve
 from clustersim.resolve.estimate import advice, estimate
 from clustersim.scenario import read_yaml
+from tests.test_fold import _shared_nic_job
 
 TOL = 0.01  # the issue's bound: folded under contention within 1 % of unfolded
 
@@ -109,24 +110,8 @@ def test_pipeline_incast_through_one_nic(monkeypatch):
     squeeze through one NIC pair (send orbits of multiplicity 4); folded under contention,
     the unfolded time — and 2.5× that with a NIC per replica."""
     weights = _weights_seen(monkeypatch)
-    sc = {
-        "cluster": {
-            "nodes": 2,
-            "gpus_per_node": 4,
-            "nic": {"bandwidth": "100 Gbit/s", "per_node": 1},
-            "topology": {"kind": "fat_tree"},
-        },
-        "model": {
-            "kind": "synthetic",
-            "layers": 2,
-            "forward": "1 ms",
-            "backward": "2 ms",
-            "activation": "256 MiB",
-        },
-        "training": {"global_batch": 16},
-        "parallel": {"pp": 2, "dp": 4},
-        "simulation": {"network": "flow"},
-    }
+    sc = _shared_nic_job(False)  # test_fold's incast case, on the flow network
+    sc["simulation"] = {"network": "flow"}
     _, _, folded = _agrees(sc)
     assert 4 in weights
     alone = copy.deepcopy(sc)

@@ -15,28 +15,17 @@ from clustersim.errors import ScenarioError
 from clustersim.resolve import resolve
 from clustersim.resolve.fold import route_obstacle
 from clustersim.topology import Router, build_topology
-from tests.test_fold_contention import _agrees, _run, _weights_seen
+from tests.test_fold_contention import _agrees, _fat_tree_job, _run, _weights_seen
 
 REASON = "cross-rail routes on a rail topology with spines"
 
 
 def _rail_job(nodes, tp, pp, *, nics=8, spines=2, over=1.0) -> dict:
-    dp = nodes * 8 // (tp * pp)
-    return {
-        "name": "fold-rail",
-        "cluster": {
-            "nodes": nodes,
-            "gpus_per_node": 8,
-            "gpu": "H100-SXM5-80GB",
-            "intra_node": {"kind": "nvswitch", "bandwidth": "450 GB/s", "latency": "2 us"},
-            "nic": {"per_node": nics, "bandwidth": "400 Gbps", "latency": "2 us"},
-            "topology": {"kind": "rail", "spines": spines, "oversubscription": over},
-        },
-        "model": {"preset": "gpt-1.3b", "seq_len": 2048},
-        "training": {"global_batch": 4 * dp, "micro_batch": 2, "precision": "bf16"},
-        "parallel": {"tp": tp, "pp": pp, "dp": dp},
-        "simulation": {"fidelity": "balanced"},
-    }
+    """:func:`_fat_tree_job`'s cluster on a rail topology with ``spines``."""
+    job = _fat_tree_job(nodes, tp, pp, nics=nics)
+    job["name"] = "fold-rail"
+    job["cluster"]["topology"] = {"kind": "rail", "spines": spines, "oversubscription": over}
+    return job
 
 
 def test_rail_aligned_pipeline_and_dp_fold_within_1_percent():
