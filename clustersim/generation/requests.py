@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..compilers.inference import arrival_times
 from ..errors import ScenarioError, shorten
 from ..reader import read_text
 from ..scenario.generation_spec import MAX_TOKENS
@@ -48,25 +49,11 @@ def requests_of(gen, seed: int) -> list[Request]:
     if gen.trace is not None:
         return read_trace(gen.trace)
     n = gen.requests
-    times = arrival_times(gen.arrival, n, seed)
+    # the inference mode's arrivals (same streams), "all_at_once" being its None
+    times = arrival_times(None if gen.arrival.process == "all_at_once" else gen.arrival, n, seed)
     prompts = lengths(gen.prompt_len, n, np.random.default_rng([seed, 1]), "generation.prompt_len")
     outputs = lengths(gen.output_len, n, np.random.default_rng([seed, 2]), "generation.output_len")
     return [Request(i, times[i], prompts[i], outputs[i]) for i in range(n)]
-
-
-def arrival_times(arrival, n: int, seed: int) -> list[float]:
-    """Arrival times of ``n`` requests: all at 0, every ``interval``, or Poisson at ``rate``
-    (request 0 at 0, exponential gaps; times summed one by one)."""
-    if arrival.process == "all_at_once":
-        return [0.0] * n
-    if arrival.process == "constant":
-        gaps = [arrival.interval] * (n - 1)
-    else:
-        gaps = np.random.default_rng([seed, 0]).exponential(1.0 / arrival.rate, n - 1).tolist()
-    times = [0.0]
-    for g in gaps:
-        times.append(times[-1] + g)
-    return times
 
 
 def lengths(spec, n: int, rng: np.random.Generator, field: str) -> list[int]:
