@@ -16,18 +16,12 @@ from clustersim.generation.step_cost import StepSeq
 from clustersim.resolve import resolve
 from clustersim.scenario import load_scenario
 from clustersim.simulate import build_engine
+from tests.test_generation_replicas import scenario as replicas_job
 
 
 def scenario(gen: dict, disaggregated: bool = True) -> dict:
-    pools = 2 if disaggregated else 1
-    return {
-        "name": "disagg",
-        "cluster": {"nodes": 1, "gpus_per_node": pools, "gpu": "A100-SXM4-80GB"},
-        "model": {"preset": "llama2-7b"},
-        "training": {"global_batch": pools, "mode": "inference", "cuda_graphs": True},
-        "parallel": {"tp": 1, "dp": pools},
-        "generation": {**gen, "disaggregated": disaggregated},
-    }
+    """test_generation_replicas' serving job on one GPU, or on a prefill and a decode GPU."""
+    return replicas_job(2 if disaggregated else 1, {**gen, "disaggregated": disaggregated})
 
 
 def test_a_request_decodes_once_its_cache_has_crossed():
