@@ -11,9 +11,11 @@ import clustersim as cs
 from clustersim.engine.network_setup import congestion_of
 from clustersim.errors import ScenarioError
 from clustersim.network.congestion import (
+    DCQCN_BYTE_COUNTER,
     DCQCN_F,
     DCQCN_G,
     DCQCN_RAI,
+    DCQCN_RHAI,
     DCQCN_TIMER,
     Congestion,
     CongestionFabric,
@@ -106,6 +108,14 @@ def test_incast_pfc_slows_the_victim_dcqcn_empties_the_queue():
     # the incast's tail moves: the deep cuts recover by timer only (no byte counter, no
     # hyper increase here), so the senders idle the link — later than line rate allows
     assert max(dcqcn.values()) > max(bare.values())
+    # the paper's byte counter (10 MB) never counts a stage for these 2 MiB flows: the same
+    # run to the bit; a 64 KiB counter recovers ~10 × sooner and the tail falls back near the
+    # bare incast's (the queue grows back with it)
+    _, paper_b = incast(Congestion(ecn_threshold=100e3, dcqcn=True, byte_counter=DCQCN_BYTE_COUNTER))
+    assert paper_b == dcqcn
+    small_fabric, small_b = incast(Congestion(ecn_threshold=100e3, dcqcn=True, byte_counter=64 * 1024))
+    assert max(small_b.values()) < max(dcqcn.values()) / 2
+    assert max(small_fabric.max_backlog.values()) > max(dc_fabric.max_backlog.values())
 
 
 def test_all_to_all_tail_moves_with_congestion_control():
@@ -128,7 +138,10 @@ def test_defaults_are_the_packet_model_and_bad_settings_are_refused():
     assert congestion_of(SimulationSpec()) is None
     sc = synthetic(2, 4, network="packet")
     sc["simulation"]["congestion"] = {"ecn": 3}
-    with pytest.raises(ScenarioError, match="accepted fields here: dcqcn, ecn_threshold, pfc_xoff, pfc_xon"):
+    with pytest.raises(
+        ScenarioError,
+        match="accepted fields here: dcqcn, dcqcn_byte_counter, ecn_threshold, pfc_xoff, pfc_xon",
+    ):
         cs.load_scenario(sc)
     with pytest.raises(ScenarioError, match="options of the packet network"):
         congestion_of(SimulationSpec(network="flow", congestion={"ecn_threshold": "100 KB"}))
@@ -138,6 +151,8 @@ def test_defaults_are_the_packet_model_and_bad_settings_are_refused():
         congestion_of(SimulationSpec(congestion={"pfc_xoff": "100 KB"}))
     with pytest.raises(ScenarioError, match="pfc_xon < pfc_xoff"):
         congestion_of(SimulationSpec(congestion={"pfc_xoff": "100 KB", "pfc_xon": "200 KB"}))
+    with pytest.raises(ScenarioError, match="dcqcn_byte_counter"):  # a counter of DCQCN's only
+        congestion_of(SimulationSpec(congestion={"ecn_threshold": "100 KB", "dcqcn_byte_counter": "10 MB"}))
 
 
 def test_a_scenario_runs_with_congestion_control():
@@ -157,3 +172,75 @@ def test_a_scenario_runs_with_congestion_control():
         congestion={"ecn_threshold": "100 KB", "dcqcn": True, "pfc_xoff": "400 KB", "pfc_xon": "200 KB"}
     )
     assert congestion_of(spec) == Congestion(100e3, True, 400e3, 200e3)
+
+
+def test_byte_counter_and_hyper_increase_closed_forms():
+    # after three cuts the target sits far below the line; then each period brings one timer
+    # tick and B bytes. Timer event i (T = i, BC = i − 1): fast recovery while i ≤ F, additive
+    # at i = F + 1, hyper after; byte event i (T = BC = i): fast recovery while i ≤ F, hyper
+    # after — so n periods add R_AI + (2n − 2F − 1)·R_HAI to Rt (QCN's reaction point)
+    b, t0, n = 1e6, 1e-3, DCQCN_F + 3
+    both, timer_only = ReactionPoint(NIC, b), ReactionPoint(NIC)
+    for rp in (both, timer_only):
+        for _ in range(3):
+            rp.cnp(t0)
+    rt0 = both.rt
+    for i in range(1, n + 1):
+        for rp in (both, timer_only):
+            rp.catch_up(t0 + i * DCQCN_TIMER)
+            rp.count(b, t0 + i * DCQCN_TIMER)
+    assert both.rt == pytest.approx(rt0 + DCQCN_RAI + (2 * n - 2 * DCQCN_F - 1) * DCQCN_RHAI, rel=1e-12)
+    assert timer_only.rt == pytest.approx(rt0 + (n - DCQCN_F) * DCQCN_RAI, rel=1e-12)  # never hyper
+
+
+def recovery_time(byte_counter):
+    """A sender cut once from line rate C, sending B-byte chunks at its rate: when it is back
+    within ε = 1e-3 of C."""
+    b = 64 * 1024
+    rp, t = ReactionPoint(NIC, byte_counter), 0.0
+    rp.cnp(0.0)
+    while True:
+        rp.count(b, t)
+        if rp.rc >= (1 - 1e-3) * NIC:
+            return t
+        t += b / rp.rc
+
+
+def test_recovery_time_with_byte_counter_vs_timer_only():
+    # after one cut from C (α = 1): Rc = C/2, Rt = C; every increase event halves the gap to
+    # C (Rt stays clamped at C whatever the stage), so ε needs n = ⌈log2(1/(2ε))⌉ = 9 events.
+    # Timer only: 9 periods (the next chunk after 9T). With B = one 64 KiB chunk and no
+    # timer tick before (Σ B/r_k < T): event k comes with the k-th chunk, r_k = C − C/2^(k+1)
+    b, n = 64 * 1024, 9
+    timer = recovery_time(None)
+    assert n * DCQCN_TIMER <= timer < n * DCQCN_TIMER + b / (NIC / 2)
+    closed = sum(b / (NIC - NIC / 2 ** (k + 1)) for k in range(1, n))
+    assert closed < DCQCN_TIMER
+    assert recovery_time(b) == pytest.approx(closed, rel=1e-12)
+
+
+def test_two_staggered_flows_converge_to_the_fair_share():
+    # flow A alone at C, flow B joins 0.5 ms later into the same receiver link: with the byte
+    # counter both rates settle near C/2 (DCQCN's fluid fixed point: equal rates on one
+    # bottleneck, Zhu et al. §4); nothing beats 2S/C (B, alone at the end, recovers late)
+    size, join = 16 << 20, 0.5e-3
+    env = simpy.Environment()
+    cc = Congestion(ecn_threshold=100e3, dcqcn=True, byte_counter=DCQCN_BYTE_COUNTER)
+    fabric = CongestionFabric(env, Recorder(), build_topology(one_gpu_per_node(3, NIC, 1e-6)), cc, CHUNK)
+    ends, rates = {}, []
+    fabric.transfer("gpu0", "gpu2", size).callbacks.append(lambda _e: ends.__setitem__("a", env.now))
+
+    def late():
+        yield env.timeout(join)
+        fabric.transfer("gpu1", "gpu2", size).callbacks.append(lambda _e: ends.__setitem__("b", env.now))
+        while not ends:  # sample both senders' rates while both send
+            yield env.timeout(0.1e-3)
+            rates.append([fabric.senders[p].rc for p in (("gpu0", "gpu2"), ("gpu1", "gpu2"))])
+
+    env.process(late())
+    env.run()
+    assert max(ends.values()) >= 2 * size / NIC
+    settled = rates[len(rates) // 2 :]
+    mean_a, mean_b = (sum(r[i] for r in settled) / len(settled) for i in (0, 1))
+    assert mean_a == pytest.approx(NIC / 2, rel=0.2) and mean_b == pytest.approx(NIC / 2, rel=0.2)
+    assert mean_a == pytest.approx(mean_b, rel=0.15)

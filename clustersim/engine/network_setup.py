@@ -40,6 +40,6 @@ def congestion_of(simulation) -> Congestion | None:
             "set",
             f"ECN, DCQCN and PFC are options of the packet network, not {simulation.network}",
         )
-    out = Congestion(spec.ecn_threshold, spec.dcqcn, spec.pfc_xoff, spec.pfc_xon)
+    out = Congestion(spec.ecn_threshold, spec.dcqcn, spec.pfc_xoff, spec.pfc_xon, spec.dcqcn_byte_counter)
     out.check()
     return out

@@ -17,7 +17,13 @@ Without ``simulation.congestion`` the packet model is :mod:`.packet` unchanged. 
   α = (1 − g)·α, then the rate rises — fast recovery Rc = (Rt + Rc)/2 for the first F = 5
   periods, additive increase Rt += R_AI after (g = 1/256, R_AI = 40 Mbit/s: the paper's
   values). The sender injects its next chunk no sooner than size/Rc after the previous one.
-  (The byte counter and hyper increase are left out: timer-driven recovery only.)
+  With ``byte_counter`` B (bytes; the paper's 10 MB) the rate also rises every B bytes
+  sent, and the stage follows both counters as QCN's reaction point does (IEEE 802.1Qau;
+  Linux ``dcbnl.h``: ``rpg_threshold`` is how often the byte or the time stage counts
+  before the state advances): fast recovery while both the timer periods T and the byte
+  stages BC are ≤ F, additive increase once one passes F, hyper increase Rt += R_HAI once
+  both do; every event ends with Rc = (Rt + Rc)/2. Without it recovery is timer-driven
+  only (hyper increase needs both counters, so it never comes).
 * **PFC** (``pfc_xoff``, ``pfc_xon``, bytes): when a chunk arrives at a link with
   ``pfc_xoff`` bytes or more queued, the link it came over is paused until the queue has
   drained to ``pfc_xon`` — it sends nothing new, whatever flow it belongs to (head-of-line
@@ -50,6 +56,10 @@ DCQCN_TIMER = 55e-6
 DCQCN_F = 5
 DCQCN_RAI = 40e6 / 8
 DCQCN_CNP_INTERVAL = 50e-6
+#: hyper increase R_HAI (bytes/s): 10 × R_AI, QCN's ratio (802.1Qau's R_AI 5 Mbit/s,
+#: R_HAI 50 Mbit/s); the byte counter B the DCQCN paper sets (bytes)
+DCQCN_RHAI = 10 * DCQCN_RAI
+DCQCN_BYTE_COUNTER = 10e6
 
 
 @dataclass(frozen=True)
@@ -61,12 +71,20 @@ class Congestion:
     dcqcn: bool = False
     pfc_xoff: float | None = None
     pfc_xon: float | None = None
+    #: DCQCN's byte counter B (bytes): None for timer-driven recovery only
+    byte_counter: float | None = None
 
     def check(self) -> None:
         """ScenarioError on a setting that cannot work."""
         if self.dcqcn and self.ecn_threshold is None:
             raise ScenarioError(
                 "simulation.congestion.dcqcn", True, "DCQCN reacts to ECN marks: set ecn_threshold too"
+            )
+        if self.byte_counter is not None and not (self.dcqcn and self.byte_counter > 0):
+            raise ScenarioError(
+                "simulation.congestion.dcqcn_byte_counter",
+                self.byte_counter,
+                "a byte count > 0, with dcqcn: true (it is DCQCN's rate-increase counter)",
             )
         if (self.pfc_xoff is None) != (self.pfc_xon is None):
             raise ScenarioError(
@@ -90,14 +108,23 @@ class _Port:
 
 class ReactionPoint:
     """A sender's DCQCN state towards one destination (module doc): current rate ``rc``,
-    target ``rt``, ``alpha``, the time of the last timer tick applied (or of the last cut) and
-    the timer periods since that cut."""
+    target ``rt``, ``alpha``, the time of the last timer tick applied (or of the last cut),
+    the timer periods and byte stages since that cut, and the bytes sent towards the next
+    stage (``byte_counter`` None: timer only)."""
 
-    __slots__ = ("line", "rc", "rt", "alpha", "ticked", "periods")
+    __slots__ = ("line", "rc", "rt", "alpha", "ticked", "periods", "byte_counter", "stages", "sent")
 
-    def __init__(self, line: float):
+    def __init__(self, line: float, byte_counter: float | None = None):
         self.line, self.rc, self.rt, self.alpha = line, line, line, 1.0
         self.ticked, self.periods = 0.0, 0
+        self.byte_counter, self.stages, self.sent = byte_counter, 0, 0.0
+
+    def _increase(self) -> None:
+        """One rate-increase event, its stage from both counters (module doc)."""
+        if max(self.periods, self.stages) > DCQCN_F:
+            step = DCQCN_RHAI if min(self.periods, self.stages) > DCQCN_F else DCQCN_RAI
+            self.rt = min(self.line, self.rt + step)
+        self.rc = min(self.line, (self.rt + self.rc) / 2)
 
     def catch_up(self, now: float) -> None:
         """Apply every rate-increase timer period that ended by ``now`` since the last cut."""
@@ -108,9 +135,19 @@ class ReactionPoint:
             self.ticked += DCQCN_TIMER
             self.alpha *= 1 - DCQCN_G
             self.periods += 1
-            if self.periods > DCQCN_F:
-                self.rt = min(self.line, self.rt + DCQCN_RAI)
-            self.rc = min(self.line, (self.rt + self.rc) / 2)
+            self._increase()
+
+    def count(self, nbytes: float, now: float) -> None:
+        """``nbytes`` left the sender at ``now``: the timer periods up to then, then one
+        rate increase per ``byte_counter`` bytes sent since the last cut."""
+        self.catch_up(now)
+        if self.byte_counter is None or self.rc >= self.line:
+            return
+        self.sent += nbytes
+        while self.sent >= self.byte_counter and self.rc < self.line:
+            self.sent -= self.byte_counter
+            self.stages += 1
+            self._increase()
 
     def cnp(self, now: float) -> None:
         """A congestion notification arrived at ``now``: cut the rate."""
@@ -119,7 +156,8 @@ class ReactionPoint:
         self.rc *= 1 - self.alpha / 2
         self.alpha = (1 - DCQCN_G) * self.alpha + DCQCN_G
         self.ticked = now
-        self.periods = 0
+        self.periods = self.stages = 0
+        self.sent = 0.0
 
 
 class CongestionFabric(Fabric):
@@ -178,7 +216,7 @@ class CongestionFabric(Fabric):
         if self.cc.dcqcn:
             rp = self.senders.get((src, dst))
             if rp is None:
-                rp = self.senders[src, dst] = ReactionPoint(ports[0].bandwidth)
+                rp = self.senders[src, dst] = ReactionPoint(ports[0].bandwidth, self.cc.byte_counter)
         self._inject((src, dst), ports, int(nbytes), done, rp)
         return done
 
@@ -188,10 +226,11 @@ class CongestionFabric(Fabric):
         size = min(self.chunk_size, remaining)
         remaining -= size
         left = self._enter(pair, ports, 0, size, remaining == 0, done, now)
+        if rp is not None:
+            rp.count(size, now)
         if remaining:
             nxt = left
             if rp is not None:
-                rp.catch_up(now)
                 nxt = max(nxt, now + size / rp.rc)
             self.env.timeout(nxt - now).callbacks.append(
                 lambda _e: self._inject(pair, ports, remaining, done, rp)

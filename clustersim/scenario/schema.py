@@ -444,12 +444,15 @@ class CongestionSpec(_Spec):
     """``simulation.congestion`` (docs/network.md): ``ecn_threshold`` — mark a chunk that
     finds this many bytes queued at a link; ``dcqcn`` — senders cut and recover their rate
     on the marks (needs ``ecn_threshold``); ``pfc_xoff``/``pfc_xon`` — pause the upstream
-    link while a queue holds xoff bytes, until it drains to xon."""
+    link while a queue holds xoff bytes, until it drains to xon; ``dcqcn_byte_counter`` —
+    DCQCN's byte counter B (the paper's 10 MB), which adds rate increases per B bytes sent
+    and hyper increase (unset: timer-driven recovery only)."""
 
     ecn_threshold: Bytes | None = None
     dcqcn: bool = False
     pfc_xoff: Bytes | None = None
     pfc_xon: Bytes | None = None
+    dcqcn_byte_counter: Bytes | None = None
 
 
 class SimulationSpec(_Spec):
