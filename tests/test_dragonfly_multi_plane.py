@@ -1,16 +1,20 @@
 """Dragonfly, multi-plane and rail-only topologies: routes (hop counts between groups,
-planes joined only over NVLink — PXN) and bisection by max-flow against the closed forms;
+minimal and Valiant dragonfly routing, planes joined only over NVLink — PXN) and bisection by max-flow against the closed forms;
 bad options refused. (More on rail-only routes: tests/test_rail_topology.py.)"""
 
 from __future__ import annotations
 
 import networkx as nx
 import pytest
+import simpy
 
 from clustersim.collectives.bench import preset_cluster
 from clustersim.errors import ScenarioError
+from clustersim.network.flow import FlowFabric
+from clustersim.record import Recorder
 from clustersim.topology import build_topology
 from clustersim.topology.routing import Router
+from tests.test_nccl_algorithms import one_gpu_per_node
 
 NIC = 400e9 / 8 * 0.94  # dgx_h100's NDR NIC as the preset delivers it
 
@@ -98,6 +102,8 @@ def test_bad_options_are_refused():
         build_topology(cluster(8, {"kind": "multi_plane", "nodes_per_leaf": 2, "spines": 0}))
     with pytest.raises(ScenarioError):
         build_topology(cluster(8, {**DF, "hops": 3}))  # unknown key
+    with pytest.raises(ScenarioError, match="routing"):
+        build_topology(cluster(8, {**DF, "routing": "ugal"}))
 
 
 def test_rail_only_bisection_and_pxn_route():
@@ -109,3 +115,68 @@ def test_rail_only_bisection_and_pxn_route():
     assert [x for x in path if x.startswith("rail")] == ["rail1"] and (
         "nvswitch0" in path or "nvswitch1" in path
     )
+
+
+def global_links(path) -> int:
+    """Router-to-router hops between two groups on ``path``."""
+    sw = switches(path)
+    return sum(u.split("r")[0] != v.split("r")[0] for u, v in zip(sw, sw[1:]))
+
+
+def test_dragonfly_minimal_and_valiant_routes():
+    # 4 groups × 2 routers × 1 server, 1 GPU per server: every pair of servers
+    cl = one_gpu_per_node(8, NIC)
+    shortest, minimal, valiant = (
+        Router(build_topology({**cl, "topology": {**DF, "routing": r}}))
+        for r in ("shortest", "minimal", "valiant")
+    )
+    detours = 0
+    for s in range(8):
+        for d in range(8):
+            if s == d:
+                continue
+            src, dst = f"gpu{s}", f"gpu{d}"
+            if s // 2 == d // 2:  # one group: every policy takes the local link
+                assert minimal.path(src, dst) == valiant.path(src, dst) == shortest.path(src, dst)
+                continue
+            detours += global_links(shortest.path(src, dst)) == 2  # ECMP through a third group
+            m, v = minimal.path(src, dst), valiant.path(src, dst)
+            assert global_links(m) == 1 and len(switches(m)) <= 4  # local, global, local at most
+            # Valiant: minimal to a third group, then minimal on — two global links, the
+            # middle group neither end's
+            groups = [sw.split("r")[0] for sw in switches(v)]
+            assert global_links(v) == 2 and groups[0] == f"g{s // 2}" and groups[-1] == f"g{d // 2}"
+            assert len(set(groups)) == 3
+            assert len(set(v)) == len(v)  # no loops
+    assert detours > 0  # shortest-hop ECMP does leave through third groups: minimal differs
+
+
+def test_valiant_beats_minimal_on_the_adversarial_pattern():
+    # 6 groups of one router with 4 servers; every server sends S to its twin in the next
+    # group. Minimal: a group's 4 flows share its one global link to the next group — 4S/Bg.
+    # Valiant: a group's 4 servers spread over the 4 other groups, so every global link
+    # except i → i+1 carries one first leg and one second leg: 2 flows at Bg/2 — 2S/Bg,
+    # (G − 2)/2 = 2 × faster (max-min flow model, NICs faster than Bg/2)
+    groups, per, bg, size = 6, 4, 10e9, 64 << 20
+    ends = {}
+    for routing in ("minimal", "valiant"):
+        cl = one_gpu_per_node(groups * per, 4 * bg)
+        cl["topology"] = {
+            "kind": "dragonfly",
+            "groups": groups,
+            "nodes_per_router": per,
+            "global_bandwidth": bg,
+            "routing": routing,
+        }
+        env = simpy.Environment()
+        fabric = FlowFabric(env, Recorder(), build_topology(cl))
+        done = []
+        for n in range(groups * per):
+            dst = (n + per) % (groups * per)
+            fabric.transfer(f"gpu{n}", f"gpu{dst}", size).callbacks.append(
+                lambda e, done=done: done.append(e.env.now)
+            )
+        env.run()
+        ends[routing] = max(done)
+    assert ends["minimal"] == pytest.approx(per * size / bg, rel=1e-6)
+    assert ends["valiant"] == pytest.approx(2 * size / bg, rel=1e-6)

@@ -13,11 +13,12 @@ Fields:
 * ``local_bandwidth`` / ``global_bandwidth`` — per link and direction (default: the NIC's);
   ``latency`` — of a local or global link (default: the NIC's).
 
-Routes are shortest by hops (ECMP among equals): inside a router's servers one switch;
-inside a group router → router; between groups at most three router hops — local → global →
-local, or, where it is as short, global → local → global through a third group (ECMP may
-take either: minimal dragonfly routing, which keeps to one global link, and adaptive or
-Valiant routing are not modelled). Bisection: cutting the
+``routing`` (:mod:`.dragonfly_routing`): ``shortest`` (default) — shortest by hops, ECMP
+among equals: inside a router's servers one switch; inside a group router → router;
+between groups at most three router hops — local → global → local, or, where it is as
+short, global → local → global through a third group (ECMP may take either);
+``minimal`` — always one global link (local → global → local); ``valiant`` — minimal to
+an intermediate group, then minimal to the destination (UGAL is not modelled). Bisection: cutting the
 groups in halves cuts (G/2)²·``global_links`` global links each way (G even).
 Folding is refused (routes depend on where a GPU sits).
 """
@@ -29,6 +30,7 @@ from typing import Literal
 import networkx as nx
 
 from ..errors import ScenarioError
+from .dragonfly_routing import DragonflyWaypoints
 from .graph import Bandwidth, Latency, add_link, count_field
 from .plugin import TOPOLOGIES, Site, Topology, TopologyOptions
 from .servers import add_server
@@ -45,6 +47,7 @@ class DragonflyOptions(TopologyOptions):
     local_bandwidth: Bandwidth | None = None
     global_bandwidth: Bandwidth | None = None
     latency: Latency | None = None
+    routing: Literal["shortest", "minimal", "valiant"] = "shortest"
 
 
 def router(group: int, r: int) -> str:
@@ -78,11 +81,15 @@ def build_dragonfly(site: Site) -> nx.DiGraph:
             for s in range(r + 1, a):
                 add_link(g, router(grp, r), router(grp, s), local, lat, "fabric")
     used = [0] * groups  # global links each group has placed so far
+    gateways: dict[tuple[int, int], list[tuple[str, str]]] = {}
     for i in range(groups):
         for j in range(i + 1, groups):
             for _ in range(links):
                 u, v = router(i, used[i] % a), router(j, used[j] % a)
                 used[i], used[j] = used[i] + 1, used[j] + 1
+                if (u, v) not in gateways.setdefault((i, j), []):
+                    gateways[i, j].append((u, v))
+                    gateways.setdefault((j, i), []).append((v, u))
                 if g.has_edge(u, v):  # two global links between one router pair: one link of both
                     g.edges[u, v]["bandwidth"] += glob
                     g.edges[v, u]["bandwidth"] += glob
@@ -93,6 +100,10 @@ def build_dragonfly(site: Site) -> nx.DiGraph:
         for nic in add_server(g, spec, n):
             add_link(g, nic, home, spec.nic_bandwidth, spec.nic_latency / 2, "nic")
     g.graph["border"] = [router(grp, 0) for grp in range(groups)]
+    if opts.routing != "shortest":
+        g.graph["waypoints"] = DragonflyWaypoints(
+            opts.routing, groups, a * p, {k: tuple(v) for k, v in gateways.items()}
+        )
     return g
 
 

@@ -20,7 +20,9 @@ builder declares its layout (graph attribute ``hierarchy``, :mod:`.hierarchy`) a
 between GPUs is written down from it in O(levels) — the same path the search below finds.
 Elsewhere (and for other endpoints) distances to each destination are computed once (one
 reverse BFS per destination); next hops only for the nodes a path visits; every path is
-cached.
+cached. A topology whose routing is not shortest-path (a dragonfly's ``minimal`` or
+``valiant``: :mod:`.dragonfly_routing`) declares the routers a flow between two servers
+must visit (graph attribute ``waypoints``); the route joins them with shortest legs.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class Router:
     def __init__(self, graph: nx.DiGraph):
         self.graph = graph
         self.hierarchy: Hierarchy | None = graph.graph.get("hierarchy")
+        self.waypoints = graph.graph.get("waypoints")  # a policy's routers to visit (module doc)
         self._pred: dict[str, tuple[str, ...]] | None = None  # who links into each node (on demand)
         self._dist: dict[str, dict[str, int]] = {}
         self._next: dict[tuple[str, str], tuple[str, ...]] = {}
@@ -127,19 +130,35 @@ class Router:
         for end, name in (("src", src), ("dst", dst)):
             if name not in self.graph:
                 raise ScenarioError(f"route.{end}", name, "a node of the topology (gpu0, gpu1, …)")
+        flow = self.flow_number(src, dst, flow_key)
+        nodes = [src]
+        for end in (*self._via(src, dst, flow_key), dst):
+            nodes.extend(self._walk(nodes[-1], end, flow)[1:])
+        path = tuple(nodes)
+        self._paths[key] = path
+        return path
+
+    def _via(self, src: str, dst: str, flow_key: Hashable) -> tuple[str, ...]:
+        """The routers the topology's policy sends a flow through (none by default)."""
+        if self.waypoints is None:
+            return ()
+        s, d = node_data(self.graph, src).get("host"), node_data(self.graph, dst).get("host")
+        if s is None or d is None or s == d:
+            return ()
+        return self.waypoints.waypoints(s, d, s + (0 if flow_key is None else _index(flow_key)))
+
+    def _walk(self, src: str, dst: str, flow: int) -> list[str]:
+        """The shortest route from ``src`` to ``dst``, ECMP choices from ``flow``."""
         dist = self._distances(dst)
         if src not in dist:
             raise ScenarioError("route.dst", dst, f"a node reachable from {src}; no links lead there")
         nodes = [src]
         node = src
-        flow = self.flow_number(src, dst, flow_key)
         while node != dst:
             cands = self._next_hops(node, dst, dist)
             node = cands[0] if len(cands) == 1 else cands[flow % len(cands)]
             nodes.append(node)
-        path = tuple(nodes)
-        self._paths[key] = path
-        return path
+        return nodes
 
     def links(self, src: str, dst: str, flow_key: Hashable = None) -> tuple[tuple[str, str], ...]:
         """The directed links ``(u, v)`` of :meth:`path`, in order."""
