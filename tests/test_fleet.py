@@ -235,3 +235,17 @@ def test_job_energy_with_an_energy_section():
     tokens = 50_000 * s["tokens_per_s"] * s["iteration_time_s"]
     assert s["job_energy_per_token_j"] == pytest.approx(s["job_energy_j"] / tokens, rel=1e-12)
     assert s["job_energy_per_token_j"] > s["energy_per_token_j"]  # failures cost energy too
+
+
+@pytest.mark.parametrize(("gpus", "hours", "printed"), [(16_384, 1.8, 0.05), (131_072, 0.23, 0.005)])
+def test_meta_rsc1_rate_gives_the_papers_mttf_projection(gpus, hours, printed):
+    """Kokolis et al. (HPCA 2025) model a job's MTTF as (N_nodes · r_f)⁻¹ with RSC-1's
+    r_f = 6.50 failures per 1000 node-days and project 1.8 h at 16,384 GPUs and 0.23 h at
+    131,072 (8 GPUs a server); the shipped row gives the same within the printed digits."""
+    per_node = studies()["meta_rsc1"]["node"]
+    assert per_node == pytest.approx(1000 * 24 * HOUR / 6.50, rel=1e-12)
+    assert per_node / (gpus // 8) / HOUR == pytest.approx(hours, abs=printed)
+    assert studies()["meta_rsc2"]["node"] == pytest.approx(1000 * 24 * HOUR / 2.34, rel=1e-12)
+    # a scenario with the study: its 4 nodes' node-class rate, nothing else
+    per_h = cs.simulate(job({"study": "meta_rsc1"})).summary["failure_rates_per_h"]
+    assert per_h == {"node": pytest.approx(4 * HOUR / per_node, rel=1e-12)}
