@@ -174,3 +174,44 @@ def test_power_plot(quick):
     assert len(fig.axes) == 2 and len(fig.axes[0].lines) >= 4
     p = quick.power(bins=30)
     assert len(p) == 30 * 16 and (p["watts"] >= gpu_power("A100-SXM4-80GB").idle_w - 1e-9).all()
+
+
+NETWORK_ROWS = Path(cs.__file__).parent / "data" / "network_power.csv"
+
+
+def network_row(kind: str, gbps: float) -> dict:
+    with open(NETWORK_ROWS, newline="") as fh:
+        return next(r for r in csv.DictReader(fh) if r["kind"] == kind and float(r["port_gbps"]) == gbps)
+
+
+def test_network_power_defaults_are_the_datasheet_rows(quick):
+    """Unset nic_power / switch_power: each NIC draws the datasheet row of its line rate
+    (DGX A100's 200 Gb/s: the NDR200 ConnectX-7's 16.7 W; no 200 Gb/s switch row: none);
+    on 400 Gb/s NICs the ConnectX-7's 24.9 W and every fabric switch (not the NVSwitches)
+    the QM9700's 747 W; a number still means every switch, NVSwitches included."""
+    from clustersim.topology import build_topology
+    from clustersim.topology.inventory import unit_counts
+
+    s, seconds = quick.summary, np.subtract(*iteration_window(quick.spans)[::-1])
+    nic200 = network_row("nic", 200)
+    assert s["nic_energy_j"] == pytest.approx(16 * float(nic200["typical_w"]) * seconds, rel=1e-12)
+    assert s["switch_energy_j"] == 0.0 and s["network_power_rows"] == {"nic": nic200["model"], "switch": None}
+
+    sc = cs.load_scenario("scenarios/quickstart.yaml").with_overrides(
+        {"energy": {}, "cluster.nic.bandwidth": 400e9 / 8}
+    )
+    res = cs.simulate(sc)
+    cluster = sc.resolved()["cluster"]
+    units = unit_counts(cluster, build_topology(cluster))
+    assert 0 < units["fabric_switch"] < units["switch"]  # the servers' NVSwitches are not in it
+    r, t = res.summary, np.subtract(*iteration_window(res.spans)[::-1])
+    nic, switch = network_row("nic", 400), network_row("switch", 400)
+    assert r["nic_energy_j"] == pytest.approx(units["nic"] * float(nic["typical_w"]) * t, rel=1e-12)
+    assert r["switch_energy_j"] == pytest.approx(
+        units["fabric_switch"] * float(switch["typical_w"]) * t, rel=1e-12
+    )
+    assert r["network_power_rows"] == {"nic": nic["model"], "switch": switch["model"]}
+    given = cs.simulate(sc.with_overrides({"energy": {"nic_power": 0, "switch_power": 100}})).summary
+    assert given["nic_energy_j"] == 0.0
+    assert given["switch_energy_j"] == pytest.approx(units["switch"] * 100 * t, rel=1e-12)
+    assert given["network_power_rows"] == {"nic": "energy.nic_power", "switch": "energy.switch_power"}

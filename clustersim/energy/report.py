@@ -1,5 +1,6 @@
-"""Energy of a simulated step: per GPU, the network's NICs and switches, the facility
-(PUE), per step and per token, next to the cost per token (docs/energy.md)."""
+"""Energy of a simulated step: per GPU, the network's NICs and switches (given, or their
+datasheets': :mod:`.network_power`), the facility (PUE), per step and per token, next to
+the cost per token (docs/energy.md)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pandas as pd
 
 from ..metrics import gpu_spans, iteration_window
 from .gpu_power import gpu_power
+from .network_power import default_network_power
 from .timeline import PowerTrace
 
 #: NVML's power readings average ~100 ms (Ampere and later): the peak is over such bins
@@ -117,14 +119,23 @@ def attach_energy(result, spec: dict, cluster: dict) -> None:
     folded = str(result.summary.get("folded", "")).startswith("yes")
     table = energy_table(gpu_traces(result.spans, result.devices, window, folded), result.devices)
     low = energy_table(gpu_traces(result.spans, result.devices, window, folded, "dram"), result.devices)
+    units = unit_counts(cluster, build_topology(cluster))
+    sheet = default_network_power(cluster)
+    nic_w, switch_w = spec.get("nic_power"), spec.get("switch_power")
+    if switch_w is None:  # the datasheet's switch: the fabric's own (module doc of .network_power)
+        units = {**units, "switch": units["fabric_switch"]}
     settings = EnergySettings(
         pue=spec["pue"],
-        nic_w=spec["nic_power"],
-        switch_w=spec["switch_power"],
+        nic_w=sheet.nic_w if nic_w is None else nic_w,
+        switch_w=sheet.switch_w if switch_w is None else switch_w,
         price_per_kwh=spec.get("price_per_kwh"),
         price_per_gpu_hour=spec.get("price_per_gpu_hour"),
     )
-    units = unit_counts(cluster, build_topology(cluster))
     result.summary.update(energy_summary(table, window[1] - window[0], units, result.summary, settings))
+    result.summary["nic_power_w"], result.summary["switch_power_w"] = settings.nic_w, settings.switch_w
+    result.summary["network_power_rows"] = {  # where each part's watts came from
+        "nic": "energy.nic_power" if nic_w is not None else sheet.nic_model,
+        "switch": "energy.switch_power" if switch_w is not None else sheet.switch_model,
+    }
     result.summary["gpu_energy_dram_j"] = float(low["energy_j"].sum())  # the lower bracket
     result.summary["mean_gpu_power_dram_w"] = float(low["mean_w"].mean())

@@ -635,13 +635,14 @@ class RecoverySpec(_Spec):
 
 class EnergySpec(_Spec):
     """Energy and power of the step (docs/energy.md): the facility's ``pue`` (facility
-    energy / IT energy), each NIC's and switch's power in watts (constant, from their
-    datasheets; 0: not counted) and prices for the costs per million tokens (None: not
-    reported)."""
+    energy / IT energy), each NIC's and switch's power in watts (constant; unset: the
+    datasheet row of the NIC's rate in ``data/network_power.csv``, fabric switches only;
+    a number: every NIC / every switch, NVSwitches included; 0: not counted) and prices for
+    the costs per million tokens (None: not reported)."""
 
     pue: Annotated[float, Range(1, 10)] = 1.0
-    nic_power: Annotated[float, Range(0, 10_000)] = 0.0
-    switch_power: Annotated[float, Range(0, 100_000)] = 0.0
+    nic_power: Annotated[float | None, Range(0, 10_000)] = None
+    switch_power: Annotated[float | None, Range(0, 100_000)] = None
     price_per_kwh: Annotated[float | None, Range(0, 1_000)] = None
     price_per_gpu_hour: Annotated[float | None, Range(0, 100_000)] = None
 
