@@ -57,7 +57,9 @@ DCQCN_F = 5
 DCQCN_RAI = 40e6 / 8
 DCQCN_CNP_INTERVAL = 50e-6
 #: hyper increase R_HAI (bytes/s): 10 × R_AI, QCN's ratio (802.1Qau's R_AI 5 Mbit/s,
-#: R_HAI 50 Mbit/s); the byte counter B the DCQCN paper sets (bytes)
+#: R_HAI 50 Mbit/s; the DCQCN paper's own R_HAI not re-read here); the byte counter B
+#: (bytes): 10 MB, as the DCQCN authors' ns-3 code sets it (parameter table of the public
+#: sc20anonymous/DCQCN-validation README, which runs it)
 DCQCN_RHAI = 10 * DCQCN_RAI
 DCQCN_BYTE_COUNTER = 10e6
 
