@@ -43,6 +43,8 @@ from ..workload.memory_bandwidth import (
 )
 from .data import DATA
 from .published_profiles import profile_table
+from .published_step import step_table
+from .swiglu_backward import swiglu_table
 from .verdict import Verdict
 
 #: DeepGEMM's contiguous (training) rows: |model / measured − 1| within this
@@ -230,6 +232,8 @@ TABLES = (
     ("Interference (GEMM beside communication)", interference_table),
     ("Communication by the SMs it holds (NCCL, DeepEP)", comm_sm_table),
     ("Kernels of a published H100 step profile (Llama-3.1-70B, CP 2)", profile_table),
+    ("Time split of the published H100 step (per step)", step_table),
+    ("SwiGLU backward in Megatron's gate-up layout (Liger-Kernel rows, H100)", swiglu_table),
 )
 
 
