@@ -18,6 +18,7 @@ from clustersim.collectives import Group, Options, Tuning, run_collective
 from clustersim.collectives.bench import measure, preset_cluster
 from clustersim.collectives.nccl_tree import btree_parent, channel_trees, dtree_parents
 from clustersim.collectives.nccl_tuner import algo_time
+from clustersim.collectives.nvls import chunk_size, efficiency
 from clustersim.collectives.pat import blocks
 from clustersim.collectives.registry import ALGORITHMS, estimate_time, plan
 from clustersim.errors import ScenarioError
@@ -142,15 +143,24 @@ def test_tree_beats_ring_on_two_nodes_and_not_beyond():
 
 
 def azure_nvls_rows() -> list[dict]:
+    """The Azure ND H100 v5 / H200 v5 all_reduce_perf rows NCCL ran as NVLS: those where
+    NCCL's tuner picks NVLS on that node (from 1 MiB; below it Ring with LL, not NVLS)."""
     old = csv.DictReader(open(DATA / "nccl_collective_measurements.csv"))
-    # from 32 MiB: below it the presets' protocol latency (fitted before NVLS was modelled) rules
     return [
         r
         for r in old
         if r["nccl_algorithm"] == "nvls"
         and r["cluster"] in ("dgx_h100", "hgx_h200")
-        and int(r["bytes"]) >= 32 * MiB
+        and plan(group_of(preset_cluster(r["cluster"], 1)), "all_reduce", int(r["bytes"]), "nccl")[0]
+        == "nvls"
     ]
+
+
+def newer_nccl_small(row: dict) -> bool:
+    """H200's curve ran NCCL 2.20.5 (H100's 2.18.5, on the same NVLink4 switch): below 8 MiB
+    it is 15–20 % faster than H100's, which the one model of both (the H100 protocol latency,
+    fitted on 2.18.5's curve) cannot follow."""
+    return row["cluster"] == "hgx_h200" and int(row["bytes"]) < 8 * MiB
 
 
 @pytest.mark.parametrize("row", rows("nvls"), ids=lambda r: r["source"].rsplit("/", 1)[-1])
@@ -163,7 +173,60 @@ def test_nvls_within_15_percent_of_nccl_tests(row):
 @pytest.mark.parametrize("row", azure_nvls_rows(), ids=lambda r: f"{r['cluster']}-{r['bytes']}")
 def test_nvls_within_15_percent_of_azure_curves(row):
     got = measure(preset_cluster(row["cluster"], 1), "all_reduce", int(row["bytes"]), "nvls", network="flow")
-    assert got.busbw / 1e9 == pytest.approx(float(row["busbw_GBps"]), rel=0.15)
+    measured = float(row["busbw_GBps"])
+    if newer_nccl_small(row):  # a known deviation: slower than NCCL 2.20.5, within 20 %
+        assert 0.80 * measured < got.busbw / 1e9 < measured
+    else:
+        assert got.busbw / 1e9 == pytest.approx(measured, rel=0.15)
+
+
+def test_azure_nvls_rows_start_where_nccl_picks_nvls():
+    # the rows checked span 1 MiB … 8 GiB on both curves; the 8 and 16 MiB rows (32 KiB
+    # chunks) are checked here too, fast: they were 15–18 % slow before NCCL's chunking
+    picked = azure_nvls_rows()
+    assert {int(r["bytes"]) for r in picked} == {1 << e for e in range(20, 34)}
+    for r in picked:
+        if int(r["bytes"]) in (8 * MiB, 16 * MiB):
+            got = measure(
+                preset_cluster(r["cluster"], 1), "all_reduce", int(r["bytes"]), "nvls", network="flow"
+            )
+            assert got.busbw / 1e9 == pytest.approx(float(r["busbw_GBps"]), rel=0.15)
+
+
+def nccl_nvls_chunk(nbytes: int, channels: int, heads: int) -> int:
+    """NCCL's enqueue.cc NVLS chunk rule, as written there (2.18.5 … master)."""
+    chunk = 131072  # nvlsChunkSize
+    ops = channels * heads
+    if nbytes < 64 * ops * chunk and chunk > 65536:
+        chunk = 65536
+    if nbytes < 8 * ops * chunk and chunk > 32768:
+        chunk = 32768
+    if nbytes < 2 * ops * chunk and chunk > 16384:
+        chunk = 16384
+    return chunk
+
+
+def test_nvls_chunk_is_enqueue_cc():
+    for e in range(10, 36):
+        for nbytes in (1 << e, 3 << (e - 1), (1 << e) - 1):
+            for channels, m in ((16, 8), (24, 72), (16, 4)):
+                assert chunk_size(nbytes, m, channels) == nccl_nvls_chunk(nbytes, channels, m)
+
+
+def test_nvls_efficiency_folds_a_step_latency_per_channel_chunk():
+    h100 = group_of(preset_cluster("dgx_h100", 1)).shape()
+    alpha, bw, m = h100.alpha, h100.bw, h100.n
+    for nbytes in (MiB, 16 * MiB, 256 * MiB, 1 << 30):
+        c = chunk_size(nbytes, m, 16)
+        for kind, w in (("all_reduce", m + 1), ("reduce_scatter", m), ("all_gather", m)):
+            # a channel's step: w·c bytes on its 1/16 of the link at e, plus α
+            step = w * c / (0.85 * bw / 16) + alpha
+            assert efficiency(h100, kind, nbytes) == pytest.approx(w * c / (bw / 16) / step, rel=1e-12)
+    # the curves' slopes: ~150–190 GB/s algbw at 16 KiB chunks … ~275 at 128 KiB
+    algbw = {
+        c: efficiency(h100, "all_reduce", n) * bw / (1 + 1 / m) / 1e9 for c, n in ((16, MiB), (128, 1 << 31))
+    }
+    assert 150 < algbw[16] < 200 and 255 < algbw[128] < 285
 
 
 def nvswitch_node(n: int, bw: float, gpu: str = "H100-SXM5-80GB") -> dict:

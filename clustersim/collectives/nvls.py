@@ -16,8 +16,30 @@ of link time (:attr:`~.cost.Shape.nvls`). A reduce-scatter is the first half, an
 the second. NVLS across hosts (NVLSTree, CollNet) is not modelled: one host only. It runs
 the Simple protocol only (NCCL: ``NVLS && p != NCCL_PROTO_SIMPLE`` is skipped).
 
-Idle time on link bandwidth B and step α, efficiency e:
-``T_AR = 4·α + (1 + 1/k) · S·(1 + 1/m)/(e·B)``; ``T_RS = T_AG = 2·α + (1 + 1/k) · S/(e·B)``.
+Latency: NCCL's tuner counts NVLS's latency once per call, with no per-step term (tuning.cc
+2.18.5: ``baseLat`` 23 µs and NVLink ``hwLat`` 0; master: ``intraLat`` 25 µs) — here the
+system's Simple protocol latency (the H100 one fitted on this very curve), and the messages
+carry no step α: the switch's steps are pipelined, not a chain of handshakes.
+
+How NCCL cuts the data (``src/enqueue.cc``, the same rule in 2.18.5, 2.20.5 and master):
+``nvlsChannels`` channels (``src/transport/nvls.cc``: 16 on Hopper, 24 on one Blackwell
+NVLink domain) each take one chunk per head (the m GPUs) per step, the chunk 128 KiB, cut to
+64 KiB below 64·C, 32 KiB below 8·C and 16 KiB below 2·C bytes (C = channels·m·chunk, the
+bytes of one step over all channels); each channel keeps ``NCCL_STEPS`` = 8 steps in flight.
+A channel's step costs its bytes on its share of the link plus the step latency α (the
+group's NVLink α, tuning.cc ``hwLat`` 3.4 µs: the channel's thread block waits for its
+peers' flags before it moves the next chunk; the slopes below put it at ~4 µs), which is
+why NVLS reaches its plateau only with large chunks: on 8 × H100 the nccl-tests curves' slope
+is ~150–190 GB/s algbw with 16 KiB chunks, ~210–230 with 32 KiB, ~258 with 64 KiB and ~275
+with 128 KiB (Azure ND H100 v5 / H200 v5, nccl_collective_measurements.csv). That step
+latency is folded into the link time here: a message takes its bytes / ``efficiency(c)`` of
+link time, ``1/e_c = 1/e + α·B/(channels·c·w)``, w = m + 1 chunks through a GPU's busier
+direction per all-reduce step (m up and its reduced shard back; m of the multicast in), m for
+a reduce-scatter or an all-gather.
+
+Idle time on link bandwidth B, efficiency e_c at NCCL's chunk c, k pipeline chunks (before
+the protocol latency):
+``T_AR = (1 + 1/k) · S·(1 + 1/m)/(e_c·B)``; ``T_RS = T_AG = (1 + 1/k) · S/(e_c·B)``.
 """
 
 from __future__ import annotations
@@ -26,18 +48,46 @@ import math
 
 from .algorithm import ALGORITHMS, Algorithm, never
 from .cost import Shape
+from .nccl_hardware import NVLS_EFFICIENCY
 from .ring import pipeline_chunks
 from .schedule import Msg, all_of, split
 
 #: chunks a GPU's reduce-scatter may run ahead of its all-gather: NCCL's buffer slots per
 #: connection (src/include/device.h ``NCCL_STEPS``), so neither half starves the other
-WINDOW = 8
+NCCL_STEPS = 8
+#: NVLS channels per generation on one host (src/transport/nvls.cc ``NVLS_NCHANNELS_SM90``
+#: 16, ``NVLS_NCHANNELS_SM100_NVL`` 24)
+CHANNELS = {"hopper": 16, "blackwell": 24}
+#: the generation of an NVLS efficiency (the group's Shape carries the efficiency only)
+_GENERATION = {e: g for g, e in NVLS_EFFICIENCY.items() if e > 0}
+#: NCCL's NVLS chunk sizes, largest first (``nvlsChunkSize`` 128 KiB), and the multiple of
+#: one step's bytes over all channels below which each next smaller one is taken (enqueue.cc)
+CHUNKS = ((131072, 64), (65536, 8), (32768, 2), (16384, 0))
+
+
+def chunk_size(nbytes: float, m: int, channels: int) -> int:
+    """NCCL's NVLS chunk (bytes per head per channel step) for an ``nbytes`` call on ``m``
+    GPUs over ``channels`` channels (enqueue.cc; module doc)."""
+    for c, times in CHUNKS:
+        if nbytes >= times * channels * m * c:
+            return c
+    return CHUNKS[-1][0]
+
+
+def efficiency(sh: Shape, kind: str, nbytes: float) -> float:
+    """NVLS's link efficiency at NCCL's chunk for ``nbytes``: ``nvlsEfficiency`` with each
+    channel's step latency folded into its link time (module doc)."""
+    m, channels = sh.n, CHANNELS[_GENERATION[sh.nvls]]
+    c = chunk_size(nbytes, m, channels)
+    w = m + 1 if kind == "all_reduce" else m
+    return 1 / (1 / sh.nvls + sh.alpha * sh.bw / (channels * c * w))
 
 
 def build(group, kind: str, nbytes: int, options):
     """The NVLS schedule of ``kind`` on ``group`` (one host; module doc)."""
     env, members = group.env, group.members
-    m, eff = len(members), group.shape().nvls
+    sh = group.shape()
+    m, eff = len(members), efficiency(sh, kind, nbytes)
     switch = group.path(members[0], members[1])[2][1]
     k = pipeline_chunks(-(-int(nbytes) // m), options.chunks)
     wire = [[math.ceil(b / eff) for b in split(part, m)] for part in split(nbytes, k)]
@@ -50,7 +100,7 @@ def build(group, kind: str, nbytes: int, options):
         if kind in ("all_reduce", "reduce_scatter"):
             copies = {}  # shard j → every GPU's copy of it on its way to the switch
             for r in members:  # shard by shard, so the first sums are ready soonest
-                slot = gathers[r][q - WINDOW].done if q >= WINDOW and gathers[r] else None
+                slot = gathers[r][q - NCCL_STEPS].done if q >= NCCL_STEPS and gathers[r] else None
                 for j in range(m):
                     msg = Msg(env, r, switch, shards[j], (slot,) if slot is not None else ())
                     ups[r].append(msg)
@@ -66,10 +116,9 @@ def build(group, kind: str, nbytes: int, options):
                 for dst in members:
                     casts[dst].append(Msg(env, switch, dst, shards[j], (msg.done,)))
     engines = [prog for prog in (*ups.values(), *sums.values(), *gathers.values(), *casts.values()) if prog]
-    alpha = group.alpha["intra_node"]  # a GPU ↔ switch step (the switch is no member)
-    for prog in engines:
+    for prog in engines:  # no step latency: NCCL counts NVLS's latency once per call (module doc)
         for msg in prog:
-            msg.alpha = alpha
+            msg.alpha = 0.0
     return engines, {}
 
 
@@ -90,11 +139,11 @@ def hardware(sh: Shape) -> str | None:
 
 def cost(sh: Shape, kind: str, s: float, _servers: int) -> float:
     """Idle-network α-β time (s) of ``kind`` on ``s`` bytes by NVLS (module doc)."""
-    m = sh.n
+    m, eff = sh.n, efficiency(sh, kind, s)
     k = pipeline_chunks(-(-int(s) // m))
     if kind == "all_reduce":
-        return 4 * sh.alpha + (1 + 1 / k) * s * (1 + 1 / m) / (sh.nvls * sh.bw)
-    return 2 * sh.alpha + (1 + 1 / k) * s / (sh.nvls * sh.bw)
+        return (1 + 1 / k) * s * (1 + 1 / m) / (eff * sh.bw)
+    return (1 + 1 / k) * s / (eff * sh.bw)
 
 
 ALGORITHMS.add(
