@@ -4,7 +4,9 @@
 the cost model, TP collectives on the DGX-A100 preset's NVSwitch fabric through
 :func:`clustersim.collectives.run_collective` — back to back, as one CUDA stream runs them;
 under SP the backward's re-gather of the column-parallel inputs beside the dgrad GEMM
-(:mod:`clustersim.workload.sp_regather`), the two ending together.
+(:mod:`clustersim.workload.sp_regather`): the GEMM slowed by NCCL's CTAs, the collective by
+the GEMM (:mod:`clustersim.hardware.comm_contention`), each at its rate alone once the other
+has ended.
 :func:`memory_check` evaluates the memory model for the configurations of Korthikanti's
 Table 3 (t = 8; 22B p = 1, b = 4; 175B p = 8, 530B p = 35, 1T p = 64, b = 1; the
 interleaved schedule with v = 3 for 175B and 530B — the ratio of their published
@@ -13,10 +15,14 @@ activation bars to the 1F1B formula is exactly 1 + (p − 1)/(p·v) with v = 3).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import simpy
 
 from ..collectives import Tuning, run_collective
 from ..engine.network_setup import build_network
+from ..hardware.comm_contention import beside_rate, pair_seconds
+from ..hardware.interference import beside_factor, nccl_ctas
 from ..record import Recorder
 from ..resolve import resolve
 from ..scenario import load_scenario
@@ -56,7 +62,18 @@ def _fabric(tp: int):
     return env, fabric, [f"gpu{i}" for i in range(tp)], job.cluster
 
 
-def _run(items: list[tuple], tp: int) -> float:
+def _beside_s(item: tuple) -> float:
+    """Seconds of a kernel item beside a NCCL collective: its SM-limited time where the cost
+    model priced it so (:mod:`clustersim.workload.comm_interference`). The kernels run beside
+    one here are GEMMs, whose memory-bound share is 0, so the collective's HBM rate (unknown
+    before it runs) does not enter."""
+    carried = item[6] if len(item) > 6 else ()
+    return item[1] * beside_factor(carried, item[1], 0.0) if carried and item[1] else item[1]
+
+
+def _run(items: list[tuple], tp: int, rate: float = 1.0) -> float:
+    """Seconds of ``items`` run back to back; a collective with a kernel beside it moves at
+    ``rate`` of its rate alone while the kernel runs (:mod:`clustersim.hardware.comm_contention`)."""
     env, fabric, members, cluster = _fabric(tp)
     tuning = Tuning(cluster.collective_alpha, protocols=cluster.collective_protocols)
 
@@ -67,9 +84,15 @@ def _run(items: list[tuple], tp: int) -> float:
             elif it[0] == "p":  # ran beside the collective before it
                 continue
             else:
-                comm = env.process(run_collective(env, fabric, it[1], members, it[2], tuning=tuning))
-                # a kernel marked to run beside it (the SP backward's dgrad beside the re-gather)
-                yield comm & env.timeout(nxt[1]) if nxt[0] == "p" else comm
+                start = env.now
+                yield env.process(run_collective(env, fabric, it[1], members, it[2], tuning=tuning))
+                if nxt[0] == "p":
+                    # a kernel marked to run beside it (the SP backward's dgrad beside the
+                    # re-gather), slowed by NCCL's CTAs, and the collective slowed by it; each
+                    # at its rate alone once the other has ended
+                    alone = env.now - start
+                    both = pair_seconds(nxt[1], _beside_s(nxt), alone, rate)
+                    yield env.timeout(max(both - alone, 0.0))
 
     env.process(proc())
     env.run()
@@ -83,16 +106,22 @@ def layer_times(
     preset: str = TABLE4["preset"],
     tp: int = TABLE4["tp"],
     micro_batch: int = TABLE4["micro_batch"],
+    contention: bool = True,
 ) -> tuple[float, float]:
-    """(forward, backward) seconds of one transformer layer with its TP collectives."""
+    """(forward, backward) seconds of one transformer layer with its TP collectives;
+    ``contention``: a collective with a kernel beside it is slowed by it
+    (:mod:`clustersim.hardware.comm_contention`; False: it keeps its rate alone)."""
     cfg = TRANSFORMER_PRESETS[preset][0]
-    cm = CostModel.for_gpu(gpu)
+    # the kernels beside a NCCL collective priced per kernel with the GPU's NCCL CTAs (its
+    # NVSwitch default: comm_interference), as a scenario that overlaps them prices them
+    cm = replace(CostModel.for_gpu(gpu), nccl_ctas=nccl_ctas(gpu) or 0)
+    rate = beside_rate(gpu, cm.nccl_ctas, cm.eff.sms) if contention and cm.nccl_ctas else 1.0
     ops = layer_ops(cfg, micro_batch, tp, sequence_parallel, 2)
     # Megatron-LM's SP backward gathers the column-parallel inputs again, beside the dgrad GEMM
     ops = with_regather(ops) if sequence_parallel else ops
     f = forward_items(ops, cm)
     rec = {"none": [], "full": f, "selective": forward_items(ops, cm, core_only=True)}[recompute]
-    return _run(f, tp), _run(rec + backward_items(ops, cm), tp)
+    return _run(f, tp, rate), _run(rec + backward_items(ops, cm), tp, rate)
 
 
 def memory_check() -> list[dict]:
