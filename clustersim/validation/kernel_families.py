@@ -17,7 +17,10 @@ pass/fail line):
   al.'s measured range;
 * **communication by the SMs it holds** (``data/comm_sm_bandwidth.csv``): NCCL's all-reduce by
   CTAs on H200, DeepEP's dispatch and combine by SMs on B200 and GB200, each curve's rows within
-  :data:`clustersim.hardware.comm_sms.TOLERANCE`.
+  :data:`clustersim.hardware.comm_sms.TOLERANCE`;
+* **communication beside a GEMM** (``data/comm_beside_gemm.csv``, NanoFlow's A100 rows): a
+  collective's rate by the share of the GPU it holds beside a GEMM, each row within
+  :data:`clustersim.hardware.comm_contention.TOLERANCE` of its curve.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ import warnings
 from collections import defaultdict
 
 from ..collectives.bench import measure, preset_cluster
+from ..hardware.comm_contention import TOLERANCE as CONTENTION_TOLERANCE
+from ..hardware.comm_contention import curves as contention_curves
 from ..hardware.comm_sms import TOLERANCE as COMM_SM_TOLERANCE
 from ..hardware.comm_sms import curves
 from ..hardware.interference import interference_rows, slowdown_of
@@ -224,6 +229,25 @@ def comm_sm_table() -> tuple[str, Verdict]:
     return "\n".join(lines), _verdict("communication by SMs", failed, len(curves()), "curves")
 
 
+def contention_table() -> tuple[str, Verdict]:
+    """A collective's rate beside a GEMM by the GPU share it holds: each row against its
+    (GPU, implementation)'s fitted curve (:mod:`clustersim.hardware.comm_contention`)."""
+    lines = ["| GPU | implementation | share R | measured rate | curve | error | bound |"]
+    lines.append("|---|---|---|---|---|---|---|")
+    failed, rows = [], 0
+    for (gpu, impl), c in sorted(contention_curves().items()):
+        for share, rate in c.rows:
+            err = c.rate(share) / rate - 1
+            rows += 1
+            lines.append(
+                f"| {gpu} | {impl} | {share:.2f} | {rate:.2f} | {c.rate(share):.3f} | {err:+.1%} "
+                f"| ±{CONTENTION_TOLERANCE:.0%} |"
+            )
+            if abs(err) > CONTENTION_TOLERANCE:
+                failed.append(f"{gpu} {impl} R={share}: {err:+.1%}")
+    return "\n".join(lines), _verdict("communication beside a GEMM", failed, rows, "rows")
+
+
 TABLES = (
     ("Memory-bound kernels (Liger-Kernel rows)", memory_table),
     ("MoE grouped GEMMs (DeepGEMM, H800)", grouped_table),
@@ -231,6 +255,7 @@ TABLES = (
     ("Host dispatch per kernel", host_table),
     ("Interference (GEMM beside communication)", interference_table),
     ("Communication by the SMs it holds (NCCL, DeepEP)", comm_sm_table),
+    ("Communication beside a GEMM (NanoFlow, A100)", contention_table),
     ("Kernels of a published H100 step profile (Llama-3.1-70B, CP 2)", profile_table),
     ("Time split of the published H100 step (per step)", step_table),
     ("SwiGLU backward in Megatron's gate-up layout (Liger-Kernel rows, H100)", swiglu_table),

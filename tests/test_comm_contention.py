@@ -1,0 +1,109 @@
+"""A collective slowed by the GEMM beside it (clustersim.hardware.comm_contention)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from clustersim.hardware.comm_contention import (
+    TOLERANCE,
+    beside_rate,
+    curve_for,
+    curves,
+    fit,
+    pair_seconds,
+)
+from clustersim.validation.korthikanti import layer_times
+
+
+@pytest.mark.parametrize("key", sorted(curves()), ids=lambda k: "-".join(k))
+def test_every_row_within_tolerance_of_its_curve(key):
+    # NanoFlow's A100 rows (0.4 at R = 0.1 … 0.9 at R = 0.5) within 5 % of one power law
+    c = curves()[key]
+    for share, rate in c.rows:
+        assert c.rate(share) == pytest.approx(rate, rel=TOLERANCE)
+
+
+@given(
+    a=st.floats(0.2, 1.5),
+    full=st.floats(0.3, 1.0),
+    shares=st.lists(st.floats(0.02, 0.3), min_size=2, max_size=6, unique=True),
+)
+def test_fit_recovers_a_power_law_exactly(a, full, shares):
+    shares = sorted(set(round(s, 6) for s in shares))
+    if len(shares) < 2 or shares[-1] / shares[0] < 1.05:
+        return
+    c = fit([(s, (s / full) ** a) for s in shares])
+    assert c.exponent == pytest.approx(a, rel=1e-9)
+    assert c.full_share == pytest.approx(full, rel=1e-9)
+
+
+@given(st.floats(1e-3, 1.0), st.floats(1e-3, 1.0))
+def test_rate_grows_with_the_share_and_never_exceeds_alone(x, y):
+    c = curve_for("A100-SXM4-80GB")[0]
+    lo, hi = sorted((x, y))
+    assert 0 < c.rate(lo) <= c.rate(hi) <= 1.0
+
+
+def test_share_outside_zero_to_one_is_refused():
+    c = curve_for("A100-SXM4-80GB")[0]
+    for bad in (0.0, -0.1, 1.5):
+        with pytest.raises(ValueError, match="share"):
+            c.rate(bad)
+
+
+def test_gpus_without_rows_take_a100s_curve_as_a_transfer():
+    assert curve_for("A100-SXM4-80GB")[1] is False
+    assert curve_for("H100-SXM")[1] is True
+    assert curve_for("H100-SXM")[0] is curve_for("A100-SXM4-80GB")[0]
+    # NCCL's 24 CTAs of A100's 108 SMs: R = 2/9, the collective at (R / R_full)^a
+    c = curve_for("A100-SXM4-80GB")[0]
+    assert beside_rate("A100-SXM4-80GB", 24, 108) == pytest.approx((24 / 108 / c.full_share) ** c.exponent)
+
+
+def _stepped(gemm_alone, gemm_beside, comm_alone, rate, steps=20000):
+    """The pair advanced in small time steps: each task at its beside rate while both run."""
+    dt = max(gemm_beside, comm_alone / rate) / steps
+    g = c = 0.0  # fractions done
+    t = 0.0
+    while g < 1.0 or c < 1.0:
+        both = g < 1.0 and c < 1.0
+        gstep = dt / (gemm_beside if both else gemm_alone) if g < 1.0 else 0.0
+        cstep = dt * (rate if both else 1.0) / comm_alone if c < 1.0 else 0.0
+        # end exactly at the first finish inside this step
+        frac = min(
+            1.0,
+            (1.0 - g) / gstep if gstep else math.inf,
+            (1.0 - c) / cstep if cstep else math.inf,
+        )
+        g, c, t = g + gstep * frac, c + cstep * frac, t + dt * frac
+        g, c = (1.0 if g > 1.0 - 1e-12 else g), (1.0 if c > 1.0 - 1e-12 else c)
+    return t
+
+
+@given(
+    gemm=st.floats(1e-4, 1e-2),
+    slow=st.floats(1.0, 1.5),
+    comm=st.floats(1e-4, 1e-2),
+    rate=st.floats(0.3, 1.0),
+)
+def test_pair_seconds_is_the_two_rates_run_to_completion(gemm, slow, comm, rate):
+    want = _stepped(gemm, gemm * slow, comm, rate)
+    assert pair_seconds(gemm, gemm * slow, comm, rate) == pytest.approx(want, rel=1e-9)
+
+
+@given(gemm=st.floats(1e-4, 1e-2), comm=st.floats(1e-4, 1e-2))
+def test_without_interference_the_pair_takes_the_longer(gemm, comm):
+    assert pair_seconds(gemm, gemm, comm, 1.0) == pytest.approx(max(gemm, comm), rel=1e-12)
+
+
+def test_contention_slows_the_backward_only():
+    # Korthikanti's 22B layer on A100: the forward has no collective beside a kernel; the
+    # backward's collectives beside the wgrad / dgrad GEMMs now move at 0.61 of their rate
+    for mode in (("none", False), ("selective", True)):
+        f0, b0 = layer_times(*mode, contention=False)
+        f1, b1 = layer_times(*mode, contention=True)
+        assert f1 == f0 and b1 > b0
