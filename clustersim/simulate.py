@@ -23,6 +23,7 @@ from .engine.interpreter import Engine
 from .engine.network_setup import build_network
 from .engine.variability import compute_scales
 from .errors import ScenarioError, SimulationStall
+from .hardware.comm_contention import contention_rate
 from .hardware.node_groups import device_memory
 from .program import Program
 from .progress import Reporter, SimProgress
@@ -271,6 +272,7 @@ def build_engine(job: Job, prog: Program, gpus: int | None = None) -> tuple[Any,
         collective_model=job.simulation.collective_model,
         compute_scale=compute_scales(job, prog),
         protocols=cl.collective_protocols,
+        comm_contention=contention_rate(cl),
     )
     return engine, evaluator_note
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
+import simpy
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import clustersim as cs
+from clustersim.engine.interpreter import Engine
 from clustersim.hardware.comm_contention import (
     TOLERANCE,
     beside_rate,
@@ -16,6 +19,8 @@ from clustersim.hardware.comm_contention import (
     fit,
     pair_seconds,
 )
+from clustersim.network import DirectFabric
+from clustersim.record import Recorder
 from clustersim.validation.korthikanti import layer_times
 
 
@@ -107,3 +112,65 @@ def test_contention_slows_the_backward_only():
         f0, b0 = layer_times(*mode, contention=False)
         f1, b1 = layer_times(*mode, contention=True)
         assert f1 == f0 and b1 > b0
+
+
+#: a 25 GB/s two-GPU fabric; the all-reduce's time alone on it
+BW = 25e9
+
+
+def _pair(gemm_s: float, nbytes: int, slowdown: float, contention: float) -> tuple[float, float, dict]:
+    """(compute end, collective end, comm_slowed_s) of one compute op of ``gemm_s`` and one
+    all-reduce of ``nbytes`` started together on each of two GPUs."""
+    prog = cs.Program(2)
+    for dev in (0, 1):
+        prog.add(dev, "compute", "compute", "wgrad", duration=gemm_s)
+        prog.add(
+            dev, "tp", "collective", "ar", nbytes=nbytes, group=(0, 1), collective="all_reduce", tag="ar"
+        )
+    env, rec = simpy.Environment(), Recorder()
+    fabric = DirectFabric(env, rec, BW, 0.0)
+    engine = Engine(
+        prog,
+        env,
+        fabric,
+        rec,
+        [2**40] * 2,
+        alpha=0.0,
+        comm_compute_slowdown=slowdown,
+        comm_contention=contention,
+    )
+    engine.run()
+    ends = {prog.ops[i].name: e for i, _, e in rec.ops}
+    return ends["wgrad"], ends["ar"], engine.comm_slowed_s
+
+
+def _alone(nbytes: int) -> float:
+    return _pair(0.0, nbytes, 1.0, 1.0)[1]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    gemm=st.floats(1e-4, 5e-3),
+    mib=st.integers(1, 64),
+    slowdown=st.floats(1.05, 1.5),
+    contention=st.floats(0.3, 0.99),
+)
+def test_the_engine_runs_the_pair_as_pair_seconds(gemm, mib, slowdown, contention):
+    """Compute at 1/slowdown while the collective runs, the collective at ``contention`` of
+    its rate while the compute runs, each at its rate alone after: the later end is
+    :func:`pair_seconds`, the collective's added seconds its ``comm_slowed_s``."""
+    nbytes = mib * 2**20
+    comm = _alone(nbytes)
+    g_end, c_end, slowed = _pair(gemm, nbytes, slowdown, contention)
+    assert max(g_end, c_end) == pytest.approx(pair_seconds(gemm, gemm * slowdown, comm, contention), rel=1e-9)
+    # the collective ends when its work at the two rates is done: after its time alone
+    assert c_end > comm and set(slowed) == {1, 3}
+    assert slowed[1] == pytest.approx(c_end - comm, rel=1e-9)
+
+
+def test_off_with_slowdown_one_or_rate_one():
+    nbytes = 8 * 2**20
+    comm = _alone(nbytes)
+    for slowdown, contention in ((1.0, 0.6), (1.2, 1.0)):
+        _, c_end, slowed = _pair(1e-3, nbytes, slowdown, contention)
+        assert c_end == pytest.approx(comm, rel=1e-12) and slowed == {}

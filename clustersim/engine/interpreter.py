@@ -77,6 +77,7 @@ class Engine:
         collective_model: str = "fabric",
         compute_scale: list[float] | None = None,
         protocols=None,
+        comm_contention: float = 1.0,
     ):
         """``alpha``: per-step collective latency (see :func:`clustersim.collectives.run_collective`);
         ``collective_latency``: how a ring across hosts pays it (``cluster.collective_latency``);
@@ -88,12 +89,21 @@ class Engine:
         group's links (no contention, one event — for large sweeps);
         ``compute_scale``: per-op factors on compute durations (stragglers, noise; see
         :mod:`clustersim.engine.variability`); ``protocols``: the system's NCCL protocols
-        (``cluster.collective_protocols``; None: Simple alone)."""
+        (``cluster.collective_protocols``; None: Simple alone); ``comm_contention``: the rate
+        a NCCL collective keeps while compute runs beside it on one of its GPUs
+        (:func:`~clustersim.hardware.comm_contention.contention_rate`; 1.0 turns it off)."""
         self.program, self.env, self.fabric, self.recorder = program, env, fabric, recorder
         self.memory = MemoryLedger(program.static_memory, memory_capacity, recorder)
         self.alpha, self.latency, self.algorithms = alpha, collective_latency, algorithms or {}
         self.protocols = protocols
         self.slowdown = comm_compute_slowdown
+        self.contention = comm_contention if comm_compute_slowdown != 1.0 else 1.0
+        # per device: seconds some compute ran slowed beside a collective, how many such
+        # compute ops run now and since when (what a NCCL collective's rate follows)
+        self._beside_s = [0.0] * program.num_devices
+        self._beside_n = [0] * program.num_devices
+        self._beside_at = [0.0] * program.num_devices
+        self._beside_events: list[simpy.Event | None] = [None] * program.num_devices
         self.collective_model = collective_model
         # collectives in progress per device, and an event that fires when that changes
         self.active_collectives = [0] * program.num_devices
@@ -218,12 +228,61 @@ class Engine:
             else:
                 rate = 1.0 / self.slowdown
             t, timer = env.now, env.timeout(work / rate)
+            beside = rate != 1.0 and self.contention != 1.0
+            if beside:
+                self._beside_change(dev, +1)
             yield timer | self.collectives_changed[dev]
+            if beside:
+                self._beside_change(dev, -1)
             if rate != 1.0:  # w s at this rate did w·rate s of work: w·(1 − rate) s lost
                 self.slowed_s[op.id] = self.slowed_s.get(op.id, 0.0) + (env.now - t) * (1.0 - rate)
             if timer.processed:
                 return
             work -= (env.now - t) * rate
+
+    def _beside_change(self, dev: int, delta: int) -> None:
+        """Count a compute op starting (+1) or ending (-1) a stretch slowed beside a
+        collective on GPU ``dev``, adding the time some ran since the last change."""
+        now = self.env.now
+        if self._beside_n[dev]:
+            self._beside_s[dev] += now - self._beside_at[dev]
+        self._beside_at[dev], self._beside_n[dev] = now, self._beside_n[dev] + delta
+        ev = self._beside_events[dev]
+        if ev is not None and not ev.triggered:  # a contended collective's tail waits on it
+            ev.succeed()
+
+    def _beside_time(self, dev: int) -> float:
+        """Seconds some compute has run slowed beside a collective on GPU ``dev`` so far."""
+        s = self._beside_s[dev]
+        return s + (self.env.now - self._beside_at[dev]) if self._beside_n[dev] else s
+
+    def _contention_lost(self, group: tuple[int, ...], since: list[float]) -> float:
+        """Seconds of its rate alone a NCCL collective on ``group`` still has to move when
+        its fabric time is over (``since``: :meth:`_beside_time` of each member when it
+        started): it moved at :attr:`contention` of its rate while compute ran beside it, the
+        longest such time on a member pacing the ring."""
+        return max(self._beside_time(d) - s for d, s in zip(group, since)) * (1.0 - self.contention)
+
+    def _contended_tail(self, group: tuple[int, ...], lost: float, members):
+        """Move ``lost`` seconds of a collective's work at its rate alone, or at
+        :attr:`contention` of it while compute runs beside it on a member, re-evaluated as
+        that compute starts and ends; the time counted per member op in ``comm_slowed_s``."""
+        env, begun = self.env, self.env.now
+        while lost > 0.0:
+            rate = self.contention if any(self._beside_n[d] for d in group) else 1.0
+            t, timer = env.now, env.timeout(lost / rate)
+            yield env.any_of([timer, *(self._beside_event(d) for d in group)])
+            lost = 0.0 if timer.processed else lost - (env.now - t) * rate
+        for i in members:
+            self.comm_slowed_s[i] = self.comm_slowed_s.get(i, 0.0) + (env.now - begun)
+
+    def _beside_event(self, dev: int) -> simpy.Event:
+        """The event that fires when compute next starts or ends a stretch beside a
+        collective on GPU ``dev``."""
+        ev = self._beside_events[dev]
+        if ev is None or ev.triggered:
+            ev = self._beside_events[dev] = self.env.event()
+        return ev
 
     def _collectives_change(
         self, group: tuple[int, ...], delta: int, rate: float = 0.0, key: int = NCCL
@@ -276,6 +335,8 @@ class Engine:
         key = op.beside[0] if op.beside else NCCL  # DeepEP's SMs, or NCCL's CTAs
         self._collectives_change(op.group, +1, rate, key)
         sm_s, begun = (op.nbytes / op.beside[1] if len(op.beside) > 1 else 0.0), self.env.now
+        # a NCCL collective slowed by the compute beside it (comm_contention)
+        since = [self._beside_time(d) for d in op.group] if key == NCCL and self.contention != 1.0 else None
 
         def done(_event=None) -> None:
             self._collectives_change(op.group, -1, rate, key)
@@ -283,6 +344,11 @@ class Engine:
 
         def ended(_event) -> None:
             extra = stretched(self.env.now - begun, sm_s) - (self.env.now - begun) if sm_s else 0.0
+            lost = self._contention_lost(op.group, since) if since is not None else 0.0
+            if lost > 0.0:  # the work the compute beside it cost, at the rate it now gets
+                tail = self.env.process(self._contended_tail(op.group, lost, members))
+                tail.callbacks.append(done)
+                return
             if extra <= 0.0:
                 done()
                 return

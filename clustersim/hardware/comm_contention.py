@@ -33,6 +33,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from .datasheets import datasheets
+from .interference import nccl_ctas_for
+
 CSV = Path(__file__).resolve().parent.parent / "data" / "comm_beside_gemm.csv"
 
 #: every row against its curve (tests/test_comm_contention.py, ``clustersim validate``)
@@ -102,3 +105,14 @@ def pair_seconds(gemm_alone: float, gemm_beside: float, comm_alone: float, rate:
     if comm_beside <= gemm_beside:  # the GEMM finishes alone what is left of it
         return comm_beside + gemm_alone * (1.0 - comm_beside / gemm_beside) if gemm_beside else 0.0
     return gemm_beside + comm_alone - rate * gemm_beside
+
+
+def contention_rate(cluster) -> float:
+    """The rate a NCCL collective keeps while compute runs beside it on ``cluster`` (a
+    :class:`~clustersim.scenario.cluster_spec.ClusterSpec`): its CTAs' share of the GPU's SMs
+    on the curve where the kernels beside it are priced with those CTAs
+    (:func:`~.interference.nccl_ctas_for`), else 1 (off: interference off or stated, a custom
+    GPU, not an NVSwitch node, no CTA row)."""
+    custom = cluster.custom_gpu is not None and cluster.custom_gpu.name == cluster.gpu
+    ctas = 0 if custom else nccl_ctas_for(cluster, cluster.gpu)
+    return beside_rate(cluster.gpu, ctas, datasheets()[cluster.gpu].sms) if ctas else 1.0
