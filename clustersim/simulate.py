@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import simpy
 
 from .compilers import TrainingMode, check_job, compile_job, mode_of, name_cycle
@@ -273,6 +274,7 @@ def build_engine(job: Job, prog: Program, gpus: int | None = None) -> tuple[Any,
         compute_scale=compute_scales(job, prog),
         protocols=cl.collective_protocols,
         comm_contention=contention_rate(cl),
+        domains=[int(n) for n in job.layout.node(np.arange(job.num_gpus))],
     )
     return engine, evaluator_note
 

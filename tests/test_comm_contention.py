@@ -118,9 +118,12 @@ def test_contention_slows_the_backward_only():
 BW = 25e9
 
 
-def _pair(gemm_s: float, nbytes: int, slowdown: float, contention: float) -> tuple[float, float, dict]:
+def _pair(
+    gemm_s: float, nbytes: int, slowdown: float, contention: float, domains=(0, 0)
+) -> tuple[float, float, dict]:
     """(compute end, collective end, comm_slowed_s) of one compute op of ``gemm_s`` and one
-    all-reduce of ``nbytes`` started together on each of two GPUs."""
+    all-reduce of ``nbytes`` started together on each of two GPUs (``domains``: their
+    NVLink domains)."""
     prog = cs.Program(2)
     for dev in (0, 1):
         prog.add(dev, "compute", "compute", "wgrad", duration=gemm_s)
@@ -138,6 +141,7 @@ def _pair(gemm_s: float, nbytes: int, slowdown: float, contention: float) -> tup
         alpha=0.0,
         comm_compute_slowdown=slowdown,
         comm_contention=contention,
+        domains=domains,
     )
     engine.run()
     ends = {prog.ops[i].name: e for i, _, e in rec.ops}
@@ -168,9 +172,10 @@ def test_the_engine_runs_the_pair_as_pair_seconds(gemm, mib, slowdown, contentio
     assert slowed[1] == pytest.approx(c_end - comm, rel=1e-9)
 
 
-def test_off_with_slowdown_one_or_rate_one():
+def test_off_with_slowdown_one_rate_one_or_across_domains():
     nbytes = 8 * 2**20
     comm = _alone(nbytes)
-    for slowdown, contention in ((1.0, 0.6), (1.2, 1.0)):
-        _, c_end, slowed = _pair(1e-3, nbytes, slowdown, contention)
+    # interference off, the rate 1, or the two GPUs in two NVLink domains (a NIC's collective)
+    for slowdown, contention, domains in ((1.0, 0.6, (0, 0)), (1.2, 1.0, (0, 0)), (1.2, 0.6, (0, 1))):
+        _, c_end, slowed = _pair(1e-3, nbytes, slowdown, contention, list(domains))
         assert c_end == pytest.approx(comm, rel=1e-12) and slowed == {}

@@ -78,6 +78,7 @@ class Engine:
         compute_scale: list[float] | None = None,
         protocols=None,
         comm_contention: float = 1.0,
+        domains: list[int] | None = None,
     ):
         """``alpha``: per-step collective latency (see :func:`clustersim.collectives.run_collective`);
         ``collective_latency``: how a ring across hosts pays it (``cluster.collective_latency``);
@@ -91,13 +92,16 @@ class Engine:
         :mod:`clustersim.engine.variability`); ``protocols``: the system's NCCL protocols
         (``cluster.collective_protocols``; None: Simple alone); ``comm_contention``: the rate
         a NCCL collective keeps while compute runs beside it on one of its GPUs
-        (:func:`~clustersim.hardware.comm_contention.contention_rate`; 1.0 turns it off)."""
+        (:func:`~clustersim.hardware.comm_contention.contention_rate`; 1.0 turns it off),
+        applied to collectives within one NVLink domain: ``domains`` gives each device's
+        (its node; None: every device its own, so none is slowed)."""
         self.program, self.env, self.fabric, self.recorder = program, env, fabric, recorder
         self.memory = MemoryLedger(program.static_memory, memory_capacity, recorder)
         self.alpha, self.latency, self.algorithms = alpha, collective_latency, algorithms or {}
         self.protocols = protocols
         self.slowdown = comm_compute_slowdown
         self.contention = comm_contention if comm_compute_slowdown != 1.0 else 1.0
+        self.domains = domains
         # per device: seconds some compute ran slowed beside a collective, how many such
         # compute ops run now and since when (what a NCCL collective's rate follows)
         self._beside_s = [0.0] * program.num_devices
@@ -276,6 +280,12 @@ class Engine:
         for i in members:
             self.comm_slowed_s[i] = self.comm_slowed_s.get(i, 0.0) + (env.now - begun)
 
+    def _one_domain(self, group: tuple[int, ...]) -> bool:
+        """Whether every device of ``group`` sits in one NVLink domain (:attr:`domains`): the
+        collectives the contention rows measure (NVLink copies by SMs, not a NIC's)."""
+        d = self.domains
+        return d is not None and all(g < len(d) for g in group) and len({d[g] for g in group}) == 1
+
     def _beside_event(self, dev: int) -> simpy.Event:
         """The event that fires when compute next starts or ends a stretch beside a
         collective on GPU ``dev``."""
@@ -336,7 +346,11 @@ class Engine:
         self._collectives_change(op.group, +1, rate, key)
         sm_s, begun = (op.nbytes / op.beside[1] if len(op.beside) > 1 else 0.0), self.env.now
         # a NCCL collective slowed by the compute beside it (comm_contention)
-        since = [self._beside_time(d) for d in op.group] if key == NCCL and self.contention != 1.0 else None
+        since = (
+            [self._beside_time(d) for d in op.group]
+            if key == NCCL and self.contention != 1.0 and self._one_domain(op.group)
+            else None
+        )
 
         def done(_event=None) -> None:
             self._collectives_change(op.group, -1, rate, key)
