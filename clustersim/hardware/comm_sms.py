@@ -24,8 +24,8 @@ NVLink domain carries ~700: the dispatch is SM-bound, and pricing it at the link
 (as before) made it ~2× too fast. NCCL is not stretched: at its 24 channels (H100/H200)
 r·24 ≈ 880 GB/s of bus bandwidth, over twice what NVLink4 carries — its CTAs are its own
 for the whole call, so a collective's time alone is its time beside compute as far as SMs
-go (tests/test_comm_sms.py checks the margin). Not modelled, for want of a measurement: a
-collective slowed by the HBM traffic of the kernels beside it (docs/overlap.md).
+go (tests/test_comm_sms.py checks the margin). A NCCL collective slowed by the compute
+beside it (SMs, L2, HBM) is :mod:`.comm_contention`'s.
 
 GPUs without rows take a donor's per-SM rate, stated as a transfer (:data:`TRANSFERS`):
 Hopper's SMs copy at Blackwell's per-SM rate is an assumption (no Hopper row of DeepEP by
