@@ -179,3 +179,11 @@ def test_off_with_slowdown_one_rate_one_or_across_domains():
     for slowdown, contention, domains in ((1.0, 0.6, (0, 0)), (1.2, 1.0, (0, 0)), (1.2, 0.6, (0, 1))):
         _, c_end, slowed = _pair(1e-3, nbytes, slowdown, contention, list(domains))
         assert c_end == pytest.approx(comm, rel=1e-12) and slowed == {}
+
+
+def test_the_summary_names_the_contended_rate():
+    from clustersim.hardware.interference import interference_model
+
+    said = interference_model(108, 108 / 92, False, 24, 0, beside_rate("A100-SXM4-80GB", 24, 108))
+    assert "collectives within a node at 0.61 of their rate" in said
+    assert "within a node" not in interference_model(108, 108 / 92, False, 24)

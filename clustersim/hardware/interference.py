@@ -127,18 +127,24 @@ def nccl_ctas(gpu: str) -> int | None:
     return rows[0].comm_sms if rows else None
 
 
-def interference_model(sms: int, slowdown: float, tp_overlap: bool, ctas: int = 0, deepep: int = 0) -> str:
+def interference_model(
+    sms: int, slowdown: float, tp_overlap: bool, ctas: int = 0, deepep: int = 0, contention: float = 1.0
+) -> str:
     """What priced each kind's interference in a run (the summary's ``interference_model``):
     on a GPU of ``sms`` SMs (0: unknown), ``slowdown`` = ``cluster.comm_compute_slowdown``
     (the SM rule's value, or a stated one), ``tp_overlap`` whether TP userbuffers ran,
     ``ctas`` the NCCL CTAs the kernels beside a collective were priced with (0: the scalar
     priced them; :mod:`clustersim.workload.comm_interference`), ``deepep`` the SMs DeepEP's
-    dispatch and combine held where the kernels beside them were priced so (0: none ran)."""
+    dispatch and combine held where the kernels beside them were priced so (0: none ran),
+    ``contention`` the rate a NCCL collective within a node keeps beside compute
+    (:mod:`.comm_contention`; 1: not slowed)."""
     source = f"SM rule SMs/(SMs − {COMM_SMS})" if sms and slowdown == slowdown_of(sms) else "stated"
     if ctas:
         nccl = (
             f"nccl: per kernel beside {ctas} NCCL CTAs (GEMM waves on {sms - ctas} of {sms} SMs, HBM share)"
         )
+        if contention != 1.0:
+            nccl += f", collectives within a node at {contention:.2f} of their rate beside compute (NanoFlow rows)"
     else:
         nccl = f"nccl: compute ×{slowdown:.4g} while a collective runs ({source})"
     parts = [nccl]
