@@ -20,7 +20,9 @@ pass/fail line):
   :data:`clustersim.hardware.comm_sms.TOLERANCE`;
 * **communication beside a GEMM** (``data/comm_beside_gemm.csv``, NanoFlow's A100 rows): a
   collective's rate by the share of the GPU it holds beside a GEMM, each row within
-  :data:`clustersim.hardware.comm_contention.TOLERANCE` of its curve.
+  :data:`clustersim.hardware.comm_contention.TOLERANCE` of its curve;
+* **a GEMM and a collective overlapped** (``data/comm_pair_measurements.csv``): the pair's
+  priced total within :data:`clustersim.validation.comm_pairs.TOLERANCE` of the measured one.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from ..workload.memory_bandwidth import (
     memory_rows,
     predicted_us,
 )
+from .comm_pairs import pair_table
 from .data import DATA
 from .published_profiles import profile_table
 from .published_step import step_table
@@ -256,6 +259,7 @@ TABLES = (
     ("Interference (GEMM beside communication)", interference_table),
     ("Communication by the SMs it holds (NCCL, DeepEP)", comm_sm_table),
     ("Communication beside a GEMM (NanoFlow, A100)", contention_table),
+    ("A GEMM and a collective overlapped: pair totals", pair_table),
     ("Kernels of a published H100 step profile (Llama-3.1-70B, CP 2)", profile_table),
     ("Time split of the published H100 step (per step)", step_table),
     ("SwiGLU backward in Megatron's gate-up layout (Liger-Kernel rows, H100)", swiglu_table),
