@@ -106,12 +106,14 @@ def test_without_interference_the_pair_takes_the_longer(gemm, comm):
 
 
 def test_contention_slows_the_backward_only():
-    # Korthikanti's 22B layer on A100: the forward has no collective beside a kernel; the
-    # backward's collectives beside the wgrad / dgrad GEMMs now move at 0.61 of their rate
-    for mode in (("none", False), ("selective", True)):
+    # Korthikanti's 22B layer on A100: the forward has no collective beside a kernel; under SP
+    # the backward's re-gathers beside the dgrad GEMMs now move at 0.61 of their rate, and
+    # without SP no collective runs beside a kernel
+    for mode in (("none", True), ("selective", True)):
         f0, b0 = layer_times(*mode, contention=False)
         f1, b1 = layer_times(*mode, contention=True)
         assert f1 == f0 and b1 > b0
+    assert layer_times("none", False, contention=True) == layer_times("none", False, contention=False)
 
 
 #: a 25 GB/s two-GPU fabric; the all-reduce's time alone on it

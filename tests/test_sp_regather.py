@@ -4,9 +4,13 @@ profiles that do it, and Korthikanti Table 4's SP backward as a closed form."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 import clustersim as cs
+from clustersim.hardware.comm_contention import beside_rate, pair_seconds
+from clustersim.hardware.interference import nccl_ctas
 from clustersim.validation import korthikanti
 from clustersim.workload.cost_model import CostModel
 from clustersim.workload.model_presets import TRANSFORMER_PRESETS
@@ -87,9 +91,12 @@ def test_the_program_regathers_under_sp_and_te_moves_it_in_bulk():
 
 
 def test_korthikanti_sp_backward_adds_what_the_dgrad_does_not_hide():
-    """Table 4's SP backward: the serial sum plus, per re-gather, max(0, all-gather − dgrad)
-    (the two start together and the next kernel waits for both)."""
-    cm = CostModel.for_gpu("A100-SXM4-80GB")
+    """Table 4's SP backward: the serial sum plus, per re-gather, what its pair with the dgrad
+    adds to the dgrad alone — the two start together, the dgrad slowed by NCCL's CTAs, the
+    all-gather by the dgrad (comm_contention), each at its rate alone once the other has ended,
+    and the next kernel waits for both."""
+    cm = replace(CostModel.for_gpu("A100-SXM4-80GB"), nccl_ctas=nccl_ctas("A100-SXM4-80GB"))
+    rate = beside_rate("A100-SXM4-80GB", 24, 108)
     plain = layer_ops(CFG, 4, 8, True, 2)
     for recompute in ("none", "selective"):
         _, b = korthikanti.layer_times(recompute, True)
@@ -97,5 +104,8 @@ def test_korthikanti_sp_backward_adds_what_the_dgrad_does_not_hide():
         serial = korthikanti._run(rec + backward_items(plain, cm), 8)
         items = backward_items(with_regather(plain), cm)
         gathers = [(items[i], items[i + 1]) for i, it in enumerate(items) if it[0] == "x" and it[3] == NAME]
-        exposed = sum(max(0.0, korthikanti._run([g], 8) - d[1]) for g, d in gathers)
-        assert b == pytest.approx(serial + exposed, rel=1e-9)
+        added = sum(
+            pair_seconds(d[1], korthikanti._beside_s(d), korthikanti._run([g], 8), rate) - d[1]
+            for g, d in gathers
+        )
+        assert b == pytest.approx(serial + added, rel=1e-9)
