@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import simpy
 
 from .compilers import TrainingMode, check_job, compile_job, mode_of, name_cycle
@@ -274,7 +273,8 @@ def build_engine(job: Job, prog: Program, gpus: int | None = None) -> tuple[Any,
         compute_scale=compute_scales(job, prog),
         protocols=cl.collective_protocols,
         comm_contention=contention_rate(cl),
-        domains=[int(n) for n in job.layout.node(np.arange(job.num_gpus))],
+        # every GPU the engine runs (a multi-job run's whole cluster): device // GPUs per node
+        domains=[g // cl.gpus_per_node for g in range(job.num_gpus if gpus is None else gpus)],
     )
     return engine, evaluator_note
 

@@ -202,3 +202,38 @@ def test_the_h100_pair_total_is_closer_with_the_collective_slowed():
     assert c.overlapped == pytest.approx(measured, rel=TOLERANCE)
     assert abs(c.unslowed / measured - 1) > abs(c.overlapped / measured - 1)
     assert c.overlapped < c.sequential
+
+
+def _tp_job(gpus: str | None = None) -> dict:
+    """GPT 1.3B (4 layers) TP 8 + SP on one H100 node under megatron_core: its TP collectives
+    run within the node, beside compute."""
+    job = {
+        "model": {"preset": "gpt-1.3b", "seq_len": 2048, "layers": 4},
+        "training": {"global_batch": 8, "micro_batch": 1, "precision": "bf16", "framework": "megatron_core"},
+        "parallel": {"tp": 8, "sequence_parallel": True, "tp_comm_overlap": False},
+    }
+    return job if gpus is None else {**job, "placement": {"gpus": gpus}}
+
+
+def test_every_job_of_a_multi_job_run_has_its_collectives_slowed():
+    """Two TP-8 jobs on nodes of their own share nothing: each runs as it runs alone — the
+    second job's collectives slowed beside compute too (they once were only on the first
+    job's GPUs)."""
+    cluster = {
+        "nodes": 2,
+        "gpus_per_node": 8,
+        "gpu": "H100-SXM5-80GB",
+        "intra_node": {"kind": "nvswitch", "bandwidth": "450 GB/s", "latency": "2 us"},
+        "nic": {"per_node": 1, "bandwidth": "400 Gbps", "latency": "2 us"},
+    }
+    sim = {"iterations": 1, "network": "flow"}
+    jobs = [{"name": "a", **_tp_job("0-7")}, {"name": "b", **_tp_job("8-15")}]
+    both = cs.simulate(cs.load_scenario({"name": "two", "cluster": cluster, "simulation": sim, "jobs": jobs}))
+    alone = cs.simulate(
+        cs.load_scenario({"name": "one", "cluster": {**cluster, "nodes": 1}, "simulation": sim, **_tp_job()})
+    )
+    assert alone.summary["interference_comm_s"] > 0
+    for name in ("a", "b"):
+        assert both.jobs[name].summary["iteration_time_s"] == pytest.approx(
+            alone.summary["iteration_time_s"], rel=1e-12
+        )
