@@ -42,10 +42,10 @@ from . import chakra_pytorch as pytorch
 from . import chakra_values as values
 from .chakra_attrs import OWN, attrs_of
 from .chakra_export import NODE_TYPE
-from .chakra_file import FIELD, read_metadata, read_trace
+from .chakra_file import FIELD, read_metadata, read_trace, read_view
 from .chakra_groups import collective, comm_groups, pair
 from .chakra_pricing import Pricer
-from .chakra_schema import NODE_TYPES
+from .chakra_schema import NODE_TYPES, Node
 
 _KIND = {number: kind for kind, number in NODE_TYPE.items()}
 _TYPE_NAME = {number: name for name, number in NODE_TYPES.items()}
@@ -102,16 +102,22 @@ def rank_files(folder: str | Path) -> list[Path]:
 class _Rank:
     """One rank's file read and checked: its nodes in execution order and their attributes."""
 
-    def __init__(self, rank: int, path: Path):
+    def __init__(self, rank: int, path: Path, known: dict):
+        """``known``: the attribute dicts read so far (:func:`.chakra_file.read_view`)."""
         self.rank, self.path = rank, path
-        self.meta, nodes = read_trace(path)
+        view = read_view(path, known)
+        if view is None:  # (a damaged file: the message-by-message read names where)
+            self.meta, nodes = read_trace(path)
+            attrs = list(map(attrs_of, nodes))
+        else:
+            self.meta, nodes, attrs = view
         self.meta_attrs = attrs_of(self.meta)
         self.by_id: dict[int, object] = {}
         for node in nodes:
             if node.id in self.by_id:
                 self.fail(node, "the id is used by an earlier node too")
             self.by_id[node.id] = node
-        self.attrs = {n.id: attrs_of(n) for n in nodes}
+        self.attrs = {n.id: a for n, a in zip(nodes, attrs)}
         # Chakra's PyTorch converter (its GlobalMetadata names the PyTorch trace ``schema``)
         # writes a node's caller as its ctrl dep and the execution order as data deps
         # (``convert_ctrl_dep_to_data_dep``): there, only data deps are waits, as in Chakra's feeder
@@ -178,6 +184,11 @@ class _Rank:
         caller = self.by_id.get(next(iter(self.callers.get(node.id, ())), None))
         return caller if caller is not None and self.cpu(caller) else None
 
+    def message(self, node):
+        """``node`` as a Chakra Node message (:func:`.chakra_file.read_view` leaves its
+        attributes as bytes; the same encoding parsed as a Node)."""
+        return node if isinstance(node, Node) else Node.FromString(node.SerializeToString())
+
     def fail(self, node, why: str):
         raise ScenarioError(FIELD, str(self.path), f"node {node.id} ({node.name!r}): {why}")
 
@@ -232,7 +243,8 @@ def read_chakra(folder: str | Path, num_gpus: int | None = None, cost=None) -> t
     paths = rank_files(folder)
     if num_gpus is not None:
         check_rank_count(folder, num_gpus)
-    ranks = [_Rank(r, p) for r, p in enumerate(paths)]
+    known: dict = {}  # attribute bytes → their dict, shared by the ranks' nodes (read_view)
+    ranks = [_Rank(r, p, known) for r, p in enumerate(paths)]
     names = [_device_name(rk.rank, rk.meta_attrs) for rk in ranks]
     groups = comm_groups(Path(folder), ranks)
     order = _merge(ranks)
@@ -335,8 +347,9 @@ def _quantities(rk: _Rank, node, kind: str, pricer: Pricer, members: int = 1) ->
             micros = values.seconds(fail, "(priced) seconds", pricer.memory(fail, node, rk.attrs[node.id]))
         else:
             cpu = rk.cpu(node)
+            launcher = None if cpu else rk.launcher(node)
             micros, priced = pricer.compute(
-                fail, node, rk.attrs[node.id], cpu, None if cpu else rk.launcher(node)
+                fail, rk.message(node), a, cpu, None if launcher is None else rk.message(launcher)
             )
             micros = values.seconds(fail, "(priced from its FLOPs, bytes or shapes) seconds", micros)
             # a kernel the tables identify: the FLOPs of its shapes
