@@ -258,9 +258,18 @@ def read_chakra(folder: str | Path, num_gpus: int | None = None, cost=None) -> t
             prog.static_memory[rk.rank] = values.static_memory(rk.fail_metadata, OWN + "static_memory", mem)
     seen: dict[tuple[int, str], int] = defaultdict(int)  # collectives of a group met so far, per rank
     last_on_lane: dict[tuple[int, str], int] = {}
+    # what a node's attributes (their dict's identity: one dict per distinct attribute list,
+    # chakra_file.read_view, all alive until the end) and its type and duration decide, read
+    # once: its kind and lane, and the fields of _fixed where it needs no pricing
+    kinds: dict[tuple, tuple[str, str]] = {}
+    fixed: dict[tuple, dict] = {}
     for i, (rk, node) in enumerate(order):
         a, rank = rk.attrs[node.id], rk.rank
-        kind, lane = rk.kind(node), rk.lane(node)
+        alike = (id(a), node.type, node.duration_micros, rk.own)
+        kind_lane = kinds.get(alike)
+        if kind_lane is None:
+            kind_lane = kinds[alike] = (rk.kind(node), rk.lane(node))
+        kind, lane = kind_lane
         before = last_on_lane.get((rank, lane))
         deps = [new_id[rank, d] for d in rk.deps_of(node.data_deps)]
         if node.ctrl_deps:
@@ -273,16 +282,24 @@ def read_chakra(folder: str | Path, num_gpus: int | None = None, cost=None) -> t
                 if (r, d) not in new_id:
                     rk.fail(node, f"depends on node {d} of rank {r}, which does not exist")
                 deps.append(new_id[r, d])
-        fields = {f: a[k] for f, k in _OWN_FIELDS if k in a}
-        fields["deps"] = tuple(deps)
+        fields = {"deps": tuple(deps)}
         if kind in (SEND, RECV):
             fields["peer"] = peers[i]
             fields["tag"] = a.get(OWN + "tag", "")
         elif kind == COLLECTIVE:
             fields.update(collective(rk, node, groups, seen))
-        gathered = fields.get("collective") == "all_gather"
-        fields.update(_quantities(rk, node, kind, pricer, len(fields["group"]) if gathered else 1))
-        fields.update(_device_lists(rk, node, kind, len(ranks), fields.get("group", ())))
+        group = fields.get("group", ())
+        members = len(group) if fields.get("collective") == "all_gather" else 1
+        if kind == COMPUTE and not rk.own and node.duration_micros == 0:  # priced: node by node
+            fields.update(_fixed(rk, node, kind, pricer, members, len(ranks), group))
+        else:
+            like = (alike, members, len(group))
+            known = fixed.get(like)
+            if known is None:
+                known = fixed[like] = _fixed(rk, node, kind, pricer, members, len(ranks), group)
+            elif kind == COMPUTE:
+                pricer.measured()
+            fields.update(known)
         op = prog.add(rank, lane, kind, node.name, **fields)
         last_on_lane[rank, lane] = op.id
     try:
@@ -325,6 +342,17 @@ def _device_name(rank: int, meta_attrs: dict) -> str:
     """The device rank ``rank`` runs on: the one clustersim's export names, else ``gpu{rank}``."""
     name = meta_attrs.get(OWN + "device", f"gpu{rank}")
     return name if isinstance(name, str) else f"gpu{rank}"
+
+
+def _fixed(rk: _Rank, node, kind: str, pricer: Pricer, members: int, devices: int, group: tuple) -> dict:
+    """A node's fields read from its attributes alone (their clustersim.* copies,
+    :func:`_quantities`, :func:`_device_lists`): the same for every node of the same
+    attributes, type and duration, except where a compute node without a duration is priced."""
+    a = rk.attrs[node.id]
+    out = {f: a[k] for f, k in _OWN_FIELDS if k in a}
+    out.update(_quantities(rk, node, kind, pricer, members))
+    out.update(_device_lists(rk, node, kind, devices, group))
+    return out
 
 
 def _quantities(rk: _Rank, node, kind: str, pricer: Pricer, members: int = 1) -> dict:
