@@ -34,6 +34,7 @@ import heapq
 import re
 import warnings
 from collections import defaultdict
+from itertools import chain
 from pathlib import Path
 
 from ..errors import ProgramError, ScenarioError, ScenarioWarning
@@ -112,12 +113,14 @@ class _Rank:
         else:
             self.meta, nodes, attrs = view
         self.meta_attrs = attrs_of(self.meta)
-        self.by_id: dict[int, object] = {}
-        for node in nodes:
-            if node.id in self.by_id:
-                self.fail(node, "the id is used by an earlier node too")
-            self.by_id[node.id] = node
-        self.attrs = {n.id: a for n, a in zip(nodes, attrs)}
+        ids = [n.id for n in nodes]
+        self.by_id: dict[int, object] = dict(zip(ids, nodes))
+        if len(self.by_id) < len(nodes):
+            first = {}
+            for node in nodes:
+                if first.setdefault(node.id, node) is not node:
+                    self.fail(node, "the id is used by an earlier node too")
+        self.attrs = dict(zip(ids, attrs))
         # Chakra's PyTorch converter (its GlobalMetadata names the PyTorch trace ``schema``)
         # writes a node's caller as its ctrl dep and the execution order as data deps
         # (``convert_ctrl_dep_to_data_dep``): there, only data deps are waits, as in Chakra's feeder
@@ -125,6 +128,24 @@ class _Rank:
         self.callers = {n.id: list(n.ctrl_deps) for n in nodes} if self.call_tree else {}
         for node in nodes if self.call_tree else ():
             del node.ctrl_deps[:]
+        # each rule tested over the whole file first; the node-by-node pass names the first breach
+        waits = chain.from_iterable(
+            [n.data_deps for n in nodes] if self.call_tree else [(*n.data_deps, *n.ctrl_deps) for n in nodes]
+        )
+        if not (_TYPE_NAME.keys() >= {n.type for n in nodes} and self.by_id.keys() >= set(waits)):
+            self._check_nodes(nodes)
+        self.own = OWN + "rank" in self.meta_attrs
+        # clustersim's own file lists a device's ops in Program order, which is its lanes'
+        # order (a dep may point forward); another producer's nodes run in dependency order
+        order = nodes if self.own else self._topological(nodes)
+        self.order = [n for n in order if n.type not in _NO_OP]
+        self.through: dict[int, list[int]] = {}  # a no-op node → the ops it stands for as a dep
+        for node in order if len(self.order) < len(order) else ():
+            if node.type in _NO_OP:
+                self.through[node.id] = self.deps_of(node.data_deps)
+
+    def _check_nodes(self, nodes) -> None:
+        """Refuse the first node of an unknown type or with a dependency the file does not hold."""
         for node in nodes:
             if node.type not in _TYPE_NAME:
                 self.fail(
@@ -135,15 +156,6 @@ class _Rank:
             for dep in (*node.data_deps, *(() if self.call_tree else node.ctrl_deps)):
                 if dep not in self.by_id:
                     self.fail(node, f"depends on node {dep}, which this file does not hold")
-        self.own = OWN + "rank" in self.meta_attrs
-        # clustersim's own file lists a device's ops in Program order, which is its lanes'
-        # order (a dep may point forward); another producer's nodes run in dependency order
-        order = nodes if self.own else self._topological(nodes)
-        self.order = [n for n in order if n.type not in _NO_OP]
-        self.through: dict[int, list[int]] = {}  # a no-op node → the ops it stands for as a dep
-        for node in order:
-            if node.type in _NO_OP:
-                self.through[node.id] = self.deps_of(node.data_deps)
 
     def deps_of(self, ids) -> list[int]:
         """Node ids ``ids`` with each no-op node replaced by what it depends on."""
@@ -248,8 +260,10 @@ def read_chakra(folder: str | Path, num_gpus: int | None = None, cost=None) -> t
     names = [_device_name(rk.rank, rk.meta_attrs) for rk in ranks]
     groups = comm_groups(Path(folder), ranks)
     order = _merge(ranks)
-    new_id = {(rk.rank, node.id): i for i, (rk, node) in enumerate(order)}
-    peers = pair(order, new_id, len(ranks), groups)
+    new_ids: list[dict[int, int]] = [{} for _ in ranks]  # per rank: node id → op id
+    for i, (rk, node) in enumerate(order):
+        new_ids[rk.rank][node.id] = i
+    peers = pair(order, len(ranks), groups)
     pricer = Pricer(cost)
     prog = Program(len(ranks), names)
     for rk in ranks:
@@ -270,18 +284,20 @@ def read_chakra(folder: str | Path, num_gpus: int | None = None, cost=None) -> t
         if kind_lane is None:
             kind_lane = kinds[alike] = (rk.kind(node), rk.lane(node))
         kind, lane = kind_lane
-        before = last_on_lane.get((rank, lane))
-        deps = [new_id[rank, d] for d in rk.deps_of(node.data_deps)]
+        before, new_id = last_on_lane.get((rank, lane)), new_ids[rank]
+        deps = [new_id[d] for d in rk.deps_of(node.data_deps)]
         if node.ctrl_deps:
             serial = a.get(OWN + "serial", [])  # ASTRA-sim's chain (chakra_serial), not the Program's
-            ctrl = (new_id[rank, d] for d in rk.deps_of(node.ctrl_deps) if d not in serial)
+            ctrl = (new_id[d] for d in rk.deps_of(node.ctrl_deps) if d not in serial)
             deps += [c for c in ctrl if c != before and c not in deps]
         remote = a.get(OWN + "remote_deps")
         if remote is not None:
             for r, d in zip(remote[::2], remote[1::2]):
-                if (r, d) not in new_id:
+                # (r as any list attribute holds it: a rank equal to a float such as 1.0 too)
+                there = new_ids[int(r)] if r in range(len(ranks)) else {}
+                if d not in there:
                     rk.fail(node, f"depends on node {d} of rank {r}, which does not exist")
-                deps.append(new_id[r, d])
+                deps.append(there[d])
         fields = {"deps": tuple(deps)}
         if kind in (SEND, RECV):
             fields["peer"] = peers[i]
