@@ -38,7 +38,7 @@ from itertools import chain
 from pathlib import Path
 
 from ..errors import ProgramError, ScenarioError, ScenarioWarning
-from ..program import COLLECTIVE, COMPUTE, RECV, SEND, Program
+from ..program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program
 from . import chakra_pytorch as pytorch
 from . import chakra_values as values
 from .chakra_attrs import OWN, attrs_of
@@ -277,6 +277,7 @@ def read_chakra(folder: str | Path, num_gpus: int | None = None, cost=None) -> t
     # once: its kind and lane, and the fields of _fixed where it needs no pricing
     kinds: dict[tuple, tuple[str, str]] = {}
     fixed: dict[tuple, dict] = {}
+    rows: dict[tuple, tuple] = {}  # (the key of fixed, name) → the row of the first such op
     for i, (rk, node) in enumerate(order):
         a, rank = rk.attrs[node.id], rk.rank
         alike = (id(a), node.type, node.duration_micros, rk.own)
@@ -308,6 +309,7 @@ def read_chakra(folder: str | Path, num_gpus: int | None = None, cost=None) -> t
         members = len(group) if fields.get("collective") == "all_gather" else 1
         if kind == COMPUTE and not rk.own and node.duration_micros == 0:  # priced: node by node
             fields.update(_fixed(rk, node, kind, pricer, members, len(ranks), group))
+            op = prog.add(rank, lane, kind, node.name, **fields)
         else:
             like = (alike, members, len(group))
             known = fixed.get(like)
@@ -315,8 +317,14 @@ def read_chakra(folder: str | Path, num_gpus: int | None = None, cost=None) -> t
                 known = fixed[like] = _fixed(rk, node, kind, pricer, members, len(ranks), group)
             elif kind == COMPUTE:
                 pricer.measured()
-            fields.update(known)
-        op = prog.add(rank, lane, kind, node.name, **fields)
+            # the first op of these fields and this name built from keywords, the others
+            # stamped from its row with what differs (Op.from_row)
+            row = rows.get((like, node.name))
+            if row is None:
+                op = prog.add(rank, lane, kind, node.name, **fields, **known)
+                rows[like, node.name] = op.row()
+            else:
+                op = prog.append(Op.from_row(_stamped(row, len(prog.ops), rank, fields)))
         last_on_lane[rank, lane] = op.id
     try:
         prog.check()
@@ -358,6 +366,23 @@ def _device_name(rank: int, meta_attrs: dict) -> str:
     """The device rank ``rank`` runs on: the one clustersim's export names, else ``gpu{rank}``."""
     name = meta_attrs.get(OWN + "device", f"gpu{rank}")
     return name if isinstance(name, str) else f"gpu{rank}"
+
+
+#: positions in an Op's row (:meth:`Op.row`) of what differs between ops of one node's fields
+_ID, _DEVICE, _DEPS, _PEER, _GROUP, _COLLECTIVE, _TAG, _LANE_ID = map(
+    Op.__slots__.index, ("id", "device", "deps", "peer", "group", "collective", "tag", "lane_id")
+)
+
+
+def _stamped(row: tuple, op_id: int, device: int, fields: dict) -> list:
+    """``row`` as :meth:`Program.add` makes op ``op_id`` on ``device`` with the per-node
+    ``fields`` (deps, and a send's or collective's peer, tag, kind and group), what
+    :meth:`Op.__init__` sets of them set as it would."""
+    out = list(row)
+    out[_ID], out[_DEVICE], out[_DEPS], out[_LANE_ID] = op_id, device, fields["deps"], -1
+    out[_PEER], out[_TAG] = fields.get("peer", -1), fields.get("tag", "")
+    out[_GROUP], out[_COLLECTIVE] = tuple(fields.get("group", ())), fields.get("collective", "")
+    return out
 
 
 def _fixed(rk: _Rank, node, kind: str, pricer: Pricer, members: int, devices: int, group: tuple) -> dict:
