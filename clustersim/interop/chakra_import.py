@@ -287,9 +287,10 @@ def read_chakra(folder: str | Path, num_gpus: int | None = None, cost=None) -> t
         kind, lane = kind_lane
         before, new_id = last_on_lane.get((rank, lane)), new_ids[rank]
         deps = [new_id[d] for d in rk.deps_of(node.data_deps)]
-        if node.ctrl_deps:
+        waits = node.ctrl_deps
+        if waits:
             serial = a.get(OWN + "serial", [])  # ASTRA-sim's chain (chakra_serial), not the Program's
-            ctrl = (new_id[d] for d in rk.deps_of(node.ctrl_deps) if d not in serial)
+            ctrl = (new_id[d] for d in rk.deps_of(waits) if d not in serial)
             deps += [c for c in ctrl if c != before and c not in deps]
         remote = a.get(OWN + "remote_deps")
         if remote is not None:
