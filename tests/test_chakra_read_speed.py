@@ -199,3 +199,108 @@ def test_the_merge_of_rising_ranks_by_sorting_is_the_heap_merge(orders, rising):
     ]
     got = [(rk.rank, node.id) for rk, node in _merge(ranks)]
     assert got == [(rk.rank, node.id) for rk, node in _heap_merge(ranks)]
+
+
+def test_the_view_read_is_the_full_read_on_every_shipped_file(tmp_path):
+    """Each shipped file read as NodeViews: every node, re-encoded, is the node the
+    message-by-message read gives, and its attribute dict is attrs_of's; nodes with the same
+    attribute bytes share one dict (read once)."""
+    from clustersim.interop.chakra_file import read_view
+
+    known: dict = {}
+    for k, data in enumerate(_files()):
+        path = tmp_path / f"f{k}.0.et"
+        path.write_bytes(data)
+        meta, nodes, attrs = read_view(path, known)
+        want = _one_by_one(data)
+        assert meta.SerializeToString() == want[0].SerializeToString()
+        assert [Node.FromString(n.SerializeToString()) for n in nodes] == want[1:]
+        assert attrs == [attrs_of(n) for n in want[1:]]
+        by_bytes = {tuple(n.attr): id(a) for n, a in zip(nodes, attrs)}
+        assert all(by_bytes[tuple(n.attr)] == id(a) for n, a in zip(nodes, attrs))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_a_damaged_file_read_as_views_declines_or_reads_the_same(tmp_path_factory, data):
+    """A file cut or overwritten anywhere: the view read declines (the import then reads
+    message by message, which names where it breaks) or gives what that read gives."""
+    from clustersim.interop.chakra_file import read_view
+
+    whole = data.draw(st.sampled_from(_files()[:12]))
+    damaged = bytearray(whole[: data.draw(st.integers(0, len(whole)))])
+    if damaged:
+        damaged[data.draw(st.integers(0, len(damaged) - 1))] = data.draw(st.integers(0, 255))
+    path = tmp_path_factory.mktemp("et") / "trace.0.et"
+    path.write_bytes(bytes(damaged))
+    got = read_view(path, {})
+    if got is None:
+        return
+    want = _one_by_one(bytes(damaged))
+    assert [Node.FromString(n.SerializeToString()) for n in got[1]] == want[1:]
+    assert got[2] == [attrs_of(n) for n in want[1:]]
+
+
+def _folders(tmp_path: Path) -> list[Path]:
+    """The shipped trace folders, the PyTorch samples unpacked, and clustersim's export of a
+    pipeline scenario (sends, recvs, collectives, memory moves)."""
+    import clustersim as cs
+
+    out = sorted(p for p in DATA.glob("chakra/*") if p.is_dir())
+    out += sorted(p for p in DATA.glob("astra_sim_microbenchmarks/*") if p.is_dir())
+    for gz in sorted(DATA.glob("chakra_pytorch/*.et.gz")):
+        folder = tmp_path / gz.name.split(".")[0]
+        folder.mkdir()
+        (folder / gz.name[:-3]).write_bytes(gzip.decompress(gz.read_bytes()))
+        out.append(folder)
+    scenario = Path(__file__).parents[1] / "scenarios" / "synthetic-4stage-1f1b.yaml"
+    return [*out, cs.export_chakra(scenario, tmp_path / "pp")[0].parent, _repeated(tmp_path / "repeated")]
+
+
+def _repeated(folder: Path) -> Path:
+    """Two ranks of another producer's trace, three times the same compute, send (recv)
+    and all-reduce nodes — alike but for their ids — so that ops stamped from the first
+    must take their own peer, tag and dependencies."""
+    from clustersim.interop.chakra_file import write_trace
+    from clustersim.interop.chakra_schema import NODE_TYPES
+
+    folder.mkdir()
+    for rank in (0, 1):
+        nodes, p2p = [], ("COMM_SEND_NODE", "comm_dst") if rank == 0 else ("COMM_RECV_NODE", "comm_src")
+        for k in range(3):
+            comp = Node(id=3 * k, name="gemm", type=NODE_TYPES["COMP_NODE"], duration_micros=10)
+            comp.data_deps.extend([3 * k - 1] if k else [])
+            send = Node(id=3 * k + 1, name="p2p", type=NODE_TYPES[p2p[0]], data_deps=[3 * k])
+            send.attr.extend([attr(p2p[1], 1 - rank), attr("comm_size", 100), attr("comm_tag", 7)])
+            coll = Node(id=3 * k + 2, name="ar", type=NODE_TYPES["COMM_COLL_NODE"], data_deps=[3 * k + 1])
+            coll.attr.extend([attr("comm_type", 0), attr("comm_size", 1000)])
+            nodes += [comp, send, coll]
+        write_trace(folder / f"t.{rank}.et", GlobalMetadata(version="0.0.4"), nodes)
+    return folder
+
+
+def test_fields_read_once_per_alike_node_are_those_read_node_by_node(tmp_path):
+    """The import reads a node's kind, lane and attribute-only fields once per distinct
+    (attributes, type, duration) and stamps the ops after the first from its row: each
+    trace imported again with one more attribute, different on every node (which the import
+    does not read), so that no two nodes are alike, gives the same Program — every op field,
+    static memory and pricing count — priced on a GPU and not."""
+    from clustersim.interop.chakra_file import read_trace, write_trace
+    from clustersim.interop.chakra_import import rank_files, read_chakra
+    from clustersim.workload.cost_model import CostModel
+
+    for folder in _folders(tmp_path):
+        apart = tmp_path / f"apart-{folder.name}"
+        apart.mkdir()
+        for p in folder.iterdir():
+            if p.suffix != ".et":
+                (apart / p.name).write_bytes(p.read_bytes())
+        for r, path in enumerate(rank_files(folder)):
+            meta, nodes = read_trace(path)
+            for k, node in enumerate(nodes):
+                node.attr.append(attr("test.apart", r * 10**6 + k))
+            write_trace(apart / path.name, meta, nodes)
+        for cost in (None, lambda: CostModel.for_gpu("A100-SXM4-80GB")):
+            (a, counts_a), (b, counts_b) = read_chakra(folder, None, cost), read_chakra(apart, None, cost)
+            assert [op.row() for op in a.ops] == [op.row() for op in b.ops], folder.name
+            assert a.static_memory == b.static_memory and counts_a == counts_b

@@ -49,7 +49,8 @@ def compile_job(
     mode = mode or mode_of(job)
     prog = mode.compile(JobContext.of(job, fold))
     try:
-        prog.check(acyclic)
+        if not mode.checked:
+            prog.check(acyclic)
     except ProgramError as exc:
         raise _invalid(job, mode, exc) from None
     return coarsen(prog) if job.simulation.granularity == "stage" else prog

@@ -70,6 +70,9 @@ class TrainingMode:
     #: whether the summary reports ``weight_staleness_max`` (weight versions of a pipeline;
     #: a parameter server reports its own staleness, in server updates)
     weight_versions: bool = True
+    #: whether :meth:`compile` returns a Program already checked in full (cycles included),
+    #: which :func:`clustersim.compilers.compile_job` then does not check again
+    checked: bool = False
 
     def applies(self, job: Job) -> bool:
         """Whether this mode runs ``job`` (modes are asked in registry order)."""

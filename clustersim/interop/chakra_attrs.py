@@ -39,8 +39,13 @@ def attr(name: str, value, kind: str | None = None):
 def attrs_of(node) -> dict:
     """``{name: value}`` of a node's (or GlobalMetadata's) attributes, whatever field each
     value sits in (a list field gives a list); an attribute without a value is left out."""
+    return read_attrs(node.attr)
+
+
+def read_attrs(items) -> dict:
+    """:func:`attrs_of` of a list of AttributeProto messages ``items``."""
     out = {}
-    for a in node.attr:
+    for a in items:
         which = a.WhichOneof("value")
         if which in _LISTS:
             out[a.name] = list(getattr(a, which).values)

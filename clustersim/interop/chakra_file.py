@@ -15,7 +15,8 @@ from google.protobuf.message import DecodeError
 from ..errors import ScenarioError
 from ..output import Staging, atomic_path
 from ..reader import MAX_BYTES, read_bytes
-from .chakra_schema import GlobalMetadata, Node, NodeList
+from .chakra_attrs import read_attrs
+from .chakra_schema import AttributeProto, GlobalMetadata, Node, NodeList, NodeViewList
 
 #: the scenario field trace files are named under in errors
 FIELD = "model.chakra"
@@ -68,10 +69,35 @@ def read_trace(path: str | Path) -> tuple:
     return messages[0], messages[1:]
 
 
-def _read_at_once(data: bytes) -> tuple | None:
+def read_view(path: str | Path, known: dict) -> tuple | None:
+    """``(metadata, nodes, attrs)`` of the ET file ``path`` as an import reads it: the nodes
+    parsed in one call as :data:`~.chakra_schema.NodeViewList`'s ``NodeView`` (Node's fields,
+    each attribute's bytes unparsed) and ``attrs[i]`` node i's ``{name: value}``
+    (:func:`.chakra_attrs.attrs_of`), parsed once per distinct list of attribute bytes: one
+    dict for every node with that list, kept in ``known`` (shared across files; read-only).
+    None where any framing or message is off — :func:`read_trace` then says where."""
+    whole = _read_at_once(read_bytes(path, FIELD), NodeViewList)
+    if whole is None:
+        return None
+    meta, nodes = whole
+    attrs = []
+    try:
+        for node in nodes:
+            key = tuple(node.attr)
+            got = known.get(key)
+            if got is None:
+                got = known[key] = read_attrs([AttributeProto.FromString(b) for b in key])
+            attrs.append(got)
+    except DecodeError:
+        return None
+    return meta, nodes, attrs
+
+
+def _read_at_once(data: bytes, listed=NodeList) -> tuple | None:
     """:func:`read_trace`'s ``(metadata, nodes)`` with the nodes parsed in one call, as a
-    :data:`~.chakra_schema.NodeList` (each node's length prefix after field 1's tag byte);
-    None where any framing or message is off — the message-by-message read then says where."""
+    :data:`~.chakra_schema.NodeList` (each node's length prefix after field 1's tag byte;
+    ``listed``: another message of the same encoding); None where any framing or message
+    is off — the message-by-message read then says where."""
     end, pieces, meta = len(data), [], None
     pos = 0
     while pos < end:
@@ -94,7 +120,7 @@ def _read_at_once(data: bytes) -> tuple | None:
     if meta is None:
         return None
     try:
-        return GlobalMetadata.FromString(meta), list(NodeList.FromString(b"".join(pieces)).node)
+        return GlobalMetadata.FromString(meta), list(listed.FromString(b"".join(pieces)).node)
     except DecodeError:
         return None
 

@@ -24,7 +24,7 @@ from .chakra_schema import NODE_TYPES
 _COLLECTIVE = {number: kind for kind, number in COMM_TYPE.items()}
 
 
-def pair(order, new_id, n: int, groups: dict) -> dict[int, int]:
+def pair(order, n: int, groups: dict) -> dict[int, int]:
     """Each send's and recv's peer (new op ids), matched by (src, dst, tag) in order; an
     end not given is the other rank of the node's two-rank process group."""
     pending: dict[tuple, dict[str, deque]] = defaultdict(lambda: {SEND: deque(), RECV: deque()})

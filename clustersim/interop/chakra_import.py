@@ -34,18 +34,19 @@ import heapq
 import re
 import warnings
 from collections import defaultdict
+from itertools import chain
 from pathlib import Path
 
 from ..errors import ProgramError, ScenarioError, ScenarioWarning
-from ..program import COLLECTIVE, COMPUTE, RECV, SEND, Program
+from ..program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program
 from . import chakra_pytorch as pytorch
 from . import chakra_values as values
 from .chakra_attrs import OWN, attrs_of
 from .chakra_export import NODE_TYPE
-from .chakra_file import FIELD, read_metadata, read_trace
+from .chakra_file import FIELD, read_metadata, read_trace, read_view
 from .chakra_groups import collective, comm_groups, pair
 from .chakra_pricing import Pricer
-from .chakra_schema import NODE_TYPES
+from .chakra_schema import NODE_TYPES, Node
 
 _KIND = {number: kind for kind, number in NODE_TYPE.items()}
 _TYPE_NAME = {number: name for name, number in NODE_TYPES.items()}
@@ -102,16 +103,24 @@ def rank_files(folder: str | Path) -> list[Path]:
 class _Rank:
     """One rank's file read and checked: its nodes in execution order and their attributes."""
 
-    def __init__(self, rank: int, path: Path):
+    def __init__(self, rank: int, path: Path, known: dict):
+        """``known``: the attribute dicts read so far (:func:`.chakra_file.read_view`)."""
         self.rank, self.path = rank, path
-        self.meta, nodes = read_trace(path)
+        view = read_view(path, known)
+        if view is None:  # (a damaged file: the message-by-message read names where)
+            self.meta, nodes = read_trace(path)
+            attrs = list(map(attrs_of, nodes))
+        else:
+            self.meta, nodes, attrs = view
         self.meta_attrs = attrs_of(self.meta)
-        self.by_id: dict[int, object] = {}
-        for node in nodes:
-            if node.id in self.by_id:
-                self.fail(node, "the id is used by an earlier node too")
-            self.by_id[node.id] = node
-        self.attrs = {n.id: attrs_of(n) for n in nodes}
+        ids = [n.id for n in nodes]
+        self.by_id: dict[int, object] = dict(zip(ids, nodes))
+        if len(self.by_id) < len(nodes):
+            first = {}
+            for node in nodes:
+                if first.setdefault(node.id, node) is not node:
+                    self.fail(node, "the id is used by an earlier node too")
+        self.attrs = dict(zip(ids, attrs))
         # Chakra's PyTorch converter (its GlobalMetadata names the PyTorch trace ``schema``)
         # writes a node's caller as its ctrl dep and the execution order as data deps
         # (``convert_ctrl_dep_to_data_dep``): there, only data deps are waits, as in Chakra's feeder
@@ -119,6 +128,24 @@ class _Rank:
         self.callers = {n.id: list(n.ctrl_deps) for n in nodes} if self.call_tree else {}
         for node in nodes if self.call_tree else ():
             del node.ctrl_deps[:]
+        # each rule tested over the whole file first; the node-by-node pass names the first breach
+        waits = chain.from_iterable(
+            [n.data_deps for n in nodes] if self.call_tree else [(*n.data_deps, *n.ctrl_deps) for n in nodes]
+        )
+        if not (_TYPE_NAME.keys() >= {n.type for n in nodes} and self.by_id.keys() >= set(waits)):
+            self._check_nodes(nodes)
+        self.own = OWN + "rank" in self.meta_attrs
+        # clustersim's own file lists a device's ops in Program order, which is its lanes'
+        # order (a dep may point forward); another producer's nodes run in dependency order
+        order = nodes if self.own else self._topological(nodes)
+        self.order = [n for n in order if n.type not in _NO_OP]
+        self.through: dict[int, list[int]] = {}  # a no-op node → the ops it stands for as a dep
+        for node in order if len(self.order) < len(order) else ():
+            if node.type in _NO_OP:
+                self.through[node.id] = self.deps_of(node.data_deps)
+
+    def _check_nodes(self, nodes) -> None:
+        """Refuse the first node of an unknown type or with a dependency the file does not hold."""
         for node in nodes:
             if node.type not in _TYPE_NAME:
                 self.fail(
@@ -129,15 +156,6 @@ class _Rank:
             for dep in (*node.data_deps, *(() if self.call_tree else node.ctrl_deps)):
                 if dep not in self.by_id:
                     self.fail(node, f"depends on node {dep}, which this file does not hold")
-        self.own = OWN + "rank" in self.meta_attrs
-        # clustersim's own file lists a device's ops in Program order, which is its lanes'
-        # order (a dep may point forward); another producer's nodes run in dependency order
-        order = nodes if self.own else self._topological(nodes)
-        self.order = [n for n in order if n.type not in _NO_OP]
-        self.through: dict[int, list[int]] = {}  # a no-op node → the ops it stands for as a dep
-        for node in order:
-            if node.type in _NO_OP:
-                self.through[node.id] = self.deps_of(node.data_deps)
 
     def deps_of(self, ids) -> list[int]:
         """Node ids ``ids`` with each no-op node replaced by what it depends on."""
@@ -177,6 +195,11 @@ class _Rank:
         or None."""
         caller = self.by_id.get(next(iter(self.callers.get(node.id, ())), None))
         return caller if caller is not None and self.cpu(caller) else None
+
+    def message(self, node):
+        """``node`` as a Chakra Node message (:func:`.chakra_file.read_view` leaves its
+        attributes as bytes; the same encoding parsed as a Node)."""
+        return node if isinstance(node, Node) else Node.FromString(node.SerializeToString())
 
     def fail(self, node, why: str):
         raise ScenarioError(FIELD, str(self.path), f"node {node.id} ({node.name!r}): {why}")
@@ -232,12 +255,15 @@ def read_chakra(folder: str | Path, num_gpus: int | None = None, cost=None) -> t
     paths = rank_files(folder)
     if num_gpus is not None:
         check_rank_count(folder, num_gpus)
-    ranks = [_Rank(r, p) for r, p in enumerate(paths)]
+    known: dict = {}  # attribute bytes → their dict, shared by the ranks' nodes (read_view)
+    ranks = [_Rank(r, p, known) for r, p in enumerate(paths)]
     names = [_device_name(rk.rank, rk.meta_attrs) for rk in ranks]
     groups = comm_groups(Path(folder), ranks)
     order = _merge(ranks)
-    new_id = {(rk.rank, node.id): i for i, (rk, node) in enumerate(order)}
-    peers = pair(order, new_id, len(ranks), groups)
+    new_ids: list[dict[int, int]] = [{} for _ in ranks]  # per rank: node id → op id
+    for i, (rk, node) in enumerate(order):
+        new_ids[rk.rank][node.id] = i
+    peers = pair(order, len(ranks), groups)
     pricer = Pricer(cost)
     prog = Program(len(ranks), names)
     for rk in ranks:
@@ -246,32 +272,60 @@ def read_chakra(folder: str | Path, num_gpus: int | None = None, cost=None) -> t
             prog.static_memory[rk.rank] = values.static_memory(rk.fail_metadata, OWN + "static_memory", mem)
     seen: dict[tuple[int, str], int] = defaultdict(int)  # collectives of a group met so far, per rank
     last_on_lane: dict[tuple[int, str], int] = {}
+    # what a node's attributes (their dict's identity: one dict per distinct attribute list,
+    # chakra_file.read_view, all alive until the end) and its type and duration decide, read
+    # once: its kind and lane, and the fields of _fixed where it needs no pricing
+    kinds: dict[tuple, tuple[str, str]] = {}
+    fixed: dict[tuple, dict] = {}
+    rows: dict[tuple, tuple] = {}  # (the key of fixed, name) → the row of the first such op
     for i, (rk, node) in enumerate(order):
         a, rank = rk.attrs[node.id], rk.rank
-        kind, lane = rk.kind(node), rk.lane(node)
-        before = last_on_lane.get((rank, lane))
-        deps = [new_id[rank, d] for d in rk.deps_of(node.data_deps)]
-        if node.ctrl_deps:
+        alike = (id(a), node.type, node.duration_micros, rk.own)
+        kind_lane = kinds.get(alike)
+        if kind_lane is None:
+            kind_lane = kinds[alike] = (rk.kind(node), rk.lane(node))
+        kind, lane = kind_lane
+        before, new_id = last_on_lane.get((rank, lane)), new_ids[rank]
+        deps = [new_id[d] for d in rk.deps_of(node.data_deps)]
+        waits = node.ctrl_deps
+        if waits:
             serial = a.get(OWN + "serial", [])  # ASTRA-sim's chain (chakra_serial), not the Program's
-            ctrl = (new_id[rank, d] for d in rk.deps_of(node.ctrl_deps) if d not in serial)
+            ctrl = (new_id[d] for d in rk.deps_of(waits) if d not in serial)
             deps += [c for c in ctrl if c != before and c not in deps]
         remote = a.get(OWN + "remote_deps")
         if remote is not None:
             for r, d in zip(remote[::2], remote[1::2]):
-                if (r, d) not in new_id:
+                # (r as any list attribute holds it: a rank equal to a float such as 1.0 too)
+                there = new_ids[int(r)] if r in range(len(ranks)) else {}
+                if d not in there:
                     rk.fail(node, f"depends on node {d} of rank {r}, which does not exist")
-                deps.append(new_id[r, d])
-        fields = {f: a[k] for f, k in _OWN_FIELDS if k in a}
-        fields["deps"] = tuple(deps)
+                deps.append(there[d])
+        fields = {"deps": tuple(deps)}
         if kind in (SEND, RECV):
             fields["peer"] = peers[i]
             fields["tag"] = a.get(OWN + "tag", "")
         elif kind == COLLECTIVE:
             fields.update(collective(rk, node, groups, seen))
-        gathered = fields.get("collective") == "all_gather"
-        fields.update(_quantities(rk, node, kind, pricer, len(fields["group"]) if gathered else 1))
-        fields.update(_device_lists(rk, node, kind, len(ranks), fields.get("group", ())))
-        op = prog.add(rank, lane, kind, node.name, **fields)
+        group = fields.get("group", ())
+        members = len(group) if fields.get("collective") == "all_gather" else 1
+        if kind == COMPUTE and not rk.own and node.duration_micros == 0:  # priced: node by node
+            fields.update(_fixed(rk, node, kind, pricer, members, len(ranks), group))
+            op = prog.add(rank, lane, kind, node.name, **fields)
+        else:
+            like = (alike, members, len(group))
+            known = fixed.get(like)
+            if known is None:
+                known = fixed[like] = _fixed(rk, node, kind, pricer, members, len(ranks), group)
+            elif kind == COMPUTE:
+                pricer.measured()
+            # the first op of these fields and this name built from keywords, the others
+            # stamped from its row with what differs (Op.from_row)
+            row = rows.get((like, node.name))
+            if row is None:
+                op = prog.add(rank, lane, kind, node.name, **fields, **known)
+                rows[like, node.name] = op.row()
+            else:
+                op = prog.append(Op.from_row(_stamped(row, len(prog.ops), rank, fields)))
         last_on_lane[rank, lane] = op.id
     try:
         prog.check()
@@ -315,6 +369,34 @@ def _device_name(rank: int, meta_attrs: dict) -> str:
     return name if isinstance(name, str) else f"gpu{rank}"
 
 
+#: positions in an Op's row (:meth:`Op.row`) of what differs between ops of one node's fields
+_ID, _DEVICE, _DEPS, _PEER, _GROUP, _COLLECTIVE, _TAG, _LANE_ID = map(
+    Op.__slots__.index, ("id", "device", "deps", "peer", "group", "collective", "tag", "lane_id")
+)
+
+
+def _stamped(row: tuple, op_id: int, device: int, fields: dict) -> list:
+    """``row`` as :meth:`Program.add` makes op ``op_id`` on ``device`` with the per-node
+    ``fields`` (deps, and a send's or collective's peer, tag, kind and group), what
+    :meth:`Op.__init__` sets of them set as it would."""
+    out = list(row)
+    out[_ID], out[_DEVICE], out[_DEPS], out[_LANE_ID] = op_id, device, fields["deps"], -1
+    out[_PEER], out[_TAG] = fields.get("peer", -1), fields.get("tag", "")
+    out[_GROUP], out[_COLLECTIVE] = tuple(fields.get("group", ())), fields.get("collective", "")
+    return out
+
+
+def _fixed(rk: _Rank, node, kind: str, pricer: Pricer, members: int, devices: int, group: tuple) -> dict:
+    """A node's fields read from its attributes alone (their clustersim.* copies,
+    :func:`_quantities`, :func:`_device_lists`): the same for every node of the same
+    attributes, type and duration, except where a compute node without a duration is priced."""
+    a = rk.attrs[node.id]
+    out = {f: a[k] for f, k in _OWN_FIELDS if k in a}
+    out.update(_quantities(rk, node, kind, pricer, members))
+    out.update(_device_lists(rk, node, kind, devices, group))
+    return out
+
+
 def _quantities(rk: _Rank, node, kind: str, pricer: Pricer, members: int = 1) -> dict:
     """A node's seconds, FLOPs and bytes, each checked (:mod:`.chakra_values`), a compute
     node without a duration priced by ``pricer``; ``members``: how many ranks an
@@ -335,8 +417,9 @@ def _quantities(rk: _Rank, node, kind: str, pricer: Pricer, members: int = 1) ->
             micros = values.seconds(fail, "(priced) seconds", pricer.memory(fail, node, rk.attrs[node.id]))
         else:
             cpu = rk.cpu(node)
+            launcher = None if cpu else rk.launcher(node)
             micros, priced = pricer.compute(
-                fail, node, rk.attrs[node.id], cpu, None if cpu else rk.launcher(node)
+                fail, rk.message(node), a, cpu, None if launcher is None else rk.message(launcher)
             )
             micros = values.seconds(fail, "(priced from its FLOPs, bytes or shapes) seconds", micros)
             # a kernel the tables identify: the FLOPs of its shapes

@@ -154,3 +154,30 @@ def _node_list() -> descriptor_pb2.FileDescriptorProto:
 _POOL.Add(_node_list())
 #: :func:`_node_list`'s message class
 NodeList = message_factory.GetMessageClass(_POOL.FindMessageTypeByName("clustersim.NodeList"))
+
+
+def _node_view_list() -> descriptor_pb2.FileDescriptorProto:
+    """:func:`_node_list` with each node read as a ``NodeView`` — clustersim's, never written:
+    Node's fields, but ``attr`` as ``repeated bytes``, each attribute's encoding left unparsed
+    (the same bytes on the wire: a length-delimited field 10), so that an import reads each
+    distinct attribute list once (:func:`.chakra_file.read_view`)."""
+    fd = descriptor_pb2.FileDescriptorProto(
+        name="clustersim_node_view.proto", package="clustersim", syntax="proto3"
+    )
+    fd.dependency.append("clustersim_et_def.proto")
+    view = fd.message_type.add()
+    view.CopyFrom(next(m for m in _file().message_type if m.name == "Node"))
+    view.name = "NodeView"
+    attr = next(f for f in view.field if f.name == "attr")
+    attr.type = _F.TYPE_BYTES
+    attr.ClearField("type_name")
+    msg = fd.message_type.add(name="NodeViewList")
+    msg.field.add(
+        name="node", number=1, label=_F.LABEL_REPEATED, type=_F.TYPE_MESSAGE, type_name=".clustersim.NodeView"
+    )
+    return fd
+
+
+_POOL.Add(_node_view_list())
+#: :func:`_node_view_list`'s message class
+NodeViewList = message_factory.GetMessageClass(_POOL.FindMessageTypeByName("clustersim.NodeViewList"))

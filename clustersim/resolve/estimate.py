@@ -220,15 +220,18 @@ def _trace(job, k: _Knobs, hops: Hops, comm: Collectives) -> Estimate:
     costs one event, a message its packets or flow events (taken between nodes), a
     collective its algorithm's messages."""
     prog, gpu = job.trace, GpuWork(job, k, comm)
-    work = Work()
+    ops = events = weight = 0.0  # Work's three sums, added op by op in its order (one Work an op is slow)
     for op in prog.ops:
-        if op.kind == "send":
-            work += plain(1, 1 + message_events_of(k, op.nbytes, hops.inter))
-        elif op.kind == "collective":
-            work += plain(0, 1) + gpu.collective(tuple(op.group), op.collective, op.nbytes, 1)
+        kind = op.kind
+        if kind == "send":
+            sent = 1 + message_events_of(k, op.nbytes, hops.inter)
+            ops, events, weight = ops + 1, events + sent, weight + sent
+        elif kind == "collective":
+            w = plain(0, 1) + gpu.collective(tuple(op.group), op.collective, op.nbytes, 1)
+            ops, events, weight = ops + w.ops, events + w.events, weight + w.weight
         else:
-            work += plain(1, 1)
-    return _priced(k, work, prog.num_devices, gpu)
+            ops, events, weight = ops + 1, events + 1, weight + 1
+    return _priced(k, Work(ops, events, weight), prog.num_devices, gpu)
 
 
 def _priced(k: _Knobs, work: Work, gpus: int, gpu: GpuWork | None = None, dag: bool = False) -> Estimate:

@@ -20,6 +20,7 @@ class TraceMode(TrainingMode):
     description = "replay Chakra execution traces (model.kind: trace), one file per rank"
     priority = -10  # before every mode that compiles from parallel and the model
     memory_columns = False  # memory comes from the trace's own moves, not a model
+    checked = True  # the trace's Program, checked in full as read (the import's, a replay's)
 
     def applies(self, job: Job) -> bool:
         return job.trace is not None
