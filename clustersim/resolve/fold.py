@@ -63,8 +63,6 @@ def _obstacle(job) -> str | None:
         return "inference replicas serve different requests"
     if par.parameter_server is not None:
         return "parameter-server workers are simulated one by one"
-    if par.cp > 1:  # a folded replica would have no CP peers to pass K/V (or all-to-all) with
-        return "context-parallel ranks exchange attention data with one another"
     if cl.stragglers:
         return "stragglers make replicas differ"
     mixed = heterogeneity(cl)
@@ -87,8 +85,8 @@ def _obstacle(job) -> str | None:
         return "HSDP shard groups differ between replicas"
     if any(seg.ranks or seg.matrix for c in job.chunk_costs for segs in c.passes.values() for seg in segs):
         return "an uneven expert load makes expert-parallel ranks differ"
-    if job.dp * par.tp == 1:
-        return "nothing to fold (dp = tp = 1)"
+    if job.dp * par.cp * par.tp == 1:
+        return "nothing to fold (dp = cp = tp = 1)"
     return None
 
 
@@ -125,9 +123,11 @@ def _describe(job) -> str:
         if job.simulation.fold_contention
         else "kept as shadow traffic"
     )
+    par = job.parallel
+    cp = f" × cp {par.cp}" if par.cp > 1 else ""
     return (
-        f"yes: 1 of {job.parallel.tp * job.dp} GPUs per stage simulated "
-        f"(tp {job.parallel.tp} × dp {job.dp} twins; their sends and DP all-reduces {kept})"
+        f"yes: 1 of {par.tp * par.cp * job.dp} GPUs per stage simulated "
+        f"(tp {par.tp}{cp} × dp {job.dp} twins; their sends and DP all-reduces {kept})"
     )
 
 
