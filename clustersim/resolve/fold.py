@@ -139,4 +139,5 @@ def route_obstacle(job) -> str | None:
     where = TOPOLOGIES[job.graph.graph["kind"]].placement(job.graph)
     if isinstance(where, str):
         return where
-    return twin_obstacle(job.plan, where, wrap=job.parallel.virtual_stages > 1)
+    par = job.parallel
+    return twin_obstacle(job.plan, where, wrap=par.virtual_stages > 1, cp_ring=par.cp_comm_type == "p2p")
