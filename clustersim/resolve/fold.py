@@ -37,6 +37,7 @@ from ..errors import ScenarioError
 from ..hardware.node_groups import heterogeneity
 from ..parallel.fold_routes import twin_obstacle
 from ..topology import TOPOLOGIES
+from .hidden_ring import ring_hidden
 
 #: ``fold: auto`` folds jobs of at least this many GPUs (below it, unfolded runs are quick
 #: and show every GPU's own spans)
@@ -140,4 +141,7 @@ def route_obstacle(job) -> str | None:
     if isinstance(where, str):
         return where
     par = job.parallel
-    return twin_obstacle(job.plan, where, wrap=par.virtual_stages > 1, cp_ring=par.cp_comm_type == "p2p")
+    # ring attention's ranks each wait on their own receive: the ring's hops must be alike,
+    # unless every transfer hides behind its chunk (then each rank runs its chunks back to back)
+    cp_ring = par.cp > 1 and par.cp_comm_type == "p2p" and not ring_hidden(job)
+    return twin_obstacle(job.plan, where, wrap=par.virtual_stages > 1, cp_ring=cp_ring)
