@@ -49,8 +49,8 @@ CASES = {
     # TP 8 × CP 2 × DP 2 on 4 servers, one NIC each: every ring hop crosses the NIC the
     # server's 8 TP twins share, beside the DP all-reduce, on 2:1 uplinks
     "ring across servers": _cp_job(4, 8, 2, nics=1),
-    # TP 2 on 2-GPU servers: each CP rank on its own server, ring of 4, DP 2, PP 2
-    "ring of 4, tp 2": _cp_job(16, 2, 4, 2, gpn=2, nics=1),
+    # TP 2 on 2-GPU servers: each CP rank on its own server, ring of 4 under one leaf, DP 2, PP 2
+    "ring of 4, tp 2": _cp_job(16, 2, 4, 2, gpn=2, nics=1, per_leaf=4),
     # Ulysses: the all-to-alls of a CP group of 2 servers (TP 4 on 4-GPU servers)
     "ulysses across servers": _cp_job(8, 4, 2, 2, gpn=4, comm="a2a", nics=1),
     # CP 4 inside a server (TP 2), DP 2 across servers through 2 NICs
@@ -66,29 +66,31 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_folded_equals_unfolded(case, fidelity):
     """Symmetric twins (every CP ring hop of one kind, every twin's route alike): the folded
-    run's iteration time is the unfolded one to float precision, with far fewer events."""
+    run's iteration time is the unfolded one to float precision, with fewer events."""
     sc = {**CASES[case], "simulation": {"fidelity": fidelity}}
     folded, unfolded = _folded_and_unfolded(sc)
     assert folded["folded"].startswith("yes"), folded["folded"]
     assert folded["iteration_time_s"] == pytest.approx(unfolded["iteration_time_s"], rel=EXACT)
-    assert folded["sim_events"] < unfolded["sim_events"] / 3
+    # (a multi-plane fabric's TP collectives run message by message on NVLink that PXN
+    # shares; folded, one per stage instead of one per replica: dp = 2 times fewer)
+    assert folded["sim_events"] <= unfolded["sim_events"] / 2
     assert folded["peak_memory_gib"] == unfolded["peak_memory_gib"]
 
 
 def test_a_mixed_ring_refuses_naming_why():
-    """TP 4 × CP 4 on 8-GPU servers: a CP ring holds two ranks per server, so CP rank 1
+    """TP 2 × CP 4 on 4-GPU servers: a CP ring holds two ranks per server, so CP rank 1
     receives over NVLink and rank 0 over the NIC — ring attention's ranks run at different
-    paces (unfolded, 0.7 % apart at ``fast`` here) — so folding refuses and says where."""
-    sc = _cp_job(4, 4, 4, 2, nics=1)
+    paces (the transfers do not hide behind these short chunks) — so folding refuses and
+    says where. Ulysses on the same layout folds: its all-to-all's members end together."""
+    sc = _cp_job(8, 2, 4, 2, gpn=4, nics=1, fidelity="fast")
     sc["simulation"]["fold"] = True
     with pytest.raises(ScenarioError, match="cannot fold this scenario") as err:
         cs.simulate(sc, progress=False)
-    assert "context-parallel ring [0, 4, 8, 12] receives at CP rank 1 within one server" in str(err.value)
+    assert "context-parallel ring [0, 2, 4, 6] receives at CP rank 1 within one server" in str(err.value)
     assert "different paces" in str(err.value)
-    sc["parallel"]["cp_comm_type"] = "a2a"  # the all-to-all's members end together: it folds
-    sc["parallel"]["tp"], sc["parallel"]["cp"] = 4, 2
-    sc["parallel"]["dp"] = 4
-    assert resolve(cs.load_scenario(sc)).fold_obstacle is None
+    sc["parallel"]["cp_comm_type"] = "a2a"
+    folded, unfolded = _folded_and_unfolded(sc)
+    assert folded["iteration_time_s"] == pytest.approx(unfolded["iteration_time_s"], rel=EXACT)
 
 
 def test_a_cross_plane_ring_refuses_naming_why():
