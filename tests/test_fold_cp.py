@@ -93,6 +93,21 @@ def test_a_mixed_ring_refuses_naming_why():
     assert folded["iteration_time_s"] == pytest.approx(unfolded["iteration_time_s"], rel=EXACT)
 
 
+def test_a_mixed_ring_whose_transfers_hide_folds_on_the_analytical_network():
+    """The same mixed ring at 16K tokens: every hop's transfer now takes less than its
+    step's chunk, so every rank runs its chunks back to back and the folded run is the
+    unfolded one on the analytical network (``fast``); at ``balanced`` a transfer's time
+    depends on what shares its links, and folding still refuses, naming the ring."""
+    sc = _cp_job(8, 2, 4, 2, gpn=4, nics=1, fidelity="fast")
+    sc["model"]["seq_len"] = 16384
+    folded, unfolded = _folded_and_unfolded(sc)
+    assert folded["folded"].startswith("yes")
+    assert folded["iteration_time_s"] == pytest.approx(unfolded["iteration_time_s"], rel=EXACT)
+    sc["simulation"]["fidelity"] = "balanced"
+    why = resolve(cs.load_scenario(sc)).fold_obstacle
+    assert why is not None and "context-parallel ring [0, 2, 4, 6]" in why
+
+
 def test_a_cross_plane_ring_refuses_naming_why():
     """TP 4 on 8-GPU servers over 8 planes: replica 1 (GPUs 4–7) and replica 2 (GPUs 8–11,
     the next server's 0–3) are DP ring neighbours on two planes, whose route forwards over
@@ -126,12 +141,15 @@ def test_the_estimate_counts_a_folded_cp_run():
     nics=st.sampled_from([1, 2]),
     over=st.sampled_from([1, 2]),
     fidelity=st.sampled_from(["fast", "balanced"]),
+    planes=st.booleans(),
 )
-def test_random_foldable_cp_configurations(gpn, nodes, tp, cp, pp, comm, nics, over, fidelity):
-    """Random TP × CP × PP × DP shapes on small fat trees that the fold check accepts:
-    folded within 1 % of unfolded."""
+def test_random_foldable_cp_configurations(gpn, nodes, tp, cp, pp, comm, nics, over, fidelity, planes):
+    """Random TP × CP × PP × DP shapes on small fat trees and multi-plane fabrics (a plane
+    per NIC, two servers a leaf) that the fold check accepts: folded within 1 % of unfolded."""
     assume(tp <= gpn and nodes * gpn % (tp * cp * pp) == 0)
     scenario = _cp_job(nodes, tp, cp, pp, gpn=gpn, comm=comm, fidelity=fidelity, nics=min(nics, gpn), over=over)
+    if planes:
+        _multi_plane(scenario, nodes_per_leaf=2, oversubscription=over)
     try:
         job = resolve(cs.load_scenario(scenario))
     except ScenarioError:
