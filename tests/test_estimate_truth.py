@@ -137,7 +137,9 @@ def test_llama_405b_at_128k_with_cp16_is_refused_before_it_starts(monkeypatch):
     with pytest.raises(cs.ScenarioError) as err:
         check_budget(resolve(raised), "pipeline")
     assert err.value.field == "memory"
-    assert "more than the 24 GiB this machine has available; to fit it: simulation.fold: true" in str(err.value)
+    assert "more than the 24 GiB this machine has available; to fit it: simulation.fold: true" in str(
+        err.value
+    )
 
 
 #: GPT-7.5B on 64 H100 with TP overlap (sequence parallel, layer granularity), folded

@@ -41,7 +41,9 @@ def _multi_plane(sc: dict, **topology) -> dict:
 
 def _folded_and_unfolded(scenario: dict) -> tuple[dict, dict]:
     sc = cs.load_scenario(scenario)
-    runs = [cs.simulate(sc.with_overrides({"simulation.fold": f}), progress=False).summary for f in (True, False)]
+    runs = [
+        cs.simulate(sc.with_overrides({"simulation.fold": f}), progress=False).summary for f in (True, False)
+    ]
     return runs[0], runs[1]
 
 
@@ -147,7 +149,9 @@ def test_random_foldable_cp_configurations(gpn, nodes, tp, cp, pp, comm, nics, o
     """Random TP × CP × PP × DP shapes on small fat trees and multi-plane fabrics (a plane
     per NIC, two servers a leaf) that the fold check accepts: folded within 1 % of unfolded."""
     assume(tp <= gpn and nodes * gpn % (tp * cp * pp) == 0)
-    scenario = _cp_job(nodes, tp, cp, pp, gpn=gpn, comm=comm, fidelity=fidelity, nics=min(nics, gpn), over=over)
+    scenario = _cp_job(
+        nodes, tp, cp, pp, gpn=gpn, comm=comm, fidelity=fidelity, nics=min(nics, gpn), over=over
+    )
     if planes:
         _multi_plane(scenario, nodes_per_leaf=2, oversubscription=over)
     try:

@@ -56,7 +56,7 @@ def looped_cp(plan: Plan, where: dict, cp_ring: bool) -> str | None:
                 "(ring attention's ranks would run at different paces)"
             )
     for i, j in combinations(range(plan.cp), 2):
-        for (s, d, t), g in groups.items():
+        for (s, _d, _t), g in groups.items():
             first = _level(where, groups[s, 0, 0][i], groups[s, 0, 0][j])
             got = _level(where, g[i], g[j])
             if got != first:

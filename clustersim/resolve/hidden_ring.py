@@ -41,4 +41,6 @@ def ring_hidden(job) -> bool:
     rings = {plan.cp_ring(s, 0, 0) for s in range(plan.pp)}
     hops = {(f"gpu{r[c - 1]}", f"gpu{r[c]}") for r in rings for c in range(plan.cp)}
     costs = [router.cost(a, b) for a, b in hops]
-    return all(latency + nbytes / bandwidth <= chunk for chunk, nbytes in steps for latency, bandwidth in costs)
+    return all(
+        latency + nbytes / bandwidth <= chunk for chunk, nbytes in steps for latency, bandwidth in costs
+    )
