@@ -1,9 +1,9 @@
 """Symmetry folding of a Job: whether to simulate one representative GPU per pipeline stage.
 
-In a TP × PP × DP job every data-parallel replica and every tensor-parallel rank of a
-stage runs the same ops at the same times, when the hardware is uniform. Folding keeps
-replica 0, TP rank 0 of each stage and drops the others' ops, which divides the op count
-by tp × dp. What the dropped twins do to *shared* resources is kept: their pipeline
+In a TP × CP × PP × DP job every replica (a CP rank of a data-parallel rank) and every
+tensor-parallel rank of a stage runs the same ops at the same times, when the hardware is
+uniform. Folding keeps replica 0, TP rank 0 of each stage and drops the others' ops, which
+divides the op count by tp × cp × dp. What the dropped twins do to *shared* resources is kept: their pipeline
 sends and data-parallel all-reduces still load the fabric as shadow traffic (see
 :mod:`clustersim.compilers.pipeline.compile`). Results are reported for every GPU: a folded GPU
 shows its representative's row.
@@ -27,6 +27,13 @@ whose route (inside the node) it takes, the stage's other ring hops as shadows
 (:attr:`clustersim.compilers.pipeline.passes.SegmentEmitter.folded_ring`): by symmetry
 every rank's chunk leaves when the representative's does, so its receive ends when the
 unfolded one does.
+
+Context parallelism folds alike: ring attention's sends as a ring of CP ranks
+(:attr:`clustersim.compilers.pipeline.passes.SegmentEmitter.folded_cp_ring`), Ulysses'
+all-to-alls with the stage's other CP groups as shadows. The CP groups must be laid out
+alike, and a ring's hops be of one kind — each rank's step waits on its own receive — unless
+every transfer hides behind its chunk on the analytical network
+(:mod:`clustersim.resolve.hidden_ring`).
 """
 
 from __future__ import annotations
