@@ -39,6 +39,12 @@ def _multi_plane(sc: dict, **topology) -> dict:
     return sc
 
 
+def _moe(sc: dict, ep: int) -> dict:
+    sc["model"].update(experts=8, experts_per_token=2)
+    sc["parallel"].update(ep=ep, sequence_parallel=True)
+    return sc
+
+
 def _folded_and_unfolded(scenario: dict) -> tuple[dict, dict]:
     sc = cs.load_scenario(scenario)
     runs = [
@@ -57,6 +63,8 @@ CASES = {
     "ulysses across servers": _cp_job(8, 4, 2, 2, gpn=4, comm="a2a", nics=1),
     # CP 4 inside a server (TP 2), DP 2 across servers through 2 NICs
     "ring inside a server": _cp_job(2, 2, 4, nics=2),
+    # MoE (8 experts, top 2) with EP 4 carved from CP 2 × DP 2, TP 4, one NIC a server
+    "experts over cp × dp": _moe(_cp_job(4, 4, 2, nics=1), ep=4),
     # multi-plane: 4 servers × 8 NICs on 8 planes, 2 servers a leaf, 2:1 uplinks; TP 8 × CP 2
     "multi-plane, cp": _multi_plane(_cp_job(4, 8, 2, nics=8), nodes_per_leaf=2, oversubscription=2),
     # multi-plane without CP: TP 8 × PP 2 × DP 2 over the planes (rail-aligned DP rings)
