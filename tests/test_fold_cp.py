@@ -127,6 +127,20 @@ def test_a_cross_plane_ring_refuses_naming_why():
     assert why is not None and "two planes of a multi_plane fabric" in why
 
 
+def test_multi_plane_sites_of_a_wan_are_not_compared():
+    """Inside a wan the placement's site index is the wan's, so a multi-plane site's planes
+    are not compared: folding refuses, saying so (as before multi-plane folded at all)."""
+    sc = _cp_job(4, 4, 1, 2, nics=4, gpn=4)
+    sc["cluster"]["topology"] = {
+        "kind": "wan",
+        "bandwidth": "1 Gbit/s",
+        "latency": "20 ms",
+        "sites": [{"nodes": 2, "topology": {"kind": "multi_plane"}}] * 2,
+    }
+    why = resolve(cs.load_scenario(sc)).fold_obstacle
+    assert why == "multi_plane sites of a wan: their planes are not compared (folding is not checked there)"
+
+
 def test_the_estimate_counts_a_folded_cp_run():
     """The pre-run estimate within 2× of a folded CP run's events (the ring's sends with
     their shadows, the CP groups a representative stands for)."""

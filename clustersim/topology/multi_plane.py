@@ -103,15 +103,17 @@ CROSS_PLANE = 3
 _PLANE = re.compile(r"plane(\d+)\.")
 
 
-def plane_placement(g: nx.DiGraph) -> Placements:
-    """Levels with each GPU's plane in its site index (``site · P + plane``), the cross-plane
-    level marked position-dependent (module docstring)."""
+def plane_placement(g: nx.DiGraph) -> Placements | str:
+    """Levels with each GPU's plane as its site index, the cross-plane level marked
+    position-dependent (module docstring); inside a wan, where the site index is taken, a
+    reason."""
     where = levels(g)
-    planes = 1 + max(int(m[1]) for n in g.nodes if (m := _PLANE.search(n)))
+    if any(site for site, _, _ in where.values()):
+        return "multi_plane sites of a wan: their planes are not compared (folding is not checked there)"
     out = {}
-    for gpu, (site, leaves, host) in where.items():
+    for gpu, (_, leaves, host) in where.items():
         (plane,) = {int(_PLANE.search(leaf)[1]) for leaf in leaves}  # one NIC, one plane
-        out[gpu] = (site * planes + plane, leaves, host)
+        out[gpu] = (plane, leaves, host)
     why = "routes between two planes of a multi_plane fabric forward over NVLink at either end by ECMP"
     return Placements(out, {CROSS_PLANE: why})
 
