@@ -94,7 +94,7 @@ def _obstacle(job) -> str | None:
     if any(seg.ranks or seg.matrix for c in job.chunk_costs for segs in c.passes.values() for seg in segs):
         return "an uneven expert load makes expert-parallel ranks differ"
     if job.dp * par.cp * par.tp == 1:
-        return "nothing to fold (dp = cp = tp = 1)"
+        return "nothing to fold (dp = tp = 1)"  # (and cp = 1)
     return None
 
 
