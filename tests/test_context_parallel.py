@@ -279,11 +279,16 @@ def test_bad_cp_combinations_are_refused_naming_field_and_value(change, field, n
     assert needle in str(err.value)
 
 
-def test_cp_folds_never():
-    raw = _scenario("p2p", cp=2, tp=2)
-    raw["simulation"]["fold"] = True
-    with pytest.raises(cs.ScenarioError, match="context-parallel ranks exchange"):
-        cs.simulate(raw, progress=False)
+@pytest.mark.parametrize("comm", ["p2p", "a2a"])
+def test_cp_folds_to_the_unfolded_run(comm):
+    """One server: every CP rank's ring hop (or all-to-all pair) is NVLink, so the folded
+    run (one GPU of the 4) ends with the unfolded one (tests/test_fold_cp.py has the rest)."""
+    raw = _scenario(comm, cp=2, tp=2)
+    times = []
+    for fold in (True, False):
+        raw["simulation"]["fold"] = fold
+        times.append(cs.simulate(raw, progress=False).summary["iteration_time_s"])
+    assert times[0] == pytest.approx(times[1], rel=1e-12)
 
 
 @pytest.mark.parametrize(

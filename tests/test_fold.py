@@ -267,7 +267,8 @@ def test_fold_is_refused_where_routes_depend_on_position(monkeypatch):
 @pytest.mark.parametrize("tp,pp,dp,cp", [(1, 2, 1, 1), (2, 4, 3, 1), (8, 3, 4, 2), (4, 2, 1, 1)])
 def test_twin_pairs_are_every_other_dp_and_tp_ranks_devices(tp, pp, dp, cp):
     # the devices a folded transfer's shadows name: Plan.device of both stages at every
-    # (dp rank, tp rank) but the representatives' (0, 0), in that order
+    # (replica, tp rank) but the representatives' (0, 0), in that order — a replica is a
+    # (CP rank, dp rank): with cp > 1 every CP rank's sends are twins too
     from clustersim.parallel.plan import Plan
 
     plan = Plan(tp=tp, pp=pp, dp=dp, gpus_per_node=8, cp=cp)
@@ -275,7 +276,7 @@ def test_twin_pairs_are_every_other_dp_and_tp_ranks_devices(tp, pp, dp, cp):
         for b in range(pp):
             want = [
                 (plan.device(a, rr, tt), plan.device(b, rr, tt))
-                for rr in range(dp)
+                for rr in range(dp * cp)
                 for tt in range(tp)
                 if (rr, tt) != (0, 0)
             ]

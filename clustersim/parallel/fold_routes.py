@@ -8,7 +8,8 @@ links follow from where its two GPUs sit relative to each other: on one server, 
 leaf switch, in one site, or in two sites. Folding is exact when, for every
 twin, each peer it sends to sits at the same level as the representative's peer — it is
 not when, say, a stage's replicas straddle a site border that the next stage's replicas
-do not. The expert groups of a stage (:meth:`~clustersim.parallel.plan.Plan.expert_groups`)
+do not. The context-parallel groups of a stage (``parallel.cp``; every pair of CP ranks)
+and its expert groups (:meth:`~clustersim.parallel.plan.Plan.expert_groups`)
 must each be laid out as the representative's. Topologies whose placement is a reason (routes depend on position: ``ring``,
 ``torus_2d``, ``star``, ``custom``, wan sites that differ) are not compared: folding is
 refused there with that reason. A placement may name levels at which routes depend on
@@ -51,10 +52,11 @@ class _Levels:
         )
 
 
-def twin_obstacle(plan, where: dict[str, tuple], wrap: bool = False) -> str | None:
+def twin_obstacle(plan, where: dict[str, tuple], wrap: bool = False, cp_ring: bool = False) -> str | None:
     """:func:`route_obstacle` for ``plan`` on the placement ``where`` (GPU name → (site,
     leaf switches, server)); ``wrap``: the last stage also sends to the first (interleaved
-    schedules)."""
+    schedules); ``cp_ring``: the CP ranks pass K/V around a ring (ring attention), each
+    rank's step waiting on its own receive."""
     level = _Levels(where, plan.num_devices)
     unlike = getattr(where, "unlike", {})
     # device(stage, replica, tp rank) = tp rank + tp × (replica + replicas × stage)
@@ -63,7 +65,7 @@ def twin_obstacle(plan, where: dict[str, tuple], wrap: bool = False) -> str | No
     if wrap and plan.pp > 1:
         hops.append((plan.pp - 1, 0))  # an interleaved schedule's chunks wrap around
     if hops:
-        src, nxt = (devices[[h[k] for h in hops], : plan.dp] for k in (0, 1))
+        src, nxt = (devices[[h[k] for h in hops]] for k in (0, 1))
         twins = level(src, nxt)  # (hop, replica, tp rank)
         differ = (twins != twins[:, :1, :1]) | np.isin(twins, list(unlike))
         if differ.any():
@@ -84,7 +86,41 @@ def twin_obstacle(plan, where: dict[str, tuple], wrap: bool = False) -> str | No
     if differ.any():
         s, t = np.unravel_index(np.argmax(differ), differ.shape)
         return f"stage {s}'s data-parallel group of TP rank {t} is laid out unlike TP rank 0's"
-    return _expert_obstacle(plan, where, unlike)
+    return _cp_obstacle(plan, devices, level, unlike, cp_ring) or _expert_obstacle(plan, where, unlike)
+
+
+def _cp_obstacle(plan, devices: np.ndarray, level: _Levels, unlike: dict, ring: bool) -> str | None:
+    """Why some context-parallel group of a stage is laid out unlike the representative's
+    (every pair of CP ranks compared: the all-to-all's pairs, of which the ring's
+    neighbours are some) or has a pair at an ``unlike`` level, or — ``ring`` — why some
+    CP rank receives over another kind of hop than the representative (CP rank 0, from
+    the last rank) does: ring attention's ranks each wait on their own receive, so a ring
+    of mixed hops (two ranks per server: NVLink, then the NIC) runs its ranks at different
+    paces — or None."""
+    groups = devices.reshape(plan.pp, plan.dp, plan.cp, plan.tp)  # (stage, dp rank, cp rank, tp rank)
+    if ring and plan.cp > 1:
+        hops = level(np.roll(groups, 1, axis=2), groups)  # (.., c, ..): CP rank c − 1 → c
+        differ = hops != hops[:, :1, :1, :1]  # (each stage has its representative)
+        if differ.any():
+            s, d, c, t = np.unravel_index(np.argmax(differ), differ.shape)
+            return (
+                f"stage {s}'s context-parallel ring {groups[s, d, :, t].tolist()} receives at CP rank {c} "
+                f"within {LEVELS[hops[s, d, c, t]]}, at CP rank 0 within {LEVELS[hops[s, 0, 0, 0]]} "
+                "(ring attention's ranks would run at different paces)"
+            )
+    for i, j in combinations(range(plan.cp), 2):
+        pair = level(groups[:, :, i], groups[:, :, j])  # (stage, dp rank, tp rank)
+        bad = np.isin(pair, list(unlike)) | (pair != pair[:, :1, :1])
+        if bad.any():
+            s, d, t = np.unravel_index(np.argmax(bad), bad.shape)
+            group = groups[s, d, :, t].tolist()
+            if pair[s, d, t] in unlike:
+                return f"{unlike[pair[s, d, t]]} (stage {s}'s context-parallel group {group})"
+            return (
+                f"stage {s}'s context-parallel group {group} has CP ranks {i} and {j} within "
+                f"{LEVELS[pair[s, d, t]]}, the representative's within {LEVELS[pair[s, 0, 0]]}"
+            )
+    return None
 
 
 def _expert_obstacle(plan, where, unlike) -> str | None:

@@ -92,10 +92,10 @@ class Plan:
         return self.device(stages, 0, 0)
 
     def twin_pairs(self, a: int, b: int) -> tuple[tuple[int, int], ...]:
-        """(device of stage ``a``, device of stage ``b``) at every (dp rank, tp rank) but
+        """(device of stage ``a``, device of stage ``b``) at every (replica, tp rank) but
         (0, 0): the twins folding leaves out of a transfer between the two stages'
-        representatives, in (dp rank, tp rank) order."""
-        offsets = (tt + self.tp * rr for rr in range(self.dp) for tt in range(self.tp))
+        representatives, in (replica, tp rank) order."""
+        offsets = (tt + self.tp * rr for rr in range(self.replicas) for tt in range(self.tp))
         first_a, first_b = self.device(a), self.device(b)
         next(offsets)  # (0, 0): the representatives themselves
         return tuple((first_a + k, first_b + k) for k in offsets)

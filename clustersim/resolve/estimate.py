@@ -198,7 +198,7 @@ def estimate(job, knobs: _Knobs | None = None, mode_name: str | None = None) -> 
 def _replicated(job, k: _Knobs) -> Estimate:
     """The folded run's estimate, plus each of its ops expanded to the tp × dp twins."""
     folded = estimate(job, replace(k, fold=True))
-    twins = job.plan.tp * job.plan.dp
+    twins = job.plan.tp * job.plan.replicas
     rows = folded.ops * twins
     rss = folded.rss_bytes + rows * RSS_PER_ROW + job.num_gpus * RSS_PER_GPU
     return Estimate(rows, folded.events, folded.seconds + rows * SECONDS_PER_ROW, twins, int(rss))

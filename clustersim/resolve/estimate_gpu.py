@@ -83,7 +83,7 @@ class GpuWork:
             if kind == "tp":
                 members, count = tuple(plan.device(stage, 0, t) for t in range(plan.tp)), 1
             elif kind == "cp":
-                members, count = plan.cp_ring(stage, 0, 0), 1
+                members, count = plan.cp_ring(stage, 0, 0), plan.tp * plan.dp
             elif kind == "dp":
                 layout = self.job.layout
                 members = layout.group(stage) if self.job.parallel.stage_replicas else plan.dp_group(stage)
@@ -168,8 +168,9 @@ class GpuWork:
                     if len({d // self.job.cluster.gpus_per_node for d in members}) > 1
                     else self.comm.hops.intra
                 )
-                events = len(seg.steps) + sum(message_events_of(k, b, hops) for b in sent)
-                work += plain(len(seg.steps) + 2 * len(sent), events)
+                # the chunks and recvs, then the sends (folded, with the stage's other hops as shadows)
+                work += plain(len(seg.steps) + len(sent), len(seg.steps))
+                work += sum((self.sent(b, hops) for b in sent), Work())
                 joins = 1
             else:  # a TP collective pipelined with its GEMM in chunks (compilers/pipeline/tp_overlap.py)
                 work += self.overlap(seg)
@@ -224,7 +225,7 @@ class GpuWork:
                 work += self.collective(pair, "all_reduce", costs[0].tied_grad_bytes, plan.tp * plan.replicas)
         sharded = job.parallel.zero > 0
         group = grad_stats_group(plan, 0, sharded)
-        copies = 1 if sharded else plan.dp
+        copies = 1 if sharded else plan.replicas
         for seconds in (sum(c.unscale for c in costs), sum(c.grad_norm for c in costs)):
             if seconds:
                 work += plain(1, 1)  # the pass over the gradients

@@ -1,9 +1,9 @@
 """Symmetry folding of a Job: whether to simulate one representative GPU per pipeline stage.
 
-In a TP × PP × DP job every data-parallel replica and every tensor-parallel rank of a
-stage runs the same ops at the same times, when the hardware is uniform. Folding keeps
-replica 0, TP rank 0 of each stage and drops the others' ops, which divides the op count
-by tp × dp. What the dropped twins do to *shared* resources is kept: their pipeline
+In a TP × CP × PP × DP job every replica (a CP rank of a data-parallel rank) and every
+tensor-parallel rank of a stage runs the same ops at the same times, when the hardware is
+uniform. Folding keeps replica 0, TP rank 0 of each stage and drops the others' ops, which
+divides the op count by tp × cp × dp. What the dropped twins do to *shared* resources is kept: their pipeline
 sends and data-parallel all-reduces still load the fabric as shadow traffic (see
 :mod:`clustersim.compilers.pipeline.compile`). Results are reported for every GPU: a folded GPU
 shows its representative's row.
@@ -27,6 +27,13 @@ whose route (inside the node) it takes, the stage's other ring hops as shadows
 (:attr:`clustersim.compilers.pipeline.passes.SegmentEmitter.folded_ring`): by symmetry
 every rank's chunk leaves when the representative's does, so its receive ends when the
 unfolded one does.
+
+Context parallelism folds alike: ring attention's sends as a ring of CP ranks
+(:attr:`clustersim.compilers.pipeline.passes.SegmentEmitter.folded_cp_ring`), Ulysses'
+all-to-alls with the stage's other CP groups as shadows. The CP groups must be laid out
+alike, and a ring's hops be of one kind — each rank's step waits on its own receive — unless
+every transfer hides behind its chunk on the analytical network
+(:mod:`clustersim.resolve.hidden_ring`).
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from ..errors import ScenarioError
 from ..hardware.node_groups import heterogeneity
 from ..parallel.fold_routes import twin_obstacle
 from ..topology import TOPOLOGIES
+from .hidden_ring import ring_hidden
 
 #: ``fold: auto`` folds jobs of at least this many GPUs (below it, unfolded runs are quick
 #: and show every GPU's own spans)
@@ -63,8 +71,6 @@ def _obstacle(job) -> str | None:
         return "inference replicas serve different requests"
     if par.parameter_server is not None:
         return "parameter-server workers are simulated one by one"
-    if par.cp > 1:  # a folded replica would have no CP peers to pass K/V (or all-to-all) with
-        return "context-parallel ranks exchange attention data with one another"
     if cl.stragglers:
         return "stragglers make replicas differ"
     mixed = heterogeneity(cl)
@@ -87,8 +93,8 @@ def _obstacle(job) -> str | None:
         return "HSDP shard groups differ between replicas"
     if any(seg.ranks or seg.matrix for c in job.chunk_costs for segs in c.passes.values() for seg in segs):
         return "an uneven expert load makes expert-parallel ranks differ"
-    if job.dp * par.tp == 1:
-        return "nothing to fold (dp = tp = 1)"
+    if job.dp * par.cp * par.tp == 1:
+        return "nothing to fold (dp = tp = 1)"  # (and cp = 1)
     return None
 
 
@@ -125,9 +131,11 @@ def _describe(job) -> str:
         if job.simulation.fold_contention
         else "kept as shadow traffic"
     )
+    par = job.parallel
+    cp = f" × cp {par.cp}" if par.cp > 1 else ""
     return (
-        f"yes: 1 of {job.parallel.tp * job.dp} GPUs per stage simulated "
-        f"(tp {job.parallel.tp} × dp {job.dp} twins; their sends and DP all-reduces {kept})"
+        f"yes: 1 of {par.tp * par.cp * job.dp} GPUs per stage simulated "
+        f"(tp {par.tp}{cp} × dp {job.dp} twins; their sends and DP all-reduces {kept})"
     )
 
 
@@ -139,4 +147,8 @@ def route_obstacle(job) -> str | None:
     where = TOPOLOGIES[job.graph.graph["kind"]].placement(job.graph)
     if isinstance(where, str):
         return where
-    return twin_obstacle(job.plan, where, wrap=job.parallel.virtual_stages > 1)
+    par = job.parallel
+    # ring attention's ranks each wait on their own receive: the ring's hops must be alike,
+    # unless every transfer hides behind its chunk (then each rank runs its chunks back to back)
+    cp_ring = par.cp > 1 and par.cp_comm_type == "p2p" and not ring_hidden(job)
+    return twin_obstacle(job.plan, where, wrap=par.virtual_stages > 1, cp_ring=cp_ring)

@@ -68,6 +68,8 @@ def replica_obstacle(
         return f"the {mode_name} mode's Program is not laid out by stage replicas"
     if job.simulation.evaluator == "des":
         return "simulation.evaluator: des"
+    if job.parallel.cp > 1:  # the expansion lays twins out as TP ranks of dp replicas
+        return "context-parallel ranks are not expanded from a folded run (the ring's sends name other ranks)"
     twins = job.fold_obstacle  # (computed once per Job)
     if twins is not None:
         return f"twins differ: {twins}"

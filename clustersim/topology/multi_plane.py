@@ -18,19 +18,28 @@ plane of the source GPU's NIC; between GPUs on different planes it is forwarded 
 to the GPU on the destination's plane first (or after, on the destination server), as
 NCCL's PXN does — the planes share no switch. Bisection: each plane's leaf–spine layer
 carries ``nodes × NICs per plane × NIC bandwidth / (2 · oversubscription)`` across any
-halving of its leaves; the fabric P times that. Folding is refused (routes depend on the
-plane and leaf a GPU sits on).
+halving of its leaves; the fabric P times that.
+
+Folding (:mod:`clustersim.parallel.fold_routes`) compares levels with the plane counted as a
+site: two GPUs on one server, under one leaf (so one plane), on two leaves of one plane
+(leaf–spine–leaf, as on a fat tree), or on two planes — that last level is
+position-dependent (the message is forwarded over NVLink at either end, an ECMP choice), so
+folding is refused where a compared pair sits on two planes. With one GPU per NIC and TP
+filling a server, every twin's pipeline sends and data-parallel ring stay on their own
+plane, and the rail-aligned rings (:mod:`clustersim.collectives.rail_rings`) keep every
+crossing there too.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 import networkx as nx
 
 from ..errors import ScenarioError
 from .graph import Latency, add_link, count_field, positive_number
-from .plugin import TOPOLOGIES, Site, Topology, TopologyOptions
+from .plugin import TOPOLOGIES, Placements, Site, Topology, TopologyOptions, levels
 from .servers import add_server
 
 
@@ -89,11 +98,32 @@ def build_multi_plane(site: Site) -> nx.DiGraph:
     return g
 
 
+#: level 3 of :data:`clustersim.parallel.fold_routes.LEVELS` (two sites): here two planes
+CROSS_PLANE = 3
+_PLANE = re.compile(r"plane(\d+)\.")
+
+
+def plane_placement(g: nx.DiGraph) -> Placements | str:
+    """Levels with each GPU's plane as its site index, the cross-plane level marked
+    position-dependent (module docstring); inside a wan, where the site index is taken, a
+    reason."""
+    where = levels(g)
+    if any(site for site, _, _ in where.values()):
+        return "multi_plane sites of a wan: their planes are not compared (folding is not checked there)"
+    out = {}
+    for gpu, (_, leaves, host) in where.items():
+        (plane,) = {int(_PLANE.search(leaf)[1]) for leaf in leaves}  # one NIC, one plane
+        out[gpu] = (plane, leaves, host)
+    why = "routes between two planes of a multi_plane fabric forward over NVLink at either end by ECMP"
+    return Placements(out, {CROSS_PLANE: why})
+
+
 TOPOLOGIES.add(
     Topology(
         "multi_plane",
         "independent scale-out planes: NIC k of every server on plane k mod P (leaf–spine each)",
         factory=build_multi_plane,
         options=MultiPlaneOptions,
+        placement=plane_placement,
     )
 )

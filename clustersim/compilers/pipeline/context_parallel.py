@@ -16,6 +16,14 @@ rank's own block coming home).
 Sends and recvs are emitted device by device, so a recv cannot name its send yet: both
 carry a tag naming the sending CP rank, and :func:`link_ring_transfers` pairs them once the
 whole Program is emitted.
+
+Folded (:mod:`clustersim.resolve.fold`), only CP rank 0 of the stage's first ring is
+emitted. Every rank runs the same steps (the chunks of causal load balancing are equal), so
+by symmetry each rank's step i starts when the representative's does: its send stands for
+the last CP rank's (its bytes leave from there, ``source``) and is paired with its own recv,
+which then ends when the unfolded one does; every other hop of every CP ring of the stage
+rides along as a shadow (:attr:`clustersim.compilers.pipeline.passes.SegmentEmitter.folded_cp_ring`),
+as folded TP overlap's userbuffers ring does.
 """
 
 from __future__ import annotations
@@ -27,14 +35,24 @@ CP_SEND, CP_RECV = "cp send", "cp recv"
 
 
 def emit_ring(
-    prog: Program, dev: int, seg, ring: tuple[int, ...], name: str, tag: str, deps: tuple[int, ...], **labels
+    prog: Program,
+    dev: int,
+    seg,
+    ring: tuple[int, ...],
+    name: str,
+    tag: str,
+    deps: tuple[int, ...],
+    folded: dict,
+    **labels,
 ) -> tuple[Op, Op, tuple[int, ...]]:
     """Emit ring segment ``seg`` of pass ``name`` on ``dev`` (a member of the CP ``ring``, in
     ring order) after the ops ``deps``; return (first op, last compute op, ops the next op
     must also wait for). ``tag`` names this ring instance (the same on every member);
-    ``labels`` are the ops' stage, microbatch, phase, iteration and version."""
+    ``folded``: empty, or a folded representative's ``source`` and ``shadows`` (module
+    docstring); ``labels`` are the ops' stage, microbatch, phase, iteration and version."""
     c, n = ring.index(dev), len(ring)
     prev_rank = (c - 1) % n
+    sender = prev_rank if folded else c  # folded: the send stands for the previous rank's
     start = deps  # what step i waits for: its start
     first = last = None
     recv = None
@@ -49,7 +67,15 @@ def emit_ring(
         if nbytes:
             step, what = f"{tag} i{i}", f"{name} {seg.name} {i}"
             prog.add(
-                dev, CP_SEND, SEND, f"cp send {what}", nbytes=nbytes, deps=waits, tag=f"{step} c{c}", **labels
+                dev,
+                CP_SEND,
+                SEND,
+                f"cp send {what}",
+                nbytes=nbytes,
+                deps=waits,
+                tag=f"{step} c{sender}",
+                **folded,
+                **labels,
             )
             recv = prog.add(
                 dev, CP_RECV, RECV, f"cp recv {what}", nbytes=nbytes, tag=f"{step} c{prev_rank}", **labels

@@ -145,11 +145,36 @@ class SegmentEmitter:
         plan, s, tp = self.plan, self.stage, self.plan.tp
         hops = tuple(
             (plan.device(s, r, t), plan.device(s, r, (t + 1) % tp))
-            for r in range(plan.dp)
+            for r in range(plan.replicas)
             for t in range(tp)
             if (r, t) != (0, tp - 1)
         )
         return {"source": plan.device(s, 0, tp - 1), "shadows": hops}
+
+    @cached_property
+    def cp_rings(self) -> tuple[tuple[int, ...], ...]:
+        """Every CP group of the stage, in ring order, the representative's first, then in
+        the unfolded Program's order (replica, then TP rank)."""
+        plan, s = self.plan, self.stage
+        return tuple(
+            plan.cp_ring(s, base, t) for base in range(0, plan.replicas, plan.cp) for t in range(plan.tp)
+        )
+
+    @cached_property
+    def folded_cp_ring(self) -> dict:
+        """A folded representative's ring-attention sends (it is CP rank 0 of its ring): as
+        :attr:`folded_ring` on the CP ring — each stands for the last CP rank's send, which
+        feeds the representative's own recv (``source``); every other CP ring hop of the
+        stage loads the fabric as a shadow, in the unfolded Program's order (replica —
+        CP rank within its data-parallel rank — then TP rank)."""
+        plan, s, cp = self.plan, self.stage, self.plan.cp
+        hops = tuple(
+            (plan.device(s, r, t), plan.device(s, r - r % cp + (r + 1) % cp, t))
+            for r in range(plan.replicas)
+            for t in range(plan.tp)
+            if (r, t) != (cp - 1, 0)
+        )
+        return {"source": plan.device(s, cp - 1, 0), "shadows": hops}
 
     def expert(self, kind: str) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
         """This GPU's expert group of ``kind`` and, folded, the stage's other groups of that
@@ -206,6 +231,7 @@ class SegmentEmitter:
             algorithm: str = "auto",
             lane: str = "tp",
             members=group,
+            shadows: tuple = (),
         ) -> Op:
             return self.prog.add(
                 dev,
@@ -216,6 +242,7 @@ class SegmentEmitter:
                 deps=deps,
                 arrivals=1 if self.fold else 0,  # folded: the representative stands for its twins
                 group=members,
+                shadows=shadows,
                 collective=kind,
                 algorithm=algorithm,
                 tag=tag,
@@ -231,7 +258,10 @@ class SegmentEmitter:
         if seg.kind == "collective" and seg.group == "cp":  # Ulysses: over this rank's CP group
             cp_tag = f"cp it{self.it} s{st} r{r // plan.cp} t{t} {self.name} #{k}"
             members = plan.cp_ring(st, r, t)
-            op = collective(seg.name, seg.collective, seg.nbytes, deps, cp_tag, lane="cp", members=members)
+            others = self.cp_rings[1:] if self.fold else ()  # (folded: they run it alongside)
+            op = collective(
+                seg.name, seg.collective, seg.nbytes, deps, cp_tag, lane="cp", members=members, shadows=others
+            )
             return op, op, ()
         if seg.kind == "collective" and seg.group == "tp":
             op = collective(seg.name or f"tp {seg.collective}", seg.collective, seg.nbytes, deps, tag)
@@ -243,7 +273,9 @@ class SegmentEmitter:
             return op, op, ()
         if seg.kind == "ring":  # ring attention: per-step chunks and K/V transfers around the CP ring
             ring_tag = f"ring it{self.it} s{st} r{r // plan.cp} t{t} {self.name} #{k}"
-            return emit_ring(self.prog, dev, seg, plan.cp_ring(st, r, t), self.name, ring_tag, deps, **labels)
+            ring = plan.cp_ring(st, r, t)
+            folded = self.folded_cp_ring if self.fold else {}
+            return emit_ring(self.prog, dev, seg, ring, self.name, ring_tag, deps, folded, **labels)
         return emit_overlap(seg, deps, compute, partial(self.transfer, tag=tag, labels=labels), plan.tp)
 
     def transfer(self, label: str, nbytes: int, deps, step: int, *, tag: str, labels: dict) -> tuple[Op, Op]:

@@ -73,7 +73,7 @@ def emit_step_work(
             ).id,
         )
     group = grad_stats_group(plan, r, sharded)
-    replicas = range(1, plan.dp) if fold and not sharded else ()  # the folded replicas' own groups
+    replicas = range(1, plan.replicas) if fold and not sharded else ()  # the folded replicas' own groups
     shadows = tuple(grad_stats_group(plan, rr, sharded) for rr in replicas)
     for what, seconds, reduce in (
         ("loss-scale check", sum(c.unscale for c in costs), "found-inf"),
