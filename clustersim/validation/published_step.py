@@ -22,6 +22,14 @@ check within :data:`.published_profiles.BAND`; RMSNorm, and every other non-comm
 kernel (RoPE, SwiGLU, the residual adds, cross-entropy, the optimizer step on the shard; the
 report does not split them: ``other`` is what remains of the compute kernels) are shown
 with the model's price, not asserted.
+
+**The FSDP calls** (:func:`per_call`): each all-gather moves one TransformerLayer's bf16
+weights, each reduce-scatter its fp32 gradients (the kernel is ``ReduceScatter_Sum_f32``),
+over the 64 GPUs. Priced alone (nccl-tests' setting) they run at the multi-node H100 rows'
+bus bandwidth; in the step they take 2.4× and 3.1× that — shown, not taken into any price.
+
+**The step** (:func:`predicted_step`, :data:`STEP`): the simulator's step, its compute
+stream's busy and idle time and its calls' mean duration, shown beside the measured split.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import copy
 
 from ..collectives.bench import busbw_factor, measure, preset_cluster
 from ..hardware.interference import nccl_ctas
+from ..simulate import simulate
 from ..workload.comm_interference import beside
 from ..workload.cost_model import CostModel
 from ..workload.hf_config import load_hf_config
@@ -192,8 +201,6 @@ def predicted_step(**overrides) -> dict[str, float]:
     ``{"parallel.data_parallel.megatron_fsdp.communication_unit_size": 4e9}``): its time, and
     the compute stream's busy and idle seconds on one GPU — shown beside the measured step,
     not asserted (two errors cancel in it; docs/validation.md)."""
-    from ..simulate import simulate  # the simulator, only where the step is run
-
     scenario = copy.deepcopy(STEP)
     for path, value in overrides.items():
         *parents, leaf = path.split(".")
