@@ -34,10 +34,9 @@ stream's busy and idle time and its calls' mean duration, shown beside the measu
 
 from __future__ import annotations
 
-import copy
-
 from ..collectives.bench import busbw_factor, measure, preset_cluster
 from ..hardware.interference import nccl_ctas
+from ..scenario.loader import apply_overrides
 from ..simulate import simulate
 from ..workload.comm_interference import beside
 from ..workload.cost_model import CostModel
@@ -196,19 +195,13 @@ def call_table() -> str:
     return "\n".join(lines)
 
 
-def predicted_step(**overrides) -> dict[str, float]:
-    """The model's step of :data:`STEP` (``overrides``: dotted fields, e.g.
-    ``{"parallel.data_parallel.megatron_fsdp.communication_unit_size": 4e9}``): its time, and
-    the compute stream's busy and idle seconds on one GPU — shown beside the measured step,
-    not asserted (two errors cancel in it; docs/validation.md)."""
-    scenario = copy.deepcopy(STEP)
-    for path, value in overrides.items():
-        *parents, leaf = path.split(".")
-        target = scenario
-        for key in parents:
-            target = target.setdefault(key, {})
-        target[leaf] = value
-    result = simulate(scenario, progress=False)
+def predicted_step(overrides: dict | None = None) -> dict[str, float]:
+    """The model's step of :data:`STEP` (``overrides``: dotted fields as ``--set`` takes them,
+    e.g. ``{"parallel.data_parallel.megatron_fsdp.communication_unit_size": 4_000_000_000}``):
+    its time, one GPU's compute busy and idle seconds and its calls' mean ms
+    (:func:`gpu0_split`) — shown beside the measured step, not asserted (two errors cancel
+    in it; docs/validation.md)."""
+    result = simulate(apply_overrides(STEP, overrides or {}), progress=False)
     return {"step": result.summary["iteration_time_s"], **gpu0_split(result.spans)}
 
 
@@ -222,7 +215,7 @@ def gpu0_split(spans) -> dict[str, float]:
         covered += max(0.0, stop - max(start, end))
         end = max(end, stop)
     calls = {
-        kind: 1e3 * (rows["end_s"] - rows["start_s"]).mean()
+        kind: float(1e3 * (rows["end_s"] - rows["start_s"]).mean())
         for kind, rows in (
             (k, own[own["name"].str.startswith(f"fsdp {k}")]) for k in ("all-gather", "reduce-scatter")
         )
