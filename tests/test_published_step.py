@@ -62,17 +62,19 @@ def test_each_fsdp_call_alone_is_priced_at_the_nccl_tests_rate_of_h100_nodes():
     ring's α's (≤ 10 %)."""
     published = _multi_node_h100_rings()
     assert len(published) >= 2
-    for kind, nbytes, _, alone in per_call():
+    for _, kind, nbytes, _, alone in per_call():
         assert 0.9 * min(published) <= busbw_gbps(kind, nbytes, alone) <= max(published)
 
 
 def test_the_published_calls_run_far_below_the_collective_rate():
     """In the step the calls take 2.4× (all-gather) and 3.1× (fp32 reduce-scatter) the
-    collective-level time: the gap is not in the collectives' pricing, and pricing them at
-    the step's rate would be a fit to the step (docs/validation.md)."""
-    for kind, nbytes, ms, alone in per_call():
+    collective-level time under Megatron-FSDP, 2.1× and 1.9× under FSDP2 (no
+    NCCL_P2P_NET_CHUNKSIZE there): the gap is not in the collectives' pricing, and pricing
+    them at the step's rate would be a fit to the step (docs/validation.md)."""
+    for *_, ms, alone in per_call():
+        assert ms > 1.5 * alone
+    for _, kind, nbytes, ms, _ in per_call()[:2]:  # Megatron-FSDP's
         assert busbw_gbps(kind, nbytes, ms) < 0.5 * min(_multi_node_h100_rings())
-        assert ms > 2 * alone
 
 
 @pytest.mark.slow

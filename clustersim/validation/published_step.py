@@ -54,8 +54,14 @@ LAYERS, MICRO_BATCHES, TOKENS, GPUS = 80, 4, 4096, 64
 #: norms are the ops of these names (the rest of the memory-bound kernels are ``other``)
 NORMS = ("norm1", "norm2", "final_norm")
 #: the report's per-call FSDP kernels: (quantity, collective, bytes an element moved) — bf16
-#: weights gathered, fp32 gradients reduced (the kernel is ``ReduceScatter_Sum_f32``)
-CALLS = (("all_gather_call", "all_gather", 2), ("reduce_scatter_call", "reduce_scatter", 4))
+#: weights gathered, fp32 gradients reduced (the kernel is ``ReduceScatter_Sum_f32``); the
+#: ``fsdp2_`` ones are the report's FSDP2 run of the same model and plan
+CALLS = (
+    ("all_gather_call", "all_gather", 2),
+    ("reduce_scatter_call", "reduce_scatter", 4),
+    ("fsdp2_all_gather_call", "all_gather", 2),
+    ("fsdp2_reduce_scatter_call", "reduce_scatter", 4),
+)
 #: the step as a scenario (module doc): the megatron_core profile's Megatron-FSDP, gradients
 #: reduced in fp32 as the run's kernels were
 STEP = {
@@ -161,8 +167,9 @@ def call_bytes(element_bytes: int) -> int:
     return load_hf_config("llama-3-70b").layer_params() * element_bytes
 
 
-def per_call() -> list[tuple[str, int, float, float]]:
-    """Per FSDP call of the step: (collective, bytes, measured ms, the model's ms alone) — alone:
+def per_call() -> list[tuple[str, str, int, float, float]]:
+    """Per FSDP call of the step (Megatron-FSDP's, then FSDP2's): (label, collective, bytes,
+    measured ms, the model's ms alone) — alone:
     the collective on an idle 8-node DGX H100 cluster, as nccl-tests would time it, with the
     ring's α's paid as the megatron_core profile pays them (``collective_latency: nccl``)."""
     cluster = preset_cluster("dgx_h100", GPUS // 8)
@@ -172,7 +179,8 @@ def per_call() -> list[tuple[str, int, float, float]]:
     for quantity, kind, size in CALLS:
         nbytes = call_bytes(size)
         alone = measure(cluster, kind, nbytes, network="analytical").time_s
-        rows.append((kind, nbytes, m[quantity], 1e3 * alone))
+        label = f"{kind} (FSDP2)" if quantity.startswith("fsdp2_") else kind
+        rows.append((label, kind, nbytes, m[quantity], 1e3 * alone))
     return rows
 
 
@@ -187,9 +195,9 @@ def call_table() -> str:
         "| call | bytes | measured ms | measured busbw GB/s | model alone ms | model busbw GB/s | measured / model |",
         "|---|---|---|---|---|---|---|",
     ]
-    for kind, nbytes, ms, alone in per_call():
+    for label, kind, nbytes, ms, alone in per_call():
         lines.append(
-            f"| {kind} | {nbytes / 1e9:.2f} GB | {ms:.2f} | {busbw_gbps(kind, nbytes, ms):.0f} | "
+            f"| {label} | {nbytes / 1e9:.2f} GB | {ms:.2f} | {busbw_gbps(kind, nbytes, ms):.0f} | "
             f"{alone:.2f} | {busbw_gbps(kind, nbytes, alone):.0f} | {ms / alone:.2f} |"
         )
     return "\n".join(lines)
