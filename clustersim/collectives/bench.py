@@ -65,7 +65,7 @@ def measure(
     alpha=None,
 ) -> Measurement:
     """Run ``kind`` of ``nbytes`` among every GPU of ``cluster`` (a resolved cluster dict),
-    with its ``collective_alpha`` and ``collective_protocols``."""
+    with its ``collective_alpha``, ``collective_latency`` and ``collective_protocols``."""
     graph = build_topology(cluster)
     members = gpu_names(graph)
     n = len(members)
@@ -74,6 +74,7 @@ def measure(
     fabric = build_fabric(network, env, Recorder(), graph, FabricOptions(chunk))  # analytical ignores it
     tuning = Tuning(
         cluster.get("collective_alpha") if alpha is None else alpha,
+        cluster.get("collective_latency", "overlapped"),
         protocols=cluster.get("collective_protocols"),
     )
     name = algorithm

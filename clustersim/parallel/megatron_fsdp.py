@@ -14,6 +14,11 @@ elements)``):
   the next unit. Buckets already gathered or in flight are skipped. The gathers are
   ``async_op`` NCCL collectives, which wait for the compute enqueued before them — so a
   gather issued at unit i's hook starts once unit i − 1 has run.
+  Megatron-LM's adapter (megatron/core/distributed/fsdp/mcore_fsdp_adapter.py) makes the
+  TransformerLayers its only units, so in a transformer of equal layers of over 5e8
+  elements C is 2 × a layer, and the budget C // 2 is met by the unit's own (padded) bucket
+  (``all_gather_params`` stops at ``all_gather_size >= suggested_AG_prefetch_size``): the
+  default prefetches nothing and every gather waits for the layer before it.
 * **reduce queue** (``GradReducePipeline.wait_for_previous_grad_reduce``): before a unit's
   reduce-scatter is issued, while the reduce-scatters queued and not yet waited for hold
   more than C elements, the compute stream waits for the oldest.

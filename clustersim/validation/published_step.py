@@ -22,11 +22,22 @@ check within :data:`.published_profiles.BAND`; RMSNorm, and every other non-comm
 kernel (RoPE, SwiGLU, the residual adds, cross-entropy, the optimizer step on the shard; the
 report does not split them: ``other`` is what remains of the compute kernels) are shown
 with the model's price, not asserted.
+
+**The FSDP calls** (:func:`per_call`): each all-gather moves one TransformerLayer's bf16
+weights, each reduce-scatter its fp32 gradients (the kernel is ``ReduceScatter_Sum_f32``),
+over the 64 GPUs. Priced alone (nccl-tests' setting) they run at the multi-node H100 rows'
+bus bandwidth; in the step they take 2.4× and 3.1× that — shown, not taken into any price.
+
+**The step** (:func:`predicted_step`, :data:`STEP`): the simulator's step, its compute
+stream's busy and idle time and its calls' mean duration, shown beside the measured split.
 """
 
 from __future__ import annotations
 
+from ..collectives.bench import busbw_factor, measure, preset_cluster
 from ..hardware.interference import nccl_ctas
+from ..scenario.loader import apply_overrides
+from ..simulate import simulate
 from ..workload.comm_interference import beside
 from ..workload.cost_model import CostModel
 from ..workload.hf_config import load_hf_config
@@ -42,6 +53,39 @@ GPU = "H100-SXM5-80GB"
 LAYERS, MICRO_BATCHES, TOKENS, GPUS = 80, 4, 4096, 64
 #: norms are the ops of these names (the rest of the memory-bound kernels are ``other``)
 NORMS = ("norm1", "norm2", "final_norm")
+#: the report's per-call FSDP kernels: (quantity, collective, bytes an element moved) — bf16
+#: weights gathered, fp32 gradients reduced (the kernel is ``ReduceScatter_Sum_f32``); the
+#: ``fsdp2_`` ones are the report's FSDP2 run of the same model and plan
+CALLS = (
+    ("all_gather_call", "all_gather", 2),
+    ("reduce_scatter_call", "reduce_scatter", 4),
+    ("fsdp2_all_gather_call", "all_gather", 2),
+    ("fsdp2_reduce_scatter_call", "reduce_scatter", 4),
+)
+#: the step as a scenario (module doc): the megatron_core profile's Megatron-FSDP, gradients
+#: reduced in fp32 as the run's kernels were
+STEP = {
+    "name": "mfsdp-llama31-70b-64xh100",
+    "cluster": {"preset": "dgx_h100", "nodes": GPUS // 8},
+    "model": {"hf_config": "llama-3-70b", "seq_len": 2 * TOKENS, "attention": "flash"},
+    "training": {
+        "framework": "megatron_core",
+        "global_batch": 32 * MICRO_BATCHES,
+        "micro_batch": 1,
+        "precision": "bf16",
+        "recompute": "full",
+        "optimizer": "adam",
+    },
+    "parallel": {
+        "tp": 1,
+        "cp": 2,
+        "cp_comm_type": "p2p",
+        "pp": 1,
+        "zero": 3,
+        "data_parallel": {"grad_reduce_dtype": "fp32"},
+    },
+    "simulation": {"iterations": 1, "network": "analytical", "collective_model": "analytical"},
+}
 
 
 def measured() -> dict[str, float]:
@@ -100,7 +144,8 @@ def host_share() -> float:
 
 
 def step_table() -> tuple[str, Verdict]:
-    """Measured and priced ms a step per class; the verdict on the GEMMs (:data:`BAND`)."""
+    """Measured and priced ms a step per class, then per FSDP call (:func:`call_table`, shown);
+    the verdict on the GEMMs (:data:`BAND`)."""
     m, p = measured(), model_split()
     lines = [
         "| class | measured ms | model ms (alone) | model ms (beside NCCL) |",
@@ -110,6 +155,77 @@ def step_table() -> tuple[str, Verdict]:
         f"| other compute kernels | {m['other']:.0f} | {p['other']:.0f} | |",
         f"| time outside kernels (bound) | {outside_kernels_ms():.0f} | | |",
     ]
+    lines += ["", "Per FSDP call (each a TransformerLayer's parameters, over the 64 GPUs):", "", call_table()]
     ok = BAND[0] * p["gemm"] <= m["gemm"] <= BAND[1] * p["gemm_beside"]
     detail = f"GEMMs a step {m['gemm']:.0f} ms within {BAND[0]} × alone … {BAND[1]} × beside NCCL"
     return "\n".join(lines), Verdict("published step split", ok, detail)
+
+
+def call_bytes(element_bytes: int) -> int:
+    """Bytes of one FSDP call: a TransformerLayer's parameters (Megatron-LM's FSDP unit, one
+    bucket) at ``element_bytes`` each."""
+    return load_hf_config("llama-3-70b").layer_params() * element_bytes
+
+
+def per_call() -> list[tuple[str, str, int, float, float]]:
+    """Per FSDP call of the step (Megatron-FSDP's, then FSDP2's): (label, collective, bytes,
+    measured ms, the model's ms alone) — alone:
+    the collective on an idle 8-node DGX H100 cluster, as nccl-tests would time it, with the
+    ring's α's paid as the megatron_core profile pays them (``collective_latency: nccl``)."""
+    cluster = preset_cluster("dgx_h100", GPUS // 8)
+    cluster["collective_latency"] = "nccl"
+    m = measured()
+    rows = []
+    for quantity, kind, size in CALLS:
+        nbytes = call_bytes(size)
+        alone = measure(cluster, kind, nbytes, network="analytical").time_s
+        label = f"{kind} (FSDP2)" if quantity.startswith("fsdp2_") else kind
+        rows.append((label, kind, nbytes, m[quantity], 1e3 * alone))
+    return rows
+
+
+def busbw_gbps(kind: str, nbytes: int, ms: float) -> float:
+    """nccl-tests' bus bandwidth (GB/s) of ``kind`` moving ``nbytes`` over the step's GPUs in ``ms``."""
+    return nbytes * busbw_factor(kind, GPUS) / ms * 1e-6
+
+
+def call_table() -> str:
+    """The per-call table: measured and priced alone, each with its bus bandwidth."""
+    lines = [
+        "| call | bytes | measured ms | measured busbw GB/s | model alone ms | model busbw GB/s | measured / model |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label, kind, nbytes, ms, alone in per_call():
+        lines.append(
+            f"| {label} | {nbytes / 1e9:.2f} GB | {ms:.2f} | {busbw_gbps(kind, nbytes, ms):.0f} | "
+            f"{alone:.2f} | {busbw_gbps(kind, nbytes, alone):.0f} | {ms / alone:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def predicted_step(overrides: dict | None = None) -> dict[str, float]:
+    """The model's step of :data:`STEP` (``overrides``: dotted fields as ``--set`` takes them,
+    e.g. ``{"parallel.data_parallel.megatron_fsdp.communication_unit_size": 4_000_000_000}``):
+    its time, one GPU's compute busy and idle seconds and its calls' mean ms
+    (:func:`gpu0_split`) — shown beside the measured step, not asserted (two errors cancel
+    in it; docs/validation.md)."""
+    result = simulate(apply_overrides(STEP, overrides or {}), progress=False)
+    return {"step": result.summary["iteration_time_s"], **gpu0_split(result.spans)}
+
+
+def gpu0_split(spans) -> dict[str, float]:
+    """One GPU's seconds of the step: its compute stream busy (``compute``) and idle
+    (``exposed``), and the mean ms of its FSDP all-gathers and reduce-scatters."""
+    own = spans[spans["device"] == spans["device"].iloc[0]]
+    busy = own[own["lane"] == "compute"].sort_values("start_s")
+    covered, end = 0.0, 0.0
+    for start, stop in zip(busy["start_s"], busy["end_s"]):
+        covered += max(0.0, stop - max(start, end))
+        end = max(end, stop)
+    calls = {
+        kind: float(1e3 * (rows["end_s"] - rows["start_s"]).mean())
+        for kind, rows in (
+            (k, own[own["name"].str.startswith(f"fsdp {k}")]) for k in ("all-gather", "reduce-scatter")
+        )
+    }
+    return {"compute": covered, "exposed": end - covered, **calls}
