@@ -509,6 +509,23 @@ def _layer_kind(cfg, st: TrainSetup, cm: CostModel, shape: tuple[bool, int], acc
     )
 
 
+#: a layer kind's items, bytes and parameters are a pure function of the model, the setup
+#: and the cost model, immutable once made (its item lists are copied, never changed): the
+#: plans of a search that differ in none of them (data parallelism, schedule, pipeline) share them
+cached_layer_kind = lru_cache(maxsize=256)(_layer_kind)
+
+
+def layer_kind(cfg, st: TrainSetup, cm: CostModel, shape: tuple[bool, int], accumulate: bool) -> _LayerKind:
+    """:func:`_layer_kind`, by value (:data:`cached_layer_kind`) — except under a model
+    profile, whose rows record the ops they price (:func:`_check_profile` reads that)."""
+    if cm.profile is None:
+        try:
+            return cached_layer_kind(cfg, st, cm, shape, accumulate)
+        except TypeError:  # a setting holding a list (unhashable): made uncached, raising what it raises
+            pass
+    return _layer_kind(cfg, st, cm, shape, accumulate)
+
+
 def transformer_chunk_costs(
     sc, chunks: int, partition: list[int] | None = None, gpu: str | None = None, layers: bool = False
 ) -> list[StageCost]:
@@ -538,7 +555,7 @@ def transformer_chunk_costs(
     if fixed.grad_accumulation:
         emb, out = with_grad_accumulation(emb, e), with_grad_accumulation(out, e)
     order = cfg.layer_shapes()
-    kinds = {shape: _layer_kind(cfg, st, km, shape, fixed.grad_accumulation) for shape in sorted(set(order))}
+    kinds = {shape: layer_kind(cfg, st, km, shape, fixed.grad_accumulation) for shape in sorted(set(order))}
     tied = int(cfg.vocab * cfg.hidden / tp * GRAD_COMM_BYTES[st.precision])
     training = sc.training.mode != "inference"
     loss_work = loss_working_bytes(cfg, b, tp, e, st.kernels) if training else 0.0
