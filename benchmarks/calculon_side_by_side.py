@@ -16,7 +16,8 @@ PyPI is unrelated); it is pure Python, so ``--calculon DIR`` puts the checkout o
   batch, micro-batch, full recompute, A100 80 GB). Ours is a fresh
   :class:`~clustersim.experiments.plan_estimate.Estimator` per configuration, the scenario
   loaded from its dict inside the timing; *cold* empties the caches estimators share (schedule
-  shapes, :func:`~clustersim.experiments.plan_estimate.schedule_shape`, layer kinds and pass
+  shapes, :func:`~clustersim.experiments.plan_estimate.schedule_shape`, collectives'
+  times, :func:`~clustersim.experiments.plan_estimate.idle_collective`, layer kinds and pass
   segments, :mod:`clustersim.workload.stage_builder`)
   before each call, so nothing is reused; *warm* is the same configuration again (what a
   sweep gets where configurations share a shape); the target is ours ÷ Calculon's ≤ 1.
@@ -41,7 +42,7 @@ import time
 from pathlib import Path
 
 import clustersim as cs
-from clustersim.experiments.plan_estimate import Estimator, schedule_shape
+from clustersim.experiments.plan_estimate import Estimator, idle_collective, schedule_shape
 from clustersim.resolve import resolve
 from clustersim.scenario import Scenario, read_yaml
 from clustersim.validation.megatron import megatron_rows, megatron_scenario, micro_batch
@@ -107,7 +108,7 @@ def configurations() -> list[tuple[str, dict]]:
 
 def our_estimate_s(raw: dict, repeat: int, cold: bool) -> float:
     """Median CPU seconds of one estimate; ``cold``: the caches estimators share (schedule
-    shapes, layer kinds, pass segments) emptied before each, as for a configuration seen first."""
+    shapes, collective times, layer kinds, pass segments) emptied before each, as for a configuration seen first."""
 
     def once() -> None:
         sc = Scenario(raw)
@@ -117,6 +118,7 @@ def our_estimate_s(raw: dict, repeat: int, cold: bool) -> float:
         schedule_shape.cache_clear()
         cached_pass_segments.cache_clear()
         cached_layer_kind.cache_clear()
+        idle_collective.cache_clear()
 
     once()
     times = []

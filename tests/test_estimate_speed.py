@@ -1,5 +1,5 @@
-"""The plan estimate's speed-ups change no estimate (issue 38 item 8): the schedule shapes and
-pass segments cached across estimators, the memory peak over the maximal live-count vectors
+"""The plan estimate's speed-ups change no estimate (issue 38 item 8): the schedule shapes, layer
+kinds, collective times and pass segments cached across estimators, the memory peak over the maximal live-count vectors
 only, one pass pricing per distinct chunk cost, and the data-parallel and grad-stats groups
 built from ranges — each equal, to the bit, to what it replaces."""
 
@@ -94,15 +94,27 @@ def _estimate(raw: dict, plan: dict) -> tuple:
 
 
 def test_estimates_are_the_same_from_cold_and_shared_caches():
-    """An estimate from emptied caches, and again with every shape and pass shared by the
-    estimators before it, is the same to the bit; a cached pass's segments are the uncached ones."""
-    schedule_shape.cache_clear()
-    stage_builder.cached_pass_segments.cache_clear()
-    cold = [_estimate(raw, plan) for raw, plan in _cases()]
-    assert stage_builder.cached_pass_segments.cache_info().hits > 0  # middle stages share passes
-    warm = [_estimate(raw, plan) for raw, plan in _cases()]
-    assert schedule_shape.cache_info().hits >= len(warm)
-    assert warm == cold
+    """An estimate from emptied caches, and again with every shape, layer kind, collective
+    time and pass shared by the estimators before it (in either order), is the same to the
+    bit; a cached pass's segments are the uncached ones."""
+    shared = (
+        schedule_shape,
+        stage_builder.cached_pass_segments,
+        stage_builder.cached_layer_kind,
+        plan_estimate.idle_collective,
+    )
+    for cache in shared:
+        cache.cache_clear()
+    cold = []
+    for raw, plan in _cases():  # each from emptied caches
+        for cache in shared:
+            cache.cache_clear()
+        cold.append(_estimate(raw, plan))
+    warm = [_estimate(raw, plan) for raw, plan in _cases()]  # each after every other case's
+    warm += [_estimate(raw, plan) for raw, plan in reversed(_cases())][::-1]
+    assert all(cache.cache_info().hits > 0 for cache in shared)  # middle stages share passes, ...
+    assert schedule_shape.cache_info().hits >= len(cold)
+    assert warm == cold + cold
     # the cache only remembers: the segments of a pass, priced again, are equal
     sc = Scenario(megatron_scenario(megatron_rows()[3], granularity="stage"))
     job = plan_estimate.resolve(sc)

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import clustersim as cs
-from clustersim.experiments.plan_estimate import Estimator, schedule_shape
+from clustersim.experiments.plan_estimate import Estimator, idle_collective, schedule_shape
 from clustersim.experiments.plans import plan_candidates
 from clustersim.experiments.sweeper import base_raw
 from clustersim.resolve import resolve
@@ -80,6 +80,7 @@ def _run(monkeypatch, sc: Scenario, plan: dict, eager: bool) -> tuple:
     schedule_shape.cache_clear()
     stage_builder.cached_pass_segments.cache_clear()
     stage_builder.cached_layer_kind.cache_clear()
+    idle_collective.cache_clear()
     with monkeypatch.context() as m:
         if eager:
             m.setattr(stage_builder, "LazyPasses", _eager)
