@@ -267,7 +267,7 @@ def _pass_segments(fixed: FixedCosts, pieces: tuple, granularity: str, backward:
     dispatch = fixed._dispatch(backward)
     waits = host_waits(list(pieces[order]), fixed.launch_s, dispatch)[order]
     segments = tuple(
-        to_segments(launch_items(list(items), fixed.launch_s, wait, dispatch), granularity)
+        to_segments(launch_items(items, fixed.launch_s, wait, dispatch), granularity)
         for items, wait in zip(pieces, waits)
     )
     return segments, tuple(waits)
