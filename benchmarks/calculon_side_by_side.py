@@ -17,8 +17,8 @@ PyPI is unrelated); it is pure Python, so ``--calculon DIR`` puts the checkout o
   :class:`~clustersim.experiments.plan_estimate.Estimator` per configuration, the scenario
   loaded from its dict inside the timing; *cold* empties the caches estimators share (schedule
   shapes, :func:`~clustersim.experiments.plan_estimate.schedule_shape`, collectives'
-  times, :func:`~clustersim.experiments.plan_estimate.idle_collective`, layer kinds and pass
-  segments, :mod:`clustersim.workload.stage_builder`)
+  times, :func:`~clustersim.experiments.plan_estimate.idle_collective`, layer kinds, model
+  ends and pass segments, :func:`clustersim.workload.stage_builder.cache_clear`)
   before each call, so nothing is reused; *warm* is the same configuration again (what a
   sweep gets where configurations share a shape); the target is ours ÷ Calculon's ≤ 1.
 * **Plan search**: plans per CPU-second of clustersim's plan space for GPT-3 175B on 1,024
@@ -46,7 +46,7 @@ from clustersim.experiments.plan_estimate import Estimator, idle_collective, sch
 from clustersim.resolve import resolve
 from clustersim.scenario import Scenario, read_yaml
 from clustersim.validation.megatron import megatron_rows, megatron_scenario, micro_batch
-from clustersim.workload.stage_builder import cached_layer_kind, cached_pass_segments
+from clustersim.workload import stage_builder
 
 sys.path.insert(0, str(Path(__file__).parent))
 from scale import FAST, gpt3_175b  # noqa: E402, I001
@@ -108,7 +108,7 @@ def configurations() -> list[tuple[str, dict]]:
 
 def our_estimate_s(raw: dict, repeat: int, cold: bool) -> float:
     """Median CPU seconds of one estimate; ``cold``: the caches estimators share (schedule
-    shapes, collective times, layer kinds, pass segments) emptied before each, as for a configuration seen first."""
+    shapes, collective times, layer kinds, model ends, pass segments) emptied before each, as for a configuration seen first."""
 
     def once() -> None:
         sc = Scenario(raw)
@@ -116,8 +116,7 @@ def our_estimate_s(raw: dict, repeat: int, cold: bool) -> float:
 
     def clear() -> None:
         schedule_shape.cache_clear()
-        cached_pass_segments.cache_clear()
-        cached_layer_kind.cache_clear()
+        stage_builder.cache_clear()
         idle_collective.cache_clear()
 
     once()

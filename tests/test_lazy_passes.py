@@ -1,7 +1,7 @@
-"""A chunk's split-backward pass built when first read, and layer kinds shared by value
-(issue 38 item 8): neither changes a cost, an estimate or a plan's identity — the chunk
-costs, estimates and identities of random plans are those of every pass built at once and
-every layer kind made afresh, to the bit."""
+"""A chunk's split-backward pass built when first read, and layer kinds and model ends
+shared by value (issue 38 item 8): neither changes a cost, an estimate or a plan's identity
+— the chunk costs, estimates and identities of random plans are those of every pass built
+at once and every layer kind and end made afresh, to the bit."""
 
 from __future__ import annotations
 
@@ -76,15 +76,15 @@ def _fields(e) -> tuple:
 
 def _run(monkeypatch, sc: Scenario, plan: dict, eager: bool) -> tuple:
     """(chunk costs, estimate, identity) of ``plan``, from emptied caches; ``eager``: every
-    pass built at once and no layer kind shared."""
+    pass built at once and no layer kind or model end shared."""
     schedule_shape.cache_clear()
-    stage_builder.cached_pass_segments.cache_clear()
-    stage_builder.cached_layer_kind.cache_clear()
+    stage_builder.cache_clear()
     idle_collective.cache_clear()
     with monkeypatch.context() as m:
         if eager:
             m.setattr(stage_builder, "LazyPasses", _eager)
             m.setattr(stage_builder, "cached_layer_kind", stage_builder._layer_kind)
+            m.setattr(stage_builder, "cached_ends", stage_builder._ends)
         est = Estimator()
         out = _fields(est.estimate(sc, plan)), est.identity(sc, plan)
         return resolve(sc).chunk_costs, *out

@@ -495,21 +495,18 @@ def _segments_time(segs, groups: Mapping[str, tuple[int, ...]], net: _Network) -
         if t is None:
             t = known[id(seg)] = _segment_time(seg, groups, net)
         times.append(t)
-    total, k = 0.0, 0
-    while k < len(segs):
+    total, k, n = 0.0, 0, len(segs)
+    while k < n:
         a = segs[k]
-        b = segs[k + 1] if k + 1 < len(segs) else None
-        if b is not None and k + 2 < len(segs) and _beside(a, b):
-            total += max(times[k], times[k + 1])
-            k += 2
-        else:
-            total += times[k]
-            k += 1
+        if k + 2 < n:  # a pair that is not the pass's last two segments
+            b = segs[k + 1]
+            if (a.overlap and b.kind == "collective") or (a.kind == "collective" and b.overlap):
+                total += max(times[k], times[k + 1])
+                k += 2
+                continue
+        total += times[k]
+        k += 1
     return total
-
-
-def _beside(a, b) -> bool:
-    return (a.overlap and b.kind == "collective") or (a.kind == "collective" and b.overlap)
 
 
 def _segment_time(seg, groups: Mapping[str, tuple[int, ...]], net: _Network) -> float:

@@ -509,21 +509,44 @@ def _layer_kind(cfg, st: TrainSetup, cm: CostModel, shape: tuple[bool, int], acc
     )
 
 
-#: a layer kind's items, bytes and parameters are a pure function of the model, the setup
-#: and the cost model, immutable once made (its item lists are copied, never changed): the
-#: plans of a search that differ in none of them (data parallelism, schedule, pipeline) share them
+def _ends(cfg, st: TrainSetup, cm: CostModel, inference: bool, accumulate: bool) -> tuple[list, list, dict]:
+    """The ops before a model's first layer (its embedding) and after its last (final norm,
+    output layer, loss but in ``inference``, MTP layers), and their items per phase
+    (:func:`_edge_items`)."""
+    b, tp, sp, e = st.micro_batch, st.tp, st.sp, st.e
+    emb = embedding_ops(cfg, b, tp, sp, e)
+    out = output_ops(cfg, b, tp, sp, e, st.kernels) + mtp_ops(cfg, b, tp, sp, e, st.split, st.kernels)
+    if inference:  # a request's forward ends at the logits: no loss
+        out = [op for op in out if op.name.partition(".")[0] != "cross_entropy"]
+    if accumulate:
+        emb, out = with_grad_accumulation(emb, e), with_grad_accumulation(out, e)
+    return emb, out, _edge_items(emb, out, cm)
+
+
+#: a layer kind's and the model ends' ops, items, bytes and parameters are pure functions of
+#: the model, the setup and the cost model, immutable once made (their lists are copied,
+#: never changed): the plans of a search that differ in none of them (data parallelism,
+#: schedule, pipeline) share them
 cached_layer_kind = lru_cache(maxsize=256)(_layer_kind)
+cached_ends = lru_cache(maxsize=64)(_ends)
 
 
-def layer_kind(cfg, st: TrainSetup, cm: CostModel, shape: tuple[bool, int], accumulate: bool) -> _LayerKind:
-    """:func:`_layer_kind`, by value (:data:`cached_layer_kind`) — except under a model
-    profile, whose rows record the ops they price (:func:`_check_profile` reads that)."""
+def _by_value(cached, made, cfg, st: TrainSetup, cm: CostModel, *rest):
+    """``made(cfg, st, cm, *rest)``, from ``cached`` (its shared cache) — except under a
+    model profile, whose rows record the ops they price (:func:`_check_profile` reads that)."""
     if cm.profile is None:
         try:
-            return cached_layer_kind(cfg, st, cm, shape, accumulate)
+            return cached(cfg, st, cm, *rest)
         except TypeError:  # a setting holding a list (unhashable): made uncached, raising what it raises
             pass
-    return _layer_kind(cfg, st, cm, shape, accumulate)
+    return made(cfg, st, cm, *rest)
+
+
+def cache_clear() -> None:
+    """Empty the caches the stage builder shares across scenarios (pass segments, layer
+    kinds, model ends): what a first pricing of a configuration finds."""
+    for cache in (cached_pass_segments, cached_layer_kind, cached_ends):
+        cache.cache_clear()
 
 
 def transformer_chunk_costs(
@@ -548,21 +571,19 @@ def transformer_chunk_costs(
     fixed = FixedCosts.of(sc, cm, st.precision, b * cfg.seq_len * cfg.hidden / (tp if sp else 1) * e)
     # kernels (their launches are the passes' own segments) and what the host spends issuing them
     km = replace(cm.without_launch(), host=fixed.host)
-    emb = embedding_ops(cfg, b, tp, sp, e)
-    out = output_ops(cfg, b, tp, sp, e, st.kernels) + mtp_ops(cfg, b, tp, sp, e, st.split, st.kernels)
-    if sc.training.mode == "inference":  # a request's forward ends at the logits: no loss
-        out = [op for op in out if op.name.partition(".")[0] != "cross_entropy"]
-    if fixed.grad_accumulation:
-        emb, out = with_grad_accumulation(emb, e), with_grad_accumulation(out, e)
+    inference, accumulate = sc.training.mode == "inference", fixed.grad_accumulation
+    # the embedding's and the output layer's ops and items, priced once
+    emb, out, edges = _by_value(cached_ends, _ends, cfg, st, km, inference, accumulate)
     order = cfg.layer_shapes()
-    kinds = {shape: layer_kind(cfg, st, km, shape, fixed.grad_accumulation) for shape in sorted(set(order))}
+    kinds = {
+        shape: _by_value(cached_layer_kind, _layer_kind, cfg, st, km, shape, accumulate)
+        for shape in sorted(set(order))
+    }
     tied = int(cfg.vocab * cfg.hidden / tp * GRAD_COMM_BYTES[st.precision])
     training = sc.training.mode != "inference"
     loss_work = loss_working_bytes(cfg, b, tp, e, st.kernels) if training else 0.0
     send = b * cfg.seq_len * cfg.hidden * e / tp
     partition = partition or even_partition(cfg.layers, chunks)
-
-    edges = _edge_items(emb, out, km)  # the embedding's and the output layer's, priced once
 
     def chunk(first: bool, last: bool, mine: tuple, start: int = -1) -> StageCost:
         pre, post = (emb if first else []), (out if last else [])
