@@ -16,7 +16,9 @@ PyPI is unrelated); it is pure Python, so ``--calculon DIR`` puts the checkout o
   batch, micro-batch, full recompute, A100 80 GB). Ours is a fresh
   :class:`~clustersim.experiments.plan_estimate.Estimator` per configuration, the scenario
   loaded from its dict inside the timing; *cold* empties the caches estimators share (schedule
-  shapes, :func:`~clustersim.experiments.plan_estimate.schedule_shape`, and pass segments)
+  shapes, :func:`~clustersim.experiments.plan_estimate.schedule_shape`, collectives'
+  times, :func:`~clustersim.experiments.plan_estimate.idle_collective`, layer kinds, model
+  ends and pass segments, :func:`clustersim.workload.stage_builder.cache_clear`)
   before each call, so nothing is reused; *warm* is the same configuration again (what a
   sweep gets where configurations share a shape); the target is ours ÷ Calculon's ≤ 1.
 * **Plan search**: plans per CPU-second of clustersim's plan space for GPT-3 175B on 1,024
@@ -40,11 +42,11 @@ import time
 from pathlib import Path
 
 import clustersim as cs
-from clustersim.experiments.plan_estimate import Estimator, schedule_shape
+from clustersim.experiments.plan_estimate import Estimator, idle_collective, schedule_shape
 from clustersim.resolve import resolve
 from clustersim.scenario import Scenario, read_yaml
 from clustersim.validation.megatron import megatron_rows, megatron_scenario, micro_batch
-from clustersim.workload.stage_builder import cached_pass_segments
+from clustersim.workload import stage_builder
 
 sys.path.insert(0, str(Path(__file__).parent))
 from scale import FAST, gpt3_175b  # noqa: E402, I001
@@ -106,7 +108,7 @@ def configurations() -> list[tuple[str, dict]]:
 
 def our_estimate_s(raw: dict, repeat: int, cold: bool) -> float:
     """Median CPU seconds of one estimate; ``cold``: the caches estimators share (schedule
-    shapes, pass segments) emptied before each, as for a configuration seen first."""
+    shapes, collective times, layer kinds, model ends, pass segments) emptied before each, as for a configuration seen first."""
 
     def once() -> None:
         sc = Scenario(raw)
@@ -114,7 +116,8 @@ def our_estimate_s(raw: dict, repeat: int, cold: bool) -> float:
 
     def clear() -> None:
         schedule_shape.cache_clear()
-        cached_pass_segments.cache_clear()
+        stage_builder.cache_clear()
+        idle_collective.cache_clear()
 
     once()
     times = []

@@ -1,5 +1,5 @@
-"""The plan estimate's speed-ups change no estimate (issue 38 item 8): the schedule shapes and
-pass segments cached across estimators, the memory peak over the maximal live-count vectors
+"""The plan estimate's speed-ups change no estimate (issue 38 item 8): the schedule shapes, layer
+kinds, collective times and pass segments cached across estimators, the memory peak over the maximal live-count vectors
 only, one pass pricing per distinct chunk cost, and the data-parallel and grad-stats groups
 built from ranges — each equal, to the bit, to what it replaces."""
 
@@ -11,6 +11,7 @@ import zlib
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from clustersim.collectives.registry import plan as collective_plan
 from clustersim.errors import ClusterSimError, ScenarioError
 from clustersim.experiments import plan_estimate
 from clustersim.experiments.plan_estimate import Estimator, _maximal, schedule_shape
@@ -94,15 +95,28 @@ def _estimate(raw: dict, plan: dict) -> tuple:
 
 
 def test_estimates_are_the_same_from_cold_and_shared_caches():
-    """An estimate from emptied caches, and again with every shape and pass shared by the
-    estimators before it, is the same to the bit; a cached pass's segments are the uncached ones."""
-    schedule_shape.cache_clear()
-    stage_builder.cached_pass_segments.cache_clear()
-    cold = [_estimate(raw, plan) for raw, plan in _cases()]
-    assert stage_builder.cached_pass_segments.cache_info().hits > 0  # middle stages share passes
-    warm = [_estimate(raw, plan) for raw, plan in _cases()]
-    assert schedule_shape.cache_info().hits >= len(warm)
-    assert warm == cold
+    """An estimate from emptied caches, and again with every shape, layer kind, collective
+    time and pass shared by the estimators before it (in either order), is the same to the
+    bit; a cached pass's segments are the uncached ones."""
+    shared = (
+        schedule_shape,
+        stage_builder.cached_pass_segments,
+        stage_builder.cached_layer_kind,
+        stage_builder.cached_ends,
+        plan_estimate.idle_collective,
+    )
+    for cache in shared:
+        cache.cache_clear()
+    cold = []
+    for raw, plan in _cases():  # each from emptied caches
+        for cache in shared:
+            cache.cache_clear()
+        cold.append(_estimate(raw, plan))
+    warm = [_estimate(raw, plan) for raw, plan in _cases()]  # each after every other case's
+    warm += [_estimate(raw, plan) for raw, plan in reversed(_cases())][::-1]
+    assert all(cache.cache_info().hits > 0 for cache in shared)  # middle stages share passes, ...
+    assert schedule_shape.cache_info().hits >= len(cold)
+    assert warm == cold + cold
     # the cache only remembers: the segments of a pass, priced again, are equal
     sc = Scenario(megatron_scenario(megatron_rows()[3], granularity="stage"))
     job = plan_estimate.resolve(sc)
@@ -225,10 +239,19 @@ def test_the_timeline_is_the_longest_path_over_the_orders_to_the_bit(name, p, m,
     )
 )
 def test_a_collective_shared_by_groups_of_the_same_members_per_host_is_its_own(asks):
-    """The network's cache shares a collective's time between groups with as many members
-    on each host, in order (every stage's DP group): each equals its own closed form."""
+    """The shared cache (:func:`plan_estimate.idle_collective`) gives a collective's time to
+    every group with as many members on each host, in order (every stage's DP group), on
+    any network alike: each equals its own closed form, on its own devices."""
     net = plan_estimate._Network(plan_estimate.resolve(Scenario(megatron_scenario(megatron_rows()[4]))))
     for kind, devices, nbytes in asks:
         assert repr(net.collective(kind, tuple(devices), nbytes)) == repr(
-            net._collective(kind, tuple(devices), nbytes)
+            _own(net, kind, tuple(devices), nbytes)
         )
+
+
+def _own(net, kind: str, devices: tuple[int, ...], nbytes: float) -> float:
+    """The closed form of ``kind`` over ``devices`` themselves (the engine's choice and time)."""
+    per_host = sum(1 for d in devices if d // net.gpn == devices[0] // net.gpn)
+    shape = {**net.shape, "bw_inter": net.nic_bw * min(net.nics, per_host) / per_host}
+    group = plan_estimate._Host(devices, net.gpn, shape, net.protocols)
+    return collective_plan(group, kind, int(nbytes), net.algorithms.get(kind) or "auto")[2]

@@ -123,7 +123,8 @@ class _Network:
         # device 0's (:func:`~clustersim.hardware.node_groups.device_memory`'s first): the first
         # node's GPU, read without listing every device
         self.capacity = float(gpu_spec(cl, gpu_types(cl)[0]).memory_bytes)
-        self._seen: dict[tuple, float] = {}  # by the group's members per host
+        # what prices a collective besides its kind, members per host and bytes (:func:`idle_collective`)
+        self._key = (tuple(self.shape.items()), self.nic_bw, self.nics, self.protocols)
         self._asked: dict[tuple, float] = {}  # by its devices: the same groups come back plan after plan
 
     def collective(self, kind: str, devices: tuple[int, ...], nbytes: float) -> float:
@@ -135,25 +136,35 @@ class _Network:
             members: dict[int, int] = {}  # per host, in the order the group meets them
             for d in devices:
                 members[d // self.gpn] = members.get(d // self.gpn, 0) + 1
-            # all the closed forms read (n, members per host, shape): every stage's DP group is one
-            key = (kind, tuple(members.values()), nbytes)
-            if key not in self._seen:
-                self._seen[key] = self._collective(kind, devices, nbytes)
-            t = self._asked[kind, devices, nbytes] = self._seen[key]
+            algorithm = self.algorithms.get(kind) or "auto"
+            per_host = tuple(members.values())
+            t = idle_collective(kind, per_host, nbytes, self.gpn, self._key, algorithm)
+            self._asked[kind, devices, nbytes] = t
         return t
-
-    def _collective(self, kind: str, devices: tuple[int, ...], nbytes: float) -> float:
-        per_host = max(1, sum(1 for d in devices if d // self.gpn == devices[0] // self.gpn))
-        shape = {**self.shape, "bw_inter": self.nic_bw * min(self.nics, per_host) / per_host}
-        group = _Host(devices, self.gpn, shape, self.protocols)
-        # the engine's choice and time: least protocol latency + α-β on the protocol's wire bytes
-        return collective_plan(group, kind, int(nbytes), self.algorithms.get(kind) or "auto")[2]
 
     def send(self, a: int, b: int, nbytes: float) -> float:
         """A point-to-point message from device ``a`` to ``b`` (latency + bytes / bandwidth)."""
         if a // self.gpn == b // self.gpn:
             return self.intra_lat + nbytes / self.intra_bw
         return self.nic_lat + nbytes / self.nic_bw
+
+
+@lru_cache(maxsize=4096)
+def idle_collective(
+    kind: str, per_host: tuple[int, ...], nbytes: float, gpn: int, network: tuple, algorithm: str
+) -> float:
+    """Idle-network seconds of collective ``kind`` of ``nbytes`` over a group of
+    ``per_host`` members on each of its hosts (in the order the group meets them), on a
+    network of ``gpn`` GPUs a node and ``network`` = (α-β shape items, NIC B/s, NICs a node,
+    protocols) (:class:`_Network`), by ``algorithm``: the engine's choice and time, least
+    protocol latency + α-β on the protocol's wire bytes. All the closed forms read (n,
+    members per host, shape) — every stage's DP group is one — so it is a pure function of
+    these values, cached: a search's plans and a sweep's configurations share it."""
+    shape, nic_bw, nics, protocols = network
+    devices = tuple(h * gpn + i for h, k in enumerate(per_host) for i in range(k))
+    shape = {**dict(shape), "bw_inter": nic_bw * min(nics, per_host[0]) / per_host[0]}
+    group = _Host(devices, gpn, shape, protocols)
+    return collective_plan(group, kind, int(nbytes), algorithm)[2]
 
 
 class _Shape(NamedTuple):
@@ -484,21 +495,18 @@ def _segments_time(segs, groups: Mapping[str, tuple[int, ...]], net: _Network) -
         if t is None:
             t = known[id(seg)] = _segment_time(seg, groups, net)
         times.append(t)
-    total, k = 0.0, 0
-    while k < len(segs):
+    total, k, n = 0.0, 0, len(segs)
+    while k < n:
         a = segs[k]
-        b = segs[k + 1] if k + 1 < len(segs) else None
-        if b is not None and k + 2 < len(segs) and _beside(a, b):
-            total += max(times[k], times[k + 1])
-            k += 2
-        else:
-            total += times[k]
-            k += 1
+        if k + 2 < n:  # a pair that is not the pass's last two segments
+            b = segs[k + 1]
+            if (a.overlap and b.kind == "collective") or (a.kind == "collective" and b.overlap):
+                total += max(times[k], times[k + 1])
+                k += 2
+                continue
+        total += times[k]
+        k += 1
     return total
-
-
-def _beside(a, b) -> bool:
-    return (a.overlap and b.kind == "collective") or (a.kind == "collective" and b.overlap)
 
 
 def _segment_time(seg, groups: Mapping[str, tuple[int, ...]], net: _Network) -> float:

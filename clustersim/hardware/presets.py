@@ -246,4 +246,16 @@ def expand_preset(name: str) -> dict[str, Any]:
     """A fresh copy of preset ``name``; ScenarioError on ``cluster.preset`` if unknown."""
     if not isinstance(name, str) or name not in CLUSTER_PRESETS:
         raise ScenarioError("cluster.preset", name, f"known presets: {', '.join(sorted(CLUSTER_PRESETS))}")
-    return copy.deepcopy(CLUSTER_PRESETS[name])
+    return _fresh(CLUSTER_PRESETS[name])
+
+
+def _fresh(value: Any) -> Any:
+    """A copy of ``value`` sharing nothing mutable: :func:`copy.deepcopy`'s, built directly
+    for the dicts, lists and plain scalars a preset holds (a scenario load expands one)."""
+    if isinstance(value, dict):
+        return {k: _fresh(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_fresh(v) for v in value]
+    if value is None or type(value) in (str, int, float, bool):
+        return value
+    return copy.deepcopy(value)

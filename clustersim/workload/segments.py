@@ -220,15 +220,16 @@ def _work_items(cm: CostModel, op: LayerOp, works: list[tuple], kind: str) -> li
 
 
 def launch_items(
-    items: list[tuple], launch_s: float, wait: float = 0.0, dispatch: float = 0.0
-) -> list[tuple]:
+    items: list[tuple] | tuple[tuple, ...], launch_s: float, wait: float = 0.0, dispatch: float = 0.0
+) -> list[tuple] | tuple[tuple, ...]:
     """``items`` preceded by their kernels' launches as one fixed cost, ``("f", n ·
     launch_s + wait, "launch")`` for the n kernels whose launch the cost model left out —
     a GEMM overlapped with a TP collective counts as one — and the ``wait`` of the GPU
     stream for the host that issues them (:func:`.host.host_waits`, under the per-kernel
     ``dispatch``). Present when n and ``launch_s`` are not 0, or the host issues a kernel
     at a ``dispatch`` that is not: whether the op exists depends on the configuration,
-    never on the wait, so pricing the host adds no op to a pass that launches kernels."""
+    never on the wait, so pricing the host adds no op to a pass that launches kernels
+    (without it, ``items`` as given)."""
     n, issued = 0, False
     for i in items:  # one walk: a pass holds thousands of items
         if i[0] == "o":
@@ -236,7 +237,7 @@ def launch_items(
         elif i[0] in ("c", "e", "p"):
             n, issued = n + i[3], issued or bool(i[4])
     present = (n and launch_s) or (issued and dispatch)
-    return [("f", n * launch_s + wait, "launch")] + items if present else items
+    return [("f", n * launch_s + wait, "launch"), *items] if present else items
 
 
 def _held(item: tuple) -> tuple:
@@ -253,7 +254,12 @@ def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment
     rest = [i for i in items if i[0] != "f"]
     if len(rest) < len(items):  # the fixed costs run first, then the pass's kernels and collectives
         fixed = tuple(Segment("compute", i[1], name=i[2]) for i in items if i[0] == "f")
-        return fixed + to_segments(rest, granularity)
+        return fixed + _kernel_segments(rest, granularity)
+    return _kernel_segments(items, granularity)
+
+
+def _kernel_segments(items: list[tuple], granularity: str) -> tuple[Segment, ...]:
+    """:func:`to_segments` of ``items`` that hold no fixed cost (``f``)."""
     if granularity == "stage":
         if any(i[0] in "or" for i in items):  # the scenario rules refuse this; a caller may not
             raise ValueError("overlapped TP items and ring attention need granularity 'layer'")

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import lru_cache, partial
 from itertools import accumulate
 
 import numpy as np
@@ -57,6 +57,7 @@ from .grad_accumulation import with_grad_accumulation
 from .host import host_waits
 from .host_kernels import HostModel
 from .kernel_impls import DEFAULT_KERNELS
+from .lazy_passes import LazyPasses
 from .loss_memory import loss_working_bytes
 from .memory_model import DTYPE_BYTES, ELEMENT_BYTES, static_bytes, zero_shards
 from .moe_dispatch import ExpertSplit, dispatch_buffer_bytes
@@ -266,7 +267,7 @@ def _pass_segments(fixed: FixedCosts, pieces: tuple, granularity: str, backward:
     dispatch = fixed._dispatch(backward)
     waits = host_waits(list(pieces[order]), fixed.launch_s, dispatch)[order]
     segments = tuple(
-        to_segments(launch_items(list(items), fixed.launch_s, wait, dispatch), granularity)
+        to_segments(launch_items(items, fixed.launch_s, wait, dispatch), granularity)
         for items, wait in zip(pieces, waits)
     )
     return segments, tuple(waits)
@@ -391,9 +392,13 @@ def _stage(
     expert: float = 0.0,
     fp8: tuple[float, float] = (0.0, 0.0),
 ) -> StageCost:
-    by_phase = {"F": items.f, "B": items.b, "Bi": items.bi, "W": items.w}
+    # F and B hold the host's waits; W's time is the cost's backward_weight: built now. Bi only
+    # a split backward reads (zero-bubble schedules): built when first read
+    by_phase = {"F": items.f, "B": items.b, "W": items.w}
     priced = {ph: fixed.priced_pass([i], st.granularity, backward=ph != "F") for ph, i in by_phase.items()}
-    passes = {ph: segments[0] for ph, (segments, _) in priced.items()}
+    made = {ph: segments[0] for ph, (segments, _) in priced.items()}
+    inputs = partial(_first_segments, fixed, items.bi, st.granularity)
+    passes = LazyPasses(("F", "B", "Bi", "W"), made, {"Bi": inputs})
     grads = _local_grads(st, params, expert)  # the optimizer's local fp32 gradients
     # buffers: the recompute working set and the p2p send and recv buffers
     static, experts = _static(st, params, work_buffer + 2 * send_bytes, expert, fp8)
@@ -417,6 +422,11 @@ def _stage(
         grad_norm=cm.memory_pass(grads * GRAD_NORM_BYTES) if fixed.grad_norm else 0.0,
         host_wait=priced["F"][1][0] + priced["B"][1][0],  # :meth:`FixedCosts.wait` of each
     )
+
+
+def _first_segments(fixed: FixedCosts, items: list, granularity: str) -> tuple:
+    """The segments of a backward pass of one piece, ``items``."""
+    return fixed.priced_pass([items], granularity, backward=True)[0][0]
 
 
 @dataclass(frozen=True)
@@ -499,6 +509,46 @@ def _layer_kind(cfg, st: TrainSetup, cm: CostModel, shape: tuple[bool, int], acc
     )
 
 
+def _ends(cfg, st: TrainSetup, cm: CostModel, inference: bool, accumulate: bool) -> tuple[list, list, dict]:
+    """The ops before a model's first layer (its embedding) and after its last (final norm,
+    output layer, loss but in ``inference``, MTP layers), and their items per phase
+    (:func:`_edge_items`)."""
+    b, tp, sp, e = st.micro_batch, st.tp, st.sp, st.e
+    emb = embedding_ops(cfg, b, tp, sp, e)
+    out = output_ops(cfg, b, tp, sp, e, st.kernels) + mtp_ops(cfg, b, tp, sp, e, st.split, st.kernels)
+    if inference:  # a request's forward ends at the logits: no loss
+        out = [op for op in out if op.name.partition(".")[0] != "cross_entropy"]
+    if accumulate:
+        emb, out = with_grad_accumulation(emb, e), with_grad_accumulation(out, e)
+    return emb, out, _edge_items(emb, out, cm)
+
+
+#: a layer kind's and the model ends' ops, items, bytes and parameters are pure functions of
+#: the model, the setup and the cost model, immutable once made (their lists are copied,
+#: never changed): the plans of a search that differ in none of them (data parallelism,
+#: schedule, pipeline) share them
+cached_layer_kind = lru_cache(maxsize=256)(_layer_kind)
+cached_ends = lru_cache(maxsize=64)(_ends)
+
+
+def _by_value(cached, made, cfg, st: TrainSetup, cm: CostModel, *rest):
+    """``made(cfg, st, cm, *rest)``, from ``cached`` (its shared cache) — except under a
+    model profile, whose rows record the ops they price (:func:`_check_profile` reads that)."""
+    if cm.profile is None:
+        try:
+            return cached(cfg, st, cm, *rest)
+        except TypeError:  # a setting holding a list (unhashable): made uncached, raising what it raises
+            pass
+    return made(cfg, st, cm, *rest)
+
+
+def cache_clear() -> None:
+    """Empty the caches the stage builder shares across scenarios (pass segments, layer
+    kinds, model ends): what a first pricing of a configuration finds."""
+    for cache in (cached_pass_segments, cached_layer_kind, cached_ends):
+        cache.cache_clear()
+
+
 def transformer_chunk_costs(
     sc, chunks: int, partition: list[int] | None = None, gpu: str | None = None, layers: bool = False
 ) -> list[StageCost]:
@@ -521,14 +571,14 @@ def transformer_chunk_costs(
     fixed = FixedCosts.of(sc, cm, st.precision, b * cfg.seq_len * cfg.hidden / (tp if sp else 1) * e)
     # kernels (their launches are the passes' own segments) and what the host spends issuing them
     km = replace(cm.without_launch(), host=fixed.host)
-    emb = embedding_ops(cfg, b, tp, sp, e)
-    out = output_ops(cfg, b, tp, sp, e, st.kernels) + mtp_ops(cfg, b, tp, sp, e, st.split, st.kernels)
-    if sc.training.mode == "inference":  # a request's forward ends at the logits: no loss
-        out = [op for op in out if op.name.partition(".")[0] != "cross_entropy"]
-    if fixed.grad_accumulation:
-        emb, out = with_grad_accumulation(emb, e), with_grad_accumulation(out, e)
+    inference, accumulate = sc.training.mode == "inference", fixed.grad_accumulation
+    # the embedding's and the output layer's ops and items, priced once
+    emb, out, edges = _by_value(cached_ends, _ends, cfg, st, km, inference, accumulate)
     order = cfg.layer_shapes()
-    kinds = {shape: _layer_kind(cfg, st, km, shape, fixed.grad_accumulation) for shape in sorted(set(order))}
+    kinds = {
+        shape: _by_value(cached_layer_kind, _layer_kind, cfg, st, km, shape, accumulate)
+        for shape in sorted(set(order))
+    }
     tied = int(cfg.vocab * cfg.hidden / tp * GRAD_COMM_BYTES[st.precision])
     training = sc.training.mode != "inference"
     loss_work = loss_working_bytes(cfg, b, tp, e, st.kernels) if training else 0.0
@@ -537,20 +587,14 @@ def transformer_chunk_costs(
 
     def chunk(first: bool, last: bool, mine: tuple, start: int = -1) -> StageCost:
         pre, post = (emb if first else []), (out if last else [])
+        edge = {ph: (head if first else [], tail if last else []) for ph, (head, tail) in edges.items()}
         runs = [kinds[shape] for shape in mine]
         count = {shape: mine.count(shape) for shape in kinds if shape in mine}
-        f = forward_items(pre, km) + [i for L in runs for i in L.f] + forward_items(post, km)
-        b_all = backward_items(post, km) + [i for L in runs[::-1] for i in L.b] + backward_items(pre, km)
-        bi = (
-            backward_items(post, km, weight=False)
-            + [i for L in runs[::-1] for i in L.bi]
-            + backward_items(pre, km, weight=False)
-        )
-        w = (
-            backward_items(post, km, inputs=False)
-            + [i for L in runs[::-1] for i in L.w]
-            + backward_items(pre, km, inputs=False)
-        )
+        (f0, f1), (b0, b1), (bi0, bi1), (w0, w1) = (edge[ph] for ph in ("F", "B", "Bi", "W"))
+        f = f0 + [i for L in runs for i in L.f] + f1
+        b_all = b1 + [i for L in runs[::-1] for i in L.b] + b0
+        bi = bi1 + [i for L in runs[::-1] for i in L.bi] + bi0
+        w = w1 + [i for L in runs[::-1] for i in L.w] + w0
         extra = [op for op in pre + post if hasattr(op, "params")]
         params = sum(c * kinds[shape].params for shape, c in count.items()) + sum(op.params for op in extra)
         act_mem = sum(c * kinds[shape].act for shape, c in count.items()) + sum(op.activation for op in extra)
@@ -575,9 +619,9 @@ def transformer_chunk_costs(
         if cfg.tied_embeddings and fixed.tied_embedding and len(partition) > 1 and (first or last):
             cost = replace(cost, tied_grad_bytes=tied)  # the compiler keeps it where the ends' stages differ
         if sc.parallel.data_parallel is not None:
-            cost = _per_layer(sc, st, km, fixed, cost, (pre, post), runs, cfg)
+            cost = _per_layer(sc, st, km, fixed, cost, (pre, post, edge), runs, cfg)
         if start >= 0:
-            cost = _labelled(cost, _layer_passes(st, km, fixed, (pre, post), runs), start)
+            cost = _labelled(cost, _layer_passes(st, fixed, edge, runs), start)
         return cost
 
     # chunks of the same layers cost the same: a planner's profile is one chunk per layer,
@@ -598,11 +642,12 @@ def transformer_chunk_costs(
 
 def _per_layer(sc, st, cm, fixed: FixedCosts, cost, ends, runs: list[_LayerKind], cfg) -> StageCost:
     """``cost`` with its passes and DP bytes per layer (module doc). ``ends``: the ops
-    before the first layer and after the last; ``runs``: the chunk's layers in order;
+    before the first layer and after the last, and their items per phase
+    (:func:`_edge_items`, empty where the chunk has none); ``runs``: the chunk's layers in order;
     ``cfg``: the model as the GPU runs it."""
-    pre, post = ends
+    pre, post, edge = ends
     n = len(runs)
-    passes = _layer_passes(st, cm, fixed, ends, runs)
+    passes = _layer_passes(st, fixed, edge, runs)
     params = [float(run.params) for run in runs]
     ends = [sum(op.params for op in ops if hasattr(op, "params")) for ops in (pre, post)]
     params[0] += ends[0]
@@ -648,17 +693,22 @@ def _per_layer(sc, st, cm, fixed: FixedCosts, cost, ends, runs: list[_LayerKind]
     )
 
 
-def _layer_passes(st, cm, fixed: FixedCosts, ends, runs: list[_LayerKind]) -> dict:
-    """Each phase's segments per layer of a chunk (model order), each layer's led by its
-    launch op: ``ends`` the ops before the first layer (riding with it) and after the last
-    (with the last); ``runs`` the chunk's layers in order."""
-    pre, post = ends
-    edge = {
+def _edge_items(pre: list, post: list, cm: CostModel) -> dict[str, tuple[list, list]]:
+    """Per phase (F, B, Bi, W), the items of the ops ``pre`` before a model's first layer and
+    ``post`` after its last (:func:`_layer_passes`' ``edge``)."""
+    return {
         "F": (forward_items(pre, cm), forward_items(post, cm)),
         "B": (backward_items(pre, cm), backward_items(post, cm)),
         "Bi": (backward_items(pre, cm, weight=False), backward_items(post, cm, weight=False)),
         "W": (backward_items(pre, cm, inputs=False), backward_items(post, cm, inputs=False)),
     }
+
+
+def _layer_passes(st, fixed: FixedCosts, edge: dict, runs: list[_LayerKind]) -> dict:
+    """Each phase's segments per layer of a chunk (model order), each layer's led by its
+    launch op: ``edge`` per phase the items (:func:`_edge_items`) of the ops before the
+    first layer (riding with it) and after the last (with the last), empty where the chunk
+    has none; ``runs`` the chunk's layers in order."""
     body = {"F": "f", "B": "b", "Bi": "bi", "W": "w"}
     passes = {}
     for ph, (first, last) in edge.items():
