@@ -29,11 +29,11 @@ other profile runs today's NCCL, whose ring across hosts pays its α's in full
   and ``--moe-grouped-gemm`` (``parallel.moe_expert_mlp: te_grouped``, TEGroupedMLP), and
   its dropless dispatchers copy the split sizes to the host every MoE layer
   (``parallel.moe_host_sync``, ``token_dispatcher.py``'s ``cuda_sync_point``);
-  and the gradient buffer in bf16 (``grad_reduce_dtype: bf16``): Megatron-Core's
-  ``DistributedDataParallelConfig.grad_reduce_in_fp32`` defaults to False and NeMo's
-  performance recipes set ``plugins.grad_reduce_in_fp32 = False`` (e.g.
-  nemo/collections/llm/recipes/llama3_70b.py ``pretrain_performance_optimizations``,
-  scripts/performance/helpers.py) — 2 bytes per parameter held, not fp32 ``main_grad``'s 4;
+  and the gradient buffer in the model dtype (``grad_reduce_dtype: bf16`` under bf16 and
+  fp8): Megatron-Core's ``DistributedDataParallelConfig.grad_reduce_in_fp32`` defaults to
+  False and Megatron-Bridge's and NeMo's performance recipes set it False, bf16 included,
+  though Megatron-LM's launcher and ``bf16_mixed()`` reduce in fp32 (sources:
+  :mod:`.grad_reduce`) — 2 bytes per parameter held, not fp32 ``main_grad``'s 4;
   with ``parallel.zero: 3``, Megatron-FSDP (``megatron_fsdp`` with Megatron-LM's defaults:
   no double buffer, the default communication unit size;
   :mod:`clustersim.parallel.megatron_fsdp`);
@@ -41,8 +41,8 @@ other profile runs today's NCCL, whose ring across hosts pays its α's in full
   ``allgather_bucket_size``), ``overlap_comm`` on for ZeRO-3 only (DeepSpeed's dynamic
   default), ZeRO-2 reducing its buckets after every micro-batch's backward (its gradient
   hooks run while ``partition_gradients``; ZeRO-1's only at the accumulation boundary,
-  deepspeed/runtime/zero/stage_1_and_2.py), gradients reduced in bf16 (the model dtype;
-  ``communication_data_type`` unset), and for ZeRO-3 DeepSpeed's parameter coordinator
+  deepspeed/runtime/zero/stage_1_and_2.py), gradients reduced in the model dtype
+  (``communication_data_type`` unset; :mod:`.grad_reduce`), and for ZeRO-3 DeepSpeed's parameter coordinator
   (``deepspeed_zero3`` with DeepSpeed's defaults, :mod:`clustersim.parallel.zero3`; a
   transformer's only — other models run FSDP units):
   ``fetch_sub_module`` gathers per submodule, prefetching the trace's next parameters up
@@ -53,8 +53,9 @@ other profile runs today's NCCL, whose ring across hosts pays its α's in full
 * ``fsdp2``: ``parallel.zero: 3`` (``fully_shard``) run as FSDP2 runs it (``fsdp2``:
   :mod:`clustersim.compilers.pipeline.fsdp2`), ``reshard_after_forward`` unless ``pp`` > 1
   (torchtitan's default policy), prefetch 1, fp32 gradient reduction (the
-  ``MixedPrecisionPolicy`` reduce dtype torchtitan sets);
-  with ``zero: 0`` stated it is PyTorch DDP: overlapped buckets of 25 MiB, the first 1 MiB;
+  ``MixedPrecisionPolicy`` reduce dtype torchtitan sets; :mod:`.grad_reduce`);
+  with ``zero: 0`` stated it is PyTorch DDP: overlapped buckets of 25 MiB, the first 1 MiB,
+  fp32 gradients (torchtitan's autocast keeps fp32 parameters);
   flash attention through SDPA, which torchtitan runs cuDNN-first (``attention_kernel: cudnn``).
 
 Every profile but ``megatron_2021`` also turns ``training.fixed_costs.pipeline_gather`` off:
@@ -74,6 +75,7 @@ from ..hardware.interference import custom_slowdown, default_slowdown
 from ..workload.attention_kernels import FRAMEWORK_KERNEL
 from .adapt import bidirectional, granularity, note, section, whole
 from .cluster_spec import ClusterSpec
+from .grad_reduce import default_grad_reduce_dtype
 from .model_spec import _model_kind
 
 FRAMEWORKS = ("megatron_2021", "megatron_core", "deepspeed", "fsdp2")
@@ -87,13 +89,14 @@ def _data_parallel(
     """The profile's ``parallel.data_parallel`` defaults under ZeRO stage ``zero`` and
     ``training.precision`` ``precision`` (``transformer``: the model has the submodules
     DeepSpeed's ZeRO-3 coordinator fetches for; ``pp``: the pipeline degree)."""
+    grad = {"grad_reduce_dtype": default_grad_reduce_dtype(framework, precision)}  # by source: .grad_reduce
     if framework == "megatron_core":
         fp8 = {"param_gather_dtype": "fp8"} if precision == "fp8" else {}
         return {
             "distributed_optimizer": True,
             "overlap_grad_reduce": True,
             "overlap_param_gather": True,
-            "grad_reduce_dtype": "bf16",
+            **grad,
             **fp8,
             **({"megatron_fsdp": {}} if zero == 3 else {}),
         }
@@ -101,17 +104,17 @@ def _data_parallel(
         return {
             "bucket_size": DEEPSPEED_BUCKET_BYTES,
             "overlap_grad_reduce": zero == 3,
-            "grad_reduce_dtype": "bf16",
+            **grad,
             **({"deepspeed_zero3": {}} if zero == 3 and transformer else {}),
             **({"reduce_every_micro_batch": True} if zero == 2 else {}),
         }
     if zero == 0:  # fsdp2's stack without sharding: PyTorch DDP
-        return {"overlap_grad_reduce": True, "bucket_size": "25 MiB", "first_bucket_size": "1 MiB"}
+        return {"overlap_grad_reduce": True, "bucket_size": "25 MiB", "first_bucket_size": "1 MiB", **grad}
     # torchtitan's "default" reshard policy: not under pipeline parallelism (per-micro-batch
     # all-gathers), else every block but the last (torchtitan/models/llama3/infra/parallelize.py)
     reshard = pp in (1, None)
     fsdp2 = {"fsdp2": True} if zero == 3 else {}
-    return {"reshard_after_forward": reshard, "prefetch": 1, "grad_reduce_dtype": "fp32", **fsdp2}
+    return {"reshard_after_forward": reshard, "prefetch": 1, **grad, **fsdp2}
 
 
 def apply_framework(raw: dict[str, Any]) -> dict[str, Any]:

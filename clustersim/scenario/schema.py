@@ -308,7 +308,8 @@ class DataParallelSpec(_Spec):
     first_bucket_size: Annotated[Bytes | None, Range(1, 2**50)] = None
     distributed_optimizer: bool = False
     overlap_param_gather: bool = False
-    grad_reduce_dtype: Literal["fp32", "bf16"] = "fp32"
+    #: each profile's default and its source: clustersim.scenario.grad_reduce
+    grad_reduce_dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
     #: ``fp8``: the FP8 linears' weights are FP8 parameters (Megatron-Core's
     #: ``--fp8-param-gather``; training.precision fp8 only; clustersim.workload.fp8)
     param_gather_dtype: Literal["bf16", "fp32", "fp8"] = "bf16"
