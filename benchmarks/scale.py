@@ -49,6 +49,12 @@ clustersim/network/_cmaxmin.c) against the pure-Python path it replaces: the bal
 CPU seconds of each, accelerated ÷ pure, and whether both gave the same iteration time and
 events.
 
+``--counts CASE`` (a family size in GPUs, or ``405b``: (b) at ``balanced``) simulates that one
+case in a fresh process and prints the collective calls it runs message by message, by (kind,
+algorithm, members, hosts, messages a call sends) with how often each ran, beside the run's
+CPU seconds and events: where a run's events come from (calls timed by a closed form — inside
+an NVLink domain, of negligible bytes — send no message and are not listed).
+
 ``--against DIR`` runs every row of the table a second time on the code in ``DIR`` (another
 checkout, put first on ``PYTHONPATH``) right before this checkout's run, and adds both runs'
 CPU seconds and their ratio to the row; ``--only TEXT`` keeps the rows whose label contains
@@ -274,6 +280,44 @@ def run_one(raw: dict, max_s: float | None = None) -> dict:
     }
 
 
+def count_collectives(case: str) -> dict:
+    """Simulate ``case`` (``--counts``) here, counting every collective call that runs."""
+    from clustersim import simulate
+    from clustersim.collectives import api
+
+    raw = at_fidelity(llama3_405b(), "balanced") if case == "405b" else family(int(case))
+    counts: dict[tuple, int] = {}
+    engines = api.Call._engines
+
+    def counted(call):
+        made = engines(call)
+        msgs = sum(len(prog) for prog in made)
+        key = (call.kind, call.name, len(call.group.members), len(call.group.hosts), msgs)
+        counts[key] = counts.get(key, 0) + 1
+        return made
+
+    api.Call._engines = counted
+    c0 = time.process_time()
+    s = simulate(raw, progress=False).summary
+    rows = [[*key, n] for key, n in sorted(counts.items(), key=lambda kv: -kv[1])]
+    return {"cpu_s": time.process_time() - c0, "events": s["sim_events"], "rows": rows}
+
+
+def counts_table(case: str) -> None:
+    """``--counts``: one row per kind of collective call ``case`` runs message by message, in
+    a fresh process."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--count-one", case], capture_output=True, text=True, env=os.environ
+    )
+    if out.returncode:
+        raise RuntimeError(out.stderr[-2000:])
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    print(f"load average {os.getloadavg()[0]:.1f}; {case}: CPU {r['cpu_s']:.2f} s, {r['events']} events")
+    print(f"{'kind':<15} {'algorithm':<17} {'members':>7} {'hosts':>6} {'messages':>9} {'calls':>6}")
+    for kind, name, n, hosts, msgs, calls in r["rows"]:
+        print(f"{kind:<15} {name:<17} {n:>7} {hosts:>6} {msgs:>9} {calls:>6}")
+
+
 def peak_rss_gib() -> float:
     """This process's peak RSS: Linux's ``VmHWM`` (the high-water mark of this program's own
     memory) where there is one — ``ru_maxrss`` also keeps that of the parent it was forked
@@ -348,11 +392,19 @@ def main() -> None:
     )
     ap.add_argument("--accel", action="store_true", help="the C accelerator against the pure Python")
     ap.add_argument("--repeat", type=int, default=3, help="--accel: runs of each path per row")
+    ap.add_argument("--counts", help="a family size in GPUs or 405b: its collective calls (docstring)")
+    ap.add_argument("--count-one", help=argparse.SUPPRESS)
     ap.add_argument("--only", help="run only the rows whose label contains this text")
     ap.add_argument("--against", help="also run each row on the code in this directory (before → after)")
     args = ap.parse_args()
     if args.one:
         print(json.dumps(run_one(json.loads(args.one), args.max_s)))
+        return
+    if args.count_one:
+        print(json.dumps(count_collectives(args.count_one)))
+        return
+    if args.counts:
+        counts_table(args.counts)
         return
     if args.accel:
         accel_table([int(n) for n in (args.sizes or "512").split(",")], args.repeat)

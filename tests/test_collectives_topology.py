@@ -9,7 +9,7 @@ import simpy
 
 from clustersim.collectives import ALGORITHMS, Group, Tuning, estimate_time, run_collective
 from clustersim.collectives.bench import measure
-from clustersim.collectives.registry import per_host
+from clustersim.collectives.registry import may_choose, per_host
 from clustersim.network import PacketFabric
 from clustersim.record import Recorder
 from clustersim.topology import build_topology
@@ -45,9 +45,7 @@ def test_auto_is_within_5_percent_of_the_best(c, nbytes):
     times = {  # every algorithm auto may pick here (registry metadata)
         a.name: measure(c, "all_reduce", nbytes, a.name).time_s
         for a in ALGORITHMS.values()
-        if "all_reduce" in a.kinds
-        and a.in_auto(sum(hosts), hosts)
-        and a.fits("all_reduce", sum(hosts), hosts) is None
+        if may_choose(a, "all_reduce", sum(hosts), hosts)
     }
     auto = measure(c, "all_reduce", nbytes, "auto")
     assert auto.time_s <= 1.05 * min(times.values()), (auto.algorithm, times)

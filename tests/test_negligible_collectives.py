@@ -66,7 +66,7 @@ CALLS = {
     "pick": st.data(),
     "kind": st.sampled_from(KINDS),
     "nbytes": st.integers(0, 256),
-    "algorithm": st.sampled_from(["auto", "direct", "ring", "tree"]),
+    "algorithm": st.sampled_from(["auto", "direct", "halving_doubling", "ring", "tree"]),
     "protocols": st.sampled_from([None, NCCL_PROTOCOLS_A100]),
 }
 
@@ -113,17 +113,25 @@ def test_calls_whose_bytes_matter_run_message_by_message():
     env = simpy.Environment()
     group = Group(env, FlowFabric(env, Recorder(), graph), [f"gpu{8 * h}" for h in range(4)])
     for nbytes, chosen in ((8, True), (0, True), (1 << 20, False), (64 << 20, False)):
-        name, protocol, t = plan(group, "all_reduce", nbytes)
-        assert negligible_bytes(group, "all_reduce", name, protocol, t) is chosen
+        for algorithm in ("direct", "halving_doubling"):
+            name, protocol, t = plan(group, "all_reduce", nbytes, algorithm)
+            assert negligible_bytes(group, "all_reduce", name, protocol, t) is chosen
 
 
 def test_a_pipeline_parallel_balanced_run_keeps_its_iteration_with_fewer_events(monkeypatch):
-    """GPT-3 175B's balanced scenario cut to 2 nodes per stage pair (TP 8 × PP 4, batch 8):
-    its gradient norm across the stages' hosts timed by α-β gives the per-message run's
+    """GPT-3 175B's balanced scenario cut to 2 nodes per stage pair (TP 8 × PP 4, batch 8),
+    all-reduces by direct: its gradient norm across the stages' hosts timed by α-β gives the per-message run's
     iteration to 1e-9, with fewer events."""
     sc = cs.load_scenario(ROOT / "scenarios" / "gpt3-175b-1024xa100-balanced.yaml")
     sc = sc.with_overrides(
-        {"cluster.nodes": 4, "parallel.pp": 4, "parallel.dp": 1, "training.global_batch": 8}
+        {
+            "cluster.nodes": 4,
+            "parallel.pp": 4,
+            "parallel.dp": 1,
+            "training.global_batch": 8,
+            # auto runs neither direct nor halving-doubling across hosts (NCCL does not)
+            "simulation.collectives": {"all_reduce": "direct"},
+        }
     )
     coarse = cs.simulate(sc, progress=False).summary
     monkeypatch.setattr("clustersim.engine.collective_plans.negligible_bytes", lambda *a: False)

@@ -81,8 +81,9 @@ class Algorithm(Plugin):
     ``per_host[h]`` of them on host ``h`` — no live group needed: ``fits(kind, n,
     per_host) -> reason | None`` for shapes it cannot run, and ``in_auto(n, per_host) ->
     bool``: whether ``auto`` may choose it there; ``hardware(shape) -> reason | None`` for
-    links it cannot run on (:class:`.cost.Shape`, e.g. no NVLink SHARP) and ``protocols``,
-    the NCCL protocols it runs (None: all)."""
+    links it cannot run on (:class:`.cost.Shape`, e.g. no NVLink SHARP), ``protocols``,
+    the NCCL protocols it runs (None: all), and ``across_hosts``, the kinds ``auto`` may
+    choose it for on a group spanning hosts (None: all it implements)."""
 
     kinds: frozenset = frozenset()
     cost: Callable = None
@@ -90,6 +91,9 @@ class Algorithm(Plugin):
     in_auto: Callable[[int, tuple[int, ...]], bool] = always
     hardware: Callable = any_hardware
     protocols: frozenset | None = None
+    #: the kinds ``auto`` may choose it for on a group spanning several hosts (None: every
+    #: kind it implements)
+    across_hosts: frozenset | None = None
     #: position in the registry, which is the order ``auto`` breaks cost ties in (lowest first)
     rank: int = 100
 

@@ -80,6 +80,7 @@ ALGORITHMS.add(
         kinds=frozenset(KINDS),
         factory=lambda g, k, s, o: build_direct(g.env, k, g.members, s, {}, o.root, g.host, o.split),
         cost=cost,
+        across_hosts=frozenset({"all_to_all", "broadcast", "reduce"}),
         rank=4,
     )
 )

@@ -95,5 +95,6 @@ ALGORITHMS.add(
         cost=cost,
         rank=2,
         fits=fits,
+        across_hosts=frozenset(),
     )
 )

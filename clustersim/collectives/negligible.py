@@ -21,9 +21,10 @@ from .protocol import Protocol
 from .registry import estimate_time
 
 #: the algorithms whose α-β form is their schedule's time on idle links when bytes are
-#: negligible (a multi-host ring's ``overlapped`` form hides α's behind work it lacks here, a tree's
-#: form pays every level in full where its chunks overlap them)
-ALGORITHMS = ("direct",)
+#: negligible — direct's one step per phase, halving-doubling's log2 p steps each waiting for
+#: the last (a multi-host ring's ``overlapped`` form hides α's behind work it lacks here, a
+#: tree's form pays every level in full where its chunks overlap them)
+ALGORITHMS = ("direct", "halving_doubling")
 #: the kinds whose bytes the form prices at least as the schedule spends them (a broadcast's
 #: or reduce's root sends its n − 1 copies through its own NIC, which the form prices as the host's)
 KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "barrier")
@@ -37,5 +38,17 @@ def negligible_bytes(group: Group, kind: str, algorithm: str, protocol: Protocol
     ``seconds`` (:func:`~.registry.plan`'s), spends at most :data:`NEGLIGIBLE` of it on bytes."""
     if algorithm not in ALGORITHMS or kind not in KINDS or len(group.members) < 2 or not seconds > 0:
         return False
+    if algorithm == "halving_doubling" and not _host_blocks(group):
+        return False
     latency = protocol.latency + estimate_time(kind, algorithm, group.shape(), 0)
     return seconds - latency <= NEGLIGIBLE * seconds
+
+
+def _host_blocks(group: Group) -> bool:
+    """Whether ``group``'s members come host by host in blocks of one power-of-two size: the
+    shape on which halving-doubling's form knows which steps cross hosts (distance ≥ m)."""
+    m = len(next(iter(group.hosts.values())))
+    if m & (m - 1) or any(len(v) != m for v in group.hosts.values()):
+        return False
+    at = [group.host[x] for x in group.members]
+    return all(at[i] == at[i - i % m] for i in range(len(at)))

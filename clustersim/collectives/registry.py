@@ -49,6 +49,18 @@ def choose_algorithm(group: Group, kind: str, nbytes: int) -> str:
     return plan(group, kind, nbytes)[0]
 
 
+def may_choose(algorithm: Algorithm, kind: str, n: int, hosts: tuple[int, ...]) -> bool:
+    """Whether ``auto`` may choose ``algorithm`` for ``kind`` on ``n`` members with
+    ``hosts[h]`` of them on host ``h``: it implements the kind, fits the shape, its
+    ``in_auto`` admits the shape and — across hosts — its ``across_hosts`` the kind."""
+    return (
+        kind in algorithm.kinds
+        and algorithm.in_auto(n, hosts)
+        and (len(hosts) == 1 or algorithm.across_hosts is None or kind in algorithm.across_hosts)
+        and algorithm.fits(kind, n, hosts) is None
+    )
+
+
 def plan(group: Group, kind: str, nbytes: int, algorithm: str = "auto") -> tuple[str, Protocol, float]:
     """(algorithm, protocol, idle-network seconds) of one collective, as NCCL's tuner picks
     them: the least ``protocol latency + α-β time on the protocol's wire bytes`` over the
@@ -56,11 +68,7 @@ def plan(group: Group, kind: str, nbytes: int, algorithm: str = "auto") -> tuple
     kind, nbytes = as_run(kind, nbytes)
     shape, n, hosts = group.shape(), len(group.members), per_host(group)
     if algorithm == "auto":
-        names = [
-            a.name
-            for a in ALGORITHMS.values()
-            if kind in a.kinds and a.in_auto(n, hosts) and a.fits(kind, n, hosts) is None
-        ]
+        names = [a.name for a in ALGORITHMS.values() if may_choose(a, kind, n, hosts)]
     elif algorithm == NCCL and n > 1:  # NCCL's tuner picks the pair (nccl_tuner.py)
         name, proto = nccl_choose(group, kind, nbytes)
         proto = proto.for_kind(kind)
