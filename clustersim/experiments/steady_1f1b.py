@@ -64,22 +64,24 @@ class OneFOneB(Timeline):
         full = m - warm[0]  # rounds every stage runs
         seen: list[list[float]] = []  # the state after each full round
         r, rounds = 0, max(m - w for w in warm)
+        lo = 0  # the lowest stage that runs round r (m − warm[s] grows with s: a suffix runs)
         while r < rounds:  # round r: stage s's forward w_s + r, then its backward r (as _passes runs them)
-            for s in range(p - 1, -1, -1):
-                if r < m - warm[s]:
-                    j, t, u, arrive, out = warm[s] + r, clock[s], lane[s], f_in[s], f_out[s]
-                    if arrive is not None and arrive[j] > t:
-                        t = arrive[j]
-                    t += fwd[s]
-                    if out is not None:
-                        u = out[j] = (t if t > u else u) + down[s]
-                    arrive, out = b_in[s], b_out[s]
-                    if arrive is not None and arrive[r] > t:
-                        t = arrive[r]
-                    t += bwd[s]
-                    if out is not None:
-                        u = out[r] = (t if t > u else u) + up[s]
-                    clock[s], lane[s] = t, u
+            while r >= m - warm[lo]:
+                lo += 1
+            for s in range(p - 1, lo - 1, -1):
+                j, t, u, arrive, out = warm[s] + r, clock[s], lane[s], f_in[s], f_out[s]
+                if arrive is not None and arrive[j] > t:
+                    t = arrive[j]
+                t += fwd[s]
+                if out is not None:
+                    u = out[j] = (t if t > u else u) + down[s]
+                arrive, out = b_in[s], b_out[s]
+                if arrive is not None and arrive[r] > t:
+                    t = arrive[r]
+                t += bwd[s]
+                if out is not None:
+                    u = out[r] = (t if t > u else u) + up[s]
+                clock[s], lane[s] = t, u
             if r < full - 1:
                 seen.append(clock + lane + [f_at[s][warm[s] + r] for s in range(p - 1)])
                 to = self._jump(r, full - 1, seen, clock, lane, f_at, warm)
