@@ -126,6 +126,8 @@ class _Network:
         # what prices a collective besides its kind, members per host and bytes (:func:`idle_collective`)
         self._key = (tuple(self.shape.items()), self.nic_bw, self.nics, self.protocols)
         self._asked: dict[tuple, float] = {}  # by its devices: the same groups come back plan after plan
+        # by its value (kind, members per host, bytes): every stage's DP group is one of a few
+        self._priced: dict[tuple, float] = {}
 
     def collective(self, kind: str, devices: tuple[int, ...], nbytes: float) -> float:
         """Idle-network seconds of collective ``kind`` of ``nbytes`` over ``devices``."""
@@ -136,9 +138,11 @@ class _Network:
             members: dict[int, int] = {}  # per host, in the order the group meets them
             for d in devices:
                 members[d // self.gpn] = members.get(d // self.gpn, 0) + 1
-            algorithm = self.algorithms.get(kind) or "auto"
-            per_host = tuple(members.values())
-            t = idle_collective(kind, per_host, nbytes, self.gpn, self._key, algorithm)
+            value = (kind, tuple(members.values()), nbytes)
+            t = self._priced.get(value)
+            if t is None:
+                algorithm = self.algorithms.get(kind) or "auto"
+                t = self._priced[value] = idle_collective(*value, self.gpn, self._key, algorithm)
             self._asked[kind, devices, nbytes] = t
         return t
 
