@@ -39,6 +39,7 @@ simulation); a search ranks by it and simulates only the best ones.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -135,10 +136,8 @@ class _Network:
             return 0.0
         t = self._asked.get((kind, devices, nbytes))
         if t is None:
-            members: dict[int, int] = {}  # per host, in the order the group meets them
-            for d in devices:
-                members[d // self.gpn] = members.get(d // self.gpn, 0) + 1
-            value = (kind, tuple(members.values()), nbytes)
+            # members per host, in the order the group meets them (counted in C)
+            value = (kind, tuple(Counter(map(self.gpn.__rfloordiv__, devices)).values()), nbytes)
             t = self._priced.get(value)
             if t is None:
                 algorithm = self.algorithms.get(kind) or "auto"
@@ -317,10 +316,8 @@ class Estimator:
             hops = 2 * sum(net.send(plan.device(a), plan.device(b), nbytes) for a, b in cross if a != b)
         if timeline is not None:  # the schedule's own order, timed pass by pass
             durations = [_duration(times, key) for key in timeline.keys]
-            sends = [
-                net.send(plan.device(a), plan.device(b), costs[c].activation_bytes)
-                for a, b, c in timeline.sends
-            ]
+            per = plan.device(1)  # stage s's first device is per × s: plan.device(s), without a call
+            sends = [net.send(per * a, per * b, costs[c].activation_bytes) for a, b, c in timeline.sends]
             ends = timeline.run(durations, sends, apart=_pairs_only_compute(times, timeline.keys))
             compute = max(timeline.busy(durations))
             hops = min(hops, max(ends) - compute)
