@@ -7,6 +7,7 @@ import pytest
 
 import clustersim as cs
 from clustersim.hardware.gpus import get_gpu
+from clustersim.hardware.node_groups import gpu_types, heterogeneity, node_gpus
 from clustersim.planner import resolve_partition
 from clustersim.workload.resolve import resolve_transformer
 from clustersim.workload.stage_cost import chunk_costs
@@ -363,3 +364,27 @@ def test_unsupported_combinations_are_refused():
 def test_same_scenario_same_spans():
     raw = _mixed([1.0, 0.5, 0.8], split="speed")
     assert cs.simulate(raw, progress=False).spans.equals(cs.simulate(raw, progress=False).spans)
+
+
+@pytest.mark.parametrize(
+    "groups",
+    [
+        None,
+        [{"nodes": 2, "gpu": A100}, {"nodes": 1, "gpu": V100}, {"nodes": 3, "gpu": A100}],
+        [{"nodes": 1}, {"nodes": 2, "speed": 0.9}],
+        [{"nodes": 3, "speed": 1.0}],
+    ],
+)
+def test_gpu_types_and_heterogeneity_read_per_group_what_the_nodes_say(groups):
+    """GPU types and the speed check, read once a node group, are what every node's
+    (name, speed) of ``node_gpus`` gives: the distinct names in node order, and whether any
+    node's speed differs from 1."""
+    raw = _mixed([1.0, 1.0, 1.0])
+    raw["cluster"]["node_groups"] = groups
+    raw["cluster"]["nodes"] = 3 if groups is None else sum(g["nodes"] for g in groups)
+    raw["parallel"] = {"dp": raw["cluster"]["nodes"]}
+    cl = cs.load_scenario(raw).cluster
+    nodes = node_gpus(cl)
+    assert gpu_types(cl) == list(dict.fromkeys(name for name, _ in nodes))
+    mixed = len(gpu_types(cl)) > 1 or any(speed != 1.0 for _, speed in nodes)
+    assert (heterogeneity(cl) is not None) == mixed

@@ -39,6 +39,7 @@ simulation); a search ranks by it and simulates only the best ones.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -126,6 +127,8 @@ class _Network:
         # what prices a collective besides its kind, members per host and bytes (:func:`idle_collective`)
         self._key = (tuple(self.shape.items()), self.nic_bw, self.nics, self.protocols)
         self._asked: dict[tuple, float] = {}  # by its devices: the same groups come back plan after plan
+        # by its value (kind, members per host, bytes): every stage's DP group is one of a few
+        self._priced: dict[tuple, float] = {}
 
     def collective(self, kind: str, devices: tuple[int, ...], nbytes: float) -> float:
         """Idle-network seconds of collective ``kind`` of ``nbytes`` over ``devices``."""
@@ -133,12 +136,12 @@ class _Network:
             return 0.0
         t = self._asked.get((kind, devices, nbytes))
         if t is None:
-            members: dict[int, int] = {}  # per host, in the order the group meets them
-            for d in devices:
-                members[d // self.gpn] = members.get(d // self.gpn, 0) + 1
-            algorithm = self.algorithms.get(kind) or "auto"
-            per_host = tuple(members.values())
-            t = idle_collective(kind, per_host, nbytes, self.gpn, self._key, algorithm)
+            # members per host, in the order the group meets them (counted in C)
+            value = (kind, tuple(Counter(map(self.gpn.__rfloordiv__, devices)).values()), nbytes)
+            t = self._priced.get(value)
+            if t is None:
+                algorithm = self.algorithms.get(kind) or "auto"
+                t = self._priced[value] = idle_collective(*value, self.gpn, self._key, algorithm)
             self._asked[kind, devices, nbytes] = t
         return t
 
@@ -313,10 +316,8 @@ class Estimator:
             hops = 2 * sum(net.send(plan.device(a), plan.device(b), nbytes) for a, b in cross if a != b)
         if timeline is not None:  # the schedule's own order, timed pass by pass
             durations = [_duration(times, key) for key in timeline.keys]
-            sends = [
-                net.send(plan.device(a), plan.device(b), costs[c].activation_bytes)
-                for a, b, c in timeline.sends
-            ]
+            per = plan.device(1)  # stage s's first device is per × s: plan.device(s), without a call
+            sends = [net.send(per * a, per * b, costs[c].activation_bytes) for a, b, c in timeline.sends]
             ends = timeline.run(durations, sends, apart=_pairs_only_compute(times, timeline.keys))
             compute = max(timeline.busy(durations))
             hops = min(hops, max(ends) - compute)

@@ -62,24 +62,40 @@ class OneFOneB(Timeline):
         for s in range(p):  # the fill
             clock[s], lane[s] = _passes(clock[s], lane[s], fwd[s], down[s], f_in[s], f_out[s], range(warm[s]))
         full = m - warm[0]  # rounds every stage runs
+        # per stage, what a round reads (one unpacking, not a subscript each; the first and
+        # last stages have a None where they have no neighbour)
+        rows = list(zip(warm, f_in, f_out, b_in, b_out, fwd, bwd, down, up))
+        top = p - 1
         seen: list[list[float]] = []  # the state after each full round
         r, rounds = 0, max(m - w for w in warm)
+        lo = 0  # the lowest stage that runs round r (m − warm[s] grows with s: a suffix runs)
         while r < rounds:  # round r: stage s's forward w_s + r, then its backward r (as _passes runs them)
-            for s in range(p - 1, -1, -1):
-                if r < m - warm[s]:
-                    j, t, u, arrive, out = warm[s] + r, clock[s], lane[s], f_in[s], f_out[s]
-                    if arrive is not None and arrive[j] > t:
-                        t = arrive[j]
-                    t += fwd[s]
-                    if out is not None:
-                        u = out[j] = (t if t > u else u) + down[s]
-                    arrive, out = b_in[s], b_out[s]
-                    if arrive is not None and arrive[r] > t:
-                        t = arrive[r]
-                    t += bwd[s]
-                    if out is not None:
-                        u = out[r] = (t if t > u else u) + up[s]
-                    clock[s], lane[s] = t, u
+            while r >= m - warm[lo]:
+                lo += 1
+            for s in range(p - 1, lo - 1, -1):
+                w, f_prev, f_own, b_next, b_own, f_s, b_s, hop_down, hop_up = rows[s]
+                j, t, u = w + r, clock[s], lane[s]
+                if 0 < s < top:  # a middle stage: an input and an output each way
+                    if f_prev[j] > t:
+                        t = f_prev[j]
+                    t += f_s
+                    u = f_own[j] = (t if t > u else u) + hop_down
+                    if b_next[r] > t:
+                        t = b_next[r]
+                    t += b_s
+                    u = b_own[r] = (t if t > u else u) + hop_up
+                else:
+                    if f_prev is not None and f_prev[j] > t:
+                        t = f_prev[j]
+                    t += f_s
+                    if f_own is not None:
+                        u = f_own[j] = (t if t > u else u) + hop_down
+                    if b_next is not None and b_next[r] > t:
+                        t = b_next[r]
+                    t += b_s
+                    if b_own is not None:
+                        u = b_own[r] = (t if t > u else u) + hop_up
+                clock[s], lane[s] = t, u
             if r < full - 1:
                 seen.append(clock + lane + [f_at[s][warm[s] + r] for s in range(p - 1)])
                 to = self._jump(r, full - 1, seen, clock, lane, f_at, warm)

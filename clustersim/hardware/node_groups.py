@@ -70,9 +70,17 @@ def device_memory(cluster, num_devices: int, gpus: int) -> list[float]:
     return caps[:num_devices] + [math.inf] * (num_devices - len(caps))
 
 
+def _group_gpus(cluster) -> list[tuple[str, float]]:
+    """(GPU name, speed factor) of each node group, in node order: what :func:`node_gpus`
+    lists node by node, once a group (every group has a node: the schema's bound)."""
+    if cluster.node_groups is None:
+        return [(cluster.gpu, 1.0)]
+    return [(g.gpu or cluster.gpu, g.speed) for g in cluster.node_groups]
+
+
 def gpu_types(cluster) -> list[str]:
     """The distinct GPU names of the cluster, in node order."""
-    return list(dict.fromkeys(name for name, _ in node_gpus(cluster)))
+    return list(dict.fromkeys(name for name, _ in _group_gpus(cluster)))
 
 
 def heterogeneity(cluster) -> str | None:
@@ -80,7 +88,7 @@ def heterogeneity(cluster) -> str | None:
     types = gpu_types(cluster)
     if len(types) > 1:
         return f"mixed GPU types ({', '.join(types)})"
-    if any(speed != 1.0 for _, speed in node_gpus(cluster)):
+    if any(speed != 1.0 for _, speed in _group_gpus(cluster)):
         return "node_groups speed factors"
     return None
 
