@@ -152,7 +152,9 @@ class Collectives:
         if kind == "barrier":
             kind, s = "all_reduce", 0
         # (messages, bytes each, share crossing hosts) of the whole call; ``width``: the
-        # messages in flight at once (a ring's step on every channel, a rank's one send)
+        # messages one re-solve of the shares touches (a rank's one send; a ring's step on
+        # one host's channels: its messages go one hop along the ring and share links with
+        # few others, where direct's every-pair messages share every NIC)
         width = n
         if alg == "ring" and kind in ("broadcast", "reduce"):
             c = m if hosts > 1 else 1
@@ -161,7 +163,7 @@ class Collectives:
         elif alg == "ring":
             c = m if hosts > 1 else 1
             steps = 2 * (n - 1) if kind == "all_reduce" else n - 1
-            parts, width = [(c * steps * n, s / c / n, cross)], c * n
+            parts, width = [(c * steps * n, s / c / n, cross)], c
         elif alg == "tree":
             k = pipeline_chunks(int(s / 2))
             phases = 2 if kind == "all_reduce" else 1

@@ -118,7 +118,7 @@ class GpuWork:
         copies_run = 1 if self.k.orbits else copies
         self.peak_messages = max(self.peak_messages, messages * (copies_run if folded else 1))
         events = events * copies_run if folded else events / n
-        flows = width * copies
+        flows = width * copies_run  # folded under contention, the copies ride on its flows
         slower = 1 + math.log(max(flows, FLOW_GROUP) / FLOW_GROUP) if self.k.network == "flow" else 1.0
         return Work(1, own + events, own + events * slower)
 
