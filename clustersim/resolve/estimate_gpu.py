@@ -28,7 +28,8 @@ from .estimate_comm import LOAD_EVENTS, LOAD_WEIGHT, Collectives, message_events
 #: the re-timing of the compute running beside it (measured on DeepSeek-V3, 2,048 GPUs)
 SLOWDOWN_EVENTS = 5
 #: flows in flight up to which a flow event costs SECONDS_PER_EVENT; past it, 1 + ln(flows /
-#: this) times that (GPT-7.5B on 64 → 1,024 H100: 7.6 → 32 µs per event, benchmarks/scale.py --family)
+#: this) times that (GPT-7.5B on 64 → 1,024 H100 with direct's every-pair all-reduce: 7.6 → 32 µs
+#: per event, benchmarks/scale.py --family; its rings since stay at 6–8 µs: estimate_comm's width)
 FLOW_GROUP = 64
 
 
