@@ -3,6 +3,8 @@
 ``clustersim/network/_cmaxmin.c`` is the max-min sharing loops of the ``flow`` network model
 (clustersim/network/maxmin.py) in C. It is optional: where no C compiler works the build skips
 it and clustersim runs the same loops in Python, with the same results bit for bit.
+``clustersim/experiments/_c1f1b.c`` is 1F1B's pass loops of the pipeline estimate
+(clustersim/experiments/steady_1f1b.py), optional in the same way.
 """
 
 from setuptools import Extension, setup
@@ -22,7 +24,11 @@ class BuildExt(build_ext):
 
 setup(
     ext_modules=[
-        Extension("clustersim.network._cmaxmin", ["clustersim/network/_cmaxmin.c"], optional=True),
+        Extension(name, [source], depends=["clustersim/accel.h"], optional=True)
+        for name, source in (
+            ("clustersim.network._cmaxmin", "clustersim/network/_cmaxmin.c"),
+            ("clustersim.experiments._c1f1b", "clustersim/experiments/_c1f1b.c"),
+        )
     ],
     cmdclass={"build_ext": BuildExt},
 )

@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "clustersim"
 #: bottom first; a unit may import only from a lower rank (docs/architecture.md)
 RANKS: list[set[str]] = [
     {"errors"},
-    {"units", "progress", "plugins", "output", "memory_kinds", "reader", "simpy_fast"},
+    {"units", "progress", "plugins", "output", "memory_kinds", "reader", "simpy_fast", "accel"},
     {"program", "record"},
     {"hardware", "topology", "coarsen"},
     {"network"},

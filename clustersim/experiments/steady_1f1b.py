@@ -25,7 +25,12 @@ independent longest path of tests/test_estimate_speed.py).
 
 from __future__ import annotations
 
+from ..accel import load
 from .stage_timing import Timeline
+
+_accel = load("clustersim.experiments._c1f1b")  # built by setup.py where a C compiler works
+#: whether :meth:`OneFOneB.run` runs its fill, rounds and drain in C in this process
+ACCELERATED = _accel is not None
 
 #: the largest relative error the skip may add to a stage's end
 TOLERANCE = 1e-12
@@ -59,43 +64,20 @@ class OneFOneB(Timeline):
         # per stage: where its forwards' and backwards' inputs arrive and its outputs go
         f_in, f_out = [None, *f_at[:-1]], [*f_at[:-1], None]
         b_in, b_out = [*b_at[1:], None], [None, *b_at[1:]]
+        passes, one_round = (_passes, _round) if _accel is None else (_accel.passes, _accel.round)
         for s in range(p):  # the fill
-            clock[s], lane[s] = _passes(clock[s], lane[s], fwd[s], down[s], f_in[s], f_out[s], range(warm[s]))
+            clock[s], lane[s] = passes(clock[s], lane[s], fwd[s], down[s], f_in[s], f_out[s], 0, warm[s])
         full = m - warm[0]  # rounds every stage runs
-        # per stage, what a round reads (one unpacking, not a subscript each; the first and
-        # last stages have a None where they have no neighbour)
+        # per stage, what a round reads (the first and last stages have a None where they
+        # have no neighbour)
         rows = list(zip(warm, f_in, f_out, b_in, b_out, fwd, bwd, down, up))
-        top = p - 1
         seen: list[list[float]] = []  # the state after each full round
         r, rounds = 0, max(m - w for w in warm)
         lo = 0  # the lowest stage that runs round r (m − warm[s] grows with s: a suffix runs)
-        while r < rounds:  # round r: stage s's forward w_s + r, then its backward r (as _passes runs them)
+        while r < rounds:
             while r >= m - warm[lo]:
                 lo += 1
-            for s in range(p - 1, lo - 1, -1):
-                w, f_prev, f_own, b_next, b_own, f_s, b_s, hop_down, hop_up = rows[s]
-                j, t, u = w + r, clock[s], lane[s]
-                if 0 < s < top:  # a middle stage: an input and an output each way
-                    if f_prev[j] > t:
-                        t = f_prev[j]
-                    t += f_s
-                    u = f_own[j] = (t if t > u else u) + hop_down
-                    if b_next[r] > t:
-                        t = b_next[r]
-                    t += b_s
-                    u = b_own[r] = (t if t > u else u) + hop_up
-                else:
-                    if f_prev is not None and f_prev[j] > t:
-                        t = f_prev[j]
-                    t += f_s
-                    if f_own is not None:
-                        u = f_own[j] = (t if t > u else u) + hop_down
-                    if b_next is not None and b_next[r] > t:
-                        t = b_next[r]
-                    t += b_s
-                    if b_own is not None:
-                        u = b_own[r] = (t if t > u else u) + hop_up
-                clock[s], lane[s] = t, u
+            one_round(r, lo, rows, clock, lane)
             if r < full - 1:
                 seen.append(clock + lane + [f_at[s][warm[s] + r] for s in range(p - 1)])
                 to = self._jump(r, full - 1, seen, clock, lane, f_at, warm)
@@ -104,9 +86,7 @@ class OneFOneB(Timeline):
                     seen.clear()
             r += 1
         for s in range(p - 1, -1, -1):  # the drain
-            clock[s], lane[s] = _passes(
-                clock[s], lane[s], bwd[s], up[s], b_in[s], b_out[s], range(m - warm[s], m)
-            )
+            clock[s], lane[s] = passes(clock[s], lane[s], bwd[s], up[s], b_in[s], b_out[s], m - warm[s], m)
         return clock
 
     @staticmethod
@@ -139,13 +119,46 @@ class OneFOneB(Timeline):
         return r
 
 
-def _passes(t: float, u: float, step: float, hop: float, arrive, out, js) -> tuple[float, float]:
-    """A stage's passes of micro-batches ``js`` one after another, from its clock ``t`` and
+def _round(r: int, lo: int, rows: list[tuple], clock: list[float], lane: list[float]) -> None:
+    """Round ``r`` of stages ``lo`` … p − 1, top down (``rows``: per stage, what a round
+    reads — :meth:`OneFOneB.run`): stage s's forward w_s + r, then its backward r, as
+    :func:`_passes` runs them; ``clock`` and ``lane`` updated in place."""
+    top = len(rows) - 1
+    for s in range(top, lo - 1, -1):
+        w, f_prev, f_own, b_next, b_own, f_s, b_s, hop_down, hop_up = rows[s]
+        j, t, u = w + r, clock[s], lane[s]
+        if 0 < s < top:  # a middle stage: an input and an output each way
+            if f_prev[j] > t:
+                t = f_prev[j]
+            t += f_s
+            u = f_own[j] = (t if t > u else u) + hop_down
+            if b_next[r] > t:
+                t = b_next[r]
+            t += b_s
+            u = b_own[r] = (t if t > u else u) + hop_up
+        else:
+            if f_prev is not None and f_prev[j] > t:
+                t = f_prev[j]
+            t += f_s
+            if f_own is not None:
+                u = f_own[j] = (t if t > u else u) + hop_down
+            if b_next is not None and b_next[r] > t:
+                t = b_next[r]
+            t += b_s
+            if b_own is not None:
+                u = b_own[r] = (t if t > u else u) + hop_up
+        clock[s], lane[s] = t, u
+
+
+def _passes(
+    t: float, u: float, step: float, hop: float, arrive, out, start: int, stop: int
+) -> tuple[float, float]:
+    """A stage's passes of micro-batches ``start`` … ``stop`` − 1 one after another, from its clock ``t`` and
     send lane ``u``: each after its input's arrival (``arrive[j]``; None: no input from
     another stage), ``step`` long, its output sent after the lane's earlier sends and
     arriving ``hop`` later (``out[j]``; None: it sends none) — :meth:`.stage_timing.Timeline.run`'s
     operations, in its order. The stage's clock and lane after them."""
-    for j in js:
+    for j in range(start, stop):
         if arrive is not None and arrive[j] > t:
             t = arrive[j]
         t += step

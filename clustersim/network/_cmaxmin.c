@@ -30,20 +30,10 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <float.h>
 #include <math.h>
 #include <stdlib.h> /* qsort */
 
-/* Refuse to build where double arithmetic would round differently from Python's: with
- * -ffast-math (reassociation, no signed zeros), or where doubles are evaluated in extended
- * precision (x87). setup.py also turns off contraction into fused multiply-adds
- * (-ffp-contract=off). A refused build is skipped: the Python runs instead. */
-#ifdef __FAST_MATH__
-#error "built with -ffast-math: results would not match the Python"
-#endif
-#if !defined(FLT_EVAL_METHOD) || FLT_EVAL_METHOD != 0
-#error "doubles are not evaluated as doubles: results would not match the Python"
-#endif
+#include "../accel.h" /* builds only where doubles round as Python's do */
 
 #define DECLINE 1 /* return code: let the Python do it (an exception is not set) */
 

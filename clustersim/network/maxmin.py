@@ -26,15 +26,11 @@ or for an input the C declines, the Python of :meth:`Links.group_py` and :meth:`
 from __future__ import annotations
 
 import math
-import os
 from heapq import heappop, heappush
 
-try:
-    from . import _cmaxmin as _accel  # built by setup.py where a C compiler works
-except ImportError:  # no compiler at install time, or a checkout never installed
-    _accel = None
-if os.environ.get("CLUSTERSIM_NO_ACCEL", "0") not in ("", "0"):
-    _accel = None
+from ..accel import load
+
+_accel = load("clustersim.network._cmaxmin")  # built by setup.py where a C compiler works
 #: whether :class:`Links` runs its loops in C in this process
 ACCELERATED = _accel is not None
 #: whether the C fill takes flows' multiplicities (a build from before them does not)
