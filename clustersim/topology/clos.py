@@ -28,8 +28,7 @@ from typing import Literal
 
 import networkx as nx
 
-from ..errors import ScenarioError
-from .graph import Latency, add_link, count_field, positive_number
+from .graph import Latency, add_link, count_field, oversubscription_ratio
 from .hierarchy import Hierarchy
 from .lazy import LazyDiGraph
 from .plugin import TOPOLOGIES, Site, Topology, TopologyOptions, levels
@@ -37,14 +36,22 @@ from .servers import add_server
 from .tiers import TwoTierLayout
 
 
-class FatTreeOptions(TopologyOptions):
-    """``cluster.topology`` of ``fat_tree`` / ``leaf_spine`` (module docstring)."""
+class LeafSpineFields(TopologyOptions):
+    """The fields of a leaf–spine tier: its leaves' size, spines, uplink oversubscription and
+    uplink latency (``fat_tree`` / ``leaf_spine`` here, each plane of ``multi_plane``);
+    ``kind`` first, as each kind's own options name it."""
 
-    kind: Literal["fat_tree", "leaf_spine"]
+    kind: str
     nodes_per_leaf: int | None = None
     spines: int | None = None
     oversubscription: float = 1.0
     latency: Latency | None = None
+
+
+class FatTreeOptions(LeafSpineFields):
+    """``cluster.topology`` of ``fat_tree`` / ``leaf_spine`` (module docstring)."""
+
+    kind: Literal["fat_tree", "leaf_spine"]
 
 
 def build_clos(site: Site) -> nx.DiGraph:
@@ -55,9 +62,7 @@ def build_clos(site: Site) -> nx.DiGraph:
         per_leaf = min(spec.nodes, max(1, 32 // spec.nics_per_node))
     per_leaf = count_field(per_leaf, f"{tf}.nodes_per_leaf")
     spines = count_field(spec.nics_per_node if opts.spines is None else opts.spines, f"{tf}.spines")
-    oversub = positive_number(opts.oversubscription, f"{tf}.oversubscription")
-    if oversub < 1.0:
-        raise ScenarioError(f"{tf}.oversubscription", oversub, "expected a ratio ≥ 1 (1 = full bisection)")
+    oversub = oversubscription_ratio(opts.oversubscription, f"{tf}.oversubscription")
     uplink_lat = spec.nic_latency / 2 if opts.latency is None else opts.latency
     uplink_bw = per_leaf * spec.nics_per_node * spec.nic_bandwidth / (oversub * spines)
     return LazyDiGraph.of(

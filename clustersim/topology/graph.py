@@ -143,6 +143,15 @@ def positive_number(value: object, field: str) -> float:
     return float(value)
 
 
+def oversubscription_ratio(value: object, field: str) -> float:
+    """An uplink oversubscription: a positive ratio ≥ 1 (1 = full bisection), or a
+    ScenarioError naming ``field``."""
+    oversub = positive_number(value, field)
+    if oversub < 1.0:
+        raise ScenarioError(field, oversub, "expected a ratio ≥ 1 (1 = full bisection)")
+    return oversub
+
+
 def count_field(value: object, field: str, minimum: int = 1) -> int:
     """A whole number ≥ ``minimum``, or a ScenarioError naming ``field``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:

@@ -38,20 +38,17 @@ from typing import Literal
 import networkx as nx
 
 from ..errors import ScenarioError
-from .graph import Latency, add_link, count_field, positive_number
-from .plugin import TOPOLOGIES, Placements, Site, Topology, TopologyOptions, levels
+from .clos import LeafSpineFields
+from .graph import add_link, count_field, oversubscription_ratio
+from .plugin import TOPOLOGIES, Placements, Site, Topology, levels
 from .servers import add_server
 
 
-class MultiPlaneOptions(TopologyOptions):
-    """``cluster.topology`` of ``multi_plane`` (module docstring)."""
+class MultiPlaneOptions(LeafSpineFields):
+    """``cluster.topology`` of ``multi_plane`` (module docstring): each plane a leaf–spine tier."""
 
     kind: Literal["multi_plane"]
     planes: int | None = None
-    nodes_per_leaf: int | None = None
-    spines: int | None = None
-    oversubscription: float = 1.0
-    latency: Latency | None = None
 
 
 def build_multi_plane(site: Site) -> nx.DiGraph:
@@ -72,9 +69,7 @@ def build_multi_plane(site: Site) -> nx.DiGraph:
         raise ScenarioError(
             f"{tf}.spines", 0, f"at least 1: a plane of {leaves} leaves needs spines to join them"
         )
-    oversub = positive_number(opts.oversubscription, f"{tf}.oversubscription")
-    if oversub < 1.0:
-        raise ScenarioError(f"{tf}.oversubscription", oversub, "expected a ratio ≥ 1 (1 = full bisection)")
+    oversub = oversubscription_ratio(opts.oversubscription, f"{tf}.oversubscription")
     uplink = per_leaf * (nics // planes) * spec.nic_bandwidth / (oversub * spines) if spines else 0.0
     uplink_lat = spec.nic_latency / 2 if opts.latency is None else opts.latency
     g = nx.DiGraph()

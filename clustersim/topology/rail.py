@@ -41,8 +41,7 @@ from typing import Literal
 
 import networkx as nx
 
-from ..errors import ScenarioError
-from .graph import Latency, add_link, count_field, positive_number
+from .graph import Latency, add_link, count_field, oversubscription_ratio
 from .hierarchy import Hierarchy
 from .lazy import LazyDiGraph, has_node
 from .plugin import TOPOLOGIES, Placements, Site, Topology, TopologyOptions, levels
@@ -63,9 +62,7 @@ def build_rail(site: Site) -> nx.DiGraph:
     """Build a rail-optimized cluster; see the module docstring for fields."""
     opts, spec, tf = site.options, site.servers, site.topology_field
     spines = count_field(opts.spines, f"{tf}.spines", minimum=0)
-    oversub = positive_number(opts.oversubscription, f"{tf}.oversubscription")
-    if oversub < 1.0:
-        raise ScenarioError(f"{tf}.oversubscription", oversub, "expected a ratio ≥ 1 (1 = full bisection)")
+    oversub = oversubscription_ratio(opts.oversubscription, f"{tf}.oversubscription")
     uplink_lat = spec.nic_latency / 2 if opts.latency is None else opts.latency
     uplink_bw = spec.nodes * spec.nic_bandwidth / (oversub * spines) if spines else 0.0
     return LazyDiGraph.of(
