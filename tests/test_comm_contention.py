@@ -186,8 +186,9 @@ def test_off_with_slowdown_one_rate_one_or_across_domains():
 def test_the_summary_names_the_contended_rate():
     from clustersim.hardware.interference import interference_model
 
-    said = interference_model(108, 108 / 92, False, 24, 0, beside_rate("A100-SXM4-80GB", 24, 108))
-    assert "collectives within a node at 0.61 of their rate" in said
+    rate = beside_rate("A100-SXM4-80GB", 24, 108)
+    said = interference_model(108, 108 / 92, False, 24, 0, rate)
+    assert f"collectives within a node at {rate:.2f} of their rate" in said
     assert "within a node" not in interference_model(108, 108 / 92, False, 24)
 
 
