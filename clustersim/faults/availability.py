@@ -11,7 +11,8 @@ repaired in ``R`` = ``repair_time`` and cannot fail again meanwhile. Little's la
 nodes out, L = (arrival rate of failures) × R with failures arriving at λ·(N − L), gives
 the time-average count out L = N·λR / (1 + λR), exact for any R (an alternating renewal
 process); N·λR, the M/G/∞ count, is its limit while few nodes are out. Drawn with numpy's
-Generator from ``seed`` alone (``recovery.failures.seed`` unless given).
+Generator from ``seed`` alone (``recovery.failures.seed`` unless given). Failure domains
+(``leaf``, ``rack``) are refused here: they take several nodes at once.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import numpy as np
 from ..errors import ScenarioError
 from ..scenario import load_scenario
 from ..topology import build_topology
-from ..topology.inventory import unit_counts
+from .domains import DOMAINS, job_units
 from .rates import HARDWARE, check_study, job_rates
 
 
@@ -32,7 +33,14 @@ def node_failure_rate(sc) -> float:
     spec = sc.recovery.failures
     check_study(spec.study)
     cluster = sc.cluster.model_dump()
-    rates = job_rates(spec, unit_counts(cluster, build_topology(cluster)))
+    rates = job_rates(spec, job_units(cluster, build_topology(cluster), spec.rack_nodes)[0])
+    for c in DOMAINS:
+        if c in rates:  # the nodes are independent processes here; a domain couples them
+            raise ScenarioError(
+                f"recovery.failures.mtbf.{c}",
+                "a failure domain",
+                "availability draws independent nodes: no leaf or rack rates (study or mtbf)",
+            )
     return sum(r for c, r in rates.items() if c in HARDWARE) / sc.cluster.nodes
 
 

@@ -21,8 +21,8 @@ from ..compilers import check_job
 from ..errors import ScenarioError
 from ..resolve import resolve
 from ..topology import build_topology
-from ..topology.inventory import unit_counts
 from .config import Config, scenario_of
+from .domains import job_units
 from .rates import check_study, job_rates
 from .renewal import COLUMNS, FleetJob, simulate
 from .replan import new_dp
@@ -81,13 +81,14 @@ def fleet_job(sc, job, iteration_s: float, iteration_time=None) -> FleetJob:
     iteration takes ``iteration_s``); ``iteration_time(d)`` is used under ``elastic``."""
     rec, spec = sc.recovery, sc.recovery.failures
     cluster = sc.cluster.model_dump()
+    counts, takes = job_units(cluster, build_topology(cluster), spec.rack_nodes)
     ckpt = checkpoint_bytes(job)
     snapshot = None
     if spec.checkpoint_write == "async":  # every rank copies its shard at once
         snapshot = float(np.max(rank_checkpoint_bytes(job))) / spec.snapshot_bandwidth
     return FleetJob(
         work_s=rec.job_iterations * iteration_s,
-        rates=job_rates(spec, unit_counts(cluster, build_topology(cluster))),
+        rates=job_rates(spec, counts),
         interval_s=rec.checkpoint_every * iteration_s if rec.checkpoint_every else math.inf,
         write_s=ckpt / rec.storage_bandwidth,
         snapshot_s=snapshot,
@@ -99,6 +100,7 @@ def fleet_job(sc, job, iteration_s: float, iteration_time=None) -> FleetJob:
         replan_s=rec.replan_time,
         iteration_time=iteration_time if rec.policy == "elastic" else None,
         nodes=sc.cluster.nodes,
+        takes=takes,
     )
 
 
@@ -121,6 +123,7 @@ def fleet_summary(fj: FleetJob, outcomes, samples_per_iteration: int, iterations
         "goodput_samples_per_s": iterations * samples_per_iteration / job_time if job_time else math.inf,
         "goodput_fraction": float(np.mean([o.goodput_fraction for o in outcomes])),
         "failures": failures / len(outcomes),
+        "nodes_taken": sum(r[-1] for o in outcomes for r in o.rows) / len(outcomes),
         "failure_rates_per_h": {c: r * 3600.0 for c, r in sorted(fj.rates.items())},
         "mtbf_configured_s": mtbf,
         "mtbf_measured_s": sum(o.job_time_s for o in outcomes) / failures if failures else math.inf,

@@ -14,6 +14,10 @@ those units divided by that MTBF. Classes and the unit each is counted per:
 * ``network`` — per GPU: a study that counts switches and cables together without
   publishing the fabric's counts of each (Llama 3's "network switch/cable")
 * ``software`` — per node (software bugs, NCCL timeouts, dependencies)
+* ``leaf`` — per leaf switch, ``rack`` — per rack: failure domains, whose one failure
+  takes several nodes (:mod:`.domains`)
+
+``recovery.failures.study`` names one study or several (their classes must not overlap).
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ UNIT_OF = {
     "switch": "switch",
     "network": "gpu",
     "software": "node",
+    "leaf": "leaf",
+    "rack": "rack",
 }
 #: classes whose failure takes a node out of the job (it needs a spare or a repair)
 HARDWARE = frozenset({"gpu", "node", "nic"})
@@ -60,18 +66,40 @@ def studies(path: Path = RATES_CSV) -> dict[str, dict[str, float]]:
 
 
 def job_rates(spec, counts: dict[str, int]) -> dict[str, float]:
-    """Component class → failures per second of the whole job: the study's MTBFs (if
+    """Component class → failures per second of the whole job: the studies' MTBFs (if
     ``spec.study``) with ``spec.mtbf``'s per-unit MTBFs overriding them (0 or absent:
     none), times the job's count of each unit."""
-    mtbf = dict(studies()[spec.study]) if spec.study else {}
+    mtbf = {}
+    for name in study_names(spec.study):
+        mtbf.update(studies()[name])
     mtbf.update(spec.mtbf)
     return {c: counts[UNIT_OF[c]] / m for c, m in mtbf.items() if m > 0 and counts[UNIT_OF[c]]}
 
 
-def check_study(name: str | None) -> str | None:
-    """``name`` if it is a study of the rates table (or None), else a ScenarioError."""
-    if name is not None and name not in studies():
-        raise ScenarioError(
-            "recovery.failures.study", name, f"not a study of {RATES_CSV.name}; known: {', '.join(studies())}"
-        )
-    return name
+def study_names(study: str | list[str] | None) -> tuple[str, ...]:
+    """The study names of ``recovery.failures.study`` (one name, a list or None)."""
+    if study is None:
+        return ()
+    return (study,) if isinstance(study, str) else tuple(study)
+
+
+def check_study(study: str | list[str] | None) -> str | list[str] | None:
+    """``study`` if each name is a study of the rates table and no class is in two of
+    them (or None), else a ScenarioError."""
+    seen: dict[str, str] = {}
+    for name in study_names(study):
+        if name not in studies():
+            raise ScenarioError(
+                "recovery.failures.study",
+                name,
+                f"not a study of {RATES_CSV.name}; known: {', '.join(studies())}",
+            )
+        for c in studies()[name]:
+            if c in seen:
+                raise ScenarioError(
+                    "recovery.failures.study",
+                    study,
+                    f"studies whose classes do not overlap ({c!r} is in {seen[c]} and {name})",
+                )
+            seen[c] = name
+    return study

@@ -18,6 +18,9 @@ together as one of rate Λ = Σ λ_c whose every failure is of class c with prob
 * then the job is down: ``detection`` + ``restart`` + (a hardware class — gpu, node,
   nic — only) ``replacement`` unless a hot spare is free (a spare taken returns to the
   pool ``repair`` later) + the checkpoint read ``C`` (none before the first checkpoint).
+  A failure domain's (``leaf``, ``rack``: :mod:`.domains`) is one such failure — one
+  restart — that takes all its nodes: each needs a free spare, else the job waits
+  ``replacement`` once (the nodes are swapped together).
   Failures keep arriving while it is down; one that does restarts the recovery;
 * the job ends when ``W`` is done: ``W + (⌈W/τ⌉ − 1)`` checkpoint stops after the last
   restart.
@@ -25,7 +28,7 @@ together as one of rate Λ = Σ λ_c whose every failure is of class c with prob
 **elastic** continuation instead keeps the work of every finished iteration (the
 surviving replicas hold it): a failure loses the partial iteration only, the job pauses
 ``detection`` + ``replan``, and a hardware failure's node leaves the job for
-``repair``, during which iterations take ``T(d)`` (``d`` nodes out, the re-planned
+``repair`` (a domain's failure: all its nodes), during which iterations take ``T(d)`` (``d`` nodes out, the re-planned
 configuration's simulated time; failures strike at the rate of the nodes still in the
 job, and while no plan fits the job waits for a node to return); its return costs
 another ``replan`` pause. Failures are drawn only while the job runs (none during its
@@ -45,7 +48,7 @@ import numpy as np
 
 from .rates import HARDWARE
 
-COLUMNS = ["time_s", "component", "lost_s", "down_s", "during_recovery"]
+COLUMNS = ["time_s", "component", "lost_s", "down_s", "during_recovery", "nodes"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,8 @@ class FleetJob:
     #: inf: no plan fits, the job waits for a node to return)
     iteration_time: Callable[[int], float] | None = field(default=None, compare=False)
     nodes: int = 1
+    #: failure domain class → the nodes each of its units takes (:mod:`.domains`)
+    takes: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def stop_s(self) -> float:
@@ -132,6 +137,17 @@ class _Failures:
     def component(self) -> str:
         return self.classes[int(self.rng.choice(len(self.classes), p=self.p))]
 
+    def nodes_taken(self, comp: str, takes: dict[str, tuple[int, ...]]) -> int:
+        """Nodes a failure of class ``comp`` takes out: one for a hardware class, a
+        domain's own count (which unit failed drawn only where the units differ), else
+        none (software, links, switches: the job restarts on the same nodes)."""
+        if comp in HARDWARE:
+            return 1
+        sizes = takes.get(comp, (0,))
+        if min(sizes) == max(sizes):
+            return sizes[0]
+        return sizes[int(self.rng.integers(len(sizes)))]
+
 
 def simulate(job: FleetJob, seed: int) -> Outcome:
     """One job of ``job`` under failures drawn with ``seed`` (module doc)."""
@@ -159,11 +175,12 @@ def _restarts(job: FleetJob, fail: _Failures) -> Outcome:
         lost, during = x - m * job.period_s, False
         while True:  # down until a recovery completes with no failure inside it
             comp = fail.component()
+            taken = fail.nodes_taken(comp, job.takes)
             down = job.detection_s + job.restart_s + (job.write_s if durable_ever else 0.0)
-            if comp in HARDWARE:
-                down += _replace(job, spare_back, t)
+            if taken:
+                down += _replace(job, spare_back, t, taken)
             y = fail.gap()
-            out.rows.append((t, comp, lost, min(down, y), during))
+            out.rows.append((t, comp, lost, min(down, y), during, taken))
             if y >= down:
                 out.down_s += down
                 t += down
@@ -172,14 +189,14 @@ def _restarts(job: FleetJob, fail: _Failures) -> Outcome:
             t, lost, during = t + y, 0.0, True
 
 
-def _replace(job: FleetJob, spare_back: list[float], t: float) -> float:
-    """The wait for a replacement node at ``t``: none if a hot spare is free (it leaves
-    for repair and is free again ``repair`` later), else ``replacement``."""
-    for i, free in enumerate(spare_back):
-        if free <= t:
-            spare_back[i] = t + job.repair_s
-            return 0.0
-    return job.replacement_s
+def _replace(job: FleetJob, spare_back: list[float], t: float, nodes: int) -> float:
+    """The wait for ``nodes`` replacement nodes at ``t``: none if as many hot spares are
+    free (each taken leaves for repair and is free again ``repair`` later), else
+    ``replacement`` (the free spares are taken all the same)."""
+    free = [i for i, back in enumerate(spare_back) if back <= t][:nodes]
+    for i in free:
+        spare_back[i] = t + job.repair_s
+    return 0.0 if len(free) == nodes else job.replacement_s
 
 
 def _elastic(job: FleetJob, fail: _Failures) -> Outcome:
@@ -208,9 +225,9 @@ def _elastic(job: FleetJob, fail: _Failures) -> Outcome:
         t += x
         comp = fail.component()
         down = job.detection_s + job.replan_s
-        if comp in HARDWARE:
-            back.append(t + down + job.repair_s)
-        out.rows.append((t, comp, partial, down, False))
+        taken = min(fail.nodes_taken(comp, job.takes), job.nodes - len(back))  # those still in
+        back.extend([t + down + job.repair_s] * taken)
+        out.rows.append((t, comp, partial, down, False, taken))
         out.down_s += down
         t += down
 

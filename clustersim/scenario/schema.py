@@ -578,20 +578,21 @@ class FaultSpec(_Spec):
 
 
 #: component classes of rate-driven failures (clustersim.faults.rates: the unit each is per)
-FAILURE_CLASSES = ("gpu", "node", "nic", "link", "switch", "network", "software")
+FAILURE_CLASSES = ("gpu", "node", "nic", "link", "switch", "network", "software", "leaf", "rack")
 
 
 class FailuresSpec(_Spec):
     """Failures drawn at rates over a long job (docs/fleet.md): a ``study`` of
-    ``data/failure_rates.csv`` and/or per-unit ``mtbf`` by component class (overriding the
-    study's; 0: none), drawn with ``seed`` (``seeds`` jobs: seed, seed+1, …). After a
+    ``data/failure_rates.csv`` (or a list of them) and/or per-unit ``mtbf`` by component
+    class (overriding the study's; 0: none; ``leaf`` and ``rack`` are failure domains, one
+    failure taking several nodes — a rack of ``rack_nodes``), drawn with ``seed`` (``seeds`` jobs: seed, seed+1, …). After a
     failure the job is down ``detection_time`` + ``recovery.restart_time`` (+
     ``replacement_time`` for a gpu/node/nic failure unless one of ``spares`` hot spares is
     free; a spare taken is free again ``repair_time`` later) + the checkpoint read.
     ``checkpoint_write``: ``blocking`` (the job waits for the write) or ``async`` (it waits
     only for a copy to host memory at ``snapshot_bandwidth`` per GPU)."""
 
-    study: str | None = None
+    study: str | list[str] | None = None
     mtbf: dict[Literal[FAILURE_CLASSES], Time] = Field(default_factory=dict)
     seed: Annotated[int, Range(0, 2**31 - 1)] = 0
     seeds: Annotated[int, Range(1, 100_000)] = 1
@@ -601,9 +602,13 @@ class FailuresSpec(_Spec):
     repair_time: Time = 0.0
     checkpoint_write: Literal["blocking", "async"] = "blocking"
     snapshot_bandwidth: Bandwidth | None = None
+    #: nodes per rack, the ``rack`` failure domain (clustersim.faults.domains)
+    rack_nodes: Annotated[int | None, Range(1, 100_000)] = None
 
     @model_validator(mode="after")
     def _complete(self) -> FailuresSpec:
+        if self.mtbf.get("rack") and self.rack_nodes is None:
+            raise ValueError("mtbf.rack needs rack_nodes (the nodes one rack's power takes down)")
         if self.study is None and not self.mtbf:
             raise ValueError(
                 "give a study (e.g. llama3_405b) or mtbf per component class, e.g. {gpu: 50000 h}"

@@ -1,0 +1,61 @@
+"""Failure domains: components whose one failure takes several nodes out at once
+(docs/fleet.md, "Correlated failures").
+
+* ``leaf`` — a leaf (top-of-rack) switch of the topology: a fabric switch (one no server
+  hosts) cabled to a NIC or GPU. Its failure takes every node with a NIC or GPU on it
+  (on a rail-optimized fabric a leaf carries one rail of many nodes: each of them loses
+  that rail, so each needs the switch back or a spare).
+* ``rack`` — ``rack_nodes`` consecutive nodes behind one power distribution unit (the
+  last rack may hold fewer).
+
+A host taking its GPUs is the existing ``node`` class (and a ``gpu``/``nic`` failure
+takes its node too): one node each. A domain's failure is one interruption — one
+restart, one detection, one checkpoint read — but every node it took needs a spare or
+the replacement wait (:mod:`.renewal`).
+"""
+
+from __future__ import annotations
+
+from ..topology.inventory import unit_counts
+
+#: the domain classes and what one unit of each is
+DOMAINS = ("leaf", "rack")
+
+
+def leaf_sizes(graph) -> tuple[int, ...]:
+    """Nodes each leaf switch of the topology ``graph`` takes (module doc), leaves in
+    name order; leaves with no node are left out."""
+    sizes = []
+    for name, d in sorted(graph.nodes(data=True)):
+        if d.get("kind") != "switch" or d.get("host") is not None:
+            continue
+        hosts = {
+            graph.nodes[n].get("host")
+            for n in graph.neighbors(name)
+            if graph.nodes[n].get("kind") in ("nic", "gpu")
+        }
+        hosts.discard(None)
+        if hosts:
+            sizes.append(len(hosts))
+    return tuple(sizes)
+
+
+def rack_sizes(nodes: int, rack_nodes: int) -> tuple[int, ...]:
+    """Nodes in each rack of ``rack_nodes`` consecutive nodes (the last: the rest)."""
+    full, rest = divmod(nodes, rack_nodes)
+    return (rack_nodes,) * full + ((rest,) if rest else ())
+
+
+def job_units(
+    cluster: dict, graph, rack_nodes: int | None
+) -> tuple[dict[str, int], dict[str, tuple[int, ...]]]:
+    """The units of the ``cluster`` (a ClusterSpec's dict) with topology ``graph`` that
+    failure rates are counted per (:func:`~clustersim.topology.inventory.unit_counts`, plus
+    leaves and racks), and per domain class the nodes each of its units takes (no racks
+    without ``rack_nodes``)."""
+    sizes = {
+        "leaf": leaf_sizes(graph),
+        "rack": rack_sizes(cluster["nodes"], rack_nodes) if rack_nodes else (),
+    }
+    counts = {**unit_counts(cluster, graph), **{c: len(s) for c, s in sizes.items()}}
+    return counts, {c: s for c, s in sizes.items() if s}
