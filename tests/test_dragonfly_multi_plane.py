@@ -103,7 +103,7 @@ def test_bad_options_are_refused():
     with pytest.raises(ScenarioError):
         build_topology(cluster(8, {**DF, "hops": 3}))  # unknown key
     with pytest.raises(ScenarioError, match="routing"):
-        build_topology(cluster(8, {**DF, "routing": "ugal"}))
+        build_topology(cluster(8, {**DF, "routing": "adaptive"}))
 
 
 def test_rail_only_bisection_and_pxn_route():
@@ -180,3 +180,94 @@ def test_valiant_beats_minimal_on_the_adversarial_pattern():
         ends[routing] = max(done)
     assert ends["minimal"] == pytest.approx(per * size / bg, rel=1e-6)
     assert ends["valiant"] == pytest.approx(2 * size / bg, rel=1e-6)
+
+
+def shift(routing: str, groups: int = 6, per: int = 4, bg: float = 10e9, size: int = 64 << 20):
+    """Every server sends ``size`` to its twin in the next group at once (the adversarial
+    pattern above) on the flow model: (its fabric with the flows in flight, each flow's end)."""
+    cl = one_gpu_per_node(groups * per, 4 * bg)
+    cl["topology"] = {
+        "kind": "dragonfly",
+        "groups": groups,
+        "nodes_per_router": per,
+        "global_bandwidth": bg,
+        "routing": routing,
+    }
+    env = simpy.Environment()
+    fabric = FlowFabric(env, Recorder(), build_topology(cl))
+    done = []
+    for n in range(groups * per):
+        fabric.transfer(f"gpu{n}", f"gpu{(n + per) % (groups * per)}", size).callbacks.append(
+            lambda e: done.append(e.env.now)
+        )
+    routes = [[link.name for link in links] for links, _ in fabric.flows()]
+    env.run()
+    return routes, done
+
+
+def test_ugal_spreads_the_adversarial_pattern_as_valiant_does():
+    """UGAL-L on the shift: each group's first flow finds its minimal queue empty and goes
+    minimal; a later one goes Valiant while its Valiant queue holds fewer flows than its
+    minimal one (the queues weighted by the routes' lengths). The flows so spread put at
+    most two on any global link — a first leg and a second, or two minimal flows — so the
+    last flow ends at Valiant's 2S/B_g (to 1e-6), half minimal's 4S/B_g."""
+    groups, per, bg, size = 6, 4, 10e9, 64 << 20
+    routes, done = shift("ugal", groups, per, bg, size)
+    glob = [[n for n in r if global_links(n.split("->"))] for r in routes]  # its global links
+    assert groups <= sum(len(g) == 1 for g in glob) < len(glob)  # some minimal, some Valiant
+    assert all(len(g) <= 2 for g in glob)
+    per_link = {}
+    for g in glob:
+        for link in g:
+            per_link[link] = per_link.get(link, 0) + 1
+    assert max(per_link.values()) == 2
+    assert max(done) == pytest.approx(2 * size / bg, rel=1e-6)
+    assert max(shift("valiant", groups, per, bg, size)[1]) == pytest.approx(max(done), rel=1e-6)
+
+
+def test_ugal_is_minimal_without_contention():
+    """Uniform random traffic, one flow at a time (each starts on an idle network): every
+    UGAL queue is empty, so every flow takes its minimal route — the same links and the same
+    end times as minimal routing, to the bit; a route asked for without load is minimal's."""
+    import random
+
+    rng = random.Random(7)
+    pairs = [tuple(rng.sample(range(24), 2)) for _ in range(60)]
+    ends = {}
+    for routing in ("minimal", "ugal"):
+        cl = one_gpu_per_node(24, 40e9)
+        cl["topology"] = {"kind": "dragonfly", "groups": 6, "routers_per_group": 2, "nodes_per_router": 2}
+        cl["topology"]["routing"] = routing
+        env = simpy.Environment()
+        fabric = FlowFabric(env, Recorder(), build_topology(cl))
+        log = []
+
+        def run(fabric=fabric, log=log):
+            for s, d in pairs:
+                ev = fabric.transfer(f"gpu{s}", f"gpu{d}", 8 << 20)
+                log.append([link.name for link in fabric.flows()[0][0]])
+                yield ev
+                log.append(fabric.env.now)
+
+        env.process(run())
+        env.run()
+        ends[routing] = log
+        if routing == "ugal":
+            minimal = Router(build_topology({**cl, "topology": {**cl["topology"], "routing": "minimal"}}))
+            assert all(
+                fabric.router.path(f"gpu{s}", f"gpu{d}") == minimal.path(f"gpu{s}", f"gpu{d}")
+                for s, d in pairs
+            )
+    assert ends["ugal"] == ends["minimal"]
+
+
+def test_ugal_needs_the_flow_model():
+    """The packet and analytical models route statically: ugal is refused naming the field."""
+    from clustersim.network.factory import build_fabric
+
+    cl = one_gpu_per_node(8, NIC)
+    g = build_topology({**cl, "topology": {**DF, "routing": "ugal"}})
+    for model in ("packet", "analytical"):
+        with pytest.raises(ScenarioError, match=r"^cluster\.topology\.routing"):
+            build_fabric(model, simpy.Environment(), Recorder(), g)
+    assert build_fabric("flow", simpy.Environment(), Recorder(), g).adaptive_routing

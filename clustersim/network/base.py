@@ -75,6 +75,11 @@ class Fabric(ABC):
     #: where it does not, a folded twin's collective runs as the representative's does, so the
     #: events simulated stay those of every transfer (``packet``'s fingerprints)
     loads_without_events = False
+    #: whether the model picks each transfer's route at its start by the load on it, among
+    #: the routes :meth:`~clustersim.topology.routing.Router.choices` gives (a dragonfly's
+    #: ``ugal``: True for ``flow``, which sees every link's flows in flight); a model that
+    #: does not is refused an adaptive routing (:func:`~.factory.build_fabric`)
+    adaptive_routing = False
     #: the topology transfers run over (:func:`clustersim.topology.build_topology`: GPU
     #: nodes ``gpu{i}`` with a ``host`` attribute, NIC nodes of ``kind`` ``"nic"``, edges
     #: with ``bandwidth`` in bytes/s and ``latency`` in s), or None for a fabric without

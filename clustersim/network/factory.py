@@ -9,6 +9,7 @@ from __future__ import annotations
 import networkx as nx
 import simpy
 
+from ..errors import ScenarioError
 from ..plugins import Plugin, Registry
 from ..record import Recorder
 from .analytical import AnalyticalFabric
@@ -61,7 +62,17 @@ def build_fabric(
     """Build the fabric ``kind`` over ``graph`` with the scenario's typed ``options``.
 
     ``kind`` None means the default (``packet``). An unknown kind is a ScenarioError on
-    ``simulation.network`` listing the known ones.
+    ``simulation.network`` listing the known ones; an adaptive routing (a dragonfly's
+    ``ugal``) on a model that cannot pick routes by load one on ``cluster.topology.routing``.
     """
     model = NETWORK_MODELS.lookup(DEFAULT_NETWORK_MODEL if kind is None else kind)
-    return model.factory(env, recorder, graph, options)
+    fabric = model.factory(env, recorder, graph, options)
+    policy = graph.graph.get("waypoints") if graph is not None else None
+    if getattr(policy, "adaptive", False) and not fabric.adaptive_routing:
+        raise ScenarioError(
+            "cluster.topology.routing",
+            policy.routing,
+            f"a routing that picks each flow's route by load needs a network model that sees "
+            f"it (simulation.network: flow); {model.name} routes statically — or shortest, minimal, valiant",
+        )
+    return fabric

@@ -28,6 +28,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Hashable
+from itertools import pairwise
 
 import networkx as nx
 import simpy
@@ -99,6 +100,8 @@ class FlowFabric(Fabric):
     coarse_collectives = True
     #: a load is a flow without the events of its arrival (:meth:`load`)
     loads_without_events = True
+    #: a transfer's route picked at its start by the flows in flight (:meth:`_pick`)
+    adaptive_routing = True
 
     def __init__(self, env: simpy.Environment, recorder: Recorder, graph: nx.DiGraph):
         super().__init__(env, recorder)
@@ -110,6 +113,8 @@ class FlowFabric(Fabric):
         self._bandwidth: list[float] = []  # link id → bandwidth (without degradation windows)
         self._hops: dict[tuple[str, str], tuple[float, _Link | None]] = {}  # see _hop
         self._routes: dict[tuple, tuple[tuple[_Link, ...], float, tuple[int, ...]]] = {}
+        self._adaptive = getattr(graph.graph.get("waypoints"), "adaptive", False)
+        self._candidates: dict[tuple, tuple] = {}  # adaptive: per flow, (route, queue link, hops) each
         self._dirty: dict[int, None] = {}  # ids of links whose flows changed since the last allocation
         # per flow slot: bytes left at t_ref, t_ref, rate, and the allocation stamp of its
         # finish entry (−1: none), which tells a current entry of _ends from a superseded one
@@ -146,14 +151,52 @@ class FlowFabric(Fabric):
         key = (src, dst, flow_key)
         hit = self._routes.get(key)
         if hit is None:
-            out, latency = [], 0.0
-            for hop in self.router.links(src, dst, flow_key):
-                lat, link = self._hops.get(hop) or self._hop(*hop)
-                latency += lat
-                if link is not None:
-                    out.append(link)
-            hit = self._routes[key] = (tuple(out), latency, tuple(link.id for link in out))
+            hit = self._routes[key] = self._on(self.router.links(src, dst, flow_key))
         return hit
+
+    def _on(self, hops) -> tuple[tuple[_Link, ...], float, tuple[int, ...]]:
+        """The shared links of the route of ``hops``, its summed latency and the links' ids."""
+        out, latency = [], 0.0
+        for hop in hops:
+            lat, link = self._hops.get(hop) or self._hop(*hop)
+            latency += lat
+            if link is not None:
+                out.append(link)
+        return tuple(out), latency, tuple(link.id for link in out)
+
+    def _pick(
+        self, src: str, dst: str, flow_key: Hashable
+    ) -> tuple[tuple[_Link, ...], float, tuple[int, ...]]:
+        """The route of a flow starting now. Under an adaptive routing (a dragonfly's
+        ``ugal``, UGAL-L) each route the router offers costs the flows in flight on its
+        link where the routes part — the source router's queue toward it — times its
+        length in links; the cheapest is taken, the first (minimal) on a tie, so an idle
+        network routes minimal (:mod:`clustersim.topology.dragonfly_routing`)."""
+        if not self._adaptive:
+            return self._route(src, dst, flow_key)
+        key = (src, dst, flow_key)
+        cands = self._candidates.get(key)
+        if cands is None:
+            cands = self._candidates[key] = self._routes_apart(self.router.choices(src, dst, flow_key))
+        best, best_cost = cands[0][0], None
+        for route, queue, hops in cands:
+            cost = (len(self.net.link_flows[queue]) if queue is not None else 0) * hops
+            if best_cost is None or cost < best_cost:
+                best, best_cost = route, cost
+        return best
+
+    def _routes_apart(self, paths) -> tuple:
+        """For each of ``paths`` (node tuples): its route (:meth:`_on`), the id of its first
+        shared link where it parts from the others (None: none there) and its length."""
+        hops = [tuple(pairwise(p)) for p in paths]
+        common = 0
+        while all(len(h) > common and h[common] == hops[0][common] for h in hops):
+            common += 1
+        out = []
+        for h in hops:
+            link = (self._hops.get(h[common]) or self._hop(*h[common]))[1] if len(h) > common else None
+            out.append((self._on(h), None if link is None else link.id, len(h)))
+        return tuple(out)
 
     def _hop(self, u: str, v: str) -> tuple[float, _Link | None]:
         """The latency of the link ``u → v`` and the link flows share (None: a free wire or
@@ -186,7 +229,7 @@ class FlowFabric(Fabric):
         env = self.env
         if src == dst:
             return env.timeout(0.0)
-        links, latency, ids = self._route(src, dst, flow_key)
+        links, latency, ids = self._pick(src, dst, flow_key)
         if not links or nbytes == 0:
             return env.timeout(latency)
         done = Event(env)
@@ -208,7 +251,7 @@ class FlowFabric(Fabric):
         if nbytes < 0:
             raise ScenarioError("transfer.nbytes", nbytes, "a size ≥ 0 bytes")
         if src != dst and nbytes:
-            links, latency, ids = self._route(src, dst, None)
+            links, latency, ids = self._pick(src, dst, None)
             if links:
                 self._start(ids, None, nbytes, 0.0, None)
 

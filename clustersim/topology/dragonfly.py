@@ -18,7 +18,8 @@ among equals: inside a router's servers one switch; inside a group router → ro
 between groups at most three router hops — local → global → local, or, where it is as
 short, global → local → global through a third group (ECMP may take either);
 ``minimal`` — always one global link (local → global → local); ``valiant`` — minimal to
-an intermediate group, then minimal to the destination (UGAL is not modelled). Bisection: cutting the
+an intermediate group, then minimal to the destination; ``ugal`` — per flow, minimal or
+Valiant by the load where they part (UGAL-L; ``simulation.network: flow``). Bisection: cutting the
 groups in halves cuts (G/2)²·``global_links`` global links each way (G even).
 Folding is refused (routes depend on where a GPU sits).
 """
@@ -47,7 +48,7 @@ class DragonflyOptions(TopologyOptions):
     local_bandwidth: Bandwidth | None = None
     global_bandwidth: Bandwidth | None = None
     latency: Latency | None = None
-    routing: Literal["shortest", "minimal", "valiant"] = "shortest"
+    routing: Literal["shortest", "minimal", "valiant", "ugal"] = "shortest"
 
 
 def router(group: int, r: int) -> str:

@@ -22,7 +22,11 @@ Elsewhere (and for other endpoints) distances to each destination are computed o
 reverse BFS per destination); next hops only for the nodes a path visits; every path is
 cached. A topology whose routing is not shortest-path (a dragonfly's ``minimal`` or
 ``valiant``: :mod:`.dragonfly_routing`) declares the routers a flow between two servers
-must visit (graph attribute ``waypoints``); the route joins them with shortest legs.
+must visit (graph attribute ``waypoints``); the route joins them with shortest legs. An
+adaptive policy (``ugal``) declares several such routes per flow: :meth:`Router.choices`
+lists them, and a network model that sees its load picks one per flow
+(:attr:`~clustersim.network.base.Fabric.adaptive_routing`); :meth:`Router.path` is the
+first (the choice on an idle network).
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ class Router:
         self._dist: dict[str, dict[str, int]] = {}
         self._next: dict[tuple[str, str], tuple[str, ...]] = {}
         self._paths: dict[tuple, tuple[str, ...]] = {}
+        self._choices: dict[tuple, tuple[tuple[str, ...], ...]] = {}
         self._costs: dict[tuple, tuple[float, float]] = {}
         self._hops: dict[tuple[str, str], tuple[float, float]] = {}  # a link's (latency, bandwidth)
 
@@ -127,25 +132,42 @@ class Router:
             if path is not None:
                 self._paths[key] = path
                 return path
+        path = self._paths[key] = self._join(src, dst, self._via(src, dst, flow_key)[0], flow_key)
+        return path
+
+    def choices(self, src: str, dst: str, flow_key: Hashable = None) -> tuple[tuple[str, ...], ...]:
+        """Every route the topology's policy may give this flow, :meth:`path` first: one,
+        or under an adaptive policy (a dragonfly's ``ugal``) its minimal and its Valiant
+        route, for the network model to pick from by load (module doc)."""
+        key = (src, dst, flow_key)
+        hit = self._choices.get(key)
+        if hit is None:
+            vias = self._via(src, dst, flow_key) if self.waypoints is not None else ((),)
+            hit = (self.path(src, dst, flow_key),)
+            hit = self._choices[key] = hit + tuple(self._join(src, dst, via, flow_key) for via in vias[1:])
+        return hit
+
+    def _join(self, src: str, dst: str, via: tuple[str, ...], flow_key: Hashable) -> tuple[str, ...]:
+        """The route from ``src`` through the routers ``via`` to ``dst``: shortest legs,
+        ECMP choices from the flow's number."""
         for end, name in (("src", src), ("dst", dst)):
             if name not in self.graph:
                 raise ScenarioError(f"route.{end}", name, "a node of the topology (gpu0, gpu1, …)")
         flow = self.flow_number(src, dst, flow_key)
         nodes = [src]
-        for end in (*self._via(src, dst, flow_key), dst):
+        for end in (*via, dst):
             nodes.extend(self._walk(nodes[-1], end, flow)[1:])
-        path = tuple(nodes)
-        self._paths[key] = path
-        return path
+        return tuple(nodes)
 
-    def _via(self, src: str, dst: str, flow_key: Hashable) -> tuple[str, ...]:
-        """The routers the topology's policy sends a flow through (none by default)."""
+    def _via(self, src: str, dst: str, flow_key: Hashable) -> tuple[tuple[str, ...], ...]:
+        """The routers the topology's policy sends a flow through, for each route it may
+        take (one route through none by default)."""
         if self.waypoints is None:
-            return ()
+            return ((),)
         s, d = node_data(self.graph, src).get("host"), node_data(self.graph, dst).get("host")
         if s is None or d is None or s == d:
-            return ()
-        return self.waypoints.waypoints(s, d, s + (0 if flow_key is None else _index(flow_key)))
+            return ((),)
+        return self.waypoints.alternatives(s, d, s + (0 if flow_key is None else _index(flow_key)))
 
     def _walk(self, src: str, dst: str, flow: int) -> list[str]:
         """The shortest route from ``src`` to ``dst``, ECMP choices from ``flow``."""
