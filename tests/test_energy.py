@@ -15,6 +15,7 @@ from clustersim.errors import ScenarioError
 from clustersim.metrics import gpu_spans, iteration_window
 
 CHECKS = Path(cs.__file__).parent / "data" / "training_power_checks.csv"
+GEMM_CHECKS = Path(cs.__file__).parent / "data" / "gemm_power_measurements.csv"
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +131,30 @@ def test_training_power_check_row():
     tdp = float(row["tdp_w"])
     assert gpu_power(row["gpu"]).tdp_w == tdp
     assert abs(res.summary[row["statistic"]] / tdp - 1) <= float(row["tolerance"])
+
+
+def test_gemm_power_check_row():
+    """The kernel-level check (data/gemm_power_measurements.csv, never fitted): a large
+    randn GEMM on A100 holds the GPU at its power limit. Our GEMM of that shape runs within
+    the row's tolerance of the measured rate, and its power — idle + the compute power of
+    its FLOP/s — is within the tolerance of the measured watts under both memory brackets
+    (the lower one prices it from its tensor activity alone: a_sm of our rate)."""
+    from clustersim.workload.calibration import gemm_seconds
+    from clustersim.workload.cost_model import efficiency_for
+
+    with open(GEMM_CHECKS, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert rows
+    for row in rows:
+        m, n, k = (int(row[d]) for d in "mnk")
+        tol = float(row["tolerance"])
+        seconds = gemm_seconds(row["gpu"], efficiency_for(row["gpu"]), m, n, k, row["dtype"])
+        flops = 2.0 * m * n * k
+        assert abs(flops / seconds / 1e12 / float(row["measured_tflops"]) - 1) <= tol
+        for memory in ("limit", "dram"):
+            gp = gpu_power(row["gpu"], memory)
+            watts = gp.idle_w + float(gp.compute_w(flops, seconds))
+            assert abs(watts / float(row["power_w"]) - 1) <= tol, (memory, watts)
 
 
 def test_costs_per_million_tokens(quick):
