@@ -588,7 +588,8 @@ class FailuresSpec(_Spec):
     failure taking several nodes — a rack of ``rack_nodes``), drawn with ``seed`` (``seeds`` jobs: seed, seed+1, …). After a
     failure the job is down ``detection_time`` + ``recovery.restart_time`` (+
     ``replacement_time`` for a gpu/node/nic failure unless one of ``spares`` hot spares is
-    free; a spare taken is free again ``repair_time`` later) + the checkpoint read.
+    free — a leaf's or rack's needs one per node it takes; a spare taken is free again
+    ``repair_time`` later) + the checkpoint read.
     ``checkpoint_write``: ``blocking`` (the job waits for the write) or ``async`` (it waits
     only for a copy to host memory at ``snapshot_bandwidth`` per GPU)."""
 
