@@ -3,12 +3,13 @@ takes several nodes at once — one interruption, one restart, a spare per node.
 
 import math
 
+import numpy as np
 import pytest
 
 import clustersim as cs
 from clustersim.errors import ScenarioError
 from clustersim.faults.availability import availability_from_failures
-from clustersim.faults.domains import rack_sizes
+from clustersim.faults.domains import rack_members
 from clustersim.faults.rates import job_rates, studies
 from clustersim.faults.renewal import FleetJob, simulate
 
@@ -36,7 +37,7 @@ def test_domain_rate_is_its_units_over_its_mtbf():
     taken = res.job.groupby("component")["nodes"].agg(set).to_dict()
     assert taken["gpu"] == {1} and taken["leaf"] == {2} and taken["rack"] <= {3, 1}
     assert res.summary["nodes_taken"] == pytest.approx(res.job["nodes"].sum() / 4)
-    assert rack_sizes(4, 3) == (3, 1) and rack_sizes(6, 3) == (3, 3)
+    assert rack_members(4, 3) == ((0, 1, 2), (3,)) and rack_members(6, 3) == ((0, 1, 2), (3, 4, 5))
 
 
 def test_a_domain_failure_is_one_interruption():
@@ -157,6 +158,35 @@ def test_bad_domains_are_refused(failures, field):
     assert str(err.value).startswith(field)
 
 
-def test_availability_refuses_domains():
-    with pytest.raises(ScenarioError, match=r"^recovery\.failures\.mtbf\.leaf"):
-        availability_from_failures(job({"mtbf": {"leaf": "10 h"}}), 1e5)
+def test_availability_takes_a_domains_nodes_at_once():
+    """Racks of 2 nodes (2 GPUs each) failing alone: every step of the available GPUs is a
+    whole rack's 4 GPUs."""
+    rows = availability_from_failures(
+        leafy(None), 500 * HOUR, {"mtbf": {"rack": 50 * HOUR}, "rack_nodes": 2, "repair_time": 5 * HOUR}
+    )
+    assert len(rows) > 2
+    assert all(abs(g1 - g0) % 4 == 0 for (_, g0), (_, g1) in zip(rows, rows[1:]))
+
+
+def test_availability_with_domains_is_the_product_of_up_shares():
+    """8 nodes, 4 leaves of 2: each node is up while its own process and its leaf's are —
+    independent alternating processes, up 1/(1 + λR) and 1/(1 + λ_l R) of the time — so the
+    long-run share of GPUs out is 1 − 1/((1 + λR)(1 + λ_l R)). Over S seeds the mean of the
+    time-averages is within 5 standard errors (from the seeds' spread) plus the start-up
+    transient (all up at 0: at most 2R/H of the share) of it."""
+    raw = {
+        "cluster": {"nodes": 8, "gpus_per_node": 2, "topology": {"kind": "fat_tree", "nodes_per_leaf": 2}},
+        "model": {"kind": "synthetic", "layers": 2, "forward": 1e-3, "backward": 2e-3, "params": 1e9},
+        "training": {"global_batch": 16},
+    }
+    lam, lam_leaf, repair, horizon, seeds = 1 / (50 * HOUR), 1 / (100 * HOUR), 2 * HOUR, 4000 * HOUR, 24
+    f = {"mtbf": {"node": 1 / lam, "leaf": 1 / lam_leaf}, "repair_time": repair}
+    shares = []
+    for seed in range(seeds):
+        rows = availability_from_failures(raw, horizon, f, seed)
+        ends = [t for t, _ in rows[1:]] + [horizon]
+        shares.append(sum((16 - g) * (e - t) for (t, g), e in zip(rows, ends)) / horizon / 16)
+    expected = 1 - 1 / ((1 + lam * repair) * (1 + lam_leaf * repair))
+    bound = 5 * np.std(shares, ddof=1) / math.sqrt(seeds) + 2 * repair / horizon
+    assert abs(np.mean(shares) - expected) < bound
+    assert abs(np.mean(shares) - (1 - 1 / (1 + lam * repair))) > bound  # the leaves' share shows

@@ -11,8 +11,15 @@ repaired in ``R`` = ``repair_time`` and cannot fail again meanwhile. Little's la
 nodes out, L = (arrival rate of failures) × R with failures arriving at λ·(N − L), gives
 the time-average count out L = N·λR / (1 + λR), exact for any R (an alternating renewal
 process); N·λR, the M/G/∞ count, is its limit while few nodes are out. Drawn with numpy's
-Generator from ``seed`` alone (``recovery.failures.seed`` unless given). Failure domains
-(``leaf``, ``rack``) are refused here: they take several nodes at once.
+Generator from ``seed`` alone (``recovery.failures.seed`` unless given).
+
+**Failure domains** (``leaf``, ``rack``: :mod:`.domains`): each unit is an alternating
+process of its own — failing at its class's rate per unit, out for ``repair_time`` — that
+takes all its nodes while out; a node is out while its own process or any of its domains'
+is (drawn after the nodes', unit by unit, classes in name order; without domains the draws
+and the timeline are exactly those above). The processes are independent, so the
+long-run share of a node's time out is 1 − 1/(1 + λR) · Π_d 1/(1 + λ_d R) over its domains
+d (each up a share 1/(1 + λ_d R)).
 """
 
 from __future__ import annotations
@@ -24,24 +31,27 @@ import numpy as np
 from ..errors import ScenarioError
 from ..scenario import load_scenario
 from ..topology import build_topology
-from .domains import DOMAINS, job_units
+from .domains import DOMAINS, domain_members, job_units
 from .rates import HARDWARE, check_study, job_rates
 
 
 def node_failure_rate(sc) -> float:
     """Hardware failures per second of one node of ``sc`` in service (module doc)."""
+    return _rates(sc)[0]
+
+
+def _rates(sc) -> tuple[float, list[tuple[float, tuple[tuple[int, ...], ...]]]]:
+    """A node's hardware failure rate, and per failure domain class with a rate (in name
+    order) its rate per unit and each unit's nodes (module doc)."""
     spec = sc.recovery.failures
     check_study(spec.study)
     cluster = sc.cluster.model_dump()
-    rates = job_rates(spec, job_units(cluster, build_topology(cluster), spec.rack_nodes)[0])
-    for c in DOMAINS:
-        if c in rates:  # the nodes are independent processes here; a domain couples them
-            raise ScenarioError(
-                f"recovery.failures.mtbf.{c}",
-                "a failure domain",
-                "availability draws independent nodes: no leaf or rack rates (study or mtbf)",
-            )
-    return sum(r for c, r in rates.items() if c in HARDWARE) / sc.cluster.nodes
+    graph = build_topology(cluster)
+    counts, _ = job_units(cluster, graph, spec.rack_nodes)
+    rates = job_rates(spec, counts)
+    members = domain_members(cluster, graph, spec.rack_nodes)
+    domains = [(rates[c] / counts[c], members[c]) for c in DOMAINS if c in rates]
+    return sum(r for c, r in rates.items() if c in HARDWARE) / sc.cluster.nodes, domains
 
 
 def availability_from_failures(
@@ -62,7 +72,8 @@ def availability_from_failures(
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ScenarioError("recovery.failures.seed", seed, "a whole number ≥ 0")
     nodes, gpn = sc.cluster.nodes, sc.cluster.gpus_per_node
-    events = _outages(node_failure_rate(sc), spec.repair_time, nodes, horizon_s, np.random.default_rng(seed))
+    rate, domains = _rates(sc)
+    events = _outages(rate, spec.repair_time, nodes, horizon_s, domains, np.random.default_rng(seed))
     rows, out = [(0.0, nodes * gpn)], 0
     for t, step in events:
         out += step
@@ -91,21 +102,59 @@ def _with_failures(sc, failures: dict | None):
     return sc
 
 
-def _outages(rate: float, repair_s: float, nodes: int, horizon_s: float, rng) -> list[tuple[float, int]]:
+def _outages(
+    rate: float, repair_s: float, nodes: int, horizon_s: float, domains, rng
+) -> list[tuple[float, int]]:
     """(time, +1 a node goes out / −1 it is back) before ``horizon_s``, sorted; returns
-    before failures at one instant (each node's draws in node order, so a seed fixes all)."""
-    if rate <= 0 or repair_s <= 0:
+    before failures at one instant. The nodes' draws in node order, then each domain
+    unit's (``domains``: per class, its rate per unit and its units' nodes), so a seed fixes
+    all; a node out by several at once is out once (module doc)."""
+    if repair_s <= 0:
         return []
+    down = _intervals(rate, repair_s, nodes, horizon_s, rng)
+    if domains:
+        for unit_rate, units in domains:
+            for unit, spans in zip(
+                units, _intervals(unit_rate, repair_s, len(units), horizon_s, rng), strict=True
+            ):
+                for node in unit:
+                    down[node] = down[node] + spans
+        down = [_merged(spans) for spans in down]
     events = []
-    for _ in range(nodes):
-        t = 0.0
+    for spans in down:
+        for start, end in spans:
+            events.append((start, 1))
+            if end < horizon_s:
+                events.append((end, -1))
+    return sorted(events)
+
+
+def _intervals(
+    rate: float, repair_s: float, units: int, horizon_s: float, rng
+) -> list[list[tuple[float, float]]]:
+    """Per unit (drawn in order), its (out, back) intervals starting before ``horizon_s``:
+    out after an exponential time at ``rate`` in service, back ``repair_s`` later."""
+    out = []
+    for _ in range(units if rate > 0 else 0):
+        t, spans = 0.0, []
         while True:
             t += float(rng.exponential(1.0 / rate))
             if t >= horizon_s:
                 break
-            events.append((t, 1))
+            spans.append((t, t + repair_s))
             t += repair_s
-            if t >= horizon_s:
+            if t >= horizon_s:  # no draw past the horizon: a seed's later units keep theirs
                 break
-            events.append((t, -1))
-    return sorted(events)
+        out.append(spans)
+    return out or [[] for _ in range(units)]
+
+
+def _merged(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Overlapping or touching intervals joined (a node out by two causes is out once)."""
+    out: list[tuple[float, float]] = []
+    for start, end in sorted(spans):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out

@@ -22,10 +22,10 @@ from ..topology.inventory import unit_counts
 DOMAINS = ("leaf", "rack")
 
 
-def leaf_sizes(graph) -> tuple[int, ...]:
-    """Nodes each leaf switch of the topology ``graph`` takes (module doc), leaves in
-    name order; leaves with no node are left out."""
-    sizes = []
+def leaf_members(graph) -> tuple[tuple[int, ...], ...]:
+    """The nodes each leaf switch of the topology ``graph`` takes (module doc), leaves in
+    name order, nodes in order; leaves with no node are left out."""
+    out = []
     for name, d in sorted(graph.nodes(data=True)):
         if d.get("kind") != "switch" or d.get("host") is not None:
             continue
@@ -36,26 +36,30 @@ def leaf_sizes(graph) -> tuple[int, ...]:
         }
         hosts.discard(None)
         if hosts:
-            sizes.append(len(hosts))
-    return tuple(sizes)
+            out.append(tuple(sorted(hosts)))
+    return tuple(out)
 
 
-def rack_sizes(nodes: int, rack_nodes: int) -> tuple[int, ...]:
-    """Nodes in each rack of ``rack_nodes`` consecutive nodes (the last: the rest)."""
-    full, rest = divmod(nodes, rack_nodes)
-    return (rack_nodes,) * full + ((rest,) if rest else ())
+def rack_members(nodes: int, rack_nodes: int) -> tuple[tuple[int, ...], ...]:
+    """The nodes of each rack of ``rack_nodes`` consecutive nodes (the last: the rest)."""
+    return tuple(tuple(range(i, min(i + rack_nodes, nodes))) for i in range(0, nodes, rack_nodes))
+
+
+def domain_members(cluster: dict, graph, rack_nodes: int | None) -> dict[str, tuple[tuple[int, ...], ...]]:
+    """Domain class → the nodes each of its units takes, for the ``cluster`` (a
+    ClusterSpec's dict) and its topology ``graph`` (no racks without ``rack_nodes``)."""
+    return {
+        "leaf": leaf_members(graph),
+        "rack": rack_members(cluster["nodes"], rack_nodes) if rack_nodes else (),
+    }
 
 
 def job_units(
     cluster: dict, graph, rack_nodes: int | None
 ) -> tuple[dict[str, int], dict[str, tuple[int, ...]]]:
-    """The units of the ``cluster`` (a ClusterSpec's dict) with topology ``graph`` that
-    failure rates are counted per (:func:`~clustersim.topology.inventory.unit_counts`, plus
-    leaves and racks), and per domain class the nodes each of its units takes (no racks
-    without ``rack_nodes``)."""
-    sizes = {
-        "leaf": leaf_sizes(graph),
-        "rack": rack_sizes(cluster["nodes"], rack_nodes) if rack_nodes else (),
-    }
-    counts = {**unit_counts(cluster, graph), **{c: len(s) for c, s in sizes.items()}}
-    return counts, {c: s for c, s in sizes.items() if s}
+    """The units of the ``cluster`` with topology ``graph`` that failure rates are counted
+    per (:func:`~clustersim.topology.inventory.unit_counts`, plus leaves and racks), and per
+    domain class with units the nodes each of them takes, counted."""
+    members = domain_members(cluster, graph, rack_nodes)
+    counts = {**unit_counts(cluster, graph), **{c: len(m) for c, m in members.items()}}
+    return counts, {c: tuple(len(u) for u in m) for c, m in members.items() if m}
