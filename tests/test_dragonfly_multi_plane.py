@@ -271,3 +271,13 @@ def test_ugal_needs_the_flow_model():
         with pytest.raises(ScenarioError, match=r"^cluster\.topology\.routing"):
             build_fabric(model, simpy.Environment(), Recorder(), g)
     assert build_fabric("flow", simpy.Environment(), Recorder(), g).adaptive_routing
+
+
+def test_ugal_routes_refuse_an_unknown_gpu_naming_the_end():
+    r = Router(build_topology({**one_gpu_per_node(8, NIC), "topology": {**DF, "routing": "ugal"}}))
+    for ask in (r.path, r.choices):
+        with pytest.raises(ScenarioError, match=r"^route\.dst"):
+            ask("gpu0", "gpu99")
+        with pytest.raises(ScenarioError, match=r"^route\.src"):
+            ask("gpu99", "gpu0")
+    assert len(r.choices("gpu0", "gpu7")) == 2 and r.choices("gpu0", "gpu7")[0] == r.path("gpu0", "gpu7")

@@ -132,6 +132,9 @@ class Router:
             if path is not None:
                 self._paths[key] = path
                 return path
+        for end, name in (("src", src), ("dst", dst)):
+            if name not in self.graph:
+                raise ScenarioError(f"route.{end}", name, "a node of the topology (gpu0, gpu1, …)")
         path = self._paths[key] = self._join(src, dst, self._via(src, dst, flow_key)[0], flow_key)
         return path
 
@@ -142,17 +145,14 @@ class Router:
         key = (src, dst, flow_key)
         hit = self._choices.get(key)
         if hit is None:
+            hit = (self.path(src, dst, flow_key),)  # first: it checks both ends are nodes
             vias = self._via(src, dst, flow_key) if self.waypoints is not None else ((),)
-            hit = (self.path(src, dst, flow_key),)
             hit = self._choices[key] = hit + tuple(self._join(src, dst, via, flow_key) for via in vias[1:])
         return hit
 
     def _join(self, src: str, dst: str, via: tuple[str, ...], flow_key: Hashable) -> tuple[str, ...]:
-        """The route from ``src`` through the routers ``via`` to ``dst``: shortest legs,
-        ECMP choices from the flow's number."""
-        for end, name in (("src", src), ("dst", dst)):
-            if name not in self.graph:
-                raise ScenarioError(f"route.{end}", name, "a node of the topology (gpu0, gpu1, …)")
+        """The route from ``src`` through the routers ``via`` to ``dst`` (both nodes of the
+        topology): shortest legs, ECMP choices from the flow's number."""
         flow = self.flow_number(src, dst, flow_key)
         nodes = [src]
         for end in (*via, dst):
