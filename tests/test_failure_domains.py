@@ -190,3 +190,20 @@ def test_availability_with_domains_is_the_product_of_up_shares():
     bound = 5 * np.std(shares, ddof=1) / math.sqrt(seeds) + 2 * repair / horizon
     assert abs(np.mean(shares) - expected) < bound
     assert abs(np.mean(shares) - (1 - 1 / (1 + lam * repair))) > bound  # the leaves' share shows
+
+
+def test_tor_rows_fit_under_llama3_switch_and_cable_interruptions():
+    """A bound across sources: Llama 3's production cluster has one ToR per rack of two
+    8-GPU servers (Llama 3 paper §3.3.1, as G. Lockwood's notes on Meta's H100 clusters
+    put it), so 16,384 GPUs sit under 1,024 ToRs. Over the 54 days the ToR rows expect
+    1,024 × 1,296 h / MTBF ToR failures — 7.8 by Gill et al., 12.2 by Singh et al. — each
+    taking its 2 servers; both fit under the 35 switch-and-cable interruptions Llama 3
+    counted, of which the ToRs' are a part."""
+    tors = 16_384 // 16
+    expected = {
+        s: tors * LLAMA_HOURS * HOUR / studies()[s]["leaf"] for s in ("gill_sigcomm2011", "singh_ccr2021")
+    }
+    assert expected["gill_sigcomm2011"] == pytest.approx(
+        tors * LLAMA_HOURS / 8760 * -math.log(0.95), rel=1e-3
+    )
+    assert all(n < 35 for n in expected.values())
