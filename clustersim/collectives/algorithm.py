@@ -72,6 +72,11 @@ def any_hardware(shape) -> str | None:
     return None
 
 
+def as_stated(shape, protocol):
+    """The ``pays`` of an algorithm that pays a protocol as the system states it."""
+    return protocol
+
+
 @dataclass(frozen=True)
 class Algorithm(Plugin):
     """A registered algorithm: its name, one-line description, the ``kinds`` it implements,
@@ -83,7 +88,8 @@ class Algorithm(Plugin):
     bool``: whether ``auto`` may choose it there; ``hardware(shape) -> reason | None`` for
     links it cannot run on (:class:`.cost.Shape`, e.g. no NVLink SHARP), ``protocols``,
     the NCCL protocols it runs (None: all), and ``across_hosts``, the kinds ``auto`` may
-    choose it for on a group spanning hosts (None: all it implements)."""
+    choose it for on a group spanning hosts (None: all it implements); ``pays(shape,
+    protocol) -> Protocol``, the protocol as it pays it (NVLS: its NCCL release's latency)."""
 
     kinds: frozenset = frozenset()
     cost: Callable = None
@@ -91,6 +97,7 @@ class Algorithm(Plugin):
     in_auto: Callable[[int, tuple[int, ...]], bool] = always
     hardware: Callable = any_hardware
     protocols: frozenset | None = None
+    pays: Callable = as_stated
     #: the kinds ``auto`` may choose it for on a group spanning several hosts (None: every
     #: kind it implements)
     across_hosts: frozenset | None = None
