@@ -92,7 +92,8 @@ NCCL_PROTOCOLS_A100: dict[str, dict[str, float]] = {
 #: single-node all-reduces as NCCL runs them by default, optimistic for reduce-scatter,
 #: all-gather and multi-node rings below the plateau (no H100 Ring curve was found). NVLS
 #: itself runs where a scenario asks for it (``nvls``, or NCCL's choice ``nccl``:
-#: clustersim.collectives.nvls), with these values as its Simple protocol:
+#: clustersim.collectives.nvls), with these values as its Simple protocol but for the
+#: latency, NVLS's own per NCCL release (data/nvls_latency.csv: 2.18.5 28.2 µs on this curve):
 #: * LL: efficiency 0.5 fixed; latency 23 µs fitted (the ~26 µs floor up to 32 KiB);
 #: * LL128: latency 26 µs and efficiency 0.85 fitted (1–8 MiB);
 #: * Simple: efficiency 1.0; latency 33 µs fitted.
