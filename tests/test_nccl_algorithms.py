@@ -317,6 +317,15 @@ def test_nccl_version_is_checked_and_gates_nvls():
     old = {**preset_cluster("dgx_h100", 1), "nccl_version": "2.16.5"}  # before NVLS
     with pytest.raises(ScenarioError, match="NCCL 2.17.1"):
         measure(old, "all_reduce", MiB, "nvls", network="flow")
+    # 2.18's tuner runs reduce-scatter and all-gather as ring only: NVLS ones from 2.19.1
+    h100 = preset_cluster("dgx_h100", 1)
+    assert h100["nccl_version"] == "2.18.5"
+    for kind in ("reduce_scatter", "all_gather"):
+        with pytest.raises(ScenarioError, match="NCCL 2.19.1"):
+            measure(h100, kind, MiB, "nvls", network="flow")
+        assert plan(group_of(h100), kind, 1 << 30, "nccl")[0] != "nvls"
+        newer = {**h100, "nccl_version": "2.19.3"}
+        assert measure(newer, kind, 1 << 30, "nvls", network="flow").busbw > 0
     # a release without a fitted NVLS latency pays the system's Simple latency
     unfitted = {**preset_cluster("dgx_h100", 1), "nccl_version": "2.19.3"}
     simple = unfitted["collective_protocols"]["simple"]["latency"]

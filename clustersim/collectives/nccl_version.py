@@ -8,7 +8,8 @@ curve it was calibrated on (:mod:`clustersim.hardware.presets`); unset, the newe
 modelled here. What depends on the release, each from NCCL's source at its tag:
 
 * NVLS (NVLink SHARP) all-reduce exists from 2.17.1 (``NCCL_ALGO_NVLS`` first in
-  ``src/graph/tuning.cc``).
+  ``src/graph/tuning.cc``); NVLS reduce-scatter and all-gather from 2.19.1 (2.18's tuner
+  runs them as ring whatever ``NCCL_ALGO`` says).
 * How an NVLS call's bytes are dealt to its channels (:func:`clustersim.collectives.nvls.steps`).
   Up to 2.19.x the kernel strides over the whole buffer (``src/collectives/device/all_reduce.h``
   2.18.5, ``RunWorkElement<…, NCCL_ALGO_NVLS, …>``): a loop is ``nChannels · nHeads · chunk``
@@ -32,6 +33,10 @@ import re
 
 #: NVLS all-reduce's first release (tuning.cc)
 NVLS_SINCE = (2, 17, 1)
+#: NVLS reduce-scatter and all-gather's first release (tuning.cc 2.18.5 still runs them as
+#: ring only: ``if (coll == ncclFuncAllGather && a != NCCL_ALGO_RING) continue``; 2.19.1
+#: admits ``NCCL_ALGO_NVLS``)
+NVLS_SCATTER_GATHER_SINCE = (2, 19, 1)
 #: the first release that deals one host's NVLS call to its channels in contiguous shares
 CONTIGUOUS_SINCE = (2, 20, 3)
 #: what an unset ``cluster.nccl_version`` runs: the newest mechanics modelled
@@ -55,6 +60,7 @@ def contiguous_split(version: str | None) -> bool:
     return parse(version) >= CONTIGUOUS_SINCE
 
 
-def has_nvls(version: str | None) -> bool:
-    """Whether ``version`` has the NVLS algorithm at all (2.17.1 on)."""
-    return parse(version) >= NVLS_SINCE
+def has_nvls(version: str | None, kind: str) -> bool:
+    """Whether ``version`` runs collective ``kind`` by NVLS: an all-reduce from 2.17.1, a
+    reduce-scatter or an all-gather from 2.19.1 (module doc)."""
+    return parse(version) >= (NVLS_SINCE if kind == "all_reduce" else NVLS_SCATTER_GATHER_SINCE)

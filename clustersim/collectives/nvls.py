@@ -180,12 +180,13 @@ def fits(kind: str, n: int, per_host: tuple[int, ...]) -> str | None:
     return None
 
 
-def hardware(sh: Shape) -> str | None:
+def hardware(sh: Shape, kind: str) -> str | None:
     """NVLS needs an NVSwitch with NVLink SHARP (Hopper or Blackwell systems)."""
     if sh.nvls <= 0:
         return "nvls needs the GPUs to meet at an NVSwitch with NVLink SHARP (Hopper or Blackwell HGX/DGX, NVL72)"
-    if not has_nvls(sh.nccl_version):
-        return f"nvls needs NCCL 2.17.1 or later (cluster.nccl_version: {sh.nccl_version})"
+    if not has_nvls(sh.nccl_version, kind):
+        since = "2.19.1" if kind != "all_reduce" else "2.17.1"
+        return f"nvls {kind} needs NCCL {since} or later (cluster.nccl_version: {sh.nccl_version})"
     return None
 
 
