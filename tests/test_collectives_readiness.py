@@ -86,7 +86,7 @@ def run(algorithm: str, kind: str, shape: tuple[int, int], network: str, latency
         graph = build_topology(cluster(*shape))
         fabric = build_fabric(network, env, rec, graph, FabricOptions(chunk_size=MiB // 8))
     group = Group(env, fabric, members, {"intra_node": 2e-6, "inter_node": 5e-6}, latency)
-    if ALGORITHMS[algorithm].hardware(group.shape()) is not None:
+    if ALGORITHMS[algorithm].hardware(group.shape(), kind) is not None:
         return None  # links it cannot run on (nvls without a graph's NVSwitch)
     root = members[-1] if kind in ("broadcast", "reduce") else None
     engines, _ = ALGORITHMS[algorithm].build(group, kind, MiB + 3, Options(root=root))
@@ -186,7 +186,7 @@ def test_a_replay_waits_as_its_build_did(algorithm):
         env = simpy.Environment()
         members = [f"gpu{i}" for i in range(shape[0] * shape[1])]
         group = Group(env, DirectFabric(env, Recorder(), float("inf"), 1e-6), members, 0.0, "overlapped")
-        if ALGORITHMS[algorithm].hardware(group.shape()) is not None:
+        if ALGORITHMS[algorithm].hardware(group.shape(), kind) is not None:
             continue  # links it cannot run on (nvls: a direct fabric has no NVSwitch)
         root = members[-1] if kind in ("broadcast", "reduce") else None
         engines, _ = ALGORITHMS[algorithm].build(group, kind, MiB + 3, Options(root=root))

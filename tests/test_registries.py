@@ -75,7 +75,7 @@ def test_every_algorithm_prices_each_kind_it_runs_and_more_bytes_cost_more(algo)
     priced = 0
     for kind in sorted(algo.kinds - {"barrier"}):
         for per_host, shape in shapes:
-            if algo.fits(kind, n, per_host) is None and algo.hardware(shape) is None:
+            if algo.fits(kind, n, per_host) is None and algo.hardware(shape, kind) is None:
                 small, big = (estimate_time(kind, algo.name, shape, s) for s in (2**20, 2**26))
                 assert 0 < small < big < math.inf
                 priced += 1

@@ -67,9 +67,14 @@ def never(n: int, per_host: tuple[int, ...]) -> bool:
     return False
 
 
-def any_hardware(shape) -> str | None:
+def any_hardware(shape, kind: str) -> str | None:
     """The ``hardware`` of an algorithm that runs on any links."""
     return None
+
+
+def as_stated(shape, protocol):
+    """The ``pays`` of an algorithm that pays a protocol as the system states it."""
+    return protocol
 
 
 @dataclass(frozen=True)
@@ -80,10 +85,11 @@ class Algorithm(Plugin):
     (:class:`.cost.Shape`), and two static shape rules over ``n`` members with
     ``per_host[h]`` of them on host ``h`` — no live group needed: ``fits(kind, n,
     per_host) -> reason | None`` for shapes it cannot run, and ``in_auto(n, per_host) ->
-    bool``: whether ``auto`` may choose it there; ``hardware(shape) -> reason | None`` for
-    links it cannot run on (:class:`.cost.Shape`, e.g. no NVLink SHARP), ``protocols``,
+    bool``: whether ``auto`` may choose it there; ``hardware(shape, kind) -> reason | None``
+    for links (or an NCCL release) it cannot run ``kind`` on (:class:`.cost.Shape`, e.g. no NVLink SHARP), ``protocols``,
     the NCCL protocols it runs (None: all), and ``across_hosts``, the kinds ``auto`` may
-    choose it for on a group spanning hosts (None: all it implements)."""
+    choose it for on a group spanning hosts (None: all it implements); ``pays(shape,
+    protocol) -> Protocol``, the protocol as it pays it (NVLS: its NCCL release's latency)."""
 
     kinds: frozenset = frozenset()
     cost: Callable = None
@@ -91,6 +97,7 @@ class Algorithm(Plugin):
     in_auto: Callable[[int, tuple[int, ...]], bool] = always
     hardware: Callable = any_hardware
     protocols: frozenset | None = None
+    pays: Callable = as_stated
     #: the kinds ``auto`` may choose it for on a group spanning several hosts (None: every
     #: kind it implements)
     across_hosts: frozenset | None = None

@@ -129,7 +129,7 @@ def check_schedule(group: Group, kind: str, name: str, split) -> None:
 def check_shape(group: Group, kind: str, name: str) -> None:
     """Raise ScenarioError when ``name`` cannot run ``kind`` on this group's shape or links."""
     spec = ALGORITHMS[name]
-    why = spec.fits(kind, len(group.members), per_host(group)) or spec.hardware(group.shape())
+    why = spec.fits(kind, len(group.members), per_host(group)) or spec.hardware(group.shape(), kind)
     if why is not None:
         raise ScenarioError("collective.algorithm", name, why)
 

@@ -43,6 +43,9 @@ class Shape:
     #: NVLink SHARP's efficiency on the group's switch (NCCL tuning.cc ``nvlsEfficiency``;
     #: :mod:`.nvls`), 0 where it has none (not an NVSwitch of a Hopper or Blackwell system)
     nvls: float = 0.0
+    #: the NCCL release the system runs (``cluster.nccl_version``; :mod:`.nccl_version`),
+    #: None: the newest mechanics modelled
+    nccl_version: str | None = None
 
     @property
     def m(self) -> int:

@@ -131,6 +131,7 @@ class Group:
         if len(first) > 1:
             bw, lat, via = self.path(first[0], first[1])
             out["nvls"] = nvls_efficiency(self.graph, via) if len(groups) == 1 else 0.0
+            out["nccl_version"] = self.graph.graph.get("nccl_version") if self.graph is not None else None
         elif self.graph is None:
             bw, lat = float(self.fabric.bandwidth), float(self.fabric.latency)
         else:

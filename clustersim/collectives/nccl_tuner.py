@@ -226,7 +226,7 @@ def choose(group: Group, kind: str, nbytes: float) -> tuple[str, Protocol]:
         spec = ALGORITHMS.get(RUNS_AS[algo])
         if spec is None or kind not in spec.kinds:
             continue
-        if spec.fits(kind, sh.n, hosts) is not None or spec.hardware(sh) is not None:
+        if spec.fits(kind, sh.n, hosts) is not None or spec.hardware(sh, kind) is not None:
             continue
         for proto in ("ll", "ll128", "simple"):
             if proto not in protocols or spec.protocols is not None and proto not in spec.protocols:

@@ -17,9 +17,15 @@ the second. NVLS across hosts (NVLSTree, CollNet) is not modelled: one host only
 the Simple protocol only (NCCL: ``NVLS && p != NCCL_PROTO_SIMPLE`` is skipped).
 
 Latency: NCCL's tuner counts NVLS's latency once per call, with no per-step term (tuning.cc
-2.18.5: ``baseLat`` 23 µs and NVLink ``hwLat`` 0; master: ``intraLat`` 25 µs) — here the
-system's Simple protocol latency (the H100 one fitted on this very curve), and the messages
-carry no step α: the switch's steps are pipelined, not a chain of handshakes.
+2.18.5: ``baseLat`` 23 µs and NVLink ``hwLat`` 0; 2.20.5: NVLink ``hwLat`` 23 µs; master:
+``intraLat`` 25 µs), and the messages carry no step α: the switch's steps are pipelined, not
+a chain of handshakes. The latency paid is the system's Simple latency, except where the
+system states one (a calibrated preset) and runs an NCCL release (``cluster.nccl_version``,
+:mod:`.nccl_version`) with a row in ``clustersim/data/nvls_latency.csv``: NVLS's own, fitted
+once per release on that release's curve (least squares on log time of this schedule plus
+the latency: 2.18.5 28.2 µs on Azure's ND H100 v5 curve, 2.20.5 24.7 µs on ND H200 v5's;
+the ring-priced Simple fit of the H100 curve is 33 µs). The tuner's 23 µs is the same in both
+releases, so the 3.5 µs between them is measured, not read off the source.
 
 How NCCL cuts the data (``src/enqueue.cc``, the same rule in 2.18.5, 2.20.5 and master):
 ``nvlsChannels`` channels (``src/transport/nvls.cc``: 16 on Hopper, 24 on one Blackwell
@@ -32,23 +38,33 @@ peers' flags before it moves the next chunk; the slopes below put it at ~4 µs),
 why NVLS reaches its plateau only with large chunks: on 8 × H100 the nccl-tests curves' slope
 is ~150–190 GB/s algbw with 16 KiB chunks, ~210–230 with 32 KiB, ~258 with 64 KiB and ~275
 with 128 KiB (Azure ND H100 v5 / H200 v5, nccl_collective_measurements.csv). That step
-latency is folded into the link time here: a message takes its bytes / ``efficiency(c)`` of
-link time, ``1/e_c = 1/e + α·B/(channels·c·w)``, w = m + 1 chunks through a GPU's busier
-direction per all-reduce step (m up and its reduced shard back; m of the multicast in), m for
-a reduce-scatter or an all-gather.
+latency is folded into the link time here: a message takes its bytes / ``efficiency`` of link
+time, the busiest channel's steps (:func:`steps`, as the system's NCCL release deals the
+call to its channels: :mod:`.nccl_version`) each ``w·c`` bytes on its ``1/channels`` of
+``e·B`` plus α, over the call's bytes on the whole link — w = m + 1 chunks through a GPU's
+busier direction per all-reduce step (m up and its reduced shard back; m of the multicast
+in), m for a reduce-scatter or an all-gather. Where every channel takes whole steps this is
+``1/e_c = 1/e + α·B/(channels·c·w)``; a call of less than one loop on 2.18.5 leaves channels
+idle (1 MiB: 8 of 16, each one 128 KiB step, where 2.20.5 runs 16 with one 64 KiB step) —
+why 2.18.5's 1 MiB row lies above the line through its 2–16 MiB rows and 2.20.5's does not.
 
-Idle time on link bandwidth B, efficiency e_c at NCCL's chunk c, k pipeline chunks (before
-the protocol latency):
-``T_AR = (1 + 1/k) · S·(1 + 1/m)/(e_c·B)``; ``T_RS = T_AG = (1 + 1/k) · S/(e_c·B)``.
+Idle time on link bandwidth B, efficiency e at the call's size, k pipeline chunks (before
+the latency):
+``T_AR = (1 + 1/k) · S·(1 + 1/m)/(e·B)``; ``T_RS = T_AG = (1 + 1/k) · S/(e·B)``.
 """
 
 from __future__ import annotations
 
+import csv
 import math
+from dataclasses import replace
+from functools import cache
+from pathlib import Path
 
 from .algorithm import ALGORITHMS, Algorithm, never
 from .cost import Shape
 from .nccl_hardware import NVLS_EFFICIENCY
+from .nccl_version import contiguous_split, has_nvls
 from .ring import pipeline_chunks
 from .schedule import Msg, all_of, split
 
@@ -63,6 +79,8 @@ _GENERATION = {e: g for g, e in NVLS_EFFICIENCY.items() if e > 0}
 #: NCCL's NVLS chunk sizes, largest first (``nvlsChunkSize`` 128 KiB), and the multiple of
 #: one step's bytes over all channels below which each next smaller one is taken (enqueue.cc)
 CHUNKS = ((131072, 64), (65536, 8), (32768, 2), (16384, 0))
+#: NVLS's per-call latency per NCCL release, fitted once on each release's curve
+LATENCY_CSV = Path(__file__).resolve().parent.parent / "data" / "nvls_latency.csv"
 
 
 def chunk_size(nbytes: float, m: int, channels: int) -> int:
@@ -74,13 +92,45 @@ def chunk_size(nbytes: float, m: int, channels: int) -> int:
     return CHUNKS[-1][0]
 
 
+def steps(nbytes: float, m: int, channels: int, version: str | None) -> list[float]:
+    """The data bytes of each step of the busiest channel of an ``nbytes`` NVLS call on ``m``
+    heads over ``channels`` channels, as NCCL release ``version`` deals them
+    (:mod:`.nccl_version`): up to 2.19 loops of ``channels·m·c`` strided over the buffer, the
+    first channel taking the first ``m·c`` of each (and of the last, partial, loop); from
+    2.20.3 one contiguous ``nbytes/channels`` per channel in loops of ``m·c``, the last cut to
+    its remainder."""
+    step = m * chunk_size(nbytes, m, channels)
+    share = nbytes / channels if contiguous_split(version) else nbytes
+    loops, rest = divmod(share, step if contiguous_split(version) else step * channels)
+    return [step] * int(loops) + ([min(step, rest)] if rest > 0 else [])
+
+
 def efficiency(sh: Shape, kind: str, nbytes: float) -> float:
-    """NVLS's link efficiency at NCCL's chunk for ``nbytes``: ``nvlsEfficiency`` with each
-    channel's step latency folded into its link time (module doc)."""
+    """NVLS's link efficiency for ``nbytes``: the busiest channel's steps (:func:`steps`), each
+    its bytes on the channel's share of ``nvlsEfficiency`` of the link plus the step latency α,
+    as a fraction of the whole call's bytes on the whole link (module doc)."""
     m, channels = sh.n, CHANNELS[_GENERATION[sh.nvls]]
-    c = chunk_size(nbytes, m, channels)
-    w = m + 1 if kind == "all_reduce" else m
-    return 1 / (1 / sh.nvls + sh.alpha * sh.bw / (channels * c * w))
+    per_byte = (m + 1) / m if kind == "all_reduce" else 1.0  # link bytes per data byte
+    busy = steps(nbytes, m, channels, sh.nccl_version)
+    t = sum(per_byte * d * channels / (sh.nvls * sh.bw) + sh.alpha for d in busy)
+    return nbytes * per_byte / (sh.bw * t) if t > 0 else sh.nvls  # nothing to move: any
+
+
+@cache
+def release_latencies() -> dict[str, float]:
+    """NCCL release → NVLS's per-call latency (s), fitted once per release on its nccl-tests
+    curve (``clustersim/data/nvls_latency.csv``; module doc)."""
+    with open(LATENCY_CSV, newline="") as fh:
+        return {r["nccl_version"]: float(r["latency_us"]) * 1e-6 for r in csv.DictReader(fh)}
+
+
+def pays(sh: Shape, protocol):
+    """Simple as NVLS pays it: where the system states a latency (a calibrated preset) and runs
+    a release with a fitted NVLS latency, that latency (module doc); else as stated."""
+    fitted = release_latencies().get(sh.nccl_version)
+    if fitted is None or protocol.latency <= 0:
+        return protocol
+    return replace(protocol, latency=fitted)
 
 
 def build(group, kind: str, nbytes: int, options):
@@ -130,10 +180,13 @@ def fits(kind: str, n: int, per_host: tuple[int, ...]) -> str | None:
     return None
 
 
-def hardware(sh: Shape) -> str | None:
+def hardware(sh: Shape, kind: str) -> str | None:
     """NVLS needs an NVSwitch with NVLink SHARP (Hopper or Blackwell systems)."""
     if sh.nvls <= 0:
         return "nvls needs the GPUs to meet at an NVSwitch with NVLink SHARP (Hopper or Blackwell HGX/DGX, NVL72)"
+    if not has_nvls(sh.nccl_version, kind):
+        since = "2.19.1" if kind != "all_reduce" else "2.17.1"
+        return f"nvls {kind} needs NCCL {since} or later (cluster.nccl_version: {sh.nccl_version})"
     return None
 
 
@@ -158,5 +211,6 @@ ALGORITHMS.add(
         in_auto=never,
         hardware=hardware,
         protocols=frozenset({"simple"}),
+        pays=pays,
     )
 )

@@ -71,7 +71,7 @@ def plan(group: Group, kind: str, nbytes: int, algorithm: str = "auto") -> tuple
         names = [a.name for a in ALGORITHMS.values() if may_choose(a, kind, n, hosts)]
     elif algorithm == NCCL and n > 1:  # NCCL's tuner picks the pair (nccl_tuner.py)
         name, proto = nccl_choose(group, kind, nbytes)
-        proto = proto.for_kind(kind)
+        proto = ALGORITHMS[name].pays(shape, proto.for_kind(kind))
         return name, proto, proto.latency + estimate_time(kind, name, shape, proto.wire_bytes(nbytes))
     else:
         names = ["ring" if algorithm == NCCL else algorithm]
@@ -81,6 +81,7 @@ def plan(group: Group, kind: str, nbytes: int, algorithm: str = "auto") -> tuple
     for name in names:
         allowed = ALGORITHMS[name].protocols
         runs = tuple(p for p in protocols if allowed is None or p.name in allowed) or (SIMPLE,)
+        runs = tuple(ALGORITHMS[name].pays(shape, p) for p in runs)
         proto, t = choose(runs, nbytes, lambda s, a=name: estimate_time(kind, a, shape, s))
         if t < best[2]:
             best = (name, proto, t)

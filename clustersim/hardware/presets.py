@@ -92,7 +92,8 @@ NCCL_PROTOCOLS_A100: dict[str, dict[str, float]] = {
 #: single-node all-reduces as NCCL runs them by default, optimistic for reduce-scatter,
 #: all-gather and multi-node rings below the plateau (no H100 Ring curve was found). NVLS
 #: itself runs where a scenario asks for it (``nvls``, or NCCL's choice ``nccl``:
-#: clustersim.collectives.nvls), with these values as its Simple protocol:
+#: clustersim.collectives.nvls), with these values as its Simple protocol but for the
+#: latency, NVLS's own per NCCL release (data/nvls_latency.csv: 2.18.5 28.2 µs on this curve):
 #: * LL: efficiency 0.5 fixed; latency 23 µs fitted (the ~26 µs floor up to 32 KiB);
 #: * LL128: latency 26 µs and efficiency 0.85 fitted (1–8 MiB);
 #: * Simple: efficiency 1.0; latency 33 µs fitted.
@@ -120,6 +121,12 @@ NCCL_PROTOCOLS_BLACKWELL: dict[str, dict[str, float]] = {
     "simple": {"latency": 40e-6, "efficiency": 1.0},
 }
 
+#: the NCCL release a preset runs (``cluster.nccl_version``; :mod:`clustersim.collectives.nccl_version`):
+#: the release of the curve its protocols were calibrated on, the system's own where it has one —
+#: A100, H100 (and H800, H100 silicon on H100's calibration): 2.18.5 (Azure ND A100 v4 / ND H100 v5
+#: pages); H200: 2.20.5 (Azure ND H200 v5 page, its NVLS curve); Blackwell: 2.25.1 (ND GB200 v6)
+NCCL_RELEASES = {"dgx_a100": "2.18.5", "dgx_h100": "2.18.5", "hgx_h200": "2.20.5", "blackwell": "2.25.1"}
+
 _ALPHA_NVLINK = {"intra_node": DEFAULT_ALPHA["nvlink"], "inter_node": DEFAULT_ALPHA["net"]}
 _ALPHA_PCIE = {"intra_node": DEFAULT_ALPHA["pcie"], "inter_node": DEFAULT_ALPHA["net"]}
 
@@ -132,9 +139,11 @@ def _dgx(
     protocols: dict,
     gpus: int = 8,
     line_rate: float = NVLINK_LINE_RATE,
+    nccl: str = NCCL_RELEASES["dgx_h100"],
 ) -> dict[str, Any]:
     """An NVSwitch system of ``gpus`` GPUs per NVLink domain, each with ``nvlink_links``
-    links of ``line_rate`` per direction and one ``nic_gbit`` NIC (its scale-out rail)."""
+    links of ``line_rate`` per direction and one ``nic_gbit`` NIC (its scale-out rail),
+    running NCCL release ``nccl`` (:data:`NCCL_RELEASES`)."""
     return {
         "gpus_per_node": gpus,
         "gpu": gpu,
@@ -156,6 +165,7 @@ def _dgx(
         "topology": {"kind": "fat_tree"},
         "collective_alpha": dict(_ALPHA_NVLINK),
         "collective_protocols": copy.deepcopy(protocols),
+        "nccl_version": nccl,
     }
 
 
@@ -166,7 +176,9 @@ CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
     # DGX H100: 18 NVLink4 links = 450 GB/s per GPU per direction, 8x NDR 400 Gbit/s
     "dgx_h100": _dgx("H100-SXM5-80GB", 18, NVLINK_EFF_H100, 400, NCCL_PROTOCOLS_H100),
     # HGX H200: same NVLink4/NVSwitch and 8x NDR 400 Gbit/s as HGX H100, 141 GB HBM3e
-    "hgx_h200": _dgx("H200-SXM-141GB", 18, NVLINK_EFF_H100, 400, NCCL_PROTOCOLS_H100),
+    "hgx_h200": _dgx(
+        "H200-SXM-141GB", 18, NVLINK_EFF_H100, 400, NCCL_PROTOCOLS_H100, nccl=NCCL_RELEASES["hgx_h200"]
+    ),
     # HGX H800: H100 silicon with 8 NVLink4 links = 200 GB/s per GPU per direction (400 GB/s
     # bidirectional; gpu_datasheets.csv), 8x CX7 400 Gbit/s IB as in DeepSeek-V3's cluster
     # (tech report §3.1: NVLink within nodes, IB across; effective 0.824 · 200 = 165 GB/s
@@ -177,7 +189,13 @@ CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
     # up to 400 Gbit/s InfiniBand (NVIDIA DGX B200 user guide, "Introduction to NVIDIA DGX B200
     # Systems", component table; DGX BasePOD RA "Core Components": 4 OSFP ports serving 8x CX7)
     "dgx_b200": _dgx(
-        "B200-SXM-180GB", 18, NVLINK_EFF_B200, 400, NCCL_PROTOCOLS_BLACKWELL, line_rate=NVLINK5_LINE_RATE
+        "B200-SXM-180GB",
+        18,
+        NVLINK_EFF_B200,
+        400,
+        NCCL_PROTOCOLS_BLACKWELL,
+        line_rate=NVLINK5_LINE_RATE,
+        nccl=NCCL_RELEASES["blackwell"],
     ),
     # GB200 NVL72: 72 GB200 GPUs in one NVLink domain — 18 1RU compute trays of 2 Grace + 4
     # Blackwell GPUs, 9 1RU NVLink switch trays (NVIDIA DGX GB200 user guide, "Hardware": rack
@@ -192,6 +210,7 @@ CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
         NCCL_PROTOCOLS_BLACKWELL,
         gpus=72,
         line_rate=NVLINK5_LINE_RATE,
+        nccl=NCCL_RELEASES["blackwell"],
     ),
     # GB300 NVL72: 72 Blackwell Ultra GPUs, 18 compute trays of 4 GPUs + 2 Grace, 9 NVSwitch
     # trays "for full non-blocking P2P connectivity of all 72 GPUs, 130 TB/s" (NVIDIA Enterprise
@@ -205,6 +224,7 @@ CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
         NCCL_PROTOCOLS_BLACKWELL,
         gpus=72,
         line_rate=NVLINK5_LINE_RATE,
+        nccl=NCCL_RELEASES["blackwell"],
     ),
     # a PCIe server: 8 GPUs behind a PCIe Gen4 x16 switch (32 GB/s per direction),
     # 2x 100 Gbit/s NICs

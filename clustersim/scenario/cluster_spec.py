@@ -12,6 +12,7 @@ from pydantic import (
     model_validator,
 )
 
+from ..collectives import nccl_version
 from ..errors import ScenarioError
 from ..hardware.gpus import GPUS, GPUSpec
 from .fields import Bandwidth, Bytes, Flops, Range, Time, _Spec, known
@@ -167,6 +168,10 @@ class ClusterSpec(_Spec):
     collective_protocols: dict[Literal["ll", "ll128", "simple"], ProtocolSpec] | None = Field(
         default=None, min_length=1
     )
+    #: the NCCL release the system runs, 2.MINOR.PATCH (what depends on it:
+    #: clustersim.collectives.nccl_version); presets carry their calibration curve's; None =
+    #: the newest mechanics modelled
+    nccl_version: str | None = None
     #: compute slowdown while a collective runs on the same GPU (1.0 = no interference); unset,
     #: a profile that overlaps fills the GPU's default (clustersim.hardware.interference)
     comm_compute_slowdown: Annotated[float, Range(1, 100)] = 1.0
@@ -179,6 +184,12 @@ class ClusterSpec(_Spec):
     failed_links: list[tuple[str, str]] = Field(default_factory=list)
     #: mixed GPU types / speeds, in node order; ``nodes`` defaults to their sum (hardware.node_groups)
     node_groups: list[NodeGroupSpec] | None = Field(default=None, min_length=1)
+
+    @field_validator("nccl_version")
+    @classmethod
+    def _nccl_version(cls, value: str | None) -> str | None:
+        nccl_version.parse(value)  # ValueError names the accepted form
+        return value
 
     @model_validator(mode="before")
     @classmethod

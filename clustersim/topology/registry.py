@@ -124,6 +124,8 @@ def build_topology(cluster: dict) -> nx.DiGraph:
     g = build_site(cluster, "cluster")
     # the GPU model, for what depends on its generation (NVLink SHARP, NCCL's tuner constants)
     g.graph["gpu"] = cluster.get("gpu")
+    # the NCCL release, for what depends on it (clustersim.collectives.nccl_version)
+    g.graph["nccl_version"] = cluster.get("nccl_version")
     remove_failed_links(g, cluster.get("failed_links") or [])
     hierarchy = g.graph.get("hierarchy")  # (counting the nodes would write a lazy graph, lazy.py)
     gpus = g.graph["num_gpus"] = (
