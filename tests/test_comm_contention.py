@@ -14,11 +14,15 @@ from clustersim.engine.interpreter import Engine
 from clustersim.hardware.comm_contention import (
     TOLERANCE,
     beside_rate,
+    copy_rate_beside,
     curve_for,
     curves,
     fit,
     pair_seconds,
 )
+from clustersim.hardware.comm_sms import sm_rate
+from clustersim.hardware.datasheets import datasheets
+from clustersim.hardware.interference import nccl_ctas
 from clustersim.network import DirectFabric
 from clustersim.record import Recorder
 from clustersim.validation.korthikanti import layer_times
@@ -181,6 +185,69 @@ def test_off_with_slowdown_one_rate_one_or_across_domains():
     for slowdown, contention, domains in ((1.0, 0.6, (0, 0)), (1.2, 1.0, (0, 0)), (1.2, 0.6, (0, 1))):
         _, c_end, slowed = _pair(1e-3, nbytes, slowdown, contention, list(domains))
         assert c_end == pytest.approx(comm, rel=1e-12) and slowed == {}
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    gemm=st.floats(1e-4, 5e-3),
+    mib=st.integers(1, 64),
+    slowdown=st.floats(1.05, 1.5),
+    contention=st.floats(0.3, 0.99),
+)
+def test_a_collective_across_nvlink_domains_keeps_its_time_alone_beside_compute(
+    gemm, mib, slowdown, contention
+):
+    """The model's claim for a NIC-bound collective (two NVLink domains): beside compute it ends
+    at its time alone, and the compute beside it is slowed while it runs — the pair ends at
+    ``pair_seconds`` with the collective's rate 1."""
+    nbytes = mib * 2**20
+    comm = _alone(nbytes)
+    g_end, c_end, slowed = _pair(gemm, nbytes, slowdown, contention, [0, 1])
+    assert c_end == pytest.approx(comm, rel=1e-12) and slowed == {}
+    assert max(g_end, c_end) == pytest.approx(pair_seconds(gemm, gemm * slowdown, comm, 1.0), rel=1e-9)
+
+
+def _h100_reduce_scatter_busbw(nodes: int) -> float:
+    """Bus bytes/s of NVIDIA/nccl#1229's reduce-scatter across ``nodes`` H100 nodes (the
+    collective-level rows, ``data/nccl_collective_measurements.csv``)."""
+    import csv
+
+    from clustersim.validation.collectives import MEASUREMENTS_CSV
+
+    with MEASUREMENTS_CSV.open(newline="", encoding="utf-8") as f:
+        (row,) = [
+            r
+            for r in csv.DictReader(f)
+            if "nccl issue #1229" in r["source"]
+            and r["collective"] == "reduce_scatter"
+            and int(r["nodes"]) == nodes
+        ]
+    return float(row["busbw_GBps"]) * 1e9
+
+
+def test_nic_bound_claim_holds_at_a_node_rings_ctas_not_at_the_ctas_across_nodes():
+    """Why a collective across nodes is not slowed, as a closed form: a ring's n CTAs copy its
+    bus bandwidth B; beside a GEMM they copy at most P(n/SMs)·r·n (``copy_rate_beside``: r the
+    per-CTA rate alone), so the collective keeps its time alone iff B ≤ P·r·n, i.e. P ≥ P* =
+    B/(r·n). Hopper, where r is known (H200's NCCL rows, r = 36.7 GB/s; H100's die, SMs,
+    NVLink and NICs): a reduce-scatter across 4 H100 nodes moves B = 360 GB/s (nccl#1229).
+    At an NVSwitch ring's 24 CTAs P = 0.55 ≥ P* = 0.41 (483 GB/s): the claim holds. At the 16
+    channels NCCL builds across nodes (nccl#1453) P = 0.45 < P* = 0.61 (263 GB/s): it does not —
+    such a ring would run at ≤ 0.73 of its rate alone beside a GEMM, which the engine does not
+    price (no kernel-level row; docs/overlap.md)."""
+    gpu = "H200-SXM-141GB"
+    sms, r = datasheets()[gpu].sms, sm_rate(gpu, "nccl", "all_reduce")
+    busbw = _h100_reduce_scatter_busbw(nodes=4)
+    node, across = nccl_ctas("H100-SXM5-80GB"), nccl_ctas("H100-SXM5-80GB", "nccl_ring_internode")
+    for ctas, holds in ((node, True), (across, False)):
+        p = beside_rate(gpu, ctas, sms)
+        assert copy_rate_beside(gpu, ctas) == pytest.approx(p * r * ctas, rel=1e-12)
+        assert (copy_rate_beside(gpu, ctas) >= busbw) is holds
+        assert (p >= busbw / (r * ctas)) is holds  # the same, as the break-even P*
+    # alone, the 16 CTAs copy faster than the ring's NICs carry: NIC-bound, as measured
+    assert r * across > busbw
+    # no per-CTA NCCL rate on A100: no closed form there
+    assert copy_rate_beside("A100-SXM4-80GB", 24) == 0.0
 
 
 def test_the_summary_names_the_contended_rate():

@@ -23,6 +23,15 @@ ring channels on an NVSwitch node, the ``nccl_ring`` rows of
 own CTA share, a stated transfer (:func:`curve_for`). Applied where the kernels beside a
 NCCL collective are priced with its CTAs (the profile's default interference on an NVSwitch
 node, :func:`~.interference.nccl_ctas_for`); off with ``cluster.comm_compute_slowdown: 1``.
+
+Across NVLink domains (a collective whose ring crosses NICs) nothing is slowed: no
+kernel-level row of such a collective beside a GEMM was found (docs/overlap.md lists what was
+read). The argument for leaving it is the SM side of a NIC-bound collective: its CTAs copy
+the bus bytes a NIC-bound ring moves, at most :func:`copy_rate_beside` while a GEMM runs
+beside them (their per-CTA rate alone, ``data/comm_sm_bandwidth.csv``, × CTAs × P). A
+collective whose bus bandwidth alone stays below that keeps its time alone beside compute;
+it holds at an NVSwitch ring's 24 CTAs on Hopper, not at the 16 NCCL builds across nodes
+(tests/test_comm_contention.py states both, docs/overlap.md the numbers).
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from .comm_sms import sm_rate
 from .datasheets import datasheets
 from .interference import nccl_ctas_for
 
@@ -94,6 +104,16 @@ def beside_rate(gpu: str, ctas: int, sms: int) -> float:
     """A collective's rate beside a GEMM, relative to alone, on ``gpu`` whose ``sms`` SMs
     include the ``ctas`` its channels hold."""
     return curve_for(gpu)[0].rate(ctas / sms)
+
+
+def copy_rate_beside(gpu: str, ctas: int) -> float:
+    """Bus bytes/s the ``ctas`` CTAs of a NCCL collective on catalog GPU ``gpu`` copy while a
+    GEMM runs beside them: NCCL's per-CTA bus bandwidth alone (:func:`~.comm_sms.sm_rate`) ×
+    ``ctas`` × :func:`beside_rate`; 0.0 for a GPU without a per-CTA rate. A collective whose
+    link moves less than this alone (a NIC-bound ring) keeps its time alone beside compute
+    as far as its SMs go; one that moves more is bound by it (the break-even, module doc)."""
+    per_cta = sm_rate(gpu, "nccl", "all_reduce")
+    return beside_rate(gpu, ctas, datasheets()[gpu].sms) * per_cta * ctas if per_cta else 0.0
 
 
 def pair_seconds(gemm_alone: float, gemm_beside: float, comm_alone: float, rate: float) -> float:

@@ -119,11 +119,11 @@ def sm_budget(overlap: str) -> InterferenceRow:
     return _budgets()[overlap]
 
 
-def nccl_ctas(gpu: str) -> int | None:
+def nccl_ctas(gpu: str, kind: str = "nccl_ring") -> int | None:
     """CTAs (SMs held) of a NCCL ring collective on an 8-GPU NVSwitch node of ``gpu`` (the
     ``nccl_ring`` row whose GPU names its family: ``A100`` for ``A100-SXM4-80GB``), or None
-    for a GPU without a row."""
-    rows = [r for r in interference_rows() if r.overlap == "nccl_ring" and gpu.startswith(r.gpu)]
+    for a GPU without a row; ``kind`` ``nccl_ring_internode``: of a ring across nodes."""
+    rows = [r for r in interference_rows() if r.overlap == kind and gpu.startswith(r.gpu)]
     return rows[0].comm_sms if rows else None
 
 
