@@ -23,7 +23,7 @@ from .engine.interpreter import Engine
 from .engine.network_setup import build_network
 from .engine.variability import compute_scales
 from .errors import ScenarioError, SimulationStall
-from .hardware.comm_contention import contention_rate
+from .hardware.comm_contention import contention_rate, copy_rate_across
 from .hardware.node_groups import device_memory
 from .program import Program
 from .progress import Reporter, SimProgress
@@ -275,6 +275,7 @@ def build_engine(job: Job, prog: Program, gpus: int | None = None) -> tuple[Any,
         comm_contention=contention_rate(cl),
         # every GPU the engine runs (a multi-job run's whole cluster): device // GPUs per node
         domains=[g // cl.gpus_per_node for g in range(job.num_gpus if gpus is None else gpus)],
+        copy_across=copy_rate_across(cl),
     )
     return engine, evaluator_note
 

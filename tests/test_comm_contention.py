@@ -14,11 +14,16 @@ from clustersim.engine.interpreter import Engine
 from clustersim.hardware.comm_contention import (
     TOLERANCE,
     beside_rate,
+    copy_rate_across,
+    copy_rate_beside,
     curve_for,
     curves,
     fit,
     pair_seconds,
 )
+from clustersim.hardware.comm_sms import sm_rate
+from clustersim.hardware.datasheets import datasheets
+from clustersim.hardware.interference import bus_share, nccl_ctas
 from clustersim.network import DirectFabric
 from clustersim.record import Recorder
 from clustersim.validation.korthikanti import layer_times
@@ -121,19 +126,24 @@ BW = 25e9
 
 
 def _pair(
-    gemm_s: float, nbytes: int, slowdown: float, contention: float, domains=(0, 0)
+    gemm_s: float,
+    nbytes: int,
+    slowdown: float,
+    contention: float,
+    domains=(0, 0),
+    across: float = 0.0,
+    kind: str = "all_reduce",
+    bw: float = BW,
 ) -> tuple[float, float, dict]:
     """(compute end, collective end, comm_slowed_s) of one compute op of ``gemm_s`` and one
-    all-reduce of ``nbytes`` started together on each of two GPUs (``domains``: their
-    NVLink domains)."""
+    collective ``kind`` of ``nbytes`` started together on each of two GPUs joined at ``bw``
+    (``domains``: their NVLink domains; ``across``: the engine's ``copy_across``)."""
     prog = cs.Program(2)
     for dev in (0, 1):
         prog.add(dev, "compute", "compute", "wgrad", duration=gemm_s)
-        prog.add(
-            dev, "tp", "collective", "ar", nbytes=nbytes, group=(0, 1), collective="all_reduce", tag="ar"
-        )
+        prog.add(dev, "tp", "collective", "ar", nbytes=nbytes, group=(0, 1), collective=kind, tag="ar")
     env, rec = simpy.Environment(), Recorder()
-    fabric = DirectFabric(env, rec, BW, 0.0)
+    fabric = DirectFabric(env, rec, bw, 0.0)
     engine = Engine(
         prog,
         env,
@@ -144,14 +154,15 @@ def _pair(
         comm_compute_slowdown=slowdown,
         comm_contention=contention,
         domains=domains,
+        copy_across=across,
     )
     engine.run()
     ends = {prog.ops[i].name: e for i, _, e in rec.ops}
     return ends["wgrad"], ends["ar"], engine.comm_slowed_s
 
 
-def _alone(nbytes: int) -> float:
-    return _pair(0.0, nbytes, 1.0, 1.0)[1]
+def _alone(nbytes: int, kind: str = "all_reduce", bw: float = BW) -> float:
+    return _pair(0.0, nbytes, 1.0, 1.0, kind=kind, bw=bw)[1]
 
 
 @settings(max_examples=25, deadline=None)
@@ -177,10 +188,108 @@ def test_the_engine_runs_the_pair_as_pair_seconds(gemm, mib, slowdown, contentio
 def test_off_with_slowdown_one_rate_one_or_across_domains():
     nbytes = 8 * 2**20
     comm = _alone(nbytes)
-    # interference off, the rate 1, or the two GPUs in two NVLink domains (a NIC's collective)
+    # interference off, the rate 1, or the two GPUs in two NVLink domains without a copy rate
+    # across them (a GPU without a per-CTA NCCL rate: A100, Blackwell)
     for slowdown, contention, domains in ((1.0, 0.6, (0, 0)), (1.2, 1.0, (0, 0)), (1.2, 0.6, (0, 1))):
         _, c_end, slowed = _pair(1e-3, nbytes, slowdown, contention, list(domains))
         assert c_end == pytest.approx(comm, rel=1e-12) and slowed == {}
+
+
+def _busbw(kind: str, nbytes: int, seconds: float) -> float:
+    """nccl-tests' bus bandwidth of a two-rank ``kind`` of ``nbytes`` taking ``seconds``."""
+    return bus_share(kind, 2) * nbytes / seconds
+
+
+@pytest.mark.parametrize("kind", ["all_gather", "reduce_scatter", "all_reduce"])
+def test_a_collective_across_nodes_beside_a_long_gemm_ends_at_alone_times_the_rate_ratio(kind):
+    """The H100 closed form in the engine: a ring moving B = 360 GB/s of bus bandwidth alone
+    (a reduce-scatter across H100 nodes, nccl#1229) whose 16 CTAs copy C = P·r·16 ≈ 263 GB/s
+    beside a GEMM runs at C/B of its rate for as long as the GEMM runs beside it: beside one
+    that outlasts it, it ends at alone × B/C (≈ 1.37×)."""
+    nbytes, copy = (
+        64 * 2**20,
+        copy_rate_beside("H100-SXM5-80GB", nccl_ctas("H100-SXM5-80GB", "nccl_ring_internode")),
+    )
+    bw = 360e9  # two ranks: each moves its bus bytes over the one link
+    comm = _alone(nbytes, kind, bw)
+    busbw = _busbw(kind, nbytes, comm)
+    assert busbw == pytest.approx(360e9, rel=1e-12)
+    g_end, c_end, slowed = _pair(20 * comm, nbytes, 1.2, 0.6, [0, 1], copy, kind, bw)
+    assert c_end == pytest.approx(comm * busbw / copy, rel=1e-9)
+    assert c_end / comm == pytest.approx(1.37, abs=0.005)
+    assert slowed[1] == pytest.approx(c_end - comm, rel=1e-9) and g_end > c_end
+    # beside nothing, with the slowdown off, or in one NVLink domain (the curve's rate there): unchanged
+    assert _pair(0.0, nbytes, 1.2, 0.6, [0, 1], copy, kind, bw)[1:] == (comm, {})
+    assert _pair(20 * comm, nbytes, 1.0, 0.6, [0, 1], copy, kind, bw)[1:] == (comm, {})
+    within = _pair(20 * comm, nbytes, 1.2, 0.6, [0, 0], copy, kind, bw)[1]
+    assert within == pytest.approx(comm / 0.6, rel=1e-9)
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    gemm=st.floats(1e-4, 5e-3),
+    mib=st.integers(1, 64),
+    slowdown=st.floats(1.05, 1.5),
+    ratio=st.floats(0.3, 1.5),
+)
+def test_the_engine_runs_a_pair_across_nodes_as_pair_seconds(gemm, mib, slowdown, ratio):
+    """Across NVLink domains the collective keeps min(1, C/B) of its rate while compute runs
+    beside it (C: ``copy_across``, B: its bus bandwidth alone), its full rate after: the pair
+    ends at :func:`pair_seconds` at that rate — and a collective whose CTAs copy faster than
+    its link carries (C ≥ B) ends at its time alone."""
+    nbytes = mib * 2**20
+    comm = _alone(nbytes)
+    copy = ratio * _busbw("all_reduce", nbytes, comm)
+    rate = min(1.0, ratio)
+    g_end, c_end, slowed = _pair(gemm, nbytes, slowdown, 0.6, [0, 1], copy)
+    assert max(g_end, c_end) == pytest.approx(pair_seconds(gemm, gemm * slowdown, comm, rate), rel=1e-9)
+    if rate == 1.0:
+        assert c_end == pytest.approx(comm, rel=1e-12) and slowed == {}
+    else:
+        assert c_end > comm and slowed[1] == pytest.approx(c_end - comm, rel=1e-9)
+
+
+def _h100_reduce_scatter_busbw(nodes: int) -> float:
+    """Bus bytes/s of NVIDIA/nccl#1229's reduce-scatter across ``nodes`` H100 nodes (the
+    collective-level rows, ``data/nccl_collective_measurements.csv``)."""
+    import csv
+
+    from clustersim.validation.collectives import MEASUREMENTS_CSV
+
+    with MEASUREMENTS_CSV.open(newline="", encoding="utf-8") as f:
+        (row,) = [
+            r
+            for r in csv.DictReader(f)
+            if "nccl issue #1229" in r["source"]
+            and r["collective"] == "reduce_scatter"
+            and int(r["nodes"]) == nodes
+        ]
+    return float(row["busbw_GBps"]) * 1e9
+
+
+def test_nic_bound_claim_holds_at_a_node_rings_ctas_not_at_the_ctas_across_nodes():
+    """Why a collective across nodes is not slowed, as a closed form: a ring's n CTAs copy its
+    bus bandwidth B; beside a GEMM they copy at most P(n/SMs)·r·n (``copy_rate_beside``: r the
+    per-CTA rate alone), so the collective keeps its time alone iff B ≤ P·r·n, i.e. P ≥ P* =
+    B/(r·n). Hopper, where r is known (H200's NCCL rows, r = 36.7 GB/s; H100's die, SMs,
+    NVLink and NICs): a reduce-scatter across 4 H100 nodes moves B = 360 GB/s (nccl#1229).
+    At an NVSwitch ring's 24 CTAs P = 0.55 ≥ P* = 0.41 (483 GB/s): the claim holds. At the 16
+    channels NCCL builds across nodes (nccl#1453) P = 0.45 < P* = 0.61 (263 GB/s): it does not —
+    such a ring runs at ≤ 0.73 of its rate alone beside a GEMM (the engine's rule across
+    nodes, ``copy_rate_across``)."""
+    gpu = "H200-SXM-141GB"
+    sms, r = datasheets()[gpu].sms, sm_rate(gpu, "nccl", "all_reduce")
+    busbw = _h100_reduce_scatter_busbw(nodes=4)
+    node, across = nccl_ctas("H100-SXM5-80GB"), nccl_ctas("H100-SXM5-80GB", "nccl_ring_internode")
+    for ctas, holds in ((node, True), (across, False)):
+        p = beside_rate(gpu, ctas, sms)
+        assert copy_rate_beside(gpu, ctas) == pytest.approx(p * r * ctas, rel=1e-12)
+        assert (copy_rate_beside(gpu, ctas) >= busbw) is holds
+        assert (p >= busbw / (r * ctas)) is holds  # the same, as the break-even P*
+    # alone, the 16 CTAs copy faster than the ring's NICs carry: NIC-bound, as measured
+    assert r * across > busbw
+    # no per-CTA NCCL rate on A100: no closed form there
+    assert copy_rate_beside("A100-SXM4-80GB", 24) == 0.0
 
 
 def test_the_summary_names_the_contended_rate():
@@ -238,3 +347,43 @@ def test_every_job_of_a_multi_job_run_has_its_collectives_slowed():
         assert both.jobs[name].summary["iteration_time_s"] == pytest.approx(
             alone.summary["iteration_time_s"], rel=1e-12
         )
+
+
+@pytest.mark.parametrize("framework", ["megatron_core", "fsdp2", "megatron_2021"])
+def test_the_rule_across_nodes_is_on_where_the_profiles_interference_is_and_names_itself(framework):
+    """Across nodes the collective is slowed only where the profile's default interference
+    is on and NCCL's per-CTA rate is sourced (H200's rows, H100 their transfer): there at
+    the 16 CTAs of a ring across nodes; A100 and B200 keep their collectives across nodes
+    at their rate alone, and ``comm_compute_slowdown: 1`` turns it off. The summary's
+    ``interference_model`` says which applies."""
+    from clustersim.hardware.interference import interference_model, nccl_ctas_for
+    from clustersim.trace.assemble import _interference_model
+
+    def cluster(gpu: str, **extra) -> cs.Scenario:
+        cl = {"nodes": 2, "gpus_per_node": 8, "gpu": gpu, **extra}
+        return cs.load_scenario(
+            {
+                "name": "x",
+                "cluster": cl,
+                "model": {"preset": "gpt-1.3b"},
+                "training": {"global_batch": 16, "micro_batch": 1, "framework": framework},
+            }
+        )
+
+    on = framework != "megatron_2021"
+    for gpu in ("H100-SXM5-80GB", "H200-SXM-141GB"):
+        sc = cluster(gpu)
+        want = copy_rate_beside(gpu, 16) if on else 0.0
+        assert copy_rate_across(sc.cluster) == want and (want > 0) is on
+        assert copy_rate_across(cluster(gpu, comm_compute_slowdown=1).cluster) == 0.0
+        if on:
+            said = _interference_model(sc)["interference_model"]
+            assert f"collectives across nodes at most {want / 1e9:.0f} GB/s" in said
+    for gpu in ("A100-SXM4-80GB", "B200-SXM-180GB"):
+        sc = cluster(gpu)
+        assert copy_rate_across(sc.cluster) == 0.0
+        if on:
+            assert nccl_ctas_for(sc.cluster, gpu)
+            assert "collectives across nodes not slowed" in _interference_model(sc)["interference_model"]
+    # a run without the per-kernel pricing says nothing of it
+    assert "across nodes" not in interference_model(108, 108 / 92, False)

@@ -72,7 +72,7 @@ class DagEngine:
     and leaves ``memory`` (peak, capacity, oom), ``events`` and ``finished_count()`` as the
     engine would. ``env`` is not run (the fabric was built on it);
     ``comm_compute_slowdown`` must be 1 (see :func:`contention_free`), which turns
-    ``comm_contention`` (and with it ``domains``) off as well.
+    ``comm_contention`` and ``copy_across`` (and with them ``domains``) off as well.
 
     ``events`` is the number of SimPy events the engine would have processed for the same
     run — one per op that holds its lane for a time, 3 per collective — so
@@ -95,6 +95,7 @@ class DagEngine:
         protocols=None,
         comm_contention: float = 1.0,
         domains: list[int] | None = None,
+        copy_across: float = 0.0,
     ):
         if comm_compute_slowdown != 1.0:
             raise ValueError("the DAG evaluator needs comm_compute_slowdown 1 (see contention_free)")

@@ -42,7 +42,7 @@ from ..collectives.algorithm import Options, Tuning
 from ..collectives.api import Call, prepare_collective
 from ..errors import SimulationStall
 from ..hardware.comm_sms import stretched
-from ..hardware.interference import NCCL, beside_factor, hbm_rate
+from ..hardware.interference import NCCL, beside_factor, bus_share, hbm_rate
 from ..network.base import Fabric
 from ..network.orbits import MirroredFabric, send_orbits
 from ..program import COLLECTIVE, RECV, Op, Program
@@ -79,6 +79,7 @@ class Engine:
         protocols=None,
         comm_contention: float = 1.0,
         domains: list[int] | None = None,
+        copy_across: float = 0.0,
     ):
         """``alpha``: per-step collective latency (see :func:`clustersim.collectives.run_collective`);
         ``collective_latency``: how a ring across hosts pays it (``cluster.collective_latency``);
@@ -94,13 +95,19 @@ class Engine:
         a NCCL collective keeps while compute runs beside it on one of its GPUs
         (:func:`~clustersim.hardware.comm_contention.contention_rate`; 1.0 turns it off),
         applied to collectives within one NVLink domain: ``domains`` gives each device's
-        (its node; None: every device its own, so none is slowed)."""
+        (its node; None: every device its own, so none is slowed); ``copy_across``: the bus
+        bytes/s a NCCL collective across NVLink domains copies at most while compute runs
+        beside it (:func:`~clustersim.hardware.comm_contention.copy_rate_across`; 0.0 turns it
+        off): it keeps that over its own bus bandwidth of its rate, at most 1."""
         self.program, self.env, self.fabric, self.recorder = program, env, fabric, recorder
         self.memory = MemoryLedger(program.static_memory, memory_capacity, recorder)
         self.alpha, self.latency, self.algorithms = alpha, collective_latency, algorithms or {}
         self.protocols = protocols
         self.slowdown = comm_compute_slowdown
         self.contention = comm_contention if comm_compute_slowdown != 1.0 else 1.0
+        self.across = copy_across if comm_compute_slowdown != 1.0 and domains is not None else 0.0
+        # whether compute beside a collective is timed (what a slowed collective's rate follows)
+        self._times_beside = self.contention != 1.0 or self.across > 0.0
         self.domains = domains
         # per device: seconds some compute ran slowed beside a collective, how many such
         # compute ops run now and since when (what a NCCL collective's rate follows)
@@ -232,7 +239,7 @@ class Engine:
             else:
                 rate = 1.0 / self.slowdown
             t, timer = env.now, env.timeout(work / rate)
-            beside = rate != 1.0 and self.contention != 1.0
+            beside = rate != 1.0 and self._times_beside
             if beside:
                 self._beside_change(dev, +1)
             yield timer | self.collectives_changed[dev]
@@ -260,20 +267,27 @@ class Engine:
         s = self._beside_s[dev]
         return s + (self.env.now - self._beside_at[dev]) if self._beside_n[dev] else s
 
-    def _contention_lost(self, group: tuple[int, ...], since: list[float]) -> float:
+    def _contention_lost(self, group: tuple[int, ...], since: list[float], rate: float) -> float:
         """Seconds of its rate alone a NCCL collective on ``group`` still has to move when
         its fabric time is over (``since``: :meth:`_beside_time` of each member when it
-        started): it moved at :attr:`contention` of its rate while compute ran beside it, the
-        longest such time on a member pacing the ring."""
-        return max(self._beside_time(d) - s for d, s in zip(group, since)) * (1.0 - self.contention)
+        started): it moved at ``rate`` of its rate while compute ran beside it, the longest
+        such time on a member pacing the ring."""
+        return max(self._beside_time(d) - s for d, s in zip(group, since)) * (1.0 - rate)
 
-    def _contended_tail(self, group: tuple[int, ...], lost: float, members):
-        """Move ``lost`` seconds of a collective's work at its rate alone, or at
-        :attr:`contention` of it while compute runs beside it on a member, re-evaluated as
-        that compute starts and ends; the time counted per member op in ``comm_slowed_s``."""
+    def _across_rate(self, op: Op, seconds: float) -> float:
+        """The rate a NCCL collective across NVLink domains keeps beside compute: what its
+        CTAs copy then (:attr:`across`) over the bus bandwidth its link gave it alone (its
+        bus bytes over the fabric's ``seconds``), at most 1."""
+        bus = bus_share(op.collective, len(op.group)) * op.nbytes
+        return min(1.0, self.across * seconds / bus) if bus > 0.0 and seconds > 0.0 else 1.0
+
+    def _contended_tail(self, group: tuple[int, ...], lost: float, members, beside: float):
+        """Move ``lost`` seconds of a collective's work at its rate alone, or at ``beside``
+        of it while compute runs beside it on a member, re-evaluated as that compute starts
+        and ends; the time counted per member op in ``comm_slowed_s``."""
         env, begun = self.env, self.env.now
         while lost > 0.0:
-            rate = self.contention if any(self._beside_n[d] for d in group) else 1.0
+            rate = beside if any(self._beside_n[d] for d in group) else 1.0
             t, timer = env.now, env.timeout(lost / rate)
             yield env.any_of([timer, *(self._beside_event(d) for d in group)])
             lost = 0.0 if timer.processed else lost - (env.now - t) * rate
@@ -345,12 +359,11 @@ class Engine:
         key = op.beside[0] if op.beside else NCCL  # DeepEP's SMs, or NCCL's CTAs
         self._collectives_change(op.group, +1, rate, key)
         sm_s, begun = (op.nbytes / op.beside[1] if len(op.beside) > 1 else 0.0), self.env.now
-        # a NCCL collective slowed by the compute beside it (comm_contention)
-        since = (
-            [self._beside_time(d) for d in op.group]
-            if key == NCCL and self.contention != 1.0 and self._one_domain(op.group)
-            else None
-        )
+        # a NCCL collective slowed by the compute beside it (comm_contention): within one
+        # NVLink domain at the curve's rate, across domains at what its CTAs then copy
+        within = self._one_domain(op.group)
+        priced = self.contention != 1.0 if within else self.across > 0.0
+        since = [self._beside_time(d) for d in op.group] if key == NCCL and priced else None
 
         def done(_event=None) -> None:
             self._collectives_change(op.group, -1, rate, key)
@@ -358,9 +371,12 @@ class Engine:
 
         def ended(_event) -> None:
             extra = stretched(self.env.now - begun, sm_s) - (self.env.now - begun) if sm_s else 0.0
-            lost = self._contention_lost(op.group, since) if since is not None else 0.0
+            lost, beside = 0.0, 1.0
+            if since is not None:
+                beside = self.contention if within else self._across_rate(op, self.env.now - begun)
+                lost = self._contention_lost(op.group, since, beside)
             if lost > 0.0:  # the work the compute beside it cost, at the rate it now gets
-                tail = self.env.process(self._contended_tail(op.group, lost, members))
+                tail = self.env.process(self._contended_tail(op.group, lost, members, beside))
                 tail.callbacks.append(done)
                 return
             if extra <= 0.0:

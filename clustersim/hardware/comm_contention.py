@@ -23,6 +23,17 @@ ring channels on an NVSwitch node, the ``nccl_ring`` rows of
 own CTA share, a stated transfer (:func:`curve_for`). Applied where the kernels beside a
 NCCL collective are priced with its CTAs (the profile's default interference on an NVSwitch
 node, :func:`~.interference.nccl_ctas_for`); off with ``cluster.comm_compute_slowdown: 1``.
+
+Across NVLink domains (a collective whose ring crosses NICs) the same mechanism applies
+through the collective's SMs rather than its link: its n CTAs copy at most
+:func:`copy_rate_beside` = P(n/SMs)·r·n bus bytes/s while a GEMM runs beside them (r NCCL's
+per-CTA bus bandwidth alone, ``data/comm_sm_bandwidth.csv``), and a NIC-bound ring moving B
+bus bytes/s alone keeps min(1, P·r·n/B) of its rate (:func:`copy_rate_across`; n = the 16
+channels NCCL builds across Hopper nodes, the ``nccl_ring_internode`` rows; the model has no
+per-collective channel count). On Hopper 16 CTAs copy ~263 GB/s beside a GEMM against the
+~360 GB/s a reduce-scatter across H100 nodes moves alone (NVIDIA/nccl#1229): ≤ 0.73 of its
+rate. Only where r is sourced (H200's rows; H100 a stated transfer of them); A100 and
+Blackwell have no per-CTA NCCL row, and their collectives across nodes are not slowed.
 """
 
 from __future__ import annotations
@@ -33,8 +44,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from .comm_sms import sm_rate
 from .datasheets import datasheets
-from .interference import nccl_ctas_for
+from .interference import nccl_ctas, nccl_ctas_for
 
 CSV = Path(__file__).resolve().parent.parent / "data" / "comm_beside_gemm.csv"
 
@@ -96,6 +108,16 @@ def beside_rate(gpu: str, ctas: int, sms: int) -> float:
     return curve_for(gpu)[0].rate(ctas / sms)
 
 
+def copy_rate_beside(gpu: str, ctas: int) -> float:
+    """Bus bytes/s the ``ctas`` CTAs of a NCCL collective on catalog GPU ``gpu`` copy while a
+    GEMM runs beside them: NCCL's per-CTA bus bandwidth alone (:func:`~.comm_sms.sm_rate`) ×
+    ``ctas`` × :func:`beside_rate`; 0.0 for a GPU without a per-CTA rate. A collective whose
+    link moves less than this alone keeps its time alone beside compute as far as its SMs
+    go; one that moves more is bound by it (module doc)."""
+    per_cta = sm_rate(gpu, "nccl", "all_reduce")
+    return beside_rate(gpu, ctas, datasheets()[gpu].sms) * per_cta * ctas if per_cta else 0.0
+
+
 def pair_seconds(gemm_alone: float, gemm_beside: float, comm_alone: float, rate: float) -> float:
     """Seconds until a GEMM and a collective started together have both ended: the GEMM
     takes ``gemm_alone`` s alone and ``gemm_beside`` s beside the collective, the collective
@@ -113,6 +135,21 @@ def contention_rate(cluster) -> float:
     on the curve where the kernels beside it are priced with those CTAs
     (:func:`~.interference.nccl_ctas_for`), else 1 (off: interference off or stated, a custom
     GPU, not an NVSwitch node, no CTA row)."""
-    custom = cluster.custom_gpu is not None and cluster.custom_gpu.name == cluster.gpu
-    ctas = 0 if custom else nccl_ctas_for(cluster, cluster.gpu)
+    ctas = _priced_ctas(cluster)
     return beside_rate(cluster.gpu, ctas, datasheets()[cluster.gpu].sms) if ctas else 1.0
+
+
+def copy_rate_across(cluster) -> float:
+    """Bus bytes/s a NCCL collective across NVLink domains copies at most while compute runs
+    beside it on ``cluster``: :func:`copy_rate_beside` at the CTAs of a ring across nodes
+    (the ``nccl_ring_internode`` rows), where :func:`contention_rate` is on; 0.0 (not
+    slowed) where it is off or the GPU has no such row or no per-CTA NCCL rate (A100,
+    Blackwell)."""
+    across = nccl_ctas(cluster.gpu, "nccl_ring_internode") if _priced_ctas(cluster) else None
+    return copy_rate_beside(cluster.gpu, across) if across else 0.0
+
+
+def _priced_ctas(cluster) -> int:
+    """:func:`~.interference.nccl_ctas_for` of ``cluster``'s GPU, 0 for a custom GPU."""
+    custom = cluster.custom_gpu is not None and cluster.custom_gpu.name == cluster.gpu
+    return 0 if custom else nccl_ctas_for(cluster, cluster.gpu)

@@ -30,7 +30,8 @@ beside it (SMs, L2, HBM) is :mod:`.comm_contention`'s.
 GPUs without rows take a donor's per-SM rate, stated as a transfer (:data:`TRANSFERS`):
 Hopper's SMs copy at Blackwell's per-SM rate is an assumption (no Hopper row of DeepEP by
 SM count was found); on H800 (160 GB/s NVLink) 20 SMs are far above the link and the
-stretch is ~1.5 %.
+stretch is ~1.5 %. H100 takes H200's NCCL rows (the same die and 132 SMs at the same clocks,
+a stated transfer), before Blackwell's for DeepEP's kernels.
 """
 
 from __future__ import annotations
@@ -50,14 +51,15 @@ P = 4.0
 #: plateau the fit extrapolates
 TOLERANCE = {"deepep": 0.05, "nccl": 0.08}
 
-#: GPU family → the family whose rows it takes, each a stated transfer (module doc)
+#: GPU family → the families whose rows it takes, first one with rows of the kernel, each a
+#: stated transfer (module doc)
 TRANSFERS = {
-    "H100": "B200",
-    "H800": "B200",
-    "H200": "B200",
-    "GH200": "B200",
-    "B300": "B200",
-    "GB300": "GB200",
+    "H100": ("H200", "B200"),
+    "H800": ("B200",),
+    "H200": ("B200",),
+    "GH200": ("B200",),
+    "B300": ("B200",),
+    "GB300": ("GB200",),
 }
 
 
@@ -113,10 +115,11 @@ def sm_rate(gpu: str, implementation: str, kernel: str) -> float:
     """Bytes/s one SM of ``gpu`` moves in ``implementation``'s ``kernel`` (a transfer where
     the GPU has no rows, :data:`TRANSFERS`), 0.0 where nothing is known."""
     fam = family(gpu)
-    curve = curves().get((fam, implementation, kernel)) or curves().get(
-        (TRANSFERS.get(fam, ""), implementation, kernel)
-    )
-    return curve.rate if curve else 0.0
+    for donor in (fam, *TRANSFERS.get(fam, ())):
+        curve = curves().get((donor, implementation, kernel))
+        if curve:
+            return curve.rate
+    return 0.0
 
 
 def stretched(link_s: float, sm_s: float) -> float:

@@ -119,16 +119,22 @@ def sm_budget(overlap: str) -> InterferenceRow:
     return _budgets()[overlap]
 
 
-def nccl_ctas(gpu: str) -> int | None:
+def nccl_ctas(gpu: str, kind: str = "nccl_ring") -> int | None:
     """CTAs (SMs held) of a NCCL ring collective on an 8-GPU NVSwitch node of ``gpu`` (the
     ``nccl_ring`` row whose GPU names its family: ``A100`` for ``A100-SXM4-80GB``), or None
-    for a GPU without a row."""
-    rows = [r for r in interference_rows() if r.overlap == "nccl_ring" and gpu.startswith(r.gpu)]
+    for a GPU without a row; ``kind`` ``nccl_ring_internode``: of a ring across nodes."""
+    rows = [r for r in interference_rows() if r.overlap == kind and gpu.startswith(r.gpu)]
     return rows[0].comm_sms if rows else None
 
 
 def interference_model(
-    sms: int, slowdown: float, tp_overlap: bool, ctas: int = 0, deepep: int = 0, contention: float = 1.0
+    sms: int,
+    slowdown: float,
+    tp_overlap: bool,
+    ctas: int = 0,
+    deepep: int = 0,
+    contention: float = 1.0,
+    across: float = 0.0,
 ) -> str:
     """What priced each kind's interference in a run (the summary's ``interference_model``):
     on a GPU of ``sms`` SMs (0: unknown), ``slowdown`` = ``cluster.comm_compute_slowdown``
@@ -137,7 +143,8 @@ def interference_model(
     priced them; :mod:`clustersim.workload.comm_interference`), ``deepep`` the SMs DeepEP's
     dispatch and combine held where the kernels beside them were priced so (0: none ran),
     ``contention`` the rate a NCCL collective within a node keeps beside compute
-    (:mod:`.comm_contention`; 1: not slowed)."""
+    (:mod:`.comm_contention`; 1: not slowed), ``across`` the bus bytes/s a NCCL collective
+    across nodes copies at most beside compute (0: not slowed)."""
     source = f"SM rule SMs/(SMs − {COMM_SMS})" if sms and slowdown == slowdown_of(sms) else "stated"
     if ctas:
         nccl = (
@@ -145,6 +152,13 @@ def interference_model(
         )
         if contention != 1.0:
             nccl += f", collectives within a node at {contention:.2f} of their rate beside compute (NanoFlow rows)"
+        if across:
+            nccl += (
+                f", collectives across nodes at most {across / 1e9:.0f} GB/s of bus bandwidth beside"
+                " compute (their CTAs × NCCL's per-CTA rate × that rate)"
+            )
+        elif contention != 1.0:
+            nccl += ", collectives across nodes not slowed (no per-CTA NCCL rate for the GPU)"
     else:
         nccl = f"nccl: compute ×{slowdown:.4g} while a collective runs ({source})"
     parts = [nccl]
@@ -189,8 +203,13 @@ def hbm_rate(kind: str, ranks: int, nbytes: float, seconds: float) -> float:
     writes what it receives, 2 × its bus bytes over ``seconds`` (0 for no time)."""
     if seconds <= 0 or ranks <= 1:
         return 0.0
-    share = BUS_FACTOR[kind] * (ranks - 1) / ranks if kind in BUS_FACTOR else 1.0
-    return 2.0 * share * nbytes / seconds
+    return 2.0 * bus_share(kind, ranks) * nbytes / seconds
+
+
+def bus_share(kind: str, ranks: int) -> float:
+    """A collective's bus bytes per rank over its ``nbytes`` (nccl-tests' convention,
+    :data:`BUS_FACTOR`): 2(n − 1)/n for an all-reduce, 1 for a kind not named."""
+    return BUS_FACTOR[kind] * (ranks - 1) / ranks if kind in BUS_FACTOR else 1.0
 
 
 #: the key of NCCL's CTAs in a compute op's ``beside`` and on a collective op: NCCL's

@@ -15,7 +15,7 @@ import pandas as pd
 
 from .. import metrics
 from ..engine.collector import collector_paused
-from ..hardware.comm_contention import contention_rate
+from ..hardware.comm_contention import contention_rate, copy_rate_across
 from ..hardware.datasheets import datasheets
 from ..hardware.interference import deepep_sms_for, interference_model, nccl_ctas_for
 from ..hardware.node_groups import describe, device_gpus
@@ -189,7 +189,13 @@ def _interference_model(job: Job) -> dict:
     deepep = deepep_sms_for(cl, cl.gpu) if flex else 0
     return {
         "interference_model": interference_model(
-            sms, cl.comm_compute_slowdown, job.parallel.tp_comm_overlap, ctas, deepep, contention_rate(cl)
+            sms,
+            cl.comm_compute_slowdown,
+            job.parallel.tp_comm_overlap,
+            ctas,
+            deepep,
+            contention_rate(cl),
+            copy_rate_across(cl),
         )
     }
 
