@@ -1,24 +1,31 @@
 """Run a multi-job scenario: every job's Program together on the shared fabric, one Result.
 
-resolve each job → compile it → merge the Programs onto the jobs' placed GPUs
-(:mod:`.merge`) → one engine run on the cluster's fabric (so the jobs' messages and
-collectives share links) → one Result per job (:mod:`.split`) and the combined Result.
+resolve each job (on its placed GPUs: its fold check compares its twins' routes there) →
+compile it → merge the Programs onto the jobs' placed GPUs (:mod:`.merge`) → one engine run
+on the cluster's fabric (so the jobs' messages and collectives share links) → one Result per
+job (:mod:`.split`) and the combined Result. A folded job whose twins would meet another
+job's traffic unlike its representative (:mod:`.shared_links`) is refused under
+``simulation.fold: true`` and compiled again unfolded under ``auto``, its summary's
+``folded`` saying why.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from ..compilers import check_job, compile_job, mode_of
 from ..engine.collector import collector_paused
 from ..errors import ScenarioError
 from ..resolve import resolve
 from ..resolve.estimate import check_budget
+from ..resolve.fold import Placement
 from ..scenario import MultiJobScenario
 from ..scenario.multi_job import job_error
 from ..trace.result import Result
 from .merge import merge_programs
+from .shared_links import shared_link_obstacles
 from .split import combined_result, job_result
 
 
@@ -29,7 +36,7 @@ def simulate_jobs(sc: MultiJobScenario, build_engine: Callable) -> Result:
     wall0 = time.perf_counter()
     jobs = {}
     for k, (name, one) in enumerate(sc.jobs.items()):  # each checked before any runs
-        job = resolve(one)
+        job = replace(resolve(one), placement=Placement(sc.placement[name]))
         try:
             jobs[name] = check_job(job)
         except ScenarioError as exc:
@@ -38,12 +45,21 @@ def simulate_jobs(sc: MultiJobScenario, build_engine: Callable) -> Result:
         check_budget(job)
     modes = {name: mode_of(job) for name, job in jobs.items()}
     progs = {name: compile_job(job, mode=modes[name]) for name, job in jobs.items()}
-    merged, placed = merge_programs(
-        sc.cluster.num_gpus, [(name, progs[name], sc.placement[name], sc.start[name]) for name in jobs]
-    )
-    merged.check()
+    merged, placed = _merged(sc, progs)
     first = next(iter(jobs.values()))  # the fabric, memory and evaluator read the shared sections only
     engine, note = build_engine(first, merged, sc.cluster.num_gpus)
+    folded = {name for name, job in jobs.items() if job.fold.enabled}
+    # (the DAG pass, which has no fabric of its own, runs only where no link is shared)
+    while folded and getattr(getattr(engine, "fabric", None), "shares_links", False):
+        shared = shared_link_obstacles(merged, placed, folded, first.graph)
+        if not shared:
+            break
+        for name, why in shared.items():  # unfolded (refused, under fold: true); the others checked again
+            job = jobs[name] = replace(jobs[name], placement=Placement(sc.placement[name], why))
+            progs[name] = compile_job(job, mode=modes[name])
+            folded.discard(name)
+        merged, placed = _merged(sc, progs)
+        engine, note = build_engine(first, merged, sc.cluster.num_gpus)
     with collector_paused():  # as a single job's run (engine/collector.py)
         engine.run()
     rec = engine.recorder
@@ -54,3 +70,12 @@ def simulate_jobs(sc: MultiJobScenario, build_engine: Callable) -> Result:
         results[where.name] = job_result(job, modes[where.name], progs[where.name], where, engine, rec, wall)
         results[where.name].summary["evaluator"] = note
     return combined_result(sc, merged, placed, results, engine, rec, wall, note)
+
+
+def _merged(sc: MultiJobScenario, progs: dict):
+    """The jobs' Programs merged onto their placed GPUs (checked), and where each landed."""
+    merged, placed = merge_programs(
+        sc.cluster.num_gpus, [(name, progs[name], sc.placement[name], sc.start[name]) for name in progs]
+    )
+    merged.check()
+    return merged, placed

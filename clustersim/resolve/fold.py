@@ -34,6 +34,11 @@ all-to-alls with the stage's other CP groups as shadows. The CP groups must be l
 alike, and a ring's hops be of one kind — each rank's step waits on its own receive — unless
 every transfer hides behind its chunk on the analytical network
 (:mod:`clustersim.resolve.hidden_ring`).
+
+A job of a multi-job run (:class:`Placement`) folds by its own twins on the GPUs it was
+placed on — its routes are compared there — and only where no other job's traffic meets its
+twins' unlike its representative's (:mod:`clustersim.multijob.shared_links` finds that
+reason, ``Placement.shared``).
 """
 
 from __future__ import annotations
@@ -44,11 +49,22 @@ from ..errors import ScenarioError
 from ..hardware.node_groups import heterogeneity
 from ..parallel.fold_routes import twin_obstacle
 from ..topology import TOPOLOGIES
+from ..topology.plugin import Placements
 from .hidden_ring import ring_hidden
 
 #: ``fold: auto`` folds jobs of at least this many GPUs (below it, unfolded runs are quick
 #: and show every GPU's own spans)
 AUTO_FOLD_MIN_GPUS = 256
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a job of a multi-job run sits: ``gpus``, the cluster GPU of each job device, and
+    ``shared``, why another job's traffic would meet its twins' unlike its representative's
+    (None: it does not, or not yet checked)."""
+
+    gpus: tuple[int, ...]
+    shared: str | None = None
 
 
 @dataclass(frozen=True)
@@ -65,7 +81,9 @@ def _obstacle(job) -> str | None:
         return "a trace model runs every rank its files hold"
     if par.stage_replicas is not None:
         return "stage_replicas makes stages differ"
-    if job.num_gpus < cl.num_gpus:
+    if job.placement is not None and job.placement.shared is not None:
+        return job.placement.shared
+    if job.num_gpus < cl.num_gpus and job.placement is None:
         return "parallel.gpus leaves part of the cluster out (its routes are not the same for every replica)"
     if job.training.mode == "inference":
         return "inference replicas serve different requests"
@@ -147,6 +165,11 @@ def route_obstacle(job) -> str | None:
     where = TOPOLOGIES[job.graph.graph["kind"]].placement(job.graph)
     if isinstance(where, str):
         return where
+    if job.placement is not None:  # job device d sits on cluster GPU gpus[d]
+        where = Placements(
+            {f"gpu{d}": where[f"gpu{g}"] for d, g in enumerate(job.placement.gpus)},
+            getattr(where, "unlike", {}),
+        )
     par = job.parallel
     # ring attention's ranks each wait on their own receive: the ring's hops must be alike,
     # unless every transfer hides behind its chunk (then each rank runs its chunks back to back)
