@@ -29,11 +29,9 @@ from .shared_links import shared_link_obstacles
 from .split import combined_result, job_result
 
 
-def simulate_jobs(sc: MultiJobScenario, build_engine: Callable) -> Result:
-    """The combined Result of a multi-job scenario (docs/multi_job.md); ``res.jobs[name]``
-    holds each job's own Result. ``build_engine(job, program, gpus) -> (engine, note)`` is
-    :func:`clustersim.simulate.build_engine` (handed in: it ranks above)."""
-    wall0 = time.perf_counter()
+def resolve_jobs(sc: MultiJobScenario) -> dict:
+    """Each job of ``sc`` resolved on its placed GPUs (:class:`~clustersim.resolve.fold.Placement`)
+    and checked, by name; a job its compiler refuses is named ``jobs[k]``."""
     jobs = {}
     for k, (name, one) in enumerate(sc.jobs.items()):  # each checked before any runs
         job = replace(resolve(one), placement=Placement(sc.placement[name]))
@@ -41,6 +39,15 @@ def simulate_jobs(sc: MultiJobScenario, build_engine: Callable) -> Result:
             jobs[name] = check_job(job)
         except ScenarioError as exc:
             raise job_error(k, exc) from None
+    return jobs
+
+
+def simulate_jobs(sc: MultiJobScenario, build_engine: Callable) -> Result:
+    """The combined Result of a multi-job scenario (docs/multi_job.md); ``res.jobs[name]``
+    holds each job's own Result. ``build_engine(job, program, gpus) -> (engine, note)`` is
+    :func:`clustersim.simulate.build_engine` (handed in: it ranks above)."""
+    wall0 = time.perf_counter()
+    jobs = resolve_jobs(sc)
     for job in jobs.values():
         check_budget(job)
     modes = {name: mode_of(job) for name, job in jobs.items()}
