@@ -174,6 +174,17 @@ def test_a_job_folds_by_the_routes_of_its_placed_gpus():
         cs.simulate(cs.load_scenario(sc).with_overrides({"simulation.fold": True}), progress=False)
 
 
+def test_a_tp_group_split_over_servers_by_its_placement_is_refused():
+    """Placed on GPUs 4–11 (half of server 0, half of server 1), job a's TP 8 group spans two
+    servers: its TP collectives, dropped when folded, would load NICs others share."""
+    sc = _two_jobs([0, 2], [1, 3], 8)
+    sc["jobs"] = [_job("a", [*range(4, 12), *range(20, 28)], 8, 1), _job("b", list(range(12, 20)), 8, 1)]
+    with pytest.raises(
+        ScenarioError, match=r"the TP group on GPUs \[4, 5, 6, 7, 8, 9, 10, 11\] spans 2 servers"
+    ):
+        cs.simulate(cs.load_scenario(sc).with_overrides({"simulation.fold": True}), progress=False)
+
+
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     tp=st.sampled_from([2, 4, 8]),

@@ -157,6 +157,19 @@ def _describe(job) -> str:
     )
 
 
+def _split_tp_group(job, where) -> str | None:
+    """Why a placed job's TP group spans servers (a placement policy such as ``spread`` puts
+    a job's consecutive devices on different servers: its dropped TP collectives would then
+    load NICs other jobs share), or None."""
+    tp = job.parallel.tp
+    for first in range(0, job.num_gpus, tp):
+        hosts = {where[f"gpu{d}"][2] for d in range(first, first + tp)}
+        if len(hosts) > 1:
+            gpus = job.placement.gpus[first : first + tp]
+            return f"the TP group on GPUs {list(gpus)} spans {len(hosts)} servers"
+    return None
+
+
 def route_obstacle(job) -> str | None:
     """Why twins' routes differ from their representative's (None if they do not); reads
     the placement the Job's topology graph declares (:attr:`clustersim.resolve.Job.graph`,
@@ -170,6 +183,9 @@ def route_obstacle(job) -> str | None:
             {f"gpu{d}": where[f"gpu{g}"] for d, g in enumerate(job.placement.gpus)},
             getattr(where, "unlike", {}),
         )
+        split = _split_tp_group(job, where)
+        if split is not None:
+            return split
     par = job.parallel
     # ring attention's ranks each wait on their own receive: the ring's hops must be alike,
     # unless every transfer hides behind its chunk (then each rank runs its chunks back to back)

@@ -39,7 +39,8 @@ def ring_hidden(job) -> bool:
     }
     plan, router = job.plan, Router(job.graph)
     rings = {plan.cp_ring(s, 0, 0) for s in range(plan.pp)}
-    hops = {(f"gpu{r[c - 1]}", f"gpu{r[c]}") for r in rings for c in range(plan.cp)}
+    at = job.placement.gpus if job.placement is not None else range(job.num_gpus)  # (a multi-job run's)
+    hops = {(f"gpu{at[r[c - 1]]}", f"gpu{at[r[c]]}") for r in rings for c in range(plan.cp)}
     costs = [router.cost(a, b) for a, b in hops]
     return all(
         latency + nbytes / bandwidth <= chunk for chunk, nbytes in steps for latency, bandwidth in costs
