@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ..compilers import check_job, compile_job, mode_of
+from ..compilers.pipeline.context_parallel import unhidden_ring
 from ..engine.collector import collector_paused
 from ..errors import ScenarioError
 from ..resolve import resolve
@@ -62,13 +63,24 @@ def simulate_jobs(sc: MultiJobScenario, build_engine: Callable) -> Result:
         if not shared:
             break
         for name, why in shared.items():  # unfolded (refused, under fold: true); the others checked again
-            job = jobs[name] = replace(jobs[name], placement=Placement(sc.placement[name], why))
+            job = jobs[name] = replace(jobs[name], fold_refused=why)
             progs[name] = compile_job(job, mode=modes[name])
             folded.discard(name)
         merged, placed = _merged(sc, progs)
         engine, note = build_engine(first, merged, sc.cluster.num_gpus)
-    with collector_paused():  # as a single job's run (engine/collector.py)
-        engine.run()
+    while True:
+        with collector_paused():  # as a single job's run (engine/collector.py)
+            engine.run()
+        # a mixed CP ring folded on trust that did not hide: that job unfolded (fold: true refuses)
+        unhidden = {p.name: unhidden_ring(jobs[p.name], engine, p.ops) for p in placed}
+        unhidden = {name: why for name, why in unhidden.items() if why is not None}
+        if not unhidden:
+            break
+        for name, why in unhidden.items():
+            job = jobs[name] = replace(jobs[name], fold_refused=why)
+            progs[name] = compile_job(job, mode=modes[name])
+        merged, placed = _merged(sc, progs)
+        engine, note = build_engine(first, merged, sc.cluster.num_gpus)
     rec = engine.recorder
     wall = time.perf_counter() - wall0
     results = {}

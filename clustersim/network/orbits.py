@@ -87,6 +87,12 @@ class Orbits:
         """Start ``src → dst`` with its twins' images now; the event fires when the
         representative's last byte lands. An asymmetric orbit starts every flow on its own,
         the representative's first (as replica 0 in the unfolded run)."""
+        return self.transfer_all(src, dst, nbytes, label)[0]
+
+    def transfer_all(self, src: str, dst: str, nbytes: int, label: str = "") -> list:
+        """:meth:`transfer`, with the event of each flow's last byte: the representative's,
+        then (an asymmetric orbit) each twin's — a symmetric orbit's flows land together,
+        one event."""
         fabric = self.fabric
         seen = self._seen.get((src, dst))
         if seen is None:
@@ -95,12 +101,10 @@ class Orbits:
         orbit, mirrors = seen
         if orbit is None:
             done = fabric.transfer(src, dst, nbytes, label)
-            for a, b in mirrors:
-                fabric.transfer(a, b, nbytes, label)
-            return done
+            return [done, *(fabric.transfer(a, b, nbytes, label) for a, b in mirrors)]
         if not orbit.ids or nbytes == 0:
-            return fabric.env.timeout(orbit.latency)
-        return fabric.start_flow(orbit.ids, orbit.weights, orbit.latency, nbytes)
+            return [fabric.env.timeout(orbit.latency)]
+        return [fabric.start_flow(orbit.ids, orbit.weights, orbit.latency, nbytes)]
 
 
 def send_orbits(fabric, pairs) -> Orbits:

@@ -76,7 +76,9 @@ class Job:
     StageCost per layer — only for a parameter-server job, whose workers push per layer;
     ``replicas``: each data-parallel replica's chunk costs on its GPUs and micro-batches
     (None when replicas do not differ); ``placement``: where a job of a multi-job run sits on
-    the cluster (None: alone, on the cluster's first ``num_gpus`` GPUs)."""
+    the cluster (None: alone, on the cluster's first ``num_gpus`` GPUs); ``fold_refused``: why
+    a folded run of this job was found inexact once compiled or run (another job's traffic
+    meeting its twins, a mixed ring's hop that did not hide), which then refuses folding it."""
 
     name: str
     cluster: ClusterSpec
@@ -96,6 +98,7 @@ class Job:
     layer_costs: Mapping[str, list[StageCost]] | None
     replicas: tuple[ReplicaWork, ...] | None
     placement: Placement | None = None
+    fold_refused: str | None = None
 
     @property
     def num_gpus(self) -> int:
