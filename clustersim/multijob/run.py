@@ -51,50 +51,59 @@ def simulate_jobs(sc: MultiJobScenario, build_engine: Callable) -> Result:
     jobs = resolve_jobs(sc)
     for job in jobs.values():
         check_budget(job)
-    modes = {name: mode_of(job) for name, job in jobs.items()}
-    progs = {name: compile_job(job, mode=modes[name]) for name, job in jobs.items()}
-    merged, placed = _merged(sc, progs)
-    first = next(iter(jobs.values()))  # the fabric, memory and evaluator read the shared sections only
-    engine, note = build_engine(first, merged, sc.cluster.num_gpus)
+    run = _Run(sc, jobs, build_engine)
     folded = {name for name, job in jobs.items() if job.fold.enabled}
     # (the DAG pass, which has no fabric of its own, runs only where no link is shared)
-    while folded and getattr(getattr(engine, "fabric", None), "shares_links", False):
-        shared = shared_link_obstacles(merged, placed, folded, first.graph)
+    while folded and getattr(getattr(run.engine, "fabric", None), "shares_links", False):
+        shared = shared_link_obstacles(run.merged, run.placed, folded, run.first.graph)
         if not shared:
             break
-        for name, why in shared.items():  # unfolded (refused, under fold: true); the others checked again
-            job = jobs[name] = replace(jobs[name], fold_refused=why)
-            progs[name] = compile_job(job, mode=modes[name])
-            folded.discard(name)
-        merged, placed = _merged(sc, progs)
-        engine, note = build_engine(first, merged, sc.cluster.num_gpus)
+        run.unfold(shared)  # (refused, under fold: true); the others checked again
+        folded -= set(shared)
     while True:
         with collector_paused():  # as a single job's run (engine/collector.py)
-            engine.run()
+            run.engine.run()
         # a mixed CP ring folded on trust that did not hide: that job unfolded (fold: true refuses)
-        unhidden = {p.name: unhidden_ring(jobs[p.name], engine, p.ops) for p in placed}
+        unhidden = {p.name: unhidden_ring(jobs[p.name], run.engine, p.ops) for p in run.placed}
         unhidden = {name: why for name, why in unhidden.items() if why is not None}
         if not unhidden:
             break
-        for name, why in unhidden.items():
-            job = jobs[name] = replace(jobs[name], fold_refused=why)
-            progs[name] = compile_job(job, mode=modes[name])
-        merged, placed = _merged(sc, progs)
-        engine, note = build_engine(first, merged, sc.cluster.num_gpus)
-    rec = engine.recorder
+        run.unfold(unhidden)
+    engine, note, rec = run.engine, run.note, run.engine.recorder
     wall = time.perf_counter() - wall0
     results = {}
-    for where in placed:
-        job = jobs[where.name]
-        results[where.name] = job_result(job, modes[where.name], progs[where.name], where, engine, rec, wall)
+    for where in run.placed:
+        job, mode = jobs[where.name], run.modes[where.name]
+        results[where.name] = job_result(job, mode, run.progs[where.name], where, engine, rec, wall)
         results[where.name].summary["evaluator"] = note
-    return combined_result(sc, merged, placed, results, engine, rec, wall, note)
+    return combined_result(sc, run.merged, run.placed, results, engine, rec, wall, note)
 
 
-def _merged(sc: MultiJobScenario, progs: dict):
-    """The jobs' Programs merged onto their placed GPUs (checked), and where each landed."""
-    merged, placed = merge_programs(
-        sc.cluster.num_gpus, [(name, progs[name], sc.placement[name], sc.start[name]) for name in progs]
-    )
-    merged.check()
-    return merged, placed
+class _Run:
+    """The jobs' Programs, compiled and merged, and the engine (not yet run) that runs them."""
+
+    def __init__(self, sc: MultiJobScenario, jobs: dict, build_engine: Callable):
+        self.sc, self.jobs, self._build = sc, jobs, build_engine
+        self.modes = {name: mode_of(job) for name, job in jobs.items()}
+        self.progs = {name: compile_job(job, mode=self.modes[name]) for name, job in jobs.items()}
+        self.first = next(
+            iter(jobs.values())
+        )  # the fabric, memory and evaluator read the shared sections only
+        self._merge()
+
+    def _merge(self) -> None:
+        sc, progs = self.sc, self.progs
+        self.merged, self.placed = merge_programs(
+            sc.cluster.num_gpus, [(name, progs[name], sc.placement[name], sc.start[name]) for name in progs]
+        )
+        self.merged.check()
+        self.engine, self.note = self._build(self.first, self.merged, sc.cluster.num_gpus)
+
+    def unfold(self, refused: dict[str, str]) -> None:
+        """Compile the jobs ``refused`` names again unfolded, each with why
+        (:attr:`~clustersim.resolve.Job.fold_refused`; under ``fold: true`` that raises), and
+        merge and build anew."""
+        for name, why in refused.items():
+            job = self.jobs[name] = replace(self.jobs[name], fold_refused=why)
+            self.progs[name] = compile_job(job, mode=self.modes[name])
+        self._merge()
