@@ -212,8 +212,9 @@ def test_multi_plane_sites_of_a_wan_are_not_compared():
 
 def test_the_estimate_counts_a_folded_cp_run():
     """The pre-run estimate within 2× of a folded CP run's events (the ring's sends with
-    their shadows, the CP groups a representative stands for)."""
-    for sc in (CASES["ring of 4, tp 2"], CASES["ulysses across servers"]):
+    their shadows, the CP groups a representative stands for; a ring across a leaf border,
+    checked as it runs, every hop a flow of its own)."""
+    for sc in (CASES["ring of 4, tp 2"], CASES["ulysses across servers"], _leaf_border_ring(32768)):
         job = resolve(cs.load_scenario(sc).with_overrides({"simulation.fold": True}))
         events = cs.simulate(job, progress=False).summary["sim_events"]
         assert 0.5 <= estimate(job).events / events <= 2, (estimate(job).events, events)

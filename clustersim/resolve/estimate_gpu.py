@@ -169,9 +169,11 @@ class GpuWork:
                     if len({d // self.job.cluster.gpus_per_node for d in members}) > 1
                     else self.comm.hops.intra
                 )
-                # the chunks and recvs, then the sends (folded, with the stage's other hops as shadows)
+                # the chunks and recvs, then the sends (folded, with the stage's other hops as shadows;
+                # a ring of mixed hops checked as it runs, each hop a flow with its events)
                 work += plain(len(seg.steps) + len(sent), len(seg.steps))
-                work += sum((self.sent(b, hops) for b in sent), Work())
+                each = k.fold and self.job.fold.enabled and self.job.fold.checked_ring
+                work += sum((self.sent(b, hops, each) for b in sent), Work())
                 joins = 1
             else:  # a TP collective pipelined with its GEMM in chunks (compilers/pipeline/tp_overlap.py)
                 work += self.overlap(seg)
@@ -193,10 +195,13 @@ class GpuWork:
         # the recvs (no event) and the GEMMs, then the sends
         return plain(gemms + steps, gemms) + self.sent(nbytes, self.comm.hops.intra) * steps
 
-    def sent(self, nbytes: float, hops: float) -> Work:
+    def sent(self, nbytes: float, hops: float, each: bool = False) -> Work:
         """The work of one send op of ``nbytes`` over ``hops`` links with its folded twins'
-        (their loads: on ``flow`` without events of their arrivals)."""
+        (their loads: on ``flow`` without events of their arrivals, unless ``each``: every
+        twin's a flow of its own, a mixed ring's hops)."""
         own = message_events_of(self.k, nbytes, hops)
+        if each:
+            return plain(1, own * self.plan.tp * self.plan.replicas)
         if self.k.network == "flow":
             return Work(1, own + (self.twins - 1) * LOAD_EVENTS, own + (self.twins - 1) * LOAD_WEIGHT)
         return plain(1, own * self.twins)
