@@ -142,11 +142,12 @@ def _leaf_border_ring(seq_len: int) -> dict:
 def test_a_ring_across_a_leaf_border_folds_at_balanced_where_every_hop_hides():
     """At 32K tokens every hop, in a leaf or across its border, lands before its step's
     chunk ends: the folded run (checked so as it ran) is the unfolded one to float
-    precision, with fewer events."""
+    precision, with fewer events — each kind of hop one orbit."""
     folded, unfolded = _folded_and_unfolded(_leaf_border_ring(32768))
     assert folded["folded"].endswith("its CP rings' mixed hops checked to hide as it ran")
     assert folded["iteration_time_s"] == pytest.approx(unfolded["iteration_time_s"], rel=EXACT, abs=0)
-    assert folded["sim_events"] < unfolded["sim_events"] / 2
+    # each step's 32 hops ride as two orbits (the hops inside a leaf, those across its border)
+    assert folded["sim_events"] < unfolded["sim_events"] / 4
 
 
 def test_a_ring_whose_hop_shows_runs_again_unfolded_under_auto(monkeypatch):

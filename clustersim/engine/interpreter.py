@@ -212,8 +212,9 @@ class Engine:
             if op.source < 0:
                 return orbits.transfer(names[src], names[dst], op.nbytes, op.name)
             # a folded ring's send: when its last hop lands is kept, so that a ring of mixed
-            # hops is checked after the run (compilers/pipeline/context_parallel.py)
-            landed = orbits.transfer_all(names[src], names[dst], op.nbytes, op.name)
+            # hops is checked after the run (compilers/pipeline/context_parallel.py); its hops
+            # of one kind (inside a leaf, across its border) are one orbit each
+            landed = orbits.transfer_all(names[src], names[dst], op.nbytes, op.name, classes=True)
             for event in landed:
                 event.callbacks.append(partial(self._ring_landed, op.id))
             return landed[0]

@@ -23,6 +23,7 @@ from ..workload.pass_costs import pass_segments, pass_transfers
 from ..workload.stage_cost import Segment
 from ..workload.tp_overlap import BULK, RING
 from .estimate_comm import LOAD_EVENTS, LOAD_WEIGHT, Collectives, message_events
+from .hidden_ring import hop_kinds
 
 #: events a collective op adds where communication slows compute (cluster.comm_compute_slowdown):
 #: the re-timing of the compute running beside it (measured on DeepSeek-V3, 2,048 GPUs)
@@ -74,6 +75,7 @@ class GpuWork:
         folded_shared = k.fold and k.network in ("packet", "flow")
         self.twins = self.plan.tp * self.plan.replicas if folded_shared and not k.orbits else 1
         self._groups: dict[tuple[int, str], tuple[tuple[int, ...], int]] = {}
+        self._hop_kinds: int | None = None  # (a folded ring of mixed hops: read when first needed)
 
     def group(self, stage: int, kind: str) -> tuple[tuple[int, ...], int]:
         """The group of ``kind`` of ``stage``'s first GPU, and how many groups of that kind
@@ -170,9 +172,11 @@ class GpuWork:
                     else self.comm.hops.intra
                 )
                 # the chunks and recvs, then the sends (folded, with the stage's other hops as shadows;
-                # a ring of mixed hops checked as it runs, each hop a flow with its events)
+                # a ring of mixed hops checked as it runs, a flow with its events per kind of hop)
                 work += plain(len(seg.steps) + len(sent), len(seg.steps))
                 each = k.fold and self.job.fold.enabled and self.job.fold.checked_ring
+                if each and self._hop_kinds is None:
+                    self._hop_kinds = hop_kinds(self.job)
                 work += sum((self.sent(b, hops, each) for b in sent), Work())
                 joins = 1
             else:  # a TP collective pipelined with its GEMM in chunks (compilers/pipeline/tp_overlap.py)
@@ -197,11 +201,11 @@ class GpuWork:
 
     def sent(self, nbytes: float, hops: float, each: bool = False) -> Work:
         """The work of one send op of ``nbytes`` over ``hops`` links with its folded twins'
-        (their loads: on ``flow`` without events of their arrivals, unless ``each``: every
-        twin's a flow of its own, a mixed ring's hops)."""
+        (their loads: on ``flow`` without events of their arrivals, unless ``each``: a mixed
+        ring's hops, one flow with its events per kind of hop)."""
         own = message_events_of(self.k, nbytes, hops)
         if each:
-            return plain(1, own * self.plan.tp * self.plan.replicas)
+            return plain(1, own * self._hop_kinds)
         if self.k.network == "flow":
             return Work(1, own + (self.twins - 1) * LOAD_EVENTS, own + (self.twins - 1) * LOAD_WEIGHT)
         return plain(1, own * self.twins)

@@ -54,11 +54,23 @@ def ring_hidden(job) -> bool:
         for chunk, nbytes in zip(seg.steps, seg.step_bytes)
         if nbytes
     }
+    costs = _hop_costs(job)
+    return all(
+        latency + nbytes / bandwidth <= chunk for chunk, nbytes in steps for latency, bandwidth in costs
+    )
+
+
+def _hop_costs(job) -> set[tuple[float, float]]:
+    """(latency, bottleneck bandwidth) of every hop of each stage's first CP ring, on the
+    GPUs the job was placed on."""
     plan, router = job.plan, Router(job.graph)
     rings = {plan.cp_ring(s, 0, 0) for s in range(plan.pp)}
     at = job.placement.gpus if job.placement is not None else range(job.num_gpus)  # (a multi-job run's)
     hops = {(f"gpu{at[r[c - 1]]}", f"gpu{at[r[c]]}") for r in rings for c in range(plan.cp)}
-    costs = [router.cost(a, b) for a, b in hops]
-    return all(
-        latency + nbytes / bandwidth <= chunk for chunk, nbytes in steps for latency, bandwidth in costs
-    )
+    return {router.cost(a, b) for a, b in hops}
+
+
+def hop_kinds(job) -> int:
+    """How many kinds of hop (by route latency and bottleneck bandwidth) a stage's CP rings
+    mix: each kind one orbit of a folded ring checked as it runs (the estimate counts them)."""
+    return len(_hop_costs(job))
