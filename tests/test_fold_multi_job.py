@@ -225,3 +225,37 @@ def test_the_estimate_is_within_2x_of_a_folded_multi_job_run(tmp_path):
         r = estimate_truth.truth(path, {"simulation.fold": True})
         assert 0.5 <= r["est"]["events"] / r["events"] <= 2, (r["est"]["events"], r["events"])
         assert 0.5 <= r["est"]["ops"] / r["ops"] <= 2, (r["est"]["ops"], r["ops"])
+
+
+def _two_cp_jobs(seq_len: int) -> dict:
+    """Two TP 8 × CP 4 jobs (a Llama-3-8B-like model, 2 layers) on 4 servers each of an
+    8-server fat tree, a NIC per GPU, two servers a leaf: each job's CP rings cross its own
+    leaf border twice (clustersim/resolve/hidden_ring.py)."""
+    sc = _two_jobs([0, 2], [1, 3], 8, nics=8)
+    sc["cluster"]["nodes"] = 8
+    sc["jobs"] = []
+    for name, first in (("a", 0), ("b", 32)):
+        job = _job(name, list(range(first, first + 32)), 8, 1)
+        job["model"] = {"preset": "llama3-8b", "layers": 2, "seq_len": seq_len, "attention": "flash"}
+        job["parallel"].update(cp=4, dp=1, cp_comm_type="p2p")
+        job["training"].update(global_batch=2, micro_batch=1)
+        sc["jobs"].append(job)
+    return sc
+
+
+def test_mixed_cp_rings_of_two_jobs_fold_checked_as_they_run(monkeypatch):
+    """At 32K tokens every hop hides: both jobs fold, each job's time its unfolded one; at
+    8K one shows, and ``auto`` (its threshold lowered) runs both again unfolded, saying why."""
+    folded, unfolded = _runs(_two_cp_jobs(32768))
+    for name in ("a", "b"):
+        assert folded.jobs[name].summary["folded"].endswith("checked to hide as it ran")
+        key = f"{name}.iteration_time_s"
+        assert folded.summary[key] == pytest.approx(unfolded.summary[key], rel=EXACT, abs=0)
+    monkeypatch.setattr(fold_module, "AUTO_FOLD_MIN_GPUS", 2)
+    sc = cs.load_scenario(_two_cp_jobs(8192))
+    auto = cs.simulate(sc.with_overrides({"simulation.fold": "auto"}), progress=False)
+    unfolded = cs.simulate(sc.with_overrides({"simulation.fold": False}), progress=False)
+    for name in ("a", "b"):
+        assert auto.jobs[name].summary["folded"].startswith("no ('cp send F0 ring_attention 0'")
+        key = f"{name}.iteration_time_s"
+        assert auto.summary[key] == unfolded.summary[key]
