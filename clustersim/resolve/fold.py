@@ -144,7 +144,9 @@ def decide_fold(job) -> FoldDecision:
 
 
 def _folded(job) -> FoldDecision:
-    checked = _routes(job)[1]
+    par = job.parallel
+    ring = par.cp > 1 and par.cp_comm_type == "p2p" and ring_checked_as_it_runs(job)
+    checked = ring and _routes(job)[1]  # (the routes compared again only where it may be so)
     note = _describe(job) + ("; its CP rings' mixed hops checked to hide as it ran" if checked else "")
     return FoldDecision(True, note, checked)
 
