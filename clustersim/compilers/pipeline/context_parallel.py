@@ -108,15 +108,15 @@ def unhidden_ring(job, engine, ops: range | None = None) -> str | None:
     if not (job.fold.enabled and job.fold.checked_ring):
         return None
     landed = engine.ring_landed if ops is None else {i: t for i, t in engine.ring_landed.items() if i in ops}
-    return unhidden_hop(engine.program, landed, {i: e for i, _, e in engine.recorder.ops})
+    return unhidden_hop(engine.program, landed, engine.end)
 
 
-def unhidden_hop(prog: Program, landed: dict[int, float], end: dict[int, float]) -> str | None:
+def unhidden_hop(prog: Program, landed: dict[int, float], end) -> str | None:
     """Why a folded ring of mixed hops was not exact in a run, or None: a folded CP ring send
     whose last hop (over every ring of the stage, :attr:`Engine.ring_landed
     <clustersim.engine.interpreter.Engine.ring_landed>` — op id → when) landed after an op
     waiting on its recv could otherwise have started (its other dependencies' and its lane
-    predecessor's ends, ``end``: op id → when it ended). Where none did, every rank's
+    predecessor's ends, ``end``: when each op ended, by op id). Where none did, every rank's
     receive was in before its step's chunk ended, so every rank ran its steps back to back
     from the representative's start whatever hop it receives over
     (:mod:`clustersim.resolve.hidden_ring`)."""
