@@ -47,15 +47,18 @@ class _Routes:
     def __init__(self, graph: nx.DiGraph):
         self.graph, self.router = graph, Router(graph)
         self._seen: dict[tuple[int, int], tuple[tuple[str, str], ...]] = {}
+        self._shares: dict[tuple[str, str], bool] = {}  # per hop: whether flows share it
 
     def __call__(self, a: int, b: int) -> tuple[tuple[str, str], ...]:
         hit = self._seen.get((a, b))
         if hit is None:
-            edges = self.graph.edges
             hops = self.router.links(f"gpu{a}", f"gpu{b}") if a != b else ()
-            hit = self._seen[a, b] = tuple(
-                h for h in hops if not (is_wire(edges[h]) or edges[h]["bandwidth"] == math.inf)
-            )
+            shares = self._shares
+            for h in hops:
+                if h not in shares:
+                    data = self.graph.edges[h]
+                    shares[h] = not (is_wire(data) or data["bandwidth"] == math.inf)
+            hit = self._seen[a, b] = tuple(h for h in hops if shares[h])
         return hit
 
 
