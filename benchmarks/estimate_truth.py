@@ -48,14 +48,14 @@ def truth(path: Path | str, overrides: dict | None = None) -> dict:
     records and the folded pass's events, as the estimate counts them)."""
     import clustersim as cs
     from clustersim.compilers import compile_job, mode_of
-    from clustersim.resolve import resolve
+    from clustersim.multijob import resolve_jobs
     from clustersim.resolve.estimate import estimate
     from clustersim.scenario import MultiJobScenario
     from clustersim.simulate import resolve_scenario, run_job
 
     sc = cs.load_scenario(path).with_overrides(overrides or {})
     if isinstance(sc, MultiJobScenario):
-        jobs = [resolve(one) for one in sc.jobs.values()]
+        jobs = list(resolve_jobs(sc).values())  # each on its placed GPUs (where it folds, it is checked)
         ests = [estimate(job) for job in jobs]
         c0 = time.process_time()
         res = cs.simulate(sc, progress=False)

@@ -10,12 +10,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import simpy
 
 from .compilers import TrainingMode, check_job, compile_job, mode_of, name_cycle
+from .compilers.pipeline.context_parallel import unhidden_ring
 from .compilers.pipeline.replicas import ReplicatedRun
 from .engine.collector import collector_paused
 from .engine.dag import choose_evaluator
@@ -191,6 +193,10 @@ def run_job(job: Job, progress: bool | str = False) -> Result:
 
             check_power_rows(job.resolved["cluster"])
         engine, evaluator_note = _compile_and_run(job, mode, report, how)
+        why = unhidden_ring(job, engine)
+        if why is not None:  # a mixed CP ring folded on trust did not hide: unfolded (fold: true refuses)
+            job = replace(job, fold_refused=why)
+            engine, evaluator_note = _compile_and_run(job, mode, report, how)
         with _phase(report, "building the result"):
             result = assemble_result(job, mode, engine, engine.recorder, time.perf_counter() - wall0)
         result.summary["evaluator"] = evaluator_note

@@ -146,6 +146,8 @@ class Engine:
         self._calls: dict[tuple, Call] = {}  # collective calls, prepared once (_call)
         # folded sends' and collectives' twin orbits (fabric.folds_orbits), made once per shape
         self._orbits: dict[tuple, object] = {}
+        #: folded ring sends (op id) under fold_contention → when the last of their hops landed
+        self.ring_landed: dict[int, float] = {}
         self.lanes = program.lanes()
         names, slowed = self.names, self.slowdown != 1.0
 
@@ -214,13 +216,24 @@ class Engine:
             if orbits is None:
                 pairs = [(names[a], names[b]) for a, b in op.shadows]
                 orbits = self._orbits[src, dst, op.shadows] = send_orbits(fabric, pairs)
-            return orbits.transfer(names[src], names[dst], op.nbytes, op.name)
+            if op.source < 0:
+                return orbits.transfer(names[src], names[dst], op.nbytes, op.name)
+            # a folded ring's send: when its last hop lands is kept, so that a ring of mixed
+            # hops is checked after the run (compilers/pipeline/context_parallel.py); its hops
+            # of one kind (inside a leaf, across its border) are one orbit each
+            landed = orbits.transfer_all(names[src], names[dst], op.nbytes, op.name, classes=True)
+            for event in landed:
+                event.callbacks.append(partial(self._ring_landed, op.id))
+            return landed[0]
         # the representative's own flow first: it is replica 0, first in line in the unfolded run
         done = fabric.transfer(names[src], names[dst], op.nbytes, op.name)
         if fabric.shares_links:
             for a, b in op.shadows:  # folded-away twins' traffic loads the fabric too
                 fabric.load(names[a], names[b], op.nbytes, op.name)
         return done
+
+    def _ring_landed(self, i: int, _event) -> None:
+        self.ring_landed[i] = self.env.now  # (events fire in time order: the last is the latest)
 
     def _slowed_compute(self, op):
         """Run a compute op at 1/slowdown speed while any collective is active on its GPU,

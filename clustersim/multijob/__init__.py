@@ -3,6 +3,6 @@ GPUs and merged (:mod:`.merge`), run once on the shared fabric (:mod:`.run`), it
 split per job (:mod:`.split`)."""
 
 from .merge import Placed, merge_programs
-from .run import simulate_jobs
+from .run import resolve_jobs, simulate_jobs
 
-__all__ = ["Placed", "merge_programs", "simulate_jobs"]
+__all__ = ["Placed", "merge_programs", "resolve_jobs", "simulate_jobs"]

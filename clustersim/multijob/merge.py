@@ -2,7 +2,8 @@
 
 Each job compiles on devices ``0..n-1`` (as if it ran on the cluster's first n GPUs);
 merging moves job device ``d`` to cluster GPU ``placement[d]`` (topology node
-``gpu{placement[d]}``), shifts op ids (deps, send/recv peers), renames collective tags
+``gpu{placement[d]}``; a folded job's ``shadows`` and ``source`` too, which name its
+folded-away twins), shifts op ids (deps, send/recv peers), renames collective tags
 ``job/tag`` (two jobs' collectives never rendezvous) and copies each device's static
 memory. A job with ``start`` > 0 gets one wait op per device on the ``arrival`` lane
 (waiting, not GPU work: no speed factor applies, :data:`clustersim.program.ARRIVAL_LANE`)
@@ -26,7 +27,21 @@ from ..program import ARRIVAL_LANE, COMPUTE, Op, Program
 _KEPT = tuple(
     f
     for f in Op.__slots__
-    if f not in ("id", "device", "lane", "kind", "name", "deps", "peer", "group", "tag", "lane_id")
+    if f
+    not in (
+        "id",
+        "device",
+        "lane",
+        "kind",
+        "name",
+        "deps",
+        "peer",
+        "group",
+        "tag",
+        "lane_id",
+        "shadows",
+        "source",
+    )
 )
 #: name of a job's start-wait op
 START_OP = "start"
@@ -63,8 +78,6 @@ def merge_programs(
         offset = len(merged.ops)
         lanes_seen: set[tuple[int, str]] = set()
         for op in prog.ops:
-            if op.shadows:  # folding is off in every job (scenario.multi_job); a shadow names foreign devices
-                raise ScenarioError(f"jobs[{name}]", "folded", "a job of a multi-job scenario is not folded")
             deps = tuple(d + offset for d in op.deps)
             first = (op.device, op.lane) not in lanes_seen
             lanes_seen.add((op.device, op.lane))
@@ -79,6 +92,8 @@ def merge_programs(
                 peer=op.peer + offset if op.peer >= 0 else -1,
                 group=tuple(gpus[d] for d in op.group),
                 tag=f"{name}/{op.tag}" if op.tag else "",
+                shadows=tuple(tuple(gpus[d] for d in twin) for twin in op.shadows),
+                source=gpus[op.source] if op.source >= 0 else -1,
                 **{f: getattr(op, f) for f in _KEPT},
             )
         for d, g in enumerate(gpus):

@@ -77,16 +77,26 @@ class Orbits:
     """The orbits of one twin set's transfers, each worked out once per (src, dst):
     ``images(src, dst)`` gives the twins' (src, dst) pairs of a transfer."""
 
-    __slots__ = ("fabric", "images", "_seen")
+    __slots__ = ("fabric", "images", "_seen", "_classes")
 
     def __init__(self, fabric, images):
         self.fabric, self.images = fabric, images
         self._seen: dict[tuple[str, str], tuple[Orbit | None, list]] = {}
+        self._classes: dict[tuple[str, str], list[tuple[Orbit | None, list]]] = {}
 
     def transfer(self, src: str, dst: str, nbytes: int, label: str = ""):
         """Start ``src → dst`` with its twins' images now; the event fires when the
         representative's last byte lands. An asymmetric orbit starts every flow on its own,
         the representative's first (as replica 0 in the unfolded run)."""
+        return self.transfer_all(src, dst, nbytes, label)[0]
+
+    def transfer_all(self, src: str, dst: str, nbytes: int, label: str = "", classes: bool = False) -> list:
+        """:meth:`transfer`, with the event of each flow's last byte: the representative's,
+        then (an asymmetric orbit) each twin's — a symmetric orbit's flows land together,
+        one event. ``classes``: an asymmetric orbit is cut into classes of flows whose
+        routes cross links of the same bandwidths with the same latency (a ring's hops
+        inside a leaf, and across its border), each class one orbit where it is symmetric
+        within (:func:`orbit_of`), one event a class."""
         fabric = self.fabric
         seen = self._seen.get((src, dst))
         if seen is None:
@@ -94,13 +104,36 @@ class Orbits:
             seen = self._seen[src, dst] = (orbit_of(fabric, src, dst, mirrors), mirrors)
         orbit, mirrors = seen
         if orbit is None:
+            if classes:
+                return [
+                    e for c in self._classes_of(src, dst, mirrors) for e in _start(fabric, *c, nbytes, label)
+                ]
             done = fabric.transfer(src, dst, nbytes, label)
-            for a, b in mirrors:
-                fabric.transfer(a, b, nbytes, label)
-            return done
-        if not orbit.ids or nbytes == 0:
-            return fabric.env.timeout(orbit.latency)
-        return fabric.start_flow(orbit.ids, orbit.weights, orbit.latency, nbytes)
+            return [done, *(fabric.transfer(a, b, nbytes, label) for a, b in mirrors)]
+        return _start(fabric, orbit, [(src, dst), *mirrors], nbytes, label)
+
+    def _classes_of(self, src: str, dst: str, mirrors: list) -> list[tuple[Orbit | None, list]]:
+        """The classes of an asymmetric orbit (:meth:`transfer_all`), the representative's first."""
+        hit = self._classes.get((src, dst))
+        if hit is None:
+            fabric, groups = self.fabric, {}
+            for a, b in [(src, dst), *mirrors]:
+                links, latency = fabric.route(a, b)
+                groups.setdefault((tuple(link.bandwidth for link in links), latency), []).append((a, b))
+            hit = self._classes[src, dst] = [
+                (orbit_of(fabric, *members[0], members[1:]), members) for members in groups.values()
+            ]
+        return hit
+
+
+def _start(fabric, orbit: Orbit | None, members: list, nbytes: int, label: str) -> list:
+    """Start the flows of ``members`` ((src, dst) pairs, the first standing for the rest): as
+    ``orbit``, one flow (one event), or — None — each on its own (an event each)."""
+    if orbit is None:
+        return [fabric.transfer(a, b, nbytes, label) for a, b in members]
+    if not orbit.ids or nbytes == 0:
+        return [fabric.env.timeout(orbit.latency)]
+    return [fabric.start_flow(orbit.ids, orbit.weights, orbit.latency, nbytes)]
 
 
 def send_orbits(fabric, pairs) -> Orbits:

@@ -23,6 +23,7 @@ from ..workload.pass_costs import pass_segments, pass_transfers
 from ..workload.stage_cost import Segment
 from ..workload.tp_overlap import BULK, RING
 from .estimate_comm import LOAD_EVENTS, LOAD_WEIGHT, Collectives, message_events
+from .hidden_ring import hop_kinds
 
 #: events a collective op adds where communication slows compute (cluster.comm_compute_slowdown):
 #: the re-timing of the compute running beside it (measured on DeepSeek-V3, 2,048 GPUs)
@@ -74,6 +75,7 @@ class GpuWork:
         folded_shared = k.fold and k.network in ("packet", "flow")
         self.twins = self.plan.tp * self.plan.replicas if folded_shared and not k.orbits else 1
         self._groups: dict[tuple[int, str], tuple[tuple[int, ...], int]] = {}
+        self._hop_kinds: int | None = None  # (a folded ring of mixed hops: read when first needed)
 
     def group(self, stage: int, kind: str) -> tuple[tuple[int, ...], int]:
         """The group of ``kind`` of ``stage``'s first GPU, and how many groups of that kind
@@ -169,9 +171,13 @@ class GpuWork:
                     if len({d // self.job.cluster.gpus_per_node for d in members}) > 1
                     else self.comm.hops.intra
                 )
-                # the chunks and recvs, then the sends (folded, with the stage's other hops as shadows)
+                # the chunks and recvs, then the sends (folded, with the stage's other hops as shadows;
+                # a ring of mixed hops checked as it runs, a flow with its events per kind of hop)
                 work += plain(len(seg.steps) + len(sent), len(seg.steps))
-                work += sum((self.sent(b, hops) for b in sent), Work())
+                each = k.fold and self.job.fold.enabled and self.job.fold.checked_ring
+                if each and self._hop_kinds is None:
+                    self._hop_kinds = hop_kinds(self.job)
+                work += sum((self.sent(b, hops, each) for b in sent), Work())
                 joins = 1
             else:  # a TP collective pipelined with its GEMM in chunks (compilers/pipeline/tp_overlap.py)
                 work += self.overlap(seg)
@@ -193,10 +199,13 @@ class GpuWork:
         # the recvs (no event) and the GEMMs, then the sends
         return plain(gemms + steps, gemms) + self.sent(nbytes, self.comm.hops.intra) * steps
 
-    def sent(self, nbytes: float, hops: float) -> Work:
+    def sent(self, nbytes: float, hops: float, each: bool = False) -> Work:
         """The work of one send op of ``nbytes`` over ``hops`` links with its folded twins'
-        (their loads: on ``flow`` without events of their arrivals)."""
+        (their loads: on ``flow`` without events of their arrivals, unless ``each``: a mixed
+        ring's hops, one flow with its events per kind of hop)."""
         own = message_events_of(self.k, nbytes, hops)
+        if each:
+            return plain(1, own * self._hop_kinds)
         if self.k.network == "flow":
             return Work(1, own + (self.twins - 1) * LOAD_EVENTS, own + (self.twins - 1) * LOAD_WEIGHT)
         return plain(1, own * self.twins)

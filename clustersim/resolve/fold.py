@@ -34,6 +34,11 @@ all-to-alls with the stage's other CP groups as shadows. The CP groups must be l
 alike, and a ring's hops be of one kind — each rank's step waits on its own receive — unless
 every transfer hides behind its chunk on the analytical network
 (:mod:`clustersim.resolve.hidden_ring`).
+
+A job of a multi-job run (:class:`Placement`) folds by its own twins on the GPUs it was
+placed on — its routes are compared there — and only where no other job's traffic meets its
+twins' unlike its representative's (:mod:`clustersim.multijob.shared_links` finds that
+reason, which the run hands back as :attr:`clustersim.resolve.Job.fold_refused`).
 """
 
 from __future__ import annotations
@@ -44,11 +49,19 @@ from ..errors import ScenarioError
 from ..hardware.node_groups import heterogeneity
 from ..parallel.fold_routes import twin_obstacle
 from ..topology import TOPOLOGIES
-from .hidden_ring import ring_hidden
+from ..topology.plugin import Placements
+from .hidden_ring import ring_checked_as_it_runs, ring_hidden
 
 #: ``fold: auto`` folds jobs of at least this many GPUs (below it, unfolded runs are quick
 #: and show every GPU's own spans)
 AUTO_FOLD_MIN_GPUS = 256
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a job of a multi-job run sits: ``gpus``, the cluster GPU of each job device."""
+
+    gpus: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -57,6 +70,9 @@ class FoldDecision:
 
     enabled: bool
     note: str
+    #: a CP ring of mixed hops folded on the understanding that every hop hides: checked
+    #: after the run (:func:`clustersim.compilers.pipeline.context_parallel.unhidden_ring`)
+    checked_ring: bool = False
 
 
 def _obstacle(job) -> str | None:
@@ -65,7 +81,9 @@ def _obstacle(job) -> str | None:
         return "a trace model runs every rank its files hold"
     if par.stage_replicas is not None:
         return "stage_replicas makes stages differ"
-    if job.num_gpus < cl.num_gpus:
+    if job.fold_refused is not None:
+        return job.fold_refused
+    if job.num_gpus < cl.num_gpus and job.placement is None:
         return "parallel.gpus leaves part of the cluster out (its routes are not the same for every replica)"
     if job.training.mode == "inference":
         return "inference replicas serve different requests"
@@ -116,13 +134,21 @@ def decide_fold(job) -> FoldDecision:
             raise ScenarioError(
                 "simulation.fold", True, f"cannot fold this scenario: {why}; use false or auto"
             )
-        return FoldDecision(True, _describe(job))
+        return _folded(job)
     if _obstacle(job) is None and job.num_gpus < AUTO_FOLD_MIN_GPUS:
         return FoldDecision(False, f"no (auto folds from {AUTO_FOLD_MIN_GPUS} GPUs)")
     why = job.fold_obstacle
     if why is not None:
         return FoldDecision(False, f"no ({why})")
-    return FoldDecision(True, _describe(job))
+    return _folded(job)
+
+
+def _folded(job) -> FoldDecision:
+    par = job.parallel
+    ring = par.cp > 1 and par.cp_comm_type == "p2p" and ring_checked_as_it_runs(job)
+    checked = ring and _routes(job)[1]  # (the routes compared again only where it may be so)
+    note = _describe(job) + ("; its CP rings' mixed hops checked to hide as it ran" if checked else "")
+    return FoldDecision(True, note, checked)
 
 
 def _describe(job) -> str:
@@ -139,16 +165,48 @@ def _describe(job) -> str:
     )
 
 
+def _split_tp_group(job, where) -> str | None:
+    """Why a placed job's TP group spans servers (a placement policy such as ``spread`` puts
+    a job's consecutive devices on different servers: its dropped TP collectives would then
+    load NICs other jobs share), or None."""
+    tp = job.parallel.tp
+    for first in range(0, job.num_gpus, tp):
+        hosts = {where[f"gpu{d}"][2] for d in range(first, first + tp)}
+        if len(hosts) > 1:
+            gpus = job.placement.gpus[first : first + tp]
+            return f"the TP group on GPUs {list(gpus)} spans {len(hosts)} servers"
+    return None
+
+
 def route_obstacle(job) -> str | None:
     """Why twins' routes differ from their representative's (None if they do not); reads
     the placement the Job's topology graph declares (:attr:`clustersim.resolve.Job.graph`,
     built once per cluster). The first twin that differs, in (stage, replica, TP rank)
     order, is named."""
+    return _routes(job)[0]
+
+
+def _routes(job) -> tuple[str | None, bool]:
+    """:func:`route_obstacle`, and whether a CP ring of mixed hops is let through to be
+    checked as the run goes (:func:`~.hidden_ring.ring_checked_as_it_runs`)."""
     where = TOPOLOGIES[job.graph.graph["kind"]].placement(job.graph)
     if isinstance(where, str):
-        return where
+        return where, False
+    if job.placement is not None:  # job device d sits on cluster GPU gpus[d]
+        where = Placements(
+            {f"gpu{d}": where[f"gpu{g}"] for d, g in enumerate(job.placement.gpus)},
+            getattr(where, "unlike", {}),
+        )
+        split = _split_tp_group(job, where)
+        if split is not None:
+            return split, False
     par = job.parallel
+    wrap = par.virtual_stages > 1
     # ring attention's ranks each wait on their own receive: the ring's hops must be alike,
     # unless every transfer hides behind its chunk (then each rank runs its chunks back to back)
     cp_ring = par.cp > 1 and par.cp_comm_type == "p2p" and not ring_hidden(job)
-    return twin_obstacle(job.plan, where, wrap=par.virtual_stages > 1, cp_ring=cp_ring)
+    why = twin_obstacle(job.plan, where, wrap=wrap, cp_ring=cp_ring)
+    if why is not None and cp_ring and ring_checked_as_it_runs(job):
+        if twin_obstacle(job.plan, where, wrap=wrap) is None:  # only the ring's hops differ
+            return None, True
+    return why, False

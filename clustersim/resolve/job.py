@@ -35,7 +35,7 @@ from ..workload.resolve import TransformerConfig, resolve_transformer
 from ..workload.runtime_memory import reserve_bytes, runtime_reserve
 from ..workload.stage_cost import StageCost
 from . import fold as folding
-from .fold import FoldDecision, decide_fold
+from .fold import FoldDecision, Placement, decide_fold
 from .layout import Layout
 from .topology import topology_graph
 
@@ -75,7 +75,10 @@ class Job:
     node-group type), the StageCost of every chunk; ``layer_costs``: per GPU type, one
     StageCost per layer — only for a parameter-server job, whose workers push per layer;
     ``replicas``: each data-parallel replica's chunk costs on its GPUs and micro-batches
-    (None when replicas do not differ)."""
+    (None when replicas do not differ); ``placement``: where a job of a multi-job run sits on
+    the cluster (None: alone, on the cluster's first ``num_gpus`` GPUs); ``fold_refused``: why
+    a folded run of this job was found inexact once compiled or run (another job's traffic
+    meeting its twins, a mixed ring's hop that did not hide), which then refuses folding it."""
 
     name: str
     cluster: ClusterSpec
@@ -94,6 +97,8 @@ class Job:
     costs: Mapping[str, list[StageCost]]
     layer_costs: Mapping[str, list[StageCost]] | None
     replicas: tuple[ReplicaWork, ...] | None
+    placement: Placement | None = None
+    fold_refused: str | None = None
 
     @property
     def num_gpus(self) -> int:

@@ -107,7 +107,7 @@ class MultiJobScenario:
             one = {
                 "name": entry.name,
                 "cluster": raw.get("cluster", {}),
-                "simulation": {**raw.get("simulation", {}), "fold": False},
+                "simulation": raw.get("simulation", {}),
                 "model": entry.model,
                 "training": entry.training,
                 "parallel": {**entry.parallel, "gpus": len(gpus)},

@@ -98,3 +98,48 @@ def link_ring_transfers(prog: Program, send_lane: str = CP_SEND, recv_lane: str 
         op.peer, send.peer = send.id, op.id
     if sends:
         raise ProgramError(f"ring sends without a recv: {', '.join(sorted(sends))}")
+
+
+def unhidden_ring(job, engine, ops: range | None = None) -> str | None:
+    """Why ``job``'s folded run on ``engine`` (run) was not exact, where it folded a CP ring
+    of mixed hops on trust (:attr:`~clustersim.resolve.fold.FoldDecision.checked_ring`):
+    :func:`unhidden_hop` over its ops (``ops``: their ids in a multi-job run's merged
+    Program; None: all), or None."""
+    if not (job.fold.enabled and job.fold.checked_ring):
+        return None
+    landed = engine.ring_landed if ops is None else {i: t for i, t in engine.ring_landed.items() if i in ops}
+    return unhidden_hop(engine.program, landed, engine.end)
+
+
+def unhidden_hop(prog: Program, landed: dict[int, float], end) -> str | None:
+    """Why a folded ring of mixed hops was not exact in a run, or None: a folded CP ring send
+    whose last hop (over every ring of the stage, :attr:`Engine.ring_landed
+    <clustersim.engine.interpreter.Engine.ring_landed>` — op id → when) landed after an op
+    waiting on its recv could otherwise have started (its other dependencies' and its lane
+    predecessor's ends, ``end``: when each op ended, by op id). Where none did, every rank's
+    receive was in before its step's chunk ended, so every rank ran its steps back to back
+    from the representative's start whatever hop it receives over
+    (:mod:`clustersim.resolve.hidden_ring`)."""
+    ops = prog.ops
+    recvs = {ops[i].peer: i for i in landed if ops[i].lane == CP_SEND}
+    if not recvs:
+        return None
+    before = {}  # op id → its lane predecessor's
+    for lane in prog.lanes().values():
+        for a, b in zip(lane, lane[1:]):
+            before[b.id] = a.id
+    for op in ops:
+        for r in op.deps:
+            send = recvs.get(r)
+            if send is None:
+                continue
+            others = [end[d] for d in op.deps if d != r]
+            if op.id in before:
+                others.append(end[before[op.id]])
+            free = max(others, default=-1.0)
+            if landed[send] > free:
+                return (
+                    f"{ops[send].name!r}: a hop of the stage's CP rings landed {landed[send] - free:.3g} s after "
+                    f"{op.name!r} could have started (ring attention's ranks would run at different paces)"
+                )
+    return None
