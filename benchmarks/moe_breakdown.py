@@ -13,19 +13,22 @@ from __future__ import annotations
 
 import argparse
 from collections import defaultdict
-from dataclasses import replace
 
 from clustersim.scenario import load_scenario
 from clustersim.simulate import simulate
 from clustersim.workload.ops import ExpertRanks, TPComm
-from clustersim.workload.stage_builder import FixedCosts, TrainSetup, cost_model_of
 from clustersim.workload.resolve import resolve_transformer
+from clustersim.workload.stage_builder import FixedCosts, TrainSetup, cost_model_of
 from clustersim.workload.transformer_ops import layer_ops
 
-#: representative fine-grained configurations (hf_config, nodes, pp, global batch)
+#: OLMoE-1B-7B's shape (Muennighoff et al. 2024, Table 1: 16 layers, d 2048, 64 experts of
+#: FFN 1024, top-8, 16 heads, SwiGLU, vocabulary 50,304)
+OLMOE = {"layers": 16, "hidden": 2048, "heads": 16, "ffn_hidden": 1024, "vocab": 50304}
+OLMOE |= {"experts": 64, "experts_per_token": 8, "moe_ffn_hidden": 1024, "gated_mlp": True, "bias": False}
+#: representative configurations (hf_config or model fields, nodes, pp, global batch)
 CONFIGS = {
     "qwen3": ("qwen3-30b-a3b", 2, 1, 256),
-    "olmoe": ("qwen1.5-moe-a2.7b", 1, 1, 128),
+    "olmoe": (OLMOE, 1, 1, 128),
     "mixtral": ("mixtral-8x7b", 8, 4, 256),
 }
 FAMILIES = (
@@ -43,7 +46,11 @@ def scenario(name: str, sets: list[str]) -> dict:
     d = {
         "name": f"moe-{name}",
         "cluster": {"preset": "dgx_h100", "nodes": nodes},
-        "model": {"hf_config": hf, "seq_len": 4096, "attention": "flash"},
+        "model": {
+            **({"hf_config": hf} if isinstance(hf, str) else hf),
+            "seq_len": 4096,
+            "attention": "flash",
+        },
         "training": {
             "framework": "megatron_core",
             "global_batch": gbs,
@@ -65,6 +72,7 @@ def scenario(name: str, sets: list[str]) -> dict:
 
 
 def family(name: str) -> str:
+    """The kernel family an op of :func:`layer_ops` belongs to."""
     for fam, keys in FAMILIES:
         if any(k in name for k in keys):
             return fam
@@ -72,6 +80,7 @@ def family(name: str) -> str:
 
 
 def layer_table(d: dict) -> None:
+    """Print one MoE layer's ops on GPU 0 (expert rank 0) and their family totals."""
     sc = load_scenario(d)
     st = TrainSetup.of(sc)
     cfg = resolve_transformer(sc.model)
@@ -109,10 +118,15 @@ def layer_table(d: dict) -> None:
 
 
 def step(d: dict) -> None:
+    """Print the simulated iteration's split and its EP collectives on the first GPU."""
     r = simulate(d, progress=False)
     s = r.summary
     keys = ("iteration_time_s", "mfu", "exposed_comm_fraction", "exposed_ep_fraction")
-    print("  ".join(f"{k} {s[k]:.4g}" for k in (*keys, "exposed_dp_fraction", "host_bound_s", "bubble_fraction")))
+    print(
+        "  ".join(
+            f"{k} {s[k]:.4g}" for k in (*keys, "exposed_dp_fraction", "host_bound_s", "bubble_fraction")
+        )
+    )
     sp = r.spans
     ep = sp[(sp.device == sp.device.iloc[0]) & (sp.lane == "ep")]
     for name, g in ep.groupby("name"):

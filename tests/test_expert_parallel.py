@@ -89,7 +89,7 @@ def test_dispatch_and_combine_equal_the_direct_all_to_all_closed_form(network):
     """Each rank's send buffer S = T·k·h·e; direct all-to-all on an idle NVSwitch node:
     T = α + (n − 1)/n · S/B, α = NCCL's NVLink step latency + the path's (one hop)."""
     res = cs.simulate(_scenario(network=network))
-    spans = res.spans[res.spans.lane == "ep"]
+    spans = res.spans[res.spans.name.isin(("ep dispatch", "ep combine"))]
     S = 512 * 2 * 1024 * 2
     expected = DEFAULT_ALPHA["nvlink"] + LAT + 7 / 8 * S / BW
     assert set(spans.name) == {"ep dispatch", "ep combine"}
@@ -113,7 +113,7 @@ def test_all_to_all_across_nodes_equals_its_alpha_beta_form():
         }
     )
     res = cs.simulate(sc)
-    spans = res.spans[res.spans.lane == "ep"]
+    spans = res.spans[res.spans.name.isin(("ep dispatch", "ep combine"))]
     S = 512 * 2 * 1024 * 2
     env = simpy.Environment()
     group = Group(env, build_network(resolve(sc), env, Recorder()), [f"gpu{i}" for i in range(16)])
@@ -179,6 +179,24 @@ def test_shared_expert_overlaps_the_all_to_alls():
         beside = a[(a.lane == "compute") & (a.start_s == coll.start_s)]
         assert len(beside) == 1  # a compute op starts with the collective
     assert f0(over).end_s.max() < f0(plain).end_s.max()
+
+
+def test_alltoall_dispatcher_gathers_the_split_sizes_before_each_forward_dispatch():
+    """Megatron-Core's alltoall dispatcher all-gathers every rank's int64 tokens per expert
+    over the ETP × EP group in ``preprocess`` (token_dispatcher.py,
+    ``gather_from_sequence_parallel_region(num_local_tokens_per_expert, group=self.tp_ep_group)``):
+    one per MoE layer's forward on every GPU, E·8 bytes a rank, finished before the
+    dispatch starts, none backward (integer counts carry no gradient) and none under the
+    allgather dispatcher."""
+    s = cs.simulate(_scenario()).spans
+    gather = s[s.name == "ep split-size all-gather"]
+    assert len(gather) == 8 and set(gather.phase) == {"F"}  # 1 layer, 1 micro-batch, 8 GPUs
+    assert (gather.bytes == 8 * 8 * 8).all()  # ep ranks × E counts × 8 B (output)
+    for dev, g in gather.groupby("device"):
+        dispatch = s[(s.device == dev) & (s.name == "ep dispatch") & (s.phase == "F")]
+        assert g.end_s.max() <= dispatch.start_s.min()
+    other = cs.simulate(_scenario(parallel={"moe_token_dispatcher": "allgather"})).spans
+    assert not (other.name == "ep split-size all-gather").any()
 
 
 def test_allgather_dispatcher_gathers_the_pool_over_the_tp_ep_group():
@@ -321,14 +339,14 @@ def test_expert_parallel_with_context_parallel_dispatches_each_cp_ranks_tokens()
     assert plan.expert_group(0, "ep") == (0, 1, 2, 3) and plan.cp_ring(0, 0) == (0, 1)
     assert TrainSetup.of(sc).expert_shards == plan.edp == 2  # ZeRO shards expert state the same way
     prog = cs.compile_scenario(sc, fold=False)
-    a2a = [op for op in prog.ops if op.lane == "ep"]
+    a2a = [op for op in prog.ops if op.name in ("ep dispatch", "ep combine")]
     assert len(a2a) == 8 * 2 * 4  # dispatch + combine, forward and backward, 2 micro-batches
     assert {op.group for op in a2a if op.device == 5} == {(4, 5, 6, 7)}
     experts = [op for op in prog.ops if op.name.endswith("experts") and op.device == 0]
     assert {op.group for op in experts} == {(0, 4)}
     assert any(op.lane == "cp send" for op in prog.ops)  # the ring still runs over CP
     spans = cs.simulate(sc).spans
-    spans = spans[spans.lane == "ep"]
+    spans = spans[spans.name.isin(("ep dispatch", "ep combine"))]
     S = 256 * 2 * 1024 * 2
     assert (spans.bytes == S).all()
     for t in spans.end_s - spans.start_s:

@@ -13,7 +13,11 @@ seeded skew makes one rank the straggler the others wait for at the combine.
 Token dispatchers (Megatron-Core ``moe_token_dispatcher_type``,
 ``megatron/core/transformer/moe/token_dispatcher.py``):
 
-* ``alltoall``: permute the ``T_loc·k`` routed copies, all-to-all over the EP group
+* ``alltoall``: all-gather each rank's routed tokens per expert over the ETP × EP group
+  (``preprocess``: ``gather_from_sequence_parallel_region(num_local_tokens_per_expert,
+  group=self.tp_ep_group)``, ``E`` int64 counts a rank, whenever ``ep`` or ``tp`` > 1 —
+  the split sizes of the exchange; an all-gather on the compute stream, forward only),
+  permute the ``T_loc·k`` routed copies, all-to-all over the EP group
   (each rank's send buffer ``T_loc·k·h`` elements), all-gather over the ETP group when
   ``etp`` > 1, regroup the received copies by local expert (``sort_chunks_by_idxs``, when
   a rank holds more than one), experts, restore the order, reduce-scatter over ETP,
@@ -164,6 +168,7 @@ def ep_moe_ops(cfg, b: int, tp: int, e: int, split: ExpertSplit) -> list:
     copies = local * k
     a2a = int(copies * h * e)
     matrix = dispatch_matrix(rank_tokens(cfg, split, pool), local / pool * h * e)
+    ops.append(split_sizes_gather(cfg, split))
     ops.append(permute_op(cfg, local, copies, e, split.permute_fusion))
     overlap = split.shared_overlap and bool(up)
     if overlap:
@@ -184,6 +189,18 @@ def ep_moe_ops(cfg, b: int, tp: int, e: int, split: ExpertSplit) -> list:
         ops += [replace(down[0], overlap=True), *down[1:]]
     ops.append(unpermute_op(cfg, local, copies, e, split.permute_fusion))
     return ops if overlap else ops + enter + up + down
+
+
+#: bytes of one routed-token count: ``routing_map.sum(dim=0).long()`` (int64)
+COUNT_BYTES = 8
+
+
+def split_sizes_gather(cfg, split: ExpertSplit) -> TPComm:
+    """The alltoall dispatcher's gather of every rank's tokens per expert (module doc):
+    ``E`` int64 counts from each of the ``etp·ep`` ranks, forward only (integer counts
+    carry no gradient)."""
+    nbytes = split.etp * split.ep * cfg.experts * COUNT_BYTES
+    return TPComm("ep split-size all-gather", "all_gather", "", nbytes, group="tp_ep")
 
 
 def dispatch_matrix(copies: tuple[float, ...], bytes_per_copy: float) -> tuple[tuple[int, ...], ...]:
