@@ -186,17 +186,20 @@ def test_alltoall_dispatcher_gathers_the_split_sizes_before_each_forward_dispatc
     over the ETP × EP group in ``preprocess`` (token_dispatcher.py,
     ``gather_from_sequence_parallel_region(num_local_tokens_per_expert, group=self.tp_ep_group)``):
     one per MoE layer's forward on every GPU, E·8 bytes a rank, finished before the
-    dispatch starts, none backward (integer counts carry no gradient) and none under the
-    allgather dispatcher."""
-    s = cs.simulate(_scenario()).spans
+    dispatch starts, none backward (integer counts carry no gradient); none under the
+    allgather dispatcher, nor where the host never waits for the split sizes (not
+    Megatron-Core's dropless dispatcher: ``moe_host_sync`` off)."""
+    sync = {"moe_host_sync": True}
+    s = cs.simulate(_scenario(parallel=sync)).spans
     gather = s[s.name == "ep split-size all-gather"]
     assert len(gather) == 8 and set(gather.phase) == {"F"}  # 1 layer, 1 micro-batch, 8 GPUs
     assert (gather.bytes == 8 * 8 * 8).all()  # ep ranks × E counts × 8 B (output)
     for dev, g in gather.groupby("device"):
         dispatch = s[(s.device == dev) & (s.name == "ep dispatch") & (s.phase == "F")]
         assert g.end_s.max() <= dispatch.start_s.min()
-    other = cs.simulate(_scenario(parallel={"moe_token_dispatcher": "allgather"})).spans
-    assert not (other.name == "ep split-size all-gather").any()
+    for parallel in ({"moe_token_dispatcher": "allgather", **sync}, {}):
+        other = cs.simulate(_scenario(parallel=parallel)).spans
+        assert not (other.name == "ep split-size all-gather").any()
 
 
 def test_allgather_dispatcher_gathers_the_pool_over_the_tp_ep_group():

@@ -13,10 +13,12 @@ seeded skew makes one rank the straggler the others wait for at the combine.
 Token dispatchers (Megatron-Core ``moe_token_dispatcher_type``,
 ``megatron/core/transformer/moe/token_dispatcher.py``):
 
-* ``alltoall``: all-gather each rank's routed tokens per expert over the ETP × EP group
-  (``preprocess``: ``gather_from_sequence_parallel_region(num_local_tokens_per_expert,
-  group=self.tp_ep_group)``, ``E`` int64 counts a rank, whenever ``ep`` or ``tp`` > 1 —
-  the split sizes of the exchange; an all-gather on the compute stream, forward only),
+* ``alltoall``: with ``host_sync`` (Megatron-Core's dropless dispatcher), all-gather each
+  rank's routed tokens per expert over the ETP × EP group (``preprocess``:
+  ``gather_from_sequence_parallel_region(num_local_tokens_per_expert,
+  group=self.tp_ep_group)``, ``E`` int64 counts a rank — the split sizes the host then
+  copies; an all-gather on the compute stream, forward only; Megatron-Core's
+  pad-to-capacity mode still runs it, without the sync: not modelled apart),
   permute the ``T_loc·k`` routed copies, all-to-all over the EP group
   (each rank's send buffer ``T_loc·k·h`` elements), all-gather over the ETP group when
   ``etp`` > 1, regroup the received copies by local expert (``sort_chunks_by_idxs``, when
@@ -168,7 +170,8 @@ def ep_moe_ops(cfg, b: int, tp: int, e: int, split: ExpertSplit) -> list:
     copies = local * k
     a2a = int(copies * h * e)
     matrix = dispatch_matrix(rank_tokens(cfg, split, pool), local / pool * h * e)
-    ops.append(split_sizes_gather(cfg, split))
+    if split.host_sync:  # the split sizes the host waits for (module doc)
+        ops.append(split_sizes_gather(cfg, split))
     ops.append(permute_op(cfg, local, copies, e, split.permute_fusion))
     overlap = split.shared_overlap and bool(up)
     if overlap:
