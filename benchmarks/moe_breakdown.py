@@ -66,9 +66,22 @@ def scenario(name: str, sets: list[str]) -> dict:
         d["parallel"].update(schedule="interleaved", virtual_stages=2)
     for s in sets:
         key, value = s.split("=", 1)
-        head, tail = key.split(".", 1)
-        d[head][tail] = {"true": True, "false": False}.get(value, value)
+        *path, last = key.split(".")
+        node = d
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = _value(value)
     return d
+
+
+def _value(text: str):
+    """A ``--set`` value: a bool, a number or the string itself."""
+    if text in ("true", "false"):
+        return text == "true"
+    try:
+        return float(text) if any(c in text for c in ".e") else int(text)
+    except ValueError:
+        return text
 
 
 def family(name: str) -> str:
