@@ -88,11 +88,7 @@ class Orbits:
         representative's last byte lands. An asymmetric orbit starts every flow on its own,
         the representative's first (as replica 0 in the unfolded run)."""
         fabric = self.fabric
-        seen = self._seen.get((src, dst))
-        if seen is None:
-            mirrors = self.images(src, dst)
-            seen = self._seen[src, dst] = (orbit_of(fabric, src, dst, mirrors), mirrors)
-        orbit, mirrors = seen
+        orbit, mirrors = self._worked_out(src, dst)
         if orbit is None:
             done = fabric.transfer(src, dst, nbytes, label)
             for a, b in mirrors:
@@ -101,6 +97,17 @@ class Orbits:
         if not orbit.ids or nbytes == 0:
             return fabric.env.timeout(orbit.latency)
         return fabric.start_flow(orbit.ids, orbit.weights, orbit.latency, nbytes)
+
+    def orbit(self, src: str, dst: str) -> Orbit | None:
+        """The :class:`Orbit` of ``src → dst`` (None: its twins are not symmetric)."""
+        return self._worked_out(src, dst)[0]
+
+    def _worked_out(self, src: str, dst: str) -> tuple[Orbit | None, list]:
+        seen = self._seen.get((src, dst))
+        if seen is None:
+            mirrors = self.images(src, dst)
+            seen = self._seen[src, dst] = (orbit_of(self.fabric, src, dst, mirrors), mirrors)
+        return seen
 
 
 def send_orbits(fabric, pairs) -> Orbits:
@@ -117,7 +124,8 @@ class MirroredFabric:
     def __init__(self, fabric, groups):
         own, *twins = groups
         maps = [dict(zip(own, twin, strict=True)) for twin in twins]
-        self.transfer = Orbits(fabric, lambda src, dst: [(m[src], m[dst]) for m in maps]).transfer
+        orbits = Orbits(fabric, lambda src, dst: [(m[src], m[dst]) for m in maps])
+        self.transfer, self.orbit = orbits.transfer, orbits.orbit
         self._fabric = fabric
 
     def __getattr__(self, name):
