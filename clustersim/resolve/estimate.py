@@ -162,7 +162,7 @@ def estimate(job, knobs: _Knobs | None = None, mode_name: str | None = None) -> 
         if why_not is None:
             return _replicated(job, k)
     hops = Hops(job, k.network)
-    comm = Collectives(job, k.network, k.chunk, k.max_chunks, hops)
+    comm = Collectives(job, k.network, k.chunk, k.max_chunks, hops, merges=k.orbits or not k.fold)
     if job.layer_costs is not None:  # a parameter server: workers push and pull per layer
         return _parameter_server(job, k, hops)
     if job.trace is not None:

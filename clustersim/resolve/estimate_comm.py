@@ -86,8 +86,13 @@ class Collectives:
     events of every message of one call (all members' together), the algorithm chosen
     as the run chooses it (module docstring); choices are kept per (group, kind, bytes)."""
 
-    def __init__(self, job, network: str, chunk: int, max_chunks: int | None, hops: Hops):
+    def __init__(
+        self, job, network: str, chunk: int, max_chunks: int | None, hops: Hops, merges: bool = True
+    ):
         self.network, self.chunk, self.max_chunks, self.hops = network, chunk, max_chunks, hops
+        #: whether a ring across hosts may run in closed form: not where folded twins' rings
+        #: run beside it as loads (they join its links as it starts, so it splits)
+        self.merges = merges and network == "flow"
         self.gpn = job.cluster.gpus_per_node
         self.requested = job.simulation.collectives
         cl = job.cluster
@@ -162,7 +167,7 @@ class Collectives:
             c = m if hosts > 1 else 1
             k = pipeline_chunks(int(s / c))
             parts = [(c * k * (n - 1), s / c / k, cross)]
-        elif alg == "ring" and self.network == "flow" and hosts > 1 and m == 1 and kind in MERGED_KINDS:
+        elif alg == "ring" and self.merges and hosts > 1 and m == 1 and kind in MERGED_KINDS:
             # one channel, one hop per host: timed in closed form while its links are its own
             # (collectives/merged_ring.py), one event its last arrival, no flow in flight
             parts, width = [(1, s, cross)], 0
