@@ -43,7 +43,7 @@ _MARGIN = 1e-9
 
 class RingPlan:
     """What a ring call's closed form needs that does not change between its runs: its order,
-    chunk sizes, steps, and per hop the orbit, α, latency, rate and pace."""
+    chunk sizes, steps, per hop its α, latency, rate and pace, and the links it holds."""
 
     __slots__ = (
         "kind",
