@@ -162,7 +162,12 @@ def estimate(job, knobs: _Knobs | None = None, mode_name: str | None = None) -> 
         if why_not is None:
             return _replicated(job, k)
     hops = Hops(job, k.network)
-    comm = Collectives(job, k.network, k.chunk, k.max_chunks, hops, merges=k.orbits or not k.fold)
+    # a ring across hosts in closed form keeps its links to itself where no other traffic
+    # crosses hosts: no pipeline, context-parallel or expert-parallel sends beside it, and no
+    # folded twins' rings run as loads (collectives/merged_ring.py)
+    par = job.parallel
+    alone = par.pp == 1 and par.cp == 1 and par.ep == 1
+    comm = Collectives(job, k.network, k.chunk, k.max_chunks, hops, merges=alone and (k.orbits or not k.fold))
     if job.layer_costs is not None:  # a parameter server: workers push and pull per layer
         return _parameter_server(job, k, hops)
     if job.trace is not None:
