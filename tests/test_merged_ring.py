@@ -23,8 +23,10 @@ from clustersim.topology import build_topology
 from .test_topology import cluster
 
 MiB = 1 << 20
-#: float rounding of the closed form's sums against the run's step-by-step additions
-RTOL = 1e-12
+#: float rounding of the closed form's sums against the run's step-by-step additions (seen:
+#: ≤ 1e-15; a closed form that missed a step, or a split that misplaced a message, is off by
+#: a step's share: 1e-3 and more)
+RTOL = 1e-9
 
 
 def _run(merge: bool, case: dict) -> dict:

@@ -61,7 +61,8 @@ class Call:
         self.merge = None
 
     def run(self, label: str = "", shadow: bool = False):
-        """SimPy process generator: run the call starting now (:func:`run_collective`);
+        """SimPy process generator: run the call starting now (:func:`run_collective`) — a
+        ring across hosts whose links are free in closed form (:mod:`.merged_ring`);
         a ``shadow`` (a folded twin's call, which only loads the links) on a fabric whose
         loads skip events returns once its messages are under way, with nothing
         (:func:`~.schedule.start`)."""
