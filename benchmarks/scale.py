@@ -53,7 +53,8 @@ events.
 case in a fresh process and prints the collective calls it runs message by message, by (kind,
 algorithm, members, hosts, messages a call sends) with how often each ran, beside the run's
 CPU seconds and events: where a run's events come from (calls timed by a closed form — inside
-an NVLink domain, of negligible bytes — send no message and are not listed).
+an NVLink domain, of negligible bytes, a ring across hosts that kept its links to itself
+(clustersim/collectives/merged_ring.py) — send no message and are not listed).
 
 ``--against DIR`` runs every row of the table a second time on the code in ``DIR`` (another
 checkout, put first on ``PYTHONPATH``) right before this checkout's run, and adds both runs'

@@ -10,6 +10,7 @@ from ..errors import ScenarioError
 from .algorithm import DEFAULT_TUNING, NO_OPTIONS, Options, Tuning
 from .group import Group
 from .registry import ALGORITHMS, KINDS, SELECTORS, as_run, busiest_buffer, per_host, plan
+from .ring import merge_plan
 from .schedule import recipe, replay, start
 
 
@@ -49,21 +50,32 @@ class Call:
     Nothing here depends on when it runs, so a caller that repeats a call (the engine: every
     micro-batch's same collective) prepares it once (:func:`prepare_collective`)."""
 
-    __slots__ = ("group", "kind", "name", "protocol", "nbytes", "options", "recipe")
+    __slots__ = ("group", "kind", "name", "protocol", "nbytes", "options", "recipe", "merge")
 
     def __init__(self, group: Group, kind: str, name: str, protocol, nbytes: int, options: Options):
         self.group, self.kind, self.name, self.protocol = group, kind, name, protocol
         self.nbytes, self.options = nbytes, options
         #: the first build's :func:`~.schedule.recipe` (empty: built every time), None before it
         self.recipe: tuple | None = None
+        #: the ring's :class:`~.merged_ring.RingPlan` (False: none), None before the first run
+        self.merge = None
 
     def run(self, label: str = "", shadow: bool = False):
-        """SimPy process generator: run the call starting now (:func:`run_collective`);
+        """SimPy process generator: run the call starting now (:func:`run_collective`) — a
+        ring across hosts whose links are free in closed form (:mod:`.merged_ring`);
         a ``shadow`` (a folded twin's call, which only loads the links) on a fabric whose
         loads skip events returns once its messages are under way, with nothing
         (:func:`~.schedule.start`)."""
         group, env = self.group, self.group.env
         shadow = shadow and group.fabric.loads_without_events
+        label = label or f"{self.kind}:{self.name}"
+        merged = None if shadow else self._merged(label)
+        if merged is not None:  # timed in closed form while it has its links to itself
+            ring, finish = merged
+            if self.protocol.latency > 0:
+                yield env.timeout(self.protocol.latency)
+            yield ring.done
+            return {m: finish[m] for m in group.members}
         if len(group.members) == 1 and self.name != "parameter_server":
             engines = []
         else:
@@ -71,13 +83,27 @@ class Call:
         if self.protocol.latency > 0:
             yield env.timeout(self.protocol.latency)
         finish = dict.fromkeys(group.members, env.now)
-        label = label or f"{self.kind}:{self.name}"
         done = start(env, group.fabric, engines, group.alpha_of, group.pace_of, label, finish, shadow)
         if shadow:
             return None
         if done is not None:
             yield done
         return {m: finish[m] for m in group.members}
+
+    def _merged(self, label: str):
+        """(a :class:`~.merged_ring.MergedRing` holding its links from now, the finish dict it
+        fills) for a ring call whose closed form is exact and whose links are free now, else
+        None (:mod:`.merged_ring`); the plan is worked out once per call."""
+        if self.name != "ring" or len(self.group.members) < 2:
+            return None
+        if self.merge is None:
+            self.merge = merge_plan(self.group, self.kind, self.nbytes, self.options) or False
+        if not self.merge:
+            return None
+        env, latency = self.group.env, self.protocol.latency
+        finish = dict.fromkeys(self.group.members, env.now + latency)
+        ring = self.merge.hold(env, self.group.fabric, finish, label, latency)
+        return None if ring is None else (ring, finish)
 
     def _engines(self) -> list:
         """The call's message engines, made anew for each run (their events fire once): the

@@ -17,6 +17,7 @@ Broadcast and reduce run as a chain along the ring, pipelined in chunks.
 
 from __future__ import annotations
 
+from . import merged_ring
 from .algorithm import ALGORITHMS, KINDS, Algorithm
 from .cost import Shape
 from .rail_rings import aligned_orders, rail_matched
@@ -174,6 +175,17 @@ def build(group, kind: str, nbytes: int, options):
             for msg in prog:
                 msg.alpha = 0.0
     return engines, done
+
+
+def merge_plan(group, kind: str, nbytes: int, options):
+    """The closed form of this ring call while it has its links to itself
+    (:mod:`.merged_ring`), or None where it has none: the fills and orders :func:`build` uses."""
+    if kind not in _STEPS:
+        return None
+    fill = group.latency == "nccl" and len(group.hosts) > 1
+    head = _STEPS[kind](group.shape().n) * fill_alpha(group.shape()) if fill else None
+    orders = ring_orders(group.hosts, options.channels, group.graph)
+    return merged_ring.plan(group, kind, nbytes, _STEPS[kind], orders, head)
 
 
 ALGORITHMS.add(

@@ -32,7 +32,18 @@ import simpy
 
 from ..simpy_fast import call_soon, succeed_at
 
-__all__ = ["Msg", "Readiness", "all_of", "recipe", "replay", "split", "start"]
+__all__ = [
+    "Msg",
+    "Readiness",
+    "all_of",
+    "land",
+    "recipe",
+    "replay",
+    "resume_engine",
+    "send_after",
+    "split",
+    "start",
+]
 
 
 class Readiness:
@@ -286,7 +297,7 @@ class _Sender:
             if bw and id(m) in self.loads:  # (without a pace the engine waits for its arrival)
                 _load(env, self.fabric, m, alpha, self.label)
             else:
-                _issue(env, self.fabric, m, alpha, self.label, self.finish)
+                send_after(env, self.fabric, m, alpha, self.label, self.finish)
             self.i, self.d, self.paced = self.i + 1, 0, False
             if bw:
                 self.free_at = env.now + m.nbytes / (bw * m.share)
@@ -305,19 +316,39 @@ def _load(env, fabric, m: Msg, alpha: float, label: str) -> None:
         fabric.load(m.src, m.dst, m.nbytes, label)
 
 
-def _issue(env, fabric, m: Msg, alpha: float, label: str, finish: dict[str, float]) -> None:
-    def arrived(_event) -> None:
-        now = env.now
-        if finish.get(m.src, 0.0) < now:
-            finish[m.src] = now
-        if finish.get(m.dst, 0.0) < now:
-            finish[m.dst] = now
-        m.done.succeed(now)
+def send_after(env, fabric, m: Msg, alpha: float, label: str, finish: dict[str, float]) -> None:
+    """Put ``m`` on ``fabric`` ``alpha`` from now; its arrival raises ``finish`` of both ends
+    and fires ``m.done``."""
 
     def start(_event=None) -> None:
-        fabric.transfer(m.src, m.dst, m.nbytes, label).callbacks.append(arrived)
+        fabric.transfer(m.src, m.dst, m.nbytes, label).callbacks.append(
+            lambda _event: _arrived(env, m, finish)
+        )
 
     if alpha > 0:
         env.timeout(alpha).callbacks.append(start)
     else:
         start()
+
+
+def land(env, m: Msg, delay: float, finish: dict[str, float]) -> None:
+    """``m``, its bytes carried, arrives ``delay`` from now (:func:`send_after`'s arrival)."""
+    env.timeout(delay).callbacks.append(lambda _event: _arrived(env, m, finish))
+
+
+def _arrived(env, m: Msg, finish: dict[str, float]) -> None:
+    now = env.now
+    if finish.get(m.src, 0.0) < now:
+        finish[m.src] = now
+    if finish.get(m.dst, 0.0) < now:
+        finish[m.dst] = now
+    m.done.succeed(now)
+
+
+def resume_engine(env, fabric, prog: Sequence[Msg], at: int, free_at: float, pace_of, label, finish) -> None:
+    """Run the engine ``prog`` from its message ``at`` on, as :func:`start` does from its
+    first, its port free from ``free_at`` (a ring split back into messages mid-way,
+    :mod:`.merged_ring`); every message from ``at`` on carries its own ``alpha``."""
+    sender = _Sender(env, fabric, prog, None, pace_of, label, finish)
+    sender.i, sender.free_at = at, free_at
+    call_soon(env, sender.resume)

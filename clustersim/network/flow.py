@@ -41,6 +41,7 @@ from ..topology.routing import Router
 from .base import Fabric
 from .degradation import down_for_ever, rate_profile
 from .maxmin import Links
+from .orbits import Orbit
 
 # Two finish times closer than this (relative) end together: float rounding of
 # remaining / rate must not leave a flow a few bytes short for one more event.
@@ -132,6 +133,9 @@ class FlowFabric(Fabric):
         self._profiled: list[_Link] = []  # links with degradation windows (rare: few or none)
         #: rate allocations done so far (benchmarks compare them with packet chunk-hops)
         self.allocations = 0
+        #: link id → what holds it in closed form (a merged ring, :mod:`.ring_watch`): told
+        #: to split before any flow starts on that link
+        self._watch: dict[int, object] = {}
 
     @classmethod
     def build(cls, env, recorder, graph, options):
@@ -213,6 +217,12 @@ class FlowFabric(Fabric):
         hop = self._hops[u, v] = (data["latency"], link)
         return hop
 
+    def orbit(self, src: str, dst: str) -> Orbit:
+        """A transfer ``src → dst`` as an :class:`~.orbits.Orbit` of one flow (what
+        :class:`~.orbits.MirroredFabric` gives with its twins' images)."""
+        _, latency, ids = self._route(src, dst, None)
+        return Orbit(ids, None, latency)
+
     def fixed_time(self, src: str, dst: str, nbytes: int) -> float | None:
         """Known up front only for a route that shares no link (latency alone)."""
         if src == dst:
@@ -266,6 +276,11 @@ class FlowFabric(Fabric):
         """Put a flow of ``nbytes`` on links ``ids`` (multiplicities ``weights``) now, which
         fires ``done`` (None: nothing) ``latency`` after its last byte has left."""
         env = self.env
+        if self._watch:  # traffic joins a merged ring's link: it runs message by message from now
+            for link in ids:
+                holder = self._watch.get(link)
+                if holder is not None:
+                    holder.split()
         slot = self.net.add_flow(ids, weights)
         if slot == len(self._done):
             for column, value in self._columns():
@@ -278,6 +293,27 @@ class FlowFabric(Fabric):
         if not self._pending:  # allocate once for every flow starting at this moment
             self._pending = True
             env.timeout(0.0).callbacks.append(self._allocate)
+
+    def idle(self, ids) -> bool:
+        """Whether no flow is in flight on the links ``ids``, none is held by a merged ring,
+        and none steps its bandwidth over time (degradation windows)."""
+        link_flows, by_id, watch = self.net.link_flows, self._by_id, self._watch
+        return not any(link_flows[k] or k in watch or by_id[k].profile is not None for k in ids)
+
+    def watch(self, ids, holder) -> None:
+        """Hold the links ``ids`` for ``holder`` (:meth:`idle` ones): its ``split()`` is called
+        before any flow starts on one of them, or :meth:`unwatch` frees them."""
+        for link in ids:
+            self._watch[link] = holder
+
+    def unwatch(self, ids) -> None:
+        """Free the links ``ids`` a :meth:`watch` held."""
+        for link in ids:
+            del self._watch[link]
+
+    def bandwidth(self, link: int) -> float:
+        """The bandwidth of link ``link`` (an id of :attr:`net`)."""
+        return self._bandwidth[link]
 
     def _columns(self):
         """The per-slot columns, each with the value a new slot starts from."""

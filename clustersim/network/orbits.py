@@ -98,11 +98,7 @@ class Orbits:
         inside a leaf, and across its border), each class one orbit where it is symmetric
         within (:func:`orbit_of`), one event a class."""
         fabric = self.fabric
-        seen = self._seen.get((src, dst))
-        if seen is None:
-            mirrors = self.images(src, dst)
-            seen = self._seen[src, dst] = (orbit_of(fabric, src, dst, mirrors), mirrors)
-        orbit, mirrors = seen
+        orbit, mirrors = self._worked_out(src, dst)
         if orbit is None:
             if classes:
                 return [
@@ -135,6 +131,17 @@ def _start(fabric, orbit: Orbit | None, members: list, nbytes: int, label: str) 
         return [fabric.env.timeout(orbit.latency)]
     return [fabric.start_flow(orbit.ids, orbit.weights, orbit.latency, nbytes)]
 
+    def orbit(self, src: str, dst: str) -> Orbit | None:
+        """The :class:`Orbit` of ``src → dst`` (None: its twins are not symmetric)."""
+        return self._worked_out(src, dst)[0]
+
+    def _worked_out(self, src: str, dst: str) -> tuple[Orbit | None, list]:
+        seen = self._seen.get((src, dst))
+        if seen is None:
+            mirrors = self.images(src, dst)
+            seen = self._seen[src, dst] = (orbit_of(self.fabric, src, dst, mirrors), mirrors)
+        return seen
+
 
 def send_orbits(fabric, pairs) -> Orbits:
     """The orbits of a folded send whose twins' sends are ``pairs`` ((src, dst) names)."""
@@ -150,7 +157,8 @@ class MirroredFabric:
     def __init__(self, fabric, groups):
         own, *twins = groups
         maps = [dict(zip(own, twin, strict=True)) for twin in twins]
-        self.transfer = Orbits(fabric, lambda src, dst: [(m[src], m[dst]) for m in maps]).transfer
+        orbits = Orbits(fabric, lambda src, dst: [(m[src], m[dst]) for m in maps])
+        self.transfer, self.orbit = orbits.transfer, orbits.orbit
         self._fabric = fabric
 
     def __getattr__(self, name):

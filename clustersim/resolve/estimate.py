@@ -19,9 +19,9 @@ private links) is three events a call; a recv is none (its send's delivery ends 
 communication slows compute (``cluster.comm_compute_slowdown``) each collective op re-times
 the compute beside it (:data:`.estimate_gpu.SLOWDOWN_EVENTS`).
 
-The CPU seconds follow from the counts: ops × :data:`SECONDS_PER_OP` + events × the
-network's :data:`SECONDS_PER_EVENT` (the DAG pass's cheaper rate where it evaluates the
-run); the peak memory (RSS) from the interpreter's own, ops, GPUs and the messages of the
+The CPU seconds follow from the counts: GPUs × :data:`SECONDS_PER_GPU` + ops ×
+:data:`SECONDS_PER_OP` + events × the network's :data:`SECONDS_PER_EVENT` (the DAG pass's
+cheaper rate where it evaluates the run); the peak memory (RSS) from the interpreter's own, ops, GPUs and the messages of the
 largest collective call (:data:`BASE_RSS` and the ``RSS_PER_*`` rates), all measured on the
 project's 2-core machine (``benchmarks/estimate_truth.py`` prints estimate against run).
 
@@ -63,6 +63,9 @@ from .replication import contention_free, replica_obstacle
 #: Megatron 2021's GPT 1T); an event of SimPy's costs more than one of the DAG pass's
 SECONDS_PER_OP = 10e-6
 BASE_SECONDS = 0.01  # what any run builds whatever its size (plans, result tables)
+#: and per GPU (its topology nodes and links, routes, groups): what a run of few events still
+#: costs — the family at balanced, its rings in closed form, 50–80 µs a GPU from 256 to 4,096
+SECONDS_PER_GPU = 50e-6
 SECONDS_PER_EVENT = {"packet": 2e-6, "flow": 6e-6}  # (a flow event re-solves the shares)
 OTHER_SECONDS_PER_EVENT = 2e-6
 #: an event where the DAG pass evaluates the run (engine/dag.py: no SimPy events)
@@ -159,7 +162,12 @@ def estimate(job, knobs: _Knobs | None = None, mode_name: str | None = None) -> 
         if why_not is None:
             return _replicated(job, k)
     hops = Hops(job, k.network)
-    comm = Collectives(job, k.network, k.chunk, k.max_chunks, hops)
+    # a ring across hosts in closed form keeps its links to itself where no other traffic
+    # crosses hosts: no pipeline, context-parallel or expert-parallel sends beside it, and no
+    # folded twins' rings run as loads (collectives/merged_ring.py)
+    par = job.parallel
+    alone = par.pp == 1 and par.cp == 1 and par.ep == 1
+    comm = Collectives(job, k.network, k.chunk, k.max_chunks, hops, merges=alone and (k.orbits or not k.fold))
     if job.layer_costs is not None:  # a parameter server: workers push and pull per layer
         return _parameter_server(job, k, hops)
     if job.trace is not None:
@@ -242,7 +250,7 @@ def _priced(k: _Knobs, work: Work, gpus: int, gpu: GpuWork | None = None, dag: b
     weight = work.events if dag else max(work.weight, ops)
     messages = gpu.peak_messages if gpu is not None else 0.0
     rss = BASE_RSS + ops * RSS_PER_OP + gpus * RSS_PER_GPU + messages * RSS_PER_MESSAGE
-    seconds = BASE_SECONDS + ops * SECONDS_PER_OP + weight * per_event
+    seconds = BASE_SECONDS + gpus * SECONDS_PER_GPU + ops * SECONDS_PER_OP + weight * per_event
     return Estimate(ops, events, seconds, rss_bytes=int(rss))
 
 

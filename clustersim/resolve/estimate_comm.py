@@ -39,6 +39,8 @@ LOAD_EVENTS, LOAD_WEIGHT = 0.1, 1.0
 #: events a collective's point-to-point step costs besides its message (the step's process
 #: waking, the send's completion and the receiver's wake-up; measured, docs/fidelity.md)
 STEP_EVENTS = 3
+#: the kinds a ring across hosts runs in closed form on ``flow`` (collectives/merged_ring.py)
+MERGED_KINDS = ("all_reduce", "reduce_scatter", "all_gather")
 #: a message shorter than this (latency-bound) ends about as soon as it starts: it adds no
 #: lasting flow whose shares other flows' events re-solve (``Collectives.events``' width)
 LASTING_BYTES = 64 * 1024
@@ -84,8 +86,13 @@ class Collectives:
     events of every message of one call (all members' together), the algorithm chosen
     as the run chooses it (module docstring); choices are kept per (group, kind, bytes)."""
 
-    def __init__(self, job, network: str, chunk: int, max_chunks: int | None, hops: Hops):
+    def __init__(
+        self, job, network: str, chunk: int, max_chunks: int | None, hops: Hops, merges: bool = True
+    ):
         self.network, self.chunk, self.max_chunks, self.hops = network, chunk, max_chunks, hops
+        #: whether a ring across hosts may run in closed form: not where folded twins' rings
+        #: run beside it as loads (they join its links as it starts, so it splits)
+        self.merges = merges and network == "flow"
         self.gpn = job.cluster.gpus_per_node
         self.requested = job.simulation.collectives
         cl = job.cluster
@@ -160,6 +167,10 @@ class Collectives:
             c = m if hosts > 1 else 1
             k = pipeline_chunks(int(s / c))
             parts = [(c * k * (n - 1), s / c / k, cross)]
+        elif alg == "ring" and self.merges and hosts > 1 and m == 1 and kind in MERGED_KINDS:
+            # one channel, one hop per host: timed in closed form while its links are its own
+            # (collectives/merged_ring.py), one event its last arrival, no flow in flight
+            parts, width = [(1, s, cross)], 0
         elif alg == "ring":
             c = m if hosts > 1 else 1
             steps = 2 * (n - 1) if kind == "all_reduce" else n - 1
