@@ -108,6 +108,17 @@ class Orbits:
             return [done, *(fabric.transfer(a, b, nbytes, label) for a, b in mirrors)]
         return _start(fabric, orbit, [(src, dst), *mirrors], nbytes, label)
 
+    def orbit(self, src: str, dst: str) -> Orbit | None:
+        """The :class:`Orbit` of ``src → dst`` (None: its twins are not symmetric)."""
+        return self._worked_out(src, dst)[0]
+
+    def _worked_out(self, src: str, dst: str) -> tuple[Orbit | None, list]:
+        seen = self._seen.get((src, dst))
+        if seen is None:
+            mirrors = self.images(src, dst)
+            seen = self._seen[src, dst] = (orbit_of(self.fabric, src, dst, mirrors), mirrors)
+        return seen
+
     def _classes_of(self, src: str, dst: str, mirrors: list) -> list[tuple[Orbit | None, list]]:
         """The classes of an asymmetric orbit (:meth:`transfer_all`), the representative's first."""
         hit = self._classes.get((src, dst))
@@ -130,17 +141,6 @@ def _start(fabric, orbit: Orbit | None, members: list, nbytes: int, label: str) 
     if not orbit.ids or nbytes == 0:
         return [fabric.env.timeout(orbit.latency)]
     return [fabric.start_flow(orbit.ids, orbit.weights, orbit.latency, nbytes)]
-
-    def orbit(self, src: str, dst: str) -> Orbit | None:
-        """The :class:`Orbit` of ``src → dst`` (None: its twins are not symmetric)."""
-        return self._worked_out(src, dst)[0]
-
-    def _worked_out(self, src: str, dst: str) -> tuple[Orbit | None, list]:
-        seen = self._seen.get((src, dst))
-        if seen is None:
-            mirrors = self.images(src, dst)
-            seen = self._seen[src, dst] = (orbit_of(self.fabric, src, dst, mirrors), mirrors)
-        return seen
 
 
 def send_orbits(fabric, pairs) -> Orbits:
