@@ -107,5 +107,7 @@ def test_megatron_core_defaults_to_auto_and_a_stated_load_stays():
     assert apply_framework(raw)["model"]["expert_load"] == "auto"
     raw["model"]["expert_load"] = "uniform"
     assert apply_framework(raw)["model"]["expert_load"] == "uniform"
+    raw["simulation"] = {"seed": 5}
+    assert apply_framework(raw)["model"]["expert_seed"] == 5  # the ranking follows the scenario's seed
     other = {"model": {"preset": "gpt-1.3b"}, "training": {"framework": "fsdp2"}}
     assert "expert_load" not in apply_framework(other)["model"]

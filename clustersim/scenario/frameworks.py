@@ -193,8 +193,11 @@ def apply_framework(raw: dict[str, Any]) -> dict[str, Any]:
         and isinstance(model, dict)
         and _model_kind(model) == "literal['transformer']"
     ):
-        # routers balanced by the auxiliary loss spread tokens unevenly (workload/moe_routing.py)
-        out["model"] = {"expert_load": "auto", **model}
+        # routers balanced by the auxiliary loss spread tokens unevenly (workload/moe_routing.py),
+        # the experts' ranking drawn from the scenario's seed
+        seed = section(raw, "simulation").get("seed", 0)
+        drawn = {"expert_seed": seed % 2**63} if isinstance(seed, int) else {}
+        out["model"] = {"expert_load": "auto", **drawn, **model}
     return out
 
 
