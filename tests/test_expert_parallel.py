@@ -400,7 +400,8 @@ def test_distributed_optimizer_reduces_expert_buckets_over_expert_dp():
         sc = cs.load_scenario(
             {
                 "cluster": {"preset": "dgx_h100", "nodes": 2},
-                "model": {**MOE, "layers": 4},
+                # even load, so that folding applies (the profile's default, auto, is uneven)
+                "model": {**MOE, "layers": 4, "expert_load": "uniform"},
                 "training": {"global_batch": 32, "micro_batch": 1, "framework": "megatron_core"},
                 "parallel": {"ep": 8, "data_parallel": {"bucket_size": "1 MB"}},
                 "simulation": {"network": "flow", "fold": fold},

@@ -48,6 +48,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..errors import ScenarioError
+from ..workload.moe import load_model
 from ..workload.ops import ExpertRanks, LayerOp, TPComm, Work
 
 #: the routed experts' GEMMs (sequential per expert, or grouped): their weights are read
@@ -78,7 +79,7 @@ def _touched(op, cfg, pool: float, skinny: int, e: int):
     rows per touched expert are at most ``skinny`` (module doc); other ops unchanged."""
     if not isinstance(op, LayerOp) or op.name not in EXPERT_GEMMS or op.fwd.gemm is None:
         return op
-    if cfg.expert_load != "uniform":  # the load model's counts say which experts are reached
+    if load_model(cfg) != "uniform":  # the load model's counts say which experts are reached
         touched, rows = cfg.experts, op.fwd.gemm[0]
     else:
         touched = expected_distinct_experts(cfg.experts, cfg.experts_per_token, pool)

@@ -28,7 +28,10 @@ other profile runs today's NCCL, whose ring across hosts pays its α's in full
   every MoE model with ``--moe-permute-fusion`` (TransformerConfig's own default is off)
   and ``--moe-grouped-gemm`` (``parallel.moe_expert_mlp: te_grouped``, TEGroupedMLP), and
   its dropless dispatchers copy the split sizes to the host every MoE layer
-  (``parallel.moe_host_sync``, ``token_dispatcher.py``'s ``cuda_sync_point``);
+  (``parallel.moe_host_sync``, ``token_dispatcher.py``'s ``cuda_sync_point``); the
+  experts' token load of a router balanced by Megatron-Core's auxiliary loss
+  (``model.expert_load: auto``: the Zipf load fitted to measured MaxVio for softmax routers,
+  uniform for sigmoid ones; :mod:`clustersim.workload.moe_routing`);
   and the gradient buffer in the model dtype (``grad_reduce_dtype: bf16`` under bf16 and
   fp8): Megatron-Core's ``DistributedDataParallelConfig.grad_reduce_in_fp32`` defaults to
   False and Megatron-Bridge's and NeMo's performance recipes set it False, bf16 included,
@@ -180,7 +183,21 @@ def apply_framework(raw: dict[str, Any]) -> dict[str, Any]:
     model = out.get("model")
     flash = framework in FRAMEWORK_KERNEL
     if flash and isinstance(model, dict) and _model_kind(model) == "literal['transformer']":
-        out["model"] = {"attention": "flash", "attention_kernel": FRAMEWORK_KERNEL[framework], **model}
+        out["model"] = model = {
+            "attention": "flash",
+            "attention_kernel": FRAMEWORK_KERNEL[framework],
+            **model,
+        }
+    if (
+        framework == "megatron_core"
+        and isinstance(model, dict)
+        and _model_kind(model) == "literal['transformer']"
+    ):
+        # routers balanced by the auxiliary loss spread tokens unevenly (workload/moe_routing.py),
+        # the experts' ranking drawn from the scenario's seed
+        seed = section(raw, "simulation").get("seed", 0)
+        drawn = {"expert_seed": seed % 2**63} if isinstance(seed, int) else {}
+        out["model"] = {"expert_load": "auto", **drawn, **model}
     return out
 
 

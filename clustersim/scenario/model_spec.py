@@ -92,8 +92,10 @@ class TransformerModel(_ModelSection):
     moe_step: Annotated[int | None, Range(1, 100_000)] = None
     #: tokens over ceil(capacity_factor · T·k/E) per expert are dropped (0: no dropping)
     capacity_factor: Annotated[float | None, Range(0, 1000)] = None
-    #: token-to-expert load: uniform, skew (Zipf exponent expert_skew, seed expert_seed), histogram
-    expert_load: Literal["uniform", "skew", "histogram"] | None = None
+    #: token-to-expert load: uniform, skew (Zipf exponent expert_skew, seed expert_seed),
+    #: aux_loss (skew fitted to aux-loss routers' measured MaxVio), auto (aux_loss for a
+    #: softmax router, else uniform; megatron_core's default), histogram
+    expert_load: Literal["uniform", "skew", "aux_loss", "auto", "histogram"] | None = None
     expert_skew: Annotated[float | None, Range(0, 100)] = None
     expert_seed: Annotated[int | None, Range(0, 2**63 - 1)] = None
     expert_histogram: tuple[float, ...] | None = None

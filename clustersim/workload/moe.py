@@ -10,7 +10,12 @@ How many of a micro-batch's ``T`` tokens each expert gets is the load model
 (:func:`expert_tokens`): ``uniform`` gives each expert ``T·k/E``; ``skew`` draws the
 ``T·k`` assignments from a Zipf law of exponent ``expert_skew`` over a seeded random
 ranking of the experts (``numpy.random.default_rng(expert_seed)``; exponent 0 is uniform
-in expectation); ``histogram`` splits ``T·k`` in proportion to the given weights. A
+in expectation); ``aux_loss`` is ``skew`` at the exponent fitted to the measured routing
+statistic of auxiliary-loss-balanced routers (:mod:`.moe_routing`); ``auto`` (the
+``megatron_core`` profile's default) is ``aux_loss`` for a softmax router (Mixtral, Qwen-MoE,
+OLMoE: balanced by the auxiliary loss) and ``uniform`` for a sigmoid one (DeepSeek-V3's
+bias-balanced router, for which no training-time statistic is stored); ``histogram`` splits
+``T·k`` in proportion to the given weights. A
 capacity factor ``c`` caps every expert at ``ceil(c·T·k/E)`` tokens and drops the rest
 (GShard, Lepikhin et al. 2021; Megatron-Core's ``moe_expert_capacity_factor``); dropped
 tokens skip the expert and pass through the residual.
@@ -35,9 +40,10 @@ import numpy as np
 from ..errors import ScenarioError
 from .moe_experts import grouped_expert_ops
 from .moe_kernels import permute_op, scoring_ops, unpermute_op
+from .moe_routing import aux_loss_exponent
 from .ops import NO_WORK, LayerOp, elementwise, gemm
 
-EXPERT_LOADS = ("uniform", "skew", "histogram")
+EXPERT_LOADS = ("uniform", "skew", "aux_loss", "auto", "histogram")
 
 
 def expert_tokens(
@@ -56,10 +62,10 @@ def expert_tokens(
     total = tokens * top_k
     if load == "uniform":
         counts = [total / experts] * experts
-    elif load == "skew":
+    elif load in ("skew", "aux_loss"):
         rng = np.random.default_rng(seed)
         rank = rng.permutation(experts) + 1
-        p = rank.astype(float) ** -skew
+        p = rank.astype(float) ** -(aux_loss_exponent() if load == "aux_loss" else skew)
         counts = [float(c) for c in rng.multinomial(total, p / p.sum())]
     elif load == "histogram":
         if len(histogram) != experts or min(histogram) < 0 or sum(histogram) <= 0:
@@ -78,13 +84,21 @@ def expert_tokens(
     return tuple(counts)
 
 
+def load_model(cfg) -> str:
+    """The load model ``cfg`` (a TransformerConfig) runs: ``auto`` resolved by its router's
+    score function (module doc), any other ``expert_load`` as stated."""
+    if cfg.expert_load == "auto":
+        return "aux_loss" if cfg.router_score == "softmax" else "uniform"
+    return cfg.expert_load
+
+
 def layer_expert_tokens(cfg, tokens: int) -> tuple[float, ...]:
     """:func:`expert_tokens` with the load model of ``cfg`` (a TransformerConfig)."""
     return expert_tokens(
         tokens,
         cfg.experts,
         cfg.experts_per_token,
-        cfg.expert_load,
+        load_model(cfg),
         skew=cfg.expert_skew,
         seed=cfg.expert_seed,
         histogram=cfg.expert_histogram,
