@@ -27,8 +27,11 @@ def test_every_row_is_within_its_stated_tolerance_of_its_curve(key):
 def test_nccl_at_its_own_channels_is_link_bound():
     """H200's per-CTA all-reduce rate × its 24 channels is over twice the ~370 GB/s bus
     bandwidth NCCL reaches on NVLink4 (NVIDIA/nccl-tests#212, sjeaugey: 'effective NVLink
-    bandwidth of 370GB/s'): NCCL's collectives are not stretched by their SMs."""
+    bandwidth of 370GB/s'), A100's own rows × its 24 over 1.5 × the ~230 GB/s it reaches on
+    NVLink3 (NVIDIA/nccl-tests#149, sjeaugey): NCCL's collectives are not stretched by their
+    SMs."""
     assert sm_rate("H200-SXM-141GB", "nccl", "all_reduce") * nccl_ctas("H200-SXM-141GB") > 2 * 370e9
+    assert sm_rate("A100-SXM4-80GB", "nccl", "all_reduce") * nccl_ctas("A100-SXM4-80GB") > 1.5 * 230e9
 
 
 def test_userbuffers_16_sms_are_link_bound_at_nccls_per_cta_rate():

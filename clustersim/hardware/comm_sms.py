@@ -4,9 +4,10 @@ SMs can copy (``data/comm_sm_bandwidth.csv``).
 A communication kernel that moves data with SM load/store instructions (NCCL's channels,
 DeepEP's normal kernels) copies at a rate per SM it holds; the link caps the rest. The
 kernel-level rows measure a collective's bandwidth by the SMs it was given — NCCL's
-all-reduce on 8 H200 with ``maxCTAs`` 1–8, DeepEP's intranode dispatch and combine on B200
-and GB200 at 16–48 SMs (NVIDIA's Hybrid-EP README) — and every row is within a few per cent
-of one curve per (GPU, implementation, kernel):
+all-reduce on 8 H200 with ``maxCTAs`` 1–8 and on 4 A100 with ``NCCL_MIN_CTAS`` =
+``NCCL_MAX_CTAS`` 1–8 (SM clock at its 1410 MHz boost), DeepEP's intranode dispatch and
+combine on B200 and GB200 at 16–48 SMs (NVIDIA's Hybrid-EP README) — and every row is
+within a few per cent of one curve per (GPU, implementation, kernel):
 
     B(n) = ((r·n)^−p + B_max^−p)^(−1/p),  p = 4,
 
@@ -22,7 +23,8 @@ Where it applies (:func:`sm_rate`): DeepEP's dispatch and combine, which hold
 the compute beside them to keep the rest. On B200 20 SMs copy ~300–450 GB/s where the
 NVLink domain carries ~700: the dispatch is SM-bound, and pricing it at the link's rate
 (as before) made it ~2× too fast. NCCL is not stretched: at its 24 channels (H100/H200)
-r·24 ≈ 880 GB/s of bus bandwidth, over twice what NVLink4 carries — its CTAs are its own
+r·24 ≈ 880 GB/s of bus bandwidth, over twice what NVLink4 carries (A100: 16.5 GB/s a CTA,
+r·24 ≈ 400 GB/s against NVLink3's ~230) — its CTAs are its own
 for the whole call, so a collective's time alone is its time beside compute as far as SMs
 go (tests/test_comm_sms.py checks the margin). A NCCL collective slowed by the compute
 beside it (SMs, L2, HBM) is :mod:`.comm_contention`'s.
