@@ -373,10 +373,11 @@ def test_every_job_of_a_multi_job_run_has_its_collectives_slowed():
 @pytest.mark.parametrize("framework", ["megatron_core", "fsdp2", "megatron_2021"])
 def test_the_rule_across_nodes_is_on_where_the_profiles_interference_is_and_names_itself(framework):
     """Across nodes the collective is slowed only where the profile's default interference
-    is on and NCCL's per-CTA rate is sourced (A100's and H200's rows, H100 a transfer of
-    H200's): there at the 16 CTAs of a ring across nodes; B200 keeps its collectives across
-    nodes at their rate alone, and ``comm_compute_slowdown: 1`` turns it off. The summary's
-    ``interference_model`` says which applies."""
+    is on and NCCL's per-CTA rate is sourced (A100's and H200's rows; H100 and H800 take
+    H200's, B200 H200's by NCCL's per-channel constants): there at the 16 CTAs of a ring
+    across nodes; B300 (no channel count across nodes, no per-CTA rate) keeps its
+    collectives across nodes at their rate alone, and ``comm_compute_slowdown: 1`` turns it
+    off. The summary's ``interference_model`` says which applies."""
     from clustersim.hardware.interference import interference_model, nccl_ctas_for
     from clustersim.trace.assemble import _interference_model
 
@@ -392,7 +393,7 @@ def test_the_rule_across_nodes_is_on_where_the_profiles_interference_is_and_name
         )
 
     on = framework != "megatron_2021"
-    for gpu in ("A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM-141GB"):
+    for gpu in ("A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM-141GB", "H800-SXM5-80GB", "B200-SXM-180GB"):
         sc = cluster(gpu)
         want = copy_rate_beside(gpu, 16) if on else 0.0
         assert copy_rate_across(sc.cluster) == want and (want > 0) is on
@@ -400,7 +401,7 @@ def test_the_rule_across_nodes_is_on_where_the_profiles_interference_is_and_name
         if on:
             said = _interference_model(sc)["interference_model"]
             assert f"collectives across nodes at most {want / 1e9:.0f} GB/s" in said
-    for gpu in ("B200-SXM-180GB",):
+    for gpu in ("B300-SXM-288GB",):
         sc = cluster(gpu)
         assert copy_rate_across(sc.cluster) == 0.0
         if on:

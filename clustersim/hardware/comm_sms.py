@@ -32,8 +32,14 @@ beside it (SMs, L2, HBM) is :mod:`.comm_contention`'s.
 GPUs without rows take a donor's per-SM rate, stated as a transfer (:data:`TRANSFERS`):
 Hopper's SMs copy at Blackwell's per-SM rate is an assumption (no Hopper row of DeepEP by
 SM count was found); on H800 (160 GB/s NVLink) 20 SMs are far above the link and the
-stretch is ~1.5 %. H100 takes H200's NCCL rows (the same die and 132 SMs at the same clocks,
-a stated transfer), before Blackwell's for DeepEP's kernels.
+stretch is ~1.5 %. H100 and H800 take H200's NCCL rows (the same die and 132 SMs at the
+same clocks, a stated transfer), before Blackwell's for DeepEP's kernels. B200 has no NCCL
+row by CTA count: it takes H200's per-CTA rate × the ratio of NCCL's own per-channel ring
+bandwidths for the two architectures (:data:`NCCL_PER_CHANNEL_GBPS`: Blackwell 40.0,
+Hopper 36.7 GB/s), a stated transfer. NCCL's Hopper constant is H200's measured rate; its
+Ampere one (20.0) is 1.2× A100's rows (16.5), and by clock alone A100's rate would give
+Hopper 23 GB/s against the measured 36.7 — why the transfer goes by NCCL's constants, not
+by clock.
 """
 
 from __future__ import annotations
@@ -57,12 +63,19 @@ TOLERANCE = {"deepep": 0.05, "nccl": 0.08}
 #: stated transfer (module doc)
 TRANSFERS = {
     "H100": ("H200", "B200"),
-    "H800": ("B200",),
+    "H800": ("H200", "B200"),
     "H200": ("B200",),
     "GH200": ("B200",),
+    "B200": ("H200",),
     "B300": ("B200",),
     "GB300": ("GB200",),
 }
+
+#: NCCL's own per-channel ring bandwidth (GB/s) by GPU family: its tuning model's
+#: ``perChMaxRingLL128Bws`` for Ampere, Hopper and Blackwell (NVIDIA/nccl
+#: src/graph/tuning.cc, v2.30.7). A family takes another's NCCL rows only where both have
+#: one, scaled by their ratio (module doc)
+NCCL_PER_CHANNEL_GBPS = {"A100": 20.0, "H100": 36.7, "H200": 36.7, "H800": 36.7, "B200": 40.0}
 
 
 @dataclass(frozen=True)
@@ -120,8 +133,17 @@ def sm_rate(gpu: str, implementation: str, kernel: str) -> float:
     for donor in (fam, *TRANSFERS.get(fam, ())):
         curve = curves().get((donor, implementation, kernel))
         if curve:
-            return curve.rate
+            return curve.rate * _scale(fam, donor, implementation)
     return 0.0
+
+
+def _scale(fam: str, donor: str, implementation: str) -> float:
+    """What ``fam`` takes of ``donor``'s per-SM rate: all of it, but for NCCL the ratio of
+    their :data:`NCCL_PER_CHANNEL_GBPS` (0.0 where either lacks one: no transfer)."""
+    if implementation != "nccl" or donor == fam:
+        return 1.0
+    per_channel = NCCL_PER_CHANNEL_GBPS
+    return per_channel[fam] / per_channel[donor] if fam in per_channel and donor in per_channel else 0.0
 
 
 def stretched(link_s: float, sm_s: float) -> float:
