@@ -21,6 +21,8 @@ from clustersim.hardware.comm_contention import (
     fit,
     pair_seconds,
 )
+from clustersim.hardware.comm_sms import TOLERANCE as SM_TOLERANCE
+from clustersim.hardware.comm_sms import curves as sm_curves
 from clustersim.hardware.comm_sms import sm_rate
 from clustersim.hardware.datasheets import datasheets
 from clustersim.hardware.interference import bus_share, nccl_ctas
@@ -249,9 +251,10 @@ def test_the_engine_runs_a_pair_across_nodes_as_pair_seconds(gemm, mib, slowdown
         assert c_end > comm and slowed[1] == pytest.approx(c_end - comm, rel=1e-9)
 
 
-def _h100_reduce_scatter_busbw(nodes: int) -> float:
-    """Bus bytes/s of NVIDIA/nccl#1229's reduce-scatter across ``nodes`` H100 nodes (the
-    collective-level rows, ``data/nccl_collective_measurements.csv``)."""
+def _measured_busbw(issue: str, collective: str, nodes: int) -> float:
+    """Bus bytes/s of ``issue``'s ``collective`` across ``nodes`` nodes (the collective-level
+    rows, ``data/nccl_collective_measurements.csv``): NVIDIA/nccl#1229's H100 reduce-scatter,
+    #812's DGX A100 all-reduce."""
     import csv
 
     from clustersim.validation.collectives import MEASUREMENTS_CSV
@@ -260,8 +263,8 @@ def _h100_reduce_scatter_busbw(nodes: int) -> float:
         (row,) = [
             r
             for r in csv.DictReader(f)
-            if "nccl issue #1229" in r["source"]
-            and r["collective"] == "reduce_scatter"
+            if f"nccl issue #{issue}" in r["source"]
+            and r["collective"] == collective
             and int(r["nodes"]) == nodes
         ]
     return float(row["busbw_GBps"]) * 1e9
@@ -279,7 +282,7 @@ def test_nic_bound_claim_holds_at_a_node_rings_ctas_not_at_the_ctas_across_nodes
     nodes, ``copy_rate_across``)."""
     gpu = "H200-SXM-141GB"
     sms, r = datasheets()[gpu].sms, sm_rate(gpu, "nccl", "all_reduce")
-    busbw = _h100_reduce_scatter_busbw(nodes=4)
+    busbw = _measured_busbw("1229", "reduce_scatter", nodes=4)
     node, across = nccl_ctas("H100-SXM5-80GB"), nccl_ctas("H100-SXM5-80GB", "nccl_ring_internode")
     for ctas, holds in ((node, True), (across, False)):
         p = beside_rate(gpu, ctas, sms)
@@ -288,8 +291,26 @@ def test_nic_bound_claim_holds_at_a_node_rings_ctas_not_at_the_ctas_across_nodes
         assert (p >= busbw / (r * ctas)) is holds  # the same, as the break-even P*
     # alone, the 16 CTAs copy faster than the ring's NICs carry: NIC-bound, as measured
     assert r * across > busbw
-    # no per-CTA NCCL rate on A100: no closed form there
-    assert copy_rate_beside("A100-SXM4-80GB", 24) == 0.0
+    # no per-CTA NCCL rate (RCCL on MI300X): no closed form there
+    assert copy_rate_beside("MI300X-192GB", 24) == 0.0
+
+
+def test_a100s_rule_across_nodes_from_its_own_rows():
+    """A100's per-CTA rate is its own rows' (NCCL all-reduce on 4 A100 at 1 to 8 CTAs, SM
+    clock at its 1410 MHz boost): r = 16.5 GB/s, the 1-CTA row within the rows' tolerance.
+    A DGX A100 all-reduce across nodes moves B = 192 GB/s alone (nccl#812); its 16 CTAs
+    (sjeaugey, nccl#689: 16 SMs on an 8-NIC DGX) copy r·16 = 265 GB/s alone — NIC-bound, as
+    measured — and P(16/108)·r·16 = 131 GB/s beside a GEMM on A100's own NanoFlow curve:
+    the ring keeps 0.68 of its rate while compute runs beside it."""
+    gpu = "A100-SXM4-80GB"
+    r, across = sm_rate(gpu, "nccl", "all_reduce"), nccl_ctas(gpu, "nccl_ring_internode")
+    one_cta = next(b for n, b in sm_curves()[("A100", "nccl", "all_reduce")].rows if n == 1)
+    assert r == pytest.approx(one_cta, rel=SM_TOLERANCE["nccl"])
+    busbw = _measured_busbw("812", "all_reduce", nodes=2)
+    assert r * across > busbw
+    copy = copy_rate_beside(gpu, across)
+    assert copy == pytest.approx(beside_rate(gpu, across, 108) * r * across, rel=1e-12)
+    assert copy < busbw  # bound by what its CTAs copy beside compute
 
 
 def test_the_summary_names_the_contended_rate():
@@ -352,10 +373,11 @@ def test_every_job_of_a_multi_job_run_has_its_collectives_slowed():
 @pytest.mark.parametrize("framework", ["megatron_core", "fsdp2", "megatron_2021"])
 def test_the_rule_across_nodes_is_on_where_the_profiles_interference_is_and_names_itself(framework):
     """Across nodes the collective is slowed only where the profile's default interference
-    is on and NCCL's per-CTA rate is sourced (H200's rows, H100 their transfer): there at
-    the 16 CTAs of a ring across nodes; A100 and B200 keep their collectives across nodes
-    at their rate alone, and ``comm_compute_slowdown: 1`` turns it off. The summary's
-    ``interference_model`` says which applies."""
+    is on and NCCL's per-CTA rate is sourced (A100's and H200's rows; H100 and H800 take
+    H200's, B200 H200's by NCCL's per-channel constants): there at the 16 CTAs of a ring
+    across nodes; B300 (no channel count across nodes, no per-CTA rate) keeps its
+    collectives across nodes at their rate alone, and ``comm_compute_slowdown: 1`` turns it
+    off. The summary's ``interference_model`` says which applies."""
     from clustersim.hardware.interference import interference_model, nccl_ctas_for
     from clustersim.trace.assemble import _interference_model
 
@@ -371,7 +393,7 @@ def test_the_rule_across_nodes_is_on_where_the_profiles_interference_is_and_name
         )
 
     on = framework != "megatron_2021"
-    for gpu in ("H100-SXM5-80GB", "H200-SXM-141GB"):
+    for gpu in ("A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM-141GB", "H800-SXM5-80GB", "B200-SXM-180GB"):
         sc = cluster(gpu)
         want = copy_rate_beside(gpu, 16) if on else 0.0
         assert copy_rate_across(sc.cluster) == want and (want > 0) is on
@@ -379,7 +401,7 @@ def test_the_rule_across_nodes_is_on_where_the_profiles_interference_is_and_name
         if on:
             said = _interference_model(sc)["interference_model"]
             assert f"collectives across nodes at most {want / 1e9:.0f} GB/s" in said
-    for gpu in ("A100-SXM4-80GB", "B200-SXM-180GB"):
+    for gpu in ("B300-SXM-288GB",):
         sc = cluster(gpu)
         assert copy_rate_across(sc.cluster) == 0.0
         if on:

@@ -10,7 +10,7 @@ import simpy
 
 import clustersim as cs
 from clustersim.engine.interpreter import Engine
-from clustersim.hardware.comm_sms import TOLERANCE, curves, sm_rate, stretched
+from clustersim.hardware.comm_sms import NCCL_PER_CHANNEL_GBPS, TOLERANCE, curves, sm_rate, stretched
 from clustersim.hardware.interference import nccl_ctas, slowdown_of, sm_budget
 from clustersim.network import DirectFabric
 from clustersim.record import Recorder
@@ -27,8 +27,11 @@ def test_every_row_is_within_its_stated_tolerance_of_its_curve(key):
 def test_nccl_at_its_own_channels_is_link_bound():
     """H200's per-CTA all-reduce rate × its 24 channels is over twice the ~370 GB/s bus
     bandwidth NCCL reaches on NVLink4 (NVIDIA/nccl-tests#212, sjeaugey: 'effective NVLink
-    bandwidth of 370GB/s'): NCCL's collectives are not stretched by their SMs."""
+    bandwidth of 370GB/s'), A100's own rows × its 24 over 1.5 × the ~230 GB/s it reaches on
+    NVLink3 (NVIDIA/nccl-tests#149, sjeaugey): NCCL's collectives are not stretched by their
+    SMs."""
     assert sm_rate("H200-SXM-141GB", "nccl", "all_reduce") * nccl_ctas("H200-SXM-141GB") > 2 * 370e9
+    assert sm_rate("A100-SXM4-80GB", "nccl", "all_reduce") * nccl_ctas("A100-SXM4-80GB") > 1.5 * 230e9
 
 
 def test_userbuffers_16_sms_are_link_bound_at_nccls_per_cta_rate():
@@ -37,6 +40,27 @@ def test_userbuffers_16_sms_are_link_bound_at_nccls_per_cta_rate():
     carry over 1.5 × NVLink4's ~370 GB/s, so TP overlap's transfers are not stretched."""
     for kind in ("tp_pipeline", "tp_bulk"):
         assert sm_rate("H200-SXM-141GB", "nccl", "all_reduce") * sm_budget(kind).comm_sms > 1.5 * 370e9
+
+
+def test_blackwell_takes_hoppers_nccl_rate_by_nccls_own_per_channel_constants():
+    """B200 has no NCCL row by CTA count: it takes H200's per-CTA rate × NCCL's per-channel
+    ring bandwidths' ratio (tuning.cc perChMaxRingLL128Bws: Blackwell 40.0 / Hopper 36.7).
+    NCCL's Hopper constant is H200's measured rate within the rows' tolerance, its Ampere
+    constant within 25 % of A100's rows (above them). H100 and H800 take H200's unchanged;
+    a family without a constant takes no NCCL rate."""
+    h200, a100 = (sm_rate(g, "nccl", "all_reduce") for g in ("H200-SXM-141GB", "A100-SXM4-80GB"))
+    per_channel = NCCL_PER_CHANNEL_GBPS
+    assert sm_rate("B200-SXM-180GB", "nccl", "all_reduce") == pytest.approx(
+        h200 * per_channel["B200"] / per_channel["H200"], rel=1e-12
+    )
+    assert per_channel["H200"] * 1e9 == pytest.approx(h200, rel=TOLERANCE["nccl"])
+    assert 1.0 < per_channel["A100"] * 1e9 / a100 < 1.25
+    for gpu in ("H100-SXM5-80GB", "H800-SXM5-80GB"):
+        assert sm_rate(gpu, "nccl", "all_reduce") == h200
+    for gpu in ("B300-SXM-288GB", "GB200-186GB"):
+        assert sm_rate(gpu, "nccl", "all_reduce") == 0.0
+    # DeepEP's transfers are not scaled: B200 keeps its own rows, H800 takes them as they are
+    assert sm_rate("H800-SXM5-80GB", "deepep", "combine") == sm_rate("B200-SXM-180GB", "deepep", "combine")
 
 
 def test_deepep_on_blackwell_is_sm_bound_and_hopper_takes_a_stated_transfer():

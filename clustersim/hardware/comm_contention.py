@@ -32,8 +32,13 @@ bus bytes/s alone keeps min(1, P·r·n/B) of its rate (:func:`copy_rate_across`;
 channels NCCL builds across Hopper nodes, the ``nccl_ring_internode`` rows; the model has no
 per-collective channel count). On Hopper 16 CTAs copy ~263 GB/s beside a GEMM against the
 ~360 GB/s a reduce-scatter across H100 nodes moves alone (NVIDIA/nccl#1229): ≤ 0.73 of its
-rate. Only where r is sourced (H200's rows; H100 a stated transfer of them); A100 and
-Blackwell have no per-CTA NCCL row, and their collectives across nodes are not slowed.
+rate. On A100 (its own per-CTA rows, 16.5 GB/s a CTA; 16 channels on an 8-NIC DGX, NCCL's
+maintainer in NVIDIA/nccl#689) 16 CTAs copy ~131 GB/s beside a GEMM against the 192 GB/s a
+DGX A100 all-reduce moves alone (NVIDIA/nccl#812): ≤ 0.68. Only where r is sourced (A100's
+and H200's rows; H100 and H800 take H200's, B200 H200's × NCCL's own per-channel ratio
+Blackwell/Hopper, stated transfers, :data:`~.comm_sms.TRANSFERS`) and a channel count
+across nodes is (H800's and B200's 16: two per NIC on 8-NIC nodes, transfers); other GPUs'
+collectives across nodes are not slowed.
 """
 
 from __future__ import annotations
@@ -143,8 +148,8 @@ def copy_rate_across(cluster) -> float:
     """Bus bytes/s a NCCL collective across NVLink domains copies at most while compute runs
     beside it on ``cluster``: :func:`copy_rate_beside` at the CTAs of a ring across nodes
     (the ``nccl_ring_internode`` rows), where :func:`contention_rate` is on; 0.0 (not
-    slowed) where it is off or the GPU has no such row or no per-CTA NCCL rate (A100,
-    Blackwell)."""
+    slowed) where it is off or the GPU has no such row or no per-CTA NCCL rate (GB200,
+    B300, GH200)."""
     across = nccl_ctas(cluster.gpu, "nccl_ring_internode") if _priced_ctas(cluster) else None
     return copy_rate_beside(cluster.gpu, across) if across else 0.0
 

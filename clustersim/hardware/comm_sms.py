@@ -4,9 +4,10 @@ SMs can copy (``data/comm_sm_bandwidth.csv``).
 A communication kernel that moves data with SM load/store instructions (NCCL's channels,
 DeepEP's normal kernels) copies at a rate per SM it holds; the link caps the rest. The
 kernel-level rows measure a collective's bandwidth by the SMs it was given — NCCL's
-all-reduce on 8 H200 with ``maxCTAs`` 1–8, DeepEP's intranode dispatch and combine on B200
-and GB200 at 16–48 SMs (NVIDIA's Hybrid-EP README) — and every row is within a few per cent
-of one curve per (GPU, implementation, kernel):
+all-reduce on 8 H200 with ``maxCTAs`` 1–8 and on 4 A100 with ``NCCL_MIN_CTAS`` =
+``NCCL_MAX_CTAS`` 1–8 (SM clock at its 1410 MHz boost), DeepEP's intranode dispatch and
+combine on B200 and GB200 at 16–48 SMs (NVIDIA's Hybrid-EP README) — and every row is
+within a few per cent of one curve per (GPU, implementation, kernel):
 
     B(n) = ((r·n)^−p + B_max^−p)^(−1/p),  p = 4,
 
@@ -22,7 +23,8 @@ Where it applies (:func:`sm_rate`): DeepEP's dispatch and combine, which hold
 the compute beside them to keep the rest. On B200 20 SMs copy ~300–450 GB/s where the
 NVLink domain carries ~700: the dispatch is SM-bound, and pricing it at the link's rate
 (as before) made it ~2× too fast. NCCL is not stretched: at its 24 channels (H100/H200)
-r·24 ≈ 880 GB/s of bus bandwidth, over twice what NVLink4 carries — its CTAs are its own
+r·24 ≈ 880 GB/s of bus bandwidth, over twice what NVLink4 carries (A100: 16.5 GB/s a CTA,
+r·24 ≈ 400 GB/s against NVLink3's ~230) — its CTAs are its own
 for the whole call, so a collective's time alone is its time beside compute as far as SMs
 go (tests/test_comm_sms.py checks the margin). A NCCL collective slowed by the compute
 beside it (SMs, L2, HBM) is :mod:`.comm_contention`'s.
@@ -30,8 +32,14 @@ beside it (SMs, L2, HBM) is :mod:`.comm_contention`'s.
 GPUs without rows take a donor's per-SM rate, stated as a transfer (:data:`TRANSFERS`):
 Hopper's SMs copy at Blackwell's per-SM rate is an assumption (no Hopper row of DeepEP by
 SM count was found); on H800 (160 GB/s NVLink) 20 SMs are far above the link and the
-stretch is ~1.5 %. H100 takes H200's NCCL rows (the same die and 132 SMs at the same clocks,
-a stated transfer), before Blackwell's for DeepEP's kernels.
+stretch is ~1.5 %. H100 and H800 take H200's NCCL rows (the same die and 132 SMs at the
+same clocks, a stated transfer), before Blackwell's for DeepEP's kernels. B200 has no NCCL
+row by CTA count: it takes H200's per-CTA rate × the ratio of NCCL's own per-channel ring
+bandwidths for the two architectures (:data:`NCCL_PER_CHANNEL_GBPS`: Blackwell 40.0,
+Hopper 36.7 GB/s), a stated transfer. NCCL's Hopper constant is H200's measured rate; its
+Ampere one (20.0) is 1.2× A100's rows (16.5), and by clock alone A100's rate would give
+Hopper 23 GB/s against the measured 36.7 — why the transfer goes by NCCL's constants, not
+by clock.
 """
 
 from __future__ import annotations
@@ -55,12 +63,19 @@ TOLERANCE = {"deepep": 0.05, "nccl": 0.08}
 #: stated transfer (module doc)
 TRANSFERS = {
     "H100": ("H200", "B200"),
-    "H800": ("B200",),
+    "H800": ("H200", "B200"),
     "H200": ("B200",),
     "GH200": ("B200",),
+    "B200": ("H200",),
     "B300": ("B200",),
     "GB300": ("GB200",),
 }
+
+#: NCCL's own per-channel ring bandwidth (GB/s) by GPU family: its tuning model's
+#: ``perChMaxRingLL128Bws`` for Ampere, Hopper and Blackwell (NVIDIA/nccl
+#: src/graph/tuning.cc, v2.30.7). A family takes another's NCCL rows only where both have
+#: one, scaled by their ratio (module doc)
+NCCL_PER_CHANNEL_GBPS = {"A100": 20.0, "H100": 36.7, "H200": 36.7, "H800": 36.7, "B200": 40.0}
 
 
 @dataclass(frozen=True)
@@ -118,8 +133,17 @@ def sm_rate(gpu: str, implementation: str, kernel: str) -> float:
     for donor in (fam, *TRANSFERS.get(fam, ())):
         curve = curves().get((donor, implementation, kernel))
         if curve:
-            return curve.rate
+            return curve.rate * _scale(fam, donor, implementation)
     return 0.0
+
+
+def _scale(fam: str, donor: str, implementation: str) -> float:
+    """What ``fam`` takes of ``donor``'s per-SM rate: all of it, but for NCCL the ratio of
+    their :data:`NCCL_PER_CHANNEL_GBPS` (0.0 where either lacks one: no transfer)."""
+    if implementation != "nccl" or donor == fam:
+        return 1.0
+    per_channel = NCCL_PER_CHANNEL_GBPS
+    return per_channel[fam] / per_channel[donor] if fam in per_channel and donor in per_channel else 0.0
 
 
 def stretched(link_s: float, sm_s: float) -> float:
