@@ -37,6 +37,9 @@ Segment, which the compiler emits in chunks (:mod:`.tp_overlap`; per-layer only)
 
 from __future__ import annotations
 
+import re
+
+from ..accel import load
 from ..hardware.interference import NCCL
 from ..program import beside_scaled, beside_sum
 from .comm_interference import beside, held_rate
@@ -46,6 +49,8 @@ from .ops import ExpertRanks, LayerOp, TPComm
 from .sp_regather import NAME as REGATHER
 from .stage_cost import Segment
 from .tp_overlap import AG_GEMMS, RS_GEMMS, TPOverlap, merge_backward, merge_forward
+
+_accel = load("clustersim.workload._chost")  # built by setup.py where a C compiler works
 
 
 def _cp_item(op: CPComm | CPRing, cm: CostModel, backward: bool) -> tuple:
@@ -230,14 +235,21 @@ def launch_items(
     at a ``dispatch`` that is not: whether the op exists depends on the configuration,
     never on the wait, so pricing the host adds no op to a pass that launches kernels
     (without it, ``items`` as given)."""
+    n, issued = _launch_count(items) if _accel is None else _accel.launch_count(items)
+    present = (n and launch_s) or (issued and dispatch)
+    return [("f", n * launch_s + wait, "launch"), *items] if present else items
+
+
+def _launch_count(items: list[tuple] | tuple[tuple, ...]) -> tuple[int, bool]:
+    """(kernels whose launch is priced apart, whether the host issues any) of a pass's ``items``
+    (:func:`launch_items`; in C where the accelerator is built, ``_chost.c``)."""
     n, issued = 0, False
     for i in items:  # one walk: a pass holds thousands of items
         if i[0] == "o":
             n, issued = n + i[10], True
         elif i[0] in ("c", "e", "p"):
             n, issued = n + i[3], issued or bool(i[4])
-    present = (n and launch_s) or (issued and dispatch)
-    return [("f", n * launch_s + wait, "launch"), *items] if present else items
+    return n, issued
 
 
 def _held(item: tuple) -> tuple:
@@ -258,19 +270,23 @@ def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment
     return _kernel_segments(items, granularity)
 
 
+#: the runs of a pass, over its kinds (one letter an item): kernels that merge into one compute
+#: Segment — back to back (``c``, ``e``), or side by side (``p``) — and the items no kernel
+#: merges with (``o``, ``r``, ``x``); an item of another kind leads a run of the kernels after it
+_RUNS = re.compile(r"[ce]+|p+|[orx]|[^ceporx][ce]*")
+
+
 def _kernel_segments(items: list[tuple], granularity: str) -> tuple[Segment, ...]:
     """:func:`to_segments` of ``items`` that hold no fixed cost (``f``)."""
     if granularity == "stage":
         if any(i[0] in "or" for i in items):  # the scenario rules refuse this; a caller may not
             raise ValueError("overlapped TP items and ring attention need granularity 'layer'")
-        run = _Run()
+        run = _run_of([i for i in items if i[0] != "x"])
         sums: dict[tuple[str, str], int] = {}
         for i in items:
             if i[0] == "x":
                 key = (i[1], i[4], _held(i))
                 sums[key] = sums.get(key, 0) + i[2]
-            else:
-                run.add(i)
         if not sums:
             return (run.segment(),)
         # compute halves around the collectives: the pass still ends on the compute lane,
@@ -281,39 +297,48 @@ def _kernel_segments(items: list[tuple], granularity: str) -> tuple[Segment, ...
             for (k, g, held), n in sums.items()
         )
         return half + colls + half
-    segs: list[Segment] = []
-    run: list[tuple] = []  # the kernels being merged
-    runs: dict[tuple[int, ...], Segment | None] = {}  # their Segment, by the items' identities
+    segs, last = (_layer_segments if _accel is None else _accel.layer_segments)(
+        items, _run_segment, _lone_segment
+    )
+    if not segs:  # the pass is its last run, empty or not
+        segs.append(_run_of(items[last:]).segment())
+    return tuple(segs)
 
-    def merged() -> None:
-        # a pass repeats its layers' item tuples: a run of the same ones is the same Segment
-        key = tuple(map(id, run))
+
+def _layer_segments(items: list[tuple], run_segment, lone_segment) -> tuple[list[Segment], int]:
+    """(the Segments of a pass's ``items`` at layer granularity, where its last run starts):
+    ``run_segment`` of each run of kernels that merge (None: it makes no Segment),
+    ``lone_segment`` of each item no kernel merges with. A pass repeats its layers' item
+    tuples: a run of the same ones, or a lone item, is made once (by the items' identities).
+    In C where the accelerator is built (``_chost.c``)."""
+    kinds = "".join([i[0] for i in items])  # the runs are found over the kinds, not item by item
+    if len(kinds) != len(items):
+        raise ValueError("a pass item's kind is one letter")
+    segs: list[Segment] = []
+    runs: dict[tuple[int, ...], Segment | None] = {}
+    made: dict[int, Segment] = {}
+    last = len(items)
+    for match in _RUNS.finditer(kinds):
+        start, stop = match.span()
+        if kinds[start] in "orx":
+            i = items[start]
+            if id(i) not in made:
+                made[id(i)] = lone_segment(i)
+            segs.append(made[id(i)])
+            last = len(items)
+            continue
+        last, key = start, tuple(map(id, items[start:stop]))
         if key not in runs:
-            merged_run = _run_of(run)
-            runs[key] = merged_run.segment() if merged_run.nonzero else None
+            runs[key] = run_segment(items[start:stop])
         if runs[key] is not None:
             segs.append(runs[key])
+    return segs, last
 
-    made: dict[int, Segment] = {}  # a collective's, overlap's or ring's Segment, by the item's identity
-    for i in items:
-        kind = i[0]
-        if kind in "cep" and (not run or (run[-1][0] == "p") == (kind == "p")):
-            run.append(i)
-            continue
-        if run:
-            merged()
-        run = []
-        if kind in ("o", "r", "x"):
-            if id(i) not in made:
-                made[id(i)] = _lone_segment(i)
-            segs.append(made[id(i)])
-        else:
-            run.append(i)
-    if run:
-        merged()
-    if not segs:  # the pass is its last run, empty or not
-        segs.append(_run_of(run).segment())
-    return tuple(segs)
+
+def _run_segment(items: list[tuple]) -> Segment | None:
+    """The compute Segment of a run of kernels ``items``, None where they hold no time or FLOPs."""
+    run = _run_of(items)
+    return run.segment() if run.nonzero else None
 
 
 def _lone_segment(i: tuple) -> Segment:

@@ -1,0 +1,386 @@
+/* A pass's walks over its items, in C: the host's race with the GPU stream (host.py,
+ * host_waits), the count of its launches (segments.py, launch_items) and its runs of kernels
+ * (segments.py, _layer_segments).
+ *
+ * Why: a configuration's first estimate builds each pass of each kind of stage once, each walk
+ * item by item — thousands of items a configuration, a few additions, comparisons or lookups
+ * each, which the interpreter spends on boxing floats and dispatching bytecodes (issue 38
+ * item 8, the cold estimate).
+ *
+ * Optional: setup.py builds it where a C compiler works; host.py and segments.py run the Python
+ * where it is absent or CLUSTERSIM_NO_ACCEL is set. Both give the same results bit for bit
+ * (tests/test_chost.py): the same IEEE double operations in the same order — Python's
+ * `h + host_k - g` is `(h + host_k) - g` here — each of the Python's comparisons as the same C
+ * comparison, and an int converted to a double where the Python mixes it with a float. What
+ * the Python leaves to a builtin whose rounding is the interpreter's (`sum` of a ring's step
+ * times) is that builtin's answer here too.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "../accel.h" /* builds only where doubles round as Python's do */
+
+static PyObject *builtin_sum; /* the interpreter's own sum (its rounding is the version's) */
+
+/* the one-character kind of a pass item, or 0 (an item of no kind host.py knows) */
+static Py_UCS4 kind_of(PyObject *item)
+{
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) < 1)
+        return 0;
+    PyObject *k = PyTuple_GET_ITEM(item, 0);
+    if (!PyUnicode_Check(k) || PyUnicode_GET_LENGTH(k) != 1)
+        return 0;
+    return PyUnicode_READ_CHAR(k, 0);
+}
+
+/* field i of the tuple `item` (NULL and an IndexError where it has none) */
+static PyObject *field(PyObject *item, Py_ssize_t i)
+{
+    if (i >= PyTuple_GET_SIZE(item)) {
+        PyErr_SetString(PyExc_IndexError, "tuple index out of range");
+        return NULL;
+    }
+    return PyTuple_GET_ITEM(item, i);
+}
+
+/* field i of `item` as a double (-1 and an exception where it is missing or not a number) */
+static int number(PyObject *item, Py_ssize_t i, double *out)
+{
+    PyObject *x = field(item, i);
+    if (!x)
+        return -1;
+    *out = PyFloat_AsDouble(x);
+    return *out == -1.0 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* the host seconds of issuing `kernels` (field i: None, each the pass's `dispatch`) */
+static int host_seconds(PyObject *item, Py_ssize_t i, PyObject *kernels, double dispatch, double *out)
+{
+    PyObject *own = field(item, i);
+    if (!own)
+        return -1;
+    if (own != Py_None) {
+        *out = PyFloat_AsDouble(own);
+    } else {
+        *out = PyFloat_AsDouble(kernels) * dispatch;
+    }
+    return *out == -1.0 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* host.py's _work: (GPU seconds, launch included; whether the host issues any kernel; the
+ * host's seconds; the kernels as a double), 0 for *issues where the item issues none */
+static int work(PyObject *item, Py_UCS4 kind, double launch_s, double dispatch, double *t,
+                int *issues, double *host, double *k)
+{
+    PyObject *kernels;
+    double n;
+    *issues = 0;
+    if (kind == 'c' || kind == 'p' || kind == 'e') {
+        PyObject *secs = field(item, 1);
+        if (!secs)
+            return -1;
+        if (kind == 'e') { /* the slowest expert rank's kernels: max(item[1]) */
+            if (!PyTuple_Check(secs) || PyTuple_GET_SIZE(secs) == 0) {
+                PyErr_SetString(PyExc_TypeError, "an expert item's seconds must be a non-empty tuple");
+                return -1;
+            }
+            *t = PyFloat_AsDouble(PyTuple_GET_ITEM(secs, 0));
+            for (Py_ssize_t r = 1; r < PyTuple_GET_SIZE(secs); r++) {
+                double x = PyFloat_AsDouble(PyTuple_GET_ITEM(secs, r));
+                if (x > *t)
+                    *t = x;
+            }
+        } else {
+            *t = PyFloat_AsDouble(secs);
+        }
+        if ((*t == -1.0 && PyErr_Occurred()) || number(item, 3, &n))
+            return -1;
+        *t = *t + n * launch_s;
+        if (!(kernels = field(item, 4)))
+            return -1;
+        if (host_seconds(item, 5, kernels, dispatch, host))
+            return -1;
+    } else if (kind == 'o') { /* a GEMM pipelined with a TP collective */
+        if (number(item, 4, t) || number(item, 10, &n))
+            return -1;
+        *t = *t + n * launch_s;
+        if (!(kernels = field(item, 7)) || host_seconds(item, 9, kernels, dispatch, host))
+            return -1;
+    } else if (kind == 'r') { /* ring attention: one kernel a step */
+        PyObject *steps = field(item, 1), *total;
+        if (!steps || !(total = PyObject_CallOneArg(builtin_sum, steps)))
+            return -1;
+        *t = PyFloat_AsDouble(total);
+        Py_DECREF(total);
+        Py_ssize_t len = PyObject_Length(steps);
+        if ((*t == -1.0 && PyErr_Occurred()) || len < 0)
+            return -1;
+        *k = (double)len;
+        *issues = len != 0;
+        *host = *k * dispatch;
+        return 0;
+    } else {
+        return 0;
+    }
+    int truth = PyObject_IsTrue(kernels);
+    if (truth < 0)
+        return -1;
+    *issues = truth;
+    *k = PyFloat_AsDouble(kernels);
+    return *k == -1.0 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* whether a collective item makes the host wait for the stream: item[6:7] == (True,) */
+static int host_sync(PyObject *item)
+{
+    if (PyTuple_GET_SIZE(item) < 7)
+        return 0;
+    return PyObject_RichCompareBool(PyTuple_GET_ITEM(item, 6), Py_True, Py_EQ);
+}
+
+PyDoc_STRVAR(host_waits_doc, "host_waits(pieces, launch_s, dispatch) -> list\n\n"
+                             "host.py's host_waits: the GPU's wait for the host in each piece.");
+
+static PyObject *host_waits(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "host_waits takes 3 arguments");
+        return NULL;
+    }
+    double launch_s = PyFloat_AsDouble(args[1]), dispatch = PyFloat_AsDouble(args[2]);
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *pieces = PySequence_Fast(args[0], "pieces must be a sequence");
+    if (!pieces)
+        return NULL;
+    Py_ssize_t n_pieces = PySequence_Fast_GET_SIZE(pieces);
+    PyObject *waits = PyList_New(n_pieces);
+    double g = 0.0, h = 0.0, wait = 0.0;
+    if (!waits)
+        goto fail;
+    for (Py_ssize_t p = 0; p < n_pieces; p++) {
+        PyObject *items = PySequence_Fast(PySequence_Fast_GET_ITEM(pieces, p), "a piece must be a sequence");
+        if (!items)
+            goto fail;
+        wait = 0.0;
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(items); i++) {
+            PyObject *item = PySequence_Fast_GET_ITEM(items, i);
+            Py_UCS4 kind = kind_of(item);
+            double t = 0.0, host = 0.0, k = 0.0;
+            int issues;
+            if (work(item, kind, launch_s, dispatch, &t, &issues, &host, &k)) {
+                Py_DECREF(items);
+                goto fail;
+            }
+            if (!issues) {
+                if (kind == 'x') {
+                    int sync = host_sync(item);
+                    if (sync < 0) {
+                        Py_DECREF(items);
+                        goto fail;
+                    }
+                    if (sync && g > h)
+                        h = g;
+                    h += dispatch;
+                }
+                continue;
+            }
+            double host_k = host / k, t_k = t / k;
+            double first = h + host_k - g;
+            if (!(first > 0.0))
+                first = 0.0;
+            double last = h + host + t_k - (g + first + t);
+            if (!(last > 0.0))
+                last = 0.0;
+            wait += first + last;
+            g += first + t + last;
+            h += host;
+        }
+        Py_DECREF(items);
+        PyObject *w = PyFloat_FromDouble(wait);
+        if (!w)
+            goto fail;
+        PyList_SET_ITEM(waits, p, w);
+    }
+    if (n_pieces && h - g > 0.0) { /* a trailing collective starts once the host has issued it */
+        PyObject *w = PyFloat_FromDouble(wait + (h - g));
+        if (!w)
+            goto fail;
+        PyList_SetItem(waits, n_pieces - 1, w); /* steals w, drops the old */
+    }
+    Py_DECREF(pieces);
+    return waits;
+fail:
+    Py_XDECREF(waits);
+    Py_DECREF(pieces);
+    return NULL;
+}
+
+PyDoc_STRVAR(launch_count_doc, "launch_count(items) -> (n, issued)\n\n"
+                               "segments.py's _launch_count: the kernels whose launch is priced "
+                               "apart, and whether the host issues any.");
+
+static PyObject *launch_count(PyObject *self, PyObject *items)
+{
+    PyObject *seq = PySequence_Fast(items, "items must be a sequence"), *n = PyLong_FromLong(0);
+    int issued = 0;
+    if (!seq || !n)
+        goto fail;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i), *add;
+        Py_UCS4 kind = kind_of(item);
+        if (kind == 'o') {
+            add = field(item, 10);
+            issued = 1;
+        } else if (kind == 'c' || kind == 'e' || kind == 'p') {
+            PyObject *kernels;
+            if (!(add = field(item, 3)))
+                goto fail;
+            if (!issued && (!(kernels = field(item, 4)) || (issued = PyObject_IsTrue(kernels)) < 0))
+                goto fail;
+        } else {
+            continue;
+        }
+        if (!add)
+            goto fail;
+        PyObject *sum = PyNumber_Add(n, add); /* the Python's n + i[3], whatever its type */
+        if (!sum)
+            goto fail;
+        Py_SETREF(n, sum);
+    }
+    Py_DECREF(seq);
+    return Py_BuildValue("(NO)", n, issued ? Py_True : Py_False);
+fail:
+    Py_XDECREF(seq);
+    Py_XDECREF(n);
+    return NULL;
+}
+
+/* append the Segment of the run items[start:stop] to segs: runs[key] where the same items (by
+ * identity: the key is their addresses) ran before, else run_segment(items[start:stop]),
+ * remembered; None appends nothing */
+static int flush(PyObject *seq, Py_ssize_t start, Py_ssize_t stop, PyObject *runs, PyObject *run_segment,
+                 PyObject *segs)
+{
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *key = PyBytes_FromStringAndSize((const char *)(items + start),
+                                              (Py_ssize_t)((stop - start) * sizeof(PyObject *)));
+    if (!key)
+        return -1;
+    PyObject *seg = PyDict_GetItemWithError(runs, key); /* borrowed */
+    if (!seg) {
+        PyObject *run = PyErr_Occurred() ? NULL : PyList_New(stop - start);
+        if (!run) {
+            Py_DECREF(key);
+            return -1;
+        }
+        for (Py_ssize_t i = start; i < stop; i++) {
+            Py_INCREF(items[i]);
+            PyList_SET_ITEM(run, i - start, items[i]);
+        }
+        seg = PyObject_CallOneArg(run_segment, run);
+        Py_DECREF(run);
+        if (!seg || PyDict_SetItem(runs, key, seg)) {
+            Py_XDECREF(seg);
+            Py_DECREF(key);
+            return -1;
+        }
+        Py_DECREF(seg); /* the dict holds it */
+    }
+    Py_DECREF(key);
+    return seg == Py_None ? 0 : PyList_Append(segs, seg);
+}
+
+PyDoc_STRVAR(layer_segments_doc,
+             "layer_segments(items, run_segment, lone_segment) -> (segments, start of the last run)\n\n"
+             "segments.py's _layer_segments: run_segment of each run of kernels (None: no Segment), "
+             "lone_segment of each item no kernel merges with, each once per identity.");
+
+static PyObject *layer_segments(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "layer_segments takes 3 arguments");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(args[0], "items must be a sequence");
+    PyObject *segs = PyList_New(0), *runs = PyDict_New(), *made = PyDict_New();
+    Py_ssize_t start = -1, last = 0; /* the run being merged starts at start (-1: none) */
+    int last_p = 0;                   /* whether the run's last item runs beside a collective */
+    if (!seq || !segs || !runs || !made)
+        goto fail;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    last = n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        Py_UCS4 kind = kind_of(item);
+        if (!kind) {
+            PyErr_SetString(PyExc_ValueError, "a pass item's kind is one letter");
+            goto fail;
+        }
+        int kernel = kind == 'c' || kind == 'e' || kind == 'p', p = kind == 'p';
+        if (kernel && (start < 0 || last_p == p)) {
+            if (start < 0)
+                start = last = i;
+            last_p = p;
+            continue;
+        }
+        if (start >= 0 && flush(seq, start, i, runs, args[1], segs))
+            goto fail;
+        start = -1;
+        if (kind == 'o' || kind == 'r' || kind == 'x') {
+            PyObject *id = PyLong_FromVoidPtr(item), *seg;
+            if (!id)
+                goto fail;
+            seg = PyDict_GetItemWithError(made, id); /* borrowed */
+            if (!seg && !PyErr_Occurred()) {
+                seg = PyObject_CallOneArg(args[2], item);
+                if (seg && PyDict_SetItem(made, id, seg)) {
+                    Py_CLEAR(seg);
+                }
+                Py_XDECREF(seg); /* the dict holds it */
+            }
+            Py_DECREF(id);
+            if (!seg || PyList_Append(segs, seg))
+                goto fail;
+            last = n;
+        } else { /* a kernel of the other side, or another kind, leads a new run */
+            start = last = i;
+            last_p = p;
+        }
+    }
+    if (start >= 0 && flush(seq, start, n, runs, args[1], segs))
+        goto fail;
+    Py_DECREF(seq);
+    Py_DECREF(runs);
+    Py_DECREF(made);
+    return Py_BuildValue("(Nn)", segs, last);
+fail:
+    Py_XDECREF(seq);
+    Py_XDECREF(segs);
+    Py_XDECREF(runs);
+    Py_XDECREF(made);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"host_waits", (PyCFunction)(void (*)(void))host_waits, METH_FASTCALL, host_waits_doc},
+    {"launch_count", (PyCFunction)launch_count, METH_O, launch_count_doc},
+    {"layer_segments", (PyCFunction)(void (*)(void))layer_segments, METH_FASTCALL, layer_segments_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_chost", "A pass's walks over its items in C (host.py, segments.py).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__chost(void)
+{
+    PyObject *builtins = PyImport_ImportModule("builtins");
+    if (!builtins)
+        return NULL;
+    builtin_sum = PyObject_GetAttrString(builtins, "sum");
+    Py_DECREF(builtins);
+    if (!builtin_sum)
+        return NULL;
+    return PyModule_Create(&module);
+}
