@@ -1,5 +1,5 @@
 /* A pass's walks over its items, in C: the host's race with the GPU stream (host.py,
- * host_waits), the count of its launches (segments.py, launch_items) and its runs of kernels
+ * host_waits), the count of its launches (segments.py, launch_op) and its runs of kernels
  * (segments.py, _layer_segments).
  *
  * Why: a configuration's first estimate builds each pass of each kind of stage once, each walk

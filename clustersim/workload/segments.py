@@ -2,7 +2,7 @@
 
 A pass is built from a list of *items*: ``("c", seconds, flops, launches, issued, host)``
 for a kernel (``launches``: the kernels whose launch is priced apart, see
-:func:`launch_items`; ``issued``: the kernels the host issues for it,
+:func:`launch_op`; ``issued``: the kernels the host issues for it,
 :meth:`.cost_model.CostModel.issued` and the framework's extra small kernels, whose
 launches and bytes ride in ``launches`` and ``seconds``; ``host``: the host seconds of
 issuing them, :meth:`.host_kernels.HostModel.issue`, or None: the pass's per-kernel
@@ -19,7 +19,7 @@ before it issues it, :mod:`.host`; ``sms``: the SMs its kernels hold where not N
 :func:`.comm_interference.held_rate`), ``("r", seconds, flops, nbytes,
 name)`` for ring attention (per step, :mod:`.context_parallel`) and ``("f", seconds,
 name)`` for a fixed cost of its own (the pass's kernel launches and its wait for the host,
-:mod:`.host`). Consecutive kernels merge
+:mod:`.host`: :func:`launch_op`, which leads the pass apart from its items). Consecutive kernels merge
 into one compute :class:`Segment` (they run back to back on one stream; with per-rank
 items, the Segment carries each rank's sums); side-by-side kernels merge into their own;
 each collective becomes a collective Segment the compiler places on the ``tp`` lane over
@@ -224,25 +224,25 @@ def _work_items(cm: CostModel, op: LayerOp, works: list[tuple], kind: str) -> li
     return [((kind, t, flops, n, issued, host, *beside_), op.name, "", None)]
 
 
-def launch_items(
+def launch_op(
     items: list[tuple] | tuple[tuple, ...], launch_s: float, wait: float = 0.0, dispatch: float = 0.0
-) -> list[tuple] | tuple[tuple, ...]:
-    """``items`` preceded by their kernels' launches as one fixed cost, ``("f", n ·
+) -> tuple | None:
+    """The fixed cost that leads a pass of ``items``: their kernels' launches, ``("f", n ·
     launch_s + wait, "launch")`` for the n kernels whose launch the cost model left out —
     a GEMM overlapped with a TP collective counts as one — and the ``wait`` of the GPU
     stream for the host that issues them (:func:`.host.host_waits`, under the per-kernel
     ``dispatch``). Present when n and ``launch_s`` are not 0, or the host issues a kernel
     at a ``dispatch`` that is not: whether the op exists depends on the configuration,
     never on the wait, so pricing the host adds no op to a pass that launches kernels
-    (without it, ``items`` as given)."""
+    (without it, None)."""
     n, issued = _launch_count(items) if _accel is None else _accel.launch_count(items)
     present = (n and launch_s) or (issued and dispatch)
-    return [("f", n * launch_s + wait, "launch"), *items] if present else items
+    return ("f", n * launch_s + wait, "launch") if present else None
 
 
 def _launch_count(items: list[tuple] | tuple[tuple, ...]) -> tuple[int, bool]:
     """(kernels whose launch is priced apart, whether the host issues any) of a pass's ``items``
-    (:func:`launch_items`; in C where the accelerator is built, ``_chost.c``)."""
+    (:func:`launch_op`; in C where the accelerator is built, ``_chost.c``)."""
     n, issued = 0, False
     for i in items:  # one walk: a pass holds thousands of items
         if i[0] == "o":
@@ -261,13 +261,13 @@ def _held(item: tuple) -> tuple:
     return (item[7], item[8]) if len(item) > 8 and item[8] else (item[7],)
 
 
-def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment, ...]:
-    """Segments of a pass from its items (see module doc)."""
-    rest = [i for i in items if i[0] != "f"]
-    if len(rest) < len(items):  # the fixed costs run first, then the pass's kernels and collectives
-        fixed = tuple(Segment("compute", i[1], name=i[2]) for i in items if i[0] == "f")
-        return fixed + _kernel_segments(rest, granularity)
-    return _kernel_segments(items, granularity)
+def to_segments(
+    items: list[tuple] | tuple[tuple, ...], granularity: str = "layer", launch: tuple | None = None
+) -> tuple[Segment, ...]:
+    """Segments of a pass from its items (see module doc), led by its ``launch`` op where it
+    has one (:func:`launch_op`: the fixed costs run first, then the pass's kernels and collectives)."""
+    kernels = _kernel_segments(items, granularity)
+    return kernels if launch is None else (Segment("compute", launch[1], name=launch[2]), *kernels)
 
 
 #: the runs of a pass, over its kinds (one letter an item): kernels that merge into one compute
@@ -277,7 +277,7 @@ _RUNS = re.compile(r"[ce]+|p+|[orx]|[^ceporx][ce]*")
 
 
 def _kernel_segments(items: list[tuple], granularity: str) -> tuple[Segment, ...]:
-    """:func:`to_segments` of ``items`` that hold no fixed cost (``f``)."""
+    """:func:`to_segments` of ``items``, the launch op aside."""
     if granularity == "stage":
         if any(i[0] in "or" for i in items):  # the scenario rules refuse this; a caller may not
             raise ValueError("overlapped TP items and ring attention need granularity 'layer'")

@@ -65,7 +65,7 @@ from .ops import ExpertRanks
 from .precision_aware import optimizer_state_bytes, step_bytes
 from .profile_rows import read_profile
 from .resolve import resolve_transformer
-from .segments import backward_items, compute_time, forward_items, launch_items, to_segments
+from .segments import backward_items, compute_time, forward_items, launch_op, to_segments
 from .selective_ac import (
     MEGATRON_MODULES,
     check_modules,
@@ -267,7 +267,7 @@ def _pass_segments(fixed: FixedCosts, pieces: tuple, granularity: str, backward:
     dispatch = fixed._dispatch(backward)
     waits = host_waits(list(pieces[order]), fixed.launch_s, dispatch)[order]
     segments = tuple(
-        to_segments(launch_items(items, fixed.launch_s, wait, dispatch), granularity)
+        to_segments(items, granularity, launch_op(items, fixed.launch_s, wait, dispatch))
         for items, wait in zip(pieces, waits)
     )
     return segments, tuple(waits)
