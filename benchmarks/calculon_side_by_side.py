@@ -262,15 +262,22 @@ def main() -> None:
     ap.add_argument("--calculon", type=Path, help="a checkout of github.com/calculon-ai/calculon")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--search-budget", type=float, default=10.0, help="CPU s of Calculon's search loop")
+    rows = {"fast": fast_path, "estimate": estimate_rows, "search": search_rows}
+    ap.add_argument(
+        "--rows", nargs="+", choices=rows, default=list(rows), help="which rows to run (default: all)"
+    )
     args = ap.parse_args()
     calc = None
     if args.calculon is not None:
         calc = Calculon(args.calculon)
     else:
         print("Calculon not given (--calculon DIR): clustersim's rows only")
-    fast_path(args.repeat)
-    estimate_rows(calc, args.repeat)
-    search_rows(calc, args.search_budget)
+    if "fast" in args.rows:
+        fast_path(args.repeat)
+    if "estimate" in args.rows:
+        estimate_rows(calc, args.repeat)
+    if "search" in args.rows:
+        search_rows(calc, args.search_budget)
 
 
 if __name__ == "__main__":
