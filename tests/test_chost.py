@@ -1,6 +1,7 @@
 """The optional C accelerator of a pass's walks over its items (clustersim/workload/_chost.c)
 against the Python it replaces: the host's race (host._host_waits), the launch count
-(segments._launch_count) and the runs of kernels (segments._layer_segments) — the same floats
+(segments._launch_count), the runs of kernels (segments._layer_segments) and a pass's seconds
+(plan_estimate._pass_seconds) — the same floats
 bit for bit and the same Segments, on random items with ties, signed zeros, repeated item
 objects and every kind; and a configuration's chunk costs, every pass built, the same with and
 without it. Skipped where the install built no accelerator (no C compiler);
@@ -12,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from clustersim.experiments import plan_estimate
 from clustersim.scenario import Scenario
 from clustersim.validation.megatron import megatron_rows, megatron_scenario
 from clustersim.workload import host, segments, stage_builder
@@ -102,6 +104,41 @@ def test_the_runs_of_kernels_are_the_pythons(case, empty):
     assert walk(_c.layer_segments) == walk(segments._layer_segments)
 
 
+class _Seg:
+    """What a pass's seconds read of a Segment."""
+
+    def __init__(self, kind: str, overlap: bool):
+        self.kind, self.overlap = kind, overlap
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["compute", "collective", "ring", "overlap"]), st.booleans(), SECONDS),
+        min_size=1,
+        max_size=6,
+    ),
+    st.lists(st.integers(0, 5), max_size=40),
+)
+@settings(max_examples=400, deadline=None)
+def test_a_pass_s_seconds_are_the_pythons_bit_for_bit(pool, picks):
+    """Segments drawn from a few (repeated objects, as a pass repeats its layers'), each of
+    its seconds asked for once per identity; overlapped pairs take the longer, to the bit."""
+    segs = [_Seg(kind, overlap) for kind, overlap, _ in pool]
+    seconds = {id(seg): t for seg, (*_, t) in zip(segs, pool)}
+    drawn = [segs[k % len(segs)] for k in picks]
+
+    def total(fn):
+        asked = []
+
+        def seconds_of(seg):
+            asked.append(id(seg))
+            return seconds[id(seg)]
+
+        return float(fn(drawn, seconds_of)).hex(), asked
+
+    assert total(_c.pass_seconds) == total(plan_estimate._pass_seconds)
+
+
 def test_a_kind_of_more_than_one_letter_is_refused_by_both():
     for fn in (_c.layer_segments, segments._layer_segments):
         with pytest.raises(ValueError, match="one letter"):
@@ -110,14 +147,18 @@ def test_a_kind_of_more_than_one_letter_is_refused_by_both():
 
 @pytest.mark.parametrize("row", [0, 5, 9])
 @pytest.mark.parametrize("granularity", ["layer", "stage"])
-def test_chunk_costs_are_the_same_with_and_without_the_accelerator(monkeypatch, row, granularity):
+def test_estimates_and_chunk_costs_are_the_same_with_and_without_the_accelerator(
+    monkeypatch, row, granularity
+):
     sc = Scenario(megatron_scenario(megatron_rows()[row], granularity=granularity))
 
-    def costs():
+    def priced():
         stage_builder.cache_clear()
-        return repr(chunk_costs(sc, sc.parallel.pp))  # every pass built
+        plan_estimate.idle_collective.cache_clear()
+        estimate = plan_estimate.Estimator().estimate(sc, {})
+        return repr(chunk_costs(sc, sc.parallel.pp)), repr(estimate)  # every pass built
 
-    with_c = costs()
-    monkeypatch.setattr(host, "_accel", None)
-    monkeypatch.setattr(segments, "_accel", None)
-    assert costs() == with_c
+    with_c = priced()
+    for module in (host, segments, plan_estimate):
+        monkeypatch.setattr(module, "_accel", None)
+    assert priced() == with_c

@@ -42,9 +42,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, NamedTuple
 
+from ..accel import load
 from ..collectives.cost import Shape
 from ..collectives.group import resolve_alpha
 from ..collectives.protocol import resolve_protocols
@@ -64,6 +65,8 @@ from ..workload.tp_overlap import PIPELINE, RING
 from .memory import tightest_fit
 from .stage_timing import Timeline
 from .steady_1f1b import OneFOneB
+
+_accel = load("clustersim.workload._chost")  # built by setup.py where a C compiler works
 
 
 @dataclass(frozen=True)
@@ -487,14 +490,21 @@ def _groups(job: Job) -> dict[str, tuple[int, ...]]:
 
 
 def _segments_time(segs, groups: Mapping[str, tuple[int, ...]], net: _Network) -> float:
-    """Seconds of one pass's segments run one after another; a compute segment marked
-    ``overlap`` beside its neighbouring collective takes the longer of the two."""
+    """Seconds of one pass's segments run one after another (:func:`_pass_seconds`, in C
+    where the accelerator is built: ``workload/_chost.c``)."""
+    seconds_of = partial(_segment_time, groups=groups, net=net)
+    return (_pass_seconds if _accel is None else _accel.pass_seconds)(segs, seconds_of)
+
+
+def _pass_seconds(segs, seconds_of) -> float:
+    """Seconds of a pass's segments run one after another, ``seconds_of`` each; a compute
+    segment marked ``overlap`` beside its neighbouring collective takes the longer of the two."""
     known: dict[int, float] = {}  # by the segment's identity: a pass repeats its layers' segments
     times = []
     for seg in segs:
         t = known.get(id(seg))
         if t is None:
-            t = known[id(seg)] = _segment_time(seg, groups, net)
+            t = known[id(seg)] = seconds_of(seg)
         times.append(t)
     total, k, n = 0.0, 0, len(segs)
     while k < n:

@@ -21,6 +21,7 @@
 #include "../accel.h" /* builds only where doubles round as Python's do */
 
 static PyObject *builtin_sum; /* the interpreter's own sum (its rounding is the version's) */
+static PyObject *collective_str; /* "collective": a Segment's kind */
 
 /* the one-character kind of a pass item, or 0 (an item of no kind host.py knows) */
 static Py_UCS4 kind_of(PyObject *item)
@@ -362,10 +363,113 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(pass_seconds_doc,
+             "pass_seconds(segments, seconds_of) -> float\n\n"
+             "plan_estimate.py's _pass_seconds: a pass's segments one after another, seconds_of each "
+             "(once per identity); a compute segment marked overlap beside its neighbouring "
+             "collective takes the longer of the two (not the pass's last two segments).");
+
+/* whether `seg` is a collective Segment (kind == "collective"), -1 on an error */
+static int collective(PyObject *seg)
+{
+    PyObject *kind = PyObject_GetAttrString(seg, "kind");
+    if (!kind)
+        return -1;
+    int out = PyObject_RichCompareBool(kind, collective_str, Py_EQ);
+    Py_DECREF(kind);
+    return out;
+}
+
+/* whether `seg` runs beside its neighbouring collective (its overlap, as a truth), -1 on an error */
+static int beside(PyObject *seg)
+{
+    PyObject *overlap = PyObject_GetAttrString(seg, "overlap");
+    if (!overlap)
+        return -1;
+    int out = PyObject_IsTrue(overlap);
+    Py_DECREF(overlap);
+    return out;
+}
+
+static PyObject *pass_seconds(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "pass_seconds takes 2 arguments");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(args[0], "segments must be a sequence"), *known = PyDict_New();
+    double *times = NULL;
+    signed char *flags = NULL; /* per segment: 1 collective, 2 overlap (each as read) */
+    if (!seq || !known)
+        goto fail;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    times = PyMem_Malloc((n ? n : 1) * sizeof(double));
+    flags = PyMem_Malloc(n ? n : 1);
+    if (!times || !flags) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) { /* each segment's seconds, by its identity */
+        PyObject *seg = PySequence_Fast_GET_ITEM(seq, k), *id = PyLong_FromVoidPtr(seg), *t;
+        if (!id)
+            goto fail;
+        t = PyDict_GetItemWithError(known, id); /* borrowed */
+        if (t) {
+            Py_INCREF(t);
+        } else if (!PyErr_Occurred() && (t = PyObject_CallOneArg(args[1], seg)) && PyDict_SetItem(known, id, t)) {
+            Py_CLEAR(t);
+        }
+        Py_DECREF(id);
+        if (!t)
+            goto fail;
+        times[k] = PyFloat_AsDouble(t);
+        Py_DECREF(t);
+        if (times[k] == -1.0 && PyErr_Occurred())
+            goto fail;
+        flags[k] = -1; /* read when a pair asks */
+    }
+    double total = 0.0;
+    Py_ssize_t k = 0;
+    while (k < n) {
+        if (k + 2 < n) { /* a pair that is not the pass's last two segments */
+            int pair = 0;
+            for (Py_ssize_t i = k; i <= k + 1; i++) {
+                if (flags[i] < 0) {
+                    int c = collective(PySequence_Fast_GET_ITEM(seq, i)), o;
+                    if (c < 0 || (o = beside(PySequence_Fast_GET_ITEM(seq, i))) < 0)
+                        goto fail;
+                    flags[i] = (signed char)(c | (o << 1));
+                }
+            }
+            /* (a.overlap and b is a collective) or (a is a collective and b.overlap) */
+            pair = ((flags[k] & 2) && (flags[k + 1] & 1)) || ((flags[k] & 1) && (flags[k + 1] & 2));
+            if (pair) {
+                total += times[k + 1] > times[k] ? times[k + 1] : times[k];
+                k += 2;
+                continue;
+            }
+        }
+        total += times[k];
+        k += 1;
+    }
+    PyMem_Free(times);
+    PyMem_Free(flags);
+    Py_DECREF(seq);
+    Py_DECREF(known);
+    return PyFloat_FromDouble(total);
+fail:
+    PyMem_Free(times);
+    PyMem_Free(flags);
+    Py_XDECREF(seq);
+    Py_XDECREF(known);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"host_waits", (PyCFunction)(void (*)(void))host_waits, METH_FASTCALL, host_waits_doc},
     {"launch_count", (PyCFunction)launch_count, METH_O, launch_count_doc},
     {"layer_segments", (PyCFunction)(void (*)(void))layer_segments, METH_FASTCALL, layer_segments_doc},
+    {"pass_seconds", (PyCFunction)(void (*)(void))pass_seconds, METH_FASTCALL, pass_seconds_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -380,7 +484,8 @@ PyMODINIT_FUNC PyInit__chost(void)
         return NULL;
     builtin_sum = PyObject_GetAttrString(builtins, "sum");
     Py_DECREF(builtins);
-    if (!builtin_sum)
+    collective_str = PyUnicode_InternFromString("collective");
+    if (!builtin_sum || !collective_str)
         return NULL;
     return PyModule_Create(&module);
 }
