@@ -139,8 +139,11 @@ class _Network:
             return 0.0
         t = self._asked.get((kind, devices, nbytes))
         if t is None:
-            # members per host, in the order the group meets them (counted in C)
-            value = (kind, tuple(Counter(map(self.gpn.__rfloordiv__, devices)).values()), nbytes)
+            # members per host, in the order the group meets them (counted in C): one each
+            # where no two share a host (a DP group across pipeline stages)
+            hosts = list(map(self.gpn.__rfloordiv__, devices))
+            once = len(set(hosts)) == len(hosts)
+            value = (kind, (1,) * len(hosts) if once else tuple(Counter(hosts).values()), nbytes)
             t = self._priced.get(value)
             if t is None:
                 algorithm = self.algorithms.get(kind) or "auto"
@@ -307,10 +310,14 @@ class Estimator:
         d = schedule.directions
         per_stage = []  # per micro-batch: (F, B, W) of each stage, its chunks' share
         phases = ("F", "Bi", "W") if split else ("F", "B")
+        rows: dict[tuple[int, ...], tuple] = {}  # by its chunks' pass times: a pipeline's middle stages share
         for ks in shape.chunks:
-            per_stage.append(
-                tuple(sum(times[k][ph, p > 1][0] for k in ks) / d for ph in phases) + (0.0,) * (not split)
-            )
+            same = tuple([id(times[k]) for k in ks])
+            if same not in rows:
+                rows[same] = tuple(sum(times[k][ph, p > 1][0] for k in ks) / d for ph in phases) + (0.0,) * (
+                    not split
+                )
+            per_stage.append(rows[same])
         hops = 0.0
         if p > 1:  # a micro-batch's route down and back: each chunk boundary between two stages
             route = schedule.route(0, len(costs))
