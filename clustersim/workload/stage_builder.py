@@ -497,7 +497,9 @@ def _layer_kind(cfg, st: TrainSetup, cm: CostModel, shape: tuple[bool, int], acc
         kept = op_saved_bytes(cfg, b, tp, sp, e)
     else:  # Megatron's modules: the attention core (Korthikanti), MLA's up projections
         rerun, dropped = module_recompute(layer, st.modules, b, cfg.seq_len, cfg.heads // tp)
-        chosen, kept = forward_items(rerun, cm), full_act - dropped
+        # the items only selective recompute re-runs (their ops are the layer's: priced in lf)
+        chosen = forward_items(rerun, cm) if st.recompute == "selective" else []
+        kept = full_act - dropped
     rec = {"full": lf, "selective": chosen, "none": []}[st.recompute]
     act = {"none": full_act, "full": rep * e, "selective": kept}[st.recompute]
     work = {"none": 0.0, "full": full_act, "selective": max(0.0, full_act - act)}[st.recompute]
