@@ -215,10 +215,12 @@ def _work_items(cm: CostModel, op: LayerOp, works: list[tuple], kind: str) -> li
     """One ``kind`` (``c`` or ``p``) item of ``op``'s ``works`` ((Work, phase) pairs) priced by
     ``cm``, wrapped as :func:`backward_items` collects them; none where they are empty."""
     priced = [(*_priced(cm, w, op.name, ph), w.flops) for w, ph in works]
-    t, flops = sum(p[0] for p in priced), sum(p[4] for p in priced)
+    # per column (seconds, launches, issued, host, FLOPs), each summed in the works' order
+    cols = tuple(zip(*priced)) or ((),) * 5
+    t, flops = sum(cols[0]), sum(cols[4])
     if not (t or flops):
         return []
-    n, issued, hosts = sum(p[1] for p in priced), sum(p[2] for p in priced), [p[3] for p in priced]
+    n, issued, hosts = sum(cols[1]), sum(cols[2]), cols[3]
     host = None if None in hosts else sum(hosts)
     beside_ = _beside(cm, [(w, p[0]) for (w, _), p in zip(works, priced, strict=True)])
     return [((kind, t, flops, n, issued, host, *beside_), op.name, "", None)]
@@ -358,7 +360,7 @@ def _run_of(items: list[tuple]) -> _Run:
     """The :class:`_Run` of consecutive kernels ``items``: :meth:`_Run.add` of each, in a
     tight loop where none is per-rank (a pass without collectives is one run of thousands)."""
     run = _Run()
-    if any(i[0] == "e" for i in items):
+    if "e" in [i[0] for i in items]:
         for i in items:
             run.add(i)
         return run
