@@ -370,6 +370,20 @@ def _step(
     rendezvous) — then each stage's optimizer."""
     plan, p, costs = job.plan, job.plan.pp, job.chunk_costs
     chunks = [[costs[k] for k in ks] for ks in shape.chunks]
+    # per stage its chunks' (unscale, grad_norm, optimizer, all three) seconds, summed once for
+    # the stages of the same chunk cost objects (a pipeline's middle stages)
+    sums: dict[tuple[int, ...], tuple[float, float, float, float]] = {}
+    rows = []
+    for cs in chunks:
+        same = tuple(map(id, cs))
+        if same not in sums:
+            sums[same] = (
+                sum(c.unscale for c in cs),
+                sum(c.grad_norm for c in cs),
+                sum(c.optimizer for c in cs),
+                sum(c.optimizer + c.unscale + c.grad_norm for c in cs),
+            )
+        rows.append(sums[same])
     t = list(ready)
     if schedule.flush:
         ends = (schedule.stage_of(0, p), schedule.stage_of(len(costs) - 1, p))
@@ -378,14 +392,14 @@ def _step(
             pair = tuple(plan.device(s) for s in ends)
             t[ends[0]] = t[ends[1]] = max(t[s] for s in ends) + net.collective("all_reduce", pair, tied)
         group = grad_stats_group(plan, 0, job.parallel.zero > 0)
-        for work in ("unscale", "grad_norm"):
-            seconds = [sum(getattr(c, work) for c in cs) for cs in chunks]
+        for column in (0, 1):  # the unscale, then the gradient norm
+            seconds = [row[column] for row in rows]
             if any(seconds):
                 t = [x + y for x, y in zip(t, seconds)]
                 if len(group) > 1:
                     t = [max(t) + net.collective("all_reduce", group, SCALAR_BYTES)] * p
-    optimizer = [sum(c.optimizer for c in cs) for cs in chunks]
-    step = max(sum(c.optimizer + c.unscale + c.grad_norm for c in cs) for cs in chunks)
+    optimizer = [row[2] for row in rows]
+    step = max(row[3] for row in rows)
     return max(x + y for x, y in zip(t, optimizer)), step
 
 
