@@ -1,6 +1,7 @@
 """The optional C accelerator of a pass's walks over its items (clustersim/workload/_chost.c)
 against the Python it replaces: the host's race (host._host_waits), the launch count
-(segments._launch_count), the runs of kernels (segments._layer_segments) and a pass's seconds
+(segments._launch_count), the runs of kernels (segments._layer_segments) and their sums
+(segments._run_sums) and a pass's seconds
 (plan_estimate._pass_seconds) — the same floats
 bit for bit and the same Segments, on random items with ties, signed zeros, repeated item
 objects and every kind; and a configuration's chunk costs, every pass built, the same with and
@@ -102,6 +103,33 @@ def test_the_runs_of_kernels_are_the_pythons(case, empty):
         return segs, last, asked
 
     assert walk(_c.layer_segments) == walk(segments._layer_segments)
+
+
+BESIDE = st.one_of(
+    st.just(()),
+    st.tuples(SECONDS, st.sampled_from([1.0, 2.0]), st.tuples(st.sampled_from(["nccl", 24]), SECONDS)),
+    st.tuples(SECONDS, st.just(1.0), st.tuples(st.just("nccl"), SECONDS), st.tuples(st.just(24), SECONDS)),
+)
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from("cp"), SECONDS, st.one_of(SECONDS, st.integers(0, 2**60)), BESIDE),
+        max_size=30,
+    ),
+    st.sampled_from([None, ()]),
+)
+@settings(max_examples=400, deadline=None)
+def test_a_run_s_sums_are_the_pythons_bit_for_bit(rows, beside):
+    """Seconds and FLOPs (ints past 2**53 among them) summed in order, the beside tuples by
+    beside_sum (kernels with none, and with different rates or kinds, among them)."""
+    items = [(k, t, f, 1, 1, None, *((own,) if own else ())) for k, t, f, own in rows]
+
+    def sums(fn):
+        t, f, b = fn(items, 0.0, 0.0, beside, segments.beside_sum)
+        return float(t).hex(), float(f).hex(), repr(b)
+
+    assert sums(_c.run_sums) == sums(segments._run_sums)
 
 
 class _Seg:

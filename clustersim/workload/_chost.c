@@ -1,6 +1,7 @@
 /* A pass's walks over its items, in C: the host's race with the GPU stream (host.py,
- * host_waits), the count of its launches (segments.py, launch_op) and its runs of kernels
- * (segments.py, _layer_segments).
+ * host_waits), the count of its launches (segments.py, launch_op), its runs of kernels
+ * (segments.py, _layer_segments) and their sums (segments.py, _run_sums), and the estimate's
+ * walk over a pass's segments (experiments/plan_estimate.py, _pass_seconds).
  *
  * Why: a configuration's first estimate builds each pass of each kind of stage once, each walk
  * item by item — thousands of items a configuration, a few additions, comparisons or lookups
@@ -22,6 +23,7 @@
 
 static PyObject *builtin_sum; /* the interpreter's own sum (its rounding is the version's) */
 static PyObject *collective_str; /* "collective": a Segment's kind */
+static PyObject *empty_tuple;    /* () */
 
 /* the one-character kind of a pass item, or 0 (an item of no kind host.py knows) */
 static Py_UCS4 kind_of(PyObject *item)
@@ -465,11 +467,64 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(run_sums_doc, "run_sums(items, t, f, beside, beside_sum) -> (t, f, beside)\n\n"
+                            "segments.py's _run_sums: a run's seconds, FLOPs and beside tuple "
+                            "with its kernels added, in order.");
+
+static PyObject *run_sums(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "run_sums takes 5 arguments");
+        return NULL;
+    }
+    double t = PyFloat_AsDouble(args[1]), f = PyFloat_AsDouble(args[2]);
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *seq = PySequence_Fast(args[0], "items must be a sequence"), *beside = args[3];
+    if (!seq)
+        return NULL;
+    Py_INCREF(beside);
+    for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(seq); k++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, k);
+        double dt, df;
+        if (!PyTuple_Check(item)) {
+            PyErr_SetString(PyExc_TypeError, "a pass item must be a tuple");
+            goto fail;
+        }
+        if (number(item, 1, &dt) || number(item, 2, &df))
+            goto fail;
+        t += dt;
+        f += df;
+        PyObject *own = PyTuple_GET_SIZE(item) > 6 ? PyTuple_GET_ITEM(item, 6) : empty_tuple;
+        if (beside == Py_None) {
+            Py_INCREF(own);
+            Py_SETREF(beside, own);
+        } else {
+            int truth = PyObject_IsTrue(beside); /* an empty one stays empty (beside_sum) */
+            if (truth < 0)
+                goto fail;
+            if (truth) {
+                PyObject *sum = PyObject_CallFunctionObjArgs(args[4], beside, own, NULL);
+                if (!sum)
+                    goto fail;
+                Py_SETREF(beside, sum);
+            }
+        }
+    }
+    Py_DECREF(seq);
+    return Py_BuildValue("(ddN)", t, f, beside);
+fail:
+    Py_DECREF(seq);
+    Py_DECREF(beside);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"host_waits", (PyCFunction)(void (*)(void))host_waits, METH_FASTCALL, host_waits_doc},
     {"launch_count", (PyCFunction)launch_count, METH_O, launch_count_doc},
     {"layer_segments", (PyCFunction)(void (*)(void))layer_segments, METH_FASTCALL, layer_segments_doc},
     {"pass_seconds", (PyCFunction)(void (*)(void))pass_seconds, METH_FASTCALL, pass_seconds_doc},
+    {"run_sums", (PyCFunction)(void (*)(void))run_sums, METH_FASTCALL, run_sums_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -485,7 +540,8 @@ PyMODINIT_FUNC PyInit__chost(void)
     builtin_sum = PyObject_GetAttrString(builtins, "sum");
     Py_DECREF(builtins);
     collective_str = PyUnicode_InternFromString("collective");
-    if (!builtin_sum || !collective_str)
+    empty_tuple = PyTuple_New(0);
+    if (!builtin_sum || !collective_str || !empty_tuple)
         return NULL;
     return PyModule_Create(&module);
 }

@@ -364,8 +364,18 @@ def _run_of(items: list[tuple]) -> _Run:
         for i in items:
             run.add(i)
         return run
-    t, f, beside = run.t, run.f, run.beside
-    for i in items:  # add's sums, in its order
+    sums = _run_sums if _accel is None else _accel.run_sums
+    run.t, run.f, run.beside = sums(items, run.t, run.f, run.beside, beside_sum)
+    if items:
+        run.overlap = items[-1][0] == "p"
+    return run
+
+
+def _run_sums(items: list[tuple], t: float, f: float, beside: tuple | None, beside_sum) -> tuple:
+    """:meth:`_Run.add`'s sums of kernels ``items`` (none per-rank) onto a run's ``t``, ``f`` and
+    ``beside`` (``beside_sum`` adds two), in its order (in C where the accelerator is built,
+    ``_chost.c``)."""
+    for i in items:
         t += i[1]
         f += i[2]
         own = i[6] if len(i) > 6 else ()
@@ -373,10 +383,7 @@ def _run_of(items: list[tuple]) -> _Run:
             beside = own
         elif beside:  # an empty one stays empty (beside_sum)
             beside = beside_sum(beside, own)
-    run.t, run.f, run.beside = t, f, beside
-    if items:
-        run.overlap = items[-1][0] == "p"
-    return run
+    return t, f, beside
 
 
 class _Run:
