@@ -639,13 +639,16 @@ def transformer_chunk_costs(
         cost = _stage(
             st, cm, fixed, _PassItems(f, b_all, bi, w), params, act_mem, send_out, buffers, expert, fp8
         )
+        extra = {}  # the fields the stage's own cost leaves out, set in one copy
         recast = sum(c * kinds[moe].fp8_weight_cast for moe, c in count.items())
         if recast:  # TE's weight quantization on the step's first micro-batch, after the step
-            cost = replace(cost, optimizer=cost.optimizer + recast)
+            extra["optimizer"] = cost.optimizer + recast
         if fixed.pipeline_gather and tp > 1 and not sp:
-            cost = replace(cost, recv_gather=int(send * tp))
+            extra["recv_gather"] = int(send * tp)
         if cfg.tied_embeddings and fixed.tied_embedding and len(partition) > 1 and (first or last):
-            cost = replace(cost, tied_grad_bytes=tied)  # the compiler keeps it where the ends' stages differ
+            extra["tied_grad_bytes"] = tied  # the compiler keeps it where the ends' stages differ
+        if extra:
+            cost = replace(cost, **extra)
         if sc.parallel.data_parallel is not None:
             cost = _per_layer(sc, st, km, fixed, cost, (pre, post, edge), runs, cfg)
         if start >= 0:
