@@ -86,16 +86,15 @@ class _Host:
     """The α-β view of a group for :func:`~clustersim.collectives.registry.plan`: members, hosts,
     shape and the system's NCCL protocols."""
 
-    def __init__(self, per_host: tuple[int, ...], gpn: int, shape: dict[str, Any], protocols):
-        # host h holds the group's first per_host[h] devices of its gpn
-        self.hosts: dict[int, list[int]] = {
-            h: list(range(h * gpn, h * gpn + k)) for h, k in enumerate(per_host)
-        }
-        self.members = [d for ds in self.hosts.values() for d in ds]
+    def __init__(self, devices: tuple[int, ...], gpn: int, shape: dict[str, Any], protocols):
+        self.members = list(devices)
         self.protocols = protocols
+        self.hosts: dict[int, list[int]] = {}
+        for d in devices:
+            self.hosts.setdefault(d // gpn, []).append(d)
         if len(self.hosts) == 1:
             shape = {k: v for k, v in shape.items() if not k.endswith("_inter")}
-        self._shape = Shape(len(self.members), **shape, nodes=len(self.hosts))
+        self._shape = Shape(len(devices), **shape, nodes=len(self.hosts))
 
     def shape(self) -> Shape:
         return self._shape
@@ -171,8 +170,9 @@ def idle_collective(
     members per host, shape) — every stage's DP group is one — so it is a pure function of
     these values, cached: a search's plans and a sweep's configurations share it."""
     shape, nic_bw, nics, protocols = network
+    devices = tuple(h * gpn + i for h, k in enumerate(per_host) for i in range(k))
     shape = {**dict(shape), "bw_inter": nic_bw * min(nics, per_host[0]) / per_host[0]}
-    group = _Host(per_host, gpn, shape, protocols)
+    group = _Host(devices, gpn, shape, protocols)
     return collective_plan(group, kind, int(nbytes), algorithm)[2]
 
 
