@@ -1,7 +1,7 @@
 """The optional C accelerator of a pass's walks over its items (clustersim/workload/_chost.c)
 against the Python it replaces: the host's race (host._host_waits), the launch count
 (segments._launch_count), the runs of kernels (segments._layer_segments) and their sums
-(segments._run_sums) and a pass's seconds
+(segments._run_sums), a pass's compute (segments.compute_time) and its seconds
 (plan_estimate._pass_seconds) — the same floats
 bit for bit and the same Segments, on random items with ties, signed zeros, repeated item
 objects and every kind; and a configuration's chunk costs, every pass built, the same with and
@@ -9,6 +9,8 @@ without it. Skipped where the install built no accelerator (no C compiler);
 ``CLUSTERSIM_NO_ACCEL`` does not skip them: they call the C directly."""
 
 from __future__ import annotations
+
+from unittest.mock import patch
 
 import pytest
 from hypothesis import given, settings
@@ -165,6 +167,35 @@ def test_a_pass_s_seconds_are_the_pythons_bit_for_bit(pool, picks):
         return float(fn(drawn, seconds_of)).hex(), asked
 
     assert total(_c.pass_seconds) == total(plan_estimate._pass_seconds)
+
+
+class _Timed:
+    """What a pass's compute reads of a Segment."""
+
+    def __init__(self, kind: str, duration, margin, flops):
+        self.kind, self.duration, self.margin, self.flops = kind, duration, margin, flops
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["compute", "collective", "ring", "overlap"]),
+            SECONDS,
+            st.one_of(SECONDS, st.just(0)),
+            st.one_of(SECONDS, st.integers(0, 2**60)),
+        ),
+        max_size=30,
+    )
+)
+@settings(max_examples=300, deadline=None)
+def test_a_pass_s_compute_is_the_pythons_bit_for_bit(rows):
+    """Seconds (duration + margin) and FLOPs of the non-collective segments: the same sums, to
+    the bit and the type (an empty pass's are the int 0)."""
+    segs = [_Timed(*row) for row in rows]
+    ours = _c.compute_sums(segs)
+    with patch.object(segments, "_accel", None):
+        theirs = segments.compute_time(segs)
+    assert [(type(x), repr(x)) for x in ours] == [(type(x), repr(x)) for x in theirs]
 
 
 def test_a_kind_of_more_than_one_letter_is_refused_by_both():

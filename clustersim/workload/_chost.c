@@ -1,6 +1,7 @@
 /* A pass's walks over its items, in C: the host's race with the GPU stream (host.py,
  * host_waits), the count of its launches (segments.py, launch_op), its runs of kernels
- * (segments.py, _layer_segments) and their sums (segments.py, _run_sums), and the estimate's
+ * (segments.py, _layer_segments), their sums (segments.py, _run_sums) and its compute
+ * (segments.py, compute_time), and the estimate's
  * walk over a pass's segments (experiments/plan_estimate.py, _pass_seconds).
  *
  * Why: a configuration's first estimate builds each pass of each kind of stage once, each walk
@@ -519,12 +520,59 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(compute_sums_doc, "compute_sums(segments) -> (seconds, FLOPs)\n\n"
+                                "segments.py's compute_time: the interpreter's sum of each "
+                                "non-collective segment's duration + margin, and of its FLOPs.");
+
+static PyObject *compute_sums(PyObject *self, PyObject *segments)
+{
+    PyObject *seq = PySequence_Fast(segments, "segments must be a sequence");
+    PyObject *times = PyList_New(0), *flops = PyList_New(0), *out = NULL;
+    if (!seq || !times || !flops)
+        goto done;
+    for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(seq); k++) {
+        PyObject *seg = PySequence_Fast_GET_ITEM(seq, k);
+        int c = collective(seg);
+        if (c < 0)
+            goto done;
+        if (c)
+            continue;
+        PyObject *d = PyObject_GetAttrString(seg, "duration"), *m = NULL, *t = NULL, *f = NULL;
+        if (d && (m = PyObject_GetAttrString(seg, "margin")))
+            t = PyNumber_Add(d, m); /* s.duration + s.margin */
+        Py_XDECREF(d);
+        Py_XDECREF(m);
+        if (!t || PyList_Append(times, t)) {
+            Py_XDECREF(t);
+            goto done;
+        }
+        Py_DECREF(t);
+        if (!(f = PyObject_GetAttrString(seg, "flops")) || PyList_Append(flops, f)) {
+            Py_XDECREF(f);
+            goto done;
+        }
+        Py_DECREF(f);
+    }
+    /* summed by the interpreter's own sum, in the segments' order (as the Python's generators) */
+    PyObject *t = PyObject_CallOneArg(builtin_sum, times), *f = t ? PyObject_CallOneArg(builtin_sum, flops) : NULL;
+    if (t && f)
+        out = PyTuple_Pack(2, t, f);
+    Py_XDECREF(t);
+    Py_XDECREF(f);
+done:
+    Py_XDECREF(seq);
+    Py_XDECREF(times);
+    Py_XDECREF(flops);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"host_waits", (PyCFunction)(void (*)(void))host_waits, METH_FASTCALL, host_waits_doc},
     {"launch_count", (PyCFunction)launch_count, METH_O, launch_count_doc},
     {"layer_segments", (PyCFunction)(void (*)(void))layer_segments, METH_FASTCALL, layer_segments_doc},
     {"pass_seconds", (PyCFunction)(void (*)(void))pass_seconds, METH_FASTCALL, pass_seconds_doc},
     {"run_sums", (PyCFunction)(void (*)(void))run_sums, METH_FASTCALL, run_sums_doc},
+    {"compute_sums", (PyCFunction)compute_sums, METH_O, compute_sums_doc},
     {NULL, NULL, 0, NULL},
 };
 

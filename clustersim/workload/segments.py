@@ -435,7 +435,10 @@ class _Run:
 
 def compute_time(segments: tuple[Segment, ...]) -> tuple[float, float]:
     """(seconds, FLOPs) of the compute segments of a pass (an overlap segment's GEMM and a
-    ring's steps included, and the SM margin's cost)."""
+    ring's steps included, and the SM margin's cost; in C where the accelerator is built,
+    ``_chost.c``, summed by the same ``sum``)."""
+    if _accel is not None:
+        return _accel.compute_sums(segments)
     return (
         sum(s.duration + s.margin for s in segments if s.kind != "collective"),
         sum(s.flops for s in segments if s.kind != "collective"),
