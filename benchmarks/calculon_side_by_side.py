@@ -260,7 +260,13 @@ def search_rows(calc: Calculon | None, budget_s: float) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calculon", type=Path, help="a checkout of github.com/calculon-ai/calculon")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each fast-path row (the median)")
+    ap.add_argument(
+        "--estimate-repeat",
+        type=int,
+        default=15,
+        help="runs of each estimate row, ours and Calculon's (the median: a few ms each, so many are cheap)",
+    )
     ap.add_argument("--search-budget", type=float, default=10.0, help="CPU s of Calculon's search loop")
     rows = {"fast": fast_path, "estimate": estimate_rows, "search": search_rows}
     ap.add_argument(
@@ -275,7 +281,7 @@ def main() -> None:
     if "fast" in args.rows:
         fast_path(args.repeat)
     if "estimate" in args.rows:
-        estimate_rows(calc, args.repeat)
+        estimate_rows(calc, args.estimate_repeat)
     if "search" in args.rows:
         search_rows(calc, args.search_budget)
 
