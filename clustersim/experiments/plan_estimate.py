@@ -338,15 +338,24 @@ class Estimator:
             ends = [compute + fill + hops] * p
         ready = list(ends)  # each stage's gradients reduced over its data-parallel group
         overlap = job.parallel.data_parallel is not None and job.parallel.data_parallel.overlap_grad_reduce
+        grads: dict[
+            tuple[int, ...], tuple
+        ] = {}  # by its chunk cost objects: a pipeline's middle stages share
         for s, ks in enumerate(shape.chunks):
+            same = tuple([id(costs[k]) for k in ks])
+            if same not in grads:
+                grads[same] = (
+                    sum(costs[k].gradient_bytes for k in ks),
+                    sum(costs[k].expert_grad_bytes for k in ks),
+                )
+            dense, expert = grads[same]
             t_sync = 0.0
             if plan.replicas > 1 or d > 1:
                 mirror = p - 1 - s if d > 1 else s
                 group = plan.dp_group(s)  # in device order
                 if mirror != s:
                     group = tuple(sorted({*group, *plan.dp_group(mirror)}))
-                t_sync = net.collective("all_reduce", group, sum(costs[k].gradient_bytes for k in ks))
-            expert = sum(costs[k].expert_grad_bytes for k in ks)
+                t_sync = net.collective("all_reduce", group, dense)
             if expert and plan.edp > 1:
                 t_sync += net.collective("all_reduce", plan.expert_group(plan.device(s), "edp"), expert)
             if overlap:  # what outlasts the stage's last backward
