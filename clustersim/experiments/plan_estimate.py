@@ -43,6 +43,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache, partial
+from itertools import groupby
 from typing import Any, NamedTuple
 
 from ..accel import load
@@ -90,8 +91,10 @@ class _Host:
         self.members = list(devices)
         self.protocols = protocols
         self.hosts: dict[int, list[int]] = {}
-        for d in devices:
-            self.hosts.setdefault(d // gpn, []).append(d)
+        # a host's members, in the group's order: one step per run of them (a group meets its
+        # hosts' members together), not one per device
+        for h, members in groupby(devices, gpn.__rfloordiv__):
+            self.hosts.setdefault(h, []).extend(members)
         if len(self.hosts) == 1:
             shape = {k: v for k, v in shape.items() if not k.endswith("_inter")}
         self._shape = Shape(len(devices), **shape, nodes=len(self.hosts))
