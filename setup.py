@@ -4,7 +4,8 @@
 (clustersim/network/maxmin.py) in C. It is optional: where no C compiler works the build skips
 it and clustersim runs the same loops in Python, with the same results bit for bit.
 ``clustersim/experiments/_c1f1b.c`` is 1F1B's pass loops of the pipeline estimate
-(clustersim/experiments/steady_1f1b.py), optional in the same way.
+(clustersim/experiments/steady_1f1b.py), and ``clustersim/workload/_chost.c`` the host's race
+with the GPU stream (clustersim/workload/host.py), optional in the same way.
 """
 
 from setuptools import Extension, setup
@@ -28,6 +29,7 @@ setup(
         for name, source in (
             ("clustersim.network._cmaxmin", "clustersim/network/_cmaxmin.c"),
             ("clustersim.experiments._c1f1b", "clustersim/experiments/_c1f1b.c"),
+            ("clustersim.workload._chost", "clustersim/workload/_chost.c"),
         )
     ],
     cmdclass={"build_ext": BuildExt},

@@ -13,7 +13,8 @@ PyPI is unrelated); it is pure Python, so ``--calculon DIR`` puts the checkout o
   ≤ 1 s); GPT-1T / 3,072 A100 warm (target ≤ 3 s).
 * **Estimate per configuration** against Calculon's ``Llm.compile`` + ``Llm.run`` on the same
   configurations: Megatron 2021 Table 1's ten rows and GPT-3 175B / 1,024 (TP, PP, DP,
-  batch, micro-batch, full recompute, A100 80 GB). Ours is a fresh
+  batch, micro-batch, full recompute, A100 80 GB), the runs interleaved (ours cold, ours
+  warm, Calculon's; ``--estimate-repeat`` times, the medians). Ours is a fresh
   :class:`~clustersim.experiments.plan_estimate.Estimator` per configuration, the scenario
   loaded from its dict inside the timing; *cold* empties the caches estimators share (schedule
   shapes, :func:`~clustersim.experiments.plan_estimate.schedule_shape`, collectives'
@@ -39,6 +40,7 @@ import statistics
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import clustersim as cs
@@ -106,26 +108,17 @@ def configurations() -> list[tuple[str, dict]]:
     return cases
 
 
-def our_estimate_s(raw: dict, repeat: int, cold: bool) -> float:
-    """Median CPU seconds of one estimate; ``cold``: the caches estimators share (schedule
-    shapes, collective times, layer kinds, model ends, pass segments) emptied before each, as for a configuration seen first."""
+def clear_shared() -> None:
+    """Empty the caches estimators share (schedule shapes, collective times, layer kinds,
+    model ends, pass segments): what a configuration seen first finds."""
+    schedule_shape.cache_clear()
+    stage_builder.cache_clear()
+    idle_collective.cache_clear()
 
-    def once() -> None:
-        sc = Scenario(raw)
-        Estimator().estimate(sc, {})
 
-    def clear() -> None:
-        schedule_shape.cache_clear()
-        stage_builder.cache_clear()
-        idle_collective.cache_clear()
-
-    once()
-    times = []
-    for _ in range(repeat):
-        if cold:
-            clear()
-        times.append(cpu(once)[0])
-    return statistics.median(times)
+def our_estimate(raw: dict) -> None:
+    """One estimate: the scenario loaded from its dict, a fresh Estimator."""
+    Estimator().estimate(Scenario(raw), {})
 
 
 def calculon_config(raw: dict) -> tuple[dict, dict]:
@@ -181,14 +174,11 @@ class Calculon:
         self.system = calculon.System(calculon.io.read_json_file(str(checkout / "systems" / "a100_80g.json")))
         self.logger = __import__("logging").getLogger("calculon")
 
-    def run_s(self, app_json: dict, exe_json: dict, repeat: int) -> float:
-        def once() -> None:
-            model = self.llm(self.llm.Application(app_json), self.logger)
-            model.compile(self.system, self.llm.Execution.from_json(exe_json))
-            model.run(self.system)
-
-        once()
-        return statistics.median(cpu(once)[0] for _ in range(repeat))
+    def run(self, app_json: dict, exe_json: dict) -> None:
+        """One ``Llm.compile`` + ``Llm.run`` of the configuration."""
+        model = self.llm(self.llm.Application(app_json), self.logger)
+        model.compile(self.system, self.llm.Execution.from_json(exe_json))
+        model.run(self.system)
 
     def search_rate(self, app_json: dict, procs: int, batch: int, budget_s: float) -> tuple[int, float]:
         """(executions, CPU s) of ``llm-optimal-execution``'s loop on a strided sample of its
@@ -220,15 +210,29 @@ class Calculon:
 
 def estimate_rows(calc: Calculon | None, repeat: int) -> None:
     print(
-        "Estimate per configuration, CPU ms (ours: a fresh Estimator and scenario load each; "
-        "cold: the shared shape and pass caches emptied first; warm: the same configuration again):"
+        f"Estimate per configuration, CPU ms, median of {repeat} interleaved runs (ours: a fresh Estimator "
+        "and scenario load each; cold: the shared shape and pass caches emptied first; warm: the same "
+        "configuration again):"
     )
     ratios: dict[str, list[float]] = {"cold": [], "warm": []}
     for label, raw in configurations():
-        ours = {"cold": our_estimate_s(raw, repeat, True), "warm": our_estimate_s(raw, repeat, False)}
+        config = calculon_config(raw) if calc is not None else None
+        our_estimate(raw)  # the first call: imports and module data loaded
+        if calc is not None:
+            calc.run(*config)
+        # interleaved, run by run (the machine is shared: a busy second falls on both sides):
+        # ours from emptied caches, ours again (warm), Calculon's
+        runs: dict[str, list[float]] = {"cold": [], "warm": [], "Calculon": []}
+        for _ in range(repeat):
+            clear_shared()
+            runs["cold"].append(cpu(partial(our_estimate, raw))[0])
+            runs["warm"].append(cpu(partial(our_estimate, raw))[0])
+            if calc is not None:
+                runs["Calculon"].append(cpu(partial(calc.run, *config))[0])
+        ours = {k: statistics.median(runs[k]) for k in ("cold", "warm")}
         line = f"  {label:<24} clustersim cold {ours['cold'] * 1e3:7.2f} warm {ours['warm'] * 1e3:7.2f}"
         if calc is not None:
-            theirs = calc.run_s(*calculon_config(raw), repeat)
+            theirs = statistics.median(runs["Calculon"])
             for k in ratios:
                 ratios[k].append(ours[k] / theirs)
             line += f"   Calculon {theirs * 1e3:6.2f}   ratio cold {ratios['cold'][-1]:6.2f} warm {ratios['warm'][-1]:6.2f}"
@@ -260,17 +264,30 @@ def search_rows(calc: Calculon | None, budget_s: float) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calculon", type=Path, help="a checkout of github.com/calculon-ai/calculon")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each fast-path row (the median)")
+    ap.add_argument(
+        "--estimate-repeat",
+        type=int,
+        default=15,
+        help="runs of each estimate row, ours and Calculon's (the median: a few ms each, so many are cheap)",
+    )
     ap.add_argument("--search-budget", type=float, default=10.0, help="CPU s of Calculon's search loop")
+    rows = {"fast": fast_path, "estimate": estimate_rows, "search": search_rows}
+    ap.add_argument(
+        "--rows", nargs="+", choices=rows, default=list(rows), help="which rows to run (default: all)"
+    )
     args = ap.parse_args()
     calc = None
     if args.calculon is not None:
         calc = Calculon(args.calculon)
     else:
         print("Calculon not given (--calculon DIR): clustersim's rows only")
-    fast_path(args.repeat)
-    estimate_rows(calc, args.repeat)
-    search_rows(calc, args.search_budget)
+    if "fast" in args.rows:
+        fast_path(args.repeat)
+    if "estimate" in args.rows:
+        estimate_rows(calc, args.estimate_repeat)
+    if "search" in args.rows:
+        search_rows(calc, args.search_budget)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-"""A chunk's split-backward pass built when first read, and layer kinds and model ends
-shared by value (issue 38 item 8): neither changes a cost, an estimate or a plan's identity
-— the chunk costs, estimates and identities of random plans are those of every pass built
-at once and every layer kind and end made afresh, to the bit."""
+"""A chunk's split-backward pass (and its items) built when first read, layer kinds and model
+ends shared by value, and a pass's walks in C (issue 38 item 8): none changes a cost, an
+estimate or a plan's identity — the chunk costs, estimates and identities of random plans are
+those of every pass built at once, every layer kind and end made afresh and every walk in
+Python (``_chost.c`` off), to the bit."""
 
 from __future__ import annotations
 
@@ -14,13 +15,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import clustersim as cs
+from clustersim.experiments import plan_estimate
 from clustersim.experiments.plan_estimate import Estimator, idle_collective, schedule_shape
 from clustersim.experiments.plans import plan_candidates
 from clustersim.experiments.sweeper import base_raw
 from clustersim.resolve import resolve
 from clustersim.scenario import Scenario
 from clustersim.scenario.loader import apply_overrides
-from clustersim.workload import stage_builder
+from clustersim.workload import host, segments, stage_builder
 from clustersim.workload.lazy_passes import LazyPasses
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,7 +78,7 @@ def _fields(e) -> tuple:
 
 def _run(monkeypatch, sc: Scenario, plan: dict, eager: bool) -> tuple:
     """(chunk costs, estimate, identity) of ``plan``, from emptied caches; ``eager``: every
-    pass built at once and no layer kind or model end shared."""
+    pass built at once, no layer kind or model end shared, and the Python's walks, not the C's."""
     schedule_shape.cache_clear()
     stage_builder.cache_clear()
     idle_collective.cache_clear()
@@ -85,6 +87,8 @@ def _run(monkeypatch, sc: Scenario, plan: dict, eager: bool) -> tuple:
             m.setattr(stage_builder, "LazyPasses", _eager)
             m.setattr(stage_builder, "cached_layer_kind", stage_builder._layer_kind)
             m.setattr(stage_builder, "cached_ends", stage_builder._ends)
+            for module in (host, segments, plan_estimate):
+                m.setattr(module, "_accel", None)
         est = Estimator()
         out = _fields(est.estimate(sc, plan)), est.identity(sc, plan)
         return resolve(sc).chunk_costs, *out

@@ -42,9 +42,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import lru_cache, partial
+from itertools import groupby
 from typing import Any, NamedTuple
 
+from ..accel import load
 from ..collectives.cost import Shape
 from ..collectives.group import resolve_alpha
 from ..collectives.protocol import resolve_protocols
@@ -64,6 +66,8 @@ from ..workload.tp_overlap import PIPELINE, RING
 from .memory import tightest_fit
 from .stage_timing import Timeline
 from .steady_1f1b import OneFOneB
+
+_accel = load("clustersim.workload._chost")  # built by setup.py where a C compiler works
 
 
 @dataclass(frozen=True)
@@ -87,8 +91,10 @@ class _Host:
         self.members = list(devices)
         self.protocols = protocols
         self.hosts: dict[int, list[int]] = {}
-        for d in devices:
-            self.hosts.setdefault(d // gpn, []).append(d)
+        # a host's members, in the group's order: one step per run of them (a group meets its
+        # hosts' members together), not one per device
+        for h, members in groupby(devices, gpn.__rfloordiv__):
+            self.hosts.setdefault(h, []).extend(members)
         if len(self.hosts) == 1:
             shape = {k: v for k, v in shape.items() if not k.endswith("_inter")}
         self._shape = Shape(len(devices), **shape, nodes=len(self.hosts))
@@ -136,8 +142,11 @@ class _Network:
             return 0.0
         t = self._asked.get((kind, devices, nbytes))
         if t is None:
-            # members per host, in the order the group meets them (counted in C)
-            value = (kind, tuple(Counter(map(self.gpn.__rfloordiv__, devices)).values()), nbytes)
+            # members per host, in the order the group meets them (counted in C): one each
+            # where no two share a host (a DP group across pipeline stages)
+            hosts = list(map(self.gpn.__rfloordiv__, devices))
+            once = len(set(hosts)) == len(hosts)
+            value = (kind, (1,) * len(hosts) if once else tuple(Counter(hosts).values()), nbytes)
             t = self._priced.get(value)
             if t is None:
                 algorithm = self.algorithms.get(kind) or "auto"
@@ -304,10 +313,14 @@ class Estimator:
         d = schedule.directions
         per_stage = []  # per micro-batch: (F, B, W) of each stage, its chunks' share
         phases = ("F", "Bi", "W") if split else ("F", "B")
+        rows: dict[tuple[int, ...], tuple] = {}  # by its chunks' pass times: a pipeline's middle stages share
         for ks in shape.chunks:
-            per_stage.append(
-                tuple(sum(times[k][ph, p > 1][0] for k in ks) / d for ph in phases) + (0.0,) * (not split)
-            )
+            same = tuple([id(times[k]) for k in ks])
+            if same not in rows:
+                rows[same] = tuple(sum(times[k][ph, p > 1][0] for k in ks) / d for ph in phases) + (0.0,) * (
+                    not split
+                )
+            per_stage.append(rows[same])
         hops = 0.0
         if p > 1:  # a micro-batch's route down and back: each chunk boundary between two stages
             route = schedule.route(0, len(costs))
@@ -328,15 +341,24 @@ class Estimator:
             ends = [compute + fill + hops] * p
         ready = list(ends)  # each stage's gradients reduced over its data-parallel group
         overlap = job.parallel.data_parallel is not None and job.parallel.data_parallel.overlap_grad_reduce
+        grads: dict[
+            tuple[int, ...], tuple
+        ] = {}  # by its chunk cost objects: a pipeline's middle stages share
         for s, ks in enumerate(shape.chunks):
+            same = tuple([id(costs[k]) for k in ks])
+            if same not in grads:
+                grads[same] = (
+                    sum(costs[k].gradient_bytes for k in ks),
+                    sum(costs[k].expert_grad_bytes for k in ks),
+                )
+            dense, expert = grads[same]
             t_sync = 0.0
             if plan.replicas > 1 or d > 1:
                 mirror = p - 1 - s if d > 1 else s
                 group = plan.dp_group(s)  # in device order
                 if mirror != s:
                     group = tuple(sorted({*group, *plan.dp_group(mirror)}))
-                t_sync = net.collective("all_reduce", group, sum(costs[k].gradient_bytes for k in ks))
-            expert = sum(costs[k].expert_grad_bytes for k in ks)
+                t_sync = net.collective("all_reduce", group, dense)
             if expert and plan.edp > 1:
                 t_sync += net.collective("all_reduce", plan.expert_group(plan.device(s), "edp"), expert)
             if overlap:  # what outlasts the stage's last backward
@@ -360,6 +382,20 @@ def _step(
     rendezvous) — then each stage's optimizer."""
     plan, p, costs = job.plan, job.plan.pp, job.chunk_costs
     chunks = [[costs[k] for k in ks] for ks in shape.chunks]
+    # per stage its chunks' (unscale, grad_norm, optimizer, all three) seconds, summed once for
+    # the stages of the same chunk cost objects (a pipeline's middle stages)
+    sums: dict[tuple[int, ...], tuple[float, float, float, float]] = {}
+    rows = []
+    for cs in chunks:
+        same = tuple(map(id, cs))
+        if same not in sums:
+            sums[same] = (
+                sum(c.unscale for c in cs),
+                sum(c.grad_norm for c in cs),
+                sum(c.optimizer for c in cs),
+                sum(c.optimizer + c.unscale + c.grad_norm for c in cs),
+            )
+        rows.append(sums[same])
     t = list(ready)
     if schedule.flush:
         ends = (schedule.stage_of(0, p), schedule.stage_of(len(costs) - 1, p))
@@ -368,14 +404,14 @@ def _step(
             pair = tuple(plan.device(s) for s in ends)
             t[ends[0]] = t[ends[1]] = max(t[s] for s in ends) + net.collective("all_reduce", pair, tied)
         group = grad_stats_group(plan, 0, job.parallel.zero > 0)
-        for work in ("unscale", "grad_norm"):
-            seconds = [sum(getattr(c, work) for c in cs) for cs in chunks]
+        for column in (0, 1):  # the unscale, then the gradient norm
+            seconds = [row[column] for row in rows]
             if any(seconds):
                 t = [x + y for x, y in zip(t, seconds)]
                 if len(group) > 1:
                     t = [max(t) + net.collective("all_reduce", group, SCALAR_BYTES)] * p
-    optimizer = [sum(c.optimizer for c in cs) for cs in chunks]
-    step = max(sum(c.optimizer + c.unscale + c.grad_norm for c in cs) for cs in chunks)
+    optimizer = [row[2] for row in rows]
+    step = max(row[3] for row in rows)
     return max(x + y for x, y in zip(t, optimizer)), step
 
 
@@ -487,14 +523,21 @@ def _groups(job: Job) -> dict[str, tuple[int, ...]]:
 
 
 def _segments_time(segs, groups: Mapping[str, tuple[int, ...]], net: _Network) -> float:
-    """Seconds of one pass's segments run one after another; a compute segment marked
-    ``overlap`` beside its neighbouring collective takes the longer of the two."""
+    """Seconds of one pass's segments run one after another (:func:`_pass_seconds`, in C
+    where the accelerator is built: ``workload/_chost.c``)."""
+    seconds_of = partial(_segment_time, groups=groups, net=net)
+    return (_pass_seconds if _accel is None else _accel.pass_seconds)(segs, seconds_of)
+
+
+def _pass_seconds(segs, seconds_of) -> float:
+    """Seconds of a pass's segments run one after another, ``seconds_of`` each; a compute
+    segment marked ``overlap`` beside its neighbouring collective takes the longer of the two."""
     known: dict[int, float] = {}  # by the segment's identity: a pass repeats its layers' segments
     times = []
     for seg in segs:
         t = known.get(id(seg))
         if t is None:
-            t = known[id(seg)] = _segment_time(seg, groups, net)
+            t = known[id(seg)] = seconds_of(seg)
         times.append(t)
     total, k, n = 0.0, 0, len(segs)
     while k < n:

@@ -304,7 +304,7 @@ class CostModel:
 
     def without_launch(self) -> CostModel:
         """This model with ``launch_s`` 0: kernels whose launch the Program charges as an
-        op of its own (:func:`.segments.launch_items`)."""
+        op of its own (:func:`.segments.launch_op`)."""
         return replace(self, eff=replace(self.eff, launch_s=0.0))
 
     def memory_seconds(self, nbytes: float, kind: str = "tuned") -> float:

@@ -52,7 +52,10 @@ import csv
 from functools import cache
 from pathlib import Path
 
+from ..accel import load
+
 HOST_CSV = Path(__file__).resolve().parent.parent / "data" / "host_dispatch.csv"
+_accel = load("clustersim.workload._chost")  # built by setup.py where a C compiler works
 
 #: the software stack whose per-kernel dispatch each ``training.framework`` profile pays: all
 #: four issue their kernels from eager PyTorch (CUDA graphs are opt-in everywhere)
@@ -95,6 +98,13 @@ def _work(item: tuple, launch_s: float, dispatch: float) -> tuple[float, int, fl
 
 
 def host_waits(pieces: list[list[tuple]], launch_s: float, dispatch: float) -> list[float]:
+    """:func:`_host_waits`, in C where the accelerator is built (``_chost.c``: the same floats)."""
+    if _accel is not None:
+        return _accel.host_waits(pieces, launch_s, dispatch)
+    return _host_waits(pieces, launch_s, dispatch)
+
+
+def _host_waits(pieces: list[list[tuple]], launch_s: float, dispatch: float) -> list[float]:
     """Seconds the GPU stream waits for the host in each piece of one pass — ``pieces``
     the pass's items in order, split as its ops will be (one piece, or one per layer), the
     race carried across pieces (module doc); ``dispatch`` the host seconds per kernel of

@@ -2,7 +2,7 @@
 
 A pass is built from a list of *items*: ``("c", seconds, flops, launches, issued, host)``
 for a kernel (``launches``: the kernels whose launch is priced apart, see
-:func:`launch_items`; ``issued``: the kernels the host issues for it,
+:func:`launch_op`; ``issued``: the kernels the host issues for it,
 :meth:`.cost_model.CostModel.issued` and the framework's extra small kernels, whose
 launches and bytes ride in ``launches`` and ``seconds``; ``host``: the host seconds of
 issuing them, :meth:`.host_kernels.HostModel.issue`, or None: the pass's per-kernel
@@ -19,7 +19,7 @@ before it issues it, :mod:`.host`; ``sms``: the SMs its kernels hold where not N
 :func:`.comm_interference.held_rate`), ``("r", seconds, flops, nbytes,
 name)`` for ring attention (per step, :mod:`.context_parallel`) and ``("f", seconds,
 name)`` for a fixed cost of its own (the pass's kernel launches and its wait for the host,
-:mod:`.host`). Consecutive kernels merge
+:mod:`.host`: :func:`launch_op`, which leads the pass apart from its items). Consecutive kernels merge
 into one compute :class:`Segment` (they run back to back on one stream; with per-rank
 items, the Segment carries each rank's sums); side-by-side kernels merge into their own;
 each collective becomes a collective Segment the compiler places on the ``tp`` lane over
@@ -37,6 +37,9 @@ Segment, which the compiler emits in chunks (:mod:`.tp_overlap`; per-layer only)
 
 from __future__ import annotations
 
+import re
+
+from ..accel import load
 from ..hardware.interference import NCCL
 from ..program import beside_scaled, beside_sum
 from .comm_interference import beside, held_rate
@@ -46,6 +49,8 @@ from .ops import ExpertRanks, LayerOp, TPComm
 from .sp_regather import NAME as REGATHER
 from .stage_cost import Segment
 from .tp_overlap import AG_GEMMS, RS_GEMMS, TPOverlap, merge_backward, merge_forward
+
+_accel = load("clustersim.workload._chost")  # built by setup.py where a C compiler works
 
 
 def _cp_item(op: CPComm | CPRing, cm: CostModel, backward: bool) -> tuple:
@@ -210,34 +215,43 @@ def _work_items(cm: CostModel, op: LayerOp, works: list[tuple], kind: str) -> li
     """One ``kind`` (``c`` or ``p``) item of ``op``'s ``works`` ((Work, phase) pairs) priced by
     ``cm``, wrapped as :func:`backward_items` collects them; none where they are empty."""
     priced = [(*_priced(cm, w, op.name, ph), w.flops) for w, ph in works]
-    t, flops = sum(p[0] for p in priced), sum(p[4] for p in priced)
+    # per column (seconds, launches, issued, host, FLOPs), each summed in the works' order
+    cols = tuple(zip(*priced)) or ((),) * 5
+    t, flops = sum(cols[0]), sum(cols[4])
     if not (t or flops):
         return []
-    n, issued, hosts = sum(p[1] for p in priced), sum(p[2] for p in priced), [p[3] for p in priced]
+    n, issued, hosts = sum(cols[1]), sum(cols[2]), cols[3]
     host = None if None in hosts else sum(hosts)
     beside_ = _beside(cm, [(w, p[0]) for (w, _), p in zip(works, priced, strict=True)])
     return [((kind, t, flops, n, issued, host, *beside_), op.name, "", None)]
 
 
-def launch_items(
+def launch_op(
     items: list[tuple] | tuple[tuple, ...], launch_s: float, wait: float = 0.0, dispatch: float = 0.0
-) -> list[tuple] | tuple[tuple, ...]:
-    """``items`` preceded by their kernels' launches as one fixed cost, ``("f", n ·
+) -> tuple | None:
+    """The fixed cost that leads a pass of ``items``: their kernels' launches, ``("f", n ·
     launch_s + wait, "launch")`` for the n kernels whose launch the cost model left out —
     a GEMM overlapped with a TP collective counts as one — and the ``wait`` of the GPU
     stream for the host that issues them (:func:`.host.host_waits`, under the per-kernel
     ``dispatch``). Present when n and ``launch_s`` are not 0, or the host issues a kernel
     at a ``dispatch`` that is not: whether the op exists depends on the configuration,
     never on the wait, so pricing the host adds no op to a pass that launches kernels
-    (without it, ``items`` as given)."""
+    (without it, None)."""
+    n, issued = _launch_count(items) if _accel is None else _accel.launch_count(items)
+    present = (n and launch_s) or (issued and dispatch)
+    return ("f", n * launch_s + wait, "launch") if present else None
+
+
+def _launch_count(items: list[tuple] | tuple[tuple, ...]) -> tuple[int, bool]:
+    """(kernels whose launch is priced apart, whether the host issues any) of a pass's ``items``
+    (:func:`launch_op`; in C where the accelerator is built, ``_chost.c``)."""
     n, issued = 0, False
     for i in items:  # one walk: a pass holds thousands of items
         if i[0] == "o":
             n, issued = n + i[10], True
         elif i[0] in ("c", "e", "p"):
             n, issued = n + i[3], issued or bool(i[4])
-    present = (n and launch_s) or (issued and dispatch)
-    return [("f", n * launch_s + wait, "launch"), *items] if present else items
+    return n, issued
 
 
 def _held(item: tuple) -> tuple:
@@ -249,28 +263,32 @@ def _held(item: tuple) -> tuple:
     return (item[7], item[8]) if len(item) > 8 and item[8] else (item[7],)
 
 
-def to_segments(items: list[tuple], granularity: str = "layer") -> tuple[Segment, ...]:
-    """Segments of a pass from its items (see module doc)."""
-    rest = [i for i in items if i[0] != "f"]
-    if len(rest) < len(items):  # the fixed costs run first, then the pass's kernels and collectives
-        fixed = tuple(Segment("compute", i[1], name=i[2]) for i in items if i[0] == "f")
-        return fixed + _kernel_segments(rest, granularity)
-    return _kernel_segments(items, granularity)
+def to_segments(
+    items: list[tuple] | tuple[tuple, ...], granularity: str = "layer", launch: tuple | None = None
+) -> tuple[Segment, ...]:
+    """Segments of a pass from its items (see module doc), led by its ``launch`` op where it
+    has one (:func:`launch_op`: the fixed costs run first, then the pass's kernels and collectives)."""
+    kernels = _kernel_segments(items, granularity)
+    return kernels if launch is None else (Segment("compute", launch[1], name=launch[2]), *kernels)
+
+
+#: the runs of a pass, over its kinds (one letter an item): kernels that merge into one compute
+#: Segment — back to back (``c``, ``e``), or side by side (``p``) — and the items no kernel
+#: merges with (``o``, ``r``, ``x``); an item of another kind leads a run of the kernels after it
+_RUNS = re.compile(r"[ce]+|p+|[orx]|[^ceporx][ce]*")
 
 
 def _kernel_segments(items: list[tuple], granularity: str) -> tuple[Segment, ...]:
-    """:func:`to_segments` of ``items`` that hold no fixed cost (``f``)."""
+    """:func:`to_segments` of ``items``, the launch op aside."""
     if granularity == "stage":
         if any(i[0] in "or" for i in items):  # the scenario rules refuse this; a caller may not
             raise ValueError("overlapped TP items and ring attention need granularity 'layer'")
-        run = _Run()
+        run = _run_of([i for i in items if i[0] != "x"])
         sums: dict[tuple[str, str], int] = {}
         for i in items:
             if i[0] == "x":
                 key = (i[1], i[4], _held(i))
                 sums[key] = sums.get(key, 0) + i[2]
-            else:
-                run.add(i)
         if not sums:
             return (run.segment(),)
         # compute halves around the collectives: the pass still ends on the compute lane,
@@ -281,39 +299,48 @@ def _kernel_segments(items: list[tuple], granularity: str) -> tuple[Segment, ...
             for (k, g, held), n in sums.items()
         )
         return half + colls + half
-    segs: list[Segment] = []
-    run: list[tuple] = []  # the kernels being merged
-    runs: dict[tuple[int, ...], Segment | None] = {}  # their Segment, by the items' identities
+    segs, last = (_layer_segments if _accel is None else _accel.layer_segments)(
+        items, _run_segment, _lone_segment
+    )
+    if not segs:  # the pass is its last run, empty or not
+        segs.append(_run_of(items[last:]).segment())
+    return tuple(segs)
 
-    def merged() -> None:
-        # a pass repeats its layers' item tuples: a run of the same ones is the same Segment
-        key = tuple(map(id, run))
+
+def _layer_segments(items: list[tuple], run_segment, lone_segment) -> tuple[list[Segment], int]:
+    """(the Segments of a pass's ``items`` at layer granularity, where its last run starts):
+    ``run_segment`` of each run of kernels that merge (None: it makes no Segment),
+    ``lone_segment`` of each item no kernel merges with. A pass repeats its layers' item
+    tuples: a run of the same ones, or a lone item, is made once (by the items' identities).
+    In C where the accelerator is built (``_chost.c``)."""
+    kinds = "".join([i[0] for i in items])  # the runs are found over the kinds, not item by item
+    if len(kinds) != len(items):
+        raise ValueError("a pass item's kind is one letter")
+    segs: list[Segment] = []
+    runs: dict[tuple[int, ...], Segment | None] = {}
+    made: dict[int, Segment] = {}
+    last = len(items)
+    for match in _RUNS.finditer(kinds):
+        start, stop = match.span()
+        if kinds[start] in "orx":
+            i = items[start]
+            if id(i) not in made:
+                made[id(i)] = lone_segment(i)
+            segs.append(made[id(i)])
+            last = len(items)
+            continue
+        last, key = start, tuple(map(id, items[start:stop]))
         if key not in runs:
-            merged_run = _run_of(run)
-            runs[key] = merged_run.segment() if merged_run.nonzero else None
+            runs[key] = run_segment(items[start:stop])
         if runs[key] is not None:
             segs.append(runs[key])
+    return segs, last
 
-    made: dict[int, Segment] = {}  # a collective's, overlap's or ring's Segment, by the item's identity
-    for i in items:
-        kind = i[0]
-        if kind in "cep" and (not run or (run[-1][0] == "p") == (kind == "p")):
-            run.append(i)
-            continue
-        if run:
-            merged()
-        run = []
-        if kind in ("o", "r", "x"):
-            if id(i) not in made:
-                made[id(i)] = _lone_segment(i)
-            segs.append(made[id(i)])
-        else:
-            run.append(i)
-    if run:
-        merged()
-    if not segs:  # the pass is its last run, empty or not
-        segs.append(_run_of(run).segment())
-    return tuple(segs)
+
+def _run_segment(items: list[tuple]) -> Segment | None:
+    """The compute Segment of a run of kernels ``items``, None where they hold no time or FLOPs."""
+    run = _run_of(items)
+    return run.segment() if run.nonzero else None
 
 
 def _lone_segment(i: tuple) -> Segment:
@@ -333,12 +360,22 @@ def _run_of(items: list[tuple]) -> _Run:
     """The :class:`_Run` of consecutive kernels ``items``: :meth:`_Run.add` of each, in a
     tight loop where none is per-rank (a pass without collectives is one run of thousands)."""
     run = _Run()
-    if any(i[0] == "e" for i in items):
+    if "e" in [i[0] for i in items]:
         for i in items:
             run.add(i)
         return run
-    t, f, beside = run.t, run.f, run.beside
-    for i in items:  # add's sums, in its order
+    sums = _run_sums if _accel is None else _accel.run_sums
+    run.t, run.f, run.beside = sums(items, run.t, run.f, run.beside, beside_sum)
+    if items:
+        run.overlap = items[-1][0] == "p"
+    return run
+
+
+def _run_sums(items: list[tuple], t: float, f: float, beside: tuple | None, beside_sum) -> tuple:
+    """:meth:`_Run.add`'s sums of kernels ``items`` (none per-rank) onto a run's ``t``, ``f`` and
+    ``beside`` (``beside_sum`` adds two), in its order (in C where the accelerator is built,
+    ``_chost.c``)."""
+    for i in items:
         t += i[1]
         f += i[2]
         own = i[6] if len(i) > 6 else ()
@@ -346,10 +383,7 @@ def _run_of(items: list[tuple]) -> _Run:
             beside = own
         elif beside:  # an empty one stays empty (beside_sum)
             beside = beside_sum(beside, own)
-    run.t, run.f, run.beside = t, f, beside
-    if items:
-        run.overlap = items[-1][0] == "p"
-    return run
+    return t, f, beside
 
 
 class _Run:
@@ -401,7 +435,10 @@ class _Run:
 
 def compute_time(segments: tuple[Segment, ...]) -> tuple[float, float]:
     """(seconds, FLOPs) of the compute segments of a pass (an overlap segment's GEMM and a
-    ring's steps included, and the SM margin's cost)."""
+    ring's steps included, and the SM margin's cost; in C where the accelerator is built,
+    ``_chost.c``, summed by the same ``sum``)."""
+    if _accel is not None:
+        return _accel.compute_sums(segments)
     return (
         sum(s.duration + s.margin for s in segments if s.kind != "collective"),
         sum(s.flops for s in segments if s.kind != "collective"),

@@ -40,8 +40,9 @@ For each model chunk (a pipeline stage, or a virtual stage) on each of its GPUs:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from functools import lru_cache, partial
+from functools import cached_property, lru_cache, partial
 from itertools import accumulate
 
 import numpy as np
@@ -65,7 +66,7 @@ from .ops import ExpertRanks
 from .precision_aware import optimizer_state_bytes, step_bytes
 from .profile_rows import read_profile
 from .resolve import resolve_transformer
-from .segments import backward_items, compute_time, forward_items, launch_items, to_segments
+from .segments import backward_items, compute_time, forward_items, launch_op, to_segments
 from .selective_ac import (
     MEGATRON_MODULES,
     check_modules,
@@ -90,6 +91,8 @@ ZERO3_COMM_FACTOR = 1.5  # ZeRO-3: reduce-scatter grads + all-gather params in F
 #: (``torch._amp_foreach_non_finite_check_and_unscale_``, in place: read + write) and the
 #: clipping norm (``multi_tensor_l2norm``: read) — Megatron-LM's optimizer.py / clip_grads.py
 UNSCALE_BYTES, GRAD_NORM_BYTES = 8, 4
+#: a chunk's passes: forward, backward, and a split backward's halves (inputs, weights)
+PHASES = ("F", "B", "Bi", "W")
 
 
 @dataclass(frozen=True)
@@ -267,7 +270,7 @@ def _pass_segments(fixed: FixedCosts, pieces: tuple, granularity: str, backward:
     dispatch = fixed._dispatch(backward)
     waits = host_waits(list(pieces[order]), fixed.launch_s, dispatch)[order]
     segments = tuple(
-        to_segments(launch_items(items, fixed.launch_s, wait, dispatch), granularity)
+        to_segments(items, granularity, launch_op(items, fixed.launch_s, wait, dispatch))
         for items, wait in zip(pieces, waits)
     )
     return segments, tuple(waits)
@@ -371,13 +374,18 @@ def _local_grads(st: TrainSetup, params: float, expert: float) -> float:
 
 @dataclass(frozen=True)
 class _PassItems:
-    """A chunk's kernel items per pass: forward, backward (whole), backward for inputs and
-    backward for weights (zero-bubble schedules split the backward)."""
+    """A chunk's kernel items per pass: forward, backward (whole), backward for inputs — how
+    to build them: only zero-bubble schedules split the backward — and backward for weights."""
 
     f: list
     b: list
-    bi: list
+    bi: Callable[[], list]
     w: list
+
+
+def _inputs_items(rec: list, ops: list, cm: CostModel, overlap: TPOverlap | None = None) -> list:
+    """The items of a backward for inputs of ``ops``, after the recomputed forward's ``rec``."""
+    return rec + backward_items(ops, cm, weight=False, overlap=overlap)
 
 
 def _stage(
@@ -398,7 +406,7 @@ def _stage(
     priced = {ph: fixed.priced_pass([i], st.granularity, backward=ph != "F") for ph, i in by_phase.items()}
     made = {ph: segments[0] for ph, (segments, _) in priced.items()}
     inputs = partial(_first_segments, fixed, items.bi, st.granularity)
-    passes = LazyPasses(("F", "B", "Bi", "W"), made, {"Bi": inputs})
+    passes = LazyPasses(PHASES, made, {"Bi": inputs})
     grads = _local_grads(st, params, expert)  # the optimizer's local fp32 gradients
     # buffers: the recompute working set and the p2p send and recv buffers
     static, experts = _static(st, params, work_buffer + 2 * send_bytes, expert, fp8)
@@ -424,20 +432,21 @@ def _stage(
     )
 
 
-def _first_segments(fixed: FixedCosts, items: list, granularity: str) -> tuple:
-    """The segments of a backward pass of one piece, ``items``."""
-    return fixed.priced_pass([items], granularity, backward=True)[0][0]
+def _first_segments(fixed: FixedCosts, items: Callable[[], list], granularity: str) -> tuple:
+    """The segments of a backward pass of one piece, the ``items`` built."""
+    return fixed.priced_pass([items()], granularity, backward=True)[0][0]
 
 
 @dataclass(frozen=True)
 class _LayerKind:
     """One kind of layer (dense or MoE MLP, windowed or full attention) compiled once: its
-    pass items, parameters (of them, expert-parallel experts'), kept activation bytes,
+    pass items (the backward for inputs' built when first read: only a split backward runs
+    it), parameters (of them, expert-parallel experts'), kept activation bytes,
     recompute working set, FP8 weight cache and token-dispatch buffers."""
 
     f: list
     b: list
-    bi: list
+    bi_items: Callable[[], list]
     w: list
     params: float
     act: float
@@ -451,6 +460,11 @@ class _LayerKind:
     modules: tuple = ()
     #: seconds of TE's once-per-step quantization of its FP8 weights (:func:`.fp8.weight_cast_seconds`)
     fp8_weight_cast: float = 0.0
+
+    @cached_property
+    def bi(self) -> list:
+        """The items of the layer's backward for inputs."""
+        return self.bi_items()
 
 
 def _layer_kind(cfg, st: TrainSetup, cm: CostModel, shape: tuple[bool, int], accumulate: bool) -> _LayerKind:
@@ -474,7 +488,6 @@ def _layer_kind(cfg, st: TrainSetup, cm: CostModel, shape: tuple[bool, int], acc
         layer = with_grad_accumulation(layer, e)
     ov = st.tp_overlap
     lf, lb = forward_items(layer, cm, overlap=ov), backward_items(layer, cm, overlap=ov)
-    lbi = backward_items(layer, cm, weight=False, overlap=ov)
     lw = backward_items(layer, cm, inputs=False, overlap=ov)
     full_act = sum(op.activation for op in layer if hasattr(op, "activation"))
     rep = b * cfg.seq_len * cfg.hidden / (tp if sp else 1)
@@ -484,7 +497,9 @@ def _layer_kind(cfg, st: TrainSetup, cm: CostModel, shape: tuple[bool, int], acc
         kept = op_saved_bytes(cfg, b, tp, sp, e)
     else:  # Megatron's modules: the attention core (Korthikanti), MLA's up projections
         rerun, dropped = module_recompute(layer, st.modules, b, cfg.seq_len, cfg.heads // tp)
-        chosen, kept = forward_items(rerun, cm), full_act - dropped
+        # the items only selective recompute re-runs (their ops are the layer's: priced in lf)
+        chosen = forward_items(rerun, cm) if st.recompute == "selective" else []
+        kept = full_act - dropped
     rec = {"full": lf, "selective": chosen, "none": []}[st.recompute]
     act = {"none": full_act, "full": rep * e, "selective": kept}[st.recompute]
     work = {"none": 0.0, "full": full_act, "selective": max(0.0, full_act - act)}[st.recompute]
@@ -495,7 +510,7 @@ def _layer_kind(cfg, st: TrainSetup, cm: CostModel, shape: tuple[bool, int], acc
     return _LayerKind(
         lf,
         rec + lb,
-        rec + lbi,
+        partial(_inputs_items, rec, layer, cm, ov),
         lw,
         params,
         act,
@@ -585,16 +600,29 @@ def transformer_chunk_costs(
     send = b * cfg.seq_len * cfg.hidden * e / tp
     partition = partition or even_partition(cfg.layers, chunks)
 
+    def ends_of(phase: str, first: bool, last: bool) -> tuple[list, list]:
+        """A chunk's items of ``phase`` before its first layer and after its last."""
+        head, tail = edges[phase]
+        return head if first else [], tail if last else []
+
     def chunk(first: bool, last: bool, mine: tuple, start: int = -1) -> StageCost:
         pre, post = (emb if first else []), (out if last else [])
-        edge = {ph: (head if first else [], tail if last else []) for ph, (head, tail) in edges.items()}
+        edge = LazyPasses(
+            PHASES,
+            {ph: ends_of(ph, first, last) for ph in "FBW"},
+            {"Bi": partial(ends_of, "Bi", first, last)},
+        )
         runs = [kinds[shape] for shape in mine]
         count = {shape: mine.count(shape) for shape in kinds if shape in mine}
-        (f0, f1), (b0, b1), (bi0, bi1), (w0, w1) = (edge[ph] for ph in ("F", "B", "Bi", "W"))
+        (f0, f1), (b0, b1), (w0, w1) = (edge[ph] for ph in "FBW")
         f = f0 + [i for L in runs for i in L.f] + f1
         b_all = b1 + [i for L in runs[::-1] for i in L.b] + b0
-        bi = bi1 + [i for L in runs[::-1] for i in L.bi] + bi0
         w = w1 + [i for L in runs[::-1] for i in L.w] + w0
+
+        def bi() -> list:  # built where a split backward reads it
+            bi0, bi1 = edge["Bi"]
+            return bi1 + [i for L in runs[::-1] for i in L.bi] + bi0
+
         extra = [op for op in pre + post if hasattr(op, "params")]
         params = sum(c * kinds[shape].params for shape, c in count.items()) + sum(op.params for op in extra)
         act_mem = sum(c * kinds[shape].act for shape, c in count.items()) + sum(op.activation for op in extra)
@@ -611,13 +639,16 @@ def transformer_chunk_costs(
         cost = _stage(
             st, cm, fixed, _PassItems(f, b_all, bi, w), params, act_mem, send_out, buffers, expert, fp8
         )
+        extra = {}  # the fields the stage's own cost leaves out, set in one copy
         recast = sum(c * kinds[moe].fp8_weight_cast for moe, c in count.items())
         if recast:  # TE's weight quantization on the step's first micro-batch, after the step
-            cost = replace(cost, optimizer=cost.optimizer + recast)
+            extra["optimizer"] = cost.optimizer + recast
         if fixed.pipeline_gather and tp > 1 and not sp:
-            cost = replace(cost, recv_gather=int(send * tp))
+            extra["recv_gather"] = int(send * tp)
         if cfg.tied_embeddings and fixed.tied_embedding and len(partition) > 1 and (first or last):
-            cost = replace(cost, tied_grad_bytes=tied)  # the compiler keeps it where the ends' stages differ
+            extra["tied_grad_bytes"] = tied  # the compiler keeps it where the ends' stages differ
+        if extra:
+            cost = replace(cost, **extra)
         if sc.parallel.data_parallel is not None:
             cost = _per_layer(sc, st, km, fixed, cost, (pre, post, edge), runs, cfg)
         if start >= 0:
@@ -693,15 +724,20 @@ def _per_layer(sc, st, cm, fixed: FixedCosts, cost, ends, runs: list[_LayerKind]
     )
 
 
-def _edge_items(pre: list, post: list, cm: CostModel) -> dict[str, tuple[list, list]]:
+def _edge_items(pre: list, post: list, cm: CostModel) -> LazyPasses:
     """Per phase (F, B, Bi, W), the items of the ops ``pre`` before a model's first layer and
-    ``post`` after its last (:func:`_layer_passes`' ``edge``)."""
-    return {
+    ``post`` after its last (:func:`_layer_passes`' ``edge``; Bi's built when first read)."""
+    made = {
         "F": (forward_items(pre, cm), forward_items(post, cm)),
         "B": (backward_items(pre, cm), backward_items(post, cm)),
-        "Bi": (backward_items(pre, cm, weight=False), backward_items(post, cm, weight=False)),
         "W": (backward_items(pre, cm, inputs=False), backward_items(post, cm, inputs=False)),
     }
+    return LazyPasses(PHASES, made, {"Bi": partial(_edge_inputs, pre, post, cm)})
+
+
+def _edge_inputs(pre: list, post: list, cm: CostModel) -> tuple[list, list]:
+    """:func:`_edge_items`' Bi: the backward for inputs of ``pre`` and of ``post``."""
+    return _inputs_items([], pre, cm), _inputs_items([], post, cm)
 
 
 def _layer_passes(st, fixed: FixedCosts, edge: dict, runs: list[_LayerKind]) -> dict:
@@ -814,7 +850,7 @@ def cnn_chunk_costs(
                 _PassItems(
                     forward_items(ops, km),
                     rec + backward_items(ops, km),
-                    rec + backward_items(ops, km, weight=False),
+                    partial(_inputs_items, rec, ops, km),
                     backward_items(ops, km, inputs=False),
                 ),
                 sum(op.params for op in ops),
