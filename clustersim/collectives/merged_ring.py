@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from itertools import accumulate
 
-from .schedule import land, resume_engine, send_after, split
+from .schedule import land, reach, resume_engine, send_after, split
 
 #: the margin by which a hop's next flow must start after its last one carried its bytes,
 #: relative to the step (float rounding of the closed form stays far below it)
@@ -109,7 +109,7 @@ def _spaced(p: RingPlan) -> bool:
     slowest = min(p.rate)
     gap = min(a + lat + zmin / r for a, lat, r in zip(p.alpha, p.latency, p.rate, strict=True))
     gap -= max(0, p.steps - 2) * (zmax - zmin) / slowest
-    need = max(zmax / min(min(p.rate), min(p.pace)), 0.0)
+    need = zmax / min(min(p.rate), min(p.pace))
     return gap > need + _MARGIN * gap
 
 
@@ -178,7 +178,7 @@ class MergedRing:
                 free_at = issued + m.nbytes / p.pace[i]  # as its engine paced it
                 if lands <= now:
                     arrived.add(m.done)
-                    self._raise(m, lands)
+                    reach(self.finish, m, lands)
                     continue
                 left.append(m)
                 rest = m.nbytes - p.rate[i] * (now - starts)  # bytes not yet carried
@@ -206,9 +206,3 @@ class MergedRing:
             m.done.callbacks.append(landed)
         if not left:
             self.done.succeed()
-
-    def _raise(self, m, t: float) -> None:
-        finish = self.finish
-        for member in (m.src, m.dst):
-            if finish.get(member, 0.0) < t:
-                finish[member] = t

@@ -37,6 +37,7 @@ __all__ = [
     "Readiness",
     "all_of",
     "land",
+    "reach",
     "recipe",
     "replay",
     "resume_engine",
@@ -337,12 +338,16 @@ def land(env, m: Msg, delay: float, finish: dict[str, float]) -> None:
 
 
 def _arrived(env, m: Msg, finish: dict[str, float]) -> None:
-    now = env.now
-    if finish.get(m.src, 0.0) < now:
-        finish[m.src] = now
-    if finish.get(m.dst, 0.0) < now:
-        finish[m.dst] = now
-    m.done.succeed(now)
+    reach(finish, m, env.now)
+    m.done.succeed(env.now)
+
+
+def reach(finish: dict[str, float], m: Msg, t: float) -> None:
+    """Raise ``finish`` of both ends of ``m`` to ``t``, its arrival."""
+    if finish.get(m.src, 0.0) < t:
+        finish[m.src] = t
+    if finish.get(m.dst, 0.0) < t:
+        finish[m.dst] = t
 
 
 def resume_engine(env, fabric, prog: Sequence[Msg], at: int, free_at: float, pace_of, label, finish) -> None:

@@ -133,7 +133,7 @@ class FlowFabric(Fabric):
         self._profiled: list[_Link] = []  # links with degradation windows (rare: few or none)
         #: rate allocations done so far (benchmarks compare them with packet chunk-hops)
         self.allocations = 0
-        #: link id → what holds it in closed form (a merged ring, :mod:`.ring_watch`): told
+        #: link id → what holds it in closed form (a merged ring, :mod:`clustersim.collectives.merged_ring`): told
         #: to split before any flow starts on that link
         self._watch: dict[int, object] = {}
 
