@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from clustersim.errors import ScenarioError
 from clustersim.scenario.frameworks import apply_framework
 from clustersim.workload.moe import expert_tokens, load_model
 from clustersim.workload.moe_routing import (
@@ -111,3 +112,18 @@ def test_megatron_core_defaults_to_auto_and_a_stated_load_stays():
     assert apply_framework(raw)["model"]["expert_seed"] == 5  # the ranking follows the scenario's seed
     other = {"model": {"preset": "gpt-1.3b"}, "training": {"framework": "fsdp2"}}
     assert "expert_load" not in apply_framework(other)["model"]
+
+
+def test_the_profile_default_never_refuses_a_stated_fold():
+    """Folding needs identical expert-parallel ranks: under ``simulation.fold: true`` the
+    megatron_core default leaves the load even, so the scenario still folds; a load the user
+    states is refused by name as before."""
+    import clustersim as cs
+
+    mixtral = cs.load_scenario("scenarios/mixtral-8x7b-64xH100-ep8.yaml")
+    small = {"training.global_batch": 64, "simulation.network": "analytical"}
+    folded = cs.simulate(mixtral.with_overrides({**small, "simulation.fold": True}), progress=False)
+    assert folded.summary["folded"].startswith("yes")
+    stated = mixtral.with_overrides({**small, "simulation.fold": True, "model.expert_load": "aux_loss"})
+    with pytest.raises(ScenarioError, match="uneven expert load"):
+        cs.simulate(stated, progress=False)

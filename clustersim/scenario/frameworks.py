@@ -192,9 +192,12 @@ def apply_framework(raw: dict[str, Any]) -> dict[str, Any]:
         framework == "megatron_core"
         and isinstance(model, dict)
         and _model_kind(model) == "literal['transformer']"
+        and section(raw, "simulation").get("fold") is not True
     ):
         # routers balanced by the auxiliary loss spread tokens unevenly (workload/moe_routing.py),
-        # the experts' ranking drawn from the scenario's seed
+        # the experts' ranking drawn from the scenario's seed — except where the user asks to
+        # fold (`simulation.fold: true`), which needs identical expert-parallel ranks: a profile
+        # default never makes a scenario invalid, so that one keeps the even load
         seed = section(raw, "simulation").get("seed", 0)
         drawn = {"expert_seed": seed % 2**63} if isinstance(seed, int) else {}
         out["model"] = {"expert_load": "auto", **drawn, **model}
