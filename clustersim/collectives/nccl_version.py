@@ -64,3 +64,8 @@ def has_nvls(version: str | None, kind: str) -> bool:
     """Whether ``version`` runs collective ``kind`` by NVLS: an all-reduce from 2.17.1, a
     reduce-scatter or an all-gather from 2.19.1 (module doc)."""
     return parse(version) >= (NVLS_SINCE if kind == "all_reduce" else NVLS_SCATTER_GATHER_SINCE)
+
+
+def release_name(version: str | None) -> str:
+    """The release ``version`` names, as written (None: :data:`NEWEST`'s, "2.20.5")."""
+    return ".".join(map(str, parse(version)))

@@ -64,7 +64,7 @@ from pathlib import Path
 from .algorithm import ALGORITHMS, Algorithm, never
 from .cost import Shape
 from .nccl_hardware import NVLS_EFFICIENCY
-from .nccl_version import contiguous_split, has_nvls
+from .nccl_version import contiguous_split, has_nvls, release_name
 from .ring import pipeline_chunks
 from .schedule import Msg, all_of, split
 
@@ -127,7 +127,7 @@ def release_latencies() -> dict[str, float]:
 def pays(sh: Shape, protocol):
     """Simple as NVLS pays it: where the system states a latency (a calibrated preset) and runs
     a release with a fitted NVLS latency, that latency (module doc); else as stated."""
-    fitted = release_latencies().get(sh.nccl_version)
+    fitted = release_latencies().get(release_name(sh.nccl_version))
     if fitted is None or protocol.latency <= 0:
         return protocol
     return replace(protocol, latency=fitted)

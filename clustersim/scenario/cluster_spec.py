@@ -169,8 +169,8 @@ class ClusterSpec(_Spec):
         default=None, min_length=1
     )
     #: the NCCL release the system runs, 2.MINOR.PATCH (what depends on it:
-    #: clustersim.collectives.nccl_version); presets carry their calibration curve's; None =
-    #: the newest mechanics modelled
+    #: clustersim.collectives.nccl_version); None (presets too: it is software) = the newest
+    #: mechanics modelled
     nccl_version: str | None = None
     #: compute slowdown while a collective runs on the same GPU (1.0 = no interference); unset,
     #: a profile that overlaps fills the GPU's default (clustersim.hardware.interference)
