@@ -13,7 +13,7 @@ from clustersim.faults.domains import rack_members
 from clustersim.faults.rates import job_rates, studies
 from clustersim.faults.renewal import FleetJob, simulate
 
-from .test_fleet import HOUR, job
+from .test_fleet import HOUR, elastic_job, job
 
 LLAMA_HOURS = 54 * 24  # Llama 3's 54-day snapshot
 
@@ -88,18 +88,8 @@ def test_elastic_domain_takes_all_its_nodes_out():
     """Elastic: a leaf's failure sends both its nodes to repair; the job runs at the
     two-node-out time meanwhile, so it ends later than with one node out per failure."""
     t_it = {0: 1.0, 1: 4.0 / 3.0, 2: 2.0}
-    base = dict(
-        work_s=20_000.0,
-        interval_s=500.0,
-        write_s=5.0,
-        detection_s=30.0,
-        replan_s=10.0,
-        repair_s=2000.0,
-        nodes=4,
-        iteration_time=lambda d: t_it.get(d, math.inf),
-    )
-    two = simulate(FleetJob(**base, rates={"leaf": 1 / 4000}, takes={"leaf": (2,)}), 2)
-    one = simulate(FleetJob(**base, rates={"leaf": 1 / 4000}, takes={"leaf": (1,)}), 2)
+    two = simulate(elastic_job(t_it, rates={"leaf": 1 / 4000}, repair_s=2000.0, takes={"leaf": (2,)}), 2)
+    one = simulate(elastic_job(t_it, rates={"leaf": 1 / 4000}, repair_s=2000.0, takes={"leaf": (1,)}), 2)
     assert two.failures > 0 and all(r[5] == 2 for r in two.rows)
     assert two.job_time_s > one.job_time_s
 

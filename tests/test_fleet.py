@@ -132,22 +132,26 @@ def test_elastic_with_zero_rates_is_the_failure_free_job():
     assert drawn.summary["job_time_s"] == pytest.approx(free.summary["job_time_s"], rel=1e-9)
 
 
-def test_elastic_keeps_the_work_between_failures():
-    """A node failure at x keeps every finished iteration: the job ends later than the
-    failure-free one by the pauses, the lost partial iterations and the slower iterations
-    while a node is out — and each of those is accounted for."""
-    t_it = {0: 1.0, 1: 4.0 / 3.0}
-    fj = FleetJob(
+def elastic_job(t_it: dict[int, float], **fields) -> FleetJob:
+    """An elastic 4-node job of 20,000 s of work whose iteration takes ``t_it[d]`` with ``d``
+    nodes out (none fits beyond), with ``fields`` (rates, repair, …) added."""
+    return FleetJob(
         work_s=20_000.0,
-        rates={"node": 1 / 4000},
         interval_s=500.0,
         write_s=5.0,
         detection_s=30.0,
         replan_s=10.0,
-        repair_s=300.0,
         nodes=4,
         iteration_time=lambda d: t_it.get(d, math.inf),
+        **fields,
     )
+
+
+def test_elastic_keeps_the_work_between_failures():
+    """A node failure at x keeps every finished iteration: the job ends later than the
+    failure-free one by the pauses, the lost partial iterations and the slower iterations
+    while a node is out — and each of those is accounted for."""
+    fj = elastic_job({0: 1.0, 1: 4.0 / 3.0}, rates={"node": 1 / 4000}, repair_s=300.0)
     out = simulate(fj, 11)
     assert out.failures > 0
     assert all(r[2] < 4.0 / 3.0 for r in out.rows)  # at most one (slowed) iteration lost each

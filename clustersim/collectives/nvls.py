@@ -100,8 +100,10 @@ def steps(nbytes: float, m: int, channels: int, version: str | None) -> list[flo
     2.20.3 one contiguous ``nbytes/channels`` per channel in loops of ``m·c``, the last cut to
     its remainder."""
     step = m * chunk_size(nbytes, m, channels)
-    share = nbytes / channels if contiguous_split(version) else nbytes
-    loops, rest = divmod(share, step if contiguous_split(version) else step * channels)
+    if contiguous_split(version):
+        loops, rest = divmod(nbytes / channels, step)
+    else:
+        loops, rest = divmod(nbytes, step * channels)
     return [step] * int(loops) + ([min(step, rest)] if rest > 0 else [])
 
 

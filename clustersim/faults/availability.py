@@ -31,7 +31,7 @@ import numpy as np
 from ..errors import ScenarioError
 from ..scenario import load_scenario
 from ..topology import build_topology
-from .domains import DOMAINS, domain_members, job_units
+from .domains import DOMAINS, job_units
 from .rates import HARDWARE, check_study, job_rates
 
 
@@ -47,9 +47,8 @@ def _rates(sc) -> tuple[float, list[tuple[float, tuple[tuple[int, ...], ...]]]]:
     check_study(spec.study)
     cluster = sc.cluster.model_dump()
     graph = build_topology(cluster)
-    counts, _ = job_units(cluster, graph, spec.rack_nodes)
+    counts, members = job_units(cluster, graph, spec.rack_nodes)
     rates = job_rates(spec, counts)
-    members = domain_members(cluster, graph, spec.rack_nodes)
     domains = [(rates[c] / counts[c], members[c]) for c in DOMAINS if c in rates]
     return sum(r for c, r in rates.items() if c in HARDWARE) / sc.cluster.nodes, domains
 
@@ -134,8 +133,10 @@ def _intervals(
 ) -> list[list[tuple[float, float]]]:
     """Per unit (drawn in order), its (out, back) intervals starting before ``horizon_s``:
     out after an exponential time at ``rate`` in service, back ``repair_s`` later."""
+    if rate <= 0:
+        return [[] for _ in range(units)]
     out = []
-    for _ in range(units if rate > 0 else 0):
+    for _ in range(units):
         t, spans = 0.0, []
         while True:
             t += float(rng.exponential(1.0 / rate))
@@ -146,7 +147,7 @@ def _intervals(
             if t >= horizon_s:  # no draw past the horizon: a seed's later units keep theirs
                 break
         out.append(spans)
-    return out or [[] for _ in range(units)]
+    return out
 
 
 def _merged(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:

@@ -56,10 +56,14 @@ def domain_members(cluster: dict, graph, rack_nodes: int | None) -> dict[str, tu
 
 def job_units(
     cluster: dict, graph, rack_nodes: int | None
-) -> tuple[dict[str, int], dict[str, tuple[int, ...]]]:
+) -> tuple[dict[str, int], dict[str, tuple[tuple[int, ...], ...]]]:
     """The units of the ``cluster`` with topology ``graph`` that failure rates are counted
-    per (:func:`~clustersim.topology.inventory.unit_counts`, plus leaves and racks), and per
-    domain class with units the nodes each of them takes, counted."""
+    per (:func:`~clustersim.topology.inventory.unit_counts`, plus leaves and racks), and the
+    nodes each domain unit takes (:func:`domain_members`)."""
     members = domain_members(cluster, graph, rack_nodes)
-    counts = {**unit_counts(cluster, graph), **{c: len(m) for c, m in members.items()}}
-    return counts, {c: tuple(len(u) for u in m) for c, m in members.items() if m}
+    return {**unit_counts(cluster, graph), **{c: len(m) for c, m in members.items()}}, members
+
+
+def unit_sizes(members: dict[str, tuple[tuple[int, ...], ...]]) -> dict[str, tuple[int, ...]]:
+    """Per domain class with units, how many nodes each of its ``members``' units takes."""
+    return {c: tuple(len(u) for u in m) for c, m in members.items() if m}

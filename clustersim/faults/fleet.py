@@ -22,7 +22,7 @@ from ..errors import ScenarioError
 from ..resolve import resolve
 from ..topology import build_topology
 from .config import Config, scenario_of
-from .domains import job_units
+from .domains import job_units, unit_sizes
 from .rates import check_study, job_rates
 from .renewal import COLUMNS, FleetJob, simulate
 from .replan import new_dp
@@ -81,7 +81,7 @@ def fleet_job(sc, job, iteration_s: float, iteration_time=None) -> FleetJob:
     iteration takes ``iteration_s``); ``iteration_time(d)`` is used under ``elastic``."""
     rec, spec = sc.recovery, sc.recovery.failures
     cluster = sc.cluster.model_dump()
-    counts, takes = job_units(cluster, build_topology(cluster), spec.rack_nodes)
+    counts, members = job_units(cluster, build_topology(cluster), spec.rack_nodes)
     ckpt = checkpoint_bytes(job)
     snapshot = None
     if spec.checkpoint_write == "async":  # every rank copies its shard at once
@@ -100,7 +100,7 @@ def fleet_job(sc, job, iteration_s: float, iteration_time=None) -> FleetJob:
         replan_s=rec.replan_time,
         iteration_time=iteration_time if rec.policy == "elastic" else None,
         nodes=sc.cluster.nodes,
-        takes=takes,
+        takes=unit_sizes(members),
     )
 
 

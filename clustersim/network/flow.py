@@ -171,13 +171,12 @@ class FlowFabric(Fabric):
     def _pick(
         self, src: str, dst: str, flow_key: Hashable
     ) -> tuple[tuple[_Link, ...], float, tuple[int, ...]]:
-        """The route of a flow starting now. Under an adaptive routing (a dragonfly's
-        ``ugal``, UGAL-L) each route the router offers costs the flows in flight on its
-        link where the routes part — the source router's queue toward it — times its
-        length in links; the cheapest is taken, the first (minimal) on a tie, so an idle
-        network routes minimal (:mod:`clustersim.topology.dragonfly_routing`)."""
-        if not self._adaptive:
-            return self._route(src, dst, flow_key)
+        """The route of a flow starting now under an adaptive routing (a dragonfly's
+        ``ugal``, UGAL-L; callers take :meth:`_route` otherwise, with no call more per
+        transfer): each route the router offers costs the flows in flight on its link where
+        the routes part — the source router's queue toward it — times its length in links;
+        the cheapest is taken, the first (minimal) on a tie, so an idle network routes
+        minimal (:mod:`clustersim.topology.dragonfly_routing`)."""
         key = (src, dst, flow_key)
         cands = self._candidates.get(key)
         if cands is None:
@@ -239,7 +238,8 @@ class FlowFabric(Fabric):
         env = self.env
         if src == dst:
             return env.timeout(0.0)
-        links, latency, ids = self._pick(src, dst, flow_key)
+        route = self._pick if self._adaptive else self._route
+        links, latency, ids = route(src, dst, flow_key)
         if not links or nbytes == 0:
             return env.timeout(latency)
         done = Event(env)
@@ -261,7 +261,8 @@ class FlowFabric(Fabric):
         if nbytes < 0:
             raise ScenarioError("transfer.nbytes", nbytes, "a size ≥ 0 bytes")
         if src != dst and nbytes:
-            links, latency, ids = self._pick(src, dst, None)
+            route = self._pick if self._adaptive else self._route
+            links, latency, ids = route(src, dst, None)
             if links:
                 self._start(ids, None, nbytes, 0.0, None)
 

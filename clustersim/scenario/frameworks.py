@@ -181,19 +181,14 @@ def apply_framework(raw: dict[str, Any]) -> dict[str, Any]:
         off = {"pipeline_gather": False, "grad_accumulation": False}
         out["training"] = {**training, "fixed_costs": {**off, **(fixed or {})}}
     model = out.get("model")
-    flash = framework in FRAMEWORK_KERNEL
-    if flash and isinstance(model, dict) and _model_kind(model) == "literal['transformer']":
+    transformer = isinstance(model, dict) and _model_kind(model) == "literal['transformer']"
+    if transformer and framework in FRAMEWORK_KERNEL:
         out["model"] = model = {
             "attention": "flash",
             "attention_kernel": FRAMEWORK_KERNEL[framework],
             **model,
         }
-    if (
-        framework == "megatron_core"
-        and isinstance(model, dict)
-        and _model_kind(model) == "literal['transformer']"
-        and section(raw, "simulation").get("fold") is not True
-    ):
+    if transformer and framework == "megatron_core" and section(raw, "simulation").get("fold") is not True:
         # routers balanced by the auxiliary loss spread tokens unevenly (workload/moe_routing.py),
         # the experts' ranking drawn from the scenario's seed — except where the user asks to
         # fold (`simulation.fold: true`), which needs identical expert-parallel ranks: a profile
