@@ -86,9 +86,8 @@ class _Run:
         self.sc, self.jobs, self._build = sc, jobs, build_engine
         self.modes = {name: mode_of(job) for name, job in jobs.items()}
         self.progs = {name: compile_job(job, mode=self.modes[name]) for name, job in jobs.items()}
-        self.first = next(
-            iter(jobs.values())
-        )  # the fabric, memory and evaluator read the shared sections only
+        # the fabric, memory and evaluator read the shared sections only
+        self.first = next(iter(jobs.values()))
         self._merge()
 
     def _merge(self) -> None:
