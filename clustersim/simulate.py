@@ -17,7 +17,7 @@ from typing import Any
 import simpy
 
 from .compilers import TrainingMode, check_job, compile_job, mode_of, name_cycle
-from .compilers.pipeline.context_parallel import unhidden_ring
+from .compilers.pipeline.context_parallel import rings_checked, unhidden_ring
 from .compilers.pipeline.replicas import ReplicatedRun
 from .engine.collector import collector_paused
 from .engine.dag import choose_evaluator
@@ -217,7 +217,7 @@ def _compile_and_run(job: Job, mode: TrainingMode, report: Reporter | None, how:
     dag = job.simulation.evaluator != "des" and contention_free(job, None)[0]
     with _phase(report, "compiling"):
         prog = compile_job(job, True if why_not is None else None, acyclic=not dag, mode=mode)
-    engine, evaluator_note = build_engine(job, prog)
+    engine, evaluator_note = build_engine(job, prog, checks_rings=rings_checked(job))
     if why_not is None:
         counted = engine.finished_count if how == "log" else None
         with _phase(report, "running", counted, len(prog.ops)), _cycles_named(job, prog, mode):
@@ -255,11 +255,15 @@ def _cycles_named(job: Job, prog: Program, mode: TrainingMode):
         raise
 
 
-def build_engine(job: Job, prog: Program, gpus: int | None = None) -> tuple[Any, str]:
+def build_engine(
+    job: Job, prog: Program, gpus: int | None = None, checks_rings: bool = False
+) -> tuple[Any, str]:
     """The evaluator (SimPy engine, or the DAG pass where exact) of ``prog`` on ``job``'s
     fabric, ready to run (its records: ``.recorder``), and the summary's ``evaluator`` note.
     ``gpus``: the devices with a GPU's memory capacity (default the Job's GPUs; a multi-job
-    run: all of the cluster's)."""
+    run: all of the cluster's); ``checks_rings``: whether the engine keeps when its folded
+    ring sends' hops land, to check a CP ring of mixed hops folded on trust
+    (:func:`~clustersim.compilers.pipeline.context_parallel.rings_checked`)."""
     env, rec = simpy.Environment(), Recorder()
     fabric = build_network(job, env, rec)
     capacity = device_memory(job.cluster, prog.num_devices, job.num_gpus if gpus is None else gpus)
@@ -283,6 +287,8 @@ def build_engine(job: Job, prog: Program, gpus: int | None = None) -> tuple[Any,
         domains=[g // cl.gpus_per_node for g in range(job.num_gpus if gpus is None else gpus)],
         copy_across=copy_rate_across(cl),
     )
+    if checks_rings:
+        engine.ring_landed = {}
     return engine, evaluator_note
 
 

@@ -23,6 +23,16 @@ from tests.test_fold import _shared_nic_job
 TOL = 0.01  # the issue's bound: folded under contention within 1 % of unfolded
 
 
+def fold_examples(default: int):
+    """The Hypothesis settings of a random fold test: ``FOLD_EXAMPLES`` examples (``default``
+    where unset), no deadline (each example simulates twice)."""
+    return settings(
+        max_examples=int(os.environ.get("FOLD_EXAMPLES", default)),
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+
+
 def _fat_tree_job(nodes, tp, pp, *, nics=1, per_leaf=2, spines=1, over=2, model="gpt-1.3b") -> dict:
     dp = nodes * 8 // (tp * pp)
     return {
@@ -139,11 +149,7 @@ def test_shipped_balanced_gpt_on_an_oversubscribed_tree():
     _agrees(sc.with_overrides({"cluster.topology.oversubscription": 2, "training.global_batch": 64}))
 
 
-@settings(
-    max_examples=int(os.environ.get("FOLD_EXAMPLES", 8)),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+@fold_examples(8)
 @given(
     nodes=st.sampled_from([2, 4, 8]),
     tp=st.sampled_from([1, 2, 4, 8]),

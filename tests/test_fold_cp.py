@@ -6,11 +6,10 @@ with 2:1 uplinks and on multi-plane fabrics; and the layouts that must refuse, b
 from __future__ import annotations
 
 import importlib
-import os
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import clustersim as cs
@@ -18,7 +17,7 @@ from clustersim.errors import ScenarioError
 from clustersim.resolve import fold as fold_module
 from clustersim.resolve import resolve
 from clustersim.resolve.estimate import estimate
-from tests.test_fold_contention import TOL, _fat_tree_job
+from tests.test_fold_contention import TOL, _fat_tree_job, fold_examples
 
 ROOT = Path(__file__).resolve().parent.parent
 #: symmetric twins run at the representative's rate at every moment: equal to float precision
@@ -221,11 +220,7 @@ def test_the_estimate_counts_a_folded_cp_run():
         assert 0.5 <= estimate(job).events / events <= 2, (estimate(job).events, events)
 
 
-@settings(
-    max_examples=int(os.environ.get("FOLD_EXAMPLES", 6)),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+@fold_examples(6)
 @given(
     gpn=st.sampled_from([2, 4, 8]),
     nodes=st.sampled_from([2, 4, 8]),

@@ -146,8 +146,10 @@ class Engine:
         self._calls: dict[tuple, Call] = {}  # collective calls, prepared once (_call)
         # folded sends' and collectives' twin orbits (fabric.folds_orbits), made once per shape
         self._orbits: dict[tuple, object] = {}
-        #: folded ring sends (op id) under fold_contention → when the last of their hops landed
-        self.ring_landed: dict[int, float] = {}
+        #: folded ring sends (op id) under fold_contention → when the last of their hops landed;
+        #: kept only where a CP ring of mixed hops is checked after the run (None: not kept,
+        #: :func:`~clustersim.compilers.pipeline.context_parallel.rings_checked`)
+        self.ring_landed: dict[int, float] | None = None
         self.lanes = program.lanes()
         names, slowed = self.names, self.slowdown != 1.0
 
@@ -221,9 +223,10 @@ class Engine:
             # a folded ring's send: when its last hop lands is kept, so that a ring of mixed
             # hops is checked after the run (compilers/pipeline/context_parallel.py); its hops
             # of one kind (inside a leaf, across its border) are one orbit each
-            landed = orbits.transfer_all(names[src], names[dst], op.nbytes, op.name, classes=True)
-            for event in landed:
-                event.callbacks.append(partial(self._ring_landed, op.id))
+            landed = orbits.transfer_classes(names[src], names[dst], op.nbytes, op.name)
+            if self.ring_landed is not None:
+                for event in landed:
+                    event.callbacks.append(partial(self._ring_landed, op.id))
             return landed[0]
         # the representative's own flow first: it is replica 0, first in line in the unfolded run
         done = fabric.transfer(names[src], names[dst], op.nbytes, op.name)

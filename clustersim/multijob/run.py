@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ..compilers import check_job, compile_job, mode_of
-from ..compilers.pipeline.context_parallel import unhidden_ring
+from ..compilers.pipeline.context_parallel import rings_checked, unhidden_ring
 from ..engine.collector import collector_paused
 from ..errors import ScenarioError
 from ..resolve import resolve
@@ -45,7 +45,7 @@ def resolve_jobs(sc: MultiJobScenario) -> dict:
 
 def simulate_jobs(sc: MultiJobScenario, build_engine: Callable) -> Result:
     """The combined Result of a multi-job scenario (docs/multi_job.md); ``res.jobs[name]``
-    holds each job's own Result. ``build_engine(job, program, gpus) -> (engine, note)`` is
+    holds each job's own Result. ``build_engine(job, program, gpus, checks_rings) -> (engine, note)`` is
     :func:`clustersim.simulate.build_engine` (handed in: it ranks above)."""
     wall0 = time.perf_counter()
     jobs = resolve_jobs(sc)
@@ -86,9 +86,8 @@ class _Run:
         self.sc, self.jobs, self._build = sc, jobs, build_engine
         self.modes = {name: mode_of(job) for name, job in jobs.items()}
         self.progs = {name: compile_job(job, mode=self.modes[name]) for name, job in jobs.items()}
-        self.first = next(
-            iter(jobs.values())
-        )  # the fabric, memory and evaluator read the shared sections only
+        # the fabric, memory and evaluator read the shared sections only
+        self.first = next(iter(jobs.values()))
         self._merge()
 
     def _merge(self) -> None:
@@ -97,7 +96,8 @@ class _Run:
             sc.cluster.num_gpus, [(name, progs[name], sc.placement[name], sc.start[name]) for name in progs]
         )
         self.merged.check()
-        self.engine, self.note = self._build(self.first, self.merged, sc.cluster.num_gpus)
+        checks = any(rings_checked(job) for job in self.jobs.values())
+        self.engine, self.note = self._build(self.first, self.merged, sc.cluster.num_gpus, checks)
 
     def unfold(self, refused: dict[str, str]) -> None:
         """Compile the jobs ``refused`` names again unfolded, each with why

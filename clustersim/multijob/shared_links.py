@@ -30,13 +30,12 @@ wires left out.
 
 from __future__ import annotations
 
-import math
 from itertools import permutations
 
 import networkx as nx
 
 from ..program import COLLECTIVE, SEND, Program
-from ..topology.graph import is_wire
+from ..topology.graph import carries_flows
 from ..topology.routing import Router
 from .merge import Placed
 
@@ -47,18 +46,12 @@ class _Routes:
     def __init__(self, graph: nx.DiGraph):
         self.graph, self.router = graph, Router(graph)
         self._seen: dict[tuple[int, int], tuple[tuple[str, str], ...]] = {}
-        self._shares: dict[tuple[str, str], bool] = {}  # per hop: whether flows share it
 
     def __call__(self, a: int, b: int) -> tuple[tuple[str, str], ...]:
         hit = self._seen.get((a, b))
         if hit is None:
             hops = self.router.links(f"gpu{a}", f"gpu{b}") if a != b else ()
-            shares = self._shares
-            for h in hops:
-                if h not in shares:
-                    data = self.graph.edges[h]
-                    shares[h] = not (is_wire(data) or data["bandwidth"] == math.inf)
-            hit = self._seen[a, b] = tuple(h for h in hops if shares[h])
+            hit = self._seen[a, b] = tuple(h for h in hops if carries_flows(self.graph.edges[h]))
         return hit
 
 

@@ -36,7 +36,7 @@ from simpy.events import Event
 
 from ..errors import ScenarioError
 from ..record import Recorder
-from ..topology.graph import is_wire
+from ..topology.graph import carries_flows
 from ..topology.routing import Router
 from .base import Fabric
 from .degradation import down_for_ever, rate_profile
@@ -206,7 +206,7 @@ class FlowFabric(Fabric):
         one of infinite bandwidth), read from the graph once."""
         data = self.graph.edges[u, v]
         link = None
-        if not (is_wire(data) or data["bandwidth"] == math.inf):
+        if carries_flows(data):
             link = _Link(f"{u}->{v}", self.net.add_link(), data["bandwidth"], data.get("windows", ()))
             self.links[u, v] = link
             self._by_id.append(link)

@@ -88,25 +88,33 @@ class Orbits:
         """Start ``src → dst`` with its twins' images now; the event fires when the
         representative's last byte lands. An asymmetric orbit starts every flow on its own,
         the representative's first (as replica 0 in the unfolded run)."""
-        return self.transfer_all(src, dst, nbytes, label)[0]
-
-    def transfer_all(self, src: str, dst: str, nbytes: int, label: str = "", classes: bool = False) -> list:
-        """:meth:`transfer`, with the event of each flow's last byte: the representative's,
-        then (an asymmetric orbit) each twin's — a symmetric orbit's flows land together,
-        one event. ``classes``: an asymmetric orbit is cut into classes of flows whose
-        routes cross links of the same bandwidths with the same latency (a ring's hops
-        inside a leaf, and across its border), each class one orbit where it is symmetric
-        within (:func:`orbit_of`), one event a class."""
         fabric = self.fabric
         orbit, mirrors = self._worked_out(src, dst)
         if orbit is None:
-            if classes:
-                return [
-                    e for c in self._classes_of(src, dst, mirrors) for e in _start(fabric, *c, nbytes, label)
-                ]
             done = fabric.transfer(src, dst, nbytes, label)
-            return [done, *(fabric.transfer(a, b, nbytes, label) for a, b in mirrors)]
-        return _start(fabric, orbit, [(src, dst), *mirrors], nbytes, label)
+            for a, b in mirrors:
+                fabric.transfer(a, b, nbytes, label)
+            return done
+        return _flow(fabric, orbit, nbytes)
+
+    def transfer_classes(self, src: str, dst: str, nbytes: int, label: str = "") -> list:
+        """:meth:`transfer`, with the event of each flow's last byte: the representative's
+        first. A symmetric orbit's flows land together, one event; an asymmetric orbit is cut
+        into classes of flows whose routes cross links of the same bandwidths with the same
+        latency (a ring's hops inside a leaf, and across its border), each class one orbit
+        where it is symmetric within (:func:`orbit_of`, one event), else a flow (an event)
+        each."""
+        fabric = self.fabric
+        orbit, mirrors = self._worked_out(src, dst)
+        if orbit is not None:
+            return [_flow(fabric, orbit, nbytes)]
+        out = []
+        for orbit, members in self._classes_of(src, dst, mirrors):
+            if orbit is None:
+                out.extend(fabric.transfer(a, b, nbytes, label) for a, b in members)
+            else:
+                out.append(_flow(fabric, orbit, nbytes))
+        return out
 
     def orbit(self, src: str, dst: str) -> Orbit | None:
         """The :class:`Orbit` of ``src → dst`` (None: its twins are not symmetric)."""
@@ -120,7 +128,7 @@ class Orbits:
         return seen
 
     def _classes_of(self, src: str, dst: str, mirrors: list) -> list[tuple[Orbit | None, list]]:
-        """The classes of an asymmetric orbit (:meth:`transfer_all`), the representative's first."""
+        """The classes of an asymmetric orbit (:meth:`transfer_classes`), the representative's first."""
         hit = self._classes.get((src, dst))
         if hit is None:
             fabric, groups = self.fabric, {}
@@ -133,14 +141,11 @@ class Orbits:
         return hit
 
 
-def _start(fabric, orbit: Orbit | None, members: list, nbytes: int, label: str) -> list:
-    """Start the flows of ``members`` ((src, dst) pairs, the first standing for the rest): as
-    ``orbit``, one flow (one event), or — None — each on its own (an event each)."""
-    if orbit is None:
-        return [fabric.transfer(a, b, nbytes, label) for a, b in members]
+def _flow(fabric, orbit: Orbit, nbytes: int):
+    """Start ``orbit``'s flows as one flow; the event fires when its last byte lands."""
     if not orbit.ids or nbytes == 0:
-        return [fabric.env.timeout(orbit.latency)]
-    return [fabric.start_flow(orbit.ids, orbit.weights, orbit.latency, nbytes)]
+        return fabric.env.timeout(orbit.latency)
+    return fabric.start_flow(orbit.ids, orbit.weights, orbit.latency, nbytes)
 
 
 def send_orbits(fabric, pairs) -> Orbits:

@@ -89,6 +89,12 @@ def is_wire(data: dict) -> bool:
     return data["bandwidth"] == math.inf and data["latency"] == 0.0
 
 
+def carries_flows(data: dict) -> bool:
+    """True when flows share an edge's bandwidth: neither a free wire (:func:`is_wire`) nor
+    a link of infinite bandwidth."""
+    return data["bandwidth"] != math.inf
+
+
 #: what a link's bandwidth and latency must be, besides a quantity of their kind
 BANDWIDTH_RULE = "a bandwidth must be positive and finite, e.g. 25 GB/s"
 LATENCY_RULE = "a latency must be zero or positive, e.g. 1 us"

@@ -100,12 +100,20 @@ def link_ring_transfers(prog: Program, send_lane: str = CP_SEND, recv_lane: str 
         raise ProgramError(f"ring sends without a recv: {', '.join(sorted(sends))}")
 
 
+def rings_checked(job) -> bool:
+    """Whether ``job`` folds a CP ring of mixed hops on trust, to be checked after the run
+    (:attr:`~clustersim.resolve.fold.FoldDecision.checked_ring`): its engine then keeps when
+    each folded ring send's hops land (:attr:`Engine.ring_landed
+    <clustersim.engine.interpreter.Engine.ring_landed>`), which no other run pays for."""
+    return job.fold.enabled and job.fold.checked_ring
+
+
 def unhidden_ring(job, engine, ops: range | None = None) -> str | None:
     """Why ``job``'s folded run on ``engine`` (run) was not exact, where it folded a CP ring
     of mixed hops on trust (:attr:`~clustersim.resolve.fold.FoldDecision.checked_ring`):
     :func:`unhidden_hop` over its ops (``ops``: their ids in a multi-job run's merged
     Program; None: all), or None."""
-    if not (job.fold.enabled and job.fold.checked_ring):
+    if not rings_checked(job):
         return None
     landed = engine.ring_landed if ops is None else {i: t for i, t in engine.ring_landed.items() if i in ops}
     return unhidden_hop(engine.program, landed, engine.end)
