@@ -6,7 +6,8 @@ against the Python it replaces: the host's race (host._host_waits), the launch c
 bit for bit and the same Segments, on random items with ties, signed zeros, repeated item
 objects and every kind; and a configuration's chunk costs, every pass built, the same with and
 without it. Skipped where the install built no accelerator (no C compiler);
-``CLUSTERSIM_NO_ACCEL`` does not skip them: they call the C directly."""
+``CLUSTERSIM_NO_ACCEL`` does not skip them: they call the C directly (the modules' own
+``_accel`` set to it where they run through them)."""
 
 from __future__ import annotations
 
@@ -217,7 +218,9 @@ def test_estimates_and_chunk_costs_are_the_same_with_and_without_the_accelerator
         estimate = plan_estimate.Estimator().estimate(sc, {})
         return repr(chunk_costs(sc, sc.parallel.pp)), repr(estimate)  # every pass built
 
-    with_c = priced()
-    for module in (host, segments, plan_estimate):
-        monkeypatch.setattr(module, "_accel", None)
-    assert priced() == with_c
+    def priced_with(accel):  # set on each module: under CLUSTERSIM_NO_ACCEL they loaded none
+        for module in (host, segments, plan_estimate):
+            monkeypatch.setattr(module, "_accel", accel)
+        return priced()
+
+    assert priced_with(_c) == priced_with(None)

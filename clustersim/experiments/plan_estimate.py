@@ -287,14 +287,13 @@ class Estimator:
         costs, vectors = job.chunk_costs, shape.vectors
         stash = schedule.weights == "stash"
         peak, reserve = 0.0, job.runtime_reserve
-        made: dict[tuple[int, ...], tuple[float, list[int]]] = {}  # stages of the same chunk costs
-        for s, ks in enumerate(shape.chunks):
-            chunks = [costs[k] for k in ks]
-            same = tuple(map(id, chunks))
-            if same not in made:
-                held = [(c.activation_memory, c.weight_bytes if stash else 0) for c in chunks]
-                made[same] = (stage_static_memory(schedule.weights, chunks, reserve).total, _flat(held))
-            static, held = made[same]
+
+        def fixed(chunks: list) -> tuple[float, list[int]]:
+            held = [(c.activation_memory, c.weight_bytes if stash else 0) for c in chunks]
+            return stage_static_memory(schedule.weights, chunks, reserve).total, _flat(held)
+
+        stages = _per_stage([[costs[k] for k in ks] for ks in shape.chunks], fixed)
+        for s, (static, held) in enumerate(stages):
             live = max((sum(n * b for n, b in zip(vec, held)) for vec in vectors[s]), default=0)
             peak = max(peak, static + live)
         return peak, capacity
@@ -311,16 +310,11 @@ class Estimator:
         plan, p, split, timeline = job.plan, job.plan.pp, shape.split, shape.timeline
         costs = job.chunk_costs
         d = schedule.directions
-        per_stage = []  # per micro-batch: (F, B, W) of each stage, its chunks' share
         phases = ("F", "Bi", "W") if split else ("F", "B")
-        rows: dict[tuple[int, ...], tuple] = {}  # by its chunks' pass times: a pipeline's middle stages share
-        for ks in shape.chunks:
-            same = tuple([id(times[k]) for k in ks])
-            if same not in rows:
-                rows[same] = tuple(sum(times[k][ph, p > 1][0] for k in ks) / d for ph in phases) + (0.0,) * (
-                    not split
-                )
-            per_stage.append(rows[same])
+        per_stage = _per_stage(  # per micro-batch: (F, B, W) of each stage, its chunks' share
+            [[times[k] for k in ks] for ks in shape.chunks],
+            lambda ts: tuple(sum(t[ph, p > 1][0] for t in ts) / d for ph in phases) + (0.0,) * (not split),
+        )
         hops = 0.0
         if p > 1:  # a micro-batch's route down and back: each chunk boundary between two stages
             route = schedule.route(0, len(costs))
@@ -341,17 +335,11 @@ class Estimator:
             ends = [compute + fill + hops] * p
         ready = list(ends)  # each stage's gradients reduced over its data-parallel group
         overlap = job.parallel.data_parallel is not None and job.parallel.data_parallel.overlap_grad_reduce
-        grads: dict[
-            tuple[int, ...], tuple
-        ] = {}  # by its chunk cost objects: a pipeline's middle stages share
-        for s, ks in enumerate(shape.chunks):
-            same = tuple([id(costs[k]) for k in ks])
-            if same not in grads:
-                grads[same] = (
-                    sum(costs[k].gradient_bytes for k in ks),
-                    sum(costs[k].expert_grad_bytes for k in ks),
-                )
-            dense, expert = grads[same]
+        grads = _per_stage(
+            [[costs[k] for k in ks] for ks in shape.chunks],
+            lambda cs: (sum(c.gradient_bytes for c in cs), sum(c.expert_grad_bytes for c in cs)),
+        )
+        for s, (dense, expert) in enumerate(grads):
             t_sync = 0.0
             if plan.replicas > 1 or d > 1:
                 mirror = p - 1 - s if d > 1 else s
@@ -371,6 +359,19 @@ class Estimator:
         return PlanEstimate(done, compute, bubble, hops + done - span - optimizer, memory, capacity)
 
 
+def _per_stage(stages: list[list], row) -> list:
+    """``row`` of each stage's chunk objects (its chunk costs or pass times), made once for the
+    stages that hold the same objects (a pipeline's middle stages)."""
+    made: dict[tuple[int, ...], Any] = {}
+    out = []
+    for chunks in stages:
+        same = tuple(map(id, chunks))
+        if same not in made:
+            made[same] = row(chunks)
+        out.append(made[same])
+    return out
+
+
 def _step(
     job: Job, schedule: Schedule, shape: _Shape, net: _Network, ready: list[float]
 ) -> tuple[float, float]:
@@ -382,20 +383,16 @@ def _step(
     rendezvous) — then each stage's optimizer."""
     plan, p, costs = job.plan, job.plan.pp, job.chunk_costs
     chunks = [[costs[k] for k in ks] for ks in shape.chunks]
-    # per stage its chunks' (unscale, grad_norm, optimizer, all three) seconds, summed once for
-    # the stages of the same chunk cost objects (a pipeline's middle stages)
-    sums: dict[tuple[int, ...], tuple[float, float, float, float]] = {}
-    rows = []
-    for cs in chunks:
-        same = tuple(map(id, cs))
-        if same not in sums:
-            sums[same] = (
-                sum(c.unscale for c in cs),
-                sum(c.grad_norm for c in cs),
-                sum(c.optimizer for c in cs),
-                sum(c.optimizer + c.unscale + c.grad_norm for c in cs),
-            )
-        rows.append(sums[same])
+    # per stage its chunks' (unscale, grad_norm, optimizer, all three) seconds
+    rows = _per_stage(
+        chunks,
+        lambda cs: (
+            sum(c.unscale for c in cs),
+            sum(c.grad_norm for c in cs),
+            sum(c.optimizer for c in cs),
+            sum(c.optimizer + c.unscale + c.grad_norm for c in cs),
+        ),
+    )
     t = list(ready)
     if schedule.flush:
         ends = (schedule.stage_of(0, p), schedule.stage_of(len(costs) - 1, p))

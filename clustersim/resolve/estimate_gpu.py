@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from ..parallel.data_parallel import SCALAR_BYTES, buckets, grad_stats_group
 from ..workload.pass_costs import pass_segments, pass_transfers
@@ -75,7 +76,6 @@ class GpuWork:
         folded_shared = k.fold and k.network in ("packet", "flow")
         self.twins = self.plan.tp * self.plan.replicas if folded_shared and not k.orbits else 1
         self._groups: dict[tuple[int, str], tuple[tuple[int, ...], int]] = {}
-        self._hop_kinds: int | None = None  # (a folded ring of mixed hops: read when first needed)
 
     def group(self, stage: int, kind: str) -> tuple[tuple[int, ...], int]:
         """The group of ``kind`` of ``stage``'s first GPU, and how many groups of that kind
@@ -175,8 +175,6 @@ class GpuWork:
                 # a ring of mixed hops checked as it runs, a flow with its events per kind of hop)
                 work += plain(len(seg.steps) + len(sent), len(seg.steps))
                 each = k.fold and self.job.fold.enabled and self.job.fold.checked_ring
-                if each and self._hop_kinds is None:
-                    self._hop_kinds = hop_kinds(self.job)
                 work += sum((self.sent(b, hops, each) for b in sent), Work())
                 joins = 1
             else:  # a TP collective pipelined with its GEMM in chunks (compilers/pipeline/tp_overlap.py)
@@ -199,13 +197,19 @@ class GpuWork:
         # the recvs (no event) and the GEMMs, then the sends
         return plain(gemms + steps, gemms) + self.sent(nbytes, self.comm.hops.intra) * steps
 
+    @cached_property
+    def hop_kinds(self) -> int:
+        """The kinds of hop of a folded ring of mixed hops (:func:`.hidden_ring.hop_kinds`; read
+        when first needed)."""
+        return hop_kinds(self.job)
+
     def sent(self, nbytes: float, hops: float, each: bool = False) -> Work:
         """The work of one send op of ``nbytes`` over ``hops`` links with its folded twins'
         (their loads: on ``flow`` without events of their arrivals, unless ``each``: a mixed
         ring's hops, one flow with its events per kind of hop)."""
         own = message_events_of(self.k, nbytes, hops)
         if each:
-            return plain(1, own * self._hop_kinds)
+            return plain(1, own * self.hop_kinds)
         if self.k.network == "flow":
             return Work(1, own + (self.twins - 1) * LOAD_EVENTS, own + (self.twins - 1) * LOAD_WEIGHT)
         return plain(1, own * self.twins)

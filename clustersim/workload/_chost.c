@@ -26,6 +26,15 @@ static PyObject *builtin_sum; /* the interpreter's own sum (its rounding is the 
 static PyObject *collective_str; /* "collective": a Segment's kind */
 static PyObject *empty_tuple;    /* () */
 
+/* 0 where a function `name` was given its `n` arguments, else -1 and a TypeError */
+static int arity(const char *name, Py_ssize_t nargs, Py_ssize_t n)
+{
+    if (nargs == n)
+        return 0;
+    PyErr_Format(PyExc_TypeError, "%s takes %zd arguments", name, n);
+    return -1;
+}
+
 /* the one-character kind of a pass item, or 0 (an item of no kind host.py knows) */
 static Py_UCS4 kind_of(PyObject *item)
 {
@@ -147,10 +156,8 @@ PyDoc_STRVAR(host_waits_doc, "host_waits(pieces, launch_s, dispatch) -> list\n\n
 
 static PyObject *host_waits(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "host_waits takes 3 arguments");
+    if (arity("host_waits", nargs, 3))
         return NULL;
-    }
     double launch_s = PyFloat_AsDouble(args[1]), dispatch = PyFloat_AsDouble(args[2]);
     if (PyErr_Occurred())
         return NULL;
@@ -302,10 +309,8 @@ PyDoc_STRVAR(layer_segments_doc,
 
 static PyObject *layer_segments(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "layer_segments takes 3 arguments");
+    if (arity("layer_segments", nargs, 3))
         return NULL;
-    }
     PyObject *seq = PySequence_Fast(args[0], "items must be a sequence");
     PyObject *segs = PyList_New(0), *runs = PyDict_New(), *made = PyDict_New();
     Py_ssize_t start = -1, last = 0; /* the run being merged starts at start (-1: none) */
@@ -396,10 +401,8 @@ static int beside(PyObject *seg)
 
 static PyObject *pass_seconds(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "pass_seconds takes 2 arguments");
+    if (arity("pass_seconds", nargs, 2))
         return NULL;
-    }
     PyObject *seq = PySequence_Fast(args[0], "segments must be a sequence"), *known = PyDict_New();
     double *times = NULL;
     signed char *flags = NULL; /* per segment: 1 collective, 2 overlap (each as read) */
@@ -474,10 +477,8 @@ PyDoc_STRVAR(run_sums_doc, "run_sums(items, t, f, beside, beside_sum) -> (t, f, 
 
 static PyObject *run_sums(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "run_sums takes 5 arguments");
+    if (arity("run_sums", nargs, 5))
         return NULL;
-    }
     double t = PyFloat_AsDouble(args[1]), f = PyFloat_AsDouble(args[2]);
     if (PyErr_Occurred())
         return NULL;
